@@ -1,0 +1,37 @@
+# hpcc: every target does its own set-up, so each works on a fresh machine.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+EXAMPLE ?= examples/p3dn-bert.yaml
+APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps
+
+.PHONY: setup deps plan test box bench golden clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns).
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+plan: setup
+	$(VENV)/bin/hpcc plan $(EXAMPLE) --out plan
+
+test: setup deps
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) scripts/bench_plan.py
+
+clean:
+	rm -rf plan build .pytest_cache

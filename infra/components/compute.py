@@ -1,0 +1,156 @@
+"""The nodes: a cluster placement group, one launch template per role (EFA layout, IMDSv2,
+encrypted root volume, bootstrap user data), the instances, and the parameters the bootstrap
+reads (hosts) and writes (one status parameter per node)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.catalog import InstanceType
+from infra.config import ClusterConfig
+from infra.efa import efa_device_count, interface_layout
+from infra.lookups import ImageInfo
+from infra.naming import HEAD, Paths, compute_node_name, tags
+from infra.userdata import BootstrapContext, render
+
+PENDING_STATUS = '{"phase": "pending"}'
+
+
+@dataclass
+class ComputeArgs:
+    config: ClusterConfig
+    region: str
+    head_type: InstanceType
+    compute_type: InstanceType
+    availability_zone: pulumi.Input[str]
+    image: pulumi.Output[ImageInfo]
+    private_subnet_id: pulumi.Input[str]
+    public_subnet_id: pulumi.Input[str]
+    nodes_sg_id: pulumi.Input[str]
+    head_ssh_sg_id: pulumi.Input[str] | None
+    instance_profile_arn: pulumi.Input[str]
+    extra_tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Node:
+    name: str
+    role: str
+    instance: aws.ec2.Instance
+    itype: InstanceType
+
+
+def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: InstanceType, compute_type: InstanceType,
+                      efa_devices: int) -> BootstrapContext:
+    paths = Paths(cfg.name)
+    return BootstrapContext(
+        cluster=cfg.name, region=region, role=role, node_count=cfg.compute.count, instance_type=itype.name,
+        slots=compute_type.slots, gpus=itype.gpus, efa_enabled=efa_devices > 0, efa_devices=efa_devices,
+        gpudirect_rdma=itype.gpudirect_rdma and efa_devices > 0, login_user=cfg.image.user,
+        mount_point=cfg.fsx.mount_point, fsx_parameter=paths.fsx, hosts_parameter=paths.hosts,
+        nodes_parameter=paths.nodes, ssh_secret_id=paths.ssh_secret, timeout_minutes=cfg.bootstrap.timeout_minutes,
+        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes)
+
+
+class Compute(pulumi.ComponentResource):
+    head: Node
+    compute_nodes: list[Node]
+    head_is_public: bool
+
+    def __init__(self, name: str, args: ComputeArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("hpcc:cluster:Compute", name, None, opts)
+        cfg, t = args.config, args.extra_tags
+        c = cfg.name
+        child = pulumi.ResourceOptions(parent=self)
+        paths = Paths(c)
+
+        group = aws.ec2.PlacementGroup(f"{c}-placement", name=f"hpcc-{c}", strategy="cluster",
+                                       tags=tags(c, "placement", t), opts=child)
+        self.head_is_public = bool(cfg.ssh.allowed_cidrs)
+
+        head_lt = self._launch_template(args, group, "head", args.head_type, efa=True,
+                                        public=self.head_is_public, root_gib=cfg.head_node.root_volume_gib)
+        compute_lt = self._launch_template(args, group, "compute", args.compute_type,
+                                           efa=cfg.compute.efa is not False, public=False,
+                                           root_gib=cfg.compute.root_volume_gib)
+
+        self.head = self._node(args, HEAD, "head", head_lt, args.head_type)
+        self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, args.compute_type)
+                              for i in range(cfg.compute.count)]
+
+        # What the bootstrap waits for: the nodes' addresses once every instance exists.
+        aws.ssm.Parameter(
+            f"{c}-hosts-param", name=paths.hosts, type="String", tier="Intelligent-Tiering",
+            description="head IP, then compute IPs in name order; the bootstrap waits for it",
+            value=pulumi.Output.all(self.head.instance.private_ip,
+                                    *[n.instance.private_ip for n in self.compute_nodes]).apply("\n".join),
+            tags=tags(c, "hosts-param", t), opts=child)
+        # Made here so `pulumi destroy` removes what the nodes write into them.
+        for node in [self.head, *self.compute_nodes]:
+            aws.ssm.Parameter(f"{c}-status-{node.name}", name=paths.node(node.name), type="String",
+                              value=PENDING_STATUS, description=f"bootstrap status of {node.name}",
+                              tags=tags(c, f"status-{node.name}", t),
+                              opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
+        self.register_outputs({})
+
+    def _launch_template(self, args: ComputeArgs, group: aws.ec2.PlacementGroup, role: str, itype: InstanceType,
+                         efa: bool, public: bool, root_gib: int) -> aws.ec2.LaunchTemplate:
+        cfg, t = args.config, args.extra_tags
+        c = cfg.name
+        layout = interface_layout(itype, efa)
+        subnet = args.public_subnet_id if public else args.private_subnet_id
+        groups = [args.nodes_sg_id] + ([args.head_ssh_sg_id] if public and args.head_ssh_sg_id else [])
+        interfaces = [
+            aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=spec.network_card_index, device_index=spec.device_index,
+                interface_type=spec.interface_type, subnet_id=subnet, security_groups=groups,
+                delete_on_termination="true",
+                associate_public_ip_address=("true" if public else "false") if spec.is_primary else None)
+            for spec in layout
+        ]
+        script = render(bootstrap_context(cfg, args.region, role, itype, args.compute_type, efa_device_count(layout)))
+        compute = cfg.compute
+        market = None
+        if role == "compute" and compute.market == "spot":
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
+                market_type="spot", spot_options=aws.ec2.LaunchTemplateInstanceMarketOptionsSpotOptionsArgs(
+                    spot_instance_type="one-time", instance_interruption_behavior="terminate"))
+        reservation = None
+        if role == "compute" and compute.capacity_reservation_id:
+            reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=compute.capacity_reservation_id))
+        launch_tags = tags(c, role, t, role=role)
+        return aws.ec2.LaunchTemplate(
+            f"{c}-{role}-lt", name=f"hpcc-{c}-{role}", instance_type=itype.name,
+            image_id=args.image.apply(lambda i: i.ami_id),
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
+            network_interfaces=interfaces,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name, availability_zone=args.availability_zone),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=args.image.apply(lambda i: i.root_device_name),
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=root_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"))],
+            instance_market_options=market,
+            capacity_reservation_specification=reservation,
+            user_data=base64.b64encode(script.encode()).decode(),
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=launch_tags)
+                                for rt in ("instance", "volume", "network-interface")],
+            tags=tags(c, f"{role}-lt", t),
+            update_default_version=True,
+            opts=pulumi.ResourceOptions(parent=self))
+
+    def _node(self, args: ComputeArgs, node: str, role: str, lt: aws.ec2.LaunchTemplate, itype: InstanceType) -> Node:
+        c = args.config.name
+        instance = aws.ec2.Instance(
+            f"{c}-{node}",
+            launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+            tags=tags(c, node, args.extra_tags, role=role, node=node),
+            opts=pulumi.ResourceOptions(parent=self))
+        return Node(node, role, instance, itype)

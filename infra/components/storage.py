@@ -1,0 +1,63 @@
+"""FSx for Lustre in the nodes' subnet, an optional S3 data repository association, and the
+`/hpcc/<cluster>/fsx` parameter the nodes wait for, so instances never wait on the file system."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.config import Fsx
+from infra.naming import Paths, tags
+
+
+@dataclass
+class StorageArgs:
+    cluster: str
+    fsx: Fsx
+    subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    security_rules: list[pulumi.Resource]  # the Lustre port rules: AWS refuses the file system without them
+    extra_tags: dict[str, str] = field(default_factory=dict)
+
+
+class Storage(pulumi.ComponentResource):
+    file_system_id: pulumi.Output[str]
+    dns_name: pulumi.Output[str]
+    mount_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("hpcc:cluster:Storage", name, None, opts)
+        c, t, fsx = args.cluster, args.extra_tags, args.fsx
+        fs = aws.fsx.LustreFileSystem(
+            f"{c}-fsx",
+            deployment_type=fsx.deployment_type,
+            storage_capacity=fsx.storage_capacity,
+            storage_type=fsx.storage_type,
+            per_unit_storage_throughput=fsx.per_unit_storage_throughput,
+            file_system_type_version=fsx.lustre_version,
+            subnet_ids=args.subnet_id,
+            security_group_ids=[args.security_group_id],
+            tags=tags(c, "fsx", t),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.security_rules),
+        )
+        if fsx.data_repository_path:
+            aws.fsx.DataRepositoryAssociation(
+                f"{c}-fsx-s3", file_system_id=fs.id, file_system_path="/s3",
+                data_repository_path=fsx.data_repository_path, batch_import_meta_data_on_create=True,
+                s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
+                    "auto_export_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
+                tags=tags(c, "fsx-s3", t), opts=pulumi.ResourceOptions(parent=self))
+        aws.ssm.Parameter(
+            f"{c}-fsx-param", name=Paths(c).fsx, type="String", tags=tags(c, "fsx-param", t),
+            description="FSx for Lustre endpoint; the nodes' bootstrap waits for it",
+            value=pulumi.Output.all(fs.dns_name, fs.mount_name).apply(
+                lambda a: json.dumps({"dnsName": a[0], "mountName": a[1]}, sort_keys=True)),
+            opts=pulumi.ResourceOptions(parent=self))
+
+        self.file_system_id = fs.id
+        self.dns_name = fs.dns_name
+        self.mount_name = fs.mount_name
+        self.register_outputs({"fileSystemId": fs.id, "dnsName": fs.dns_name, "mountName": fs.mount_name})

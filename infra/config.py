@@ -1,0 +1,207 @@
+"""The stack config: one structured key `hpcc:cluster`, validated into a typed model.
+
+Shape and types are pydantic's job (unknown keys are errors); rules that relate several fields
+live in `infra.validators`, one small function each, so every message is found in one place.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$")
+IMAGE_FAMILIES = {
+    # family -> (SSM parameter path segment, login user, image name pattern)
+    "base-oss-nvidia-driver-gpu-ubuntu-22.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"),
+    "base-oss-nvidia-driver-gpu-ubuntu-24.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *"),
+    "base-oss-nvidia-driver-gpu-amazon-linux-2023": ("ec2-user", "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"),
+}
+DLAMI_OWNER = "898082745236"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class HeadNode(_Model):
+    instance_type: str = "m6i.2xlarge"
+    root_volume_gib: int = Field(200, ge=35, le=16384)
+
+
+class ComputeNodes(_Model):
+    instance_type: str
+    count: int = Field(ge=1, le=512)
+    efa: bool | None = Field(None, description="default: on wherever the type supports EFA")
+    market: Literal["on-demand", "spot"] = "on-demand"
+    capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    root_volume_gib: int = Field(200, ge=35, le=16384)
+
+
+class Image(_Model):
+    family: str | None = None
+    ami_id: str | None = Field(None, pattern=r"^ami-[0-9a-f]{8,17}$")
+    name_filter: str | None = Field(None, min_length=3, max_length=128)
+    login_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Image":
+        given = [k for k in ("family", "ami_id", "name_filter") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(
+                f"give one of family, amiId or nameFilter, not {' and '.join(to_camel(g) for g in given)}"
+            )
+        if self.family is not None and self.family not in IMAGE_FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(sorted(IMAGE_FAMILIES))}; got {self.family!r}")
+        return self
+
+    @property
+    def resolved_family(self) -> str | None:
+        if self.ami_id or self.name_filter:
+            return None
+        return self.family or "base-oss-nvidia-driver-gpu-ubuntu-22.04"
+
+    @property
+    def ssm_parameter(self) -> str | None:
+        fam = self.resolved_family
+        return f"/aws/service/deeplearning/ami/x86_64/{fam}/latest/ami-id" if fam else None
+
+    @property
+    def user(self) -> str:
+        if self.login_user:
+            return self.login_user
+        fam = self.resolved_family
+        return IMAGE_FAMILIES[fam][0] if fam else "ubuntu"
+
+
+class Fsx(_Model):
+    deployment_type: Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"] = "SCRATCH_2"
+    storage_capacity_gi_b: int = Field(1200, alias="storageCapacityGiB", ge=1)
+    storage_type: Literal["SSD", "HDD"] = "SSD"
+    per_unit_storage_throughput: int | None = None
+    lustre_version: Literal["2.10", "2.12", "2.15"] = "2.15"
+    mount_point: str = Field("/fsx", pattern=r"^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$")
+    data_repository_path: str | None = Field(None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+
+    @property
+    def storage_capacity(self) -> int:
+        return self.storage_capacity_gi_b
+
+
+class Ssh(_Model):
+    allowed_cidrs: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        for i, cidr in enumerate(v):
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as e:
+                raise ValueError(f"[{i}] {cidr!r} is not a network in CIDR form like 203.0.113.0/24 ({e})") from None
+        return v
+
+
+class Bootstrap(_Model):
+    timeout_minutes: int = Field(60, ge=5, le=240)
+    join_timeout_minutes: int = Field(20, ge=1, le=120)
+
+
+class ClusterConfig(_Model):
+    name: str
+    availability_zone: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+    head_node: HeadNode = HeadNode()
+    compute: ComputeNodes
+    image: Image = Image()
+    fsx: Fsx = Fsx()
+    ssh: Ssh = Ssh()
+    bootstrap: Bootstrap = Bootstrap()
+    tags: dict[str, str] = Field(default_factory=dict, max_length=40)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not CLUSTER_NAME.match(v):
+            raise ValueError(
+                "must be 3-32 characters of lower-case letters, digits and '-', start with a letter and "
+                f"not end with '-' (it names AWS resources and parameter paths); got {v!r}"
+            )
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not 1 <= len(key) <= 128 or key.lower().startswith(("aws:", "hpcc:")):
+                raise ValueError(f"key {key!r}: keys are 1-128 characters and may not start with 'aws:' or 'hpcc:'")
+            if len(value) > 256:
+                raise ValueError(f"value of {key!r} is {len(value)} characters; AWS allows 256")
+        return v
+
+
+class StackConfig(_Model):
+    """Everything the program reads from the stack: the region and the cluster."""
+
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    cluster: ClusterConfig
+
+
+class ConfigError(Exception):
+    """Invalid stack config: `problems` are (field path, message) pairs, ready to print."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("\n".join(f"{path}: {msg}" for path, msg in problems))
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        path = _path(loc)
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling against examples/ and the README's config reference)"
+        elif e["type"] == "missing":
+            msg = "is required"
+        elif e["type"] == "literal_error":
+            msg = f"{msg}; got {e.get('input')!r}"
+        elif "input" in e and not isinstance(e["input"], (dict, list)):
+            msg = f"{msg}; got {e['input']!r}"
+        problems.append((path.replace("region", "aws:region", 1) if path == "region" else path, msg))
+    return problems
+
+
+def parse(region: Any, cluster: Any) -> StackConfig:
+    """Validate raw config values; raise ConfigError naming every bad field."""
+    from infra.validators import check_config
+
+    if cluster is None:
+        raise ConfigError([("hpcc:cluster", "is required: the stack config has no cluster (see examples/)")])
+    if region is None:
+        raise ConfigError([("aws:region", "is required, e.g. aws:region: us-east-1")])
+    try:
+        cfg = StackConfig.model_validate({"region": region, "cluster": cluster})
+    except ValidationError as err:
+        raise ConfigError(_pydantic_problems(err)) from None
+    errors = [(f.field, f.message) for f in check_config(cfg) if f.is_error]
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def from_pulumi_config() -> StackConfig:
+    """Read the running stack's config (under `pulumi up` or the mock runtime)."""
+    import pulumi
+
+    return parse(pulumi.Config("aws").get("region"), pulumi.Config("hpcc").get_object("cluster"))

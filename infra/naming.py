@@ -1,0 +1,41 @@
+"""Names, tags and parameter paths that tie AWS resources to a cluster.
+
+Tags are the source of truth for what belongs to a cluster (status, hostfile and reap find
+resources by `hpcc:cluster`), so every name and tag is made here and nowhere else.
+"""
+
+from __future__ import annotations
+
+TAG_CLUSTER = "hpcc:cluster"
+TAG_ROLE = "hpcc:role"  # head | compute
+TAG_NODE = "hpcc:node"  # head | compute-000 ...
+HEAD = "head"
+
+
+def compute_node_name(index: int) -> str:
+    return f"compute-{index:03d}"
+
+
+def resource_name(cluster: str, what: str) -> str:
+    return f"{cluster}-{what}"
+
+
+def tags(cluster: str, what: str, extra: dict[str, str] | None = None, **hpcc: str) -> dict[str, str]:
+    out = dict(extra or {})
+    out.update({"Name": resource_name(cluster, what), TAG_CLUSTER: cluster})
+    out.update({f"hpcc:{k}": v for k, v in hpcc.items()})
+    return out
+
+
+class Paths:
+    """SSM parameter and secret names under the cluster's own prefix (the nodes' role can read only these)."""
+
+    def __init__(self, cluster: str):
+        self.prefix = f"/hpcc/{cluster}"
+        self.fsx = f"{self.prefix}/fsx"  # JSON {"dnsName", "mountName"}: written once the file system exists
+        self.hosts = f"{self.prefix}/hosts"  # line 1 head IP, then compute IPs in name order
+        self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
+        self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
+
+    def node(self, node: str) -> str:
+        return f"{self.nodes}/{node}"

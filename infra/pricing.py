@@ -1,0 +1,28 @@
+"""A rough hourly cost: on-demand instance prices from the catalog plus NAT and FSx (us-east-1 list prices)."""
+
+from __future__ import annotations
+
+from infra.catalog import lookup
+from infra.config import ClusterConfig
+
+NAT_GATEWAY_HOURLY = 0.045
+HOURS_PER_MONTH = 730
+# USD per GB-month, by (deployment type, storage type, throughput per TiB)
+FSX_GB_MONTH = {
+    ("SCRATCH_1", "SSD", None): 0.140, ("SCRATCH_2", "SSD", None): 0.140,
+    ("PERSISTENT_1", "SSD", 50): 0.145, ("PERSISTENT_1", "SSD", 100): 0.210, ("PERSISTENT_1", "SSD", 200): 0.290,
+    ("PERSISTENT_1", "HDD", 12): 0.025, ("PERSISTENT_1", "HDD", 40): 0.083,
+    ("PERSISTENT_2", "SSD", 125): 0.145, ("PERSISTENT_2", "SSD", 250): 0.210,
+    ("PERSISTENT_2", "SSD", 500): 0.340, ("PERSISTENT_2", "SSD", 1000): 0.600,
+}
+
+
+def hourly_cost(cluster: ClusterConfig) -> float:
+    """Upper bound for spot: spot prices move, so the on-demand price is used for both markets."""
+    head = lookup(cluster.head_node.instance_type)
+    compute = lookup(cluster.compute.instance_type)
+    fsx = cluster.fsx
+    gb_month = FSX_GB_MONTH.get((fsx.deployment_type, fsx.storage_type, fsx.per_unit_storage_throughput), 0.14)
+    total = head.hourly_usd + cluster.compute.count * compute.hourly_usd + NAT_GATEWAY_HOURLY
+    total += fsx.storage_capacity * gb_month / HOURS_PER_MONTH
+    return round(total, 2)

@@ -1,0 +1,43 @@
+"""Read a Pulumi stack config file (Pulumi.<stack>.yaml) the way `pulumi up` would see it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from infra.config import ConfigError, StackConfig, parse
+
+
+def read_raw(path: str | Path) -> dict:
+    """The file's `config:` map; ConfigError for anything that is not a readable stack file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError([(str(p), f"cannot read the stack config: {e.strerror or e}")]) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ConfigError([(str(p), f"is not valid YAML{at}: {getattr(e, 'problem', None) or e}")]) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise ConfigError([(str(p), "needs a top-level `config:` map with aws:region and hpcc:cluster, as in examples/")])
+    config = doc["config"]
+    unknown = sorted(k for k in config if not str(k).startswith(("aws:", "hpcc:")) or
+                     (str(k).startswith("hpcc:") and k != "hpcc:cluster"))
+    if unknown:
+        raise ConfigError([(str(k), "unknown key; hpcc reads aws:region and hpcc:cluster") for k in unknown])
+    return config
+
+
+def load(path: str | Path) -> StackConfig:
+    config = read_raw(path)
+    return parse(config.get("aws:region"), config.get("hpcc:cluster"))
+
+
+def as_pulumi_config(config: dict) -> dict[str, str]:
+    """Config values as the Pulumi engine hands them to a program: structured values as JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
