@@ -15,6 +15,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 err = Console(stderr=True)
 
 
+@app.callback()
+def _group() -> None:
+    """Keeps `hpcc <command>` a command group even while it has one command."""
+
+
 def fail(message: str, code: int = 2) -> "typer.Exit":
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     return typer.Exit(code)

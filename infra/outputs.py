@@ -8,7 +8,7 @@ from infra.components.compute import Compute
 from infra.components.storage import Storage
 from infra.config import StackConfig
 from infra.hostfile import HostEntry, openmpi
-from infra.pricing import hourly_cost
+from infra.estimates import hourly_cost
 
 
 def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], compute: Compute,

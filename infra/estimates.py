@@ -26,3 +26,17 @@ def hourly_cost(cluster: ClusterConfig) -> float:
     total = head.hourly_usd + cluster.compute.count * compute.hourly_usd + NAT_GATEWAY_HOURLY
     total += fsx.storage_capacity * gb_month / HOURS_PER_MONTH
     return round(total, 2)
+
+
+# Typical minutes, from AWS's guidance and ParallelCluster experience: FSx creation, instance launch to
+# user data, and the bootstrap itself (Lustre client install dominates; a preinstalled client halves it).
+FSX_CREATE_MINUTES = {"SCRATCH_1": 7, "SCRATCH_2": 7, "PERSISTENT_1": 12, "PERSISTENT_2": 12}
+BOOT_MINUTES_GPU, BOOT_MINUTES_CPU = 6, 3
+BOOTSTRAP_MINUTES = 4
+
+
+def minutes_to_ready(cluster: ClusterConfig) -> int:
+    """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later."""
+    compute = lookup(cluster.compute.instance_type)
+    boot = BOOT_MINUTES_GPU if compute.gpus else BOOT_MINUTES_CPU
+    return max(FSX_CREATE_MINUTES[cluster.fsx.deployment_type], boot) + BOOTSTRAP_MINUTES

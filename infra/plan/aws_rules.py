@@ -1,0 +1,148 @@
+"""AWS API rules that moto does not enforce, checked as EC2/FSx would before accepting a request.
+
+Sources: the EC2 User Guide (EFA, network cards), the FSx for Lustre guide, and the
+instance-type data itself (moto's copy of DescribeInstanceTypes, not hpcc's catalog, so a catalog
+mistake is caught too).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import ipaddress
+
+USER_DATA_LIMIT = 16 * 1024
+LUSTRE_REQUIRED_PORTS = (988, 1018, 1023)
+
+
+class AwsRejected(Exception):
+    """What AWS would answer: an error code and its message, for the named resource."""
+
+    def __init__(self, resource: str, code: str, message: str):
+        self.resource, self.code, self.message = resource, code, message
+        super().__init__(f"{resource}: {code}: {message}")
+
+
+def check_launch_template(name: str, inputs: dict, type_info: dict) -> None:
+    net = type_info["NetworkInfo"]
+    cards = {c["NetworkCardIndex"]: c for c in net.get("NetworkCards", [])}
+    interfaces = inputs.get("networkInterfaces") or []
+    if interfaces and inputs.get("vpcSecurityGroupIds"):
+        raise AwsRejected(name, "InvalidParameterCombination",
+                          "Network interfaces and an instance-level security groups may not be specified on the same request")
+    seen: set[tuple[int, int]] = set()
+    per_card: dict[int, int] = {}
+    efa = 0
+    for i, nic in enumerate(interfaces):
+        card, dev, kind = nic.get("networkCardIndex", 0), nic.get("deviceIndex"), nic.get("interfaceType") or "interface"
+        where = f"networkInterfaces[{i}] (card {card}, device {dev})"
+        if dev is None:
+            raise AwsRejected(name, "InvalidParameterValue", f"{where}: DeviceIndex is required")
+        if (card, dev) in seen:
+            raise AwsRejected(name, "InvalidParameterValue", f"{where}: two interfaces on the same card and device index")
+        seen.add((card, dev))
+        if card not in cards:
+            raise AwsRejected(name, "InvalidParameterValue",
+                              f"{where}: {type_info['InstanceType']} has {len(cards)} network card(s), indices 0-{len(cards) - 1}")
+        if kind not in cards[card].get("InterfaceTypes", ["interface"]):
+            raise AwsRejected(name, "InvalidParameterValue",
+                              f"{where}: interface type {kind!r} is not supported on this card of {type_info['InstanceType']}")
+        per_card[card] = per_card.get(card, 0) + 1
+        if per_card[card] > cards[card]["MaximumNetworkInterfaces"]:
+            raise AwsRejected(name, "InvalidParameterValue", f"{where}: card {card} takes at most "
+                                                             f"{cards[card]['MaximumNetworkInterfaces']} interfaces")
+        if kind in ("efa", "efa-only"):
+            efa += 1
+        if (card, dev) == (0, 0) and kind == "efa-only":
+            raise AwsRejected(name, "InvalidParameterValue", f"{where}: an efa-only interface cannot be the primary interface")
+        if str(nic.get("associatePublicIpAddress")).lower() == "true" and len(interfaces) > 1:
+            raise AwsRejected(name, "InvalidParameterCombination",
+                              "The associatePublicIPAddress parameter cannot be specified when launching with multiple network interfaces")
+    if interfaces and (0, 0) not in seen:
+        raise AwsRejected(name, "InvalidParameterValue", "no primary interface (network card 0, device index 0)")
+    max_efa = (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
+    if efa > max_efa:
+        raise AwsRejected(name, "InvalidParameterValue",
+                          f"{efa} EFA interfaces requested; {type_info['InstanceType']} supports {max_efa}")
+    if len({nic.get("subnetId") for nic in interfaces}) > 1:
+        raise AwsRejected(name, "InvalidParameterValue", "all interfaces of an instance must be in one subnet here (EFA does not cross subnets)")
+    user_data = inputs.get("userData")
+    if user_data:
+        raw = base64.b64decode(user_data)
+        if len(raw) > USER_DATA_LIMIT:
+            raise AwsRejected(name, "InvalidParameterValue", f"user data is {len(raw)} bytes; the limit is {USER_DATA_LIMIT}")
+
+
+def decode_user_data(b64: str) -> str:
+    raw = base64.b64decode(b64)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return raw.decode()
+
+
+def check_placement_group(name: str, inputs: dict, existing: set[str]) -> None:
+    strategy = inputs.get("strategy")
+    if strategy not in ("cluster", "spread", "partition"):
+        raise AwsRejected(name, "InvalidParameterValue", f"placement strategy {strategy!r}: use cluster, spread or partition")
+    group = inputs.get("name")
+    if not group or len(group) > 255:
+        raise AwsRejected(name, "InvalidParameterValue", "placement group name must be 1-255 characters")
+    if group in existing:
+        raise AwsRejected(name, "InvalidPlacementGroup.Duplicate", f"the placement group {group!r} already exists")
+
+
+def check_instance_launch(name: str, inputs: dict, lt: dict, groups: dict[str, str], subnet_az: str,
+                          offered_azs: set[str]) -> None:
+    if lt.get("networkInterfaces") and (inputs.get("subnetId") or inputs.get("vpcSecurityGroupIds")):
+        raise AwsRejected(name, "InvalidParameterCombination",
+                          "Network interfaces and an instance-level subnet ID or security groups may not be specified on the same request")
+    placement = lt.get("placement") or {}
+    group = placement.get("groupName")
+    if group is not None:
+        if group not in groups:
+            raise AwsRejected(name, "InvalidPlacementGroup.Unknown", f"the placement group {group!r} is unknown")
+        az = placement.get("availabilityZone")
+        if az and az != subnet_az:
+            raise AwsRejected(name, "InvalidParameterValue",
+                              f"placement AZ {az} differs from the subnet's AZ {subnet_az}")
+    if subnet_az not in offered_azs:
+        raise AwsRejected(name, "Unsupported", f"{lt.get('instanceType')} is not offered in {subnet_az}; "
+                                               f"offered in {', '.join(sorted(offered_azs)) or 'no AZ of this region'}")
+
+
+def lustre_ports_missing(ingress: list[dict], own_groups: set[str]) -> list[int]:
+    """Required Lustre ports that no ingress rule admits from the file system's own groups."""
+    return [port for port in LUSTRE_REQUIRED_PORTS
+            if not any(_admits(rule, port, group) for rule in ingress for group in own_groups)]
+
+
+def _admits(perm: dict, port: int, source_group: str) -> bool:
+    proto = perm.get("IpProtocol")
+    if proto not in ("-1", "tcp", "6"):
+        return False
+    if proto in ("tcp", "6") and not perm.get("FromPort", 0) <= port <= perm.get("ToPort", 65535):
+        return False
+    return any(p.get("GroupId") == source_group for p in perm.get("UserIdGroupPairs", []))
+
+
+def check_data_repository(name: str, inputs: dict, fs: dict, existing: int) -> None:
+    lustre = fs.get("LustreConfiguration", {})
+    if lustre.get("DeploymentType") == "SCRATCH_1":
+        raise AwsRejected(name, "BadRequest", "data repository associations are not supported on SCRATCH_1 file systems")
+    if fs.get("_version") == "2.10":
+        raise AwsRejected(name, "BadRequest", "data repository associations need Lustre 2.12 or later")
+    if existing >= 8:
+        raise AwsRejected(name, "ServiceLimitExceeded", "a file system takes at most 8 data repository associations")
+    if not str(inputs.get("dataRepositoryPath", "")).startswith("s3://"):
+        raise AwsRejected(name, "BadRequest", "dataRepositoryPath must be an s3:// URL")
+    if not str(inputs.get("fileSystemPath", "")).startswith("/"):
+        raise AwsRejected(name, "BadRequest", "fileSystemPath must start with /")
+
+
+def check_cidr(name: str, cidr: str | None) -> None:
+    if cidr is None:
+        return
+    try:
+        ipaddress.ip_network(cidr, strict=True)
+    except ValueError as e:
+        raise AwsRejected(name, "InvalidParameterValue", f"{cidr}: {e}") from None

@@ -1,0 +1,330 @@
+"""Pulumi mocks backed by moto: each AWS resource the program registers is created in the embedded
+AWS when moto models it, and checked by `aws_rules` where moto does not (placement groups, EFA
+interface layouts, FSx ports and mount names, data repository associations)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+import boto3
+import pulumi
+
+from infra.plan import aws_rules
+from infra.plan.aws_rules import AwsRejected
+from infra.plan.recorder import plain
+
+
+def _tags(inputs: dict) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in sorted((inputs.get("tags") or {}).items())]
+
+
+def _short(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
+
+
+class MotoMocks(pulumi.runtime.Mocks):
+    def __init__(self, region: str):
+        self.region = region
+        self.lock = threading.Lock()
+        self.ec2 = boto3.client("ec2", region_name=region)
+        self.iam = boto3.client("iam", region_name=region)
+        self.ssm = boto3.client("ssm", region_name=region)
+        self.fsx = boto3.client("fsx", region_name=region)
+        self.secrets = boto3.client("secretsmanager", region_name=region)
+        self.sts = boto3.client("sts", region_name=region)
+        self.account = self.sts.get_caller_identity()["Account"]
+        # What moto does not keep, kept here: placement groups, launch-template inputs, FSx extras.
+        self.placement_groups: dict[str, str] = {}
+        self.launch_templates: dict[str, dict] = {}
+        self.file_systems: dict[str, dict] = {}
+        self.associations: dict[str, int] = {}
+        self._type_info: dict[str, dict] = {}
+        self._offerings: dict[str, set[str]] = {}
+
+    # -- invokes -------------------------------------------------------------------------------
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        handler = {
+            "aws:index/getCallerIdentity:getCallerIdentity": self._caller_identity,
+            "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings": self._offerings_call,
+            "aws:ssm/getParameter:getParameter": self._get_parameter,
+            "aws:ec2/getAmi:getAmi": self._get_ami,
+        }.get(args.token)
+        if handler is None:
+            raise AwsRejected(args.token, "NotImplemented", "the offline plan has no mock for this lookup")
+        with self.lock:
+            return handler(args.args)
+
+    def _caller_identity(self, _args):
+        ident = self.sts.get_caller_identity()
+        return {"accountId": ident["Account"], "arn": ident["Arn"], "userId": ident["UserId"], "id": ident["Account"]}
+
+    def _offerings_call(self, args):
+        filters = [{"Name": f["name"], "Values": f["values"]} for f in args.get("filters") or []]
+        found = self.ec2.describe_instance_type_offerings(LocationType=args.get("locationType", "region"), Filters=filters)
+        items = sorted(found["InstanceTypeOfferings"], key=lambda o: (o["Location"], o["InstanceType"]))
+        return {"id": self.region, "instanceTypes": [o["InstanceType"] for o in items],
+                "locations": [o["Location"] for o in items], "locationTypes": [o["LocationType"] for o in items]}
+
+    def _get_parameter(self, args):
+        try:
+            p = self.ssm.get_parameter(Name=args["name"], WithDecryption=bool(args.get("withDecryption")))["Parameter"]
+        except self.ssm.exceptions.ParameterNotFound:
+            raise AwsRejected(args["name"], "ParameterNotFound", "no such SSM parameter in this region") from None
+        return {"id": p["Name"], "name": p["Name"], "value": p["Value"], "type": p["Type"], "arn": p["ARN"],
+                "version": p["Version"], "insecureValue": p["Value"], "withDecryption": bool(args.get("withDecryption"))}
+
+    def _get_ami(self, args):
+        filters = [{"Name": f["name"], "Values": f["values"]} for f in args.get("filters") or []]
+        kwargs = {"Filters": filters}
+        if args.get("owners"):
+            kwargs["Owners"] = args["owners"]
+        images = self.ec2.describe_images(**kwargs)["Images"]
+        if not images:
+            wanted = "; ".join(f"{f['Name']}={','.join(f['Values'])}" for f in filters)
+            raise AwsRejected("cluster.image", "InvalidAMIID.NotFound",
+                              f"no image matches {wanted} in {self.region}; check cluster.image")
+        img = max(images, key=lambda i: i.get("CreationDate", ""))
+        return {"id": img["ImageId"], "imageId": img["ImageId"], "name": img["Name"],
+                "architecture": img["Architecture"], "rootDeviceName": img["RootDeviceName"],
+                "rootDeviceType": img["RootDeviceType"], "ownerId": img["OwnerId"],
+                "creationDate": img.get("CreationDate"), "virtualizationType": img["VirtualizationType"]}
+
+    # -- resources -----------------------------------------------------------------------------
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if not args.custom:
+            return f"{args.name}-component", {}
+        handler = getattr(self, "_" + args.typ.split(":")[-1][0].lower() + args.typ.split(":")[-1][1:], None)
+        if handler is None:
+            raise AwsRejected(args.name, "NotImplemented", f"the offline plan has no mock for {args.typ}")
+        inputs = plain(args.inputs)
+        with self.lock:
+            rid, outputs = handler(args.name, inputs)
+        return rid, {**inputs, **outputs}
+
+    def _tag(self, rid: str, inputs: dict) -> None:
+        if inputs.get("tags"):
+            self.ec2.create_tags(Resources=[rid], Tags=_tags(inputs))
+
+    def _vpc(self, name, i):
+        vpc = self.ec2.create_vpc(CidrBlock=i["cidrBlock"])["Vpc"]
+        for attr in ("enableDnsSupport", "enableDnsHostnames"):
+            if i.get(attr):
+                self.ec2.modify_vpc_attribute(VpcId=vpc["VpcId"], **{attr[0].upper() + attr[1:]: {"Value": True}})
+        self._tag(vpc["VpcId"], i)
+        rt = self.ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["RouteTables"][0]
+        sg = self.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["SecurityGroups"][0]
+        return vpc["VpcId"], {"arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc/{vpc['VpcId']}",
+                              "mainRouteTableId": rt["RouteTableId"], "defaultSecurityGroupId": sg["GroupId"]}
+
+    def _subnet(self, name, i):
+        aws_rules.check_cidr(name, i.get("cidrBlock"))
+        sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])["Subnet"]
+        self._tag(sn["SubnetId"], i)
+        return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
+
+    def _internetGateway(self, name, i):
+        igw = self.ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+        self.ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=i["vpcId"])
+        self._tag(igw, i)
+        return igw, {"arn": f"arn:aws:ec2:{self.region}:{self.account}:internet-gateway/{igw}"}
+
+    def _eip(self, name, i):
+        eip = self.ec2.allocate_address(Domain="vpc")
+        self._tag(eip["AllocationId"], i)
+        return eip["AllocationId"], {"allocationId": eip["AllocationId"], "publicIp": eip["PublicIp"]}
+
+    def _natGateway(self, name, i):
+        nat = self.ec2.create_nat_gateway(SubnetId=i["subnetId"], AllocationId=i["allocationId"],
+                                          TagSpecifications=[{"ResourceType": "natgateway", "Tags": _tags(i)}])["NatGateway"]
+        addr = (nat.get("NatGatewayAddresses") or [{}])[0]
+        return nat["NatGatewayId"], {"publicIp": addr.get("PublicIp", ""), "privateIp": addr.get("PrivateIp", "")}
+
+    def _routeTable(self, name, i):
+        rt = self.ec2.create_route_table(VpcId=i["vpcId"])["RouteTable"]["RouteTableId"]
+        self._tag(rt, i)
+        return rt, {}
+
+    def _route(self, name, i):
+        target = {k[0].upper() + k[1:]: i[k] for k in ("gatewayId", "natGatewayId") if i.get(k)}
+        self.ec2.create_route(RouteTableId=i["routeTableId"], DestinationCidrBlock=i["destinationCidrBlock"], **target)
+        return f"r-{i['routeTableId']}{_short(i['destinationCidrBlock'])[:8]}", {}
+
+    def _routeTableAssociation(self, name, i):
+        assoc = self.ec2.associate_route_table(SubnetId=i["subnetId"], RouteTableId=i["routeTableId"])
+        return assoc["AssociationId"], {}
+
+    def _vpcEndpoint(self, name, i):
+        ep = self.ec2.create_vpc_endpoint(VpcId=i["vpcId"], ServiceName=i["serviceName"],
+                                          VpcEndpointType=i.get("vpcEndpointType", "Gateway"),
+                                          RouteTableIds=i.get("routeTableIds") or [])["VpcEndpoint"]
+        self._tag(ep["VpcEndpointId"], i)
+        return ep["VpcEndpointId"], {"arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc-endpoint/{ep['VpcEndpointId']}"}
+
+    def _securityGroup(self, name, i):
+        group_name = i.get("name") or f"{name}-{_short(name)[:7]}"
+        sg = self.ec2.create_security_group(GroupName=group_name, Description=i.get("description") or "Managed by Pulumi",
+                                            VpcId=i["vpcId"])["GroupId"]
+        # pulumi-aws removes AWS's default allow-all egress from groups it manages; do the same.
+        self.ec2.revoke_security_group_egress(GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+        self._tag(sg, i)
+        return sg, {"name": group_name, "arn": f"arn:aws:ec2:{self.region}:{self.account}:security-group/{sg}"}
+
+    def _permission(self, name, i) -> dict:
+        aws_rules.check_cidr(name, i.get("cidrIpv4"))
+        aws_rules.check_cidr(name, i.get("cidrIpv6"))
+        perm: dict = {"IpProtocol": i["ipProtocol"]}
+        if i["ipProtocol"] != "-1":
+            perm.update(FromPort=int(i["fromPort"]), ToPort=int(i["toPort"]))
+        if i.get("referencedSecurityGroupId"):
+            perm["UserIdGroupPairs"] = [{"GroupId": i["referencedSecurityGroupId"], "Description": i.get("description", "")}]
+        if i.get("cidrIpv4"):
+            perm["IpRanges"] = [{"CidrIp": i["cidrIpv4"], "Description": i.get("description", "")}]
+        if i.get("cidrIpv6"):
+            perm["Ipv6Ranges"] = [{"CidrIpv6": i["cidrIpv6"], "Description": i.get("description", "")}]
+        if len(perm) == 1 + (2 if i["ipProtocol"] != "-1" else 0):
+            raise AwsRejected(name, "MissingParameter", "a rule needs a CIDR or a referenced security group")
+        return perm
+
+    def _securityGroupIngressRule(self, name, i):
+        out = self.ec2.authorize_security_group_ingress(GroupId=i["securityGroupId"], IpPermissions=[self._permission(name, i)],
+                                                        TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}])
+        return out["SecurityGroupRules"][0]["SecurityGroupRuleId"], {}
+
+    def _securityGroupEgressRule(self, name, i):
+        out = self.ec2.authorize_security_group_egress(GroupId=i["securityGroupId"], IpPermissions=[self._permission(name, i)],
+                                                       TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}])
+        return out["SecurityGroupRules"][0]["SecurityGroupRuleId"], {}
+
+    def _placementGroup(self, name, i):
+        aws_rules.check_placement_group(name, i, set(self.placement_groups))
+        pg_id = f"pg-{_short(i['name'])}"
+        self.placement_groups[i["name"]] = i["strategy"]
+        return i["name"], {"placementGroupId": pg_id, "arn": f"arn:aws:ec2:{self.region}:{self.account}:placement-group/{i['name']}"}
+
+    def _secret(self, name, i):
+        arn = self.secrets.create_secret(Name=i["name"], Description=i.get("description", ""), Tags=_tags(i))["ARN"]
+        return arn, {"arn": arn}
+
+    def _role(self, name, i):
+        role = self.iam.create_role(RoleName=i["name"], AssumeRolePolicyDocument=i["assumeRolePolicy"], Tags=_tags(i))["Role"]
+        return role["RoleName"], {"arn": role["Arn"], "uniqueId": role["RoleId"]}
+
+    def _rolePolicyAttachment(self, name, i):
+        self.iam.attach_role_policy(RoleName=i["role"], PolicyArn=i["policyArn"])
+        return f"{i['role']}-{_short(i['policyArn'])[:8]}", {}
+
+    def _rolePolicy(self, name, i):
+        policy_name = i.get("name") or name
+        json.loads(i["policy"])
+        self.iam.put_role_policy(RoleName=i["role"], PolicyName=policy_name, PolicyDocument=i["policy"])
+        return f"{i['role']}:{policy_name}", {"name": policy_name}
+
+    def _instanceProfile(self, name, i):
+        prof = self.iam.create_instance_profile(InstanceProfileName=i["name"], Tags=_tags(i))["InstanceProfile"]
+        self.iam.add_role_to_instance_profile(InstanceProfileName=i["name"], RoleName=i["role"])
+        return prof["InstanceProfileName"], {"arn": prof["Arn"], "uniqueId": prof["InstanceProfileId"]}
+
+    def _parameter(self, name, i):
+        self.ssm.put_parameter(Name=i["name"], Value=i["value"], Type=i.get("type", "String"),
+                               Tier=i.get("tier", "Standard"), Description=i.get("description", ""), Tags=_tags(i))
+        return i["name"], {"arn": f"arn:aws:ssm:{self.region}:{self.account}:parameter{i['name']}", "version": 1}
+
+    def _lustreFileSystem(self, name, i):
+        groups = i.get("securityGroupIds") or []
+        ingress = [p for g in self.ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"] for p in g["IpPermissions"]]
+        # FSx refuses a file system whose groups do not admit Lustre LNET traffic between its own servers.
+        missing = aws_rules.lustre_ports_missing(ingress, set(groups))
+        if missing:
+            raise AwsRejected(name, "BadRequest", "the file system's security groups do not permit Lustre LNET network "
+                                                  f"traffic on port(s) {', '.join(map(str, missing))} from themselves")
+        lustre = {"DeploymentType": i.get("deploymentType", "SCRATCH_1")}
+        if i.get("perUnitStorageThroughput"):
+            lustre["PerUnitStorageThroughput"] = int(i["perUnitStorageThroughput"])
+        subnet = i["subnetIds"]
+        fs = self.fsx.create_file_system(
+            FileSystemType="LUSTRE", StorageCapacity=int(i["storageCapacity"]), StorageType=i.get("storageType", "SSD"),
+            SubnetIds=[subnet] if isinstance(subnet, str) else subnet, SecurityGroupIds=groups,
+            LustreConfiguration=lustre, FileSystemTypeVersion=i.get("fileSystemTypeVersion", "2.10"), Tags=_tags(i),
+        )["FileSystem"]
+        # moto returns no MountName: SCRATCH_1 has "fsx", every other type a unique string.
+        mount = "fsx" if lustre["DeploymentType"] == "SCRATCH_1" else _short(fs["FileSystemId"])[:8]
+        self.file_systems[fs["FileSystemId"]] = {**fs, "LustreConfiguration": lustre, "_version": i.get("fileSystemTypeVersion")}
+        return fs["FileSystemId"], {"arn": fs["ResourceARN"], "dnsName": fs["DNSName"], "mountName": mount,
+                                    "networkInterfaceIds": [], "vpcId": fs.get("VpcId", ""), "ownerId": self.account}
+
+    def _dataRepositoryAssociation(self, name, i):
+        fs = self.file_systems.get(i["fileSystemId"])
+        if fs is None:
+            raise AwsRejected(name, "FileSystemNotFound", f"{i['fileSystemId']} does not exist")
+        aws_rules.check_data_repository(name, i, fs, self.associations.get(i["fileSystemId"], 0))
+        self.associations[i["fileSystemId"]] = self.associations.get(i["fileSystemId"], 0) + 1
+        dra = f"dra-{_short(i['fileSystemId'], i['fileSystemPath'])}"
+        return dra, {"arn": f"arn:aws:fsx:{self.region}:{self.account}:association/{i['fileSystemId']}/{dra}",
+                     "associationId": dra}
+
+    def _type(self, itype: str) -> dict:
+        if itype not in self._type_info:
+            found = self.ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+            self._type_info[itype] = found[0]
+            offers = self.ec2.describe_instance_type_offerings(
+                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [itype]}])
+            self._offerings[itype] = {o["Location"] for o in offers["InstanceTypeOfferings"]}
+        return self._type_info[itype]
+
+    def _launchTemplate(self, name, i):
+        try:
+            info = self._type(i["instanceType"])
+        except Exception:
+            raise AwsRejected(name, "InvalidParameterValue", f"unknown instance type {i.get('instanceType')!r}") from None
+        aws_rules.check_launch_template(name, i, info)
+        data = {"InstanceType": i["instanceType"], "ImageId": i["imageId"],
+                "MetadataOptions": {"HttpTokens": i.get("metadataOptions", {}).get("httpTokens", "optional"),
+                                    "HttpEndpoint": i.get("metadataOptions", {}).get("httpEndpoint", "enabled")},
+                "NetworkInterfaces": [{"NetworkCardIndex": n.get("networkCardIndex", 0), "DeviceIndex": n["deviceIndex"],
+                                       "InterfaceType": n.get("interfaceType", "interface"), "SubnetId": n.get("subnetId"),
+                                       "Groups": n.get("securityGroups", [])} for n in i.get("networkInterfaces") or []],
+                "UserData": i.get("userData", "")}
+        if i.get("placement"):
+            data["Placement"] = {"GroupName": i["placement"].get("groupName"),
+                                 "AvailabilityZone": i["placement"].get("availabilityZone")}
+        lt = self.ec2.create_launch_template(LaunchTemplateName=i["name"], LaunchTemplateData=data,
+                                             TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tags(i)}])
+        lt_id = lt["LaunchTemplate"]["LaunchTemplateId"]
+        self.launch_templates[lt_id] = i
+        return lt_id, {"arn": f"arn:aws:ec2:{self.region}:{self.account}:launch-template/{lt_id}",
+                       "latestVersion": 1, "defaultVersion": 1}
+
+    def _instance(self, name, i):
+        ref = i.get("launchTemplate") or {}
+        lt = self.launch_templates.get(ref.get("id"))
+        if lt is None:
+            raise AwsRejected(name, "InvalidLaunchTemplateId.NotFound", f"launch template {ref.get('id')} does not exist")
+        primary = next(n for n in lt["networkInterfaces"] if n.get("networkCardIndex", 0) == 0 and n["deviceIndex"] == 0)
+        subnet = self.ec2.describe_subnets(SubnetIds=[primary["subnetId"]])["Subnets"][0]
+        self._type(lt["instanceType"])
+        aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet["AvailabilityZone"],
+                                        self._offerings[lt["instanceType"]])
+        tags = {}
+        for spec in lt.get("tagSpecifications") or []:
+            if spec.get("resourceType") == "instance":
+                tags.update(spec.get("tags") or {})
+        tags.update(i.get("tags") or {})
+        # moto ignores a launch template's interfaces and placement, so pass the primary interface explicitly.
+        nic = {"DeviceIndex": 0, "SubnetId": primary["subnetId"], "Groups": primary.get("securityGroups", []),
+               "AssociatePublicIpAddress": str(primary.get("associatePublicIpAddress")).lower() == "true"}
+        reservation = self.ec2.run_instances(
+            LaunchTemplate={"LaunchTemplateId": ref["id"], "Version": str(ref.get("version", "$Latest"))},
+            ImageId=lt["imageId"], InstanceType=lt["instanceType"], MinCount=1, MaxCount=1, NetworkInterfaces=[nic],
+            MetadataOptions={"HttpTokens": lt.get("metadataOptions", {}).get("httpTokens", "optional")},
+            TagSpecifications=[{"ResourceType": rt, "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())]}
+                               for rt in ("instance", "volume", "network-interface")])
+        inst = reservation["Instances"][0]
+        return inst["InstanceId"], {
+            "arn": f"arn:aws:ec2:{self.region}:{self.account}:instance/{inst['InstanceId']}",
+            "privateIp": inst["PrivateIpAddress"], "publicIp": inst.get("PublicIpAddress", ""),
+            "availabilityZone": subnet["AvailabilityZone"], "instanceType": lt["instanceType"],
+            "subnetId": primary["subnetId"], "primaryNetworkInterfaceId": inst["NetworkInterfaces"][0]["NetworkInterfaceId"],
+            "ami": lt["imageId"], "instanceState": "running", "tagsAll": tags,
+        }

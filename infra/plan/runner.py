@@ -1,0 +1,108 @@
+"""`hpcc plan`: run the real Pulumi program (infra/__main__.py) under the mock runtime, against moto."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pulumi
+from pulumi.runtime.settings import ROOT, get_root_resource
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from infra.config import StackConfig, parse
+from infra.plan.aws_rules import AwsRejected, decode_user_data
+from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
+from infra.plan.mocks import MotoMocks
+from infra.plan.recorder import RecordingMonitor
+from infra.stackfile import as_pulumi_config, read_raw
+from infra.validators import Finding, check_config
+
+PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
+PROJECT = "hpcc"
+
+
+class PlanError(Exception):
+    """The emulated AWS refused the program, or the program failed: a message, never a traceback."""
+
+
+@dataclass
+class PlanResult:
+    config: StackConfig
+    resources: list[dict]
+    outputs: dict
+    warnings: list[Finding]
+    seconds: float
+    user_data: dict[str, str] = field(default_factory=dict)
+
+    def of_type(self, token: str) -> list[dict]:
+        return [r for r in self.resources if r["type"] == token]
+
+    def named(self, name: str) -> dict:
+        return next(r for r in self.resources if r["name"] == name)
+
+    def write(self, out: Path) -> None:
+        out = Path(out)
+        (out / "user-data").mkdir(parents=True, exist_ok=True)
+        for stale in (out / "user-data").iterdir():
+            stale.unlink()
+        (out / "resources.json").write_text(json.dumps(self.resources, indent=2, sort_keys=True) + "\n")
+        (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2, sort_keys=True) + "\n")
+        for name, script in sorted(self.user_data.items()):
+            (out / "user-data" / name).write_text(script)
+
+
+def _root_cause(exc: BaseException) -> BaseException | None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (AwsRejected, pulumi.RunError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _execute(config_map: dict, cfg: StackConfig, stack: str) -> tuple[list[dict], dict]:
+    mocks = MotoMocks(cfg.region)
+    monitor = RecordingMonitor(mocks)
+    ROOT.set(None)  # a fresh stack per plan, also when several run in one process
+    pulumi.runtime.set_all_config(as_pulumi_config(config_map))
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    outputs: dict = {}
+
+    async def program() -> None:
+        runpy.run_path(str(PROGRAM), run_name="__main__")
+        outputs.update(await pulumi.Output.from_input(get_root_resource().outputs).future() or {})
+
+    try:
+        _sync_await(run_pulumi_func(program))
+    except Exception as exc:  # noqa: BLE001 - turned into a message below, or re-raised
+        cause = _root_cause(exc)
+        if cause is None:
+            raise
+        raise PlanError(str(cause)) from None
+    return sorted(monitor.records, key=lambda r: r["name"]), outputs
+
+
+def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None) -> PlanResult:
+    """Plan a stack config map ({"aws:region": ..., "hpcc:cluster": {...}}). Inside an active
+    `embedded_aws` block (pass it as `aws`) the created resources stay readable with boto3."""
+    cfg = parse(config_map.get("aws:region"), config_map.get("hpcc:cluster"))
+    warnings = [f for f in check_config(cfg) if not f.is_error]
+    started = time.perf_counter()
+    if aws is None:
+        with embedded_aws(cfg.region):
+            resources, outputs = _execute(config_map, cfg, stack)
+    else:
+        resources, outputs = _execute(config_map, cfg, stack)
+    user_data = {r["name"]: decode_user_data(r["inputs"]["userData"]) for r in resources
+                 if r["type"] in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance")
+                 and r["inputs"].get("userData")}
+    return PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data)
+
+
+def plan_stack_file(path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None) -> PlanResult:
+    return plan_config(read_raw(path), stack=stack, aws=aws)

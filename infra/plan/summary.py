@@ -1,0 +1,57 @@
+"""The human side of `hpcc plan`: resource tree, nodes, cost, time to ready, warnings."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from infra.estimates import minutes_to_ready
+
+NODES_SHOWN = 12
+
+
+def print_summary(result, out: Path, console: Console | None = None) -> None:
+    console = console or Console()
+    cluster = result.config.cluster
+    outputs = result.outputs
+
+    children: dict[str | None, list[dict]] = defaultdict(list)
+    for r in result.resources:
+        children[r["parent"]].append(r)
+    tree = Tree(f"[bold]{cluster.name}[/] ({result.config.region}, {outputs.get('availabilityZone')}) - "
+                f"{len(result.resources)} resources")
+    for comp in children[None]:
+        branch = tree.add(f"[cyan]{comp['name']}[/] {comp['type']}")
+        for token, n in sorted(Counter(r["type"] for r in children[comp["name"]]).items()):
+            names = sorted(r["name"] for r in children[comp["name"]] if r["type"] == token)
+            shown = ", ".join(names[:3]) + (f", ... (+{n - 3})" if n > 3 else "")
+            branch.add(f"{token.split(':')[-1]} x{n}: {shown}")
+    console.print(tree)
+
+    nodes = Table(title="Nodes", show_lines=False)
+    for col in ("node", "type", "private IP", "slots"):
+        nodes.add_column(col)
+    head = outputs["headNode"]
+    nodes.add_row("head", cluster.head_node.instance_type,
+                  head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-")
+    compute = outputs["computeNodes"]
+    for node in compute[:NODES_SHOWN]:
+        nodes.add_row(node["name"], node["instanceType"], node["privateIp"], str(node["slots"]))
+    if len(compute) > NODES_SHOWN:
+        nodes.add_row(f"... {len(compute) - NODES_SHOWN} more", "", "", "")
+    console.print(nodes)
+
+    fsx = outputs["fsx"]
+    console.print(f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "
+                  f"{fsx['dnsName']}@tcp:/{fsx['mountName']} on {fsx['mountPoint']}")
+    console.print(f"Log in: {outputs['sshCommand']}")
+    console.print(f"Estimated cost: [bold]${outputs['estimatedHourlyCostUsd']:,.2f}/hour[/] (on-demand prices, "
+                  f"us-east-1); ready in about {minutes_to_ready(cluster)} minutes after `pulumi up` starts")
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w.field}: {w.message}", highlight=False)
+    console.print(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
+                  f"{out}/user-data/ ({len(result.user_data)} scripts)")
