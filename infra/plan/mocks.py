@@ -42,6 +42,15 @@ class MotoMocks(pulumi.runtime.Mocks):
         self.associations: dict[str, int] = {}
         self._type_info: dict[str, dict] = {}
         self._offerings: dict[str, set[str]] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        """Refuse all further work: the embedded AWS these clients talk to is about to stop."""
+        self.closed = True
+
+    def _open(self, what: str) -> None:
+        if self.closed:
+            raise AwsRejected(what, "PlanClosed", "the offline plan has ended; nothing more is created")
 
     # -- invokes -------------------------------------------------------------------------------
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -54,6 +63,7 @@ class MotoMocks(pulumi.runtime.Mocks):
         if handler is None:
             raise AwsRejected(args.token, "NotImplemented", "the offline plan has no mock for this lookup")
         with self.lock:
+            self._open(args.token)
             return handler(args.args)
 
     def _caller_identity(self, _args):
@@ -100,6 +110,7 @@ class MotoMocks(pulumi.runtime.Mocks):
             raise AwsRejected(args.name, "NotImplemented", f"the offline plan has no mock for {args.typ}")
         inputs = plain(args.inputs)
         with self.lock:
+            self._open(args.name)
             rid, outputs = handler(args.name, inputs)
         return rid, {**inputs, **outputs}
 

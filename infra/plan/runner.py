@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import runpy
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
-from pulumi.runtime.settings import ROOT, get_root_resource
+from pulumi.runtime.settings import ROOT, SETTINGS, get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.config import StackConfig, parse
 from infra.plan.aws_rules import AwsRejected, decode_user_data
@@ -68,7 +70,12 @@ def _root_cause(exc: BaseException) -> BaseException | None:
 def _execute(config_map: dict, cfg: StackConfig, stack: str) -> tuple[list[dict], dict]:
     mocks = MotoMocks(cfg.region)
     monitor = RecordingMonitor(mocks)
-    ROOT.set(None)  # a fresh stack per plan, also when several run in one process
+    executor = ThreadPoolExecutor(thread_name_prefix="hpcc-plan")
+    _ensure_event_loop().set_default_executor(executor)  # registrations run here; drained below
+    # A fresh stack per plan, also when several run in one process (as pulumi.runtime.test does).
+    ROOT.set(None)
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
     pulumi.runtime.set_all_config(as_pulumi_config(config_map))
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     outputs: dict = {}
@@ -84,7 +91,23 @@ def _execute(config_map: dict, cfg: StackConfig, stack: str) -> tuple[list[dict]
         if cause is None:
             raise
         raise PlanError(str(cause)) from None
+    finally:
+        _drain(executor)
+        mocks.close()
     return sorted(monitor.records, key=lambda r: r["name"]), outputs
+
+
+def _drain(executor: ThreadPoolExecutor) -> None:
+    """After a failure Pulumi leaves registrations queued; finish them here, while the embedded AWS
+    is still up, so none runs later against whatever AWS a stale client would reach."""
+    loop = _ensure_event_loop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    executor.shutdown(wait=True)
+    loop.set_default_executor(ThreadPoolExecutor())  # for whatever runs on this loop next
 
 
 def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None) -> PlanResult:

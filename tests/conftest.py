@@ -1,0 +1,26 @@
+import copy
+from pathlib import Path
+
+import pytest
+
+from infra.stackfile import read_raw
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module", params=EXAMPLES, ids=lambda p: p.stem)
+def planned(request):
+    """Each example planned once per module, with its resources kept alive in the embedded AWS."""
+    from infra.plan.embedded_aws import embedded_aws
+    from infra.plan.runner import plan_stack_file
+
+    config = read_raw(request.param)
+    with embedded_aws(config["aws:region"]) as env:
+        yield plan_stack_file(request.param, aws=env), env
+
+
+@pytest.fixture
+def example_config():
+    """A fresh, mutable copy of an example's config map."""
+    return lambda name: copy.deepcopy(read_raw(ROOT / "examples" / f"{name}.yaml"))

@@ -1,0 +1,81 @@
+"""What the embedded AWS refuses: the plan fails with AWS's reason, as `pulumi up` would, never a traceback."""
+
+import pulumi
+import pytest
+
+from infra.plan.aws_rules import lustre_ports_missing
+from infra.plan.runner import PlanError, plan_config
+
+
+def test_type_not_offered_in_the_chosen_az_is_refused(example_config):
+    config = example_config("p3dn-bert")
+    config["hpcc:cluster"]["availabilityZone"] = "us-east-1a"  # p3dn.24xlarge: us-east-1c/1d only
+    with pytest.raises(PlanError, match="Unsupported: p3dn.24xlarge is not offered in us-east-1a"):
+        plan_config(config)
+
+
+def test_without_an_az_the_plan_picks_one_that_offers_every_type(example_config):
+    result = plan_config(example_config("p3dn-bert"))
+    assert result.outputs["availabilityZone"] == "us-east-1c"
+
+
+def test_pinned_ami_that_does_not_exist_is_refused(example_config):
+    config = example_config("c6i-oneccl")
+    config["hpcc:cluster"]["image"] = {"amiId": "ami-0123456789abcdef0"}
+    with pytest.raises(PlanError, match="cluster.image"):
+        plan_config(config)
+
+
+def test_lustre_group_without_port_988_is_refused():
+    ingress = [{"IpProtocol": "tcp", "FromPort": 1018, "ToPort": 1023, "UserIdGroupPairs": [{"GroupId": "sg-l"}]}]
+    assert lustre_ports_missing(ingress, {"sg-l"}) == [988]
+    ingress.append({"IpProtocol": "tcp", "FromPort": 988, "ToPort": 988, "UserIdGroupPairs": [{"GroupId": "sg-l"}]})
+    assert lustre_ports_missing(ingress, {"sg-l"}) == []
+
+
+def test_file_system_created_without_lustre_rules_is_refused(example_config, monkeypatch):
+    from infra.components import security
+
+    monkeypatch.setattr(security, "LUSTRE_PORTS", ((1018, 1023),))
+    with pytest.raises(PlanError, match="Lustre LNET network traffic on port\\(s\\) 988"):
+        plan_config(example_config("c6i-oneccl"))
+
+
+def test_data_repository_on_scratch_1_is_refused_by_config_before_aws(example_config):
+    from infra.config import ConfigError
+
+    config = example_config("c6i-oneccl")
+    config["hpcc:cluster"]["fsx"].update(deploymentType="SCRATCH_1", dataRepositoryPath="s3://bucket/data")
+    with pytest.raises(ConfigError) as e:
+        plan_config(config)
+    assert e.value.problems[0][0] == "cluster.fsx.dataRepositoryPath"
+
+
+@pytest.fixture
+def unit_mocks():
+    import boto3
+
+    from infra.plan.embedded_aws import embedded_aws
+    from infra.plan.mocks import MotoMocks
+    from pulumi.runtime.settings import ROOT
+
+    with embedded_aws("us-east-1"):
+        ROOT.set(None)
+        pulumi.runtime.set_mocks(MotoMocks("us-east-1"), project="hpcc", stack="unit", preview=False)
+        yield boto3.client("ec2", region_name="us-east-1").create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+
+
+@pulumi.runtime.test
+def test_security_component_wires_lustre_rules_to_its_groups(unit_mocks):
+    """Asserts inside Outputs, so it runs under @pulumi.runtime.test with the moto-backed mocks."""
+    from infra.components.security import Security, SecurityArgs
+
+    sec = Security("security", SecurityArgs("unit", unit_mocks, ["198.51.100.0/24"]))
+
+    def check(ids):
+        nodes, lustre, head = ids
+        assert all(i.startswith("sg-") for i in ids) and len(set(ids)) == 3
+        # 2 port ranges x (ingress, egress) x (from nodes, from itself), plus the nodes admitting both ranges back
+        assert len(sec.lustre_rules) == 10
+
+    return pulumi.Output.all(sec.nodes_sg_id, sec.lustre_sg_id, sec.head_ssh_sg_id).apply(check)
