@@ -1,6 +1,8 @@
 import copy
 from pathlib import Path
 
+import hypothesis  # noqa: F401 - imported before any plan: CPython 3.11.7's ast module can be left in a bad
+# state by the plans' worker threads, and hypothesis's pytest plugin would otherwise import (and parse) it at the end.
 import pytest
 
 from infra.stackfile import read_raw

@@ -42,6 +42,8 @@ class MotoMocks(pulumi.runtime.Mocks):
         self.associations: dict[str, int] = {}
         self._type_info: dict[str, dict] = {}
         self._offerings: dict[str, set[str]] = {}
+        self._subnet_az: dict[str, str] = {}
+        self.inputs: dict[tuple[str, str], dict] = {}  # (type, name) -> plain inputs, for the recorder
         self.closed = False
 
     def close(self) -> None:
@@ -104,11 +106,13 @@ class MotoMocks(pulumi.runtime.Mocks):
     # -- resources -----------------------------------------------------------------------------
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         if not args.custom:
+            self.inputs[(args.typ, args.name)] = plain(args.inputs)
             return f"{args.name}-component", {}
         handler = getattr(self, "_" + args.typ.split(":")[-1][0].lower() + args.typ.split(":")[-1][1:], None)
         if handler is None:
             raise AwsRejected(args.name, "NotImplemented", f"the offline plan has no mock for {args.typ}")
         inputs = plain(args.inputs)
+        self.inputs[(args.typ, args.name)] = inputs
         with self.lock:
             self._open(args.name)
             rid, outputs = handler(args.name, inputs)
@@ -132,6 +136,7 @@ class MotoMocks(pulumi.runtime.Mocks):
     def _subnet(self, name, i):
         aws_rules.check_cidr(name, i.get("cidrBlock"))
         sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])["Subnet"]
+        self._subnet_az[sn["SubnetId"]] = sn["AvailabilityZone"]
         self._tag(sn["SubnetId"], i)
         return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
 
@@ -313,9 +318,11 @@ class MotoMocks(pulumi.runtime.Mocks):
         if lt is None:
             raise AwsRejected(name, "InvalidLaunchTemplateId.NotFound", f"launch template {ref.get('id')} does not exist")
         primary = next(n for n in lt["networkInterfaces"] if n.get("networkCardIndex", 0) == 0 and n["deviceIndex"] == 0)
-        subnet = self.ec2.describe_subnets(SubnetIds=[primary["subnetId"]])["Subnets"][0]
+        subnet_az = self._subnet_az.get(primary["subnetId"])
+        if subnet_az is None:
+            raise AwsRejected(name, "InvalidSubnetID.NotFound", f"subnet {primary['subnetId']} does not exist")
         self._type(lt["instanceType"])
-        aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet["AvailabilityZone"],
+        aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet_az,
                                         self._offerings[lt["instanceType"]])
         tags = {}
         for spec in lt.get("tagSpecifications") or []:
@@ -335,7 +342,7 @@ class MotoMocks(pulumi.runtime.Mocks):
         return inst["InstanceId"], {
             "arn": f"arn:aws:ec2:{self.region}:{self.account}:instance/{inst['InstanceId']}",
             "privateIp": inst["PrivateIpAddress"], "publicIp": inst.get("PublicIpAddress", ""),
-            "availabilityZone": subnet["AvailabilityZone"], "instanceType": lt["instanceType"],
+            "availabilityZone": subnet_az, "instanceType": lt["instanceType"],
             "subnetId": primary["subnetId"], "primaryNetworkInterfaceId": inst["NetworkInterfaces"][0]["NetworkInterfaceId"],
             "ami": lt["imageId"], "instanceState": "running", "tagsAll": tags,
         }

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""`make bench`: time `hpcc plan` at 8, 64 and 256 p5.48xlarge compute nodes, next to registering the same
+number of bare resources under Pulumi's mock runtime. Each run is a fresh process, so peak memory is its own.
+
+Two baselines: `bare`, that many `pulumi.CustomResource`s with one input and no-op mocks; and `noop`, the same
+hpcc program with no-op mocks (what pulumi_aws's resource classes cost by themselves). Module imports happen
+before the clock starts in every run; they are a fixed per-process cost, printed as `startup`.
+
+Targets (issue 2): 256 nodes in under 10 s on a 2-core machine, at most 3x the bare registration, and time
+growing no faster than linearly in the node count.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (8, 64, 256)
+
+
+def config(nodes: int) -> dict:
+    return {"aws:region": "us-east-1", "hpcc:cluster": {
+        "name": "bench", "headNode": {"instanceType": "c5n.18xlarge"},
+        "compute": {"instanceType": "p5.48xlarge", "count": nodes},
+        "fsx": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 2400}}}
+
+
+def _preload() -> float:
+    started = time.perf_counter()
+    sys.path.insert(0, str(ROOT))
+    import pulumi_aws  # noqa: F401 - imports are not what is timed
+
+    from infra.plan.embedded_aws import embedded_aws
+
+    with embedded_aws("us-east-1"):  # imports moto's backends
+        pass
+    return time.perf_counter() - started
+
+
+def child_plan(nodes: int) -> dict:
+    startup = _preload()
+    from infra.plan.runner import plan_config
+
+    started = time.perf_counter()
+    result = plan_config(config(nodes))
+    return {"seconds": time.perf_counter() - started, "resources": len(result.resources), "startup": startup}
+
+
+def child_noop(nodes: int) -> dict:
+    """The same program under mocks that echo their inputs: no moto, no checks, no recording."""
+    _preload()
+    import pulumi
+    from pulumi.runtime.settings import ROOT as ROOT_RESOURCE
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.plan.runner import PROGRAM
+    from infra.stackfile import as_pulumi_config
+
+    class Echo(pulumi.runtime.Mocks):
+        def new_resource(self, args):
+            return f"{args.name}-id", {**args.inputs, "privateIp": "10.0.16.9", "latestVersion": 1,
+                                       "rootDeviceName": "/dev/sda1"}
+
+        def call(self, args):
+            return {"instanceTypes": ["p5.48xlarge", "c5n.18xlarge"], "locations": ["us-east-1a"] * 2,
+                    "value": "ami-0", "id": "ami-0", "architecture": "x86_64", "rootDeviceName": "/dev/sda1",
+                    "accountId": "123456789012"}
+
+    ROOT_RESOURCE.set(None)
+    pulumi.runtime.set_all_config(as_pulumi_config(config(nodes)))
+    pulumi.runtime.set_mocks(Echo(), project="hpcc", stack="bench", preview=False)
+    import runpy
+
+    started = time.perf_counter()
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+    return {"seconds": time.perf_counter() - started}
+
+
+def child_bare(count: int) -> dict:
+    import pulumi
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    class Bare(pulumi.runtime.Mocks):
+        def new_resource(self, args):
+            return f"{args.name}-id", dict(args.inputs)
+
+        def call(self, args):
+            return {}
+
+    pulumi.runtime.set_mocks(Bare(), project="bench", stack="bench", preview=False)
+    started = time.perf_counter()
+
+    def program():
+        for i in range(count):
+            pulumi.CustomResource("bench:index:Bare", f"bare-{i}", {"value": i})
+
+    _sync_await(run_pulumi_func(program))
+    return {"seconds": time.perf_counter() - started, "resources": count}
+
+
+def run(kind: str, n: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, str(n)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    print(f"{'nodes':>6} {'resources':>9} {'startup':>8} {'plan s':>7} {'MiB':>5} {'bare s':>7} {'MiB':>5} "
+          f"{'noop s':>7} {'x bare':>7} {'x noop':>7} {'s/node':>7}")
+    rows = []
+    for n in SIZES:
+        plan = run("plan", n)
+        bare = run("bare", plan["resources"])
+        noop = run("noop", n)
+        ratio = plan["seconds"] / bare["seconds"]
+        rows.append((n, plan, bare, ratio))
+        print(f"{n:>6} {plan['resources']:>9} {plan['startup']:>8.2f} {plan['seconds']:>7.2f} {plan['peak_mib']:>5.0f} "
+              f"{bare['seconds']:>7.2f} {bare['peak_mib']:>5.0f} {noop['seconds']:>7.2f} {ratio:>7.2f} "
+              f"{plan['seconds'] / noop['seconds']:>7.2f} {plan['seconds'] / n:>7.3f}")
+    n0, p0, _, _ = rows[0]
+    n2, p2, _, ratio2 = rows[-1]
+    growth = (p2["seconds"] / p0["seconds"]) / (n2 / n0)
+    checks = [
+        (f"256 nodes planned in {p2['seconds']:.1f} s (target < 10 s)", p2["seconds"] < 10),
+        (f"256 nodes at {ratio2:.2f}x the bare registration (target <= 3x)", ratio2 <= 3),
+        (f"time grew {growth:.2f}x as fast as the node count from {n0} to {n2} (target <= 1: no worse than linear)",
+         growth <= 1.0),
+    ]
+    for text, ok in checks:
+        print(("PASS " if ok else "MISS ") + text)
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        kind, n = sys.argv[2], int(sys.argv[3])
+        stats = {"plan": child_plan, "bare": child_bare, "noop": child_noop}[kind](n)
+        stats["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(stats))
+    else:
+        sys.exit(main())

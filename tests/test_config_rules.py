@@ -1,0 +1,135 @@
+"""Every config rule: bad input is rejected with a message that names the field and says what would be right."""
+
+import subprocess
+import sys
+
+import pytest
+
+from infra.config import ConfigError, parse
+from infra.stackfile import load
+from infra.validators import CONFIG_RULES, check_config
+
+BASE = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
+        "compute": {"instanceType": "p4d.24xlarge", "count": 2}}
+
+
+def cluster(**overrides):
+    c = {k: (dict(v) if isinstance(v, dict) else v) for k, v in BASE.items()}
+    for path, value in overrides.items():
+        node = c
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return c
+
+
+def problems(region="us-east-1", **overrides):
+    with pytest.raises(ConfigError) as e:
+        parse(region, cluster(**overrides))
+    return e.value.problems
+
+
+CASES = [
+    # (overrides, field, words the message must contain)
+    ({"compute__instanceType": "p9.huge"}, "cluster.compute.instanceType", "not in hpcc's instance catalog"),
+    ({"headNode__instanceType": "t2.nano"}, "cluster.headNode.instanceType", "use one of"),
+    ({"compute__instanceType": "c6i.16xlarge", "compute__efa": True}, "cluster.compute.efa", "has no EFA"),
+    ({"fsx__storageCapacityGiB": 1000}, "cluster.fsx.storageCapacityGiB", "SCRATCH_2 needs 1200, 2400 or a multiple of 2400; got 1000"),
+    ({"fsx__deploymentType": "SCRATCH_1", "fsx__storageCapacityGiB": 4800}, "cluster.fsx.storageCapacityGiB", "multiple of 3600"),
+    ({"fsx__deploymentType": "PERSISTENT_1", "fsx__storageType": "HDD", "fsx__perUnitStorageThroughput": 12,
+      "fsx__storageCapacityGiB": 1800}, "cluster.fsx.storageCapacityGiB", "multiple of 6000"),
+    ({"fsx__perUnitStorageThroughput": 125}, "cluster.fsx.perUnitStorageThroughput", "fixed throughput"),
+    ({"fsx__deploymentType": "PERSISTENT_2"}, "cluster.fsx.perUnitStorageThroughput", "125, 250, 500, 1000"),
+    ({"fsx__deploymentType": "PERSISTENT_2", "fsx__perUnitStorageThroughput": 200}, "cluster.fsx.perUnitStorageThroughput", "got 200"),
+    ({"fsx__deploymentType": "PERSISTENT_2", "fsx__storageType": "HDD", "fsx__perUnitStorageThroughput": 125},
+     "cluster.fsx.storageType", "use SSD"),
+    ({"fsx__deploymentType": "PERSISTENT_2", "fsx__perUnitStorageThroughput": 125, "fsx__lustreVersion": "2.10"},
+     "cluster.fsx.lustreVersion", "2.12 or 2.15"),
+    ({"fsx__deploymentType": "SCRATCH_1", "fsx__dataRepositoryPath": "s3://bucket/x"}, "cluster.fsx.dataRepositoryPath", "SCRATCH_1"),
+    ({"fsx__lustreVersion": "2.10", "fsx__dataRepositoryPath": "s3://bucket/x"}, "cluster.fsx.dataRepositoryPath", "2.12 or 2.15"),
+    ({"fsx__mountPoint": "/etc"}, "cluster.fsx.mountPoint", "system directory"),
+    ({"compute__market": "spot", "compute__capacityReservationId": "cr-0123456789abcdef0"},
+     "cluster.compute.capacityReservationId", "market: on-demand"),
+    ({"availabilityZone": "eu-west-1a"}, "cluster.availabilityZone", "not in aws:region us-east-1"),
+    ({"ssh__allowedCidrs": ["0.0.0.0/0"]}, "cluster.ssh.allowedCidrs[0]", "whole internet"),
+    ({"ssh__allowedCidrs": ["10.0.0.300/24"]}, "cluster.ssh.allowedCidrs", "CIDR form"),
+    ({"ssh__allowedCidrs": ["203.0.113.0/24"], "headNode__instanceType": "p4d.24xlarge"},
+     "cluster.headNode.instanceType", "public IP"),
+    ({"name": "Bad_Name"}, "cluster.name", "lower-case letters"),
+    ({"compute__count": 0}, "cluster.compute.count", "greater than or equal to 1"),
+    ({"compute__count": 10000}, "cluster.compute.count", "less than or equal to 512"),
+    ({"compute__count": "eight"}, "cluster.compute.count", "valid integer"),
+    ({"fsx__storageCapacityGiB": -5}, "cluster.fsx.storageCapacityGiB", "greater than or equal to 1"),
+    ({"compute__gpus": 8}, "cluster.compute.gpus", "unknown key"),
+    ({"fsx__deploymentType": "SCRATCH_3"}, "cluster.fsx.deploymentType", "SCRATCH_3"),
+    ({"image__family": "base-oss-nvidia-driver-gpu-ubuntu-22.04", "image__amiId": "ami-0123456789abcdef0"},
+     "cluster.image", "not family and amiId"),
+    ({"image__family": "windows"}, "cluster.image", "family must be one of"),
+    ({"tags": {"aws:owner": "x"}}, "cluster.tags", "may not start with 'aws:'"),
+    ({"compute__capacityReservationId": "reservation-1"}, "cluster.compute.capacityReservationId", "String should match"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,words", CASES, ids=[c[1] + ":" + c[2][:20] for c in CASES])
+def test_bad_field_is_named_with_the_fix(overrides, field, words):
+    found = problems(**overrides)
+    assert any(path == field and words in msg for path, msg in found), found
+
+
+def test_every_config_rule_has_a_case():
+    """A new rule without a case above fails here."""
+    messages = " ".join(c[2] for c in CASES)
+    for rule in CONFIG_RULES:
+        assert rule.__name__ in RULE_CASES, f"{rule.__name__} has no test case"
+    assert messages
+
+
+RULE_CASES = {"instance_types_known", "efa_matches_type", "fsx_capacity", "fsx_throughput", "fsx_lustre_version",
+              "fsx_data_repository", "fsx_mount_point", "spot_and_reservation", "az_in_region", "ssh_not_open_to_world",
+              "head_public_needs_single_interface", "image_supports_type"}
+
+
+def test_missing_region_and_cluster_are_named():
+    with pytest.raises(ConfigError) as e:
+        parse(None, BASE)
+    assert e.value.problems[0][0] == "aws:region"
+    with pytest.raises(ConfigError) as e:
+        parse("us-east-1", None)
+    assert e.value.problems[0][0] == "hpcc:cluster"
+
+
+def test_warnings_do_not_stop_the_plan():
+    cfg = parse("us-east-1", cluster(compute__instanceType="p3dn.24xlarge", compute__efa=False))
+    found = {(f.severity, f.field) for f in check_config(cfg)}
+    assert found == {("warning", "cluster.image"), ("warning", "cluster.compute.efa")}
+
+
+def test_examples_are_valid():
+    for name in ("p3dn-bert", "c6i-oneccl", "p5-llm"):
+        assert load(f"examples/{name}.yaml").cluster.name
+
+
+@pytest.mark.parametrize("text,field", [
+    ("config: [unclosed", "is not valid YAML at line 1"),
+    ("just a string", "needs a top-level `config:` map"),
+    ("config:\n  aws:region: us-east-1\n  hpcc:clustr: {}\n", "hpcc:clustr: unknown key"),
+    ("config:\n  aws:region: us-east-1\n  hpcc:cluster:\n    name: demo\n    compute: {instanceType: p4d.24xlarge, count: 2}\n"
+     "    fsx: {storageCapacityGiB: 1000}\n", "cluster.fsx.storageCapacityGiB: SCRATCH_2 needs"),
+])
+def test_cli_rejects_bad_files_with_a_message_and_no_traceback(tmp_path, text, field):
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(text)
+    run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", str(path), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert field in " ".join(run.stderr.split()) and "Traceback" not in run.stderr + run.stdout
+
+
+def test_cli_plans_an_example_and_writes_the_files(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", "examples/c6i-oneccl.yaml", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data"}
+    assert sorted(p.name for p in (tmp_path / "user-data").iterdir()) == ["cpu-oneccl-compute-lt", "cpu-oneccl-head-lt"]
+    assert "Estimated cost" in run.stdout and "compute-003" in run.stdout
