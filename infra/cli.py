@@ -42,9 +42,9 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
     try:
         result = plan_stack_file(config, stack=stack)
     except ConfigError as e:
-        raise config_error(e)
+        raise config_error(e) from None
     except PlanError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     result.write(out)
     print_summary(result, out)
 

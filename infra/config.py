@@ -178,7 +178,7 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
             msg = f"{msg}; got {e.get('input')!r}"
         elif "input" in e and not isinstance(e["input"], (dict, list)) and "got " not in msg:
             msg = f"{msg}; got {e['input']!r}"
-        problems.append((path.replace("region", "aws:region", 1) if path == "region" else path, msg))
+        problems.append(("aws:region" if path == "region" else path, msg))
     return problems
 
 

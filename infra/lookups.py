@@ -7,10 +7,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.config import DLAMI_OWNER, IMAGE_FAMILIES, ClusterConfig
+from infra.config import DLAMI_OWNER, ClusterConfig
 
 
-class LookupError_(pulumi.RunError):
+class LookupFailed(pulumi.RunError):
     """A lookup found nothing usable; the message says which config field to change."""
 
 
@@ -28,7 +28,7 @@ def availability_zone(cluster: ClusterConfig) -> pulumi.Output[str]:
             offered.setdefault(az, set()).add(itype)
         good = sorted(az for az, have in offered.items() if have >= set(types))
         if not good:
-            raise LookupError_(f"cluster.availabilityZone: no availability zone in this region offers all of "
+            raise LookupFailed(f"cluster.availabilityZone: no availability zone in this region offers all of "
                                f"{', '.join(types)}; choose other instance types or another aws:region")
         return good[0]
 
@@ -59,10 +59,8 @@ def image(cluster: ClusterConfig) -> pulumi.Output[ImageInfo]:
 
     def info(r) -> ImageInfo:
         if r.architecture != "x86_64":
-            raise LookupError_(f"cluster.image: {r.id} ({r.name}) is {r.architecture}; hpcc builds x86_64 clusters")
+            raise LookupFailed(f"cluster.image: {r.id} ({r.name}) is {r.architecture}; hpcc builds x86_64 clusters")
         return ImageInfo(r.id, r.root_device_name, r.architecture, r.name)
 
     return result.apply(info)
 
-
-__all__ = ["availability_zone", "image", "ImageInfo", "IMAGE_FAMILIES"]

@@ -199,7 +199,7 @@ class MotoMocks(pulumi.runtime.Mocks):
             perm["IpRanges"] = [{"CidrIp": i["cidrIpv4"], "Description": i.get("description", "")}]
         if i.get("cidrIpv6"):
             perm["Ipv6Ranges"] = [{"CidrIpv6": i["cidrIpv6"], "Description": i.get("description", "")}]
-        if len(perm) == 1 + (2 if i["ipProtocol"] != "-1" else 0):
+        if not any(k in perm for k in ("UserIdGroupPairs", "IpRanges", "Ipv6Ranges")):
             raise AwsRejected(name, "MissingParameter", "a rule needs a CIDR or a referenced security group")
         return perm
 
