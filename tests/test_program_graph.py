@@ -137,7 +137,7 @@ def test_every_taggable_resource_is_tagged_with_the_cluster(planned):
 def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     result, env = planned
     c = result.config.cluster.name
-    doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-node", PolicyName=f"{c}-node-policy")["PolicyDocument"]
+    doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-node", PolicyName="hpcc-cluster-access")["PolicyDocument"]
     doc = json.loads(doc) if isinstance(doc, str) else doc
     resources = [r for s in doc["Statement"] for r in s["Resource"]]
     assert all(f"parameter/hpcc/{c}" in r or f"secret:hpcc/{c}/ssh-key" in r for r in resources), resources

@@ -61,7 +61,7 @@ class Identity(pulumi.ComponentResource):
                                                "Principal": {"Service": "ec2.amazonaws.com"}}]}))
         aws.iam.RolePolicyAttachment(f"{c}-ssm-core", role=role.name, policy_arn=SSM_CORE, opts=child)
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
-        aws.iam.RolePolicy(f"{c}-node-policy", role=role.name, opts=child,
+        aws.iam.RolePolicy(f"{c}-node-policy", name="hpcc-cluster-access", role=role.name, opts=child,
                            policy=pulumi.Output.all(account, secret.arn).apply(
                                lambda a: node_policy(args.region, a[0], paths, a[1])))
         profile = aws.iam.InstanceProfile(f"{c}-node-profile", name=f"hpcc-{c}-node", role=role.name,
