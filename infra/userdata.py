@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +36,12 @@ class BootstrapContext:
     ssh_secret_id: str
     timeout_minutes: int
     join_timeout_minutes: int
+    fabric_env: tuple[tuple[str, str], ...]  # from infra.fabric
+    mpirun_options: str
+    poll_seconds: int  # from infra.bootstrap_pacing
+    start_jitter_seconds: int
+    api_backoff_seconds: int
+    api_attempts: int
     master_port: int = 29500
 
     def as_vars(self) -> dict:
@@ -50,11 +57,19 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        comment_start_string="{##",  # bash's ${#array[@]} would open a Jinja comment
+        comment_end_string="##}",
     )
 
 
 def render(ctx: BootstrapContext) -> str:
-    script = environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars())
-    if len(script.encode()) > USER_DATA_LIMIT:
-        raise ValueError(f"rendered user data for {ctx.role} is {len(script.encode())} bytes; EC2 allows {USER_DATA_LIMIT}")
-    return script
+    """The readable script."""
+    return environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars())
+
+
+def user_data(ctx: BootstrapContext) -> bytes:
+    """What EC2 gets: the script gzip-compressed (cloud-init unpacks it), within EC2's 16 KB limit."""
+    packed = gzip.compress(render(ctx).encode(), mtime=0)
+    if len(packed) > USER_DATA_LIMIT:
+        raise ValueError(f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; EC2 allows {USER_DATA_LIMIT}")
+    return packed

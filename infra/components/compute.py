@@ -15,7 +15,9 @@ from infra.config import ClusterConfig
 from infra.efa import efa_device_count, interface_layout
 from infra.lookups import ImageInfo
 from infra.naming import HEAD, Paths, compute_node_name, tags
-from infra.userdata import BootstrapContext, render
+from infra.bootstrap_pacing import pacing_for
+from infra.fabric import fabric_env, mpirun_options
+from infra.userdata import BootstrapContext, user_data
 
 PENDING_STATUS = '{"phase": "pending"}'
 
@@ -47,13 +49,17 @@ class Node:
 def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: InstanceType, compute_type: InstanceType,
                       efa_devices: int) -> BootstrapContext:
     paths = Paths(cfg.name)
+    pacing = pacing_for(cfg.compute.count + 1)
     return BootstrapContext(
         cluster=cfg.name, region=region, role=role, node_count=cfg.compute.count, instance_type=itype.name,
         slots=compute_type.slots, gpus=itype.gpus, efa_enabled=efa_devices > 0, efa_devices=efa_devices,
         gpudirect_rdma=itype.gpudirect_rdma and efa_devices > 0, login_user=cfg.image.user,
         mount_point=cfg.fsx.mount_point, fsx_parameter=paths.fsx, hosts_parameter=paths.hosts,
         nodes_parameter=paths.nodes, ssh_secret_id=paths.ssh_secret, timeout_minutes=cfg.bootstrap.timeout_minutes,
-        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes)
+        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes,
+        fabric_env=fabric_env(itype, efa_devices > 0), mpirun_options=mpirun_options(efa_devices > 0),
+        poll_seconds=pacing.poll_seconds, start_jitter_seconds=pacing.start_jitter_seconds,
+        api_backoff_seconds=pacing.api_backoff_seconds, api_attempts=pacing.api_attempts)
 
 
 class Compute(pulumi.ComponentResource):
@@ -112,7 +118,7 @@ class Compute(pulumi.ComponentResource):
                 associate_public_ip_address=("true" if public else "false") if spec.is_primary else None)
             for spec in layout
         ]
-        script = render(bootstrap_context(cfg, args.region, role, itype, args.compute_type, efa_device_count(layout)))
+        packed = user_data(bootstrap_context(cfg, args.region, role, itype, args.compute_type, efa_device_count(layout)))
         compute = cfg.compute
         market = None
         if role == "compute" and compute.market == "spot":
@@ -139,7 +145,7 @@ class Compute(pulumi.ComponentResource):
                     volume_size=root_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"))],
             instance_market_options=market,
             capacity_reservation_specification=reservation,
-            user_data=base64.b64encode(script.encode()).decode(),
+            user_data=base64.b64encode(packed).decode(),
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=launch_tags)
                                 for rt in ("instance", "volume", "network-interface")],
             tags=tags(c, f"{role}-lt", t),
