@@ -33,5 +33,9 @@ test: setup deps
 bench: setup
 	$(PY) scripts/bench_plan.py
 
+# Re-render tests/golden/ from the templates; review the diff before committing.
+golden: setup
+	$(PY) scripts/refresh_golden.py
+
 clean:
 	rm -rf plan build .pytest_cache
