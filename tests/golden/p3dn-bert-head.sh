@@ -10,8 +10,13 @@ HPCC_DEADLINE=$(( $(date +%s) + 60 * 60 ))
 HPCC_STEP=start
 HPCC_NODE=unknown
 HPCC_IP=""
-mkdir -p /etc/hpcc /var/log
-exec > >(while IFS= read -r line; do printf '%s [%s] %s\n' "$(date -u +%FT%TZ)" "${HPCC_STEP:-}" "$line"; done >>"$HPCC_LOG") 2>&1
+HPCC_STEP_FILE=/run/hpcc-bootstrap.step  # the logger runs in a subshell: it reads the step from here
+mkdir -p /etc/hpcc /var/log /run
+echo start >"$HPCC_STEP_FILE"
+exec > >(while IFS= read -r line; do
+  read -r step <"$HPCC_STEP_FILE" || step="?"
+  printf '%s [%s] %s\n' "$(date -u +%FT%TZ)" "$step" "$line"
+done >>"$HPCC_LOG") 2>&1
 
 # --- common: logging, status reports, retries, deadlines ------------------------------------------
 log() { echo "$*"; }
@@ -83,8 +88,10 @@ write_file() {
 
 skipped() { case ",${HPCC_SKIP_STEPS:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
+set_step() { HPCC_STEP=$1; echo "$1" >"$HPCC_STEP_FILE"; }
+
 run_step() {
-  HPCC_STEP=$1
+  set_step "$1"
   if skipped "$1"; then log "skipped: HPCC_SKIP_STEPS names $1"; return 0; fi
   report "$1" true "running"
   log "start"
@@ -96,7 +103,7 @@ hosts_list() { aws ssm get-parameter --name "/hpcc/bert/hosts" --query Parameter
 
 # identify_node: this node's name from its IP's position in /hpcc/bert/hosts (head first, then compute-000...).
 identify_node() {
-  HPCC_STEP=identify
+  set_step identify
   HPCC_IP=${HPCC_NODE_IP:-$(primary_ip)}
   [ -n "$HPCC_IP" ] || fail "cannot tell this node's IP address; set HPCC_NODE_IP"
   sleep $(( RANDOM % 11 ))  # spread the cluster's first API calls
@@ -322,12 +329,13 @@ ofi_nccl_dir() {
 }
 
 step_launch_env() {
-  local rank="" i ofi
+  local rank="" i ofi ifname
   for i in "${!HPCC_HOSTS[@]}"; do [ "$i" -gt 0 ] && [ "${HPCC_HOSTS[$i]}" = "$HPCC_IP" ] && rank=$(( i - 1 )); done
   hostfile openmpi 8 | write_file /etc/hpcc/hostfile 0644
   hostfile mpich 8 | write_file /etc/hpcc/hostfile.mpich 0644
   hostfile hosts 8 | write_file /etc/hpcc/hosts 0644
   ofi=$(ofi_nccl_dir)
+  ifname=$(ip -o -4 addr show | awk -v ip="$HPCC_IP" 'index($4, ip "/") == 1 {print $2; exit}')
   {
     echo "# hpcc bert: rendezvous and fabric settings for $HPCC_NODE"
     echo "HPCC_CLUSTER=bert"
@@ -339,6 +347,8 @@ step_launch_env() {
     [ -z "$rank" ] || echo "NODE_RANK=$rank"
     echo "HPCC_HOSTS=$(hostfile horovod 8)"
     echo "HPCC_HOSTFILE=/etc/hpcc/hostfile"
+    # gloo (torch.distributed on CPU) takes one interface by name; this node's primary one.
+    [ -z "$ifname" ] || echo "GLOO_SOCKET_IFNAME=$ifname"
     echo "FI_PROVIDER=efa"
     echo "FI_EFA_FORK_SAFE=1"
     echo "CCL_ATL_TRANSPORT=ofi"
@@ -388,7 +398,7 @@ main() {
   run_step ssh step_ssh
   run_step join step_join
   run_step launch-env step_launch_env
-  HPCC_STEP=ready
+  set_step ready
   report ready true "bootstrap finished"
   log "ready"
 }
