@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 EXAMPLE ?= examples/p3dn-bert.yaml
-APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps
+APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl
 
 .PHONY: setup deps plan test box bench golden clean
 
@@ -29,6 +29,10 @@ plan: setup
 
 test: setup deps
 	$(PY) -m pytest -q
+
+# Only the cluster-in-a-box tests (root and ip netns; about 3 minutes).
+box: setup deps
+	$(PY) -m pytest -q tests/box
 
 bench: setup
 	$(PY) scripts/bench_plan.py

@@ -62,6 +62,11 @@ def cleanup_leftovers() -> None:
             for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
                 sh("kill", "-9", pid, check=False)
             sh("ip", "netns", "del", ns, check=False)
+    # A namespace dies asynchronously; its veth peers would block the next box's names.
+    for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith("hbv"):
+            sh("ip", "link", "del", name, check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
 
 
@@ -186,6 +191,10 @@ class Box:
 
         self.moto = ThreadedMotoServer(ip_address=GATEWAY, port=MOTO_PORT, verbose=False)
         self.moto.start()
+        # moto keeps its state per process, not per server: start every box from an empty AWS.
+        import requests
+
+        requests.post(f"http://{GATEWAY}:{MOTO_PORT}/moto-api/reset", timeout=10).raise_for_status()
 
     def client(self, service: str):
         return boto3.client(service, region_name=REGION, endpoint_url=f"http://{GATEWAY}:{MOTO_PORT}",
@@ -222,8 +231,9 @@ class Box:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # -- the bootstrap -------------------------------------------------------------------------------
-    def boot(self, timeout: float = 300) -> dict[str, int]:
-        """Run every node's bootstrap at once, as EC2 would; return their exit codes."""
+    def boot(self, timeout: float = 300, wait: list[str] | None = None) -> dict[str, int]:
+        """Run every node's bootstrap at once, as EC2 would; return the exit codes of the nodes
+        named in `wait` (default: all)."""
         scripts = self.scripts()
         for node in self.nodes:
             path = self.workdir / f"bootstrap-{node.name}.sh"
@@ -233,6 +243,8 @@ class Box:
         deadline = time.time() + timeout
         codes = {}
         for node in self.nodes:
+            if wait is not None and node.name not in wait:
+                continue
             try:
                 codes[node.name] = node.bootstrap.wait(timeout=max(1, deadline - time.time()))
             except subprocess.TimeoutExpired:
