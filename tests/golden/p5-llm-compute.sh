@@ -241,7 +241,7 @@ install_key() {  # install_key HOME OWNER
   install -d -m 0700 "$home/.ssh"
   cluster_key | write_file "$home/.ssh/id_hpcc" 0600
   ssh-keygen -y -f "$home/.ssh/id_hpcc" | write_file "$home/.ssh/id_hpcc.pub" 0644
-  touch "$home/.ssh/authorized_keys"
+  [ -e "$home/.ssh/authorized_keys" ] || : >"$home/.ssh/authorized_keys"
   grep -qxF "$(cat "$home/.ssh/id_hpcc.pub")" "$home/.ssh/authorized_keys" || cat "$home/.ssh/id_hpcc.pub" >>"$home/.ssh/authorized_keys"
   chmod 0600 "$home/.ssh/authorized_keys"
   chown -R "$owner" "$home/.ssh"
