@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 EXAMPLE ?= examples/p3dn-bert.yaml
-APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl
+APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3
 
 .PHONY: setup deps plan test box bench golden clean
 
@@ -30,9 +30,9 @@ plan: setup
 test: setup deps
 	$(PY) -m pytest -q
 
-# Only the cluster-in-a-box tests (root and ip netns; about 3 minutes).
+# Only the cluster-in-a-box tests (root and ip netns; about 4 minutes on 2 cores). See tests/box/README.md.
 box: setup deps
-	$(PY) -m pytest -q tests/box
+	$(PY) -m pytest -q -m box tests/box
 
 bench: setup
 	$(PY) scripts/bench_plan.py

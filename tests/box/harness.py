@@ -1,12 +1,18 @@
 """Cluster in a box: nodes as network namespaces on a bridge, each with a private mount namespace and its
 own sshd, and a moto server as their AWS. Runs the very bootstrap scripts the program renders.
 
-What a node keeps to itself: /root/.ssh, /etc/hpcc, /etc/ssh, /etc/profile.d, /run, /var/log and
-/usr/local/bin (bind mounts inside its mount namespace); everything else is the host's.
+What a node keeps to itself (bind mounts inside its mount namespace): /root, /etc/hpcc, /etc/ssh (a copy
+of the host's with the node's own host keys), /etc/profile.d, /run, /var/log and /usr/local/bin;
+everything else (/usr, /tmp, the venv) is the host's. See tests/box/README.md.
+
+Only one box runs on a machine at a time (fixed bridge, addresses and port): `start()` takes a lock,
+and under it removes whatever a crashed earlier box left behind.
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import hashlib
 import json
 import os
@@ -23,18 +29,44 @@ from infra.catalog import lookup
 from infra.components.compute import bootstrap_context
 from infra.config import parse
 from infra.efa import efa_device_count, interface_layout
-from infra.naming import Paths, compute_node_name
+from infra.naming import HEAD, Paths, compute_node_name
 from infra.userdata import render
 
-PREFIX = "hpccbox"
+PREFIX = "hpccbox"  # network namespaces hpccbox-0.. (0 is the head node)
 BRIDGE = "hpccbr0"
+VETH = "hbv"  # host ends of the nodes' veth pairs: hbv0..
 SUBNET = "10.200.0"
-GATEWAY = f"{SUBNET}.1"
+GATEWAY = f"{SUBNET}.1"  # the bridge; the moto server listens here
 MOTO_PORT = 5123
+ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
-PRIVATE = ("root/.ssh", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin")
+TMP_PREFIX = "hpcc-box-"
+LOCK = Path("/run/hpcc-box.lock")
+MOUNTPOINTS_MADE = Path("/run/hpcc-box.mountpoints")  # host directories a box created as mount points
+PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin")
 COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin")  # start as the host's, then diverge
+
+
+def shared_under_root() -> list[Path]:
+    """Host directories under /root a node still needs, read-only: the venv's interpreter may live there
+    (pyenv), and the nodes run the venv's aws and torchrun."""
+    real = Path(os.path.realpath(VENV_BIN / "python"))
+    if real.is_relative_to("/root") and real != Path("/root"):
+        return [Path("/root") / real.relative_to("/root").parts[0]]
+    return []
+
+# Box profiles: (head type, compute type). cpu: no EFA, the EFA step passes through libfabric's TCP
+# provider. efa: an EFA type on a machine with no EFA device, so every node must fail at step efa.
+PROFILES = {"cpu": ("c6i.xlarge", "c6i.16xlarge"), "efa": ("c5n.18xlarge", "c5n.18xlarge")}
+
+# A node must never load modules into the host's kernel: modprobe is a stand-in that records the call
+# and succeeds, as modprobe does on an instance whose driver loads but whose device is missing.
+MODPROBE_STANDIN = """#!/bin/sh
+# hpcc box: stands in for modprobe (a node must not load modules into the host's kernel)
+echo "modprobe $*" >>/var/log/hpcc-box-modprobe.log
+exit 0
+"""
 
 
 def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -45,29 +77,101 @@ def can_run() -> str | None:
     """None when this machine can run the box, else the reason it cannot."""
     if os.geteuid() != 0:
         return "needs root (network and mount namespaces)"
-    for tool in ("ip", "unshare", "nsenter", "sshd", "mpirun", "fi_info"):
+    for tool in ("ip", "unshare", "nsenter", "sshd", "ssh", "mpirun", "fi_info"):
         if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists():
             return f"needs {tool} (make deps installs it)"
-    if sh("ip", "netns", "add", f"{PREFIX}-probe", check=False).returncode != 0:
+    for tool in ("aws", "torchrun"):
+        if not (VENV_BIN / tool).exists():
+            return f"needs {VENV_BIN / tool} (make setup installs it)"
+    probe = f"{PREFIX}-probe-{os.getpid()}"
+    if sh("ip", "netns", "add", probe, check=False).returncode != 0:
         return "ip netns add is not permitted here"
-    sh("ip", "netns", "del", f"{PREFIX}-probe", check=False)
+    sh("ip", "netns", "del", probe, check=False)
     return None
 
 
-def cleanup_leftovers() -> None:
-    """Remove namespaces, processes and the bridge of an earlier box, even one that crashed."""
-    for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
-        ns = line.split()[0] if line.split() else ""
-        if ns.startswith(PREFIX):
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-                sh("kill", "-9", pid, check=False)
-            sh("ip", "netns", "del", ns, check=False)
-    # A namespace dies asynchronously; its veth peers would block the next box's names.
+class Lock:
+    """One box per machine: the lock is held from start() to stop() and dies with its process."""
+
+    def __init__(self):
+        self.fd: int | None = None
+
+    def acquire(self, timeout: float = 900) -> None:
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.time() > deadline:
+                    os.close(fd)
+                    raise RuntimeError(f"another box holds {LOCK} (pid {LOCK.read_text().strip()})") from None
+                time.sleep(1)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _links(prefix: str) -> list[str]:
+    out = []
     for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith("hbv"):
-            sh("ip", "link", "del", name, check=False)
+        parts = line.split(":")
+        if len(parts) > 1:
+            name = parts[1].strip().split("@")[0]
+            if name.startswith(prefix):
+                out.append(name)
+    return out
+
+
+def box_namespaces() -> list[str]:
+    return [line.split()[0] for line in sh("ip", "netns", "list", check=False).stdout.splitlines()
+            if line.split() and line.split()[0].startswith(PREFIX)]
+
+
+def cleanup_leftovers() -> None:
+    """Remove everything a box leaves: processes in its namespaces (sshd, bootstraps, jobs, the mount
+    namespace holders), the namespaces, veth pairs and bridge, temp dirs, mount points it made.
+    Call only while holding the lock, so what is found belongs to no live box."""
+    for ns in box_namespaces():
+        for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            sh("kill", "-9", pid, check=False)
+        sh("ip", "netns", "del", ns, check=False)
+    for name in _links(VETH):  # a namespace dies asynchronously; its veth peers would block the next names
+        sh("ip", "link", "del", name, check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
+    for stale in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    made = set(MOUNTPOINTS_MADE.read_text().split()) if MOUNTPOINTS_MADE.exists() else set()
+    made.add("/etc/hpcc")  # made by boxes older than the record; exists only on an hpcc node, never empty there
+    for path in made:
+        try:
+            Path(path).rmdir()  # only if still empty
+        except OSError:
+            pass
+    MOUNTPOINTS_MADE.unlink(missing_ok=True)
+
+
+def leftovers() -> list[str]:
+    """What of a box is still on this machine (empty after stop())."""
+    found = [f"netns {ns}" for ns in box_namespaces()] + [f"link {n}" for n in _links(VETH) + _links(BRIDGE)]
+    found += [f"dir {p}" for p in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*")]
+    found += [f"listener {GATEWAY}:{MOTO_PORT}"] if _listening(GATEWAY, MOTO_PORT) else []
+    made = MOUNTPOINTS_MADE.read_text().split() if MOUNTPOINTS_MADE.exists() else []
+    found += [f"mount point {p}" for p in {*made, "/etc/hpcc"} if Path(p).is_dir() and not any(Path(p).iterdir())]
+    return found
+
+
+def _listening(ip: str, port: int) -> bool:
+    """Asks the kernel (ss), sends nothing: with the bridge gone, a connect would leave the machine."""
+    return f"{ip}:{port}" in sh("ss", "-Hltn", check=False).stdout
 
 
 @dataclass
@@ -76,12 +180,16 @@ class Node:
     index: int  # position in the hosts parameter: 0 head, 1.. compute
     ip: str
     root: Path  # this node's private directories live under here
-    holder: subprocess.Popen | None = None
+    holder: subprocess.Popen | None = None  # `sleep infinity` holding the node's mount namespace
     bootstrap: subprocess.Popen | None = None
 
     @property
     def netns(self) -> str:
         return f"{PREFIX}-{self.index}"
+
+    @property
+    def role(self) -> str:
+        return "head" if self.index == 0 else "compute"
 
     def enter(self, *cmd: str) -> list[str]:
         return ["nsenter", "-t", str(self.holder.pid), "-m", "-n", *cmd]
@@ -91,7 +199,7 @@ class Node:
                               env=env or node_env(self))
 
     def file(self, path: str) -> Path:
-        """A private path as the host sees it (e.g. /etc/hpcc/hostfile)."""
+        """A node's file as the host sees it (e.g. /etc/hpcc/hostfile)."""
         rel = path.lstrip("/")
         for private in PRIVATE:
             if rel == private or rel.startswith(private + "/"):
@@ -99,21 +207,23 @@ class Node:
         return Path(path)
 
 
-def node_env(node: Node, endpoint: str = f"http://{GATEWAY}:{MOTO_PORT}") -> dict:
+def node_env(node: Node) -> dict:
+    """What the box gives a node's bootstrap: the contract's overrides and a local AWS."""
     return {
         "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/root", "LANG": "C.UTF-8",
         "HPCC_NODE_IP": node.ip, "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
-        "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": ENDPOINT, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
     }
 
 
 @dataclass
 class Box:
-    """N nodes (a head and compute nodes) plus `ghosts`: compute nodes listed in the hosts parameter that never boot."""
+    """A head node and `compute_count` compute nodes, plus `ghosts`: compute nodes listed in the hosts
+    parameter that never boot (no namespace answers at their address)."""
 
-    compute_type: str = "c6i.xlarge"
+    profile: str = "cpu"
     compute_count: int = 2
     ghosts: int = 0
     join_timeout_minutes: int = 1
@@ -121,15 +231,22 @@ class Box:
     nodes: list[Node] = field(default_factory=list)
     workdir: Path | None = None
     moto: object = None
+    lock: Lock = field(default_factory=Lock)
 
     # -- the cluster's config, as a user would write it ----------------------------------------------
     def config(self):
+        head_type, compute_type = PROFILES[self.profile]
         return parse(REGION, {
-            "name": self.name, "headNode": {"instanceType": "c6i.xlarge"},
-            "compute": {"instanceType": self.compute_type, "count": self.compute_count + self.ghosts},
-            "bootstrap": {"timeoutMinutes": 10, "joinTimeoutMinutes": self.join_timeout_minutes}}).cluster
+            "name": self.name, "headNode": {"instanceType": head_type},
+            "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
+            "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes}}).cluster
+
+    @property
+    def slots(self) -> int:
+        return lookup(PROFILES[self.profile][1]).slots
 
     def scripts(self) -> dict[str, str]:
+        """The scripts the program puts in each role's user data (as in Compute._launch_template)."""
         cfg = self.config()
         compute = lookup(cfg.compute.instance_type)
         out = {}
@@ -139,23 +256,49 @@ class Box:
             out[role] = render(bootstrap_context(cfg, REGION, role, itype, compute, devices))
         return out
 
+    @property
+    def head(self) -> Node:
+        return self.nodes[0]
+
+    @property
+    def compute(self) -> list[Node]:
+        return self.nodes[1:]
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
     # -- start and stop ------------------------------------------------------------------------------
-    def start(self) -> "Box":
-        cleanup_leftovers()
-        self.workdir = Path(tempfile.mkdtemp(prefix="hpcc-box-"))
-        sh("ip", "link", "add", BRIDGE, "type", "bridge")
-        sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
-        sh("ip", "link", "set", BRIDGE, "up")
-        names = ["head"] + [compute_node_name(i) for i in range(self.compute_count)]
-        for index, name in enumerate(names):
-            self.nodes.append(self._start_node(index, name))
-        self._start_moto()
-        self._seed_cloud()
+    def start(self) -> Box:
+        """Bring the box up; on any failure, take down what was started and re-raise."""
+        self.lock.acquire()
+        atexit.register(self.stop)  # also when the test process is interrupted
+        try:
+            cleanup_leftovers()
+            self.workdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+            self.workdir.chmod(0o755)
+            sh("ip", "link", "add", BRIDGE, "type", "bridge")
+            sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+            sh("ip", "link", "set", BRIDGE, "up")
+            self._start_moto()
+            names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count)]
+            for index, name in enumerate(names):
+                self.nodes.append(self._start_node(index, name))
+            self._seed_cloud()
+        except BaseException:
+            self.stop()
+            raise
         return self
+
+    def _mountpoint(self, path: Path) -> None:
+        """A host directory to bind a node's private one onto; stays empty on the host, removed at cleanup."""
+        if not path.exists():
+            path.mkdir(parents=True)
+            with MOUNTPOINTS_MADE.open("a") as made:
+                made.write(f"{path}\n")
 
     def _start_node(self, index: int, name: str) -> Node:
         node = Node(name, index, f"{SUBNET}.{10 + index}", self.workdir / name)
-        ns, veth = node.netns, f"hbv{index}"
+        ns, veth = node.netns, f"{VETH}{index}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "link", "set", veth, "master", BRIDGE, "up")
@@ -168,21 +311,35 @@ class Box:
                 shutil.copytree(f"/{private}", target, symlinks=True)
             else:
                 target.mkdir(parents=True)
-        (node.root / "root/.ssh").chmod(0o700)
+        (node.root / "root").chmod(0o700)
         (node.root / "run/sshd").mkdir()
-        # Stale drop-ins copied from the host would not be this node's.
-        for stale in ("etc/ssh/ssh_config.d/50-hpcc.conf", "etc/ssh/sshd_config.d/50-hpcc.conf"):
-            (node.root / stale).unlink(missing_ok=True)
+        ssh_dir = node.root / "etc/ssh"
+        # The node's own host keys, and none of the host's (or an earlier bootstrap's) hpcc drop-ins.
+        for stale in [*ssh_dir.glob("ssh_host_*"), ssh_dir / "ssh_config.d/50-hpcc.conf",
+                      ssh_dir / "sshd_config.d/50-hpcc.conf"]:
+            stale.unlink(missing_ok=True)
+        for stale in ("hpcc-mpirun", "hpcc-torchrun"):
+            (node.root / "usr/local/bin" / stale).unlink(missing_ok=True)
+        (node.root / "etc/profile.d/hpcc.sh").unlink(missing_ok=True)
+        standin = node.root / "usr/local/bin/modprobe"
+        standin.write_text(MODPROBE_STANDIN)
+        standin.chmod(0o755)
         node.holder = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
                                         "sleep", "infinity"])
         deadline = time.time() + 10
         while Path(f"/proc/{node.holder.pid}/comm").read_text().strip() != "sleep":  # unshare has exec'd
-            if time.time() > deadline:
+            if time.time() > deadline or node.holder.poll() is not None:
                 raise RuntimeError(f"{name}: its namespaces never came up")
             time.sleep(0.05)
+        for shared in shared_under_root():  # bound inside the node's copy first, carried by --rbind below
+            inner = node.root / shared.relative_to("/")
+            inner.mkdir(parents=True, exist_ok=True)
+            sh(*node.enter("mount", "--bind", str(shared), str(inner)))
+            sh(*node.enter("mount", "-o", "remount,bind,ro", str(inner)))
         for private in PRIVATE:
-            Path(f"/{private}").mkdir(parents=True, exist_ok=True)  # a mount point; stays empty on the host
-            sh(*node.enter("mount", "--bind", str(node.root / private), f"/{private}"))
+            self._mountpoint(Path(f"/{private}"))
+            sh(*node.enter("mount", "--rbind", str(node.root / private), f"/{private}"))
+        sh(*node.enter("ssh-keygen", "-q", "-A"))
         sh(*node.enter("/usr/sbin/sshd", "-o", f"ListenAddress={node.ip}", "-o", "PidFile=/run/sshd.pid"))
         return node
 
@@ -191,18 +348,20 @@ class Box:
 
         self.moto = ThreadedMotoServer(ip_address=GATEWAY, port=MOTO_PORT, verbose=False)
         self.moto.start()
-        # moto keeps its state per process, not per server: start every box from an empty AWS.
+        # moto keeps its state per process, not per server: every box starts from an empty AWS.
         import requests
 
-        requests.post(f"http://{GATEWAY}:{MOTO_PORT}/moto-api/reset", timeout=10).raise_for_status()
+        requests.post(f"{ENDPOINT}/moto-api/reset", timeout=10).raise_for_status()
 
     def client(self, service: str):
-        return boto3.client(service, region_name=REGION, endpoint_url=f"http://{GATEWAY}:{MOTO_PORT}",
+        return boto3.client(service, region_name=REGION, endpoint_url=ENDPOINT,
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
+    def ghost_ips(self) -> list[str]:
+        return [f"{SUBNET}.{200 + i}" for i in range(self.ghosts)]
+
     def hosts(self) -> list[str]:
-        ghosts = [f"{SUBNET}.{200 + i}" for i in range(self.ghosts)]
-        return [n.ip for n in self.nodes] + ghosts
+        return [n.ip for n in self.nodes] + self.ghost_ips()
 
     def _seed_cloud(self) -> None:
         """What `pulumi up` creates before the nodes boot (docs/bootstrap-contract.md), nothing more."""
@@ -210,36 +369,48 @@ class Box:
         ssm = self.client("ssm")
         ssm.put_parameter(Name=paths.hosts, Type="String", Value="\n".join(self.hosts()))
         ssm.put_parameter(Name=paths.fsx, Type="String",
-                          Value=json.dumps({"dnsName": "fs-box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}))
-        names = ["head"] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
+                          Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}))
+        names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
         for name in names:
             ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
         self.client("secretsmanager").create_secret(Name=paths.ssh_secret, Description="box")
 
     def stop(self) -> None:
-        for node in self.nodes:
-            if node.bootstrap and node.bootstrap.poll() is None:
-                node.bootstrap.kill()
-        cleanup_leftovers()
-        for node in self.nodes:
-            if node.holder:
-                node.holder.kill()
-                node.holder.wait(timeout=10)
-        if self.moto:
-            self.moto.stop()
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        """Take everything down; safe to call twice and after a failed start."""
+        if self.lock.fd is None:
+            return
+        try:
+            for node in self.nodes:
+                if node.bootstrap and node.bootstrap.poll() is None:
+                    node.bootstrap.kill()
+            cleanup_leftovers()  # kills every process in the namespaces, the holders among them
+            for node in self.nodes:
+                for proc in (node.holder, node.bootstrap):
+                    if proc and proc.poll() is None:
+                        proc.kill()
+                    if proc:
+                        proc.wait(timeout=10)
+            if self.moto:
+                self.moto.stop()
+                self.moto = None
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:
+            self.lock.release()
+            atexit.unregister(self.stop)
 
     # -- the bootstrap -------------------------------------------------------------------------------
     def boot(self, timeout: float = 300, wait: list[str] | None = None) -> dict[str, int]:
-        """Run every node's bootstrap at once, as EC2 would; return the exit codes of the nodes
-        named in `wait` (default: all)."""
+        """Run every node's bootstrap at once as root, as EC2 would; return the exit codes of the nodes
+        named in `wait` (default: all). Whatever a script prints before its own log takes over goes
+        to <workdir>/bootstrap-<node>.out."""
         scripts = self.scripts()
         for node in self.nodes:
             path = self.workdir / f"bootstrap-{node.name}.sh"
-            path.write_text(scripts["head" if node.index == 0 else "compute"])
-            node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env=node_env(node),
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            path.write_text(scripts[node.role])
+            with open(self.workdir / f"bootstrap-{node.name}.out", "w") as out:
+                node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env=node_env(node),
+                                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.time() + timeout
         codes = {}
         for node in self.nodes:
@@ -254,24 +425,31 @@ class Box:
 
     def rerun(self, node: Node) -> int:
         path = self.workdir / f"bootstrap-{node.name}.sh"
-        return subprocess.run(node.enter("bash", str(path)), env=node_env(node), capture_output=True,
-                              timeout=300).returncode
+        return subprocess.run(node.enter("bash", str(path)), env=node_env(node), capture_output=True, check=False,
+                              stdin=subprocess.DEVNULL, timeout=300).returncode
 
     def status(self, node_name: str) -> dict:
+        """A node's status as the operator's tools read it: the SSM parameter the node writes."""
         value = self.client("ssm").get_parameter(Name=Paths(self.name).node(node_name))["Parameter"]["Value"]
         return json.loads(value)
 
     def log(self, node: Node) -> str:
         path = node.file("/var/log/hpcc-bootstrap.log")
-        return path.read_text() if path.exists() else ""
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def diagnose(self) -> str:
+        """The tail of every node's log, for assertion messages."""
+        return "\n".join(f"--- {n.name}\n" + "\n".join(self.log(n).splitlines()[-25:]) for n in self.nodes)
 
 
-def fingerprint(node: Node, paths: list[str]) -> dict[str, tuple[str, float]]:
-    """Content hash and mtime of every file under the given private paths."""
+def fingerprint(node: Node, paths: list[str]) -> dict[str, tuple[str, int, int]]:
+    """Content hash, mode and mtime of every file under the given node paths."""
     out = {}
     for p in paths:
         base = node.file(p)
         files = [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file())
         for f in files:
-            out[str(f)] = (hashlib.sha256(f.read_bytes()).hexdigest(), f.stat().st_mtime)
+            st = f.stat()
+            out[p if base.is_file() else f"{p}/{f.relative_to(base)}"] = (
+                hashlib.sha256(f.read_bytes()).hexdigest(), st.st_mode, st.st_mtime_ns)
     return out
