@@ -50,11 +50,16 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
 
 
 def main() -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
         app()
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except (BotoCoreError, ClientError) as e:  # credentials, network, permissions: say so, no traceback
+        err.print(f"[bold red]error:[/] AWS: {e}", highlight=False)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
