@@ -1,0 +1,425 @@
+"""`hpcc preflight`: checks against the region, before anything is created.
+
+One small rule per check, each yielding `infra.validators.Finding`s (severity, config field, what to do),
+like the config rules. Rules share a `Context` that asks AWS each question once. Nothing is created:
+the only write-shaped call is RunInstances with DryRun=True.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Callable, Iterable
+
+from botocore.exceptions import ClientError
+
+from infra.config import DLAMI_OWNER, StackConfig
+from infra.ops.aws import Aws, error_code, error_message
+from infra.validators import ERROR, INFO, WARNING, Finding, check_config
+
+HEAD_FIELD = "cluster.headNode.instanceType"
+COMPUTE_FIELD = "cluster.compute.instanceType"
+AZ_FIELD = "cluster.availabilityZone"
+IMAGE_FIELD = "cluster.image"
+RESERVATION_FIELD = "cluster.compute.capacityReservationId"
+
+# vCPU quotas (Service Quotas, service code ec2) by instance-family letter group: (on-demand, spot).
+QUOTAS = {
+    "standard": ("L-1216C47A", "L-34B43A08", "Standard (A, C, D, H, I, M, R, T, Z)"),
+    "p": ("L-417A185B", "L-7212CCBC", "P"),
+    "g": ("L-DB2E81BA", "L-3819A6DF", "G and VT"),
+    "trn": ("L-2C3B7624", "L-6B0D517C", "Trn"),
+    "inf": ("L-1945791B", "L-B5D1601B", "Inf"),
+    "dl": ("L-6E869C2A", "L-85EED4F7", "DL"),
+    "x": ("L-7295265B", "L-E3A00192", "X"),
+    "f": ("L-74FC7D96", "L-88CF9481", "F"),
+    "hpc": ("L-F7808C92", None, "HPC"),
+}
+
+# Instance families the current Base OSS Nvidia-driver DLAMIs list as supported (release notes).
+BASE_OSS_SUPPORTED = ("g4dn", "g5", "g6", "g6e", "gr6", "g6f", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6")
+
+
+def quota_group(instance_type: str) -> str:
+    family = instance_type.split(".", 1)[0]
+    for prefix in ("trn", "inf", "dl", "hpc"):
+        if family.startswith(prefix):
+            return prefix
+    if family[0] in "pgxf" and not family.startswith("vt"):
+        return family[0]
+    if family.startswith("vt"):
+        return "g"
+    return "standard"
+
+
+@dataclass
+class Role:
+    name: str  # head | compute
+    field: str
+    instance_type: str
+    count: int
+    market: str = "on-demand"
+    reservation: str | None = None
+
+
+@dataclass
+class Context:
+    aws: Aws
+    cfg: StackConfig
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def cluster(self):
+        return self.cfg.cluster
+
+    @cached_property
+    def roles(self) -> list[Role]:
+        c = self.cluster
+        return [Role("head", HEAD_FIELD, c.head_node.instance_type, 1),
+                Role("compute", COMPUTE_FIELD, c.compute.instance_type, c.compute.count, c.compute.market,
+                     c.compute.capacity_reservation_id)]
+
+    @cached_property
+    def types(self) -> list[str]:
+        return sorted({r.instance_type for r in self.roles})
+
+    @cached_property
+    def type_info(self) -> dict[str, dict]:
+        """EC2's facts for each type the region knows; a missing key means the region does not have it."""
+        out = {}
+        for t in self.types:
+            try:
+                out[t] = self.aws.call("ec2", "describe_instance_types", InstanceTypes=[t])["InstanceTypes"][0]
+            except ClientError as e:
+                if error_code(e) not in ("InvalidInstanceType", "InvalidParameterValue"):
+                    raise
+        return out
+
+    @cached_property
+    def offerings(self) -> dict[str, set[str]]:
+        """AZ -> the configured types it offers."""
+        out: dict[str, set[str]] = {}
+        for o in self.aws.pages("ec2", "describe_instance_type_offerings", "InstanceTypeOfferings",
+                                LocationType="availability-zone",
+                                Filters=[{"Name": "instance-type", "Values": self.types}]):
+            out.setdefault(o["Location"], set()).add(o["InstanceType"])
+        return out
+
+    @cached_property
+    def az(self) -> str | None:
+        """The configured AZ, else the one the program would pick: the first (sorted) offering every type."""
+        if self.cluster.availability_zone:
+            return self.cluster.availability_zone
+        good = sorted(az for az, have in self.offerings.items() if have >= set(self.types))
+        return good[0] if good else None
+
+    @cached_property
+    def image(self) -> dict | None:
+        """The AMI the program would use, or None (the reason is in notes['image'])."""
+        img = self.cluster.image
+        try:
+            if img.ami_id:
+                found = self.aws.call("ec2", "describe_images", ImageIds=[img.ami_id])["Images"]
+                how = f"amiId {img.ami_id}"
+            elif img.name_filter:
+                found = self.aws.call("ec2", "describe_images", Owners=[DLAMI_OWNER],
+                                      Filters=[{"Name": "name", "Values": [img.name_filter]}])["Images"]
+                how = f"nameFilter {img.name_filter!r} (owner {DLAMI_OWNER})"
+            else:
+                param = img.ssm_parameter
+                how = f"family {img.resolved_family} (SSM parameter {param})"
+                try:
+                    ami = self.aws.call("ssm", "get_parameter", Name=param)["Parameter"]["Value"]
+                except ClientError as e:
+                    if error_code(e) != "ParameterNotFound":
+                        raise
+                    self.notes["image"] = f"{how}: the parameter does not exist in {self.aws.region}"
+                    return None
+                found = self.aws.call("ec2", "describe_images", ImageIds=[ami])["Images"]
+        except ClientError as e:
+            if error_code(e).startswith("InvalidAMIID"):
+                found = []
+            else:
+                raise
+        if not found:
+            self.notes.setdefault("image", f"{how}: no such image in {self.aws.region}")
+            return None
+        return max(found, key=lambda i: i.get("CreationDate", ""))
+
+
+def _offered_list(ctx: Context, itype: str) -> str:
+    azs = sorted(az for az, have in ctx.offerings.items() if itype in have)
+    return ", ".join(azs) if azs else "none"
+
+
+# -- rules ---------------------------------------------------------------------------------------------
+
+def config_findings(ctx: Context) -> Iterable[Finding]:
+    """The config rules' warnings (errors already stopped the config from loading)."""
+    for f in check_config(ctx.cfg):
+        # The live image rules below supersede the config's guess about the image.
+        if not f.is_error and not (f.field == IMAGE_FIELD and ctx.image is not None):
+            yield f
+
+
+def types_exist(ctx: Context) -> Iterable[Finding]:
+    for role in ctx.roles:
+        if role.instance_type not in ctx.type_info:
+            yield Finding(ERROR, role.field, f"{role.instance_type} does not exist in {ctx.aws.region}; "
+                                             "pick another type or aws:region")
+
+
+def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
+    configured = ctx.cluster.availability_zone
+    if configured:
+        for role in ctx.roles:
+            if role.instance_type in ctx.type_info and role.instance_type not in ctx.offerings.get(configured, set()):
+                yield Finding(ERROR, role.field, f"{role.instance_type} is not offered in {configured}; AZs offering it: "
+                                                 f"{_offered_list(ctx, role.instance_type)}. Change "
+                                                 f"{AZ_FIELD} or the type")
+        return
+    if not set(ctx.types) <= set(ctx.type_info):
+        return  # types_exist said why
+    if ctx.az is None:
+        detail = "; ".join(f"{t}: {_offered_list(ctx, t)}" for t in ctx.types)
+        yield Finding(ERROR, AZ_FIELD, f"no availability zone in {ctx.aws.region} offers all of {', '.join(ctx.types)} "
+                                       f"({detail}); choose types offered together, or another region")
+        return
+    good = sorted(az for az, have in ctx.offerings.items() if have >= set(ctx.types))
+    others = f"; also possible: {', '.join(good[1:])}" if len(good) > 1 else ""
+    yield Finding(INFO, AZ_FIELD, f"none configured: the cluster goes to {ctx.az}, the first AZ (sorted) offering all of "
+                                  f"{', '.join(ctx.types)}, because every node and the file system must share one AZ "
+                                  f"for EFA{others}. Set {AZ_FIELD} to pin it")
+
+
+def efa_support(ctx: Context) -> Iterable[Finding]:
+    compute = ctx.cluster.compute
+    info = ctx.type_info.get(compute.instance_type)
+    if info is None:
+        return
+    supported = bool(info.get("NetworkInfo", {}).get("EfaSupported"))
+    if compute.efa is True and not supported:
+        yield Finding(ERROR, "cluster.compute.efa", f"EC2 says {compute.instance_type} has no EFA in {ctx.aws.region}; "
+                                                    "remove `efa: true` to run over TCP, or pick an EFA type")
+    elif compute.efa is False and supported:
+        yield Finding(WARNING, "cluster.compute.efa", f"{compute.instance_type} supports EFA but it is off: collectives "
+                                                      "run over TCP; remove `efa: false` to use it")
+    elif compute.efa is None and not supported:
+        yield Finding(INFO, "cluster.compute.efa", f"{compute.instance_type} has no EFA: nodes talk over TCP")
+
+
+def placement_strategy(ctx: Context) -> Iterable[Finding]:
+    for role in ctx.roles:
+        info = ctx.type_info.get(role.instance_type)
+        if info is None:
+            continue
+        strategies = info.get("PlacementGroupInfo", {}).get("SupportedStrategies")
+        if strategies is None:
+            yield Finding(WARNING, role.field, f"EC2 does not say whether {role.instance_type} supports cluster placement "
+                                               "groups; the launch may fail if it does not")
+        elif "cluster" not in strategies:
+            yield Finding(ERROR, role.field, f"{role.instance_type} does not support the `cluster` placement strategy "
+                                             f"(only {', '.join(strategies) or 'none'}); pick a type that does")
+
+
+def image_exists(ctx: Context) -> Iterable[Finding]:
+    if ctx.image is None:
+        yield Finding(ERROR, IMAGE_FIELD, f"{ctx.notes.get('image', 'no image found')}; pin an AMI with "
+                                          f"{IMAGE_FIELD}.amiId or choose another family")
+
+
+def image_architecture(ctx: Context) -> Iterable[Finding]:
+    if ctx.image is None:
+        return
+    arch = ctx.image.get("Architecture")
+    for role in ctx.roles:
+        info = ctx.type_info.get(role.instance_type)
+        if info is None:
+            continue
+        archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+        if arch not in archs:
+            yield Finding(ERROR, IMAGE_FIELD, f"{ctx.image['ImageId']} ({ctx.image.get('Name')}) is {arch}, but "
+                                              f"{role.instance_type} runs {', '.join(archs)}; use an image for that")
+
+
+def image_supports_types(ctx: Context) -> Iterable[Finding]:
+    if ctx.image is None:
+        return
+    name = ctx.image.get("Name") or ""
+    base_oss = "Base OSS Nvidia Driver" in name
+    for role in ctx.roles:
+        family = role.instance_type.split(".", 1)[0]
+        info = ctx.type_info.get(role.instance_type) or {}
+        gpus = sum(g.get("Count", 0) for g in info.get("GpuInfo", {}).get("Gpus", []))
+        if not base_oss or family in BASE_OSS_SUPPORTED:
+            continue
+        if family.startswith("p3"):
+            yield Finding(ERROR, IMAGE_FIELD, f"{name} does not list {role.instance_type}: its open-source NVIDIA "
+                                              "kernel modules need Turing or newer, and the V100 is Volta. Pin an image "
+                                              f"that supports V100 (older or proprietary-driver DLAMI) with {IMAGE_FIELD}.amiId")
+        elif family.startswith(("trn", "inf")):
+            yield Finding(WARNING, IMAGE_FIELD, f"{name} has no Neuron SDK; {role.instance_type} needs a Neuron DLAMI")
+        elif gpus:
+            yield Finding(WARNING, IMAGE_FIELD, f"{name} does not list {role.instance_type} among its supported types; "
+                                                "check the DLAMI release notes or pin an image that does")
+
+
+def vcpu_quota(ctx: Context) -> Iterable[Finding]:
+    need: dict[tuple[str, str], int] = {}
+    for role in ctx.roles:
+        info = ctx.type_info.get(role.instance_type)
+        if info is None:
+            continue
+        key = (quota_group(role.instance_type), "spot" if role.market == "spot" else "on-demand")
+        need[key] = need.get(key, 0) + info["VCpuInfo"]["DefaultVCpus"] * role.count
+    for (group, market), vcpus in sorted(need.items()):
+        on_demand, spot, label = QUOTAS[group]
+        code = spot if market == "spot" else on_demand
+        what = f"{'All ' + label + ' Spot Instance Requests' if market == 'spot' else 'Running On-Demand ' + label + ' instances'}"
+        if code is None:
+            yield Finding(WARNING, "cluster.compute.market", f"no vCPU quota is known for {market} {label} instances; "
+                                                             f"check {vcpus} vCPUs fit before `hpcc up`")
+            continue
+        try:
+            quota = ctx.aws.call("service-quotas", "get_service_quota", ServiceCode="ec2", QuotaCode=code)["Quota"]
+        except ClientError as e:
+            yield Finding(WARNING, COMPUTE_FIELD, f"could not read the vCPU quota \"{what}\" ({code}): "
+                                                 f"{error_message(e).rstrip('.')}. Not checked: the cluster needs {vcpus} vCPUs of it; "
+                                                 f"see `aws service-quotas get-service-quota --service-code ec2 --quota-code {code}`")
+            continue
+        limit = int(quota.get("Value", 0))
+        if limit < vcpus:
+            yield Finding(ERROR, COMPUTE_FIELD, f"the cluster needs {vcpus} vCPUs of \"{what}\" but the quota is {limit} "
+                                                f"(instances already running count too); request an increase: `aws service-quotas "
+                                                f"request-service-quota-increase --service-code ec2 --quota-code {code} "
+                                                f"--desired-value {vcpus}`, or use fewer or smaller nodes")
+        else:
+            yield Finding(INFO, COMPUTE_FIELD, f"vCPU quota \"{what}\" is {limit}; the cluster needs {vcpus} "
+                                               "(instances already running count against it too)")
+
+
+DRY_RUN_ADVICE: dict[str, Callable[[Context, Role], str]] = {
+    "InsufficientInstanceCapacity": lambda ctx, r: (
+        f"AWS has no {r.instance_type} capacity for {r.count} instance(s) in {ctx.az} right now. Try another AZ "
+        f"offering it ({_offered_list(ctx, r.instance_type)}), fewer nodes, a capacity reservation or Capacity Block "
+        f"({RESERVATION_FIELD}), or retry later"),
+    "InstanceLimitExceeded": lambda ctx, r: (
+        f"the account's limit for {r.instance_type} would be exceeded by {r.count} more instance(s); request a vCPU quota "
+        f"increase (Service Quotas, code {QUOTAS[quota_group(r.instance_type)][0]}) or use fewer nodes"),
+    "VcpuLimitExceeded": lambda ctx, r: (
+        f"{r.count} x {r.instance_type} exceed the account's vCPU quota; request an increase (Service Quotas, code "
+        f"{QUOTAS[quota_group(r.instance_type)][1 if r.market == 'spot' else 0]}) or use fewer nodes"),
+    "Unsupported": lambda ctx, r: (
+        f"{r.instance_type} cannot be launched this way in {ctx.az} (type, AZ, market or image not supported together); "
+        f"AZs offering it: {_offered_list(ctx, r.instance_type)}. Change {AZ_FIELD}, the type, or cluster.compute.market"),
+    "InsufficientFreeAddressesInSubnet": lambda ctx, r: (
+        f"the subnet has too few free addresses for {r.count} instance(s) and their interfaces; hpcc's own private "
+        "subnet is a /20 (4091 addresses), so this means a smaller or fuller subnet: free addresses or use fewer nodes"),
+}
+
+
+def dry_run_launch(ctx: Context) -> Iterable[Finding]:
+    if ctx.image is None or ctx.az is None or not set(ctx.types) <= set(ctx.type_info):
+        return
+    for role in ctx.roles:
+        kwargs = dict(DryRun=True, ImageId=ctx.image["ImageId"], InstanceType=role.instance_type, MinCount=role.count,
+                      MaxCount=role.count, Placement={"AvailabilityZone": ctx.az})
+        if role.market == "spot":
+            kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
+                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        if role.reservation:
+            kwargs["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": role.reservation}}
+        try:
+            ctx.aws.client("ec2").run_instances(**kwargs)
+        except ClientError as e:
+            code = error_code(e)
+            if code == "DryRunOperation":
+                yield Finding(INFO, role.field, f"dry run: AWS would launch {role.count} x {role.instance_type} in {ctx.az}")
+            elif code in DRY_RUN_ADVICE:
+                yield Finding(ERROR, role.field, f"dry run refused ({code}): {DRY_RUN_ADVICE[code](ctx, role)}")
+            elif code in ("UnauthorizedOperation", "AccessDenied"):
+                yield Finding(WARNING, role.field, f"dry run not allowed for these credentials ({code}); `hpcc up` needs "
+                                                   "ec2:RunInstances, so check the role before going further")
+            elif code in ("VPCIdNotSpecified", "MissingInput", "VPCResourceNotSpecified"):
+                yield Finding(INFO, role.field, f"dry run skipped: the account has no default VPC to try it in ({code})")
+            else:
+                yield Finding(ERROR, role.field, f"dry run refused: {error_message(e)}")
+        else:  # an endpoint that ignored DryRun would have launched: say so loudly rather than pass
+            yield Finding(ERROR, role.field, "the dry run was not refused as a dry run: this endpoint may have launched "
+                                             "instances; check and terminate them")
+
+
+def capacity_reservation(ctx: Context) -> Iterable[Finding]:
+    compute = ctx.cluster.compute
+    rid = compute.capacity_reservation_id
+    if not rid:
+        return
+    try:
+        found = ctx.aws.call("ec2", "describe_capacity_reservations", CapacityReservationIds=[rid])["CapacityReservations"]
+    except ClientError as e:
+        if error_code(e).startswith("InvalidCapacityReservationId"):
+            found = []
+        else:
+            yield Finding(WARNING, RESERVATION_FIELD, f"could not read {rid}: {error_message(e)}; not checked")
+            return
+    except NotImplementedError:
+        yield Finding(WARNING, RESERVATION_FIELD, f"could not read {rid}: this endpoint does not model capacity "
+                                                  "reservations; not checked")
+        return
+    if not found:
+        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} does not exist in {ctx.aws.region}")
+        return
+    cr = found[0]
+    if cr.get("State") != "active":
+        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is {cr.get('State')}, not active")
+    if cr.get("InstanceType") != compute.instance_type:
+        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} reserves {cr.get('InstanceType')}, but compute nodes are "
+                                                f"{compute.instance_type}; match {COMPUTE_FIELD} to it")
+    cr_az = cr.get("AvailabilityZone")
+    if cr_az != ctx.az:
+        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is in {cr_az}, but the cluster goes to {ctx.az}; set "
+                                                f"{AZ_FIELD}: {cr_az}")
+    free = cr.get("AvailableInstanceCount", 0)
+    if free < compute.count:
+        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} has {free} of {cr.get('TotalInstanceCount', '?')} instances free, "
+                                                f"but the cluster needs {compute.count}; lower cluster.compute.count or "
+                                                "extend the reservation")
+
+
+RULES = [
+    config_findings,
+    types_exist,
+    types_offered_in_az,
+    efa_support,
+    placement_strategy,
+    image_exists,
+    image_architecture,
+    image_supports_types,
+    vcpu_quota,
+    dry_run_launch,
+    capacity_reservation,
+]
+
+
+def preflight(aws: Aws, cfg: StackConfig) -> list[Finding]:
+    ctx = Context(aws, cfg)
+    findings: list[Finding] = []
+    for rule in RULES:
+        findings.extend(rule(ctx))
+    return findings
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.is_error for f in findings)
+
+
+SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+
+
+def print_findings(console, findings: list[Finding]) -> None:
+    order = {ERROR: 0, WARNING: 1, INFO: 2}
+    for f in sorted(findings, key=lambda f: order.get(f.severity, 3)):
+        console.print(f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]: {f.field}: {f.message}", highlight=False)
+    errors = sum(f.is_error for f in findings)
+    warnings = sum(f.severity == WARNING for f in findings)
+    console.print(f"preflight: {errors} error(s), {warnings} warning(s)", highlight=False)
