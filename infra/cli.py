@@ -49,6 +49,150 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
     print_summary(result, out)
 
 
+
+# -- operator commands (infra/ops) --------------------------------------------------------------------------
+
+def _ops(fn):
+    """Run an operator command; known failures become a message and a non-zero exit, never a traceback."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from infra.ops import OpsError
+
+    try:
+        return fn()
+    except ConfigError as e:
+        raise config_error(e) from None
+    except OpsError as e:
+        raise fail(str(e), 1) from None
+    except ClientError as e:
+        raise fail(f"AWS refused: {e}", 1) from None
+    except BotoCoreError as e:
+        raise fail(f"cannot talk to AWS: {e} (check credentials, --region and the network)", 1) from None
+
+
+def _aws(region: str | None):
+    from infra.ops.aws import Aws
+
+    return Aws(region)
+
+
+def _stack_cluster(stack: str | None, cluster: str | None, region: str | None) -> tuple[str, str | None]:
+    if bool(stack) == bool(cluster):
+        raise fail("give exactly one of --cluster NAME or --stack NAME")
+    if cluster:
+        return cluster, region
+    from infra.ops.up import stack_outputs
+
+    outputs = _ops(lambda: stack_outputs(stack))
+    return outputs["clusterName"], region or outputs.get("region")
+
+
+@app.command()
+def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+              emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead")):
+    """Check quotas, capacity, AZ offerings, EFA, placement and the image before anything is created."""
+    from infra.ops.aws import Aws
+    from infra.ops.preflight import has_errors, preflight as run_preflight, print_findings
+    from infra.stackfile import load
+
+    cfg = _ops(lambda: load(config))
+
+    def run():
+        if emulate:
+            from infra.plan.embedded_aws import embedded_aws
+
+            with embedded_aws(cfg.region):
+                return run_preflight(Aws(cfg.region), cfg)
+        return run_preflight(Aws(cfg.region), cfg)
+
+    findings = _ops(run)
+    print_findings(Console(), findings)
+    if has_errors(findings):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
+           stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
+           region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
+    """Each node's instance state and bootstrap phase."""
+    from infra.ops.status import cluster_status, summary, table
+
+    name, region = _stack_cluster(stack, cluster, region)
+    rows = _ops(lambda: cluster_status(_aws(region), name))
+    if not rows:
+        raise fail(f"nothing tagged hpcc:cluster={name} found; check the name and --region", 1)
+    out = Console()
+    out.print(table(name, rows))
+    out.print(summary(rows), highlight=False)
+    if any(r.failed for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command()
+def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+             fmt: str = typer.Option("openmpi", "--format", help="openmpi | mpich | hosts | horovod"),
+             region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+             out: Path = typer.Option(None, "--out", help="write here instead of stdout")):
+    """The compute nodes' hostfile, rebuilt from the instances tagged for the cluster."""
+    from infra.hostfile import FORMATS
+    from infra.ops.hostfile import render
+
+    if fmt not in FORMATS:
+        raise fail(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    text = _ops(lambda: render(_aws(region), cluster, fmt))
+    if out:
+        out.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+         region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+         yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)")):
+    """Delete everything tagged for a cluster, in dependency order (for when `pulumi destroy` cannot)."""
+    from infra.ops.reap import reap as run_reap, table
+
+    out = Console()
+    inv = _ops(lambda: run_reap(_aws(region), cluster, yes=yes,
+                                on_step=lambda kind, items: out.print(f"deleting {len(items)} {kind}(s)", highlight=False)))
+    if inv.empty:
+        out.print(f"nothing tagged hpcc:cluster={cluster} in {inv.region}", highlight=False)
+    else:
+        out.print(table(inv, f"hpcc:cluster={cluster} in {inv.region}" + ("" if yes else " (dry run: --yes deletes)")))
+    for note in inv.notes:
+        out.print(f"[yellow]note:[/] {note}", highlight=False)
+    if any(i.failed for i in inv.items):
+        raise typer.Exit(1)
+
+
+@app.command()
+def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+       stack: str = typer.Option("dev", "--stack", help="Pulumi stack name"),
+       hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
+       wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
+       skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first")):
+    """Preflight, `pulumi up` (streamed), then wait for every node's bootstrap and write the hostfile."""
+    from infra.ops.up import up as run_up
+
+    report = _ops(lambda: run_up(config, stack, hostfile_path=hostfile_out, skip_preflight=skip_preflight,
+                                 wait_seconds=None if wait_minutes is None else wait_minutes * 60))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def destroy(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+            stack: str = typer.Option("dev", "--stack", help="Pulumi stack name")):
+    """`pulumi destroy` (streamed), then list anything still tagged for the cluster."""
+    from infra.ops.up import destroy as run_destroy
+
+    left = _ops(lambda: run_destroy(config, stack))
+    if left.items:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
