@@ -1,183 +1,454 @@
-"""hpcc's mandatory security rules over a resource graph.
+"""hpcc's mandatory security rules, as plain Python over resource records.
 
-Plain Python over `{"type", "name", "inputs"}` records (Pulumi's camelCase wire names), so the same code
-runs in the policy pack under `pulumi up --policy-pack policy` and offline over `hpcc plan`'s graph.
-Each rule returns the violations it finds, as messages that say what to fix.
+A record is `{"type", "name", "inputs"[, "dependsOn"]}` with `inputs` in Pulumi's camelCase wire names: exactly
+what `hpcc plan` records (`PlanResult.resources`), and what the policy pack (`policy/pack.py`) builds from
+`args.props` after `normalise()`. So the same functions run under `pulumi up --policy-pack policy` and offline.
+
+Each rule has a per-resource check `(type, inputs) -> [message]`, which the pack runs before the resource is
+created, and/or a graph check `(records) -> [message]` for what needs several resources (the pack runs it over
+the whole stack). Messages say what is wrong and what would be right.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import gzip
+import ipaddress
 import json
 import re
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
+EBS_VOLUME = "aws:ebs/volume:Volume"
+SUBNET = "aws:ec2/subnet:Subnet"
 SG = "aws:ec2/securityGroup:SecurityGroup"
+SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
 INGRESS = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
 EGRESS = "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"
 ROLE = "aws:iam/role:Role"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+MANAGED_POLICY = "aws:iam/policy:Policy"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
-ALLOWED_MANAGED_POLICIES = {"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
+LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+
+SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
+NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-node$")
+# Every FSx for Lustre deployment type is encrypted at rest (scratch: FSx-managed keys; persistent: KMS).
+LUSTRE_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
+ALL_PROTOCOLS = ("-1", "all")
+TAG_MAPS = ("tags", "tagsAll")  # user-chosen keys: never renamed by normalise()
+
 SECRET_PATTERNS = [
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
-    re.compile(r"aws_secret_access_key\s*[=:]", re.I),
-    re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])(?=.*AKIA)|AKIA[0-9A-Z]{16}", re.S),
+    ("a private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
+    ("an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])")),
+    ("an AWS secret access key", re.compile(
+        r"(?i)(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\"']?[\s:=\"']+"
+        r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")),
 ]
+
+
+# --- normalisation: the one place that turns what the engine hands the pack into a record's inputs --------
+
+
+def _camel(key: str) -> str:
+    if re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", key):
+        head, *rest = key.split("_")
+        return head + "".join(p[:1].upper() + p[1:] for p in rest)
+    return key
+
+
+class _MapView(Mapping):
+    """A read-only camelCase view: a value is read from the source (where pulumi-policy's proxies raise
+    UnknownValueError for values unknown during preview) only when a rule asks for it."""
+
+    def __init__(self, source: Mapping, raw_keys: bool = False):
+        self._source = source
+        self._raw_keys = raw_keys
+        self._keys = {(k if raw_keys else _camel(k)): k for k in source}
+
+    def __getitem__(self, key: str) -> Any:
+        return normalise(self._source[self._keys[key]], raw_keys=not self._raw_keys and key in TAG_MAPS)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"MapView({list(self._keys)})"
+
+
+class _SeqView(Sequence):
+    def __init__(self, source: Sequence):
+        self._source = source
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        return normalise(self._source[i])
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+
+def normalise(props: Any, raw_keys: bool = False) -> Any:
+    """The one place that turns what the engine hands the pack into what the rules read: a lazy read-only view
+    with camelCase keys over pulumi-policy's props (wire names already, wrapped in Mapping/Sequence proxies) or
+    over snake_case dicts, should an engine send those. Tag maps keep their keys as written. A value unknown
+    during preview raises only if a rule reads it, so the other rules still run in `pulumi preview`."""
+    if isinstance(props, Mapping):
+        return _MapView(props, raw_keys)
+    if isinstance(props, Sequence) and not isinstance(props, (str, bytes)):
+        return _SeqView(props)
+    return props
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _true(v: Any) -> bool:
+    return v is True or str(v).lower() == "true"
+
+
+def _list(v: Any) -> list:
+    if v is None:
+        return []
+    return list(v) if isinstance(v, Sequence) and not isinstance(v, (str, bytes)) else [v]
+
+
+def _role_tag(inputs: dict) -> str | None:
+    """The node role (head | compute) of an instance or of the instances a launch template makes."""
+    tag = (inputs.get("tags") or {}).get("hpcc:role")
+    for spec in inputs.get("tagSpecifications") or []:
+        if spec.get("resourceType") == "instance":
+            tag = tag or (spec.get("tags") or {}).get("hpcc:role")
+    return tag
+
+
+def _is_world(cidr: Any) -> bool:
+    try:
+        return ipaddress.ip_network(str(cidr).strip(), strict=False).prefixlen == 0
+    except ValueError:
+        return False
+
+
+def _ports(inputs: dict) -> str:
+    proto = str(inputs.get("ipProtocol", inputs.get("protocol", "")))
+    if proto in ALL_PROTOCOLS:
+        return "every port"
+    low, high = inputs.get("fromPort"), inputs.get("toPort")
+    return f"{proto} {low}" if low == high else f"{proto} {low}-{high}"
+
+
+def _decoded_texts(value: str) -> list[str]:
+    """The user data as written, and as the instance will see it when it is base64 (and maybe gzip)."""
+    texts = [value]
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return texts
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error):
+            pass
+    texts.append(raw.decode("utf-8", errors="replace"))
+    return texts
+
+
+def _statements(doc: Any) -> list[dict] | None:
+    if isinstance(doc, str):
+        try:
+            doc = json.loads(doc)
+        except ValueError:
+            return None
+    if not isinstance(doc, Mapping):
+        return None
+    return [s for s in _list(doc.get("Statement")) if isinstance(s, Mapping)]
+
+
+def _policy_documents(rtype: str, inputs: dict) -> list[tuple[str, Any]]:
+    if rtype in (ROLE_POLICY, MANAGED_POLICY):
+        return [("policy", inputs.get("policy"))]
+    if rtype == ROLE:
+        return [(f"inlinePolicies[{i}].policy", p.get("policy"))
+                for i, p in enumerate(inputs.get("inlinePolicies") or []) if p.get("policy")]
+    return []
+
+
+# --- the rules ------------------------------------------------------------------------------------------------
+
+
+def imdsv2_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    tokens = (inputs.get("metadataOptions") or {}).get("httpTokens")
+    if rtype == LT and tokens != "required":
+        return [f"metadataOptions.httpTokens is {tokens!r}; set it to 'required' (IMDSv2 only)"]
+    if rtype == INSTANCE:
+        if tokens is None and not inputs.get("launchTemplate"):
+            return ["no metadataOptions and no launch template: set metadataOptions.httpTokens to 'required'"]
+        if tokens is not None and tokens != "required":
+            return [f"metadataOptions.httpTokens is {tokens!r} (it overrides the template's); set it to 'required'"]
+    return []
+
+
+def imdsv2_graph(resources: list[dict]) -> list[str]:
+    """An instance that leaves IMDS to its launch template must use a template of this stack (checked above)."""
+    templates = [r for r in resources if r["type"] == LT]
+    names = {r["name"] for r in templates}
+    ids = {r["inputs"].get("id") for r in templates} - {None}
+    lt_names = {r["inputs"].get("name") for r in templates} - {None}
+    out = []
+    for r in resources:
+        if r["type"] != INSTANCE or (r["inputs"].get("metadataOptions") or {}).get("httpTokens"):
+            continue
+        ref = r["inputs"].get("launchTemplate") or {}
+        if not ref:
+            continue
+        if ref.get("id") in ids or ref.get("name") in lt_names or names & set(r.get("dependsOn") or []):
+            continue
+        out.append(f"{r['name']}: launches from a template outside this stack ({ref.get('id') or ref.get('name')}), "
+                   "whose IMDS setting cannot be checked; set metadataOptions.httpTokens to 'required' on the instance")
+    return out
+
+
+def ebs_encrypted_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    out = []
+    if rtype == LT:
+        mappings = [m for m in inputs.get("blockDeviceMappings") or [] if m.get("ebs") is not None]
+        if not mappings:
+            out.append("no EBS block device mapping: the root volume would keep the AMI snapshot's encryption; "
+                       "map the root device with ebs.encrypted true")
+        for i, m in enumerate(inputs.get("blockDeviceMappings") or []):
+            if m.get("ebs") is not None and not _true(m["ebs"].get("encrypted")):
+                out.append(f"blockDeviceMappings[{i}].ebs.encrypted is {m['ebs'].get('encrypted')!r}; "
+                           "it must be true (encrypted at rest)")
+    elif rtype == INSTANCE:
+        root = inputs.get("rootBlockDevice")
+        if root is None and not inputs.get("launchTemplate"):
+            out.append("no rootBlockDevice and no launch template: set rootBlockDevice.encrypted true")
+        elif root is not None and not _true(root.get("encrypted")):
+            out.append(f"rootBlockDevice.encrypted is {root.get('encrypted')!r}; it must be true (encrypted at rest)")
+        for i, d in enumerate(inputs.get("ebsBlockDevices") or []):
+            if not _true(d.get("encrypted")):
+                out.append(f"ebsBlockDevices[{i}].encrypted must be true (encrypted at rest)")
+    elif rtype == EBS_VOLUME and not _true(inputs.get("encrypted")):
+        out.append("encrypted must be true (encrypted at rest)")
+    return out
+
+
+def file_system_encrypted_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    """FSx for Lustre has no switch that turns encryption at rest off: every documented deployment type is
+    encrypted (scratch with FSx-managed keys, persistent with KMS). What can be checked is that the type is one
+    of those, so no future or mistyped type slips through unexamined."""
+    if rtype != LUSTRE:
+        return []
+    dep = inputs.get("deploymentType") or "SCRATCH_1"
+    if dep not in LUSTRE_TYPES:
+        return [f"deploymentType {dep!r} is not one hpcc knows to be encrypted at rest; use one of "
+                f"{', '.join(LUSTRE_TYPES)}"]
+    if inputs.get("kmsKeyId") and dep.startswith("SCRATCH"):
+        return [f"kmsKeyId is set on a {dep} file system, which is always encrypted with an FSx-managed key; "
+                "use a PERSISTENT type for a customer key, or drop kmsKeyId"]
+    return []
+
+
+def world_ingress_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    out = []
+    if rtype == INGRESS:
+        for key in ("cidrIpv4", "cidrIpv6"):
+            if _is_world(inputs.get(key)):
+                out.append(f"{key} {inputs[key]} opens {_ports(inputs)} to the whole internet; name your own network "
+                           "(or use SSM Session Manager)")
+    elif rtype == SG_RULE and inputs.get("type") == "ingress":
+        for cidr in _list(inputs.get("cidrBlocks")) + _list(inputs.get("ipv6CidrBlocks")):
+            if _is_world(cidr):
+                out.append(f"ingress from {cidr} opens {_ports(inputs)} to the whole internet; name your own network")
+    elif rtype == SG:
+        for i, rule in enumerate(inputs.get("ingress") or []):
+            for cidr in _list(rule.get("cidrBlocks")) + _list(rule.get("ipv6CidrBlocks")):
+                if _is_world(cidr):
+                    out.append(f"ingress[{i}] from {cidr} opens {_ports(rule)} to the whole internet; "
+                               "name your own network")
+    return out
+
+
+def _primary(nic: dict) -> bool:
+    return int(nic.get("networkCardIndex") or 0) == 0 and int(nic.get("deviceIndex") or 0) == 0
+
+
+def private_compute_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    """Anything not tagged as the head node is held to the compute rule, so a lost tag fails closed."""
+    out = []
+    if rtype == LT and _role_tag(inputs) != "head":
+        nics = inputs.get("networkInterfaces") or []
+        for i, nic in enumerate(nics):
+            if _true(nic.get("associatePublicIpAddress")):
+                out.append(f"networkInterfaces[{i}].associatePublicIpAddress is true: compute nodes get no public IP")
+        if not any(_primary(n) and str(n.get("associatePublicIpAddress")).lower() == "false" for n in nics):
+            out.append("the primary interface (card 0, device 0) must set associatePublicIpAddress false, "
+                       "or the subnet's default decides")
+    elif rtype == INSTANCE and _role_tag(inputs) != "head" and _true(inputs.get("associatePublicIpAddress")):
+        out.append("associatePublicIpAddress is true: compute nodes get no public IP")
+    elif rtype == SUBNET and _true(inputs.get("mapPublicIpOnLaunch")):
+        out.append("mapPublicIpOnLaunch is true: nodes launched here would get a public IP; set it false")
+    return out
+
+
+def _self_all_groups(resources: list[dict], direction: str) -> set[str]:
+    """Groups with a rule allowing all protocols from (ingress) or to (egress) the group itself."""
+    token = INGRESS if direction == "ingress" else EGRESS
+    groups = set()
+    for r in resources:
+        i = r["inputs"]
+        if r["type"] == token and str(i.get("ipProtocol")) in ALL_PROTOCOLS \
+                and i.get("referencedSecurityGroupId") and i.get("referencedSecurityGroupId") == i.get("securityGroupId"):
+            groups.add(i["securityGroupId"])
+        elif r["type"] == SG_RULE and i.get("type") == direction and str(i.get("protocol")) in ALL_PROTOCOLS \
+                and (_true(i.get("self")) or i.get("sourceSecurityGroupId") == i.get("securityGroupId")):
+            groups.add(i.get("securityGroupId"))
+        elif r["type"] == SG and i.get("id"):
+            for rule in i.get(direction) or []:
+                if str(rule.get("protocol")) in ALL_PROTOCOLS and (_true(rule.get("self")) or i["id"] in _list(rule.get("securityGroups"))):
+                    groups.add(i["id"])
+    return groups - {None}
+
+
+def efa_group_graph(resources: list[dict]) -> list[str]:
+    groups = _self_all_groups(resources, "ingress") & _self_all_groups(resources, "egress")
+    if not groups:
+        return ["no security group allows all traffic both from and to itself (ingress and egress, protocol -1): "
+                "EFA needs both directions, and egress to 0.0.0.0/0 does not cover it"]
+    out = []
+    for r in resources:
+        if r["type"] != LT:
+            continue
+        for i, nic in enumerate(r["inputs"].get("networkInterfaces") or []):
+            if not set(_list(nic.get("securityGroups"))) & groups:
+                out.append(f"{r['name']}: networkInterfaces[{i}] is not in the self-referencing EFA group "
+                           f"({', '.join(sorted(groups))})")
+    return out
+
+
+def _cluster_of(policy_inputs: dict, resources: list[dict] | None) -> str | None:
+    role = str(policy_inputs.get("role") or "")
+    m = NODE_ROLE.match(role.rsplit("/", 1)[-1])
+    if m:
+        return m.group("cluster")
+    for r in resources or []:
+        if r["type"] == ROLE and role in (r["inputs"].get("name"), r["name"]):
+            return (r["inputs"].get("tags") or {}).get("hpcc:cluster")
+    return None
+
+
+def _own_resource(arn: str, cluster: str) -> bool:
+    c = re.escape(cluster)
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{c}(?:/[^*]*\*?)?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{c}/[^*]+\*?", arn))
+
+
+def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    out = []
+    for where, doc in _policy_documents(rtype, inputs):
+        stmts = _statements(doc)
+        if stmts is None:
+            out.append(f"{where} is not a JSON policy document")
+            continue
+        for n, s in enumerate(stmts):
+            if s.get("Effect") != "Allow":
+                continue
+            actions, targets = [str(a) for a in _list(s.get("Action"))], [str(t) for t in _list(s.get("Resource"))]
+            if "NotAction" in s or "NotResource" in s:
+                out.append(f"{where} Statement[{n}] allows with NotAction/NotResource, which grants everything "
+                           "not listed; list the actions and resources instead")
+            if "*" in actions and "*" in targets:
+                out.append(f"{where} Statement[{n}] grants every action on every resource (\"*\" on \"*\")")
+            elif any(a == "*" or a.endswith(":*") for a in actions):
+                out.append(f"{where} Statement[{n}] grants a service's every action ({', '.join(actions)}); "
+                           "list the actions")
+    if rtype == ROLE_POLICY:
+        cluster = _cluster_of(inputs, graph)
+        stmts = _statements(inputs.get("policy")) or []
+        if cluster is None:
+            out.append(f"role {inputs.get('role')!r} is not a cluster's node role (hpcc-<cluster>-node), so its "
+                       "reach cannot be checked against one cluster's parameters and secrets")
+        else:
+            for n, s in enumerate(stmts):
+                if s.get("Effect") != "Allow":
+                    continue
+                for t in _list(s.get("Resource")):
+                    if not _own_resource(str(t), cluster):
+                        out.append(f"Statement[{n}] reaches {t}: the nodes may read only cluster {cluster}'s own "
+                                   f"parameters (parameter/hpcc/{cluster}/...) and secrets (secret:hpcc/{cluster}/...)")
+    if rtype == ATTACHMENT:
+        arn = str(inputs.get("policyArn") or "")
+        if arn.rsplit("/", 1)[-1] in ADMIN_MANAGED:
+            out.append(f"attaches {arn}, an administrative policy; the nodes need only AmazonSSMManagedInstanceCore")
+        elif NODE_ROLE.match(str(inputs.get("role") or "")) and arn != SSM_CORE:
+            out.append(f"attaches {arn} to the nodes' role; they need only AmazonSSMManagedInstanceCore plus the "
+                       "inline cluster policy")
+    if rtype == ROLE:
+        for arn in _list(inputs.get("managedPolicyArns")):
+            if str(arn).rsplit("/", 1)[-1] in ADMIN_MANAGED:
+                out.append(f"managedPolicyArns includes {arn}, an administrative policy")
+    return out
+
+
+
+def secrets_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    if rtype not in (LT, INSTANCE):
+        return []
+    out = []
+    for key in ("userData", "userDataBase64"):
+        value = inputs.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        texts = _decoded_texts(value)
+        for what, pattern in SECRET_PATTERNS:
+            if any(pattern.search(t) for t in texts):
+                out.append(f"{key} holds {what}; keep secrets in Secrets Manager (hpcc/<cluster>/...) and fetch "
+                           "them at boot with the node role")
+    return out
 
 
 @dataclass(frozen=True)
 class Rule:
     name: str
     description: str
-    check: Callable[[list[dict]], list[str]]
+    resource_check: Callable[..., list[str]] | None = None  # (type, inputs, graph=None)
+    graph_check: Callable[[list[dict]], list[str]] | None = None
 
-
-def _of(resources, token):
-    return [r for r in resources if r["type"] == token]
-
-
-def _role(r) -> str | None:
-    return ((r["inputs"].get("tags") or {}).get("hpcc:role")
-            or next((t.get("tags", {}).get("hpcc:role") for t in r["inputs"].get("tagSpecifications") or []
-                     if t.get("resourceType") == "instance"), None))
-
-
-def imdsv2_required(resources):
-    out = []
-    for r in _of(resources, LT):
-        if (r["inputs"].get("metadataOptions") or {}).get("httpTokens") != "required":
-            out.append(f"{r['name']}: set metadataOptions.httpTokens to 'required' (IMDSv2)")
-    for r in _of(resources, INSTANCE):
-        tokens = (r["inputs"].get("metadataOptions") or {}).get("httpTokens")
-        if tokens != "required" and not r["inputs"].get("launchTemplate"):
-            out.append(f"{r['name']}: set metadataOptions.httpTokens to 'required' or launch from a template that does")
-        elif tokens not in (None, "required"):
-            out.append(f"{r['name']}: metadataOptions.httpTokens is {tokens!r}; IMDSv2 needs 'required'")
-    return out
-
-
-def volumes_encrypted(resources):
-    out = []
-    for r in _of(resources, LT):
-        for i, bdm in enumerate(r["inputs"].get("blockDeviceMappings") or []):
-            if str((bdm.get("ebs") or {}).get("encrypted")).lower() != "true":
-                out.append(f"{r['name']}: blockDeviceMappings[{i}].ebs.encrypted must be true")
-    for r in _of(resources, INSTANCE):
-        root = r["inputs"].get("rootBlockDevice")
-        if root is not None and str(root.get("encrypted")).lower() != "true":
-            out.append(f"{r['name']}: rootBlockDevice.encrypted must be true")
-    return out
-
-
-def no_world_ingress(resources):
-    out = []
-    for r in _of(resources, INGRESS):
-        if r["inputs"].get("cidrIpv4") == "0.0.0.0/0" or r["inputs"].get("cidrIpv6") == "::/0":
-            out.append(f"{r['name']}: ingress from the whole internet; name your own network instead")
-    for r in _of(resources, SG):
-        for rule in r["inputs"].get("ingress") or []:
-            if "0.0.0.0/0" in (rule.get("cidrBlocks") or []) or "::/0" in (rule.get("ipv6CidrBlocks") or []):
-                out.append(f"{r['name']}: inline ingress from the whole internet")
-    return out
-
-
-def compute_nodes_private(resources):
-    out = []
-    for r in _of(resources, LT):
-        if _role(r) != "compute":
-            continue
-        for i, nic in enumerate(r["inputs"].get("networkInterfaces") or []):
-            if str(nic.get("associatePublicIpAddress")).lower() == "true":
-                out.append(f"{r['name']}: networkInterfaces[{i}] gives a compute node a public IP")
-    for r in _of(resources, INSTANCE):
-        if _role(r) == "compute" and r["inputs"].get("associatePublicIpAddress") is True:
-            out.append(f"{r['name']}: a compute node with a public IP")
-    return out
-
-
-def efa_group_self_referencing(resources):
-    """Some group admits all traffic from itself and sends all traffic to itself, and every node uses it."""
-    def self_all(rules):
-        return {r["inputs"]["securityGroupId"] for r in rules if r["inputs"].get("ipProtocol") == "-1"
-                and r["inputs"].get("referencedSecurityGroupId") == r["inputs"].get("securityGroupId")}
-
-    efa_groups = self_all(_of(resources, INGRESS)) & self_all(_of(resources, EGRESS))
-    if not efa_groups:
-        return ["no security group allows all traffic both from and to itself: EFA needs both directions"]
-    out = []
-    for r in _of(resources, LT):
-        for i, nic in enumerate(r["inputs"].get("networkInterfaces") or []):
-            if not set(nic.get("securityGroups") or []) & efa_groups:
-                out.append(f"{r['name']}: networkInterfaces[{i}] is not in the self-referencing EFA group")
-    return out
-
-
-def _statements(doc: str):
-    stmts = json.loads(doc).get("Statement", [])
-    return stmts if isinstance(stmts, list) else [stmts]
-
-
-def _as_list(v):
-    return v if isinstance(v, list) else [v]
-
-
-def iam_least_privilege(resources):
-    out = []
-    roles = {r["inputs"].get("name"): r for r in _of(resources, ROLE)}
-    for r in _of(resources, ROLE_POLICY):
-        role = roles.get(r["inputs"].get("role"), {})
-        cluster = (role.get("inputs", {}).get("tags") or {}).get("hpcc:cluster")
-        for s in _statements(r["inputs"]["policy"]):
-            if s.get("Effect") != "Allow":
-                continue
-            actions, targets = _as_list(s.get("Action", [])), _as_list(s.get("Resource", []))
-            if "*" in actions and "*" in targets:
-                out.append(f"{r['name']}: grants every action on every resource")
-            if any(a == "*" or a.endswith(":*") for a in actions):
-                out.append(f"{r['name']}: grants a service's every action ({', '.join(actions)}); list the actions")
-            for t in targets:
-                if cluster and f"parameter/hpcc/{cluster}" not in t and f"secret:hpcc/{cluster}/" not in t:
-                    out.append(f"{r['name']}: reaches {t}, outside cluster {cluster}'s own parameters and secret")
-    for r in _of(resources, ATTACHMENT):
-        if r["inputs"].get("policyArn") not in ALLOWED_MANAGED_POLICIES:
-            out.append(f"{r['name']}: attaches {r['inputs'].get('policyArn')}; the nodes need only AmazonSSMManagedInstanceCore")
-    return out
-
-
-def _user_data(b64: str) -> str:
-    raw = base64.b64decode(b64)
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return raw.decode(errors="replace")
-
-
-def no_secrets_in_user_data(resources):
-    out = []
-    for r in _of(resources, LT) + _of(resources, INSTANCE):
-        data = r["inputs"].get("userData")
-        text = _user_data(data) if data else r["inputs"].get("userDataBase64") and _user_data(r["inputs"]["userDataBase64"])
-        for pattern in SECRET_PATTERNS:
-            if text and pattern.search(text):
-                out.append(f"{r['name']}: user data holds secret material ({pattern.pattern[:30]}...); keep keys in "
-                           "Secrets Manager and fetch them at boot")
-    return out
+    def check(self, resources: list[dict]) -> list[str]:
+        """Every violation over a graph of records, each message prefixed with the resource's name."""
+        out = []
+        if self.resource_check is not None:
+            for r in resources:
+                out += [f"{r['name']}: {m}" for m in self.resource_check(r["type"], r["inputs"], resources)]
+        if self.graph_check is not None:
+            out += self.graph_check(resources)
+        return out
 
 
 RULES = [
-    Rule("imdsv2-required", "IMDSv2 is required on every instance and launch template", imdsv2_required),
-    Rule("volumes-encrypted", "EBS volumes are encrypted", volumes_encrypted),
-    Rule("no-world-ingress", "No port is open to 0.0.0.0/0 or ::/0", no_world_ingress),
-    Rule("compute-nodes-private", "Compute nodes have no public IP", compute_nodes_private),
-    Rule("efa-group-self-referencing", "The EFA group allows all traffic from and to itself, and every node uses it",
-         efa_group_self_referencing),
-    Rule("iam-least-privilege", "No wildcard IAM grants; the nodes reach only their cluster's parameters and secret",
-         iam_least_privilege),
-    Rule("no-secrets-in-user-data", "No private key or AWS secret in user data", no_secrets_in_user_data),
+    Rule("imdsv2-required", "IMDSv2 (httpTokens required) on every launch template and instance",
+         imdsv2_resource, imdsv2_graph),
+    Rule("ebs-encrypted", "Root and data EBS volumes are encrypted at rest", ebs_encrypted_resource),
+    Rule("file-system-encrypted", "The FSx for Lustre file system is of a type encrypted at rest",
+         file_system_encrypted_resource),
+    Rule("no-world-ingress", "No port (SSH or any other) is open to 0.0.0.0/0 or ::/0", world_ingress_resource),
+    Rule("compute-nodes-private", "Compute nodes get no public IP; no subnet assigns one by default",
+         private_compute_resource),
+    Rule("efa-group-self-referencing", "A group allows all traffic from and to itself, and every node interface "
+         "is in it", None, efa_group_graph),
+    Rule("iam-least-privilege", "No '*' on '*', no service-wide actions; the nodes' role reaches only its "
+         "cluster's parameters and secrets", iam_resource),
+    Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", secrets_resource),
 ]
 
 

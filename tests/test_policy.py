@@ -1,88 +1,202 @@
-"""The policy pack's rules: every example passes; a graph broken in one place fails that rule, with its message."""
+"""The policy pack's rules over real planned graphs: every example passes every rule; a copy of a real graph
+broken in one place fails exactly that rule, with its message. The pack itself is driven through
+pulumi-policy's own analyzer servicer (protobuf in, diagnostics out), as the Pulumi engine would drive it."""
 
 import base64
 import copy
+import gzip
 import json
 
 import pytest
+from google.protobuf import struct_pb2
+from pulumi.runtime import proto
+from pulumi_policy import EnforcementLevel
+from pulumi_policy.policy import _PolicyAnalyzerServicer
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from policy.rules import RULES, check
+from policy import rules
+from policy.pack import policies
+from policy.rules import LT, RULES, check
 
 RULE_NAMES = {r.name for r in RULES}
+INGRESS, EGRESS = rules.INGRESS, rules.EGRESS
 
 
 def _graph(planned):
     result, _ = planned
-    return copy.deepcopy([{"type": r["type"], "name": r["name"], "inputs": r["inputs"]} for r in result.resources])
-
-
-def test_every_example_passes_every_rule(planned):
-    assert check(_graph(planned)) == {}
+    return copy.deepcopy([{k: r[k] for k in ("type", "name", "inputs", "dependsOn")} for r in result.resources])
 
 
 def _first(graph, token, pred=lambda r: True):
     return next(r for r in graph if r["type"] == token and pred(r))
 
 
-def _compute_lt(graph):
-    return _first(graph, "aws:ec2/launchTemplate:LaunchTemplate", lambda r: r["name"].endswith("compute-lt"))
+def _lt(graph, role="compute"):
+    return _first(graph, LT, lambda r: r["name"].endswith(f"-{role}-lt"))
 
 
-def break_imds(g):
-    _compute_lt(g)["inputs"]["metadataOptions"]["httpTokens"] = "optional"
+def _cluster(graph):
+    return _first(graph, rules.ROLE)["inputs"]["tags"]["hpcc:cluster"]
 
 
-def break_encryption(g):
-    _compute_lt(g)["inputs"]["blockDeviceMappings"][0]["ebs"]["encrypted"] = "false"
+def _edit_policy(graph, edit):
+    policy = _first(graph, rules.ROLE_POLICY)
+    doc = json.loads(policy["inputs"]["policy"])
+    edit(doc)
+    policy["inputs"]["policy"] = json.dumps(doc)
 
 
-def break_world_ingress(g):
-    rule = _first(g, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", lambda r: "lustre-in" in r["name"])
-    rule["inputs"].pop("referencedSecurityGroupId", None)
+def test_every_example_passes_every_rule(planned):
+    assert check(_graph(planned)) == {}
+
+
+# --- one break per behaviour; each names the rule that must catch it and words of its message -------------
+
+
+def imds_optional_on_template(g):
+    _lt(g)["inputs"]["metadataOptions"]["httpTokens"] = "optional"
+
+
+def imds_missing_on_template(g):
+    del _lt(g, "head")["inputs"]["metadataOptions"]
+
+
+def imds_optional_on_instance(g):
+    _first(g, rules.INSTANCE)["inputs"]["metadataOptions"] = {"httpTokens": "optional"}
+
+
+def instance_from_foreign_template(g):
+    node = _first(g, rules.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")
+    node["inputs"]["launchTemplate"] = {"id": "lt-0123456789abcdef0", "version": "1"}
+    node["dependsOn"] = [d for d in node["dependsOn"] if not d.endswith("-lt")]
+
+
+def root_volume_unencrypted(g):
+    _lt(g)["inputs"]["blockDeviceMappings"][0]["ebs"]["encrypted"] = "false"
+
+
+def root_volume_unmapped(g):
+    _lt(g, "head")["inputs"]["blockDeviceMappings"] = []
+
+
+def fsx_unknown_type(g):
+    _first(g, rules.LUSTRE)["inputs"]["deploymentType"] = "SCRATCH_3"
+
+
+def lustre_port_open_to_world(g):
+    rule = _first(g, INGRESS, lambda r: r["name"].endswith("-lustre-in-nodes-988"))
+    rule["inputs"].pop("referencedSecurityGroupId")
     rule["inputs"]["cidrIpv4"] = "0.0.0.0/0"
 
 
-def break_public_compute(g):
-    _compute_lt(g)["inputs"]["networkInterfaces"][0]["associatePublicIpAddress"] = "true"
+def ssh_open_to_world_v6(g):
+    g.append({"type": INGRESS, "name": "extra-ssh", "dependsOn": [], "inputs": {
+        "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv6": "::/0"}})
 
 
-def break_efa_egress(g):
+def inline_sg_open_to_world(g):
+    _first(g, rules.SG)["inputs"]["ingress"] = [
+        {"protocol": "tcp", "fromPort": 3389, "toPort": 3389, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}]
+
+
+def compute_public_ip(g):
+    _lt(g)["inputs"]["networkInterfaces"][0]["associatePublicIpAddress"] = "true"
+
+
+def compute_public_ip_left_to_subnet(g):
+    del _lt(g)["inputs"]["networkInterfaces"][0]["associatePublicIpAddress"]
+
+
+def subnet_maps_public_ips(g):
+    _first(g, rules.SUBNET, lambda r: r["name"].endswith("-private"))["inputs"]["mapPublicIpOnLaunch"] = True
+
+
+def efa_egress_missing(g):
     g[:] = [r for r in g if not r["name"].endswith("-efa-out")]
 
 
-def break_iam_star(g):
-    policy = _first(g, "aws:iam/rolePolicy:RolePolicy")
-    doc = json.loads(policy["inputs"]["policy"])
-    doc["Statement"].append({"Effect": "Allow", "Action": "*", "Resource": "*"})
-    policy["inputs"]["policy"] = json.dumps(doc)
+def efa_ingress_tcp_only(g):
+    rule = _first(g, INGRESS, lambda r: r["name"].endswith("-efa-in"))
+    rule["inputs"].update(ipProtocol="tcp", fromPort=0, toPort=65535)
 
 
-def break_iam_other_cluster(g):
-    policy = _first(g, "aws:iam/rolePolicy:RolePolicy")
-    doc = json.loads(policy["inputs"]["policy"])
-    doc["Statement"][0]["Resource"].append("arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/someone-else/*")
-    policy["inputs"]["policy"] = json.dumps(doc)
+def node_outside_efa_group(g):
+    lustre_sg = _first(g, INGRESS, lambda r: "lustre-in-self" in r["name"])["inputs"]["securityGroupId"]
+    _lt(g)["inputs"]["networkInterfaces"][-1]["securityGroups"] = [lustre_sg]
 
 
-def break_user_data(g):
-    lt = _compute_lt(g)
-    script = "#!/bin/bash\ncat > /root/.ssh/id <<'K'\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn...\nK\n"
-    lt["inputs"]["userData"] = base64.b64encode(script.encode()).decode()
+def iam_star_on_star(g):
+    _edit_policy(g, lambda d: d["Statement"].append({"Effect": "Allow", "Action": "*", "Resource": "*"}))
+
+
+def iam_service_wildcard(g):
+    _edit_policy(g, lambda d: d["Statement"][0].update(Action=["ssm:*"]))
+
+
+def iam_other_clusters_parameters(g):
+    _edit_policy(g, lambda d: d["Statement"][0]["Resource"].append(
+        "arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/someone-else/*"))
+
+
+def iam_prefix_lookalike(g):
+    c = _cluster(g)
+    _edit_policy(g, lambda d: d["Statement"][0]["Resource"].append(
+        f"arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/{c}2/*"))
+
+
+def iam_every_secret(g):
+    _edit_policy(g, lambda d: d["Statement"][2].update(Resource=["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]))
+
+
+def iam_admin_attached(g):
+    _first(g, rules.ATTACHMENT)["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
+
+
+PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def private_key_in_gzipped_user_data(g):
+    lt = _lt(g, "head")
+    script = gzip.decompress(base64.b64decode(lt["inputs"]["userData"])).decode()
+    script += f"cat > /root/.ssh/id_ed25519 <<'K'\n{PEM}K\n"
+    lt["inputs"]["userData"] = base64.b64encode(gzip.compress(script.encode())).decode()
+
+
+def aws_keys_in_instance_user_data(g):
+    _first(g, rules.INSTANCE)["inputs"]["userData"] = (
+        "#!/bin/bash\nexport AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\n"
+        "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
 
 
 BREAKS = [
-    ("imdsv2-required", break_imds, "httpTokens"),
-    ("volumes-encrypted", break_encryption, "encrypted must be true"),
-    ("no-world-ingress", break_world_ingress, "whole internet"),
-    ("compute-nodes-private", break_public_compute, "public IP"),
-    ("efa-group-self-referencing", break_efa_egress, "both from and to itself"),
-    ("iam-least-privilege", break_iam_star, "every action on every resource"),
-    ("iam-least-privilege", break_iam_other_cluster, "someone-else"),
-    ("no-secrets-in-user-data", break_user_data, "secret material"),
+    ("imdsv2-required", imds_optional_on_template, "httpTokens is 'optional'"),
+    ("imdsv2-required", imds_missing_on_template, "httpTokens is None"),
+    ("imdsv2-required", imds_optional_on_instance, "overrides the template"),
+    ("imdsv2-required", instance_from_foreign_template, "template outside this stack"),
+    ("ebs-encrypted", root_volume_unencrypted, "encrypted is 'false'"),
+    ("ebs-encrypted", root_volume_unmapped, "AMI snapshot's encryption"),
+    ("file-system-encrypted", fsx_unknown_type, "'SCRATCH_3'"),
+    ("no-world-ingress", lustre_port_open_to_world, "tcp 988"),
+    ("no-world-ingress", ssh_open_to_world_v6, "::/0 opens tcp 22"),
+    ("no-world-ingress", inline_sg_open_to_world, "tcp 3389"),
+    ("compute-nodes-private", compute_public_ip, "associatePublicIpAddress is true"),
+    ("compute-nodes-private", compute_public_ip_left_to_subnet, "subnet's default decides"),
+    ("compute-nodes-private", subnet_maps_public_ips, "mapPublicIpOnLaunch is true"),
+    ("efa-group-self-referencing", efa_egress_missing, "both from and to itself"),
+    ("efa-group-self-referencing", efa_ingress_tcp_only, "both from and to itself"),
+    ("efa-group-self-referencing", node_outside_efa_group, "not in the self-referencing EFA group"),
+    ("iam-least-privilege", iam_star_on_star, "every action on every resource"),
+    ("iam-least-privilege", iam_service_wildcard, "ssm:*"),
+    ("iam-least-privilege", iam_other_clusters_parameters, "hpcc/someone-else"),
+    ("iam-least-privilege", iam_prefix_lookalike, "2/*: the nodes may read only"),
+    ("iam-least-privilege", iam_every_secret, "secret:*"),
+    ("iam-least-privilege", iam_admin_attached, "AdministratorAccess"),
+    ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
+    ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
 ]
 
 
-@pytest.mark.parametrize("rule,breaker,words", BREAKS, ids=[f"{b[0]}:{b[1].__name__}" for b in BREAKS])
+@pytest.mark.parametrize("rule,breaker,words", BREAKS, ids=[b[1].__name__ for b in BREAKS])
 def test_a_broken_graph_fails_the_rule_with_its_message(planned, rule, breaker, words):
     graph = _graph(planned)
     breaker(graph)
@@ -95,6 +209,88 @@ def test_every_rule_has_a_breaking_case():
     assert {b[0] for b in BREAKS} == RULE_NAMES
 
 
-def test_policy_pack_declares_every_rule_as_mandatory():
-    text = open("policy/__main__.py").read()
-    assert "EnforcementLevel.MANDATORY" in text and "for rule in RULES" in text
+def test_both_aws_key_parts_are_recognised_alone():
+    for script, what in (("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+                          "secret access key"), ("KEY=ASIAIOSFODNN7EXAMPLE", "access key id")):
+        found = rules.secrets_resource(rules.INSTANCE, {"userDataBase64": base64.b64encode(script.encode()).decode()})
+        assert found and what in found[0], (script, found)
+    # a checksum or a 40-character token with no key context is not a secret
+    assert rules.secrets_resource(LT, {"userData": base64.b64encode(b"sha=" + b"a1" * 20).decode()}) == []
+
+
+# --- the pack, driven the way the engine drives it --------------------------------------------------------
+
+
+def _servicer():
+    return _PolicyAnalyzerServicer("hpcc", "0.0.1", policies(), EnforcementLevel.MANDATORY,
+                                   None, None, None, None, None, None, None)
+
+
+def _struct(inputs) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(json.loads(json.dumps(inputs)))
+    return s
+
+
+def _analyze(record, servicer=None):
+    request = proto.AnalyzeRequest(type=record["type"], properties=_struct(record["inputs"]),
+                                   urn=f"urn:pulumi:dev::hpcc::{record['type']}::{record['name']}", name=record["name"])
+    return list((servicer or _servicer()).Analyze(request, None).diagnostics)
+
+
+def _analyze_stack(graph):
+    urn = {r["name"]: f"urn:pulumi:dev::hpcc::{r['type']}::{r['name']}" for r in graph}
+    request = proto.AnalyzeStackRequest(resources=[
+        proto.AnalyzerResource(type=r["type"], properties=_struct(r["inputs"]), urn=urn[r["name"]], name=r["name"],
+                               dependencies=[urn[d] for d in r.get("dependsOn") or [] if d in urn])
+        for r in graph])
+    return list(_servicer().AnalyzeStack(request, None).diagnostics)
+
+
+def test_pack_has_every_rule_and_all_are_mandatory():
+    pack = policies()
+    assert {p.name.removesuffix("-graph") for p in pack} == RULE_NAMES
+    assert all(p.enforcement_level == EnforcementLevel.MANDATORY for p in pack)
+    main = open("policy/__main__.py").read()
+    assert "EnforcementLevel.MANDATORY" in main and "policies()" in main
+
+
+def test_pack_passes_every_example_through_the_engine_path(planned):
+    graph = _graph(planned)
+    servicer = _servicer()
+    assert [d.message for r in graph for d in _analyze(r, servicer)] == []
+    assert [d.message for d in _analyze_stack(graph)] == []
+
+
+@pytest.mark.parametrize("rule,breaker,words", BREAKS, ids=[b[1].__name__ for b in BREAKS])
+def test_pack_reports_each_break_as_a_mandatory_violation(planned, rule, breaker, words):
+    graph = _graph(planned)
+    breaker(graph)
+    diagnostics = [d for r in graph for d in _analyze(r)] + _analyze_stack(graph)
+    assert {d.policyName.removesuffix("-graph") for d in diagnostics} == {rule}
+    assert all(d.enforcementLevel == proto.MANDATORY for d in diagnostics)
+    assert any(words in d.message for d in diagnostics), [d.message for d in diagnostics]
+
+
+def test_a_value_unknown_in_preview_skips_only_the_rules_that_read_it(planned):
+    lt = _lt(_graph(planned))
+    lt["inputs"]["imageId"] = UNKNOWN_STRING_VALUE  # read by no rule
+    lt["inputs"]["metadataOptions"]["httpTokens"] = "optional"
+    lt["inputs"]["networkInterfaces"][0]["associatePublicIpAddress"] = UNKNOWN_STRING_VALUE
+    found = {d.policyName: d for d in _analyze(lt)}
+    assert found["imdsv2-required"].enforcementLevel == proto.MANDATORY
+    assert "can't be known during preview" in found["compute-nodes-private"].message
+    assert found["compute-nodes-private"].enforcementLevel == proto.ADVISORY
+    assert set(found) == {"imdsv2-required", "compute-nodes-private"}
+
+
+def test_snake_case_props_are_normalised_and_tag_keys_kept():
+    props = {"metadata_options": {"http_tokens": "optional"},
+             "tag_specifications": [{"resource_type": "instance", "tags": {"hpcc:role": "head", "cost_center": "x"}}],
+             "network_interfaces": [{"device_index": 0, "associate_public_ip_address": "true"}],
+             "block_device_mappings": [{"ebs": {"encrypted": "true"}}]}
+    view = rules.normalise(props)
+    assert view["tagSpecifications"][0]["tags"] == {"hpcc:role": "head", "cost_center": "x"}
+    assert rules.imdsv2_resource(LT, view) == rules.imdsv2_resource(LT, {"metadataOptions": {"httpTokens": "optional"}})
+    assert rules.imdsv2_resource(LT, view)
+    assert rules.private_compute_resource(LT, view) == []  # the head: tag read through the view

@@ -1,0 +1,58 @@
+"""The policy pack's policies, built from rules.py. Kept apart from __main__.py because constructing a
+PolicyPack starts its gRPC server and never returns; the tests import this module instead.
+
+- Each rule's per-resource check is a ResourceValidationPolicy: the engine calls it with the resource's inputs
+  before creating or updating it, so a mandatory violation stops `pulumi up` before anything bad exists.
+- Each rule's graph check is a StackValidationPolicy (`<rule>-graph`): it runs over every resource's outputs
+  once the stack is known (after the update; during preview it is skipped where values are still unknown).
+
+`args.props` are the provider's wire names (camelCase) wrapped in read-only proxies; `rules.normalise` turns
+them (or snake_case keys, should an engine send those) into the plain records the rules read.
+"""
+
+from __future__ import annotations
+
+from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
+
+try:
+    from . import rules
+except ImportError:  # loaded by the Pulumi engine as a script directory, not as a package
+    import rules  # type: ignore[no-redef]
+
+
+def record(resource) -> dict:
+    """A pulumi-policy PolicyResource as the rules' record."""
+    return {"type": resource.resource_type, "name": resource.name, "urn": resource.urn,
+            "parent": resource.parent.name if getattr(resource, "parent", None) is not None else None,
+            "dependsOn": [d.name for d in getattr(resource, "dependencies", None) or []],
+            "inputs": rules.normalise(resource.props)}
+
+
+def _resource_policy(rule: rules.Rule) -> ResourceValidationPolicy:
+    def validate(args, report_violation):
+        for message in rule.resource_check(args.resource_type, rules.normalise(args.props)):
+            report_violation(message)
+
+    return ResourceValidationPolicy(name=rule.name, description=rule.description, validate=validate,
+                                    enforcement_level=EnforcementLevel.MANDATORY)
+
+
+def _stack_policy(rule: rules.Rule) -> StackValidationPolicy:
+    def validate(args, report_violation):
+        graph = [record(r) for r in args.resources]
+        urns = {r["name"]: r["urn"] for r in graph}
+        for message in rule.graph_check(graph):
+            report_violation(message, urns.get(message.split(":", 1)[0]))
+
+    return StackValidationPolicy(name=f"{rule.name}-graph", description=rule.description, validate=validate,
+                                 enforcement_level=EnforcementLevel.MANDATORY)
+
+
+def policies() -> list:
+    out = []
+    for rule in rules.RULES:
+        if rule.resource_check is not None:
+            out.append(_resource_policy(rule))
+        if rule.graph_check is not None:
+            out.append(_stack_policy(rule))
+    return out
