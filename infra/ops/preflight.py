@@ -119,12 +119,12 @@ class Context:
         img = self.cluster.image
         try:
             if img.ami_id:
-                found = self.aws.call("ec2", "describe_images", ImageIds=[img.ami_id])["Images"]
                 how = f"amiId {img.ami_id}"
+                found = self.aws.call("ec2", "describe_images", ImageIds=[img.ami_id])["Images"]
             elif img.name_filter:
+                how = f"nameFilter {img.name_filter!r} (owner {DLAMI_OWNER})"
                 found = self.aws.call("ec2", "describe_images", Owners=[DLAMI_OWNER],
                                       Filters=[{"Name": "name", "Values": [img.name_filter]}])["Images"]
-                how = f"nameFilter {img.name_filter!r} (owner {DLAMI_OWNER})"
             else:
                 param = img.ssm_parameter
                 how = f"family {img.resolved_family} (SSM parameter {param})"
