@@ -14,11 +14,15 @@ def read_raw(path: str | Path) -> dict:
     """The file's `config:` map; ConfigError for anything that is not a readable stack file."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError([(str(p), f"cannot read the stack config: {e.strerror or e}")]) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError([(str(p), f"is not UTF-8 text (byte {e.start}); save the stack config as UTF-8")]) from None
     try:
         doc = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError([(str(p), "nests too deeply to be a stack config; compare it with examples/")]) from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
