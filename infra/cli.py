@@ -116,7 +116,7 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
            stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
     """Each node's instance state and bootstrap phase."""
-    from infra.ops.status import cluster_status, summary, table
+    from infra.ops.status import cluster_status, print_failures, summary, table
 
     name, region = _stack_cluster(stack, cluster, region)
     rows = _ops(lambda: cluster_status(_aws(region), name))
@@ -124,6 +124,7 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
         raise fail(f"nothing tagged hpcc:cluster={name} found; check the name and --region", 1)
     out = Console()
     out.print(table(name, rows))
+    print_failures(out, rows)
     out.print(summary(rows), highlight=False)
     if any(r.failed for r in rows):
         raise typer.Exit(1)

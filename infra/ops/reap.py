@@ -72,20 +72,28 @@ def _ec2(aws: Aws, op: str, key: str, **kw) -> list[dict]:
     return list(aws.pages("ec2", op, key, **kw))
 
 
+def _mine(items: list[dict], cluster: str, vpc_ids: list[str], tag_key: str = "Tags") -> list[dict]:
+    """Re-check on our side what a filter asked for (tag or VPC), so an endpoint that ignores a filter
+    can never make reap touch another cluster's resources."""
+    return [i for i in items if tag_dict(i.get(tag_key)).get(TAG_CLUSTER) == cluster
+            or (i.get("VpcId") and i.get("VpcId") in vpc_ids)
+            or any(a.get("VpcId") in vpc_ids for a in i.get("Attachments", []))]
+
+
 def inventory(aws: Aws, cluster: str) -> Inventory:
     inv = Inventory(cluster, aws.region)
     add = inv.items.append
     tf = tag_filter(cluster)
 
-    vpcs = _ec2(aws, "describe_vpcs", "Vpcs", Filters=tf)
+    vpcs = _mine(_ec2(aws, "describe_vpcs", "Vpcs", Filters=tf), cluster, [])
     vpc_ids = [v["VpcId"] for v in vpcs]
     in_vpc = [{"Name": "vpc-id", "Values": vpc_ids}]
 
-    instance_ids = set()
+    instance_ids = set()  # every instance of the cluster, terminated ones too: their interfaces go with them
     for res in _ec2(aws, "describe_instances", "Reservations", Filters=tf):
-        for i in res["Instances"]:
+        for i in _mine(res["Instances"], cluster, []):
+            instance_ids.add(i["InstanceId"])
             if i["State"]["Name"] != "terminated":
-                instance_ids.add(i["InstanceId"])
                 add(Item("instance", i["InstanceId"], _name(i.get("Tags")), extra={"state": i["State"]["Name"]}))
 
     file_systems = [fs for fs in aws.pages("fsx", "describe_file_systems", "FileSystems")
@@ -105,13 +113,14 @@ def inventory(aws: Aws, cluster: str) -> Inventory:
     nats = {n["NatGatewayId"]: n for n in _ec2(aws, "describe_nat_gateways", "NatGateways", Filter=tf)}
     if vpc_ids:
         nats.update({n["NatGatewayId"]: n for n in _ec2(aws, "describe_nat_gateways", "NatGateways", Filter=in_vpc)})
+    nats = {k: n for k, n in nats.items() if _mine([n], cluster, vpc_ids)}
     nat_allocations = set()
     for n in nats.values():
         if n["State"] in ("deleted", "deleting", "failed"):
             continue
         add(Item("nat-gateway", n["NatGatewayId"], _name(n.get("Tags"))))
         nat_allocations |= {a["AllocationId"] for a in n.get("NatGatewayAddresses", []) if a.get("AllocationId")}
-    addresses = {a["AllocationId"]: a for a in _ec2(aws, "describe_addresses", "Addresses", Filters=tf)}
+    addresses = {a["AllocationId"]: a for a in _mine(_ec2(aws, "describe_addresses", "Addresses", Filters=tf), cluster, [])}
     if nat_allocations:
         addresses.update({a["AllocationId"]: a for a in _ec2(aws, "describe_addresses", "Addresses",
                                                               AllocationIds=sorted(nat_allocations))})
@@ -121,10 +130,13 @@ def inventory(aws: Aws, cluster: str) -> Inventory:
     enis = {e["NetworkInterfaceId"]: e for e in _ec2(aws, "describe_network_interfaces", "NetworkInterfaces", Filters=tf)}
     if vpc_ids:
         enis.update({e["NetworkInterfaceId"]: e for e in _ec2(aws, "describe_network_interfaces", "NetworkInterfaces", Filters=in_vpc)})
+    enis = {k: e for k, e in enis.items() if _mine([e], cluster, vpc_ids, "TagSet")}
     for eni_id, e in sorted(enis.items()):
-        attached_to = (e.get("Attachment") or {}).get("InstanceId")
-        if attached_to in instance_ids:
-            continue  # goes with its instance
+        attachment = e.get("Attachment") or {}
+        if attachment.get("InstanceId") in instance_ids:
+            # Goes with its instance (delete-on-termination), or AWS detaches it when the instance terminates
+            # and a second reap finds it "available" in the VPC. A primary interface cannot be detached by hand.
+            continue
         add(Item("network-interface", eni_id, e.get("Description") or _name(e.get("TagSet")),
                  extra={"attachment": (e.get("Attachment") or {}).get("AttachmentId"),
                         "requester_managed": bool(e.get("RequesterManaged"))}))
@@ -132,20 +144,21 @@ def inventory(aws: Aws, cluster: str) -> Inventory:
     groups = {g["GroupId"]: g for g in _ec2(aws, "describe_security_groups", "SecurityGroups", Filters=tf)}
     if vpc_ids:
         groups.update({g["GroupId"]: g for g in _ec2(aws, "describe_security_groups", "SecurityGroups", Filters=in_vpc)})
+    groups = {k: g for k, g in groups.items() if _mine([g], cluster, vpc_ids)}
     for gid, g in sorted(groups.items()):
         if g.get("GroupName") != "default":
             add(Item("security-group", gid, g.get("GroupName", ""), extra={"group": g}))
 
     _placement_groups(aws, inv)
 
-    for lt in _ec2(aws, "describe_launch_templates", "LaunchTemplates", Filters=tf):
+    for lt in _mine(_ec2(aws, "describe_launch_templates", "LaunchTemplates", Filters=tf), cluster, []):
         add(Item("launch-template", lt["LaunchTemplateId"], lt.get("LaunchTemplateName", "")))
 
     if vpc_ids:
-        for ep in _ec2(aws, "describe_vpc_endpoints", "VpcEndpoints", Filters=in_vpc):
+        for ep in _mine(_ec2(aws, "describe_vpc_endpoints", "VpcEndpoints", Filters=in_vpc), cluster, vpc_ids):
             if ep.get("State", "").lower() not in ("deleted", "deleting"):
                 add(Item("vpc-endpoint", ep["VpcEndpointId"], ep.get("ServiceName", "")))
-        for rt in _ec2(aws, "describe_route_tables", "RouteTables", Filters=in_vpc):
+        for rt in _mine(_ec2(aws, "describe_route_tables", "RouteTables", Filters=in_vpc), cluster, vpc_ids):
             if not any(a.get("Main") for a in rt.get("Associations", [])):
                 add(Item("route-table", rt["RouteTableId"], _name(rt.get("Tags")),
                          extra={"associations": [a["RouteTableAssociationId"] for a in rt.get("Associations", [])]}))
@@ -153,12 +166,14 @@ def inventory(aws: Aws, cluster: str) -> Inventory:
     if vpc_ids:
         igws.update({g["InternetGatewayId"]: g for g in _ec2(aws, "describe_internet_gateways", "InternetGateways",
                                                              Filters=[{"Name": "attachment.vpc-id", "Values": vpc_ids}])})
+    igws = {k: g for k, g in igws.items() if _mine([g], cluster, vpc_ids)}
     for gid, g in sorted(igws.items()):
         add(Item("internet-gateway", gid, _name(g.get("Tags")),
                  extra={"vpcs": [a["VpcId"] for a in g.get("Attachments", [])]}))
     subnets = {s["SubnetId"]: s for s in _ec2(aws, "describe_subnets", "Subnets", Filters=tf)}
     if vpc_ids:
         subnets.update({s["SubnetId"]: s for s in _ec2(aws, "describe_subnets", "Subnets", Filters=in_vpc)})
+    subnets = {k: sn for k, sn in subnets.items() if _mine([sn], cluster, vpc_ids)}
     for sid, s in sorted(subnets.items()):
         add(Item("subnet", sid, _name(s.get("Tags"))))
     for v in vpcs:

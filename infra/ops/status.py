@@ -127,3 +127,17 @@ def summary(rows: list[NodeStatus]) -> str:
     failed = [r.node for r in rows if r.failed]
     text = f"{ready}/{len(rows)} nodes ready"
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
+
+
+def print_failures(console, rows: list[NodeStatus], tail: int = 10) -> None:
+    """Each failed node with its failing step, why, and the last lines of its log."""
+    for r in rows:
+        if not r.failed:
+            continue
+        why = r.message or (f"instance is {r.state}" if r.state != "running" else "failed")
+        console.print(f"[bold red]{r.node} failed[/] at step [bold]{r.step or r.phase}[/]: {why}", highlight=False)
+        for line in r.log_tail[-tail:]:
+            console.print(f"    {line}", markup=False, highlight=False)
+        if r.instance_id and r.state not in ("terminated", "missing"):
+            console.print(f"    full log: /var/log/hpcc-bootstrap.log on {r.instance_id} (the instance is kept)",
+                          highlight=False)

@@ -27,7 +27,7 @@ from infra.ops import hostfile as ops_hostfile
 from infra.ops import reap as ops_reap
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
-from infra.ops.status import PHASES, STEPS, NodeStatus, cluster_status
+from infra.ops.status import PHASES, STEPS, NodeStatus, cluster_status, print_failures
 from infra.stackfile import load, read_raw
 
 ROOT = Path(__file__).resolve().parents[2]  # Pulumi.yaml lives here
@@ -150,14 +150,7 @@ def wait_ready(aws: Aws, cluster: str, nodes: list[str], timeout: float, poll: f
 
 
 def report_failures(console: Console, result: Readiness) -> None:
-    for r in result.failed:
-        why = r.message or (f"instance is {r.state}" if r.state != "running" else "failed")
-        console.print(f"[bold red]{r.node} failed[/] at step [bold]{r.step or r.phase}[/]: {why}", highlight=False)
-        for line in r.log_tail[-LOG_TAIL_LINES:]:
-            console.print(f"    {line}", markup=False, highlight=False)
-        if r.instance_id:
-            console.print(f"    full log: /var/log/hpcc-bootstrap.log on {r.instance_id} (the instance is kept)",
-                          highlight=False)
+    print_failures(console, result.failed, LOG_TAIL_LINES)
     if result.timed_out:
         for r in result.waiting:
             console.print(f"[yellow]{r.node} not ready[/]: instance {r.state}, bootstrap phase {r.phase}"
