@@ -1,95 +1,233 @@
-"""Property-based input fuzzing: every generated stack config (1,000+ per run) either parses or is rejected with
-a ConfigError whose every problem names a field; nothing else escapes. Full plans cost ~1 s each, so only a small
-sample of accepted small configs (15) is also planned end to end."""
+"""Property-based input fuzzing of the stack config.
 
+- 1,000 generated stack configs per run through `infra.config.parse` (what `pulumi up` and `hpcc plan` both
+  call): valid ones, and ones with wrong types, unknown keys, 0 or 10,000 nodes, negative or absurd capacities,
+  names AWS would reject and odd unicode. Each is accepted, or rejected with a ConfigError whose every problem
+  names a field path and says what is wrong; nothing else may escape. The test also checks that the run saw
+  plenty of both outcomes, so a generator that drifted to all-valid or all-junk fails.
+- 300 stack files (YAML dumps of generated configs, corrupted copies of a valid file, raw text) through
+  `infra.stackfile.load`, with the same contract.
+- The `hpcc plan` CLI on a handful of bad files, as a subprocess: exit code 2, a message naming the field,
+  no traceback.
+- A full offline plan costs about a second, so only a small sample of accepted configs (10, with 1-3 small
+  nodes) is planned end to end; each of those plans must also pass every policy rule.
+The whole file runs in well under two minutes on two cores.
+"""
+
+import os
 import string
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra.config import ConfigError, parse
-from infra.stackfile import read_raw
+from infra.stackfile import load
 
-TYPES = ["p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge", "c6i.16xlarge", "c5n.18xlarge", "c6i.xlarge", "t2.micro", ""]
-junk = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                 st.text(max_size=12), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+ROOT = Path(__file__).resolve().parent.parent
+FIELD_ROOTS = ("cluster", "aws:region", "hpcc:cluster")
+TYPES = ["p3dn.24xlarge", "p4d.24xlarge", "p5.48xlarge", "c6i.16xlarge", "c5n.18xlarge", "c6i.xlarge"]
+BAD_TYPES = ["t2.micro", "", "p5.48XLARGE", "m7g.large", "x" * 300]
+ODD = "éß漢🙂\u200b\u202e\x00\n\t'\"{}[]:#&*!|>%@`"
 
-
-def maybe(strategy):
-    return st.one_of(strategy, junk)
-
-
-names = st.one_of(st.from_regex(r"[a-z][a-z0-9-]{1,30}[a-z0-9]", fullmatch=True),
-                  st.text(alphabet=string.printable + "éß漢🙂", max_size=70))
-clusters = st.fixed_dictionaries(
-    {"name": maybe(names),
-     "compute": maybe(st.fixed_dictionaries({"instanceType": maybe(st.sampled_from(TYPES)),
-                                             "count": maybe(st.sampled_from([0, 1, 2, 8, 512, 513, 10000, -1]))},
-                                            optional={"efa": maybe(st.booleans()), "market": maybe(st.sampled_from(["spot", "on-demand", "cheap"])),
-                                                      "gpus": st.integers()}))},
-    optional={"headNode": maybe(st.fixed_dictionaries({"instanceType": maybe(st.sampled_from(TYPES))})),
-              "availabilityZone": maybe(st.sampled_from(["us-east-1a", "eu-west-1b", "moon-1a"])),
-              "fsx": maybe(st.fixed_dictionaries({}, optional={
-                  "deploymentType": maybe(st.sampled_from(["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2", "X"])),
-                  "storageCapacityGiB": maybe(st.sampled_from([-1200, 0, 1000, 1200, 2400, 3600, 4800, 10**9])),
-                  "perUnitStorageThroughput": maybe(st.sampled_from([50, 125, 250, 7])),
-                  "mountPoint": maybe(st.sampled_from(["/fsx", "/", "relative", "/etc", "/data/x"])),
-                  "dataRepositoryPath": maybe(st.sampled_from(["s3://bucket/x", "http://x", "s3://B"]))})),
-              "ssh": maybe(st.fixed_dictionaries({"allowedCidrs": maybe(st.lists(st.sampled_from(
-                  ["203.0.113.0/24", "0.0.0.0/0", "::/0", "10.0.0.300/8", "x"]), max_size=3))})),
-              "tags": maybe(st.dictionaries(st.text(max_size=140), st.text(max_size=300), max_size=3)),
-              "unknownKey": st.integers()})
-regions = st.one_of(st.just("us-east-1"), junk)
+junk = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                 st.text(alphabet=string.printable + ODD, max_size=20), st.lists(st.integers(), max_size=3),
+                 st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+good_names = st.from_regex(r"[a-z][a-z0-9-]{1,20}[a-z0-9]", fullmatch=True)
+bad_names = st.one_of(st.text(alphabet=string.printable + ODD, max_size=70),
+                      st.sampled_from(["ab", "-abc", "abc-", "ABC", "a" * 33, "hpcc_1", "名前"]))
 
 
-def _named(problems):
-    assert problems
-    for path, message in problems:
-        assert isinstance(path, str) and path and message, problems
-        assert path.split(".")[0].split("[")[0] in ("cluster", "aws:region", "hpcc:cluster"), path
+def valid_cluster():
+    fsx = st.one_of(
+        st.just({}),
+        st.fixed_dictionaries({"deploymentType": st.just("SCRATCH_2"), "storageCapacityGiB": st.sampled_from([1200, 2400, 4800])}),
+        st.fixed_dictionaries({"deploymentType": st.just("PERSISTENT_2"), "storageCapacityGiB": st.sampled_from([1200, 2400]),
+                               "perUnitStorageThroughput": st.sampled_from([125, 250, 500, 1000]),
+                               "dataRepositoryPath": st.just("s3://my-bucket/data")}))
+    return st.fixed_dictionaries(
+        {"name": good_names,
+         "compute": st.fixed_dictionaries({"instanceType": st.sampled_from(TYPES), "count": st.integers(1, 512)},
+                                          optional={"market": st.sampled_from(["spot", "on-demand"])})},
+        optional={"headNode": st.fixed_dictionaries({"instanceType": st.sampled_from(["c5n.18xlarge", "c6i.xlarge"])}),
+                  "availabilityZone": st.sampled_from(["us-east-1a", "us-east-1d"]),
+                  "fsx": fsx,
+                  "ssh": st.fixed_dictionaries({"allowedCidrs": st.lists(st.sampled_from(["203.0.113.0/24", "2001:db8::/32"]), max_size=2)}),
+                  "tags": st.dictionaries(st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
+                                          st.text(alphabet=string.ascii_letters + "éß漢🙂 ", max_size=30), max_size=3)})
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
-@given(region=regions, cluster=st.one_of(clusters, junk))
-def test_every_config_parses_or_names_its_bad_fields(region, cluster):
+# Breaks applied to a valid config: (path to the field, strategy for the bad value). None as value deletes it.
+BREAKS = [
+    (("name",), bad_names),
+    (("name",), junk),
+    (("compute", "count"), st.sampled_from([0, -1, 513, 10_000, 10**9, "8", 2.5, True, None])),
+    (("compute", "instanceType"), st.one_of(st.sampled_from(BAD_TYPES), junk)),
+    (("compute", "market"), st.one_of(st.sampled_from(["cheap", "SPOT", ""]), junk)),
+    (("compute", "capacityReservationId"), st.one_of(st.sampled_from(["cr-0123456789abcdef0", "cr-x"]), junk)),
+    (("compute", "efa"), st.one_of(st.booleans(), junk)),
+    (("compute",), junk),
+    (("fsx", "storageCapacityGiB"), st.sampled_from([-1200, 0, 1, 1000, 3600, 10**9, "1200", None])),
+    (("fsx", "deploymentType"), st.one_of(st.sampled_from(["SCRATCH_1", "PERSISTENT_1", "scratch_2", "X"]), junk)),
+    (("fsx", "perUnitStorageThroughput"), st.one_of(st.sampled_from([7, 50, 125, 0, -250]), junk)),
+    (("fsx", "mountPoint"), st.one_of(st.sampled_from(["/", "relative", "/etc", "/a/../etc", "/fsx/", "/data x"]), junk)),
+    (("fsx", "dataRepositoryPath"), st.one_of(st.sampled_from(["http://x", "s3://B", "s3://", "s3://a"]), junk)),
+    (("fsx", "lustreVersion"), st.one_of(st.sampled_from(["2.10", "2.16", 2.15]), junk)),
+    (("ssh", "allowedCidrs"), st.one_of(st.lists(st.sampled_from(["0.0.0.0/0", "::/0", "10.0.0.300/8", "x", "10.0.0.1/8"]),
+                                                 min_size=1, max_size=3), junk)),
+    (("tags",), st.one_of(st.dictionaries(st.text(alphabet=string.printable + ODD, max_size=140),
+                                          st.one_of(st.text(max_size=300), junk), max_size=3), junk)),
+    (("availabilityZone",), st.one_of(st.sampled_from(["eu-west-1b", "moon-1a", "us-east-1"]), junk)),
+    (("image",), st.one_of(st.fixed_dictionaries({}, optional={"family": junk, "amiId": st.sampled_from(["ami-12345678", "ami-x"]),
+                                                               "nameFilter": junk, "loginUser": junk}), junk)),
+    (("bootstrap", "timeoutMinutes"), st.one_of(st.integers(-10, 1000), junk)),
+    (("unknownKey",), junk),
+    (("compute", "gpus"), junk),
+    (("headNode", "rootVolumeGiB"), st.one_of(st.integers(-100, 100_000), junk)),
+]
+
+
+@st.composite
+def stack_configs(draw):
+    """(region, cluster): a valid cluster with 0-3 breaks, or pure junk now and then."""
+    if draw(st.integers(0, 19)) == 0:
+        return draw(st.one_of(st.just("us-east-1"), junk)), draw(junk)
+    cluster = draw(valid_cluster())
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 1, 2, 3]))):
+        path, values = draw(st.sampled_from(BREAKS))
+        value = draw(values)
+        node = cluster
+        for key in path[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[path[-1]] = value
+    region = draw(st.one_of(st.just("us-east-1"), st.just("us-east-1"), st.just("us-east-1"),
+                            st.sampled_from(["eu-west-1", "US-EAST-1", "", "us-east"]), junk))
+    return region, cluster
+
+
+def assert_names_fields(err: ConfigError, roots=FIELD_ROOTS):
+    assert err.problems, "a ConfigError with no problems"
+    for path, message in err.problems:
+        assert isinstance(path, str) and path and isinstance(message, str) and message.strip(), err.problems
+        if roots:
+            assert path.split(".")[0].split("[")[0] in roots, path
+
+
+def test_1000_generated_configs_are_accepted_or_name_their_bad_fields():
+    seen = Counter()
+
+    @settings(max_examples=1000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(stack_configs())
+    def run(config):
+        region, cluster = config
+        try:
+            parse(region, cluster)
+            seen["accepted"] += 1
+        except ConfigError as e:
+            assert_names_fields(e)
+            seen["rejected"] += 1
+
+    run()
+    assert sum(seen.values()) >= 1000, seen
+    assert seen["accepted"] >= 100 and seen["rejected"] >= 300, seen
+
+
+def _corrupt(text: str, edits: list[tuple[int, str]]) -> str:
+    for pos, ch in edits:
+        pos %= max(len(text), 1)
+        text = text[:pos] + ch + text[pos + 1:] if ch != "DEL" else text[:pos] + text[pos + 1:]
+    return text
+
+
+VALID_FILE = (ROOT / "examples" / "p5-llm.yaml").read_text()
+stack_files = st.one_of(
+    stack_configs().map(lambda rc: yaml.safe_dump({"config": {"aws:region": rc[0], "hpcc:cluster": rc[1]}}, allow_unicode=True)),
+    stack_configs().map(lambda rc: yaml.safe_dump({"config": {"aws:region": rc[0], "hpcc:cluster": rc[1], "hpcc:extra": 1}})),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(list(":-[]{}#&*!|>'\"\t\n ") + ["DEL", "\x00", "🙂"])),
+             min_size=1, max_size=4).map(lambda edits: _corrupt(VALID_FILE, edits)),
+    st.text(alphabet=string.printable + ODD, max_size=200),
+    st.sampled_from(["", "config:", "config: [unclosed", "config: 3", "- a\n- b", "config:\n  hpcc:cluster: {name: ok}\n\t- x",
+                     "config:\n  aws:region: us-east-1\n  hpcc:cluster: &a [*a]", "config: {? [a, b]: 1}",
+                     "config: " + "[" * 3000 + "]" * 3000]),
+)
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(text=stack_files)
+def test_stack_files_load_or_name_the_file_or_field(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("fuzz") / "Pulumi.fuzz.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
     try:
-        parse(region, cluster)
+        load(path)
     except ConfigError as e:
-        _named(e.problems)
+        assert_names_fields(e, roots=None)
+        for p, _ in e.problems:  # a file-level problem names the file; anything else a config key or field
+            assert p == str(path) or p.split(".")[0].split("[")[0] in FIELD_ROOTS or p.startswith(("aws:", "hpcc:")) \
+                or ":" not in p, e.problems
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(text=st.one_of(st.text(max_size=200), st.just("config: [unclosed"), st.just("config:\n  hpcc:cluster: {name: ok}\n\t- x")))
-def test_malformed_yaml_files_are_rejected_with_a_message(tmp_path_factory, text):
-    path = tmp_path_factory.mktemp("yaml") / "Pulumi.fuzz.yaml"
-    path.write_text(text)
+def test_non_utf8_file_names_the_file(tmp_path):
+    path = tmp_path / "Pulumi.bin.yaml"
+    path.write_bytes(b"\xff\xfeconfig:\n")
     try:
-        read_raw(path)
+        load(path)
     except ConfigError as e:
-        assert e.problems and all(msg for _, msg in e.problems)
+        assert e.problems[0][0] == str(path) and "UTF-8" in e.problems[0][1]
+    else:
+        raise AssertionError("a non-UTF-8 file was accepted")
 
 
-small = st.fixed_dictionaries({
+CLI_CASES = [
+    ("count0", {"name": "abc", "compute": {"instanceType": "c6i.16xlarge", "count": 0}}, "cluster.compute.count"),
+    ("count10000", {"name": "abc", "compute": {"instanceType": "p5.48xlarge", "count": 10000}}, "cluster.compute.count"),
+    ("negative-capacity", {"name": "abc", "compute": {"instanceType": "c6i.16xlarge", "count": 2},
+                           "fsx": {"storageCapacityGiB": -1200}}, "cluster.fsx.storageCapacityGiB"),
+    ("unknown-key", {"name": "abc", "compute": {"instanceType": "c6i.16xlarge", "count": 2}, "nodes": 3}, "cluster.nodes"),
+    ("bad-name", {"name": "My_Cluster!", "compute": {"instanceType": "c6i.16xlarge", "count": 2}}, "cluster.name"),
+    ("wrong-type", {"name": "abc", "compute": {"instanceType": ["p5.48xlarge"], "count": "two"}}, "cluster.compute.count"),
+    ("world-ssh", {"name": "abc", "compute": {"instanceType": "c6i.16xlarge", "count": 2},
+                   "ssh": {"allowedCidrs": ["::/0"]}}, "cluster.ssh.allowedCidrs[0]"),
+]
+
+
+def test_cli_rejects_bad_files_with_exit_2_and_no_traceback(tmp_path):
+    files = []
+    for name, cluster, _ in CLI_CASES:
+        path = tmp_path / f"Pulumi.{name}.yaml"
+        path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1", "hpcc:cluster": cluster}}))
+        files.append(path)
+    malformed = tmp_path / "Pulumi.malformed.yaml"
+    malformed.write_text("config:\n  aws:region: us-east-1\n  hpcc:cluster: {name: [unclosed\n")
+    cases = [(p, field) for p, (_, _, field) in zip(files, CLI_CASES)] + [(malformed, str(malformed))]
+    env = dict(os.environ, COLUMNS="400")  # keep rich from wrapping a field path across lines
+    for path, field in cases:
+        run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", str(path), "--out", str(tmp_path / "out")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        output = run.stdout + run.stderr
+        assert run.returncode == 2, (path.name, run.returncode, output)
+        assert f"{field}:" in output, (path.name, output)
+        assert "Traceback" not in output, output
+
+
+@settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(cluster=st.fixed_dictionaries({
     "name": st.from_regex(r"[a-z][a-z0-9]{2,8}", fullmatch=True),
     "compute": st.fixed_dictionaries({"instanceType": st.sampled_from(["p4d.24xlarge", "c6i.16xlarge", "c5n.18xlarge", "p5.48xlarge"]),
                                       "count": st.integers(1, 3), "market": st.sampled_from(["spot", "on-demand"])}),
     "fsx": st.sampled_from([{}, {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 250, "storageCapacityGiB": 2400,
                                  "dataRepositoryPath": "s3://bucket/data"}]),
-})
-
-
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(cluster=small)
-def test_accepted_configs_plan_end_to_end(cluster):
+    "ssh": st.sampled_from([{}, {"allowedCidrs": ["203.0.113.0/24"]}]),
+}))
+def test_accepted_configs_plan_end_to_end_and_pass_the_policy(cluster):
     from infra.plan.runner import plan_config
+    from policy.rules import check
 
     result = plan_config({"aws:region": "us-east-1", "hpcc:cluster": cluster})
     assert len(result.outputs["computeNodes"]) == cluster["compute"]["count"]
-
-
-def test_yaml_dump_of_an_example_round_trips(tmp_path):
-    doc = {"config": read_raw("examples/p5-llm.yaml")}
-    path = tmp_path / "Pulumi.rt.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    parse(read_raw(path)["aws:region"], read_raw(path)["hpcc:cluster"])
+    assert check(result.resources) == {}
