@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$")
+CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{1,30}[a-z0-9]")  # fullmatch: `$` would let a trailing newline in
+# Tag characters every tagged service accepts (IAM, FSx and Secrets Manager refuse the rest; EC2 takes anything).
+TAG_PUNCTUATION = "_.:/=+-@"
+
+
+def _tag_text_ok(text: str) -> bool:
+    return all(ch in TAG_PUNCTUATION or unicodedata.category(ch)[0] in "LNZ" for ch in text)
+
+
 IMAGE_FAMILIES = {
     # family -> (SSM parameter path segment, login user, image name pattern)
     "base-oss-nvidia-driver-gpu-ubuntu-22.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"),
@@ -124,7 +133,7 @@ class ClusterConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not CLUSTER_NAME.match(v):
+        if not CLUSTER_NAME.fullmatch(v):
             raise ValueError(
                 "must be 3-32 characters of lower-case letters, digits and '-', start with a letter and "
                 f"not end with '-' (it names AWS resources and parameter paths); got {v!r}"
@@ -139,6 +148,9 @@ class ClusterConfig(_Model):
                 raise ValueError(f"key {key!r}: keys are 1-128 characters and may not start with 'aws:' or 'hpcc:'")
             if len(value) > 256:
                 raise ValueError(f"value of {key!r} is {len(value)} characters; AWS allows 256")
+            if not (_tag_text_ok(key) and _tag_text_ok(value)):
+                raise ValueError(f"{key!r}: {value!r}: tag keys and values may hold only letters, digits, spaces and "
+                                 f"{' '.join(TAG_PUNCTUATION)} (IAM, FSx and Secrets Manager refuse other characters)")
         return v
 
 
