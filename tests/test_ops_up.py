@@ -1,0 +1,151 @@
+"""up/destroy: the Pulumi call is a fake workspace (no CLI here); preflight before it and the readiness
+wait, failure report, hostfile and leftover check after it run for real against moto."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.naming import Paths
+from infra.ops import OpsError
+from infra.ops.aws import Aws, Backoff
+from infra.ops.up import destroy, up
+from infra.plan.embedded_aws import embedded_aws
+from infra.plan.runner import plan_stack_file
+from tests.ops_support import EXAMPLES, inject_errors
+
+REGION = "us-east-1"
+CPU = EXAMPLES / "c6i-oneccl.yaml"
+
+
+class FakeStack:
+    """Stands in for pulumi.automation.Stack: `up` runs the real program against moto (as the plan does)."""
+
+    def __init__(self, env, config_path, on_up=None, on_destroy=None):
+        self.env, self.config_path, self.on_up, self.on_destroy = env, config_path, on_up, on_destroy
+        self.config, self.calls = {}, []
+
+    def set_all_config(self, config, *, path=False):
+        self.config.update({k: v.value for k, v in config.items()})
+
+    def up(self, on_output=None, **kwargs):
+        self.calls.append(("up", kwargs))
+        on_output("Updating (dev):\n")
+        result = plan_stack_file(self.config_path, aws=self.env)
+        if self.on_up:
+            self.on_up(result)
+        on_output(f"Resources: {len(result.resources)} created\n")
+        return SimpleNamespace(outputs={k: SimpleNamespace(value=v) for k, v in result.outputs.items()})
+
+    def destroy(self, on_output=None, **kwargs):
+        self.calls.append(("destroy", kwargs))
+        on_output("Destroying (dev):\n")
+        if self.on_destroy:
+            self.on_destroy()
+
+
+def put_status(env, cluster, node, **status):
+    env.client("ssm").put_parameter(Name=Paths(cluster).node(node), Value=json.dumps(status), Type="String", Overwrite=True)
+
+
+def console():
+    return Console(record=True, width=200)
+
+
+def test_without_pulumi_cli_says_how_to_install(monkeypatch):
+    with pytest.raises(OpsError, match="https://www.pulumi.com/docs/install/"):
+        up(CPU, "dev", which=lambda _: None)
+    monkeypatch.setattr("shutil.which", lambda _: None)
+    for cmd in (["up", str(CPU)], ["destroy", str(CPU)]):
+        out = CliRunner().invoke(app, cmd)
+        assert out.exit_code == 1 and "pulumi.com/docs/install" in out.output and "Traceback" not in out.output
+
+
+def test_up_names_the_failed_node_with_step_and_log_tail(tmp_path):
+    with embedded_aws(REGION) as env:
+        def nodes_report(result):
+            for node in ["head", "compute-000", "compute-002", "compute-003"]:
+                put_status(env, "cpu-oneccl", node, phase="ready", step="launch-env", ok=True)
+            put_status(env, "cpu-oneccl", "compute-001", phase="failed", step="efa", ok=False,
+                       message="fi_info -p efa found no device", logTail=["[efa] modprobe ib_uverbs", "[efa] fi_getinfo: -61"])
+
+        stack = FakeStack(env, CPU, on_up=nodes_report)
+        out = console()
+        report = up(CPU, "dev", aws=Aws(REGION, backoff=Backoff(sleep=lambda _: None)), stack_factory=lambda name: stack,
+                    console=out, hostfile_path=tmp_path / "hostfile", poll=0, sleep=lambda _: None)
+        text = out.export_text()
+        assert not report.ok and [r.node for r in report.readiness.failed] == ["compute-001"]
+        assert "compute-001 failed at step efa: fi_info -p efa found no device" in text
+        assert "[efa] fi_getinfo: -61" in text
+        assert stack.config["aws:region"] == REGION and json.loads(stack.config["hpcc:cluster"])["name"] == "cpu-oneccl"
+        assert "preflight: 0 error(s)" in text and "Resources:" in text  # preflight ran, Pulumi's output streamed
+        assert (tmp_path / "hostfile").read_text() == report.outputs["hostfile"]
+        assert f"log in: aws ssm start-session --region {REGION} --target" in text
+
+
+def test_up_waits_through_the_phases_until_every_node_is_ready(tmp_path):
+    with embedded_aws(REGION) as env:
+        nodes = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
+        phases = iter(["os", "lustre", "mount", "efa", "ssh", "join", "launch-env", "ready"])
+        polls = []
+
+        def advance(_seconds):  # each poll, every node moves one step on
+            polls.append(1)
+            phase = next(phases)
+            for node in nodes:
+                put_status(env, "cpu-oneccl", node, phase=phase, step=phase if phase != "ready" else "launch-env")
+
+        report = up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: FakeStack(env, CPU), console=console(),
+                    hostfile_path=tmp_path / "hostfile", poll=0, sleep=advance, skip_preflight=True)
+        assert report.ok and report.readiness.ready == sorted(nodes) and len(polls) == 8
+
+
+def test_up_times_out_naming_nodes_not_ready(tmp_path):
+    with embedded_aws(REGION) as env:
+        out = console()
+        report = up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: FakeStack(env, CPU), console=out,
+                    hostfile_path=tmp_path / "hostfile", wait_seconds=0, poll=0, sleep=lambda _: None, skip_preflight=True)
+        assert not report.ok and report.readiness.timed_out and len(report.readiness.waiting) == 5
+        assert "compute-003 not ready: instance running, bootstrap phase pending" in out.export_text()
+
+
+def test_preflight_error_stops_before_pulumi(tmp_path):
+    with embedded_aws(REGION) as env:
+        aws = Aws(REGION)
+        inject_errors(aws.client("ec2"), "RunInstances", ["DryRunOperation", "InsufficientInstanceCapacity"])
+        stack = FakeStack(env, CPU)
+        with pytest.raises(OpsError, match="preflight found errors"):
+            up(CPU, "dev", aws=aws, stack_factory=lambda name: stack, console=console(), hostfile_path=tmp_path / "h")
+        assert stack.calls == []
+
+
+def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
+    with embedded_aws(REGION) as env:
+        plan_stack_file(CPU, aws=env)
+        ec2 = env.client("ec2")
+        subnet = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": ["cpu-oneccl-private"]}])["Subnets"][0]["SubnetId"]
+        aws = Aws(REGION)
+
+        def half_destroy():  # Pulumi removed everything but an interface it never knew about
+            from infra.ops.reap import reap
+            eni = ec2.create_network_interface(SubnetId=subnet, TagSpecifications=[{"ResourceType": "network-interface",
+                "Tags": [{"Key": "hpcc:cluster", "Value": "cpu-oneccl"}]}])["NetworkInterface"]["NetworkInterfaceId"]
+            inv = reap(aws, "cpu-oneccl")
+            for kind in ("network-interface", "subnet", "vpc"):
+                inv.items = [i for i in inv.items if i.kind != kind]
+            from infra.ops.reap import DELETERS, ORDER, Waits
+            for kind in ORDER:
+                if inv.of(kind):
+                    DELETERS[kind](aws, inv.of(kind), Waits(poll=0, timeout=5))
+            half_destroy.eni = eni
+
+        out = console()
+        left = destroy(CPU, "dev", aws=aws, stack_factory=lambda name: FakeStack(env, CPU, on_destroy=half_destroy), console=out)
+        kinds = {(i.kind, i.id) for i in left.items}
+        assert ("network-interface", half_destroy.eni) in kinds
+        assert "hpcc reap --cluster cpu-oneccl --region us-east-1 --yes" in out.export_text()
