@@ -133,9 +133,13 @@ def inventory(aws: Aws, cluster: str) -> Inventory:
     enis = {k: e for k, e in enis.items() if _mine([e], cluster, vpc_ids, "TagSet")}
     for eni_id, e in sorted(enis.items()):
         attachment = e.get("Attachment") or {}
-        if attachment.get("InstanceId") in instance_ids:
-            # Goes with its instance (delete-on-termination), or AWS detaches it when the instance terminates
-            # and a second reap finds it "available" in the VPC. A primary interface cannot be detached by hand.
+        if attachment.get("InstanceId") in instance_ids and (
+                attachment.get("DeleteOnTermination", True) or attachment.get("DeviceIndex") == 0):
+            # Goes with its instance: delete-on-termination, or the primary interface made at launch (AWS's
+            # default is delete-on-termination; moto reports false for it, and it cannot be detached by hand).
+            # A secondary one attached with DeleteOnTermination=false (e.g. attached after launch) outlives
+            # its instance and would keep the subnet and VPC from going: it is listed, and deleted after the
+            # instances (detached first if still attached).
             continue
         add(Item("network-interface", eni_id, e.get("Description") or _name(e.get("TagSet")),
                  extra={"attachment": (e.get("Attachment") or {}).get("AttachmentId"),
