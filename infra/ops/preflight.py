@@ -330,7 +330,7 @@ def dry_run_launch(ctx: Context) -> Iterable[Finding]:
         if role.reservation:
             kwargs["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": role.reservation}}
         try:
-            ctx.aws.client("ec2").run_instances(**kwargs)
+            ctx.aws.call("ec2", "run_instances", **kwargs)  # throttling retried; DryRunOperation is the answer
         except ClientError as e:
             code = error_code(e)
             if code == "DryRunOperation":
@@ -341,7 +341,8 @@ def dry_run_launch(ctx: Context) -> Iterable[Finding]:
                 yield Finding(WARNING, role.field, f"dry run not allowed for these credentials ({code}); `hpcc up` needs "
                                                    "ec2:RunInstances, so check the role before going further")
             elif code in ("VPCIdNotSpecified", "MissingInput", "VPCResourceNotSpecified"):
-                yield Finding(INFO, role.field, f"dry run skipped: the account has no default VPC to try it in ({code})")
+                yield Finding(WARNING, role.field, f"dry run not done: the account has no default VPC to try it in ({code}), "
+                                                   "so capacity, quota and subnet refusals are not checked until `hpcc up`")
             else:
                 yield Finding(ERROR, role.field, f"dry run refused: {error_message(e)}")
         else:  # an endpoint that ignored DryRun would have launched: say so loudly rather than pass
