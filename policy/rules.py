@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import gzip
 import ipaddress
 import json
@@ -37,6 +38,12 @@ ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 
 SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# The read grants (parameters and secrets) of the AWS managed policies the nodes' role may carry. The rest of
+# AmazonSSMManagedInstanceCore (ssmmessages, ec2messages, inventory, associations) reads no parameter or secret.
+# Copied from the policy's current version (moto 5.2.5 ships the same document).
+MANAGED_READS = {SSM_CORE: [{"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}]}
+READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory",
+                "secretsmanager:GetSecretValue")
 ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
 NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-node$")
 # Every FSx for Lustre deployment type is encrypted at rest (scratch: FSx-managed keys; persistent: KMS).
@@ -301,6 +308,16 @@ def private_compute_resource(rtype: str, inputs: dict, graph: list[dict] | None 
     return out
 
 
+def private_compute_graph(resources: list[dict]) -> list[str]:
+    """Under `pulumi up` the stack policy sees outputs: an instance that got a public IP anyway (a subnet default,
+    a template edited outside the stack) is caught here. Offline records carry inputs only, so this finds nothing
+    there unless a record says publicIp."""
+    return [f"{r['name']}: has public IP {r['inputs']['publicIp']}; compute nodes get no public IP (launch them in "
+            "the private subnet with associatePublicIpAddress false)"
+            for r in resources
+            if r["type"] == INSTANCE and _role_tag(r["inputs"]) != "head" and r["inputs"].get("publicIp")]
+
+
 def _self_all_groups(resources: list[dict], direction: str) -> set[str]:
     """Groups with a rule allowing all protocols from (ingress) or to (egress) the group itself."""
     token = INGRESS if direction == "ingress" else EGRESS
@@ -401,6 +418,71 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
 
 
 
+def _matches(action: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(action.lower(), str(p).lower()) for p in patterns)
+
+
+def _node_role_statements(role: dict, resources: list[dict]) -> list[tuple[str, dict]]:
+    """(source, statement) for every policy the role carries: inline policies, and the attached AWS managed
+    policies whose read grants are known (MANAGED_READS). Other attachments are refused by iam_resource."""
+    ids = {role["name"], role["inputs"].get("name")} - {None}
+    out: list[tuple[str, dict]] = []
+    for i, p in enumerate(role["inputs"].get("inlinePolicies") or []):
+        out += [(f"{role['name']} inlinePolicies[{i}]", s) for s in _statements(p.get("policy")) or []]
+    arns = list(_list(role["inputs"].get("managedPolicyArns")))
+    for r in resources:
+        if r["type"] == ROLE_POLICY and r["inputs"].get("role") in ids:
+            out += [(r["name"], s) for s in _statements(r["inputs"].get("policy")) or []]
+        elif r["type"] == ATTACHMENT and r["inputs"].get("role") in ids:
+            arns.append(r["inputs"].get("policyArn"))
+    for arn in arns:
+        out += [(str(arn).rsplit("/", 1)[-1], s) for s in MANAGED_READS.get(str(arn), [])]
+    return out
+
+
+def node_role_reach_graph(resources: list[dict]) -> list[str]:
+    """What the nodes' role can read, all its policies together: every parameter or secret read it is allowed
+    outside `/hpcc/<cluster>/` and `hpcc/<cluster>/` must be cut off by a Deny. AmazonSSMManagedInstanceCore alone
+    allows ssm:GetParameter(s) on every parameter in the account, so the role needs a Deny of the parameter reads
+    with NotResource naming the cluster's own prefix."""
+    out = []
+    for role in resources:
+        m = NODE_ROLE.match(str(role["inputs"].get("name") or "")) if role["type"] == ROLE else None
+        if not m:
+            continue
+        cluster = m.group("cluster")
+        stmts = _node_role_statements(role, resources)
+        denies = [s for _, s in stmts if s.get("Effect") == "Deny"]
+        reach: dict[tuple[str, str], list[str]] = {}
+        for source, s in stmts:
+            if s.get("Effect") != "Allow" or "NotAction" in s:
+                continue
+            for action in READ_ACTIONS:
+                if not _matches(action, _list(s.get("Action"))):
+                    continue
+                for target in map(str, _list(s.get("Resource"))):
+                    if _own_resource(target, cluster) or _denied_outside(action, cluster, denies):
+                        continue
+                    reach.setdefault((source, target), []).append(action)
+        for (source, target), actions in reach.items():
+            out.append(f"{role['name']}: the nodes' role can {', '.join(actions)} on {target} through {source}; "
+                       f"they may read only cluster {cluster}'s own parameters and secrets: add a Deny of these "
+                       f"actions with NotResource [parameter/hpcc/{cluster}, parameter/hpcc/{cluster}/*]")
+    return out
+
+
+def _denied_outside(action: str, cluster: str, denies: list[dict]) -> bool:
+    """A Deny of the action on everything but the cluster's own resources (NotResource), or on everything."""
+    for s in denies:
+        if "Condition" in s or not _matches(action, _list(s.get("Action"))):
+            continue
+        if "NotResource" in s and all(_own_resource(str(t), cluster) for t in _list(s["NotResource"])):
+            return True
+        if "*" in map(str, _list(s.get("Resource"))):
+            return True
+    return False
+
+
 def secrets_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     if rtype not in (LT, INSTANCE):
         return []
@@ -443,11 +525,11 @@ RULES = [
          file_system_encrypted_resource),
     Rule("no-world-ingress", "No port (SSH or any other) is open to 0.0.0.0/0 or ::/0", world_ingress_resource),
     Rule("compute-nodes-private", "Compute nodes get no public IP; no subnet assigns one by default",
-         private_compute_resource),
+         private_compute_resource, private_compute_graph),
     Rule("efa-group-self-referencing", "A group allows all traffic from and to itself, and every node interface "
          "is in it", None, efa_group_graph),
     Rule("iam-least-privilege", "No '*' on '*', no service-wide actions; the nodes' role reaches only its "
-         "cluster's parameters and secrets", iam_resource),
+         "cluster's parameters and secrets, all its policies together", iam_resource, node_role_reach_graph),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", secrets_resource),
 ]
 
