@@ -435,8 +435,8 @@ def _node_role_statements(role: dict, resources: list[dict]) -> list[tuple[str, 
             out += [(r["name"], s) for s in _statements(r["inputs"].get("policy")) or []]
         elif r["type"] == ATTACHMENT and r["inputs"].get("role") in ids:
             arns.append(r["inputs"].get("policyArn"))
-    for arn in arns:
-        out += [(str(arn).rsplit("/", 1)[-1], s) for s in MANAGED_READS.get(str(arn), [])]
+    for arn in dict.fromkeys(map(str, arns)):  # under `pulumi up` the role's outputs list its attachments too
+        out += [(arn.rsplit("/", 1)[-1], s) for s in MANAGED_READS.get(arn, [])]
     return out
 
 

@@ -333,6 +333,15 @@ def test_a_value_unknown_in_preview_skips_only_the_rules_that_read_it(planned):
     assert set(found) == {"imdsv2-required", "compute-nodes-private"}
 
 
+def test_node_role_reach_on_stack_outputs_is_reported_once(planned):
+    """Under `pulumi up` the stack policy sees outputs, where the role also lists its attachments."""
+    graph = _raw_graph(planned)
+    _first(graph, rules.ROLE)["inputs"]["managedPolicyArns"] = [rules.SSM_CORE]
+    found = rules.node_role_reach_graph(graph)
+    assert len(found) == 1 and found[0].count("ssm:GetParameter,") == 1, found
+    assert rules.node_role_reach_graph(identity_fix(graph)) == []
+
+
 def test_snake_case_props_are_normalised_and_tag_keys_kept():
     props = {"metadata_options": {"http_tokens": "optional"},
              "tag_specifications": [{"resource_type": "instance", "tags": {"hpcc:role": "head", "cost_center": "x"}}],
