@@ -84,6 +84,17 @@ def _config_values(config_path: Path) -> dict:
     return {k: ConfigValue(v if isinstance(v, str) else json.dumps(v)) for k, v in raw.items()}
 
 
+def configure(stack: StackLike, config_path: Path, stack_name: str, root: Path | None = None) -> bool:
+    """Give the stack the config file's values, unless the file is the stack's own Pulumi.<stack>.yaml:
+    Pulumi reads that itself, and setting it again would rewrite the user's file (structured values as
+    JSON strings, comments gone). Returns whether config was set."""
+    own = (root or ROOT) / f"Pulumi.{stack_name}.yaml"
+    if Path(config_path).resolve() == own.resolve():
+        return False
+    stack.set_all_config(_config_values(config_path))
+    return True
+
+
 def _pulumi(action: str, fn: Callable[[], Any]) -> Any:
     try:
         return fn()
@@ -194,7 +205,7 @@ def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
             raise OpsError("preflight found errors (above); nothing was created")
 
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
-    _pulumi("config set", lambda: stack.set_all_config(_config_values(config_path)))
+    _pulumi("config set", lambda: configure(stack, config_path, stack_name))
     kwargs: dict = {"on_output": lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False)}
     if POLICY_PACK.is_dir():
         kwargs["policy_packs"] = [str(POLICY_PACK)]
