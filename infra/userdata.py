@@ -36,13 +36,15 @@ class BootstrapContext:
     ssh_secret_id: str
     timeout_minutes: int
     join_timeout_minutes: int
-    fabric_env: tuple[tuple[str, str], ...]  # from infra.fabric
+    # The launch environment is the compute nodes' (the ranks run there), on the head node too.
+    fabric_env: tuple[tuple[str, str], ...]  # from infra.fabric, for the compute type
     mpirun_options: str
-    poll_seconds: int  # from infra.bootstrap_pacing
-    start_jitter_seconds: int
+    api_interval_ms: int  # from infra.bootstrap_pacing
+    poll_seconds: int
     api_backoff_seconds: int
     api_attempts: int
     master_port: int = 29500
+    log_path: str = "/var/log/hpcc-bootstrap.log"
 
     def as_vars(self) -> dict:
         return dataclasses.asdict(self)

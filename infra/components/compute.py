@@ -48,8 +48,11 @@ class Node:
 
 def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: InstanceType, compute_type: InstanceType,
                       efa_devices: int) -> BootstrapContext:
+    """efa_devices: EFA devices launched on this role; the EFA step checks them. The launch environment
+    (fabric variables, mpirun flags) is the compute nodes', on every role: the ranks run there."""
     paths = Paths(cfg.name)
     pacing = pacing_for(cfg.compute.count + 1)
+    compute_efa = efa_device_count(interface_layout(compute_type, cfg.compute.efa is not False)) > 0
     return BootstrapContext(
         cluster=cfg.name, region=region, role=role, node_count=cfg.compute.count, instance_type=itype.name,
         slots=compute_type.slots, gpus=itype.gpus, efa_enabled=efa_devices > 0, efa_devices=efa_devices,
@@ -57,8 +60,8 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: Instanc
         mount_point=cfg.fsx.mount_point, fsx_parameter=paths.fsx, hosts_parameter=paths.hosts,
         nodes_parameter=paths.nodes, ssh_secret_id=paths.ssh_secret, timeout_minutes=cfg.bootstrap.timeout_minutes,
         join_timeout_minutes=cfg.bootstrap.join_timeout_minutes,
-        fabric_env=fabric_env(itype, efa_devices > 0), mpirun_options=mpirun_options(efa_devices > 0),
-        poll_seconds=pacing.poll_seconds, start_jitter_seconds=pacing.start_jitter_seconds,
+        fabric_env=fabric_env(compute_type, compute_efa), mpirun_options=mpirun_options(compute_efa),
+        api_interval_ms=pacing.api_interval_ms, poll_seconds=pacing.poll_seconds,
         api_backoff_seconds=pacing.api_backoff_seconds, api_attempts=pacing.api_attempts)
 
 
