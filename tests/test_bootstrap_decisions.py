@@ -1,65 +1,64 @@
-"""The decisions the bootstrap makes, run for real: OS and Lustre package, hostfile lines, fabric settings, pacing."""
-
-import subprocess
-from pathlib import Path
+"""The decisions the bootstrap makes, run for real: OS and Lustre package, hostfile lines, fabric settings."""
 
 import pytest
 
-from infra.bootstrap_pacing import SSM_REQUESTS_PER_SECOND, STEPS, pacing_for
 from infra.catalog import lookup
 from infra.fabric import fabric_env, mpirun_options
 from infra.hostfile import FORMATS, HostEntry
+from tests.bootstrap_cases import contexts
+from tests.bootstrap_shell import run
 
-STEPS_DIR = Path(__file__).resolve().parent.parent / "templates" / "steps"
-
-
-def shell(partial: str, script: str) -> subprocess.CompletedProcess:
-    """Source a (Jinja-free) function partial and run SCRIPT against it."""
-    body = (STEPS_DIR / partial).read_text()
-    return subprocess.run(["bash", "-c", f"set -euo pipefail\n{body}\n{script}"], capture_output=True, text=True)
+KERNEL = "6.8.0-1019-aws"
 
 
 @pytest.mark.parametrize("release,expected,package", [
-    ('ID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu-22.04", "apt lustre-client-modules-6.8.0-1019-aws"),
-    ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu-24.04", "apt lustre-client-modules-6.8.0-1019-aws"),
-    ('ID=ubuntu\nVERSION_ID="20.04"\n', "ubuntu-20.04", "apt lustre-client-modules-6.8.0-1019-aws"),
-    ('ID="amzn"\nVERSION_ID="2"\n', "amzn-2", "amazon-linux-extras lustre"),
-    ('ID="amzn"\nVERSION_ID="2023"\n', "amzn-2023", "dnf lustre-client"),
+    ('ID=ubuntu\nVERSION_ID="20.04"\n', "ubuntu-20.04", f"apt lustre-client-modules-{KERNEL}"),
+    ('ID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu-22.04", f"apt lustre-client-modules-{KERNEL}"),
+    ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu-24.04", f"apt lustre-client-modules-{KERNEL}"),
+    ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2"\n', "amzn-2", "amazon-linux-extras lustre"),
+    ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n', "amzn-2023", "dnf lustre-client"),
 ])
 def test_lustre_package_per_os(tmp_path, release, expected, package):
     (tmp_path / "os-release").write_text(release)
-    os_run = shell("os.sh.j2", f"os_id {tmp_path / 'os-release'}")
-    assert os_run.stdout.strip() == expected
-    pkg = shell("lustre.sh.j2", f"lustre_package {expected} 6.8.0-1019-aws")
-    assert pkg.stdout.strip() == package
+    run_ = run(["os", "lustre"], f'os=$(os_id {tmp_path / "os-release"}); echo "$os"; lustre_package "$os" {KERNEL}')
+    assert run_.stdout.splitlines() == [expected, package], run_.stderr
 
 
-@pytest.mark.parametrize("release", ['ID=centos\nVERSION_ID="7"\n', 'ID=ubuntu\nVERSION_ID="18.04"\n'])
+@pytest.mark.parametrize("release", ['ID=centos\nVERSION_ID="7"\n', 'ID=ubuntu\nVERSION_ID="18.04"\n',
+                                     'ID=rhel\nVERSION_ID="9.4"\n'])
 def test_unsupported_os_is_refused(tmp_path, release):
     (tmp_path / "os-release").write_text(release)
-    assert shell("os.sh.j2", f"os_id {tmp_path / 'os-release'}").returncode != 0
+    assert run(["os"], f"os_id {tmp_path / 'os-release'}").returncode != 0
 
 
 def test_debian_runs_the_bootstrap_but_has_no_fsx_lustre_client(tmp_path):
     (tmp_path / "os-release").write_text('ID=debian\nVERSION_ID="12"\n')
-    assert shell("os.sh.j2", f"os_id {tmp_path / 'os-release'}").stdout.strip() == "debian-12"
-    assert shell("lustre.sh.j2", "lustre_package debian-12 6.1.0").returncode != 0
+    assert run(["os"], f"os_id {tmp_path / 'os-release'}").stdout.strip() == "debian-12"
+    assert run(["lustre"], "lustre_package debian-12 6.1.0").returncode != 0
+
+
+def test_a_kernel_without_a_lustre_package_names_the_nearest_kernels():
+    available = ["5.15.0-1050-aws", "6.2.0-1017-aws", "6.5.0-1020-aws", "6.8.0-1015-aws", "6.8.0-1018-aws",
+                 "6.8.0-1021-aws", "6.8.0-1024-aws", "6.11.0-1004-aws"]
+    listing = "\\n".join(available)
+    out = run(["lustre"], f"printf '{listing}\\n' | nearest_versions {KERNEL}").stdout.split()
+    assert out == ["6.8.0-1015-aws", "6.8.0-1018-aws", "6.8.0-1021-aws", "6.8.0-1024-aws"]
+    out = run(["lustre"], f"printf '{listing}\\n' | nearest_versions 4.14.0-1-aws").stdout.split()
+    assert out == ["5.15.0-1050-aws", "6.2.0-1017-aws"]
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_hostfile_lines_match_infra_hostfile(fmt):
     ips = ["10.0.16.4", "10.0.16.5", "10.0.16.6", "10.0.16.10"]  # head first, then compute-000..
-    hosts_decl = "HPCC_HOSTS=(" + " ".join(ips) + ")"
-    body = (STEPS_DIR / "launch_env.sh.j2").read_text().split("ofi_nccl_dir()")[0]  # the Jinja-free helpers
-    run = subprocess.run(["bash", "-c", f"set -euo pipefail\n{body}\n{hosts_decl}\nhostfile {fmt} 8"],
-                         capture_output=True, text=True)
+    out = run(["launch_env"], f"HPCC_HOSTS=({' '.join(ips)})\nhostfile {fmt} 8")
     expected = FORMATS[fmt]([HostEntry(f"compute-{i:03d}", ip, 8) for i, ip in enumerate(ips[1:])])
-    assert run.stdout == expected
+    assert out.stdout == expected, out.stderr
 
 
 def test_fabric_settings_per_instance_type():
     p5 = dict(fabric_env(lookup("p5.48xlarge"), True))
-    assert p5["FI_PROVIDER"] == "efa" and p5["FI_EFA_USE_DEVICE_RDMA"] == "1" and p5["NCCL_SOCKET_IFNAME"] == "^lo,docker"
+    assert p5["FI_PROVIDER"] == "efa" and p5["FI_EFA_USE_DEVICE_RDMA"] == "1" and p5["FI_EFA_FORK_SAFE"] == "1"
+    assert p5["NCCL_SOCKET_IFNAME"] == "^lo,docker"
     p3dn = dict(fabric_env(lookup("p3dn.24xlarge"), True))
     assert p3dn["FI_PROVIDER"] == "efa" and "FI_EFA_USE_DEVICE_RDMA" not in p3dn  # no GPUDirect RDMA on V100
     c6i = dict(fabric_env(lookup("c6i.16xlarge"), False))
@@ -67,13 +66,27 @@ def test_fabric_settings_per_instance_type():
     assert "pml ^cm" in mpirun_options(True) and "pml" not in mpirun_options(False)
 
 
-@pytest.mark.parametrize("nodes", [2, 9, 65, 257, 512, 513])
-def test_api_calls_stay_under_ssm_throughput(nodes):
-    """Per node: 2 parameter polls until present, 1-2 secret calls, 8 status writes (a constant). The cluster's
-    rate: polling nodes / (1.5 x poll interval); start-up writes nodes x 8 / start window. Both at most 20/s."""
-    pacing = pacing_for(nodes)
-    assert pacing.peak_requests_per_second(nodes) <= SSM_REQUESTS_PER_SECOND / 2
-    assert STEPS == 8
-    if nodes == 513:  # 512 compute + head: poll every 18 s, start spread over 206 s
-        assert (pacing.poll_seconds, pacing.start_jitter_seconds) == (18, 206)
-        assert round(pacing.peak_requests_per_second(nodes), 1) == 19.9
+def test_every_node_gets_the_compute_nodes_launch_environment():
+    """The ranks run on the compute nodes: the head node's env and hpcc-mpirun carry their fabric settings,
+    not the head type's (p5-llm: a c5n head without GPUDirect RDMA for p5 compute nodes)."""
+    ctxs = dict(contexts())
+    for example in ("p5-llm", "p3dn-bert", "c6i-oneccl"):
+        head, compute = ctxs[f"{example}-head"], ctxs[f"{example}-compute"]
+        assert head.fabric_env == compute.fabric_env and head.mpirun_options == compute.mpirun_options
+    assert dict(ctxs["p5-llm-head"].fabric_env)["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert ctxs["p5-llm-head"].efa_devices == 1 and ctxs["p5-llm-compute"].efa_devices == 32  # each checks its own
+
+
+def test_launch_env_writes_the_fabric_variables_and_the_ofi_nccl_dir(tmp_path):
+    out = run(["launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nofi_nccl_dir() { echo /opt/amazon/ofi-nccl/lib; }\n"
+              "cluster_env")
+    env = dict(line.split("=", 1) for line in out.stdout.splitlines())
+    assert env["MASTER_ADDR"] == "10.0.0.5" and env["NNODES"] == "2" and env["NPROC_PER_NODE"] == "8"
+    assert env["HPCC_HOSTS"] == "10.0.0.5:8,10.0.0.6:8"
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert env["LD_LIBRARY_PATH"].startswith("/opt/amazon/ofi-nccl/lib:")
+    rank = run(["launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n"
+               "node_env")
+    assert "NODE_RANK=1" in rank.stdout.splitlines()
+    head = run(["launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=head\nHPCC_IP=10.0.0.4\nnode_env")
+    assert "NODE_RANK" not in head.stdout

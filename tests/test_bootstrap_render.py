@@ -42,6 +42,14 @@ def test_no_secret_in_any_script():
         assert "PRIVATE KEY" not in script and "aws_secret_access_key" not in script.lower()
 
 
+def test_every_partial_is_included_once():
+    from infra.userdata import TEMPLATES
+    for script in CASES.values():
+        for part in sorted((TEMPLATES / "steps").glob("*.sh.j2")):
+            header = part.read_text().splitlines()[0].split("{{")[0]  # "# --- step: ..."
+            assert script.count(header) == 1, part.name
+
+
 def test_efa_step_matches_the_role():
     assert "fi_info -p efa -t FI_EP_RDM" in CASES["p5-llm-compute"] and "modprobe ib_uverbs" in CASES["p5-llm-compute"]
     assert "-eq 32 ]" in CASES["p5-llm-compute"]
