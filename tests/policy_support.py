@@ -1,11 +1,6 @@
-"""The one known gap between the program and the policy, shared by the policy and fuzz tests.
-
-infra/components/identity.py attaches AmazonSSMManagedInstanceCore, which allows ssm:GetParameter and
-ssm:GetParameters on every parameter in the account, and the nodes' inline policy has no Deny narrowing that to
-the cluster's prefix: the nodes' role can read other clusters' (and anyone's) parameters. `iam-least-privilege`
-reports it on every plan. Until identity.py adds the Deny below, the tests add it to a recorded graph with
-`identity_fix` and check everything else; tests/test_policy.py::test_examples_need_no_identity_fix is a strict
-xfail that turns into a failure once the program carries the fix, so this module can then be deleted.
+"""AmazonSSMManagedInstanceCore allows ssm:GetParameter(s) on every parameter in the account; the nodes' inline
+policy (infra/components/identity.py) carries the Deny below to narrow reads to the cluster's prefix. The policy
+tests use these helpers to take that Deny away from, or give it back to, a recorded graph.
 """
 
 import json

@@ -280,8 +280,7 @@ def test_cli_rejects_bad_files_with_exit_2_and_no_traceback(tmp_path):
 def test_accepted_configs_plan_end_to_end_and_pass_the_policy(cluster):
     from infra.plan.runner import plan_config
     from policy.rules import check
-    from tests.policy_support import identity_fix
 
     result = plan_config({"aws:region": "us-east-1", "hpcc:cluster": cluster})
     assert len(result.outputs["computeNodes"]) == cluster["compute"]["count"]
-    assert check(identity_fix([dict(r) for r in result.resources])) == {}  # the known gap: tests/policy_support.py
+    assert check([dict(r) for r in result.resources]) == {}

@@ -2,10 +2,9 @@
 broken in one place fails exactly that rule, with its message. The pack itself is driven through
 pulumi-policy's own analyzer servicer (protobuf in, diagnostics out), as the Pulumi engine would drive it.
 
-One known gap in the program (tests/policy_support.py): the nodes' role can read every parameter in the account
-through AmazonSSMManagedInstanceCore. `_graph` adds the missing Deny to the recorded graph, so the breaks start
-from a compliant graph; `test_examples_need_no_identity_fix` is a strict xfail until infra/components/identity.py
-carries the Deny itself.
+AmazonSSMManagedInstanceCore alone would let the nodes' role read every parameter in the account; the nodes'
+inline policy denies reads outside /hpcc/<cluster>/ (infra/components/identity.py), and removing that Deny
+fails `iam-least-privilege` (test_removing_the_deny_reopens_the_ssm_core_reach).
 """
 
 import base64
@@ -35,7 +34,7 @@ def _raw_graph(planned):
 
 
 def _graph(planned):
-    return identity_fix(_raw_graph(planned))
+    return _raw_graph(planned)
 
 
 def _first(graph, token, pred=lambda r: True):
@@ -61,16 +60,12 @@ def test_every_example_passes_every_rule(planned):
     assert check(_graph(planned)) == {}
 
 
-def test_without_the_identity_fix_only_the_ssm_core_reach_fails(planned):
-    found = check(_raw_graph(planned))
+def test_removing_the_deny_reopens_the_ssm_core_reach(planned):
+    graph = _raw_graph(planned)
+    _edit_policy(graph, lambda doc: doc.update(Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"]))
+    found = check(graph)
     assert set(found) == {"iam-least-privilege"} and len(found["iam-least-privilege"]) == 1, found
     assert KNOWN_GAP in found["iam-least-privilege"][0]
-
-
-@pytest.mark.xfail(strict=True, reason="infra/components/identity.py lacks the Deny that narrows "
-                   "AmazonSSMManagedInstanceCore's ssm:GetParameter(s) on * to /hpcc/<cluster>/ (see docs/security.md)")
-def test_examples_need_no_identity_fix(planned):
-    assert check(_raw_graph(planned)) == {}
 
 
 # --- one break per behaviour; each names the rule that must catch it and words of its message -------------
@@ -336,6 +331,7 @@ def test_a_value_unknown_in_preview_skips_only_the_rules_that_read_it(planned):
 def test_node_role_reach_on_stack_outputs_is_reported_once(planned):
     """Under `pulumi up` the stack policy sees outputs, where the role also lists its attachments."""
     graph = _raw_graph(planned)
+    _edit_policy(graph, lambda doc: doc.update(Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"]))
     _first(graph, rules.ROLE)["inputs"]["managedPolicyArns"] = [rules.SSM_CORE]
     found = rules.node_role_reach_graph(graph)
     assert len(found) == 1 and found[0].count("ssm:GetParameter,") == 1, found

@@ -35,6 +35,10 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str) -> str
             {"Sid": "ClusterSshKey", "Effect": "Allow",
              "Action": ["secretsmanager:GetSecretValue", "secretsmanager:PutSecretValue", "secretsmanager:DescribeSecret"],
              "Resource": [secret_arn]},
+            # AmazonSSMManagedInstanceCore allows reading every parameter in the account: narrow it to this cluster's.
+            {"Sid": "OnlyClusterParameters", "Effect": "Deny",
+             "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory"],
+             "NotResource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"]},
         ],
     }, sort_keys=True)
 
