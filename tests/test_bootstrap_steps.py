@@ -203,9 +203,10 @@ def test_client_config_trusts_exactly_the_clusters_hosts(tmp_path):
 
 def test_sshd_drop_in_allows_keys_only_and_comes_first(tmp_path):
     out = run(["ssh"], "sshd_hardening")
+    name = re.search(r"sshd_hardening \| write_file /etc/ssh/sshd_config.d/(\S+)", partial("ssh")).group(1)
     conf_d = tmp_path / "sshd_config.d"
     conf_d.mkdir()
-    (conf_d / "01-hpcc.conf").write_text(out.stdout)
+    (conf_d / name).write_text(out.stdout)
     (conf_d / "50-cloud-init.conf").write_text("PasswordAuthentication yes\n")  # as Ubuntu's cloud images have
     main = tmp_path / "sshd_config"
     main.write_text(f"Include {conf_d}/*.conf\nKbdInteractiveAuthentication yes\n")
@@ -323,3 +324,16 @@ fstab_line fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd""")
     assert (dns, mount_name) == ("fs-1.fsx.us-east-1.amazonaws.com", "abcd")
     assert fstab == ("fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd /fsx lustre defaults,noatime,flock,_netdev,"
                      "x-systemd.automount,x-systemd.requires=network-online.target 0 0")
+
+
+# -- the run's own bound ---------------------------------------------------------------------------
+
+def test_commands_are_cut_at_their_bound_and_at_the_runs_deadline(tmp_path):
+    ctx = ctx_for(tmp_path)
+    start = time.time()
+    out = run(COMMON, preamble(tmp_path) + "within 1 sleep 30 || echo rc=$?", ctx)
+    assert out.stdout.strip() == "rc=124" and time.time() - start < 10
+    out = run(COMMON, "HPCC_DEADLINE=$(( $(date +%s) - 1 ))\nwithin 60 true || echo rc=$?", ctx)
+    assert out.stdout.strip() == "rc=124"  # the whole run's time is up: nothing more starts
+    out = run(COMMON, STUB_FAIL + "HPCC_DEADLINE=$(( $(date +%s) - 1 ))\non_error 124 7 'apt-get install'", ctx)
+    assert "FAIL: the bootstrap's 60 minutes ran out (apt-get install)" in out.stdout
