@@ -337,3 +337,13 @@ def test_commands_are_cut_at_their_bound_and_at_the_runs_deadline(tmp_path):
     assert out.stdout.strip() == "rc=124"  # the whole run's time is up: nothing more starts
     out = run(COMMON, STUB_FAIL + "HPCC_DEADLINE=$(( $(date +%s) - 1 ))\non_error 124 7 'apt-get install'", ctx)
     assert "FAIL: the bootstrap's 60 minutes ran out (apt-get install)" in out.stdout
+
+
+def test_an_error_inside_a_command_substitution_does_not_report_the_node_failed(fake):
+    tmp_path, _, env = fake
+    (tmp_path / "answers").write_text("0|\n")
+    script = (preamble(tmp_path) + "trap 'on_error $? $LINENO \"$BASH_COMMAND\"' ERR\nset -E\nuse_step ssh\n"
+              'log "pid: $(cat /nonexistent/sshd.pid)"\necho continued >&2\nflush_log')
+    out = run(COMMON, script, ctx_for(tmp_path), env=env)
+    assert out.returncode == 0 and calls(tmp_path) == []  # only the step's own shell reports
+    assert "continued" in (tmp_path / "bootstrap.log").read_text()

@@ -161,6 +161,10 @@ fail() {  # fail MESSAGE: report the failing step and stop; the instance is kept
 }
 
 on_error() {
+  if [ "$BASH_SUBSHELL" -gt 0 ]; then  # in $(...): only the shell that runs the step reports and stops
+    echo "error (exit $1) at line $2: $3" >&2
+    exit "$1"
+  fi
   if [ "$1" -eq 124 ] && [ "$(time_left)" -le 0 ]; then fail "the bootstrap's 60 minutes ran out ($3)"; fi
   fail "command failed (exit $1) at line $2: $3"
 }
@@ -383,19 +387,21 @@ sshd_hardening() {  # keys only, as the classic guide does; first in sshd_config
 }
 
 reload_sshd() {
-  local unit
+  local unit pid=""
   within 30 sshd -t || fail "sshd rejects its configuration (sshd -t)"
   if [ -d /run/systemd/system ]; then
     for unit in ssh sshd; do
       if systemctl is-active --quiet "$unit"; then within 60 systemctl reload "$unit"; log "reloaded $unit"; return 0; fi
     done
     log "sshd is not running (socket activation?): it reads the new configuration when it starts"
-  elif [ -s /run/sshd.pid ]; then
-    kill -HUP "$(cat /run/sshd.pid)"
-    log "sent HUP to sshd ($(cat /run/sshd.pid))"
-  else
-    log "warning: no systemd and no /run/sshd.pid: sshd not reloaded"
+    return 0
   fi
+  for _ in 1 2 3 4 5; do  # a HUP'd sshd re-executes and rewrites its pid file: read it once it is there
+    pid=$(cat /run/sshd.pid 2>/dev/null || true)
+    [ -z "$pid" ] || break
+    sleep 1
+  done
+  if [ -n "$pid" ] && kill -HUP "$pid"; then log "sent HUP to sshd ($pid)"; else log "warning: no systemd and no sshd in /run/sshd.pid: sshd not reloaded"; fi
 }
 
 # head_key: the cluster key, generated and stored when the secret has no value yet. Any other error
