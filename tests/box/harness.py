@@ -1,5 +1,5 @@
 """Cluster in a box: nodes as network namespaces on a bridge, each with a private mount namespace and its
-own sshd, and a moto server as their AWS. Runs the very bootstrap scripts the program renders.
+own hostname and sshd, and a moto server as their AWS. Runs the very bootstrap scripts the program renders.
 
 What a node keeps to itself (bind mounts inside its mount namespace): /root, /etc/hpcc, /etc/ssh (a copy
 of the host's with the node's own host keys), /etc/profile.d, /run, /var/log and /usr/local/bin;
@@ -192,7 +192,7 @@ class Node:
         return "head" if self.index == 0 else "compute"
 
     def enter(self, *cmd: str) -> list[str]:
-        return ["nsenter", "-t", str(self.holder.pid), "-m", "-n", *cmd]
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "-u", *cmd]
 
     def run(self, *cmd: str, check: bool = False, timeout: float = 120, env: dict | None = None):
         return subprocess.run(self.enter(*cmd), capture_output=True, text=True, check=check, timeout=timeout,
@@ -324,8 +324,9 @@ class Box:
         standin = node.root / "usr/local/bin/modprobe"
         standin.write_text(MODPROBE_STANDIN)
         standin.chmod(0o755)
-        node.holder = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private",
-                                        "sleep", "infinity"])
+        # Its own hostname too (UTS namespace): Open MPI and PMIx tell nodes apart by hostname.
+        node.holder = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation",
+                                        "private", "sleep", "infinity"])
         deadline = time.time() + 10
         while Path(f"/proc/{node.holder.pid}/comm").read_text().strip() != "sleep":  # unshare has exec'd
             if time.time() > deadline or node.holder.poll() is not None:
@@ -339,6 +340,7 @@ class Box:
         for private in PRIVATE:
             self._mountpoint(Path(f"/{private}"))
             sh(*node.enter("mount", "--rbind", str(node.root / private), f"/{private}"))
+        sh(*node.enter("hostname", f"{PREFIX}-{name}"))
         sh(*node.enter("ssh-keygen", "-q", "-A"))
         sh(*node.enter("/usr/sbin/sshd", "-o", f"ListenAddress={node.ip}", "-o", "PidFile=/run/sshd.pid"))
         return node

@@ -20,7 +20,25 @@ def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
         status = cluster.status(node.name)
         assert (status["node"], status["ip"], status["phase"], status["ok"]) == (node.name, node.ip, "ready", True)
         log = cluster.log(node)
-        assert "[efa] EFA is not in use" in log and "skipped: HPCC_SKIP_STEPS names lustre" in log
+        itype = cluster.config().head_node.instance_type if node.role == "head" else "c6i.16xlarge"
+        assert f"EFA is not in use on {itype}" in log
+        assert "skipped: HPCC_SKIP_STEPS names lustre" in log and "skipped: HPCC_SKIP_STEPS names mount" in log
+
+
+# What each step logs, and the label every one of its lines must carry.
+STEP_LINES = {"os": "OS: debian-", "lustre": "skipped: HPCC_SKIP_STEPS names lustre",
+              "mount": "skipped: HPCC_SKIP_STEPS names mount", "efa": "EFA is not in use",
+              "join": "nodes accept SSH"}
+
+
+@pytest.mark.xfail(reason="bootstrap: the logger labels a line with the step current when it writes it, which "
+                          "lags (or reads '?') - reported to the bootstrap engineer", strict=False)
+def test_every_log_line_names_the_step_it_came_from(cluster):
+    for node in cluster.nodes:
+        log = cluster.log(node).splitlines()
+        for step, text in STEP_LINES.items():
+            lines = [line for line in log if text in line]
+            assert lines and all(f" [{step}] " in line for line in lines), (node.name, step, lines)
 
 
 def test_every_node_reaches_every_other_by_ssh_with_no_password_or_prompt(cluster):
@@ -67,14 +85,16 @@ def _names(output: str) -> list[str]:
 
 def test_mpirun_with_the_emitted_hostfile_runs_on_every_node(cluster):
     run = cluster.head.run("mpirun", "--allow-run-as-root", "--hostfile", "/etc/hpcc/hostfile", "--map-by",
-                           "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=180)
+                           "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=120)
     assert run.returncode == 0, run.stderr
+    assert "ERROR" not in run.stderr, run.stderr  # e.g. PMIx when nodes cannot be told apart
     assert _names(run.stdout) == [n.name for n in cluster.compute]
 
 
 def test_hpcc_mpirun_runs_every_slot_on_every_node(cluster):
-    run = cluster.head.run("hpcc-mpirun", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=180)
+    run = cluster.head.run("hpcc-mpirun", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=120)
     assert run.returncode == 0, run.stderr
+    assert "ERROR" not in run.stderr, run.stderr
     assert _names(run.stdout) == sorted([n.name for n in cluster.compute] * cluster.slots)
 
 
