@@ -138,7 +138,7 @@ def test_one_nodes_aws_calls_are_at_least_one_interval_apart(fake):
     assert out.returncode == 0, out.stderr
     stamps = [int(s) for s in (tmp_path / "stamps").read_text().split()]
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    assert len(stamps) == 7 and min(gaps) >= 400 and max(gaps) <= 400 * 1.25 + 300, gaps
+    assert len(stamps) == 7 and min(gaps) >= 400 and max(gaps) <= 400 * 1.25 + 1500, gaps  # slack: a busy machine
 
 
 def test_polling_waits_for_a_value_that_appears_later(fake):
