@@ -288,12 +288,14 @@ def helper(tmp_path: Path, name: str) -> Path:
 def test_hpcc_mpirun_passes_hostfile_fabric_variables_and_efa_flags(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "mpirun", 'printf "%s\\n" "$@"\n')
-    (tmp_path / "env").write_text("FI_PROVIDER=efa\n")
+    (tmp_path / "env").write_text("FI_PROVIDER=efa\nFI_EFA_USE_DEVICE_RDMA=1\nFI_EFA_FORK_SAFE=1\nNCCL_SOCKET_IFNAME=^lo,docker\n")
+    env = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
     args = subprocess.run([str(helper(tmp_path, "hpcc-mpirun")), "python", "train.py"], capture_output=True, text=True,
                           env=env).stdout.splitlines()
     assert args[args.index("--hostfile") + 1] == f"{tmp_path}/hostfile"
     exported = {args[i + 1] for i, a in enumerate(args) if a == "-x"}
-    assert {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_SOCKET_IFNAME"} <= exported
+    assert {"PATH", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_SOCKET_IFNAME"} <= exported
+    assert "LD_LIBRARY_PATH" not in exported and "NCCL_DEBUG" not in exported  # unset here: not passed
     assert " ".join(args).count("--mca pml ^cm --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0") == 1
     assert "--bind-to none" in " ".join(args) and args[-2:] == ["python", "train.py"]
 

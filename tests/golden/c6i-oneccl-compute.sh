@@ -523,33 +523,6 @@ node_env() {
   [ -z "$ifname" ] || echo "GLOO_SOCKET_IFNAME=$ifname"
 }
 
-launch_helpers() {
-  write_file /usr/local/bin/hpcc-mpirun 0755 <<'SH'
-#!/bin/bash
-# hpcc-mpirun ARGS...: mpirun on every compute node (/etc/hpcc/hostfile) with the cluster's fabric settings.
-set -euo pipefail
-set -a; . /etc/hpcc/env; set +a
-root=(); [ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
-exec mpirun "${root[@]}" --hostfile /etc/hpcc/hostfile -x PATH -x LD_LIBRARY_PATH -x FI_PROVIDER -x CCL_ATL_TRANSPORT -x CCL_WORKER_COUNT -x I_MPI_OFI_LIBRARY_INTERNAL -x I_MPI_OFI_PROVIDER --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none "$@"
-SH
-  write_file /usr/local/bin/hpcc-torchrun 0755 <<'SH'
-#!/bin/bash
-# hpcc-torchrun [torchrun options] SCRIPT [ARGS]: torchrun on every compute node with its own NODE_RANK,
-# over ssh; waits for all and fails if any fails. TORCHRUN names another launcher (e.g. a venv's torchrun).
-set -euo pipefail
-launcher=${TORCHRUN:-torchrun}
-quoted=$(printf '%q ' "$@")
-pids=()
-while read -r ip _; do
-  # shellcheck disable=SC2029  # expanded here on purpose: the same command runs on every node
-  ssh -o BatchMode=yes "$ip" "set -a; . /etc/hpcc/env; set +a; cd $(printf '%q' "$PWD") 2>/dev/null || cd; exec $launcher --nnodes \$NNODES --nproc-per-node \$NPROC_PER_NODE --node-rank \$NODE_RANK --master-addr \$MASTER_ADDR --master-port \$MASTER_PORT $quoted" </dev/null &
-  pids+=("$!")
-done </etc/hpcc/hostfile
-status=0
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-exit "$status"
-SH
-}
 
 step_launch_env() {
   local f

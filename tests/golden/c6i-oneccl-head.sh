@@ -530,7 +530,11 @@ launch_helpers() {
 set -euo pipefail
 set -a; . /etc/hpcc/env; set +a
 root=(); [ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
-exec mpirun "${root[@]}" --hostfile /etc/hpcc/hostfile -x PATH -x LD_LIBRARY_PATH -x FI_PROVIDER -x CCL_ATL_TRANSPORT -x CCL_WORKER_COUNT -x I_MPI_OFI_LIBRARY_INTERNAL -x I_MPI_OFI_PROVIDER --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none "$@"
+exports=()
+for name in PATH LD_LIBRARY_PATH FI_PROVIDER CCL_ATL_TRANSPORT CCL_WORKER_COUNT I_MPI_OFI_LIBRARY_INTERNAL I_MPI_OFI_PROVIDER; do
+  [ -z "${!name+set}" ] || exports+=(-x "$name")  # only what is set: mpirun warns about the others
+done
+exec mpirun "${root[@]}" --hostfile /etc/hpcc/hostfile "${exports[@]}" --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none "$@"
 SH
   write_file /usr/local/bin/hpcc-torchrun 0755 <<'SH'
 #!/bin/bash

@@ -547,7 +547,11 @@ launch_helpers() {
 set -euo pipefail
 set -a; . /etc/hpcc/env; set +a
 root=(); [ "$(id -u)" -ne 0 ] || root=(--allow-run-as-root)
-exec mpirun "${root[@]}" --hostfile /etc/hpcc/hostfile -x PATH -x LD_LIBRARY_PATH -x FI_PROVIDER -x FI_EFA_FORK_SAFE -x FI_EFA_USE_DEVICE_RDMA -x NCCL_SOCKET_IFNAME -x NCCL_DEBUG --mca pml ^cm --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none "$@"
+exports=()
+for name in PATH LD_LIBRARY_PATH FI_PROVIDER FI_EFA_FORK_SAFE FI_EFA_USE_DEVICE_RDMA NCCL_SOCKET_IFNAME NCCL_DEBUG; do
+  [ -z "${!name+set}" ] || exports+=(-x "$name")  # only what is set: mpirun warns about the others
+done
+exec mpirun "${root[@]}" --hostfile /etc/hpcc/hostfile "${exports[@]}" --mca pml ^cm --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none "$@"
 SH
   write_file /usr/local/bin/hpcc-torchrun 0755 <<'SH'
 #!/bin/bash
