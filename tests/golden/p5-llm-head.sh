@@ -301,6 +301,16 @@ fstab_line() {
   echo "$1 /fsx lustre defaults,noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"
 }
 
+HPCC_FSTAB=/etc/fstab  # a variable for the tests only
+
+persist_mount() {  # persist_mount SOURCE: exactly one fstab entry for the mount point, this one
+  if ! grep -qxF "$(fstab_line "$1")" "$HPCC_FSTAB" || [ "$(grep -cF " /fsx lustre " "$HPCC_FSTAB" || true)" -ne 1 ]; then
+    sed -i "\\# /fsx lustre #d" "$HPCC_FSTAB"  # an older entry for this mount point
+    fstab_line "$1" >>"$HPCC_FSTAB"
+    log "added /fsx to $HPCC_FSTAB"
+  fi
+}
+
 step_mount() {
   local fsx dns mount_name source n
   fsx=$(aws_wait $(( 60 * 60 )) "the file system (/hpcc/llm/fsx; it may still be creating)" \
@@ -312,11 +322,7 @@ step_mount() {
   wait_for 1800 "Lustre on $dns:988" lnet_reachable "$dns" ||
     fail "$dns does not answer on TCP 988: check the Lustre security group rules (988, 1018-1023)"
   mkdir -p "/fsx"
-  if ! grep -qF "$(fstab_line "$source")" /etc/fstab; then
-    sed -i "\\# /fsx lustre #d" /etc/fstab  # an older entry for this mount point
-    fstab_line "$source" >>/etc/fstab
-    log "added /fsx to /etc/fstab"
-  fi
+  persist_mount "$source"
   if mountpoint -q "/fsx"; then
     log "/fsx already mounted"
   else
