@@ -315,8 +315,8 @@ class Box:
         (node.root / "run/sshd").mkdir()
         ssh_dir = node.root / "etc/ssh"
         # The node's own host keys, and none of the host's (or an earlier bootstrap's) hpcc drop-ins.
-        for stale in [*ssh_dir.glob("ssh_host_*"), ssh_dir / "ssh_config.d/50-hpcc.conf",
-                      ssh_dir / "sshd_config.d/50-hpcc.conf"]:
+        for stale in [*ssh_dir.glob("ssh_host_*"), *ssh_dir.glob("ssh_config.d/*hpcc*"),
+                      *ssh_dir.glob("sshd_config.d/*hpcc*")]:
             stale.unlink(missing_ok=True)
         for stale in ("hpcc-mpirun", "hpcc-torchrun"):
             (node.root / "usr/local/bin" / stale).unlink(missing_ok=True)

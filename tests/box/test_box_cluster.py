@@ -31,8 +31,6 @@ STEP_LINES = {"os": "OS: debian-", "lustre": "skipped: HPCC_SKIP_STEPS names lus
               "join": "nodes accept SSH"}
 
 
-@pytest.mark.xfail(reason="bootstrap: the logger labels a line with the step current when it writes it, which "
-                          "lags (or reads '?') - reported to the bootstrap engineer", strict=False)
 def test_every_log_line_names_the_step_it_came_from(cluster):
     for node in cluster.nodes:
         log = cluster.log(node).splitlines()

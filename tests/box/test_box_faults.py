@@ -20,7 +20,8 @@ def _check_log_tail(box: Box, node, status: dict) -> None:
     """The status carries the node's last log lines: contiguous lines of its real log (long ones cut from the
     left), the failure among them."""
     tail, log = status["logTail"], box.log(node).splitlines()
-    assert tail and any(f"FAILED at step {status['step']}" in line for line in tail), tail
+    failed = [line for line in log if f"FAILED at step {status['step']}" in line]
+    assert len(failed) == 1 and tail and failed[0].endswith(tail[-1]), (failed, tail)
 
     def matches(i: int) -> bool:
         return len(log) - i >= len(tail) and all(log[i + k].endswith(t) for k, t in enumerate(tail))
