@@ -127,6 +127,9 @@ def test_mount_waits_for_the_file_system_then_mounts_and_persists_it_once(fake):
     assert lines[1].startswith(f"fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt} lustre ") and "_netdev" in lines[1]
     assert (mnt / "scratch").stat().st_mode & 0o7777 == 0o1777
     assert [c.split()[1] for c in calls(tmp_path)] == ["get-parameter", "get-parameter", "get-parameter"]
+    fstab.write_text(f"{lines[1]}\n{lines[0]}\n{lines[1]}\n")  # the right entry, but twice
+    out = run(COMMON + ["mount"], script, ctx, env=env)
+    assert out.returncode == 0 and fstab.read_text().splitlines() == [lines[0], lines[1]]
 
 
 def test_mount_fails_naming_the_port_when_lustre_does_not_answer(fake):
@@ -165,7 +168,7 @@ def ubuntu_tools(tmp_path: Path, bin_dir: Path, kernel: str, available: list[str
   search) printf '{listing}' ;;
 esac
 ''')
-    tool(bin_dir, "apt-get", f'echo "apt-get $*" >>{tmp_path}/apt; [ "$1" != install ] || touch {tmp_path}/installed\n')
+    tool(bin_dir, "apt-get", f'echo "apt-get $*" >>{tmp_path}/apt; case " $* " in *" install "*) touch {tmp_path}/installed ;; esac\n')
     tool(bin_dir, "apt-mark", f'echo "apt-mark $*" >>{tmp_path}/apt\n')
     tool(bin_dir, "dpkg-query", 'for p in "$@"; do case "$p" in lustre-*|linux-aws) echo "ii  $p" ;; esac; done\n')
 
@@ -181,7 +184,7 @@ def test_ubuntu_installs_the_kernels_lustre_package_from_the_signed_repo_and_hol
     assert out.stdout.splitlines()[-1] == ("deb [signed-by=/usr/share/keyrings/fsx-ubuntu-public-key.gpg] "
                                   "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu jammy main")
     apt = (tmp_path / "apt").read_text().splitlines()
-    assert f"apt-get install -y -q lustre-client-modules-{kernel}" in apt
+    assert f"apt-get -o DPkg::Lock::Timeout=600 install -y -q lustre-client-modules-{kernel}" in apt  # waits for cloud-init's apt
     hold = next(line for line in apt if line.startswith("apt-mark hold"))
     assert f"lustre-client-modules-{kernel}" in hold.split() and "linux-aws" in hold.split()
 
@@ -209,15 +212,16 @@ def test_efa_on_ubuntu_logs_the_installer_version_and_persists_ptrace_scope(fake
     tool(bin_dir, "sysctl", f'echo "sysctl $*" >>{tmp_path}/sysctl\n')
     opt = tmp_path / "opt-amazon"
     opt.mkdir()
-    (opt / "efa_installed_packages").write_text("# EFA installer version: 1.38.0\n")
+    (opt / "amazon").mkdir()
+    (opt / "amazon" / "efa_installed_packages").write_text("# EFA installer version: 1.38.0\n")
     script = preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-22.04\nstep_efa\nstep_efa\necho ---\ncat /etc/sysctl.d/99-hpcc-efa.conf"
     out = private_run(COMMON + ["efa"], script, ctx_for(tmp_path), env, over=["/etc/sysctl.d"],
-                      binds=[(opt, "/opt")] if not Path("/opt/amazon").exists() else [])
+                      binds=[(opt, "/opt")])
     assert out.returncode == 0, out.stdout + out.stderr
     log, conf = out.stdout.split("---\n")
     assert conf == "kernel.yama.ptrace_scope = 0\n"
     assert "EFA devices: 32 by fi_info" in log and log.count("wrote /etc/sysctl.d/99-hpcc-efa.conf") == 1
-    assert "EFA installer version" in log
+    assert "EFA installer version: 1.38.0" in log
     assert "-w kernel.yama.ptrace_scope=0" in (tmp_path / "sysctl").read_text()
 
 
@@ -251,6 +255,37 @@ def test_without_systemd_sshd_gets_a_hup_from_its_pid_file(fake):
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def test_sshd_takes_the_whole_cluster_connecting_at_once(tmp_path):
+    """512 nodes join by SSH at once and mpirun fans out: sshd's default MaxStartups (10:30:100) would drop most."""
+    from tests.bootstrap_shell import run
+    conf = tmp_path / "sshd_config"
+    conf.write_text(run(["ssh"], "sshd_hardening").stdout)
+    key = tmp_path / "hostkey"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    effective = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs hpcc /run && mkdir /run/sshd && '
+                                f'exec /usr/sbin/sshd -T -f {conf} -h {key}'], capture_output=True, text=True)
+    assert effective.returncode == 0, effective.stderr
+    start, rate, full = next(line.split()[1] for line in effective.stdout.splitlines()
+                             if line.startswith("maxstartups ")).split(":")
+    assert int(start) >= 64 and int(full) >= 512
+
+
+def test_join_knocks_on_the_peers_in_a_random_order(fake):
+    tmp_path, bin_dir, env = fake
+    real = subprocess.run(["bash", "-c", "command -v xargs"], capture_output=True, text=True).stdout.strip()
+    tool(bin_dir, "xargs", f'tee -a {tmp_path}/order | {real} "$@"\n')  # the order the peers are handed out
+    tool(bin_dir, "ssh", "exit 0\n")
+    from tests.bootstrap_shell import run
+    peers = " ".join(f"10.0.1.{i}" for i in range(1, 41))
+    orders = set()
+    for _ in range(3):
+        (tmp_path / "order").unlink(missing_ok=True)
+        out = run(["join"], f"unjoined {peers}", ctx_for(tmp_path), env=env)
+        assert out.returncode == 0 and out.stdout == ""  # every one accepted
+        orders.add((tmp_path / "order").read_text())
+    assert len(orders) > 1  # not every node starts with the same sshd
 
 
 @pytest.mark.parametrize("role", ["head", "compute"])

@@ -265,11 +265,12 @@ install_lustre_ubuntu() {  # install_lustre_ubuntu PACKAGE
   fi
   echo "deb [signed-by=$key] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $(lsb_release -cs) main" |
     write_file /etc/apt/sources.list.d/fsxlustreclientrepo.list 0644
-  retry_cmd apt-get update -q
+  # first boot: cloud-init or unattended-upgrades may hold the dpkg lock for minutes; wait for it (apt >= 1.9.11)
+  retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
   if ! apt-cache show "$pkg" >/dev/null 2>&1; then
     fail "FSx publishes no Lustre client for the running kernel $(uname -r) ($pkg); nearest kernels with one: $(apt-cache search --names-only '^lustre-client-modules-[0-9]' | awk '{sub(/^lustre-client-modules-/, "", $1); print $1}' | nearest_versions "$(uname -r)") - boot an image with one of those kernels"
   fi
-  retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg"
+  retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$pkg"
   # Unattended upgrades must not install a kernel the module does not match: hold it and its meta-packages.
   held=$({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "$pkg" "linux-image-$(uname -r)" linux-aws \
     linux-image-aws linux-headers-aws 2>/dev/null || true; } | awk '$1 ~ /^ii/ {print $2}')
@@ -389,7 +390,9 @@ client_config() {
 
 sshd_hardening() {  # keys only, as the classic guide does; first in sshd_config.d, so no later file overrides it
   printf '%s\n' "# hpcc: keys only" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
-    "ChallengeResponseAuthentication no" "PermitRootLogin prohibit-password" "PubkeyAuthentication yes"
+    "ChallengeResponseAuthentication no" "PermitRootLogin prohibit-password" "PubkeyAuthentication yes" \
+    "# every node connects to every other at join, and mpirun fans out: do not drop them (default 10:30:100)" \
+    "MaxStartups 256:30:1024"
 }
 
 reload_sshd() {
@@ -463,11 +466,12 @@ step_ssh() {
 # --- join: every other node accepts this node's SSH (Open MPI spawns along a tree) -----------------
 peer_ok() { timeout 20 ssh -o BatchMode=yes -o ConnectTimeout=5 "root@$1" true </dev/null >/dev/null 2>&1; }
 
-# unjoined IP...: those of the IPs that do not accept SSH yet, 32 checked at a time.
+# unjoined IP...: those of the IPs that do not accept SSH yet, 32 checked at a time, in a random order so
+# that 512 nodes do not all knock on the same sshd first.
 unjoined() {
   export -f peer_ok
   # shellcheck disable=SC2016  # $1 belongs to the inner bash
-  printf '%s\n' "$@" | xargs -r -P 32 -I{} bash -c 'peer_ok "$1" || echo "$1"' _ {}
+  printf '%s\n' "$@" | shuf | xargs -r -P 32 -I{} bash -c 'peer_ok "$1" || echo "$1"' _ {}
 }
 
 # node_names IP...: "name (ip)" for each, at most 10 then how many more.
