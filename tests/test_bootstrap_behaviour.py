@@ -86,7 +86,6 @@ def test_installing_the_key_twice_changes_nothing(fake):
     home = tmp_path / "home"
     home.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
-    key = (tmp_path / "k").read_text()
     from tests.bootstrap_shell import run
     script = preamble(tmp_path) + f'HPCC_KEY=$(cat {tmp_path / "k"})\ninstall_key {home} "$(id -un)"'
     first = run(COMMON + ["ssh"], script, ctx_for(tmp_path), env=env)
@@ -108,7 +107,7 @@ def test_mount_waits_for_the_file_system_then_mounts_and_persists_it_once(fake):
     tmp_path, bin_dir, env = fake
     mnt = tmp_path / "fsx"
     fstab = tmp_path / "fstab"
-    fstab.write_text("LABEL=root / ext4 defaults 0 1\nold@tcp:/x {} lustre defaults 0 0\n".format(mnt))
+    fstab.write_text(f"LABEL=root / ext4 defaults 0 1\nold@tcp:/x {mnt} lustre defaults 0 0\n")
     (tmp_path / "answers").write_text(f"255|ParameterNotFound\n0|{FSX}\n")
     tool(bin_dir, "mount", f'echo "$*" >>{tmp_path}/mounts; touch {tmp_path}/mounted\n')
     tool(bin_dir, "mountpoint", f'[ -e {tmp_path}/mounted ]\n')
@@ -267,7 +266,7 @@ def test_sshd_takes_the_whole_cluster_connecting_at_once(tmp_path):
     effective = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs hpcc /run && mkdir /run/sshd && '
                                 f'exec /usr/sbin/sshd -T -f {conf} -h {key}'], capture_output=True, text=True)
     assert effective.returncode == 0, effective.stderr
-    start, rate, full = next(line.split()[1] for line in effective.stdout.splitlines()
+    start, _rate, full = next(line.split()[1] for line in effective.stdout.splitlines()
                              if line.startswith("maxstartups ")).split(":")
     assert int(start) >= 64 and int(full) >= 512
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Break each bootstrap behaviour once and check that the test named for it fails (a mutation run).
+
+    .venv/bin/python scripts/bootstrap_mutations.py          # every mutation
+    .venv/bin/python scripts/bootstrap_mutations.py 3 17     # only these
+
+Copies the tracked files to a temporary directory, applies one change at a time there (never in the
+checkout) and runs the named tests against the copy. Prints CAUGHT or MISSED per mutation; exits 1 if any
+was missed. Known equivalent mutant: the log labeller's "$1" and "$HPCC_STEP" are the same value.
+"""
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = str(ROOT / ".venv" / "bin" / "python")
+S = "tests/test_bootstrap_steps.py"
+D = "tests/test_bootstrap_decisions.py"
+B = "tests/test_bootstrap_behaviour.py"
+
+# (file, text, replacement, tests that must then fail)
+MUTATIONS = [
+ ("templates/steps/join.sh.j2", "-P 32", "-P 1", S + "::test_join_checks_many_nodes_at_once"),
+ ("templates/steps/join.sh.j2", 'peer_ok "$1" || echo "$1"', 'peer_ok "$1" || true', S + "::test_join_fails_naming_the_nodes_that_never_accept_ssh"),
+ ("infra/fabric.py", "if itype.gpudirect_rdma:", "if True:", D + "::test_fabric_settings_per_instance_type"),
+ ("templates/steps/lustre.sh.j2", 'amzn-2023) echo "dnf lustre-client"', 'amzn-2023) echo "yum lustre-client"', D + " -k lustre_package"),
+ ("templates/steps/os.sh.j2", "| amzn-2023 |", "| amzn-2023 | centos-7 |", D + " -k unsupported"),
+ ("templates/steps/launch_env.sh.j2", '{print $1 " slots=" s}', '{print $1 " slots=" s+1}', D + " -k hostfile_lines"),
+ ("templates/steps/launch_env.sh.j2", 'awk -v s="$2" \'{print $1 ":" s}\'', 'awk -v s="$2" \'{print $1 " " s}\'', D + " -k hostfile_lines"),
+ ("templates/steps/status.sh.j2", '"${#json}" -le 4000', '"${#json}" -le 40000', S + "::test_status_json_follows_the_contract_and_fits_in_4_kb"),
+ ("infra/bootstrap_pacing.py", "TARGET_SHARE = 0.75", "TARGET_SHARE = 1.5", "tests/test_bootstrap_pacing.py"),
+ ("templates/steps/efa.sh.j2", "modprobe ib_uverbs ||", "true ||", S + "::test_efa_step_retries_after_modprobe_then_fails_naming_the_type"),
+ ("templates/steps/ssh.sh.j2", '"PasswordAuthentication no"', '"PasswordAuthentication yes"', S + "::test_sshd_drop_in_allows_keys_only_and_comes_first"),
+ ("templates/steps/ssh.sh.j2", '"StrictHostKeyChecking no"', '"StrictHostKeyChecking ask"', S + "::test_client_config_trusts_exactly_the_clusters_hosts"),
+ ("templates/steps/mount.sh.j2", "flock,_netdev,", "flock,", S + "::test_fsx_parameter_and_fstab_line"),
+ ("infra/fabric.py", '"--mca pml ^cm --mca btl', '"--mca btl', S + "::test_hpcc_mpirun_passes_hostfile_fabric_variables_and_efa_flags"),
+ ("templates/steps/launch_env.sh.j2", 'wait "$pid" || status=1', 'wait "$pid" || true', S + "::test_hpcc_torchrun_runs_on_every_compute_node_and_propagates_failure"),
+ ("templates/steps/retry.sh.j2", '[ "$limit" -le "$left" ] || limit=$left', 'true', S + "::test_commands_are_cut_at_their_bound_and_at_the_runs_deadline"),
+ ("templates/steps/retry.sh.j2", '[ "$left" -gt 0 ] || return 124', 'true', S + "::test_commands_are_cut_at_their_bound_and_at_the_runs_deadline"),
+ ("templates/steps/log.sh.j2", 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$1" "$line"', 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$HPCC_STEP" "$line"', S + "::test_every_log_line_carries_the_step_that_printed_it"),
+ ("templates/steps/launch_env.sh.j2", 'echo "MASTER_ADDR=${HPCC_HOSTS[1]}"', 'echo "MASTER_ADDR=${HPCC_HOSTS[0]}"', D + " -k launch_env_writes"),
+ ("templates/steps/launch_env.sh.j2", 'echo "NODE_RANK=$(( i - 1 ))"', 'echo "NODE_RANK=$i"', D + " -k launch_env_writes"),
+ ("infra/userdata.py", "packed = gzip.compress(render(ctx).encode(), mtime=0)", "packed = render(ctx).encode()", "tests/test_bootstrap_render.py -k fits"),
+ ("templates/steps/ssh.sh.j2", '[ "$rc" -eq 3 ] || return "$rc"\n  tmp=', 'tmp=', S + "::test_head_generates_the_key_only_when_the_secret_has_no_value"),
+ ("templates/steps/retry.sh.j2", "*ParameterNotFound* | *ResourceNotFoundException*) return 3 ;;", "*ParameterNotFound*) return 3 ;;", S + " -k 'key or retry'"),
+ ("templates/steps/efa.sh.j2", "sort -u | wc -l", "wc -l", S + "::test_efa_devices_are_counted_once_each"),
+ ("templates/steps/status.sh.j2", 'if [ "$BASH_SUBSHELL" -gt 0 ]; then', 'if false; then', S + "::test_an_error_inside_a_command_substitution_does_not_report_the_node_failed"),
+ ("templates/steps/join.sh.j2", "| shuf |", "|", B + "::test_join_knocks_on_the_peers_in_a_random_order"),
+ ("templates/steps/ssh.sh.j2", '"MaxStartups 256:30:1024"', '"MaxStartups 10:30:100"', B + "::test_sshd_takes_the_whole_cluster_connecting_at_once"),
+ ("templates/steps/mount.sh.j2", '|| [ "$(grep -cF', '|| [ "$(echo 1 || grep -cF', B + " -k mount_waits"),
+ ("templates/steps/mount.sh.j2", 'grep -qxF "$(fstab_line "$1")"', 'false', B + " -k mount_waits"),
+ ("templates/steps/files.sh.j2", 'if [ -f "$path" ] && cmp -s "$tmp" "$path"', 'if false', B + " -k key_twice"),
+ ("templates/steps/ssh.sh.j2", 'grep -qxF "$(cat "$home/.ssh/id_hpcc.pub")" "$home/.ssh/authorized_keys" ||', '', B + " -k key_twice"),
+ ("templates/steps/lustre.sh.j2", 'if modinfo lustre >/dev/null 2>&1; then log "Lustre client already installed"; return 0; fi', '', B + " -k skipped_when"),
+ ("templates/steps/lustre.sh.j2", 'apt-mark hold $held', 'true $held', B + " -k signed_repo"),
+ ("templates/steps/lustre.sh.j2", '[signed-by=$key] ', '', B + " -k signed_repo"),
+ ("templates/steps/efa.sh.j2", 'sysctl -q -w kernel.yama.ptrace_scope=0', 'true', B + " -k ptrace"),
+ ("templates/steps/efa.sh.j2", "grep -h 'EFA installer version'", "grep -h 'XX'", B + " -k ptrace"),
+ ("templates/steps/efa.sh.j2", 'within 60 fi_info -p tcp >/dev/null 2>&1 ||', 'true ||', B + " -k tcp_provider"),
+ ("templates/steps/ssh.sh.j2", 'if [ -n "$pid" ] && kill -HUP "$pid"', 'if [ -n "$pid" ]', B + " -k hup"),
+ ("templates/steps/status.sh.j2", 'if skipped "$1"; then', 'if false; then', B + " -k skipped_step"),
+ ("templates/steps/identify.sh.j2", '[ -n "$ip" ] || ip=$(ip -4 route get', '[ -n "$ip" ] || ip=$(false', B + " -k imds"),
+ ("templates/steps/retry.sh.j2", '[ "$limit" -le "$left" ] || limit=$left', 'true', B + " -k runs_time"),
+ ("templates/steps/mount.sh.j2", 'wait_for 1800 "Lustre on $dns:988" lnet_reachable "$dns" ||', 'true ||', B + " -k port"),
+]
+EQUIVALENT = {"printf '%s [%s] %s\\n' \"$(date -u +%FT%TZ)\" \"$HPCC_STEP\" \"$line\""}
+
+
+def main(selected: list[str]) -> int:
+    missed = 0
+    with tempfile.TemporaryDirectory(prefix="hpcc-mut-") as tmp:
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+        for name in filter(None, files.stdout.split("\0")):
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            if (ROOT / name).is_file():
+                (Path(tmp) / name).write_bytes((ROOT / name).read_bytes())
+        for i, (f, old, new, tests) in enumerate(MUTATIONS):
+            if selected and str(i) not in selected:
+                continue
+            path = Path(tmp) / f
+            orig = path.read_text()
+            if old not in orig:
+                print(f"[{i}] STALE: {f} no longer has {old!r}")
+                missed += 1
+                continue
+            path.write_text(orig.replace(old, new, 1))
+            try:
+                run = subprocess.run(f"PYTHONPATH={tmp} timeout 300 {PY} -m pytest -q -x -p no:cacheprovider {tests}",
+                                     shell=True, cwd=tmp, capture_output=True, text=True)
+            finally:
+                path.write_text(orig)
+            caught = run.returncode != 0
+            missed += not caught and new not in EQUIVALENT
+            print(f"[{i}] {'CAUGHT' if caught else 'MISSED'}: {f}: {old[:60]!r} -> {new[:40]!r} ({tests})", flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
