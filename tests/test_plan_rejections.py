@@ -79,3 +79,28 @@ def test_security_component_wires_lustre_rules_to_its_groups(unit_mocks):
         assert len(sec.lustre_rules) == 10
 
     return pulumi.Output.all(sec.nodes_sg_id, sec.lustre_sg_id, sec.head_ssh_sg_id).apply(check)
+
+
+def test_an_instance_moto_refuses_names_the_node_and_ec2_s_reason(example_config, monkeypatch):
+    # Instances are created straight in moto's EC2 backend (not through boto3): its refusals still become
+    # AWS's answer for the named resource, not a traceback.
+    from infra.components import compute
+
+    real = compute.aws.ec2.InstanceLaunchTemplateArgs
+    monkeypatch.setattr(compute.aws.ec2, "InstanceLaunchTemplateArgs", lambda id, version: real(id=id, version="7"))
+    with pytest.raises(PlanError, match=r"cpu-oneccl-(head|compute-\d{3}): .*7"):
+        plan_config(example_config("c6i-oneccl"))
+
+
+def test_a_request_boto3_gets_refused_names_the_resource_and_the_error_code(example_config, monkeypatch):
+    from infra.components import compute
+
+    # SSM reserves names under /aws/: PutParameter there is refused (a ClientError from boto3).
+    class ReservedHosts(compute.Paths):
+        def __init__(self, cluster):
+            super().__init__(cluster)
+            self.hosts = "/aws/hpcc-hosts"
+
+    monkeypatch.setattr(compute, "Paths", ReservedHosts)
+    with pytest.raises(PlanError, match=r"cpu-oneccl-hosts-param: \w+: .*/aws/hpcc-hosts"):
+        plan_config(example_config("c6i-oneccl"))
