@@ -188,6 +188,19 @@ def test_ubuntu_installs_the_kernels_lustre_package_from_the_signed_repo_and_hol
     assert f"lustre-client-modules-{kernel}" in hold.split() and "linux-aws" in hold.split()
 
 
+def test_the_lustre_repo_is_the_releases_codename_without_lsb_release(fake):
+    tmp_path, bin_dir, env = fake
+    kernel = "6.8.0-1019-aws"
+    ubuntu_tools(tmp_path, bin_dir, kernel, [kernel])
+    tool(bin_dir, "lsb_release", "exit 127\n")  # minimal images may not ship it
+    script = (preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-24.04 HPCC_OS_CODENAME=noble\nstep_lustre\n"
+              "cat /etc/apt/sources.list.d/fsxlustreclientrepo.list")
+    out = private_run(COMMON + ["lustre"], script, ctx_for(tmp_path), env,
+                      over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines()[-1].endswith("/ubuntu noble main")
+
+
 def test_a_kernel_with_no_lustre_package_fails_naming_it_and_the_nearest(fake):
     tmp_path, bin_dir, env = fake
     ubuntu_tools(tmp_path, bin_dir, "6.8.0-1019-aws", ["6.5.0-1020-aws", "6.8.0-1015-aws", "6.8.0-1021-aws", "6.11.0-1004-aws"])

@@ -24,6 +24,17 @@ def test_lustre_package_per_os(tmp_path, release, expected, package):
     assert run_.stdout.splitlines() == [expected, package], run_.stderr
 
 
+@pytest.mark.parametrize("release,codename", [
+    ('ID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\nUBUNTU_CODENAME=jammy\n', "jammy"),
+    ('ID=ubuntu\nVERSION_ID="24.04"\nUBUNTU_CODENAME=noble\n', "noble"),  # no VERSION_CODENAME: the Ubuntu one
+    ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n', ""),
+])
+def test_os_codename_comes_from_os_release(tmp_path, release, codename):
+    (tmp_path / "os-release").write_text(release)
+    out = run(["os"], f'os_codename {tmp_path / "os-release"}; echo "ID=${{ID:-unset}}"')
+    assert out.stdout.splitlines() == [codename, "ID=unset"], out.stderr  # and nothing leaks into the caller
+
+
 @pytest.mark.parametrize("release", ['ID=centos\nVERSION_ID="7"\n', 'ID=ubuntu\nVERSION_ID="18.04"\n',
                                      'ID=rhel\nVERSION_ID="9.4"\n'])
 def test_unsupported_os_is_refused(tmp_path, release):

@@ -303,14 +303,23 @@ def test_hpcc_mpirun_passes_hostfile_fabric_variables_and_efa_flags(fake):
 def test_hpcc_torchrun_runs_on_every_compute_node_and_propagates_failure(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "ssh", f'echo "$*" >>{tmp_path}/ssh; case "$*" in *10.0.0.6*) exit "${{FAIL_RC:-0}}" ;; esac\n')
+    venv = tmp_path / "venv bin"  # the user's activated environment; a space to check the quoting
+    venv.mkdir()
+    tool(venv, "torchrun", "exit 0\n")
     (tmp_path / "hostfile").write_text("10.0.0.5 slots=8\n10.0.0.6 slots=8\n")
     script = helper(tmp_path, "hpcc-torchrun")
-    ok = subprocess.run([str(script), "train.py", "--lr", "1e-4"], capture_output=True, text=True, env=env)
+    ok = subprocess.run([str(script), "train.py", "--lr", "1e-4"], capture_output=True, text=True,
+                        env={**env, "PATH": f"{venv}:{env['PATH']}"})
     assert ok.returncode == 0, ok.stderr
     runs = (tmp_path / "ssh").read_text().splitlines()
     assert sorted(r.split()[2] for r in runs) == ["10.0.0.5", "10.0.0.6"]
-    assert all("exec torchrun --nnodes $NNODES" in r and "--node-rank $NODE_RANK" in r and r.endswith("train.py --lr 1e-4 ")
-               for r in runs)
+    # The head's torchrun by full path: over ssh the nodes have sshd's PATH, not the venv's.
+    launcher = str(venv / "torchrun").replace(" ", "\\ ")
+    assert all(f"exec {launcher} --nnodes $NNODES" in r and "--node-rank $NODE_RANK" in r
+               and r.endswith("train.py --lr 1e-4 ") for r in runs)
+    bare_path = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "torchrun").exists())
+    missing = subprocess.run([str(script), "train.py"], capture_output=True, text=True, env={**env, "PATH": bare_path})
+    assert missing.returncode == 2 and "no torchrun on PATH" in missing.stderr and "set TORCHRUN" in missing.stderr
     failed = subprocess.run([str(script), "train.py"], capture_output=True, text=True,
                             env={**env, "FAIL_RC": "3", "TORCHRUN": "python -m torch.distributed.run"})
     assert failed.returncode == 1 and "exec python -m torch.distributed.run" in (tmp_path / "ssh").read_text()

@@ -115,11 +115,12 @@ def test_torchrun_all_reduce_across_every_node_from_the_emitted_environment(clus
     results.mkdir(parents=True)
     (work / "all_reduce.py").write_text(f"RESULTS = {str(results)!r}\n" + ALL_REDUCE)
     env = node_env(cluster.head)
-    # Over ssh a node's PATH is sshd's default; hpcc-torchrun's TORCHRUN names the launcher to use.
-    env["TORCHRUN"] = str(VENV_BIN / "torchrun")
+    env.pop("TORCHRUN", None)
+    # As a user would: activate the environment that has PyTorch (here, the project's venv), then launch.
+    # The compute nodes get sshd's default PATH, so this checks that hpcc-torchrun finds torchrun for them.
     # 2 ranks per node, not the 32 slots of a c6i.16xlarge: 64 PyTorch processes would not fit 2 cores.
-    run = subprocess.run(cluster.head.enter("bash", "-lc", f"cd {work} && hpcc-torchrun --nproc-per-node 2 "
-                                                           "all_reduce.py"),
+    run = subprocess.run(cluster.head.enter("bash", "-lc", f"cd {work} && PATH={VENV_BIN}:$PATH hpcc-torchrun "
+                                                           "--nproc-per-node 2 all_reduce.py"),
                          env=env, capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
     world = 2 * len(cluster.compute)

@@ -234,10 +234,20 @@ os_id() {
   esac
 }
 
+# os_codename [OS_RELEASE_FILE]: jammy, noble ...; empty where the release names none (Amazon Linux).
+# From os-release, not lsb_release: minimal images do not always ship lsb-release.
+os_codename() (
+  VERSION_CODENAME="" UBUNTU_CODENAME=""
+  # shellcheck disable=SC1090,SC1091
+  . "${1:-/etc/os-release}"
+  echo "${VERSION_CODENAME:-$UBUNTU_CODENAME}"
+)
+
 step_os() {
   HPCC_OS=$(os_id /etc/os-release) ||
     fail "unsupported OS ($(grep -h '^PRETTY_NAME=' /etc/os-release | cut -d= -f2- || echo unknown)); hpcc supports Ubuntu 20.04/22.04/24.04, Amazon Linux 2 and Amazon Linux 2023"
-  log "OS: $HPCC_OS, kernel $(uname -r)"
+  HPCC_OS_CODENAME=$(os_codename /etc/os-release)
+  log "OS: $HPCC_OS${HPCC_OS_CODENAME:+ ($HPCC_OS_CODENAME)}, kernel $(uname -r)"
 }
 # --- lustre: the FSx for Lustre client for this OS and the running kernel ----------------------------
 # lustre_package OS KERNEL: "<installer> <package>" for that OS and kernel.
@@ -263,7 +273,9 @@ install_lustre_ubuntu() {  # install_lustre_ubuntu PACKAGE
       https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc
     gpg --batch --yes --dearmor -o "$key" /run/fsx-ubuntu-public-key.asc
   fi
-  echo "deb [signed-by=$key] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $(lsb_release -cs) main" |
+  local codename=${HPCC_OS_CODENAME:-}
+  [ -n "$codename" ] || codename=$(lsb_release -cs)
+  echo "deb [signed-by=$key] https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu $codename main" |
     write_file /etc/apt/sources.list.d/fsxlustreclientrepo.list 0644
   # first boot: cloud-init or unattended-upgrades may hold the dpkg lock for minutes; wait for it (apt >= 1.9.11)
   retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
