@@ -585,7 +585,7 @@ if [ -n "${TORCHRUN:-}" ]; then
 elif found=$(command -v torchrun); then
   launcher=$(printf '%q' "$found")  # same image on every node, so the same path
 else
-  echo "hpcc-torchrun: no torchrun on PATH; activate the Python environment with PyTorch (e.g. source /opt/pytorch/bin/activate) or set TORCHRUN" >&2
+  echo "hpcc-torchrun: no torchrun on PATH; activate the Python environment that has PyTorch, or set TORCHRUN" >&2
   exit 2
 fi
 quoted=$(printf '%q ' "$@")
