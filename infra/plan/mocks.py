@@ -349,6 +349,7 @@ class MotoMocks(pulumi.runtime.Mocks):
         """RunInstances straight into moto's EC2 backend, with the arguments its API layer would pass.
         The instance is the one boto3 reads back; what is skipped is only the XML round trip, ~7 of the
         ~9 ms a call costs, which at hundreds of nodes was a third of the plan."""
+        from moto.core.exceptions import ServiceException, _RESTError
         from moto.ec2.models import ec2_backends
 
         try:
@@ -364,7 +365,7 @@ class MotoMocks(pulumi.runtime.Mocks):
                 monitoring_state="disabled", ipv6_address_count=None,
                 metadata_options={"HttpTokens": lt.get("metadataOptions", {}).get("httpTokens", "optional")},
                 client_token=f"hpcc-{name}")
-        except Exception as exc:  # moto's own error types: what EC2 would answer
+        except (ServiceException, _RESTError) as exc:  # moto's error types: what EC2 would answer
             code = getattr(exc, "code", None) or getattr(exc, "error_type", None) or type(exc).__name__
             raise AwsRejected(name, str(code), getattr(exc, "message", None) or str(exc)) from None
         return reservation.instances[0]
