@@ -302,6 +302,7 @@ def test_hpcc_mpirun_passes_hostfile_fabric_variables_and_efa_flags(fake):
 
 def test_hpcc_torchrun_runs_on_every_compute_node_and_propagates_failure(fake):
     tmp_path, bin_dir, env = fake
+    env.pop("TORCHRUN", None)  # the default launcher is what is checked first
     tool(bin_dir, "ssh", f'echo "$*" >>{tmp_path}/ssh; case "$*" in *10.0.0.6*) exit "${{FAIL_RC:-0}}" ;; esac\n')
     venv = tmp_path / "venv bin"  # the user's activated environment; a space to check the quoting
     venv.mkdir()
