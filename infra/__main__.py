@@ -2,11 +2,11 @@
 
 import pulumi
 
-from infra import lookups
 from infra.catalog import lookup
 from infra.components.compute import Compute, ComputeArgs
 from infra.components.identity import Identity, IdentityArgs
 from infra.components.network import Network, NetworkArgs
+from infra.components.pins import Pins, PinsArgs
 from infra.components.security import Security, SecurityArgs
 from infra.components.storage import Storage, StorageArgs
 from infra.config import ConfigError, from_pulumi_config
@@ -19,7 +19,8 @@ except ConfigError as err:
 
 cluster = cfg.cluster
 extra_tags = dict(cluster.tags)
-az = lookups.availability_zone(cluster)
+pins = Pins("pins", PinsArgs(cluster, extra_tags))
+az = pins.availability_zone
 
 network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags))
 security = Security("security", SecurityArgs(cluster.name, network.vpc_id, cluster.ssh.allowed_cidrs, extra_tags))
@@ -28,7 +29,7 @@ storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.priv
                                          security.lustre_rules, extra_tags))
 compute = Compute("compute", ComputeArgs(
     config=cluster, region=cfg.region, head_type=lookup(cluster.head_node.instance_type),
-    compute_type=lookup(cluster.compute.instance_type), availability_zone=az, image=lookups.image(cluster),
+    compute_type=lookup(cluster.compute.instance_type), availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
     instance_profile_arn=identity.instance_profile_arn, extra_tags=extra_tags))

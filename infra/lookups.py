@@ -1,8 +1,11 @@
-"""Read-only questions the program asks AWS before it creates anything: which AZ, which image."""
+"""Read-only questions the program asks AWS before it creates anything: which AZ offers the node types,
+which image a family or name filter names. What is decided from the answers, and kept, is in
+`infra/components/pins.py`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 import pulumi
 import pulumi_aws as aws
@@ -14,25 +17,49 @@ class LookupFailed(pulumi.RunError):
     """A lookup found nothing usable; the message says which config field to change."""
 
 
-def availability_zone(cluster: ClusterConfig) -> pulumi.Output[str]:
-    """The configured AZ, or the first (sorted) AZ that offers both node types."""
-    if cluster.availability_zone:
-        return pulumi.Output.from_input(cluster.availability_zone)
-    types = sorted({cluster.head_node.instance_type, cluster.compute.instance_type})
+def node_types(cluster: ClusterConfig) -> list[str]:
+    return sorted({cluster.head_node.instance_type, cluster.compute.instance_type})
+
+
+def offered_azs(cluster: ClusterConfig) -> pulumi.Output[dict[str, set[str]]]:
+    """Instance type -> the AZs of the region that offer it, for the cluster's node types."""
+    types = node_types(cluster)
     offerings = aws.ec2.get_instance_type_offerings_output(
         location_type="availability-zone", filters=[{"name": "instance-type", "values": types}])
 
-    def pick(result) -> str:
-        offered: dict[str, set[str]] = {}
+    def collect(result) -> dict[str, set[str]]:
+        offered: dict[str, set[str]] = {t: set() for t in types}
         for itype, az in zip(result.instance_types, result.locations):
-            offered.setdefault(az, set()).add(itype)
-        good = sorted(az for az, have in offered.items() if have >= set(types))
-        if not good:
-            raise LookupFailed(f"cluster.availabilityZone: no availability zone in this region offers all of "
-                               f"{', '.join(types)}; choose other instance types or another aws:region")
-        return good[0]
+            offered.setdefault(itype, set()).add(az)
+        return offered
 
-    return offerings.apply(pick)
+    return offerings.apply(collect)
+
+
+def first_az(offered: dict[str, set[str]], types: list[str]) -> str:
+    """The first (sorted) AZ that offers every node type."""
+    good = sorted(set.intersection(*(offered.get(t, set()) for t in types))) if types else []
+    if not good:
+        raise LookupFailed(f"cluster.availabilityZone: no availability zone in this region offers all of "
+                           f"{', '.join(types)}; choose other instance types or another aws:region")
+    return good[0]
+
+
+def check_kept_az(az: str, offered: dict[str, set[str]], cluster: ClusterConfig) -> str:
+    """The cluster stays in its AZ: a node type that AZ does not offer is an error, never a silent move
+    (a new AZ means a new subnet, and the file system in it)."""
+    for field, itype in (("cluster.compute.instanceType", cluster.compute.instance_type),
+                         ("cluster.headNode.instanceType", cluster.head_node.instance_type)):
+        if az not in offered.get(itype, set()):
+            where = ", ".join(sorted(offered.get(itype, set()))) or "no AZ of this region"
+            if cluster.availability_zone:
+                raise LookupFailed(f"{field}: {itype} is not offered in {az} (cluster.availabilityZone; offered in: "
+                                   f"{where}); choose another type or another availability zone")
+            raise LookupFailed(
+                f"{field}: {itype} is not offered in {az}, the availability zone this cluster has used since its "
+                f"first `pulumi up` (offered in: {where}). Choose a type offered in {az}, or set "
+                f"cluster.availabilityZone to move the cluster, which replaces its subnets and file system")
+    return az
 
 
 @dataclass(frozen=True)
@@ -42,8 +69,26 @@ class ImageInfo:
     architecture: str
     name: str
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "ImageInfo":
+        return ImageInfo(**json.loads(text))
+
+
+def image_source(cluster: ClusterConfig) -> str:
+    """Where the image comes from, in the config's words (changing it re-resolves the image)."""
+    img = cluster.image
+    if img.ami_id:
+        return f"amiId {img.ami_id}"
+    if img.name_filter:
+        return f"nameFilter {img.name_filter}"
+    return f"family {img.resolved_family}"
+
 
 def image(cluster: ClusterConfig) -> pulumi.Output[ImageInfo]:
+    """The image the config names today (a family's latest release, the newest match of a filter)."""
     img = cluster.image
     if img.ami_id:
         filters = [{"name": "image-id", "values": [img.ami_id]}]
@@ -63,4 +108,3 @@ def image(cluster: ClusterConfig) -> pulumi.Output[ImageInfo]:
         return ImageInfo(r.id, r.root_device_name, r.architecture, r.name)
 
     return result.apply(info)
-

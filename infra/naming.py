@@ -9,6 +9,7 @@ from __future__ import annotations
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"  # head | compute
 TAG_NODE = "hpcc:node"  # head | compute-000 ...
+TAG_INTERFACES = "hpcc:interfaces"  # the node's interface layout; a change replaces the node
 HEAD = "head"
 
 
@@ -36,6 +37,8 @@ class Paths:
         self.hosts = f"{self.prefix}/hosts"  # line 1 head IP, then compute IPs in name order
         self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
+        self.pinned_image = f"{self.prefix}/pinned/image"  # JSON ImageInfo, resolved at the first up and kept
+        self.pinned_az = f"{self.prefix}/pinned/availability-zone"  # likewise
 
     def node(self, node: str) -> str:
         return f"{self.nodes}/{node}"

@@ -3,15 +3,23 @@
 import pulumi
 import pytest
 
-from infra.plan.aws_rules import lustre_ports_missing
+from infra.plan.aws_rules import AwsRejected, check_instance_launch, lustre_ports_missing
 from infra.plan.runner import PlanError, plan_config
 
 
-def test_type_not_offered_in_the_chosen_az_is_refused(example_config):
+def test_type_not_offered_in_the_chosen_az_is_refused_naming_the_field(example_config):
     config = example_config("p3dn-bert")
     config["hpcc:cluster"]["availabilityZone"] = "us-east-1a"  # p3dn.24xlarge: us-east-1c/1d only
-    with pytest.raises(PlanError, match="Unsupported: p3dn.24xlarge is not offered in us-east-1a"):
+    with pytest.raises(PlanError, match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1a "
+                                        r"\(cluster.availabilityZone; offered in: us-east-1c, us-east-1d\)"):
         plan_config(config)
+
+
+def test_the_embedded_aws_refuses_a_launch_in_an_az_without_the_type_on_its_own():
+    """aws_rules checks the program independently: a launch the program lets through is still refused."""
+    lt = {"instanceType": "p3dn.24xlarge", "placement": {"groupName": "g", "availabilityZone": "us-east-1a"}}
+    with pytest.raises(AwsRejected, match="Unsupported: p3dn.24xlarge is not offered in us-east-1a"):
+        check_instance_launch("n", {}, lt, {"g": "cluster"}, "us-east-1a", {"us-east-1c", "us-east-1d"})
 
 
 def test_without_an_az_the_plan_picks_one_that_offers_every_type(example_config):
@@ -104,3 +112,17 @@ def test_a_request_boto3_gets_refused_names_the_resource_and_the_error_code(exam
     monkeypatch.setattr(compute, "Paths", ReservedHosts)
     with pytest.raises(PlanError, match=r"cpu-oneccl-hosts-param: \w+: .*/aws/hpcc-hosts"):
         plan_config(example_config("c6i-oneccl"))
+
+
+def test_a_kept_az_that_does_not_offer_a_new_type_is_an_error_naming_both():
+    from infra.config import parse
+    from infra.lookups import LookupFailed, check_kept_az, first_az
+
+    cluster = parse("us-east-1", {"name": "kept", "compute": {"instanceType": "p3dn.24xlarge", "count": 2}}).cluster
+    offered = {"m6i.2xlarge": {"us-east-1a", "us-east-1c"}, "p3dn.24xlarge": {"us-east-1c", "us-east-1d"}}
+    assert first_az(offered, ["m6i.2xlarge", "p3dn.24xlarge"]) == "us-east-1c"
+    assert check_kept_az("us-east-1c", offered, cluster) == "us-east-1c"
+    with pytest.raises(LookupFailed, match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1a, "
+                                           r"the availability zone this cluster has used since its first `pulumi up` "
+                                           r"\(offered in: us-east-1c, us-east-1d\)"):
+        check_kept_az("us-east-1a", offered, cluster)

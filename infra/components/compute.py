@@ -14,7 +14,7 @@ from infra.catalog import InstanceType
 from infra.config import ClusterConfig
 from infra.efa import efa_device_count, interface_layout
 from infra.lookups import ImageInfo
-from infra.naming import HEAD, Paths, compute_node_name, tags
+from infra.naming import HEAD, TAG_INTERFACES, Paths, compute_node_name, tags
 from infra.bootstrap_pacing import pacing_for
 from infra.fabric import fabric_env, mpirun_options
 from infra.userdata import BootstrapContext, user_data
@@ -65,6 +65,14 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: Instanc
         api_backoff_seconds=pacing.api_backoff_seconds, api_attempts=pacing.api_attempts)
 
 
+def interfaces_tag(itype: InstanceType, efa: bool) -> str:
+    """The node's interface layout in a word, e.g. `1 efa` or `1 interface + 32 efa-only`: a change replaces it."""
+    counts: dict[str, int] = {}
+    for spec in interface_layout(itype, efa):
+        counts[spec.interface_type] = counts.get(spec.interface_type, 0) + 1
+    return " + ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
 class Compute(pulumi.ComponentResource):
     head: Node
     compute_nodes: list[Node]
@@ -87,9 +95,9 @@ class Compute(pulumi.ComponentResource):
                                            efa=cfg.compute.efa is not False, public=False,
                                            root_gib=cfg.compute.root_volume_gib)
 
-        self.head = self._node(args, HEAD, "head", head_lt, args.head_type)
-        self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, args.compute_type)
-                              for i in range(cfg.compute.count)]
+        self.head = self._node(args, HEAD, "head", head_lt, args.head_type, efa=True)
+        self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, args.compute_type,
+                                         efa=cfg.compute.efa is not False) for i in range(cfg.compute.count)]
 
         # What the bootstrap waits for: the nodes' addresses once every instance exists.
         aws.ssm.Parameter(
@@ -141,7 +149,10 @@ class Compute(pulumi.ComponentResource):
             network_interfaces=interfaces,
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name, availability_zone=args.availability_zone),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2),
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+                # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your
+                # EC2 instances using instance metadata"); infra/config.py keeps tag keys within its rules.
+                instance_metadata_tags="enabled"),
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=args.image.apply(lambda i: i.root_device_name),
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
@@ -155,11 +166,18 @@ class Compute(pulumi.ComponentResource):
             update_default_version=True,
             opts=pulumi.ResourceOptions(parent=self))
 
-    def _node(self, args: ComputeArgs, node: str, role: str, lt: aws.ec2.LaunchTemplate, itype: InstanceType) -> Node:
+    def _node(self, args: ComputeArgs, node: str, role: str, lt: aws.ec2.LaunchTemplate, itype: InstanceType,
+              efa: bool) -> Node:
+        """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
+        new instance), another instance type or interface layout (`replace_on_changes`). A new launch-template
+        version (user data, tags, root volume, market) reaches nodes created afterwards: existing nodes ignore it
+        (terraform-provider-aws forces a new instance when `launch_template.version` changes)."""
         c = args.config.name
         instance = aws.ec2.Instance(
             f"{c}-{node}",
+            ami=args.image.apply(lambda i: i.ami_id), instance_type=itype.name,
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
-            tags=tags(c, node, args.extra_tags, role=role, node=node),
-            opts=pulumi.ResourceOptions(parent=self))
+            tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(itype, efa)),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
+                                        replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))
         return Node(node, role, instance, itype)

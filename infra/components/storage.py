@@ -41,7 +41,9 @@ class Storage(pulumi.ComponentResource):
             subnet_ids=args.subnet_id,
             security_group_ids=[args.security_group_id],
             tags=tags(c, "fsx", t),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.security_rules),
+            # Replacing the file system loses its data: Pulumi refuses to while it is protected. README,
+            # "Changing a running cluster", says how to really change it; `hpcc destroy` lifts it first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.security_rules, protect=True),
         )
         if fsx.data_repository_path:
             aws.fsx.DataRepositoryAssociation(

@@ -247,7 +247,8 @@ class MotoMocks(pulumi.runtime.Mocks):
         return prof["InstanceProfileName"], {"arn": prof["Arn"], "uniqueId": prof["InstanceProfileId"]}
 
     def _parameter(self, name, i):
-        self.ssm.put_parameter(Name=i["name"], Value=i["value"], Type=i.get("type", "String"),
+        value = i["insecureValue"] if i.get("insecureValue") is not None else i["value"]
+        self.ssm.put_parameter(Name=i["name"], Value=value, Type=i.get("type", "String"),
                                Tier=i.get("tier", "Standard"), Description=i.get("description", ""), Tags=_tags(i))
         return i["name"], {"arn": f"arn:aws:ssm:{self.region}:{self.account}:parameter{i['name']}", "version": 1}
 
@@ -325,6 +326,8 @@ class MotoMocks(pulumi.runtime.Mocks):
         subnet_az = self._subnet_az.get(primary["subnetId"])
         if subnet_az is None:
             raise AwsRejected(name, "InvalidSubnetID.NotFound", f"subnet {primary['subnetId']} does not exist")
+        # Instance-level values override the launch template's, as in RunInstances.
+        lt = {**lt, "instanceType": i.get("instanceType") or lt["instanceType"], "imageId": i.get("ami") or lt["imageId"]}
         self._type(lt["instanceType"])
         aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet_az,
                                         self._offerings[lt["instanceType"]])
