@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra import az
 from infra.config import DLAMI_OWNER, ClusterConfig
 
 
@@ -37,29 +38,18 @@ def offered_azs(cluster: ClusterConfig) -> pulumi.Output[dict[str, set[str]]]:
 
 
 def first_az(offered: dict[str, set[str]], types: list[str]) -> str:
-    """The first (sorted) AZ that offers every node type."""
-    good = sorted(set.intersection(*(offered.get(t, set()) for t in types))) if types else []
-    if not good:
-        raise LookupFailed(f"cluster.availabilityZone: no availability zone in this region offers all of "
-                           f"{', '.join(types)}; choose other instance types or another aws:region")
-    return good[0]
+    found = az.first_az(offered, types)
+    if found is None:
+        raise LookupFailed("%s: %s" % az.no_common_az(types))
+    return found
 
 
-def check_kept_az(az: str, offered: dict[str, set[str]], cluster: ClusterConfig) -> str:
-    """The cluster stays in its AZ: a node type that AZ does not offer is an error, never a silent move
-    (a new AZ means a new subnet, and the file system in it)."""
-    for field, itype in (("cluster.compute.instanceType", cluster.compute.instance_type),
-                         ("cluster.headNode.instanceType", cluster.head_node.instance_type)):
-        if az not in offered.get(itype, set()):
-            where = ", ".join(sorted(offered.get(itype, set()))) or "no AZ of this region"
-            if cluster.availability_zone:
-                raise LookupFailed(f"{field}: {itype} is not offered in {az} (cluster.availabilityZone; offered in: "
-                                   f"{where}); choose another type or another availability zone")
-            raise LookupFailed(
-                f"{field}: {itype} is not offered in {az}, the availability zone this cluster has used since its "
-                f"first `pulumi up` (offered in: {where}). Choose a type offered in {az}, or set "
-                f"cluster.availabilityZone to move the cluster, which replaces its subnets and file system")
-    return az
+def check_kept_az(zone: str, offered: dict[str, set[str]], cluster: ClusterConfig) -> str:
+    problem = az.kept_az_problem(zone, offered, cluster.head_node.instance_type, cluster.compute.instance_type,
+                                 configured=bool(cluster.availability_zone))
+    if problem:
+        raise LookupFailed("%s: %s" % problem)
+    return zone
 
 
 @dataclass(frozen=True)

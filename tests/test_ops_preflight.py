@@ -140,3 +140,30 @@ def test_cli_exit_status(tmp_path):
     assert bad.exit_code == 1 and "error" in bad.output and "Traceback" not in bad.output
     missing = runner.invoke(app, ["preflight", str(tmp_path / "nope.yaml"), "--emulate"])
     assert missing.exit_code == 2 and "Traceback" not in missing.output
+
+
+def _keep_az(aws, cluster: str, zone: str) -> None:
+    from infra.naming import Paths
+
+    aws.client("ssm").put_parameter(Name=Paths(cluster).pinned_az, Value=zone, Type="String")
+
+
+def test_a_cluster_stays_in_the_az_its_first_up_kept(aws):
+    cfg = load(EXAMPLES / "p3dn-bert.yaml")
+    assert cfg.cluster.availability_zone is None  # the program chose the AZ at the first up
+    _keep_az(aws, cfg.cluster.name, "us-east-1d")  # not the first AZ offering both types today (1c)
+    findings = run(aws, EXAMPLES / "p3dn-bert.yaml")
+    # (The example's one error is its image: V100 needs a pinned AMI; see examples/p3dn-bert.yaml.)
+    assert [f.field for f in by(findings, ERROR)] == ["cluster.image"], findings
+    assert [f.message for f in by(findings, INFO, "cluster.availabilityZone")] == [
+        "none configured: the cluster stays in us-east-1d, kept since its first `pulumi up`"]
+    dry = [f.message for f in by(findings, INFO) if f.message.startswith("dry run")]
+    assert dry and all(m.endswith("in us-east-1d") for m in dry)
+
+
+def test_a_new_type_the_kept_az_does_not_offer_is_an_error_naming_both(aws):
+    cfg = load(EXAMPLES / "p3dn-bert.yaml")
+    _keep_az(aws, cfg.cluster.name, "us-east-1a")  # p3dn.24xlarge: us-east-1c/1d only
+    [err] = by(run(aws, EXAMPLES / "p3dn-bert.yaml"), ERROR, "cluster.compute.instanceType")
+    assert err.message.startswith("p3dn.24xlarge is not offered in us-east-1a, the availability zone this cluster "
+                                  "has used since its first `pulumi up` (offered in: us-east-1c, us-east-1d)")

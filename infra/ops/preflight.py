@@ -13,7 +13,9 @@ from typing import Callable, Iterable
 
 from botocore.exceptions import ClientError
 
+from infra.az import first_az, kept_az_problem
 from infra.config import DLAMI_OWNER, StackConfig
+from infra.naming import Paths
 from infra.ops.aws import Aws, error_code, error_message
 from infra.validators import ERROR, INFO, WARNING, Finding, check_config
 
@@ -106,12 +108,29 @@ class Context:
         return out
 
     @cached_property
+    def offered(self) -> dict[str, set[str]]:
+        """Instance type -> the AZs offering it (the orientation infra/az.py takes)."""
+        out: dict[str, set[str]] = {t: set() for t in self.types}
+        for zone, have in self.offerings.items():
+            for t in have:
+                out.setdefault(t, set()).add(zone)
+        return out
+
+    @cached_property
+    def kept_az(self) -> str | None:
+        """The AZ an earlier `pulumi up` of this cluster pinned (infra/components/pins.py), if there was one."""
+        try:
+            return self.aws.call("ssm", "get_parameter", Name=Paths(self.cluster.name).pinned_az)["Parameter"]["Value"]
+        except ClientError as e:
+            if error_code(e) != "ParameterNotFound":
+                raise
+            return None
+
+    @cached_property
     def az(self) -> str | None:
-        """The configured AZ, else the one the program would pick: the first (sorted) offering every type."""
-        if self.cluster.availability_zone:
-            return self.cluster.availability_zone
-        good = sorted(az for az, have in self.offerings.items() if have >= set(self.types))
-        return good[0] if good else None
+        """Where the program puts the cluster: the configured AZ, else the one kept since the first up, else the
+        first (sorted) AZ offering every type (infra/az.py)."""
+        return self.cluster.availability_zone or self.kept_az or first_az(self.offered, self.types)
 
     @cached_property
     def image(self) -> dict | None:
@@ -180,6 +199,15 @@ def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
         return
     if not set(ctx.types) <= set(ctx.type_info):
         return  # types_exist said why
+    if ctx.kept_az:
+        problem = kept_az_problem(ctx.kept_az, ctx.offered, ctx.cluster.head_node.instance_type,
+                                  ctx.cluster.compute.instance_type, configured=False)
+        if problem:
+            yield Finding(ERROR, *problem)
+        else:
+            yield Finding(INFO, AZ_FIELD, f"none configured: the cluster stays in {ctx.kept_az}, kept since its first "
+                                          "`pulumi up`")
+        return
     if ctx.az is None:
         detail = "; ".join(f"{t}: {_offered_list(ctx, t)}" for t in ctx.types)
         yield Finding(ERROR, AZ_FIELD, f"no availability zone in {ctx.aws.region} offers all of {', '.join(ctx.types)} "
