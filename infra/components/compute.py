@@ -65,12 +65,13 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: Instanc
         api_backoff_seconds=pacing.api_backoff_seconds, api_attempts=pacing.api_attempts)
 
 
-def interfaces_tag(itype: InstanceType, efa: bool) -> str:
-    """The node's interface layout in a word, e.g. `1 efa` or `1 interface + 32 efa-only`: a change replaces it."""
+def interfaces_tag(itype: InstanceType, efa: bool, public: bool) -> str:
+    """The node's interfaces in a few words, e.g. `1 efa` or `1 interface + 32 efa-only, public`. Interfaces are
+    fixed at launch (EFA cannot be attached to a running instance), so a change of this tag replaces the node."""
     counts: dict[str, int] = {}
     for spec in interface_layout(itype, efa):
         counts[spec.interface_type] = counts.get(spec.interface_type, 0) + 1
-    return " + ".join(f"{n} {kind}" for kind, n in counts.items())
+    return " + ".join(f"{n} {kind}" for kind, n in counts.items()) + (", public" if public else "")
 
 
 class Compute(pulumi.ComponentResource):
@@ -95,7 +96,7 @@ class Compute(pulumi.ComponentResource):
                                            efa=cfg.compute.efa is not False, public=False,
                                            root_gib=cfg.compute.root_volume_gib)
 
-        self.head = self._node(args, HEAD, "head", head_lt, args.head_type, efa=True)
+        self.head = self._node(args, HEAD, "head", head_lt, args.head_type, efa=True, public=self.head_is_public)
         self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, args.compute_type,
                                          efa=cfg.compute.efa is not False) for i in range(cfg.compute.count)]
 
@@ -167,7 +168,7 @@ class Compute(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
 
     def _node(self, args: ComputeArgs, node: str, role: str, lt: aws.ec2.LaunchTemplate, itype: InstanceType,
-              efa: bool) -> Node:
+              efa: bool, public: bool = False) -> Node:
         """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
         new instance), another instance type or interface layout (`replace_on_changes`). A new launch-template
         version (user data, tags, root volume, market) reaches nodes created afterwards: existing nodes ignore it
@@ -177,7 +178,7 @@ class Compute(pulumi.ComponentResource):
             f"{c}-{node}",
             ami=args.image.apply(lambda i: i.ami_id), instance_type=itype.name,
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
-            tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(itype, efa)),
+            tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(itype, efa, public)),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
                                         replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))
         return Node(node, role, instance, itype)
