@@ -79,6 +79,30 @@ def _seed(region: str) -> None:
                                       last_modified_date=0, version=1, data_type="aws:ec2:image"))
 
 
+def publish_dlami(region: str, family: str, date: str, account: str = ACCOUNT) -> str:
+    """AWS releases a new DLAMI of `family`: a newer image, and the family's public parameter pointing at it
+    (inside an active embedded_aws block). Returns the new image id."""
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.amis import Ami
+    from moto.ssm.models import Parameter, ssm_backends
+
+    ec2 = ec2_backends[account][region]
+    old = ec2.amis[stable_ami_id(family)]
+    ami_id = stable_ami_id(f"{family}-{date}")
+    ec2.amis[ami_id] = Ami(
+        ec2, ami_id=ami_id, name=IMAGE_FAMILIES[family][1].replace("*", date), description=f"hpcc offline stand-in for {family}",
+        owner_id=DLAMI_OWNER, owner_alias="amazon", public=True, virtualization_type="hvm", architecture=old.architecture,
+        state="available", image_type="machine", hypervisor="xen", root_device_name=old.root_device_name,
+        root_device_type="ebs", sriov="simple",
+        creation_date=datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=timezone.utc))
+    name = f"/aws/service/deeplearning/ami/x86_64/{family}/latest/ami-id"
+    params = ssm_backends[account][region]._parameters[name]
+    params.append(Parameter(account_id=account, name=name, value=ami_id, parameter_type="String", description=None,
+                            allowed_pattern=None, keyid=None, last_modified_date=0, version=len(params) + 1,
+                            data_type="aws:ec2:image"))
+    return ami_id
+
+
 def stable_ami_id(family: str) -> str:
     """Deterministic across runs (Python's hash() is salted per process)."""
     import hashlib
