@@ -14,8 +14,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
+
 CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{1,30}[a-z0-9]")  # fullmatch: `$` would let a trailing newline in
-# Tag characters every tagged service accepts (IAM, FSx and Secrets Manager refuse the rest; EC2 takes anything).
+# Tag value characters every tagged service accepts (IAM, FSx and Secrets Manager refuse the rest; EC2 takes
+# anything). Keys are narrower still: infra.validators.inputs.TAG_KEY.
 TAG_PUNCTUATION = "_.:/=+-@"
 
 
@@ -92,8 +95,17 @@ class Fsx(_Model):
     storage_type: Literal["SSD", "HDD"] = "SSD"
     per_unit_storage_throughput: int | None = None
     lustre_version: Literal["2.10", "2.12", "2.15"] = "2.15"
-    mount_point: str = Field("/fsx", pattern=r"^/[A-Za-z0-9._/-]*[A-Za-z0-9._-]$")
-    data_repository_path: str | None = Field(None, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+    mount_point: str = Field("/fsx", pattern=r"^[A-Za-z0-9._/-]+$", max_length=MOUNT_POINT_MAX)
+    data_repository_path: str | None = None
+    export_deletions: bool = Field(False, description="export deletions under the S3 link to the bucket")
+
+    @field_validator("data_repository_path")
+    @classmethod
+    def _s3_path(cls, v: str | None) -> str | None:
+        problems = s3_path_problems(v) if v is not None else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
 
     @property
     def storage_capacity(self) -> int:
@@ -107,6 +119,13 @@ class Ssh(_Model):
     @classmethod
     def _cidrs(cls, v: list[str]) -> list[str]:
         for i, cidr in enumerate(v):
+            try:
+                address = ipaddress.ip_address(cidr)
+            except ValueError:
+                pass
+            else:  # EC2 wants the prefix length, and a bare address is most likely meant as one host
+                raise ValueError(f"[{i}] {cidr!r} has no prefix length; write {address}/{address.max_prefixlen} "
+                                 "for that one address")
             try:
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as e:
@@ -146,10 +165,12 @@ class ClusterConfig(_Model):
         for key, value in v.items():
             if not 1 <= len(key) <= 128 or key.lower().startswith(("aws:", "hpcc:")):
                 raise ValueError(f"key {key!r}: keys are 1-128 characters and may not start with 'aws:' or 'hpcc:'")
+            if problem := tag_key_problem(key):
+                raise ValueError(problem)
             if len(value) > 256:
                 raise ValueError(f"value of {key!r} is {len(value)} characters; AWS allows 256")
-            if not (_tag_text_ok(key) and _tag_text_ok(value)):
-                raise ValueError(f"{key!r}: {value!r}: tag keys and values may hold only letters, digits, spaces and "
+            if not _tag_text_ok(value):
+                raise ValueError(f"{key!r}: {value!r}: tag values may hold only letters, digits, spaces and "
                                  f"{' '.join(TAG_PUNCTUATION)} (IAM, FSx and Secrets Manager refuse other characters)")
         return v
 
@@ -176,6 +197,13 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """The bad input as the message shows it: repr (so control characters are escaped), cut when long."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    return repr(value)
+
+
 def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
     problems = []
     for e in err.errors():
@@ -189,7 +217,7 @@ def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
         elif e["type"] == "literal_error":
             msg = f"{msg}; got {e.get('input')!r}"
         elif "input" in e and not isinstance(e["input"], (dict, list)) and "got " not in msg:
-            msg = f"{msg}; got {e['input']!r}"
+            msg = f"{msg}; got {_shown(e['input'])}"
         problems.append(("aws:region" if path == "region" else path, msg))
     return problems
 

@@ -36,6 +36,8 @@ ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 MANAGED_POLICY = "aws:iam/policy:Policy"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+VPC = "aws:ec2/vpc:Vpc"
+VPC_IPV6 = "aws:ec2/vpcIpv6CidrBlockAssociation:VpcIpv6CidrBlockAssociation"
 
 SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # The read grants (parameters and secrets) of the AWS managed policies the nodes' role may carry. The rest of
@@ -49,7 +51,12 @@ NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-node$")
 # Every FSx for Lustre deployment type is encrypted at rest (scratch: FSx-managed keys; persistent: KMS).
 LUSTRE_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 ALL_PROTOCOLS = ("-1", "all")
-TAG_MAPS = ("tags", "tagsAll")  # user-chosen keys: never renamed by normalise()
+TAG_MAPS = ("tags", "tagsAll")
+# The most addresses a security group may admit from, all its ingress rules together (overlaps once): a /16's worth
+# of IPv4, a /48's of IPv6. Why: docs/security.md. infra/validators/inputs.py holds the same IPv4 number for the
+# config; the pack keeps its own so it runs without hpcc installed (tests/test_policy.py checks they agree).
+MAX_INGRESS_ADDRESSES = {4: 2**16, 6: 2**80}
+PREFIX_OF_LIMIT = {4: "/16", 6: "/48"}  # user-chosen keys: never renamed by normalise()
 
 SECRET_PATTERNS = [
     ("a private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
@@ -139,18 +146,30 @@ def _role_tag(inputs: dict) -> str | None:
     return tag
 
 
-def _is_world(cidr: Any) -> bool:
+def _network(cidr: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
     try:
-        return ipaddress.ip_network(str(cidr).strip(), strict=False).prefixlen == 0
+        return ipaddress.ip_network(str(cidr).strip(), strict=False)
     except ValueError:
-        return False
+        return None
+
+
+def _is_world(cidr: Any) -> bool:
+    net = _network(cidr)
+    return net is not None and net.prefixlen == 0
+
+
+def _too_wide(cidr: Any) -> bool:
+    """Wider than the limit on its own, but not the world (reported as such)."""
+    net = _network(cidr)
+    return net is not None and 0 < net.prefixlen and net.num_addresses > MAX_INGRESS_ADDRESSES[net.version]
 
 
 def _ports(inputs: dict) -> str:
     proto = str(inputs.get("ipProtocol", inputs.get("protocol", "")))
     if proto in ALL_PROTOCOLS:
         return "every port"
-    low, high = inputs.get("fromPort"), inputs.get("toPort")
+    # the engine sends numbers as protobuf doubles: 22.0 is port 22
+    low, high = (int(v) if isinstance(v, float) and v.is_integer() else v for v in (inputs.get("fromPort"), inputs.get("toPort")))
     return f"{proto} {low}" if low == high else f"{proto} {low}-{high}"
 
 
@@ -266,23 +285,71 @@ def file_system_encrypted_resource(rtype: str, inputs: dict, graph: list[dict] |
     return []
 
 
+def _ingress_sources(rtype: str, inputs: dict) -> list[tuple[str, Any, dict]]:
+    """(how the source is written, cidr, the rule) for every address source of an ingress rule, in any of the
+    three ways of writing one."""
+    if rtype == INGRESS:
+        return [(f"{key} {inputs[key]}", inputs[key], inputs) for key in ("cidrIpv4", "cidrIpv6") if inputs.get(key)]
+    if rtype == SG_RULE and inputs.get("type") == "ingress":
+        return [(f"ingress from {c}", c, inputs) for c in _list(inputs.get("cidrBlocks")) + _list(inputs.get("ipv6CidrBlocks"))]
+    if rtype == SG:
+        return [(f"ingress[{i}] from {c}", c, rule) for i, rule in enumerate(inputs.get("ingress") or [])
+                for c in _list(rule.get("cidrBlocks")) + _list(rule.get("ipv6CidrBlocks"))]
+    return []
+
+
 def world_ingress_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     out = []
-    if rtype == INGRESS:
-        for key in ("cidrIpv4", "cidrIpv6"):
-            if _is_world(inputs.get(key)):
-                out.append(f"{key} {inputs[key]} opens {_ports(inputs)} to the whole internet; name your own network "
-                           "(or use SSM Session Manager)")
-    elif rtype == SG_RULE and inputs.get("type") == "ingress":
-        for cidr in _list(inputs.get("cidrBlocks")) + _list(inputs.get("ipv6CidrBlocks")):
-            if _is_world(cidr):
-                out.append(f"ingress from {cidr} opens {_ports(inputs)} to the whole internet; name your own network")
-    elif rtype == SG:
-        for i, rule in enumerate(inputs.get("ingress") or []):
-            for cidr in _list(rule.get("cidrBlocks")) + _list(rule.get("ipv6CidrBlocks")):
-                if _is_world(cidr):
-                    out.append(f"ingress[{i}] from {cidr} opens {_ports(rule)} to the whole internet; "
-                               "name your own network")
+    for source, cidr, rule in _ingress_sources(rtype, inputs):
+        if _is_world(cidr):
+            out.append(f"{source} opens {_ports(rule)} to the whole internet; name your own network "
+                       "(or use SSM Session Manager)")
+        elif _too_wide(cidr):
+            net = _network(cidr)
+            out.append(f"{source} opens {_ports(rule)} to {net.num_addresses:,} addresses; a group may admit at most "
+                       f"{MAX_INGRESS_ADDRESSES[net.version]:,} (a {PREFIX_OF_LIMIT[net.version]}) in all: name your "
+                       "own, narrower networks")
+    return out
+
+
+def _group_of(r: dict) -> Any:
+    return r["inputs"].get("id") or r["name"] if r["type"] == SG else r["inputs"].get("securityGroupId")
+
+
+def _vpc_has_ipv6(resources: list[dict]) -> bool | None:
+    """Whether some VPC of the stack has IPv6 addresses; None when the stack has no VPC to look at."""
+    vpcs = [r for r in resources if r["type"] == VPC]
+    if not vpcs:
+        return None
+    return any(r["type"] == VPC_IPV6 for r in resources) or any(
+        r["inputs"].get("ipv6CidrBlock") or _true(r["inputs"].get("assignGeneratedIpv6CidrBlock"))
+        or r["inputs"].get("ipv6IpamPoolId") for r in vpcs)
+
+
+def world_ingress_graph(resources: list[dict]) -> list[str]:
+    """Every group's ingress sources together: 0.0.0.0/1 plus 128.0.0.0/1 is the whole internet in two rules. And no
+    IPv6 source while the stack's VPC has no IPv6 (the rule could only be a mistake, or wait for one)."""
+    by_group: dict[tuple[Any, int], tuple[list[str], list]] = {}
+    out = []
+    ipv6 = _vpc_has_ipv6(resources)
+    for r in resources:
+        for source, cidr, _ in _ingress_sources(r["type"], r["inputs"]):
+            net = _network(cidr)
+            if net is None or net.prefixlen == 0:
+                continue  # unparsable: EC2 refuses it; the world: reported per resource
+            names, nets = by_group.setdefault((_group_of(r), net.version), ([], []))
+            if r["name"] not in names:
+                names.append(r["name"])
+            nets.append(net)
+            if net.version == 6 and ipv6 is False:
+                out.append(f"{r['name']}: {source} is an IPv6 source, but no VPC of the stack has IPv6 "
+                           "addresses; remove it, or give the VPC an IPv6 block first")
+    for (group, version), (names, nets) in by_group.items():
+        total = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
+        if total > MAX_INGRESS_ADDRESSES[version]:
+            out.append(f"{names[0]}: group {group}'s ingress rules ({', '.join(names)}) together admit {total:,} IPv{version} "
+                       f"addresses; at most {MAX_INGRESS_ADDRESSES[version]:,} (a {PREFIX_OF_LIMIT[version]}) in all: "
+                       "name your own, narrower networks")
     return out
 
 
@@ -523,7 +590,9 @@ RULES = [
     Rule("ebs-encrypted", "Root and data EBS volumes are encrypted at rest", ebs_encrypted_resource),
     Rule("file-system-encrypted", "The FSx for Lustre file system is of a type encrypted at rest",
          file_system_encrypted_resource),
-    Rule("no-world-ingress", "No port (SSH or any other) is open to 0.0.0.0/0 or ::/0", world_ingress_resource),
+    Rule("no-world-ingress", "No port (SSH or any other) is open to 0.0.0.0/0 or ::/0, nor to more than a /16 of "
+         "IPv4 (a /48 of IPv6) counting all of a group's rules; no IPv6 source while the VPC has none",
+         world_ingress_resource, world_ingress_graph),
     Rule("compute-nodes-private", "Compute nodes get no public IP; no subnet assigns one by default",
          private_compute_resource, private_compute_graph),
     Rule("efa-group-self-referencing", "A group allows all traffic from and to itself, and every node interface "

@@ -60,8 +60,9 @@ def valid_cluster():
         optional={"headNode": st.fixed_dictionaries({"instanceType": st.sampled_from(["c5n.18xlarge", "c6i.xlarge"])}),
                   "availabilityZone": st.sampled_from(["us-east-1a", "us-east-1d"]),
                   "fsx": fsx,
-                  "ssh": st.fixed_dictionaries({"allowedCidrs": st.lists(st.sampled_from(["203.0.113.0/24", "2001:db8::/32"]), max_size=2)}),
-                  "tags": st.dictionaries(st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
+                  "ssh": st.fixed_dictionaries({"allowedCidrs": st.lists(st.sampled_from(["203.0.113.0/24", "198.51.100.7/32"]), max_size=2)}),
+                  "tags": st.dictionaries(st.from_regex(r"[A-Za-z0-9+\-=._:@]{1,20}", fullmatch=True)
+                                          .filter(lambda k: k not in (".", "..", "_index") and not k.lower().startswith(("aws:", "hpcc:"))),
                                           st.text(alphabet=string.ascii_letters + "éß漢🙂 ", max_size=30), max_size=3)})
 
 
@@ -78,10 +79,18 @@ BREAKS = [
     (("fsx", "storageCapacityGiB"), st.sampled_from([-1200, 0, 1, 1000, 3600, 10**9, "1200", None])),
     (("fsx", "deploymentType"), st.one_of(st.sampled_from(["SCRATCH_1", "PERSISTENT_1", "scratch_2", "X"]), junk)),
     (("fsx", "perUnitStorageThroughput"), st.one_of(st.sampled_from([7, 50, 125, 0, -250]), junk)),
-    (("fsx", "mountPoint"), st.one_of(st.sampled_from(["/", "relative", "/etc", "/a/../etc", "/fsx/", "/data x"]), junk)),
-    (("fsx", "dataRepositoryPath"), st.one_of(st.sampled_from(["http://x", "s3://B", "s3://", "s3://a"]), junk)),
+    (("fsx", "mountPoint"), st.one_of(st.sampled_from(["/", "relative", "/etc", "/a/../etc", "/fsx/", "/data x", "/.", "//etc",
+                                                       "/etc/.", "/usr/bin", "/run", "/var/log", "/root/.ssh", "/home/ubuntu"]),
+                                      st.text(alphabet="/.a-", max_size=200).map(lambda t: "/" + t), junk)),
+    (("fsx", "dataRepositoryPath"), st.one_of(st.sampled_from(["http://x", "s3://B", "s3://", "s3://a", "s3://b/\x00",
+                                                               "s3://b/\u202e", "s3://bkt/" + "k" * 5000, "s3://1.2.3.4/x"]),
+                                              st.text(alphabet=string.printable + ODD, max_size=40).map(lambda t: "s3://bucket/" + t),
+                                              junk)),
+    (("fsx", "exportDeletions"), st.one_of(st.booleans(), junk)),
     (("fsx", "lustreVersion"), st.one_of(st.sampled_from(["2.10", "2.16", 2.15]), junk)),
-    (("ssh", "allowedCidrs"), st.one_of(st.lists(st.sampled_from(["0.0.0.0/0", "::/0", "10.0.0.300/8", "x", "10.0.0.1/8"]),
+    (("ssh", "allowedCidrs"), st.one_of(st.lists(st.sampled_from(["0.0.0.0/0", "::/0", "10.0.0.300/8", "x", "10.0.0.1/8",
+                                                                  "0.0.0.0/1", "128.0.0.0/1", "203.0.113.5", "2001:db8::/64",
+                                                                  "10.0.0.0/16", "10.1.0.0/16"]),
                                                  min_size=1, max_size=3), junk)),
     (("tags",), st.one_of(st.dictionaries(st.text(alphabet=string.printable + ODD, max_size=140),
                                           st.one_of(st.text(max_size=300), junk), max_size=3), junk)),
@@ -124,12 +133,15 @@ def assert_names_fields(err: ConfigError, roots=FIELD_ROOTS):
 
 
 # AWS's published name patterns for what hpcc names after the cluster (IAM CreateRole, EC2 CreateLaunchTemplate,
-# SSM PutParameter, Secrets Manager CreateSecret) and for tags on the services that restrict them.
+# SSM PutParameter, Secrets Manager CreateSecret) and for tags on the services that restrict them. Tag keys also
+# follow EC2's rule for instances with instance metadata tags enabled (EC2 User Guide, "View tags for your EC2
+# instances using instance metadata"): a-z A-Z 0-9 and + - = . , _ : @ only, not ".", ".." or "_index".
 AWS_NAMES = [("IAM role", lambda c: f"hpcc-{c}-node", r"[\w+=,.@-]{1,64}"),
              ("launch template", lambda c: f"hpcc-{c}-compute", r"[a-zA-Z0-9().\-/_]{3,128}"),
              ("SSM parameter", lambda c: f"/hpcc/{c}/nodes/compute-000", r"[a-zA-Z0-9_.\-/]{1,1011}"),
              ("secret", lambda c: f"hpcc/{c}/ssh-key", r"[a-zA-Z0-9/_+=.@-]{1,512}")]
 AWS_TAG = regex.compile(r"[\p{L}\p{Z}\p{N}_.:/=+\-@]*")
+IMDS_TAG_KEY = re.compile(r"[a-zA-Z0-9+\-=.,_:@]+")
 
 
 def assert_aws_would_accept(cfg):
@@ -139,6 +151,15 @@ def assert_aws_would_accept(cfg):
     for key, value in cfg.cluster.tags.items():
         assert 1 <= len(key) <= 128 and len(value) <= 256 and not key.lower().startswith("aws:"), (key, value)
         assert AWS_TAG.fullmatch(key) and AWS_TAG.fullmatch(value), f"accepted tag {key!r}: {value!r} AWS refuses"
+        assert IMDS_TAG_KEY.fullmatch(key) and key not in (".", "..", "_index"), f"accepted tag key {key!r} IMDS refuses"
+    fsx = cfg.cluster.fsx
+    if fsx.data_repository_path:
+        bucket, _, prefix = fsx.data_repository_path[5:].partition("/")
+        assert re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) and ".." not in bucket, fsx.data_repository_path
+        assert prefix.isprintable() and len(prefix.encode()) <= 1024 and len(fsx.data_repository_path) <= 900, prefix
+    parts = fsx.mount_point.split("/")
+    assert parts[0] == "" and all(p not in ("", ".", "..") for p in parts[1:]), fsx.mount_point
+    assert parts[1] not in ("etc", "usr", "var", "home", "root", "run", "proc", "sys", "dev", "tmp", "boot"), fsx.mount_point
 
 
 def test_names_and_tags_aws_would_refuse_are_config_errors():
@@ -146,6 +167,7 @@ def test_names_and_tags_aws_would_refuse_are_config_errors():
     checked at all. Both were accepted by parse and would have failed only in `pulumi up`."""
     base = {"name": "abc", "compute": {"instanceType": "c6i.16xlarge", "count": 1}}
     for cluster, field in ((dict(base, name="abc\n"), "cluster.name"), (dict(base, tags={"a*b": "x"}), "cluster.tags"),
+                           (dict(base, tags={"équipe": "x"}), "cluster.tags"), (dict(base, tags={"cost center": "x"}), "cluster.tags"),
                            (dict(base, tags={"team": "ml\x00"}), "cluster.tags"),
                            (dict(base, tags={"k": "line\nbreak"}), "cluster.tags")):
         try:
@@ -154,7 +176,7 @@ def test_names_and_tags_aws_would_refuse_are_config_errors():
             assert [p for p, _ in e.problems] == [field], e.problems
         else:
             raise AssertionError(f"accepted {cluster}")
-    assert_aws_would_accept(parse("us-east-1", dict(base, tags={"équipe": "Zürich 漢 a+b=c@d:e/f"})))
+    assert_aws_would_accept(parse("us-east-1", dict(base, tags={"equipe": "Zürich 漢 a+b=c@d:e/f"})))
 
 
 @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -167,6 +189,23 @@ def test_accepted_names_and_tags_are_ones_aws_accepts(name, tags):
         cfg = parse("us-east-1", {"name": name, "tags": tags, "compute": {"instanceType": "c6i.16xlarge", "count": 1}})
     except ConfigError as e:
         assert_names_fields(e)
+    else:
+        assert_aws_would_accept(cfg)
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(mount_point=st.one_of(st.text(alphabet="/.aetcusrvbinhomt-", max_size=40).map(lambda t: "/" + t),
+                             st.text(alphabet=string.printable + ODD, max_size=20)),
+       data_path=st.text(alphabet=string.printable + ODD, max_size=30).map(lambda t: "s3://" + t))
+def test_accepted_mount_points_and_s3_paths_are_ones_the_nodes_and_aws_take(mount_point, data_path):
+    """Mount points and S3 paths alone, so odd ones are drawn often."""
+    fsx = {"deploymentType": "PERSISTENT_2", "perUnitStorageThroughput": 125, "mountPoint": mount_point,
+           "dataRepositoryPath": data_path}
+    try:
+        cfg = parse("us-east-1", {"name": "abc", "compute": {"instanceType": "c6i.16xlarge", "count": 1}, "fsx": fsx})
+    except ConfigError as e:
+        assert_names_fields(e)
+        assert {p for p, _ in e.problems} <= {"cluster.fsx.mountPoint", "cluster.fsx.dataRepositoryPath"}, e.problems
     else:
         assert_aws_would_accept(cfg)
 

@@ -48,11 +48,14 @@ CASES = [
      "cluster.fsx.lustreVersion", "2.12 or 2.15"),
     ({"fsx__deploymentType": "SCRATCH_1", "fsx__dataRepositoryPath": "s3://bucket/x"}, "cluster.fsx.dataRepositoryPath", "SCRATCH_1"),
     ({"fsx__lustreVersion": "2.10", "fsx__dataRepositoryPath": "s3://bucket/x"}, "cluster.fsx.dataRepositoryPath", "2.12 or 2.15"),
-    ({"fsx__mountPoint": "/etc"}, "cluster.fsx.mountPoint", "system directory"),
+    ({"fsx__mountPoint": "/etc"}, "cluster.fsx.mountPoint", "/etc is in /etc, a system"),
     ({"compute__market": "spot", "compute__capacityReservationId": "cr-0123456789abcdef0"},
      "cluster.compute.capacityReservationId", "market: on-demand"),
     ({"availabilityZone": "eu-west-1a"}, "cluster.availabilityZone", "not in aws:region us-east-1"),
     ({"ssh__allowedCidrs": ["0.0.0.0/0"]}, "cluster.ssh.allowedCidrs[0]", "whole internet"),
+    ({"ssh__allowedCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}, "cluster.ssh.allowedCidrs", "4,294,967,296 IPv4 addresses"),
+    ({"ssh__allowedCidrs": ["2001:db8::/32"]}, "cluster.ssh.allowedCidrs[0]", "VPC has no IPv6"),
+    ({"ssh__allowedCidrs": ["203.0.113.5"]}, "cluster.ssh.allowedCidrs", "write 203.0.113.5/32"),
     ({"ssh__allowedCidrs": ["10.0.0.300/24"]}, "cluster.ssh.allowedCidrs", "CIDR form"),
     ({"ssh__allowedCidrs": ["203.0.113.0/24"], "headNode__instanceType": "p4d.24xlarge"},
      "cluster.headNode.instanceType", "public IP"),
@@ -87,6 +90,7 @@ def test_every_config_rule_has_a_case():
 
 RULE_CASES = {"instance_types_known", "efa_matches_type", "fsx_capacity", "fsx_throughput", "fsx_lustre_version",
               "fsx_data_repository", "fsx_mount_point", "spot_and_reservation", "az_in_region", "ssh_not_open_to_world",
+              "ssh_ipv4_only", "ssh_address_space_capped",
               "head_public_needs_single_interface", "image_supports_type"}
 
 

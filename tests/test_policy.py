@@ -112,6 +112,24 @@ def ssh_open_to_world_v6(g):
         "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv6": "::/0"}})
 
 
+def ssh_open_to_world_in_two_halves(g):
+    for i, cidr in enumerate(("0.0.0.0/1", "128.0.0.0/1")):
+        g.append({"type": INGRESS, "name": f"half-{i}", "dependsOn": [], "inputs": {
+            "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": cidr}})
+
+
+def ssh_sixteens_add_up(g):
+    """Each rule within the limit on its own; only the group's union is too wide (the graph check alone)."""
+    for i, cidr in enumerate(("198.18.0.0/16", "198.19.0.0/16")):
+        g.append({"type": INGRESS, "name": f"wide-{i}", "dependsOn": [], "inputs": {
+            "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": cidr}})
+
+
+def ssh_from_ipv6_in_an_ipv4_vpc(g):
+    g.append({"type": INGRESS, "name": "v6-ssh", "dependsOn": [], "inputs": {
+        "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv6": "2001:db8::/64"}})
+
+
 def inline_sg_open_to_world(g):
     _first(g, rules.SG)["inputs"]["ingress"] = [
         {"protocol": "tcp", "fromPort": 3389, "toPort": 3389, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}]
@@ -219,6 +237,9 @@ BREAKS = [
     ("no-world-ingress", lustre_port_open_to_world, "tcp 988"),
     ("no-world-ingress", ssh_open_to_world_v6, "::/0 opens tcp 22"),
     ("no-world-ingress", inline_sg_open_to_world, "tcp 3389"),
+    ("no-world-ingress", ssh_open_to_world_in_two_halves, "together admit 4,294,967,296 IPv4 addresses"),
+    ("no-world-ingress", ssh_sixteens_add_up, "(wide-0, wide-1) together admit 131,072"),
+    ("no-world-ingress", ssh_from_ipv6_in_an_ipv4_vpc, "no VPC of the stack has IPv6"),
     ("compute-nodes-private", compute_public_ip, "associatePublicIpAddress is true"),
     ("compute-nodes-private", compute_public_ip_left_to_subnet, "subnet's default decides"),
     ("compute-nodes-private", compute_instance_got_public_ip, "has public IP 54.1.2.3"),
@@ -348,3 +369,66 @@ def test_snake_case_props_are_normalised_and_tag_keys_kept():
     assert rules.imdsv2_resource(LT, view) == rules.imdsv2_resource(LT, {"metadataOptions": {"httpTokens": "optional"}})
     assert rules.imdsv2_resource(LT, view)
     assert rules.private_compute_resource(LT, view) == []  # the head: tag read through the view
+
+
+# --- SSH sources: the config and the pack refuse the same sets ------------------------------------------------
+
+SSH_CASES = [  # (allowedCidrs, refused)
+    (["0.0.0.0/1", "128.0.0.0/1"], True), (["0.0.0.0/0"], True), (["::/0"], True), (["10.0.0.0/15"], True),
+    (["10.0.0.0/16", "10.1.0.0/24"], True), (["198.18.0.0/16", "198.19.0.0/16"], True), (["2001:db8::/64"], True),
+    ([f"192.0.{i}.0/24" for i in range(50)] + ["10.0.0.0/17", "10.1.0.0/17"], True),
+    (["203.0.113.0/24"], False), (["10.0.0.0/16"], False), (["10.0.0.0/16", "10.0.0.0/17", "10.0.128.0/24"], False),
+    (["203.0.113.5/32", "198.51.100.0/24"], False), ([f"192.0.{i}.0/24" for i in range(50)], False),
+]
+
+
+def _ssh_graph(planned, cidrs):
+    """The planned graph with the head's SSH rules as infra/components/security.py writes them for these sources."""
+    graph = [r for r in _graph(planned) if "-head-ssh-in-" not in r["name"]]
+    for i, cidr in enumerate(cidrs):
+        graph.append({"type": INGRESS, "name": f"head-ssh-in-{i}", "dependsOn": [], "inputs": {
+            "securityGroupId": "sg-head", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22,
+            ("cidrIpv6" if ":" in cidr else "cidrIpv4"): cidr}})
+    return graph
+
+
+@pytest.mark.parametrize("cidrs,refused", SSH_CASES, ids=[",".join(c)[:40] for c, _ in SSH_CASES])
+def test_config_and_pack_refuse_the_same_ssh_sources(planned, cidrs, refused):
+    from infra.config import ConfigError, parse
+
+    cluster = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
+               "compute": {"instanceType": "c6i.16xlarge", "count": 1}, "ssh": {"allowedCidrs": cidrs}}
+    try:
+        parse("us-east-1", cluster)
+        config_refused = False
+    except ConfigError as e:
+        config_refused = any(p.startswith("cluster.ssh.allowedCidrs") for p, _ in e.problems)
+    pack_found = check(_ssh_graph(planned, cidrs))
+    assert config_refused == refused
+    assert set(pack_found) == ({"no-world-ingress"} if refused else set()), pack_found
+
+
+def test_config_and_pack_share_one_limit():
+    from infra.validators.inputs import SSH_MAX_IPV4_ADDRESSES
+
+    assert rules.MAX_INGRESS_ADDRESSES[4] == SSH_MAX_IPV4_ADDRESSES
+
+
+def test_ipv6_source_passes_once_the_vpc_has_ipv6(planned):
+    graph = _ssh_graph(planned, ["2001:db8::/64"])
+    _first(graph, rules.VPC)["inputs"]["assignGeneratedIpv6CidrBlock"] = True
+    assert check(graph) == {}
+    graph = _ssh_graph(planned, ["2001:db8::/47"])  # wider than a /48 fails even then
+    _first(graph, rules.VPC)["inputs"]["ipv6CidrBlock"] = "2600:1f18::/56"
+    assert set(check(graph)) == {"no-world-ingress"}
+
+
+def test_one_rule_wider_than_the_limit_is_refused_before_it_is_created():
+    """The per-resource check (the pack runs it before creating the rule) sees one source; the union is the graph's."""
+    rule = {"type": INGRESS, "name": "half", "inputs": {"securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22,
+                                                       "toPort": 22, "cidrIpv4": "0.0.0.0/1"}}
+    diagnostics = _analyze(rule)
+    assert [d.policyName for d in diagnostics] == ["no-world-ingress"]
+    assert "0.0.0.0/1 opens tcp 22 to 2,147,483,648 addresses" in diagnostics[0].message
+    rule["inputs"]["cidrIpv4"] = "10.0.0.0/16"
+    assert rules.world_ingress_resource(INGRESS, rule["inputs"]) == []

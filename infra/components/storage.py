@@ -23,6 +23,13 @@ class StorageArgs:
     extra_tags: dict[str, str] = field(default_factory=dict)
 
 
+def export_events(fsx: Fsx) -> list[str]:
+    """What FSx writes back to S3 by itself. DELETED would delete the bucket's objects whenever a file under /s3 is
+    deleted on the cluster, so it is opt-in (`fsx.exportDeletions`). The events are the S3 AutoExportPolicy's
+    (FSx API reference, AutoExportPolicy); changing them updates the association in place (UpdateDataRepositoryAssociation)."""
+    return ["NEW", "CHANGED", "DELETED"] if fsx.export_deletions else ["NEW", "CHANGED"]
+
+
 class Storage(pulumi.ComponentResource):
     file_system_id: pulumi.Output[str]
     dns_name: pulumi.Output[str]
@@ -50,7 +57,7 @@ class Storage(pulumi.ComponentResource):
                 f"{c}-fsx-s3", file_system_id=fs.id, file_system_path="/s3",
                 data_repository_path=fsx.data_repository_path, batch_import_meta_data_on_create=True,
                 s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
-                    "auto_export_policy": {"events": ["NEW", "CHANGED", "DELETED"]}},
+                    "auto_export_policy": {"events": export_events(fsx)}},
                 tags=tags(c, "fsx-s3", t), opts=pulumi.ResourceOptions(parent=self))
         aws.ssm.Parameter(
             f"{c}-fsx-param", name=Paths(c).fsx, type="String", tags=tags(c, "fsx-param", t),

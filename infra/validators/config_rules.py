@@ -6,6 +6,7 @@ import ipaddress
 
 from infra.catalog import known_types, lookup
 from infra.validators.findings import ERROR, WARNING, Finding
+from infra.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count, mount_point_problems
 
 FSX = "cluster.fsx"
 PERSISTENT_THROUGHPUT = {
@@ -88,6 +89,8 @@ def fsx_lustre_version(cfg):
 def fsx_data_repository(cfg):
     fsx = cfg.cluster.fsx
     if fsx.data_repository_path is None:
+        if fsx.export_deletions:
+            yield Finding(WARNING, f"{FSX}.exportDeletions", "has no effect without fsx.dataRepositoryPath")
         return
     field = f"{FSX}.dataRepositoryPath"
     if fsx.deployment_type == "SCRATCH_1":
@@ -97,9 +100,8 @@ def fsx_data_repository(cfg):
 
 
 def fsx_mount_point(cfg):
-    mp = cfg.cluster.fsx.mount_point
-    if mp in ("/", "/etc", "/usr", "/var", "/home", "/root", "/opt", "/tmp", "/boot", "/proc", "/sys", "/dev") or ".." in mp:
-        yield Finding(ERROR, f"{FSX}.mountPoint", f"{mp} would hide a system directory; use a new path such as /fsx")
+    for problem in mount_point_problems(cfg.cluster.fsx.mount_point):
+        yield Finding(ERROR, f"{FSX}.mountPoint", problem)
 
 
 def spot_and_reservation(cfg):
@@ -122,6 +124,30 @@ def ssh_not_open_to_world(cfg):
             yield Finding(ERROR, f"cluster.ssh.allowedCidrs[{i}]",
                           f"{cidr} opens SSH to the whole internet; name your own network (e.g. 203.0.113.0/24), "
                           "or leave the list empty and log in with SSM Session Manager")
+
+
+def ssh_ipv4_only(cfg):
+    """The VPC has no IPv6 block (infra/components/network.py), so an IPv6 source could never connect."""
+    for i, cidr in enumerate(cfg.cluster.ssh.allowed_cidrs):
+        net = ipaddress.ip_network(cidr)
+        if net.version == 6 and net.prefixlen > 0:  # ::/0 is reported as the whole internet
+            yield Finding(ERROR, f"cluster.ssh.allowedCidrs[{i}]",
+                          f"{cidr} is IPv6, but the cluster's VPC has no IPv6 addresses, so no IPv6 client can reach "
+                          "the head node; list the IPv4 networks you connect from")
+
+
+def ssh_address_space_capped(cfg):
+    """Many narrow entries can add up to the internet (0.0.0.0/1 + 128.0.0.0/1): count the union."""
+    nets = [ipaddress.ip_network(c) for c in cfg.cluster.ssh.allowed_cidrs]
+    v4 = [n for n in nets if n.version == 4]
+    if any(n.prefixlen == 0 for n in v4):
+        return  # reported as the whole internet
+    total = ipv4_address_count(v4)
+    if total > SSH_MAX_IPV4_ADDRESSES:
+        yield Finding(ERROR, "cluster.ssh.allowedCidrs",
+                      f"these networks together hold {total:,} IPv4 addresses; "
+                      f"SSH is for your own networks: at most {SSH_MAX_IPV4_ADDRESSES:,} addresses (a /16) in all. "
+                      "Name the narrower ranges you connect from, or leave the list empty and use SSM Session Manager")
 
 
 def head_public_needs_single_interface(cfg):
@@ -154,6 +180,8 @@ RULES = [
     spot_and_reservation,
     az_in_region,
     ssh_not_open_to_world,
+    ssh_ipv4_only,
+    ssh_address_space_capped,
     head_public_needs_single_interface,
     image_supports_type,
 ]
