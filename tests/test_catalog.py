@@ -66,3 +66,26 @@ def test_interfaces_and_instance_level_security_groups_conflict(described):
     with pytest.raises(AwsRejected, match="InvalidParameterCombination"):
         aws_rules.check_launch_template("lt", {"networkInterfaces": [_nic(0, 0, "efa")], "vpcSecurityGroupIds": ["sg-1"]},
                                         described["c5n.18xlarge"])
+
+
+CATALOG_FIELDS = ("name", "vcpus", "cores", "memory_gib", "arch", "gpus", "gpu_model", "efa_max_interfaces", "network_cards",
+                  "interfaces_per_card", "gpudirect_rdma", "hourly_usd", "efa_supported", "family")
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG))
+def test_facts_from_ec2_data_equal_the_catalog_rows(name, described):
+    """The lead can swap the catalog for the loader: same facts, same layout, same environment, prices from the snapshot."""
+    from infra.fabric import fabric_env
+    from infra.instance_facts import from_description
+    from infra.prices import snapshot_price
+
+    row, facts = CATALOG[name], from_description(described[name], snapshot_price(name))
+    assert {f: getattr(facts, f) for f in CATALOG_FIELDS} == {f: getattr(row, f) for f in CATALOG_FIELDS}
+    for efa in (True, False):
+        assert interface_layout(facts, efa) == interface_layout(row, efa)
+    if name == "trn1.32xlarge":  # the one deliberate change: Trainium runs a rank per NeuronCore, with Neuron's env
+        assert (row.slots, facts.slots) == (64, 32)
+        assert dict(fabric_env(facts, True)) == {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    else:
+        assert facts.slots == row.slots
+        assert all(fabric_env(facts, efa) == fabric_env(row, efa) for efa in (True, False))

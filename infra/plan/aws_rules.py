@@ -58,6 +58,9 @@ def check_launch_template(name: str, inputs: dict, type_info: dict) -> None:
         if str(nic.get("associatePublicIpAddress")).lower() == "true" and len(interfaces) > 1:
             raise AwsRejected(name, "InvalidParameterCombination",
                               "The associatePublicIPAddress parameter cannot be specified when launching with multiple network interfaces")
+    if len(interfaces) > net.get("MaximumNetworkInterfaces", len(interfaces)):
+        raise AwsRejected(name, "InvalidParameterValue", f"{len(interfaces)} network interfaces requested; "
+                                                         f"{type_info['InstanceType']} takes at most {net['MaximumNetworkInterfaces']}")
     if interfaces and (0, 0) not in seen:
         raise AwsRejected(name, "InvalidParameterValue", "no primary interface (network card 0, device index 0)")
     max_efa = (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0

@@ -1,0 +1,26 @@
+"""moto's copy of EC2's DescribeInstanceTypes, read once per test session through the embedded AWS."""
+
+from functools import lru_cache
+
+import boto3
+
+REGION = "us-east-1"
+
+
+@lru_cache(maxsize=1)
+def all_descriptions() -> dict[str, dict]:
+    from infra.plan.embedded_aws import embedded_aws
+
+    with embedded_aws(REGION):
+        pages = boto3.client("ec2", region_name=REGION).get_paginator("describe_instance_types").paginate()
+        return {t["InstanceType"]: t for page in pages for t in page["InstanceTypes"]}
+
+
+def efa_type_names() -> list[str]:
+    return sorted(n for n, d in all_descriptions().items() if d["NetworkInfo"].get("EfaSupported"))
+
+
+def as_launch_template(layout) -> dict:
+    """A layout as the launch template's networkInterfaces input (the wire names aws_rules reads)."""
+    return {"networkInterfaces": [{"networkCardIndex": s.network_card_index, "deviceIndex": s.device_index,
+                                   "interfaceType": s.interface_type, "subnetId": "subnet-1"} for s in layout]}
