@@ -85,7 +85,7 @@ def plan_changes(old_records: list[dict], new_records: list[dict]) -> list[Chang
         action = "replace" if forced else "update"
         status[name] = action
         if action == "update":
-            recomputed[name] = recomputed_outputs(token, before["inputs"], record["inputs"])
+            recomputed[name] = recomputed_outputs(token, changed, record["inputs"])
         changes.append(Change(name, token, action, tuple(changed)))
     changes += [Change(name, token, "delete") for (name, token) in old if (name, token) not in new]
     return sorted(changes, key=lambda c: (c.name, c.type))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from infra.plan.paths import covers
+from infra.plan.paths import covers, parse_path
 
 TF = "terraform-provider-aws internal/service/"
 
@@ -24,7 +24,8 @@ class Rule:
     force_new: tuple[str, ...]  # a change at (or inside, or covering) one of these replaces
     source: str
     conditional: Conditional | None = None  # CustomizeDiff decisions that depend on the values
-    recomputed: Callable[[dict, dict], tuple[str, ...]] | None = None  # outputs unknown after an in-place update
+    # (changed top-level inputs, new inputs) -> outputs the provider leaves unknown after an in-place update
+    recomputed: Callable[[set[str], dict], tuple[str, ...]] | None = None
 
 
 def _subnet_ipv6(path: str, old: dict, new: dict) -> bool:
@@ -51,9 +52,9 @@ def _parameter_tier(path: str, old: dict, new: dict) -> bool:
     return path == "tier" and old.get("tier") == "Advanced" and new.get("tier") == "Standard"
 
 
-def _parameter_version(old: dict, new: dict) -> tuple[str, ...]:
+def _parameter_version(changed: set[str], new: dict) -> tuple[str, ...]:
     # ComputedIf("version"): a new value or description makes a new parameter version.
-    return ("version",) if any(old.get(k) != new.get(k) for k in ("value", "insecureValue", "description")) else ()
+    return ("version",) if changed & {"value", "insecureValue", "description"} else ()
 
 
 def _lustre(path: str, old: dict, new: dict) -> bool:
@@ -73,11 +74,10 @@ def _version(text) -> tuple[int, ...]:
         return ()
 
 
-def _launch_template_versions(old: dict, new: dict) -> tuple[str, ...]:
+def _launch_template_versions(changed: set[str], new: dict) -> tuple[str, ...]:
     # ComputedIf("latest_version") on any change but name/description/default_version/update_default_version;
     # ComputedIf("default_version") on the same when update_default_version is true.
-    quiet = {"name", "namePrefix", "description", "defaultVersion", "updateDefaultVersion"}
-    if not any(old.get(k) != new.get(k) for k in set(old) | set(new) if k not in quiet):
+    if not changed - {"name", "namePrefix", "description", "defaultVersion", "updateDefaultVersion"}:
         return ()
     return ("latestVersion", "defaultVersion") if new.get("updateDefaultVersion") else ("latestVersion",)
 
@@ -182,7 +182,7 @@ def forcing_paths(type_token: str, changed: list[str], old: dict, new: dict) -> 
     return forced
 
 
-def recomputed_outputs(type_token: str, old: dict, new: dict) -> tuple[str, ...]:
+def recomputed_outputs(type_token: str, changed: list[str], new: dict) -> tuple[str, ...]:
     """Outputs the provider leaves unknown at preview when it updates the resource in place."""
     rule = rule_for(type_token)
-    return rule.recomputed(old, new) if rule.recomputed else ()
+    return rule.recomputed({parse_path(p)[0] for p in changed}, new) if rule.recomputed else ()
