@@ -216,3 +216,37 @@ def test_cli_bad_previous_exits_2_with_a_message(tmp_path, make):
     assert not (tmp_path / "out").exists()  # refused before planning anything
     with pytest.raises(PreviousPlanError):
         PreviousPlan.load(previous)
+
+
+# -- the pieces ----------------------------------------------------------------------------------------------
+
+def test_generated_values_match_whole_tokens_only():
+    from infra.plan.symbols import replace_tokens
+    table = {"10.0.1.5": "${node-0.privateIp}", "sg-1": "${sg.id}"}
+    assert replace_tokens("10.0.1.55\n10.0.1.5", table) == "10.0.1.55\n${node-0.privateIp}"
+    assert replace_tokens({"groups": ["sg-1", "sg-12"], "arn": "arn:aws:ec2:r:a:security-group/sg-1"}, table) == \
+        {"groups": ["${sg.id}", "sg-12"], "arn": "arn:aws:ec2:r:a:security-group/${sg.id}"}
+
+
+def test_kept_inputs_take_old_values_in_the_new_plans_terms_and_drop_what_the_old_lacked():
+    from infra.plan.paths import MISSING
+    old = [res("pin", PARAM, {"value": "subnet-1 in us-east-1a", "tags": {"a": "1"}}),
+           res("private", SUBNET, {}, rid="subnet-1")]
+    kept = PreviousPlan(old).kept_inputs(PARAM, "pin", ["value", "tags.b", "bad[["], [res("private", SUBNET, {}, rid="subnet-9")])
+    assert kept == {"value": "subnet-9 in us-east-1a", "tags.b": MISSING}
+    assert PreviousPlan(old).kept_inputs(PARAM, "new-one", ["value"], []) is None
+
+
+def test_keep_ignored_sets_nested_paths_and_removes_what_the_old_inputs_lacked():
+    from google.protobuf import struct_pb2
+    from pulumi.runtime import rpc
+
+    from infra.plan.paths import MISSING
+    from infra.plan.recorder import keep_ignored, plain
+    request_object = struct_pb2.Struct()
+    request_object.update({"tags": {"a": "1", "b": "2"}, "gone": "x",
+                           "value": {rpc._special_sig_key: rpc._special_secret_sig, "value": "new"}})
+    keep_ignored(request_object, {"tags.b": MISSING, "tags.c": "3", "gone": MISSING, "value": "old"})
+    assert plain(rpc.deserialize_properties(request_object)) == \
+        {"tags": {"a": "1", "c": "3"}, "value": "old"}
+    assert request_object["value"][rpc._special_sig_key] == rpc._special_secret_sig  # still a secret
