@@ -4,6 +4,7 @@ would start from: its resources' inputs, ids and outputs, and the options they w
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,9 @@ class PreviousPlan:
         self._by_key = {(r["name"], r["type"]): r for r in self.resources}
         for r in self.resources:
             self._tokens.update(generated_values(r))
+        self._lock = threading.Lock()  # registrations run on several threads
+        self._new_values: dict[str, str] = {}  # symbol -> value, from the new plan's records read so far
+        self._read = 0
 
     @classmethod
     def load(cls, directory: str | Path) -> "PreviousPlan":
@@ -59,10 +63,12 @@ class PreviousPlan:
         old = self._by_key.get((name, type_token))
         if old is None:
             return None
-        new_values = {}
-        for record in so_far:
-            for value, symbol in generated_values(record).items():
-                new_values[symbol] = value
+        with self._lock:  # the records only grow: read each once
+            for record in so_far[self._read:]:
+                for value, symbol in generated_values(record).items():
+                    self._new_values[symbol] = value
+            self._read = max(self._read, len(so_far))
+            new_values = dict(self._new_values)
         kept = {}
         for path in ignored:
             try:

@@ -95,8 +95,8 @@ class RecordingMonitor(MockMonitor):
         # The mocks already deserialized these; decoding the request again would double the cost.
         inputs = self.mocks.inputs.pop((request.type, request.name), None) if hasattr(self.mocks, "inputs") \
             else plain(rpc.deserialize_properties(request.object))
-        registered = self.resources.get(self.make_urn(request.parent, request.type, request.name))
-        state = plain(registered.state) if registered else {}
+        outputs = self.mocks.outputs.pop((request.type, request.name), {}) if hasattr(self.mocks, "outputs") \
+            else self._generated(request, inputs or {})
         record = {
             "type": request.type,
             "name": request.name,
@@ -105,10 +105,16 @@ class RecordingMonitor(MockMonitor):
             "inputs": inputs,
             "custom": bool(request.custom),
             "id": response.id or None,
-            "outputs": {k: v for k, v in state.items() if get_path(inputs or {}, [k]) != v},
+            "outputs": outputs,
             "options": options_of(request),
             "propertyDependencies": {prop: sorted({_name(u) for u in deps.urns})
                                      for prop, deps in sorted(request.propertyDependencies.items()) if deps.urns},
         }
         with self._lock:
             self.records.append(record)
+
+    def _generated(self, request, inputs: dict) -> dict:
+        """What other mocks returned beyond the inputs they were given."""
+        registered = self.resources.get(self.make_urn(request.parent, request.type, request.name))
+        state = plain(registered.state) if registered else {}
+        return {k: v for k, v in state.items() if get_path(inputs, [k]) != v}

@@ -57,10 +57,16 @@ def _strings(value, path: str):
             yield from _strings(v, f"{path}[{i}]")
 
 
+RUN = rf"[{TOKEN_EDGE}]+"
+
+
 @lru_cache(maxsize=512)
 def _pattern(tokens: tuple[str, ...]) -> re.Pattern:
-    alternatives = "|".join(re.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t)))
-    return re.compile(rf"(?<![{TOKEN_EDGE}])(?:{alternatives})(?![{TOKEN_EDGE}])")
+    """Tokens made of one run of token characters (ids, IPs, DNS names) are looked up run by run; only the
+    others (ARNs) need an alternative of their own, tried first, longest first."""
+    compound = sorted((t for t in tokens if not re.fullmatch(RUN, t)), key=lambda t: (-len(t), t))
+    alternatives = "".join(re.escape(t) + "|" for t in compound)
+    return re.compile(rf"(?<![{TOKEN_EDGE}])(?:{alternatives}{RUN})(?![{TOKEN_EDGE}])")
 
 
 def replace_tokens(value, table: dict[str, str]):
@@ -69,8 +75,10 @@ def replace_tokens(value, table: dict[str, str]):
     if not table:
         return value
     if isinstance(value, str):
+        if value in table:
+            return table[value]
         pattern = _pattern(tuple(sorted(table)))
-        return pattern.sub(lambda m: table[m.group(0)], value)
+        return pattern.sub(lambda m: table.get(m.group(0), m.group(0)), value)
     if isinstance(value, dict):
         return {k: replace_tokens(v, table) for k, v in value.items()}
     if isinstance(value, list):
