@@ -40,8 +40,9 @@ def test_same_config_planned_twice_changes_nothing(baseline):
     # not vacuous: moto generated other ids and addresses the second time
     node = next(r for r in first.resources if r["type"] == INSTANCE)
     assert second.named(node["name"])["id"] != node["id"]
-    assert second.named(f"{first.config.cluster.name}-hosts-param")["inputs"]["value"] != \
-        first.named(f"{first.config.cluster.name}-hosts-param")["inputs"]["value"]
+    lt = f"{first.config.cluster.name}-compute-lt"
+    assert second.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"] != \
+        first.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"]
 
 
 def test_growing_scratch_2_lustre_updates_it_in_place_and_nothing_else(baseline):
