@@ -14,7 +14,6 @@ from infra.changes import ACTIONS, guarded
 from infra.estimates import minutes_to_ready
 
 NODES_SHOWN = 12
-PROPERTIES_SHOWN = 4
 
 
 def print_summary(result, out: Path, console: Console | None = None) -> None:
@@ -89,9 +88,7 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
                 flags.append("[bold red]protected[/]")
             if (c.name, c.type) in stopping:
                 flags.append("[yellow]guarded[/]")
-            shown = ", ".join(c.properties[:PROPERTIES_SHOWN]) + (
-                f", ... (+{len(c.properties) - PROPERTIES_SHOWN})" if len(c.properties) > PROPERTIES_SHOWN else "")
-            table.add_row(c.action, c.name, c.type.split(":")[-1], shown or "-", "; ".join(flags))
+            table.add_row(c.action, c.name, c.type.split(":")[-1], ", ".join(c.properties) or "-", "; ".join(flags))
         console.print(table)
     if refused:
         console.print(f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "
