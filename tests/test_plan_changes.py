@@ -174,6 +174,19 @@ def test_ignored_paths_do_not_count_even_when_a_dependency_is_replaced():
     assert "fsx" not in actions(plan_changes(old, new))
 
 
+def test_wildcard_ignore_paths_cover_what_they_name():
+    old, new = cluster(), cluster(suffix="2")
+    old[5]["inputs"]["tags"] = {"owner": "a"}
+    new[5]["inputs"]["tags"] = {"owner": "x"}
+    assert actions(plan_changes(old, new)) == {"hosts": "update"}
+    new[5]["options"]["ignoreChanges"] = ["tags.*"]
+    assert plan_changes(old, new) == []
+    new[5]["inputs"]["value"] = "other"
+    new[5]["options"]["ignoreChanges"] = ["*"]
+    assert plan_changes(old, new) == []
+    assert PreviousPlan(old).kept_inputs(PARAM, "hosts", ["tags.*", "*"], []) == {}
+
+
 def test_protected_file_system_replacement_and_deletion_are_refused():
     old, new = cluster(protect=True), cluster(subnet_az="us-east-1b", suffix="2", protect=True)
     changes = plan_changes(old, new)

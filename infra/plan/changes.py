@@ -78,7 +78,7 @@ def plan_changes(old_records: list[dict], new_records: list[dict]) -> list[Chang
         changed = leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
         changed += unknown_paths(record, status, recomputed)
         ignored = options.get("ignoreChanges") or []
-        changed = sorted({p for p in changed if not any(covers(i, p) for i in ignored)})
+        changed = sorted({p for p in changed if not any(i == "*" or covers(i, p) for i in ignored)})
         if not changed:
             continue
         forced = _replaces_on_change(options, changed) or forcing_paths(token, changed, before["inputs"], record["inputs"])

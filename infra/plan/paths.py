@@ -90,5 +90,8 @@ def leaf_differences(old, new, prefix: tuple = ()) -> list[str]:
 
 
 def covers(outer: str, inner: str) -> bool:
-    """Is `inner` at, or inside, `outer`?"""
+    """Is `inner` at, or inside, `outer`? (`tags.*` covers every tag)"""
+    if outer.endswith(".*") or outer.endswith("[*]"):
+        outer = outer[:-2] if outer.endswith(".*") else outer[:-3]
+        return inner.startswith((outer + ".", outer + "["))
     return inner == outer or inner.startswith((outer + ".", outer + "["))

@@ -75,6 +75,8 @@ class PreviousPlan:
                 parts = parse_path(path)
             except ValueError:
                 continue  # the engine skips a path it cannot parse
+            if "*" in parts:
+                continue  # an offline plan keeps no wildcard paths; the diff still ignores what they cover
             value = get_path(old.get("inputs") or {}, parts)
             kept[path] = MISSING if value is MISSING else translate(value, self._tokens, new_values)
         return kept
