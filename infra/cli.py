@@ -34,19 +34,27 @@ def config_error(e: ConfigError) -> "typer.Exit":
 @app.command()
 def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
          out: Path = typer.Option(Path("plan"), "--out", help="directory for resources.json, outputs.json, user-data/"),
-         stack: str = typer.Option("dev", "--stack", help="stack name to plan as")):
+         stack: str = typer.Option("dev", "--stack", help="stack name to plan as"),
+         previous: Path | None = typer.Option(None, "--previous", help="an earlier plan's --out directory: also "
+                                              "write changes.json, what a second `pulumi up` would do")):
     """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
+    from infra.plan.previous import PreviousPlan, PreviousPlanError
     from infra.plan.runner import PlanError, plan_stack_file
-    from infra.plan.summary import print_summary
+    from infra.plan.summary import print_changes, print_summary
 
     try:
-        result = plan_stack_file(config, stack=stack)
+        earlier = PreviousPlan.load(previous) if previous is not None else None
+        result = plan_stack_file(config, stack=stack, previous=earlier)
+    except PreviousPlanError as e:
+        raise fail(str(e)) from None
     except ConfigError as e:
         raise config_error(e) from None
     except PlanError as e:
         raise fail(str(e)) from None
     result.write(out)
     print_summary(result, out)
+    if earlier is not None:
+        print_changes(result, out, str(previous))
 
 
 

@@ -45,6 +45,7 @@ class MotoMocks(pulumi.runtime.Mocks):
         self._offerings: dict[str, set[str]] = {}
         self._subnet_az: dict[str, str] = {}
         self.inputs: dict[tuple[str, str], dict] = {}  # (type, name) -> plain inputs, for the recorder
+        self.outputs: dict[tuple[str, str], dict] = {}  # (type, name) -> what the handler generated, likewise
         self.closed = False
 
     def close(self) -> None:
@@ -120,6 +121,7 @@ class MotoMocks(pulumi.runtime.Mocks):
                 rid, outputs = handler(args.name, inputs)
             except ClientError as exc:  # what the embedded AWS refused: a message naming the resource
                 raise AwsRejected(args.name, exc.response["Error"]["Code"], exc.response["Error"]["Message"]) from None
+        self.outputs[(args.typ, args.name)] = outputs
         return rid, {**inputs, **outputs}
 
     def _tag(self, rid: str, inputs: dict) -> None:

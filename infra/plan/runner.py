@@ -15,10 +15,13 @@ from pulumi.runtime.settings import ROOT, SETTINGS, get_root_resource
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
+from infra.changes import Change
 from infra.config import StackConfig, parse
 from infra.plan.aws_rules import AwsRejected, decode_user_data
+from infra.plan.changes import plan_changes, refused
 from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
 from infra.plan.mocks import MotoMocks
+from infra.plan.previous import PreviousPlan
 from infra.plan.recorder import RecordingMonitor
 from infra.stackfile import as_pulumi_config, read_raw
 from infra.validators import Finding, check_config
@@ -39,6 +42,8 @@ class PlanResult:
     warnings: list[Finding]
     seconds: float
     user_data: dict[str, str] = field(default_factory=dict)
+    changes: list[Change] | None = None  # with a previous plan: what a second `pulumi up` would do
+    refused: list[Change] = field(default_factory=list)  # of those, what Pulumi refuses (protected resources)
 
     def of_type(self, token: str) -> list[dict]:
         return [r for r in self.resources if r["type"] == token]
@@ -55,6 +60,11 @@ class PlanResult:
         (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2, sort_keys=True) + "\n")
         for name, script in sorted(self.user_data.items()):
             (out / "user-data" / name).write_text(script)
+        changes = out / "changes.json"
+        if self.changes is None:
+            changes.unlink(missing_ok=True)  # never leave an earlier comparison beside this plan
+        else:
+            changes.write_text(json.dumps([c.as_json() for c in self.changes], indent=2) + "\n")
 
 
 def _root_cause(exc: BaseException) -> BaseException | None:
@@ -67,9 +77,10 @@ def _root_cause(exc: BaseException) -> BaseException | None:
     return None
 
 
-def _execute(config_map: dict, cfg: StackConfig, stack: str) -> tuple[list[dict], dict]:
+def _execute(config_map: dict, cfg: StackConfig, stack: str,
+             previous: PreviousPlan | None = None) -> tuple[list[dict], dict]:
     mocks = MotoMocks(cfg.region)
-    monitor = RecordingMonitor(mocks)
+    monitor = RecordingMonitor(mocks, kept=previous.kept_inputs if previous else None)
     executor = ThreadPoolExecutor(thread_name_prefix="hpcc-plan")
     _ensure_event_loop().set_default_executor(executor)  # registrations run here; drained below
     # A fresh stack per plan, also when several run in one process (as pulumi.runtime.test does).
@@ -110,22 +121,29 @@ def _drain(executor: ThreadPoolExecutor) -> None:
     loop.set_default_executor(ThreadPoolExecutor())  # for whatever runs on this loop next
 
 
-def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None) -> PlanResult:
+def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None,
+                previous: PreviousPlan | None = None) -> PlanResult:
     """Plan a stack config map ({"aws:region": ..., "hpcc:cluster": {...}}). Inside an active
-    `embedded_aws` block (pass it as `aws`) the created resources stay readable with boto3."""
+    `embedded_aws` block (pass it as `aws`) the created resources stay readable with boto3. With an
+    earlier plan (`previous`), ignored inputs keep its values and `changes` says what an update would do."""
     cfg = parse(config_map.get("aws:region"), config_map.get("hpcc:cluster"))
     warnings = [f for f in check_config(cfg) if not f.is_error]
     started = time.perf_counter()
     if aws is None:
         with embedded_aws(cfg.region):
-            resources, outputs = _execute(config_map, cfg, stack)
+            resources, outputs = _execute(config_map, cfg, stack, previous)
     else:
-        resources, outputs = _execute(config_map, cfg, stack)
+        resources, outputs = _execute(config_map, cfg, stack, previous)
     user_data = {r["name"]: decode_user_data(r["inputs"]["userData"]) for r in resources
                  if r["type"] in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance")
                  and r["inputs"].get("userData")}
-    return PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data)
+    result = PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data)
+    if previous is not None:
+        result.changes = plan_changes(previous.resources, resources)
+        result.refused = refused(result.changes, previous.resources, resources)
+    return result
 
 
-def plan_stack_file(path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None) -> PlanResult:
-    return plan_config(read_raw(path), stack=stack, aws=aws)
+def plan_stack_file(path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None,
+                    previous: PreviousPlan | None = None) -> PlanResult:
+    return plan_config(read_raw(path), stack=stack, aws=aws, previous=previous)

@@ -1,4 +1,5 @@
-"""The human side of `hpcc plan`: resource tree, nodes, cost, time to ready, warnings."""
+"""The human side of `hpcc plan`: resource tree, nodes, cost, time to ready, warnings; with --previous,
+what a second `pulumi up` would change."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
+from infra.changes import ACTIONS, guarded
 from infra.estimates import minutes_to_ready
 
 NODES_SHOWN = 12
@@ -55,3 +57,43 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
         console.print(f"[yellow]warning:[/] {w.field}: {w.message}", highlight=False)
     console.print(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
                   f"{out}/user-data/ ({len(result.user_data)} scripts)")
+
+
+def print_changes(result, out: Path, previous: str, console: Console | None = None) -> None:
+    """What a second `pulumi up` would do: counts per action, then each replace and delete with the inputs
+    behind it, flagging what `hpcc up` stops without --allow-replace and what Pulumi itself refuses."""
+    console = console or Console()
+    changes = result.changes or []
+    if not changes:
+        console.print(f"No changes against {previous}: a second `pulumi up` would leave every resource as it is.")
+        console.print(f"Wrote {out}/changes.json")
+        return
+    counts = Table(title=f"Changes against {previous}")
+    counts.add_column("action")
+    counts.add_column("resources", justify="right")
+    for action in ACTIONS:
+        counts.add_row(action, str(sum(1 for c in changes if c.action == action)))
+    console.print(counts)
+
+    stopping = {(c.name, c.type) for c in guarded(changes)}
+    refused = {(c.name, c.type) for c in result.refused}
+    destructive = [c for c in changes if c.action in ("replace", "delete")]
+    if destructive:
+        table = Table(title="Replaced and deleted")
+        for col in ("action", "resource", "type", "because of", "flag"):
+            table.add_column(col, overflow="fold")
+        for c in destructive:
+            flags = []
+            if (c.name, c.type) in refused:
+                flags.append("[bold red]protected[/]")
+            if (c.name, c.type) in stopping:
+                flags.append("[yellow]guarded[/]")
+            table.add_row(c.action, c.name, c.type.split(":")[-1], ", ".join(c.properties) or "-", "; ".join(flags))
+        console.print(table)
+    if refused:
+        console.print(f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "
+                      "protected resource; remove `protect` first if that is really wanted", highlight=False)
+    if stopping:
+        console.print(f"[yellow]guarded:[/] `hpcc up` stops before {len(stopping)} of these unless run with "
+                      "--allow-replace", highlight=False)
+    console.print(f"Wrote {out}/changes.json")

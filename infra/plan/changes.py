@@ -1,0 +1,101 @@
+"""What a second `pulumi up` would do, from two offline plans: one `Change` per resource that differs.
+
+Faithful to the engine (pulumi/pulumi pkg/resource/deploy/step_generator.go) and the provider:
+- inputs are compared after generated values became symbols (infra/plan/symbols.py);
+- an input that depends on a replaced (or created) resource is unknown at preview, so it counts as changed;
+  one that reads an output the provider recomputes on an in-place update (a launch template's latest
+  version) is unknown too;
+- `ignoreChanges` paths never count; `replaceOnChanges` paths replace; otherwise the provider's rules
+  (infra/plan/replacement_rules.py) say replace or update;
+- resources only in the old plan are deleted, only in the new one created; components are not listed.
+"""
+
+from __future__ import annotations
+
+from graphlib import TopologicalSorter
+
+from infra.changes import Change
+from infra.plan.paths import covers, leaf_differences
+from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_outputs
+from infra.plan.symbols import normalised, referenced
+
+
+def _key(r: dict) -> tuple[str, str]:
+    return r["name"], r["type"]
+
+
+def _custom(records: list[dict]) -> dict[tuple[str, str], dict]:
+    return {_key(r): r for r in normalised(records) if r.get("custom", True)}
+
+
+def unknown_paths(record: dict, status: dict[str, str], recomputed: dict[str, tuple[str, ...]]) -> list[str]:
+    """Input paths whose value is unknown at preview because a resource they read is created, replaced,
+    or updated with a recomputed output."""
+    out = []
+    for prop, deps in (record.get("propertyDependencies") or {}).items():
+        value = (record.get("inputs") or {}).get(prop)
+        for dep in deps:
+            refs = referenced(value, dep)
+            if status.get(dep) in ("create", "replace"):
+                out += [_join(prop, path) for path, _ in refs] or [prop]
+            elif recomputed.get(dep):
+                out += [_join(prop, path) for path, attrs in refs if set(attrs) & set(recomputed[dep])]
+    return out
+
+
+def _join(prop: str, path: str) -> str:
+    return prop + ("" if not path else path if path.startswith("[") else "." + path)
+
+
+def _replaces_on_change(options: dict, changed: list[str]) -> list[str]:
+    wanted = options.get("replaceOnChanges") or []
+    return [p for p in changed if any(w == "*" or overlaps(p, w) for w in wanted)]
+
+
+def _order(new: dict[tuple[str, str], dict]) -> list[tuple[str, str]]:
+    by_name = {}
+    for key in new:
+        by_name.setdefault(key[0], []).append(key)
+    graph = {key: {d for dep in r.get("dependsOn") or [] for d in by_name.get(dep, [])} for key, r in new.items()}
+    return list(TopologicalSorter(graph).static_order())
+
+
+def plan_changes(old_records: list[dict], new_records: list[dict]) -> list[Change]:
+    """The changes, sorted by name, that turn the old plan's resources into the new plan's."""
+    old, new = _custom(old_records), _custom(new_records)
+    status: dict[str, str] = {}
+    recomputed: dict[str, tuple[str, ...]] = {}
+    changes = []
+    for key in _order(new):
+        record = new[key]
+        name, token = key
+        if key not in old:
+            status[name] = "create"
+            changes.append(Change(name, token, "create"))
+            continue
+        before = old[key]
+        options = record.get("options") or {}
+        changed = leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
+        changed += unknown_paths(record, status, recomputed)
+        ignored = options.get("ignoreChanges") or []
+        changed = sorted({p for p in changed if not any(i == "*" or covers(i, p) for i in ignored)})
+        if not changed:
+            continue
+        forced = _replaces_on_change(options, changed) or forcing_paths(token, changed, before["inputs"], record["inputs"])
+        action = "replace" if forced else "update"
+        status[name] = action
+        if action == "update":
+            recomputed[name] = recomputed_outputs(token, changed, record["inputs"])
+        changes.append(Change(name, token, action, tuple(changed)))
+    changes += [Change(name, token, "delete") for (name, token) in old if (name, token) not in new]
+    return sorted(changes, key=lambda c: (c.name, c.type))
+
+
+def refused(changes: list[Change], old_records: list[dict], new_records: list[dict]) -> list[Change]:
+    """What Pulumi itself refuses: deleting a resource protected in the old state, replacing one protected
+    in both (step.go DeleteStep; step_generator.go "unable to replace resource ... marked for protection")."""
+    def protected(records, c):
+        return any(_key(r) == (c.name, c.type) and (r.get("options") or {}).get("protect") for r in records)
+    return [c for c in changes
+            if (c.action == "delete" and protected(old_records, c))
+            or (c.action == "replace" and protected(old_records, c) and protected(new_records, c))]
