@@ -36,14 +36,23 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
          out: Path = typer.Option(Path("plan"), "--out", help="directory for resources.json, outputs.json, user-data/"),
          stack: str = typer.Option("dev", "--stack", help="stack name to plan as"),
          previous: Path | None = typer.Option(None, "--previous", help="an earlier plan's --out directory: also "
-                                              "write changes.json, what a second `pulumi up` would do")):
+                                              "write changes.json, what a second `pulumi up` would do"),
+         update_image: bool = typer.Option(False, "--update-image", help="with --previous: resolve the image again "
+                                           "(as `hpcc up --update-image`), not keep the one the earlier plan had")):
     """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
     from infra.plan.previous import PreviousPlan, PreviousPlanError
     from infra.plan.runner import PlanError, plan_stack_file
     from infra.plan.summary import print_changes, print_summary
 
+    from infra.naming import image_pin
+    from infra.stackfile import load
+
+    if update_image and previous is None:
+        raise fail("--update-image compares with an earlier plan: give --previous DIR too")
     try:
         earlier = PreviousPlan.load(previous) if previous is not None else None
+        if update_image:
+            earlier = earlier.replacing([image_pin(load(config).cluster.name)])
         result = plan_stack_file(config, stack=stack, previous=earlier)
     except PreviousPlanError as e:
         raise fail(str(e)) from None

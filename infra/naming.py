@@ -21,6 +21,11 @@ def resource_name(cluster: str, what: str) -> str:
     return f"{cluster}-{what}"
 
 
+def image_pin(cluster: str) -> str:
+    """The Pulumi name of the resource that keeps the image (infra/components/pins.py); `--update-image` replaces it."""
+    return resource_name(cluster, "image-pin")
+
+
 def tags(cluster: str, what: str, extra: dict[str, str] | None = None, **hpcc: str) -> dict[str, str]:
     out = dict(extra or {})
     out.update({"Name": resource_name(cluster, what), TAG_CLUSTER: cluster})

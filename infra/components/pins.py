@@ -24,7 +24,7 @@ import pulumi_aws as aws
 from infra import lookups
 from infra.config import ClusterConfig
 from infra.lookups import ImageInfo
-from infra.naming import Paths, tags
+from infra.naming import Paths, image_pin, tags
 
 
 @dataclass
@@ -45,14 +45,14 @@ class Pins(pulumi.ComponentResource):
         resolved = lookups.image(cfg)
         source = lookups.image_source(cfg)
         follows_config = bool(cfg.image.ami_id)
-        image_pin = aws.ssm.Parameter(
-            f"{c}-image-pin", name=paths.pinned_image, type="String", insecure_value=resolved.apply(ImageInfo.to_json),
+        image_param = aws.ssm.Parameter(
+            image_pin(c), name=paths.pinned_image, type="String", insecure_value=resolved.apply(ImageInfo.to_json),
             description=f"hpcc {c}: the nodes' image, from {source}; kept until that changes or `hpcc up --update-image`",
             tags=tags(c, "image-pin", t),
             # Same name on replacement: the old parameter must go first.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, replace_on_changes=["description"],
                                         ignore_changes=[] if follows_config else ["insecureValue"]))
-        self.image = image_pin.insecure_value.apply(ImageInfo.from_json)
+        self.image = image_param.insecure_value.apply(ImageInfo.from_json)
 
         offered = lookups.offered_azs(cfg)
         configured = cfg.availability_zone
@@ -66,4 +66,4 @@ class Pins(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=[] if configured else ["insecureValue"]))
         self.availability_zone = pulumi.Output.all(az_pin.insecure_value, offered).apply(
             lambda a: lookups.check_kept_az(a[0], a[1], cfg))
-        self.register_outputs({"image": image_pin.insecure_value, "availabilityZone": self.availability_zone})
+        self.register_outputs({"image": image_param.insecure_value, "availabilityZone": self.availability_zone})

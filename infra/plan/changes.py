@@ -60,8 +60,9 @@ def _order(new: dict[tuple[str, str], dict]) -> list[tuple[str, str]]:
     return list(TopologicalSorter(graph).static_order())
 
 
-def plan_changes(old_records: list[dict], new_records: list[dict]) -> list[Change]:
-    """The changes, sorted by name, that turn the old plan's resources into the new plan's."""
+def plan_changes(old_records: list[dict], new_records: list[dict], replace: frozenset[str] = frozenset()) -> list[Change]:
+    """The changes, sorted by name, that turn the old plan's resources into the new plan's; `replace` names
+    resources replaced on request (`pulumi up --replace`), whatever their inputs."""
     old, new = _custom(old_records), _custom(new_records)
     status: dict[str, str] = {}
     recomputed: dict[str, tuple[str, ...]] = {}
@@ -79,6 +80,10 @@ def plan_changes(old_records: list[dict], new_records: list[dict]) -> list[Chang
         changed += unknown_paths(record, status, recomputed)
         ignored = options.get("ignoreChanges") or []
         changed = sorted({p for p in changed if not any(i == "*" or covers(i, p) for i in ignored)})
+        if name in replace:
+            status[name] = "replace"
+            changes.append(Change(name, token, "replace", tuple(changed)))
+            continue
         if not changed:
             continue
         forced = _replaces_on_change(options, changed) or forcing_paths(token, changed, before["inputs"], record["inputs"])

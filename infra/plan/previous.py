@@ -22,6 +22,7 @@ class PreviousPlanError(Exception):
 class PreviousPlan:
     resources: list[dict]
     where: str = ""
+    replace: frozenset[str] = frozenset()  # names replaced on request (`pulumi up --replace`): nothing is kept
     _by_key: dict = field(default_factory=dict, repr=False)
     _tokens: dict = field(default_factory=dict, repr=False)
 
@@ -32,6 +33,13 @@ class PreviousPlan:
         self._lock = threading.Lock()  # registrations run on several threads
         self._new_values: dict[str, str] = {}  # symbol -> value, from the new plan's records read so far
         self._read = 0
+
+    def replacing(self, names: list[str] | tuple[str, ...]) -> "PreviousPlan":
+        """The same earlier plan, with these resources replaced on request, as `pulumi up --replace` does."""
+        unknown = sorted(set(names) - {r["name"] for r in self.resources})
+        if unknown:
+            raise PreviousPlanError(f"--previous {self.where}: no resource named {', '.join(unknown)} to replace")
+        return PreviousPlan(self.resources, self.where, frozenset(names))
 
     @classmethod
     def load(cls, directory: str | Path) -> "PreviousPlan":
@@ -61,7 +69,7 @@ class PreviousPlan:
         (in the new plan's generated values), or MISSING where the old inputs had none (the engine then
         drops the new value: pulumi/pulumi step_generator.go processIgnoreChanges). None for a new resource."""
         old = self._by_key.get((name, type_token))
-        if old is None:
+        if old is None or name in self.replace:
             return None
         with self._lock:  # the records only grow: read each once
             for record in so_far[self._read:]:

@@ -139,7 +139,7 @@ def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = 
                  and r["inputs"].get("userData")}
     result = PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data)
     if previous is not None:
-        result.changes = plan_changes(previous.resources, resources)
+        result.changes = plan_changes(previous.resources, resources, previous.replace)
         result.refused = refused(result.changes, previous.resources, resources)
     return result
 

@@ -1,0 +1,164 @@
+"""Day 2 on the real program: plan a cluster, edit its config, plan again against the first plan (as a second
+`pulumi up` would run: generated ids kept apart, `ignore_changes` keeping the pins, the provider's replacement
+rules) and check what the update would do to each resource. examples/p3dn-bert.yaml: 8 p3dn nodes, no AZ set
+(the first up picks us-east-1c), a DLAMI family."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from infra.changes import guarded
+from infra.config import IMAGE_FAMILIES
+from infra.naming import image_pin
+from infra.plan.embedded_aws import embedded_aws, publish_dlami
+from infra.plan.previous import PreviousPlan
+from infra.plan.runner import PlanError, plan_config
+from infra.stackfile import read_raw
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = read_raw(ROOT / "examples" / "p3dn-bert.yaml")
+INSTANCE, SUBNET = "aws:ec2/instance:Instance", "aws:ec2/subnet:Subnet"
+FSX, PLACEMENT = "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ec2/placementGroup:PlacementGroup"
+FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
+
+
+@pytest.fixture(scope="module")
+def first_up(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("first-up")
+    plan_config(BASE).write(out)
+    return out
+
+
+def second_up(first: Path, edit=None, aws=None, replace=()):
+    config = copy.deepcopy(BASE)
+    if edit:
+        edit(config["hpcc:cluster"])
+    previous = PreviousPlan.load(first)
+    if replace:
+        previous = previous.replacing(list(replace))
+    return plan_config(config, aws=aws, previous=previous)
+
+
+def actions(result, token: str) -> dict[str, str]:
+    return {c.name: c.action for c in result.changes if c.type == token}
+
+
+def replaced(result) -> list[str]:
+    return sorted(c.name for c in result.changes if c.action == "replace")
+
+
+def test_the_same_config_again_changes_nothing(first_up):
+    assert second_up(first_up).changes == []
+
+
+def test_growing_by_one_node_creates_it_and_replaces_nothing(first_up):
+    result = second_up(first_up, lambda c: c["compute"].update(count=9))
+    assert actions(result, INSTANCE) == {"bert-compute-008": "create"}
+    assert replaced(result) == []
+    assert guarded(result.changes) == []  # `hpcc up` goes ahead without --allow-replace
+    updates = Counter(c.type for c in result.changes if c.action == "update")
+    assert INSTANCE not in updates  # the running nodes are not touched at all
+
+
+def test_shrinking_deletes_the_highest_numbered_nodes_only(first_up):
+    result = second_up(first_up, lambda c: c["compute"].update(count=6))
+    assert actions(result, INSTANCE) == {"bert-compute-006": "delete", "bert-compute-007": "delete"}
+    assert replaced(result) == []
+    assert [c.name for c in guarded(result.changes)] == ["bert-compute-006", "bert-compute-007"]
+
+
+def test_a_tag_edit_updates_in_place_and_replaces_nothing(first_up):
+    result = second_up(first_up, lambda c: c["tags"].update(costCenter="ml-research"))
+    assert replaced(result) == [] and {c.action for c in result.changes} == {"update"}
+    nodes = [c for c in result.changes if c.type == INSTANCE]
+    assert len(nodes) == 9 and all(c.properties == ("tags.costCenter",) for c in nodes)
+
+
+def test_a_newer_dlami_of_the_family_replaces_nothing_unless_asked(first_up):
+    with embedded_aws("us-east-1") as aws:
+        newer = publish_dlami("us-east-1", FAMILY, "20261201")
+        kept = second_up(first_up, aws=aws)
+    assert kept.changes == []  # the image resolved at the first up is kept
+    first_ami = {r["name"]: r["inputs"]["ami"] for r in json.loads((first_up / "resources.json").read_text())
+                 if r["type"] == INSTANCE}
+    assert {r["name"]: r["inputs"]["ami"] for r in kept.of_type(INSTANCE)} == first_ami != {}
+    assert newer not in first_ami.values()
+
+    with embedded_aws("us-east-1") as aws:
+        newer = publish_dlami("us-east-1", FAMILY, "20261201")
+        moved = second_up(first_up, aws=aws, replace=[image_pin("bert")])  # hpcc up --update-image
+    assert {r["inputs"]["ami"] for r in moved.of_type(INSTANCE)} == {newer}
+    assert sorted(actions(moved, INSTANCE).values()) == ["replace"] * 9
+    assert all("ami" in c.properties for c in moved.changes if c.type == INSTANCE)
+    assert len(guarded(moved.changes)) == 9  # and `hpcc up` stops until --allow-replace
+
+
+def test_a_new_image_family_in_the_config_moves_the_image(first_up):
+    other = "base-oss-nvidia-driver-gpu-ubuntu-24.04"
+    assert other in IMAGE_FAMILIES
+    result = second_up(first_up, lambda c: c["image"].update(family=other))
+    assert actions(result, "aws:ssm/parameter:Parameter")[image_pin("bert")] == "replace"
+    assert sorted(actions(result, INSTANCE).values()) == ["replace"] * 9
+
+
+def test_a_head_type_change_replaces_only_the_head(first_up):
+    result = second_up(first_up, lambda c: c["headNode"].update(instanceType="c5n.9xlarge"))
+    assert replaced(result) == ["bert-head"]
+    assert [c.name for c in guarded(result.changes)] == ["bert-head"]
+
+
+def test_a_compute_type_change_replaces_compute_nodes_only_and_the_cluster_stays_in_its_az(first_up):
+    # Unpinned, p4d.24xlarge with the c5n head would pick us-east-1a and move the subnets and the file system.
+    result = second_up(first_up, lambda c: c["compute"].update(instanceType="p4d.24xlarge"))
+    assert replaced(result) == [f"bert-compute-{i:03d}" for i in range(8)]
+    assert result.outputs["availabilityZone"] == "us-east-1c"
+    assert not [c for c in result.changes if c.type in (SUBNET, FSX, PLACEMENT)]
+
+
+def test_a_compute_type_the_kept_az_does_not_offer_is_refused_naming_both(first_up, tmp_path):
+    # The cluster was created in us-east-1e (say, when it ran other types): p3dn.24xlarge is not offered there.
+    records = json.loads((first_up / "resources.json").read_text())
+    for r in records:
+        if r["name"] == "bert-az-pin":
+            r["inputs"]["insecureValue"] = "us-east-1e"
+    (tmp_path / "resources.json").write_text(json.dumps(records))
+    with pytest.raises(PlanError, match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1e, "
+                                        r"the availability zone this cluster has used since its first `pulumi up`"):
+        second_up(tmp_path)
+
+
+def test_growing_the_file_system_updates_it_in_place(first_up):
+    result = second_up(first_up, lambda c: c["fsx"].update(storageCapacityGiB=2400))
+    assert [(c.name, c.action, c.properties) for c in result.changes if c.type == FSX] == [
+        ("bert-fsx", "update", ("storageCapacity",))]
+    assert replaced(result) == []
+
+
+def test_a_deployment_type_change_would_replace_the_file_system_and_is_stopped(first_up):
+    result = second_up(first_up, lambda c: c["fsx"].update(deploymentType="PERSISTENT_2", perUnitStorageThroughput=250))
+    assert actions(result, FSX) == {"bert-fsx": "replace"}
+    assert [c.name for c in guarded(result.changes)] == ["bert-fsx"]  # hpcc up stops
+    assert [c.name for c in result.refused] == ["bert-fsx"]  # and Pulumi refuses: the file system is protected
+    assert not [c for c in result.changes if c.type in (INSTANCE, SUBNET)]
+
+
+def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first_up, tmp_path):
+    from typer.testing import CliRunner
+
+    from infra.cli import app
+
+    config = ROOT / "examples" / "p3dn-bert.yaml"
+    run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "a"), "--update-image"])
+    assert run.exit_code == 2 and "give --previous DIR too" in run.output
+    run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "b"), "--previous", str(first_up),
+                                   "--update-image"])
+    assert run.exit_code == 0, run.output
+    changes = json.loads((tmp_path / "b" / "changes.json").read_text())
+    # Nothing newer was published: the pin is replaced on request, and the nodes follow it (unknown at preview).
+    assert {c["name"] for c in changes if c["action"] == "replace"} == {image_pin("bert")} | {
+        f"bert-{n}" for n in ["head", *(f"compute-{i:03d}" for i in range(8))]}
