@@ -36,6 +36,7 @@ box: setup deps
 
 bench: setup
 	$(PY) scripts/bench_plan.py
+	$(PY) scripts/bench_day2.py
 
 # Re-render tests/golden/ from the templates; review the diff before committing.
 golden: setup
