@@ -21,18 +21,18 @@ from infra.config import ClusterConfig
 from infra.fabric import fabric_env, mpirun_options
 from infra.roles import resolve_role
 
-COUNT = r"(0|[1-9][0-9]{0,5})"  # no leading zero: bash arithmetic would read 08 as bad octal
+POSITIVE = r"[1-9][0-9]{0,5}"  # no 0 (divisors, bounds) and no leading zero: bash arithmetic reads 08 as bad octal
 PATTERNS: dict[str, str] = {
-    "NODE_COUNT": COUNT,  # compute nodes
-    "SLOTS": COUNT,  # ranks per compute node
-    "TIMEOUT_MINUTES": COUNT,
-    "JOIN_TIMEOUT_MINUTES": COUNT,
-    "API_INTERVAL_MS": COUNT,
-    "POLL_SECONDS": COUNT,
-    "API_BACKOFF_SECONDS": COUNT,
-    "API_ATTEMPTS": COUNT,
-    "SYNC_SECONDS": COUNT,
-    "MASTER_PORT": COUNT,
+    "NODE_COUNT": POSITIVE,  # compute nodes
+    "SLOTS": POSITIVE,  # ranks per compute node
+    "TIMEOUT_MINUTES": POSITIVE,
+    "JOIN_TIMEOUT_MINUTES": POSITIVE,
+    "API_INTERVAL_MS": POSITIVE,
+    "POLL_SECONDS": POSITIVE,
+    "API_BACKOFF_SECONDS": POSITIVE,
+    "API_ATTEMPTS": POSITIVE,
+    "SYNC_SECONDS": POSITIVE,
+    "MASTER_PORT": POSITIVE,
     "LOGIN_USER": r"[a-z_][a-z0-9_-]{0,31}",
     "MOUNT_POINT": r"/[A-Za-z0-9._/-]*",
     "MPIRUN_OPTIONS": r"[A-Za-z0-9_.,:^/=+ -]*",

@@ -47,7 +47,7 @@ def ctx_for(tmp_path, **changes):
     return context(log_path=str(tmp_path / "bootstrap.log"), **changes)
 
 
-PREAMBLE = ('HPCC_DEADLINE=$(( $(date +%s) + 600 ))\nHPCC_PACE_FILE={pace}\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n'
+PREAMBLE = ('HPCC_START=$(date +%s)\nHPCC_DEADLINE=$(( $(date +%s) + 600 ))\nHPCC_PACE_FILE={pace}\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n'
             'HPCC_INSTANCE_ID=i-0abc\nHPCC_APPLIED_VERSION=7\n')
 
 

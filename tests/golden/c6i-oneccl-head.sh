@@ -146,16 +146,16 @@ HPCC_SETTINGS_TEXT=""
 
 setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must match in full (infra/node_settings.py)
   case "$1" in
-    NODE_COUNT) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    SLOTS) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    TIMEOUT_MINUTES) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    JOIN_TIMEOUT_MINUTES) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    API_INTERVAL_MS) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    POLL_SECONDS) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    API_BACKOFF_SECONDS) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    API_ATTEMPTS) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    SYNC_SECONDS) echo '^((0|[1-9][0-9]{0,5}))$' ;;
-    MASTER_PORT) echo '^((0|[1-9][0-9]{0,5}))$' ;;
+    NODE_COUNT) echo '^([1-9][0-9]{0,5})$' ;;
+    SLOTS) echo '^([1-9][0-9]{0,5})$' ;;
+    TIMEOUT_MINUTES) echo '^([1-9][0-9]{0,5})$' ;;
+    JOIN_TIMEOUT_MINUTES) echo '^([1-9][0-9]{0,5})$' ;;
+    API_INTERVAL_MS) echo '^([1-9][0-9]{0,5})$' ;;
+    POLL_SECONDS) echo '^([1-9][0-9]{0,5})$' ;;
+    API_BACKOFF_SECONDS) echo '^([1-9][0-9]{0,5})$' ;;
+    API_ATTEMPTS) echo '^([1-9][0-9]{0,5})$' ;;
+    SYNC_SECONDS) echo '^([1-9][0-9]{0,5})$' ;;
+    MASTER_PORT) echo '^([1-9][0-9]{0,5})$' ;;
     LOGIN_USER) echo '^([a-z_][a-z0-9_-]{0,31})$' ;;
     MOUNT_POINT) echo '^(/[A-Za-z0-9._/-]*)$' ;;
     MPIRUN_OPTIONS) echo '^([A-Za-z0-9_.,:^/=+ -]*)$' ;;
@@ -763,9 +763,10 @@ load_state() {  # read back what write_state wrote, checked line by line (never 
 
 settings_changed() { [ "$(printf '%s' "$HPCC_READ_SETTINGS")" != "$(cat "$HPCC_APPLIED_SETTINGS" 2>/dev/null)" ]; }
 
-sync_once() {  # one tick of the agent; status 1 on an error (logged), retried next tick
+sync_once() {  # one tick of the agent (in a subshell: its state is in files); status 1 on an error, retried next tick
   local index at
   HPCC_DEADLINE=$(( $(date +%s) + 600 ))
+  load_state || { echo "$HPCC_STATE is malformed" >&2; return 1; }  # what the last tick applied
   read_cluster || { echo "could not read /hpcc/cpu-oneccl/hosts and /hpcc/cpu-oneccl/settings; next tick" >&2; return 1; }
   if [ "$HPCC_READ_VERSION" = "$HPCC_APPLIED_VERSION" ] && ! settings_changed; then return 0; fi
   apply_settings "$HPCC_READ_SETTINGS" || { echo "/hpcc/cpu-oneccl/settings refused (see above): the applied settings stay" >&2; return 1; }
