@@ -166,10 +166,11 @@ def test_the_name_and_instance_come_from_instance_metadata(fake):
 
 # -- the membership agent --------------------------------------------------------------------------
 
-AGENT_STATE = ("HPCC_NODE=compute-001\nHPCC_INSTANCE_ID=i-0abc\nHPCC_IP=10.0.0.6\nHPCC_APPLIED_VERSION=1\n"
+AGENT_STATE = ("mkdir -p /etc/hpcc  # as the bootstrap does first\nHPCC_NODE=compute-001\nHPCC_INSTANCE_ID=i-0abc\nHPCC_IP=10.0.0.6\nHPCC_APPLIED_VERSION=1\n"
                "HPCC_AGENT=1\nHPCC_API_ATTEMPTS=1\nwrite_state >/dev/null\n")
 SHOW = ('echo "--- $1"; cat /etc/hpcc/hostfile 2>/dev/null || true; cat /etc/hpcc/node\n'
-        'echo "wrote=$(grep -c "wrote " "$LOG" || true)"')
+        'echo "wrote=$(grep -c "wrote " "$LOG" || true)"\n'
+        'echo "trusted=$(grep -ow 10.0.0.7 /etc/ssh/ssh_config.d/50-hpcc.conf 2>/dev/null | head -1)"')
 
 
 def agent_run(tmp_path, env, ticks: int):
@@ -194,7 +195,7 @@ def test_the_agent_applies_a_change_once_then_does_nothing(fake):
     assert out.returncode == 0, out.stdout + out.stderr
     first, second, third = out.stdout.split("--- ")[1:]
     assert "tick 0 ok" in out.stdout and [f"{ip} slots=8" for ip in four[1:]] == first.splitlines()[1:4]
-    assert "HOSTS_VERSION=2" in first
+    assert "HOSTS_VERSION=2" in first and "trusted=10.0.0.7" in first  # the new peer is trusted by IP
     def wrote(chunk: str) -> str:
         return next(line for line in chunk.splitlines() if line.startswith("wrote="))
     assert wrote(second) == wrote(first) != wrote(third)  # the second tick wrote nothing
