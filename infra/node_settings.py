@@ -2,8 +2,9 @@
 
 Everything that changes over a cluster's life (node count, pacing, timeouts, the compute type's slots and
 fabric settings, mpirun options, login user, mount point, master port) lives here and not in the user data,
-so resizing or retuning a cluster updates one parameter in place instead of replacing every node
-(terraform-provider-aws: a new launch-template version forces a new `aws_instance`).
+so resizing or retuning a cluster updates one parameter in place: user data changes would make a new
+launch-template version, which either replaces every instance (terraform-provider-aws forces a new
+`aws_instance` when `launch_template.version` changes) or, ignored, leaves the running nodes with stale values.
 
 Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
 (one `NAME=value` launch variable each, in order). The bootstrap (templates/steps/settings.sh.j2) parses it with

@@ -79,7 +79,7 @@ class Compute(pulumi.ComponentResource):
                                          efa=compute.efa_wanted) for i in range(cfg.compute.count)]
 
         # What changes over the cluster's life (count, pacing, timeouts, launch settings): read by the nodes at
-        # run time and updated in place, so none of it is in the user data (a new node for every resize).
+        # run time and updated in place; in the user data, a resize would replace nodes or leave them stale.
         aws.ssm.Parameter(
             f"{c}-settings-param", name=paths.settings, type="String",
             description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/node_settings.py)",
