@@ -1,14 +1,29 @@
-"""How the bootstrap paces its AWS calls, so a 512-node cluster stays under SSM's default 40 requests/s.
+"""How the nodes pace their AWS calls, so a 512-node cluster stays under SSM's default 40 requests/s
+(Parameter Store quotas, AWS General Reference "AWS Systems Manager endpoints and quotas": GetParameter(s) and
+PutParameter share the default throughput) while membership still converges within 2 minutes.
 
-Every AWS call a node makes (SSM parameters and the Secrets Manager key) goes through one pacer in the
-script: two calls of the same node are at least `api_interval_ms` apart, plus up to a quarter of that
-again of jitter, and the node's first call waits a random share of one interval, so the nodes' calls
-fall at independent times. The cluster then makes at most nodes / interval calls a second on average
-over any interval-long window, whatever the nodes are doing - polling, retrying or reporting.
+One pacer per node. Every AWS call a node makes - the bootstrap's and the membership agent's (`hpcc-node sync`)
+alike - goes through one pacer file (/run/hpcc-aws.last-call, taken under `flock`): two calls of a node are at
+least `api_interval_ms` apart, plus up to a quarter of that again of jitter. The cluster therefore makes at most
+nodes / interval calls a second on average over any interval-long window, whatever its nodes are doing
+(booting, polling, retrying, syncing, reporting), and the interval is sized to keep that at TARGET_SHARE of
+SSM's 40/s: at 513 nodes, ceil(513 x 1000 / 30) = 17,100 ms, so 30 requests/s.
 
-What one node calls (a small constant; polls for something not there yet repeat at the same pace):
-- SSM GetParameter: the hosts list once, the FSx parameter once;
-- SSM PutParameter: one status write per step (7) and a final ready or failed;
+Before a booting node has read the settings it does not know the cluster's size: its first call waits a random
+share of the interval of the largest cluster the config allows (first_call_pacing, a constant in the user data),
+so a resize never changes the user data and 512 fresh nodes still spread their first calls.
+
+The membership agent (convergence): each tick sleeps `sync_seconds` plus up to a quarter of that, then makes ONE
+GetParameters call (hosts and settings together) and, only when something changed, one PutParameter (its
+status). `sync_seconds` is at least 1.25 intervals, so in steady state a tick never waits for the pacer and
+the agents alone ask at most nodes / sync_seconds requests a second (513 nodes: 22 s, 23.3/s <= 30/s). A change
+to the hosts parameter is seen by every node within one tick plus one pacer turn: 1.25 x sync_seconds +
+1.25 x interval (513 nodes: 27.5 + 21.4 = 48.9 s), plus the call itself, well within 2 minutes.
+
+What a booting node calls (a small constant; polls for something not there yet repeat at the same pace):
+- SSM GetParameters: the hosts and settings together, once (again while its own line is not there yet);
+- SSM GetParameter: the FSx parameter once;
+- SSM PutParameter: one status write per step (8) and a final ready or failed;
 - Secrets Manager: the cluster key once (the head node also writes it once).
 """
 
@@ -17,14 +32,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from infra.config import Bootstrap, ComputeNodes
+
 SSM_REQUESTS_PER_SECOND = 40  # default Parameter Store throughput, shared by GetParameter(s) and PutParameter
-TARGET_SHARE = 0.75  # the bootstrap's share; the rest is left to the operator's tools (status, hostfile)
-SSM_READS = 2  # hosts, fsx
-STATUS_WRITES = 8  # os, lustre, mount, efa, ssh, join, launch-env, then ready (or failed instead)
+TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tools (status, hostfile)
+SSM_READS = 2  # hosts + settings (one GetParameters), fsx
+STATUS_WRITES = 9  # os, lustre, mount, efa, ssh, join, launch-env, sync, then ready (or failed instead)
 SECRET_CALLS = 2  # head: read (empty), write; compute: read
 CALLS_PER_NODE = SSM_READS + STATUS_WRITES + SECRET_CALLS
 MIN_INTERVAL_MS = 100  # small clusters: no real wait
 MIN_POLL_SECONDS = 5  # waits for things that are not AWS calls (TCP 988, SSH of the other nodes)
+MIN_SYNC_SECONDS = 10  # the agent's tick on small clusters
+JITTER = 1.25  # every wait is its nominal length plus up to a quarter more
+CONVERGENCE_TARGET_SECONDS = 120
+
+
+def _bound(model, field: str, name: str) -> int:
+    """A numeric bound the config model declares (pydantic Field(le=...)): the one place it is written."""
+    return next(getattr(m, name) for m in model.model_fields[field].metadata if getattr(m, name, None) is not None)
+
+
+MAX_COMPUTE_NODES = _bound(ComputeNodes, "count", "le")
+MAX_TIMEOUT_MINUTES = _bound(Bootstrap, "timeout_minutes", "le")
 
 
 @dataclass(frozen=True)
@@ -41,7 +70,7 @@ class Pacing:
 
     def pacing_delay_seconds(self) -> float:
         """The most one node waits for its turn over its whole boot: one interval (plus jitter) per call."""
-        return CALLS_PER_NODE * self.api_interval_ms * 1.25 / 1000
+        return CALLS_PER_NODE * self.api_interval_ms * JITTER / 1000
 
 
 def pacing_for(nodes: int) -> Pacing:
@@ -50,3 +79,24 @@ def pacing_for(nodes: int) -> Pacing:
     interval_ms = max(MIN_INTERVAL_MS, math.ceil(nodes * 1000 / budget))
     return Pacing(nodes=nodes, api_interval_ms=interval_ms,
                   poll_seconds=max(MIN_POLL_SECONDS, math.ceil(interval_ms / 1000)))
+
+
+def first_call_pacing() -> Pacing:
+    """The pacing a node uses before it has read the settings: that of the largest cluster the config allows."""
+    return pacing_for(MAX_COMPUTE_NODES + 1)
+
+
+def sync_seconds(pacing: Pacing) -> int:
+    """The agent's tick: at least one interval plus its jitter, so a tick's call never waits for the pacer."""
+    return max(MIN_SYNC_SECONDS, math.ceil(pacing.api_interval_ms * JITTER / 1000))
+
+
+def agent_requests_per_second(pacing: Pacing) -> float:
+    """What the agents of a settled cluster ask of SSM: one GetParameters per node per tick at most."""
+    return pacing.nodes / sync_seconds(pacing)
+
+
+def convergence_seconds(pacing: Pacing) -> float:
+    """The longest a node takes to see a new hosts value (AWS's own answer time aside): one tick with its
+    jitter, then at most one pacer turn (the status write of the tick before may have just gone out)."""
+    return sync_seconds(pacing) * JITTER + pacing.api_interval_ms * JITTER / 1000

@@ -40,6 +40,7 @@ class Paths:
         self.prefix = f"/hpcc/{cluster}"
         self.fsx = f"{self.prefix}/fsx"  # JSON {"dnsName", "mountName"}: written once the file system exists
         self.hosts = f"{self.prefix}/hosts"  # line 1 head IP, then compute IPs in name order
+        self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/node_settings.py)
         self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.pinned_image = f"{self.prefix}/pinned/image"  # JSON ImageInfo, resolved at the first up and kept

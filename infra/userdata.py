@@ -1,4 +1,9 @@
-"""Render a node role's bootstrap script (the user data) from the Jinja templates in templates/."""
+"""Render a node role's bootstrap script (the user data) from the Jinja templates in templates/.
+
+The user data holds only what needs a new node when it changes: the role, its instance type and that type's
+facts, and the cluster's names. Whatever changes over a cluster's life reaches the nodes at run time through
+the settings parameter (infra/node_settings.py), so a resize or a new timeout leaves every node in place.
+"""
 
 from __future__ import annotations
 
@@ -10,41 +15,38 @@ from pathlib import Path
 
 import jinja2
 
+from infra import node_settings
+
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data
+AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the script installs itself here; `hpcc-node sync` is the agent
 
 
 @dataclass(frozen=True)
 class BootstrapContext:
-    """Every value the bootstrap steps need; nothing secret ever goes in here."""
+    """Every value the user data holds; nothing secret and nothing a resize or retune changes."""
 
     cluster: str
     region: str
     role: str  # head | compute
-    node_count: int  # compute nodes in the cluster
     instance_type: str
-    slots: int  # ranks per compute node: GPUs, or physical cores on CPU types
     gpus: int
     efa_enabled: bool
     efa_devices: int  # EFA devices launched on this role (efa + efa-only interfaces)
     gpudirect_rdma: bool
-    login_user: str
-    mount_point: str
     fsx_parameter: str
     hosts_parameter: str
+    settings_parameter: str
     nodes_parameter: str
     ssh_secret_id: str
-    timeout_minutes: int
-    join_timeout_minutes: int
-    # The launch environment is the compute nodes' (the ranks run there), on the head node too.
-    fabric_env: tuple[tuple[str, str], ...]  # from infra.fabric, for the compute type
-    mpirun_options: str
-    api_interval_ms: int  # from infra.bootstrap_pacing
-    poll_seconds: int
+    # Until the settings are read (infra/bootstrap_pacing.first_call_pacing): the largest cluster's pacing.
+    first_interval_ms: int
+    first_poll_seconds: int
     api_backoff_seconds: int
     api_attempts: int
-    master_port: int = 29500
+    max_timeout_minutes: int
     log_path: str = "/var/log/hpcc-bootstrap.log"
+    agent_path: str = AGENT_PATH
 
     def as_vars(self) -> dict:
         return dataclasses.asdict(self)
@@ -52,7 +54,7 @@ class BootstrapContext:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -62,6 +64,10 @@ def environment() -> jinja2.Environment:
         comment_start_string="{##",  # bash's ${#array[@]} would open a Jinja comment
         comment_end_string="##}",
     )
+    # The settings parser's rules: the same patterns the program renders the parameter with.
+    assert all("'" not in p for p in node_settings.PATTERNS.values())  # they go into single quotes
+    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED))
+    return env
 
 
 def render(ctx: BootstrapContext) -> str:

@@ -19,6 +19,9 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 S = "tests/test_bootstrap_steps.py"
 D = "tests/test_bootstrap_decisions.py"
 B = "tests/test_bootstrap_behaviour.py"
+M = "tests/test_bootstrap_membership.py"
+R = "tests/test_bootstrap_render.py"
+P = "tests/test_bootstrap_pacing.py"
 
 # (file, text, replacement, tests that must then fail)
 MUTATIONS = [
@@ -42,7 +45,7 @@ MUTATIONS = [
  ("templates/steps/lustre.sh.j2", "local codename=${HPCC_OS_CODENAME:-}", "local codename=", B + "::test_the_lustre_repo_is_the_releases_codename_without_lsb_release"),
  ("templates/steps/retry.sh.j2", '[ "$left" -gt 0 ] || return 124', 'true', S + "::test_commands_are_cut_at_their_bound_and_at_the_runs_deadline"),
  ("templates/steps/log.sh.j2", 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$1" "$line"', 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$HPCC_STEP" "$line"', S + "::test_every_log_line_carries_the_step_that_printed_it"),
- ("templates/steps/launch_env.sh.j2", 'echo "MASTER_ADDR=${HPCC_HOSTS[1]}"', 'echo "MASTER_ADDR=${HPCC_HOSTS[0]}"', D + " -k launch_env_writes"),
+ ("templates/steps/launch_env.sh.j2", 'echo "MASTER_ADDR=${HPCC_HOSTS[1]:-}"', 'echo "MASTER_ADDR=${HPCC_HOSTS[0]:-}"', D + " -k launch_env_writes"),
  ("templates/steps/launch_env.sh.j2", 'echo "NODE_RANK=$(( i - 1 ))"', 'echo "NODE_RANK=$i"', D + " -k launch_env_writes"),
  ("infra/userdata.py", "packed = gzip.compress(render(ctx).encode(), mtime=0)", "packed = render(ctx).encode()", "tests/test_bootstrap_render.py -k fits"),
  ("templates/steps/ssh.sh.j2", '[ "$rc" -eq 3 ] || return "$rc"\n  tmp=', 'tmp=', S + "::test_head_generates_the_key_only_when_the_secret_has_no_value"),
@@ -66,6 +69,26 @@ MUTATIONS = [
  ("templates/steps/identify.sh.j2", '[ -n "$ip" ] || ip=$(ip -4 route get', '[ -n "$ip" ] || ip=$(false', B + " -k imds"),
  ("templates/steps/retry.sh.j2", '[ "$limit" -le "$left" ] || limit=$left', 'true', B + " -k runs_time"),
  ("templates/steps/mount.sh.j2", 'wait_for 1800 "Lustre on $dns:988" lnet_reachable "$dns" ||', 'true ||', B + " -k port"),
+ # day 2: settings at run time, identity, the membership agent
+ ("templates/steps/settings.sh.j2", '[[ $value =~ $pattern ]] ||', 'true ||', M + " -k refuses_settings"),
+ ("templates/steps/settings.sh.j2", "    *) return 1 ;;\n  esac\n}", "    *) echo '.*' ;;\n  esac\n}", M + " -k REBOOT"),
+ ("templates/steps/settings.sh.j2", '[ -n "${seen[$key]+set}" ] ||', 'true ||', M + " -k lack_a_key"),
+ ("templates/steps/settings.sh.j2", '[ -z "${seen[$key]+set}" ] ||', 'true ||', M + " -k NODE_COUNT"),
+ ("templates/steps/identify.sh.j2", '[ "$at" != "$HPCC_IP" ] || return 0', 'return 0', M + " -k own_line_then_goes_on"),
+ ("templates/steps/identify.sh.j2", 'if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then\n        fail "this node is', 'if false; then\n        fail "this node is', M + " -k never_listed"),
+ ("templates/steps/identify.sh.j2", 'HPCC_READ_VERSION=$version;', 'HPCC_READ_VERSION=1;', M + " -k one_call_reads"),
+ ("templates/steps/identify.sh.j2", 'else name=$(imds tags/instance/hpcc:node) || name=""; fi', 'else name=head; fi', M + " -k instance_metadata"),
+ ("templates/steps/status.sh.j2", '"${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION"', '"" "$HPCC_APPLIED_VERSION"', M + " -k status_names"),
+ ("templates/steps/sync.sh.j2", 'if [ "$HPCC_READ_VERSION" = "$HPCC_APPLIED_VERSION" ] && ! settings_changed; then return 0; fi', '', M + " -k applies_a_change_once"),
+ ("templates/steps/sync.sh.j2", 'load_state || { echo "$HPCC_STATE is malformed" >&2; return 1; }  # what the last tick applied', 'true', M + " -k applies_a_change_once"),
+ ("templates/steps/sync.sh.j2", 'if [ "$at" != "$HPCC_IP" ]; then', 'if false; then', M + " -k never_applies"),
+ ("templates/steps/sync.sh.j2", 'if ! flock -n "$HPCC_AGENT_LOCK" true; then', 'if false; then', M + " -k step_sync"),
+ ("templates/steps/sync.sh.j2", 'flock -n "$lock" || {', 'true || {', M + " -k step_sync"),
+ ("templates/steps/retry.sh.j2", '  flock "$lock"\n', '', M + " -k share_one_pacer"),
+ ("templates/steps/launch_env.sh.j2", '  client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644\n  if mountpoint', '  if mountpoint', M + " -k applies_a_change_once"),
+ ("infra/bootstrap_pacing.py", "return max(MIN_SYNC_SECONDS, math.ceil(pacing.api_interval_ms * JITTER / 1000))", "return MIN_SYNC_SECONDS", P),
+ ("infra/roles.py", "first_poll_seconds=first.poll_seconds,", "first_poll_seconds=first.poll_seconds + cfg.compute.count,", R + " -k byte_identical"),
+ ("infra/node_settings.py", "    for key, value in settings.lines():\n        check(key, value)\n", "    for key, value in settings.lines():\n        pass\n", M + " -k program_refuses"),
 ]
 EQUIVALENT = {"printf '%s [%s] %s\\n' \"$(date -u +%FT%TZ)\" \"$HPCC_STEP\" \"$line\""}
 

@@ -2,9 +2,8 @@
 
 from pathlib import Path
 
-from infra.catalog import lookup
-from infra.components.compute import bootstrap_context
-from infra.efa import efa_device_count, interface_layout
+from infra.node_settings import settings_value
+from infra.roles import role_contexts
 from infra.stackfile import load
 from infra.userdata import render
 
@@ -12,15 +11,20 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 
 
-def contexts():
+def configs():
     for path in sorted((ROOT / "examples").glob("*.yaml")):
-        cfg = load(path)
-        c = cfg.cluster
-        compute = lookup(c.compute.instance_type)
-        for role, itype, efa in (("head", lookup(c.head_node.instance_type), True),
-                                 ("compute", compute, c.compute.efa is not False)):
-            devices = efa_device_count(interface_layout(itype, efa))
-            yield f"{path.stem}-{role}", bootstrap_context(c, cfg.region, role, itype, compute, devices)
+        yield path.stem, load(path)
+
+
+def contexts():
+    for stem, cfg in configs():
+        for role, ctx in role_contexts(cfg.cluster, cfg.region).items():
+            yield f"{stem}-{role}", ctx
+
+
+def settings():
+    """example -> the settings parameter's value the program renders for it."""
+    return {stem: settings_value(cfg.cluster, cfg.region) for stem, cfg in configs()}
 
 
 def cases():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bootstrap_shell import context, partial
+from tests.bootstrap_shell import context, partial, settings_shell
 from tests.test_bootstrap_steps import COMMON, calls, ctx_for, fake, tool  # noqa: F401 - fake is a fixture
 from tests.test_bootstrap_steps import preamble as steps_preamble
 
@@ -24,14 +24,22 @@ def preamble(tmp_path) -> str:
     return steps_preamble(tmp_path) + "HPCC_STEP=test\n"
 
 
-def private_run(partials, script, ctx, env, over=(), binds=(), timeout=60) -> subprocess.CompletedProcess:
+def private_run(partials, script, ctx, env, over=(), binds=(), overlay=(), timeout=60) -> subprocess.CompletedProcess:
     """Run SCRIPT after PARTIALS in bash inside a private mount namespace: a tmpfs on each directory in
-    OVER, and each (source, target) in BINDS bind-mounted, so writes to them stay in the test."""
-    body = "\n".join(partial(p, ctx) for p in partials)
-    setup = "".join(f"/bin/mount -t tmpfs hpcc {shlex.quote(d)} && " for d in over)
+    OVER, each (source, target) in BINDS bind-mounted, and each directory in OVERLAY made writable by an
+    overlay whose changes stay in the test's directory (for paths that need not exist on the machine)."""
+    body = "\n".join(partial(p, ctx) for p in partials) + "\n" + settings_shell(ctx.settings)
+    setup = ""
+    for n, d in enumerate(overlay):
+        layer = Path(ctx.log_path).parent / f"overlay-{n}"
+        (layer / "upper").mkdir(parents=True, exist_ok=True)
+        (layer / "work").mkdir(exist_ok=True)
+        setup += (f"/bin/mount -t overlay hpcc -o lowerdir={shlex.quote(d)},upperdir={layer}/upper,"
+                  f"workdir={layer}/work {shlex.quote(d)} && ")
+    setup += "".join(f"/bin/mount -t tmpfs hpcc {shlex.quote(d)} && " for d in over)
     setup += "".join(f"/bin/mount --bind {shlex.quote(str(s))} {shlex.quote(t)} && " for s, t in binds)
     path = Path(ctx.log_path).parent / "script.sh"
-    path.write_text(f"set -euo pipefail\n{body}\n{script}\n")
+    path.write_text(f"#!/bin/bash\nset -euo pipefail\n{body}\n{script}\n")
     return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f"{setup}exec bash {path}"],
                           capture_output=True, text=True, env=env, timeout=timeout)
 

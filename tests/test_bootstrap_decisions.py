@@ -5,7 +5,8 @@ import pytest
 from infra.catalog import lookup
 from infra.fabric import fabric_env, mpirun_options
 from infra.hostfile import FORMATS, HostEntry
-from tests.bootstrap_cases import contexts
+from infra.node_settings import parse
+from tests.bootstrap_cases import contexts, settings
 from tests.bootstrap_shell import run
 
 KERNEL = "6.8.0-1019-aws"
@@ -78,14 +79,14 @@ def test_fabric_settings_per_instance_type():
 
 
 def test_every_node_gets_the_compute_nodes_launch_environment():
-    """The ranks run on the compute nodes: the head node's env and hpcc-mpirun carry their fabric settings,
-    not the head type's (p5-llm: a c5n head without GPUDirect RDMA for p5 compute nodes)."""
+    """The ranks run on the compute nodes: every node reads the one settings value, which carries the compute
+    type's fabric settings, not the head type's (p5-llm: a c5n head without GPUDirect RDMA for p5 compute nodes)."""
+    launch = parse(settings()["p5-llm"])
+    assert dict(launch.fabric)["FI_EFA_USE_DEVICE_RDMA"] == "1" and launch.mpirun_options == mpirun_options(True)
+    assert launch.slots == lookup("p5.48xlarge").slots
     ctxs = dict(contexts())
-    for example in ("p5-llm", "p3dn-bert", "c6i-oneccl"):
-        head, compute = ctxs[f"{example}-head"], ctxs[f"{example}-compute"]
-        assert head.fabric_env == compute.fabric_env and head.mpirun_options == compute.mpirun_options
-    assert dict(ctxs["p5-llm-head"].fabric_env)["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert ctxs["p5-llm-head"].efa_devices == 1 and ctxs["p5-llm-compute"].efa_devices == 32  # each checks its own
+    assert not ctxs["p5-llm-head"].gpudirect_rdma and ctxs["p5-llm-compute"].gpudirect_rdma
 
 
 def test_launch_env_writes_the_fabric_variables_and_the_ofi_nccl_dir(tmp_path):
@@ -96,8 +97,8 @@ def test_launch_env_writes_the_fabric_variables_and_the_ofi_nccl_dir(tmp_path):
     assert env["HPCC_HOSTS"] == "10.0.0.5:8,10.0.0.6:8"
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert env["LD_LIBRARY_PATH"].startswith("/opt/amazon/ofi-nccl/lib:")
-    rank = run(["launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n"
+    rank = run(["identify", "launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n"
                "node_env")
     assert "NODE_RANK=1" in rank.stdout.splitlines()
-    head = run(["launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=head\nHPCC_IP=10.0.0.4\nnode_env")
+    head = run(["identify", "launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=head\nHPCC_IP=10.0.0.4\nnode_env")
     assert "NODE_RANK" not in head.stdout

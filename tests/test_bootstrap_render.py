@@ -54,3 +54,59 @@ def test_efa_step_matches_the_role():
     assert "fi_info -p efa -t FI_EP_RDM" in CASES["p5-llm-compute"] and "modprobe ib_uverbs" in CASES["p5-llm-compute"]
     assert "-eq 32 ]" in CASES["p5-llm-compute"]
     assert "fi_info -p tcp" in CASES["c6i-oneccl-compute"] and "fi_info -p efa" not in CASES["c6i-oneccl-compute"]
+
+
+# -- day 2: what leaves the user data alone (no node is replaced for it) ------------------------------
+
+BASE = {"name": "day2", "headNode": {"instanceType": "c5n.18xlarge"},
+        "compute": {"instanceType": "p5.48xlarge", "count": 4}}
+LIFE_CHANGES = {  # what changes over a cluster's life without a new image or instance type
+    "count 5": {"compute": {"count": 5}}, "count 512": {"compute": {"count": 512}}, "count 1": {"compute": {"count": 1}},
+    "tags": {"tags": {"team": "nlp", "cost-center": "42"}},
+    "timeouts": {"bootstrap": {"timeoutMinutes": 120, "joinTimeoutMinutes": 45}},
+    "mount point and user": {"fsx": {"mountPoint": "/lustre"}, "image": {"loginUser": "ec2-user"}},
+}
+COMPUTE_TYPE = {"compute type": {"compute": {"instanceType": "g6e.48xlarge"}}}  # 4 EFA devices, no GPUDirect RDMA
+
+
+def _merged(base: dict, change: dict) -> dict:
+    out = dict(base)
+    for key, value in change.items():
+        out[key] = _merged(base.get(key, {}), value) if isinstance(value, dict) and key != "tags" else value
+    return out
+
+
+def _planned(change: dict) -> tuple[dict, str]:
+    from infra.config import parse
+    from infra.node_settings import settings_value
+    from infra.roles import role_contexts
+
+    cfg = parse("us-east-1", _merged(BASE, change)).cluster
+    return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1").items()},
+            settings_value(cfg, "us-east-1"))
+
+
+@pytest.mark.parametrize("change", sorted({**LIFE_CHANGES, **COMPUTE_TYPE}))
+def test_the_heads_user_data_is_byte_identical_across_day_2_changes(change):
+    before, settings_before = _planned({})
+    after, settings_after = _planned({**LIFE_CHANGES, **COMPUTE_TYPE}[change])
+    assert after["head"] == before["head"]
+    if change != "tags":  # what did change reaches the nodes through the settings instead
+        assert settings_after != settings_before
+
+
+@pytest.mark.parametrize("change", sorted(LIFE_CHANGES))
+def test_the_compute_roles_user_data_is_byte_identical_across_count_tags_and_timeouts(change):
+    assert _planned(LIFE_CHANGES[change])[0]["compute"] == _planned({})[0]["compute"]
+
+
+def test_a_new_compute_type_does_change_the_compute_roles_user_data():
+    """It needs new nodes anyway (another type): its facts (GPUs, EFA devices) are in the user data."""
+    after = gzip.decompress(_planned(COMPUTE_TYPE["compute type"])[0]["compute"]).decode()
+    assert after != gzip.decompress(_planned({})[0]["compute"]).decode() and "-eq 4 ]" in after
+
+
+def test_the_user_data_holds_no_settings_value():
+    script = CASES["p5-llm-compute"]
+    for value in ("29500", '"/fsx"', "--mca pml", "FI_PROVIDER=efa", "slots=8", "NNODES=2"):
+        assert value not in script, value

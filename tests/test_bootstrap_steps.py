@@ -13,7 +13,7 @@ import pytest
 
 from tests.bootstrap_shell import context, partial, run
 
-COMMON = ["log", "retry", "status", "files"]
+COMMON = ["log", "retry", "settings", "status", "files"]
 STUB_FAIL = 'fail() { echo "FAIL: $*"; exit 1; }\n'
 
 
@@ -47,7 +47,8 @@ def ctx_for(tmp_path, **changes):
     return context(log_path=str(tmp_path / "bootstrap.log"), **changes)
 
 
-PREAMBLE = 'HPCC_DEADLINE=$(( $(date +%s) + 600 ))\nHPCC_PACE_FILE={pace}\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n'
+PREAMBLE = ('HPCC_START=$(date +%s)\nHPCC_DEADLINE=$(( $(date +%s) + 600 ))\nHPCC_PACE_FILE={pace}\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n'
+            'HPCC_INSTANCE_ID=i-0abc\nHPCC_APPLIED_VERSION=7\n')
 
 
 def preamble(tmp_path):
@@ -87,8 +88,9 @@ def test_status_json_follows_the_contract_and_fits_in_4_kb(tmp_path):
     assert out.returncode == 0, out.stderr
     assert len(out.stdout.encode()) <= 4000
     status = json.loads(out.stdout)
-    assert {k: status[k] for k in ("node", "ip", "phase", "step", "ok")} == {
-        "node": "compute-001", "ip": "10.0.0.6", "phase": "failed", "step": "mount", "ok": False}
+    assert {k: status[k] for k in ("node", "ip", "instanceId", "hostsVersion", "phase", "step", "ok")} == {
+        "node": "compute-001", "ip": "10.0.0.6", "instanceId": "i-0abc", "hostsVersion": 7, "phase": "failed",
+        "step": "mount", "ok": False}
     assert status["message"] == 'mount failed: "x"' and re.fullmatch(r"\d{4}-.*Z", status["updated"])
     real = log.read_text().splitlines()
     tail = status["logTail"]
@@ -288,7 +290,11 @@ def helper(tmp_path: Path, name: str) -> Path:
 def test_hpcc_mpirun_passes_hostfile_fabric_variables_and_efa_flags(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "mpirun", 'printf "%s\\n" "$@"\n')
-    (tmp_path / "env").write_text("FI_PROVIDER=efa\nFI_EFA_USE_DEVICE_RDMA=1\nFI_EFA_FORK_SAFE=1\nNCCL_SOCKET_IFNAME=^lo,docker\n")
+    launch = context("p5-llm-head").settings  # the flags and variable names come from the settings at run time
+    names = ",".join(name for name, _ in launch.fabric)
+    (tmp_path / "env").write_text("FI_PROVIDER=efa\nFI_EFA_USE_DEVICE_RDMA=1\nFI_EFA_FORK_SAFE=1\nNCCL_SOCKET_IFNAME=^lo,docker\n"
+                                  f"HPCC_FABRIC_VARS={names}\n")
+    (tmp_path / "mpirun-options").write_text(launch.mpirun_options + "\n")
     env = {k: v for k, v in env.items() if k != "LD_LIBRARY_PATH"}
     args = subprocess.run([str(helper(tmp_path, "hpcc-mpirun")), "python", "train.py"], capture_output=True, text=True,
                           env=env).stdout.splitlines()

@@ -1,6 +1,6 @@
 """The nodes: a cluster placement group, one launch template per role (EFA layout, IMDSv2,
-encrypted root volume, bootstrap user data), the instances, and the parameters the bootstrap
-reads (hosts) and writes (one status parameter per node)."""
+encrypted root volume, bootstrap user data), the instances, and the parameters the nodes read (hosts,
+settings) and write (one status parameter per node)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pulumi_aws as aws
 
 from infra.catalog import InstanceType
 from infra.config import ClusterConfig
-from infra.efa import efa_device_count, interface_layout
+from infra.efa import interface_layout
 from infra.lookups import ImageInfo
 from infra.naming import HEAD, TAG_INTERFACES, Paths, compute_node_name, tags
-from infra.bootstrap_pacing import pacing_for
-from infra.fabric import fabric_env, mpirun_options
-from infra.userdata import BootstrapContext, user_data
+from infra.node_settings import settings_value
+from infra.roles import RoleSpec, bootstrap_context, resolve_role
+from infra.userdata import user_data
 
 PENDING_STATUS = '{"phase": "pending"}'
 
@@ -46,25 +46,6 @@ class Node:
     itype: InstanceType
 
 
-def bootstrap_context(cfg: ClusterConfig, region: str, role: str, itype: InstanceType, compute_type: InstanceType,
-                      efa_devices: int) -> BootstrapContext:
-    """efa_devices: EFA devices launched on this role; the EFA step checks them. The launch environment
-    (fabric variables, mpirun flags) is the compute nodes', on every role: the ranks run there."""
-    paths = Paths(cfg.name)
-    pacing = pacing_for(cfg.compute.count + 1)
-    compute_efa = efa_device_count(interface_layout(compute_type, cfg.compute.efa is not False)) > 0
-    return BootstrapContext(
-        cluster=cfg.name, region=region, role=role, node_count=cfg.compute.count, instance_type=itype.name,
-        slots=compute_type.slots, gpus=itype.gpus, efa_enabled=efa_devices > 0, efa_devices=efa_devices,
-        gpudirect_rdma=itype.gpudirect_rdma and efa_devices > 0, login_user=cfg.image.user,
-        mount_point=cfg.fsx.mount_point, fsx_parameter=paths.fsx, hosts_parameter=paths.hosts,
-        nodes_parameter=paths.nodes, ssh_secret_id=paths.ssh_secret, timeout_minutes=cfg.bootstrap.timeout_minutes,
-        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes,
-        fabric_env=fabric_env(compute_type, compute_efa), mpirun_options=mpirun_options(compute_efa),
-        api_interval_ms=pacing.api_interval_ms, poll_seconds=pacing.poll_seconds,
-        api_backoff_seconds=pacing.api_backoff_seconds, api_attempts=pacing.api_attempts)
-
-
 def interfaces_tag(itype: InstanceType, efa: bool, public: bool) -> str:
     """The node's interfaces in a few words, e.g. `1 efa` or `1 interface + 32 efa-only, public`. Interfaces are
     fixed at launch (EFA cannot be attached to a running instance), so a change of this tag replaces the node."""
@@ -90,15 +71,21 @@ class Compute(pulumi.ComponentResource):
                                        tags=tags(c, "placement", t), opts=child)
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
-        head_lt = self._launch_template(args, group, "head", args.head_type, efa=True,
-                                        public=self.head_is_public, root_gib=cfg.head_node.root_volume_gib)
-        compute_lt = self._launch_template(args, group, "compute", args.compute_type,
-                                           efa=cfg.compute.efa is not False, public=False,
-                                           root_gib=cfg.compute.root_volume_gib)
+        head, compute = resolve_role(cfg, args.region, "head"), resolve_role(cfg, args.region, "compute")
+        head_lt = self._launch_template(args, group, head, public=self.head_is_public)
+        compute_lt = self._launch_template(args, group, compute, public=False)
 
-        self.head = self._node(args, HEAD, "head", head_lt, args.head_type, efa=True, public=self.head_is_public)
-        self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, args.compute_type,
-                                         efa=cfg.compute.efa is not False) for i in range(cfg.compute.count)]
+        self.head = self._node(args, HEAD, "head", head_lt, head.itype, efa=head.efa_wanted,
+                               public=self.head_is_public)
+        self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, compute.itype,
+                                         efa=compute.efa_wanted) for i in range(cfg.compute.count)]
+
+        # What changes over the cluster's life (count, pacing, timeouts, launch settings): read by the nodes at
+        # run time and updated in place; in the user data, a resize would replace nodes or leave them stale.
+        aws.ssm.Parameter(
+            f"{c}-settings-param", name=paths.settings, type="String",
+            description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/node_settings.py)",
+            value=settings_value(cfg, args.region), tags=tags(c, "settings-param", t), opts=child)
 
         # What the bootstrap waits for: the nodes' addresses once every instance exists.
         aws.ssm.Parameter(
@@ -115,33 +102,31 @@ class Compute(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
-    def _launch_template(self, args: ComputeArgs, group: aws.ec2.PlacementGroup, role: str, itype: InstanceType,
-                         efa: bool, public: bool, root_gib: int) -> aws.ec2.LaunchTemplate:
+    def _launch_template(self, args: ComputeArgs, group: aws.ec2.PlacementGroup, spec: RoleSpec,
+                         public: bool) -> aws.ec2.LaunchTemplate:
         cfg, t = args.config, args.extra_tags
-        c = cfg.name
-        layout = interface_layout(itype, efa)
+        c, role, itype = cfg.name, spec.role, spec.itype
         subnet = args.public_subnet_id if public else args.private_subnet_id
         groups = [args.nodes_sg_id] + ([args.head_ssh_sg_id] if public and args.head_ssh_sg_id else [])
         interfaces = [
             aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                network_card_index=spec.network_card_index, device_index=spec.device_index,
-                interface_type=spec.interface_type, subnet_id=subnet, security_groups=groups,
+                network_card_index=nic.network_card_index, device_index=nic.device_index,
+                interface_type=nic.interface_type, subnet_id=subnet, security_groups=groups,
                 delete_on_termination="true",
-                associate_public_ip_address=("true" if public else "false") if spec.is_primary else None)
-            for spec in layout
+                associate_public_ip_address=("true" if public else "false") if nic.is_primary else None)
+            for nic in spec.layout
         ]
-        packed = user_data(bootstrap_context(cfg, args.region, role, itype, args.compute_type, efa_device_count(layout)))
-        compute = cfg.compute
+        packed = user_data(bootstrap_context(cfg, args.region, role))
         market = None
-        if role == "compute" and compute.market == "spot":
+        if spec.market == "spot":
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
                 market_type="spot", spot_options=aws.ec2.LaunchTemplateInstanceMarketOptionsSpotOptionsArgs(
                     spot_instance_type="one-time", instance_interruption_behavior="terminate"))
         reservation = None
-        if role == "compute" and compute.capacity_reservation_id:
+        if spec.capacity_reservation_id:
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
                 capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=compute.capacity_reservation_id))
+                    capacity_reservation_id=spec.capacity_reservation_id))
         launch_tags = tags(c, role, t, role=role)
         return aws.ec2.LaunchTemplate(
             f"{c}-{role}-lt", name=f"hpcc-{c}-{role}", instance_type=itype.name,
@@ -157,7 +142,7 @@ class Compute(pulumi.ComponentResource):
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=args.image.apply(lambda i: i.root_device_name),
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=root_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"))],
+                    volume_size=spec.root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"))],
             instance_market_options=market,
             capacity_reservation_specification=reservation,
             user_data=base64.b64encode(packed).decode(),

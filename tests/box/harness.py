@@ -1,9 +1,12 @@
 """Cluster in a box: nodes as network namespaces on a bridge, each with a private mount namespace and its
-own hostname and sshd, and a moto server as their AWS. Runs the very bootstrap scripts the program renders.
+own hostname and sshd, and a moto server as their AWS. Runs the very user data the program plans, and
+publishes the settings and hosts values the program plans (its IPs replaced by the box nodes', node by node).
+Each node is also an EC2 instance in the moto server (tags hpcc:cluster, hpcc:node, hpcc:role), whose id the
+node gets as HPCC_INSTANCE_ID; day 2 (add or replace a node) follows a plan at the new count.
 
 What a node keeps to itself (bind mounts inside its mount namespace): /root, /etc/hpcc, /etc/ssh (a copy
-of the host's with the node's own host keys), /etc/profile.d, /run, /var/log and /usr/local/bin;
-everything else (/usr, /tmp, the venv) is the host's. See tests/box/README.md.
+of the host's with the node's own host keys), /etc/profile.d, /run, /var/log, /usr/local/bin and
+/usr/local/sbin; everything else (/usr, /tmp, the venv) is the host's. See tests/box/README.md.
 
 Only one box runs on a machine at a time (fixed bridge, addresses and port): `start()` takes a lock,
 and under it removes whatever a crashed earlier box left behind.
@@ -12,7 +15,6 @@ and under it removes whatever a crashed earlier box left behind.
 from __future__ import annotations
 
 import atexit
-import fcntl
 import hashlib
 import json
 import os
@@ -26,26 +28,18 @@ from pathlib import Path
 import boto3
 
 from infra.catalog import lookup
-from infra.components.compute import bootstrap_context
 from infra.config import parse
-from infra.efa import efa_device_count, interface_layout
-from infra.naming import HEAD, Paths, compute_node_name
-from infra.userdata import render
+from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
+from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401
+                               VETH, Lock, cleanup_leftovers, leftovers, sh)
+from tests.box.planned import plan
 
-PREFIX = "hpccbox"  # network namespaces hpccbox-0.. (0 is the head node)
-BRIDGE = "hpccbr0"
-VETH = "hbv"  # host ends of the nodes' veth pairs: hbv0..
-SUBNET = "10.200.0"
-GATEWAY = f"{SUBNET}.1"  # the bridge; the moto server listens here
-MOTO_PORT = 5123
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
-TMP_PREFIX = "hpcc-box-"
-LOCK = Path("/run/hpcc-box.lock")
-MOUNTPOINTS_MADE = Path("/run/hpcc-box.mountpoints")  # host directories a box created as mount points
-PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin")
-COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin")  # start as the host's, then diverge
+PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin")
+COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin")  # start as the host's, then diverge
+BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
 
 def shared_under_root() -> list[Path]:
@@ -69,10 +63,6 @@ exit 0
 """
 
 
-def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), check=check, capture_output=True, text=True, **kw)
-
-
 def can_run() -> str | None:
     """None when this machine can run the box, else the reason it cannot."""
     if os.geteuid() != 0:
@@ -90,98 +80,15 @@ def can_run() -> str | None:
     return None
 
 
-class Lock:
-    """One box per machine: the lock is held from start() to stop() and dies with its process."""
-
-    def __init__(self):
-        self.fd: int | None = None
-
-    def acquire(self, timeout: float = 900) -> None:
-        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.time() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.time() > deadline:
-                    os.close(fd)
-                    raise RuntimeError(f"another box holds {LOCK} (pid {LOCK.read_text().strip()})") from None
-                time.sleep(1)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.ftruncate(self.fd, 0)
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-def _links(prefix: str) -> list[str]:
-    out = []
-    for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
-        parts = line.split(":")
-        if len(parts) > 1:
-            name = parts[1].strip().split("@")[0]
-            if name.startswith(prefix):
-                out.append(name)
-    return out
-
-
-def box_namespaces() -> list[str]:
-    return [line.split()[0] for line in sh("ip", "netns", "list", check=False).stdout.splitlines()
-            if line.split() and line.split()[0].startswith(PREFIX)]
-
-
-def cleanup_leftovers() -> None:
-    """Remove everything a box leaves: processes in its namespaces (sshd, bootstraps, jobs, the mount
-    namespace holders), the namespaces, veth pairs and bridge, temp dirs, mount points it made.
-    Call only while holding the lock, so what is found belongs to no live box."""
-    for ns in box_namespaces():
-        for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-            sh("kill", "-9", pid, check=False)
-        sh("ip", "netns", "del", ns, check=False)
-    for name in _links(VETH):  # a namespace dies asynchronously; its veth peers would block the next names
-        sh("ip", "link", "del", name, check=False)
-    sh("ip", "link", "del", BRIDGE, check=False)
-    for stale in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    made = set(MOUNTPOINTS_MADE.read_text().split()) if MOUNTPOINTS_MADE.exists() else set()
-    made.add("/etc/hpcc")  # made by boxes older than the record; exists only on an hpcc node, never empty there
-    for path in made:
-        try:
-            Path(path).rmdir()  # only if still empty
-        except OSError:
-            pass
-    MOUNTPOINTS_MADE.unlink(missing_ok=True)
-
-
-def leftovers() -> list[str]:
-    """What of a box is still on this machine (empty after stop())."""
-    found = [f"netns {ns}" for ns in box_namespaces()] + [f"link {n}" for n in _links(VETH) + _links(BRIDGE)]
-    found += [f"dir {p}" for p in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*")]
-    found += [f"listener {GATEWAY}:{MOTO_PORT}"] if _listening(GATEWAY, MOTO_PORT) else []
-    made = MOUNTPOINTS_MADE.read_text().split() if MOUNTPOINTS_MADE.exists() else []
-    found += [f"mount point {p}" for p in {*made, "/etc/hpcc"} if Path(p).is_dir() and not any(Path(p).iterdir())]
-    return found
-
-
-def _listening(ip: str, port: int) -> bool:
-    """Asks the kernel (ss), sends nothing: with the bridge gone, a connect would leave the machine."""
-    return f"{ip}:{port}" in sh("ss", "-Hltn", check=False).stdout
-
-
 @dataclass
 class Node:
     name: str
-    index: int  # position in the hosts parameter: 0 head, 1.. compute
+    index: int  # the box's slot: namespace hpccbox-<index>, address .<10 + index>; 0 is the head
     ip: str
     root: Path  # this node's private directories live under here
     holder: subprocess.Popen | None = None  # `sleep infinity` holding the node's mount namespace
     bootstrap: subprocess.Popen | None = None
+    instance_id: str = ""  # its EC2 instance in the moto server
 
     @property
     def netns(self) -> str:
@@ -193,6 +100,10 @@ class Node:
 
     def enter(self, *cmd: str) -> list[str]:
         return ["nsenter", "-t", str(self.holder.pid), "-m", "-n", "-u", *cmd]
+
+    @property
+    def script(self) -> str:
+        return f"bootstrap-{self.netns}.sh"
 
     def run(self, *cmd: str, check: bool = False, timeout: float = 120, env: dict | None = None):
         return subprocess.run(self.enter(*cmd), capture_output=True, text=True, check=check, timeout=timeout,
@@ -212,6 +123,7 @@ def node_env(node: Node) -> dict:
     return {
         "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/root", "LANG": "C.UTF-8",
+        "HPCC_NODE_NAME": node.name, "HPCC_INSTANCE_ID": node.instance_id,  # what IMDS would tell an instance
         "HPCC_NODE_IP": node.ip, "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
         "AWS_ENDPOINT_URL": ENDPOINT, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
@@ -232,29 +144,34 @@ class Box:
     workdir: Path | None = None
     moto: object = None
     lock: Lock = field(default_factory=Lock)
+    plans: dict = field(default_factory=dict)  # compute count -> the program's plan of the box config
 
-    # -- the cluster's config, as a user would write it ----------------------------------------------
-    def config(self):
+    # -- the cluster's config, as a user would write it, and the program's plan of it ------------------
+    def config_map(self) -> dict:
         head_type, compute_type = PROFILES[self.profile]
-        return parse(REGION, {
+        return {"aws:region": REGION, "hpcc:cluster": {
             "name": self.name, "headNode": {"instanceType": head_type},
             "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
-            "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes}}).cluster
+            "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes}}}
+
+    def config(self):
+        m = self.config_map()
+        return parse(m["aws:region"], m["hpcc:cluster"]).cluster
+
+    def plan(self) -> dict:
+        """The program's plan at the current count: user data, settings, and the node each hosts line names."""
+        count = self.compute_count + self.ghosts
+        if count not in self.plans:
+            self.plans[count] = plan(self.config_map())
+        return self.plans[count]
 
     @property
     def slots(self) -> int:
         return lookup(PROFILES[self.profile][1]).slots
 
     def scripts(self) -> dict[str, str]:
-        """The scripts the program puts in each role's user data (as in Compute._launch_template)."""
-        cfg = self.config()
-        compute = lookup(cfg.compute.instance_type)
-        out = {}
-        for role, itype, efa in (("head", lookup(cfg.head_node.instance_type), True),
-                                 ("compute", compute, cfg.compute.efa is not False)):
-            devices = efa_device_count(interface_layout(itype, efa))
-            out[role] = render(bootstrap_context(cfg, REGION, role, itype, compute, devices))
-        return out
+        """The scripts the program puts in each role's user data: the planned launch templates'."""
+        return self.plan()["userData"]
 
     @property
     def head(self) -> Node:
@@ -279,6 +196,7 @@ class Box:
             sh("ip", "link", "add", BRIDGE, "type", "bridge")
             sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
             sh("ip", "link", "set", BRIDGE, "up")
+            self.plan()
             self._start_moto()
             names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count)]
             for index, name in enumerate(names):
@@ -297,7 +215,7 @@ class Box:
                 made.write(f"{path}\n")
 
     def _start_node(self, index: int, name: str) -> Node:
-        node = Node(name, index, f"{SUBNET}.{10 + index}", self.workdir / name)
+        node = Node(name, index, f"{SUBNET}.{10 + index}", self.workdir / f"{name}.{index}")
         ns, veth = node.netns, f"{VETH}{index}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -343,7 +261,18 @@ class Box:
         sh(*node.enter("hostname", f"{PREFIX}-{name}"))
         sh(*node.enter("ssh-keygen", "-q", "-A"))
         sh(*node.enter("/usr/sbin/sshd", "-o", f"ListenAddress={node.ip}", "-o", "PidFile=/run/sshd.pid"))
+        node.instance_id = self._register_instance(node)
         return node
+
+    def _register_instance(self, node: Node) -> str:
+        """The node as an EC2 instance of the cluster, tagged as the program tags it (for `hpcc status` logic)."""
+        role = "head" if node.name == HEAD else "compute"
+        head_type, compute_type = PROFILES[self.profile]
+        tags = {TAG_CLUSTER: self.name, TAG_NODE: node.name, TAG_ROLE: role, "Name": f"{self.name}-{node.name}"}
+        out = self.client("ec2").run_instances(
+            ImageId=BOX_AMI, MinCount=1, MaxCount=1, InstanceType=head_type if role == "head" else compute_type,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+        return out["Instances"][0]["InstanceId"]
 
     def _start_moto(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -362,14 +291,24 @@ class Box:
     def ghost_ips(self) -> list[str]:
         return [f"{SUBNET}.{200 + i}" for i in range(self.ghosts)]
 
-    def hosts(self) -> list[str]:
-        return [n.ip for n in self.nodes] + self.ghost_ips()
+    def ip_of(self, name: str) -> str:
+        ghosts = {compute_node_name(self.compute_count + i): ip for i, ip in enumerate(self.ghost_ips())}
+        return next((n.ip for n in self.nodes if n.name == name), None) or ghosts[name]
+
+    def publish(self) -> int:
+        """What `pulumi up` writes at the current count: the planned settings, and the planned hosts value with
+        each line's IP replaced by the box IP of the node it names. Returns the hosts parameter's Version."""
+        paths, planned = Paths(self.name), self.plan()
+        ssm = self.client("ssm")
+        ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
+        hosts = "\n".join(self.ip_of(name) for name in planned["hostsNodes"])
+        return ssm.put_parameter(Name=paths.hosts, Type="String", Value=hosts, Overwrite=True)["Version"]
 
     def _seed_cloud(self) -> None:
         """What `pulumi up` creates before the nodes boot (docs/bootstrap-contract.md), nothing more."""
         paths = Paths(self.name)
         ssm = self.client("ssm")
-        ssm.put_parameter(Name=paths.hosts, Type="String", Value="\n".join(self.hosts()))
+        self.publish()
         ssm.put_parameter(Name=paths.fsx, Type="String",
                           Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}))
         names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
@@ -406,13 +345,8 @@ class Box:
         """Run every node's bootstrap at once as root, as EC2 would; return the exit codes of the nodes
         named in `wait` (default: all). Whatever a script prints before its own log takes over goes
         to <workdir>/bootstrap-<node>.out."""
-        scripts = self.scripts()
         for node in self.nodes:
-            path = self.workdir / f"bootstrap-{node.name}.sh"
-            path.write_text(scripts[node.role])
-            with open(self.workdir / f"bootstrap-{node.name}.out", "w") as out:
-                node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env=node_env(node),
-                                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.start_bootstrap(node)
         deadline = time.time() + timeout
         codes = {}
         for node in self.nodes:
@@ -425,8 +359,15 @@ class Box:
                 codes[node.name] = -9
         return codes
 
+    def start_bootstrap(self, node: Node) -> None:
+        path = self.workdir / node.script
+        path.write_text(self.scripts()[node.role])
+        with open(self.workdir / f"{node.script}.out", "w") as out:
+            node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env=node_env(node),
+                                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
     def rerun(self, node: Node) -> int:
-        path = self.workdir / f"bootstrap-{node.name}.sh"
+        path = self.workdir / node.script
         return subprocess.run(node.enter("bash", str(path)), env=node_env(node), capture_output=True, check=False,
                               stdin=subprocess.DEVNULL, timeout=300).returncode
 

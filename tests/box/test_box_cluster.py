@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from tests.box.day2 import agent_pids
 from tests.box.harness import VENV_BIN, fingerprint, node_env
 
 pytestmark = pytest.mark.box
@@ -19,6 +20,8 @@ def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
     for node in cluster.nodes:
         status = cluster.status(node.name)
         assert (status["node"], status["ip"], status["phase"], status["ok"]) == (node.name, node.ip, "ready", True)
+        # which instance wrote it, and the membership it applied (operators count only the live instance's)
+        assert status["instanceId"] == node.instance_id and status["hostsVersion"] == cluster_hosts_version(cluster)
         log = cluster.log(node)
         itype = cluster.config().head_node.instance_type if node.role == "head" else "c6i.16xlarge"
         assert f"EFA is not in use on {itype}" in log
@@ -130,7 +133,12 @@ def test_torchrun_all_reduce_across_every_node_from_the_emitted_environment(clus
     assert lines == expected
 
 
-WRITTEN = ["/etc/hpcc", "/root", "/etc/ssh", "/etc/profile.d", "/usr/local/bin"]
+WRITTEN = ["/etc/hpcc", "/root", "/etc/ssh", "/etc/profile.d", "/usr/local/bin", "/usr/local/sbin"]
+
+
+def cluster_hosts_version(cluster) -> int:
+    return cluster.client("ssm").get_parameter(Name=f"/hpcc/{cluster.name}/hosts")["Parameter"]["Version"]
+
 
 
 @pytest.mark.parametrize("which", ["head", "compute-001"])
@@ -138,8 +146,12 @@ def test_running_the_bootstrap_again_changes_nothing(cluster, which):
     node = cluster.node(which)
     before = fingerprint(node, WRITTEN)
     assert any("/hpcc-" in p or p.endswith("id_hpcc") for p in before)  # what the bootstrap wrote is watched
+    assert "/usr/local/sbin/hpcc-node" in before
+    running = agent_pids(node)
+    assert len(running) == 1, running
     assert cluster.rerun(node) == 0, cluster.diagnose()
     assert fingerprint(node, WRITTEN) == before
+    assert agent_pids(node) == running  # no second agent, the first one untouched
     assert cluster.status(node.name)["phase"] == "ready"
     run = cluster.head.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", cluster.compute[0].ip, "true")
     assert run.returncode == 0, run.stderr

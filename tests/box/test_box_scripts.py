@@ -1,21 +1,27 @@
-"""The box runs the very scripts the program puts in user data: the harness renders them itself (no Pulumi on
-the nodes' path), so check once that they are the same bytes the planned launch templates carry."""
+"""The box runs the user data and settings of the program's own plan (tests/box/planned.py). Check once that
+they are what the renderers give (infra.roles + infra.userdata, infra.node_settings), and that a day-2 resize
+of the box's config changes the settings but neither role's user data: no node is replaced for it."""
 
 import pytest
 
-from infra.plan.runner import plan_config
+from infra.node_settings import settings_value
+from infra.roles import role_contexts
+from infra.userdata import render
 from tests.box.harness import REGION, Box
 
 pytestmark = pytest.mark.box
 
 
 @pytest.mark.parametrize("profile", ["cpu", "efa"])
-def test_box_scripts_are_the_user_data_of_the_planned_launch_templates(profile):
+def test_box_scripts_are_the_renderers_output_and_survive_a_resize(profile):
     box = Box(profile=profile)
     cfg = box.config()
-    planned = plan_config({"aws:region": REGION,
-                           "hpcc:cluster": cfg.model_dump(by_alias=True, exclude_none=True, mode="json")})
-    assert planned.config.cluster == cfg  # the round trip kept the box's config
-    scripts = box.scripts()
-    for role in ("head", "compute"):
-        assert planned.user_data[f"{cfg.name}-{role}-lt"] == scripts[role], role
+    before = box.plan()
+    assert before["userData"] == {role: render(ctx) for role, ctx in role_contexts(cfg, REGION).items()}
+    assert before["settings"] == settings_value(cfg, REGION)
+    assert before["hostsNodes"] == ["head", "compute-000", "compute-001"]
+    box.compute_count += 1
+    after = box.plan()
+    assert after["userData"] == before["userData"]  # byte for byte, both roles
+    assert after["settings"] != before["settings"] and "NODE_COUNT=3\n" in after["settings"]
+    assert after["hostsNodes"] == ["head", "compute-000", "compute-001", "compute-002"]

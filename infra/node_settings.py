@@ -1,0 +1,125 @@
+"""The cluster settings the nodes read at run time from the SSM parameter `/hpcc/<cluster>/settings`.
+
+Everything that changes over a cluster's life (node count, pacing, timeouts, the compute type's slots and
+fabric settings, mpirun options, login user, mount point, master port) lives here and not in the user data,
+so resizing or retuning a cluster updates one parameter in place: user data changes would make a new
+launch-template version, which either replaces every instance (terraform-provider-aws forces a new
+`aws_instance` when `launch_template.version` changes) or, ignored, leaves the running nodes with stale values.
+
+Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
+(one `NAME=value` launch variable each, in order). The bootstrap (templates/steps/settings.sh.j2) parses it with
+the same patterns, rendered from PATTERNS, and never evaluates or sources it: the values end up in files that
+shells source (/etc/hpcc/env), so the character sets leave out everything a shell would expand or split on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from infra.bootstrap_pacing import pacing_for, sync_seconds
+from infra.config import ClusterConfig
+from infra.fabric import fabric_env, mpirun_options
+from infra.roles import resolve_role
+
+POSITIVE = r"[1-9][0-9]{0,5}"  # no 0 (divisors, bounds) and no leading zero: bash arithmetic reads 08 as bad octal
+PATTERNS: dict[str, str] = {
+    "NODE_COUNT": POSITIVE,  # compute nodes
+    "SLOTS": POSITIVE,  # ranks per compute node
+    "TIMEOUT_MINUTES": POSITIVE,
+    "JOIN_TIMEOUT_MINUTES": POSITIVE,
+    "API_INTERVAL_MS": POSITIVE,
+    "POLL_SECONDS": POSITIVE,
+    "API_BACKOFF_SECONDS": POSITIVE,
+    "API_ATTEMPTS": POSITIVE,
+    "SYNC_SECONDS": POSITIVE,
+    "MASTER_PORT": POSITIVE,
+    "LOGIN_USER": r"[a-z_][a-z0-9_-]{0,31}",
+    "MOUNT_POINT": r"/[A-Za-z0-9._/-]*",
+    "MPIRUN_OPTIONS": r"[A-Za-z0-9_.,:^/=+ -]*",
+    "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
+}
+REPEATED = frozenset({"FABRIC"})
+MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
+
+
+class SettingsError(ValueError):
+    """A settings text or value the nodes would refuse; the message names the key."""
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    node_count: int
+    slots: int
+    timeout_minutes: int
+    join_timeout_minutes: int
+    api_interval_ms: int
+    poll_seconds: int
+    api_backoff_seconds: int
+    api_attempts: int
+    sync_seconds: int
+    master_port: int
+    login_user: str
+    mount_point: str
+    mpirun_options: str
+    fabric: tuple[tuple[str, str], ...]
+
+    def lines(self) -> list[tuple[str, str]]:
+        simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__ if f != "fabric"]
+        return simple + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
+
+
+def node_settings(cfg: ClusterConfig, region: str) -> NodeSettings:
+    """The settings of a cluster config. The launch environment is the compute nodes' on every role."""
+    compute = resolve_role(cfg, region, "compute")
+    pacing = pacing_for(cfg.compute.count + 1)
+    efa = compute.efa_devices > 0
+    return NodeSettings(
+        node_count=cfg.compute.count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
+        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes, api_interval_ms=pacing.api_interval_ms,
+        poll_seconds=pacing.poll_seconds, api_backoff_seconds=pacing.api_backoff_seconds,
+        api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,
+        login_user=cfg.image.user, mount_point=cfg.fsx.mount_point, mpirun_options=mpirun_options(efa),
+        fabric=fabric_env(compute.itype, efa))
+
+
+def check(key: str, value: str) -> None:
+    if key not in PATTERNS:
+        raise SettingsError(f"unknown settings key {key!r}; known: {', '.join(PATTERNS)}")
+    if not re.fullmatch(PATTERNS[key], value):
+        raise SettingsError(f"settings key {key}: {value!r} does not match {PATTERNS[key]}")
+
+
+def render(settings: NodeSettings) -> str:
+    """The parameter's value; refuses any value the nodes would refuse."""
+    for key, value in settings.lines():
+        check(key, value)
+    return "".join(f"{key}={value}\n" for key, value in settings.lines())
+
+
+def settings_value(cfg: ClusterConfig, region: str) -> str:
+    """The one function that renders `/hpcc/<cluster>/settings`: for compute.py and the box."""
+    return render(node_settings(cfg, region))
+
+
+def parse(text: str) -> NodeSettings:
+    """The inverse of render, with the bootstrap's rules (for tests and tools)."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise SettingsError(f"settings line {line!r} is not KEY=VALUE")
+        check(key, value)
+        if key in found and key not in REPEATED:
+            raise SettingsError(f"settings key {key} is given twice")
+        found.setdefault(key, []).append(value)
+    missing = [k for k in PATTERNS if k not in found and k not in REPEATED]
+    if missing:
+        raise SettingsError(f"settings lack {', '.join(missing)}")
+    fields = NodeSettings.__dataclass_fields__
+    values = {f: (int(found[f.upper()][0]) if fields[f].type == "int" else found[f.upper()][0])
+              for f in fields if f != "fabric"}
+    fabric = tuple(tuple(v.split("=", 1)) for v in found.get("FABRIC", []))
+    return NodeSettings(**values, fabric=fabric)

@@ -1,0 +1,78 @@
+"""One resolver from a node role to everything the program and the tests derive from it: the instance type's
+facts, the interface layout (infra/efa.py), the EFA device count, the market and reservation, and the
+bootstrap context its user data is rendered from. Pure: compute.py, tests/bootstrap_cases.py and the box all
+call it instead of repeating the derivation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.bootstrap_pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
+from infra.catalog import InstanceType, lookup
+from infra.config import ClusterConfig
+from infra.efa import InterfaceSpec, efa_device_count, interface_layout
+from infra.naming import Paths
+
+ROLES = ("head", "compute")
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    role: str  # head | compute
+    itype: InstanceType
+    efa_wanted: bool  # the head always asks for EFA where its type has it; compute unless `compute.efa: false`
+    layout: tuple[InterfaceSpec, ...]
+    efa_devices: int
+    market: str  # on-demand | spot
+    capacity_reservation_id: str | None
+    root_volume_gib: int
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.efa_devices > 0
+
+
+def _instance_type(name: str, field: str) -> InstanceType:
+    itype = lookup(name)
+    if itype is None:  # config validation refuses unknown types first; this is a programming error
+        raise ValueError(f"{field}: unknown instance type {name!r}")
+    return itype
+
+
+def resolve_role(cfg: ClusterConfig, region: str, role: str) -> RoleSpec:
+    """region is unused today and kept so a per-region fact has one place to go."""
+    del region
+    if role == "head":
+        itype, efa, market, reservation = (_instance_type(cfg.head_node.instance_type, "headNode.instanceType"),
+                                           True, "on-demand", None)
+        root = cfg.head_node.root_volume_gib
+    elif role == "compute":
+        itype = _instance_type(cfg.compute.instance_type, "compute.instanceType")
+        efa, market, reservation = cfg.compute.efa is not False, cfg.compute.market, cfg.compute.capacity_reservation_id
+        root = cfg.compute.root_volume_gib
+    else:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+    layout = tuple(interface_layout(itype, efa))
+    return RoleSpec(role, itype, efa, layout, efa_device_count(list(layout)), market, reservation, root)
+
+
+def bootstrap_context(cfg: ClusterConfig, region: str, role: str):
+    """The user data's values for a role: nothing that a resize, a retune or another compute type changes
+    (those are in the settings parameter, infra/node_settings.py)."""
+    from infra.userdata import BootstrapContext  # userdata imports node_settings, which imports this module
+
+    spec = resolve_role(cfg, region, role)
+    paths, first = Paths(cfg.name), first_call_pacing()
+    return BootstrapContext(
+        cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,
+        efa_enabled=spec.efa_enabled, efa_devices=spec.efa_devices,
+        gpudirect_rdma=spec.itype.gpudirect_rdma and spec.efa_enabled, fsx_parameter=paths.fsx,
+        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes,
+        ssh_secret_id=paths.ssh_secret, first_interval_ms=first.api_interval_ms,
+        first_poll_seconds=first.poll_seconds, api_backoff_seconds=first.api_backoff_seconds,
+        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES)
+
+
+def role_contexts(cfg: ClusterConfig, region: str) -> dict:
+    """role -> BootstrapContext, for every role."""
+    return {role: bootstrap_context(cfg, region, role) for role in ROLES}

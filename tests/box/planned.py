@@ -1,0 +1,47 @@
+"""What the program plans for a box config: the user data per role, the settings value, and which node each
+line of the hosts parameter names. Run in a child process (`python -m tests.box.planned`): the plan's embedded
+moto and the box's moto server would share one process's state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from infra.naming import TAG_NODE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plan_in_process(config_map: dict) -> dict:
+    from infra.plan.embedded_aws import embedded_aws
+    from infra.plan.runner import plan_config
+
+    region = config_map["aws:region"]
+    with embedded_aws(region) as aws:
+        planned = plan_config(config_map, aws=aws)
+        c = planned.config.cluster.name
+        node_of_ip = {}
+        for page in aws.client("ec2").get_paginator("describe_instances").paginate():
+            for reservation in page["Reservations"]:
+                for inst in reservation["Instances"]:
+                    tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                    node_of_ip[inst["PrivateIpAddress"]] = tags[TAG_NODE]
+        hosts = planned.named(f"{c}-hosts-param")["inputs"]["value"].splitlines()
+        return {"userData": {role: planned.user_data[f"{c}-{role}-lt"] for role in ("head", "compute")},
+                "settings": planned.named(f"{c}-settings-param")["inputs"]["value"],
+                "hostsNodes": [node_of_ip[ip] for ip in hosts]}
+
+
+def plan(config_map: dict) -> dict:
+    run = subprocess.run([sys.executable, "-m", "tests.box.planned"], input=json.dumps(config_map), cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if run.returncode != 0:
+        raise RuntimeError(f"planning the box config failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout)
+
+
+if __name__ == "__main__":
+    print(json.dumps(plan_in_process(json.load(sys.stdin))))

@@ -1,0 +1,125 @@
+"""Day 2 in one booted box (cpu profile, head + 2 compute nodes), its tests run in order: (a) a node is added,
+(b) a compute node is replaced by a new instance at a new IP, (c) a job started on two untouched nodes before
+(a) runs through both changes and finishes. Settings, user data and hosts come from the program's plan at
+each count (tests/box/planned.py); the old nodes follow through their membership agent (`hpcc-node sync`)."""
+
+import re
+import subprocess
+
+import pytest
+
+from tests.box.day2 import add_node, agent_pids, hosts_version, replace_node, seconds_until_listed
+from tests.box.harness import Box, node_env
+
+pytestmark = pytest.mark.box
+
+
+@pytest.fixture(scope="module")
+def day2():
+    box = Box(profile="cpu", compute_count=2).start()
+    try:
+        codes = box.boot(timeout=240)
+        assert codes == {n.name: 0 for n in box.nodes}, f"{codes}\n{box.diagnose()}"
+        # (c)'s job: one rank on the head, one on compute-000 (neither changes), until told to stop.
+        stop = box.workdir / "stop-job"
+        job = ["mpirun", "--allow-run-as-root", "-H", f"{box.head.ip}:1,{box.node('compute-000').ip}:1", "bash", "-c",
+               f"while [ ! -e {stop} ] && [ $SECONDS -lt 900 ]; do sleep 1; done; echo \"finished $(hostname) $SECONDS\""]
+        box.job = subprocess.Popen(box.head.enter(*job), env=node_env(box.head), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        box.stop_job = stop
+        yield box
+    finally:
+        if getattr(box, "job", None) and box.job.poll() is None:
+            box.job.kill()
+        box.stop()
+
+
+def env_of(node) -> dict:
+    return dict(line.split("=", 1) for line in node.file("/etc/hpcc/env").read_text().splitlines()
+                if "=" in line and not line.startswith("#"))
+
+
+def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
+    """Every node lists exactly the box's compute nodes in name order, trusts every node by IP and forgets
+    `gone_ip`; `changed` and every other node reach each other by SSH with no prompt; hpcc-mpirun runs on
+    every compute node; every node reports the live instance and the current hosts version."""
+    compute = [n.ip for n in sorted(box.compute, key=lambda n: n.name)]
+    for node in box.nodes:
+        assert node.file("/etc/hpcc/hostfile").read_text().splitlines() == [f"{ip} slots={box.slots}" for ip in compute], node.name
+        assert node.file("/etc/hpcc/hosts").read_text().splitlines() == compute, node.name
+        env = env_of(node)
+        assert (env["NNODES"], env["MASTER_ADDR"]) == (str(len(compute)), compute[0]), node.name
+        assert env["HPCC_HOSTS"] == ",".join(f"{ip}:{box.slots}" for ip in compute), node.name
+        if node.role == "compute":
+            assert env["NODE_RANK"] == str(int(node.name.split("-")[1])), node.name
+        trusted = node.file("/etc/ssh/ssh_config.d/50-hpcc.conf").read_text()
+        assert all(n.ip in trusted.split() for n in box.nodes), (node.name, trusted)
+        if gone_ip:
+            for path in ("/etc/hpcc/hostfile", "/etc/hpcc/hosts", "/etc/hpcc/env", "/etc/ssh/ssh_config.d/50-hpcc.conf"):
+                assert not re.search(rf"\b{re.escape(gone_ip)}\b", node.file(path).read_text()), (node.name, path)
+    for other in box.nodes:
+        if other is changed:
+            continue
+        for a, b in ((changed, other), (other, changed)):
+            run = a.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", b.ip, "true")
+            assert run.returncode == 0, (a.name, b.name, run.stderr)
+    run = box.head.run("hpcc-mpirun", "--map-by", "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=120)
+    assert run.returncode == 0 and "ERROR" not in run.stderr, run.stderr
+    assert sorted(line.split("=", 1)[1] for line in run.stdout.split()) == sorted(n.name for n in box.compute)
+    version = hosts_version(box)
+    for node in box.nodes:  # the agent reports right after it writes: allow it a moment
+        status = wait_status(box, node, version)
+        assert (status["phase"], status["instanceId"], status["ip"]) == ("ready", node.instance_id, node.ip), status
+        assert len(agent_pids(node)) == 1, node.name
+
+
+def wait_status(box: Box, node, version: int, timeout: float = 30) -> dict:
+    import time
+
+    deadline = time.time() + timeout
+    while True:
+        status = box.status(node.name)
+        if status.get("hostsVersion", 0) >= version or time.time() > deadline:
+            assert status.get("hostsVersion", 0) >= version, (node.name, status, version)
+            return status
+        time.sleep(1)
+
+
+def report(capsys, what: str, agents: float, seconds: float) -> None:
+    with capsys.disabled():
+        print(f"\n[day 2] {what}: from the hosts parameter's update, {agents:.1f} s until the other nodes' hostfiles "
+              f"list it (their agents), {seconds:.1f} s until every node's does (its own bootstrap included)")
+
+
+def test_a_added_node_is_listed_trusted_and_used_by_every_node(day2, capsys):
+    new, changed = add_node(day2)
+    agents = seconds_until_listed(day2, new.ip, changed, [n for n in day2.nodes if n is not new])
+    assert new.bootstrap.wait(timeout=240) == 0, day2.diagnose()
+    seconds = seconds_until_listed(day2, new.ip, changed)
+    report(capsys, f"add {new.name} ({new.ip})", agents, seconds)
+    assert agents <= 120 and seconds <= 120
+    check_membership(day2, new)
+    assert day2.job.poll() is None  # (c)'s job is still running
+
+
+def test_b_a_replaced_node_is_followed_and_its_old_ip_forgotten(day2, capsys):
+    old, new, changed = replace_node(day2, "compute-001")
+    agents = seconds_until_listed(day2, new.ip, changed, [n for n in day2.nodes if n is not new])
+    assert new.bootstrap.wait(timeout=240) == 0, day2.diagnose()
+    assert (new.name, new.ip != old.ip, new.instance_id != old.instance_id) == ("compute-001", True, True)
+    seconds = seconds_until_listed(day2, new.ip, changed)
+    report(capsys, f"replace compute-001 ({old.ip} -> {new.ip})", agents, seconds)
+    assert agents <= 120 and seconds <= 120
+    check_membership(day2, new, gone_ip=old.ip)
+    status = day2.status("compute-001")
+    assert status["instanceId"] == new.instance_id != old.instance_id  # the old instance's would not be counted
+    assert day2.job.poll() is None
+
+
+def test_c_a_job_on_untouched_nodes_runs_through_the_changes_and_finishes(day2):
+    assert day2.job.poll() is None, day2.job.communicate()
+    day2.stop_job.touch()
+    out, err = day2.job.communicate(timeout=60)
+    assert day2.job.returncode == 0, err[-2000:]
+    finished = sorted(line.split()[1] for line in out.splitlines() if line.startswith("finished "))
+    assert finished == sorted(["hpccbox-head", "hpccbox-compute-000"]), out
