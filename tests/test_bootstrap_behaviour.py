@@ -315,3 +315,32 @@ def test_a_rendered_script_names_every_step_in_contract_order(role):
     order = [script.index(f"run_step {s} ") for s in ("os", "lustre", "mount", "efa", "ssh", "join", "launch-env")]
     assert order == sorted(order)
     assert os.linesep == "\n" and script.startswith("#!/bin/bash\n") and "set -Eeuo pipefail" in script
+
+
+@pytest.mark.parametrize("dns,mount_name", [
+    ("fs-1.fsx.us-east-1.amazonaws.com; touch PWNED", "abcd"),
+    ("$(touch PWNED).fsx.us-east-1.amazonaws.com", "abcd"),
+    ("fs-1.fsx.us-east-1.amazonaws.com/988`touch PWNED`", "abcd"),
+    ("fs-1.fsx.us-east-1.amazonaws.com", "ab;touch PWNED"),
+    ("fs-1.fsx.us-east-1.amazonaws.com", "../../etc"),
+])
+def test_a_crafted_file_system_parameter_is_refused_and_never_run(fake, dns, mount_name):
+    """The parameter is data: a value that is not a host name and a mount name fails the step, and no part of it
+    runs as a command (the node's role can write parameters only under nodes/, but the check does not rely on that)."""
+    import json as _json
+
+    tmp_path, bin_dir, env = fake
+    (tmp_path / "answers").write_text(f"0|{_json.dumps({'dnsName': dns, 'mountName': mount_name})}\n")
+    ctx = ctx_for(tmp_path, mount_point=str(tmp_path / "fsx"), poll_seconds=1)
+    from tests.bootstrap_shell import run
+    script = preamble(tmp_path) + STUB_FAIL + 'wait_for() { "${@:3}" || return 1; }\nstep_mount'
+    out = run(COMMON + ["mount"], script, ctx, env={**env, "PWD": str(tmp_path)})
+    assert out.returncode == 1 and "not a host name and an FSx mount name; refused" in out.stdout, out.stdout + out.stderr
+    assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
+
+
+def test_lnet_probe_passes_the_host_as_an_argument(tmp_path):
+    from tests.bootstrap_shell import run
+
+    out = run(["mount"], f'cd {tmp_path}; lnet_reachable "127.0.0.1/1;touch PWNED;" || true; lnet_reachable \'$(touch PWNED2)\' || true')
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists(), out.stderr

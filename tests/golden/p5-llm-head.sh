@@ -433,7 +433,16 @@ step_lustre() {
 # --- mount: FSx for Lustre at the settings' MOUNT_POINT once it exists and answers; persisted in fstab ---
 json_field() { sed -n "s/.*\"$1\" *: *\"\([^\"]*\)\".*/\1/p"; }  # json_field NAME: a string field of stdin's JSON
 
-lnet_reachable() { timeout 3 bash -c "</dev/tcp/$1/988"; }
+# lnet_reachable HOST: the host is an argument of the inner shell, never part of its code.
+# shellcheck disable=SC2016  # $1 belongs to the inner bash
+lnet_reachable() { timeout 3 bash -c ': <"/dev/tcp/$1/988"' lnet "$1"; }
+
+# fsx_endpoint_ok DNS MOUNT_NAME: a host name (RFC 1123 labels, at most 253 characters) and an FSx mount name
+# (`fsx` for SCRATCH_1, else 8 letters and digits): the parameter is data, and anything else is refused.
+fsx_endpoint_ok() {
+  [ "${#1}" -le 253 ] && [[ $1 =~ ^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$ ]] &&
+    [[ $2 =~ ^[A-Za-z0-9]{1,16}$ ]]
+}
 
 # fstab_line SOURCE: the fstab entry (options from the reference facts; _netdev or boot can hang).
 fstab_line() {
@@ -459,7 +468,9 @@ step_mount() {
     ssm get-parameter --name "/hpcc/llm/fsx" --query Parameter.Value --output text) ||
     fail "/hpcc/llm/fsx could not be read (see above) or never appeared: is the file system still creating?"
   dns=$(json_field dnsName <<<"$fsx"); mount_name=$(json_field mountName <<<"$fsx")
-  if [ -z "$dns" ] || [ -z "$mount_name" ]; then fail "/hpcc/llm/fsx lacks dnsName or mountName: $fsx"; fi
+  if [ -z "$dns" ] || [ -z "$mount_name" ]; then fail "/hpcc/llm/fsx lacks dnsName or mountName"; fi
+  fsx_endpoint_ok "$dns" "$mount_name" ||
+    fail "/hpcc/llm/fsx holds a dnsName or mountName that is not a host name and an FSx mount name; refused"
   source="$dns@tcp:/$mount_name"
   wait_for 1800 "Lustre on $dns:988" lnet_reachable "$dns" ||
     fail "$dns does not answer on TCP 988: check the Lustre security group rules (988, 1018-1023)"
