@@ -32,7 +32,7 @@ compute = Compute("compute", ComputeArgs(
     compute_type=lookup(cluster.compute.instance_type), availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
-    instance_profile_arn=identity.instance_profile_arn, extra_tags=extra_tags))
+    instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags))
 
 for key, value in stack_outputs(cfg, az, compute, storage).items():
     pulumi.export(key, value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"  # head | compute
 TAG_NODE = "hpcc:node"  # head | compute-000 ...
+TAG_INSTANCE = "hpcc:instance"  # on a node's status parameter: the ARN of the instance allowed to write it
 TAG_INTERFACES = "hpcc:interfaces"  # the node's interface layout; a change replaces the node
 HEAD = "head"
 
@@ -19,6 +20,12 @@ def compute_node_name(index: int) -> str:
 
 def resource_name(cluster: str, what: str) -> str:
     return f"{cluster}-{what}"
+
+
+def role_name(cluster: str, role: str) -> str:
+    """The IAM role and instance profile of a node role. The compute nodes keep the name every node had before
+    the head got a role of its own, so upgrading a running cluster does not pull the profile from under them."""
+    return f"hpcc-{cluster}-{'head' if role == 'head' else 'node'}"
 
 
 def image_pin(cluster: str) -> str:

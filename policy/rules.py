@@ -47,7 +47,7 @@ MANAGED_READS = {SSM_CORE: [{"Effect": "Allow", "Action": ["ssm:GetParameter", "
 READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory",
                 "secretsmanager:GetSecretValue")
 ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
-NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-node$")
+NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-(?:node|head)$")  # compute nodes' and head's
 # Every FSx for Lustre deployment type is encrypted at rest (scratch: FSx-managed keys; persistent: KMS).
 LUSTRE_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 ALL_PROTOCOLS = ("-1", "all")
@@ -460,7 +460,7 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
         cluster = _cluster_of(inputs, graph)
         stmts = _statements(inputs.get("policy")) or []
         if cluster is None:
-            out.append(f"role {inputs.get('role')!r} is not a cluster's node role (hpcc-<cluster>-node), so its "
+            out.append(f"role {inputs.get('role')!r} is not a cluster's node role (hpcc-<cluster>-node or -head), so its "
                        "reach cannot be checked against one cluster's parameters and secrets")
         else:
             for n, s in enumerate(stmts):

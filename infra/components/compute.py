@@ -14,7 +14,7 @@ from infra.catalog import InstanceType
 from infra.config import ClusterConfig
 from infra.efa import interface_layout
 from infra.lookups import ImageInfo
-from infra.naming import HEAD, TAG_INTERFACES, Paths, compute_node_name, tags
+from infra.naming import HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, tags
 from infra.node_settings import settings_value
 from infra.roles import RoleSpec, bootstrap_context, resolve_role
 from infra.userdata import user_data
@@ -34,7 +34,7 @@ class ComputeArgs:
     public_subnet_id: pulumi.Input[str]
     nodes_sg_id: pulumi.Input[str]
     head_ssh_sg_id: pulumi.Input[str] | None
-    instance_profile_arn: pulumi.Input[str]
+    instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/components/identity.py)
     extra_tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -96,9 +96,10 @@ class Compute(pulumi.ComponentResource):
             tags=tags(c, "hosts-param", t), opts=child)
         # Made here so `pulumi destroy` removes what the nodes write into them.
         for node in [self.head, *self.compute_nodes]:
+            # Its tag names the one instance allowed to write it (identity.py); it follows a replaced node.
             aws.ssm.Parameter(f"{c}-status-{node.name}", name=paths.node(node.name), type="String",
                               value=PENDING_STATUS, description=f"bootstrap status of {node.name}",
-                              tags=tags(c, f"status-{node.name}", t),
+                              tags={**tags(c, f"status-{node.name}", t), TAG_INSTANCE: node.instance.arn},
                               opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
@@ -131,7 +132,7 @@ class Compute(pulumi.ComponentResource):
         return aws.ec2.LaunchTemplate(
             f"{c}-{role}-lt", name=f"hpcc-{c}-{role}", instance_type=itype.name,
             image_id=args.image.apply(lambda i: i.ami_id),
-            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arns[role]),
             network_interfaces=interfaces,
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name, availability_zone=args.availability_zone),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(

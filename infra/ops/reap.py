@@ -18,7 +18,7 @@ from typing import Callable
 
 from botocore.exceptions import ClientError
 
-from infra.naming import TAG_CLUSTER, Paths
+from infra.naming import TAG_CLUSTER, Paths, role_name
 from infra.ops.aws import Aws, error_code, error_message, tag_dict, tag_filter
 
 # Deletion order: each kind only after everything before it is gone.
@@ -214,7 +214,12 @@ def _owned(tags: list[dict] | None, cluster: str) -> bool:
 
 
 def _iam(aws: Aws, cluster: str, inv: Inventory) -> None:
-    name = f"hpcc-{cluster}-node"  # infra/components/identity.py
+    for name in dict.fromkeys(role_name(cluster, role) for role in ("head", "compute")):
+        _iam_role(aws, cluster, inv, name)
+
+
+def _iam_role(aws: Aws, cluster: str, inv: Inventory, name: str) -> None:
+    """One node role and its instance profile (same name: infra/components/identity.py)."""
     role_owned = False
     try:
         role = aws.call("iam", "get_role", RoleName=name)["Role"]
