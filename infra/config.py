@@ -59,6 +59,14 @@ class Image(_Model):
     name_filter: str | None = Field(None, min_length=3, max_length=128)
     login_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
 
+    @field_validator("login_user")
+    @classmethod
+    def _not_root(cls, v: str | None) -> str | None:
+        if v == "root":
+            raise ValueError("root is refused: people log in as the image's user (ubuntu, ec2-user) with their own keys "
+                             "(cluster.ssh.authorizedKeys); root logins are only the cluster's own, inside the VPC")
+        return v
+
     @model_validator(mode="after")
     def _one_source(self) -> "Image":
         given = [k for k in ("family", "ami_id", "name_filter") if getattr(self, k)]
@@ -114,6 +122,24 @@ class Fsx(_Model):
 
 class Ssh(_Model):
     allowed_cidrs: list[str] = Field(default_factory=list, max_length=50)
+    # The users' own public keys, for the login user on every node (the cluster's key works only inside the VPC).
+    authorized_keys: list[str] = Field(default_factory=list, max_length=10)
+
+    @field_validator("authorized_keys")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        from infra.validators.inputs import public_key_problem
+
+        from infra.validators.inputs import PUBLIC_KEYS_BYTES
+
+        for i, key in enumerate(v):
+            problem = public_key_problem(key)
+            if problem:
+                raise ValueError(f"[{i}] {problem}")
+        if sum(len(k) + 1 for k in v) > PUBLIC_KEYS_BYTES:
+            raise ValueError(f"the keys take {sum(len(k) + 1 for k in v)} bytes; at most {PUBLIC_KEYS_BYTES} fit the "
+                             "settings parameter the nodes read: give fewer keys, or ed25519 keys (about 100 bytes each)")
+        return v
 
     @field_validator("allowed_cidrs")
     @classmethod

@@ -21,6 +21,7 @@ from infra.bootstrap_pacing import pacing_for, sync_seconds
 from infra.config import ClusterConfig
 from infra.fabric import fabric_env, mpirun_options
 from infra.roles import resolve_role
+from infra.validators.inputs import PUBLIC_KEY
 
 POSITIVE = r"[1-9][0-9]{0,5}"  # no 0 (divisors, bounds) and no leading zero: bash arithmetic reads 08 as bad octal
 PATTERNS: dict[str, str] = {
@@ -38,8 +39,10 @@ PATTERNS: dict[str, str] = {
     "MOUNT_POINT": r"/[A-Za-z0-9._/-]*",
     "MPIRUN_OPTIONS": r"[A-Za-z0-9_.,:^/=+ -]*",
     "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
+    "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
 }
-REPEATED = frozenset({"FABRIC"})
+REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY"})
+SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
 MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
 
 
@@ -63,10 +66,13 @@ class NodeSettings:
     mount_point: str
     mpirun_options: str
     fabric: tuple[tuple[str, str], ...]
+    authorized_keys: tuple[str, ...] = ()
 
     def lines(self) -> list[tuple[str, str]]:
-        simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__ if f != "fabric"]
-        return simple + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
+        simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
+                  if f not in ("fabric", "authorized_keys")]
+        return (simple + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
+                + [("AUTHORIZED_KEY", key) for key in self.authorized_keys])
 
 
 def node_settings(cfg: ClusterConfig, region: str) -> NodeSettings:
@@ -80,7 +86,7 @@ def node_settings(cfg: ClusterConfig, region: str) -> NodeSettings:
         poll_seconds=pacing.poll_seconds, api_backoff_seconds=pacing.api_backoff_seconds,
         api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,
         login_user=cfg.image.user, mount_point=cfg.fsx.mount_point, mpirun_options=mpirun_options(efa),
-        fabric=fabric_env(compute.itype, efa))
+        fabric=fabric_env(compute.itype, efa), authorized_keys=tuple(cfg.ssh.authorized_keys))
 
 
 def check(key: str, value: str) -> None:
@@ -94,7 +100,11 @@ def render(settings: NodeSettings) -> str:
     """The parameter's value; refuses any value the nodes would refuse."""
     for key, value in settings.lines():
         check(key, value)
-    return "".join(f"{key}={value}\n" for key, value in settings.lines())
+    text = "".join(f"{key}={value}\n" for key, value in settings.lines())
+    if len(text.encode()) > SETTINGS_LIMIT:
+        raise SettingsError(f"the settings are {len(text.encode())} bytes; the parameter holds {SETTINGS_LIMIT}: "
+                            "give fewer or shorter cluster.ssh.authorizedKeys")
+    return text
 
 
 def settings_value(cfg: ClusterConfig, region: str) -> str:
@@ -120,6 +130,6 @@ def parse(text: str) -> NodeSettings:
         raise SettingsError(f"settings lack {', '.join(missing)}")
     fields = NodeSettings.__dataclass_fields__
     values = {f: (int(found[f.upper()][0]) if fields[f].type == "int" else found[f.upper()][0])
-              for f in fields if f != "fabric"}
+              for f in fields if f not in ("fabric", "authorized_keys")}
     fabric = tuple(tuple(v.split("=", 1)) for v in found.get("FABRIC", []))
-    return NodeSettings(**values, fabric=fabric)
+    return NodeSettings(**values, fabric=fabric, authorized_keys=tuple(found.get("AUTHORIZED_KEY", [])))

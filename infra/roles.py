@@ -59,6 +59,7 @@ def resolve_role(cfg: ClusterConfig, region: str, role: str) -> RoleSpec:
 def bootstrap_context(cfg: ClusterConfig, region: str, role: str):
     """The user data's values for a role: nothing that a resize, a retune or another compute type changes
     (those are in the settings parameter, infra/node_settings.py)."""
+    from infra.components.network import VPC_CIDR
     from infra.userdata import BootstrapContext  # userdata imports node_settings, which imports this module
 
     spec = resolve_role(cfg, region, role)
@@ -70,7 +71,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str):
         hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes,
         ssh_secret_id=paths.ssh_secret, first_interval_ms=first.api_interval_ms,
         first_poll_seconds=first.poll_seconds, api_backoff_seconds=first.api_backoff_seconds,
-        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES)
+        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR)
 
 
 def role_contexts(cfg: ClusterConfig, region: str) -> dict:

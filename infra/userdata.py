@@ -45,6 +45,7 @@ class BootstrapContext:
     api_backoff_seconds: int
     api_attempts: int
     max_timeout_minutes: int
+    vpc_cidr: str  # the cluster key is accepted only from here (infra/components/network.py)
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 

@@ -32,8 +32,9 @@ def context(name: str = "p5-llm-compute", **changes) -> ShellContext:
 def settings_shell(node_settings: NodeSettings) -> str:
     """Bash assignments of the settings' variables, as apply_settings would make them."""
     lines = node_settings.lines()
-    out = [f"HPCC_{key}={shlex.quote(value)}" for key, value in lines if key != "FABRIC"]
-    out.append("HPCC_FABRIC=(" + " ".join(shlex.quote(v) for k, v in lines if k == "FABRIC") + ")")
+    out = [f"HPCC_{key}={shlex.quote(value)}" for key, value in lines if key not in ("FABRIC", "AUTHORIZED_KEY")]
+    for repeated in ("FABRIC", "AUTHORIZED_KEY"):
+        out.append(f"HPCC_{repeated}=(" + " ".join(shlex.quote(v) for k, v in lines if k == repeated) + ")")
     out.append("HPCC_SETTINGS_TEXT=" + shlex.quote("".join(f"{k}={v}\n" for k, v in lines)))
     return "\n".join(out) + "\n"
 

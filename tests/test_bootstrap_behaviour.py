@@ -344,3 +344,37 @@ def test_lnet_probe_passes_the_host_as_an_argument(tmp_path):
 
     out = run(["mount"], f'cd {tmp_path}; lnet_reachable "127.0.0.1/1;touch PWNED;" || true; lnet_reachable \'$(touch PWNED2)\' || true')
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists(), out.stderr
+
+
+def test_the_cluster_key_is_accepted_only_from_inside_the_vpc_and_an_older_open_line_goes(fake):
+    """A public head's sshd faces the internet: the cluster key (root on every node) must not log in from there."""
+    tmp_path, _, env = fake
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
+    public = (tmp_path / "k.pub").read_text().strip()
+    mine = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAdecSRFR0wnzfd+gZo01f3h1LlaxXbHdtb4hdt4DXiz me@laptop"
+    (home / ".ssh" / "authorized_keys").write_text(f"{mine}\n{public}\n")  # as an older hpcc left it: unrestricted
+    from tests.bootstrap_shell import run
+    script = preamble(tmp_path) + STUB_FAIL + f'HPCC_KEY=$(cat {tmp_path / "k"})\nHPCC_VPC_CIDR=10.0.0.0/16\ninstall_key {home} "$(id -un)"'
+    out = run(COMMON + ["ssh"], script, ctx_for(tmp_path), env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (home / ".ssh" / "authorized_keys").read_text().splitlines() == [mine, f'from="10.0.0.0/16" {public}']
+    bad = run(COMMON + ["ssh"], script.replace("=10.0.0.0/16", "='10.0.0.0/16 ssh-rsa'"), ctx_for(tmp_path), env=env)
+    assert bad.returncode == 1 and "is not an IPv4 CIDR" in bad.stdout
+
+
+def test_the_users_own_keys_go_to_the_login_users_file_and_follow_the_settings(fake):
+    tmp_path, _, env = fake
+    keys = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAdecSRFR0wnzfd+gZo01f3h1LlaxXbHdtb4hdt4DXiz me@laptop",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBbHdtb4hdt4DXizAdecSRFR0wnzfd+gZo01f3h1Llax colleague")
+    show = 'echo "--- $(stat -c %a /etc/hpcc/authorized_keys/ubuntu)"; cat /etc/hpcc/authorized_keys/ubuntu'
+    script = (preamble(tmp_path) + f"HPCC_AUTHORIZED_KEY=()\nuser_keys\n{show}\n"
+              f"HPCC_AUTHORIZED_KEY=({shlex.quote(keys[0])} {shlex.quote(keys[1])})\nuser_keys\n{show}\n"
+              f"HPCC_AUTHORIZED_KEY=({shlex.quote(keys[1])})\nuser_keys\n{show}\n")
+    out = private_run(COMMON + ["ssh"], script, ctx_for(tmp_path, login_user="ubuntu"), env, overlay=["/etc"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    shown = [part.splitlines() for part in out.stdout.split("--- ")[1:]]
+    assert [lines[0] for lines in shown] == ["644"] * 3
+    keys_shown = [[line for line in lines[1:] if line.startswith("ssh-")] for lines in shown]
+    assert keys_shown == [[], list(keys), [keys[1]]]  # none, both, then the colleague's only: it follows the settings

@@ -221,6 +221,8 @@ def test_sshd_drop_in_allows_keys_only_and_comes_first(tmp_path):
     lines = effective.stdout.splitlines()
     assert "passwordauthentication no" in lines and "kbdinteractiveauthentication no" in lines
     assert "permitrootlogin without-password" in lines and "pubkeyauthentication yes" in lines
+    # The users' own keys (user_keys) are read besides each account's own file.
+    assert "authorizedkeysfile .ssh/authorized_keys /etc/hpcc/authorized_keys/%u" in lines
 
 
 # -- join ------------------------------------------------------------------------------------------

@@ -164,3 +164,42 @@ def test_cli_refuses_each_reproduction_with_exit_2(tmp_path):
         output = run.stdout + run.stderr
         assert run.returncode == 2, (name, output)
         assert f"{field}:" in output and "Traceback" not in output, (name, output)
+
+
+# --- 8. logins from outside: the users' own keys, never root ------------------------------------------------
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAdecSRFR0wnzfd+gZo01f3h1LlaxXbHdtb4hdt4DXiz me@laptop"
+
+
+def test_login_as_root_is_refused():
+    [(field, message)] = problems(image={"loginUser": "root"})
+    assert field == "cluster.image.loginUser" and message.startswith("root is refused")
+
+
+@pytest.mark.parametrize("key,index", [
+    ("-----BEGIN OPENSSH PRIVATE KEY-----", 0),  # a private key pasted by mistake
+    ('from="0.0.0.0/0" ' + KEY, 0),  # options are not the user's to set
+    (KEY + " two words", 0),
+    ("ssh-dss AAAAB3NzaC1kc3MAAACBAOu3xVm2vdTHcCzEtBq5vGtMRS9JB3ABvVqW9Q4Zx7AbcdEfGhIjKlMnOp", 0),  # DSA: sshd refuses it
+    (KEY.replace(" me@laptop", "\n" + KEY), 0),  # two lines in one
+])
+def test_a_public_key_that_is_not_one_plain_key_line_is_refused(key, index):
+    [(field, message)] = problems(ssh={"authorizedKeys": [key]})
+    assert field == "cluster.ssh.authorizedKeys" and f"[{index}]" in message and "OpenSSH public key line" in message
+
+
+def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_parameter():
+    from infra.node_settings import SETTINGS_LIMIT, SettingsError, parse as parse_settings, settings_value
+
+    cfg = parse("us-east-1", dict(BASE, ssh={"authorizedKeys": [KEY]})).cluster
+    text = settings_value(cfg, "us-east-1")
+    assert f"AUTHORIZED_KEY={KEY}\n" in text and parse_settings(text).authorized_keys == (KEY,)
+    rsa = "ssh-rsa " + "A" * 1400 + " me"
+    [(field, message)] = problems(ssh={"authorizedKeys": [rsa] * 4})
+    assert field == "cluster.ssh.authorizedKeys" and "at most 5000 fit the settings parameter" in message
+    many = parse("us-east-1", dict(BASE, ssh={"authorizedKeys": [rsa] * 3})).cluster
+    assert len(settings_value(many, "us-east-1").encode()) <= SETTINGS_LIMIT  # the config's bound keeps it within
+    with pytest.raises(SettingsError, match=f"the parameter holds {SETTINGS_LIMIT}: give fewer or shorter"):
+        from infra.node_settings import node_settings, render
+        from dataclasses import replace
+        render(replace(node_settings(many, "us-east-1"), authorized_keys=(rsa,) * 6))

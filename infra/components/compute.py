@@ -83,7 +83,7 @@ class Compute(pulumi.ComponentResource):
         # What changes over the cluster's life (count, pacing, timeouts, launch settings): read by the nodes at
         # run time and updated in place; in the user data, a resize would replace nodes or leave them stale.
         aws.ssm.Parameter(
-            f"{c}-settings-param", name=paths.settings, type="String",
+            f"{c}-settings-param", name=paths.settings, type="String", tier="Intelligent-Tiering",
             description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/node_settings.py)",
             value=settings_value(cfg, args.region), tags=tags(c, "settings-param", t), opts=child)
 

@@ -30,6 +30,23 @@ def tag_key_problem(key: str) -> str | None:
     return f"key {key!r}: {TAG_KEY_RULE}"
 
 
+# --- SSH public keys (ssh.authorizedKeys) --------------------------------------------------------------------
+# One OpenSSH public key line: a key type sshd accepts, its base64 blob, and an optional comment without spaces
+# (sshd(8), "AUTHORIZED_KEYS FILE FORMAT"). No options: the keys are the users' own, for their own logins.
+PUBLIC_KEY = (r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|"
+              r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}"
+              r"( [A-Za-z0-9@._+-]{1,100})?")
+PUBLIC_KEY_CHARS = 1600
+PUBLIC_KEYS_BYTES = 5000  # all of them: they share the nodes' 8 KB settings parameter (infra/node_settings.py)
+
+
+def public_key_problem(key: str) -> str | None:
+    if len(key) <= PUBLIC_KEY_CHARS and re.fullmatch(PUBLIC_KEY, key):
+        return None
+    return (f"{key[:40]!r}... is not one OpenSSH public key line ('ssh-ed25519 AAAA... you@laptop': a key type, its "
+            "base64, an optional comment without spaces); give your own public key, never the cluster's")
+
+
 # --- S3 data repository path ------------------------------------------------------------------------------------
 # General purpose bucket naming rules (S3 User Guide, "General purpose bucket naming rules",
 # https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html).

@@ -35,6 +35,7 @@ from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PRE
 from tests.box.planned import plan
 
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
+VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never the host's bridge address
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin")
@@ -125,6 +126,7 @@ def node_env(node: Node) -> dict:
         "HOME": "/root", "LANG": "C.UTF-8",
         "HPCC_NODE_NAME": node.name, "HPCC_INSTANCE_ID": node.instance_id,  # what IMDS would tell an instance
         "HPCC_NODE_IP": node.ip, "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
+        "HPCC_VPC_CIDR": VPC_CIDR,  # the box's "VPC": its nodes' addresses, not the bridge (the host is outside)
         "AWS_ENDPOINT_URL": ENDPOINT, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
     }

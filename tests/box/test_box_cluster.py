@@ -155,3 +155,20 @@ def test_running_the_bootstrap_again_changes_nothing(cluster, which):
     assert cluster.status(node.name)["phase"] == "ready"
     run = cluster.head.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", cluster.compute[0].ip, "true")
     assert run.returncode == 0, run.stderr
+
+
+def test_the_cluster_key_logs_in_from_inside_the_vpc_only(cluster, tmp_path):
+    """The host's bridge address (10.200.0.1) is outside the box's "VPC" (harness.VPC_CIDR): the same key that
+    works between the nodes is refused from there, as from the internet on a public head node."""
+    key = tmp_path / "id_hpcc"
+    key.write_bytes(cluster.head.file("/root/.ssh/id_hpcc").read_bytes())
+    key.chmod(0o600)
+    target = cluster.compute[0]
+    options = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+               "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5", "-i", str(key)]
+    outside = subprocess.run(["ssh", *options, f"root@{target.ip}", "true"], capture_output=True, text=True, timeout=30)
+    assert outside.returncode == 255 and "Permission denied" in outside.stderr, outside.stderr
+    inside = cluster.head.run("ssh", *options[:-1], "/root/.ssh/id_hpcc", f"root@{target.ip}", "true")
+    assert inside.returncode == 0, inside.stderr
+    line = target.file("/root/.ssh/authorized_keys").read_text().splitlines()
+    assert line == [f'from="10.200.0.8/29" {cluster.head.file("/root/.ssh/id_hpcc.pub").read_text().strip()}']

@@ -142,6 +142,7 @@ HPCC_LOGIN_USER=""
 HPCC_MOUNT_POINT=""
 HPCC_MPIRUN_OPTIONS=""
 HPCC_FABRIC=()
+HPCC_AUTHORIZED_KEY=()
 HPCC_SETTINGS_TEXT=""
 
 setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must match in full (infra/node_settings.py)
@@ -160,12 +161,13 @@ setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must matc
     MOUNT_POINT) echo '^(/[A-Za-z0-9._/-]*)$' ;;
     MPIRUN_OPTIONS) echo '^([A-Za-z0-9_.,:^/=+ -]*)$' ;;
     FABRIC) echo '^([A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*)$' ;;
+    AUTHORIZED_KEY) echo '^((ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?)$' ;;
     *) return 1 ;;
   esac
 }
 
 apply_settings() {
-  local line key value pattern fabric=()
+  local line key value pattern fabric=() keys=()
   local -A seen=()
   while IFS= read -r line; do
     [ -n "$line" ] || continue
@@ -174,6 +176,7 @@ apply_settings() {
     pattern=$(setting_pattern "$key") || { echo "settings: unknown key $key" >&2; return 1; }
     [[ $value =~ $pattern ]] || { echo "settings: $key='${value:0:80}' does not match $pattern" >&2; return 1; }
     if [ "$key" = FABRIC ]; then fabric+=("$value"); continue; fi
+    if [ "$key" = AUTHORIZED_KEY ]; then keys+=("$value"); continue; fi
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
@@ -182,6 +185,7 @@ apply_settings() {
   done
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
+  HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})
   HPCC_SETTINGS_TEXT=$1
 }
 # --- status: this node's progress as JSON in /hpcc/cpu-oneccl/nodes/<node> (docs/bootstrap-contract.md) ------
@@ -498,20 +502,32 @@ step_efa() {
 # --- ssh: one cluster key from hpcc/cpu-oneccl/ssh-key, trusted between every pair of nodes ----------------
 # The private key goes from the secret to the key file only: never into the log, the status or user data.
 HPCC_KEY=""
+HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}  # where the cluster key is accepted from (override: outside EC2)
 
 read_key() {  # read_key: the key into HPCC_KEY; returns 3 while the secret has no value
   HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "hpcc/cpu-oneccl/ssh-key" --query SecretString --output text)
 }
 
-install_key() {  # install_key HOME OWNER
-  local home=$1 owner=$2
+# install_key HOME OWNER: the cluster key, accepted only from inside the VPC (`from=`, sshd(8)): a public head
+# node's sshd faces the internet, and the cluster key is root on every node. Other lines are left as they are.
+install_key() {
+  local home=$1 owner=$2 blob allowed=$1/.ssh/authorized_keys
+  [[ $HPCC_VPC_CIDR =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || fail "HPCC_VPC_CIDR '$HPCC_VPC_CIDR' is not an IPv4 CIDR"
   install -d -m 0700 "$home/.ssh"
   printf '%s\n' "$HPCC_KEY" | write_file "$home/.ssh/id_hpcc" 0600
   ssh-keygen -y -f "$home/.ssh/id_hpcc" | write_file "$home/.ssh/id_hpcc.pub" 0644
-  [ -e "$home/.ssh/authorized_keys" ] || install -m 0600 /dev/null "$home/.ssh/authorized_keys"
-  grep -qxF "$(cat "$home/.ssh/id_hpcc.pub")" "$home/.ssh/authorized_keys" || cat "$home/.ssh/id_hpcc.pub" >>"$home/.ssh/authorized_keys"
-  chmod 0600 "$home/.ssh/authorized_keys"
+  blob=$(cut -d' ' -f2 "$home/.ssh/id_hpcc.pub")
+  [ -e "$allowed" ] || install -m 0600 /dev/null "$allowed"
+  { grep -vF "$blob" "$allowed" || true; echo "from=\"$HPCC_VPC_CIDR\" $(cat "$home/.ssh/id_hpcc.pub")"; } | write_file "$allowed" 0600
   chown -R "$owner:" "$home/.ssh"
+}
+
+# user_keys: the users' own keys (cluster.ssh.authorizedKeys) for the login user, in a file sshd also reads
+# (AuthorizedKeysFile below); the membership agent rewrites it when the settings change.
+user_keys() {
+  install -d -m 0755 /etc/hpcc/authorized_keys
+  { [ "${#HPCC_AUTHORIZED_KEY[@]}" -eq 0 ] || printf '%s\n' "${HPCC_AUTHORIZED_KEY[@]}"; } |
+    write_file "/etc/hpcc/authorized_keys/$HPCC_LOGIN_USER" 0644
 }
 
 client_config() {
@@ -525,6 +541,7 @@ client_config() {
 sshd_hardening() {  # keys only, as the classic guide does; first in sshd_config.d, so no later file overrides it
   printf '%s\n' "# hpcc: keys only" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
     "ChallengeResponseAuthentication no" "PermitRootLogin prohibit-password" "PubkeyAuthentication yes" \
+    "AuthorizedKeysFile .ssh/authorized_keys /etc/hpcc/authorized_keys/%u" \
     "# every node connects to every other at join, and mpirun fans out: do not drop them (default 10:30:100)" \
     "MaxStartups 256:30:1024"
 }
@@ -687,6 +704,7 @@ write_membership() {
   printf '%s\n' "$HPCC_MPIRUN_OPTIONS" | write_file /etc/hpcc/mpirun-options 0644
   mkdir -p /etc/ssh/ssh_config.d
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
+  user_keys
   if mountpoint -q "$HPCC_MOUNT_POINT"; then  # for jobs that read them from the shared file system
     mkdir -p "$HPCC_MOUNT_POINT/hpcc"
     for f in hostfile hostfile.mpich hosts; do write_file "$HPCC_MOUNT_POINT/hpcc/$f" 0644 </etc/hpcc/$f; done
