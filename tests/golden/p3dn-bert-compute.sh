@@ -448,9 +448,11 @@ fsx_endpoint_ok() {
     [[ $2 =~ ^[A-Za-z0-9]{1,16}$ ]]
 }
 
-# fstab_line SOURCE: the fstab entry (options from the reference facts; _netdev or boot can hang).
-fstab_line() {
-  echo "$1 $HPCC_MOUNT_POINT lustre defaults,noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"
+# The mount's options, the same now and at boot (FSx for Lustre User Guide, "Mounting from an Amazon EC2 instance"
+# and "Mounting Amazon FSx file systems automatically"); in fstab, _netdev or boot can hang on the network.
+LUSTRE_OPTIONS=relatime,flock
+fstab_line() {  # fstab_line SOURCE: the fstab entry
+  echo "$1 $HPCC_MOUNT_POINT lustre defaults,$LUSTRE_OPTIONS,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"
 }
 
 HPCC_FSTAB=/etc/fstab  # a variable for the tests only
@@ -484,7 +486,7 @@ step_mount() {
     log "$HPCC_MOUNT_POINT already mounted"
   else
     for n in 1 2 3 4 5 6 7 8 9 10; do
-      within 120 mount -t lustre -o relatime,flock "$source" "$HPCC_MOUNT_POINT" && break
+      within 120 mount -t lustre -o "$LUSTRE_OPTIONS" "$source" "$HPCC_MOUNT_POINT" && break
       [ "$n" -lt 10 ] || fail "mount $source $HPCC_MOUNT_POINT failed 10 times"
       log "mount try $n failed; again in 6 s"
       sleep 6
