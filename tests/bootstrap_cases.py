@@ -9,6 +9,7 @@ from infra.userdata import render
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
+GOLDEN_EXAMPLE = "p5-llm"  # one snapshot per role: the example with the most in it (EFA, GPUs, public head, S3)
 
 
 def configs():
@@ -30,3 +31,18 @@ def settings():
 def cases():
     for name, ctx in contexts():
         yield name, render(ctx)
+
+
+def planned_scripts(example: str = GOLDEN_EXAMPLE) -> dict[str, str]:
+    """role -> the script in the user data of that role's launch template, as the offline plan of the example
+    has it (the program's own output, not a second rendering)."""
+    from infra.plan.runner import plan_config
+    from infra.stackfile import read_raw
+
+    result = plan_config(read_raw(ROOT / "examples" / f"{example}.yaml"))
+    return {lt["inputs"]["tagSpecifications"][0]["tags"]["hpcc:role"]: result.user_data[lt["name"]]
+            for lt in result.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+
+
+def golden_path(role: str):
+    return GOLDEN / f"{GOLDEN_EXAMPLE}-{role}.sh"

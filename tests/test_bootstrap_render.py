@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from infra.userdata import USER_DATA_LIMIT, user_data
-from tests.bootstrap_cases import GOLDEN, cases, contexts
+from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, planned_scripts
 
 CASES = dict(cases())
 
@@ -30,11 +30,30 @@ def test_user_data_fits_ec2_limit_and_unpacks_to_the_script(name, ctx):
     assert gzip.decompress(packed).decode() == CASES[name]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_golden_snapshot_matches(name):
-    golden = GOLDEN / f"{name}.sh"
-    assert golden.exists(), "run `make golden` and review the new snapshot"
-    assert CASES[name] == golden.read_text(), "the templates changed: run `make golden` and review the diff"
+def test_one_golden_snapshot_per_role_matches_the_planned_user_data():
+    planned = planned_scripts()
+    assert sorted(planned) == ["compute", "head"] and sorted(p.name for p in GOLDEN.glob("*.sh")) == [
+        golden_path(role).name for role in ("compute", "head")]
+    for role, script in planned.items():
+        assert script == CASES[f"{GOLDEN_EXAMPLE}-{role}"]  # the plan's user data is the rendering tested below
+        assert script == golden_path(role).read_text(), "the templates changed: run `make golden` and review the diff"
+
+
+@pytest.mark.parametrize("name,ctx", list(contexts()), ids=[n for n, _ in contexts()])
+def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
+    """What each example and role changes in the script (the snapshots cover the rest, once per role)."""
+    script = CASES[name]
+    assert script.splitlines()[1].startswith(f"# hpcc node script: cluster {ctx.cluster}, {ctx.role} node ({ctx.instance_type}).")
+    for path in (ctx.hosts_parameter, ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
+        assert f'"{path}"' in script, path
+    assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
+    key_step = "head_key" if ctx.role == "head" else "compute_key"
+    assert f"  {key_step} || fail" in script
+    assert ("\n  launch_helpers\n" in script) == (ctx.role == "head")
+    if ctx.efa_enabled:
+        assert f'[ "$found" -eq {ctx.efa_devices} ]' in script and "fi_info -p tcp" not in script
+    else:
+        assert "fi_info -p tcp" in script and "fi_info -p efa" not in script
 
 
 def test_no_secret_in_any_script():
