@@ -54,6 +54,16 @@ def interfaces_tag(itype: InstanceType, efa: bool, public: bool) -> str:
     return " + ".join(f"{n} {kind}" for kind, n in counts.items()) + (", public" if public else "")
 
 
+def compute_placement_group(cfg: ClusterConfig, own_group: pulumi.Input[str]) -> pulumi.Input[str] | None:
+    """Compute nodes launched into a reservation (ODCR or Capacity Block) go into the group it was made in
+    (compute.placementGroup) or none: in an unrelated group EC2 can refuse for capacity although the reservation
+    has room (aws-parallelcluster, ec2_validators.py PlacementGroupCapacityReservationValidator; EC2 User Guide
+    "Capacity Reservations in cluster placement groups"). Preflight checks the reservation's group."""
+    if cfg.compute.capacity_reservation_id:
+        return cfg.compute.placement_group
+    return cfg.compute.placement_group or own_group
+
+
 class Compute(pulumi.ComponentResource):
     head: Node
     compute_nodes: list[Node]
@@ -66,16 +76,14 @@ class Compute(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         paths = Paths(c)
 
-        # A reservation made in a cluster placement group must be used with that group (compute.placementGroup):
-        # launched into another, EC2 can refuse for capacity although the reservation has room.
-        group = cfg.compute.placement_group or aws.ec2.PlacementGroup(
-            f"{c}-placement", name=f"hpcc-{c}", strategy="cluster", tags=tags(c, "placement", t), opts=child).name
+        group = aws.ec2.PlacementGroup(f"{c}-placement", name=f"hpcc-{c}", strategy="cluster",
+                                       tags=tags(c, "placement", t), opts=child).name
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
         head = resolve_role(cfg, args.region, "head", args.facts)
         compute = resolve_role(cfg, args.region, "compute", args.facts)
         head_lt = self._launch_template(args, group, head, public=self.head_is_public)
-        compute_lt = self._launch_template(args, group, compute, public=False)
+        compute_lt = self._launch_template(args, compute_placement_group(cfg, group), compute, public=False)
 
         self.head = self._node(args, HEAD, "head", head_lt, head.itype, efa=head.efa_wanted,
                                public=self.head_is_public)
@@ -104,7 +112,7 @@ class Compute(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
-    def _launch_template(self, args: ComputeArgs, group: pulumi.Input[str], spec: RoleSpec,
+    def _launch_template(self, args: ComputeArgs, group: pulumi.Input[str] | None, spec: RoleSpec,
                          public: bool) -> aws.ec2.LaunchTemplate:
         cfg, t = args.config, args.extra_tags
         c, role, itype = cfg.name, spec.role, spec.itype
