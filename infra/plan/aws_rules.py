@@ -1,8 +1,8 @@
 """AWS API rules that moto does not enforce, checked as EC2/FSx would before accepting a request.
 
-Sources: the EC2 User Guide (EFA, network cards), the FSx for Lustre guide, and the
-instance-type data itself (moto's copy of DescribeInstanceTypes, not hpcc's catalog, so a catalog
-mistake is caught too).
+Sources: the EC2 User Guide (EFA, network cards, Capacity Blocks), the FSx for Lustre guide, and the
+instance-type data itself (moto's copy of DescribeInstanceTypes: interfaces per card, EFA counts, the
+markets a type is sold in).
 """
 
 from __future__ import annotations
