@@ -129,7 +129,7 @@ def test_warnings_do_not_stop_the_plan():
 
 
 def test_examples_are_valid():
-    for name in ("p3dn-bert", "c6i-oneccl", "p5-llm"):
+    for name in ("p3dn-bert", "c6i-oneccl", "p5-llm", "p5-capacity-block"):
         assert load(f"examples/{name}.yaml").cluster.name
 
 
