@@ -2,7 +2,6 @@
 
 import pulumi
 
-from infra.catalog import lookup
 from infra.components.compute import Compute, ComputeArgs
 from infra.components.identity import Identity, IdentityArgs
 from infra.components.network import Network, NetworkArgs
@@ -10,12 +9,21 @@ from infra.components.pins import Pins, PinsArgs
 from infra.components.security import Security, SecurityArgs
 from infra.components.storage import Storage, StorageArgs
 from infra.config import ConfigError, from_pulumi_config
+from infra.instance_facts import ec2_facts
 from infra.outputs import stack_outputs
+from infra.validators import check_config
 
 try:
     cfg = from_pulumi_config()
 except ConfigError as err:
     raise pulumi.RunError(f"invalid stack config:\n{err}") from None
+
+# The node types' facts from the EC2 this runs against (the account's; offline, the embedded AWS), asked once per
+# type; the rules that need them run here, before anything is created.
+facts = ec2_facts(cfg.region)
+type_errors = [f for f in check_config(cfg, facts) if f.is_error]
+if type_errors:
+    raise pulumi.RunError("invalid stack config:\n" + "\n".join(f"{f.field}: {f.message}" for f in type_errors))
 
 cluster = cfg.cluster
 extra_tags = dict(cluster.tags)
@@ -28,8 +36,7 @@ identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tag
 storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.private_subnet_id, security.lustre_sg_id,
                                          security.lustre_rules, extra_tags))
 compute = Compute("compute", ComputeArgs(
-    config=cluster, region=cfg.region, head_type=lookup(cluster.head_node.instance_type),
-    compute_type=lookup(cluster.compute.instance_type), availability_zone=az, image=pins.image,
+    config=cluster, region=cfg.region, facts=facts, availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
     instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags))

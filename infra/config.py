@@ -48,8 +48,11 @@ class ComputeNodes(_Model):
     instance_type: str
     count: int = Field(ge=1, le=512)
     efa: bool | None = Field(None, description="default: on wherever the type supports EFA")
-    market: Literal["on-demand", "spot"] = "on-demand"
+    # capacity-block: launch into the EC2 Capacity Block named by capacityReservationId (README "Getting capacity")
+    market: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
     capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    # An existing placement group to launch into instead of a new one: the group a reservation was created in.
+    placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9._:+=@-]{1,255}$")
     root_volume_gib: int = Field(200, ge=35, le=16384)
 
 

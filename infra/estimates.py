@@ -1,9 +1,10 @@
-"""A rough hourly cost: on-demand instance prices from the catalog plus NAT and FSx (us-east-1 list prices)."""
+"""A rough hourly cost: on-demand instance prices (infra/prices.py, carried on each InstanceType) plus NAT and FSx
+(us-east-1 list prices). A type without a known price makes the whole estimate unknown (None), never a guess."""
 
 from __future__ import annotations
 
-from infra.catalog import lookup
 from infra.config import ClusterConfig
+from infra.instance_facts import InstanceType
 
 NAT_GATEWAY_HOURLY = 0.045
 HOURS_PER_MONTH = 730
@@ -17,10 +18,16 @@ FSX_GB_MONTH = {
 }
 
 
-def hourly_cost(cluster: ClusterConfig) -> float:
-    """Upper bound for spot: spot prices move, so the on-demand price is used for both markets."""
-    head = lookup(cluster.head_node.instance_type)
-    compute = lookup(cluster.compute.instance_type)
+def unpriced(head: InstanceType, compute: InstanceType) -> list[str]:
+    """The node types whose price is unknown (shown as "price unknown")."""
+    return sorted({t.name for t in (head, compute) if t.hourly_usd is None})
+
+
+def hourly_cost(cluster: ClusterConfig, head: InstanceType, compute: InstanceType) -> float | None:
+    """Upper bound for spot: spot prices move, so the on-demand price is used for both markets (a Capacity Block's
+    price is paid up front and not counted). None when a node type's price is unknown."""
+    if unpriced(head, compute):
+        return None
     fsx = cluster.fsx
     gb_month = FSX_GB_MONTH.get((fsx.deployment_type, fsx.storage_type, fsx.per_unit_storage_throughput), 0.14)
     total = head.hourly_usd + cluster.compute.count * compute.hourly_usd + NAT_GATEWAY_HOURLY
@@ -35,8 +42,7 @@ BOOT_MINUTES_GPU, BOOT_MINUTES_CPU = 6, 3
 BOOTSTRAP_MINUTES = 4
 
 
-def minutes_to_ready(cluster: ClusterConfig) -> int:
+def minutes_to_ready(cluster: ClusterConfig, compute: InstanceType) -> int:
     """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later."""
-    compute = lookup(cluster.compute.instance_type)
-    boot = BOOT_MINUTES_GPU if compute.gpus else BOOT_MINUTES_CPU
+    boot = BOOT_MINUTES_GPU if compute.gpus or compute.neuron_cores else BOOT_MINUTES_CPU
     return max(FSX_CREATE_MINUTES[cluster.fsx.deployment_type], boot) + BOOTSTRAP_MINUTES

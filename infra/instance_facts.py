@@ -175,3 +175,24 @@ class InstanceFacts:
         if not found:
             raise UnknownInstanceType(field, name, region)
         return found[0]
+
+
+class DescribedFacts:
+    """Facts from DescribeInstanceTypes entries already in hand (preflight's answers, tests' copy of moto's data):
+    the same `.get(name, field)` as InstanceFacts, without a client. `region` only words the error."""
+
+    def __init__(self, descriptions: dict[str, dict], region: str,
+                 price_of: Callable[[str], float | None] = prices.snapshot_price):
+        self._descriptions, self._region, self._price_of = descriptions, region, price_of
+
+    def get(self, name: str, field: str = COMPUTE_FIELD) -> InstanceType:
+        if name not in self._descriptions:
+            raise UnknownInstanceType(field, name, self._region)
+        return from_description(self._descriptions[name], self._price_of(name))
+
+
+def ec2_facts(region: str, price_of: Callable[[str], float | None] = prices.snapshot_price) -> InstanceFacts:
+    """Facts from the EC2 the process reaches: the account's under `pulumi up`, the embedded AWS (moto) offline."""
+    import boto3
+
+    return InstanceFacts(boto3.client("ec2", region_name=region), price_of=price_of)

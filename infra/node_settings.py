@@ -75,9 +75,10 @@ class NodeSettings:
                 + [("AUTHORIZED_KEY", key) for key in self.authorized_keys])
 
 
-def node_settings(cfg: ClusterConfig, region: str) -> NodeSettings:
-    """The settings of a cluster config. The launch environment is the compute nodes' on every role."""
-    compute = resolve_role(cfg, region, "compute")
+def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
+    """The settings of a cluster config (`facts`: infra/roles.py). The launch environment is the compute nodes' on
+    every role."""
+    compute = resolve_role(cfg, region, "compute", facts)
     pacing = pacing_for(cfg.compute.count + 1)
     efa = compute.efa_devices > 0
     return NodeSettings(
@@ -107,9 +108,9 @@ def render(settings: NodeSettings) -> str:
     return text
 
 
-def settings_value(cfg: ClusterConfig, region: str) -> str:
+def settings_value(cfg: ClusterConfig, region: str, facts) -> str:
     """The one function that renders `/hpcc/<cluster>/settings`: for compute.py and the box."""
-    return render(node_settings(cfg, region))
+    return render(node_settings(cfg, region, facts))
 
 
 def parse(text: str) -> NodeSettings:

@@ -37,5 +37,6 @@ def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], comput
         "fsx": {"id": storage.file_system_id, "dnsName": storage.dns_name, "mountName": storage.mount_name,
                 "mountPoint": cluster.fsx.mount_point},
         "sshCommand": ssh,
-        "estimatedHourlyCostUsd": hourly_cost(cluster),
+        # null when a node type's price is unknown (infra/estimates.py): never a wrong number
+        "estimatedHourlyCostUsd": hourly_cost(cluster, compute.head.itype, nodes[0].itype),
     }

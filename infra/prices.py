@@ -16,6 +16,7 @@ import json
 # rows of infra/catalog.py (last edited there before 2026-11-23); re-check against the Price List API
 # (`hpcc` with credentials uses `price_list_price`) before trusting them for a budget.
 SNAPSHOT_REGION = "us-east-1"
+PRICE_LIST_REGION = "us-east-1"  # where the Price List Query API answers (also ap-south-1, eu-central-1)
 SNAPSHOT_DATE = "2026-11-23"
 SNAPSHOT: dict[str, float] = {
     "p3dn.24xlarge": 31.212, "p4d.24xlarge": 32.7726, "p4de.24xlarge": 40.9657, "p5.48xlarge": 98.32,

@@ -1,16 +1,17 @@
 """One resolver from a node role to everything the program and the tests derive from it: the instance type's
 facts, the interface layout (infra/efa.py), the EFA device count, the market and reservation, and the
-bootstrap context its user data is rendered from. Pure: compute.py, tests/bootstrap_cases.py and the box all
-call it instead of repeating the derivation."""
+bootstrap context its user data is rendered from. Pure given `facts` (anything with `.get(name, field)`:
+infra.instance_facts.InstanceFacts under `pulumi up` and `hpcc plan`, DescribedFacts in tests): compute.py,
+tests/bootstrap_cases.py and the box all call it instead of repeating the derivation."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from infra.bootstrap_pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
-from infra.catalog import InstanceType, lookup
 from infra.config import ClusterConfig
 from infra.efa import InterfaceSpec, efa_device_count, interface_layout
+from infra.instance_facts import COMPUTE_FIELD, HEAD_FIELD, InstanceType
 from infra.naming import Paths
 
 ROLES = ("head", "compute")
@@ -23,7 +24,7 @@ class RoleSpec:
     efa_wanted: bool  # the head always asks for EFA where its type has it; compute unless `compute.efa: false`
     layout: tuple[InterfaceSpec, ...]
     efa_devices: int
-    market: str  # on-demand | spot
+    market: str  # on-demand | spot | capacity-block
     capacity_reservation_id: str | None
     root_volume_gib: int
 
@@ -32,22 +33,15 @@ class RoleSpec:
         return self.efa_devices > 0
 
 
-def _instance_type(name: str, field: str) -> InstanceType:
-    itype = lookup(name)
-    if itype is None:  # config validation refuses unknown types first; this is a programming error
-        raise ValueError(f"{field}: unknown instance type {name!r}")
-    return itype
-
-
-def resolve_role(cfg: ClusterConfig, region: str, role: str) -> RoleSpec:
-    """region is unused today and kept so a per-region fact has one place to go."""
+def resolve_role(cfg: ClusterConfig, region: str, role: str, facts) -> RoleSpec:
+    """`facts` answers for `region` (an unknown type raises UnknownInstanceType naming the field)."""
     del region
     if role == "head":
-        itype, efa, market, reservation = (_instance_type(cfg.head_node.instance_type, "headNode.instanceType"),
+        itype, efa, market, reservation = (facts.get(cfg.head_node.instance_type, HEAD_FIELD),
                                            True, "on-demand", None)
         root = cfg.head_node.root_volume_gib
     elif role == "compute":
-        itype = _instance_type(cfg.compute.instance_type, "compute.instanceType")
+        itype = facts.get(cfg.compute.instance_type, COMPUTE_FIELD)
         efa, market, reservation = cfg.compute.efa is not False, cfg.compute.market, cfg.compute.capacity_reservation_id
         root = cfg.compute.root_volume_gib
     else:
@@ -56,13 +50,13 @@ def resolve_role(cfg: ClusterConfig, region: str, role: str) -> RoleSpec:
     return RoleSpec(role, itype, efa, layout, efa_device_count(list(layout)), market, reservation, root)
 
 
-def bootstrap_context(cfg: ClusterConfig, region: str, role: str):
+def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts):
     """The user data's values for a role: nothing that a resize, a retune or another compute type changes
     (those are in the settings parameter, infra/node_settings.py)."""
     from infra.components.network import VPC_CIDR
     from infra.userdata import BootstrapContext  # userdata imports node_settings, which imports this module
 
-    spec = resolve_role(cfg, region, role)
+    spec = resolve_role(cfg, region, role, facts)
     paths, first = Paths(cfg.name), first_call_pacing()
     return BootstrapContext(
         cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,
@@ -74,6 +68,6 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str):
         api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR)
 
 
-def role_contexts(cfg: ClusterConfig, region: str) -> dict:
+def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict:
     """role -> BootstrapContext, for every role."""
-    return {role: bootstrap_context(cfg, region, role) for role in ROLES}
+    return {role: bootstrap_context(cfg, region, role, facts) for role in ROLES}

@@ -24,3 +24,15 @@ def as_launch_template(layout) -> dict:
     """A layout as the launch template's networkInterfaces input (the wire names aws_rules reads)."""
     return {"networkInterfaces": [{"networkCardIndex": s.network_card_index, "deviceIndex": s.device_index,
                                    "interfaceType": s.interface_type, "subnetId": "subnet-1"} for s in layout]}
+
+
+@lru_cache(maxsize=1)
+def offline_facts():
+    """Instance facts as the offline plan gets them (moto's data, snapshot prices), with no AWS call per use."""
+    from infra.instance_facts import DescribedFacts
+
+    return DescribedFacts(all_descriptions(), REGION)
+
+
+def facts_for(name: str):
+    return offline_facts().get(name)

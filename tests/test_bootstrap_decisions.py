@@ -2,7 +2,7 @@
 
 import pytest
 
-from infra.catalog import lookup
+from tests.instance_data import facts_for as lookup
 from infra.fabric import fabric_env, mpirun_options
 from infra.hostfile import FORMATS, HostEntry
 from infra.node_settings import parse

@@ -12,6 +12,7 @@ import pytest
 
 from infra.node_settings import NodeSettings, SettingsError, parse, render, settings_value
 from tests.bootstrap_cases import configs, settings
+from tests.instance_data import offline_facts
 from tests.bootstrap_shell import context, run
 from tests.test_bootstrap_behaviour import private_run
 from tests.test_bootstrap_steps import COMMON, calls, ctx_for, fake, preamble, tool  # noqa: F401 - fake is a fixture
@@ -24,7 +25,7 @@ SETTINGS = settings()["p5-llm"]
 
 def test_settings_render_and_parse_back_for_every_example():
     for stem, cfg in configs():
-        text = settings_value(cfg.cluster, cfg.region)
+        text = settings_value(cfg.cluster, cfg.region, offline_facts())
         assert render(parse(text)) == text, stem
 
 

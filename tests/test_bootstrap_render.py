@@ -99,10 +99,11 @@ def _planned(change: dict) -> tuple[dict, str]:
     from infra.config import parse
     from infra.node_settings import settings_value
     from infra.roles import role_contexts
+    from tests.instance_data import offline_facts
 
     cfg = parse("us-east-1", _merged(BASE, change)).cluster
-    return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1").items()},
-            settings_value(cfg, "us-east-1"))
+    return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1", offline_facts()).items()},
+            settings_value(cfg, "us-east-1", offline_facts()))
 
 
 @pytest.mark.parametrize("change", sorted({**LIFE_CHANGES, **COMPUTE_TYPE}))

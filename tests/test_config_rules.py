@@ -7,7 +7,8 @@ import pytest
 
 from infra.config import ConfigError, parse
 from infra.stackfile import load
-from infra.validators import CONFIG_RULES, check_config
+from infra.validators import CONFIG_RULES, TYPE_RULES, check_config
+from tests.instance_data import offline_facts
 
 BASE = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
         "compute": {"instanceType": "p4d.24xlarge", "count": 2}}
@@ -25,15 +26,24 @@ def cluster(**overrides):
 
 
 def problems(region="us-east-1", **overrides):
-    with pytest.raises(ConfigError) as e:
-        parse(region, cluster(**overrides))
-    return e.value.problems
+    """What parsing refuses (no AWS), else what the type rules refuse with moto's instance data (as the program)."""
+    try:
+        cfg = parse(region, cluster(**overrides))
+    except ConfigError as e:
+        return e.problems
+    return [(f.field, f.message) for f in check_config(cfg, offline_facts()) if f.is_error]
 
 
 CASES = [
     # (overrides, field, words the message must contain)
-    ({"compute__instanceType": "p9.huge"}, "cluster.compute.instanceType", "not in hpcc's instance catalog"),
-    ({"headNode__instanceType": "t2.nano"}, "cluster.headNode.instanceType", "use one of"),
+    ({"compute__instanceType": "p9.huge"}, "cluster.compute.instanceType", "DescribeInstanceTypes does not list it"),
+    ({"headNode__instanceType": "t9.nano"}, "cluster.headNode.instanceType", "aws ec2 describe-instance-types"),
+    ({"compute__instanceType": "hpc7a.96xlarge", "compute__market": "spot"}, "cluster.compute.market",
+     "on-demand only"),
+    ({"compute__instanceType": "vt1.24xlarge"}, "cluster.compute.instanceType", "cannot join a cluster placement group"),
+    ({"compute__instanceType": "hpc7g.16xlarge"}, "cluster.compute.instanceType", "arm64"),
+    ({"compute__market": "capacity-block"}, "cluster.compute.capacityReservationId", "give its id"),
+    ({"fsx__storageType": "HDD"}, "cluster.fsx.storageType", "PERSISTENT_1 only, not SCRATCH_2"),
     ({"compute__instanceType": "c6i.16xlarge", "compute__efa": True}, "cluster.compute.efa", "has no EFA"),
     ({"fsx__storageCapacityGiB": 1000}, "cluster.fsx.storageCapacityGiB", "SCRATCH_2 needs 1200, 2400 or a multiple of 2400; got 1000"),
     ({"fsx__deploymentType": "SCRATCH_1", "fsx__storageCapacityGiB": 4800}, "cluster.fsx.storageCapacityGiB", "multiple of 3600"),
@@ -43,7 +53,7 @@ CASES = [
     ({"fsx__deploymentType": "PERSISTENT_2"}, "cluster.fsx.perUnitStorageThroughput", "125, 250, 500, 1000"),
     ({"fsx__deploymentType": "PERSISTENT_2", "fsx__perUnitStorageThroughput": 200}, "cluster.fsx.perUnitStorageThroughput", "got 200"),
     ({"fsx__deploymentType": "PERSISTENT_2", "fsx__storageType": "HDD", "fsx__perUnitStorageThroughput": 125},
-     "cluster.fsx.storageType", "use SSD"),
+     "cluster.fsx.storageType", "PERSISTENT_1 only"),
     ({"fsx__deploymentType": "PERSISTENT_2", "fsx__perUnitStorageThroughput": 125, "fsx__lustreVersion": "2.10"},
      "cluster.fsx.lustreVersion", "2.12 or 2.15"),
     ({"fsx__deploymentType": "SCRATCH_1", "fsx__dataRepositoryPath": "s3://bucket/x"}, "cluster.fsx.dataRepositoryPath", "SCRATCH_1"),
@@ -83,15 +93,24 @@ def test_bad_field_is_named_with_the_fix(overrides, field, words):
 def test_every_config_rule_has_a_case():
     """A new rule without a case above fails here."""
     messages = " ".join(c[2] for c in CASES)
-    for rule in CONFIG_RULES:
+    for rule in CONFIG_RULES + TYPE_RULES:
         assert rule.__name__ in RULE_CASES, f"{rule.__name__} has no test case"
     assert messages
 
 
-RULE_CASES = {"instance_types_known", "efa_matches_type", "fsx_capacity", "fsx_throughput", "fsx_lustre_version",
+RULE_CASES = {"architecture", "efa_matches_type", "market_supported", "cluster_placement", "fsx_capacity",
+              "fsx_hdd_deployment", "fsx_throughput", "fsx_lustre_version",
               "fsx_data_repository", "fsx_mount_point", "spot_and_reservation", "az_in_region", "ssh_not_open_to_world",
               "ssh_ipv4_only", "ssh_address_space_capped",
               "head_public_needs_single_interface", "image_supports_type"}
+
+
+def test_parsing_needs_no_instance_facts():
+    """`hpcc up` parses the config before anything reaches AWS: a type EC2 does not list passes parsing, and only
+    the type rules (with facts) refuse it."""
+    cfg = parse("us-east-1", cluster(compute__instanceType="p9.huge"))
+    assert not [f for f in check_config(cfg) if f.is_error]
+    assert [f.field for f in check_config(cfg, offline_facts()) if f.is_error] == ["cluster.compute.instanceType"]
 
 
 def test_missing_region_and_cluster_are_named():
@@ -105,12 +124,12 @@ def test_missing_region_and_cluster_are_named():
 
 def test_warnings_do_not_stop_the_plan():
     cfg = parse("us-east-1", cluster(compute__instanceType="p3dn.24xlarge", compute__efa=False))
-    found = {(f.severity, f.field) for f in check_config(cfg)}
+    found = {(f.severity, f.field) for f in check_config(cfg, offline_facts())}
     assert found == {("warning", "cluster.image"), ("warning", "cluster.compute.efa")}
 
 
 def test_examples_are_valid():
-    for name in ("p3dn-bert", "c6i-oneccl", "p5-llm"):
+    for name in ("p3dn-bert", "c6i-oneccl", "p5-llm", "p5-capacity-block"):
         assert load(f"examples/{name}.yaml").cluster.name
 
 

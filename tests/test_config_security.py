@@ -189,7 +189,14 @@ def test_a_public_key_that_is_not_one_plain_key_line_is_refused(key, index):
 
 
 def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_parameter():
-    from infra.node_settings import SETTINGS_LIMIT, SettingsError, parse as parse_settings, settings_value
+    from infra.node_settings import SETTINGS_LIMIT, SettingsError, parse as parse_settings
+    from infra.node_settings import settings_value as with_facts
+    from tests.instance_data import offline_facts
+
+    facts = offline_facts()
+
+    def settings_value(cfg, region):
+        return with_facts(cfg, region, facts)
 
     cfg = parse("us-east-1", dict(BASE, ssh={"authorizedKeys": [KEY]})).cluster
     text = settings_value(cfg, "us-east-1")
@@ -202,4 +209,4 @@ def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_paramet
     with pytest.raises(SettingsError, match=f"the parameter holds {SETTINGS_LIMIT}: give fewer or shorter"):
         from infra.node_settings import node_settings, render
         from dataclasses import replace
-        render(replace(node_settings(many, "us-east-1"), authorized_keys=(rsa,) * 6))
+        render(replace(node_settings(many, "us-east-1", facts), authorized_keys=(rsa,) * 6))

@@ -2,7 +2,7 @@
 
 import json
 
-from infra.catalog import lookup
+from tests.instance_data import facts_for as lookup
 from infra.efa import efa_device_count, interface_layout
 from infra.naming import TAG_CLUSTER
 
@@ -83,7 +83,7 @@ def test_p5_gets_every_efa_interface_it_supports(planned):
     result, _ = planned
     if result.config.cluster.compute.instance_type != "p5.48xlarge":
         return
-    nics = result.named("llm-compute-lt")["inputs"]["networkInterfaces"]
+    nics = result.named(f"{result.config.cluster.name}-compute-lt")["inputs"]["networkInterfaces"]
     assert len(nics) == 33 and sum(n["interfaceType"] == "efa-only" for n in nics) == 32
     assert nics[0] | {} and (nics[0]["networkCardIndex"], nics[0]["deviceIndex"], nics[0]["interfaceType"]) == (0, 0, "interface")
     assert sorted(n["networkCardIndex"] for n in nics if n["interfaceType"] == "efa-only") == [0] + list(range(1, 32))
@@ -94,15 +94,18 @@ def test_launch_templates_require_imdsv2_encrypt_root_and_use_the_placement_grou
     c = result.config.cluster.name
     group = result.named(f"{c}-placement")["inputs"]
     assert group["strategy"] == "cluster"
+    compute = result.config.cluster.compute
     for lt in result.of_type(LT):
         i = lt["inputs"]
         assert i["metadataOptions"]["httpTokens"] == "required"
         assert all(b["ebs"]["encrypted"] == "true" for b in i["blockDeviceMappings"])
-        assert i["placement"]["groupName"] == group["name"]
+        # Nodes launched into a reservation go into its own group or none (infra/components/compute.py).
+        reserved = lt["name"] == f"{c}-compute-lt" and compute.capacity_reservation_id
+        assert i["placement"].get("groupName") == (compute.placement_group if reserved else group["name"])
         assert i["placement"]["availabilityZone"] == result.outputs["availabilityZone"]
         assert "vpcSecurityGroupIds" not in i  # with interfaces, groups go on each interface
-    spot = result.config.cluster.compute.market == "spot"
-    assert ("instanceMarketOptions" in result.named(f"{c}-compute-lt")["inputs"]) == spot
+    market = result.named(f"{c}-compute-lt")["inputs"].get("instanceMarketOptions", {}).get("marketType", "on-demand")
+    assert market == compute.market
 
 
 def _closure(result, name):

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.catalog import InstanceType
 from infra.config import ClusterConfig
 from infra.efa import interface_layout
+from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
 from infra.naming import HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, tags
 from infra.node_settings import settings_value
@@ -26,8 +26,7 @@ PENDING_STATUS = '{"phase": "pending"}'
 class ComputeArgs:
     config: ClusterConfig
     region: str
-    head_type: InstanceType
-    compute_type: InstanceType
+    facts: object  # `.get(name, field)` -> InstanceType (infra/instance_facts.py)
     availability_zone: pulumi.Input[str]
     image: pulumi.Output[ImageInfo]
     private_subnet_id: pulumi.Input[str]
@@ -55,6 +54,16 @@ def interfaces_tag(itype: InstanceType, efa: bool, public: bool) -> str:
     return " + ".join(f"{n} {kind}" for kind, n in counts.items()) + (", public" if public else "")
 
 
+def compute_placement_group(cfg: ClusterConfig, own_group: pulumi.Input[str]) -> pulumi.Input[str] | None:
+    """Compute nodes launched into a reservation (ODCR or Capacity Block) go into the group it was made in
+    (compute.placementGroup) or none: in an unrelated group EC2 can refuse for capacity although the reservation
+    has room (aws-parallelcluster, ec2_validators.py PlacementGroupCapacityReservationValidator; EC2 User Guide
+    "Capacity Reservations in cluster placement groups"). Preflight checks the reservation's group."""
+    if cfg.compute.capacity_reservation_id:
+        return cfg.compute.placement_group
+    return cfg.compute.placement_group or own_group
+
+
 class Compute(pulumi.ComponentResource):
     head: Node
     compute_nodes: list[Node]
@@ -68,12 +77,13 @@ class Compute(pulumi.ComponentResource):
         paths = Paths(c)
 
         group = aws.ec2.PlacementGroup(f"{c}-placement", name=f"hpcc-{c}", strategy="cluster",
-                                       tags=tags(c, "placement", t), opts=child)
+                                       tags=tags(c, "placement", t), opts=child).name
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
-        head, compute = resolve_role(cfg, args.region, "head"), resolve_role(cfg, args.region, "compute")
+        head = resolve_role(cfg, args.region, "head", args.facts)
+        compute = resolve_role(cfg, args.region, "compute", args.facts)
         head_lt = self._launch_template(args, group, head, public=self.head_is_public)
-        compute_lt = self._launch_template(args, group, compute, public=False)
+        compute_lt = self._launch_template(args, compute_placement_group(cfg, group), compute, public=False)
 
         self.head = self._node(args, HEAD, "head", head_lt, head.itype, efa=head.efa_wanted,
                                public=self.head_is_public)
@@ -85,7 +95,7 @@ class Compute(pulumi.ComponentResource):
         aws.ssm.Parameter(
             f"{c}-settings-param", name=paths.settings, type="String", tier="Intelligent-Tiering",
             description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/node_settings.py)",
-            value=settings_value(cfg, args.region), tags=tags(c, "settings-param", t), opts=child)
+            value=settings_value(cfg, args.region, args.facts), tags=tags(c, "settings-param", t), opts=child)
 
         # What the bootstrap waits for: the nodes' addresses once every instance exists.
         aws.ssm.Parameter(
@@ -103,7 +113,7 @@ class Compute(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
-    def _launch_template(self, args: ComputeArgs, group: aws.ec2.PlacementGroup, spec: RoleSpec,
+    def _launch_template(self, args: ComputeArgs, group: pulumi.Input[str] | None, spec: RoleSpec,
                          public: bool) -> aws.ec2.LaunchTemplate:
         cfg, t = args.config, args.extra_tags
         c, role, itype = cfg.name, spec.role, spec.itype
@@ -117,12 +127,14 @@ class Compute(pulumi.ComponentResource):
                 associate_public_ip_address=("true" if public else "false") if nic.is_primary else None)
             for nic in spec.layout
         ]
-        packed = user_data(bootstrap_context(cfg, args.region, role))
+        packed = user_data(bootstrap_context(cfg, args.region, role, args.facts))
         market = None
         if spec.market == "spot":
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
                 market_type="spot", spot_options=aws.ec2.LaunchTemplateInstanceMarketOptionsSpotOptionsArgs(
                     spot_instance_type="one-time", instance_interruption_behavior="terminate"))
+        elif spec.market == "capacity-block":  # EC2 User Guide, "Use Capacity Blocks": market type + reservation target
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         reservation = None
         if spec.capacity_reservation_id:
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
@@ -134,7 +146,7 @@ class Compute(pulumi.ComponentResource):
             image_id=args.image.apply(lambda i: i.ami_id),
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arns[role]),
             network_interfaces=interfaces,
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group.name, availability_zone=args.availability_zone),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group, availability_zone=args.availability_zone),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
                 # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your

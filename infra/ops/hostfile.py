@@ -6,23 +6,18 @@ same the stack output and the nodes' /etc/hpcc files use.
 
 from __future__ import annotations
 
-from infra.catalog import lookup
 from infra.hostfile import FORMATS, HostEntry
+from infra.instance_facts import from_description
 from infra.ops import OpsError
 from infra.ops.aws import Aws
 from infra.ops.status import instances
 
 
 def slots_for(aws: Aws, instance_type: str, cache: dict[str, int]) -> int:
-    """One rank per GPU, else one per physical core (infra/catalog.py), asking EC2 for types it lacks."""
+    """The program's slots (InstanceType.slots: per GPU, per NeuronCore, else per core), from EC2's answer."""
     if instance_type not in cache:
-        known = lookup(instance_type)
-        if known is not None:
-            cache[instance_type] = known.slots
-        else:
-            info = aws.call("ec2", "describe_instance_types", InstanceTypes=[instance_type])["InstanceTypes"][0]
-            gpus = sum(g.get("Count", 0) for g in info.get("GpuInfo", {}).get("Gpus", []))
-            cache[instance_type] = gpus or info["VCpuInfo"].get("DefaultCores", info["VCpuInfo"]["DefaultVCpus"])
+        info = aws.call("ec2", "describe_instance_types", InstanceTypes=[instance_type])["InstanceTypes"][0]
+        cache[instance_type] = from_description(info).slots
     return cache[instance_type]
 
 

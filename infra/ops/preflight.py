@@ -8,16 +8,21 @@ the only write-shaped call is RunInstances with DryRun=True.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from functools import cached_property
 from typing import Callable, Iterable
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from infra.az import first_az, kept_az_problem
 from infra.config import DLAMI_OWNER, StackConfig
 from infra.naming import Paths
 from infra.ops.aws import Aws, error_code, error_message
+from infra import prices
+from infra.instance_facts import DescribedFacts
+from infra.ops.capacity import capacity_reservation
 from infra.validators import ERROR, INFO, WARNING, Finding, check_config
+from infra.validators.type_rules import TYPE_RULES, resolve_types
 
 HEAD_FIELD = "cluster.headNode.instanceType"
 COMPUTE_FIELD = "cluster.compute.instanceType"
@@ -64,11 +69,24 @@ class Role:
     reservation: str | None = None
 
 
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 @dataclass
 class Context:
     aws: Aws
     cfg: StackConfig
     notes: dict = field(default_factory=dict)
+    now: Callable[[], datetime] = utc_now  # injected: reservation start and end are compared with it
+    pricing: object = None  # a boto3 "pricing" client; default: the Price List API's us-east-1 endpoint
+
+    def pricing_client(self):
+        if self.pricing is None:  # the Price List API answers in us-east-1 (and ap-south-1, eu-central-1) only
+            import boto3
+
+            self.pricing = boto3.client("pricing", region_name=prices.PRICE_LIST_REGION)
+        return self.pricing
 
     @property
     def cluster(self):
@@ -179,6 +197,30 @@ def config_findings(ctx: Context) -> Iterable[Finding]:
         # The live image rules below supersede the config's guess about the image.
         if not f.is_error and not (f.field == IMAGE_FIELD and ctx.image is not None):
             yield f
+
+
+# Preflight's own live rules cover EFA and placement (efa_support, placement_strategy) and unknown types (types_exist).
+LIVE_TYPE_RULES = [r for r in TYPE_RULES if r.__name__ not in ("efa_matches_type", "cluster_placement")]
+
+
+def type_facts(ctx: Context) -> Iterable[Finding]:
+    """The program's type rules (markets, architecture, head interfaces) on this region's answers."""
+    types, _ = resolve_types(ctx.cfg, DescribedFacts(ctx.type_info, ctx.aws.region))
+    for rule in LIVE_TYPE_RULES:
+        yield from rule(ctx.cfg, types)
+
+
+def price_list(ctx: Context) -> Iterable[Finding]:
+    """Each node type's on-demand price from the AWS Price List API, else the dated snapshot, else "price unknown"."""
+    for role in ctx.roles:
+        try:
+            usd, source = prices.price_list_price(ctx.pricing_client(), role.instance_type, ctx.aws.region), "Price List API"
+        except (ClientError, BotoCoreError, NotImplementedError) as e:
+            usd, source = None, f"Price List API not read: {error_code(e) if isinstance(e, ClientError) else type(e).__name__}"
+        if usd is None and ctx.aws.region == prices.SNAPSHOT_REGION:
+            usd, source = prices.snapshot_price(role.instance_type), f"{source}; snapshot of {prices.SNAPSHOT_DATE}"
+        shown = f"${usd:,.4f}/hour on-demand" if usd is not None else "price unknown"
+        yield Finding(INFO, role.field, f"{role.instance_type}: {shown} ({source})")
 
 
 def types_exist(ctx: Context) -> Iterable[Finding]:
@@ -355,6 +397,8 @@ def dry_run_launch(ctx: Context) -> Iterable[Finding]:
         if role.market == "spot":
             kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
                 "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        elif role.market == "capacity-block":
+            kwargs["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
         if role.reservation:
             kwargs["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": role.reservation}}
         try:
@@ -378,46 +422,10 @@ def dry_run_launch(ctx: Context) -> Iterable[Finding]:
                                              "instances; check and terminate them")
 
 
-def capacity_reservation(ctx: Context) -> Iterable[Finding]:
-    compute = ctx.cluster.compute
-    rid = compute.capacity_reservation_id
-    if not rid:
-        return
-    try:
-        found = ctx.aws.call("ec2", "describe_capacity_reservations", CapacityReservationIds=[rid])["CapacityReservations"]
-    except ClientError as e:
-        if error_code(e).startswith("InvalidCapacityReservationId"):
-            found = []
-        else:
-            yield Finding(WARNING, RESERVATION_FIELD, f"could not read {rid}: {error_message(e)}; not checked")
-            return
-    except NotImplementedError:
-        yield Finding(WARNING, RESERVATION_FIELD, f"could not read {rid}: this endpoint does not model capacity "
-                                                  "reservations; not checked")
-        return
-    if not found:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} does not exist in {ctx.aws.region}")
-        return
-    cr = found[0]
-    if cr.get("State") != "active":
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is {cr.get('State')}, not active")
-    if cr.get("InstanceType") != compute.instance_type:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} reserves {cr.get('InstanceType')}, but compute nodes are "
-                                                f"{compute.instance_type}; match {COMPUTE_FIELD} to it")
-    cr_az = cr.get("AvailabilityZone")
-    if cr_az != ctx.az:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is in {cr_az}, but the cluster goes to {ctx.az}; set "
-                                                f"{AZ_FIELD}: {cr_az}")
-    free = cr.get("AvailableInstanceCount", 0)
-    if free < compute.count:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} has {free} of {cr.get('TotalInstanceCount', '?')} instances free, "
-                                                f"but the cluster needs {compute.count}; lower cluster.compute.count or "
-                                                "extend the reservation")
-
-
 RULES = [
     config_findings,
     types_exist,
+    type_facts,
     types_offered_in_az,
     efa_support,
     placement_strategy,
@@ -427,11 +435,12 @@ RULES = [
     vcpu_quota,
     dry_run_launch,
     capacity_reservation,
+    price_list,
 ]
 
 
-def preflight(aws: Aws, cfg: StackConfig) -> list[Finding]:
-    ctx = Context(aws, cfg)
+def preflight(aws: Aws, cfg: StackConfig, now: Callable[[], datetime] = utc_now, pricing=None) -> list[Finding]:
+    ctx = Context(aws, cfg, now=now, pricing=pricing)
     findings: list[Finding] = []
     for rule in RULES:
         findings.extend(rule(ctx))

@@ -1,8 +1,8 @@
 """AWS API rules that moto does not enforce, checked as EC2/FSx would before accepting a request.
 
-Sources: the EC2 User Guide (EFA, network cards), the FSx for Lustre guide, and the
-instance-type data itself (moto's copy of DescribeInstanceTypes, not hpcc's catalog, so a catalog
-mistake is caught too).
+Sources: the EC2 User Guide (EFA, network cards, Capacity Blocks), the FSx for Lustre guide, and the
+instance-type data itself (moto's copy of DescribeInstanceTypes: interfaces per card, EFA counts, the
+markets a type is sold in).
 """
 
 from __future__ import annotations
@@ -69,11 +69,26 @@ def check_launch_template(name: str, inputs: dict, type_info: dict) -> None:
                           f"{efa} EFA interfaces requested; {type_info['InstanceType']} supports {max_efa}")
     if len({nic.get("subnetId") for nic in interfaces}) > 1:
         raise AwsRejected(name, "InvalidParameterValue", "all interfaces of an instance must be in one subnet here (EFA does not cross subnets)")
+    check_market(name, inputs, type_info)
     user_data = inputs.get("userData")
     if user_data:
         raw = base64.b64decode(user_data)
         if len(raw) > USER_DATA_LIMIT:
             raise AwsRejected(name, "InvalidParameterValue", f"user data is {len(raw)} bytes; the limit is {USER_DATA_LIMIT}")
+
+
+def check_market(name: str, inputs: dict, type_info: dict) -> None:
+    """The market must be one the type is sold in (InstanceTypeInfo.SupportedUsageClasses), and a Capacity Block
+    launch names its reservation (EC2 User Guide, "Launch instances into a Capacity Block")."""
+    market = (inputs.get("instanceMarketOptions") or {}).get("marketType") or "on-demand"
+    classes = type_info.get("SupportedUsageClasses") or []
+    if classes and market not in classes:
+        raise AwsRejected(name, "Unsupported", f"{type_info['InstanceType']} is not offered as {market} "
+                                               f"(supported usage classes: {', '.join(classes)})")
+    target = ((inputs.get("capacityReservationSpecification") or {}).get("capacityReservationTarget") or {})
+    if market == "capacity-block" and not target.get("capacityReservationId"):
+        raise AwsRejected(name, "InvalidParameterCombination",
+                          "market type capacity-block needs a capacity reservation target (the Capacity Block's id)")
 
 
 def decode_user_data(b64: str) -> str:

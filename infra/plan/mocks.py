@@ -310,8 +310,8 @@ class MotoMocks(pulumi.runtime.Mocks):
                                        "Groups": n.get("securityGroups", [])} for n in i.get("networkInterfaces") or []],
                 "UserData": i.get("userData", "")}
         if i.get("placement"):
-            data["Placement"] = {"GroupName": i["placement"].get("groupName"),
-                                 "AvailabilityZone": i["placement"].get("availabilityZone")}
+            placement = {"GroupName": i["placement"].get("groupName"), "AvailabilityZone": i["placement"].get("availabilityZone")}
+            data["Placement"] = {k: v for k, v in placement.items() if v is not None}  # no group: a reservation's nodes
         lt = self.ec2.create_launch_template(LaunchTemplateName=i["name"], LaunchTemplateData=data,
                                              TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tags(i)}])
         lt_id = lt["LaunchTemplate"]["LaunchTemplateId"]

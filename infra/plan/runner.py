@@ -17,6 +17,7 @@ from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.changes import Change
 from infra.config import StackConfig, parse
+from infra.instance_facts import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
 from infra.plan.changes import plan_changes, refused
 from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
@@ -44,6 +45,7 @@ class PlanResult:
     user_data: dict[str, str] = field(default_factory=dict)
     changes: list[Change] | None = None  # with a previous plan: what a second `pulumi up` would do
     refused: list[Change] = field(default_factory=list)  # of those, what Pulumi refuses (protected resources)
+    facts: object = None  # the embedded AWS's instance facts (infra/instance_facts.py), for the summary
 
     def of_type(self, token: str) -> list[dict]:
         return [r for r in self.resources if r["type"] == token]
@@ -80,6 +82,8 @@ def _root_cause(exc: BaseException) -> BaseException | None:
 def _execute(config_map: dict, cfg: StackConfig, stack: str,
              previous: PreviousPlan | None = None) -> tuple[list[dict], dict]:
     mocks = MotoMocks(cfg.region)
+    if cfg.cluster.compute.placement_group:  # the account's group: offline it is taken to exist (preflight checks it)
+        mocks.placement_groups[cfg.cluster.compute.placement_group] = "cluster"
     monitor = RecordingMonitor(mocks, kept=previous.kept_inputs if previous else None)
     executor = ThreadPoolExecutor(thread_name_prefix="hpcc-plan")
     _ensure_event_loop().set_default_executor(executor)  # registrations run here; drained below
@@ -121,23 +125,30 @@ def _drain(executor: ThreadPoolExecutor) -> None:
     loop.set_default_executor(ThreadPoolExecutor())  # for whatever runs on this loop next
 
 
+def _type_warnings(cfg: StackConfig):
+    """The rules' warnings, type rules included, with facts from the embedded AWS (the program refused the errors)."""
+    facts = ec2_facts(cfg.region)
+    return facts, [f for f in check_config(cfg, facts) if not f.is_error]
+
+
 def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None,
                 previous: PreviousPlan | None = None) -> PlanResult:
     """Plan a stack config map ({"aws:region": ..., "hpcc:cluster": {...}}). Inside an active
     `embedded_aws` block (pass it as `aws`) the created resources stay readable with boto3. With an
     earlier plan (`previous`), ignored inputs keep its values and `changes` says what an update would do."""
     cfg = parse(config_map.get("aws:region"), config_map.get("hpcc:cluster"))
-    warnings = [f for f in check_config(cfg) if not f.is_error]
     started = time.perf_counter()
     if aws is None:
         with embedded_aws(cfg.region):
             resources, outputs = _execute(config_map, cfg, stack, previous)
+            facts, warnings = _type_warnings(cfg)
     else:
         resources, outputs = _execute(config_map, cfg, stack, previous)
+        facts, warnings = _type_warnings(cfg)
     user_data = {r["name"]: decode_user_data(r["inputs"]["userData"]) for r in resources
                  if r["type"] in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance")
                  and r["inputs"].get("userData")}
-    result = PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data)
+    result = PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data, facts=facts)
     if previous is not None:
         result.changes = plan_changes(previous.resources, resources, previous.replace)
         result.refused = refused(result.changes, previous.resources, resources)

@@ -11,9 +11,22 @@ from rich.table import Table
 from rich.tree import Tree
 
 from infra.changes import ACTIONS, guarded
-from infra.estimates import minutes_to_ready
+from infra.estimates import minutes_to_ready, unpriced
+from infra.instance_facts import HEAD_FIELD
+from infra.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 
 NODES_SHOWN = 12
+
+
+def cost_line(result) -> str:
+    """The estimate, or which types have no known price (never a wrong number)."""
+    cost, cluster = result.outputs.get("estimatedHourlyCostUsd"), result.config.cluster
+    if cost is None:
+        missing = unpriced(result.facts.get(cluster.head_node.instance_type, HEAD_FIELD),
+                           result.facts.get(cluster.compute.instance_type))
+        return (f"[bold]price unknown[/] ({', '.join(missing)} not in the price snapshot of {SNAPSHOT_DATE}; "
+                "`hpcc preflight` asks the AWS Price List API)")
+    return f"[bold]${cost:,.2f}/hour[/] (on-demand prices, {SNAPSHOT_REGION}, snapshot of {SNAPSHOT_DATE})"
 
 
 def print_summary(result, out: Path, console: Console | None = None) -> None:
@@ -51,8 +64,8 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     console.print(f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "
                   f"{fsx['dnsName']}@tcp:/{fsx['mountName']} on {fsx['mountPoint']}")
     console.print(f"Log in: {outputs['sshCommand']}")
-    console.print(f"Estimated cost: [bold]${outputs['estimatedHourlyCostUsd']:,.2f}/hour[/] (on-demand prices, "
-                  f"us-east-1); ready in about {minutes_to_ready(cluster)} minutes after `pulumi up` starts")
+    console.print(f"Estimated cost: {cost_line(result)}; ready in about "
+                  f"{minutes_to_ready(cluster, result.facts.get(cluster.compute.instance_type))} minutes after `pulumi up` starts")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w.field}: {w.message}", highlight=False)
     console.print(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 
-from infra.catalog import known_types, lookup
 from infra.validators.findings import ERROR, WARNING, Finding
 from infra.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count, mount_point_problems
 
@@ -17,33 +16,6 @@ PERSISTENT_THROUGHPUT = {
 # First base, then the step: SCRATCH_1 is 1200, 2400, then multiples of 3600.
 CAPACITY_STEPS = {"SCRATCH_1": 3600, "SCRATCH_2": 2400, "PERSISTENT_1": 2400, "PERSISTENT_2": 2400}
 HDD_STEPS = {12: 6000, 40: 1800}
-
-
-def instance_types_known(cfg):
-    for field, name in (("cluster.headNode.instanceType", cfg.cluster.head_node.instance_type),
-                        ("cluster.compute.instanceType", cfg.cluster.compute.instance_type)):
-        itype = lookup(name)
-        if itype is None:
-            yield Finding(ERROR, field, f"{name!r} is not in hpcc's instance catalog (infra/catalog.py); "
-                                        f"use one of: {', '.join(known_types())}")
-        elif itype.arch != "x86_64":
-            yield Finding(ERROR, field, f"{name} is {itype.arch}; hpcc builds x86_64 clusters only")
-
-
-def efa_matches_type(cfg):
-    compute = cfg.cluster.compute
-    itype = lookup(compute.instance_type)
-    if itype is None:
-        return
-    if compute.efa is True and not itype.efa_supported:
-        efa_types = [t for t in known_types() if lookup(t).efa_supported]
-        yield Finding(ERROR, "cluster.compute.efa",
-                      f"{itype.name} has no EFA; remove `efa: true` to run over TCP, or pick an EFA type "
-                      f"such as {', '.join(efa_types[:6])}")
-    elif compute.efa is False and itype.efa_supported:
-        yield Finding(WARNING, "cluster.compute.efa",
-                      f"{itype.name} supports EFA but it is turned off: collectives will run over TCP, "
-                      "typically several times slower; remove `efa: false` to use it")
 
 
 def fsx_capacity(cfg):
@@ -72,12 +44,21 @@ def fsx_throughput(cfg):
             yield Finding(ERROR, field, f"{fsx.deployment_type} has a fixed throughput; remove this key, or use a "
                                         "PERSISTENT deployment type to choose one")
     elif allowed is None:
-        yield Finding(ERROR, f"{FSX}.storageType", f"{fsx.storage_type} storage is not offered with {fsx.deployment_type}; use SSD")
+        return  # fsx_hdd_deployment says why
     elif fsx.per_unit_storage_throughput is None:
         yield Finding(ERROR, field, f"{fsx.deployment_type} {fsx.storage_type} needs one of {', '.join(map(str, allowed))} MB/s/TiB")
     elif fsx.per_unit_storage_throughput not in allowed:
         yield Finding(ERROR, field, f"{fsx.deployment_type} {fsx.storage_type} needs one of "
                                     f"{', '.join(map(str, allowed))} MB/s/TiB; got {fsx.per_unit_storage_throughput}")
+
+
+def fsx_hdd_deployment(cfg):
+    """HDD storage is for PERSISTENT_1 only (FSx API reference, CreateFileSystem, StorageType:
+    https://docs.aws.amazon.com/fsx/latest/APIReference/API_CreateFileSystem.html)."""
+    fsx = cfg.cluster.fsx
+    if fsx.storage_type == "HDD" and fsx.deployment_type != "PERSISTENT_1":
+        yield Finding(ERROR, f"{FSX}.storageType", f"FSx for Lustre takes HDD storage with PERSISTENT_1 only, not "
+                                                   f"{fsx.deployment_type}; use SSD, or deploymentType: PERSISTENT_1")
 
 
 def fsx_lustre_version(cfg):
@@ -109,6 +90,10 @@ def spot_and_reservation(cfg):
     if compute.market == "spot" and compute.capacity_reservation_id:
         yield Finding(ERROR, "cluster.compute.capacityReservationId",
                       "a capacity reservation holds on-demand capacity; set market: on-demand, or drop the reservation")
+    if compute.market == "capacity-block" and not compute.capacity_reservation_id:
+        yield Finding(ERROR, "cluster.compute.capacityReservationId",
+                      "market: capacity-block launches into a purchased Capacity Block: give its id (cr-...), which "
+                      "`aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block` lists")
 
 
 def az_in_region(cfg):
@@ -150,14 +135,6 @@ def ssh_address_space_capped(cfg):
                       "Name the narrower ranges you connect from, or leave the list empty and use SSM Session Manager")
 
 
-def head_public_needs_single_interface(cfg):
-    head = lookup(cfg.cluster.head_node.instance_type)
-    if cfg.cluster.ssh.allowed_cidrs and head is not None and head.network_cards > 1 and head.efa_supported:
-        yield Finding(ERROR, "cluster.headNode.instanceType",
-                      f"SSH from the internet needs a public IP, which {head.name} (several network cards) cannot "
-                      "get; use a single-card head type such as c5n.18xlarge, or drop cluster.ssh.allowedCidrs and use SSM")
-
-
 def image_supports_type(cfg):
     image = cfg.cluster.image
     fam = image.resolved_family
@@ -170,9 +147,8 @@ def image_supports_type(cfg):
 
 
 RULES = [
-    instance_types_known,
-    efa_matches_type,
     fsx_capacity,
+    fsx_hdd_deployment,
     fsx_throughput,
     fsx_lustre_version,
     fsx_data_repository,
@@ -182,6 +158,5 @@ RULES = [
     ssh_not_open_to_world,
     ssh_ipv4_only,
     ssh_address_space_capped,
-    head_public_needs_single_interface,
     image_supports_type,
 ]

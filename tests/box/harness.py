@@ -27,7 +27,7 @@ from pathlib import Path
 
 import boto3
 
-from infra.catalog import lookup
+from tests.instance_data import facts_for as lookup
 from infra.config import parse
 from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
 from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401

@@ -8,6 +8,7 @@ from infra.node_settings import settings_value
 from infra.roles import role_contexts
 from infra.userdata import render
 from tests.box.harness import REGION, Box
+from tests.instance_data import offline_facts
 
 pytestmark = pytest.mark.box
 
@@ -17,8 +18,8 @@ def test_box_scripts_are_the_renderers_output_and_survive_a_resize(profile):
     box = Box(profile=profile)
     cfg = box.config()
     before = box.plan()
-    assert before["userData"] == {role: render(ctx) for role, ctx in role_contexts(cfg, REGION).items()}
-    assert before["settings"] == settings_value(cfg, REGION)
+    assert before["userData"] == {role: render(ctx) for role, ctx in role_contexts(cfg, REGION, offline_facts()).items()}
+    assert before["settings"] == settings_value(cfg, REGION, offline_facts())
     assert before["hostsNodes"] == ["head", "compute-000", "compute-001"]
     box.compute_count += 1
     after = box.plan()

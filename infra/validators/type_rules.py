@@ -1,0 +1,95 @@
+"""Rules that need the instance types' facts (infra/instance_facts.py): they run where facts exist — the program
+(`pulumi up` asks the account's EC2, `hpcc plan` the embedded AWS), preflight (live EC2) and tests. Each takes
+(cfg, types) where `types` maps a config field to its InstanceType; `type_findings` builds that map from any
+`facts` with `.get(name, field)` and reports a type EC2 does not list as an error naming the field.
+
+What EC2's own data says, checked before anything launches (DescribeInstanceTypes, API reference
+InstanceTypeInfo): `SupportedUsageClasses` (the markets a type is sold in: some HPC types are on-demand only),
+`PlacementGroupInfo.SupportedStrategies` (whether it can join a cluster placement group), `ProcessorInfo`.
+"""
+
+from __future__ import annotations
+
+from infra.instance_facts import COMPUTE_FIELD, HEAD_FIELD, InstanceType, UnknownInstanceType
+from infra.validators.findings import ERROR, WARNING, Finding
+
+MARKET_FIELD = "cluster.compute.market"
+IMAGE_FIELD = "cluster.image"
+# The architecture hpcc's images are resolved for (infra/lookups.py refuses any other image).
+SUPPORTED_ARCHITECTURES = ("x86_64",)
+
+
+def roles(cfg) -> list[tuple[str, str]]:
+    c = cfg.cluster
+    return [(HEAD_FIELD, c.head_node.instance_type), (COMPUTE_FIELD, c.compute.instance_type)]
+
+
+def architecture(cfg, types: dict[str, InstanceType]):
+    for field, itype in types.items():
+        if not set(itype.architectures or (itype.arch,)) & set(SUPPORTED_ARCHITECTURES):
+            yield Finding(ERROR, field, f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}, and "
+                                        f"{IMAGE_FIELD} has no Deep Learning AMI family for it in hpcc (only "
+                                        f"{', '.join(SUPPORTED_ARCHITECTURES)}); pick an x86_64 type")
+
+
+def efa_matches_type(cfg, types: dict[str, InstanceType]):
+    compute, itype = cfg.cluster.compute, types.get(COMPUTE_FIELD)
+    if itype is None:
+        return
+    if compute.efa is True and not itype.efa_supported:
+        yield Finding(ERROR, "cluster.compute.efa",
+                      f"{itype.name} has no EFA (DescribeInstanceTypes: EfaSupported false); remove `efa: true` to run "
+                      "over TCP, or pick a type that `aws ec2 describe-instance-types --filters "
+                      "Name=network-info.efa-supported,Values=true` lists")
+    elif compute.efa is False and itype.efa_supported:
+        yield Finding(WARNING, "cluster.compute.efa",
+                      f"{itype.name} supports EFA but it is turned off: collectives will run over TCP, "
+                      "typically several times slower; remove `efa: false` to use it")
+
+
+def market_supported(cfg, types: dict[str, InstanceType]):
+    """A market the type is not sold in fails at launch, halfway through `pulumi up`."""
+    market, itype = cfg.cluster.compute.market, types.get(COMPUTE_FIELD)
+    if itype is None or not itype.usage_classes or market in itype.usage_classes:
+        return
+    yield Finding(ERROR, MARKET_FIELD, f"{itype.name} is not sold as {market} (EC2 lists it for "
+                                       f"{', '.join(itype.usage_classes)} only); set market to one of those, or pick "
+                                       "another type")
+
+
+def cluster_placement(cfg, types: dict[str, InstanceType]):
+    """Every node launches into one cluster placement group (infra/components/compute.py)."""
+    for field, itype in types.items():
+        if itype.placement_strategies and not itype.cluster_placement_supported:
+            yield Finding(ERROR, field, f"{itype.name} cannot join a cluster placement group (EC2 lists only "
+                                        f"{', '.join(itype.placement_strategies)}), and every hpcc node launches into "
+                                        "one for EFA; pick a type that supports the `cluster` strategy")
+
+
+def head_public_needs_single_interface(cfg, types: dict[str, InstanceType]):
+    head = types.get(HEAD_FIELD)
+    if cfg.cluster.ssh.allowed_cidrs and head is not None and head.network_cards > 1 and head.efa_supported:
+        yield Finding(ERROR, HEAD_FIELD,
+                      f"SSH from the internet needs a public IP, which {head.name} (several network cards) cannot "
+                      "get; use a single-card head type such as c5n.18xlarge, or drop cluster.ssh.allowedCidrs and use SSM")
+
+
+TYPE_RULES = [architecture, efa_matches_type, market_supported, cluster_placement, head_public_needs_single_interface]
+
+
+def resolve_types(cfg, facts) -> tuple[dict[str, InstanceType], list[Finding]]:
+    """field -> the type's facts, for the types EC2 lists; an error Finding for each it does not."""
+    types, problems = {}, []
+    for field, name in roles(cfg):
+        try:
+            types[field] = facts.get(name, field)
+        except UnknownInstanceType as e:
+            problems.append(Finding(ERROR, field, str(e).removeprefix(f"{field}: ")))
+    return types, problems
+
+
+def type_findings(cfg, facts) -> list[Finding]:
+    types, findings = resolve_types(cfg, facts)
+    for rule in TYPE_RULES:
+        findings.extend(rule(cfg, types))
+    return findings
