@@ -4,53 +4,21 @@ wait, failure report, hostfile and leftover check after it run for real against 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.naming import Paths
 from infra.ops import OpsError
 from infra.ops.aws import Aws, Backoff
 from infra.ops.up import destroy, up
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
-from tests.ops_support import EXAMPLES, inject_errors
+from tests.ops_support import EXAMPLES, FakeStack, inject_errors, put_status
 
 REGION = "us-east-1"
 CPU = EXAMPLES / "c6i-oneccl.yaml"
-
-
-class FakeStack:
-    """Stands in for pulumi.automation.Stack: `up` runs the real program against moto (as the plan does)."""
-
-    def __init__(self, env, config_path, on_up=None, on_destroy=None):
-        self.env, self.config_path, self.on_up, self.on_destroy = env, config_path, on_up, on_destroy
-        self.config, self.calls = {}, []
-
-    def set_all_config(self, config, *, path=False):
-        self.config.update({k: v.value for k, v in config.items()})
-
-    def up(self, on_output=None, **kwargs):
-        self.calls.append(("up", kwargs))
-        on_output("Updating (dev):\n")
-        result = plan_stack_file(self.config_path, aws=self.env)
-        if self.on_up:
-            self.on_up(result)
-        on_output(f"Resources: {len(result.resources)} created\n")
-        return SimpleNamespace(outputs={k: SimpleNamespace(value=v) for k, v in result.outputs.items()})
-
-    def destroy(self, on_output=None, **kwargs):
-        self.calls.append(("destroy", kwargs))
-        on_output("Destroying (dev):\n")
-        if self.on_destroy:
-            self.on_destroy()
-
-
-def put_status(env, cluster, node, **status):
-    env.client("ssm").put_parameter(Name=Paths(cluster).node(node), Value=json.dumps(status), Type="String", Overwrite=True)
 
 
 def console():
@@ -68,7 +36,7 @@ def test_without_pulumi_cli_says_how_to_install(monkeypatch):
 
 def test_up_names_the_failed_node_with_step_and_log_tail(tmp_path):
     with embedded_aws(REGION) as env:
-        def nodes_report(result):
+        def nodes_report(_up_options):
             for node in ["head", "compute-000", "compute-002", "compute-003"]:
                 put_status(env, "cpu-oneccl", node, phase="ready", step="launch-env", ok=True)
             put_status(env, "cpu-oneccl", "compute-001", phase="failed", step="efa", ok=False,
