@@ -52,6 +52,8 @@ def test_named_replacements_pass_and_everything_else_guarded_still_stops():
                Change("bert-compute-003", INSTANCE, "delete"), Change("bert-hosts-param", PARAM, "update")]
     assert [c.name for c in blocking(changes, ["bert-compute-001"])] == ["bert-compute-002", "bert-compute-003"]
     assert blocking(changes[:1], ["bert-compute-001"]) == []
+    deleting = Change("bert-compute-001", INSTANCE, "delete")  # naming a node allows its replacement, not its deletion
+    assert blocking([deleting], ["bert-compute-001"]) == [deleting]
     with pytest.raises(OpsError, match="replace instance bert-compute-002") as stopped:
         check(changes, allow_replace=False, allowed_replacements=["bert-compute-001"])
     assert "bert-compute-001" not in str(stopped.value)

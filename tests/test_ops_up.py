@@ -133,7 +133,8 @@ def all_ready(env):
 
 def quick_up(stack, tmp_path, out=None, **options):
     return up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: stack, console=out or console(),
-              hostfile_path=tmp_path / "hostfile", poll=0, sleep=lambda _: None, skip_preflight=True, **options)
+              hostfile_path=tmp_path / "hostfile", poll=0, sleep=lambda _: None, skip_preflight=True, wait_seconds=0,
+              **options)
 
 
 def ops(stack):
