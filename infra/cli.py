@@ -132,8 +132,8 @@ def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi
 def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
            stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
-    """Each node's instance state and bootstrap phase."""
-    from infra.ops.status import cluster_status, print_failures, summary, table
+    """Each node's instance state, bootstrap phase and hosts version; how to replace the dead or failed."""
+    from infra.ops.status import cluster_status, needs_replacing, print_failures, replace_command, summary, table
 
     name, region = _stack_cluster(stack, cluster, region)
     rows = _ops(lambda: cluster_status(_aws(region), name))
@@ -143,7 +143,9 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
     out.print(table(name, rows))
     print_failures(out, rows)
     out.print(summary(rows), highlight=False)
-    if any(r.failed for r in rows):
+    dead = needs_replacing(rows)
+    if dead:
+        out.print(f"replace them with: {replace_command(dead, stack)}", markup=False, highlight=False)
         raise typer.Exit(1)
 
 
@@ -190,12 +192,44 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
        stack: str = typer.Option("dev", "--stack", help="Pulumi stack name"),
        hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
        wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
-       skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first")):
-    """Preflight, `pulumi up` (streamed), then wait for every node's bootstrap and write the hostfile."""
+       skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first"),
+       allow_replace: bool = typer.Option(False, "--allow-replace",
+                                          help="go ahead when the preview replaces or deletes an instance, subnet, "
+                                               "placement group or the file system"),
+       update_image: bool = typer.Option(False, "--update-image",
+                                         help="resolve the image again (replaces the image pin; new instances need "
+                                              "--allow-replace)")):
+    """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the hostfile."""
     from infra.ops.up import up as run_up
 
     report = _ops(lambda: run_up(config, stack, hostfile_path=hostfile_out, skip_preflight=skip_preflight,
-                                 wait_seconds=None if wait_minutes is None else wait_minutes * 60))
+                                 wait_seconds=None if wait_minutes is None else wait_minutes * 60,
+                                 allow_replace=allow_replace, update_image=update_image))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def replace(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+            nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: head, compute-001 ..."),
+            stack: str = typer.Option("dev", "--stack", help="Pulumi stack name"),
+            hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
+            wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
+            allow_replace: bool = typer.Option(False, "--allow-replace",
+                                               help="also go ahead with other guarded changes the preview shows")):
+    """New instances for the named nodes (`pulumi up --replace`), then wait until they are ready and every node has the new hosts."""
+    from infra.ops.replace import UnknownNodes, replace as run_replace
+
+    def run():
+        try:
+            return run_replace(config, stack, nodes, hostfile_path=hostfile_out, allow_replace=allow_replace,
+                               wait_seconds=None if wait_minutes is None else wait_minutes * 60)
+        except UnknownNodes as e:  # a usage error (exit 2), not an operation that failed
+            return e
+
+    report = _ops(run)
+    if isinstance(report, UnknownNodes):
+        raise fail(str(report), 2)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -53,3 +53,145 @@ def edit_response(client, operation: str, edit) -> None:
     """Change moto's parsed answer to `operation` in place with `edit(parsed)`."""
     event = f"after-call.{client.meta.service_model.service_id.hyphenize()}.{operation}"
     client.meta.events.register(event, lambda parsed, **_: edit(parsed))
+
+
+# -- a fake Pulumi stack: the Automation API's Stack, with the real program run against moto --------------------
+
+def qualified_types(records: list[dict]) -> dict[str, str]:
+    """Each resource's URN type part: its parents' types and its own, joined by `$` (as Pulumi writes URNs)."""
+    by_name = {r["name"]: r for r in records}
+
+    def chain(r: dict) -> str:
+        parent = by_name.get(r.get("parent") or "")
+        return f"{chain(parent)}${r['type']}" if parent else r["type"]
+
+    return {r["name"]: chain(r) for r in records}
+
+
+def fake_deployment(records: list[dict], stack: str = "dev", protected: tuple[str, ...] = ()) -> list[dict]:
+    """Deployment resources for planned records, as `pulumi stack export` lists them."""
+    types = qualified_types(records)
+    return [{"urn": f"urn:pulumi:{stack}::hpcc::{types[r['name']]}::{r['name']}", "type": r["type"], "custom": True,
+             "protect": r["type"] in protected} for r in records]
+
+
+def pre_event(op: str, urn: str, type_: str, keys=None, diffs=None):
+    """An engine ResourcePreEvent, built from the JSON the Pulumi CLI writes to its event log."""
+    from pulumi.automation.events import EngineEvent
+
+    metadata = {"op": op, "urn": urn, "type": type_, "provider": "", "keys": keys, "diffs": diffs,
+                "detailedDiff": {d: {"diffKind": "update-replace" if d in (keys or []) else "update"} for d in diffs or []}}
+    return EngineEvent.from_json({"sequence": 1, "timestamp": 0, "resourcePreEvent": {"metadata": metadata, "planning": True}})
+
+
+def replacement_events(urn: str, type_: str, keys=None) -> list:
+    """What a preview shows for one create-before-delete replacement."""
+    return [pre_event(op, urn, type_, keys=keys, diffs=keys) for op in ("create-replacement", "replace", "delete-replaced")]
+
+
+class FakeStack:
+    """Stands in for pulumi.automation.Stack. The first `up` (or `planned()`) runs the real program against
+    moto (as the plan does) and keeps its resources as the state; every up then calls `on_up(kwargs)`. `preview` sends
+    `events(kwargs)` (engine events) to on_event. Every call is recorded in `calls`."""
+
+    def __init__(self, env, config_path, on_up=None, on_destroy=None, events=None, stack="dev"):
+        self.env, self.config_path, self.on_up, self.on_destroy = env, config_path, on_up, on_destroy
+        self.events, self.stack = events or (lambda kwargs: []), stack
+        self.config, self.calls, self.result, self.state = {}, [], None, []
+
+    def set_all_config(self, config, *, path=False):
+        self.config.update({k: v.value for k, v in config.items()})
+
+    def planned(self):
+        from infra.plan.runner import plan_stack_file
+
+        self.result = plan_stack_file(self.config_path, aws=self.env)
+        self.state = fake_deployment(self.result.resources, self.stack,
+                                     protected=("aws:fsx/lustreFileSystem:LustreFileSystem",))
+        return self
+
+    def urn(self, name: str) -> str:
+        return next(r["urn"] for r in self.state if r["urn"].rsplit("::", 1)[-1] == name)
+
+    def preview(self, on_event=None, **kwargs):
+        self.calls.append(("preview", kwargs))
+        for event in self.events(kwargs):
+            on_event(event)
+        return SimpleNamespace(change_summary={})
+
+    def up(self, on_output=None, **kwargs):
+        self.calls.append(("up", kwargs))
+        on_output("Updating (dev):\n")
+        if self.result is None:
+            self.planned()
+        if self.on_up:
+            self.on_up(kwargs)
+        on_output(f"Resources: {len(self.result.resources)}\n")
+        return SimpleNamespace(outputs={k: SimpleNamespace(value=v) for k, v in self.result.outputs.items()})
+
+    def destroy(self, on_output=None, **kwargs):
+        self.calls.append(("destroy", kwargs))
+        on_output("Destroying (dev):\n")
+        if self.on_destroy:
+            self.on_destroy()
+
+    def export_stack(self):
+        from pulumi.automation import Deployment
+
+        self.calls.append(("export_stack", {}))
+        return Deployment(version=3, deployment={"manifest": {}, "resources": [dict(r) for r in self.state]})
+
+    def import_stack(self, state):
+        self.calls.append(("import_stack", {"resources": state.deployment["resources"]}))
+        self.state = [dict(r) for r in state.deployment["resources"]]
+
+
+# -- nodes as the bootstrap and the membership agent would report them ---------------------------------------
+
+def live_instance(env, cluster: str, node: str) -> dict | None:
+    """The node's newest instance that is not terminated (read straight from moto)."""
+    found = [i for r in env.client("ec2").describe_instances(Filters=[
+        {"Name": "tag:hpcc:cluster", "Values": [cluster]}, {"Name": "tag:hpcc:node", "Values": [node]}])["Reservations"]
+        for i in r["Instances"] if i["State"]["Name"] != "terminated"]
+    return max(found, key=lambda i: i["LaunchTime"]) if found else None
+
+
+def hosts_param_version(env, cluster: str) -> int:
+    from infra.naming import Paths
+
+    return env.client("ssm").get_parameter(Name=Paths(cluster).hosts)["Parameter"]["Version"]
+
+
+def put_status(env, cluster: str, node: str, **status) -> None:
+    """Write a node's status JSON; unless given, `instanceId` is its live instance's and `hostsVersion` the
+    current /hosts Version (what a node that has applied the membership writes). None leaves a field out."""
+    import json
+
+    from infra.naming import Paths
+
+    if "instanceId" not in status:
+        inst = live_instance(env, cluster, node)
+        status["instanceId"] = inst and inst["InstanceId"]
+    if "hostsVersion" not in status:
+        status["hostsVersion"] = hosts_param_version(env, cluster)
+    status = {k: v for k, v in status.items() if v is not None}
+    env.client("ssm").put_parameter(Name=Paths(cluster).node(node), Value=json.dumps(status), Type="String",
+                                    Overwrite=True)
+
+
+def replace_instance(env, cluster: str, node: str) -> tuple[str, str]:
+    """What `pulumi up --replace` does to one node: a new instance like the old (create before delete), the
+    old one terminated, /hosts rewritten with the new address. Returns (old id, new id)."""
+    from infra.naming import Paths
+
+    ec2 = env.client("ec2")
+    old = live_instance(env, cluster, node)
+    new = ec2.run_instances(ImageId=old["ImageId"], InstanceType=old["InstanceType"], MinCount=1, MaxCount=1,
+                            SubnetId=old["SubnetId"],
+                            TagSpecifications=[{"ResourceType": "instance", "Tags": old["Tags"]}])["Instances"][0]
+    ec2.terminate_instances(InstanceIds=[old["InstanceId"]])
+    ssm = env.client("ssm")
+    hosts = ssm.get_parameter(Name=Paths(cluster).hosts)["Parameter"]["Value"].replace(
+        old["PrivateIpAddress"], new["PrivateIpAddress"])
+    ssm.put_parameter(Name=Paths(cluster).hosts, Value=hosts, Type="String", Overwrite=True)
+    return old["InstanceId"], new["InstanceId"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from botocore.exceptions import ClientError
@@ -10,13 +9,12 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.hostfile import HostEntry, horovod, hosts, mpich, openmpi
-from infra.naming import Paths
 from infra.ops.aws import Aws, Backoff
 from infra.ops import hostfile as ops_hostfile
 from infra.ops.status import cluster_status, summary
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
-from tests.ops_support import EXAMPLES, inject_errors
+from tests.ops_support import EXAMPLES, inject_errors, put_status
 
 REGION = "us-east-1"
 
@@ -32,10 +30,6 @@ def cpu_cluster():
         yield plan_stack_file(EXAMPLES / "c6i-oneccl.yaml", aws=env), env
 
 
-def set_status(env, cluster: str, node: str, **status) -> None:
-    env.client("ssm").put_parameter(Name=Paths(cluster).node(node), Value=json.dumps(status), Type="String", Overwrite=True)
-
-
 def test_status_lists_every_node_with_state_and_phase(cpu_cluster):
     result, env = cpu_cluster
     aws, _ = quiet_aws()
@@ -48,7 +42,7 @@ def test_status_lists_every_node_with_state_and_phase(cpu_cluster):
 
 def test_node_that_reports_failure_is_named_with_step_and_log(cpu_cluster):
     _, env = cpu_cluster
-    set_status(env, "cpu-oneccl", "compute-002", phase="failed", step="mount", ok=False,
+    put_status(env, "cpu-oneccl", "compute-002", phase="failed", step="mount", ok=False,
                message="mount.lustre: timed out", logTail=["[mount] trying fs-1@tcp:/fsx", "[mount] gave up"])
     try:
         aws, _ = quiet_aws()
@@ -59,7 +53,7 @@ def test_node_that_reports_failure_is_named_with_step_and_log(cpu_cluster):
         out = CliRunner().invoke(app, ["status", "--cluster", "cpu-oneccl", "--region", REGION])
         assert out.exit_code == 1 and "compute-002" in out.output and "mount.lustre: timed out" in out.output
     finally:
-        set_status(env, "cpu-oneccl", "compute-002", phase="pending")
+        put_status(env, "cpu-oneccl", "compute-002", phase="pending")
 
 
 def test_hostfile_rebuilt_from_tags_matches_the_stack_output(cpu_cluster):

@@ -4,53 +4,21 @@ wait, failure report, hostfile and leftover check after it run for real against 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.naming import Paths
 from infra.ops import OpsError
 from infra.ops.aws import Aws, Backoff
 from infra.ops.up import destroy, up
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
-from tests.ops_support import EXAMPLES, inject_errors
+from tests.ops_support import EXAMPLES, FakeStack, inject_errors, pre_event, put_status, replacement_events
 
 REGION = "us-east-1"
 CPU = EXAMPLES / "c6i-oneccl.yaml"
-
-
-class FakeStack:
-    """Stands in for pulumi.automation.Stack: `up` runs the real program against moto (as the plan does)."""
-
-    def __init__(self, env, config_path, on_up=None, on_destroy=None):
-        self.env, self.config_path, self.on_up, self.on_destroy = env, config_path, on_up, on_destroy
-        self.config, self.calls = {}, []
-
-    def set_all_config(self, config, *, path=False):
-        self.config.update({k: v.value for k, v in config.items()})
-
-    def up(self, on_output=None, **kwargs):
-        self.calls.append(("up", kwargs))
-        on_output("Updating (dev):\n")
-        result = plan_stack_file(self.config_path, aws=self.env)
-        if self.on_up:
-            self.on_up(result)
-        on_output(f"Resources: {len(result.resources)} created\n")
-        return SimpleNamespace(outputs={k: SimpleNamespace(value=v) for k, v in result.outputs.items()})
-
-    def destroy(self, on_output=None, **kwargs):
-        self.calls.append(("destroy", kwargs))
-        on_output("Destroying (dev):\n")
-        if self.on_destroy:
-            self.on_destroy()
-
-
-def put_status(env, cluster, node, **status):
-    env.client("ssm").put_parameter(Name=Paths(cluster).node(node), Value=json.dumps(status), Type="String", Overwrite=True)
 
 
 def console():
@@ -68,7 +36,7 @@ def test_without_pulumi_cli_says_how_to_install(monkeypatch):
 
 def test_up_names_the_failed_node_with_step_and_log_tail(tmp_path):
     with embedded_aws(REGION) as env:
-        def nodes_report(result):
+        def nodes_report(_up_options):
             for node in ["head", "compute-000", "compute-002", "compute-003"]:
                 put_status(env, "cpu-oneccl", node, phase="ready", step="launch-env", ok=True)
             put_status(env, "cpu-oneccl", "compute-001", phase="failed", step="efa", ok=False,
@@ -149,3 +117,113 @@ def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
         kinds = {(i.kind, i.id) for i in left.items}
         assert ("network-interface", half_destroy.eni) in kinds
         assert "hpcc reap --cluster cpu-oneccl --region us-east-1 --yes" in out.export_text()
+
+
+# -- the preview guard, --update-image, destroy's unprotect -------------------------------------------------
+
+INSTANCE = "aws:ec2/instance:Instance"
+PARAM = "aws:ssm/parameter:Parameter"
+NODES = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
+
+
+def all_ready(env):
+    for node in NODES:
+        put_status(env, "cpu-oneccl", node, phase="ready", step="launch-env")
+
+
+def quick_up(stack, tmp_path, out=None, **options):
+    return up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: stack, console=out or console(),
+              hostfile_path=tmp_path / "hostfile", poll=0, sleep=lambda _: None, skip_preflight=True, wait_seconds=0,
+              **options)
+
+
+def ops(stack):
+    return [name for name, _ in stack.calls if name in ("preview", "up", "destroy", "import_stack")]
+
+
+def test_up_stops_before_replacing_an_instance_unless_allowed(tmp_path):
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        urn = stack.urn("cpu-oneccl-compute-001")
+        stack.events = lambda _: replacement_events(urn, INSTANCE, keys=["launchTemplate.version"])
+        out = console()
+        with pytest.raises(OpsError, match=r"replace instance cpu-oneccl-compute-001 \(launchTemplate.version\)"):
+            quick_up(stack, tmp_path, out)
+        assert ops(stack) == ["preview"]  # nothing applied
+        assert "preview: 1 to replace" in out.export_text()
+        all_ready(env)
+        report = quick_up(stack, tmp_path, allow_replace=True)
+        assert ops(stack) == ["preview", "preview", "up"] and report.ok
+
+
+def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_instance(tmp_path):
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        stack.events = lambda _: [
+            pre_event("update", stack.urn("cpu-oneccl-hosts-param"), PARAM, diffs=["value"]),
+            pre_event("create", stack.urn("cpu-oneccl-compute-003").replace("compute-003", "compute-004"), INSTANCE),
+            pre_event("same", stack.urn("cpu-oneccl-head"), INSTANCE)]
+        all_ready(env)
+        out = console()
+        report = quick_up(stack, tmp_path, out)
+        assert ops(stack) == ["preview", "up"] and report.ok
+        assert "preview: 1 to create, 1 to update" in out.export_text()
+
+
+def test_update_image_replaces_the_pin_in_preview_and_up(tmp_path):
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        if not any(r["urn"].endswith("::cpu-oneccl-image-pin") for r in stack.state):  # the pin the program keeps
+            stack.state.append({"urn": f"urn:pulumi:dev::hpcc::{PARAM}::cpu-oneccl-image-pin", "type": PARAM})
+        pin = stack.urn("cpu-oneccl-image-pin")
+        node_urns = [stack.urn(f"cpu-oneccl-{n}") for n in NODES]
+        stack.events = lambda kw: [e for u in kw.get("replace", []) for e in replacement_events(u, PARAM, ["value"])] + \
+            [e for u in node_urns for e in replacement_events(u, INSTANCE, ["launchTemplate.version"])]
+        with pytest.raises(OpsError, match="replace instance cpu-oneccl-head"):
+            quick_up(stack, tmp_path, update_image=True)
+        assert [kw.get("replace") for name, kw in stack.calls if name == "preview"] == [[pin]]
+        assert "up" not in ops(stack)
+        all_ready(env)
+        report = quick_up(stack, tmp_path, update_image=True, allow_replace=True)
+        assert [kw.get("replace") for name, kw in stack.calls if name in ("preview", "up")][-2:] == [[pin], [pin]]
+        assert report.ok
+
+
+def test_update_image_without_a_pin_in_the_state_says_so(tmp_path):
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        stack.state = [r for r in stack.state if not r["urn"].endswith("::cpu-oneccl-image-pin")]
+        with pytest.raises(OpsError, match="--update-image: stack 'dev' has no cpu-oneccl-image-pin"):
+            quick_up(stack, tmp_path, update_image=True)
+        assert ops(stack) == []
+
+
+def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, monkeypatch):
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        urn = stack.urn("cpu-oneccl-compute-002")
+        stack.events = lambda _: [pre_event("delete", urn, INSTANCE)]
+        monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
+        monkeypatch.setattr("infra.ops.up.local_stack", lambda name: stack)
+        args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
+                "--hostfile", str(tmp_path / "hostfile")]
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 1 and "delete instance cpu-oneccl-compute-002" in out.output
+        assert "--allow-replace" in out.output and ops(stack) == ["preview"]
+        all_ready(env)
+        out = CliRunner().invoke(app, [*args, "--allow-replace"])
+        assert out.exit_code == 0, out.output
+        assert ops(stack) == ["preview", "preview", "up"]
+
+
+def test_destroy_unprotects_the_file_system_first(tmp_path):
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        fsx = stack.urn("cpu-oneccl-fsx")
+        assert next(r for r in stack.state if r["urn"] == fsx)["protect"] is True
+        out = console()
+        destroy(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: stack, console=out)
+        assert ops(stack) == ["import_stack", "destroy"]
+        imported = {r["urn"]: r for r in stack.calls[-2][1]["resources"]}
+        assert imported[fsx]["protect"] is False and len(imported) == len(stack.state)
+        assert "unprotected cpu-oneccl-fsx" in out.export_text()

@@ -1,22 +1,29 @@
 """`hpcc status`: each node's instance state and bootstrap phase, found by the cluster's tags.
 
 Instances come from `hpcc:cluster` / `hpcc:node` tags; the phase from the status parameter each node's
-bootstrap writes to `/hpcc/<cluster>/nodes/<node>` (docs/bootstrap-contract.md).
+bootstrap writes to `/hpcc/<cluster>/nodes/<node>` (docs/bootstrap-contract.md). A status counts only for
+the instance that wrote it (its `instanceId`): a replaced node's old `ready` must not make the new one look
+done. A node has converged when its status `hostsVersion` (the version of `/hpcc/<cluster>/hosts` it has
+applied) is at least that parameter's current Version.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from rich.table import Table
+from rich.text import Text
 
 from infra.naming import TAG_NODE, TAG_ROLE, Paths
-from infra.ops.aws import Aws, tag_dict, tag_filter
+from infra.ops.aws import Aws, error_code, tag_dict, tag_filter
 
 STEPS = ("os", "lustre", "mount", "efa", "ssh", "join", "launch-env")
 PHASES = ("pending", *STEPS, "ready")
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+# Instance states a bootstrap cannot finish from: the node needs a new instance (`hpcc replace`).
+DEAD_STATES = ("terminated", "shutting-down", "stopped", "missing")
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,7 @@ class Instance:
     state: str
     private_ip: str | None
     public_ip: str | None
+    launched: str = ""  # LaunchTime (ISO-8601), to tell a replacement from the instance it replaces
 
 
 @dataclass
@@ -43,18 +51,31 @@ class NodeStatus:
     message: str = ""
     updated: str | None = None
     log_tail: list[str] = field(default_factory=list)
+    hosts_version: int | None = None  # the /hosts Version this node has applied (from its own status)
+    hosts_target: int | None = None  # /hosts's current Version; None when the parameter does not exist
 
     @property
     def failed(self) -> bool:
-        return self.phase == "failed" or self.state in ("terminated", "shutting-down", "stopped", "missing")
+        return self.phase == "failed" or self.state in DEAD_STATES
 
     @property
     def ready(self) -> bool:
         return self.phase == "ready" and self.state == "running"
 
+    @property
+    def converged(self) -> bool:
+        """Has this node applied the cluster's current membership (nothing to apply before /hosts exists)?"""
+        return self.hosts_target is None or (self.hosts_version is not None and self.hosts_version >= self.hosts_target)
+
+
+def _newer(a: Instance, b: Instance) -> bool:
+    """Does `a` stand for its node rather than `b`? A live instance beats a terminated one; among equals the
+    later launch wins (during a create-before-delete replacement both old and new instances carry the tag)."""
+    return ((a.state != "terminated"), a.launched) > ((b.state != "terminated"), b.launched)
+
 
 def instances(aws: Aws, cluster: str, include_terminated: bool = False) -> list[Instance]:
-    """The cluster's instances by tag, one per node name (a live one wins over a terminated one), sorted."""
+    """The cluster's instances by tag, one per node name (the live, latest-launched one), sorted."""
     found: dict[str, Instance] = {}
     for res in aws.pages("ec2", "describe_instances", "Reservations", Filters=tag_filter(cluster)):
         for i in res["Instances"]:
@@ -63,9 +84,11 @@ def instances(aws: Aws, cluster: str, include_terminated: bool = False) -> list[
             if state == "terminated" and not include_terminated:
                 continue
             node = tags.get(TAG_NODE) or tags.get("Name") or i["InstanceId"]
+            launched = i.get("LaunchTime")
             inst = Instance(node, tags.get(TAG_ROLE, "?"), i["InstanceId"], i["InstanceType"], state,
-                            i.get("PrivateIpAddress"), i.get("PublicIpAddress"))
-            if node not in found or found[node].state == "terminated":
+                            i.get("PrivateIpAddress"), i.get("PublicIpAddress"),
+                            launched.isoformat() if hasattr(launched, "isoformat") else str(launched or ""))
+            if node not in found or _newer(inst, found[node]):
                 found[node] = inst
     return sorted(found.values(), key=lambda n: (n.role != "head", n.node))
 
@@ -86,22 +109,81 @@ def bootstrap_statuses(aws: Aws, cluster: str) -> dict[str, dict]:
     return out
 
 
+def hosts_version(aws: Aws, cluster: str) -> int | None:
+    """The Version of /hpcc/<cluster>/hosts (SSM GetParameter's `Parameter.Version`, one more on every
+    overwrite: https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_Parameter.html);
+    None before the program has written it."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return int(aws.call("ssm", "get_parameter", Name=Paths(cluster).hosts)["Parameter"]["Version"])
+    except ClientError as e:
+        if error_code(e) == "ParameterNotFound":
+            return None
+        raise
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
+    """Fill `row` (which knows the node's live instance) from the status JSON, if that instance wrote it.
+    A status from another (or no named) instance leaves the node `pending` and says whose it was."""
+    writer = status.get("instanceId")
+    if not row.private_ip and status.get("ip"):
+        row.private_ip = str(status["ip"])
+    if not writer or writer != row.instance_id:
+        row.phase, row.step = "pending", None
+        if writer:
+            row.message = f"status written by {plain(writer)} (a previous instance)"
+        elif status.get("phase") not in (None, "pending"):  # the program's own placeholder names no instance
+            row.message = "status names no instance (a previous instance's, or an older bootstrap's)"
+        return row
+    row.phase = str(status.get("phase") or "unknown")
+    row.step = None if status.get("step") is None else str(status["step"])
+    row.message = str(status.get("message") or "")
+    row.updated = None if status.get("updated") is None else str(status["updated"])
+    tail = status.get("logTail") or []
+    row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]
+    row.hosts_version = _int_or_none(status.get("hostsVersion"))
+    return row
+
+
 def cluster_status(aws: Aws, cluster: str) -> list[NodeStatus]:
-    """One row per node that has an instance or a status parameter, head first, then by name."""
+    """One row per node that has an instance or a status parameter, head first, then by name. The one place
+    that decides a node's phase: `hpcc status` and `hpcc up`'s wait both read it from here."""
     rows: dict[str, NodeStatus] = {}
+    target = hosts_version(aws, cluster)
     for inst in instances(aws, cluster, include_terminated=True):
-        rows[inst.node] = NodeStatus(inst.node, inst.role, inst.instance_id, inst.instance_type, inst.state, inst.private_ip)
+        rows[inst.node] = NodeStatus(inst.node, inst.role, inst.instance_id, inst.instance_type, inst.state,
+                                     inst.private_ip)
     for node, st in bootstrap_statuses(aws, cluster).items():
-        row = rows.setdefault(node, NodeStatus(node, "head" if node == "head" else "compute"))
-        row.phase = str(st.get("phase") or "unknown")
-        row.step = st.get("step")
-        row.message = str(st.get("message") or "")
-        row.updated = st.get("updated")
-        tail = st.get("logTail") or []
-        row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]
-        if not row.private_ip and st.get("ip"):
-            row.private_ip = st["ip"]
+        apply_status(rows.setdefault(node, NodeStatus(node, "head" if node == "head" else "compute")), st)
+    for row in rows.values():
+        row.hosts_target = target
     return sorted(rows.values(), key=lambda r: (r.role != "head", r.node))
+
+
+# -- printing: text that came from a node is data, never markup or terminal control ------------------------
+
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves)
+                      r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks)
+                      r"|\x1b[@-Z\\-_]"  # other two-byte escapes
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # remaining control characters (tab kept)
+
+
+def plain(value: object) -> str:
+    """`value` as text with terminal escape sequences and control characters removed."""
+    return _ESCAPES.sub("", str(value))
+
+
+def node_text(value: object, style: str = "") -> Text:
+    """Node-written text for rich: escapes stripped, and a Text so `[/]` is printed, not parsed."""
+    return Text(plain(value), style=style)
 
 
 STATE_STYLE = {"running": "green", "pending": "yellow", "missing": "red", "terminated": "red", "stopped": "red"}
@@ -111,33 +193,57 @@ def phase_style(phase: str) -> str:
     return {"ready": "green", "failed": "bold red", "unknown": "dim"}.get(phase, "yellow")
 
 
+def hosts_cell(r: NodeStatus) -> Text:
+    if r.hosts_target is None:
+        return Text("-")
+    have = "-" if r.hosts_version is None else str(r.hosts_version)
+    return Text(f"{have}/{r.hosts_target}", style="green" if r.converged else "yellow")
+
+
 def table(cluster: str, rows: list[NodeStatus]) -> Table:
     t = Table(title=f"cluster {cluster}", title_justify="left")
-    for col in ("node", "instance", "type", "state", "private ip", "phase", "step", "message", "updated"):
+    for col in ("node", "instance", "type", "state", "private ip", "phase", "step", "hosts", "message", "updated"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(r.node, r.instance_id or "-", r.instance_type or "-",
-                  f"[{STATE_STYLE.get(r.state, 'yellow')}]{r.state}[/]", r.private_ip or "-",
-                  f"[{phase_style(r.phase)}]{r.phase}[/]", r.step or "-", r.message or "", r.updated or "-")
+        t.add_row(node_text(r.node), r.instance_id or "-", r.instance_type or "-",
+                  Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip or "-",
+                  node_text(r.phase, phase_style(r.phase)), node_text(r.step or "-"), hosts_cell(r),
+                  node_text(r.message), node_text(r.updated or "-"))
     return t
 
 
 def summary(rows: list[NodeStatus]) -> str:
     ready = sum(r.ready for r in rows)
     failed = [r.node for r in rows if r.failed]
+    lagging = [r.node for r in rows if r.ready and not r.converged]
     text = f"{ready}/{len(rows)} nodes ready"
+    text += f"; not on hosts version {rows[0].hosts_target}: {', '.join(lagging)}" if lagging else ""
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
+def needs_replacing(rows: list[NodeStatus]) -> list[str]:
+    """Nodes whose instance is gone or stopped, or whose bootstrap failed: a new instance is the fix."""
+    return [r.node for r in rows if r.failed]
+
+
+def replace_command(nodes: list[str], stack: str | None = None, config: str | None = None) -> str:
+    """The `hpcc replace` command line for these nodes (placeholders for what the caller does not know)."""
+    stack_arg = stack or "<stack>"
+    return f"hpcc replace {config or f'Pulumi.{stack_arg}.yaml'} --stack {stack_arg} {' '.join(nodes)}"
+
+
 def print_failures(console, rows: list[NodeStatus], tail: int = 10) -> None:
-    """Each failed node with its failing step, why, and the last lines of its log."""
+    """Each failed node with its failing step, why, and the last lines of its log (all as plain text)."""
     for r in rows:
         if not r.failed:
             continue
         why = r.message or (f"instance is {r.state}" if r.state != "running" else "failed")
-        console.print(f"[bold red]{r.node} failed[/] at step [bold]{r.step or r.phase}[/]: {why}", highlight=False)
+        if r.state in DEAD_STATES and r.message:
+            why = f"instance is {r.state}; {r.message}"
+        console.print(Text.assemble(node_text(f"{r.node} failed", "bold red"), " at step ",
+                                    node_text(r.step or r.phase, "bold"), ": ", node_text(why)), highlight=False)
         for line in r.log_tail[-tail:]:
-            console.print(f"    {line}", markup=False, highlight=False)
+            console.print(Text("    ") + node_text(line), highlight=False)
         if r.instance_id and r.state not in ("terminated", "missing"):
             console.print(f"    full log: /var/log/hpcc-bootstrap.log on {r.instance_id} (the instance is kept)",
                           highlight=False)

@@ -1,9 +1,12 @@
 """`hpcc up` and `hpcc destroy`: Pulumi's Automation API, with hpcc's checks around it.
 
-up: preflight (stop on any error) -> `pulumi up` with its progress streamed -> wait for every node's
-bootstrap status (/hpcc/<c>/nodes/<node>) to reach `ready`, a progress bar per phase -> name failed nodes
+up: preflight (stop on any error) -> `pulumi preview`, summarised; stop when it would replace or delete an
+instance, subnet, placement group or the file system, unless --allow-replace -> `pulumi up` with its
+progress streamed -> wait for every node's bootstrap status (/hpcc/<c>/nodes/<node>) to reach `ready` on its
+live instance and apply the current /hosts version, a progress bar per phase -> name failed or lagging nodes
 with their failing step and log tail -> print the SSH (or SSM) command and write the hostfile locally.
-destroy: `pulumi destroy` streamed -> list anything still tagged for the cluster (and how to reap it).
+destroy: unprotect the file system in the state -> `pulumi destroy` streamed -> list anything still tagged
+for the cluster (and how to reap it).
 
 The Pulumi call goes through a `stack_factory(stack_name) -> Stack-like`; by default a LocalWorkspace over
 this project (needs the Pulumi CLI). Tests pass a fake; everything before and after is real boto3.
@@ -14,20 +17,22 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from infra.config import StackConfig
+from infra.naming import resource_name
 from infra.ops import OpsError
 from infra.ops import hostfile as ops_hostfile
+from infra.ops import preview as ops_preview
 from infra.ops import reap as ops_reap
+from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
-from infra.ops.status import PHASES, STEPS, NodeStatus, cluster_status, print_failures
+from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
 from infra.stackfile import load, read_raw
 
 ROOT = Path(__file__).resolve().parents[2]  # Pulumi.yaml lives here
@@ -36,14 +41,16 @@ INSTALL_HINT = ("the Pulumi CLI is not installed (hpcc drives it through the Aut
                 "https://www.pulumi.com/docs/install/ (e.g. `curl -fsSL https://get.pulumi.com | sh`), "
                 "then `pulumi login` and `pulumi plugin install resource aws`. "
                 "`hpcc plan CONFIG` works without it")
-LOG_TAIL_LINES = 10
 
 
 class StackLike(Protocol):
     def set_all_config(self, config: dict, *, path: bool = False) -> None: ...
+    def preview(self, **kwargs) -> Any: ...
     def up(self, **kwargs) -> Any: ...
     def destroy(self, **kwargs) -> Any: ...
     def outputs(self) -> dict: ...
+    def export_stack(self) -> Any: ...
+    def import_stack(self, state: Any) -> None: ...
 
 
 def require_pulumi(which: Callable[[str], str | None] = shutil.which) -> str:
@@ -104,72 +111,40 @@ def _pulumi(action: str, fn: Callable[[], Any]) -> Any:
         raise OpsError(f"pulumi {action} failed: {_last_lines(str(e))}") from None
 
 
-# -- waiting for the bootstrap ----------------------------------------------------------------------------
-
-@dataclass
-class Readiness:
-    nodes: dict[str, NodeStatus] = field(default_factory=dict)
-    timed_out: bool = False
-
-    @property
-    def ready(self) -> list[str]:
-        return sorted(n for n, r in self.nodes.items() if r.ready)
-
-    @property
-    def failed(self) -> list[NodeStatus]:
-        return [r for _, r in sorted(self.nodes.items()) if r.failed]
-
-    @property
-    def waiting(self) -> list[NodeStatus]:
-        return [r for _, r in sorted(self.nodes.items()) if not r.ready and not r.failed]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.waiting
+def select(config_path: Path, stack_name: str, stack_factory: Callable[[str], StackLike] | None,
+           which: Callable[[str], str | None] = shutil.which) -> StackLike:
+    """The stack, given the config file's values."""
+    if stack_factory is None:
+        require_pulumi(which)
+        stack_factory = local_stack
+    stack = _pulumi("stack select", lambda: stack_factory(stack_name))
+    _pulumi("config set", lambda: configure(stack, config_path, stack_name))
+    return stack
 
 
-def passed(row: NodeStatus, phase: str) -> bool:
-    """Has this node got through `phase` (a bootstrap step, or `ready`)?"""
-    if row.phase == "ready":
-        return True
-    if row.phase not in PHASES:  # failed / unknown: through every step before the failing one
-        return row.step in STEPS and phase in STEPS and STEPS.index(phase) < STEPS.index(row.step)
-    return phase in STEPS and PHASES.index(row.phase) > PHASES.index(phase)
+def state(stack: StackLike) -> list[dict]:
+    """The resources in the stack's state (empty before the first up)."""
+    return stackstate.resources(_pulumi("stack export", stack.export_stack))
 
 
-def wait_ready(aws: Aws, cluster: str, nodes: list[str], timeout: float, poll: float = 15.0,
-               console: Console | None = None, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic) -> Readiness:
-    """Poll the nodes' status parameters until every node is ready or failed, or `timeout` passes."""
-    console = console or Console()
-    deadline = clock() + timeout
-    result = Readiness()
-    with Progress(TextColumn("{task.description:>11}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
-        tasks = {phase: progress.add_task(phase, total=len(nodes)) for phase in (*STEPS, "ready")}
-        while True:
-            rows = {r.node: r for r in cluster_status(aws, cluster)}
-            result.nodes = {n: rows.get(n) or NodeStatus(n) for n in nodes}
-            for phase, task in tasks.items():
-                progress.update(task, completed=sum(passed(r, phase) for r in result.nodes.values()))
-            if not result.waiting:
-                return result
-            if clock() >= deadline:
-                result.timed_out = True
-                return result
-            sleep(poll)
+# -- preview, guard, up, wait: shared by `hpcc up` and `hpcc replace` ------------------------------------
 
+def guarded_update(stack: StackLike, console: Console, *, replace: list[str], allow_replace: bool,
+                   allowed_replacements: tuple[str, ...] = ()) -> dict:
+    """Preview (summarised); stop on a guarded change that was not allowed; else `pulumi up`, streamed, with
+    the same options. Returns the stack's outputs as plain values."""
+    kwargs: dict = {"replace": list(replace)} if replace else {}
+    if POLICY_PACK.is_dir():
+        kwargs["policy_packs"] = [str(POLICY_PACK)]
+    changes = _pulumi("preview", lambda: ops_preview.preview(stack, **kwargs))
+    ops_preview.print_summary(console, changes)
+    ops_preview.check(changes, allow_replace, allowed_replacements)
+    if ops_preview.blocking(changes, allowed_replacements):
+        console.print("--allow-replace given: going ahead with the guarded changes above", highlight=False)
+    result = _pulumi("up", lambda: stack.up(
+        on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False), **kwargs))
+    return {k: getattr(v, "value", v) for k, v in (getattr(result, "outputs", None) or {}).items()}
 
-def report_failures(console: Console, result: Readiness) -> None:
-    print_failures(console, result.failed, LOG_TAIL_LINES)
-    if result.timed_out:
-        for r in result.waiting:
-            console.print(f"[yellow]{r.node} not ready[/]: instance {r.state}, bootstrap phase {r.phase}"
-                          f"{' (step ' + r.step + ')' if r.step and r.step != r.phase else ''}"
-                          f"{'; ' + r.message if r.message else ''}", highlight=False)
-
-
-# -- up / destroy -----------------------------------------------------------------------------------------
 
 @dataclass
 class UpReport:
@@ -183,43 +158,19 @@ class UpReport:
         return self.readiness.ok
 
 
-def _load(config_path: Path) -> StackConfig:
-    return load(config_path)
-
-
-def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
-       stack_factory: Callable[[str], StackLike] | None = None, console: Console | None = None,
-       hostfile_path: Path = Path("hostfile"), wait_seconds: float | None = None, poll: float = 15.0,
-       skip_preflight: bool = False, which: Callable[[str], str | None] = shutil.which,
-       sleep: Callable[[float], None] = time.sleep) -> UpReport:
-    console = console or Console()
-    cfg = _load(config_path)
-    if stack_factory is None:
-        require_pulumi(which)
-        stack_factory = local_stack
-    aws = aws or Aws(cfg.region)
-    if not skip_preflight:
-        findings = preflight(aws, cfg)
-        print_findings(console, findings)
-        if has_errors(findings):
-            raise OpsError("preflight found errors (above); nothing was created")
-
-    stack = _pulumi("stack select", lambda: stack_factory(stack_name))
-    _pulumi("config set", lambda: configure(stack, config_path, stack_name))
-    kwargs: dict = {"on_output": lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False)}
-    if POLICY_PACK.is_dir():
-        kwargs["policy_packs"] = [str(POLICY_PACK)]
-    result = _pulumi("up", lambda: stack.up(**kwargs))
-    outputs = {k: getattr(v, "value", v) for k, v in (getattr(result, "outputs", None) or {}).items()}
-
+def wait_and_report(cfg: StackConfig, aws: Aws, outputs: dict, console: Console, *, hostfile_path: Path,
+                    wait_seconds: float | None, poll: float, sleep: Callable[[float], None],
+                    replaced: dict[str, str] | None = None) -> UpReport:
+    """Wait for every node (ready on its live instance, converged on /hosts), name what failed or lags, write
+    the hostfile and print how to log in."""
     cluster = outputs.get("clusterName") or cfg.cluster.name
     compute = [n["name"] for n in outputs.get("computeNodes") or []] or \
         [f"compute-{i:03d}" for i in range(cfg.cluster.compute.count)]
     nodes = ["head", *compute]
     timeout = wait_seconds if wait_seconds is not None else (cfg.cluster.bootstrap.timeout_minutes + 5) * 60
-    console.print(f"waiting for {len(nodes)} nodes to finish their bootstrap (up to {timeout / 60:.0f} min)",
-                  highlight=False)
-    readiness = wait_ready(aws, cluster, nodes, timeout, poll=poll, console=console, sleep=sleep)
+    console.print(f"waiting for {len(nodes)} nodes to finish their bootstrap and apply the current hosts "
+                  f"(up to {timeout / 60:.0f} min)", highlight=False)
+    readiness = wait_ready(aws, cluster, nodes, timeout, poll=poll, console=console, sleep=sleep, replaced=replaced)
     report_failures(console, readiness)
 
     written = None
@@ -233,17 +184,54 @@ def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
         console.print(f"hostfile: {hostfile_path} ({len(text.splitlines())} compute nodes)", highlight=False)
     if outputs.get("sshCommand"):
         console.print(f"log in: {outputs['sshCommand']}", highlight=False)
-    ready = len(readiness.ready)
-    console.print(f"{ready}/{len(nodes)} nodes ready" + ("" if readiness.ok else
-                  f"; failed: {', '.join(r.node for r in readiness.failed) or '-'}; "
-                  f"not ready: {', '.join(r.node for r in readiness.waiting) or '-'}"), highlight=False)
+    console.print(summary_line(readiness, len(nodes)), highlight=False)
     return UpReport(cluster, outputs, readiness, written)
+
+
+# -- up / destroy -----------------------------------------------------------------------------------------
+
+def _load(config_path: Path) -> StackConfig:
+    return load(config_path)
+
+
+def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
+       stack_factory: Callable[[str], StackLike] | None = None, console: Console | None = None,
+       hostfile_path: Path = Path("hostfile"), wait_seconds: float | None = None, poll: float = 15.0,
+       skip_preflight: bool = False, which: Callable[[str], str | None] = shutil.which,
+       sleep: Callable[[float], None] = time.sleep, allow_replace: bool = False,
+       update_image: bool = False) -> UpReport:
+    console = console or Console()
+    cfg = _load(config_path)
+    if stack_factory is None:
+        require_pulumi(which)
+    aws = aws or Aws(cfg.region)
+    if not skip_preflight:
+        findings = preflight(aws, cfg)
+        print_findings(console, findings)
+        if has_errors(findings):
+            raise OpsError("preflight found errors (above); nothing was created")
+
+    stack = select(config_path, stack_name, stack_factory, which)
+    replace = []
+    if update_image:
+        pin = resource_name(cfg.cluster.name, "image-pin")
+        urn = stackstate.find_urn(state(stack), stackstate.PARAMETER, pin)
+        if urn is None:
+            raise OpsError(f"--update-image: stack {stack_name!r} has no {pin} ({stackstate.PARAMETER}) yet; "
+                           "the first `hpcc up` resolves the image itself: run it without --update-image")
+        console.print(f"--update-image: replacing {pin}, so the program resolves the image again", highlight=False)
+        replace = [urn]
+    outputs = guarded_update(stack, console, replace=replace, allow_replace=allow_replace)
+    return wait_and_report(cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds,
+                           poll=poll, sleep=sleep)
 
 
 def destroy(config_path: Path, stack_name: str, *, aws: Aws | None = None,
             stack_factory: Callable[[str], StackLike] | None = None, console: Console | None = None,
             which: Callable[[str], str | None] = shutil.which) -> ops_reap.Inventory:
-    """`pulumi destroy`, then what is still tagged for the cluster (empty when all went)."""
+    """Unprotect the file system, `pulumi destroy`, then what is still tagged for the cluster (empty when all
+    went). The program protects the file system so no update can replace or delete it; destroy is the one
+    command meant to, so it clears the flag in the state first."""
     console = console or Console()
     cfg = _load(config_path)
     if stack_factory is None:
@@ -251,6 +239,10 @@ def destroy(config_path: Path, stack_name: str, *, aws: Aws | None = None,
         stack_factory = local_stack
     aws = aws or Aws(cfg.region)
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
+    fsx = resource_name(cfg.cluster.name, "fsx")
+    if _pulumi("state unprotect", lambda: stackstate.unprotect(stack, stackstate.FILE_SYSTEM, fsx)):
+        console.print(f"unprotected {fsx} in the stack's state (as `pulumi state unprotect` does), so destroy "
+                      "deletes the file system and its data", highlight=False)
     failure = None
     try:
         _pulumi("destroy", lambda: stack.destroy(
