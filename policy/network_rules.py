@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-if __package__:  # imported as the package `policy` (hpcc's tests, `hpcc plan`)
+if __package__:  # imported as the package `policy` (the tests)
     from . import records
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import records  # type: ignore[no-redef]

@@ -11,7 +11,7 @@ import gzip
 import re
 import zlib
 
-if __package__:  # imported as the package `policy` (hpcc's tests, `hpcc plan`)
+if __package__:  # imported as the package `policy` (the tests)
     from . import records
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import records  # type: ignore[no-redef]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
-if __package__:  # imported as the package `policy` (hpcc's tests)
+if __package__:  # imported as the package `policy` (the tests)
     from . import records, rules
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import records  # type: ignore[no-redef]

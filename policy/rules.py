@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-if __package__:  # imported as the package `policy` (hpcc's tests, `hpcc plan`)
+if __package__:  # imported as the package `policy` (the tests)
     from . import iam_rules, network_rules, node_rules
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import iam_rules  # type: ignore[no-redef]
