@@ -11,6 +11,11 @@ import base64
 import copy
 import gzip
 import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 from google.protobuf import struct_pb2
@@ -19,13 +24,14 @@ from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from policy import rules
+from policy import iam_rules, network_rules, node_rules, records
 from policy.pack import policies
-from policy.rules import LT, RULES, check
+from policy.records import LT
+from policy.rules import RULES, check
 from tests.policy_support import KNOWN_GAP, identity_fix
 
 RULE_NAMES = {r.name for r in RULES}
-INGRESS, EGRESS = rules.INGRESS, rules.EGRESS
+INGRESS, EGRESS = records.INGRESS, records.EGRESS
 
 
 def _raw_graph(planned):
@@ -46,11 +52,11 @@ def _lt(graph, role="compute"):
 
 
 def _cluster(graph):
-    return _first(graph, rules.ROLE)["inputs"]["tags"]["hpcc:cluster"]
+    return _first(graph, records.ROLE)["inputs"]["tags"]["hpcc:cluster"]
 
 
 def _edit_policy(graph, edit):
-    policy = _first(graph, rules.ROLE_POLICY)
+    policy = _first(graph, records.ROLE_POLICY)
     doc = json.loads(policy["inputs"]["policy"])
     edit(doc)
     policy["inputs"]["policy"] = json.dumps(doc)
@@ -80,11 +86,11 @@ def imds_missing_on_template(g):
 
 
 def imds_optional_on_instance(g):
-    _first(g, rules.INSTANCE)["inputs"]["metadataOptions"] = {"httpTokens": "optional"}
+    _first(g, records.INSTANCE)["inputs"]["metadataOptions"] = {"httpTokens": "optional"}
 
 
 def instance_from_foreign_template(g):
-    node = _first(g, rules.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")
+    node = _first(g, records.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")
     node["inputs"]["launchTemplate"] = {"id": "lt-0123456789abcdef0", "version": "1"}
     node["dependsOn"] = [d for d in node["dependsOn"] if not d.endswith("-lt")]
 
@@ -98,7 +104,7 @@ def root_volume_unmapped(g):
 
 
 def fsx_unknown_type(g):
-    _first(g, rules.LUSTRE)["inputs"]["deploymentType"] = "SCRATCH_3"
+    _first(g, records.LUSTRE)["inputs"]["deploymentType"] = "SCRATCH_3"
 
 
 def lustre_port_open_to_world(g):
@@ -131,7 +137,7 @@ def ssh_from_ipv6_in_an_ipv4_vpc(g):
 
 
 def inline_sg_open_to_world(g):
-    _first(g, rules.SG)["inputs"]["ingress"] = [
+    _first(g, records.SG)["inputs"]["ingress"] = [
         {"protocol": "tcp", "fromPort": 3389, "toPort": 3389, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}]
 
 
@@ -141,7 +147,7 @@ def compute_public_ip(g):
 
 def compute_instance_got_public_ip(g):
     # what the stack policy sees under `pulumi up`: outputs, where an instance's publicIp is filled in
-    _first(g, rules.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")["inputs"]["publicIp"] = "54.1.2.3"
+    _first(g, records.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")["inputs"]["publicIp"] = "54.1.2.3"
 
 
 def compute_public_ip_left_to_subnet(g):
@@ -149,7 +155,7 @@ def compute_public_ip_left_to_subnet(g):
 
 
 def subnet_maps_public_ips(g):
-    _first(g, rules.SUBNET, lambda r: r["name"].endswith("-private"))["inputs"]["mapPublicIpOnLaunch"] = True
+    _first(g, records.SUBNET, lambda r: r["name"].endswith("-private"))["inputs"]["mapPublicIpOnLaunch"] = True
 
 
 def efa_egress_missing(g):
@@ -190,7 +196,7 @@ def iam_every_secret(g):
 
 
 def ssm_core_reach_unnarrowed(g):
-    policy = _first(g, rules.ROLE_POLICY)
+    policy = _first(g, records.ROLE_POLICY)
     doc = json.loads(policy["inputs"]["policy"])
     doc["Statement"] = [s for s in doc["Statement"] if s.get("Effect") != "Deny"]
     policy["inputs"]["policy"] = json.dumps(doc)
@@ -201,13 +207,13 @@ def deny_with_condition_does_not_narrow(g):
 
 
 def inline_role_policy_reads_every_secret(g):
-    role = _first(g, rules.ROLE)
+    role = _first(g, records.ROLE)
     role["inputs"]["inlinePolicies"] = [{"name": "extra", "policy": json.dumps({"Statement": [
         {"Effect": "Allow", "Action": "secretsmanager:Get*", "Resource": "*"}]})}]
 
 
 def iam_admin_attached(g):
-    _first(g, rules.ATTACHMENT)["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
+    _first(g, records.ATTACHMENT)["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
 
 
 PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -221,7 +227,7 @@ def private_key_in_gzipped_user_data(g):
 
 
 def aws_keys_in_instance_user_data(g):
-    _first(g, rules.INSTANCE)["inputs"]["userData"] = (
+    _first(g, records.INSTANCE)["inputs"]["userData"] = (
         "#!/bin/bash\nexport AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\n"
         "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
 
@@ -277,10 +283,10 @@ def test_every_rule_has_a_breaking_case():
 def test_both_aws_key_parts_are_recognised_alone():
     for script, what in (("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
                           "secret access key"), ("KEY=ASIAIOSFODNN7EXAMPLE", "access key id")):
-        found = rules.secrets_resource(rules.INSTANCE, {"userDataBase64": base64.b64encode(script.encode()).decode()})
+        found = node_rules.secrets_resource(records.INSTANCE, {"userDataBase64": base64.b64encode(script.encode()).decode()})
         assert found and what in found[0], (script, found)
     # a checksum or a 40-character token with no key context is not a secret
-    assert rules.secrets_resource(LT, {"userData": base64.b64encode(b"sha=" + b"a1" * 20).decode()}) == []
+    assert node_rules.secrets_resource(LT, {"userData": base64.b64encode(b"sha=" + b"a1" * 20).decode()}) == []
 
 
 # --- the pack, driven the way the engine drives it --------------------------------------------------------
@@ -320,6 +326,35 @@ def test_pack_has_every_rule_and_all_are_mandatory():
     assert "EnforcementLevel.MANDATORY" in main and "policies()" in main
 
 
+# Run in a fresh interpreter outside the repository: PolicyPack (whose gRPC server never returns) is replaced by a
+# recorder, __main__.py runs as a script, and the rule table then checks one bad launch template.
+SCRIPT_DIRECTORY_RUN = """
+    import json, runpy, sys
+    import pulumi_policy
+    built = []
+    pulumi_policy.PolicyPack = lambda **pack: built.append(pack)
+    runpy.run_path(sys.argv[1], run_name="__main__")
+    template = json.loads(sys.argv[2])
+    print(json.dumps({"policies": [p.name for p in built[0]["policies"]], "package": "policy" in sys.modules,
+                      "found": sys.modules["rules"].check([template])}))
+"""
+
+
+def test_pack_loads_as_a_script_directory_too(tmp_path):
+    """The engine runs the pack as a program from its directory (PulumiPolicy.yaml, __main__.py puts the directory
+    on sys.path), not as the package `policy` the tests import: every module must find its siblings both ways."""
+    template = {"type": LT, "name": "lt", "dependsOn": [], "inputs": {"metadataOptions": {"httpTokens": "optional"}}}
+    main = Path(__file__).resolve().parent.parent / "policy" / "__main__.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the repository must not be importable
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT_DIRECTORY_RUN), str(main), json.dumps(template)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    loaded = json.loads(run.stdout.splitlines()[-1])
+    assert loaded["package"] is False  # the modules were loaded by their plain names
+    assert loaded["policies"] == [p.name for p in policies()]
+    assert loaded["found"] == check([template]) and "imdsv2-required" in loaded["found"]
+
+
 def test_pack_passes_every_example_through_the_engine_path(planned):
     graph = _graph(planned)
     servicer = _servicer()
@@ -353,10 +388,10 @@ def test_node_role_reach_on_stack_outputs_is_reported_once(planned):
     """Under `pulumi up` the stack policy sees outputs, where the role also lists its attachments."""
     graph = _raw_graph(planned)
     _edit_policy(graph, lambda doc: doc.update(Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"]))
-    _first(graph, rules.ROLE)["inputs"]["managedPolicyArns"] = [rules.SSM_CORE]
-    found = rules.node_role_reach_graph(graph)
+    _first(graph, records.ROLE)["inputs"]["managedPolicyArns"] = [iam_rules.SSM_CORE]
+    found = iam_rules.node_role_reach_graph(graph)
     assert len(found) == 1 and found[0].count("ssm:GetParameter,") == 1, found
-    assert rules.node_role_reach_graph(identity_fix(graph)) == []
+    assert iam_rules.node_role_reach_graph(identity_fix(graph)) == []
 
 
 def test_snake_case_props_are_normalised_and_tag_keys_kept():
@@ -364,11 +399,11 @@ def test_snake_case_props_are_normalised_and_tag_keys_kept():
              "tag_specifications": [{"resource_type": "instance", "tags": {"hpcc:role": "head", "cost_center": "x"}}],
              "network_interfaces": [{"device_index": 0, "associate_public_ip_address": "true"}],
              "block_device_mappings": [{"ebs": {"encrypted": "true"}}]}
-    view = rules.normalise(props)
+    view = records.normalise(props)
     assert view["tagSpecifications"][0]["tags"] == {"hpcc:role": "head", "cost_center": "x"}
-    assert rules.imdsv2_resource(LT, view) == rules.imdsv2_resource(LT, {"metadataOptions": {"httpTokens": "optional"}})
-    assert rules.imdsv2_resource(LT, view)
-    assert rules.private_compute_resource(LT, view) == []  # the head: tag read through the view
+    assert node_rules.imdsv2_resource(LT, view) == node_rules.imdsv2_resource(LT, {"metadataOptions": {"httpTokens": "optional"}})
+    assert node_rules.imdsv2_resource(LT, view)
+    assert network_rules.private_compute_resource(LT, view) == []  # the head: tag read through the view
 
 
 # --- SSH sources: the config and the pack refuse the same sets ------------------------------------------------
@@ -411,15 +446,15 @@ def test_config_and_pack_refuse_the_same_ssh_sources(planned, cidrs, refused):
 def test_config_and_pack_share_one_limit():
     from infra.validators.inputs import SSH_MAX_IPV4_ADDRESSES
 
-    assert rules.MAX_INGRESS_ADDRESSES[4] == SSH_MAX_IPV4_ADDRESSES
+    assert network_rules.MAX_INGRESS_ADDRESSES[4] == SSH_MAX_IPV4_ADDRESSES
 
 
 def test_ipv6_source_passes_once_the_vpc_has_ipv6(planned):
     graph = _ssh_graph(planned, ["2001:db8::/64"])
-    _first(graph, rules.VPC)["inputs"]["assignGeneratedIpv6CidrBlock"] = True
+    _first(graph, records.VPC)["inputs"]["assignGeneratedIpv6CidrBlock"] = True
     assert check(graph) == {}
     graph = _ssh_graph(planned, ["2001:db8::/47"])  # wider than a /48 fails even then
-    _first(graph, rules.VPC)["inputs"]["ipv6CidrBlock"] = "2600:1f18::/56"
+    _first(graph, records.VPC)["inputs"]["ipv6CidrBlock"] = "2600:1f18::/56"
     assert set(check(graph)) == {"no-world-ingress"}
 
 
@@ -431,4 +466,4 @@ def test_one_rule_wider_than_the_limit_is_refused_before_it_is_created():
     assert [d.policyName for d in diagnostics] == ["no-world-ingress"]
     assert "0.0.0.0/1 opens tcp 22 to 2,147,483,648 addresses" in diagnostics[0].message
     rule["inputs"]["cidrIpv4"] = "10.0.0.0/16"
-    assert rules.world_ingress_resource(INGRESS, rule["inputs"]) == []
+    assert network_rules.world_ingress_resource(INGRESS, rule["inputs"]) == []

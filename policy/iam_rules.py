@@ -1,0 +1,176 @@
+"""IAM rules: no '*' on '*' and no service-wide actions, no administrative managed policy, and the nodes' role
+reaches only its own cluster's parameters and secrets, all its policies (inline, attached, AWS managed) together.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+if __package__:  # imported as the package `policy` (the tests)
+    from . import records
+else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
+    import records  # type: ignore[no-redef]
+
+SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# The read grants (parameters and secrets) of the AWS managed policies the nodes' role may carry. The rest of
+# AmazonSSMManagedInstanceCore (ssmmessages, ec2messages, inventory, associations) reads no parameter or secret.
+# Copied from the policy's current version (moto 5.2.5 ships the same document).
+MANAGED_READS = {SSM_CORE: [{"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}]}
+READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory",
+                "secretsmanager:GetSecretValue")
+ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
+NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-(?:node|head)$")  # compute nodes' and head's
+
+
+def _statements(doc: Any) -> list[dict] | None:
+    if isinstance(doc, str):
+        try:
+            doc = json.loads(doc)
+        except ValueError:
+            return None
+    if not isinstance(doc, Mapping):
+        return None
+    return [s for s in records.as_list(doc.get("Statement")) if isinstance(s, Mapping)]
+
+
+def _policy_documents(rtype: str, inputs: dict) -> list[tuple[str, Any]]:
+    if rtype in (records.ROLE_POLICY, records.MANAGED_POLICY):
+        return [("policy", inputs.get("policy"))]
+    if rtype == records.ROLE:
+        return [(f"inlinePolicies[{i}].policy", p.get("policy"))
+                for i, p in enumerate(inputs.get("inlinePolicies") or []) if p.get("policy")]
+    return []
+
+
+def _cluster_of(policy_inputs: dict, resources: list[dict] | None) -> str | None:
+    role = str(policy_inputs.get("role") or "")
+    m = NODE_ROLE.match(role.rsplit("/", 1)[-1])
+    if m:
+        return m.group("cluster")
+    for r in resources or []:
+        if r["type"] == records.ROLE and role in (r["inputs"].get("name"), r["name"]):
+            return (r["inputs"].get("tags") or {}).get("hpcc:cluster")
+    return None
+
+
+def _own_resource(arn: str, cluster: str) -> bool:
+    c = re.escape(cluster)
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{c}(?:/[^*]*\*?)?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{c}/[^*]+\*?", arn))
+
+
+def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    out = []
+    for where, doc in _policy_documents(rtype, inputs):
+        stmts = _statements(doc)
+        if stmts is None:
+            out.append(f"{where} is not a JSON policy document")
+            continue
+        for n, s in enumerate(stmts):
+            if s.get("Effect") != "Allow":
+                continue
+            actions = [str(a) for a in records.as_list(s.get("Action"))]
+            targets = [str(t) for t in records.as_list(s.get("Resource"))]
+            if "NotAction" in s or "NotResource" in s:
+                out.append(f"{where} Statement[{n}] allows with NotAction/NotResource, which grants everything "
+                           "not listed; list the actions and resources instead")
+            if "*" in actions and "*" in targets:
+                out.append(f"{where} Statement[{n}] grants every action on every resource (\"*\" on \"*\")")
+            elif any(a == "*" or a.endswith(":*") for a in actions):
+                out.append(f"{where} Statement[{n}] grants a service's every action ({', '.join(actions)}); "
+                           "list the actions")
+    if rtype == records.ROLE_POLICY:
+        cluster = _cluster_of(inputs, graph)
+        stmts = _statements(inputs.get("policy")) or []
+        if cluster is None:
+            out.append(f"role {inputs.get('role')!r} is not a cluster's node role (hpcc-<cluster>-node or -head), so its "
+                       "reach cannot be checked against one cluster's parameters and secrets")
+        else:
+            for n, s in enumerate(stmts):
+                if s.get("Effect") != "Allow":
+                    continue
+                for t in records.as_list(s.get("Resource")):
+                    if not _own_resource(str(t), cluster):
+                        out.append(f"Statement[{n}] reaches {t}: the nodes may read only cluster {cluster}'s own "
+                                   f"parameters (parameter/hpcc/{cluster}/...) and secrets (secret:hpcc/{cluster}/...)")
+    if rtype == records.ATTACHMENT:
+        arn = str(inputs.get("policyArn") or "")
+        if arn.rsplit("/", 1)[-1] in ADMIN_MANAGED:
+            out.append(f"attaches {arn}, an administrative policy; the nodes need only AmazonSSMManagedInstanceCore")
+        elif NODE_ROLE.match(str(inputs.get("role") or "")) and arn != SSM_CORE:
+            out.append(f"attaches {arn} to the nodes' role; they need only AmazonSSMManagedInstanceCore plus the "
+                       "inline cluster policy")
+    if rtype == records.ROLE:
+        for arn in records.as_list(inputs.get("managedPolicyArns")):
+            if str(arn).rsplit("/", 1)[-1] in ADMIN_MANAGED:
+                out.append(f"managedPolicyArns includes {arn}, an administrative policy")
+    return out
+
+
+def _matches(action: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(action.lower(), str(p).lower()) for p in patterns)
+
+
+def _node_role_statements(role: dict, resources: list[dict]) -> list[tuple[str, dict]]:
+    """(source, statement) for every policy the role carries: inline policies, and the attached AWS managed
+    policies whose read grants are known (MANAGED_READS). Other attachments are refused by iam_resource."""
+    ids = {role["name"], role["inputs"].get("name")} - {None}
+    out: list[tuple[str, dict]] = []
+    for i, p in enumerate(role["inputs"].get("inlinePolicies") or []):
+        out += [(f"{role['name']} inlinePolicies[{i}]", s) for s in _statements(p.get("policy")) or []]
+    arns = list(records.as_list(role["inputs"].get("managedPolicyArns")))
+    for r in resources:
+        if r["type"] == records.ROLE_POLICY and r["inputs"].get("role") in ids:
+            out += [(r["name"], s) for s in _statements(r["inputs"].get("policy")) or []]
+        elif r["type"] == records.ATTACHMENT and r["inputs"].get("role") in ids:
+            arns.append(r["inputs"].get("policyArn"))
+    for arn in dict.fromkeys(map(str, arns)):  # under `pulumi up` the role's outputs list its attachments too
+        out += [(arn.rsplit("/", 1)[-1], s) for s in MANAGED_READS.get(arn, [])]
+    return out
+
+
+def node_role_reach_graph(resources: list[dict]) -> list[str]:
+    """What the nodes' role can read, all its policies together: every parameter or secret read it is allowed
+    outside `/hpcc/<cluster>/` and `hpcc/<cluster>/` must be cut off by a Deny. AmazonSSMManagedInstanceCore alone
+    allows ssm:GetParameter(s) on every parameter in the account, so the role needs a Deny of the parameter reads
+    with NotResource naming the cluster's own prefix."""
+    out = []
+    for role in resources:
+        m = NODE_ROLE.match(str(role["inputs"].get("name") or "")) if role["type"] == records.ROLE else None
+        if not m:
+            continue
+        cluster = m.group("cluster")
+        stmts = _node_role_statements(role, resources)
+        denies = [s for _, s in stmts if s.get("Effect") == "Deny"]
+        reach: dict[tuple[str, str], list[str]] = {}
+        for source, s in stmts:
+            if s.get("Effect") != "Allow" or "NotAction" in s:
+                continue
+            for action in READ_ACTIONS:
+                if not _matches(action, records.as_list(s.get("Action"))):
+                    continue
+                for target in map(str, records.as_list(s.get("Resource"))):
+                    if _own_resource(target, cluster) or _denied_outside(action, cluster, denies):
+                        continue
+                    reach.setdefault((source, target), []).append(action)
+        for (source, target), actions in reach.items():
+            out.append(f"{role['name']}: the nodes' role can {', '.join(actions)} on {target} through {source}; "
+                       f"they may read only cluster {cluster}'s own parameters and secrets: add a Deny of these "
+                       f"actions with NotResource [parameter/hpcc/{cluster}, parameter/hpcc/{cluster}/*]")
+    return out
+
+
+def _denied_outside(action: str, cluster: str, denies: list[dict]) -> bool:
+    """A Deny of the action on everything but the cluster's own resources (NotResource), or on everything."""
+    for s in denies:
+        if "Condition" in s or not _matches(action, records.as_list(s.get("Action"))):
+            continue
+        if "NotResource" in s and all(_own_resource(str(t), cluster) for t in records.as_list(s["NotResource"])):
+            return True
+        if "*" in map(str, records.as_list(s.get("Resource"))):
+            return True
+    return False
