@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from infra.config import ConfigError
 
@@ -17,17 +18,18 @@ err = Console(stderr=True)
 
 @app.callback()
 def _group() -> None:
-    """Keeps `hpcc <command>` a command group even while it has one command."""
+    """Provision and operate multi-node ML training clusters on AWS (see `hpcc COMMAND --help`)."""
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # Messages carry the user's text (filters, tags, patterns like [a-z_]): never read them as rich markup.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
 def config_error(e: ConfigError) -> "typer.Exit":
     for path, msg in e.problems:
-        err.print(f"[bold red]error:[/] {path}: {msg}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(path)}: {escape(msg)}", highlight=False)
     return typer.Exit(2)
 
 

@@ -210,3 +210,31 @@ def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_paramet
         from infra.node_settings import node_settings, render
         from dataclasses import replace
         render(replace(node_settings(many, "us-east-1", facts), authorized_keys=(rsa,) * 6))
+
+
+# --- 5. user text is never read as terminal markup -------------------------------------------------------
+
+def test_a_pattern_in_a_message_is_printed_as_it_is(tmp_path):
+    from typer.testing import CliRunner
+
+    from infra.cli import app
+
+    path = tmp_path / "Pulumi.demo.yaml"
+    path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1",
+                                               "hpcc:cluster": dict(BASE, image={"loginUser": "Bad-User"})}}))
+    run = CliRunner().invoke(app, ["plan", str(path), "--out", str(tmp_path / "out")])
+    assert run.exit_code == 2 and run.exception is None or isinstance(run.exception, SystemExit)
+    assert "cluster.image.loginUser: String should match pattern '^[a-z_][a-z0-9_-]{0,31}$'" in " ".join(run.output.split())
+
+
+@pytest.mark.parametrize("image", [{"nameFilter": "[/]bad"}, {"nameFilter": "[bold]x[/bold]"}])
+def test_markup_in_a_name_filter_is_an_error_message_not_a_traceback(tmp_path, image):
+    from typer.testing import CliRunner
+
+    from infra.cli import app
+
+    path = tmp_path / "Pulumi.demo.yaml"
+    path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1", "hpcc:cluster": dict(BASE, image=image)}}))
+    run = CliRunner().invoke(app, ["plan", str(path), "--out", str(tmp_path / "out")])
+    assert run.exit_code == 2 and (run.exception is None or isinstance(run.exception, SystemExit)), run.output
+    assert f"no image matches name={image['nameFilter']}" in " ".join(run.output.split())

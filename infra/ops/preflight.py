@@ -457,7 +457,9 @@ SEVERITY_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 def print_findings(console, findings: list[Finding]) -> None:
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     for f in sorted(findings, key=lambda f: order.get(f.severity, 3)):
-        console.print(f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]: {f.field}: {f.message}", highlight=False)
+        # Findings quote AWS's and the user's text (image names, filters): never read it as rich markup.
+        console.print(f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]: {escape(f.field)}: {escape(f.message)}",
+                      highlight=False)
     errors = sum(f.is_error for f in findings)
     warnings = sum(f.severity == WARNING for f in findings)
     console.print(f"preflight: {errors} error(s), {warnings} warning(s)", highlight=False)

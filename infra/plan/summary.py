@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -67,9 +68,9 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     console.print(f"Estimated cost: {cost_line(result)}; ready in about "
                   f"{minutes_to_ready(cluster, result.facts.get(cluster.compute.instance_type))} minutes after `pulumi up` starts")
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w.field}: {w.message}", highlight=False)
-    console.print(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
-                  f"{out}/user-data/ ({len(result.user_data)} scripts)")
+        console.print(f"[yellow]warning:[/] {escape(w.field)}: {escape(w.message)}", highlight=False)
+    console.print(escape(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
+                         f"{out}/user-data/ ({len(result.user_data)} scripts)"))
 
 
 def print_changes(result, out: Path, previous: str, console: Console | None = None) -> None:
