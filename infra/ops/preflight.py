@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Callable, Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
+from rich.markup import escape
 
 from infra.az import first_az, kept_az_problem
 from infra.config import DLAMI_OWNER, StackConfig
