@@ -28,7 +28,7 @@ def find_associations(found: Found) -> list[Item]:
         return [Item("fsx-association", dra["AssociationId"], dra.get("DataRepositoryPath", ""))
                 for dra in pages(found.aws, "fsx", "describe_data_repository_associations", "Associations",
                                  Filters=[{"Name": "file-system-id", "Values": fs_ids}])
-                if dra.get("FileSystemId", fs_ids[0]) in fs_ids]
+                if dra.get("FileSystemId") in fs_ids]
     except (ClientError, NotImplementedError) as e:
         found.inv.notes.append(f"could not list the file systems' data repository associations ({why(e)}); "
                                "deleting a file system removes them anyway")
