@@ -12,6 +12,7 @@ from infra.config import ConfigError, from_pulumi_config
 from infra.instance_facts import ec2_facts
 from infra.outputs import stack_outputs
 from infra.validators import check_config
+from infra.validators.type_rules import cluster_architecture, resolve_types
 
 try:
     cfg = from_pulumi_config()
@@ -27,7 +28,7 @@ if type_errors:
 
 cluster = cfg.cluster
 extra_tags = dict(cluster.tags)
-pins = Pins("pins", PinsArgs(cluster, extra_tags))
+pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_types(cfg, facts)[0]) or "x86_64"))
 az = pins.availability_zone
 
 network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags))

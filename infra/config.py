@@ -32,6 +32,20 @@ IMAGE_FAMILIES = {
     "base-oss-nvidia-driver-gpu-ubuntu-24.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *"),
     "base-oss-nvidia-driver-gpu-amazon-linux-2023": ("ec2-user", "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"),
 }
+# Families AWS also builds for arm64 (Graviton: G5g, P6e-GB200; DLAMI release notes, "Deep Learning ARM64 Base OSS
+# Nvidia Driver GPU AMI (Ubuntu 22.04 / 24.04)"), with their image names; the public parameters take the
+# architecture in the path (/aws/service/deeplearning/ami/<arch>/<family>/latest/ami-id).
+ARM64_IMAGE_NAMES = {
+    "base-oss-nvidia-driver-gpu-ubuntu-22.04": "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *",
+    "base-oss-nvidia-driver-gpu-ubuntu-24.04": "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *",
+}
+
+
+def image_name_pattern(family: str, arch: str) -> str | None:
+    """The DLAMI name pattern of a family for an architecture; None where AWS builds none."""
+    return IMAGE_FAMILIES[family][1] if arch == "x86_64" else ARM64_IMAGE_NAMES.get(family) if arch == "arm64" else None
+
+
 DLAMI_OWNER = "898082745236"
 
 
@@ -89,8 +103,12 @@ class Image(_Model):
 
     @property
     def ssm_parameter(self) -> str | None:
+        return self.ssm_parameter_for("x86_64")
+
+    def ssm_parameter_for(self, arch: str) -> str | None:
+        """The family's public parameter for the nodes' architecture (x86_64 or arm64)."""
         fam = self.resolved_family
-        return f"/aws/service/deeplearning/ami/x86_64/{fam}/latest/ami-id" if fam else None
+        return f"/aws/service/deeplearning/ami/{arch}/{fam}/latest/ami-id" if fam else None
 
     @property
     def user(self) -> str:

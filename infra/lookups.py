@@ -67,34 +67,38 @@ class ImageInfo:
         return ImageInfo(**json.loads(text))
 
 
-def image_source(cluster: ClusterConfig) -> str:
-    """Where the image comes from, in the config's words (changing it re-resolves the image)."""
+def image_source(cluster: ClusterConfig, arch: str = "x86_64") -> str:
+    """Where the image comes from, in the config's words and for the nodes' architecture (changing either
+    re-resolves the image)."""
     img = cluster.image
     if img.ami_id:
         return f"amiId {img.ami_id}"
+    suffix = "" if arch == "x86_64" else f" ({arch})"  # x86_64 clusters keep the description they always had
     if img.name_filter:
-        return f"nameFilter {img.name_filter}"
-    return f"family {img.resolved_family}"
+        return f"nameFilter {img.name_filter}{suffix}"
+    return f"family {img.resolved_family}{suffix}"
 
 
-def image(cluster: ClusterConfig) -> pulumi.Output[ImageInfo]:
-    """The image the config names today (a family's latest release, the newest match of a filter)."""
+def image(cluster: ClusterConfig, arch: str = "x86_64") -> pulumi.Output[ImageInfo]:
+    """The image the config names today for the nodes' architecture (a family's latest release, the newest
+    match of a filter)."""
     img = cluster.image
     if img.ami_id:
         filters = [{"name": "image-id", "values": [img.ami_id]}]
         owners = None
     elif img.name_filter:
-        filters = [{"name": "name", "values": [img.name_filter]}]
+        filters = [{"name": "name", "values": [img.name_filter]}, {"name": "architecture", "values": [arch]}]
         owners = [DLAMI_OWNER]
     else:
-        ami_id = aws.ssm.get_parameter_output(name=img.ssm_parameter).value
+        ami_id = aws.ssm.get_parameter_output(name=img.ssm_parameter_for(arch)).value
         filters = [{"name": "image-id", "values": [ami_id]}]
         owners = [DLAMI_OWNER]
     result = aws.ec2.get_ami_output(most_recent=True, owners=owners, filters=filters)
 
     def info(r) -> ImageInfo:
-        if r.architecture != "x86_64":
-            raise LookupFailed(f"cluster.image: {r.id} ({r.name}) is {r.architecture}; hpcc builds x86_64 clusters")
+        if r.architecture != arch:
+            raise LookupFailed(f"cluster.image: {r.id} ({r.name}) is {r.architecture}, but the nodes run {arch}; "
+                               f"pin an {arch} image with cluster.image.amiId")
         return ImageInfo(r.id, r.root_device_name, r.architecture, r.name)
 
     return result.apply(info)

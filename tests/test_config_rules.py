@@ -41,7 +41,11 @@ CASES = [
     ({"compute__instanceType": "hpc7a.96xlarge", "compute__market": "spot"}, "cluster.compute.market",
      "on-demand only"),
     ({"compute__instanceType": "vt1.24xlarge"}, "cluster.compute.instanceType", "cannot join a cluster placement group"),
-    ({"compute__instanceType": "hpc7g.16xlarge"}, "cluster.compute.instanceType", "arm64"),
+    # One image serves the cluster: an arm64 compute type with the (x86_64) default head is refused on the head.
+    ({"compute__instanceType": "hpc7g.16xlarge"}, "cluster.headNode.instanceType", "runs x86_64 but the compute type "
+                                                                                   "hpc7g.16xlarge runs arm64"),
+    ({"compute__instanceType": "hpc7g.16xlarge", "headNode__instanceType": "c7g.2xlarge",
+      "image__family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"}, "cluster.image.family", "AWS builds no arm64 image"),
     ({"compute__market": "capacity-block"}, "cluster.compute.capacityReservationId", "give its id"),
     ({"fsx__storageType": "HDD"}, "cluster.fsx.storageType", "PERSISTENT_1 only, not SCRATCH_2"),
     ({"compute__instanceType": "c6i.16xlarge", "compute__efa": True}, "cluster.compute.efa", "has no EFA"),

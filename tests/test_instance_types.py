@@ -132,3 +132,19 @@ def test_ec2_rules_refuse_a_capacity_block_market_without_its_reservation(block_
 def test_plan_error_is_a_message(tmp_path):
     with pytest.raises(PlanError, match="cluster.compute.market: hpc7a.96xlarge is not sold as spot"):
         plan_config(config_map("hpc7a.96xlarge", market="spot"))
+
+
+# -- arm64 (Graviton): a cluster of one architecture, with the family's arm64 image ------------------------------
+
+@pytest.mark.parametrize("head,compute", [("c7g.2xlarge", "hpc7g.16xlarge"), ("c7g.2xlarge", "g5g.16xlarge")])
+def test_an_arm64_cluster_plans_with_the_familys_arm64_image(head, compute):
+    from infra.plan.embedded_aws import stable_ami_id
+
+    config = {"aws:region": "us-east-1", "hpcc:cluster": {
+        "name": "grav", "headNode": {"instanceType": head}, "compute": {"instanceType": compute, "count": 2}}}
+    result = plan_config(config)
+    arm64_ami = stable_ami_id("base-oss-nvidia-driver-gpu-ubuntu-22.04-arm64")
+    assert {r["inputs"]["ami"] for r in result.of_type("aws:ec2/instance:Instance")} == {arm64_ami}
+    assert {r["inputs"]["imageId"] for r in result.of_type("aws:ec2/launchTemplate:LaunchTemplate")} == {arm64_ami}
+    pin = next(r for r in result.of_type("aws:ssm/parameter:Parameter") if r["name"] == "grav-image-pin")
+    assert "(arm64)" in pin["inputs"]["description"] and '"architecture": "arm64"' in pin["inputs"]["insecureValue"]

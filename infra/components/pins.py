@@ -31,6 +31,7 @@ from infra.naming import Paths, image_pin, tags
 class PinsArgs:
     config: ClusterConfig
     extra_tags: dict[str, str] = field(default_factory=dict)
+    architecture: str = "x86_64"  # the node types' (infra/validators/type_rules.cluster_architecture)
 
 
 class Pins(pulumi.ComponentResource):
@@ -42,8 +43,8 @@ class Pins(pulumi.ComponentResource):
         cfg, t = args.config, args.extra_tags
         c, paths = cfg.name, Paths(cfg.name)
 
-        resolved = lookups.image(cfg)
-        source = lookups.image_source(cfg)
+        resolved = lookups.image(cfg, args.architecture)
+        source = lookups.image_source(cfg, args.architecture)
         follows_config = bool(cfg.image.ami_id)
         image_param = aws.ssm.Parameter(
             image_pin(c), name=paths.pinned_image, type="String", insecure_value=resolved.apply(ImageInfo.to_json),

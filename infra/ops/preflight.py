@@ -152,6 +152,13 @@ class Context:
         return self.cluster.availability_zone or self.kept_az or first_az(self.offered, self.types)
 
     @cached_property
+    def architecture(self) -> str:
+        """The compute nodes' architecture, which the image is resolved for (infra/validators/type_rules.py)."""
+        info = self.type_info.get(self.cluster.compute.instance_type) or {}
+        archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+        return next((a for a in ("x86_64", "arm64") if a in archs), "x86_64")
+
+    @cached_property
     def image(self) -> dict | None:
         """The AMI the program would use, or None (the reason is in notes['image'])."""
         img = self.cluster.image
@@ -162,9 +169,10 @@ class Context:
             elif img.name_filter:
                 how = f"nameFilter {img.name_filter!r} (owner {DLAMI_OWNER})"
                 found = self.aws.call("ec2", "describe_images", Owners=[DLAMI_OWNER],
-                                      Filters=[{"Name": "name", "Values": [img.name_filter]}])["Images"]
+                                      Filters=[{"Name": "name", "Values": [img.name_filter]},
+                                               {"Name": "architecture", "Values": [self.architecture]}])["Images"]
             else:
-                param = img.ssm_parameter
+                param = img.ssm_parameter_for(self.architecture)
                 how = f"family {img.resolved_family} (SSM parameter {param})"
                 try:
                     ami = self.aws.call("ssm", "get_parameter", Name=param)["Parameter"]["Value"]

@@ -13,7 +13,7 @@ from functools import lru_cache
 from datetime import datetime, timezone
 from typing import Iterator
 
-from infra.config import DLAMI_OWNER, IMAGE_FAMILIES
+from infra.config import DLAMI_OWNER, IMAGE_FAMILIES, image_name_pattern
 
 ACCOUNT = "123456789012"
 MANAGED_POLICIES = ("AmazonSSMManagedInstanceCore",)  # moto's default account
@@ -26,10 +26,6 @@ os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "false")
 os.environ.setdefault("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
 for _var, _value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
     os.environ.setdefault(_var, _value)
-
-
-def _dlami_name(family: str) -> str:
-    return IMAGE_FAMILIES[family][1].replace("*", DLAMI_DATE)
 
 
 @dataclass
@@ -65,18 +61,22 @@ def _seed(region: str) -> None:
     ec2 = ec2_backends[ACCOUNT][region]
     params = ssm_backends[ACCOUNT][region]._parameters
     for family in IMAGE_FAMILIES:
-        ami_id = stable_ami_id(family)
-        ec2.amis[ami_id] = Ami(
-            ec2, ami_id=ami_id, name=_dlami_name(family), description=f"hpcc offline stand-in for {family}",
-            owner_id=DLAMI_OWNER, owner_alias="amazon", public=True, virtualization_type="hvm",
-            architecture="x86_64", state="available", image_type="machine", hypervisor="xen",
-            root_device_name="/dev/xvda" if "amazon-linux" in family else "/dev/sda1", root_device_type="ebs",
-            sriov="simple", creation_date=datetime(int(DLAMI_DATE[:4]), int(DLAMI_DATE[4:6]), int(DLAMI_DATE[6:]), tzinfo=timezone.utc))
-        # moto refuses put_parameter under /aws/, so public parameters go straight into its store.
-        name = f"/aws/service/deeplearning/ami/x86_64/{family}/latest/ami-id"
-        params[name].append(Parameter(account_id=ACCOUNT, name=name, value=ami_id, parameter_type="String",
-                                      description=None, allowed_pattern=None, keyid=None,
-                                      last_modified_date=0, version=1, data_type="aws:ec2:image"))
+        for arch in ("x86_64", "arm64"):
+            pattern = image_name_pattern(family, arch)
+            if pattern is None:
+                continue
+            ami_id = stable_ami_id(family if arch == "x86_64" else f"{family}-{arch}")
+            ec2.amis[ami_id] = Ami(
+                ec2, ami_id=ami_id, name=pattern.replace("*", DLAMI_DATE), description=f"hpcc offline stand-in for {family}",
+                owner_id=DLAMI_OWNER, owner_alias="amazon", public=True, virtualization_type="hvm",
+                architecture=arch, state="available", image_type="machine", hypervisor="xen",
+                root_device_name="/dev/xvda" if "amazon-linux" in family else "/dev/sda1", root_device_type="ebs",
+                sriov="simple", creation_date=datetime(int(DLAMI_DATE[:4]), int(DLAMI_DATE[4:6]), int(DLAMI_DATE[6:]), tzinfo=timezone.utc))
+            # moto refuses put_parameter under /aws/, so public parameters go straight into its store.
+            name = f"/aws/service/deeplearning/ami/{arch}/{family}/latest/ami-id"
+            params[name].append(Parameter(account_id=ACCOUNT, name=name, value=ami_id, parameter_type="String",
+                                          description=None, allowed_pattern=None, keyid=None,
+                                          last_modified_date=0, version=1, data_type="aws:ec2:image"))
 
 
 def publish_dlami(region: str, family: str, date: str, account: str = ACCOUNT) -> str:

@@ -15,8 +15,8 @@ from infra.validators.findings import ERROR, WARNING, Finding
 
 MARKET_FIELD = "cluster.compute.market"
 IMAGE_FIELD = "cluster.image"
-# The architecture hpcc's images are resolved for (infra/lookups.py refuses any other image).
-SUPPORTED_ARCHITECTURES = ("x86_64",)
+# The architectures a node can run: one image serves the whole cluster, so head and compute share one.
+SUPPORTED_ARCHITECTURES = ("x86_64", "arm64")
 
 
 def roles(cfg) -> list[tuple[str, str]]:
@@ -24,12 +24,44 @@ def roles(cfg) -> list[tuple[str, str]]:
     return [(HEAD_FIELD, c.head_node.instance_type), (COMPUTE_FIELD, c.compute.instance_type)]
 
 
+def _archs(itype: InstanceType) -> set[str]:
+    return set(itype.architectures or (itype.arch,)) & set(SUPPORTED_ARCHITECTURES)
+
+
+def cluster_architecture(types: dict[str, InstanceType]) -> str | None:
+    """The one architecture every node type runs (x86_64 first), or None."""
+    common = set(SUPPORTED_ARCHITECTURES)
+    for itype in types.values():
+        common &= _archs(itype)
+    return next((a for a in SUPPORTED_ARCHITECTURES if a in common), None)
+
+
 def architecture(cfg, types: dict[str, InstanceType]):
+    """One image (infra/components/pins.py) serves head and compute: they run one architecture, one the image
+    source has a build for."""
+    from infra.config import image_name_pattern
+
     for field, itype in types.items():
-        if not set(itype.architectures or (itype.arch,)) & set(SUPPORTED_ARCHITECTURES):
-            yield Finding(ERROR, field, f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}, and "
-                                        f"{IMAGE_FIELD} has no Deep Learning AMI family for it in hpcc (only "
-                                        f"{', '.join(SUPPORTED_ARCHITECTURES)}); pick an x86_64 type")
+        if not _archs(itype):
+            yield Finding(ERROR, field, f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}; hpcc "
+                                        f"builds {' and '.join(SUPPORTED_ARCHITECTURES)} clusters")
+            return
+    head, compute = types.get(HEAD_FIELD), types.get(COMPUTE_FIELD)
+    if head is None or compute is None:
+        return
+    arch = cluster_architecture(types)
+    if arch is None:
+        yield Finding(ERROR, HEAD_FIELD, f"{head.name} runs {'/'.join(sorted(_archs(head)))} but the compute type "
+                                         f"{compute.name} runs {'/'.join(sorted(_archs(compute)))}: one image serves "
+                                         "both, so pick a head type of the compute nodes' architecture (e.g. c7g.2xlarge "
+                                         "for arm64, m6i.2xlarge for x86_64)")
+        return
+    family = cfg.cluster.image.resolved_family
+    if family and image_name_pattern(family, arch) is None:
+        yield Finding(ERROR, f"{IMAGE_FIELD}.family", f"AWS builds no {arch} image of {family}, and "
+                                                      f"{compute.name} runs {arch}: use an {arch} family "
+                                                      "(base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or pin "
+                                                      "cluster.image.amiId")
 
 
 def efa_matches_type(cfg, types: dict[str, InstanceType]):
