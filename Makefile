@@ -30,7 +30,7 @@ plan: setup
 test: setup deps
 	$(PY) -m pytest -q
 
-# Only the cluster-in-a-box tests (root and ip netns; about 2.5 minutes on 2 cores). See tests/box/README.md.
+# Only the cluster-in-a-box tests (root and ip netns; about 7 minutes on 2 cores, day 2 included). See tests/box/README.md.
 box: setup deps
 	$(PY) -m pytest -q -m box tests/box
 
