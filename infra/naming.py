@@ -28,6 +28,14 @@ def role_name(cluster: str, role: str) -> str:
     return f"hpcc-{cluster}-{'head' if role == 'head' else 'node'}"
 
 
+def placement_group_name(cluster: str) -> str:
+    return f"hpcc-{cluster}"
+
+
+def launch_template_name(cluster: str, role: str) -> str:
+    return f"hpcc-{cluster}-{role}"
+
+
 def image_pin(cluster: str) -> str:
     """The Pulumi name of the resource that keeps the image (infra/components/pins.py); `--update-image` replaces it."""
     return resource_name(cluster, "image-pin")

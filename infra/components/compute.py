@@ -14,7 +14,8 @@ from infra.config import ClusterConfig
 from infra.efa import interface_layout
 from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
-from infra.naming import HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, tags
+from infra.naming import (HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, launch_template_name,
+                          placement_group_name, tags)
 from infra.node_settings import settings_value
 from infra.roles import RoleSpec, bootstrap_context, resolve_role
 from infra.userdata import user_data
@@ -76,7 +77,7 @@ class Compute(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         paths = Paths(c)
 
-        group = aws.ec2.PlacementGroup(f"{c}-placement", name=f"hpcc-{c}", strategy="cluster",
+        group = aws.ec2.PlacementGroup(f"{c}-placement", name=placement_group_name(c), strategy="cluster",
                                        tags=tags(c, "placement", t), opts=child).name
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
@@ -142,7 +143,7 @@ class Compute(pulumi.ComponentResource):
                     capacity_reservation_id=spec.capacity_reservation_id))
         launch_tags = tags(c, role, t, role=role)
         return aws.ec2.LaunchTemplate(
-            f"{c}-{role}-lt", name=f"hpcc-{c}-{role}", instance_type=itype.name,
+            f"{c}-{role}-lt", name=launch_template_name(c, role), instance_type=itype.name,
             image_id=args.image.apply(lambda i: i.ami_id),
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arns[role]),
             network_interfaces=interfaces,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from infra.naming import Paths
+from infra.naming import Paths, placement_group_name
 from infra.ops import reap_kinds as k
 from infra.ops import reap_special as special
 from infra.ops.aws import Aws
@@ -42,7 +42,7 @@ def _address_owner(address: dict, found: Found) -> bool:
 
 
 def _placement_group_note(cluster: str) -> str:
-    name = f"hpcc-{cluster}"  # infra/components/compute.py
+    name = placement_group_name(cluster)
     return f"if {name} exists, delete it with `aws ec2 delete-placement-group --group-name {name}`"
 
 
