@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.config import ClusterConfig
-from infra.efa import interface_layout
+from infra.efa import InterfaceSpec
 from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
 from infra.naming import (HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, launch_template_name,
@@ -46,11 +46,11 @@ class Node:
     itype: InstanceType
 
 
-def interfaces_tag(itype: InstanceType, efa: bool, public: bool) -> str:
+def interfaces_tag(layout: tuple[InterfaceSpec, ...], public: bool) -> str:
     """The node's interfaces in a few words, e.g. `1 efa` or `1 interface + 32 efa-only, public`. Interfaces are
     fixed at launch (EFA cannot be attached to a running instance), so a change of this tag replaces the node."""
     counts: dict[str, int] = {}
-    for spec in interface_layout(itype, efa):
+    for spec in layout:
         counts[spec.interface_type] = counts.get(spec.interface_type, 0) + 1
     return " + ".join(f"{n} {kind}" for kind, n in counts.items()) + (", public" if public else "")
 
@@ -86,10 +86,9 @@ class Compute(pulumi.ComponentResource):
         head_lt = self._launch_template(args, group, head, public=self.head_is_public)
         compute_lt = self._launch_template(args, compute_placement_group(cfg, group), compute, public=False)
 
-        self.head = self._node(args, HEAD, "head", head_lt, head.itype, efa=head.efa_wanted,
-                               public=self.head_is_public)
-        self.compute_nodes = [self._node(args, compute_node_name(i), "compute", compute_lt, compute.itype,
-                                         efa=compute.efa_wanted) for i in range(cfg.compute.count)]
+        self.head = self._node(args, HEAD, head_lt, head, public=self.head_is_public)
+        self.compute_nodes = [self._node(args, compute_node_name(i), compute_lt, compute, public=False)
+                              for i in range(cfg.compute.count)]
 
         # What changes over the cluster's life (count, pacing, timeouts, launch settings): read by the nodes at
         # run time and updated in place; in the user data, a resize would replace nodes or leave them stale.
@@ -166,18 +165,17 @@ class Compute(pulumi.ComponentResource):
             update_default_version=True,
             opts=pulumi.ResourceOptions(parent=self))
 
-    def _node(self, args: ComputeArgs, node: str, role: str, lt: aws.ec2.LaunchTemplate, itype: InstanceType,
-              efa: bool, public: bool = False) -> Node:
+    def _node(self, args: ComputeArgs, node: str, lt: aws.ec2.LaunchTemplate, spec: RoleSpec, public: bool) -> Node:
         """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
         new instance), another instance type or interface layout (`replace_on_changes`). A new launch-template
         version (user data, tags, root volume, market) reaches nodes created afterwards: existing nodes ignore it
         (terraform-provider-aws forces a new instance when `launch_template.version` changes)."""
-        c = args.config.name
+        c, role = args.config.name, spec.role
         instance = aws.ec2.Instance(
             f"{c}-{node}",
-            ami=args.image.apply(lambda i: i.ami_id), instance_type=itype.name,
+            ami=args.image.apply(lambda i: i.ami_id), instance_type=spec.itype.name,
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
-            tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(itype, efa, public)),
+            tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(spec.layout, public)),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
                                         replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))
-        return Node(node, role, instance, itype)
+        return Node(node, role, instance, spec.itype)
