@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from infra.config import ConfigError
+from infra.hostfile import FORMATS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Provision and operate multi-node ML training clusters on AWS.")
@@ -153,15 +154,15 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
 
 @app.command()
 def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-             fmt: str = typer.Option("openmpi", "--format", help="openmpi | mpich | hosts | horovod"),
+             fmt: str = typer.Option("openmpi", "--format", help=" | ".join(FORMATS)),
              region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
              out: Path = typer.Option(None, "--out", help="write here instead of stdout")):
     """The compute nodes' hostfile, rebuilt from the instances tagged for the cluster."""
-    from infra.hostfile import FORMATS
-    from infra.ops.hostfile import render
+    from infra.ops.hostfile import format_problem, render
 
-    if fmt not in FORMATS:
-        raise fail(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    problem = format_problem(fmt)
+    if problem:  # a usage error (exit 2), found before any AWS call
+        raise fail(problem)
     text = _ops(lambda: render(_aws(region), cluster, fmt))
     if out:
         out.write_text(text)

@@ -43,5 +43,7 @@ def load(path: str | Path) -> StackConfig:
 
 
 def as_pulumi_config(config: dict) -> dict[str, str]:
-    """Config values as the Pulumi engine hands them to a program: structured values as JSON."""
+    """Config values as the Pulumi engine hands them to a program: structured values as JSON strings, which
+    pulumi.Config.get_object parses (as it does `pulumi config set --path` maps). Used by `hpcc up` (the stack's
+    config) and `hpcc plan` (the mocked runtime's), so both runs of the program see the same values."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}

@@ -28,9 +28,15 @@ def entries(aws: Aws, cluster: str, role: str = "compute") -> list[HostEntry]:
     return sorted(out, key=lambda e: e.name)
 
 
+def format_problem(fmt: str) -> str | None:
+    """What is wrong with a `--format` value, or None: the one check, used by the CLI before it asks AWS."""
+    return None if fmt in FORMATS else f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}"
+
+
 def render(aws: Aws, cluster: str, fmt: str = "openmpi") -> str:
-    if fmt not in FORMATS:
-        raise OpsError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    problem = format_problem(fmt)
+    if problem:
+        raise OpsError(problem)
     found = entries(aws, cluster)
     if not found:
         raise OpsError(f"no running compute instances tagged hpcc:cluster={cluster} in {aws.region}; "

@@ -14,7 +14,6 @@ this project (needs the Pulumi CLI). Tests pass a fake; everything before and af
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
-from infra.stackfile import load, read_raw
+from infra.stackfile import as_pulumi_config, load, read_raw
 
 ROOT = Path(__file__).resolve().parents[2]  # Pulumi.yaml lives here
 POLICY_PACK = ROOT / "policy"
@@ -86,9 +85,7 @@ def _last_lines(text: str, n: int = 8) -> str:
 def _config_values(config_path: Path) -> dict:
     from pulumi.automation import ConfigValue
 
-    raw = read_raw(config_path)
-    # Structured values as JSON strings: pulumi.Config.get_object parses them, as it does `config set --path` maps.
-    return {k: ConfigValue(v if isinstance(v, str) else json.dumps(v)) for k, v in raw.items()}
+    return {k: ConfigValue(v) for k, v in as_pulumi_config(read_raw(config_path)).items()}
 
 
 def configure(stack: StackLike, config_path: Path, stack_name: str, root: Path | None = None) -> bool:
