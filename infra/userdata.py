@@ -18,7 +18,9 @@ import jinja2
 from infra import node_settings
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data
+# EC2: "limited to 16 KB, in raw form, before it is base64-encoded" (here: the gzip bytes):
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
+USER_DATA_LIMIT = 16 * 1024
 AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the script installs itself here; `hpcc-node sync` is the agent
 
 
@@ -76,9 +78,14 @@ def render(ctx: BootstrapContext) -> str:
     return environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars())
 
 
+def within_limit(packed: bytes) -> bool:
+    """Whether EC2 takes these raw user-data bytes (the plan's AWS checks the same on its own side)."""
+    return len(packed) <= USER_DATA_LIMIT
+
+
 def user_data(ctx: BootstrapContext) -> bytes:
     """What EC2 gets: the script gzip-compressed (cloud-init unpacks it), within EC2's 16 KB limit."""
     packed = gzip.compress(render(ctx).encode(), mtime=0)
-    if len(packed) > USER_DATA_LIMIT:
+    if not within_limit(packed):
         raise ValueError(f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; EC2 allows {USER_DATA_LIMIT}")
     return packed

@@ -28,18 +28,21 @@ SECRET_PATTERNS = [
 ]
 
 
-def _decoded_texts(value: str) -> list[str]:
-    """The user data as written, and as the instance will see it when it is base64 (and maybe gzip)."""
+def _decoded_texts(value: str) -> list[str] | None:
+    """The user data as written, and as the instance will see it when it is base64 (and maybe gzip); None when
+    it is gzip that does not unpack (cloud-init could not run it, and it cannot be checked). The plan's AWS
+    decodes the same way (infra/plan/aws_rules.py); the pack may not import infra, so this is a copy that
+    tests/test_one_place.py runs beside that one."""
     texts = [value]
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        return texts
+        return texts  # an instance's `userData` is plain text
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error):
-            pass
+            return None
     texts.append(raw.decode("utf-8", errors="replace"))
     return texts
 
@@ -126,6 +129,10 @@ def secrets_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) 
         if not isinstance(value, str) or not value:
             continue
         texts = _decoded_texts(value)
+        if texts is None:
+            out.append(f"{key} is gzip that does not decompress: cloud-init could not run it and it cannot be "
+                       "checked for secrets; give the gzip of the whole script")
+            continue
         for what, pattern in SECRET_PATTERNS:
             if any(pattern.search(t) for t in texts):
                 out.append(f"{key} holds {what}; keep secrets in Secrets Manager (hpcc/<cluster>/...) and fetch "

@@ -8,11 +8,21 @@ markets a type is sold in).
 from __future__ import annotations
 
 import base64
+import binascii
 import gzip
 import ipaddress
+import zlib
 
+# Deliberate copies of facts the program also holds (infra/userdata.py, infra/components/security.py): these
+# rules play AWS's part and check the program independently, so they never import what they check.
+# tests/test_one_place.py runs both sides on the same cases.
+# "User data is limited to 16 KB, in raw form, before it is base64-encoded":
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT = 16 * 1024
-LUSTRE_REQUIRED_PORTS = (988, 1018, 1023)
+# "allow inbound traffic on ports 988 and 1018-1023":
+# https://docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html
+LUSTRE_REQUIRED_PORTS = (988, *range(1018, 1024))
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class AwsRejected(Exception):
@@ -70,11 +80,8 @@ def check_launch_template(name: str, inputs: dict, type_info: dict) -> None:
     if len({nic.get("subnetId") for nic in interfaces}) > 1:
         raise AwsRejected(name, "InvalidParameterValue", "all interfaces of an instance must be in one subnet here (EFA does not cross subnets)")
     check_market(name, inputs, type_info)
-    user_data = inputs.get("userData")
-    if user_data:
-        raw = base64.b64decode(user_data)
-        if len(raw) > USER_DATA_LIMIT:
-            raise AwsRejected(name, "InvalidParameterValue", f"user data is {len(raw)} bytes; the limit is {USER_DATA_LIMIT}")
+    if inputs.get("userData"):
+        decode_user_data(inputs["userData"], name)
 
 
 def check_market(name: str, inputs: dict, type_info: dict) -> None:
@@ -91,11 +98,23 @@ def check_market(name: str, inputs: dict, type_info: dict) -> None:
                           "market type capacity-block needs a capacity reservation target (the Capacity Block's id)")
 
 
-def decode_user_data(b64: str) -> str:
-    raw = base64.b64decode(b64)
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    return raw.decode()
+def decode_user_data(b64: str, name: str = "userData") -> str:
+    """The script the instance runs: EC2 takes base64 of at most USER_DATA_LIMIT raw bytes (refusing anything
+    else), and cloud-init unpacks gzip, which must therefore unpack. The policy pack decodes it too
+    (policy/node_rules.py, standalone by design)."""
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise AwsRejected(name, "InvalidParameterValue", "Invalid BASE64 encoding of user data") from None
+    if len(raw) > USER_DATA_LIMIT:
+        raise AwsRejected(name, "InvalidParameterValue", f"user data is {len(raw)} bytes; the limit is {USER_DATA_LIMIT}")
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error):
+            raise AwsRejected(name, "InvalidParameterValue", "user data is gzip that does not decompress: "
+                                                             "cloud-init could not run it") from None
+    return raw.decode("utf-8", errors="replace")
 
 
 def check_placement_group(name: str, inputs: dict, existing: set[str]) -> None:
