@@ -175,7 +175,8 @@ def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its h
          region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
          yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)")):
     """Delete everything tagged for a cluster, in dependency order (for when `pulumi destroy` cannot)."""
-    from infra.ops.reap import reap as run_reap, table
+    from infra.ops.reap import reap as run_reap
+    from infra.ops.reap_report import print_notes, table
 
     out = Console()
     inv = _ops(lambda: run_reap(_aws(region), cluster, yes=yes,
@@ -184,8 +185,7 @@ def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its h
         out.print(f"nothing tagged hpcc:cluster={cluster} in {inv.region}", highlight=False)
     else:
         out.print(table(inv, f"hpcc:cluster={cluster} in {inv.region}" + ("" if yes else " (dry run: --yes deletes)")))
-    for note in inv.notes:
-        out.print(f"[yellow]note:[/] {note}", highlight=False)
+    print_notes(out, inv)
     if any(i.failed for i in inv.items):
         raise typer.Exit(1)
 

@@ -1,15 +1,16 @@
-"""reap's paging and waiting (infra/ops/botocore_models.py): botocore's paginator tokens with each page
+"""reap's paging and waiting (infra/ops/aws.py): botocore's paginator tokens with each page
 retried through Aws's backoff, and waiters decided by their acceptors on the injected clock. No AWS and no
 moto: every answer is injected before the request leaves botocore."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
 
 from infra.ops.aws import Aws, Backoff
-from infra.ops.botocore_models import pages
+from infra.ops.aws import pages
 from infra.ops.reap import DELETERS, Item, Waits
 
 REGION = "us-east-1"
@@ -57,6 +58,27 @@ def test_pages_follow_botocores_token_and_retry_a_throttled_page(aws):
     assert aws.backoff.slept == [0.5 * 0.25]  # the throttled page was retried by Aws, once
     assert [r.get("NextToken") for r in requests] == [None, "page-2", "page-2"]
 
+
+
+def test_aws_pages_is_botocores_paginator_with_its_result_key(aws):
+    """status and preflight page through Aws.pages: the same paginator, records named by a key."""
+    requests = answer_in_turn(aws.client("ssm"), "GetParametersByPath", [
+        {"Parameters": [{"Name": "/a"}], "NextToken": "t2"},
+        {"Parameters": [{"Name": "/b"}]},
+    ])
+    assert [p["Name"] for p in aws.pages("ssm", "get_parameters_by_path", "Parameters", Path="/")] == ["/a", "/b"]
+    assert [json.loads(r).get("NextToken") for r in requests] == [None, "t2"]  # JSON-protocol bodies
+
+
+def test_an_operation_without_a_botocore_paginator_still_follows_next_token(aws):
+    assert not aws.client("fsx").can_paginate("describe_data_repository_associations")
+    requests = answer_in_turn(aws.client("fsx"), "DescribeDataRepositoryAssociations", [
+        {"Associations": [{"AssociationId": "dra-1"}], "NextToken": "t2"},
+        {"Associations": [{"AssociationId": "dra-2"}]},
+    ])
+    assert [a["AssociationId"] for a in pages(aws, "fsx", "describe_data_repository_associations", "Associations")] \
+        == ["dra-1", "dra-2"]
+    assert [json.loads(r).get("NextToken") for r in requests] == [None, "t2"]  # JSON-protocol bodies
 
 def test_a_waiters_failure_acceptor_fails_the_items_without_waiting_out_the_timeout(aws):
     answer_in_turn(aws.client("ec2"), "TerminateInstances", [{}])

@@ -9,7 +9,8 @@ IAM, the parameters and the secret are found by their names (infra/naming.py) an
 KINDS below is the whole procedure, one row per kind in deletion order (each kind only after everything
 before it is gone): how it is listed and re-checked, how it is deleted, what is waited for. The generic
 finder and deleter are in infra/ops/reap_kinds.py, the few special cases in infra/ops/reap_special.py.
-`inventory()` only reads; `reap(..., yes=False)` is the dry run.
+`inventory()` only reads; `reap(..., yes=False)` is the dry run. Showing the result is
+infra/ops/reap_report.py's, for the CLI and `hpcc destroy`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from infra.ops import reap_special as special
 from infra.ops.aws import Aws
 from infra.ops.reap_kinds import Delete, Find, Found, Inventory, Item, Kind, Waits, unless_missing
 
-__all__ = ["DELETERS", "KINDS", "ORDER", "Inventory", "Item", "Waits", "inventory", "reap", "table"]
+__all__ = ["DELETERS", "KINDS", "ORDER", "Inventory", "Item", "Waits", "inventory", "reap"]
 
 
 def _nat_allocations(found: Found) -> dict | None:
@@ -186,16 +187,3 @@ def reap(aws: Aws, cluster: str, yes: bool = False, waits: Waits | None = None,
         DELETERS[kind](aws, items, waits)
     return inv
 
-
-def table(inv: Inventory, title: str):
-    """The inventory as a rich table. Printing belongs to the CLI (infra/cli.py); it stays here until
-    cli.py, being edited elsewhere, can take it."""
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("kind", "id", "name", "result"):
-        t.add_column(col, overflow="fold")
-    for it in inv.items:
-        style = "red" if it.failed else ("green" if it.result == "deleted" else "")
-        t.add_row(it.kind, it.id, it.name, f"[{style}]{it.result}[/]" if style else it.result)
-    return t

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from infra.naming import TAG_CLUSTER
 from infra.ops.aws import Aws, error_code, error_message, tag_dict, tag_filter
-from infra.ops.botocore_models import WaitFailed, pages, waiter_done
+from infra.ops.aws import WaitFailed, pages, waiter_done
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Find:
 @dataclass(frozen=True)
 class Delete:
     """Delete each item with `op`; `first` undoes what would refuse the delete (an association, an
-    attachment); `waiter` (botocore's, or infra/ops/botocore_models.CUSTOM) then waits for all of them."""
+    attachment); `waiter` (botocore's, or infra/ops/aws.CUSTOM) then waits for all of them."""
     op: str
     args: Callable[[Item], dict]
     service: str = "ec2"

@@ -28,6 +28,7 @@ from infra.ops import OpsError
 from infra.ops import hostfile as ops_hostfile
 from infra.ops import preview as ops_preview
 from infra.ops import reap as ops_reap
+from infra.ops import reap_report
 from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
@@ -248,13 +249,12 @@ def destroy(config_path: Path, stack_name: str, *, aws: Aws | None = None,
         failure = e  # still list what is left: that is what the operator needs next
     left = ops_reap.inventory(aws, cfg.cluster.name)
     if left.items:
-        console.print(ops_reap.table(left, f"still tagged hpcc:cluster={cfg.cluster.name} in {aws.region}"))
+        console.print(reap_report.table(left, f"still tagged hpcc:cluster={cfg.cluster.name} in {aws.region}"))
         console.print(f"remove them with: hpcc reap --cluster {cfg.cluster.name} --region {aws.region} --yes",
                       highlight=False)
     else:
         console.print(f"nothing tagged hpcc:cluster={cfg.cluster.name} is left in {aws.region}", highlight=False)
-    for note in left.notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+    reap_report.print_notes(console, left)
     if failure:
         raise failure
     return left

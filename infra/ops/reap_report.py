@@ -1,0 +1,25 @@
+"""How `hpcc reap` and `hpcc destroy` show an inventory (infra/ops/reap.py finds and deletes; it never prints)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from infra.ops.reap_kinds import Inventory
+
+
+def table(inv: Inventory, title: str) -> Table:
+    """One row per resource: kind, id, name, and what happened to it (red when it failed)."""
+    t = Table(title=title, title_justify="left")
+    for col in ("kind", "id", "name", "result"):
+        t.add_column(col, overflow="fold")
+    for it in inv.items:
+        style = "red" if it.failed else ("green" if it.result == "deleted" else "")
+        t.add_row(it.kind, it.id, it.name, f"[{style}]{it.result}[/]" if style else it.result)
+    return t
+
+
+def print_notes(console: Console, inv: Inventory) -> None:
+    """What the inventory could not list or do itself (a placement group to delete by hand, ...)."""
+    for note in inv.notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
