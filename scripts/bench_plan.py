@@ -65,10 +65,8 @@ def child_bare(nodes: int) -> dict:
     """The same program under mocks that echo their inputs: no moto, no checks, no recording."""
     _preload()
     import pulumi
-    from pulumi.runtime.settings import ROOT as ROOT_RESOURCE
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
 
+    from infra.plan.internals import fresh_stack, run_program
     from infra.plan.runner import PROGRAM
     from infra.stackfile import as_pulumi_config
 
@@ -82,20 +80,20 @@ def child_bare(nodes: int) -> dict:
                     "value": "ami-0", "id": "ami-0", "architecture": "x86_64", "rootDeviceName": "/dev/sda1",
                     "accountId": "123456789012"}
 
-    ROOT_RESOURCE.set(None)
+    fresh_stack()
     pulumi.runtime.set_all_config(as_pulumi_config(config(nodes)))
     pulumi.runtime.set_mocks(Echo(), project="hpcc", stack="bench", preview=False)
     import runpy
 
     started = time.perf_counter()
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+    run_program(lambda: runpy.run_path(str(PROGRAM), run_name="__main__"))
     return {"seconds": time.perf_counter() - started}
 
 
 def child_minimal(count: int) -> dict:
     import pulumi
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
+
+    from infra.plan.internals import run_program
 
     class Bare(pulumi.runtime.Mocks):
         def new_resource(self, args):
@@ -111,7 +109,7 @@ def child_minimal(count: int) -> dict:
         for i in range(count):
             pulumi.CustomResource("bench:index:Bare", f"bare-{i}", {"value": i})
 
-    _sync_await(run_pulumi_func(program))
+    run_program(program)
     return {"seconds": time.perf_counter() - started, "resources": count}
 
 

@@ -65,10 +65,10 @@ def unit_mocks():
 
     from infra.plan.embedded_aws import embedded_aws
     from infra.plan.mocks import MotoMocks
-    from pulumi.runtime.settings import ROOT
+    from infra.plan.internals import fresh_stack
 
     with embedded_aws("us-east-1"):
-        ROOT.set(None)
+        fresh_stack()
         pulumi.runtime.set_mocks(MotoMocks("us-east-1"), project="hpcc", stack="unit", preview=False)
         yield boto3.client("ec2", region_name="us-east-1").create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
 

@@ -12,7 +12,7 @@ import boto3
 import pulumi
 from botocore.exceptions import ClientError
 
-from infra.plan import aws_rules
+from infra.plan import aws_rules, internals
 from infra.plan.aws_rules import AwsRejected
 from infra.plan.recorder import plain
 
@@ -299,8 +299,9 @@ class MotoMocks(pulumi.runtime.Mocks):
     def _launchTemplate(self, name, i):
         try:
             info = self._type(i["instanceType"])
-        except Exception:
-            raise AwsRejected(name, "InvalidParameterValue", f"unknown instance type {i.get('instanceType')!r}") from None
+        except ClientError as exc:  # EC2's answer (InvalidInstanceType), as every other refusal here
+            raise AwsRejected(name, exc.response["Error"]["Code"], f"unknown instance type {i.get('instanceType')!r}: "
+                                                                   f"{exc.response['Error']['Message']}") from None
         aws_rules.check_launch_template(name, i, info)
         data = {"InstanceType": i["instanceType"], "ImageId": i["imageId"],
                 "MetadataOptions": {"HttpTokens": i.get("metadataOptions", {}).get("httpTokens", "optional"),
@@ -351,26 +352,12 @@ class MotoMocks(pulumi.runtime.Mocks):
         }
 
     def _run_instance(self, name: str, lt: dict, ref: dict, nic: dict, tags: dict):
-        """RunInstances straight into moto's EC2 backend, with the arguments its API layer would pass.
-        The instance is the one boto3 reads back; what is skipped is only the XML round trip, ~7 of the
-        ~9 ms a call costs, which at hundreds of nodes was a third of the plan."""
-        from moto.core.exceptions import ServiceException, _RESTError
-        from moto.ec2.models import ec2_backends
-
+        """RunInstances straight into moto's EC2 backend (infra/plan/internals.py says why); moto's refusals
+        become AWS's answer for the named resource."""
         try:
-            reservation = ec2_backends[self.account][self.region].run_instances(
-                lt["imageId"], 1, None, [], instance_type=lt["instanceType"], is_instance_type_default=False,
-                placement=None, placement_hostid=None, region_name=self.region, subnet_id=None, key_name=None,
-                security_group_ids=[], nics=[nic], private_ip=None, associate_public_ip=None,
-                tags={rt: dict(sorted(tags.items())) for rt in ("instance", "volume", "network-interface")},
-                ebs_optimized=False, disable_api_stop=False, instance_market_options={},
-                instance_initiated_shutdown_behavior=None,
-                launch_template={"LaunchTemplateId": ref["id"], "Version": str(ref.get("version", "$Latest"))},
-                hibernation_options={}, iam_instance_profile_name=None, iam_instance_profile_arn=None,
-                monitoring_state="disabled", ipv6_address_count=None,
-                metadata_options={"HttpTokens": lt.get("metadataOptions", {}).get("httpTokens", "optional")},
-                client_token=f"hpcc-{name}")
-        except (ServiceException, _RESTError) as exc:  # moto's error types: what EC2 would answer
-            code = getattr(exc, "code", None) or getattr(exc, "error_type", None) or type(exc).__name__
-            raise AwsRejected(name, str(code), getattr(exc, "message", None) or str(exc)) from None
-        return reservation.instances[0]
+            return internals.run_instance(
+                self.account, self.region, image_id=lt["imageId"], instance_type=lt["instanceType"], nic=nic,
+                tags=tags, launch_template={"LaunchTemplateId": ref["id"], "Version": str(ref.get("version", "$Latest"))},
+                http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"), client_token=f"hpcc-{name}")
+        except internals.moto_errors() as exc:
+            raise AwsRejected(name, *internals.moto_error(exc)) from None

@@ -13,16 +13,19 @@ import threading
 from typing import Callable
 
 from pulumi.runtime import rpc
-from pulumi.runtime.mocks import MockMonitor
 
+from infra.plan.internals import mock_monitor, secret_signature
 from infra.plan.paths import MISSING, get_path, parse_path, set_path
+
+SECRET_SIG_KEY, SECRET_SIG = secret_signature()
+MockMonitor = mock_monitor()
 
 
 def plain(value):
     """Inputs with Pulumi's secret envelopes removed (pulumi-aws marks every SSM parameter value secret)
     and whole numbers as ints (the wire protocol carries every number as a double)."""
     if isinstance(value, dict):
-        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+        if value.get(SECRET_SIG_KEY) == SECRET_SIG:
             return plain(value.get("value"))
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -61,12 +64,12 @@ def keep_ignored(struct, kept: dict) -> None:
             if top in struct.fields:
                 del struct[top]
             continue
-        struct.update({top: {rpc._special_sig_key: rpc._special_secret_sig, "value": updated} if secret else updated})
+        struct.update({top: {SECRET_SIG_KEY: SECRET_SIG, "value": updated} if secret else updated})
 
 
 def _is_secret(value) -> bool:
-    return hasattr(value, "fields") and value.fields.get(rpc._special_sig_key) is not None and \
-        value[rpc._special_sig_key] == rpc._special_secret_sig
+    return hasattr(value, "fields") and value.fields.get(SECRET_SIG_KEY) is not None and \
+        value[SECRET_SIG_KEY] == SECRET_SIG
 
 
 class RecordingMonitor(MockMonitor):

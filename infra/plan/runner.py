@@ -11,9 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
-from pulumi.runtime.settings import ROOT, SETTINGS, get_root_resource
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from infra.changes import Change
 from infra.config import StackConfig, parse
@@ -21,6 +18,7 @@ from infra.instance_facts import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
 from infra.plan.changes import plan_changes, refused
 from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
+from infra.plan.internals import event_loop, fresh_stack, root_resource, run_program
 from infra.plan.mocks import MotoMocks
 from infra.plan.previous import PreviousPlan
 from infra.plan.recorder import RecordingMonitor
@@ -86,21 +84,18 @@ def _execute(config_map: dict, cfg: StackConfig, stack: str,
         mocks.placement_groups[cfg.cluster.compute.placement_group] = "cluster"
     monitor = RecordingMonitor(mocks, kept=previous.kept_inputs if previous else None)
     executor = ThreadPoolExecutor(thread_name_prefix="hpcc-plan")
-    _ensure_event_loop().set_default_executor(executor)  # registrations run here; drained below
-    # A fresh stack per plan, also when several run in one process (as pulumi.runtime.test does).
-    ROOT.set(None)
-    SETTINGS.rpc_manager.clear()
-    SETTINGS.outputs.clear()
+    event_loop().set_default_executor(executor)  # registrations run here; drained below
+    fresh_stack()  # also when several plans run in one process (as pulumi.runtime.test does)
     pulumi.runtime.set_all_config(as_pulumi_config(config_map))
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     outputs: dict = {}
 
     async def program() -> None:
         runpy.run_path(str(PROGRAM), run_name="__main__")
-        outputs.update(await pulumi.Output.from_input(get_root_resource().outputs).future() or {})
+        outputs.update(await pulumi.Output.from_input(root_resource().outputs).future() or {})
 
     try:
-        _sync_await(run_pulumi_func(program))
+        run_program(program)
     except Exception as exc:  # noqa: BLE001 - turned into a message below, or re-raised
         cause = _root_cause(exc)
         if cause is None:
@@ -115,7 +110,7 @@ def _execute(config_map: dict, cfg: StackConfig, stack: str,
 def _drain(executor: ThreadPoolExecutor) -> None:
     """After a failure Pulumi leaves registrations queued; finish them here, while the embedded AWS
     is still up, so none runs later against whatever AWS a stale client would reach."""
-    loop = _ensure_event_loop()
+    loop = event_loop()
     pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in pending:
         task.cancel()
