@@ -1,8 +1,8 @@
 """Checks on a cluster config: one small rule per check, each returning Findings.
 
 `config_rules` need only the config (parsing runs them, with no AWS); `type_rules` need the instance types'
-facts, so they run only when `facts` is given (the program, preflight, tests). AWS-backed checks (preflight)
-use the same Finding type so every report looks alike.
+facts, so they run only when `facts` is given (the program, preflight, tests). The AWS-backed checks
+(preflight, in infra/ops/preflight.py) use the same Finding type so every report looks alike.
 """
 
 from infra.validators.findings import ERROR, INFO, WARNING, Finding
