@@ -64,6 +64,19 @@ def test_metadata_options_are_imdsv2_with_one_hop_unless_containers_are_let_in()
     assert "http_protocol_ipv6" not in default  # AWS's default (disabled): the rule covers IPv4 only
 
 
+@pytest.mark.parametrize("options,words", [
+    ({"httpTokens": "required", "httpPutResponseHopLimit": 3}, "httpPutResponseHopLimit is 3; at most 2"),
+    ({"httpTokens": "required", "httpProtocolIpv6": "enabled"}, "not fd00:ec2::254"),
+])
+def test_the_policy_refuses_imds_that_reaches_past_the_nodes_rule(options, words):
+    from policy import node_rules, records
+    for rtype in (records.LT, records.INSTANCE):
+        assert any(words in m for m in node_rules.imdsv2_resource(rtype, {"metadataOptions": options})), rtype
+    for hops in (1, 2):
+        assert node_rules.imdsv2_resource(records.LT, {"metadataOptions": {"httpTokens": "required",
+                                                                           "httpPutResponseHopLimit": hops}}) == []
+
+
 # --- the settings the nodes read ----------------------------------------------------------------------------
 
 def test_listed_users_reach_the_nodes_through_the_settings_and_an_unlisted_cluster_keeps_its_text():
