@@ -427,7 +427,7 @@ step_imds() {
     esac
   fi
   imds_firewall ${HPCC_IMDS_USER[@]+"${HPCC_IMDS_USER[@]}"}
-  log "instance metadata: root${HPCC_IMDS_USER[@]+ and ${HPCC_IMDS_USER[*]}} only"
+  log "instance metadata: root${HPCC_IMDS_USER[*]+ and ${HPCC_IMDS_USER[*]}} only"
 }
 # --- lustre: the FSx for Lustre client for this OS and the running kernel ----------------------------
 # lustre_package OS KERNEL: "<installer> <package>" for that OS and kernel.
