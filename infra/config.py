@@ -185,6 +185,33 @@ class Bootstrap(_Model):
     join_timeout_minutes: int = Field(20, ge=1, le=120)
 
 
+LINUX_USER = r"^[a-z_][a-z0-9_-]{0,31}$"
+
+
+class Security(_Model):
+    """Who besides root may reach the instance metadata service, and so the node's role: that role reads the
+    cluster's SSH key, root on every node (docs/security.md, "Instance metadata: root only"). Both default off."""
+
+    # Users whose processes may reach IMDS (an owner-match firewall rule lets them through): they can read the key.
+    imds_for_users: list[str] = Field(default_factory=list, max_length=10)
+    # Hop limit 2 instead of 1: bridge-networked containers get IMDSv2 tokens too (a container running as root
+    # passes the owner rule: uid 0 inside is uid 0 outside unless user namespaces remap it).
+    imds_for_containers: bool = False
+
+    @field_validator("imds_for_users")
+    @classmethod
+    def _users(cls, v: list[str]) -> list[str]:
+        for i, user in enumerate(v):
+            if not re.fullmatch(LINUX_USER, user):
+                raise ValueError(f"[{i}] {user!r} is not a Linux user name (lower-case letters, digits, '_' and '-', "
+                                 "at most 32, not starting with a digit or '-')")
+            if user == "root":
+                raise ValueError(f"[{i}] root always reaches the instance metadata service; list only other users")
+            if user in v[:i]:
+                raise ValueError(f"[{i}] {user!r} is listed twice")
+        return v
+
+
 class ClusterConfig(_Model):
     name: str
     availability_zone: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -194,6 +221,7 @@ class ClusterConfig(_Model):
     fsx: Fsx = Fsx()
     ssh: Ssh = Ssh()
     bootstrap: Bootstrap = Bootstrap()
+    security: Security = Security()
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")

@@ -40,8 +40,9 @@ PATTERNS: dict[str, str] = {
     "MPIRUN_OPTIONS": r"[A-Za-z0-9_.,:^/=+ -]*",
     "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
     "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
+    "IMDS_USER": r"[a-z_][a-z0-9_-]{0,31}",  # security.imdsForUsers: one user each (templates/steps/imds.sh.j2)
 }
-REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY"})
+REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
 MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
 
@@ -67,12 +68,14 @@ class NodeSettings:
     mpirun_options: str
     fabric: tuple[tuple[str, str], ...]
     authorized_keys: tuple[str, ...] = ()
+    imds_users: tuple[str, ...] = ()
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
-                  if f not in ("fabric", "authorized_keys")]
+                  if f not in ("fabric", "authorized_keys", "imds_users")]
         return (simple + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
-                + [("AUTHORIZED_KEY", key) for key in self.authorized_keys])
+                + [("AUTHORIZED_KEY", key) for key in self.authorized_keys]
+                + [("IMDS_USER", user) for user in self.imds_users])
 
 
 def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
@@ -87,7 +90,8 @@ def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
         poll_seconds=pacing.poll_seconds, api_backoff_seconds=pacing.api_backoff_seconds,
         api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,
         login_user=cfg.image.user, mount_point=cfg.fsx.mount_point, mpirun_options=mpirun_options(efa),
-        fabric=fabric_env(compute.itype, efa), authorized_keys=tuple(cfg.ssh.authorized_keys))
+        fabric=fabric_env(compute.itype, efa), authorized_keys=tuple(cfg.ssh.authorized_keys),
+        imds_users=tuple(cfg.security.imds_for_users))
 
 
 def check(key: str, value: str) -> None:
@@ -131,6 +135,7 @@ def parse(text: str) -> NodeSettings:
         raise SettingsError(f"settings lack {', '.join(missing)}")
     fields = NodeSettings.__dataclass_fields__
     values = {f: (int(found[f.upper()][0]) if fields[f].type == "int" else found[f.upper()][0])
-              for f in fields if f not in ("fabric", "authorized_keys")}
+              for f in fields if f not in ("fabric", "authorized_keys", "imds_users")}
     fabric = tuple(tuple(v.split("=", 1)) for v in found.get("FABRIC", []))
-    return NodeSettings(**values, fabric=fabric, authorized_keys=tuple(found.get("AUTHORIZED_KEY", [])))
+    return NodeSettings(**values, fabric=fabric, authorized_keys=tuple(found.get("AUTHORIZED_KEY", [])),
+                        imds_users=tuple(found.get("IMDS_USER", [])))

@@ -16,6 +16,7 @@ if __package__:  # imported as the package `policy` (the tests)
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import records  # type: ignore[no-redef]
 
+IMDS_HOP_LIMIT_MAX = 2  # a bridge-networked container is one hop past the node (infra/components/compute.py)
 # Every FSx for Lustre deployment type is encrypted at rest (scratch: FSx-managed keys; persistent: KMS).
 LUSTRE_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 
@@ -56,7 +57,22 @@ def imdsv2_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -
             return ["no metadataOptions and no launch template: set metadataOptions.httpTokens to 'required'"]
         if tokens is not None and tokens != "required":
             return [f"metadataOptions.httpTokens is {tokens!r} (it overrides the template's); set it to 'required'"]
-    return []
+    return imds_reach(rtype, inputs) if rtype in (records.LT, records.INSTANCE) else []
+
+
+def imds_reach(rtype: str, inputs: dict) -> list[str]:
+    """How far IMDS reaches: the nodes' rule lets only root through, on the IPv4 endpoint (docs/security.md,
+    "Instance metadata: root only"); a token that travels more than 2 hops, or the IPv6 endpoint, goes around it."""
+    options = inputs.get("metadataOptions") or {}
+    hops, ipv6 = options.get("httpPutResponseHopLimit"), options.get("httpProtocolIpv6")
+    out = []
+    if isinstance(hops, (int, float)) and hops > IMDS_HOP_LIMIT_MAX:
+        out.append(f"metadataOptions.httpPutResponseHopLimit is {hops}; at most {IMDS_HOP_LIMIT_MAX} (1 keeps "
+                   "containers out, 2 is cluster.security.imdsForContainers)")
+    if ipv6 == "enabled":
+        out.append("metadataOptions.httpProtocolIpv6 is 'enabled'; keep it disabled: the nodes' root-only rule "
+                   "covers 169.254.169.254, not fd00:ec2::254")
+    return out
 
 
 def imdsv2_graph(resources: list[dict]) -> list[str]:

@@ -39,7 +39,8 @@ class Rule:
 
 
 RULES = [
-    Rule("imdsv2-required", "IMDSv2 (httpTokens required) on every launch template and instance",
+    Rule("imdsv2-required", "IMDSv2 (httpTokens required), a hop limit of at most 2 and no IPv6 endpoint on every "
+         "launch template and instance",
          node_rules.imdsv2_resource, node_rules.imdsv2_graph),
     Rule("ebs-encrypted", "Root and data EBS volumes are encrypted at rest", node_rules.ebs_encrypted_resource),
     Rule("file-system-encrypted", "The FSx for Lustre file system is of a type encrypted at rest",

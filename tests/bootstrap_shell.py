@@ -5,7 +5,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass, replace
 
-from infra.node_settings import NodeSettings, parse
+from infra.node_settings import REPEATED, NodeSettings, parse
 from infra.userdata import BootstrapContext, environment
 from tests.bootstrap_cases import contexts, settings
 
@@ -32,8 +32,8 @@ def context(name: str = "p5-llm-compute", **changes) -> ShellContext:
 def settings_shell(node_settings: NodeSettings) -> str:
     """Bash assignments of the settings' variables, as apply_settings would make them."""
     lines = node_settings.lines()
-    out = [f"HPCC_{key}={shlex.quote(value)}" for key, value in lines if key not in ("FABRIC", "AUTHORIZED_KEY")]
-    for repeated in ("FABRIC", "AUTHORIZED_KEY"):
+    out = [f"HPCC_{key}={shlex.quote(value)}" for key, value in lines if key not in REPEATED]
+    for repeated in sorted(REPEATED):
         out.append(f"HPCC_{repeated}=(" + " ".join(shlex.quote(v) for k, v in lines if k == repeated) + ")")
     out.append("HPCC_SETTINGS_TEXT=" + shlex.quote("".join(f"{k}={v}\n" for k, v in lines)))
     return "\n".join(out) + "\n"

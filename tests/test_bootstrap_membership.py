@@ -177,7 +177,8 @@ SHOW = ('echo "--- $1"; cat /etc/hpcc/hostfile 2>/dev/null || true; cat /etc/hpc
 
 def agent_run(tmp_path, env, ticks: int):
     ctx = ctx_for(tmp_path)
-    script = (preamble(tmp_path) + f"LOG={tmp_path}/bootstrap.log\nshow() {{ {SHOW}; }}\nexec 3>&1\nuse_step sync\n" +
+    # HPCC_SKIP_STEPS=imds: the firewall would touch this machine's own (tests/test_imds.py runs it in a netns)
+    script = (preamble(tmp_path) + f"HPCC_SKIP_STEPS=imds\nLOG={tmp_path}/bootstrap.log\nshow() {{ {SHOW}; }}\nexec 3>&1\nuse_step sync\n" +
               AGENT_STATE + "".join(f'(set -e; sync_once) && echo "tick {i} ok" >&3 || echo "tick {i} rc=$?" >&3\n'
                                     f'flush_log\nshow {i} >&3\n' for i in range(ticks)))
     return private_run(COMMON + ["identify", "ssh", "launch_env", "sync"], script, ctx, env,

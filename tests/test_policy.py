@@ -92,6 +92,7 @@ def imds_optional_on_instance(g):
 def instance_from_foreign_template(g):
     node = _first(g, records.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")
     node["inputs"]["launchTemplate"] = {"id": "lt-0123456789abcdef0", "version": "1"}
+    node["inputs"].pop("metadataOptions")  # leaves IMDS to that template (the nodes set their own: compute.py)
     node["dependsOn"] = [d for d in node["dependsOn"] if not d.endswith("-lt")]
 
 

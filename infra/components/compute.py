@@ -55,6 +55,25 @@ def interfaces_tag(layout: tuple[InterfaceSpec, ...], public: bool) -> str:
     return " + ".join(f"{n} {kind}" for kind, n in counts.items()) + (", public" if public else "")
 
 
+def imds_hop_limit(cfg: ClusterConfig) -> int:
+    """1: an IMDSv2 token's PUT response dies one hop out, so bridge-networked containers get none; 2 only when
+    `security.imdsForContainers` asks for it (EC2 User Guide, "Configure the Instance Metadata Service options":
+    in a container environment a hop limit of 1 "can cause issues")."""
+    return 2 if cfg.security.imds_for_containers else 1
+
+
+def metadata_options(cfg: ClusterConfig) -> dict:
+    """The nodes' IMDS options, on the launch template (new nodes) and on each instance (running nodes: an instance
+    ignores new template versions, while its own `metadata_options` "can be applied/modified to the EC2 Instance at
+    any time", terraform-provider-aws docs/r/instance, "Metadata Options"). IMDSv2 only. The IPv6 endpoint
+    (fd00:ec2::254) stays off: AWS's default, and only Nitro instances in IPv6 subnets have it (same EC2 page);
+    the VPC has none, and the bootstrap's root-only rule covers 169.254.169.254 only."""
+    return dict(http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=imds_hop_limit(cfg),
+                # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your
+                # EC2 instances using instance metadata"); infra/config.py keeps tag keys within its rules.
+                instance_metadata_tags="enabled")
+
+
 def compute_placement_group(cfg: ClusterConfig, own_group: pulumi.Input[str]) -> pulumi.Input[str] | None:
     """Compute nodes launched into a reservation (ODCR or Capacity Block) go into the group it was made in
     (compute.placementGroup) or none: in an unrelated group EC2 can refuse for capacity although the reservation
@@ -147,11 +166,7 @@ class Compute(pulumi.ComponentResource):
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arns[role]),
             network_interfaces=interfaces,
             placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group, availability_zone=args.availability_zone),
-            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
-                # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your
-                # EC2 instances using instance metadata"); infra/config.py keeps tag keys within its rules.
-                instance_metadata_tags="enabled"),
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(**metadata_options(cfg)),
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=args.image.apply(lambda i: i.root_device_name),
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
@@ -169,12 +184,14 @@ class Compute(pulumi.ComponentResource):
         """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
         new instance), another instance type or interface layout (`replace_on_changes`). A new launch-template
         version (user data, tags, root volume, market) reaches nodes created afterwards: existing nodes ignore it
-        (terraform-provider-aws forces a new instance when `launch_template.version` changes)."""
+        (terraform-provider-aws forces a new instance when `launch_template.version` changes). The IMDS options
+        are set here too, so a change reaches the running nodes in place."""
         c, role = args.config.name, spec.role
         instance = aws.ec2.Instance(
             f"{c}-{node}",
             ami=args.image.apply(lambda i: i.ami_id), instance_type=spec.itype.name,
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
+            metadata_options=aws.ec2.InstanceMetadataOptionsArgs(**metadata_options(args.config)),
             tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(spec.layout, public)),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
                                         replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))

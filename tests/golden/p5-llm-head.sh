@@ -143,6 +143,7 @@ HPCC_MOUNT_POINT=""
 HPCC_MPIRUN_OPTIONS=""
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
+HPCC_IMDS_USER=()
 HPCC_SETTINGS_TEXT=""
 
 setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must match in full (infra/node_settings.py)
@@ -162,12 +163,13 @@ setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must matc
     MPIRUN_OPTIONS) echo '^([A-Za-z0-9_.,:^/=+ -]*)$' ;;
     FABRIC) echo '^([A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*)$' ;;
     AUTHORIZED_KEY) echo '^((ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?)$' ;;
+    IMDS_USER) echo '^([a-z_][a-z0-9_-]{0,31})$' ;;
     *) return 1 ;;
   esac
 }
 
 apply_settings() {
-  local line key value pattern fabric=() keys=()
+  local line key value pattern fabric=() keys=() imds_users=()
   local -A seen=()
   while IFS= read -r line; do
     [ -n "$line" ] || continue
@@ -177,6 +179,7 @@ apply_settings() {
     [[ $value =~ $pattern ]] || { echo "settings: $key='${value:0:80}' does not match $pattern" >&2; return 1; }
     if [ "$key" = FABRIC ]; then fabric+=("$value"); continue; fi
     if [ "$key" = AUTHORIZED_KEY ]; then keys+=("$value"); continue; fi
+    if [ "$key" = IMDS_USER ]; then imds_users+=("$value"); continue; fi
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
@@ -186,6 +189,7 @@ apply_settings() {
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
   HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})
+  HPCC_IMDS_USER=(${imds_users[@]+"${imds_users[@]}"})
   HPCC_SETTINGS_TEXT=$1
 }
 # --- status: this node's progress as JSON in /hpcc/llm/nodes/<node> (docs/bootstrap-contract.md) ------
@@ -378,6 +382,52 @@ step_os() {
     fail "unsupported OS ($(grep -h '^PRETTY_NAME=' /etc/os-release | cut -d= -f2- || echo unknown)); hpcc supports Ubuntu 20.04/22.04/24.04, Amazon Linux 2 and Amazon Linux 2023"
   HPCC_OS_CODENAME=$(os_codename /etc/os-release)
   log "OS: $HPCC_OS${HPCC_OS_CODENAME:+ ($HPCC_OS_CODENAME)}, kernel $(uname -r)"
+}
+# --- imds: only root (and the settings' IMDS_USER users) reaches the instance metadata service ---------
+imds_rules() {
+  local user uid
+  printf '%s\n' '*filter' ':HPCC-IMDS - [0:0]' '-A HPCC-IMDS -m owner --uid-owner 0 -j RETURN'
+  for user in "$@"; do
+    if uid=$(id -u -- "$user" 2>/dev/null); then echo "-A HPCC-IMDS -m owner --uid-owner $uid -j RETURN"
+    else echo "imds: no user $user here: not let through" >&2; fi
+  done
+  printf '%s\n' '-A HPCC-IMDS -j REJECT' COMMIT
+}
+
+imds_apply() {  # imds_apply USER...: the chain replaced in one restore, then the one jump to it from OUTPUT
+  local rules
+  rules=$(imds_rules "$@")
+  iptables-restore -w 30 --noflush <<<"$rules"
+  iptables -w 30 -C OUTPUT -d 169.254.169.254/32 -j HPCC-IMDS 2>/dev/null ||
+    iptables -w 30 -I OUTPUT 1 -d 169.254.169.254/32 -j HPCC-IMDS
+}
+
+imds_firewall() {
+  { printf '%s\n' '#!/bin/bash' "# hpcc: only root${*:+ and $*} reach IMDS (docs/security.md)" 'set -euo pipefail' \
+      'PATH=/usr/sbin:/usr/bin:/sbin:/bin'; declare -f imds_rules imds_apply; echo "imds_apply${*:+ $*}"; } |
+    write_file /usr/local/sbin/hpcc-imds 0755
+  /usr/local/sbin/hpcc-imds
+  [ -d /run/systemd/system ] || return 0
+  printf '%s\n' "[Unit]" "Description=hpcc: only root reaches IMDS" "DefaultDependencies=no" \
+    "Wants=network-pre.target" "Before=network-pre.target shutdown.target" "After=local-fs.target" \
+    "Conflicts=shutdown.target" "[Service]" "Type=oneshot" "RemainAfterExit=yes" \
+    "ExecStart=/usr/local/sbin/hpcc-imds" "[Install]" "WantedBy=multi-user.target" |
+    write_file /etc/systemd/system/hpcc-imds.service 0644
+  within 60 systemctl daemon-reload
+  within 60 systemctl enable --now -q hpcc-imds.service
+}
+
+step_imds() {
+  if ! command -v iptables-restore >/dev/null; then
+    case "$HPCC_OS" in
+      amzn-2023) retry_cmd dnf install -y iptables-nft ;;
+      amzn-2) retry_cmd yum install -y iptables ;;
+      *) retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
+        retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q iptables ;;
+    esac
+  fi
+  imds_firewall ${HPCC_IMDS_USER[@]+"${HPCC_IMDS_USER[@]}"}
+  log "instance metadata: root${HPCC_IMDS_USER[*]+ and ${HPCC_IMDS_USER[*]}} only"
 }
 # --- lustre: the FSx for Lustre client for this OS and the running kernel ----------------------------
 # lustre_package OS KERNEL: "<installer> <package>" for that OS and kernel.
@@ -765,6 +815,7 @@ write_membership() {
   mkdir -p /etc/ssh/ssh_config.d
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
   user_keys
+  skipped imds || imds_firewall ${HPCC_IMDS_USER[@]+"${HPCC_IMDS_USER[@]}"}  # settings' IMDS_USER (imds.sh.j2)
   if mountpoint -q "$HPCC_MOUNT_POINT"; then  # for jobs that read them from the shared file system
     mkdir -p "$HPCC_MOUNT_POINT/hpcc"
     for f in hostfile hostfile.mpich hosts; do write_file "$HPCC_MOUNT_POINT/hpcc/$f" 0644 </etc/hpcc/$f; done
@@ -892,6 +943,7 @@ main() {
   [ -z "${AWS_ENDPOINT_URL:-}" ] || log "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"
   identify_node
   run_step os step_os
+  run_step imds step_imds
   run_step lustre step_lustre
   run_step mount step_mount
   run_step efa step_efa
