@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""`make golden`: re-write tests/golden/<example>-<role>.sh, one per role, from the offline plan's user data
-(tests/bootstrap_cases.py), for review in the diff."""
+"""`make golden`: re-write tests/golden/ from the offline plan's user data (tests/bootstrap_cases.py): the
+compute script in full and the head's as a diff against it, for review in the diff."""
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.bootstrap_cases import GOLDEN, golden_path, planned_scripts  # noqa: E402
+from tests.bootstrap_cases import GOLDEN, golden_path, golden_texts, planned_scripts  # noqa: E402
 
 GOLDEN.mkdir(parents=True, exist_ok=True)
-for stale in GOLDEN.glob("*.sh"):
+for stale in GOLDEN.iterdir():
     stale.unlink()
-for role, script in sorted(planned_scripts().items()):
-    golden_path(role).write_text(script)
+for role, text in sorted(golden_texts(planned_scripts()).items()):
+    golden_path(role).write_text(text)
     print(f"wrote {golden_path(role).relative_to(GOLDEN.parent.parent)}")

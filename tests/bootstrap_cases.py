@@ -46,4 +46,18 @@ def planned_scripts(example: str = GOLDEN_EXAMPLE) -> dict[str, str]:
 
 
 def golden_path(role: str):
-    return GOLDEN / f"{GOLDEN_EXAMPLE}-{role}.sh"
+    """The compute script in full; the head's as a diff against it (the two share all but a few lines)."""
+    return GOLDEN / (f"{GOLDEN_EXAMPLE}-{role}.sh" if role == "compute" else f"{GOLDEN_EXAMPLE}-{role}.diff")
+
+
+def golden_texts(planned: dict[str, str]) -> dict[str, str]:
+    """role -> what its golden file holds, from the planned scripts (`make golden` writes, the test compares)."""
+    import difflib
+
+    compute = planned["compute"]
+    texts = {"compute": compute}
+    for role in sorted(set(planned) - {"compute"}):
+        texts[role] = "".join(difflib.unified_diff(compute.splitlines(keepends=True),
+                                                   planned[role].splitlines(keepends=True),
+                                                   f"{GOLDEN_EXAMPLE}-compute.sh", f"{GOLDEN_EXAMPLE}-{role}.sh", n=1))
+    return texts

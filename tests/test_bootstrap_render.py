@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from infra.userdata import USER_DATA_LIMIT, user_data
-from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, planned_scripts
+from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
 
 CASES = dict(cases())
 
@@ -32,11 +32,12 @@ def test_user_data_fits_ec2_limit_and_unpacks_to_the_script(name, ctx):
 
 def test_one_golden_snapshot_per_role_matches_the_planned_user_data():
     planned = planned_scripts()
-    assert sorted(planned) == ["compute", "head"] and sorted(p.name for p in GOLDEN.glob("*.sh")) == [
-        golden_path(role).name for role in ("compute", "head")]
+    assert sorted(planned) == ["compute", "head"] and sorted(p.name for p in GOLDEN.iterdir()) == sorted(
+        golden_path(role).name for role in ("compute", "head"))
     for role, script in planned.items():
         assert script == CASES[f"{GOLDEN_EXAMPLE}-{role}"]  # the plan's user data is the rendering tested below
-        assert script == golden_path(role).read_text(), "the templates changed: run `make golden` and review the diff"
+    for role, text in golden_texts(planned).items():
+        assert text == golden_path(role).read_text(), "the templates changed: run `make golden` and review the diff"
 
 
 @pytest.mark.parametrize("name,ctx", list(contexts()), ids=[n for n, _ in contexts()])

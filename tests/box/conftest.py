@@ -1,5 +1,11 @@
 """Fixtures of the box (tests/box/README.md). Every box is taken down after its tests, even when they fail
-or the run is interrupted; a box that crashed harder is cleaned up when the next one starts."""
+or the run is interrupted; a box that crashed harder is cleaned up when the next one starts.
+
+One booted cpu box (`cluster`) serves every module in SHARED_BOX_MODULES, in that order: booting costs about a
+minute, and day 2 (which adds and replaces nodes) goes last. Only one box runs on a machine, so the shared one
+is stopped before any other box test (the faults boot their own)."""
+
+from __future__ import annotations
 
 import os
 import signal
@@ -7,6 +13,22 @@ import signal
 import pytest
 
 from tests.box.harness import Box, can_run
+
+SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_day2.py")
+_shared: dict[str, Box] = {}
+
+
+def pytest_collection_modifyitems(items):
+    """Box tests that use the shared box first, module by module in SHARED_BOX_MODULES order; everything else
+    (other box tests, and every test outside tests/box) keeps its place."""
+    def rank(item) -> int:
+        name = item.path.name
+        return SHARED_BOX_MODULES.index(name) if name in SHARED_BOX_MODULES else len(SHARED_BOX_MODULES)
+
+    slots = [i for i, item in enumerate(items) if "tests/box/" in item.path.as_posix()]
+    ordered = sorted((items[i] for i in slots), key=rank)  # sorted() is stable: file order within a rank
+    for i, item in zip(slots, ordered):
+        items[i] = item
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,16 +47,34 @@ def box_machine():
 
     signal.signal(signal.SIGTERM, interrupt)
     yield
+    stop_shared_box()
     signal.signal(signal.SIGTERM, previous)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """The cpu profile: a head node and two c6i.16xlarge compute nodes, booted once and shared by a module."""
-    box = Box(profile="cpu", compute_count=2).start()
-    try:
-        codes = box.boot(timeout=240)
-        assert codes == {n.name: 0 for n in box.nodes}, f"{codes}\n{box.diagnose()}"
-        yield box
-    finally:
+def stop_shared_box() -> None:
+    box = _shared.pop("cluster", None)
+    if box is not None:
         box.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_box_at_a_time(request):
+    """A box module that does not use the shared box gets the machine to itself (module scope: before the
+    module's own box fixtures start theirs)."""
+    if request.path.name not in SHARED_BOX_MODULES:
+        stop_shared_box()
+
+
+@pytest.fixture(scope="session")
+def cluster(box_machine):
+    """The cpu profile: a head node and two c6i.16xlarge compute nodes, booted once for every module in
+    SHARED_BOX_MODULES (they run first, in that order)."""
+    box = Box(profile="cpu", compute_count=2)
+    _shared["cluster"] = box  # registered before start: a failed start or boot is still stopped
+    box.start()
+    codes = box.boot(timeout=240)
+    if codes != {n.name: 0 for n in box.nodes}:
+        diagnosis = box.diagnose()
+        stop_shared_box()
+        pytest.fail(f"the shared box did not boot: {codes}\n{diagnosis}", pytrace=False)
+    return box

@@ -279,6 +279,10 @@ class Box:
     def _start_moto(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        # moto keeps its state per process, and the embedded AWS that reads the instance data (once per session,
+        # tests/instance_data.py) resets all of it when it ends: read it now, not while the server holds the box.
+        lookup(PROFILES[self.profile][1])
+
         self.moto = ThreadedMotoServer(ip_address=GATEWAY, port=MOTO_PORT, verbose=False)
         self.moto.start()
         # moto keeps its state per process, not per server: every box starts from an empty AWS.

@@ -15,11 +15,10 @@ pytestmark = pytest.mark.box
 
 
 @pytest.fixture(scope="module")
-def day2():
-    box = Box(profile="cpu", compute_count=2).start()
+def day2(cluster):
+    """The shared box (tests/box/conftest.py: this module is its last user, it changes membership)."""
+    box = cluster
     try:
-        codes = box.boot(timeout=240)
-        assert codes == {n.name: 0 for n in box.nodes}, f"{codes}\n{box.diagnose()}"
         # (c)'s job: one rank on the head, one on compute-000 (neither changes), until told to stop.
         stop = box.workdir / "stop-job"
         job = ["mpirun", "--allow-run-as-root", "-H", f"{box.head.ip}:1,{box.node('compute-000').ip}:1", "bash", "-c",
@@ -31,7 +30,6 @@ def day2():
     finally:
         if getattr(box, "job", None) and box.job.poll() is None:
             box.job.kill()
-        box.stop()
 
 
 def env_of(node) -> dict:

@@ -1,5 +1,5 @@
 """Faults in the box: a node that never boots, and EFA nodes whose device is missing. Each starts its own box
-(one box at a time on a machine: the cluster fixture of test_box_cluster is down by then)."""
+(one box at a time on a machine: tests/box/conftest.py stops the shared box first)."""
 
 import re
 from datetime import datetime
