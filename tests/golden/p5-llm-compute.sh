@@ -522,6 +522,7 @@ step_efa() {
 # The private key goes from the secret to the key file only: never into the log, the status or user data.
 HPCC_KEY=""
 HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}  # where the cluster key is accepted from (override: outside EC2)
+HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc  # the only host keys a node trusts for a cluster address: the CA line
 
 read_key() {  # read_key: the key into HPCC_KEY; returns 3 while the secret has no value
   HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "hpcc/llm/ssh-key" --query SecretString --output text)
@@ -550,19 +551,56 @@ user_keys() {
 }
 
 client_config() {
-  echo "# hpcc llm: the cluster's nodes, trusted without prompts"
+  echo "# hpcc llm: the cluster's nodes, verified by the host certificates the cluster key signed"
   printf '%s\n' "$@" | xargs -n 32 echo | while read -r hosts; do
     echo "Host $hosts"
-    printf '  %s\n' "StrictHostKeyChecking no" "UserKnownHostsFile /dev/null" "IdentityFile ~/.ssh/id_hpcc" "LogLevel ERROR"
+    printf '  %s\n' "StrictHostKeyChecking yes" "UserKnownHostsFile $HPCC_KNOWN_HOSTS" \
+      "GlobalKnownHostsFile $HPCC_KNOWN_HOSTS" "IdentityFile ~/.ssh/id_hpcc" "LogLevel ERROR"
   done
 }
 
-sshd_hardening() {  # keys only, as the classic guide does; first in sshd_config.d, so no later file overrides it
+# known_hosts CA.pub: trust host certificates by the cluster key, for whatever name or address the certificate
+# lists (`*`: the principals bind a certificate to its node; this file serves the cluster's Host lines only).
+known_hosts() {
+  printf '%s\n' "# hpcc llm: a node is who the cluster key certified (ssh-keygen -h -n name,ip,hostname)" \
+    "@cert-authority * $(cut -d' ' -f1,2 "$1")"
+}
+
+# host_keys: the private host keys sshd serves (`sshd -T`: its HostKey lines, the defaults included).
+host_keys() { within 30 sshd -T | awk '$1 == "hostkey" {print $2}'; }
+
+host_cert() {
+  local key=$1 ca=$2 id=$3 principals=$4 scratch
+  scratch=$(mktemp -d)
+  ssh-keygen -y -f "$key" >"$scratch/key.pub"
+  ssh-keygen -q -s "$ca" -h -I "$id" -n "$principals" "$scratch/key.pub"
+  if [ "$(ssh-keygen -L -f "$key-cert.pub" 2>/dev/null | tail -n +2)" != "$(ssh-keygen -L -f "$scratch/key-cert.pub" | tail -n +2)" ]; then
+    write_file "$key-cert.pub" 0644 <"$scratch/key-cert.pub"
+  fi
+  rm -rf "$scratch"
+}
+
+host_certs() {
+  local ca=$1 keys key principals
+  keys=$(host_keys)
+  [ -n "$keys" ] || fail "sshd serves no host key (sshd -T lists no HostKey): there is nothing to certify"
+  principals=$(printf '%s\n' "$HPCC_NODE" "$HPCC_IP" "$(uname -n)" | awk 'NF && !seen[$0]++' | paste -sd, -)
+  HPCC_HOST_CERTS=()
+  while read -r key; do
+    [ -f "$key" ] || continue  # a HostKey line whose file is missing: sshd skips it too
+    host_cert "$key" "$ca" "llm/$HPCC_NODE/$HPCC_INSTANCE_ID" "$principals"
+    HPCC_HOST_CERTS+=("$key-cert.pub")
+  done <<<"$keys"
+  log "host certificates for $principals: ${HPCC_HOST_CERTS[*]}"
+}
+
+sshd_hardening() {
   printf '%s\n' "# hpcc: keys only" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
     "ChallengeResponseAuthentication no" "PermitRootLogin prohibit-password" "PubkeyAuthentication yes" \
     "AuthorizedKeysFile .ssh/authorized_keys /etc/hpcc/authorized_keys/%u" \
     "# every node connects to every other at join, and mpirun fans out: do not drop them (default 10:30:100)" \
     "MaxStartups 256:30:1024"
+  [ "$#" -eq 0 ] || printf 'HostCertificate %s\n' "$@"
 }
 
 reload_sshd() {
@@ -627,8 +665,10 @@ step_ssh() {
   grep -q '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config ||
     sed -i '1i Include /etc/ssh/sshd_config.d/*.conf' /etc/ssh/sshd_config
   mkdir -p /etc/ssh/ssh_config.d /etc/ssh/sshd_config.d
+  host_certs /root/.ssh/id_hpcc
+  known_hosts /root/.ssh/id_hpcc.pub | write_file "$HPCC_KNOWN_HOSTS" 0644
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
-  sshd_hardening | write_file /etc/ssh/sshd_config.d/01-hpcc.conf 0644
+  sshd_hardening "${HPCC_HOST_CERTS[@]}" | write_file /etc/ssh/sshd_config.d/01-hpcc.conf 0644
   reload_sshd
 }
 # --- join: every other node accepts this node's SSH (Open MPI spawns along a tree) -----------------
