@@ -80,6 +80,11 @@ def test_a_certified_node_is_reached_and_whatever_else_holds_its_address_is_refu
 serve node "Include /etc/ssh/sshd_config.d/01-hpcc.conf"
 reach node
 cut -d" " -f2 /etc/ssh/ssh_host_ed25519_key.pub >"$T/node-key"
+# A system-wide crypto policy listing plain keys first, included after 50-hpcc.conf (as on Amazon Linux 2023)
+echo "HostKeyAlgorithms ecdsa-sha2-nistp256,ssh-ed25519,ecdsa-sha2-nistp256-cert-v01@openssh.com,ssh-ed25519-cert-v01@openssh.com" \\
+  >/etc/ssh/ssh_config.d/50-redhat.conf
+reach crypto-policy
+rm /etc/ssh/ssh_config.d/50-redhat.conf
 echo "== laptop"  # someone's own client outside the cluster, knowing nothing of the CA
 ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile="$T/laptop" \\
   -i "$T/cluster" root@10.0.0.6 true 2>&1 && echo rc=0 || echo "rc=$?"
@@ -103,10 +108,13 @@ reach other
     found = cases(out.stdout)
     assert found["node"] == (0, "reached\n"), found["node"]
     assert found["replaced"] == (0, "reached\n"), found["replaced"]
+    assert found["crypto-policy"] == (0, "reached\n"), found["crypto-policy"]
     for name in ("stranger", "peer", "other"):  # the "reused IP": refused before any command or environment goes
         rc, text = found[name]
-        assert rc == 255 and "Host key verification failed." in text and "reached" not in text, (name, text)
-    assert "No ED25519 host key is known for 10.0.0.6 and you have requested strict checking" in found["stranger"][1]
+        assert rc == 255 and "reached" not in text, (name, text)
+    assert "no matching host key type found" in found["stranger"][1]  # it has no certificate to offer at all
+    assert "Certificate invalid: name is not a listed principal" in found["peer"][1]
+    assert "Host key verification failed." in found["peer"][1] and "Host key verification failed." in found["other"][1]
     # An outside login is not affected: with no CA it falls back to the plain key inside the certificate.
     assert found["laptop"][0] == 0, found["laptop"]
     laptop = (tmp_path / "laptop").read_text().split()

@@ -523,6 +523,7 @@ step_efa() {
 HPCC_KEY=""
 HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}  # where the cluster key is accepted from (override: outside EC2)
 HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc  # the only host keys a node trusts for a cluster address: the CA line
+HPCC_HOST_CERT_ALGORITHMS=ssh-ed25519-cert-v01@openssh.com,ecdsa-sha2-nistp256-cert-v01@openssh.com,ecdsa-sha2-nistp384-cert-v01@openssh.com,ecdsa-sha2-nistp521-cert-v01@openssh.com,rsa-sha2-512-cert-v01@openssh.com,rsa-sha2-256-cert-v01@openssh.com
 
 read_key() {  # read_key: the key into HPCC_KEY; returns 3 while the secret has no value
   HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "hpcc/llm/ssh-key" --query SecretString --output text)
@@ -555,7 +556,8 @@ client_config() {
   printf '%s\n' "$@" | xargs -n 32 echo | while read -r hosts; do
     echo "Host $hosts"
     printf '  %s\n' "StrictHostKeyChecking yes" "UserKnownHostsFile $HPCC_KNOWN_HOSTS" \
-      "GlobalKnownHostsFile $HPCC_KNOWN_HOSTS" "IdentityFile ~/.ssh/id_hpcc" "LogLevel ERROR"
+      "GlobalKnownHostsFile $HPCC_KNOWN_HOSTS" "HostKeyAlgorithms $HPCC_HOST_CERT_ALGORITHMS" \
+      "IdentityFile ~/.ssh/id_hpcc"
   done
 }
 
@@ -665,6 +667,9 @@ step_ssh() {
   grep -q '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config ||
     sed -i '1i Include /etc/ssh/sshd_config.d/*.conf' /etc/ssh/sshd_config
   mkdir -p /etc/ssh/ssh_config.d /etc/ssh/sshd_config.d
+  # sshd -T and -t stop without their privilege separation directory, which a socket-activated sshd
+  # (Ubuntu 24.04's ssh.socket) has not made until its first connection.
+  [ -d /run/sshd ] || install -d -m 0755 /run/sshd
   host_certs /root/.ssh/id_hpcc
   known_hosts /root/.ssh/id_hpcc.pub | write_file "$HPCC_KNOWN_HOSTS" 0644
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
