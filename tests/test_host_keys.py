@@ -11,6 +11,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.bootstrap_shell import partial, settings_shell
 from tests.test_bootstrap_steps import COMMON, ctx_for, preamble
 
@@ -147,7 +149,9 @@ def test_certificates_are_made_once_and_again_only_when_the_node_they_name_chang
     assert [line for line in known[:-1] if not line.startswith("#")] == [f"@cert-authority * {known[-1]}"]
 
 
-def test_a_node_whose_sshd_serves_no_host_key_fails_naming_it(tmp_path):
-    stand_in = 'mkdir -p "$T/bin"\nprintf "#!/bin/sh\\necho port 22\\n" >"$T/bin/sshd"\nchmod +x "$T/bin/sshd"\n'
-    out = namespaced(tmp_path, stand_in + 'PATH=$T/bin:$PATH become_node')  # an sshd -T that lists no HostKey
-    assert out.returncode == 1 and "FAIL: sshd serves no host key (sshd -T lists no HostKey)" in out.stdout, out.stdout
+@pytest.mark.parametrize("listed, named", [("port 22", "no HostKey"), ("hostkey /etc/ssh/gone_key", "/etc/ssh/gone_key")])
+def test_a_node_whose_sshd_serves_no_host_key_fails_naming_it(tmp_path, listed, named):
+    stand_in = f'mkdir -p "$T/bin"\nprintf "#!/bin/sh\\necho {listed}\\n" >"$T/bin/sshd"\nchmod +x "$T/bin/sshd"\n'
+    out = namespaced(tmp_path, stand_in + 'PATH=$T/bin:$PATH become_node')  # what `sshd -T` lists
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"FAIL: sshd serves no host key that exists (sshd -T: {named}): there is nothing to certify" in out.stdout, out.stdout

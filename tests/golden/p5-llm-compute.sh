@@ -585,7 +585,6 @@ host_cert() {
 host_certs() {
   local ca=$1 keys key principals
   keys=$(host_keys)
-  [ -n "$keys" ] || fail "sshd serves no host key (sshd -T lists no HostKey): there is nothing to certify"
   principals=$(printf '%s\n' "$HPCC_NODE" "$HPCC_IP" "$(uname -n)" | awk 'NF && !seen[$0]++' | paste -sd, -)
   HPCC_HOST_CERTS=()
   while read -r key; do
@@ -593,6 +592,7 @@ host_certs() {
     host_cert "$key" "$ca" "llm/$HPCC_NODE/$HPCC_INSTANCE_ID" "$principals"
     HPCC_HOST_CERTS+=("$key-cert.pub")
   done <<<"$keys"
+  [ "${#HPCC_HOST_CERTS[@]}" -gt 0 ] || fail "sshd serves no host key that exists (sshd -T: ${keys:-no HostKey}): there is nothing to certify"
   log "host certificates for $principals: ${HPCC_HOST_CERTS[*]}"
 }
 
