@@ -199,13 +199,15 @@ def test_client_config_trusts_exactly_the_clusters_hosts(tmp_path):
         effective = subprocess.run(["ssh", "-G", "-F", str(conf), host], capture_output=True, text=True).stdout
         return next(line.split(None, 1)[1] for line in effective.splitlines() if line.startswith(name + " "))
     for ip in (ips[0], ips[33], ips[-1]):
-        assert option(ip, "stricthostkeychecking") == "false" and option(ip, "userknownhostsfile") == "/dev/null"
-    assert option("10.0.9.9", "stricthostkeychecking") != "false"  # not a cluster host: the usual prompt
+        assert option(ip, "stricthostkeychecking") == "true"  # verified against the cluster's CA line only
+        assert option(ip, "userknownhostsfile") == option(ip, "globalknownhostsfile") == "/etc/ssh/ssh_known_hosts.hpcc"
+        assert all(a.endswith("-cert-v01@openssh.com") for a in option(ip, "hostkeyalgorithms").split(","))
+    assert option("10.0.9.9", "userknownhostsfile") != "/etc/ssh/ssh_known_hosts.hpcc"  # not a cluster host
 
 
 def test_sshd_drop_in_allows_keys_only_and_comes_first(tmp_path):
     out = run(["ssh"], "sshd_hardening")
-    name = re.search(r"sshd_hardening \| write_file /etc/ssh/sshd_config.d/(\S+)", partial("ssh")).group(1)
+    name = re.search(r"sshd_hardening [^|]*\| write_file /etc/ssh/sshd_config.d/(\S+)", partial("ssh")).group(1)
     conf_d = tmp_path / "sshd_config.d"
     conf_d.mkdir()
     (conf_d / name).write_text(out.stdout)

@@ -5,6 +5,7 @@ Not checked here (no hardware): the Lustre mount (no Lustre server: HPCC_SKIP_ST
 EFA itself (no device: test_box_faults checks the EFA failure path). See tests/box/README.md.
 """
 
+import re
 import subprocess
 import textwrap
 
@@ -42,15 +43,23 @@ def test_every_log_line_names_the_step_it_came_from(cluster):
             assert lines and all(f" [{step}] " in line for line in lines), (node.name, step, lines)
 
 
+def assert_certified(run, cluster_name: str, b) -> None:
+    """`ssh -v` to node `b` verified its host certificate, the one `b` made at its boot (key ID
+    <cluster>/<node>/<instance>), against the cluster key: not a plain key, no prompt."""
+    assert re.search(rf"Host '{re.escape(b.ip)}' is known and matches the \S+-CERT host certificate", run.stderr), run.stderr
+    assert f'ID "{cluster_name}/{b.name}/{b.instance_id}"' in run.stderr, run.stderr
+
+
 def test_every_node_reaches_every_other_by_ssh_with_no_password_or_prompt(cluster):
     for a in cluster.nodes:
         for b in cluster.nodes:
             if a is b:
                 continue
             # BatchMode: a password or host-key prompt would fail instead of waiting.
-            run = a.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", b.ip, "cat /etc/hpcc/env")
+            run = a.run("ssh", "-v", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", b.ip, "cat /etc/hpcc/env")
             assert run.returncode == 0, (a.name, b.name, run.stderr)
             assert f"HPCC_NODE={b.name}" in run.stdout.splitlines(), (a.name, b.name, run.stdout)
+            assert_certified(run, cluster.name, b)
 
 
 def test_sshd_refuses_password_login(cluster):

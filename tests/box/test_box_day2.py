@@ -10,6 +10,7 @@ import pytest
 
 from tests.box.day2 import add_node, agent_pids, hosts_version, replace_node, seconds_until_listed
 from tests.box.harness import Box, node_env
+from tests.box.test_box_cluster import assert_certified
 
 pytestmark = pytest.mark.box
 
@@ -59,8 +60,9 @@ def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
         if other is changed:
             continue
         for a, b in ((changed, other), (other, changed)):
-            run = a.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", b.ip, "true")
+            run = a.run("ssh", "-v", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", b.ip, "true")
             assert run.returncode == 0, (a.name, b.name, run.stderr)
+            assert_certified(run, box.name, b)  # a replaced node: its new certificate, at its new IP
     run = box.head.run("hpcc-mpirun", "--map-by", "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=120)
     assert run.returncode == 0 and "ERROR" not in run.stderr, run.stderr
     assert sorted(line.split("=", 1)[1] for line in run.stdout.split()) == sorted(n.name for n in box.compute)
