@@ -73,9 +73,24 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def without_comments(script: str) -> str:
+    """The script minus its comment-only lines after the header: EC2 takes 16 KB of user data, even gzipped
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), and the templates explain themselves
+    at length. Kept: the header (what the node's `hpcc-node` says it is), each step's `# ---` title, `#!` lines (also those of the scripts
+    it writes) and shellcheck directives."""
+    lines = script.splitlines(keepends=True)
+    header = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "".join(lines[:header] + [line for line in lines[header:] if not _comment_only(line)])
+
+
+def _comment_only(line: str) -> bool:
+    text = line.lstrip()
+    return text.startswith("#") and not text.startswith(("#!", "# shellcheck", "# ---"))
+
+
 def render(ctx: BootstrapContext) -> str:
-    """The readable script."""
-    return environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars())
+    """The script the node runs: the templates rendered, comment-only lines left out."""
+    return without_comments(environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars()))
 
 
 def within_limit(packed: bytes) -> bool:

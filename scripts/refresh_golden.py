@@ -9,8 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.bootstrap_cases import GOLDEN, golden_path, golden_texts, planned_scripts  # noqa: E402
 
 GOLDEN.mkdir(parents=True, exist_ok=True)
+texts = golden_texts(planned_scripts())  # before anything is removed: a failing plan leaves the files as they were
 for stale in GOLDEN.iterdir():
     stale.unlink()
-for role, text in sorted(golden_texts(planned_scripts()).items()):
+for role, text in sorted(texts.items()):
     golden_path(role).write_text(text)
     print(f"wrote {golden_path(role).relative_to(GOLDEN.parent.parent)}")
