@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from infra import node_settings
+from infra.bootstrap_steps import STEPS
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on raw user data
@@ -67,7 +68,8 @@ def environment() -> jinja2.Environment:
     )
     # The settings parser's rules: the same patterns the program renders the parameter with.
     assert all("'" not in p for p in node_settings.PATTERNS.values())  # they go into single quotes
-    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED))
+    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
+                       bootstrap_steps=STEPS)
     return env
 
 
