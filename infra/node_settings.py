@@ -40,6 +40,9 @@ PATTERNS: dict[str, str] = {
     "MPIRUN_OPTIONS": r"[A-Za-z0-9_.,:^/=+ -]*",
     "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
     "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
+    "SCHEDULER": r"none|slurm",
+    "SLURM_NODE": r"[A-Za-z0-9=:, ]*",  # slurm.conf node attributes of the compute type (empty without Slurm)
+    "SLURM_GPUS": r"0|" + POSITIVE,
 }
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY"})
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
@@ -67,6 +70,9 @@ class NodeSettings:
     mpirun_options: str
     fabric: tuple[tuple[str, str], ...]
     authorized_keys: tuple[str, ...] = ()
+    scheduler: str = "none"
+    slurm_node: str = ""
+    slurm_gpus: int = 0
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
