@@ -20,6 +20,7 @@ STEPS: tuple[Step, ...] = (
     Step("ssh", "step_ssh"),
     Step("join", "step_join"),
     Step("launch-env", "step_launch_env"),
+    Step("slurm", "step_slurm"),  # after launch-env: the head's slurm.conf follows the same membership
     Step("sync", "step_sync"),
 )
 STEP_NAMES: tuple[str, ...] = tuple(step.name for step in STEPS)
