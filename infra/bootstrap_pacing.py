@@ -23,8 +23,8 @@ to the hosts parameter is seen by every node within one tick plus one pacer turn
 What a booting node calls (a small constant; polls for something not there yet repeat at the same pace):
 - SSM GetParameters: the hosts and settings together, once (again while its own line is not there yet);
 - SSM GetParameter: the FSx parameter once;
-- SSM PutParameter: one status write per step (8) and a final ready or failed;
-- Secrets Manager: the cluster key once (the head node also writes it once).
+- SSM PutParameter: one status write per step (infra/bootstrap_steps.py) and a final ready or failed;
+- Secrets Manager: the cluster key once, and with Slurm the munge key once (the head node also writes each once).
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from infra.bootstrap_steps import STEPS
 from infra.config import Bootstrap, ComputeNodes
 
 SSM_REQUESTS_PER_SECOND = 40  # default Parameter Store throughput, shared by GetParameter(s) and PutParameter
 TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tools (status, hostfile)
 SSM_READS = 2  # hosts + settings (one GetParameters), fsx
-STATUS_WRITES = 9  # os, lustre, mount, efa, ssh, join, launch-env, sync, then ready (or failed instead)
-SECRET_CALLS = 2  # head: read (empty), write; compute: read
+STATUS_WRITES = len(STEPS) + 1  # one at the start of each step, then ready (or failed instead)
+SECRET_CALLS = 4  # SSH and munge keys - head: read (empty), write; compute: read (and wait)
 CALLS_PER_NODE = SSM_READS + STATUS_WRITES + SECRET_CALLS
 MIN_INTERVAL_MS = 100  # small clusters: no real wait
 MIN_POLL_SECONDS = 5  # waits for things that are not AWS calls (TCP 988, SSH of the other nodes)

@@ -41,6 +41,9 @@ PATTERNS: dict[str, str] = {
     "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
     "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
     "IMDS_USER": r"[a-z_][a-z0-9_-]{0,31}",  # security.imdsForUsers: one user each (templates/steps/imds.sh.j2)
+    "SCHEDULER": r"none|slurm",
+    "SLURM_NODE": r"[A-Za-z0-9=:, ]*",  # slurm.conf node attributes of the compute type (empty without Slurm)
+    "SLURM_GPUS": r"0|" + POSITIVE,
 }
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
@@ -69,6 +72,9 @@ class NodeSettings:
     fabric: tuple[tuple[str, str], ...]
     authorized_keys: tuple[str, ...] = ()
     imds_users: tuple[str, ...] = ()
+    scheduler: str = "none"
+    slurm_node: str = ""
+    slurm_gpus: int = 0
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__

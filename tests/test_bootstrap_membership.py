@@ -40,8 +40,8 @@ def test_the_program_refuses_a_settings_value_the_nodes_would_refuse(field, valu
 # -- the settings, in bash -------------------------------------------------------------------------
 
 def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
-    dump = ("for v in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS "
-            "API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS; do "
+    from infra.node_settings import PATTERNS, REPEATED
+    dump = (f"for v in {' '.join(k for k in PATTERNS if k not in REPEATED)}; do "
             'n=HPCC_$v; echo "$v=${!n}"; done; printf "FABRIC=%s\\n" "${HPCC_FABRIC[@]}"; '
             'for k in ${HPCC_AUTHORIZED_KEY[@]+"${HPCC_AUTHORIZED_KEY[@]}"}; do echo "AUTHORIZED_KEY=$k"; done')
     return run(["settings"], f"apply_settings {shlex.quote(text)}; rc=$?; {after}\n{dump}", context())

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from rich.table import Table
 from rich.text import Text
 
+from infra.bootstrap_steps import STEP_NAMES
 from infra.naming import TAG_NODE, TAG_ROLE, Paths
 from infra.ops.aws import Aws, error_code, tag_dict, tag_filter
 
-STEPS = ("os", "lustre", "mount", "efa", "ssh", "join", "launch-env")
+STEPS = STEP_NAMES  # the bootstrap's, in order (infra/bootstrap_steps.py)
 PHASES = ("pending", *STEPS, "ready")
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 # Instance states a bootstrap cannot finish from: the node needs a new instance (`hpcc replace`).

@@ -33,13 +33,15 @@ from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_n
 from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401
                                VETH, Lock, cleanup_leftovers, leftovers, sh)
 from tests.box.planned import plan
+from tests.box.slurm_settings import MUNGE_SECRET, slurm_settings
 
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
 VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never the host's bridge address
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
-PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin")
-COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin")  # start as the host's, then diverge
+PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin",
+           "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm")  # Slurm and munge keep per-host state there
+COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin", "etc/slurm")  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
 
@@ -129,6 +131,9 @@ def node_env(node: Node) -> dict:
         "HPCC_VPC_CIDR": VPC_CIDR,  # the box's "VPC": its nodes' addresses, not the bridge (the host is outside)
         "AWS_ENDPOINT_URL": ENDPOINT, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
+        # No cgroups and 2 CPUs here, not the planned 64 (docs/bootstrap-contract.md): Slurm without cgroup plugins,
+        # and slurmd reporting the planned CPUs and memory (SlurmdParameters=config_overrides).
+        "HPCC_SLURM_CGROUP": "0", "HPCC_SLURM_CONFIG_OVERRIDES": "1",
     }
 
 
@@ -142,6 +147,7 @@ class Box:
     ghosts: int = 0
     join_timeout_minutes: int = 1
     name: str = "box"
+    scheduler: str = "none"  # slurm: the settings say SCHEDULER=slurm (slurm_settings, until the config has it)
     nodes: list[Node] = field(default_factory=list)
     workdir: Path | None = None
     moto: object = None
@@ -261,6 +267,12 @@ class Box:
             self._mountpoint(Path(f"/{private}"))
             sh(*node.enter("mount", "--rbind", str(node.root / private), f"/{private}"))
         sh(*node.enter("hostname", f"{PREFIX}-{name}"))
+        # `ip netns exec` mounts a /sys without cgroups; slurmd 22.05 starts only with a cgroup fs there (its
+        # cgroup/v1 plugin: a tmpfs holding the controller-less name=systemd hierarchy). No controller is used:
+        # the box runs Slurm with proctrack/linuxproc (HPCC_SLURM_CGROUP=0).
+        sh(*node.enter("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/sys/fs/cgroup"))
+        sh(*node.enter("mkdir", "/sys/fs/cgroup/systemd"))
+        sh(*node.enter("mount", "-t", "cgroup", "-o", "none,name=systemd", "cgroup", "/sys/fs/cgroup/systemd"))
         sh(*node.enter("ssh-keygen", "-q", "-A"))
         sh(*node.enter("/usr/sbin/sshd", "-o", f"ListenAddress={node.ip}", "-o", "PidFile=/run/sshd.pid"))
         node.instance_id = self._register_instance(node)
@@ -306,7 +318,10 @@ class Box:
         each line's IP replaced by the box IP of the node it names. Returns the hosts parameter's Version."""
         paths, planned = Paths(self.name), self.plan()
         ssm = self.client("ssm")
-        ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
+        settings = planned["settings"]
+        if self.scheduler == "slurm":
+            settings = slurm_settings(settings, PROFILES[self.profile][1])
+        ssm.put_parameter(Name=paths.settings, Type="String", Value=settings, Overwrite=True)
         hosts = "\n".join(self.ip_of(name) for name in planned["hostsNodes"])
         return ssm.put_parameter(Name=paths.hosts, Type="String", Value=hosts, Overwrite=True)["Version"]
 
@@ -321,6 +336,7 @@ class Box:
         for name in names:
             ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
         self.client("secretsmanager").create_secret(Name=paths.ssh_secret, Description="box")
+        self.client("secretsmanager").create_secret(Name=MUNGE_SECRET.format(self.name), Description="box")
 
     def stop(self) -> None:
         """Take everything down; safe to call twice and after a failed start."""
@@ -365,11 +381,11 @@ class Box:
                 codes[node.name] = -9
         return codes
 
-    def start_bootstrap(self, node: Node) -> None:
+    def start_bootstrap(self, node: Node, env: dict | None = None) -> None:
         path = self.workdir / node.script
         path.write_text(self.scripts()[node.role])
         with open(self.workdir / f"{node.script}.out", "w") as out:
-            node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env=node_env(node),
+            node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env={**node_env(node), **(env or {})},
                                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def rerun(self, node: Node) -> int:

@@ -13,10 +13,10 @@ HPCC_STEP=start
 HPCC_OS=""
 mkdir -p /etc/hpcc /var/log /run
 
-# --- log: every line to /var/log/hpcc-bootstrap.log, stamped with the time and the step that printed it ---------
+# --- log
 HPCC_LABELLER=""
 
-label() {  # label STEP: stdin to the log, each line as "<UTC time> [STEP] <line>"
+label() {
   trap - ERR
   local line
   while IFS= read -r line || [ -n "$line" ]; do
@@ -24,29 +24,29 @@ label() {  # label STEP: stdin to the log, each line as "<UTC time> [STEP] <line
   done >>"/var/log/hpcc-bootstrap.log"
 }
 
-use_step() {  # use_step STEP: from now on, output is labelled STEP
+use_step() {
   HPCC_STEP=$1
-  exec >>"/var/log/hpcc-bootstrap.log" 2>&1  # the current labeller sees its end of input
+  exec >>"/var/log/hpcc-bootstrap.log" 2>&1
   if [ -n "$HPCC_LABELLER" ]; then
     local n=0
-    wait "$HPCC_LABELLER" 2>/dev/null ||  # bash < 4.4 cannot wait for a process substitution: poll, bounded
+    wait "$HPCC_LABELLER" 2>/dev/null ||
       while kill -0 "$HPCC_LABELLER" 2>/dev/null && [ "$n" -lt 30 ]; do sleep 0.1; n=$(( n + 1 )); done
   fi
   exec > >(label "$1") 2>&1
   HPCC_LABELLER=${!:-}
 }
 
-flush_log() { use_step "$HPCC_STEP"; }  # everything printed so far is in the log file
+flush_log() { use_step "$HPCC_STEP"; }
 
 log() { echo "$*"; }
-# --- retry: deadlines, bounded commands, paced AWS calls with jittered backoff -------------------------
+# --- retry
 HPCC_PACE_FILE=/run/hpcc-aws.last-call
 
-time_left() {  # seconds left of the whole run; a failing node gets 60 s to report
+time_left() {
   if [ -n "${HPCC_FAILING:-}" ]; then echo 60; else echo $(( HPCC_DEADLINE - $(date +%s) )); fi
 }
 
-within() {  # within SECONDS COMMAND...: COMMAND, stopped (exit 124) after SECONDS or when the run's time is up
+within() {
   local limit=$1 left; shift
   left=$(time_left)
   [ "$left" -gt 0 ] || return 124
@@ -54,19 +54,19 @@ within() {  # within SECONDS COMMAND...: COMMAND, stopped (exit 124) after SECON
   timeout "$limit" "$@"
 }
 
-pace() {  # wait for this node's next turn to call AWS
+pace() {
   local now last=0 wait interval=$HPCC_API_INTERVAL_MS lock
   exec {lock}>>"$HPCC_PACE_FILE.lock"
   flock "$lock"
   now=$(date +%s%3N)
   [ ! -s "$HPCC_PACE_FILE" ] || read -r last <"$HPCC_PACE_FILE" || true
   [[ $last =~ ^[0-9]+$ ]] || last=0
-  if [ "$last" -eq 0 ]; then  # the node's first call: at a random point of one interval
+  if [ "$last" -eq 0 ]; then
     wait=$(( RANDOM * interval / 32768 ))
   else
     wait=$(( last + interval + RANDOM * interval / 131072 - now ))
   fi
-  [ "$wait" -le $(( 2 * interval )) ] || wait=$interval  # a clock step
+  [ "$wait" -le $(( 2 * interval )) ] || wait=$interval
   if [ "$wait" -gt 0 ]; then
     sleep "$(( wait / 1000 )).$(printf '%03d' $(( wait % 1000 )))"
     now=$(date +%s%3N)
@@ -91,7 +91,7 @@ aws_retry() {
   done
 }
 
-poll_pause() { sleep $(( HPCC_POLL_SECONDS + RANDOM % HPCC_POLL_SECONDS )); }  # between two looks, with jitter
+poll_pause() { sleep $(( HPCC_POLL_SECONDS + RANDOM % HPCC_POLL_SECONDS )); }
 
 aws_wait() {
   local limit=$1 what=$2 until rc=0; shift 2
@@ -115,7 +115,7 @@ wait_for() {
   done
 }
 
-retry_cmd() {  # retry_cmd COMMAND...: 5 tries, each bounded to 15 min, backing off 5, 10, 15 ... s plus jitter
+retry_cmd() {
   local n
   for n in 1 2 3 4 5; do
     within 900 "$@" && return 0
@@ -124,7 +124,7 @@ retry_cmd() {  # retry_cmd COMMAND...: 5 tries, each bounded to 15 min, backing 
   done
   return 1
 }
-# --- settings: what changes over the cluster's life, from /hpcc/llm/settings; parsed, never sourced ---
+# --- settings
 HPCC_API_INTERVAL_MS=17100
 HPCC_POLL_SECONDS=18
 HPCC_API_BACKOFF_SECONDS=2
@@ -138,12 +138,15 @@ HPCC_MASTER_PORT=""
 HPCC_LOGIN_USER=""
 HPCC_MOUNT_POINT=""
 HPCC_MPIRUN_OPTIONS=""
+HPCC_SCHEDULER=""
+HPCC_SLURM_NODE=""
+HPCC_SLURM_GPUS=""
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
 HPCC_SETTINGS_TEXT=""
 
-setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must match in full (infra/node_settings.py)
+setting_pattern() {
   case "$1" in
     NODE_COUNT) echo '^([1-9][0-9]{0,5})$' ;;
     SLOTS) echo '^([1-9][0-9]{0,5})$' ;;
@@ -161,6 +164,9 @@ setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must matc
     FABRIC) echo '^([A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*)$' ;;
     AUTHORIZED_KEY) echo '^((ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?)$' ;;
     IMDS_USER) echo '^([a-z_][a-z0-9_-]{0,31})$' ;;
+    SCHEDULER) echo '^(none|slurm)$' ;;
+    SLURM_NODE) echo '^([A-Za-z0-9=:, ]*)$' ;;
+    SLURM_GPUS) echo '^(0|[1-9][0-9]{0,5})$' ;;
     *) return 1 ;;
   esac
 }
@@ -180,7 +186,7 @@ apply_settings() {
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
-  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS; do
+  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS SCHEDULER SLURM_NODE SLURM_GPUS; do
     [ -n "${seen[$key]+set}" ] || { echo "settings: $key is missing" >&2; return 1; }
   done
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
@@ -189,35 +195,38 @@ apply_settings() {
   HPCC_IMDS_USER=(${imds_users[@]+"${imds_users[@]}"})
   HPCC_SETTINGS_TEXT=$1
 }
-# --- status: this node's progress as JSON in /hpcc/llm/nodes/<node> (docs/bootstrap-contract.md) ------
+# --- status
 json_lines() {
   LC_ALL=C sed -e "s/^.*\(.\{$1\}\)\$/\1/" -e 's/^[\x80-\xbf]*//' -e 's/\\/\\\\/g' -e 's/"/\\"/g' \
     -e 's/\t/\\t/g' -e 's/[[:cntrl:]]//g' -e 's/.*/"&"/' | paste -sd, -
 }
 
+slurm_field() { :; }
+
 status_json() {
   local LC_ALL=C lines=15 json message
   message=$(printf '%s' "${3:0:500}" | tr '\n' ' ' | json_lines 500)
   while :; do
-    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "message": %s, "updated": "%s", "logTail": [%s]}' \
+    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "message": %s, "updated": "%s", "logTail": [%s]%s}' \
       "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" "${message:-\"\"}" "$(date -u +%FT%TZ)" \
-      "$(tail -n "$lines" "/var/log/hpcc-bootstrap.log" 2>/dev/null | json_lines 200)")
+      "$(tail -n "$lines" "/var/log/hpcc-bootstrap.log" 2>/dev/null | json_lines 200)" \
+      "$(slurm_field)")
     if [ "${#json}" -le 4000 ] || [ "$lines" -eq 0 ]; then break; fi
     lines=$(( lines - 1 ))
   done
   printf '%s\n' "$json"
 }
 
-report() {  # report PHASE OK MESSAGE
+report() {
   [ "$HPCC_NODE" != unknown ] || return 0
   flush_log
   aws_retry ssm put-parameter --name "/hpcc/llm/nodes/$HPCC_NODE" --type String --overwrite \
     --value "$(status_json "$@")" >/dev/null || log "warning: could not report status ($1)"
 }
 
-fail() {  # fail MESSAGE: report the failing step and stop; the instance is kept so its log can be read
+fail() {
   trap - ERR
-  if [ -n "${HPCC_AGENT:-}" ]; then log "error: $*"; exit 1; fi  # the agent retries next tick, never fails the node
+  if [ -n "${HPCC_AGENT:-}" ]; then log "error: $*"; exit 1; fi
   HPCC_FAILING=1
   log "FAILED at step $HPCC_STEP: $*"
   report failed false "$*"
@@ -226,7 +235,7 @@ fail() {  # fail MESSAGE: report the failing step and stop; the instance is kept
 }
 
 on_error() {
-  if [ "$BASH_SUBSHELL" -gt 0 ]; then  # in $(...): only the shell that runs the step reports and stops
+  if [ "$BASH_SUBSHELL" -gt 0 ]; then
     echo "error (exit $1) at line $2: $3" >&2
     exit "$1"
   fi
@@ -236,7 +245,7 @@ on_error() {
 
 skipped() { case ",${HPCC_SKIP_STEPS:-}," in *",$1,"*) return 0 ;; esac; return 1; }
 
-run_step() {  # run_step STEP FUNCTION
+run_step() {
   use_step "$1"
   if skipped "$1"; then log "skipped: HPCC_SKIP_STEPS names $1"; return 0; fi
   report "$1" true "running"
@@ -244,27 +253,27 @@ run_step() {  # run_step STEP FUNCTION
   "$2"
   log "done"
 }
-# --- files: written only when their content changes, so a rerun changes nothing ---------------------
-write_file() {  # write_file PATH MODE: stdin to PATH
+# --- files
+write_file() {
   local path=$1 mode=$2 tmp
   tmp=$(mktemp "${path}.XXXXXX")
   cat >"$tmp"
   chmod "$mode" "$tmp"
   if [ -f "$path" ] && cmp -s "$tmp" "$path"; then rm -f "$tmp"; else mv -f "$tmp" "$path"; log "wrote $path"; fi
 }
-# --- identify: this node's name and instance from its own instance; membership from /hpcc/llm/hosts ---
+# --- identify
 HPCC_NODE=unknown
 HPCC_IP=""
 HPCC_HOSTS=()
-HPCC_HOSTS_VERSION=0  # the Version of /hpcc/llm/hosts HPCC_HOSTS came from
-HPCC_APPLIED_VERSION=0  # the Version whose membership this node's files hold (in the status as hostsVersion)
+HPCC_HOSTS_VERSION=0
+HPCC_APPLIED_VERSION=0
 HPCC_READ_HOSTS="" HPCC_READ_VERSION=0 HPCC_READ_SETTINGS=""
 
-node_name() {  # node_name INDEX: the name of the node at INDEX of the hosts list
+node_name() {
   if [ "$1" -eq 0 ]; then echo head; else printf 'compute-%03d\n' $(( $1 - 1 )); fi
 }
 
-node_index() {  # node_index NAME: the index of NAME's line in the hosts list (head 0, compute-NNN NNN + 1)
+node_index() {
   if [ "$1" = head ]; then echo 0; return 0; fi
   [[ $1 =~ ^compute-([0-9]{3,4})$ ]] || return 1
   echo $(( 10#${BASH_REMATCH[1]} + 1 ))
@@ -272,14 +281,14 @@ node_index() {  # node_index NAME: the index of NAME's line in the hosts list (h
 
 valid_ip() { [[ $1 =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; }
 
-imds() {  # imds PATH: an instance metadata value over IMDSv2; fails outside EC2 or when there is none
+imds() {
   local token
   token=$(curl -sf -m 2 -X PUT http://169.254.169.254/latest/api/token \
     -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' 2>/dev/null) || return 1
   curl -sf -m 2 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"
 }
 
-primary_ip() {  # IMDSv2 on EC2; elsewhere the address of the default route, then the first address
+primary_ip() {
   local ip=""
   ip=$(imds local-ipv4) || ip=""
   [ -n "$ip" ] || ip=$(ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") print $(i + 1)}')
@@ -304,7 +313,7 @@ read_cluster() {
   [ "$found" -eq 2 ] || return 3
 }
 
-parse_hosts() {  # parse_hosts TEXT: its lines into HPCC_HOSTS; fails on a line that is not an IPv4 address
+parse_hosts() {
   local hosts=() ip
   mapfile -t hosts < <(awk 'NF {print $1}' <<<"$1")
   for ip in ${hosts[@]+"${hosts[@]}"}; do valid_ip "$ip" || { echo "/hpcc/llm/hosts: '${ip:0:40}' is not an IPv4 address" >&2; return 1; }; done
@@ -354,7 +363,7 @@ identify_node() {
   wait_membership
   log "this is $HPCC_NODE ($HPCC_IP, $HPCC_INSTANCE_ID), one of $(( HPCC_NODE_COUNT + 1 )) nodes of llm (hosts version $HPCC_HOSTS_VERSION); at most $HPCC_TIMEOUT_MINUTES min"
 }
-# --- os: which distribution this is, which decides the Lustre client and package tools ------------
+# --- os
 os_id() {
   local ID="" VERSION_ID=""
   # shellcheck disable=SC1090,SC1091
@@ -424,7 +433,7 @@ step_imds() {
   imds_firewall ${HPCC_IMDS_USER[@]+"${HPCC_IMDS_USER[@]}"}
   log "instance metadata: root${HPCC_IMDS_USER[*]+ and ${HPCC_IMDS_USER[*]}} only"
 }
-# --- lustre: the FSx for Lustre client for this OS and the running kernel ----------------------------
+# --- lustre
 lustre_package() {
   case "$1" in
     ubuntu-*) echo "apt lustre-client-modules-$2" ;;
@@ -439,7 +448,7 @@ nearest_versions() {
     END {for (i = at - 2; i <= at + 2; i++) if (i > 0 && i <= NR && i != at) printf "%s%s", (n++ ? " " : ""), v[i]; print ""}'
 }
 
-install_lustre_ubuntu() {  # install_lustre_ubuntu PACKAGE
+install_lustre_ubuntu() {
   local pkg=$1 key=/usr/share/keyrings/fsx-ubuntu-public-key.gpg held
   if [ ! -s "$key" ]; then
     retry_cmd curl -fsSL -m 60 -o /run/fsx-ubuntu-public-key.asc \
@@ -457,7 +466,7 @@ install_lustre_ubuntu() {  # install_lustre_ubuntu PACKAGE
   retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "$pkg"
   held=$({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "$pkg" "linux-image-$(uname -r)" linux-aws \
     linux-image-aws linux-headers-aws 2>/dev/null || true; } | awk '$1 ~ /^ii/ {print $2}')
-  # shellcheck disable=SC2086  # one package a word
+  # shellcheck disable=SC2086
   apt-mark hold $held >/dev/null
   log "held: $(echo "$held" | tr '\n' ' ')"
 }
@@ -475,10 +484,10 @@ step_lustre() {
     fail "the Lustre client is installed but has no module for the running kernel $(uname -r); kernels with one: $(find /lib/modules -name 'lustre.ko*' 2>/dev/null | cut -d/ -f4 | nearest_versions "$(uname -r)")"
   log "Lustre client: $(modinfo -F version lustre 2>/dev/null || echo '?')"
 }
-# --- mount: FSx for Lustre at the settings' MOUNT_POINT once it exists and answers; persisted in fstab ---
-json_field() { sed -n "s/.*\"$1\" *: *\"\([^\"]*\)\".*/\1/p"; }  # json_field NAME: a string field of stdin's JSON
+# --- mount
+json_field() { sed -n "s/.*\"$1\" *: *\"\([^\"]*\)\".*/\1/p"; }
 
-# shellcheck disable=SC2016  # $1 belongs to the inner bash
+# shellcheck disable=SC2016
 lnet_reachable() { timeout 3 bash -c ': <"/dev/tcp/$1/988"' lnet "$1"; }
 
 fsx_endpoint_ok() {
@@ -487,18 +496,18 @@ fsx_endpoint_ok() {
 }
 
 LUSTRE_OPTIONS=relatime,flock
-fstab_line() {  # fstab_line SOURCE: the fstab entry
+fstab_line() {
   echo "$1 $HPCC_MOUNT_POINT lustre defaults,$LUSTRE_OPTIONS,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"
 }
 
-HPCC_FSTAB=/etc/fstab  # a variable for the tests only
+HPCC_FSTAB=/etc/fstab
 
-persist_mount() {  # persist_mount SOURCE: exactly one fstab entry for the mount point, this one
+persist_mount() {
   local kept
   if ! grep -qxF "$(fstab_line "$1")" "$HPCC_FSTAB" || [ "$(grep -cF " $HPCC_MOUNT_POINT lustre " "$HPCC_FSTAB" || true)" -ne 1 ]; then
-    kept=$(grep -vF " $HPCC_MOUNT_POINT lustre " "$HPCC_FSTAB" || true)  # less any older entry for this mount point
+    kept=$(grep -vF " $HPCC_MOUNT_POINT lustre " "$HPCC_FSTAB" || true)
     { [ -z "$kept" ] || printf '%s\n' "$kept"; fstab_line "$1"; } >"$HPCC_FSTAB.hpcc"
-    cat "$HPCC_FSTAB.hpcc" >"$HPCC_FSTAB"  # the same file, its owner and mode kept
+    cat "$HPCC_FSTAB.hpcc" >"$HPCC_FSTAB"
     rm -f "$HPCC_FSTAB.hpcc"
     log "added $HPCC_MOUNT_POINT to $HPCC_FSTAB"
   fi
@@ -532,7 +541,7 @@ step_mount() {
   chmod 1777 "$HPCC_MOUNT_POINT/scratch"
   log "mounted $source at $HPCC_MOUNT_POINT; shared scratch: $HPCC_MOUNT_POINT/scratch"
 }
-# --- efa: the fabric this node was launched with actually works --------------------------------------
+# --- efa
 efa_device_count() { { fi_info -p efa -t FI_EP_RDM 2>/dev/null || true; } | awk '$1 == "domain:" {print $2}' | sort -u | wc -l; }
 
 step_efa() {
@@ -548,18 +557,18 @@ step_efa() {
   [ "$found" -eq 32 ] || fail "found $found EFA device(s); p5.48xlarge was launched with 32"
   log "$(grep -h 'EFA installer version' /opt/amazon/efa_installed_packages 2>/dev/null || echo 'EFA installer version: unknown (/opt/amazon/efa_installed_packages missing)')"
   case "$HPCC_OS" in
-    ubuntu-*)  # libfabric's shared-memory transport needs ptrace between ranks
+    ubuntu-*)
       echo "kernel.yama.ptrace_scope = 0" | write_file /etc/sysctl.d/99-hpcc-efa.conf 0644
       sysctl -q -w kernel.yama.ptrace_scope=0 ;;
   esac
 }
-# --- ssh: one cluster key from hpcc/llm/ssh-key, trusted between every pair of nodes ----------------
+# --- ssh
 HPCC_KEY=""
 HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}  # where the cluster key is accepted from (override: outside EC2)
 HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc  # the only host keys a node trusts for a cluster address: the CA line
 HPCC_HOST_CERT_ALGORITHMS=ssh-ed25519-cert-v01@openssh.com,ecdsa-sha2-nistp256-cert-v01@openssh.com,ecdsa-sha2-nistp384-cert-v01@openssh.com,ecdsa-sha2-nistp521-cert-v01@openssh.com,rsa-sha2-512-cert-v01@openssh.com,rsa-sha2-256-cert-v01@openssh.com
 
-read_key() {  # read_key: the key into HPCC_KEY; returns 3 while the secret has no value
+read_key() {
   HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "hpcc/llm/ssh-key" --query SecretString --output text)
 }
 
@@ -642,7 +651,7 @@ reload_sshd() {
     log "sshd is not running (socket activation?): it reads the new configuration when it starts"
     return 0
   fi
-  for _ in 1 2 3 4 5; do  # a HUP'd sshd re-executes and rewrites its pid file: read it once it is there
+  for _ in 1 2 3 4 5; do
     pid=$(cat /run/sshd.pid 2>/dev/null || true)
     [ -z "$pid" ] || break
     sleep 1
@@ -700,12 +709,12 @@ step_ssh() {
   sshd_hardening "${HPCC_HOST_CERTS[@]}" | write_file /etc/ssh/sshd_config.d/01-hpcc.conf 0644
   reload_sshd
 }
-# --- join: every other node accepts this node's SSH (Open MPI spawns along a tree) -----------------
+# --- join
 peer_ok() { timeout 20 ssh -o BatchMode=yes -o ConnectTimeout=5 "root@$1" true </dev/null >/dev/null 2>&1; }
 
 unjoined() {
   export -f peer_ok
-  # shellcheck disable=SC2016  # $1 belongs to the inner bash
+  # shellcheck disable=SC2016
   printf '%s\n' "$@" | shuf | xargs -r -P 32 -I{} bash -c 'peer_ok "$1" || echo "$1"' _ {}
 }
 
@@ -734,7 +743,7 @@ step_join() {
   done
   log "all ${#HPCC_HOSTS[@]} nodes accept SSH"
 }
-# --- launch-env: hostfiles, the launch environment and the launch helpers ---------------------------
+# --- launch-env
 hostfile() {
   printf '%s\n' "${HPCC_HOSTS[@]:1}" | case "$1" in
     openmpi) awk -v s="$2" '{print $1 " slots=" s}' ;;
@@ -744,7 +753,7 @@ hostfile() {
   esac
 }
 
-ofi_nccl_dir() {  # where this image keeps aws-ofi-nccl, if anywhere
+ofi_nccl_dir() {
   local d
   for d in /opt/amazon/ofi-nccl/lib /opt/aws-ofi-nccl/lib; do if [ -d "$d" ]; then echo "$d"; return 0; fi; done
 }
@@ -760,7 +769,7 @@ cluster_env() {
   echo "HPCC_HOSTS=$(hostfile horovod "$HPCC_SLOTS")"
   echo "HPCC_HOSTFILE=/etc/hpcc/hostfile"
   for pair in ${HPCC_FABRIC[@]+"${HPCC_FABRIC[@]}"}; do echo "$pair"; names+="${names:+,}${pair%%=*}"; done
-  echo "HPCC_FABRIC_VARS=$names"  # what hpcc-mpirun passes on with -x
+  echo "HPCC_FABRIC_VARS=$names"
   if [ -n "$ofi" ]; then
     echo "HPCC_OFI_NCCL_LIB=$ofi"
     echo "LD_LIBRARY_PATH=$ofi:/opt/amazon/efa/lib:/opt/amazon/openmpi/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
@@ -788,8 +797,8 @@ write_membership() {
   mkdir -p /etc/ssh/ssh_config.d
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
   user_keys
-  skipped imds || imds_firewall ${HPCC_IMDS_USER[@]+"${HPCC_IMDS_USER[@]}"}  # settings' IMDS_USER (imds.sh.j2)
-  if mountpoint -q "$HPCC_MOUNT_POINT"; then  # for jobs that read them from the shared file system
+  skipped imds || imds_firewall ${HPCC_IMDS_USER[@]+"${HPCC_IMDS_USER[@]}"}
+  if mountpoint -q "$HPCC_MOUNT_POINT"; then
     mkdir -p "$HPCC_MOUNT_POINT/hpcc"
     for f in hostfile hostfile.mpich hosts; do write_file "$HPCC_MOUNT_POINT/hpcc/$f" 0644 </etc/hpcc/$f; done
     { echo "# hpcc llm: rendezvous and fabric settings (each node adds HPCC_NODE and NODE_RANK)"; cluster_env; } |
@@ -805,10 +814,105 @@ step_launch_env() {
   write_state
   log "launch environment: /etc/hpcc/env, $(wc -l </etc/hpcc/hostfile) compute node(s) in /etc/hpcc/hostfile (hosts version $HPCC_APPLIED_VERSION)"
 }
-# --- sync: the membership agent (`/usr/local/sbin/hpcc-node sync`) keeps this node's files on the cluster's membership ---
-HPCC_STATE=/etc/hpcc/node  # this node's identity and the hosts version it applied
-HPCC_APPLIED_SETTINGS=/etc/hpcc/settings  # the settings text it applied
-HPCC_AGENT_LOCK=/run/hpcc-sync.lock  # held by the running agent for its whole life
+# --- slurm
+HPCC_MUNGE_KEY=/etc/munge/munge.key
+
+has_systemd() { [ -d /run/systemd/system ]; }
+running() { kill -0 "$(cat "$1" 2>/dev/null || echo x)" 2>/dev/null; }
+
+slurm_install() {
+  local pkgs="munge slurm-client slurmd"
+  if type -P munged sinfo slurmd >/dev/null; then return 0; fi
+  case "$HPCC_OS" in
+    ubuntu-* | debian-*)
+      retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
+      # shellcheck disable=SC2086
+      retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q $pkgs ;;
+    *) fail "scheduler: slurm needs an Ubuntu image ($HPCC_OS has no Slurm packages here); or use scheduler: none" ;;
+  esac
+}
+
+read_munge() {
+  aws_retry secretsmanager get-secret-value --secret-id "hpcc/llm/munge-key" --query SecretString --output text |
+    base64 -d >"$1"
+}
+
+munge_key() {
+  local tmp rc=0 until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
+  tmp=$(mktemp -d)
+  until read_munge "$tmp/key"; do
+    rc=$?
+    [ "$rc" -eq 3 ] || fail "could not read hpcc/llm/munge-key (see above)"
+    if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
+      fail "hpcc/llm/munge-key stayed empty for $HPCC_JOIN_TIMEOUT_MINUTES min: the head node has not reached its slurm step"
+    fi
+    log "waiting for the munge key from the head node (hpcc/llm/munge-key)"
+    poll_pause
+  done
+  [ -s "$tmp/key" ] || fail "hpcc/llm/munge-key holds no key"
+  install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
+  rc=0
+  cmp -s "$tmp/key" "$HPCC_MUNGE_KEY" || { install -o munge -g munge -m 0400 "$tmp/key" "$HPCC_MUNGE_KEY"; rc=1; }
+  rm -rf "$tmp"
+  return "$rc"
+}
+
+daemon() {
+  local name=$1 pidfile=$2 restart=$3; shift 3
+  if has_systemd; then
+    within 60 systemctl enable -q "$name"
+    if [ "$restart" = 1 ]; then within 120 systemctl restart "$name"; else within 120 systemctl start "$name"; fi
+    return 0
+  fi
+  if running "$pidfile"; then
+    [ "$restart" = 1 ] || return 0
+    kill "$(cat "$pidfile")"
+    for _ in $(seq 50); do running "$pidfile" || break; sleep 0.2; done
+  fi
+  within 60 "$@"
+  log "started $name (no systemd here)"
+}
+
+slurm_stop() {
+  local name=slurmd
+  if has_systemd; then within 120 systemctl disable -q --now "$name" 2>/dev/null || true
+  elif running "/run/$name.pid"; then kill "$(cat "/run/$name.pid")"; else return 0; fi
+  log "SCHEDULER=none: stopped $name"
+}
+
+tcp_open() { timeout 3 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
+
+slurm_daemons() {
+  local server="${HPCC_HOSTS[0]}:6817"
+  install -d -o slurm -g slurm -m 0755 /var/log/slurm
+  install -d -m 0755 /var/lib/slurm/slurmd
+  install -d -m 1777 /var/lib/slurm/slurmd/pmix
+  wait_for $(( HPCC_JOIN_TIMEOUT_MINUTES * 60 )) "slurmctld on the head ($server)" tcp_open "${HPCC_HOSTS[0]}" 6817 ||
+    fail "slurmctld on the head ($server) never answered: see the head's slurm step"
+  if has_systemd; then
+    printf '%s\n' "[Unit]" "ConditionPathExists=" "[Service]" "ExecStart=" \
+      "ExecStart=/usr/sbin/slurmd -D -s --conf-server $server -N $HPCC_NODE" |
+      write_file /etc/systemd/system/slurmd.service.d/hpcc.conf 0644
+    within 60 systemctl daemon-reload
+  fi
+  daemon slurmd /run/slurmd.pid 0 slurmd --conf-server "$server" -N "$HPCC_NODE"
+  wait_for 60 "slurmd" running /run/slurmd.pid || fail "slurmd did not start (/var/log/slurm/slurmd.log)"
+}
+
+step_slurm() {
+  if [ "$HPCC_SCHEDULER" != slurm ]; then slurm_stop; log "SCHEDULER=$HPCC_SCHEDULER: no Slurm"; return 0; fi
+  slurm_install
+  local changed=0
+  munge_key || changed=1
+  install -d -o munge -g munge -m 0755 /run/munge
+  daemon munge /run/munge/munged.pid "$changed" runuser -u munge -- munged
+  slurm_daemons
+  log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); compute nodes: $HPCC_SLURM_NODE, $HPCC_SLURM_GPUS GPU(s)"
+}
+# --- sync
+HPCC_STATE=/etc/hpcc/node
+HPCC_APPLIED_SETTINGS=/etc/hpcc/settings
+HPCC_AGENT_LOCK=/run/hpcc-sync.lock
 HPCC_AGENT_PID=/run/hpcc-sync.pid
 
 write_state() {
@@ -817,7 +921,7 @@ write_state() {
   printf '%s\n' "$HPCC_SETTINGS_TEXT" | write_file "$HPCC_APPLIED_SETTINGS" 0644
 }
 
-load_state() {  # read back what write_state wrote, checked line by line (never sourced)
+load_state() {
   local line
   while IFS= read -r line; do
     case "$line" in
@@ -833,12 +937,15 @@ load_state() {  # read back what write_state wrote, checked line by line (never 
 
 settings_changed() { [ "$(printf '%s' "$HPCC_READ_SETTINGS")" != "$(cat "$HPCC_APPLIED_SETTINGS" 2>/dev/null)" ]; }
 
-sync_once() {  # one tick of the agent (in a subshell: its state is in files); status 1 on an error, retried next tick
-  local index at
+sync_once() {
   HPCC_DEADLINE=$(( $(date +%s) + 600 ))
-  load_state || { echo "$HPCC_STATE is malformed" >&2; return 1; }  # what the last tick applied
+  load_state || { echo "$HPCC_STATE is malformed" >&2; return 1; }
   read_cluster || { echo "could not read /hpcc/llm/hosts and /hpcc/llm/settings; next tick" >&2; return 1; }
-  if [ "$HPCC_READ_VERSION" = "$HPCC_APPLIED_VERSION" ] && ! settings_changed; then return 0; fi
+  if [ "$HPCC_READ_VERSION" != "$HPCC_APPLIED_VERSION" ] || settings_changed; then sync_membership; fi
+}
+
+sync_membership() {
+  local index at
   apply_settings "$HPCC_READ_SETTINGS" || { echo "/hpcc/llm/settings refused (see above): the applied settings stay" >&2; return 1; }
   parse_hosts "$HPCC_READ_HOSTS" || return 1
   index=$(node_index "$HPCC_NODE")
@@ -851,11 +958,12 @@ sync_once() {  # one tick of the agent (in a subshell: its state is in files); s
   write_membership
   HPCC_APPLIED_VERSION=$HPCC_HOSTS_VERSION
   write_state
+  step_slurm
   log "applied hosts version $HPCC_APPLIED_VERSION: $(( ${#HPCC_HOSTS[@]} - 1 )) compute node(s)"
   report ready true "membership of hosts version $HPCC_APPLIED_VERSION applied"
 }
 
-sync_main() {  # the agent: one per node (the lock), forever
+sync_main() {
   local lock
   HPCC_AGENT=1
   exec {lock}>>"$HPCC_AGENT_LOCK"
@@ -867,8 +975,8 @@ sync_main() {  # the agent: one per node (the lock), forever
   trap - ERR
   set +e
   while :; do
-    apply_settings "$(cat "$HPCC_APPLIED_SETTINGS")" 2>/dev/null  # the last applied pacing and tick
-    HPCC_API_ATTEMPTS=1  # a failed call is retried next tick
+    apply_settings "$(cat "$HPCC_APPLIED_SETTINGS")" 2>/dev/null
+    HPCC_API_ATTEMPTS=1
     sleep $(( HPCC_SYNC_SECONDS + RANDOM % (HPCC_SYNC_SECONDS / 4 + 1) ))
     (set -e; sync_once)
   done
@@ -884,8 +992,8 @@ step_sync() {
   local self=${BASH_SOURCE[0]} n
   [ -f "$self" ] || fail "cannot install the agent: this script was not run from a file"
   write_file /usr/local/sbin/hpcc-node 0755 <"$self"
-  if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi |
-    write_file /etc/hpcc/agent.env 0644
+  { if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
+    env | grep -E '^HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]$' || true; } | write_file /etc/hpcc/agent.env 0644
   if [ -d /run/systemd/system ]; then
     agent_unit | write_file /etc/systemd/system/hpcc-sync.service 0644
     within 60 systemctl daemon-reload
@@ -919,6 +1027,7 @@ main() {
   run_step ssh step_ssh
   run_step join step_join
   run_step launch-env step_launch_env
+  run_step slurm step_slurm
   run_step sync step_sync
   use_step ready
   report ready true "bootstrap finished"

@@ -1,0 +1,184 @@
+"""Slurm in the box (cpu profile, SCHEDULER=slurm): slurmctld on the head, configless slurmd on every compute
+node, munge with the key the head generated; real jobs through srun and sbatch (the examples in examples/slurm),
+a node added on day 2 joining Slurm, a node whose bootstrap failed drained with its step, and no secret in
+user data, logs or status. Runs in order (a..f): d and e change the membership."""
+
+import json
+import pwd
+import stat
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.naming import Paths
+from tests.box.day2 import add_node
+from tests.box.harness import Box, node_env
+from tests.box.slurm_settings import MUNGE_SECRET
+from tests.box.test_box_cluster import ALL_REDUCE
+
+pytestmark = pytest.mark.box
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "slurm"
+MPI_PROGRAM = textwrap.dedent("""
+    #include <mpi.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <unistd.h>
+    int main(int argc, char **argv) {
+        int rank, size, sum = 0, one;
+        char host[256];
+        MPI_Init(&argc, &argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        one = rank + 1;
+        MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        gethostname(host, sizeof host);
+        printf("rank %d of %d on %s %s sum %d\\n", rank, size, host, getenv("HPCC_NODE"), sum);
+        MPI_Finalize();
+        return sum == size * (size + 1) / 2 ? 0 : 1;
+    }
+""")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    box = Box(profile="cpu", compute_count=2, scheduler="slurm").start()
+    try:
+        started = time.time()
+        codes = box.boot(timeout=240)
+        assert codes == {n.name: 0 for n in box.nodes}, f"{codes}\n{box.diagnose()}"
+        print(f"[slurm] boot: {time.time() - started:.1f} s")
+        yield box
+    finally:
+        box.stop()
+
+
+def on_head(box: Box, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return box.head.run(*cmd, timeout=timeout)
+
+
+def node_states(box: Box) -> dict[str, tuple[str, str]]:
+    out = on_head(box, "sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout
+    return {n: (s, r) for n, s, r in (line.split("|", 2) for line in out.splitlines() if line)}
+
+
+def wait_states(box: Box, want, timeout: float = 90) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        states = node_states(box)
+        if want(states):
+            return states
+        if time.time() > deadline:
+            raise AssertionError(f"sinfo after {timeout} s: {states}\n{box.diagnose()}")
+        time.sleep(1)
+
+
+def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
+    """`sbatch --wait OPTIONS... examples/slurm/SCRIPT PROGRAM...` on the head, as a user there would; the job's output.
+    `args`: sbatch options, then "--", then the script's arguments."""
+    options, program = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, ())
+    work = box.workdir / "jobs"
+    work.mkdir(exist_ok=True)
+    run = subprocess.run(box.head.enter("sbatch", "--wait", "--parsable", f"--export={export}", f"--chdir={work}",
+                                        f"--output={work}/%j.out", *options, str(EXAMPLES / script), *program),
+                         env=node_env(box.head), capture_output=True, text=True, timeout=240, check=False)
+    job = run.stdout.strip().split(";")[0]
+    output = (work / f"{job}.out").read_text() if job and (work / f"{job}.out").exists() else ""
+    assert run.returncode == 0, (run.stdout, run.stderr, output[-3000:])
+    return output
+
+
+def test_a_every_compute_node_is_idle_and_srun_runs_once_on_each(slurm):
+    names = [n.name for n in slurm.compute]
+    wait_states(slurm, lambda s: sorted(s) == names and all(v[0] == "idle" for v in s.values()))
+    run = on_head(slurm, "srun", "-N", str(len(names)), "hostname")
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.split()) == [f"hpccbox-{n}" for n in names]
+    deadline = time.time() + 40  # the head's agent puts Slurm's view into its status within a tick
+    while slurm.status("head").get("slurm") != {"idle": "compute-[000-001]"}:
+        assert time.time() < deadline, slurm.status("head")
+        time.sleep(1)
+    conf = slurm.head.file("/etc/slurm/slurm.conf").read_text()
+    assert "MpiDefault=pmix" in conf and "SlurmctldParameters=enable_configless" in conf
+    for node in slurm.compute:
+        assert not node.file("/etc/slurm/slurm.conf").exists()  # configless: fetched, cached under /run/slurm
+
+
+def test_b_sbatch_runs_an_mpi_program_across_every_compute_node(slurm):
+    work = slurm.workdir / "jobs"
+    work.mkdir(exist_ok=True)
+    (work / "mpi_hello.c").write_text(MPI_PROGRAM)
+    subprocess.run(["mpicc", "-o", str(work / "mpi_hello"), str(work / "mpi_hello.c")], check=True, timeout=120)
+    nodes = len(slurm.compute)
+    out = sbatch(slurm, "mpi.sbatch", "-N", str(nodes), "--ntasks-per-node", "2", "--", str(work / "mpi_hello"))
+    ranks = sorted(line.split()[6] for line in out.splitlines() if line.startswith("rank "))
+    world = 2 * nodes
+    assert ranks == sorted([n.name for n in slurm.compute] * 2), out
+    assert all(f"of {world} " in line and line.endswith(f"sum {world * (world + 1) // 2}")
+               for line in out.splitlines() if line.startswith("rank ")), out
+
+
+def test_c_sbatch_runs_torchrun_all_reduce_across_every_compute_node(slurm):
+    work = slurm.workdir / "jobs"
+    results = work / "torch-results"
+    results.mkdir(parents=True, exist_ok=True)
+    (work / "all_reduce.py").write_text(f"RESULTS = {str(results)!r}\n" + ALL_REDUCE)
+    nodes = len(slurm.compute)
+    # 2 ranks a node, not the 32 slots: 64 PyTorch processes would not fit 2 cores.
+    sbatch(slurm, "torchrun.sbatch", "-N", str(nodes), "--", str(work / "all_reduce.py"), export="ALL,NPROC=2")
+    world = 2 * nodes
+    lines = sorted(p.read_text() for p in results.iterdir())
+    assert lines == sorted(f"{n.name} {world} {world * (world + 1) / 2}" for n in slurm.compute for _ in range(2))
+
+
+def test_d_a_node_added_after_boot_joins_slurm_and_runs_a_job(slurm):
+    node, changed = add_node(slurm)
+    assert node.bootstrap.wait(timeout=240) == 0, slurm.diagnose()
+    wait_states(slurm, lambda s: s.get(node.name, ("",))[0] == "idle", timeout=60)
+    print(f"[slurm] {node.name} idle in sinfo {time.time() - changed:.1f} s after the hosts change")
+    run = on_head(slurm, "srun", "-w", node.name, "hostname")
+    assert (run.returncode, run.stdout.strip()) == (0, f"hpccbox-{node.name}"), run.stderr
+
+
+def test_e_a_node_whose_bootstrap_failed_is_drained_with_the_failed_step(slurm):
+    node, changed = add_node_failing(slurm)
+    assert node.bootstrap.wait(timeout=240) == 1
+    assert slurm.status(node.name)["step"] == "ssh"
+    states = wait_states(slurm, lambda s: "drain" in s.get(node.name, ("",))[0] and all(
+        v[0] == "idle" for n, v in s.items() if n != node.name), timeout=90)  # the others untouched
+    assert states[node.name][1] == "hpcc: bootstrap failed at ssh", states
+    print(f"[slurm] {node.name} drained {time.time() - changed:.1f} s after the hosts change")
+
+
+def add_node_failing(box: Box):
+    """A compute node whose bootstrap fails at its ssh step (an unusable VPC CIDR override)."""
+    start = box.start_bootstrap
+    box.start_bootstrap = lambda n: start(n, env={"HPCC_VPC_CIDR": "not-a-cidr"})
+    try:
+        return add_node(box)
+    finally:
+        box.start_bootstrap = start
+
+
+def test_f_the_munge_and_ssh_keys_appear_in_no_user_data_log_or_status(slurm):
+    secrets = slurm.client("secretsmanager")
+    munge = secrets.get_secret_value(SecretId=MUNGE_SECRET.format(slurm.name))["SecretString"]
+    ssh_key = secrets.get_secret_value(SecretId=Paths(slurm.name).ssh_secret)["SecretString"]
+    needles = [munge[:40], munge[-40:]] + [line for line in ssh_key.splitlines()[1:-1] if len(line) > 20]
+    texts = dict(slurm.scripts())
+    for node in slurm.nodes:
+        texts[f"{node.name} status"] = json.dumps(slurm.status(node.name))
+        for log in ("/var/log/hpcc-bootstrap.log", "/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmd.log"):
+            path = node.file(log)
+            texts[f"{node.name} {log}"] = path.read_text(errors="replace") if path.exists() else ""
+        out = slurm.workdir / f"{node.script}.out"
+        texts[f"{node.name} output"] = out.read_text(errors="replace") if out.exists() else ""
+    leaks = [name for name, text in texts.items() if any(n in text for n in needles)]
+    assert not leaks
+    for node in slurm.nodes[:3]:  # the key file: 0400, munge's; the decoded secret
+        key = node.file("/etc/munge/munge.key")
+        st = key.stat()
+        assert (stat.S_IMODE(st.st_mode), pwd.getpwuid(st.st_uid).pw_name) == (0o400, "munge"), node.name
+        assert len(key.read_bytes()) == 1024
