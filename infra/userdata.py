@@ -39,6 +39,7 @@ class BootstrapContext:
     settings_parameter: str
     nodes_parameter: str
     ssh_secret_id: str
+    munge_secret_id: str  # always named; the secret exists with scheduler: slurm (the settings say which)
     # Until the settings are read (infra/bootstrap_pacing.first_call_pacing): the largest cluster's pacing.
     first_interval_ms: int
     first_poll_seconds: int
@@ -67,7 +68,8 @@ def environment() -> jinja2.Environment:
     )
     # The settings parser's rules: the same patterns the program renders the parameter with.
     assert all("'" not in p for p in node_settings.PATTERNS.values())  # they go into single quotes
-    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED))
+    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
+                       settings_optional=sorted(node_settings.OPTIONAL))
     return env
 
 
