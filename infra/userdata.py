@@ -68,7 +68,10 @@ def environment() -> jinja2.Environment:
     )
     # The settings parser's rules: the same patterns the program renders the parameter with.
     assert all("'" not in p for p in node_settings.PATTERNS.values())  # they go into single quotes
-    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
+    # The parser requires every key but `settings_repeated`: until templates/steps/settings.sh.j2 reads
+    # `settings_optional` itself, the optional (Slurm) keys ride in that list, which leaves them unset when absent.
+    env.globals.update(settings_patterns=node_settings.PATTERNS,
+                       settings_repeated=sorted(node_settings.REPEATED | node_settings.OPTIONAL),
                        settings_optional=sorted(node_settings.OPTIONAL))
     return env
 

@@ -141,6 +141,7 @@ HPCC_MASTER_PORT=""
 HPCC_LOGIN_USER=""
 HPCC_MOUNT_POINT=""
 HPCC_MPIRUN_OPTIONS=""
+HPCC_SCHEDULER=""
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_SETTINGS_TEXT=""
@@ -162,6 +163,9 @@ setting_pattern() {  # setting_pattern KEY: the pattern a value of KEY must matc
     MPIRUN_OPTIONS) echo '^([A-Za-z0-9_.,:^/=+ -]*)$' ;;
     FABRIC) echo '^([A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*)$' ;;
     AUTHORIZED_KEY) echo '^((ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?)$' ;;
+    SCHEDULER) echo '^(none|slurm)$' ;;
+    SLURM_NODE) echo '^([A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*)$' ;;
+    SLURM_GPUS) echo '^(0|[1-9][0-9]{0,2})$' ;;
     *) return 1 ;;
   esac
 }
@@ -180,7 +184,7 @@ apply_settings() {
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
-  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS; do
+  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS SCHEDULER; do
     [ -n "${seen[$key]+set}" ] || { echo "settings: $key is missing" >&2; return 1; }
   done
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
