@@ -204,7 +204,8 @@ class ClusterConfig(_Model):
     fsx: Fsx = Fsx()
     ssh: Ssh = Ssh()
     bootstrap: Bootstrap = Bootstrap()
-    # Default none: a cluster made before this field plans as before, and Amazon Linux has no Slurm package.
+    # Default none: a cluster made before this field gets no Slurm and no new secret, and Amazon Linux has no
+    # Slurm package.
     scheduler: Scheduler = "none"
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 

@@ -7,9 +7,12 @@ launch-template version, which either replaces every instance (terraform-provide
 `aws_instance` when `launch_template.version` changes) or, ignored, leaves the running nodes with stale values.
 
 Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
-(one `NAME=value` launch variable each, in order); the OPTIONAL keys (Slurm's) are given with SCHEDULER=slurm only. The bootstrap (templates/steps/settings.sh.j2) parses it with
-the same patterns, rendered from PATTERNS, and never evaluates or sources it: the values end up in files that
-shells source (/etc/hpcc/env), so the character sets leave out everything a shell would expand or split on.
+(one `NAME=value` launch variable each, in order); the OPTIONAL keys (Slurm's) come with SCHEDULER=slurm only.
+The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns, rendered from PATTERNS, and
+never evaluates or sources it: the values end up in files that shells source (/etc/hpcc/env), so the character
+sets leave out everything a shell would expand or split on. A node refuses a whole text with a key it does not
+know and keeps the settings it has: nodes booted before a key was added here follow no settings change that
+carries it until they are replaced.
 """
 
 from __future__ import annotations
