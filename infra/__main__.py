@@ -33,7 +33,7 @@ az = pins.availability_zone
 
 network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags))
 security = Security("security", SecurityArgs(cluster.name, network.vpc_id, cluster.ssh.allowed_cidrs, extra_tags))
-identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags))
+identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler))
 storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.private_subnet_id, security.lustre_sg_id,
                                          security.lustre_rules, extra_tags))
 compute = Compute("compute", ComputeArgs(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -47,6 +47,9 @@ def image_name_pattern(family: str, arch: str) -> str | None:
 
 
 DLAMI_OWNER = "898082745236"
+# The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/slurm.py).
+Scheduler = Literal["none", "slurm"]
+SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 
 
 class _Model(BaseModel):
@@ -116,6 +119,13 @@ class Image(_Model):
             return self.login_user
         fam = self.resolved_family
         return IMAGE_FAMILIES[fam][0] if fam else "ubuntu"
+
+    @property
+    def amazon_linux(self) -> bool:
+        """Does the config say the image is Amazon Linux (its family, a name filter naming it, or its login user
+        ec2-user)? An amiId alone says nothing: the bootstrap's os step finds out on the node."""
+        fam, words = self.resolved_family or "", (self.name_filter or "").lower()
+        return "amazon-linux" in fam or "amazon linux" in words or "al2023" in words or self.user == "ec2-user"
 
 
 class Fsx(_Model):
@@ -222,6 +232,9 @@ class ClusterConfig(_Model):
     ssh: Ssh = Ssh()
     bootstrap: Bootstrap = Bootstrap()
     security: Security = Security()
+    # Default none: a cluster made before this field gets no Slurm and no new secret, and Amazon Linux has no
+    # Slurm package.
+    scheduler: Scheduler = "none"
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")

@@ -7,9 +7,13 @@ launch-template version, which either replaces every instance (terraform-provide
 `aws_instance` when `launch_template.version` changes) or, ignored, leaves the running nodes with stale values.
 
 Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
-(one `NAME=value` launch variable each, in order). The bootstrap (templates/steps/settings.sh.j2) parses it with
-the same patterns, rendered from PATTERNS, and never evaluates or sources it: the values end up in files that
-shells source (/etc/hpcc/env), so the character sets leave out everything a shell would expand or split on.
+(one `NAME=value` launch variable each, in order), as do `AUTHORIZED_KEY` and `IMDS_USER`; the OPTIONAL keys
+(Slurm's) are given with `scheduler: slurm` only, and a missing `SCHEDULER` means `none` (OPTIONAL_DEFAULTS).
+The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns, rendered from PATTERNS, and
+never evaluates or sources it: the values end up in files that shells source (/etc/hpcc/env), so the character
+sets leave out everything a shell would expand or split on. A node refuses a whole text with a key it does not
+know and keeps the settings it has: nodes booted before a key was added here follow no settings change that
+carries it until they are replaced, so a key a cluster does not use is left out of its text.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import re
 from dataclasses import dataclass
 
 from infra.bootstrap_pacing import pacing_for, sync_seconds
-from infra.config import ClusterConfig
+from infra.config import SCHEDULERS, ClusterConfig
 from infra.fabric import fabric_env, mpirun_options
 from infra.roles import resolve_role
+from infra.slurm import slurm_node
 from infra.validators.inputs import PUBLIC_KEY
 
 POSITIVE = r"[1-9][0-9]{0,5}"  # no 0 (divisors, bounds) and no leading zero: bash arithmetic reads 08 as bad octal
@@ -41,11 +46,16 @@ PATTERNS: dict[str, str] = {
     "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
     "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
     "IMDS_USER": r"[a-z_][a-z0-9_-]{0,31}",  # security.imdsForUsers: one user each (templates/steps/imds.sh.j2)
-    "SCHEDULER": r"none|slurm",
-    "SLURM_NODE": r"[A-Za-z0-9=:, ]*",  # slurm.conf node attributes of the compute type (empty without Slurm)
-    "SLURM_GPUS": r"0|" + POSITIVE,
+    "SCHEDULER": "|".join(SCHEDULERS),
+    # slurm.conf node attributes of the compute type (infra/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
+    "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
+    "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
 }
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
+SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
+# Keys a text may leave out, and what the nodes take then (a text from before Slurm has none of them).
+OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": ""}
+OPTIONAL = frozenset(OPTIONAL_DEFAULTS)
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
 MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
 
@@ -72,13 +82,13 @@ class NodeSettings:
     fabric: tuple[tuple[str, str], ...]
     authorized_keys: tuple[str, ...] = ()
     imds_users: tuple[str, ...] = ()
-    scheduler: str = "none"
-    slurm_node: str = ""
-    slurm_gpus: int = 0
+    scheduler: str | None = None  # "slurm", or None: left out (none)
+    slurm_node: str | None = None  # with scheduler slurm only
+    slurm_gpus: int | None = None  # likewise
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
-                  if f not in ("fabric", "authorized_keys", "imds_users")]
+                  if f not in ("fabric", "authorized_keys", "imds_users") and getattr(self, f) is not None]
         return (simple + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
                 + [("AUTHORIZED_KEY", key) for key in self.authorized_keys]
                 + [("IMDS_USER", user) for user in self.imds_users])
@@ -90,6 +100,7 @@ def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
     compute = resolve_role(cfg, region, "compute", facts)
     pacing = pacing_for(cfg.compute.count + 1)
     efa = compute.efa_devices > 0
+    slurm = slurm_node(compute.itype) if cfg.scheduler == "slurm" else None
     return NodeSettings(
         node_count=cfg.compute.count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
         join_timeout_minutes=cfg.bootstrap.join_timeout_minutes, api_interval_ms=pacing.api_interval_ms,
@@ -97,7 +108,9 @@ def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
         api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,
         login_user=cfg.image.user, mount_point=cfg.fsx.mount_point, mpirun_options=mpirun_options(efa),
         fabric=fabric_env(compute.itype, efa), authorized_keys=tuple(cfg.ssh.authorized_keys),
-        imds_users=tuple(cfg.security.imds_for_users))
+        imds_users=tuple(cfg.security.imds_for_users),
+        scheduler="slurm" if slurm else None, slurm_node=slurm.attributes() if slurm else None,
+        slurm_gpus=slurm.gpus if slurm else None)
 
 
 def check(key: str, value: str) -> None:
@@ -107,10 +120,21 @@ def check(key: str, value: str) -> None:
         raise SettingsError(f"settings key {key}: {value!r} does not match {PATTERNS[key]}")
 
 
+def check_scheduler(keys: set[str], scheduler: str | None) -> None:
+    """SLURM_NODE and SLURM_GPUS come with SCHEDULER=slurm, both or neither."""
+    scheduler = scheduler or OPTIONAL_DEFAULTS["SCHEDULER"]
+    given = keys & SLURM_KEYS
+    if scheduler == "slurm" and given != SLURM_KEYS:
+        raise SettingsError(f"settings with SCHEDULER=slurm lack {', '.join(sorted(SLURM_KEYS - given))}")
+    if scheduler != "slurm" and given:
+        raise SettingsError(f"settings with SCHEDULER={scheduler} give {', '.join(sorted(given))}, which go with slurm only")
+
+
 def render(settings: NodeSettings) -> str:
     """The parameter's value; refuses any value the nodes would refuse."""
     for key, value in settings.lines():
         check(key, value)
+    check_scheduler({key for key, _ in settings.lines()}, settings.scheduler)
     text = "".join(f"{key}={value}\n" for key, value in settings.lines())
     if len(text.encode()) > SETTINGS_LIMIT:
         raise SettingsError(f"the settings are {len(text.encode())} bytes; the parameter holds {SETTINGS_LIMIT}: "
@@ -136,12 +160,13 @@ def parse(text: str) -> NodeSettings:
         if key in found and key not in REPEATED:
             raise SettingsError(f"settings key {key} is given twice")
         found.setdefault(key, []).append(value)
-    missing = [k for k in PATTERNS if k not in found and k not in REPEATED]
+    missing = [k for k in PATTERNS if k not in found and k not in REPEATED | OPTIONAL]
     if missing:
         raise SettingsError(f"settings lack {', '.join(missing)}")
+    check_scheduler(set(found), found.get("SCHEDULER", [None])[0])
     fields = NodeSettings.__dataclass_fields__
-    values = {f: (int(found[f.upper()][0]) if fields[f].type == "int" else found[f.upper()][0])
-              for f in fields if f not in ("fabric", "authorized_keys", "imds_users")}
+    values = {f: (int(found[f.upper()][0]) if fields[f].type.startswith("int") else found[f.upper()][0])
+              for f in fields if f not in ("fabric", "authorized_keys", "imds_users") and f.upper() in found}
     fabric = tuple(tuple(v.split("=", 1)) for v in found.get("FABRIC", []))
     return NodeSettings(**values, fabric=fabric, authorized_keys=tuple(found.get("AUTHORIZED_KEY", [])),
                         imds_users=tuple(found.get("IMDS_USER", [])))

@@ -154,3 +154,12 @@ def secrets_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) 
                 out.append(f"{key} holds {what}; keep secrets in Secrets Manager (hpcc/<cluster>/...) and fetch "
                            "them at boot with the node role")
     return out
+
+
+def secret_values_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    """The cluster's keys (SSH, munge) are random or generated, so no pattern finds them where they must not be:
+    instead no secret value may enter the stack at all. A SecretVersion's value is kept in Pulumi's state."""
+    if rtype != records.SECRET_VERSION:
+        return []
+    return [f"a secret version for {inputs.get('secretId') or 'a secret'} puts the secret's value into Pulumi state; "
+            "create the secret empty and let the node that generates the key write it (PutSecretValue)"]

@@ -26,6 +26,7 @@ MANAGED_POLICY = "aws:iam/policy:Policy"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 VPC = "aws:ec2/vpc:Vpc"
+SECRET_VERSION = "aws:secretsmanager/secretVersion:SecretVersion"
 VPC_IPV6 = "aws:ec2/vpcIpv6CidrBlockAssociation:VpcIpv6CidrBlockAssociation"
 TAG_MAPS = ("tags", "tagsAll")
 

@@ -56,6 +56,8 @@ RULES = [
          "cluster's parameters and secrets, all its policies together",
          iam_rules.iam_resource, iam_rules.node_role_reach_graph),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", node_rules.secrets_resource),
+    Rule("no-secret-values-in-state", "No secret value in the stack: the secrets are created empty and written by "
+         "the nodes", node_rules.secret_values_resource),
 ]
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from infra.node_settings import NodeSettings, SettingsError, parse, render, settings_value
+from infra.node_settings import OPTIONAL, PATTERNS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
 from tests.bootstrap_cases import configs, settings
 from tests.instance_data import offline_facts
 from tests.bootstrap_shell import context, run
@@ -40,9 +40,12 @@ def test_the_program_refuses_a_settings_value_the_nodes_would_refuse(field, valu
 # -- the settings, in bash -------------------------------------------------------------------------
 
 def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
-    from infra.node_settings import PATTERNS, REPEATED
-    dump = (f"for v in {' '.join(k for k in PATTERNS if k not in REPEATED)}; do "
+    required = " ".join(k for k in PATTERNS if k not in REPEATED | OPTIONAL)
+    dump = (f"for v in {required}; do "
             'n=HPCC_$v; echo "$v=${!n}"; done; printf "FABRIC=%s\\n" "${HPCC_FABRIC[@]}"; '
+            # The Slurm keys mean something with SCHEDULER=slurm only (a previous text's may linger otherwise).
+            f"[ \"$HPCC_SCHEDULER\" != slurm ] || for v in {' '.join(sorted(OPTIONAL))}; do "
+            'n=HPCC_$v; echo "$v=${!n}"; done; '
             'for k in ${HPCC_AUTHORIZED_KEY[@]+"${HPCC_AUTHORIZED_KEY[@]}"}; do echo "AUTHORIZED_KEY=$k"; done')
     return run(["settings"], f"apply_settings {shlex.quote(text)}; rc=$?; {after}\n{dump}", context())
 

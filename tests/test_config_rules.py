@@ -85,6 +85,9 @@ CASES = [
     ({"image__family": "windows"}, "cluster.image", "family must be one of"),
     ({"tags": {"aws:owner": "x"}}, "cluster.tags", "may not start with 'aws:'"),
     ({"compute__capacityReservationId": "reservation-1"}, "cluster.compute.capacityReservationId", "String should match"),
+    ({"scheduler": "slurm", "image__family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"}, "cluster.scheduler",
+     "Amazon Linux 2023 does not have"),
+    ({"scheduler": "pbs"}, "cluster.scheduler", "'none' or 'slurm'"),
 ]
 
 
@@ -106,7 +109,8 @@ RULE_CASES = {"architecture", "efa_matches_type", "market_supported", "cluster_p
               "fsx_hdd_deployment", "fsx_throughput", "fsx_lustre_version",
               "fsx_data_repository", "fsx_mount_point", "spot_and_reservation", "az_in_region", "ssh_not_open_to_world",
               "ssh_ipv4_only", "ssh_address_space_capped",
-              "head_public_needs_single_interface", "image_supports_type"}
+              "head_public_needs_single_interface", "image_supports_type",
+              "slurm_has_a_package", "slurm_node_defined"}  # the second: tests/test_slurm_program.py
 
 
 def test_parsing_needs_no_instance_facts():

@@ -233,6 +233,11 @@ def aws_keys_in_instance_user_data(g):
         "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
 
 
+def munge_key_as_a_secret_version(g):
+    g.append({"type": records.SECRET_VERSION, "name": "llm-munge-key-value", "custom": True,
+              "inputs": {"secretId": "hpcc/llm/munge-key", "secretString": "c2VjcmV0"}, "outputs": {}})
+
+
 BREAKS = [
     ("imdsv2-required", imds_optional_on_template, "httpTokens is 'optional'"),
     ("imdsv2-required", imds_missing_on_template, "httpTokens is None"),
@@ -265,6 +270,7 @@ BREAKS = [
     ("iam-least-privilege", inline_role_policy_reads_every_secret, "secretsmanager:GetSecretValue on *"),
     ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
     ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
+    ("no-secret-values-in-state", munge_key_as_a_secret_version, "hpcc/llm/munge-key puts the secret's value"),
 ]
 
 

@@ -145,7 +145,10 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-node", PolicyName="hpcc-cluster-access")["PolicyDocument"]
     doc = json.loads(doc) if isinstance(doc, str) else doc
     resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" for r in s["Resource"]]
-    assert all(f"parameter/hpcc/{c}" in r or f"secret:hpcc/{c}/ssh-key" in r for r in resources), resources
+    slurm = result.config.cluster.scheduler == "slurm"
+    secrets = (f"secret:hpcc/{c}/ssh-key",) + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
+    assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets) for r in resources), resources
+    assert slurm == any("munge-key" in r for r in resources)
     deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows AmazonSSMManagedInstanceCore's reads
     assert "ssm:GetParameter" in deny["Action"] and all(f"parameter/hpcc/{c}" in r for r in deny["NotResource"])
     attached = env.client("iam").list_attached_role_policies(RoleName=f"hpcc-{c}-node")["AttachedPolicies"]

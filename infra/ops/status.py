@@ -5,6 +5,9 @@ bootstrap writes to `/hpcc/<cluster>/nodes/<node>` (docs/bootstrap-contract.md).
 the instance that wrote it (its `instanceId`): a replaced node's old `ready` must not make the new one look
 done. A node has converged when its status `hostsVersion` (the version of `/hpcc/<cluster>/hosts` it has
 applied) is at least that parameter's current Version.
+
+With Slurm on, each node's Slurm state comes from the head's own status, which its agent fills with sinfo's
+states and compressed host lists (`"slurm": {"idle": "compute-[000-002]", ...}`, `sinfo -h -o '%T %N'`).
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import json
 import re
 from dataclasses import dataclass, field
 
+import hostlist
 from rich.table import Table
 from rich.text import Text
 
 from infra.bootstrap_steps import STEP_NAMES
-from infra.naming import TAG_NODE, TAG_ROLE, Paths
+from infra.naming import HEAD, TAG_NODE, TAG_ROLE, Paths
 from infra.ops.aws import Aws, error_code, tag_dict, tag_filter
 
 STEPS = STEP_NAMES  # the bootstrap's, in order (infra/bootstrap_steps.py)
@@ -54,6 +58,7 @@ class NodeStatus:
     log_tail: list[str] = field(default_factory=list)
     hosts_version: int | None = None  # the /hosts Version this node has applied (from its own status)
     hosts_target: int | None = None  # /hosts's current Version; None when the parameter does not exist
+    slurm: str | None = None  # the node's Slurm state, "-" when Slurm does not list it; None: no Slurm
 
     @property
     def failed(self) -> bool:
@@ -154,6 +159,49 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     return row
 
 
+def scheduler(aws: Aws, cluster: str) -> str:
+    """The SCHEDULER the settings parameter gives the nodes (infra/node_settings.py); none without one."""
+    from botocore.exceptions import ClientError
+
+    try:
+        text = aws.call("ssm", "get_parameter", Name=Paths(cluster).settings)["Parameter"]["Value"]
+    except ClientError as e:
+        if error_code(e) == "ParameterNotFound":
+            return "none"
+        raise
+    return next((line.partition("=")[2] for line in text.splitlines() if line.startswith("SCHEDULER=")), "none")
+
+
+def slurm_states(reported: object) -> dict[str, str]:
+    """node -> Slurm state, from the head's `slurm` field ({state: hostlist}). The field is node-written: what is
+    not a string pair or not a host list (python-hostlist's syntax, which is Slurm's) is left out."""
+    states: dict[str, str] = {}
+    if not isinstance(reported, dict):
+        return states
+    for state, nodes in reported.items():
+        if not isinstance(state, str) or not isinstance(nodes, str):
+            continue
+        try:
+            states.update(dict.fromkeys(hostlist.expand_hostlist(nodes), state))
+        except hostlist.BadHostlist:
+            continue
+    return states
+
+
+def apply_slurm(rows: list[NodeStatus], head_status: dict, on: bool) -> None:
+    """The Slurm column: shown when the settings turn Slurm on (so it appears, all `-`, while the head still boots)
+    or when the head reports states anyway (switched off, but its daemons not yet stopped). The head's report
+    counts only from the head's live instance, like its phase."""
+    head = next((r for r in rows if r.node == HEAD), None)
+    own = head is not None and head.instance_id is not None and head_status.get("instanceId") == head.instance_id
+    reported = head_status.get("slurm") if own else None
+    if not on and reported is None:
+        return
+    states = slurm_states(reported)
+    for row in rows:
+        row.slurm = states.get(row.node, "-")
+
+
 def cluster_status(aws: Aws, cluster: str) -> list[NodeStatus]:
     """One row per node that has an instance or a status parameter, head first, then by name. The one place
     that decides a node's phase: `hpcc status` and `hpcc up`'s wait both read it from here."""
@@ -162,11 +210,14 @@ def cluster_status(aws: Aws, cluster: str) -> list[NodeStatus]:
     for inst in instances(aws, cluster, include_terminated=True):
         rows[inst.node] = NodeStatus(inst.node, inst.role, inst.instance_id, inst.instance_type, inst.state,
                                      inst.private_ip)
-    for node, st in bootstrap_statuses(aws, cluster).items():
+    statuses = bootstrap_statuses(aws, cluster)
+    for node, st in statuses.items():
         apply_status(rows.setdefault(node, NodeStatus(node, "head" if node == "head" else "compute")), st)
     for row in rows.values():
         row.hosts_target = target
-    return sorted(rows.values(), key=lambda r: (r.role != "head", r.node))
+    ordered = sorted(rows.values(), key=lambda r: (r.role != "head", r.node))
+    apply_slurm(ordered, statuses.get(HEAD, {}), scheduler(aws, cluster) == "slurm")
+    return ordered
 
 
 # -- printing: text that came from a node is data, never markup or terminal control ------------------------
@@ -202,14 +253,16 @@ def hosts_cell(r: NodeStatus) -> Text:
 
 
 def table(cluster: str, rows: list[NodeStatus]) -> Table:
+    slurm = any(r.slurm is not None for r in rows)
     t = Table(title=f"cluster {cluster}", title_justify="left")
-    for col in ("node", "instance", "type", "state", "private ip", "phase", "step", "hosts", "message", "updated"):
+    for col in ("node", "instance", "type", "state", "private ip", "phase", *(["slurm"] if slurm else []), "step",
+                "hosts", "message", "updated"):
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(node_text(r.node), r.instance_id or "-", r.instance_type or "-",
                   Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip or "-",
-                  node_text(r.phase, phase_style(r.phase)), node_text(r.step or "-"), hosts_cell(r),
-                  node_text(r.message), node_text(r.updated or "-"))
+                  node_text(r.phase, phase_style(r.phase)), *([node_text(r.slurm or "-")] if slurm else []),
+                  node_text(r.step or "-"), hosts_cell(r), node_text(r.message), node_text(r.updated or "-"))
     return t
 
 

@@ -146,6 +146,18 @@ def image_supports_type(cfg):
             return
 
 
+def slurm_has_a_package(cfg):
+    """Slurm comes from the distribution: Debian's and Ubuntu's `slurm-wlm` packages (packages.ubuntu.com:
+    21.08 in jammy, 23.11 in noble); Amazon Linux 2023 ships none (ParallelCluster builds its own from source),
+    so a Slurm cluster on it is refused here, before anything is created."""
+    cluster = cfg.cluster
+    if cluster.scheduler == "slurm" and cluster.image.amazon_linux:
+        yield Finding(ERROR, "cluster.scheduler",
+                      "slurm needs the distribution's slurm-wlm packages, which Amazon Linux 2023 does not have; use "
+                      "an Ubuntu DLAMI (image.family: base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or "
+                      "scheduler: none")
+
+
 RULES = [
     fsx_capacity,
     fsx_hdd_deployment,
@@ -159,4 +171,5 @@ RULES = [
     ssh_ipv4_only,
     ssh_address_space_capped,
     image_supports_type,
+    slurm_has_a_package,
 ]

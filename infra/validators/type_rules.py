@@ -106,7 +106,21 @@ def head_public_needs_single_interface(cfg, types: dict[str, InstanceType]):
                       "get; use a single-card head type such as c5n.18xlarge, or drop cluster.ssh.allowedCidrs and use SSM")
 
 
-TYPE_RULES = [architecture, efa_matches_type, market_supported, cluster_placement, head_public_needs_single_interface]
+def slurm_node_defined(cfg, types: dict[str, InstanceType]):
+    """With Slurm, the compute type's facts must make a node definition (infra/slurm.py)."""
+    from infra.slurm import SlurmFactsError, slurm_node
+
+    itype = types.get(COMPUTE_FIELD)
+    if cfg.cluster.scheduler != "slurm" or itype is None:
+        return
+    try:
+        slurm_node(itype)
+    except SlurmFactsError as e:
+        yield Finding(ERROR, e.field, str(e).removeprefix(f"{e.field}: "))
+
+
+TYPE_RULES = [architecture, efa_matches_type, market_supported, cluster_placement, head_public_needs_single_interface,
+              slurm_node_defined]
 
 
 def resolve_types(cfg, facts) -> tuple[dict[str, InstanceType], list[Finding]]:

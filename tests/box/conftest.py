@@ -1,8 +1,8 @@
 """Fixtures of the box (tests/box/README.md). Every box is taken down after its tests, even when they fail
 or the run is interrupted; a box that crashed harder is cleaned up when the next one starts.
 
-One booted cpu box (`cluster`) serves every module in SHARED_BOX_MODULES, in that order: booting costs about a
-minute, and day 2 (which adds and replaces nodes) goes last. Only one box runs on a machine, so the shared one
+One booted cpu box with Slurm (`cluster`) serves every module in SHARED_BOX_MODULES, in that order: booting costs
+about a minute; day 2 adds and replaces nodes, and Slurm then checks those nodes too and adds a failing one. Only one box runs on a machine, so the shared one
 is stopped before any other box test (the faults boot their own)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from tests.box.harness import Box, can_run
 
-SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_day2.py")
+SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_day2.py", "test_box_slurm.py")
 _shared: dict[str, Box] = {}
 
 
@@ -67,9 +67,9 @@ def one_box_at_a_time(request):
 
 @pytest.fixture(scope="session")
 def cluster(box_machine):
-    """The cpu profile: a head node and two c6i.16xlarge compute nodes, booted once for every module in
+    """The cpu profile with `scheduler: slurm`: a head node and two c6i.16xlarge compute nodes, booted once for every module in
     SHARED_BOX_MODULES (they run first, in that order)."""
-    box = Box(profile="cpu", compute_count=2)
+    box = Box(profile="cpu", compute_count=2, scheduler="slurm")
     _shared["cluster"] = box  # registered before start: a failed start or boot is still stopped
     box.start()
     codes = box.boot(timeout=240)

@@ -33,7 +33,6 @@ from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_n
 from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401
                                VETH, Lock, cleanup_leftovers, leftovers, sh)
 from tests.box.planned import plan
-from tests.box.slurm_settings import MUNGE_SECRET, slurm_settings
 
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
 VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never the host's bridge address
@@ -147,7 +146,7 @@ class Box:
     ghosts: int = 0
     join_timeout_minutes: int = 1
     name: str = "box"
-    scheduler: str = "none"  # slurm: the settings say SCHEDULER=slurm (slurm_settings, until the config has it)
+    scheduler: str = "none"  # the config's `scheduler`
     nodes: list[Node] = field(default_factory=list)
     workdir: Path | None = None
     moto: object = None
@@ -160,6 +159,7 @@ class Box:
         return {"aws:region": REGION, "hpcc:cluster": {
             "name": self.name, "headNode": {"instanceType": head_type},
             "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
+            "scheduler": self.scheduler,
             "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes}}}
 
     def config(self):
@@ -318,10 +318,7 @@ class Box:
         each line's IP replaced by the box IP of the node it names. Returns the hosts parameter's Version."""
         paths, planned = Paths(self.name), self.plan()
         ssm = self.client("ssm")
-        settings = planned["settings"]
-        if self.scheduler == "slurm":
-            settings = slurm_settings(settings, PROFILES[self.profile][1])
-        ssm.put_parameter(Name=paths.settings, Type="String", Value=settings, Overwrite=True)
+        ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
         hosts = "\n".join(self.ip_of(name) for name in planned["hostsNodes"])
         return ssm.put_parameter(Name=paths.hosts, Type="String", Value=hosts, Overwrite=True)["Version"]
 
@@ -336,7 +333,8 @@ class Box:
         for name in names:
             ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
         self.client("secretsmanager").create_secret(Name=paths.ssh_secret, Description="box")
-        self.client("secretsmanager").create_secret(Name=MUNGE_SECRET.format(self.name), Description="box")
+        if self.scheduler == "slurm":  # the program creates it with Slurm only
+            self.client("secretsmanager").create_secret(Name=paths.munge_secret, Description="box")
 
     def stop(self) -> None:
         """Take everything down; safe to call twice and after a failed start."""

@@ -1,7 +1,9 @@
-"""Slurm in the box (cpu profile, SCHEDULER=slurm): slurmctld on the head, configless slurmd on every compute
-node, munge with the key the head generated; real jobs through srun and sbatch (the examples in examples/slurm),
-a node added on day 2 joining Slurm, a node whose bootstrap failed drained with its step, and no secret in
-user data, logs or status. Runs in order (a..f): d and e change the membership."""
+"""Slurm in the shared box (cpu profile, `scheduler: slurm`; tests/box/conftest.py runs this module after day 2,
+so the box has compute-000, compute-001 replaced at a new IP and compute-002 added after boot): slurmctld on
+the head, configless slurmd on every compute node, munge with the key the head generated; real jobs through srun
+and sbatch (the examples in examples/slurm), the nodes day 2 added and replaced back in Slurm and running a job,
+a node whose bootstrap failed drained with its step, and no secret in user data, logs or status. Runs in order
+(a..f): e adds a node."""
 
 import json
 import pwd
@@ -11,12 +13,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import hostlist
 import pytest
 
 from infra.naming import Paths
 from tests.box.day2 import add_node
 from tests.box.harness import Box, node_env
-from tests.box.slurm_settings import MUNGE_SECRET
 from tests.box.test_box_cluster import ALL_REDUCE
 
 pytestmark = pytest.mark.box
@@ -43,16 +45,8 @@ MPI_PROGRAM = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def slurm():
-    box = Box(profile="cpu", compute_count=2, scheduler="slurm").start()
-    try:
-        started = time.time()
-        codes = box.boot(timeout=240)
-        assert codes == {n.name: 0 for n in box.nodes}, f"{codes}\n{box.diagnose()}"
-        print(f"[slurm] boot: {time.time() - started:.1f} s")
-        yield box
-    finally:
-        box.stop()
+def slurm(cluster):
+    return cluster
 
 
 def on_head(box: Box, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -91,13 +85,13 @@ def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
 
 
 def test_a_every_compute_node_is_idle_and_srun_runs_once_on_each(slurm):
-    names = [n.name for n in slurm.compute]
+    names = sorted(n.name for n in slurm.compute)
     wait_states(slurm, lambda s: sorted(s) == names and all(v[0] == "idle" for v in s.values()))
     run = on_head(slurm, "srun", "-N", str(len(names)), "hostname")
     assert run.returncode == 0, run.stderr
     assert sorted(run.stdout.split()) == [f"hpccbox-{n}" for n in names]
     deadline = time.time() + 40  # the head's agent puts Slurm's view into its status within a tick
-    while slurm.status("head").get("slurm") != {"idle": "compute-[000-001]"}:
+    while slurm.status("head").get("slurm") != {"idle": hostlist.collect_hostlist(names)}:
         assert time.time() < deadline, slurm.status("head")
         time.sleep(1)
     conf = slurm.head.file("/etc/slurm/slurm.conf").read_text()
@@ -133,13 +127,14 @@ def test_c_sbatch_runs_torchrun_all_reduce_across_every_compute_node(slurm):
     assert lines == sorted(f"{n.name} {world} {world * (world + 1) / 2}" for n in slurm.compute for _ in range(2))
 
 
-def test_d_a_node_added_after_boot_joins_slurm_and_runs_a_job(slurm):
-    node, changed = add_node(slurm)
-    assert node.bootstrap.wait(timeout=240) == 0, slurm.diagnose()
-    wait_states(slurm, lambda s: s.get(node.name, ("",))[0] == "idle", timeout=60)
-    print(f"[slurm] {node.name} idle in sinfo {time.time() - changed:.1f} s after the hosts change")
-    run = on_head(slurm, "srun", "-w", node.name, "hostname")
-    assert (run.returncode, run.stdout.strip()) == (0, f"hpccbox-{node.name}"), run.stderr
+def test_d_the_nodes_day_2_added_and_replaced_are_in_slurm_at_their_addresses_and_run_a_job(slurm):
+    added, replaced = slurm.node("compute-002"), slurm.node("compute-001")  # tests/box/test_box_day2.py
+    wait_states(slurm, lambda s: all(s.get(n.name, ("",))[0] == "idle" for n in (added, replaced)), timeout=60)
+    conf = slurm.head.file("/etc/slurm/slurm.conf").read_text()
+    for node in (added, replaced):
+        assert f"NodeName={node.name} NodeAddr={node.ip} " in conf, conf
+    run = on_head(slurm, "srun", "-w", f"{added.name},{replaced.name}", "hostname")
+    assert (run.returncode, sorted(run.stdout.split())) == (0, [f"hpccbox-{replaced.name}", f"hpccbox-{added.name}"]), run.stderr
 
 
 def test_e_a_node_whose_bootstrap_failed_is_drained_with_the_failed_step(slurm):
@@ -164,7 +159,7 @@ def add_node_failing(box: Box):
 
 def test_f_the_munge_and_ssh_keys_appear_in_no_user_data_log_or_status(slurm):
     secrets = slurm.client("secretsmanager")
-    munge = secrets.get_secret_value(SecretId=MUNGE_SECRET.format(slurm.name))["SecretString"]
+    munge = secrets.get_secret_value(SecretId=Paths(slurm.name).munge_secret)["SecretString"]
     ssh_key = secrets.get_secret_value(SecretId=Paths(slurm.name).ssh_secret)["SecretString"]
     needles = [munge[:40], munge[-40:]] + [line for line in ssh_key.splitlines()[1:-1] if len(line) > 20]
     texts = dict(slurm.scripts())

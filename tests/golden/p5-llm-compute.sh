@@ -138,7 +138,7 @@ HPCC_MASTER_PORT=""
 HPCC_LOGIN_USER=""
 HPCC_MOUNT_POINT=""
 HPCC_MPIRUN_OPTIONS=""
-HPCC_SCHEDULER=""
+HPCC_SCHEDULER="none"
 HPCC_SLURM_NODE=""
 HPCC_SLURM_GPUS=""
 HPCC_FABRIC=()
@@ -165,8 +165,8 @@ setting_pattern() {
     AUTHORIZED_KEY) echo '^((ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?)$' ;;
     IMDS_USER) echo '^([a-z_][a-z0-9_-]{0,31})$' ;;
     SCHEDULER) echo '^(none|slurm)$' ;;
-    SLURM_NODE) echo '^([A-Za-z0-9=:, ]*)$' ;;
-    SLURM_GPUS) echo '^(0|[1-9][0-9]{0,5})$' ;;
+    SLURM_NODE) echo '^([A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*)$' ;;
+    SLURM_GPUS) echo '^(0|[1-9][0-9]{0,2})$' ;;
     *) return 1 ;;
   esac
 }
@@ -186,9 +186,12 @@ apply_settings() {
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
-  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS SCHEDULER SLURM_NODE SLURM_GPUS; do
+  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS; do
     [ -n "${seen[$key]+set}" ] || { echo "settings: $key is missing" >&2; return 1; }
   done
+  HPCC_SCHEDULER="none"
+  HPCC_SLURM_NODE=""
+  HPCC_SLURM_GPUS=""
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
   HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})
