@@ -27,8 +27,9 @@ deps:
 plan: setup
 	$(VENV)/bin/hpcc plan $(EXAMPLE) --out plan
 
+# Three workers on two cores: the box's tests (mostly waiting on its nodes) together on one, in order.
 test: setup deps
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3 --dist loadgroup
 
 # Only the cluster-in-a-box tests (root and ip netns; about 7 minutes on 2 cores, day 2 included). See tests/box/README.md.
 box: setup deps

@@ -26,6 +26,8 @@ def pytest_collection_modifyitems(items):
         return SHARED_BOX_MODULES.index(name) if name in SHARED_BOX_MODULES else len(SHARED_BOX_MODULES)
 
     slots = [i for i, item in enumerate(items) if "tests/box/" in item.path.as_posix()]
+    for i in slots:  # `pytest -n N --dist loadgroup` (make test): every box test on one worker, in this order
+        items[i].add_marker(pytest.mark.xdist_group("box"))
     ordered = sorted((items[i] for i in slots), key=rank)  # sorted() is stable: file order within a rank
     for i, item in zip(slots, ordered):
         items[i] = item
