@@ -93,6 +93,20 @@ aws_retry() {
 
 poll_pause() { sleep $(( HPCC_POLL_SECONDS + RANDOM % HPCC_POLL_SECONDS )); }
 
+from_head() {
+  local secret=$1 step=$2 what=$3 rc until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
+  shift 3
+  until "$@"; do
+    rc=$?
+    [ "$rc" -eq 3 ] || return "$rc"
+    if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
+      fail "$secret stayed empty for $HPCC_JOIN_TIMEOUT_MINUTES min: the head node has not reached its $step step (see its status)"
+    fi
+    log "waiting for the $what from the head node ($secret)"
+    poll_pause
+  done
+}
+
 aws_wait() {
   local limit=$1 what=$2 until rc=0; shift 2
   until=$(( $(date +%s) + limit ))
@@ -676,18 +690,7 @@ head_key() {
   read_key
 }
 
-compute_key() {
-  local rc until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
-  until read_key; do
-    rc=$?
-    [ "$rc" -eq 3 ] || return "$rc"
-    if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
-      fail "hpcc/llm/ssh-key stayed empty for $HPCC_JOIN_TIMEOUT_MINUTES min: the head node has not reached its ssh step (see its status)"
-    fi
-    log "waiting for the cluster key from the head node (hpcc/llm/ssh-key)"
-    poll_pause
-  done
-}
+compute_key() { from_head "hpcc/llm/ssh-key" ssh "cluster key" read_key; }
 
 step_ssh() {
   local home
@@ -841,17 +844,9 @@ read_munge() {
 }
 
 munge_key() {
-  local tmp rc=0 until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
+  local tmp rc=0
   tmp=$(mktemp -d)
-  until read_munge "$tmp/key"; do
-    rc=$?
-    [ "$rc" -eq 3 ] || fail "could not read hpcc/llm/munge-key (see above)"
-    if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
-      fail "hpcc/llm/munge-key stayed empty for $HPCC_JOIN_TIMEOUT_MINUTES min: the head node has not reached its slurm step"
-    fi
-    log "waiting for the munge key from the head node (hpcc/llm/munge-key)"
-    poll_pause
-  done
+  from_head "hpcc/llm/munge-key" slurm "munge key" read_munge "$tmp/key" || fail "could not read hpcc/llm/munge-key (see above)"
   [ -s "$tmp/key" ] || fail "hpcc/llm/munge-key holds no key"
   install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
   rc=0
