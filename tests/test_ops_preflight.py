@@ -101,7 +101,7 @@ def test_missing_image_is_an_error(aws, tmp_path):
 
 def test_efa_supported_but_off_is_a_warning(aws, tmp_path):
     findings = run(aws, stack_file(tmp_path, "p5-llm", compute={"instanceType": "p5.48xlarge", "count": 2, "efa": False}))
-    assert [f for f in by(findings, WARNING, "cluster.compute.efa") if "supports EFA but it is off" in f.message]
+    assert [f for f in by(findings, WARNING, "cluster.compute.efa") if "supports EFA but it is turned off" in f.message]
 
 
 def test_placement_strategy_unsupported(aws):

@@ -20,7 +20,7 @@ from infra import prices
 from infra.instance_facts import DescribedFacts
 from infra.ops.capacity import capacity_reservation
 from infra.validators import ERROR, INFO, WARNING, Finding, check_config
-from infra.validators.type_rules import TYPE_RULES, resolve_types
+from infra.validators.type_rules import TYPE_RULES, efa_off, resolve_types
 from infra.ops.preflight_context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
 
 HEAD_FIELD = "cluster.headNode.instanceType"
@@ -121,8 +121,7 @@ def efa_support(ctx: Context) -> Iterable[Finding]:
         yield Finding(ERROR, "cluster.compute.efa", f"EC2 says {compute.instance_type} has no EFA in {ctx.aws.region}; "
                                                     "remove `efa: true` to run over TCP, or pick an EFA type")
     elif compute.efa is False and supported:
-        yield Finding(WARNING, "cluster.compute.efa", f"{compute.instance_type} supports EFA but it is off: collectives "
-                                                      "run over TCP; remove `efa: false` to use it")
+        yield Finding(WARNING, "cluster.compute.efa", efa_off(compute.instance_type))
     elif compute.efa is None and not supported:
         yield Finding(INFO, "cluster.compute.efa", f"{compute.instance_type} has no EFA: nodes talk over TCP")
 

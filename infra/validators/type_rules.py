@@ -74,9 +74,13 @@ def efa_matches_type(cfg, types: dict[str, InstanceType]):
                       "over TCP, or pick a type that `aws ec2 describe-instance-types --filters "
                       "Name=network-info.efa-supported,Values=true` lists")
     elif compute.efa is False and itype.efa_supported:
-        yield Finding(WARNING, "cluster.compute.efa",
-                      f"{itype.name} supports EFA but it is turned off: collectives will run over TCP, "
-                      "typically several times slower; remove `efa: false` to use it")
+        yield Finding(WARNING, "cluster.compute.efa", efa_off(itype.name))
+
+
+def efa_off(type_name: str) -> str:
+    """The warning for `efa: false` on an EFA type: the plan's and preflight's (which asks the region) alike."""
+    return (f"{type_name} supports EFA but it is turned off: collectives will run over TCP, typically several "
+            "times slower; remove `efa: false` to use it")
 
 
 def market_supported(cfg, types: dict[str, InstanceType]):
