@@ -61,6 +61,22 @@ def child_plan(nodes: int) -> dict:
     return {"seconds": time.perf_counter() - started, "resources": len(result.resources), "startup": startup}
 
 
+def _facts_without_aws() -> None:
+    """The program asks EC2 for instance facts (infra/instance_facts.ec2_facts); the bare run has no EC2: read moto's
+    copy once, before the clock starts, and hand the program those facts."""
+    import boto3
+
+    import infra.instance_facts as instance_facts
+    from infra.plan.embedded_aws import embedded_aws
+
+    region = config(1)["aws:region"]
+    with embedded_aws(region):
+        pages = boto3.client("ec2", region_name=region).get_paginator("describe_instance_types").paginate()
+        described = {t["InstanceType"]: t for page in pages for t in page["InstanceTypes"]}
+    facts = instance_facts.DescribedFacts(described, region)
+    instance_facts.ec2_facts = lambda region, **_: facts
+
+
 def child_bare(nodes: int) -> dict:
     """The same program under mocks that echo their inputs: no moto, no checks, no recording."""
     _preload()
@@ -80,6 +96,7 @@ def child_bare(nodes: int) -> dict:
                     "value": "ami-0", "id": "ami-0", "architecture": "x86_64", "rootDeviceName": "/dev/sda1",
                     "accountId": "123456789012"}
 
+    _facts_without_aws()
     fresh_stack()
     pulumi.runtime.set_all_config(as_pulumi_config(config(nodes)))
     pulumi.runtime.set_mocks(Echo(), project="hpcc", stack="bench", preview=False)
