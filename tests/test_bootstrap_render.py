@@ -131,3 +131,17 @@ def test_the_user_data_holds_no_settings_value():
     script = CASES["p5-llm-compute"]
     for value in ("29500", '"/fsx"', "--mca pml", "FI_PROVIDER=efa", "slots=8", "NNODES=2"):
         assert value not in script, value
+
+
+def test_comment_only_lines_are_left_out_but_the_header_titles_shebangs_and_directives_stay():
+    from infra.userdata import without_comments
+    script = ("#!/bin/bash\n# header: what this is\nset -e\n# why the next line\n  # indented why\n"
+              "# --- ssh: the step's title\n# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
+              "cat <<'SH'\n#!/bin/bash\n# a written script's usage\nSH\n")
+    assert without_comments(script) == ("#!/bin/bash\n# header: what this is\nset -e\n# --- ssh: the step's title\n"
+                                        "# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
+                                        "cat <<'SH'\n#!/bin/bash\nSH\n")
+    for name, script in CASES.items():  # what EC2 gets: no comment-only line but those kept on purpose
+        body = script.split("\nset -Eeuo pipefail\n", 1)[1]
+        kept = [line for line in body.splitlines() if line.lstrip().startswith("#")]
+        assert all(line.lstrip().startswith(("#!", "# shellcheck", "# ---")) for line in kept), (name, kept[:3])
