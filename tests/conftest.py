@@ -26,3 +26,4 @@ def planned(request):
 def example_config():
     """A fresh, mutable copy of an example's config map."""
     return lambda name: copy.deepcopy(read_raw(ROOT / "examples" / f"{name}.yaml"))
+

@@ -195,3 +195,14 @@ def replace_instance(env, cluster: str, node: str) -> tuple[str, str]:
         old["PrivateIpAddress"], new["PrivateIpAddress"])
     ssm.put_parameter(Name=Paths(cluster).hosts, Value=hosts, Type="String", Overwrite=True)
     return old["InstanceId"], new["InstanceId"]
+
+
+def first_up(tmp_path_factory, config_map: dict):
+    """A config planned as the first `pulumi up` leaves it: the plan, and the directory it was written to (what
+    `--previous` reads for the next one)."""
+    from infra.plan.runner import plan_config
+
+    out = tmp_path_factory.mktemp("first-up")
+    result = plan_config(config_map)
+    result.write(out)
+    return result, out

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import ops_support
+
 from infra.components.compute import metadata_options
 from infra.config import ConfigError, parse
 from infra.node_settings import parse as parse_settings, settings_value
@@ -128,10 +130,7 @@ def hop_limits(result) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def first_up(tmp_path_factory):
-    out = tmp_path_factory.mktemp("first-up")
-    result = plan_config(small())
-    result.write(out)
-    return result, out
+    return ops_support.first_up(tmp_path_factory, small())
 
 
 def test_every_template_and_instance_plans_hop_limit_one(first_up):

@@ -10,6 +10,8 @@ import json
 import re
 
 import pytest
+
+from tests import ops_support
 from typer.testing import CliRunner
 
 from infra.cli import app
@@ -157,10 +159,7 @@ def _without_scheduler() -> dict:
 @pytest.fixture(scope="module")
 def first_up(tmp_path_factory):
     """A cluster made before `scheduler` existed: its config has no such field."""
-    out = tmp_path_factory.mktemp("no-scheduler")
-    result = plan_config(_without_scheduler())
-    result.write(out)
-    return result, out
+    return ops_support.first_up(tmp_path_factory, _without_scheduler())
 
 
 @pytest.fixture(scope="module")
