@@ -1,7 +1,7 @@
 """Slurm's description of a compute node, from EC2's facts about its instance type (infra/instance_facts.py).
 
-The head writes `NodeName=<node> NodeAddr=<ip> <attributes>` into slurm.conf for each compute node, and each
-node writes gres.conf `Name=gpu File=/dev/nvidia[0-<N-1>]`; both read the values from the settings parameter
+The head writes `NodeName=<node> NodeAddr=<ip> <attributes>` into slurm.conf for each compute node, and gres.conf
+`Name=gpu File=/dev/nvidia[0-<N-1>]` (configless: slurmctld serves both to every slurmd); it reads the values from the settings parameter
 (SLURM_NODE, SLURM_GPUS: infra/node_settings.py), so a change of compute type reaches them without new user data.
 Attribute names are slurm.conf(5)'s node parameters (https://slurm.schedmd.com/slurm.conf.html#SECTION_NODE-CONFIGURATION).
 """

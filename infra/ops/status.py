@@ -22,6 +22,7 @@ from rich.text import Text
 
 from infra.bootstrap_steps import STEP_NAMES
 from infra.naming import HEAD, TAG_NODE, TAG_ROLE, Paths
+from infra.node_settings import OPTIONAL_DEFAULTS
 from infra.ops.aws import Aws, error_code, tag_dict, tag_filter
 
 STEPS = STEP_NAMES  # the bootstrap's, in order (infra/bootstrap_steps.py)
@@ -160,16 +161,18 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
 
 
 def scheduler(aws: Aws, cluster: str) -> str:
-    """The SCHEDULER the settings parameter gives the nodes (infra/node_settings.py); none without one."""
+    """The SCHEDULER the settings parameter gives the nodes (infra/node_settings.py), and the nodes' default when it
+    gives none or does not exist."""
     from botocore.exceptions import ClientError
 
+    default = OPTIONAL_DEFAULTS["SCHEDULER"]
     try:
         text = aws.call("ssm", "get_parameter", Name=Paths(cluster).settings)["Parameter"]["Value"]
     except ClientError as e:
         if error_code(e) == "ParameterNotFound":
-            return "none"
+            return default
         raise
-    return next((line.partition("=")[2] for line in text.splitlines() if line.startswith("SCHEDULER=")), "none")
+    return next((line.partition("=")[2] for line in text.splitlines() if line.startswith("SCHEDULER=")), default)
 
 
 def slurm_states(reported: object) -> dict[str, str]:
