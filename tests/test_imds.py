@@ -156,6 +156,11 @@ def machine_problem() -> str | None:
     return f"missing {', '.join(missing)}" if missing else None
 
 
+# The namespaces have fixed names (a crashed run's are removed at setup): under `pytest -n` (make test) the tests
+# that use them run on one worker, or one worker's setup would delete another's namespaces mid-test.
+ONE_WORKER = pytest.mark.xdist_group("imds-netns")
+
+
 @pytest.fixture(scope="module")
 def node():
     """Namespaces hpcc-imds-node (10.254.0.2, routes 169.254.169.254 over a veth) and hpcc-imds-srv (holds the
@@ -236,6 +241,7 @@ def reset() -> str:  # the netns outlives a test: start each from an empty filte
     return "iptables -F OUTPUT; iptables -F HPCC-IMDS 2>/dev/null || true; iptables -X HPCC-IMDS 2>/dev/null || true\n"
 
 
+@ONE_WORKER
 def test_only_root_reaches_imds_and_a_rerun_adds_no_rule(node, tmp_path):
     out = on_node(node, tmp_path, reset() + f"reach {NOBODY}\nuse_step imds\nstep_imds\n{rules()}step_imds\n"
                   f"{rules()}flush_log\nreach 0\nreach {NOBODY}\n")
@@ -253,6 +259,7 @@ def test_only_root_reaches_imds_and_a_rerun_adds_no_rule(node, tmp_path):
     assert (tmp_path / "systemctl.calls").read_text().splitlines()[:2] == ["daemon-reload", "enable --now -q hpcc-imds.service"]
 
 
+@ONE_WORKER
 def test_a_listed_user_gets_through_others_do_not_and_unlisting_is_followed(node, tmp_path):
     script = (reset() + "use_step imds\nstep_imds\n" + f"reach 0\nreach {NOBODY}\nreach {STRANGER}\n"
               "echo '--- unlisted' >&3\nimds_firewall\n" + f"reach {NOBODY}\n" + rules())
@@ -266,6 +273,7 @@ def test_a_listed_user_gets_through_others_do_not_and_unlisting_is_followed(node
     assert "imds: no user no-such-user here: not let through" in log  # said, and nobody else let in for it
 
 
+@ONE_WORKER
 def test_the_boot_script_alone_puts_the_rule_back_after_a_reboot(node, tmp_path):
     """The unit's own ExecStart, run with an empty environment on an empty table (what a reboot leaves)."""
     script = (reset() + "use_step imds\nstep_imds\n" + reset() + f"reach {NOBODY}\n"
