@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra import settings_schema
 from infra.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
 
 CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{1,30}[a-z0-9]")  # fullmatch: `$` would let a trailing newline in
@@ -50,6 +51,7 @@ DLAMI_OWNER = "898082745236"
 # The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/slurm.py).
 Scheduler = Literal["none", "slurm"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
+assert SCHEDULERS == settings_schema.SCHEDULERS  # the nodes' copy (infra/settings_schema.py)
 
 
 class _Model(BaseModel):

@@ -9,7 +9,7 @@ launch-template version, which either replaces every instance (terraform-provide
 Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
 (one `NAME=value` launch variable each, in order), as do `AUTHORIZED_KEY` and `IMDS_USER`; the OPTIONAL keys
 (Slurm's) are given with `scheduler: slurm` only, and a missing `SCHEDULER` means `none` (OPTIONAL_DEFAULTS).
-The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns, rendered from PATTERNS, and
+The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns (infra/settings_schema.py), and
 never evaluates or sources it: the values end up in files that shells source (/etc/hpcc/env), so the character
 sets leave out everything a shell would expand or split on. A node refuses a whole text with a key it does not
 know and keeps the settings it has: nodes booted before a key was added here follow no settings change that
@@ -22,47 +22,12 @@ import re
 from dataclasses import dataclass
 
 from infra.bootstrap_pacing import pacing_for, sync_seconds
-from infra.config import SCHEDULERS, ClusterConfig
+from infra.config import ClusterConfig
 from infra.fabric import fabric_env, mpirun_options
 from infra.roles import resolve_role
 from infra.slurm import slurm_node
-from infra.validators.inputs import PUBLIC_KEY
-
-POSITIVE = r"[1-9][0-9]{0,5}"  # no 0 (divisors, bounds) and no leading zero: bash arithmetic reads 08 as bad octal
-PATTERNS: dict[str, str] = {
-    "NODE_COUNT": POSITIVE,  # compute nodes
-    "SLOTS": POSITIVE,  # ranks per compute node
-    "TIMEOUT_MINUTES": POSITIVE,
-    "JOIN_TIMEOUT_MINUTES": POSITIVE,
-    "API_INTERVAL_MS": POSITIVE,
-    "POLL_SECONDS": POSITIVE,
-    "API_BACKOFF_SECONDS": POSITIVE,
-    "API_ATTEMPTS": POSITIVE,
-    "SYNC_SECONDS": POSITIVE,
-    "MASTER_PORT": POSITIVE,
-    "LOGIN_USER": r"[a-z_][a-z0-9_-]{0,31}",
-    "MOUNT_POINT": r"/[A-Za-z0-9._/-]*",
-    "MPIRUN_OPTIONS": r"[A-Za-z0-9_.,:^/=+ -]*",
-    "FABRIC": r"[A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*",
-    "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
-    "IMDS_USER": r"[a-z_][a-z0-9_-]{0,31}",  # security.imdsForUsers: one user each (templates/steps/imds.sh.j2)
-    "SCHEDULER": "|".join(SCHEDULERS),
-    # slurm.conf node attributes of the compute type (infra/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
-    "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
-    "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
-}
-REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
-SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
-# Keys a text may leave out, and what the nodes take then (a text from before Slurm has none of them).
-OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": ""}
-OPTIONAL = frozenset(OPTIONAL_DEFAULTS)
-SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
-MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
-
-
-class SettingsError(ValueError):
-    """A settings text or value the nodes would refuse; the message names the key."""
-
+from infra.settings_schema import (MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
+                                   SETTINGS_LIMIT, SLURM_KEYS, SettingsError, check, check_scheduler)
 
 @dataclass(frozen=True)
 class NodeSettings:
@@ -111,23 +76,6 @@ def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
         imds_users=tuple(cfg.security.imds_for_users),
         scheduler="slurm" if slurm else None, slurm_node=slurm.attributes() if slurm else None,
         slurm_gpus=slurm.gpus if slurm else None)
-
-
-def check(key: str, value: str) -> None:
-    if key not in PATTERNS:
-        raise SettingsError(f"unknown settings key {key!r}; known: {', '.join(PATTERNS)}")
-    if not re.fullmatch(PATTERNS[key], value):
-        raise SettingsError(f"settings key {key}: {value!r} does not match {PATTERNS[key]}")
-
-
-def check_scheduler(keys: set[str], scheduler: str | None) -> None:
-    """SLURM_NODE and SLURM_GPUS come with SCHEDULER=slurm, both or neither."""
-    scheduler = scheduler or OPTIONAL_DEFAULTS["SCHEDULER"]
-    given = keys & SLURM_KEYS
-    if scheduler == "slurm" and given != SLURM_KEYS:
-        raise SettingsError(f"settings with SCHEDULER=slurm lack {', '.join(sorted(SLURM_KEYS - given))}")
-    if scheduler != "slurm" and given:
-        raise SettingsError(f"settings with SCHEDULER={scheduler} give {', '.join(sorted(given))}, which go with slurm only")
 
 
 def render(settings: NodeSettings) -> str:

@@ -11,6 +11,8 @@ import posixpath
 import re
 import unicodedata
 
+from infra.settings_schema import PUBLIC_KEY
+
 # --- tag keys ---------------------------------------------------------------------------------------------------
 # With instance metadata tags enabled, EC2 allows instance tag keys of letters a-z A-Z, digits and `+ - = . , _ : @`
 # only (no spaces, no `/`), and no key that is just `.`, `..` or `_index`; a non-compliant key fails the launch
@@ -31,11 +33,7 @@ def tag_key_problem(key: str) -> str | None:
 
 
 # --- SSH public keys (ssh.authorizedKeys) --------------------------------------------------------------------
-# One OpenSSH public key line: a key type sshd accepts, its base64 blob, and an optional comment without spaces
-# (sshd(8), "AUTHORIZED_KEYS FILE FORMAT"). No options: the keys are the users' own, for their own logins.
-PUBLIC_KEY = (r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|"
-              r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}"
-              r"( [A-Za-z0-9@._+-]{1,100})?")
+# One OpenSSH public key line (infra/settings_schema.py: the settings text carries them to the nodes).
 PUBLIC_KEY_CHARS = 1600
 PUBLIC_KEYS_BYTES = 5000  # all of them: they share the nodes' 8 KB settings parameter (infra/node_settings.py)
 
