@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 from dataclasses import asdict
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from hpcc_node.health.verdict import DISK_FREE, SHARED_MOUNT, CheckResult, fail, ok, unknown
 
@@ -18,9 +18,9 @@ DISK_MIN_FREE_GIB = 20  # below it checkpoints, container layers and core dumps 
 PROBE_FILE = ".hpcc-health-{host}"  # one per node at the mount's root, removed after each probe
 
 
-def probe_mount(path: str, host: str) -> CheckResult:
+def probe_mount(path: str, host: str, is_mount: Callable[[str], bool] = os.path.ismount) -> CheckResult:
     """The shared file system is mounted, answers, and takes a write that reads back."""
-    if not os.path.ismount(path):
+    if not is_mount(path):
         return fail(SHARED_MOUNT, f"{path} is not mounted", "drain", "reboot")
     probe = os.path.join(path, PROBE_FILE.format(host=host))
     token = f"{host} {os.getpid()}\n"
