@@ -154,7 +154,8 @@ def neuron(n: int) -> str:
 
 def test_neuron_devices_counted_in_both_json_layouts():
     assert devices.parse_neuron_ls(neuron(16), 0, 16).status == "ok"
-    assert devices.parse_neuron_ls(json.dumps({"instance": {}, "devices": json.loads(neuron(16))}), 0, 16).status == "ok"
+    wrapped = json.dumps({"instance": {}, "devices": json.loads(neuron(16))})  # Neuron 2.34's object form
+    assert devices.parse_neuron_ls(wrapped, 0, 16).status == "ok"
     short = devices.parse_neuron_ls(neuron(15), 0, 16)
     assert (short.status, short.remedy) == ("fail", "replace") and "15 Neuron device(s)" in short.evidence
 
