@@ -69,6 +69,13 @@ def test_gpu_memory_faults_drain_with_the_gpu_named(row, remedy, words):
     assert words in result.evidence and "GPU 1 (00000000:64:00.0)" in result.evidence
 
 
+def test_a_driver_without_a_queried_field_is_unknown_not_a_failure_of_every_node():
+    result = gpu.parse_query('Field "remapped_rows.pending" is not a valid field to query.\n', 2)
+    assert (result.status, result.action) == ("unknown", "none")
+    assert gpu.parse_query("Unable to determine the device handle for GPU 0000:53:00.0: GPU is lost.\n", 15).status \
+        == "fail"
+
+
 @pytest.mark.parametrize("out", ["0, 00000000:53:00.0, 0, No\n", "0, 00000000:53:00.0, lots, No, No\n",
                                  "0, 00000000:53:00.0, 0, Maybe, No\n", ""])
 def test_gpu_memory_malformed_output_is_unknown(out):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 
 import pytest
 
 from hpcc_node.health import host, verdict
-from hpcc_node.health.runner import CheckSpec, Runner
+from hpcc_node.health.runner import PACKAGE_ROOT, CheckSpec, Runner
 from hpcc_node.health.verdict import CheckResult, fail, ok, unknown, warn
 
 PY = sys.executable
@@ -134,6 +135,22 @@ def test_the_verdict_file_round_trips_and_is_read_for_slurm(tmp_path):
     verdict.write_verdict(path, verdict.node_verdict([ok("gpu_count")], now=1000))
     assert verdict.read_verdict(path, now=1010) == (True, "")
     assert os.listdir(tmp_path) == ["verdict"]  # written through a rename, nothing left behind
+
+
+def test_the_reader_slurm_calls_exits_by_the_verdict(tmp_path):
+    path = str(tmp_path / "verdict")
+    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
+
+    def call():
+        return subprocess.run([PY, "-m", "hpcc_node.health.verdict", path], capture_output=True, text=True,
+                              cwd=str(tmp_path), env=env)
+    assert call().returncode == 1
+    verdict.write_verdict(path, verdict.node_verdict([fail("xid", "Xid 79 on PCI:0000:53:00", "down", "reboot")],
+                                                     time.time()))
+    out = call()
+    assert out.returncode == 1 and out.stdout.strip() == "hpcc: xid: Xid 79 on PCI:0000:53:00"
+    verdict.write_verdict(path, verdict.node_verdict([ok("gpu_count")], time.time()))
+    assert call().returncode == 0
 
 
 def test_a_missing_damaged_or_stale_verdict_is_not_healthy(tmp_path):

@@ -2,9 +2,11 @@
 `dcgmi diag -r N -j`. Each parser takes (stdout, exit code) and returns one CheckResult; the runner runs the tool.
 
 nvidia-smi: https://docs.nvidia.com/deploy/nvidia-smi/index.html (`-L`, `--query-gpu`, `--format=csv,noheader`;
-the field names are those `nvidia-smi --help-query-gpu` lists; a value the GPU does not report prints `[N/A]`
-or `[Not Supported]`). Row remapping: https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ (a pending
-remapping takes effect at the next GPU reset; a remapping failure is the RMA threshold).
+the field names are those `nvidia-smi --help-query-gpu` lists; the two remapped_rows fields mirror NVML's
+nvmlRemappedRowsInfo_v2_t bPending and bFailureOccurred, https://docs.nvidia.com/deploy/nvml-api/; a value the
+GPU does not report prints `[N/A]` or `[Not Supported]`; a driver without a field refuses the whole query).
+Row remapping: https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ (a pending remapping takes effect at the
+next GPU reset; a remapping failure is the RMA threshold).
 DCGM diagnostics: https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html; the JSON keys
 are NVIDIA/DCGM's nvvs/include/NvvsJsonStrings.h (`DCGM Diagnostic` since DCGM 4, `DCGM GPU Diagnostic` before;
 `test_categories` > `tests` > `results` with a `status` each; DCGM 4 adds `test_summary`).
@@ -91,6 +93,8 @@ def parse_query_rows(out: str) -> Tuple[List[Tuple[str, str, Optional[int], Opti
 
 def parse_query(out: str, rc: int) -> CheckResult:
     """Uncorrected ECC errors since the driver loaded, pending and failed row remappings, per GPU."""
+    if rc != 0 and "is not a valid field to query" in out:  # a driver older than a field: not the node's fault
+        return unknown(GPU_MEMORY, f"this driver's nvidia-smi lacks a queried field: {out.strip()[:120]}")
     if rc != 0:
         return _tool_failed(GPU_MEMORY, "nvidia-smi --query-gpu", out, rc, "reboot")
     rows, bad = parse_query_rows(out)

@@ -11,6 +11,8 @@ warning that is never a pass and never a drain: a parser bug must not empty a cl
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Tuple
 
@@ -174,3 +176,20 @@ def read_verdict(path: str, now: float, max_age: float = VERDICT_MAX_AGE_S) -> T
     if age > max_age:
         return False, f"hpcc: health: verdict is {int(age)} s old (over {int(max_age)} s: the agent stopped)"
     return v.healthy, v.reason
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """`python -m hpcc_node.health.verdict PATH`: exit 0 when the last verdict is healthy, else 1 with the reason
+    on stdout; what Slurm's HealthCheckProgram (and the Prolog) call."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m hpcc_node.health.verdict VERDICT_FILE", file=sys.stderr)
+        return 2
+    healthy, why = read_verdict(argv[0], time.time())
+    if why:
+        print(why)
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
