@@ -82,6 +82,27 @@ def test_gpu_memory_malformed_output_is_unknown(out):
     assert gpu.parse_query(out, 0).status == "unknown"
 
 
+# -- nvidia-smi --query-gpu=...,gpu_recovery_action ------------------------------------------------
+
+@pytest.mark.parametrize("words, action, remedy", [
+    ("Drain and Reset", "drain", "reset"), ("GPU Reset", "down", "reset"), ("Node Reboot", "down", "reboot")])
+def test_a_gpu_asking_for_recovery_takes_the_node_out(words, action, remedy):
+    result = gpu.parse_recovery(smi_rows("0, 00000000:53:00.0, None", f"1, 00000000:64:00.0, {words}"), 0)
+    assert (result.status, result.action, result.remedy) == ("fail", action, remedy)
+    assert f"GPU 1 (00000000:64:00.0): recovery action {words}" in result.evidence
+
+
+@pytest.mark.parametrize("out, rc, status", [
+    ("0, 00000000:53:00.0, None\n", 0, "ok"),
+    ("0, 00000000:53:00.0, [N/A]\n", 0, "warn"),
+    ("0, 00000000:53:00.0, Frobnicate\n", 0, "unknown"),
+    ("", 0, "unknown"),
+    ('Field "gpu_recovery_action" is not a valid field to query.\n', 2, "unknown"),  # an older driver
+])
+def test_recovery_action_healthy_unreported_unknown_and_malformed(out, rc, status):
+    assert gpu.parse_recovery(out, rc).status == status
+
+
 # -- dcgmi diag -j ----------------------------------------------------------------------------------
 
 def dcgm4(*tests) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from hpcc_node.health import checks, verdict, xid
 from hpcc_node.health.runner import Runner
-from hpcc_node.health.verdict import BOOT_CHECKS, DCGM_DIAG, GPU_COUNT, GPU_MEMORY, PROLOG_CHECKS
+from hpcc_node.health.verdict import BOOT_CHECKS, DCGM_DIAG, GPU_COUNT, GPU_MEMORY, GPU_RECOVERY, PROLOG_CHECKS
 
 STANDINS = Path(__file__).resolve().parent / "box" / "standins"
 P5 = checks.NodeFacts(host="compute-000", gpus=8, dcgm_level=2, disk_min_free_gib=0)
@@ -42,7 +42,7 @@ def node(tmp_path):
 
 def test_a_healthy_stand_in_node_passes_its_boot_checks(node):
     results = node.run(BOOT_CHECKS)
-    assert set(results) == {GPU_COUNT, GPU_MEMORY, DCGM_DIAG, verdict.DISK_FREE}  # no EFA, Neuron or mount here
+    assert set(results) == {GPU_COUNT, GPU_MEMORY, GPU_RECOVERY, DCGM_DIAG, verdict.DISK_FREE}  # no EFA, Neuron, mount
     assert all(r.status == "ok" for r in results.values()), results
 
 
@@ -65,7 +65,14 @@ def test_gpu_memory_faults_from_the_stand_in(node, state, remedy, words):
     assert (result.status, result.remedy) == ("fail", remedy) and words in result.evidence
 
 
-def test_a_gpu_off_the_bus_fails_both_nvidia_smi_checks(node):
+def test_a_recovery_action_from_the_stand_in_drains_the_node(node):
+    node.set(recovery="5:Drain and Reset")
+    result = node.run(PROLOG_CHECKS)[GPU_RECOVERY]
+    assert (result.status, result.action, result.remedy) == ("fail", "drain", "reset")
+    assert "GPU 5 (00000000:58:00.0): recovery action Drain and Reset" in result.evidence
+
+
+def test_a_gpu_off_the_bus_fails_every_nvidia_smi_check(node):
     node.set(off_bus=4)
     results = node.run(PROLOG_CHECKS)
     assert all(r.status == "fail" for r in results.values())
@@ -107,7 +114,7 @@ def test_the_stand_in_refuses_what_the_real_tool_refuses(node):
 
 def test_a_node_without_the_tools_fails_its_gpu_checks_saying_so(node):
     results = Runner(env={"PATH": "/usr/bin:/bin"}).run(checks.specs(PROLOG_CHECKS, P5))
-    assert [r.evidence for r in results] == ["nvidia-smi missing on a GPU node"] * 2
+    assert [r.evidence for r in results] == ["nvidia-smi missing on a GPU node"] * len(PROLOG_CHECKS)
 
 
 def test_checks_a_node_does_not_have_are_not_run_and_unknown_names_are_refused():

@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 from hpcc_node.health import devices, gpu, host
 from hpcc_node.health.runner import CheckSpec
 from hpcc_node.health.verdict import (CHECK_TIMEOUT_S, DCGM_DIAG, DISK_FREE, EFA_COUNTERS, EFA_DEVICES, GPU_COUNT,
-                                      GPU_MEMORY, NEURON_DEVICES, SHARED_MOUNT, XID)
+                                      GPU_MEMORY, GPU_RECOVERY, NEURON_DEVICES, SHARED_MOUNT, XID)
 
 IN_PROCESS = (XID, EFA_COUNTERS)
 # DCGM's levels run from seconds (1) to hours (4): each gets its own deadline, not the periodic one.
@@ -53,6 +53,8 @@ def specs(names: Sequence[str], facts: NodeFacts, timeout_s: Optional[float] = N
                                  "a GPU node"))
         elif name == GPU_MEMORY and facts.gpus:
             out.append(CheckSpec(name, gpu.NVIDIA_SMI_QUERY, gpu.parse_query, t, "a GPU node"))
+        elif name == GPU_RECOVERY and facts.gpus:
+            out.append(CheckSpec(name, gpu.NVIDIA_SMI_RECOVERY, gpu.parse_recovery, t, "a GPU node"))
         elif name == DCGM_DIAG and facts.gpus and facts.dcgm_level:
             deadline = DCGM_TIMEOUT_S[facts.dcgm_level] if timeout_s is None else timeout_s
             out.append(CheckSpec(name, gpu.dcgmi_argv(facts.dcgm_level), gpu.parse_dcgm, deadline, "a GPU node"))
@@ -66,6 +68,6 @@ def specs(names: Sequence[str], facts: NodeFacts, timeout_s: Optional[float] = N
             out.append(_probe(name, t, "mount", facts.shared_mount, facts.host))
         elif name == DISK_FREE:
             out.append(_probe(name, t, "disk", facts.disk_path, str(facts.disk_min_free_gib)))
-        elif name not in (GPU_COUNT, GPU_MEMORY, DCGM_DIAG, EFA_DEVICES, NEURON_DEVICES, SHARED_MOUNT):
+        elif name not in (GPU_COUNT, GPU_MEMORY, GPU_RECOVERY, DCGM_DIAG, EFA_DEVICES, NEURON_DEVICES, SHARED_MOUNT):
             raise ValueError(f"no check named {name!r}")
     return out

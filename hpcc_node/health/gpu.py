@@ -7,6 +7,10 @@ nvmlRemappedRowsInfo_v2_t bPending and bFailureOccurred, https://docs.nvidia.com
 GPU does not report prints `[N/A]` or `[Not Supported]`; a driver without a field refuses the whole query).
 Row remapping: https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ (a pending remapping takes effect at the
 next GPU reset; a remapping failure is the RMA threshold).
+Recovery action: the same page's "Error Recovery and Response Flags" and NVML's nvmlDeviceGpuRecoveryAction_t (None,
+GPU reset, node reboot, drain P2P, drain P2P and reset, bus reset, system reboot), read from nvidia-smi's
+`gpu_recovery_action` field by its words, since drivers spell them differently; a driver without the field makes
+the check unknown, never a failure.
 DCGM diagnostics: https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html; the JSON keys
 are NVIDIA/DCGM's nvvs/include/NvvsJsonStrings.h (`DCGM Diagnostic` since DCGM 4, `DCGM GPU Diagnostic` before;
 `test_categories` > `tests` > `results` with a `status` each; DCGM 4 adds `test_summary`).
@@ -18,12 +22,14 @@ import json
 import re
 from typing import List, Optional, Tuple
 
-from hpcc_node.health.verdict import DCGM_DIAG, GPU_COUNT, GPU_MEMORY, CheckResult, fail, ok, unknown, warn
+from hpcc_node.health.verdict import (DCGM_DIAG, GPU_COUNT, GPU_MEMORY, GPU_RECOVERY, CheckResult, fail, ok, unknown,
+                                      warn)
 
 QUERY_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending",
                 "remapped_rows.failure")
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader")
 NVIDIA_SMI_LIST = ("nvidia-smi", "-L")
+NVIDIA_SMI_RECOVERY = ("nvidia-smi", "--query-gpu=index,pci.bus_id,gpu_recovery_action", "--format=csv,noheader")
 DCGM_LEVEL_DEFAULT = 2  # at boot, on spares and on demand; a level is minutes of exclusive GPU use, never per job
 
 
@@ -113,6 +119,48 @@ def parse_query(out: str, rc: int) -> CheckResult:
     if blind:
         return warn(GPU_MEMORY, f"GPU(s) {', '.join(blind)} do not report ECC or row remapping")
     return ok(GPU_MEMORY, f"{len(rows)} GPU(s): no uncorrected ECC error, no remapping pending or failed")
+
+
+def _recovery(value: str):
+    """(action, remedy) for a recovery action's words; None for words this parser does not know."""
+    v = value.strip().lower()
+    if v == "none":
+        return "none", "none"
+    if "reboot" in v:  # node or system reboot: the OS may be inconsistent, the job is lost
+        return "down", "reboot"
+    if "drain" in v:  # drain P2P (and reset): finish what runs, then reset when idle
+        return "drain", "reset"
+    if "reset" in v:  # GPU or bus reset: NVIDIA says terminate every GPU process first
+        return "down", "reset"
+    return None
+
+
+def parse_recovery(out: str, rc: int) -> CheckResult:
+    """`--query-gpu=index,pci.bus_id,gpu_recovery_action`: any GPU asking for a recovery takes the node out."""
+    if rc != 0 and "is not a valid field to query" in out:
+        return unknown(GPU_RECOVERY, "this driver's nvidia-smi does not report the GPU recovery action")
+    if rc != 0:
+        return _tool_failed(GPU_RECOVERY, "nvidia-smi --query-gpu", out, rc, "reboot")
+    asks, blind, odd = [], [], []
+    for line in (line for line in out.splitlines() if line.strip()):
+        cells = [c.strip() for c in line.split(",")]
+        decided = _recovery(cells[2]) if len(cells) == 3 and cells[0].isdigit() else None
+        if len(cells) == 3 and cells[2] in _NOT_REPORTED:
+            blind.append(cells[0])
+        elif decided is None:
+            odd.append(line)
+        elif decided[0] != "none":
+            asks.append((f"GPU {cells[0]} ({cells[1]}): recovery action {cells[2]}", decided))
+    if odd or not out.strip():
+        first = odd[0][:120] if odd else "no output"
+        return unknown(GPU_RECOVERY, f"nvidia-smi printed a recovery action this parser does not read: {first}")
+    if asks:
+        action = "down" if any(a == "down" for _, (a, _r) in asks) else "drain"
+        remedy = "reboot" if any(r == "reboot" for _, (_a, r) in asks) else "reset"
+        return fail(GPU_RECOVERY, "; ".join(text for text, _ in asks), action, remedy)
+    if blind:
+        return warn(GPU_RECOVERY, f"GPU(s) {', '.join(blind)} do not report a recovery action")
+    return ok(GPU_RECOVERY, "no GPU asks for a recovery")
 
 
 def _diag_tests(doc: dict) -> Optional[list]:

@@ -24,14 +24,15 @@ REMEDIES = ("none", "reset", "reboot", "replace")  # cheapest first; the control
 
 # Check names: one vocabulary for the parsers, the lists below, the verdict file and Slurm's reasons.
 GPU_COUNT, GPU_MEMORY, DCGM_DIAG, XID = "gpu_count", "gpu_memory", "dcgm_diag", "xid"
+GPU_RECOVERY = "gpu_recovery"  # the driver's per-GPU recovery action (NVML), where the driver reports it
 EFA_DEVICES, EFA_COUNTERS, NEURON_DEVICES = "efa_devices", "efa_counters", "neuron_devices"
 SHARED_MOUNT, DISK_FREE = "shared_mount", "disk_free"
 
 # Before a node is ready: everything, DCGM at a deep level included (minutes; never per job by default).
-BOOT_CHECKS = (GPU_COUNT, GPU_MEMORY, DCGM_DIAG, EFA_DEVICES, NEURON_DEVICES, SHARED_MOUNT, DISK_FREE)
+BOOT_CHECKS = (GPU_COUNT, GPU_MEMORY, GPU_RECOVERY, DCGM_DIAG, EFA_DEVICES, NEURON_DEVICES, SHARED_MOUNT, DISK_FREE)
 # On the agent's timer: cheap reads only (no DCGM run: it competes with the job for the GPUs).
-PERIODIC_CHECKS = (XID, GPU_MEMORY, EFA_COUNTERS, SHARED_MOUNT, DISK_FREE)
-PROLOG_CHECKS = (GPU_COUNT, GPU_MEMORY)  # fast, before each job
+PERIODIC_CHECKS = (XID, GPU_MEMORY, GPU_RECOVERY, EFA_COUNTERS, SHARED_MOUNT, DISK_FREE)
+PROLOG_CHECKS = (GPU_COUNT, GPU_RECOVERY, GPU_MEMORY)  # fast, before each job
 EPILOG_CHECKS = (XID,)  # Xids since the job started, so the next job never lands on a bad GPU
 
 # The agent's period. A fatal Xid must take the node out within 60 s of being logged: one period (15 s) for it

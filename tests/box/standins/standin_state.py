@@ -4,8 +4,8 @@ own, so a test switches one node's GPUs without touching the others). A missing 
 import os
 import time
 
-DEFAULTS = {"gpus": "8", "ecc": "", "remap_pending": "", "remap_failed": "", "dcgm": "pass", "hang": "",
-            "off_bus": ""}
+DEFAULTS = {"gpus": "8", "ecc": "", "remap_pending": "", "remap_failed": "", "recovery": "", "dcgm": "pass",
+            "hang": "", "off_bus": ""}
 
 
 def state(name: str) -> str:
@@ -22,13 +22,13 @@ def indexes(name: str) -> set:
     return {item.split(":")[0] for item in state(name).split(",") if item}
 
 
+def pairs(name: str) -> dict:
+    """`index:value,...` (`1:2` for counters, `2:Drain and Reset` for words)."""
+    return dict(item.split(":", 1) for item in state(name).split(",") if ":" in item)
+
+
 def counts(name: str) -> dict:
-    out = {}
-    for item in state(name).split(","):
-        if ":" in item:
-            i, n = item.split(":", 1)
-            out[i] = int(n)
-    return out
+    return {i: int(n) for i, n in pairs(name).items()}
 
 
 def maybe_hang(tool: str) -> None:
