@@ -37,7 +37,7 @@ EPILOG_CHECKS = (XID,)  # Xids since the job started, so the next job never land
 
 # The agent's period. A fatal Xid must take the node out within 60 s of being logged: one period (15 s) for it
 # to be read, at most CHECK_TIMEOUT_S for the checks, leaves over half the budget for the controller to act.
-# Shorter periods spend a core of a busy node on nvidia-smi for little gain.
+# Shorter periods spend more of a busy node's CPU on nvidia-smi for little gain.
 INTERVAL_S = 15
 CHECK_TIMEOUT_S = 10  # a healthy nvidia-smi or a Lustre stat answers in well under a second
 VERDICT_MAX_AGE_S = 3 * INTERVAL_S  # older means the agent stopped: the verdict is no longer evidence of health
