@@ -84,7 +84,9 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
     inst = snap.instances.get(slot.instance_id)
     phase = block_phase(group, now, timers)
     if phase == "over":
-        return None if inst is not None and inst.state not in GONE else Verdict("ended", evidence="capacity block ended")
+        if inst is not None and inst.state not in GONE:
+            return None
+        return Verdict("ended", evidence="capacity block ended")
     if phase == "ending":
         if snap.slurm is not None and not (node and "DRAIN" in node.states):
             return Verdict("cb-drain", evidence="capacity block ends; EC2 reclaims its instances 30 min before")

@@ -16,7 +16,7 @@ from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
                     PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TERMINATE_ORPHAN,
-                    WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Instance, Slot, Snapshot, Why, node_name)
+                    WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
 from .timers import DEFAULT, Timers
 
 SHRINK = "shrink"
@@ -55,7 +55,9 @@ def _shrink_actions(victims: List[Slot], snap: Snapshot, now: float, timers: Tim
             out.append(Action(DRAIN, group=s.group, node=s.name, instance_id=s.instance_id, why=why,
                               data={"reason": slurm_reason(why), "slot_state": DRAINING, "slot_reason": why.evidence}))
         elif s.state == DRAINING and not drained(slurm.get(s.name)):
-            continue
+            if "DRAIN" not in getattr(slurm.get(s.name), "states", {"DRAIN"}):  # killed between ledger and scontrol
+                out.append(Action(DRAIN, group=s.group, node=s.name, instance_id=s.instance_id, why=why,
+                                  data={"reason": slurm_reason(why)}))
         else:
             out.append(Action(REMOVE, group=s.group, node=s.name, instance_id=s.instance_id, why=why,
                               data={"reason": slurm_reason(why)}))

@@ -47,16 +47,16 @@ def alert(key: str, text: str, snap: Snapshot, raised: set, group: str = "") -> 
 
 def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int) -> set:
     """Signatures failing on so many nodes within the window that the fault is the cluster's."""
-    recent = Counter(e.signature for e in snap.events
-                     if e.kind == REPLACE and e.signature and now - e.at <= timers.systemic_window_seconds)
+    recent = Counter(e.signature for e in snap.events if e.kind == REPLACE and e.phase == "start" and e.signature
+                     and now - e.at <= timers.systemic_window_seconds)
     now_count = Counter(f.signature for f in failures)
     threshold = timers.systemic_threshold(cluster_nodes)
     return {sig for sig, n in now_count.items() if n + recent.get(sig, 0) >= threshold}
 
 
 def replacements_in_window(snap: Snapshot, now: float, timers: Timers) -> int:
-    return sum(1 for e in snap.events
-               if e.kind == REPLACE and e.failure and now - e.at <= timers.breaker_window_seconds)
+    return sum(1 for e in snap.events if e.kind == REPLACE and e.phase == "start" and e.failure
+               and now - e.at <= timers.breaker_window_seconds)
 
 
 def _mark_failed(f: Failure, reason: str) -> List[Action]:
@@ -109,7 +109,7 @@ def failure_actions(failures: List[Failure], snap: Snapshot, now: float, timers:
             continue
         node = slurm.get(slot.name)
         if not f.hard and snap.slurm is not None and not (slot.state == DRAINING and drained(node)):
-            if slot.state != DRAINING:
+            if slot.state != DRAINING or not (node and "DRAIN" in node.states):
                 out.append(Action(DRAIN, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
                                   data={"reason": slurm_reason(why), "slot_state": DRAINING}))
             continue  # replaced once Slurm has drained it

@@ -146,6 +146,8 @@ class Event:
     node: str = ""
     failure: str = ""
     signature: str = ""  # failure class + evidence with the node's own details left out
+    phase: str = "start"  # start (recorded before acting) | done | failed (after)
+    detail: str = ""  # the reason, or what acting returned
 
 
 @dataclass(frozen=True)
