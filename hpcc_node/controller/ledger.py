@@ -68,7 +68,8 @@ class Ledger:
             self.client.put_item(
                 TableName=self.table,
                 Item={"pk": {"S": LEASE}, "owner": {"S": self.owner},
-                      "expires": {"N": str(now + self.timers.lease_seconds)}, "v": {"N": "0"}, "doc": {"S": json.dumps({"owner": self.owner, "at": now})}},
+                      "expires": {"N": str(now + self.timers.lease_seconds)}, "v": {"N": "0"},
+                      "doc": {"S": json.dumps({"owner": self.owner, "at": now})}},
                 ConditionExpression="attribute_not_exists(pk) OR #o = :me OR expires < :now",
                 ExpressionAttributeNames={"#o": "owner"},
                 ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}})
