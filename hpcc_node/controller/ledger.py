@@ -45,6 +45,13 @@ class Loaded:
     stale: List[str] = field(default_factory=list)  # old events and launch records, for prune()
 
 
+def table_definition(name: str) -> Dict[str, Any]:
+    """CreateTable's arguments for the ledger (the program creates it the same way: one string hash key, on
+    demand so a 4,096-node boot is not throttled by a provisioned rate)."""
+    return {"TableName": name, "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}], "BillingMode": "PAY_PER_REQUEST"}
+
+
 def _key(kind: str, name: str) -> str:
     return f"{kind}#{name}"
 
