@@ -29,7 +29,7 @@ def cluster(group: Group = GPU, slurm: bool = True, n: Optional[int] = None, **s
     for i in range(group.count if n is None else n):
         name, i_id = node_name(group.name, i), iid(group.name, i)
         slots[name] = Slot(name, group.name, i, i_id, READY, NOW - 3600, version=2)
-        insts[i_id] = Instance(i_id, "running", NOW - 3700, group.name, ip(i), True)
+        insts[i_id] = Instance(i_id, "running", NOW - 3700, group.name, ip(i), True, name_tag=name)
         reps[name] = Report(name, i_id, True, at=NOW - 60)
         nodes[name] = SlurmNode(name, frozenset({"IDLE"}), "", ip(i))
     return Snapshot(now=NOW, slots=slots, instances=insts, reports=reps, slurm=nodes if slurm else None, **snap)

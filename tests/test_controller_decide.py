@@ -288,6 +288,14 @@ def test_two_groups_are_decided_apart():
     assert body["groups"] == {"gpu": 4, "cpu": 2} and len(body["nodes"]) == 5
 
 
+def test_tags_follow_the_ledger_never_lead_it():
+    drifted = with_instance(cluster(), N1, name_tag="gpu-009")
+    actions = run(drifted)
+    assert [(a.kind, a.node) for a in actions if a.kind != PUBLISH] == [(m.TAG, N1)]
+    body = by_kind(actions, PUBLISH)[0].data["body"]
+    assert "gpu-009" not in [n["name"] for n in body["nodes"]]
+
+
 def test_the_controllers_tag_keys_are_the_programs():
     from infra import naming
     assert (m.TAG_CLUSTER, m.TAG_ROLE, m.TAG_NODE) == (naming.TAG_CLUSTER, naming.TAG_ROLE, naming.TAG_NODE)

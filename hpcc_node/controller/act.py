@@ -118,12 +118,16 @@ class Executor:
     def _name(self, a: Action) -> str:
         prior = self.slots.get(a.node) or Slot(a.node, a.group, a.data["index"])
         self.slots[a.node] = self.ledger.name(prior, a.instance_id, self.clock())
-        try:  # tags follow the ledger, for people and IAM; a lost tag is written again on the next name
-            self.ec2.create_tags(Resources=[a.instance_id], Tags=[
-                {"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": f"{self.cluster}-{a.node}"}])
-        except Exception as e:
+        try:
+            self._tag(a)
+        except Exception as e:  # a missing tag is written again by a later loop (decide's TAG)
             self.log.warning("tagging %s as %s: %s (the ledger has the name)", a.instance_id, a.node, e)
         return f"{a.instance_id} is {a.node}"
+
+    def _tag(self, a: Action) -> str:
+        self.ec2.create_tags(Resources=[a.instance_id], Tags=[
+            {"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": f"{self.cluster}-{a.node}"}])
+        return a.node
 
     def _mark(self, a: Action) -> str:
         slot = self._slot(a)

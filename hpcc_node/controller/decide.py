@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Sequence, Set, Tuple
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
-                    PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TERMINATE_ORPHAN,
+                    PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
                     WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
 from .timers import DEFAULT, Timers
 
@@ -231,6 +231,11 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
                 and now - inst.launch_time > timers.orphan_timeout_seconds:
             out.append(Action(TERMINATE_ORPHAN, group=inst.group, instance_id=inst.instance_id,
                               why=Why("", f"cluster instance with no name after {timers.orphan_timeout_seconds} s")))
+    for s in sorted(snap.slots.values(), key=lambda s: s.name):  # tags follow the ledger, for people and IAM
+        inst = snap.instances.get(s.instance_id)
+        if s.state in ACTIVE_STATES and inst is not None and inst.state in LIVE and inst.name_tag != s.name:
+            out.append(Action(TAG, group=s.group, node=s.name, instance_id=s.instance_id,
+                              why=Why("", f"its tag says {inst.name_tag or 'nothing'}; the ledger says {s.name}")))
     body = membership_body(project(snap.slots, out, now), snap, groups)
     if digest(body) != snap.membership_digest:
         out.append(Action(PUBLISH, why=Why("", "membership changed"), data={"body": body, "digest": digest(body)}))

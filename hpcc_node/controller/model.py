@@ -78,6 +78,7 @@ class Instance:
     private_ip: str = ""
     status_ok: Optional[bool] = None  # EC2 status checks: None while initializing or unknown
     events: Tuple[str, ...] = ()  # scheduled event codes: instance-retirement, system-reboot, ...
+    name_tag: str = ""  # its hpcc:node tag: follows the ledger, never leads it
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ DRAIN = "drain"
 DOWN = "down"
 RESUME = "resume"
 SET_ADDR = "set-address"  # scontrol update NodeName= NodeAddr= NodeHostname=
+TAG = "tag"  # the instance's name tag, written again where it differs from the ledger
 REPLACE = "replace"
 MARK = "mark"  # record a slot's new state (ready, failed, ended) in the ledger
 REMOVE = "remove"  # shrink: terminate and forget the slot

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 from .ledger import Loaded
-from .model import TAG_CLUSTER, TAG_GROUP, TAG_ROLE, Instance, Report, SlurmNode, Snapshot
+from .model import TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, Instance, Report, SlurmNode, Snapshot
 from .assess import SCHEDULED_EVENTS
 
 PAGE = {"PageSize": 1000}
@@ -39,7 +40,8 @@ def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
             for i in res.get("Instances", []):
                 tags = _tags(i.get("Tags"))
                 out[i["InstanceId"]] = Instance(i["InstanceId"], i["State"]["Name"], _epoch(i.get("LaunchTime")),
-                                                tags.get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""))
+                                                tags.get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""),
+                                                name_tag=tags.get(TAG_NODE, ""))
     return out
 
 
@@ -69,8 +71,8 @@ def health(ec2: Any, ids: Iterable[str]) -> Dict[str, Tuple[Optional[bool], Tupl
 
 def with_health(insts: Dict[str, Instance], found: Mapping[str, Tuple[Optional[bool], Tuple[str, ...]]]) \
         -> Dict[str, Instance]:
-    return {iid: (Instance(i.instance_id, i.state, i.launch_time, i.group, i.private_ip, *found[iid])
-                  if iid in found else i) for iid, i in insts.items()}
+    return {iid: (replace(i, status_ok=found[iid][0], events=found[iid][1]) if iid in found else i)
+            for iid, i in insts.items()}
 
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=")
