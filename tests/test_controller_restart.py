@@ -58,14 +58,14 @@ def env():
         yield e
 
 
-def loop(env: Env, groups, killer: Killer = None, owner: str = "head-1") -> Dict[str, Any]:
+def loop(env: Env, groups, killer: Killer = None, owner: str = "head-1", timers: Timers = TIMERS) -> Dict[str, Any]:
     """One loop of a controller process (a new process each call: nothing survives in memory)."""
     wrap = killer.wrap if killer else (lambda c: c)
     ec2, ddb, s3 = wrap(env.ec2), wrap(env.ddb), wrap(env.s3)
-    ledger = Ledger(ddb, TABLE, owner, env.clock, TIMERS)
-    executor = Executor(ec2, ledger, s3, BUCKET, CLUSTER, groups, env.clock, None, TIMERS)
+    ledger = Ledger(ddb, TABLE, owner, env.clock, timers)
+    executor = Executor(ec2, ledger, s3, BUCKET, CLUSTER, groups, env.clock, None, timers)
     result = reconcile_once(lambda: observe.observe(ec2, ledger, CLUSTER, env.clock, env.reports, None),
-                            lambda snap: decide(snap, groups, snap.now, TIMERS), executor, ledger)
+                            lambda snap: decide(snap, groups, snap.now, timers), executor, ledger)
     env.now[0] += TIMERS.loop_seconds
     env.ec2.tick()
     return result
@@ -189,10 +189,7 @@ def test_insufficient_capacity_backs_off_without_spending_budget(env):
         .launch_failures == 0
 
 
-def test_a_node_that_fails_every_boot_ends_with_its_group_protected(env):
-    timers = TIMERS
-    settle(env, [GPU])
-    env.failing.update(env.ec2.instances)  # nothing new matters: mark every future instance failing below
+def _every_new_instance_fails(env: Env) -> None:
     original = env.ec2.create_fleet
 
     def failing_fleet(**req):
@@ -200,14 +197,30 @@ def test_a_node_that_fails_every_boot_ends_with_its_group_protected(env):
         env.failing.update(i for entry in out["Instances"] for i in entry["InstanceIds"])
         return out
     env.ec2.create_fleet = failing_fleet
-    env.failing -= set(env.ec2.live())  # the four running nodes are fine
+
+
+def test_a_slot_that_fails_every_boot_stops_at_its_attempt_cap_with_a_clear_reason(env):
+    settle(env, [GPU])
+    _every_new_instance_fails(env)
     first = Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-003"].instance_id
     env.ec2.instances[first]["status_ok"] = False
-    for _ in range(30):
-        loop(env, [GPU])
+    settle(env, [GPU], loops=30)
     ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
     slot = ledger.slots["gpu-003"]
-    assert slot.state == "failed" and slot.attempts == timers.slot_attempt_cap
+    assert slot.state == "failed" and slot.attempts == TIMERS.slot_attempt_cap
     assert "attempt cap" in slot.reason and "bootstrap: step efa failed" in slot.reason
-    assert len(env.ec2.launched) == 4 + timers.slot_attempt_cap
-    assert any(e.kind == "alert" for e in ledger.events)
+    assert len(env.ec2.launched) == 4 + TIMERS.slot_attempt_cap
+    assert [s.state for n, s in sorted(ledger.slots.items()) if n != "gpu-003"] == [READY] * 3
+    assert any(e.kind == "alert" and "gpu-003" in e.detail for e in ledger.events)
+
+
+def test_a_group_whose_every_node_fails_boot_ends_protected_with_a_clear_reason(env):
+    timers = Timers(protected_failure_count=5)
+    _every_new_instance_fails(env)
+    for _ in range(20):
+        loop(env, [GPU], timers=timers)
+    ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    assert ledger.groups["gpu"].protected == "5 bootstrap failures in a row, the last: step efa failed"
+    assert len(env.ec2.launched) == 4 + 4  # the first four replaced, the fifth failure protects the group
+    assert {s.state for s in ledger.slots.values()} == {"failed"}
+    assert all("group protected" in s.reason for s in ledger.slots.values())
