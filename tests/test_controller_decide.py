@@ -146,6 +146,8 @@ def test_a_persons_drain_is_never_undone():
     assert kinds(run(down), N1) == []
     ours = with_slurm(cluster(), N1, {"IDLE", "DRAIN"}, "hpcc: instance: EC2 status check failed")
     assert kinds(run(ours), N1) == [RESUME]
+    slurm_drained = with_slurm(cluster(), N1, {"IDLE", "DRAIN"}, "Kill task failed")  # Slurm's, not ours to undo
+    assert kinds(run(slurm_drained), N1) == []
     slurms = with_slurm(s, N1, {"DOWN", "NOT_RESPONDING"}, "Not responding")  # Slurm's own reason, not a person's
     assert REPLACE in kinds(run(slurms), N1)
 

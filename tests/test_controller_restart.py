@@ -224,3 +224,17 @@ def test_a_group_whose_every_node_fails_boot_ends_protected_with_a_clear_reason(
     assert len(env.ec2.launched) == 4 + 4  # the first four replaced, the fifth failure protects the group
     assert {s.state for s in ledger.slots.values()} == {"failed"}
     assert all("group protected" in s.reason for s in ledger.slots.values())
+
+
+def test_any_ready_node_resets_its_groups_failure_count_and_protected_mode(env):
+    from hpcc_node.controller.model import MARK, Action, GroupState, Slot, Snapshot, Why
+    ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+    ledger.acquire()
+    slot = ledger.put_slot(Slot("gpu-000", "gpu", 0, "i-1"), state="booting")
+    gs = ledger.put_group(GroupState("gpu"), consecutive_failures=7, protected="7 bootstrap failures")
+    executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock)
+    snap = Snapshot(now=env.clock(), slots={"gpu-000": slot}, group_states={"gpu": gs})
+    executor.run([Action(MARK, "gpu", "gpu-000", "i-1", Why("", "bootstrap passed"), {"state": READY})], snap)
+    after = ledger.load()
+    assert after.slots["gpu-000"].state == READY
+    assert (after.groups["gpu"].consecutive_failures, after.groups["gpu"].protected) == (0, "")
