@@ -237,6 +237,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             out.append(Action(TAG, group=s.group, node=s.name, instance_id=s.instance_id,
                               why=Why("", f"its tag says {inst.name_tag or 'nothing'}; the ledger says {s.name}")))
     body = membership_body(project(snap.slots, out, now), snap, groups)
-    if digest(body) != snap.membership_digest:
-        out.append(Action(PUBLISH, why=Why("", "membership changed"), data={"body": body, "digest": digest(body)}))
+    sha = digest(body)
+    if sha != snap.membership_digest:
+        out.append(Action(PUBLISH, why=Why("", "membership changed"), data={"body": body, "digest": sha}))
     return out
