@@ -186,6 +186,17 @@ def test_at_a_capacity_blocks_end_nodes_drain_and_terminations_are_not_failures(
     assert not set(kinds(actions)) & {REPLACE, DOWN, LAUNCH, ALERT}
 
 
+def test_a_later_capacity_block_takes_the_ended_names_again():
+    s = cluster()
+    for name in list(s.slots):
+        s = with_slot(with_instance(s, name, state="terminated"), name, state=m.ENDED)
+    later = _block(NOW - 60, NOW + 86400)
+    assert [a.data["count"] for a in by_kind(run(s, (later,)), LAUNCH)] == [4]
+    fresh = {f"i-n{k}": Instance(f"i-n{k}", "pending", NOW - 30 + k, "gpu", ip(10 + k)) for k in range(4)}
+    names = [a.node for a in by_kind(run(replace(s, instances={**s.instances, **fresh}), (later,)), NAME)]
+    assert names == ["gpu-000", "gpu-001", "gpu-002", "gpu-003"]
+
+
 def test_a_replacement_inside_a_full_block_waits_without_budget():
     g = _block(NOW - 3600, NOW + 86400)
     s = with_slot(cluster(), N1, state=m.REPLACING, instance_id="i-gone", since=NOW - 600, attempts=1)
@@ -255,6 +266,26 @@ def test_a_shrunk_group_drains_then_removes_the_nodes_it_chose():
                                                                               (REMOVE, "gpu-000")]
     forgotten = with_instance(removing, "gpu-000", state="terminated")
     assert (FORGET, "gpu-000") in [(a.kind, a.node) for a in run(forgotten, (two,))]
+
+
+def test_a_group_removed_from_the_config_is_removed_then_forgotten():
+    cpu = replace(GPU, name="cpu", count=2)
+    s = merge([GPU, cpu])
+    actions = run(s, (GPU,))
+    assert [(a.kind, a.node) for a in actions if a.group == "cpu"] == [(REMOVE, "cpu-000"), (REMOVE, "cpu-001")]
+    s = with_slot(with_slot(s, "cpu-000", state=m.REMOVING), "cpu-001", state=m.REMOVING)
+    s = with_instance(s, "cpu-000", state="terminated")
+    assert [(a.kind, a.node) for a in run(s, (GPU,)) if a.group == "cpu"] == [(FORGET, "cpu-000"),
+                                                                              (REMOVE, "cpu-001")]
+
+
+def test_launch_tokens_are_unique_per_cluster_and_fit_ec2s_limit():
+    from hpcc_node.controller.fleet import client_token
+    a, b = client_token("team-a", "gpu", NOW, 0), client_token("team-b", "gpu", NOW, 0)
+    assert a != b and a == client_token("team-a", "gpu", NOW, 0) and a != client_token("team-a", "gpu", NOW, 1)
+    assert len(client_token("c" * 60, "g" * 40, NOW, 99)) <= 64
+    tokens = {a.data["token"] for a in by_kind(run(replace(m.Snapshot(now=NOW), cluster="team-a")), LAUNCH)}
+    assert tokens == {a}
 
 
 def test_large_groups_launch_in_batches_within_ec2s_launch_rate():

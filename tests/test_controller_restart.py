@@ -238,3 +238,17 @@ def test_any_ready_node_resets_its_groups_failure_count_and_protected_mode(env):
     after = ledger.load()
     assert after.slots["gpu-000"].state == READY
     assert (after.groups["gpu"].consecutive_failures, after.groups["gpu"].protected) == (0, "")
+
+
+def test_a_controller_without_the_lease_publishes_nothing(env):
+    from hpcc_node.controller.ledger import LeaseLost
+    from hpcc_node.controller.model import PUBLISH, Action, Snapshot, Why
+    old = Ledger(env.ddb, TABLE, "old-head", env.clock)
+    assert old.acquire()
+    env.now[0] += TIMERS.lease_seconds + 1
+    assert Ledger(env.ddb, TABLE, "new-head", env.clock).acquire()
+    executor = Executor(env.ec2, old, env.s3, BUCKET, CLUSTER, [GPU], env.clock)
+    with pytest.raises(LeaseLost):
+        executor.run([Action(PUBLISH, why=Why("", "membership changed"),
+                             data={"body": {"nodes": []}, "digest": "d"})], Snapshot(now=env.clock()))
+    assert membership.head(env.s3, BUCKET) == (0, "")

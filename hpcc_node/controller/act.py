@@ -185,6 +185,7 @@ class Executor:
 
     def _publish_membership(self, a: Action) -> str:
         generation, etag = membership.head(self.s3, self.bucket)
+        self.ledger.set_membership(generation + 1, "", "")  # before: fenced by the lease; no digest until written
         etag = membership.publish(self.s3, self.bucket, a.data["body"], generation + 1, etag)
         self.ledger.set_membership(generation + 1, a.data["digest"], etag)
         return f"generation {generation + 1}"

@@ -17,6 +17,7 @@ from .decide_failures import Failure, down_and_replace, failure_actions, slurm_r
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
                     PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
                     WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
+from .fleet import client_token
 from .timers import DEFAULT, Timers
 
 SHRINK = "shrink"
@@ -134,7 +135,7 @@ def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: T
     active = [s for s in slots if s.state in ACTIVE_STATES]
     vacant = sorted((s for s in active if s.state == REPLACING and predecessor_gone(s, snap, now, timers)),
                     key=lambda s: s.index)
-    used = {s.index for s in slots}
+    used = {s.index for s in slots if s.state != ENDED}  # a Capacity Block's ended names are taken again
     fresh = [i for i in range(group.size_limit) if i not in used][:max(0, group.count - len(active))]
     targets = [(s.name, s.index) for s in vacant] + [(node_name(group.name, i), i) for i in fresh]
     unnamed = _unnamed(group, snap, named, now, timers)
@@ -157,7 +158,7 @@ def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: T
     while budget > 0:
         count = min(budget, timers.launch_batch_size)
         out.append(Action(LAUNCH, group=group.name, why=Why("", f"{missing} node(s) missing"),
-                          data={"count": count, "token": f"{group.name}-{int(now)}-{batch}"}))
+                          data={"count": count, "token": client_token(snap.cluster, group.name, now, batch)}))
         budget -= count
         batch += 1
     return out
@@ -217,8 +218,10 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             if slot.name not in skip:
                 out += _slot_actions(slot, group, snap, now, timers, failures)
     for name in sorted(set(by_group) - known):  # a group removed from the config: its nodes go
-        for s in by_group[name]:
-            if s.state != REMOVING:
+        for s in sorted(by_group[name], key=lambda s: s.index):
+            if s.state == REMOVING and predecessor_gone(s, snap, now, timers):
+                out.append(Action(FORGET, group=name, node=s.name, why=Why("", "removed; its instance is gone")))
+            elif s.state != ENDED:
                 out.append(Action(REMOVE, group=name, node=s.name, instance_id=s.instance_id,
                                   why=Why("", f"{SHRINK}: group {name} is no longer configured")))
     out += failure_actions(failures, snap, now, timers, cluster_nodes, raised)

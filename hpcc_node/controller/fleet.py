@@ -11,6 +11,7 @@ aws-parallelcluster-node's fleet_manager.py (`_evaluate_launch_params`), for one
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
@@ -28,6 +29,13 @@ QUOTA_CODES = ("InstanceLimitExceeded", "VcpuLimitExceeded", "MaxFleetCountExcee
 THROTTLE_CODES = ("RequestLimitExceeded", "Throttling")
 # CreateFleet reports an override left unfulfilled because another failed with this exact pair: not a cause.
 UNFULFILLED = ("UnfulfillableCapacity", "Failed to fulfill capacity. Please review errors in the response.")
+
+
+def client_token(cluster: str, group: str, now: float, batch: int) -> str:
+    """CreateFleet's ClientToken: unique in the account (other clusters launch too), at most 64 ASCII characters
+    (EC2 API reference, "Ensuring idempotency"), the same for the same loop's batch."""
+    tag = hashlib.sha256(cluster.encode()).hexdigest()[:10]
+    return f"hpcc-{tag}-{group[:24]}-{int(now)}-{batch}"
 
 
 def target_capacity_type(group: Group) -> str:

@@ -164,6 +164,7 @@ class Snapshot:
     alerts: FrozenSet[str] = frozenset()  # keys of the alerts already raised
     membership_digest: str = ""  # the digest of the last published membership body
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
+    cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
 
 
 # Action kinds.

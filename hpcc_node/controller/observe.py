@@ -124,9 +124,9 @@ def reports(s3: Any, bucket: str, prefix: str, cache: Dict[str, Tuple[str, Repor
     return {r.name: r for _, r in cache.values()}
 
 
-def snapshot(now: float, loaded: Loaded, insts: Mapping[str, Instance], reps: Mapping[str, Report],
+def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Instance], reps: Mapping[str, Report],
              slurm: Optional[Mapping[str, SlurmNode]], bundle: Optional[Mapping[str, Any]] = None) -> Snapshot:
-    return Snapshot(now=now, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps), slurm=slurm,
+    return Snapshot(now=now, cluster=cluster, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps), slurm=slurm,
                     group_states=dict(loaded.groups), launches=tuple(loaded.launches), events=tuple(loaded.events),
                     alerts=frozenset(loaded.alerts), membership_digest=loaded.membership.get("digest", ""),
                     bundle=dict(bundle or {}))
@@ -141,4 +141,4 @@ def observe(ec2: Any, ledger: Any, cluster: str, clock: Callable[[], float],
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts
     slurm = slurm_nodes(read_slurm()) if read_slurm is not None else None
-    return snapshot(clock(), loaded, insts, read_reports(), slurm, bundle), loaded
+    return snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle), loaded
