@@ -9,7 +9,7 @@ import json
 import boto3
 from moto import mock_aws
 
-from hpcc_node.controller import fleet, observe
+from hpcc_node.controller import fleet, membership, observe
 from hpcc_node.controller.model import Group
 from tests.controller_fakes import FakeEC2
 
@@ -69,9 +69,8 @@ def test_reports_are_fetched_only_where_they_changed():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="hpcc-c")
         for name, ok in (("gpu-000", True), ("gpu-001", False)):
-            s3.put_object(Bucket="hpcc-c", Key=f"status/{name}.json", Body=json.dumps(
-                {"name": name, "instance_id": f"i-{name}", "ok": ok, "failure": "" if ok else "hook",
-                 "evidence": "" if ok else "hook x exited 1", "at": 5}))
+            s3.put_object(Bucket="hpcc-c", Key=membership.status_key(name), Body=membership.status_body(
+                name, f"i-{name}", ok, "" if ok else "hook", "" if ok else "hook x exited 1", 5))
         s3.put_object(Bucket="hpcc-c", Key="status/junk.json", Body=b"not json")
         gets = []
 
@@ -81,10 +80,10 @@ def test_reports_are_fetched_only_where_they_changed():
                     return lambda **kw: (gets.append(kw["Key"]), s3.get_object(**kw))[1]
                 return getattr(s3, name)
         cache = {}
-        reps = observe.reports(Counting(), "hpcc-c", "status/", cache)
+        reps = observe.reports(Counting(), "hpcc-c", cache)
         assert reps["gpu-000"].ok and not reps["gpu-001"].ok and reps["gpu-001"].failure == "hook"
         assert len(gets) == 3
         s3.put_object(Bucket="hpcc-c", Key="status/gpu-000.json", Body=json.dumps(
             {"name": "gpu-000", "instance_id": "i-gpu-000", "ok": False, "failure": "health", "evidence": "xid 79"}))
-        reps = observe.reports(Counting(), "hpcc-c", "status/", cache)
+        reps = observe.reports(Counting(), "hpcc-c", cache)
         assert gets[3:] == ["status/gpu-000.json", "status/junk.json"] and reps["gpu-000"].evidence == "xid 79"

@@ -252,3 +252,35 @@ def test_a_controller_without_the_lease_publishes_nothing(env):
         executor.run([Action(PUBLISH, why=Why("", "membership changed"),
                              data={"body": {"nodes": []}, "digest": "d"})], Snapshot(now=env.clock()))
     assert membership.head(env.s3, BUCKET) == (0, "")
+
+
+def test_the_process_loops_every_minute_and_survives_a_failed_loop(caplog):
+    from hpcc_node.controller.loop import forever
+    caplog.set_level("INFO", logger="hpcc.controller")
+    now, sleeps, calls = [0.0], [], []
+
+    def step():
+        calls.append(now[0])
+        now[0] += 5
+        if len(calls) == 2:
+            raise RuntimeError("S3 throttled")
+        return {"lease": len(calls) != 3, "holder": "head-2", "until": 99}
+    loops = forever(step, lambda: now[0], lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)),
+                    stop=lambda: len(calls) >= 3)
+    assert loops == 3 and sleeps == [55.0, 55.0, 55.0] and calls == [0.0, 60.0, 120.0]
+    assert "S3 throttled" in caplog.text and "standing by: head-2" in caplog.text
+
+
+def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(env):
+    from hpcc_node.controller.loop import build_step
+    step = build_step(env.ec2, env.ddb, env.s3, CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
+    for _ in range(6):
+        step()
+        env.now[0] += 60
+        env.ec2.tick()
+        for iid in env.ec2.live():  # each agent: its name from the ledger, its verdict in S3
+            name = read_name(env.ddb, TABLE, iid)
+            if name:
+                env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(name),
+                                  Body=membership.status_body(name, iid, True, at=env.clock()))
+    check_consistent(env, [GPU])

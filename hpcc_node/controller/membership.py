@@ -15,6 +15,9 @@ from typing import Any, Dict, Optional, Tuple
 
 KEY = "membership.json"
 FORMAT = 1
+# The nodes' verdicts about themselves: one small object per node, written on a change or a heartbeat, listed
+# by the controller each loop (observe.reports) and fetched only where its ETag changed.
+STATUS_PREFIX = "status/"
 
 
 class Conflict(Exception):
@@ -28,6 +31,17 @@ def _code(e: Exception) -> str:
 def encode(body: Dict[str, Any], generation: int) -> bytes:
     doc = {"format": FORMAT, "generation": generation, **body}
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def status_key(name: str) -> str:
+    return f"{STATUS_PREFIX}{name}.json"
+
+
+def status_body(name: str, instance_id: str, ok: bool, failure: str = "", evidence: str = "", at: float = 0.0) \
+        -> bytes:
+    """What a node agent writes at status_key(name): its verdict, with a hpcc_node.taxonomy class when not ok."""
+    return json.dumps({"name": name, "instance_id": instance_id, "ok": ok, "failure": failure,
+                       "evidence": evidence[:300], "at": at}, sort_keys=True).encode()
 
 
 def newer(current: Optional[int], read: Optional[Dict[str, Any]]) -> bool:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 from .ledger import Loaded
+from .membership import STATUS_PREFIX
 from .model import TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, Instance, Report, SlurmNode, Snapshot
 from .assess import SCHEDULED_EVENTS
 
@@ -102,9 +103,10 @@ def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
     return out
 
 
-def reports(s3: Any, bucket: str, prefix: str, cache: Dict[str, Tuple[str, Report]]) -> Dict[str, Report]:
-    """The agents' verdicts (`<prefix><name>.json`, one write per change or heartbeat): listed every loop, fetched
-    only where the ETag changed since `cache` (updated in place)."""
+def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Report]], prefix: str = STATUS_PREFIX) \
+        -> Dict[str, Report]:
+    """The agents' verdicts (membership.status_body at status_key(name)): listed every loop, fetched only where the
+    ETag changed since `cache` (updated in place)."""
     seen = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
