@@ -121,7 +121,7 @@ def test_the_circuit_breaker_bounds_replacements_per_window():
 
 
 def test_a_systemic_burst_alerts_once_and_touches_no_node():
-    big = replace(GPU, count=8)
+    big = replace(GPU, count=16)
     s = cluster(big)
     for i in range(5):
         s = with_instance(s, f"gpu-{i:03d}", status_ok=False)
@@ -132,10 +132,23 @@ def test_a_systemic_burst_alerts_once_and_touches_no_node():
     for i in range(4):
         four = with_instance(four, f"gpu-{i:03d}", status_ok=False)
     assert kinds(run(four, (big,))).count(REPLACE) == 4
-    # the window counts recent replacements of the same signature too
+    # the window counts recent replacements of the same signature too, on distinct nodes
     recent = replace(four, events=(Event(NOW - 60, REPLACE, "gpu-007", "instance",
                                          "instance:EC2 status check failed"),))
     assert REPLACE not in kinds(run(recent, (big,)))
+    same_node = replace(four, events=(Event(NOW - 60, REPLACE, "gpu-000", "instance",
+                                            "instance:EC2 status check failed"),))
+    assert kinds(run(same_node, (big,))).count(REPLACE) == 4
+
+
+def test_in_a_small_cluster_half_its_nodes_failing_the_same_way_is_systemic():
+    two = with_instance(with_instance(cluster(), "gpu-000", status_ok=False), N1, status_ok=False)
+    assert kinds(run(two)) == [ALERT, PUBLISH]
+    one = with_report(with_slot(cluster(), N1, state=m.BOOTING, since=NOW - 60, attempts=2), N1, False,
+                      "bootstrap", "step efa failed")
+    again = replace(one, events=tuple(Event(NOW - 120 * k, REPLACE, N1, "bootstrap", "bootstrap:step efa failed")
+                                      for k in (1, 2)))
+    assert kinds(run(again), N1) == [DOWN, REPLACE]  # one slot failing again is that slot's, not systemic
 
 
 def test_a_persons_drain_is_never_undone():

@@ -189,12 +189,13 @@ def test_insufficient_capacity_backs_off_without_spending_budget(env):
         .launch_failures == 0
 
 
-def _every_new_instance_fails(env: Env) -> None:
+def _every_new_instance_fails(env: Env, group: str = "gpu") -> None:
     original = env.ec2.create_fleet
 
     def failing_fleet(**req):
         out = original(**req)
-        env.failing.update(i for entry in out["Instances"] for i in entry["InstanceIds"])
+        if {"Key": "hpcc:group", "Value": group} in req["TagSpecifications"][0]["Tags"]:
+            env.failing.update(i for entry in out["Instances"] for i in entry["InstanceIds"])
         return out
     env.ec2.create_fleet = failing_fleet
 
@@ -215,15 +216,28 @@ def test_a_slot_that_fails_every_boot_stops_at_its_attempt_cap_with_a_clear_reas
 
 
 def test_a_group_whose_every_node_fails_boot_ends_protected_with_a_clear_reason(env):
+    # four failing gpu nodes among 20: below the systemic threshold (5), so the group's own count decides
     timers = Timers(protected_failure_count=5)
-    _every_new_instance_fails(env)
+    cpu = Group("cpu", "c7i.48xlarge", 16, launch_template="lt-cpu", subnet_id="subnet-1")
+    _every_new_instance_fails(env, "gpu")
     for _ in range(20):
-        loop(env, [GPU], timers=timers)
+        loop(env, [GPU, cpu], timers=timers)
     ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
     assert ledger.groups["gpu"].protected == "5 bootstrap failures in a row, the last: step efa failed"
-    assert len(env.ec2.launched) == 4 + 4  # the first four replaced, the fifth failure protects the group
-    assert {s.state for s in ledger.slots.values()} == {"failed"}
-    assert all("group protected" in s.reason for s in ledger.slots.values())
+    assert len(env.ec2.launched) == 20 + 4  # the first four replaced, the fifth failure protects the group
+    gpu = [s for s in ledger.slots.values() if s.group == "gpu"]
+    assert {s.state for s in gpu} == {"failed"} and all("group protected" in s.reason for s in gpu)
+    assert {s.state for s in ledger.slots.values() if s.group == "cpu"} == {READY}
+    assert not ledger.groups.get("cpu") or not ledger.groups["cpu"].protected
+
+
+def test_a_small_group_whose_every_node_fails_the_same_way_is_systemic_and_nothing_is_replaced(env):
+    _every_new_instance_fails(env, "gpu")
+    for _ in range(6):
+        loop(env, [GPU])
+    ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    assert len(env.ec2.launched) == 4 and not any(e.kind == "replace" for e in ledger.events)
+    assert [k for k in ledger.alerts] == ["systemic:bootstrap:step efa failed"]
 
 
 def test_any_ready_node_resets_its_groups_failure_count_and_protected_mode(env):

@@ -46,12 +46,17 @@ def alert(key: str, text: str, snap: Snapshot, raised: set, group: str = "") -> 
 
 
 def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int) -> set:
-    """Signatures failing on so many nodes within the window that the fault is the cluster's."""
-    recent = Counter(e.signature for e in snap.events if e.kind == REPLACE and e.phase == "start" and e.signature
-                     and now - e.at <= timers.systemic_window_seconds)
-    now_count = Counter(f.signature for f in failures)
+    """Signatures failing on so many distinct nodes within the window that the fault is the cluster's (one slot
+    failing again and again is that slot's: the attempt cap handles it)."""
+    nodes: Dict[str, set] = {}
+    for e in snap.events:
+        if e.kind == REPLACE and e.phase == "start" and e.signature and now - e.at <= timers.systemic_window_seconds:
+            nodes.setdefault(e.signature, set()).add(e.node)
+    for f in failures:
+        nodes.setdefault(f.signature, set()).add(f.slot.name)
     threshold = timers.systemic_threshold(cluster_nodes)
-    return {sig for sig, n in now_count.items() if n + recent.get(sig, 0) >= threshold}
+    return {sig for sig, names in nodes.items() if len(names) >= threshold and
+            any(f.signature == sig for f in failures)}
 
 
 def replacements_in_window(snap: Snapshot, now: float, timers: Timers) -> int:

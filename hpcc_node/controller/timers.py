@@ -34,8 +34,9 @@ class Timers:
     breaker_window_seconds: int = 3600
     breaker_min: int = 16
     breaker_fraction: float = 0.02
-    # Systemic: this many nodes failing the same way within the window is the cluster's failure, not theirs:
-    # one alert, no node touched. A fraction of the cluster, at least systemic_min nodes.
+    # Systemic: this many distinct nodes failing the same way within the window is the cluster's failure, not
+    # theirs: one alert, no node touched. A fraction of the cluster, at least systemic_min nodes, and never more
+    # than half of a small cluster (a 4-node cluster whose head lost its network has all four "not responding").
     systemic_window_seconds: int = 600
     systemic_min: int = 5
     systemic_fraction: float = 0.05
@@ -66,7 +67,8 @@ class Timers:
         return max(self.breaker_min, math.ceil(self.breaker_fraction * cluster_nodes))
 
     def systemic_threshold(self, cluster_nodes: int) -> int:
-        return max(self.systemic_min, math.ceil(self.systemic_fraction * cluster_nodes))
+        wide = max(self.systemic_min, math.ceil(self.systemic_fraction * cluster_nodes))
+        return max(2, min(wide, math.ceil(cluster_nodes / 2)))
 
     def launch_backoff(self, failures: int) -> int:
         """Seconds to wait after the `failures`-th launch failure in a row (1 = the first)."""
