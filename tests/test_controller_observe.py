@@ -87,3 +87,29 @@ def test_reports_are_fetched_only_where_they_changed():
             {"name": "gpu-000", "instance_id": "i-gpu-000", "ok": False, "failure": "health", "evidence": "xid 79"}))
         reps = observe.reports(Counting(), "hpcc-c", cache)
         assert gets[3:] == ["status/gpu-000.json", "status/junk.json"] and reps["gpu-000"].evidence == "xid 79"
+
+
+def test_capacity_block_windows_come_from_one_describe_call():
+    from datetime import datetime, timezone
+    from dataclasses import replace
+    start, end = datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc), datetime(2026, 12, 8, 11, 30, tzinfo=timezone.utc)
+    calls = []
+
+    class EC2:
+        def get_paginator(self, name):
+            assert name == "describe_capacity_reservations"
+
+            class Pages:
+                def paginate(self, **kw):
+                    calls.append(kw)
+                    return [{"CapacityReservations": [
+                        {"CapacityReservationId": "cr-b", "ReservationType": "capacity-block", "StartDate": start,
+                         "EndDate": end},
+                        {"CapacityReservationId": "cr-o", "ReservationType": "default"}]}]
+            return Pages()
+    gpu = Group("gpu", "p5.48xlarge", 4, market="capacity-block", capacity_reservation_id="cr-b")
+    odcr = Group("cpu", "c7i.48xlarge", 2, capacity_reservation_id="cr-o")
+    out = observe.capacity_blocks(EC2(), [gpu, odcr])
+    assert out[0].capacity_block.start == start.timestamp() and out[0].capacity_block.end == end.timestamp()
+    assert out[1] == odcr and calls == [{"CapacityReservationIds": ["cr-b"]}]
+    assert observe.capacity_blocks(EC2(), [replace(gpu, market="on-demand")]) == [replace(gpu, market="on-demand")]

@@ -37,7 +37,7 @@ def build_step(ec2: Any, ddb: Any, s3: Any, cluster: str, table: str, bucket: st
     cache: Dict[str, Tuple[str, Report]] = {}
 
     def step() -> Mapping[str, Any]:
-        current = list(groups())
+        current = obs.capacity_blocks(ec2, list(groups()))
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log)
         return reconcile_once(
             lambda: obs.observe(ec2, ledger, cluster, clock, lambda: obs.reports(s3, bucket, cache), slurm_read,

@@ -10,11 +10,12 @@ import json
 import re
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .ledger import Loaded
 from .membership import STATUS_PREFIX
-from .model import TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, Instance, Report, SlurmNode, Snapshot
+from .model import (TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, CapacityBlock, Group, Instance, Report, SlurmNode,
+                    Snapshot)
 from .assess import SCHEDULED_EVENTS
 
 PAGE = {"PageSize": 1000}
@@ -76,6 +77,22 @@ def with_health(insts: Dict[str, Instance], found: Mapping[str, Tuple[Optional[b
             for iid, i in insts.items()}
 
 
+def capacity_blocks(ec2: Any, groups: Sequence[Group]) -> List[Group]:
+    """The groups with their Capacity Block's window, from DescribeCapacityReservations (`ReservationType`
+    capacity-block, `StartDate`, `EndDate`; EC2 User Guide, capacity-blocks-monitor), one call for all groups."""
+    ids = sorted({g.capacity_reservation_id for g in groups if g.market == "capacity-block"
+                  and g.capacity_reservation_id})
+    if not ids:
+        return list(groups)
+    found = {}
+    for page in ec2.get_paginator("describe_capacity_reservations").paginate(CapacityReservationIds=ids):
+        for r in page.get("CapacityReservations", []):
+            if r.get("ReservationType") == "capacity-block":
+                found[r["CapacityReservationId"]] = CapacityBlock(r["CapacityReservationId"], _epoch(r["StartDate"]),
+                                                                  _epoch(r["EndDate"]))
+    return [replace(g, capacity_block=found.get(g.capacity_reservation_id, g.capacity_block)) for g in groups]
+
+
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=")
 
 
@@ -128,7 +145,8 @@ def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Report]], prefix: 
 
 def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Instance], reps: Mapping[str, Report],
              slurm: Optional[Mapping[str, SlurmNode]], bundle: Optional[Mapping[str, Any]] = None) -> Snapshot:
-    return Snapshot(now=now, cluster=cluster, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps), slurm=slurm,
+    return Snapshot(now=now, cluster=cluster, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps),
+                    slurm=slurm,
                     group_states=dict(loaded.groups), launches=tuple(loaded.launches), events=tuple(loaded.events),
                     alerts=frozenset(loaded.alerts), membership_digest=loaded.membership.get("digest", ""),
                     bundle=dict(bundle or {}))
