@@ -43,7 +43,7 @@ def test_a_launch_against_moto_returns_tagged_instances_in_the_groups_subnet():
         ec2 = boto3.client("ec2", region_name="us-east-1")
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]  # moto may load no AMIs
         ec2.create_launch_template(LaunchTemplateName="hpcc-c-compute",
                                    LaunchTemplateData={"ImageId": image, "InstanceType": "p5.48xlarge"})
         out = fleet.launch(ec2, fleet.request(replace(GPU, subnet_id=subnet), 3, "gpu-1-0", "c"))

@@ -36,7 +36,7 @@ def test_instances_are_read_by_the_clusters_tag_with_their_group_and_address():
         ec2 = boto3.client("ec2", region_name="us-east-1")
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]  # moto may load no AMIs
         ec2.create_launch_template(LaunchTemplateName="hpcc-c-gpu", LaunchTemplateData={"ImageId": image})
         group = Group("gpu", "t3.micro", 3, launch_template="hpcc-c-gpu", subnet_id=subnet)
         mine = fleet.launch(ec2, fleet.request(group, 3, "a", "c")).instance_ids
