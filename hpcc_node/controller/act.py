@@ -1,0 +1,216 @@
+"""act(): carries out decide()'s actions, thin and idempotent, one log line each with its reason.
+
+Each step is in the ledger before it acts and after: a replacement marks the slot `replacing` (and counts the
+attempt) before terminating, a launch records its ClientToken before CreateFleet and the instance ids after, a
+name is claimed in the ledger before the tag follows. A controller killed between any two steps finds the
+record on its restart, and decide() finishes the step without repeating the counted part. Every write goes
+through the lease: a controller that lost it stops at its first write (LeaseLost), before touching EC2.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, List, Mapping, Optional, Sequence
+
+from hpcc_node.taxonomy import FailureClass
+
+from . import fleet, membership
+from .ledger import Conflict, LeaseLost, Ledger
+from .model import (ALERT, DOWN, DRAIN, LAUNCH, PROTECT, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME,
+                    TAG_NODE, TERMINATE_ORPHAN, Action, Event, Group, GroupState, Slot, Snapshot)
+from .timers import DEFAULT, Timers
+
+LOG = logging.getLogger("hpcc.controller")
+RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME)  # in `hpcc status`
+
+
+def _code(e: Exception) -> str:
+    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+
+
+class Executor:
+    def __init__(self, ec2: Any, ledger: Ledger, s3: Any, bucket: str, cluster: str, groups: Sequence[Group],
+                 clock: Callable[[], float], slurm: Optional[Callable[[List[str]], Any]] = None,
+                 timers: Timers = DEFAULT, log: logging.Logger = LOG):
+        self.ec2, self.ledger, self.s3, self.bucket, self.cluster = ec2, ledger, s3, bucket, cluster
+        self.groups = {g.name: g for g in groups}
+        self.clock, self.slurm, self.timers, self.log = clock, slurm, timers, log
+        self.seq = 0
+
+    def run(self, actions: Sequence[Action], snap: Snapshot) -> List[str]:
+        """Each action in order; returns the lines logged. LeaseLost stops the loop; anything else is logged and
+        the next loop, reading everything again, retries."""
+        self.slots = dict(snap.slots)
+        self.gstates = dict(snap.group_states)
+        lines = []
+        for a in actions:
+            line = a.line()
+            self.log.info(line)
+            lines.append(line)
+            try:
+                self._record(a, "start")
+                detail = getattr(self, "_" + a.kind.replace("-", "_"))(a) or ""
+                self._record(a, "done", detail)
+            except LeaseLost:
+                self.log.error("lease lost: stopping this loop before %s", line)
+                raise
+            except Conflict as e:
+                self.log.warning("%s: %s; read again next loop", line, e)
+            except Exception as e:  # one failed action never stops the others
+                self.log.error("%s: failed: %s", line, e)
+                self._record(a, "failed", str(e)[:300])
+        return lines
+
+    def _record(self, a: Action, phase: str, detail: str = "") -> None:
+        if a.kind not in RECORDED:
+            return
+        self.seq += 1
+        counted = a.kind != REPLACE or a.data.get("counted", True)
+        self.ledger.event(Event(self.clock(), a.kind, a.node or a.group, a.why.failure if counted else "",
+                                a.data.get("signature", "") if counted else "", phase, detail or a.why.text()),
+                          self.seq)
+
+    def _slurm(self, *args: str) -> None:
+        if self.slurm is not None:
+            self.slurm(["scontrol", "update", *args])
+
+    def _terminate(self, iid: str) -> str:
+        if not iid:
+            return "no instance"
+        try:
+            self.ec2.terminate_instances(InstanceIds=[iid])
+        except Exception as e:
+            if _code(e) != "InvalidInstanceID.NotFound":
+                raise
+            return f"{iid} already gone"
+        return f"terminating {iid}"
+
+    def _group(self, name: str) -> GroupState:
+        return self.gstates.get(name) or GroupState(name)
+
+    def _put_group(self, name: str, **changes: Any) -> None:
+        self.gstates[name] = self.ledger.put_group(self._group(name), **changes)
+
+    def _slot(self, a: Action) -> Slot:
+        return self.slots[a.node]
+
+    # One method per action kind.
+    def _launch(self, a: Action) -> str:
+        group, count, token, now = self.groups[a.group], a.data["count"], a.data["token"], self.clock()
+        self.ledger.launch_intent(token, group.name, count, now)
+        out = fleet.launch(self.ec2, fleet.request(group, count, token, self.cluster))
+        gs = self._group(group.name)
+        if out.instance_ids:
+            self.ledger.launch_result(token, group.name, count, now, list(out.instance_ids))
+            if gs.launch_failures or gs.backoff_until:
+                self._put_group(group.name, launch_failures=0, backoff_until=0.0)
+            return f"launched {', '.join(out.instance_ids)}"
+        n = gs.launch_failures + 1
+        wait = self.timers.launch_backoff(n)
+        self._put_group(group.name, launch_failures=n, backoff_until=now + wait)
+        self.ledger.drop_launch(token)
+        if not out.transient:
+            self.ledger.alert(f"launch:{group.name}:{out.code}", now)
+        self.log.warning("launch %s: %s; %s, retry in %d s; no budget spent", group.name, out.failure,
+                         out.evidence, wait)
+        return f"{out.failure}: {out.evidence}; retry in {wait} s"
+
+    def _name(self, a: Action) -> str:
+        prior = self.slots.get(a.node) or Slot(a.node, a.group, a.data["index"])
+        self.slots[a.node] = self.ledger.name(prior, a.instance_id, self.clock())
+        try:
+            self._tag(a)
+        except Exception as e:  # a missing tag is written again by a later loop (decide's TAG)
+            self.log.warning("tagging %s as %s: %s (the ledger has the name)", a.instance_id, a.node, e)
+        return f"{a.instance_id} is {a.node}"
+
+    def _tag(self, a: Action) -> str:
+        self.ec2.create_tags(Resources=[a.instance_id], Tags=[
+            {"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": f"{self.cluster}-{a.node}"}])
+        return a.node
+
+    def _mark(self, a: Action) -> str:
+        slot = self._slot(a)
+        self.slots[a.node] = self.ledger.put_slot(slot, state=a.data["state"], reason=a.data.get("reason", ""),
+                                                  since=self.clock())
+        gs = self._group(a.group)
+        if a.data["state"] == READY and (gs.consecutive_failures or gs.protected):
+            self._put_group(a.group, consecutive_failures=0, protected="")  # any success resets protected mode
+        return a.data["state"]
+
+    def _replace(self, a: Action) -> str:
+        slot = self._slot(a)
+        if slot.state != REPLACING or slot.instance_id != a.instance_id:
+            counted = a.data.get("counted", True) and bool(a.why.failure)
+            self.slots[a.node] = self.ledger.put_slot(
+                slot, state=REPLACING, since=self.clock(), reason=a.why.text(), replace_requested=False,
+                attempts=slot.attempts + (1 if counted else 0))
+            if counted and a.why.failure == FailureClass.BOOTSTRAP.value:
+                self._put_group(a.group, consecutive_failures=self._group(a.group).consecutive_failures + 1)
+        return self._terminate(a.instance_id)
+
+    def _remove(self, a: Action) -> str:
+        slot = self._slot(a)
+        if slot.state != REMOVING:
+            self.slots[a.node] = self.ledger.put_slot(slot, state=REMOVING, since=self.clock(), reason=a.why.text())
+        self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={a.data.get('reason', 'hpcc: removed')}")
+        return self._terminate(a.instance_id)
+
+    def _forget(self, a: Action) -> str:
+        self.ledger.forget(self._slot(a))
+        del self.slots[a.node]
+        return "a hole in the names"
+
+    def _terminate_orphan(self, a: Action) -> str:
+        return self._terminate(a.instance_id)
+
+    def _drain(self, a: Action) -> str:
+        if a.data.get("slot_state"):
+            self.slots[a.node] = self.ledger.put_slot(self._slot(a), state=a.data["slot_state"], since=self.clock(),
+                                                      reason=a.data.get("slot_reason", a.why.text()))
+        self._slurm(f"NodeName={a.node}", "State=DRAIN", f"Reason={a.data['reason']}")
+        return "draining"
+
+    def _down(self, a: Action) -> str:
+        self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={a.data['reason']}")
+        return "down"
+
+    def _resume(self, a: Action) -> str:
+        self._slurm(f"NodeName={a.node}", "State=RESUME")
+        return "resumed"
+
+    def _set_address(self, a: Action) -> str:
+        self._slurm(f"NodeName={a.node}", f"NodeAddr={a.data['addr']}", f"NodeHostname={a.data['hostname']}")
+        return a.data["addr"]
+
+    def _publish_membership(self, a: Action) -> str:
+        generation, etag = membership.head(self.s3, self.bucket)
+        self.ledger.set_membership(generation + 1, "", "")  # before: fenced by the lease; no digest until written
+        etag = membership.publish(self.s3, self.bucket, a.data["body"], generation + 1, etag)
+        self.ledger.set_membership(generation + 1, a.data["digest"], etag)
+        return f"generation {generation + 1}"
+
+    def _alert(self, a: Action) -> str:
+        self.ledger.alert(a.data["key"], self.clock())
+        self.log.warning("ALERT %s", a.why.text())
+        return a.data["key"]
+
+    def _protect(self, a: Action) -> str:
+        self._put_group(a.group, protected=a.data["reason"])
+        return "protected"
+
+    def _wait_for_capacity_block(self, a: Action) -> str:
+        self._put_group(a.group, status=a.data["status"])
+        return a.data["status"] or "active"
+
+
+def reconcile_once(observe: Callable[[], Any], decide: Callable[[Snapshot], Sequence[Action]], executor: Executor,
+                   ledger: Ledger) -> Mapping[str, Any]:
+    """One loop: the lease, then observe -> decide -> act; a controller without the lease only watches."""
+    if not ledger.acquire():
+        owner, until = ledger.holder()
+        return {"lease": False, "holder": owner, "until": until, "lines": []}
+    snap, loaded = observe()
+    lines = executor.run(decide(snap), snap)
+    ledger.prune(loaded)
+    return {"lease": True, "lines": lines}

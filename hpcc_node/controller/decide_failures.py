@@ -1,0 +1,138 @@
+"""From failed slots to actions, by the one taxonomy (hpcc_node/taxonomy.py) and the budget rules: systemic bursts
+alert and touch nothing; bundle and hook failures are reported only; protected groups, the per-slot attempt cap
+and the circuit breaker stop replacements; soft failures drain first, hard ones go DOWN; then replace. Pure."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional
+
+from hpcc_node.taxonomy import FailureClass, policy
+
+from .assess import drained, hpcc_reason, signature
+from .model import (ALERT, DOWN, DRAIN, DRAINING, FAILED, MARK, PROTECT, REASON_PREFIX, REPLACE, Action, GroupState,
+                    Slot, SlurmNode, Snapshot, Why)
+from .timers import Timers
+
+
+@dataclass(frozen=True)
+class Failure:
+    slot: Slot
+    failure: str
+    evidence: str
+    hard: bool = True
+
+    @property
+    def why(self) -> Why:
+        return Why(self.failure, self.evidence)
+
+    @property
+    def signature(self) -> str:
+        return signature(self.failure, self.evidence)
+
+
+def slurm_reason(why: Why) -> str:
+    return f"{REASON_PREFIX} {why.text()}"[:200]
+
+
+def alert(key: str, text: str, snap: Snapshot, raised: set, group: str = "") -> List[Action]:
+    """One alert per key: none while the same key was raised recently (the ledger keeps raised keys)."""
+    if key in snap.alerts or key in raised:
+        return []
+    raised.add(key)
+    return [Action(ALERT, group=group, why=Why(FailureClass.SYSTEMIC.value if key.startswith("systemic") else "",
+                                                text), data={"key": key})]
+
+
+def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int) -> set:
+    """Signatures failing on so many distinct nodes within the window that the fault is the cluster's (one slot
+    failing again and again is that slot's: the attempt cap handles it)."""
+    nodes: Dict[str, set] = {}
+    for e in snap.events:
+        if e.kind == REPLACE and e.phase == "start" and e.signature and now - e.at <= timers.systemic_window_seconds:
+            nodes.setdefault(e.signature, set()).add(e.node)
+    for f in failures:
+        nodes.setdefault(f.signature, set()).add(f.slot.name)
+    threshold = timers.systemic_threshold(cluster_nodes)
+    return {sig for sig, names in nodes.items() if len(names) >= threshold and
+            any(f.signature == sig for f in failures)}
+
+
+def replacements_in_window(snap: Snapshot, now: float, timers: Timers) -> int:
+    return sum(1 for e in snap.events if e.kind == REPLACE and e.phase == "start" and e.failure
+               and now - e.at <= timers.breaker_window_seconds)
+
+
+def _mark_failed(f: Failure, reason: str) -> List[Action]:
+    if f.slot.state == FAILED and f.slot.reason == reason:
+        return []
+    return [Action(MARK, group=f.slot.group, node=f.slot.name, instance_id=f.slot.instance_id, why=f.why,
+                   data={"state": FAILED, "reason": reason})]
+
+
+def failure_actions(failures: List[Failure], snap: Snapshot, now: float, timers: Timers,
+                    cluster_nodes: int, raised: set) -> List[Action]:
+    out: List[Action] = []
+    slurm: Mapping[str, SlurmNode] = snap.slurm or {}
+    bursts = systemic(failures, snap, now, timers, cluster_nodes)
+    for sig in sorted(bursts):
+        n = sum(1 for f in failures if f.signature == sig)
+        out += alert(f"systemic:{sig}", f"{n} nodes failing the same way ({sig}); no node touched", snap, raised)
+    budget = timers.breaker_limit(cluster_nodes) - replacements_in_window(snap, now, timers)
+    bootstrap_now: Dict[str, int] = Counter()
+    protected_now: set = set()
+    for f in sorted(failures, key=lambda x: (x.slot.group, x.slot.index)):
+        if f.signature in bursts:
+            continue
+        slot, why = f.slot, f.why
+        gs = snap.group_states.get(slot.group) or GroupState(slot.group)
+        if not policy(f.failure).replace:
+            out += _mark_failed(f, f"{why.text()} (reported, not replaced)")
+            if f.failure in (FailureClass.BUNDLE.value, FailureClass.HOOK.value):
+                out += alert(f"{f.failure}:{f.evidence}", f"{why.text()} on {slot.name}", snap, raised, slot.group)
+            continue
+        if gs.protected or slot.group in protected_now:
+            out += _mark_failed(f, f"{why.text()} (group protected: {gs.protected or 'now'})")
+            continue
+        if slot.attempts >= timers.slot_attempt_cap:
+            out += _mark_failed(f, f"{why.text()} (attempt cap {timers.slot_attempt_cap} reached)")
+            out += alert(f"cap:{slot.name}", f"{slot.name} failed {slot.attempts + 1} times; left failed",
+                         snap, raised, slot.group)
+            continue
+        if f.failure == FailureClass.BOOTSTRAP.value:
+            n = gs.consecutive_failures + bootstrap_now[slot.group] + 1
+            if n >= timers.protected_failure_count:
+                reason = f"{n} bootstrap failures in a row, the last: {f.evidence}"
+                protected_now.add(slot.group)
+                out.append(Action(PROTECT, group=slot.group, why=why, data={"reason": reason}))
+                out += _mark_failed(f, f"{why.text()} (group protected: {reason})")
+                continue
+        if budget <= 0:
+            out += alert("breaker", f"circuit breaker open: {timers.breaker_limit(cluster_nodes)} replacements "
+                         f"within {timers.breaker_window_seconds} s; no more until the window passes", snap, raised)
+            continue
+        node = slurm.get(slot.name)
+        if not f.hard and snap.slurm is not None and not (slot.state == DRAINING and drained(node)):
+            if slot.state != DRAINING or not (node and "DRAIN" in node.states):
+                out.append(Action(DRAIN, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
+                                  data={"reason": slurm_reason(why), "slot_state": DRAINING}))
+            continue  # replaced once Slurm has drained it
+        if f.failure == FailureClass.BOOTSTRAP.value:
+            bootstrap_now[slot.group] += 1
+        budget -= 1
+        out += down_and_replace(slot, why, node, snap)
+    return out
+
+
+def down_and_replace(slot: Slot, why: Why, node: Optional[SlurmNode], snap: Snapshot,
+                     counted: bool = True) -> List[Action]:
+    """DOWN in Slurm (jobs on it are requeued or fail now, not at the next timeout), then REPLACE: the ledger marks
+    the slot replacing and the instance is terminated; the name moves once EC2 shows it shutting down."""
+    out: List[Action] = []
+    if snap.slurm is not None and not (node and "DOWN" in node.states and hpcc_reason(node)):
+        out.append(Action(DOWN, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
+                          data={"reason": slurm_reason(why)}))
+    out.append(Action(REPLACE, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
+                      data={"counted": counted, "signature": signature(why.failure, why.evidence)}))
+    return out

@@ -1,0 +1,111 @@
+"""Launching a group's instances with EC2 Fleet `Type=instant` (CreateFleet), and what its answer means in the
+failure taxonomy.
+
+EC2 API reference, CreateFleet and OnDemandOptionsRequest/SpotOptionsRequest: with `SingleInstanceType` and
+`SingleAvailabilityZone`, `MinTargetCapacity` makes the launch all-or-nothing (fewer than that, none at all); an
+instant fleet answers synchronously with the instance ids and, per override, the errors. `ClientToken` makes a
+retried request (a controller killed mid-call) return the first call's fleet. Capacity Blocks launch with
+`DefaultTargetCapacityType = capacity-block` and the block in the launch template. The same parameters as
+aws-parallelcluster-node's fleet_manager.py (`_evaluate_launch_params`), for one type in one subnet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+from hpcc_node.taxonomy import FailureClass
+
+from .model import TAG_CLUSTER, TAG_GROUP, TAG_ROLE, Group
+
+# CreateFleet/RunInstances error codes for which EC2 had no capacity (or no room in a quota) for now: the launch
+# class, back off and retry (EC2 API reference, "Error codes for the Amazon EC2 API").
+CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity",
+                  "InsufficientCapacity", "InsufficientCapacityOnOutpost", "ReservationCapacityExceeded",
+                  "UnfulfillableCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
+                  "InsufficientFreeAddressesInSubnet")
+QUOTA_CODES = ("InstanceLimitExceeded", "VcpuLimitExceeded", "MaxFleetCountExceeded", "TargetCapacityLimitExceeded")
+THROTTLE_CODES = ("RequestLimitExceeded", "Throttling")
+# CreateFleet reports an override left unfulfilled because another failed with this exact pair: not a cause.
+UNFULFILLED = ("UnfulfillableCapacity", "Failed to fulfill capacity. Please review errors in the response.")
+
+
+def client_token(cluster: str, group: str, now: float, batch: int) -> str:
+    """CreateFleet's ClientToken: unique in the account (other clusters launch too), at most 64 ASCII characters
+    (EC2 API reference, "Ensuring idempotency"), the same for the same loop's batch."""
+    tag = hashlib.sha256(cluster.encode()).hexdigest()[:10]
+    return f"hpcc-{tag}-{group[:24]}-{int(now)}-{batch}"
+
+
+def target_capacity_type(group: Group) -> str:
+    return {"spot": "spot", "capacity-block": "capacity-block"}.get(group.market, "on-demand")
+
+
+def request(group: Group, count: int, token: str, cluster: str) -> Dict[str, Any]:
+    """The CreateFleet parameters for `count` instances of one group, all-or-nothing."""
+    template: Dict[str, Any] = {"Version": "$Latest"}
+    template["LaunchTemplateId" if group.launch_template.startswith("lt-") else "LaunchTemplateName"] = \
+        group.launch_template
+    override: Dict[str, Any] = {"InstanceType": group.instance_type}
+    if group.subnet_id:
+        override["SubnetId"] = group.subnet_id  # the launch template's interfaces carry no subnet: the fleet's
+    options: Dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True,
+                               "MinTargetCapacity": count}
+    kind = target_capacity_type(group)
+    if kind == "spot":
+        market = {"SpotOptions": options}
+    else:  # on-demand and capacity-block both take OnDemandOptions
+        if group.capacity_reservation_id or kind == "capacity-block":
+            options["CapacityReservationOptions"] = {"UsageStrategy": "use-capacity-reservations-first"}
+        market = {"OnDemandOptions": options}
+    tags = [{"Key": TAG_CLUSTER, "Value": cluster}, {"Key": TAG_ROLE, "Value": "compute"},
+            {"Key": TAG_GROUP, "Value": group.name}]
+    return {"Type": "instant", "ClientToken": token,
+            "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": template, "Overrides": [override]}],
+            "TargetCapacitySpecification": {"TotalTargetCapacity": count, "DefaultTargetCapacityType": kind},
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}], **market}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    instance_ids: Tuple[str, ...]
+    failure: str = ""  # a FailureClass value when nothing was launched
+    code: str = ""
+    evidence: str = ""
+    transient: bool = True  # False: a configuration error that no retry fixes (alert)
+
+
+def classify(code: str, message: str) -> Outcome:
+    """Every launch error is the launch class (EC2 gave no instance; no node to blame): capacity, quotas and
+    throttling pass by themselves, anything else is the configuration's and is alerted."""
+    transient = code.startswith(CAPACITY_CODES + QUOTA_CODES + THROTTLE_CODES)
+    what = "insufficient capacity" if code.startswith(CAPACITY_CODES) else "quota" if code.startswith(QUOTA_CODES) \
+        else "throttled" if code.startswith(THROTTLE_CODES) else "refused"
+    return Outcome((), FailureClass.LAUNCH.value, code, f"{what}: {code}: {message}"[:300], transient)
+
+
+def parse(response: Dict[str, Any]) -> Outcome:
+    """CreateFleet's answer: the ids launched, or the real cause when there are none (throttling first: the one
+    cause that resolves itself)."""
+    ids = tuple(i for entry in response.get("Instances", []) for i in entry.get("InstanceIds", []))
+    if ids:
+        return Outcome(ids)
+    errors: List[Tuple[str, str]] = [(e.get("ErrorCode", ""), e.get("ErrorMessage", ""))
+                                     for e in response.get("Errors", [])]
+    real = [e for e in errors if e != UNFULFILLED] or errors
+    if not real:
+        return classify("UnfulfillableCapacity", "no instance and no error in the response")
+    throttled = [e for e in real if e[0].startswith(THROTTLE_CODES)]
+    return classify(*(throttled or real)[0])
+
+
+def launch(ec2: Any, params: Dict[str, Any]) -> Outcome:
+    """One CreateFleet call; an API error (throttling, a bad parameter) is an Outcome too, never an exception."""
+    try:
+        return parse(ec2.create_fleet(**params))
+    except Exception as e:  # botocore's ClientError, without importing botocore (the node side is stdlib only)
+        err = getattr(e, "response", {}).get("Error", {})
+        if not err:
+            raise
+        return classify(err.get("Code", ""), err.get("Message", ""))

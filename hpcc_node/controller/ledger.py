@@ -1,0 +1,227 @@
+"""The ledger: the controller's whole state in one DynamoDB table, written only by the controller holding the lease.
+
+Every write is one TransactWriteItems whose first element checks the lease (this owner, not expired), so a second
+controller (an old head still alive) cannot write once it lost the lease; items carry a version `v` and each write
+names the version it read (attribute_not_exists for a new item), so two writers never both win. Names are claimed
+twice in the same transaction: the slot (`slot#<name>` at its version) and the instance (`iid#<id>`, create-once),
+so one name holds one instance and one instance one name. DynamoDB Developer Guide: "Condition expressions",
+"Amazon DynamoDB Transactions"; ParallelCluster keeps its instance names in DynamoDB the same way
+(aws-parallelcluster-node, instance_manager.py `_store_assigned_hostnames`).
+
+Items: pk (S), v (N), doc (S, JSON); the lease also has `owner` (S) and `expires` (N) for its condition. The
+client is a boto3 DynamoDB client, injected.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .model import Event, GroupState, LaunchRecord, Slot
+from .timers import DEFAULT, Timers
+
+LEASE = "lease"
+MEMBERSHIP = "membership"
+
+
+class LeaseLost(Exception):
+    """This controller does not hold the lease (another head took it): it must stop writing."""
+
+
+class Conflict(Exception):
+    """An item changed since it was read: the loop reads again."""
+
+
+@dataclass
+class Loaded:
+    slots: Dict[str, Slot] = field(default_factory=dict)
+    groups: Dict[str, GroupState] = field(default_factory=dict)
+    launches: List[LaunchRecord] = field(default_factory=list)
+    events: List[Event] = field(default_factory=list)
+    alerts: Dict[str, float] = field(default_factory=dict)
+    membership: Dict[str, Any] = field(default_factory=dict)  # generation, digest, etag
+    versions: Dict[str, int] = field(default_factory=dict)  # pk -> v, for items that are not dataclasses
+    stale: List[str] = field(default_factory=list)  # old events and launch records, for prune()
+
+
+def table_definition(name: str) -> Dict[str, Any]:
+    """CreateTable's arguments for the ledger (the program creates it the same way: one string hash key, on
+    demand so a 4,096-node boot is not throttled by a provisioned rate)."""
+    return {"TableName": name, "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}], "BillingMode": "PAY_PER_REQUEST"}
+
+
+def _key(kind: str, name: str) -> str:
+    return f"{kind}#{name}"
+
+
+def read_name(client: Any, table: str, instance_id: str) -> Optional[str]:
+    """What a node agent calls (it waits until this returns a name): its name by its instance id."""
+    item = client.get_item(TableName=table, Key={"pk": {"S": _key("iid", instance_id)}},
+                           ConsistentRead=True).get("Item")
+    return json.loads(item["doc"]["S"])["name"] if item else None
+
+
+class Ledger:
+    def __init__(self, client: Any, table: str, owner: str, clock: Callable[[], float], timers: Timers = DEFAULT):
+        self.client, self.table, self.owner, self.clock, self.timers = client, table, owner, clock, timers
+
+    # The lease.
+    def acquire(self) -> bool:
+        """Take the lease, or renew it; False when another owner holds it unexpired."""
+        now = self.clock()
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item={"pk": {"S": LEASE}, "owner": {"S": self.owner},
+                      "expires": {"N": str(now + self.timers.lease_seconds)}, "v": {"N": "0"},
+                      "doc": {"S": json.dumps({"owner": self.owner, "at": now})}},
+                ConditionExpression="attribute_not_exists(pk) OR #o = :me OR expires < :now",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}})
+            return True
+        except self.client.exceptions.ConditionalCheckFailedException:
+            return False
+
+    def holder(self) -> Tuple[str, float]:
+        item = self.client.get_item(TableName=self.table, Key={"pk": {"S": LEASE}}, ConsistentRead=True).get("Item")
+        return (item["owner"]["S"], float(item["expires"]["N"])) if item else ("", 0.0)
+
+    def _lease_check(self) -> Dict:
+        return {"ConditionCheck": {
+            "TableName": self.table, "Key": {"pk": {"S": LEASE}},
+            "ConditionExpression": "#o = :me AND expires > :now",
+            "ExpressionAttributeNames": {"#o": "owner"},
+            "ExpressionAttributeValues": {":me": {"S": self.owner}, ":now": {"N": str(self.clock())}}}}
+
+    def _put(self, pk: str, doc: Dict, version: int) -> Dict:
+        """A Put of `doc` at version+1 if the item is still at `version` (0: it must not exist)."""
+        put: Dict[str, Any] = {"TableName": self.table,
+                               "Item": {"pk": {"S": pk}, "v": {"N": str(version + 1)},
+                                        "doc": {"S": json.dumps(doc, sort_keys=True)}}}
+        if version == 0:
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            put.update(ConditionExpression="v = :v", ExpressionAttributeValues={":v": {"N": str(version)}})
+        return {"Put": put}
+
+    def _delete(self, pk: str, version: int) -> Dict:
+        return {"Delete": {"TableName": self.table, "Key": {"pk": {"S": pk}}, "ConditionExpression": "v = :v",
+                           "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
+
+    def _transact(self, *items: Dict) -> None:
+        try:
+            self.client.transact_write_items(TransactItems=[self._lease_check(), *items])
+        except self.client.exceptions.TransactionCanceledException as e:
+            reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                raise LeaseLost(f"{self.owner} does not hold the lease") from e
+            raise Conflict(f"changed since read: {reasons}") from e
+
+    # Reading everything (one Scan, pages of 1 MB).
+    def load(self) -> Loaded:
+        out = Loaded()
+        now = self.clock()
+        for page in self.client.get_paginator("scan").paginate(TableName=self.table, ConsistentRead=True):
+            for item in page.get("Items", []):
+                pk, v = item["pk"]["S"], int(item["v"]["N"])
+                doc = json.loads(item["doc"]["S"])
+                kind, _, name = pk.partition("#")
+                out.versions[pk] = v
+                if kind == "slot":
+                    out.slots[name] = Slot(**{**doc, "version": v})
+                elif kind == "group":
+                    out.groups[name] = GroupState(**{**doc, "version": v})
+                elif kind == "launch" and now - doc["at"] > 2 * self.timers.orphan_timeout_seconds:
+                    out.stale.append(pk)  # its unnamed instances are orphans by now
+                elif kind == "launch":
+                    ids = doc.get("instance_ids")
+                    out.launches.append(LaunchRecord(doc["token"], doc["group"], doc["count"], doc["at"],
+                                                     tuple(ids) if ids is not None else None))
+                elif kind == "event" and now - doc["at"] > self.timers.event_keep_seconds:
+                    out.stale.append(pk)
+                elif kind == "event":
+                    out.events.append(Event(**doc))
+                elif kind == "alert" and now - doc["at"] <= self.timers.breaker_window_seconds:
+                    out.alerts[name] = doc["at"]
+                elif pk == MEMBERSHIP:
+                    out.membership = doc
+        out.events.sort(key=lambda e: e.at)
+        return out
+
+    # Slots and names.
+    def put_slot(self, slot: Slot, **changes: Any) -> Slot:
+        new = replace(slot, **changes)
+        doc = asdict(new)
+        doc.pop("version")
+        self._transact(self._put(_key("slot", slot.name), doc, slot.version))
+        return replace(new, version=slot.version + 1)
+
+    def name(self, slot: Slot, instance_id: str, now: float) -> Slot:
+        """Give `slot` (new: version 0, or a vacated one at its version) to `instance_id`, both create-once."""
+        new = replace(slot, instance_id=instance_id, state="booting", since=now, reason="", replace_requested=False)
+        doc = asdict(new)
+        doc.pop("version")
+        self._transact(self._put(_key("iid", instance_id), {"name": slot.name, "at": now}, 0),
+                       self._put(_key("slot", slot.name), doc, slot.version))
+        return replace(new, version=slot.version + 1)
+
+    def forget(self, slot: Slot) -> None:
+        self._transact(self._delete(_key("slot", slot.name), slot.version))
+
+    def put_group(self, gs: GroupState, **changes: Any) -> GroupState:
+        new = replace(gs, **changes)
+        doc = asdict(new)
+        doc.pop("version")
+        self._transact(self._put(_key("group", gs.name), doc, gs.version))
+        return replace(new, version=gs.version + 1)
+
+    # Launches: recorded before CreateFleet (token) and after (instance ids).
+    def launch_intent(self, token: str, group: str, count: int, now: float) -> None:
+        try:
+            self._transact(self._put(_key("launch", token), {"token": token, "group": group, "count": count,
+                                                             "at": now, "instance_ids": None}, 0))
+        except Conflict:
+            pass  # recorded by the run that was killed: the retry uses the same token
+
+    def launch_result(self, token: str, group: str, count: int, at: float, instance_ids: List[str]) -> None:
+        pk = _key("launch", token)
+        v = self._version(pk)
+        self._transact(self._put(pk, {"token": token, "group": group, "count": count, "at": at,
+                                      "instance_ids": list(instance_ids)}, v))
+
+    def drop_launch(self, token: str) -> None:
+        pk = _key("launch", token)
+        v = self._version(pk)
+        if v:
+            self._transact(self._delete(pk, v))
+
+    def _version(self, pk: str) -> int:
+        item = self.client.get_item(TableName=self.table, Key={"pk": {"S": pk}}, ConsistentRead=True).get("Item")
+        return int(item["v"]["N"]) if item else 0
+
+    # The log of actions (status, the breaker and systemic windows) and raised alerts.
+    def event(self, event: Event, seq: int) -> None:
+        pk = _key("event", f"{event.at:017.3f}-{seq:05d}-{event.kind}-{event.node}")
+        try:
+            self._transact(self._put(pk, asdict(event), 0))
+        except Conflict:
+            pass  # already recorded by this very step before a restart
+
+    def alert(self, key: str, now: float) -> None:
+        pk = _key("alert", key)
+        self._transact(self._put(pk, {"at": now}, self._version(pk)))
+
+    def set_membership(self, generation: int, digest: str, etag: str) -> None:
+        self._transact(self._put(MEMBERSHIP, {"generation": generation, "digest": digest, "etag": etag},
+                                 self._version(MEMBERSHIP)))
+
+    def prune(self, loaded: Loaded) -> int:
+        """Delete the events and launch records past their use (the load marked them stale); returns how many."""
+        for pk in loaded.stale:
+            try:
+                self._transact(self._delete(pk, loaded.versions[pk]))
+            except Conflict:
+                pass
+        return len(loaded.stale)

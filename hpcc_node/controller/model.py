@@ -1,0 +1,211 @@
+"""What the controller observes (one Snapshot a loop) and what it decides (Actions), as plain values: decide() is
+tested with these alone, no cloud and no Slurm.
+
+Times are seconds since the epoch (float), from the injected clock; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
+
+# Tag keys the controller reads and writes on instances; the same strings as infra/naming.py (the node side may
+# not import the program: tests/test_controller_decide.py checks both agree).
+TAG_CLUSTER = "hpcc:cluster"
+TAG_ROLE = "hpcc:role"
+TAG_NODE = "hpcc:node"
+TAG_GROUP = "hpcc:group"
+
+# The prefix of every Slurm drain/down reason the controller writes: it acts only on nodes whose reason starts so.
+REASON_PREFIX = "hpcc:"
+
+# A slot's states in the ledger (a slot is a name: <group>-NNN).
+BOOTING = "booting"  # an instance is named to the slot and has not reported ready
+READY = "ready"
+DRAINING = "draining"  # a soft failure or a shrink: waiting for Slurm to drain it
+REPLACING = "replacing"  # the predecessor is being terminated; the name moves once it is shutting down
+FAILED = "failed"  # kept failed, not replaced (bundle/hook, attempt cap, protected): reported
+REMOVING = "removing"  # shrink: terminating, then the slot is forgotten (a hole in the names)
+ENDED = "ended"  # its Capacity Block ended: neither a failure nor replaced
+ACTIVE_STATES = (BOOTING, READY, DRAINING, REPLACING, FAILED)
+
+# EC2 instance states (DescribeInstances `State.Name`) in which an instance is gone or going.
+GONE = ("shutting-down", "terminated", "stopping", "stopped")
+LIVE = ("pending", "running")
+
+
+def node_name(group: str, index: int) -> str:
+    """`<group>-NNN`, three digits at least; names are never compacted (a removed node leaves a hole)."""
+    return f"{group}-{index:03d}"
+
+
+@dataclass(frozen=True)
+class CapacityBlock:
+    """A Capacity Block's window (DescribeCapacityReservations `StartDate`/`EndDate`)."""
+    reservation_id: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Group:
+    """One node group as configured (`nodeGroups:`), with what the program created for it."""
+    name: str
+    instance_type: str
+    count: int
+    launch_template: str = ""  # its launch template's name or id
+    subnet_id: str = ""
+    availability_zone: str = ""
+    market: str = "on-demand"  # on-demand | spot | capacity-block
+    capacity_reservation_id: str = ""
+    placement_group: str = ""
+    efa: bool = False
+    max_count: int = 0  # the size of its fixed Slurm node range; 0: the count
+    capacity_block: Optional[CapacityBlock] = None
+
+    @property
+    def size_limit(self) -> int:
+        return max(self.max_count, self.count)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One EC2 instance with the cluster's tag, as DescribeInstances (and DescribeInstanceStatus) show it."""
+    instance_id: str
+    state: str  # pending | running | shutting-down | terminated | stopping | stopped
+    launch_time: float
+    group: str = ""  # its hpcc:group tag, given at launch
+    private_ip: str = ""
+    status_ok: Optional[bool] = None  # EC2 status checks: None while initializing or unknown
+    events: Tuple[str, ...] = ()  # scheduled event codes: instance-retirement, system-reboot, ...
+    name_tag: str = ""  # its hpcc:node tag: follows the ledger, never leads it
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One name in the ledger and the instance it holds."""
+    name: str
+    group: str
+    index: int
+    instance_id: str = ""
+    state: str = BOOTING
+    since: float = 0.0  # when it entered its state
+    attempts: int = 0  # replacements of this slot so far
+    reason: str = ""  # why it is in its state (failure class and evidence)
+    replace_requested: bool = False  # `hpcc replace NAME`: an operator's request, recorded by the controller
+    version: int = 0  # the ledger item's version, for conditional writes
+
+
+@dataclass(frozen=True)
+class Report:
+    """A node agent's verdict about its own instance (one write per change or heartbeat)."""
+    name: str
+    instance_id: str
+    ok: bool
+    failure: str = ""  # a hpcc_node.taxonomy.FailureClass value when not ok
+    evidence: str = ""  # e.g. "step efa failed", "bundle sha256 mismatch"
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One line of `scontrol show nodes` / `sinfo`: its states (DOWN, DRAIN, IDLE, NOT_RESPONDING...)."""
+    name: str
+    states: FrozenSet[str]
+    reason: str = ""
+    addr: str = ""
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What the controller keeps per group in the ledger."""
+    name: str
+    consecutive_failures: int = 0  # bootstrap failures in a row; any ready node resets it
+    protected: str = ""  # why the group is protected; empty when it is not
+    launch_failures: int = 0  # launch-class failures in a row (back-off, no budget)
+    backoff_until: float = 0.0
+    status: str = ""  # e.g. "waiting for capacity block until ..."
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """A launch recorded before CreateFleet is called (token) and after (its instance ids): a controller killed
+    in between retries it with the same ClientToken, which EC2 answers with the same fleet."""
+    token: str
+    group: str
+    count: int
+    at: float
+    instance_ids: Optional[Tuple[str, ...]] = None  # None: the call's result is not recorded yet
+
+
+@dataclass(frozen=True)
+class Event:
+    """A past action, for the circuit breaker, the systemic window and `hpcc status`."""
+    at: float
+    kind: str
+    node: str = ""
+    failure: str = ""
+    signature: str = ""  # failure class + evidence with the node's own details left out
+    phase: str = "start"  # start (recorded before acting) | done | failed (after)
+    detail: str = ""  # the reason, or what acting returned
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    slots: Mapping[str, Slot] = field(default_factory=dict)
+    instances: Mapping[str, Instance] = field(default_factory=dict)
+    reports: Mapping[str, Report] = field(default_factory=dict)  # by node name
+    slurm: Optional[Mapping[str, SlurmNode]] = None  # None: the cluster runs no Slurm
+    group_states: Mapping[str, GroupState] = field(default_factory=dict)
+    launches: Tuple[LaunchRecord, ...] = ()
+    events: Tuple[Event, ...] = ()
+    alerts: FrozenSet[str] = frozenset()  # keys of the alerts already raised
+    membership_digest: str = ""  # the digest of the last published membership body
+    bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
+    cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
+
+
+# Action kinds.
+LAUNCH = "launch"
+NAME = "name"
+PUBLISH = "publish-membership"
+DRAIN = "drain"
+DOWN = "down"
+RESUME = "resume"
+SET_ADDR = "set-address"  # scontrol update NodeName= NodeAddr= NodeHostname=
+TAG = "tag"  # the instance's name tag, written again where it differs from the ledger
+REPLACE = "replace"
+MARK = "mark"  # record a slot's new state (ready, failed, ended) in the ledger
+REMOVE = "remove"  # shrink: terminate and forget the slot
+FORGET = "forget"  # the removed slot's instance is gone: delete the slot (a hole)
+TERMINATE_ORPHAN = "terminate-orphan"
+ALERT = "alert"
+PROTECT = "protect"
+WAIT_CAPACITY_BLOCK = "wait-for-capacity-block"
+
+
+@dataclass(frozen=True)
+class Why:
+    failure: str = ""  # a FailureClass value, or "" for routine work
+    evidence: str = ""
+
+    def text(self) -> str:
+        return f"{self.failure}: {self.evidence}" if self.failure else self.evidence
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    group: str = ""
+    node: str = ""
+    instance_id: str = ""
+    why: Why = Why()
+    data: Dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+
+    def line(self) -> str:
+        """One log line: what, on which node or group, and why."""
+        where = self.node or self.group or "cluster"
+        inst = f" ({self.instance_id})" if self.instance_id else ""
+        return f"{self.kind} {where}{inst}: {self.why.text()}"

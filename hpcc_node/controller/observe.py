@@ -1,0 +1,164 @@
+"""observe(): one Snapshot a loop from EC2, the ledger, the nodes' reports and Slurm, with reads shaped for scale:
+DescribeInstances filtered on the cluster's tag in pages of 1,000 (EC2 API reference, DescribeInstances:
+MaxResults 5-1000; "Pagination"), DescribeInstanceStatus only for impaired instances and scheduled events (not one
+call per instance), the reports listed once and fetched only where their ETag changed. Clients are injected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from .ledger import Loaded
+from .membership import STATUS_PREFIX
+from .model import (TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, CapacityBlock, Group, Instance, Report, SlurmNode,
+                    Snapshot)
+from .assess import SCHEDULED_EVENTS
+
+PAGE = {"PageSize": 1000}
+STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "terminated"]
+
+
+def _epoch(value: Any) -> float:
+    return value.timestamp() if isinstance(value, datetime) else float(value or 0)
+
+
+def _tags(raw: Iterable[Dict[str, str]]) -> Dict[str, str]:
+    return {t["Key"]: t["Value"] for t in raw or ()}
+
+
+def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
+    """The cluster's compute instances, every state (a terminated one tells a name it may move)."""
+    out: Dict[str, Instance] = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+                 {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]},
+                 {"Name": "instance-state-name", "Values": STATES}], PaginationConfig=PAGE)
+    for page in pages:
+        for res in page.get("Reservations", []):
+            for i in res.get("Instances", []):
+                tags = _tags(i.get("Tags"))
+                out[i["InstanceId"]] = Instance(i["InstanceId"], i["State"]["Name"], _epoch(i.get("LaunchTime")),
+                                                tags.get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""),
+                                                name_tag=tags.get(TAG_NODE, ""))
+    return out
+
+
+def health(ec2: Any, ids: Iterable[str]) -> Dict[str, Tuple[Optional[bool], Tuple[str, ...]]]:
+    """Status-check failures and scheduled events, for the account's impaired or event-bearing instances only
+    (EC2 API reference, DescribeInstanceStatus filters `instance-status.status`, `system-status.status`,
+    `event.code`), kept for `ids`."""
+    wanted = set(ids)
+    out: Dict[str, Tuple[Optional[bool], Tuple[str, ...]]] = {}
+    queries = [[{"Name": "instance-status.status", "Values": ["impaired"]}],
+               [{"Name": "system-status.status", "Values": ["impaired"]}],
+               [{"Name": "event.code", "Values": list(SCHEDULED_EVENTS)}]]
+    for filters in queries:
+        for page in ec2.get_paginator("describe_instance_status").paginate(Filters=filters, PaginationConfig=PAGE):
+            for st in page.get("InstanceStatuses", []):
+                iid = st["InstanceId"]
+                if iid not in wanted:
+                    continue
+                impaired = "impaired" in (st.get("InstanceStatus", {}).get("Status"),
+                                          st.get("SystemStatus", {}).get("Status"))
+                events = tuple(e["Code"] for e in st.get("Events", [])
+                               if not e.get("Description", "").startswith("[Completed]"))
+                ok, evs = out.get(iid, (None, ()))
+                out[iid] = (False if impaired else ok, tuple(sorted(set(evs + events))))
+    return out
+
+
+def with_health(insts: Dict[str, Instance], found: Mapping[str, Tuple[Optional[bool], Tuple[str, ...]]]) \
+        -> Dict[str, Instance]:
+    return {iid: (replace(i, status_ok=found[iid][0], events=found[iid][1]) if iid in found else i)
+            for iid, i in insts.items()}
+
+
+def capacity_blocks(ec2: Any, groups: Sequence[Group]) -> List[Group]:
+    """The groups with their Capacity Block's window, from DescribeCapacityReservations (`ReservationType`
+    capacity-block, `StartDate`, `EndDate`; EC2 User Guide, capacity-blocks-monitor), one call for all groups."""
+    ids = sorted({g.capacity_reservation_id for g in groups if g.market == "capacity-block"
+                  and g.capacity_reservation_id})
+    if not ids:
+        return list(groups)
+    found = {}
+    for page in ec2.get_paginator("describe_capacity_reservations").paginate(CapacityReservationIds=ids):
+        for r in page.get("CapacityReservations", []):
+            if r.get("ReservationType") == "capacity-block":
+                found[r["CapacityReservationId"]] = CapacityBlock(r["CapacityReservationId"], _epoch(r["StartDate"]),
+                                                                  _epoch(r["EndDate"]))
+    return [replace(g, capacity_block=found.get(g.capacity_reservation_id, g.capacity_block)) for g in groups]
+
+
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=")
+
+
+def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
+    """`scontrol show nodes --oneliner`: one node a line, `Key=value` fields; State like `IDLE+CLOUD+DRAIN`, a
+    `*` after the base state meaning not responding (scontrol(1)); Reason runs until the next field, ending with
+    `[user@time]`."""
+    out: Dict[str, SlurmNode] = {}
+    for line in scontrol_oneliner.splitlines():
+        marks = list(_FIELD.finditer(line))
+        fields = {m.group(1): line[m.end():(marks[k + 1].start() if k + 1 < len(marks) else len(line))].strip()
+                  for k, m in enumerate(marks)}
+        if "NodeName" not in fields:
+            continue
+        states = set()
+        for part in fields.get("State", "").split("+"):
+            if part.endswith("*"):
+                states.add("NOT_RESPONDING")
+            if part.strip("*~#%$@^-!"):
+                states.add(part.strip("*~#%$@^-!"))
+        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", "")).strip()
+        name = fields["NodeName"].split()[0]
+        out[name] = SlurmNode(name, frozenset(states), "" if reason == "(null)" else reason,
+                              fields.get("NodeAddr", "").split()[0] if fields.get("NodeAddr") else "")
+    return out
+
+
+def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Report]], prefix: str = STATUS_PREFIX) \
+        -> Dict[str, Report]:
+    """The agents' verdicts (membership.status_body at status_key(name)): listed every loop, fetched only where the
+    ETag changed since `cache` (updated in place)."""
+    seen = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            key, etag = obj["Key"], obj["ETag"]
+            seen.add(key)
+            if key in cache and cache[key][0] == etag:
+                continue
+            try:
+                doc = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+                cache[key] = (etag, Report(str(doc["name"]), str(doc["instance_id"]), bool(doc["ok"]),
+                                           str(doc.get("failure", "")), str(doc.get("evidence", ""))[:300],
+                                           float(doc.get("at", 0))))
+            except (ValueError, KeyError, TypeError):
+                continue  # a malformed report is no verdict; the boot grace still applies
+    for key in set(cache) - seen:
+        del cache[key]
+    return {r.name: r for _, r in cache.values()}
+
+
+def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Instance], reps: Mapping[str, Report],
+             slurm: Optional[Mapping[str, SlurmNode]], bundle: Optional[Mapping[str, Any]] = None) -> Snapshot:
+    return Snapshot(now=now, cluster=cluster, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps),
+                    slurm=slurm,
+                    group_states=dict(loaded.groups), launches=tuple(loaded.launches), events=tuple(loaded.events),
+                    alerts=frozenset(loaded.alerts), membership_digest=loaded.membership.get("digest", ""),
+                    bundle=dict(bundle or {}))
+
+
+def observe(ec2: Any, ledger: Any, cluster: str, clock: Callable[[], float],
+            read_reports: Callable[[], Mapping[str, Report]], read_slurm: Optional[Callable[[], str]],
+            bundle: Optional[Mapping[str, Any]] = None) -> Tuple[Snapshot, Loaded]:
+    """Everything decide() needs, read once."""
+    loaded = ledger.load()
+    insts = instances(ec2, cluster)
+    live = [i for i, x in insts.items() if x.state in ("pending", "running")]
+    insts = with_health(insts, health(ec2, live)) if live else insts
+    slurm = slurm_nodes(read_slurm()) if read_slurm is not None else None
+    return snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle), loaded

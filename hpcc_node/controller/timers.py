@@ -1,0 +1,80 @@
+"""Every timer and limit of the controller, each a named default with why, in one place (as clustermgtd keeps
+`ClustermgtdConfig.DEFAULTS`, aws/aws-parallelcluster-node src/slurm_plugin/clustermgtd.py). decide() reads only
+these; a cluster may override a field, never add a hidden constant elsewhere."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timers:
+    # One reconcile loop a minute, as clustermgtd's LOOP_TIME: EC2's describe calls and Slurm's reads stay cheap
+    # at 4,096 nodes, and a node's death is seen within a minute.
+    loop_seconds: int = 60
+    # A launched node has this long to report ready (its bootstrap passed, it reaches the head, slurmd registered)
+    # before it is a bootstrap failure; clustermgtd's node_replacement_timeout (1800 s, "should be the same as
+    # ResumeTimeout"). A p5 takes several minutes to pass its status checks and load drivers.
+    boot_grace_seconds: int = 1800
+    # An instance with the cluster's tag and no name in the ledger after this long is an orphan (a launch whose
+    # naming was lost, a grown-then-shrunk group) and is terminated; clustermgtd's orphaned_instance_timeout.
+    # Longer than a loop plus EC2's eventual consistency, so a fresh launch is named before it could qualify.
+    orphan_timeout_seconds: int = 300
+    # Consecutive bootstrap failures in a group that stop its replacements (protected mode, reset by any node
+    # of the group becoming ready); clustermgtd's protected_failure_count. A bad image or launch template fails
+    # every node the same way: replacing them forever only burns money.
+    protected_failure_count: int = 10
+    # Replacements of one slot (one name) before it is left failed: a slot that fails every time points at
+    # something no new instance fixes, and it must not take the whole group's budget.
+    slot_attempt_cap: int = 3
+    # Circuit breaker: at most max(breaker_min, breaker_fraction of the cluster) replacements in any window,
+    # so a head that loses its network, or throttled S3, never replaces the cluster. Meta's Llama 3 run saw
+    # 419 interruptions in 54 days on 16k GPUs (about 0.3 an hour on 2,000 nodes): 16 an hour is far above that.
+    breaker_window_seconds: int = 3600
+    breaker_min: int = 16
+    breaker_fraction: float = 0.02
+    # Systemic: this many distinct nodes failing the same way within the window is the cluster's failure, not
+    # theirs: one alert, no node touched. A fraction of the cluster, at least systemic_min nodes, and never more
+    # than half of a small cluster (a 4-node cluster whose head lost its network has all four "not responding").
+    systemic_window_seconds: int = 600
+    systemic_min: int = 5
+    systemic_fraction: float = 0.05
+    # Insufficient capacity, quotas and a Capacity Block not yet active back off, doubling from the first delay
+    # up to the maximum (clustermgtd's insufficient_capacity_timeout is 600 s), and spend no budget.
+    launch_backoff_first_seconds: int = 60
+    launch_backoff_max_seconds: int = 600
+    # Instances per CreateFleet call and per loop: EC2's RunInstances resource-rate bucket (EC2 API reference,
+    # "Request throttling for the Amazon EC2 API") refills a few instances a second, and clustermgtd's
+    # launch_max_batch_size is 500. Larger groups launch in waves, one batch a loop.
+    launch_batch_size: int = 500
+    launch_batches_per_loop: int = 2
+    # Capacity Blocks end with an EC2 warning 40 minutes before the end and terminations from 30 minutes before
+    # (EC2 User Guide, capacity-blocks-monitor): drain at the first, and a termination after the second is the
+    # block ending, neither a failure nor replaced.
+    capacity_block_warning_seconds: int = 40 * 60
+    capacity_block_termination_seconds: int = 30 * 60
+    # The controller's lease in the ledger: renewed every loop, so three missed loops hand the cluster to
+    # another head; a controller that cannot renew stops writing (the ledger's conditions refuse it anyway).
+    lease_seconds: int = 180
+    # A named instance that EC2 does not list yet (describe is eventually consistent: EC2 API reference,
+    # "Eventual consistency in the Amazon EC2 API") is not taken for terminated before this.
+    describe_lag_seconds: int = 300
+    # Recent actions kept in the ledger for the breaker, the systemic window and `hpcc status`.
+    event_keep_seconds: int = 24 * 3600
+
+    def breaker_limit(self, cluster_nodes: int) -> int:
+        return max(self.breaker_min, math.ceil(self.breaker_fraction * cluster_nodes))
+
+    def systemic_threshold(self, cluster_nodes: int) -> int:
+        wide = max(self.systemic_min, math.ceil(self.systemic_fraction * cluster_nodes))
+        return max(2, min(wide, math.ceil(cluster_nodes / 2)))
+
+    def launch_backoff(self, failures: int) -> int:
+        """Seconds to wait after the `failures`-th launch failure in a row (1 = the first)."""
+        if failures <= 0:
+            return 0
+        return min(self.launch_backoff_max_seconds, self.launch_backoff_first_seconds * 2 ** (failures - 1))
+
+
+DEFAULT = Timers()

@@ -1,0 +1,97 @@
+"""The ledger against moto's DynamoDB: the lease fences a second controller, writes are conditional on the
+version read, one name holds one instance and one instance one name, and everything reads back."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from hpcc_node.controller.ledger import Conflict, Ledger, LeaseLost, read_name, table_definition
+from hpcc_node.controller.model import Event, GroupState, Slot
+from hpcc_node.controller.timers import Timers
+
+TABLE = "hpcc-test-ledger"
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def ddb():
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(**table_definition(TABLE))
+        yield client
+
+
+def test_a_second_controller_cannot_write_while_the_first_holds_the_lease(ddb):
+    clock = Clock()
+    old_head, new_head = Ledger(ddb, TABLE, "head-a", clock), Ledger(ddb, TABLE, "head-b", clock)
+    assert old_head.acquire() and not new_head.acquire()
+    with pytest.raises(LeaseLost):
+        new_head.put_slot(Slot("gpu-000", "gpu", 0), state="ready")
+    assert old_head.acquire()  # renewed each loop
+    clock.t += Timers().lease_seconds + 1  # the old head stops renewing
+    assert new_head.acquire() and new_head.holder()[0] == "head-b"
+    with pytest.raises(LeaseLost):  # the old head, still alive, is fenced out
+        old_head.put_slot(Slot("gpu-000", "gpu", 0), state="ready")
+    assert not old_head.acquire()
+    assert "gpu-000" not in new_head.load().slots
+
+
+def test_writes_are_conditional_on_the_version_read(ddb):
+    ledger = Ledger(ddb, TABLE, "head-a", Clock())
+    ledger.acquire()
+    first = ledger.put_slot(Slot("gpu-000", "gpu", 0), state="booting")
+    assert first.version == 1
+    second = ledger.put_slot(first, state="ready")
+    with pytest.raises(Conflict):
+        ledger.put_slot(first, state="failed")  # stale: written by someone since
+    with pytest.raises(Conflict):
+        ledger.put_slot(Slot("gpu-000", "gpu", 0), state="booting")  # created once only
+    assert ledger.load().slots["gpu-000"] == second
+
+
+def test_one_name_one_instance_and_nodes_read_their_name_by_instance_id(ddb):
+    clock = Clock()
+    ledger = Ledger(ddb, TABLE, "head-a", clock)
+    ledger.acquire()
+    assert read_name(ddb, TABLE, "i-1") is None  # the agent waits until it is there
+    named = ledger.name(Slot("gpu-000", "gpu", 0), "i-1", clock())
+    assert read_name(ddb, TABLE, "i-1") == "gpu-000" and named.instance_id == "i-1"
+    with pytest.raises(Conflict):
+        ledger.name(Slot("gpu-001", "gpu", 1), "i-1", clock())  # the instance already has a name
+    with pytest.raises(Conflict):
+        ledger.name(Slot("gpu-000", "gpu", 0), "i-2", clock())  # the name is already held
+    assert read_name(ddb, TABLE, "i-2") is None and "gpu-001" not in ledger.load().slots
+    moved = ledger.name(ledger.put_slot(named, state="replacing"), "i-2", clock())  # a replacement
+    assert read_name(ddb, TABLE, "i-2") == "gpu-000" and moved.attempts == 0 and moved.state == "booting"
+
+
+def test_everything_reads_back_and_old_records_are_pruned(ddb):
+    clock = Clock()
+    ledger = Ledger(ddb, TABLE, "head-a", clock)
+    ledger.acquire()
+    ledger.put_group(GroupState("gpu"), consecutive_failures=2, protected="")
+    ledger.launch_intent("gpu-1-0", "gpu", 3, clock())
+    ledger.launch_intent("gpu-1-0", "gpu", 3, clock())  # recorded again after a restart: no error
+    ledger.launch_result("gpu-1-0", "gpu", 3, clock(), ["i-1", "i-2", "i-3"])
+    ledger.event(Event(clock() - 90_000, "replace", "gpu-000", "instance", "instance:x"), 1)
+    ledger.event(Event(clock() - 10, "replace", "gpu-001", "bootstrap", "bootstrap:y"), 2)
+    ledger.alert("breaker", clock())
+    ledger.set_membership(3, "abc", '"etag"')
+    loaded = ledger.load()
+    assert loaded.groups["gpu"].consecutive_failures == 2
+    assert [(r.token, r.instance_ids) for r in loaded.launches] == [("gpu-1-0", ("i-1", "i-2", "i-3"))]
+    assert [e.node for e in loaded.events] == ["gpu-001"]  # older than a day: stale
+    assert set(loaded.alerts) == {"breaker"} and loaded.membership["generation"] == 3
+    assert ledger.prune(loaded) == 1
+    clock.t += 2 * Timers().orphan_timeout_seconds + 1
+    assert ledger.acquire()
+    assert ledger.prune(ledger.load()) == 1 and ledger.load().launches == []

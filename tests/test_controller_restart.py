@@ -1,0 +1,300 @@
+"""The whole loop (observe -> decide -> act) on a fake EC2 and clock, with the ledger in moto's DynamoDB and the
+membership in moto's S3: unique names when many instances launch at once, and a controller killed at every step
+of a replacement (before and after each side effect) that finishes it exactly once after its restart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from hpcc_node.controller import membership, observe
+from hpcc_node.controller.act import Executor, reconcile_once
+from hpcc_node.controller.decide import decide
+from hpcc_node.controller.ledger import Ledger, read_name, table_definition
+from hpcc_node.controller.model import READY, Group, Report
+from hpcc_node.controller.timers import Timers
+from tests.controller_fakes import FakeEC2, Killed, Killer
+
+TABLE, BUCKET, CLUSTER = "hpcc-c-ledger", "hpcc-c-cluster", "c"
+GPU = Group("gpu", "p5.48xlarge", 4, launch_template="lt-gpu", subnet_id="subnet-1")
+TIMERS = Timers()
+
+
+@dataclass
+class Env:
+    ddb: Any
+    s3: Any
+    ec2: FakeEC2
+    now: List[float] = field(default_factory=lambda: [1_000_000.0])
+    failing: set = field(default_factory=set)  # instance ids whose bootstrap fails
+
+    def clock(self) -> float:
+        return self.now[0]
+
+    def reports(self) -> Dict[str, Report]:
+        """What the node agents write: each running instance reads its name from the ledger, then reports."""
+        out = {}
+        for iid in self.ec2.live():
+            name = read_name(self.ddb, TABLE, iid)
+            if name and self.ec2.instances[iid]["state"] == "running":
+                ok = iid not in self.failing
+                out[name] = Report(name, iid, ok, "" if ok else "bootstrap", "" if ok else "step efa failed")
+        return out
+
+
+@pytest.fixture
+def env():
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(**table_definition(TABLE))
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        e = Env(ddb, s3, None)  # type: ignore[arg-type]
+        e.ec2 = FakeEC2(e.clock)
+        yield e
+
+
+def loop(env: Env, groups, killer: Killer = None, owner: str = "head-1", timers: Timers = TIMERS) -> Dict[str, Any]:
+    """One loop of a controller process (a new process each call: nothing survives in memory)."""
+    wrap = killer.wrap if killer else (lambda c: c)
+    ec2, ddb, s3 = wrap(env.ec2), wrap(env.ddb), wrap(env.s3)
+    ledger = Ledger(ddb, TABLE, owner, env.clock, timers)
+    executor = Executor(ec2, ledger, s3, BUCKET, CLUSTER, groups, env.clock, None, timers)
+    result = reconcile_once(lambda: observe.observe(ec2, ledger, CLUSTER, env.clock, env.reports, None),
+                            lambda snap: decide(snap, groups, snap.now, timers), executor, ledger)
+    env.now[0] += TIMERS.loop_seconds
+    env.ec2.tick()
+    return result
+
+
+def settle(env: Env, groups, killer: Killer = None, loops: int = 12) -> int:
+    """Loops until a loop does nothing; a killed controller is restarted (a new process) at the next loop."""
+    for n in range(loops):
+        try:
+            if not loop(env, groups, killer)["lines"]:
+                return n
+        except Killed:
+            continue
+    raise AssertionError("the controller did not settle")
+
+
+def check_consistent(env: Env, groups) -> Dict[str, Any]:
+    slots = Ledger(env.ddb, TABLE, "reader", env.clock).load().slots
+    wanted = sum(g.count for g in groups)
+    assert len(slots) == wanted and all(s.state == READY for s in slots.values()), slots
+    held = [s.instance_id for s in slots.values()]
+    assert len(set(held)) == wanted and sorted(held) == sorted(env.ec2.live())  # one name one instance, no orphan
+    assert all(read_name(env.ddb, TABLE, s.instance_id) == s.name for s in slots.values())
+    assert all(env.ec2.instances[s.instance_id]["tags"]["hpcc:node"] == s.name for s in slots.values())
+    doc, _ = membership.read(env.s3, BUCKET)
+    assert sorted((n["name"], n["instance"]) for n in doc["nodes"]) == sorted((s.name, s.instance_id)
+                                                                              for s in slots.values())
+    return slots
+
+
+def test_many_instances_launched_at_once_get_unique_names():
+    cpu = Group("cpu", "c7i.48xlarge", 60, launch_template="lt-cpu", subnet_id="subnet-1")
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(**table_definition(TABLE))
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        env = Env(ddb, s3, None)  # type: ignore[arg-type]
+        env.ec2 = FakeEC2(env.clock, seed=7)
+        loop(env, [GPU, cpu])
+        assert len(env.ec2.launched) == 64 and env.ec2.calls["create_fleet"] == 2
+        # a second head, alive at the same time, cannot name anything while the first holds the lease
+        assert loop(env, [GPU, cpu], owner="head-2") == {"lease": False, "holder": "head-1",
+                                                         "until": pytest.approx(env.now[0] - 60 + 120, abs=61),
+                                                         "lines": []}
+        settle(env, [GPU, cpu])
+        slots = check_consistent(env, [GPU, cpu])
+        assert sorted(s.name for s in slots.values() if s.group == "cpu") == [f"cpu-{i:03d}" for i in range(60)]
+        assert len(env.ec2.launched) == 64
+
+
+def _replacement(env: Env, killer: Killer) -> None:
+    settle(env, [GPU])
+    failed = Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-001"].instance_id
+    env.ec2.instances[failed]["status_ok"] = False  # EC2's status check fails
+    settle(env, [GPU], killer)
+    slots = check_consistent(env, [GPU])
+    assert slots["gpu-001"].instance_id != failed and env.ec2.instances[failed]["state"] == "terminated"
+    assert slots["gpu-001"].attempts == 1  # counted once, however often the controller died
+    assert len(env.ec2.launched) == 5  # four, and exactly one replacement
+    for name in ("gpu-000", "gpu-002", "gpu-003"):
+        assert slots[name].attempts == 0
+
+
+def test_a_replacement_without_a_crash(env):
+    counting = Killer()
+    _replacement(env, counting)
+    assert counting.count > 10  # the steps the parametrised test below dies at
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+def test_a_controller_killed_at_every_step_of_a_replacement_finishes_it_once(after):
+    steps = _steps()
+    for at in range(1, steps + 1):
+        with mock_aws():
+            ddb = boto3.client("dynamodb", region_name="us-east-1")
+            ddb.create_table(**table_definition(TABLE))
+            s3 = boto3.client("s3", region_name="us-east-1")
+            s3.create_bucket(Bucket=BUCKET)
+            env = Env(ddb, s3, None)  # type: ignore[arg-type]
+            env.ec2 = FakeEC2(env.clock)
+            killer = Killer(at, after)
+            try:
+                _replacement(env, killer)
+            except AssertionError as e:
+                raise AssertionError(f"killed {'after' if after else 'before'} side effect #{at}: {e}") from e
+            assert killer.fired
+
+
+def _steps() -> int:
+    with mock_aws():
+        ddb = boto3.client("dynamodb", region_name="us-east-1")
+        ddb.create_table(**table_definition(TABLE))
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        env = Env(ddb, s3, None)  # type: ignore[arg-type]
+        env.ec2 = FakeEC2(env.clock)
+        counting = Killer()
+        _replacement(env, counting)
+        return counting.count
+
+
+def test_insufficient_capacity_backs_off_without_spending_budget(env):
+    settle(env, [GPU])
+    failed = Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-002"].instance_id
+    env.ec2.instances[failed]["state"] = "terminated"  # EC2 took it
+    env.ec2.capacity = 0
+    for _ in range(4):
+        loop(env, [GPU])
+    ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    assert ledger.slots["gpu-002"].state == "replacing" and ledger.slots["gpu-002"].attempts == 1
+    gs = ledger.groups["gpu"]
+    assert gs.launch_failures == 2 and gs.consecutive_failures == 0 and gs.backoff_until >= env.clock()
+    # the first launch sets capacity up, then: fails, waits 60 s (a loop), fails, waits 120 s: not one call a loop
+    assert env.ec2.calls["create_fleet"] == 1 + 2
+    env.ec2.capacity = None
+    env.now[0] += TIMERS.launch_backoff_max_seconds
+    settle(env, [GPU])
+    slots = check_consistent(env, [GPU])
+    assert slots["gpu-002"].attempts == 1 and Ledger(env.ddb, TABLE, "r", env.clock).load().groups["gpu"]\
+        .launch_failures == 0
+
+
+def _every_new_instance_fails(env: Env, group: str = "gpu") -> None:
+    original = env.ec2.create_fleet
+
+    def failing_fleet(**req):
+        out = original(**req)
+        if {"Key": "hpcc:group", "Value": group} in req["TagSpecifications"][0]["Tags"]:
+            env.failing.update(i for entry in out["Instances"] for i in entry["InstanceIds"])
+        return out
+    env.ec2.create_fleet = failing_fleet
+
+
+def test_a_slot_that_fails_every_boot_stops_at_its_attempt_cap_with_a_clear_reason(env):
+    settle(env, [GPU])
+    _every_new_instance_fails(env)
+    first = Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-003"].instance_id
+    env.ec2.instances[first]["status_ok"] = False
+    settle(env, [GPU], loops=30)
+    ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    slot = ledger.slots["gpu-003"]
+    assert slot.state == "failed" and slot.attempts == TIMERS.slot_attempt_cap
+    assert "attempt cap" in slot.reason and "bootstrap: step efa failed" in slot.reason
+    assert len(env.ec2.launched) == 4 + TIMERS.slot_attempt_cap
+    assert [s.state for n, s in sorted(ledger.slots.items()) if n != "gpu-003"] == [READY] * 3
+    assert any(e.kind == "alert" and "gpu-003" in e.detail for e in ledger.events)
+
+
+def test_a_group_whose_every_node_fails_boot_ends_protected_with_a_clear_reason(env):
+    # four failing gpu nodes among 20: below the systemic threshold (5), so the group's own count decides
+    timers = Timers(protected_failure_count=5)
+    cpu = Group("cpu", "c7i.48xlarge", 16, launch_template="lt-cpu", subnet_id="subnet-1")
+    _every_new_instance_fails(env, "gpu")
+    for _ in range(20):
+        loop(env, [GPU, cpu], timers=timers)
+    ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    assert ledger.groups["gpu"].protected == "5 bootstrap failures in a row, the last: step efa failed"
+    assert len(env.ec2.launched) == 20 + 4  # the first four replaced, the fifth failure protects the group
+    gpu = [s for s in ledger.slots.values() if s.group == "gpu"]
+    assert {s.state for s in gpu} == {"failed"} and all("group protected" in s.reason for s in gpu)
+    assert {s.state for s in ledger.slots.values() if s.group == "cpu"} == {READY}
+    assert not ledger.groups.get("cpu") or not ledger.groups["cpu"].protected
+
+
+def test_a_small_group_whose_every_node_fails_the_same_way_is_systemic_and_nothing_is_replaced(env):
+    _every_new_instance_fails(env, "gpu")
+    for _ in range(6):
+        loop(env, [GPU])
+    ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    assert len(env.ec2.launched) == 4 and not any(e.kind == "replace" for e in ledger.events)
+    assert [k for k in ledger.alerts] == ["systemic:bootstrap:step efa failed"]
+
+
+def test_any_ready_node_resets_its_groups_failure_count_and_protected_mode(env):
+    from hpcc_node.controller.model import MARK, Action, GroupState, Slot, Snapshot, Why
+    ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+    ledger.acquire()
+    slot = ledger.put_slot(Slot("gpu-000", "gpu", 0, "i-1"), state="booting")
+    gs = ledger.put_group(GroupState("gpu"), consecutive_failures=7, protected="7 bootstrap failures")
+    executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock)
+    snap = Snapshot(now=env.clock(), slots={"gpu-000": slot}, group_states={"gpu": gs})
+    executor.run([Action(MARK, "gpu", "gpu-000", "i-1", Why("", "bootstrap passed"), {"state": READY})], snap)
+    after = ledger.load()
+    assert after.slots["gpu-000"].state == READY
+    assert (after.groups["gpu"].consecutive_failures, after.groups["gpu"].protected) == (0, "")
+
+
+def test_a_controller_without_the_lease_publishes_nothing(env):
+    from hpcc_node.controller.ledger import LeaseLost
+    from hpcc_node.controller.model import PUBLISH, Action, Snapshot, Why
+    old = Ledger(env.ddb, TABLE, "old-head", env.clock)
+    assert old.acquire()
+    env.now[0] += TIMERS.lease_seconds + 1
+    assert Ledger(env.ddb, TABLE, "new-head", env.clock).acquire()
+    executor = Executor(env.ec2, old, env.s3, BUCKET, CLUSTER, [GPU], env.clock)
+    with pytest.raises(LeaseLost):
+        executor.run([Action(PUBLISH, why=Why("", "membership changed"),
+                             data={"body": {"nodes": []}, "digest": "d"})], Snapshot(now=env.clock()))
+    assert membership.head(env.s3, BUCKET) == (0, "")
+
+
+def test_the_process_loops_every_minute_and_survives_a_failed_loop(caplog):
+    from hpcc_node.controller.loop import forever
+    caplog.set_level("INFO", logger="hpcc.controller")
+    now, sleeps, calls = [0.0], [], []
+
+    def step():
+        calls.append(now[0])
+        now[0] += 5
+        if len(calls) == 2:
+            raise RuntimeError("S3 throttled")
+        return {"lease": len(calls) != 3, "holder": "head-2", "until": 99}
+    loops = forever(step, lambda: now[0], lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)),
+                    stop=lambda: len(calls) >= 3)
+    assert loops == 3 and sleeps == [55.0, 55.0, 55.0] and calls == [0.0, 60.0, 120.0]
+    assert "S3 throttled" in caplog.text and "standing by: head-2" in caplog.text
+
+
+def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(env):
+    from hpcc_node.controller.loop import build_step
+    step = build_step(env.ec2, env.ddb, env.s3, CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
+    for _ in range(6):
+        step()
+        env.now[0] += 60
+        env.ec2.tick()
+        for iid in env.ec2.live():  # each agent: its name from the ledger, its verdict in S3
+            name = read_name(env.ddb, TABLE, iid)
+            if name:
+                env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(name),
+                                  Body=membership.status_body(name, iid, True, at=env.clock()))
+    check_consistent(env, [GPU])
