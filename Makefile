@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-EXAMPLE ?= examples/p3dn-bert.yaml
+EXAMPLE ?= examples/p5-llm.yaml
 APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge
 
 .PHONY: setup deps plan test box bench golden clean

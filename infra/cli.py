@@ -284,6 +284,14 @@ def init(directory: Path = typer.Argument(..., help="the new project's directory
         print(f"next: cd {directory} && hpcc plan Pulumi.{written.stack}.yaml   (then README.md there)")
 
 
+@app.command("deployer-policy")
+def deployer_policy() -> None:
+    """Print the least-privilege IAM policy for whoever runs `hpcc up` (attach it to your deploying user or role)."""
+    from infra.deployer_policy import shipped
+
+    sys.stdout.write(shipped())
+
+
 def main() -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 

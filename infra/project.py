@@ -135,6 +135,7 @@ hpcc destroy {f}
 - `Pulumi.yaml` and `hpcc/program/` run the installed hpcc program; `hpcc/policy/` is its mandatory policy pack.
   Plain Pulumi works too: `pulumi up --stack {stack} --policy-pack hpcc/policy` (no preflight, no wait).
 - `slurm/` holds the Slurm batch examples (hpcc's README, "Training with Slurm").
+- `deployer-policy.json` is the least-privilege IAM policy the identity running `hpcc up` needs.
 - After upgrading hpcc into another Python environment, run `hpcc init . --refresh` to point these files at it.
 """
 
@@ -163,6 +164,7 @@ def init_project(directory: Path, example: str = DEFAULT_EXAMPLE, stack: str | N
                                "point its program and policy pack at this hpcc")
         generated[Path(f"Pulumi.{stack}.yaml")] = stack_text(example, stack)
         generated[Path("README.md")] = readme(stack)
+        generated[Path("deployer-policy.json")] = (asset("policy") / "deployer-policy.json").read_text()
         for sbatch in sorted((asset("examples") / "slurm").glob("*.sbatch")):
             generated[Path("slurm") / sbatch.name] = sbatch.read_text()
     files = []
