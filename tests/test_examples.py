@@ -49,3 +49,9 @@ def test_the_shipped_deployer_policy_is_the_one_generated_from_what_the_examples
     assert shipped() == render(types), "policy/deployer-policy.json is stale: python -m infra.deployer_policy"
     # IAM: a managed policy is at most 6,144 characters, whitespace not counted.
     assert len(json.dumps(json.loads(shipped()), separators=(",", ":"))) <= 6144
+
+
+def test_the_ssm_login_lands_as_the_login_user_who_holds_the_cluster_key(plans):
+    outputs = plans["c6i-oneccl"].outputs  # no ssh.allowedCidrs: Session Manager
+    assert outputs["sshCommand"].startswith("aws ssm start-session --region us-east-1 --target i-")
+    assert outputs["sshCommand"].endswith("--document-name AWS-StartInteractiveCommand --parameters 'command=sudo -iu ubuntu'")
