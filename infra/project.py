@@ -75,6 +75,22 @@ def policy_pack(project: Path) -> Path:
                        f"`hpcc init {project}` to write it")
 
 
+def stale_environment(project: Path, venv: str | None = None) -> str | None:
+    """A project `hpcc init` wrote for another Python environment than the one running now: its program and pack
+    would be another hpcc's than the one previewing and guarding the update. None when it matches (or the
+    project is not one `hpcc init` wrote)."""
+    text = (Path(project) / "Pulumi.yaml").read_text() if (Path(project) / "Pulumi.yaml").is_file() else ""
+    if not text.startswith(INIT_MARK):
+        return None
+    venv = venv if venv is not None else environment()
+    want = f"    virtualenv: {venv}\n" if venv else None
+    has = next((line + "\n" for line in text.splitlines() if line.strip().startswith("virtualenv:")), None)
+    if has == want:
+        return None
+    return (f"{project}/Pulumi.yaml runs the hpcc in {has.split(':', 1)[1].strip() if has else 'the python3 on PATH'}, "
+            f"not this one ({venv or 'the python3 on PATH'}): run `hpcc init {project} --refresh`")
+
+
 def environment(prefix: str | None = None) -> str | None:
     """The Python environment hpcc runs in, for Pulumi's `virtualenv` option; None outside a virtualenv."""
     prefix = prefix or sys.prefix
@@ -86,9 +102,12 @@ def _runtime(venv: str | None) -> str:
     return f"runtime:\n  name: python\n  options:\n{opts}"
 
 
+INIT_MARK = "# Written by `hpcc init`"
+
+
 def pulumi_yaml(venv: str | None) -> str:
     where = f"the Python environment {venv}" if venv else "the python3 on PATH"
-    return (f"# Written by `hpcc init`: your own Pulumi project. Its program runs the hpcc installed in {where}.\n"
+    return (f"{INIT_MARK}: your own Pulumi project. Its program runs the hpcc installed in {where}.\n"
             f"name: {PROJECT_NAME}\n"
             "description: Multi-node ML training clusters on AWS (hpcc)\n"
             f"{_runtime(venv)}main: {PROGRAM_DIR.as_posix()}/\n")

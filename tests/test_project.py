@@ -59,3 +59,18 @@ def test_without_a_project_up_says_to_run_init(tmp_path):
     cfg.write_text((ROOT / "examples" / "c6i-oneccl.yaml").read_text())
     with pytest.raises(OpsError, match="hpcc init"):
         pack_for(cfg) if find_project(tmp_path) is None else pytest.skip("a Pulumi.yaml above the tmp dir")
+
+
+def test_up_refuses_a_project_written_for_another_hpcc_environment(tmp_path):
+    from infra.ops import OpsError
+    from infra.ops.up import pack_for
+    from infra.project import environment, stale_environment
+
+    init_project(tmp_path / "p", "c6i-oneccl", venv="/opt/elsewhere")
+    assert "--refresh" in stale_environment(tmp_path / "p", venv="/opt/here")
+    with pytest.raises(OpsError, match="hpcc init .* --refresh"):
+        pack_for(tmp_path / "p" / "Pulumi.cpu-oneccl.yaml")
+    init_project(tmp_path / "p", refresh=True)
+    assert stale_environment(tmp_path / "p") is None and environment() is not None
+    assert pack_for(tmp_path / "p" / "Pulumi.cpu-oneccl.yaml") == tmp_path / "p" / "hpcc" / "policy"
+    assert stale_environment(ROOT) is None  # the checkout's own Pulumi.yaml is not one `hpcc init` wrote

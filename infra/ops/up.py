@@ -33,7 +33,7 @@ from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
-from infra.project import ProjectError, find_project, policy_pack, project_for
+from infra.project import ProjectError, find_project, policy_pack, project_for, stale_environment
 from infra.stackfile import as_pulumi_config, load, read_raw
 
 INSTALL_HINT = ("the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
@@ -127,9 +127,13 @@ def select(config_path: Path, stack_name: str, stack_factory: Callable[[str], St
 
 def _project(config_path: Path) -> Path:
     try:
-        return project_for(config_path)
+        project = project_for(config_path)
     except ProjectError as e:
         raise OpsError(str(e)) from None
+    stale = stale_environment(project)
+    if stale:
+        raise OpsError(stale)
+    return project
 
 
 def pack_for(config_path: Path) -> Path:
