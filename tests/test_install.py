@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -97,3 +98,14 @@ def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(ven
     finally:
         sys.path.remove(str(ROOT / "policy"))
     assert int(pack[2]) == len(policies())
+
+
+def test_make_plan_installs_only_the_runtime():
+    """The plan needs requirements.txt alone; torch and awscli (the box's, 1.6 GB) are the tests' only."""
+    makefile = (ROOT / "Makefile").read_text()
+    plan_prereqs = re.search(r"^plan: (.*)$", makefile, re.M).group(1).split()
+    runtime_recipe = re.search(r"^\$\(VENV\)/\.runtime:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert plan_prereqs == ["$(VENV)/.runtime"] and "-r requirements.txt" in runtime_recipe
+    assert "requirements-dev" not in runtime_recipe
+    runtime = (ROOT / "requirements.txt").read_text().lower()
+    assert not re.search(r"^(torch|awscli)\b", runtime, re.M) and "pulumi-policy==" in runtime
