@@ -2,29 +2,40 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-EXAMPLE ?= examples/p3dn-bert.yaml
+EXAMPLE ?= examples/p5-llm.yaml
 APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge
 
 .PHONY: setup deps plan test box bench golden clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+# The plan needs only the runtime (requirements.txt); the tests add pytest, the box's torch and awscli (1.6 GB).
+$(VENV)/.runtime: requirements.txt pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
+	@echo "installing hpcc's runtime packages into $(VENV) (requirements.txt)"
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --progress-bar on -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime requirements-dev.txt
+	@echo "installing the test packages into $(VENV) (requirements-dev.txt: pytest, torch and awscli for the box)"
+	$(PY) -m pip install --progress-bar on -r requirements-dev.txt
 	touch $@
 
 setup: $(VENV)/.installed
 
-# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns).
+# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns): apt-get needs root.
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
+	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then \
+	  echo "make test needs these Debian packages, and root to install them: $$missing"; \
+	  echo "run 'sudo make deps' once, or test without them: make setup && $(PY) -m pytest -m 'not box'"; \
+	  echo "(the box tests need root anyway; the tests that run a missing tool fail)"; exit 1; \
+	elif [ -n "$$missing" ]; then \
 	  echo "installing Debian packages: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-plan: setup
+plan: $(VENV)/.runtime
 	$(VENV)/bin/hpcc plan $(EXAMPLE) --out plan
 
 # Three workers on two cores: the box's tests (mostly waiting on its nodes) together on one, in order.

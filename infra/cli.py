@@ -37,7 +37,8 @@ def config_error(e: ConfigError) -> "typer.Exit":
 @app.command()
 def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
          out: Path = typer.Option(Path("plan"), "--out", help="directory for resources.json, outputs.json, user-data/"),
-         stack: str = typer.Option("dev", "--stack", help="stack name to plan as"),
+         stack: str = typer.Option(None, "--stack", help="stack name to plan as (default: <stack> of a "
+                                   "Pulumi.<stack>.yaml file, else dev: offline it only names the URNs)"),
          previous: Path | None = typer.Option(None, "--previous", help="an earlier plan's --out directory: also "
                                               "write changes.json, what a second `pulumi up` would do"),
          update_image: bool = typer.Option(False, "--update-image", help="with --previous: resolve the image again "
@@ -48,6 +49,7 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
     from infra.plan.summary import print_changes, print_summary
 
     from infra.naming import image_pin
+    from infra.project import stack_from_file
     from infra.stackfile import load
 
     if update_image and previous is None:
@@ -56,7 +58,7 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
         earlier = PreviousPlan.load(previous) if previous is not None else None
         if update_image:
             earlier = earlier.replacing([image_pin(load(config).cluster.name)])
-        result = plan_stack_file(config, stack=stack, previous=earlier)
+        result = plan_stack_file(config, stack=stack or stack_from_file(config) or "dev", previous=earlier)
     except PreviousPlanError as e:
         raise fail(str(e)) from None
     except ConfigError as e:
@@ -88,6 +90,16 @@ def _ops(fn):
         raise fail(f"AWS refused: {e}", 1) from None
     except BotoCoreError as e:
         raise fail(f"cannot talk to AWS: {e} (check credentials, --region and the network)", 1) from None
+
+
+def _stack(config: Path, given: str | None) -> str:
+    """--stack, else the file's own stack (Pulumi.<stack>.yaml); a usage error (exit 2) when neither says."""
+    from infra.project import ProjectError, stack_name
+
+    try:
+        return stack_name(config, given)
+    except ProjectError as e:
+        raise fail(str(e)) from None
 
 
 def _aws(region: str | None):
@@ -192,7 +204,7 @@ def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its h
 
 @app.command()
 def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-       stack: str = typer.Option("dev", "--stack", help="Pulumi stack name"),
+       stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"),
        hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
        wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
        skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first"),
@@ -205,6 +217,7 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
     """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the hostfile."""
     from infra.ops.up import up as run_up
 
+    stack = _stack(config, stack)
     report = _ops(lambda: run_up(config, stack, hostfile_path=hostfile_out, skip_preflight=skip_preflight,
                                  wait_seconds=None if wait_minutes is None else wait_minutes * 60,
                                  allow_replace=allow_replace, update_image=update_image))
@@ -215,13 +228,15 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
 @app.command()
 def replace(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
             nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: head, compute-001 ..."),
-            stack: str = typer.Option("dev", "--stack", help="Pulumi stack name"),
+            stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"),
             hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
             wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
             allow_replace: bool = typer.Option(False, "--allow-replace",
                                                help="also go ahead with other guarded changes the preview shows")):
     """New instances for the named nodes (`pulumi up --replace`), then wait until they are ready and every node has the new hosts."""
     from infra.ops.replace import UnknownNodes, replace as run_replace
+
+    stack = _stack(config, stack)
 
     def run():
         try:
@@ -239,13 +254,42 @@ def replace(config: Path = typer.Argument(..., help="stack config file (Pulumi.<
 
 @app.command()
 def destroy(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-            stack: str = typer.Option("dev", "--stack", help="Pulumi stack name")):
+            stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)")):
     """`pulumi destroy` (streamed), then list anything still tagged for the cluster."""
     from infra.ops.up import destroy as run_destroy
 
+    stack = _stack(config, stack)
     left = _ops(lambda: run_destroy(config, stack))
     if left.items:
         raise typer.Exit(1)
+
+
+@app.command()
+def init(directory: Path = typer.Argument(..., help="the new project's directory (created if missing)"),
+         example: str = typer.Option("p5-llm", "--example", help="the example the stack file starts from: "
+                                     "p5-llm, p5-capacity-block, p3dn-bert, c6i-oneccl"),
+         stack: str = typer.Option(None, "--stack", help="stack name (default: the example's cluster name)"),
+         refresh: bool = typer.Option(False, "--refresh", help="only point an existing project's program and "
+                                      "policy pack at this hpcc (after installing it elsewhere)")):
+    """Write a Pulumi project of your own that runs this installed hpcc: Pulumi.yaml, a stack file, a README."""
+    from infra.project import ProjectError, init_project
+
+    try:
+        written = init_project(directory, example, stack, refresh=refresh)
+    except ProjectError as e:
+        raise fail(str(e)) from None
+    for f in written.files:
+        print(f"wrote {f}")
+    if not refresh:
+        print(f"next: cd {directory} && hpcc plan Pulumi.{written.stack}.yaml   (then README.md there)")
+
+
+@app.command("deployer-policy")
+def deployer_policy() -> None:
+    """Print the least-privilege IAM policy for whoever runs `hpcc up` (attach it to your deploying user or role)."""
+    from infra.deployer_policy import shipped
+
+    sys.stdout.write(shipped())
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ class _Model(BaseModel):
 
 class HeadNode(_Model):
     instance_type: str = "m6i.2xlarge"
-    root_volume_gib: int = Field(200, ge=35, le=16384)
+    root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=35, le=16384)
 
 
 class ComputeNodes(_Model):
@@ -72,7 +72,7 @@ class ComputeNodes(_Model):
     capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
     # An existing placement group to launch into instead of a new one: the group a reservation was created in.
     placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9._:+=@-]{1,255}$")
-    root_volume_gib: int = Field(200, ge=35, le=16384)
+    root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=35, le=16384)
 
 
 class Image(_Model):

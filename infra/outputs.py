@@ -11,6 +11,14 @@ from infra.hostfile import HostEntry, openmpi
 from infra.estimates import hourly_cost
 
 
+def ssm_login(region: str, instance_id: str, user: str) -> str:
+    """Session Manager lands as ssm-user, who has no cluster key; start the login user's shell instead (ssm-user
+    may sudo by default). AWS-StartInteractiveCommand runs one command as the session:
+    https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-sessions-start.html"""
+    return (f"aws ssm start-session --region {region} --target {instance_id} "
+            f"--document-name AWS-StartInteractiveCommand --parameters 'command=sudo -iu {user}'")
+
+
 def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], compute: Compute,
                   storage: Storage) -> dict[str, object]:
     cluster = cfg.cluster
@@ -26,7 +34,7 @@ def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], comput
     if compute.head_is_public:
         ssh = public_ip.apply(lambda ip: f"ssh {cluster.image.user}@{ip}")
     else:
-        ssh = head.id.apply(lambda iid: f"aws ssm start-session --region {cfg.region} --target {iid}")
+        ssh = head.id.apply(lambda iid: ssm_login(cfg.region, iid, cluster.image.user))
     return {
         "clusterName": cluster.name,
         "region": cfg.region,

@@ -11,14 +11,14 @@ import dataclasses
 import gzip
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import jinja2
 
 from infra import node_settings
+from infra.assets import asset
 from infra.bootstrap_steps import STEPS
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = asset("templates")
 # EC2: "limited to 16 KB, in raw form, before it is base64-encoded" (here: the gzip bytes):
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT = 16 * 1024

@@ -1,10 +1,10 @@
 """At 512 compute nodes the nodes stay under SSM's default 40 requests/s and membership converges within
-2 minutes: the arithmetic, for every cluster size the config allows."""
+2 minutes: the arithmetic, for every regime of cluster size the config allows."""
 
 import pytest
 
 from infra.bootstrap_pacing import (CALLS_PER_NODE, CONVERGENCE_TARGET_SECONDS, MAX_COMPUTE_NODES,
-                                    SSM_REQUESTS_PER_SECOND, SSM_READS, STATUS_WRITES, TARGET_SHARE,
+                                    MIN_INTERVAL_MS, MIN_POLL_SECONDS, MIN_SYNC_SECONDS, SSM_REQUESTS_PER_SECOND, SSM_READS, STATUS_WRITES, TARGET_SHARE,
                                     agent_requests_per_second, convergence_seconds, first_call_pacing, pacing_for,
                                     sync_seconds)
 from infra.bootstrap_steps import STEPS
@@ -20,7 +20,24 @@ def test_calls_per_node_are_a_small_constant():
     assert STATUS_WRITES == len(STEPS) + 1  # counted from the one step list
 
 
-@pytest.mark.parametrize("nodes", range(1, MAX_COMPUTE_NODES + 2))  # 1..513: head + 0..512 compute nodes
+def _floors(nodes: int) -> tuple[bool, bool, bool]:
+    """Which minimums bind at this size (interval, poll, agent tick): between two changes the arithmetic is the
+    same formula, and the largest size of each stretch is its worst case."""
+    pacing = pacing_for(nodes)
+    return (pacing.api_interval_ms == MIN_INTERVAL_MS, pacing.poll_seconds == MIN_POLL_SECONDS,
+            sync_seconds(pacing) == MIN_SYNC_SECONDS)
+
+
+ALL_SIZES = range(1, MAX_COMPUTE_NODES + 2)  # head + 0..512 compute nodes
+# The sizes that can behave differently: the smallest and largest, and both sides of every change of regime.
+SIZES = sorted({1, ALL_SIZES[-1]} | {m for n in ALL_SIZES[1:] if _floors(n) != _floors(n - 1) for m in (n - 1, n)})
+
+
+def test_the_sizes_checked_cover_every_regime():
+    assert len({_floors(n) for n in SIZES}) == len({_floors(n) for n in ALL_SIZES}) >= 3
+
+
+@pytest.mark.parametrize("nodes", SIZES)
 def test_every_cluster_size_stays_in_budget_and_converges_within_2_minutes(nodes):
     """One pacer per node: the cluster makes at most nodes / interval calls a second, agents or not; the
     agents' ticks alone ask less; a hosts change is seen within one tick and one pacer turn."""

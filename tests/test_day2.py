@@ -21,10 +21,11 @@ from infra.plan.runner import PlanError, plan_config
 from infra.stackfile import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
+FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 BASE = read_raw(ROOT / "examples" / "p3dn-bert.yaml")
+BASE["hpcc:cluster"]["image"] = {"family": FAMILY}  # a family, so the tests can publish newer DLAMIs of it
 INSTANCE, SUBNET = "aws:ec2/instance:Instance", "aws:ec2/subnet:Subnet"
 FSX, PLACEMENT = "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ec2/placementGroup:PlacementGroup"
-FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 
 
 @pytest.fixture(scope="module")

@@ -97,6 +97,6 @@ def test_unknown_nodes_are_named_with_the_known_ones(tmp_path, monkeypatch):
             run(stack, tmp_path, ["compute-001", "compute-009", "login"])
         assert [name for name, _ in stack.calls if name in ("preview", "up")] == []
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
-        monkeypatch.setattr("infra.ops.up.local_stack", lambda name: stack)
+        monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
         out = CliRunner().invoke(app, ["replace", str(CPU), "--stack", "dev", "compute-009"])
         assert out.exit_code == 2 and "compute-009" in out.output and "Traceback" not in out.output

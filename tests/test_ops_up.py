@@ -29,7 +29,7 @@ def test_without_pulumi_cli_says_how_to_install(monkeypatch):
     with pytest.raises(OpsError, match="https://www.pulumi.com/docs/install/"):
         up(CPU, "dev", which=lambda _: None)
     monkeypatch.setattr("shutil.which", lambda _: None)
-    for cmd in (["up", str(CPU)], ["destroy", str(CPU)]):
+    for cmd in (["up", str(CPU), "--stack", "dev"], ["destroy", str(CPU), "--stack", "dev"]):
         out = CliRunner().invoke(app, cmd)
         assert out.exit_code == 1 and "pulumi.com/docs/install" in out.output and "Traceback" not in out.output
 
@@ -204,7 +204,7 @@ def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, m
         urn = stack.urn("cpu-oneccl-compute-002")
         stack.events = lambda _: [pre_event("delete", urn, INSTANCE)]
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
-        monkeypatch.setattr("infra.ops.up.local_stack", lambda name: stack)
+        monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
         args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
                 "--hostfile", str(tmp_path / "hostfile")]
         out = CliRunner().invoke(app, args)

@@ -274,6 +274,14 @@ BREAKS = [
 ]
 
 
+# The breaks run on one plan: each breaker edits resources every example has, and a rule's verdict on the break
+# does not depend on the rest of the graph (every example passing every rule is checked on all of them). p5-llm has
+# every kind the breakers touch (public head and its SSH rules, the S3 link, Slurm).
+ONE_PLAN = pytest.mark.parametrize("planned", [Path(__file__).resolve().parent.parent / "examples" / "p5-llm.yaml"],
+                                   indirect=True, ids=["p5-llm"])
+
+
+@ONE_PLAN
 @pytest.mark.parametrize("rule,breaker,words", BREAKS, ids=[b[1].__name__ for b in BREAKS])
 def test_a_broken_graph_fails_the_rule_with_its_message(planned, rule, breaker, words):
     graph = _graph(planned)
@@ -369,6 +377,7 @@ def test_pack_passes_every_example_through_the_engine_path(planned):
     assert [d.message for d in _analyze_stack(graph)] == []
 
 
+@ONE_PLAN
 @pytest.mark.parametrize("rule,breaker,words", BREAKS, ids=[b[1].__name__ for b in BREAKS])
 def test_pack_reports_each_break_as_a_mandatory_violation(planned, rule, breaker, words):
     graph = _graph(planned)

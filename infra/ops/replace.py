@@ -21,7 +21,7 @@ from infra.ops import OpsError
 from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.status import instances
-from infra.ops.up import UpReport, _load, guarded_update, select, state, wait_and_report
+from infra.ops.up import UpReport, _load, guarded_update, pack_for, select, state, wait_and_report
 
 
 class UnknownNodes(OpsError):
@@ -54,7 +54,7 @@ def replace(config_path: Path, stack_name: str, nodes: list[str], *, aws: Aws | 
     leaving = {n: live[n] for n in urns if n in live}
     console.print("replacing " + ", ".join(f"{n} ({leaving.get(n, 'no instance')})" for n in urns), highlight=False)
     outputs = guarded_update(stack, console, replace=list(urns.values()), allow_replace=allow_replace,
-                             allowed_replacements=tuple(resource_name(cluster, n) for n in urns))
+                             policy_pack=pack_for(config_path), allowed_replacements=tuple(resource_name(cluster, n) for n in urns))
     return wait_and_report(cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds,
                            poll=poll, sleep=sleep, replaced=leaving)
 

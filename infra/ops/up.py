@@ -33,10 +33,9 @@ from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
+from infra.project import ProjectError, find_project, policy_pack, project_for, stale_environment
 from infra.stackfile import as_pulumi_config, load, read_raw
 
-ROOT = Path(__file__).resolve().parents[2]  # Pulumi.yaml lives here
-POLICY_PACK = ROOT / "policy"
 INSTALL_HINT = ("the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
                 "https://www.pulumi.com/docs/install/ (e.g. `curl -fsSL https://get.pulumi.com | sh`), "
                 "then `pulumi login` and `pulumi plugin install resource aws`. "
@@ -60,20 +59,25 @@ def require_pulumi(which: Callable[[str], str | None] = shutil.which) -> str:
     return found
 
 
-def local_stack(stack_name: str) -> StackLike:
+def local_stack(stack_name: str, project: Path) -> StackLike:
+    """The stack in the user's own project (infra/project.py), never in hpcc's installed tree."""
     from pulumi import automation as auto
 
     require_pulumi()
-    return auto.create_or_select_stack(stack_name=stack_name, work_dir=str(ROOT))
+    return auto.create_or_select_stack(stack_name=stack_name, work_dir=str(project))
 
 
-def stack_outputs(stack_name: str, which: Callable[[str], str | None] = shutil.which) -> dict:
-    """A stack's outputs as plain values (for `status --stack`): needs the CLI."""
+def stack_outputs(stack_name: str, which: Callable[[str], str | None] = shutil.which,
+                  project: Path | None = None) -> dict:
+    """A stack's outputs as plain values (for `status --stack`, run in the project's directory): needs the CLI."""
     from pulumi import automation as auto
 
     require_pulumi(which)
+    project = project or find_project(Path.cwd())
+    if project is None:
+        raise OpsError("--stack needs the project: run it in the directory `hpcc init` made (or give --cluster)")
     try:
-        stack = auto.select_stack(stack_name=stack_name, work_dir=str(ROOT))
+        stack = auto.select_stack(stack_name=stack_name, work_dir=str(project))
         return {k: v.value for k, v in stack.outputs().items()}
     except auto.errors.CommandError as e:
         raise OpsError(f"cannot read stack {stack_name!r}: {_last_lines(str(e))}") from None
@@ -93,7 +97,7 @@ def configure(stack: StackLike, config_path: Path, stack_name: str, root: Path |
     """Give the stack the config file's values, unless the file is the stack's own Pulumi.<stack>.yaml:
     Pulumi reads that itself, and setting it again would rewrite the user's file (structured values as
     JSON strings, comments gone). Returns whether config was set."""
-    own = (root or ROOT) / f"Pulumi.{stack_name}.yaml"
+    own = (root or _project(config_path)) / f"Pulumi.{stack_name}.yaml"
     if Path(config_path).resolve() == own.resolve():
         return False
     stack.set_all_config(_config_values(config_path))
@@ -112,12 +116,32 @@ def _pulumi(action: str, fn: Callable[[], Any]) -> Any:
 def select(config_path: Path, stack_name: str, stack_factory: Callable[[str], StackLike] | None,
            which: Callable[[str], str | None] = shutil.which) -> StackLike:
     """The stack, given the config file's values."""
+    project = _project(config_path)
     if stack_factory is None:
         require_pulumi(which)
-        stack_factory = local_stack
+        stack_factory = lambda name: local_stack(name, project)  # noqa: E731
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
-    _pulumi("config set", lambda: configure(stack, config_path, stack_name))
+    _pulumi("config set", lambda: configure(stack, config_path, stack_name, root=project))
     return stack
+
+
+def _project(config_path: Path) -> Path:
+    try:
+        project = project_for(config_path)
+    except ProjectError as e:
+        raise OpsError(str(e)) from None
+    stale = stale_environment(project)
+    if stale:
+        raise OpsError(stale)
+    return project
+
+
+def pack_for(config_path: Path) -> Path:
+    """The policy pack for the project around the config file (infra/project.py)."""
+    try:
+        return policy_pack(_project(config_path))
+    except ProjectError as e:
+        raise OpsError(str(e)) from None
 
 
 def state(stack: StackLike) -> list[dict]:
@@ -128,12 +152,11 @@ def state(stack: StackLike) -> list[dict]:
 # -- preview, guard, up, wait: shared by `hpcc up` and `hpcc replace` ------------------------------------
 
 def guarded_update(stack: StackLike, console: Console, *, replace: list[str], allow_replace: bool,
-                   allowed_replacements: tuple[str, ...] = ()) -> dict:
+                   policy_pack: Path, allowed_replacements: tuple[str, ...] = ()) -> dict:
     """Preview (summarised); stop on a guarded change that was not allowed; else `pulumi up`, streamed, with
-    the same options. Returns the stack's outputs as plain values."""
+    the same options and hpcc's policy pack (mandatory). Returns the stack's outputs as plain values."""
     kwargs: dict = {"replace": list(replace)} if replace else {}
-    if POLICY_PACK.is_dir():
-        kwargs["policy_packs"] = [str(POLICY_PACK)]
+    kwargs["policy_packs"] = [str(policy_pack)]
     changes = _pulumi("preview", lambda: ops_preview.preview(stack, **kwargs))
     ops_preview.print_summary(console, changes)
     ops_preview.check(changes, allow_replace, allowed_replacements)
@@ -219,7 +242,8 @@ def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
                            "the first `hpcc up` resolves the image itself: run it without --update-image")
         console.print(f"--update-image: replacing {pin}, so the program resolves the image again", highlight=False)
         replace = [urn]
-    outputs = guarded_update(stack, console, replace=replace, allow_replace=allow_replace)
+    outputs = guarded_update(stack, console, replace=replace, allow_replace=allow_replace,
+                             policy_pack=pack_for(config_path))
     return wait_and_report(cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds,
                            poll=poll, sleep=sleep)
 
@@ -234,7 +258,8 @@ def destroy(config_path: Path, stack_name: str, *, aws: Aws | None = None,
     cfg = _load(config_path)
     if stack_factory is None:
         require_pulumi(which)
-        stack_factory = local_stack
+        project = _project(config_path)
+        stack_factory = lambda name: local_stack(name, project)  # noqa: E731
     aws = aws or Aws(cfg.region)
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
     fsx = resource_name(cfg.cluster.name, "fsx")

@@ -53,6 +53,11 @@ def _dlami(ec2, family: str, ami_id: str, name: str, arch: str, root_device: str
         sriov="simple", creation_date=datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=timezone.utc))
 
 
+# DLAMIs without a family parameter hpcc knows, found by name (image.nameFilter): the proprietary-driver one the
+# p3dn example uses (V100 needs NVIDIA's proprietary driver).
+NAMED_DLAMIS = ("Deep Learning Base Proprietary Nvidia Driver GPU AMI (Ubuntu 22.04) *",)
+
+
 def _seed(region: str) -> None:
     internals.add_managed_policies(ACCOUNT, _managed_policies())
     ec2 = internals.ec2_backend(ACCOUNT, region)
@@ -66,6 +71,10 @@ def _seed(region: str) -> None:
                                       "/dev/xvda" if "amazon-linux" in family else "/dev/sda1", DLAMI_DATE)
             internals.seed_public_parameter(ACCOUNT, region, f"/aws/service/deeplearning/ami/{arch}/{family}/latest/ami-id",
                                             ami_id, "aws:ec2:image")
+    for pattern in NAMED_DLAMIS:
+        ami_id = stable_ami_id(pattern)
+        ec2.amis[ami_id] = _dlami(ec2, pattern, ami_id, pattern.replace("*", DLAMI_DATE), "x86_64", "/dev/sda1",
+                                  DLAMI_DATE)
 
 
 def publish_dlami(region: str, family: str, date: str, account: str = ACCOUNT) -> str:

@@ -1,5 +1,6 @@
 """Slurm in the shared box (cpu profile, `scheduler: slurm`; tests/box/conftest.py runs this module after day 2,
-so the box has compute-000, compute-001 replaced at a new IP and compute-002 added after boot): slurmctld on
+so the box has compute-000, compute-001 replaced at a new IP and compute-002 added after boot; run alone, the
+`slurm` fixture makes those changes itself): slurmctld on
 the head, configless slurmd on every compute node, munge with the key the head generated; real jobs through srun
 and sbatch (the examples in examples/slurm), the nodes day 2 added and replaced back in Slurm and running a job,
 a node whose bootstrap failed drained with its step, and no secret in user data, logs or status. Runs in order
@@ -17,7 +18,7 @@ import hostlist
 import pytest
 
 from infra.naming import Paths
-from tests.box.day2 import add_node
+from tests.box.day2 import add_node, replace_node
 from tests.box.harness import Box, node_env
 from tests.box.test_box_cluster import ALL_REDUCE
 
@@ -46,6 +47,13 @@ MPI_PROGRAM = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def slurm(cluster):
+    """The shared box after day 2. Run alone (tests/box/test_box_day2.py did not run on this box first), the module
+    makes day 2's changes itself: compute-002 added, then compute-001 replaced at a new IP, each booted."""
+    if not any(n.name == "compute-002" for n in cluster.nodes):
+        added, _ = add_node(cluster)
+        assert added.bootstrap.wait(timeout=240) == 0, cluster.diagnose()
+        _, replaced, _ = replace_node(cluster, "compute-001")
+        assert replaced.bootstrap.wait(timeout=240) == 0, cluster.diagnose()
     return cluster
 
 
