@@ -162,3 +162,35 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
     # Nothing newer was published: the pin is replaced on request, and the nodes follow it (unknown at preview).
     assert {c["name"] for c in changes if c["action"] == "replace"} == {image_pin("bert")} | {
         f"bert-{n}" for n in ["head", *(f"compute-{i:03d}" for i in range(8))]}
+
+
+def test_turning_efa_off_replaces_the_compute_nodes_whose_interfaces_change(first_up):
+    # replaceOnChanges names `tags["hpcc:interfaces"]`, the diff `tags.hpcc:interfaces`: one path.
+    result = second_up(first_up, lambda c: c["compute"].update(efa=False))
+    assert replaced(result) == [f"bert-compute-{i:03d}" for i in range(8)]
+    assert all(c.properties == ("tags.hpcc:interfaces",) for c in result.changes if c.type == INSTANCE)
+    assert [c.name for c in guarded(result.changes)] == replaced(result)
+
+
+@pytest.fixture(scope="module")
+def first_up_with_ssh(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("first-up-ssh")
+    config = copy.deepcopy(BASE)
+    config["hpcc:cluster"]["ssh"] = {"allowedCidrs": ["203.0.113.5/32"]}
+    plan_config(config).write(out)
+    return out
+
+
+def test_opening_ssh_replaces_the_head_into_the_public_subnet(first_up):
+    result = second_up(first_up, lambda c: c.update(ssh={"allowedCidrs": ["203.0.113.5/32"]}))
+    assert replaced(result) == ["bert-head"]
+    assert {c.name: c.action for c in result.changes if c.action != "update"} == {
+        "bert-head": "replace", "bert-head-ssh-sg": "create", "bert-head-ssh-in-0": "create"}
+
+
+def test_closing_ssh_replaces_the_head_before_its_ssh_group_goes(first_up_with_ssh):
+    config = copy.deepcopy(BASE)
+    result = plan_config(config, previous=PreviousPlan.load(first_up_with_ssh))
+    assert replaced(result) == ["bert-head"]
+    assert {c.name: c.action for c in result.changes if c.action == "delete"} == {
+        "bert-head-ssh-sg": "delete", "bert-head-ssh-in-0": "delete"}
