@@ -194,3 +194,14 @@ def test_closing_ssh_replaces_the_head_before_its_ssh_group_goes(first_up_with_s
     assert replaced(result) == ["bert-head"]
     assert {c.name: c.action for c in result.changes if c.action == "delete"} == {
         "bert-head-ssh-sg": "delete", "bert-head-ssh-in-0": "delete"}
+
+
+def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_link(tmp_path):
+    # examples/p5-llm.yaml: PERSISTENT_2 at 250 MB/s/TiB with an S3 link (hashicorp/terraform-provider-aws#34932)
+    llm = read_raw(ROOT / "examples" / "p5-llm.yaml")
+    plan_config(llm).write(tmp_path / "first")
+    faster = copy.deepcopy(llm)
+    faster["hpcc:cluster"]["fsx"]["perUnitStorageThroughput"] = 500
+    result = plan_config(faster, previous=PreviousPlan.load(tmp_path / "first"))
+    assert [(c.type, c.action, c.properties) for c in result.changes] == [(FSX, "update", ("perUnitStorageThroughput",))]
+    assert result.refused == [] and guarded(result.changes) == []

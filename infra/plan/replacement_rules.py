@@ -92,6 +92,27 @@ def _instance(path: str, old: dict, new: dict) -> bool:
     return False
 
 
+# The file system's ForceNew fields, one citation each: the provider pulumi-aws 7.51.1 bridges (its docstrings say
+# which provider they follow; terraform-provider-aws >= 5.31 schema where they are silent). Not here:
+# perUnitStorageThroughput (in place since hashicorp/terraform-provider-aws#34932), dataCompressionType,
+# logConfiguration, weeklyMaintenanceStartTime, automaticBackupRetentionDays (UpdateFileSystem).
+LUSTRE_FSX = TF + "fsx/lustre_file_system.go"
+PULUMI_AWS = "pulumi-aws 7.51.1 aws.fsx.LustreFileSystem docstring"
+LUSTRE_FORCE_NEW = {
+    "backupId": LUSTRE_FSX + " ForceNew",
+    "copyTagsToBackups": LUSTRE_FSX + " ForceNew",
+    "deploymentType": LUSTRE_FSX + " ForceNew",
+    "driveCacheType": LUSTRE_FSX + " ForceNew",
+    "efaEnabled": PULUMI_AWS + ' ("must be set at creation. If set this cannot be changed")',
+    "exportPath": LUSTRE_FSX + " ForceNew",
+    "importPath": LUSTRE_FSX + " ForceNew",
+    "importedFileChunkSize": LUSTRE_FSX + " ForceNew",
+    "kmsKeyId": LUSTRE_FSX + " ForceNew",
+    "securityGroupIds": LUSTRE_FSX + " ForceNew",
+    "storageType": LUSTRE_FSX + " ForceNew",
+    "subnetIds": LUSTRE_FSX + " ForceNew",
+}
+
 EC2 = TF + "ec2/"
 RULES: dict[str, Rule] = {
     "aws:ec2/vpc:Vpc": Rule(("cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength"), EC2 + "vpc_.go ForceNew"),
@@ -137,11 +158,10 @@ RULES: dict[str, Rule] = {
         ("dataType", "name"), TF + "ssm/parameter.go ForceNew; ForceNewIfChange(tier Advanced->Standard)",
         _parameter_tier, _parameter_version),
     "aws:fsx/lustreFileSystem:LustreFileSystem": Rule(
-        ("backupId", "copyTagsToBackups", "deploymentType", "driveCacheType", "efaEnabled", "exportPath",
-         "importPath", "importedFileChunkSize", "kmsKeyId", "perUnitStorageThroughput", "securityGroupIds",
-         "storageType", "subnetIds"),
-        TF + "fsx/lustre_file_system.go ForceNew; CustomizeDiff storage_capacity (decrease or SCRATCH_1); "
-             "pulumi-aws 7.51.1 docstrings: efaEnabled set at creation, fileSystemTypeVersion lower replaces",
+        tuple(LUSTRE_FORCE_NEW), "; ".join(f"{k}: {v}" for k, v in LUSTRE_FORCE_NEW.items()) +
+        "; storageCapacity: " + LUSTRE_FSX + " CustomizeDiff (decrease, or any change on SCRATCH_1); "
+        "fileSystemTypeVersion: " + PULUMI_AWS + " (higher upgrades in place, lower replaces); "
+        "perUnitStorageThroughput: updated in place since hashicorp/terraform-provider-aws#34932 (FSx UpdateFileSystem)",
         _lustre),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": Rule(
         ("dataRepositoryPath", "fileSystemId", "fileSystemPath"), TF + "fsx/data_repository_association.go ForceNew"),
