@@ -39,6 +39,7 @@ storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.priv
 compute = Compute("compute", ComputeArgs(
     config=cluster, region=cfg.region, facts=facts, availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
+    subnet_azs={False: network.private_subnet_az, True: network.public_subnet_az},
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
     instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags))
 

@@ -205,3 +205,45 @@ def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_l
     result = plan_config(faster, previous=PreviousPlan.load(tmp_path / "first"))
     assert [(c.type, c.action, c.properties) for c in result.changes] == [(FSX, "update", ("perUnitStorageThroughput",))]
     assert result.refused == [] and guarded(result.changes) == []
+
+
+def test_moving_the_az_replaces_all_that_lives_in_the_subnets_in_an_order_aws_accepts(first_up):
+    from infra.plan.order import refusals, update_steps
+    result = second_up(first_up, lambda c: c.update(availabilityZone="us-east-1d"))
+    nodes = ["bert-head"] + [f"bert-compute-{i:03d}" for i in range(8)]
+    assert set(replaced(result)) == {*nodes, "bert-private", "bert-public", "bert-fsx", "bert-nat",
+                                     "bert-private-rta", "bert-public-rta"}
+    assert all(c.properties == ("availabilityZone",) for c in result.changes if c.type == INSTANCE)
+    assert [c.name for c in result.refused] == ["bert-fsx"]  # protected: Pulumi refuses until it is lifted
+    assert result.aws_refusals == []  # no CIDR conflict, no subnet deleted while anything is in it
+    order = [(s.op, s.name) for s in result.steps]
+    for node in nodes:  # the old node goes before its subnet, the new one comes after the new subnet
+        assert order.index(("delete", node)) < order.index(("delete", "bert-private")) \
+            < order.index(("create", "bert-private")) < order.index(("create", node))
+    assert order.index(("delete", "bert-nat")) < order.index(("delete", "bert-public")) \
+        < order.index(("create", "bert-public")) < order.index(("create", "bert-nat"))
+
+    # The check itself. Created before deleted (no deleteBeforeReplace): the subnets collide, and the new nodes
+    # join a placement group whose old nodes are in the old AZ. Nodes kept (as before this fix): the old
+    # subnet is deleted with the nodes still in it.
+    old = PreviousPlan.load(first_up).resources
+    records = copy.deepcopy(result.resources)
+    for r in records:
+        r["options"]["deleteBeforeReplace"] = False
+    found = refusals(update_steps(result.changes, old, records), result.changes, old, records)
+    assert "create bert-private: InvalidSubnet.Conflict, 10.0.16.0/20 overlaps bert-private (old)" in found
+    assert "create bert-compute-000: the cluster placement group hpcc-bert has nodes in us-east-1c, not us-east-1d" in found
+    kept = [c for c in result.changes if c.type != INSTANCE]
+    found = refusals(update_steps(kept, old, result.resources), kept, old, result.resources)
+    assert any(p.startswith("delete bert-private: DependencyViolation, bert-compute-000 (old)") for p in found)
+
+
+def test_a_plan_from_before_nodes_named_their_az_still_shows_no_change(first_up, tmp_path):
+    # availabilityZone is Optional+Computed: an input newly set to what the provider computed is no diff.
+    records = json.loads((first_up / "resources.json").read_text())
+    for r in records:
+        if r["type"] == INSTANCE:
+            r["inputs"].pop("availabilityZone")
+            r["propertyDependencies"].pop("availabilityZone", None)
+    (tmp_path / "resources.json").write_text(json.dumps(records))
+    assert second_up(tmp_path).changes == []

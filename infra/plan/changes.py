@@ -15,7 +15,7 @@ from __future__ import annotations
 from graphlib import TopologicalSorter
 
 from infra.changes import Change
-from infra.plan.paths import covers, leaf_differences
+from infra.plan.paths import MISSING, covers, get_path, leaf_differences, parse_path
 from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_outputs
 from infra.plan.symbols import normalised, referenced
 
@@ -47,6 +47,18 @@ def _join(prop: str, path: str) -> str:
     return prop + ("" if not path else path if path.startswith("[") else "." + path)
 
 
+def _computed_before(old: dict | None, new: dict | None, path: str) -> bool:
+    """An input the old plan did not set, now set to what the provider computed for it then (an Optional+Computed
+    attribute, e.g. an instance's availabilityZone): the bridged provider diffs against the state, so no change."""
+    if not old or not new:
+        return False
+    parts = parse_path(path)
+    if get_path(old.get("inputs") or {}, parts) is not MISSING:
+        return False
+    value = get_path(new.get("inputs") or {}, parts)
+    return value is not MISSING and get_path(old.get("outputs") or {}, parts) == value
+
+
 def _replaces_on_change(options: dict, changed: list[str]) -> list[str]:
     wanted = options.get("replaceOnChanges") or []
     return [p for p in changed if any(w == "*" or overlaps(p, w) for w in wanted)]
@@ -64,6 +76,7 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
     """The changes, sorted by name, that turn the old plan's resources into the new plan's; `replace` names
     resources replaced on request (`pulumi up --replace`), whatever their inputs."""
     old, new = _custom(old_records), _custom(new_records)
+    raw_old, raw_new = {_key(r): r for r in old_records}, {_key(r): r for r in new_records}
     status: dict[str, str] = {}
     recomputed: dict[str, tuple[str, ...]] = {}
     changes = []
@@ -76,7 +89,8 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
             continue
         before = old[key]
         options = record.get("options") or {}
-        changed = leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
+        changed = [p for p in leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
+                   if not _computed_before(raw_old.get(key), raw_new.get(key), p)]
         changed += unknown_paths(record, status, recomputed)
         ignored = options.get("ignoreChanges") or []
         changed = sorted({p for p in changed if not any(i == "*" or covers(i, p) for i in ignored)})
