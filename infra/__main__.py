@@ -28,7 +28,8 @@ if type_errors:
 
 cluster = cfg.cluster
 extra_tags = dict(cluster.tags)
-pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_types(cfg, facts)[0]) or "x86_64"))
+pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_types(cfg, facts)[0]) or "x86_64",
+                             cfg.region))
 az = pins.availability_zone
 
 network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags))

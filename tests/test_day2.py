@@ -247,3 +247,38 @@ def test_a_plan_from_before_nodes_named_their_az_still_shows_no_change(first_up,
             r["propertyDependencies"].pop("availabilityZone", None)
     (tmp_path / "resources.json").write_text(json.dumps(records))
     assert second_up(tmp_path).changes == []
+
+
+def test_a_new_region_with_its_az_is_shown_as_a_new_cluster(first_up):
+    def west(c):
+        c.update(availabilityZone="us-west-2b")
+    config = copy.deepcopy(BASE)
+    west(config["hpcc:cluster"])
+    config["aws:region"] = "us-west-2"
+    result = plan_config(config, previous=PreviousPlan.load(first_up))
+    kept = {c.name for c in result.changes if c.action != "replace"}
+    assert kept == {"bert-head-policy", "bert-node-policy"}  # IAM is global: the inline policies name new ARNs
+    custom = {r["name"] for r in result.resources if r["custom"]}
+    iam = {r["name"] for r in result.resources if r["type"].startswith("aws:iam/")}
+    assert set(replaced(result)) == custom - iam  # the VPC, groups, parameters, nodes: every regional resource
+    assert all("region" in c.properties for c in result.changes if c.action == "replace")
+    assert [c.name for c in result.refused] == ["bert-fsx"]
+    assert len(result.notes) == 1 and "from us-east-1 to us-west-2: this is a new cluster" in result.notes[0]
+
+
+def test_a_new_region_without_an_az_is_refused_naming_the_region(first_up):
+    config = copy.deepcopy(BASE)
+    config["aws:region"] = "us-west-2"
+    with pytest.raises(PlanError, match=r"^aws:region: this cluster was created in us-east-1 \(its availability zone "
+                                        r"us-east-1c is kept .*cannot move to us-west-2: a region change is a new cluster"):
+        plan_config(config, previous=PreviousPlan.load(first_up))
+
+
+def test_an_earlier_plan_without_regions_is_refused_with_the_fix(first_up, tmp_path):
+    from infra.plan.previous import PreviousPlanError
+    records = json.loads((first_up / "resources.json").read_text())
+    for r in records:
+        r["inputs"].pop("region", None)
+    (tmp_path / "resources.json").write_text(json.dumps(records))
+    with pytest.raises(PreviousPlanError, match="has no region .*plan the old config again with this hpcc"):
+        PreviousPlan.load(tmp_path)

@@ -118,3 +118,21 @@ def refused(changes: list[Change], old_records: list[dict], new_records: list[di
     return [c for c in changes
             if (c.action == "delete" and protected(old_records, c))
             or (c.action == "replace" and protected(old_records, c) and protected(new_records, c))]
+
+
+def regions(records: list[dict]) -> set[str]:
+    return {r["inputs"]["region"] for r in records if isinstance((r.get("inputs") or {}).get("region"), str)}
+
+
+def region_change(old_records: list[dict], new_records: list[dict]) -> str:
+    """What a new aws:region means, when the two plans are in different regions; empty otherwise."""
+    before, after = regions(old_records), regions(new_records)
+    if not before or not after or before == after:
+        return ""
+    old, new = ", ".join(sorted(before)), ", ".join(sorted(after))
+    return (f"aws:region changed from {old} to {new}: this is a new cluster, not an update. Every resource but the "
+            f"IAM roles is replaced, the file system with its data (Pulumi refuses while it is protected), and an "
+            f"AMI is regional: the image kept from the first `pulumi up` (or image.amiId) must exist in {new}. "
+            f"Create a new stack for {new} instead (`pulumi stack init`, then `hpcc up`), copy the data, then "
+            f"`hpcc destroy` this one")
+

@@ -179,6 +179,18 @@ RULES: dict[str, Rule] = {
 }
 
 
+# pulumi-aws 7 bridges terraform-provider-aws 6, whose "enhanced region support" gives every regional resource a
+# top-level `region` argument (pulumi-aws injects the provider's region when it is not set: pulumi/pulumi-aws#5521);
+# a resource cannot move between regions, so a new region is a new resource. IAM is global: no `region`.
+REGION_SOURCE = ("terraform-provider-aws 6 enhanced region support (hashicorp.github.io/terraform-provider-aws/"
+                 "enhanced-region-support); pulumi/pulumi-aws#5521 (v7 injects `region`)")
+GLOBAL_SERVICES = ("aws:iam/",)
+
+
+def regional(type_token: str) -> bool:
+    return type_token.startswith("aws:") and not type_token.startswith(GLOBAL_SERVICES)
+
+
 def overlaps(changed: str, rule_path: str) -> bool:
     """A change at a path, inside it (`launchTemplate.id` in `launchTemplate`), or covering it (a whole
     unknown `launchTemplate` covers `launchTemplate.id`)."""
@@ -194,8 +206,8 @@ def rule_for(type_token: str) -> Rule:
 def forcing_paths(type_token: str, changed: list[str], old: dict, new: dict) -> list[str]:
     """The changed input paths that make the provider replace the resource."""
     rule = rule_for(type_token)
-    forced = []
-    for path in changed:
+    forced = [p for p in changed if p == "region" and regional(type_token)]
+    for path in (p for p in changed if p not in forced):
         conditional = rule.conditional is not None and rule.conditional(path, old, new)
         if conditional or any(overlaps(path, p) for p in rule.force_new):
             forced.append(path)

@@ -16,7 +16,7 @@ from infra.changes import Change
 from infra.config import StackConfig, parse
 from infra.instance_facts import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
-from infra.plan.changes import plan_changes, refused
+from infra.plan.changes import plan_changes, refused, region_change
 from infra.plan.order import refusals as order_refusals, update_steps
 from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
 from infra.plan.internals import event_loop, fresh_stack, root_resource, run_program
@@ -46,6 +46,7 @@ class PlanResult:
     refused: list[Change] = field(default_factory=list)  # of those, what Pulumi refuses (protected resources)
     steps: list = field(default_factory=list)  # the order the update would take (infra/plan/order.py)
     aws_refusals: list[str] = field(default_factory=list)  # what AWS would refuse on the way
+    notes: list[str] = field(default_factory=list)  # what the counts alone would not tell the user
     facts: object = None  # the embedded AWS's instance facts (infra/instance_facts.py), for the summary
 
     def of_type(self, token: str) -> list[dict]:
@@ -152,6 +153,7 @@ def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = 
         result.refused = refused(result.changes, previous.resources, resources)
         result.steps = update_steps(result.changes, previous.resources, resources)
         result.aws_refusals = order_refusals(result.steps, result.changes, previous.resources, resources)
+        result.notes = [n for n in (region_change(previous.resources, resources),) if n]
     return result
 
 

@@ -107,6 +107,8 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
     if refused:
         console.print(f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "
                       "protected resource; remove `protect` first if that is really wanted", highlight=False)
+    for note in result.notes:
+        console.print(f"[bold]note:[/] {escape(note)}", highlight=False)
     for problem in result.aws_refusals:
         console.print(f"[bold red]AWS would refuse:[/] {escape(problem)} (the update would stop there, half done)",
                       highlight=False)
