@@ -158,10 +158,18 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
     run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "b"), "--previous", str(first_up),
                                    "--update-image"])
     assert run.exit_code == 0, run.output
-    changes = json.loads((tmp_path / "b" / "changes.json").read_text())
-    # Nothing newer was published: the pin is replaced on request, and the nodes follow it (unknown at preview).
-    assert {c["name"] for c in changes if c["action"] == "replace"} == {image_pin("bert")} | {
-        f"bert-{n}" for n in ["head", *(f"compute-{i:03d}" for i in range(8))]}
+    # Nothing newer was published: the image is resolved first, found the same, and nothing is replaced.
+    assert json.loads((tmp_path / "b" / "changes.json").read_text()) == []
+    assert "--update-image: no newer image" in " ".join(run.output.split())
+
+
+def test_update_image_with_a_newer_dlami_replaces_the_pin_and_every_node(first_up):
+    from infra.plan.runner import plan_update_image
+    with embedded_aws("us-east-1") as aws:
+        newer = publish_dlami("us-east-1", FAMILY, "20261201")
+        result = plan_update_image(copy.deepcopy(BASE), PreviousPlan.load(first_up), image_pin("bert"), aws=aws)
+    assert {r["inputs"]["ami"] for r in result.of_type(INSTANCE)} == {newer}
+    assert sorted(actions(result, INSTANCE).values()) == ["replace"] * 9 and result.notes == []
 
 
 def test_turning_efa_off_replaces_the_compute_nodes_whose_interfaces_change(first_up):
@@ -282,3 +290,27 @@ def test_an_earlier_plan_without_regions_is_refused_with_the_fix(first_up, tmp_p
     (tmp_path / "resources.json").write_text(json.dumps(records))
     with pytest.raises(PreviousPlanError, match="has no region .*plan the old config again with this hpcc"):
         PreviousPlan.load(tmp_path)
+
+
+def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_them(first_up, tmp_path):
+    for edit, what in ((lambda c: c["compute"].update(placementGroup="reserved-pg"), "placement"),
+                       (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
+                       (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings")):
+        result = second_up(first_up, edit)
+        assert [(c.name, c.action) for c in result.changes] == [("bert-compute-lt", "update")]
+        assert len(result.notes) == 1 and f"bert-compute-lt: a new launch-template version ({what})" in result.notes[0]
+        assert "the 8 running node(s)" in result.notes[0] and "hpcc replace" in result.notes[0]
+    assert second_up(first_up, lambda c: c["compute"].update(count=9)).notes == []  # no template changed
+
+    from typer.testing import CliRunner
+
+    import yaml
+    from infra.cli import app
+    config = copy.deepcopy(BASE)
+    config["hpcc:cluster"]["compute"]["placementGroup"] = "reserved-pg"
+    stack = tmp_path / "Pulumi.bert.yaml"
+    stack.write_text(yaml.safe_dump({"config": config}))
+    run = CliRunner().invoke(app, ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_up)],
+                             terminal_width=200)
+    assert run.exit_code == 0, run.output
+    assert "keep the old setting until replaced: `hpcc replace CONFIG --stack STACK NODE`" in " ".join(run.output.split())

@@ -20,6 +20,9 @@ from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_out
 from infra.plan.symbols import normalised, referenced
 
 
+LAUNCH_TEMPLATE, INSTANCE = "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"
+
+
 def _key(r: dict) -> tuple[str, str]:
     return r["name"], r["type"]
 
@@ -135,4 +138,25 @@ def region_change(old_records: list[dict], new_records: list[dict]) -> str:
             f"AMI is regional: the image kept from the first `pulumi up` (or image.amiId) must exist in {new}. "
             f"Create a new stack for {new} instead (`pulumi stack init`, then `hpcc up`), copy the data, then "
             f"`hpcc destroy` this one")
+
+
+def launch_template_notes(changes: list[Change], new_records: list[dict]) -> list[str]:
+    """A launch template updated in place is a new version that only nodes launched afterwards get: running nodes
+    ignore it (`ignore_changes` on launchTemplate.version, infra/components/compute.py). Say so, per template,
+    with the command that applies it to a running node."""
+    by_name = {c.name: c for c in changes}
+    notes = []
+    for c in changes:
+        if c.type != LAUNCH_TEMPLATE or c.action != "update":
+            continue
+        nodes = sorted(r["name"] for r in new_records if r["type"] == INSTANCE
+                       and c.name in (r.get("propertyDependencies") or {}).get("launchTemplate", ())
+                       and by_name.get(r["name"], Change("", "", "update")).action not in ("create", "replace"))
+        if nodes:
+            what = ", ".join(sorted({str(parse_path(p)[0]) for p in c.properties}))
+            notes.append(f"{c.name}: a new launch-template version ({what}) reaches only nodes launched from now on; "
+                         f"the {len(nodes)} running node(s) that use it ({', '.join(nodes[:3])}"
+                         f"{', ...' if len(nodes) > 3 else ''}) keep the old setting until replaced: "
+                         "`hpcc replace CONFIG --stack STACK NODE` for each")
+    return notes
 
