@@ -202,6 +202,14 @@ def test_closing_ssh_replaces_the_head_before_its_ssh_group_goes(first_up_with_s
     assert replaced(result) == ["bert-head"]
     assert {c.name: c.action for c in result.changes if c.action == "delete"} == {
         "bert-head-ssh-sg": "delete", "bert-head-ssh-in-0": "delete"}
+    order = [(s.op, s.name) for s in result.steps]
+    assert order.index(("delete", "bert-head")) < order.index(("delete", "bert-head-ssh-sg"))
+    assert result.aws_refusals == []
+    # As the plan had it (the head updated in place): its SSH group deleted while the head still uses it.
+    from infra.plan.order import refusals, update_steps
+    old, kept = PreviousPlan.load(first_up_with_ssh).resources, [c for c in result.changes if c.name != "bert-head"]
+    assert refusals(update_steps(kept, old, result.resources), kept, old, result.resources) == [
+        "delete bert-head-ssh-sg: DependencyViolation, in use by bert-head (old)"]
 
 
 def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_link(tmp_path):

@@ -21,6 +21,7 @@ SUBNET = "aws:ec2/subnet:Subnet"
 INSTANCE = "aws:ec2/instance:Instance"
 LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 PLACEMENT = "aws:ec2/placementGroup:PlacementGroup"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 # What puts network interfaces in a subnet, and the input that names it (AWS's DeleteSubnet refuses while any is there)
 IN_SUBNET = {"aws:fsx/lustreFileSystem:LustreFileSystem": "subnetIds", "aws:ec2/natGateway:NatGateway": "subnetId"}
 
@@ -117,6 +118,15 @@ def _subnet_of(record: dict, side: dict[str, dict]) -> str | None:
     return None
 
 
+def _groups_of(record: dict, side: dict[str, dict]) -> set[str]:
+    """The security group ids on a resource's interfaces (a node: its launch template's)."""
+    inputs = record.get("inputs") or {}
+    if record["type"] == INSTANCE:
+        nics = (_launch_template(record, side).get("inputs") or {}).get("networkInterfaces") or []
+        return {g for nic in nics for g in nic.get("securityGroups") or []}
+    return set(inputs.get("securityGroupIds") or []) if record["type"] in IN_SUBNET else set()
+
+
 def _vpc(record: dict, replaced: set[str], side: str) -> tuple[str, str]:
     """Which VPC a subnet is in: the VPC resource it reads, old or new copy when the update replaces it."""
     vpc = ((record.get("propertyDependencies") or {}).get("vpcId") or [""])[0]
@@ -134,7 +144,8 @@ def _group(record: dict, sides: dict[str, dict], side: str, replaced: set[str]) 
 
 def refusals(steps: list[Step], changes: list[Change], old_records: list[dict], new_records: list[dict]) -> list[str]:
     """What AWS refuses on the way: a subnet whose CIDR overlaps a live one in its VPC (CreateSubnet
-    InvalidSubnet.Conflict), deleting a subnet that still holds interfaces (DeleteSubnet DependencyViolation),
+    InvalidSubnet.Conflict), deleting a subnet that still holds interfaces or a security group still on one
+    (DeleteSubnet, DeleteSecurityGroup DependencyViolation),
     nodes of one cluster placement group in two AZs (EC2 User Guide, "Placement groups": a cluster placement
     group is in a single Availability Zone)."""
     sides = {"old": {r["name"]: r for r in old_records}, "new": {r["name"]: r for r in new_records}}
@@ -146,6 +157,10 @@ def refusals(steps: list[Step], changes: list[Change], old_records: list[dict], 
         record = sides[side][step.name]
         if step.op == "delete":
             live.pop((side, step.name), None)
+            if record["type"] == SECURITY_GROUP:
+                users = sorted(f"{n} ({s})" for (s, n), r in live.items() if record.get("id") in _groups_of(r, sides[s]))
+                if users:
+                    problems.append(f"delete {step.name}: DependencyViolation, in use by {', '.join(users)}")
             if record["type"] == SUBNET:
                 holders = sorted(f"{n} ({s})" for (s, n), r in live.items() if _subnet_of(r, sides[s]) == record.get("id"))
                 if holders:
