@@ -28,7 +28,8 @@ if type_errors:
 
 cluster = cfg.cluster
 extra_tags = dict(cluster.tags)
-pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_types(cfg, facts)[0]) or "x86_64"))
+pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_types(cfg, facts)[0]) or "x86_64",
+                             cfg.region))
 az = pins.availability_zone
 
 network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags))
@@ -39,6 +40,7 @@ storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.priv
 compute = Compute("compute", ComputeArgs(
     config=cluster, region=cfg.region, facts=facts, availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
+    subnet_azs={False: network.private_subnet_az, True: network.public_subnet_az},
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
     instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags))
 

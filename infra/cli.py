@@ -45,20 +45,22 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
                                            "(as `hpcc up --update-image`), not keep the one the earlier plan had")):
     """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
     from infra.plan.previous import PreviousPlan, PreviousPlanError
-    from infra.plan.runner import PlanError, plan_stack_file
+    from infra.plan.runner import PlanError, plan_stack_file, plan_update_image
     from infra.plan.summary import print_changes, print_summary
 
     from infra.naming import image_pin
     from infra.project import stack_from_file
-    from infra.stackfile import load
+    from infra.stackfile import load, read_raw
 
     if update_image and previous is None:
         raise fail("--update-image compares with an earlier plan: give --previous DIR too")
     try:
         earlier = PreviousPlan.load(previous) if previous is not None else None
+        stack = stack or stack_from_file(config) or "dev"
         if update_image:
-            earlier = earlier.replacing([image_pin(load(config).cluster.name)])
-        result = plan_stack_file(config, stack=stack or stack_from_file(config) or "dev", previous=earlier)
+            result = plan_update_image(read_raw(config), earlier, image_pin(load(config).cluster.name), stack=stack)
+        else:
+            result = plan_stack_file(config, stack=stack, previous=earlier)
     except PreviousPlanError as e:
         raise fail(str(e)) from None
     except ConfigError as e:

@@ -11,7 +11,7 @@ import re
 import unicodedata
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from infra import settings_schema
@@ -58,9 +58,16 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
+def root_volume(default: int = 200):
+    """`rootVolumeGiB` as the README spells it (like `storageCapacityGiB`), and `rootVolumeGib`, the spelling
+    this key was first read with: both are accepted; giving both is an unknown key."""
+    return Field(default, ge=35, le=16384, validation_alias=AliasChoices("rootVolumeGiB", "rootVolumeGib"),
+                 serialization_alias="rootVolumeGiB")
+
+
 class HeadNode(_Model):
     instance_type: str = "m6i.2xlarge"
-    root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=35, le=16384)
+    root_volume_gib: int = root_volume()
 
 
 class ComputeNodes(_Model):
@@ -72,7 +79,7 @@ class ComputeNodes(_Model):
     capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
     # An existing placement group to launch into instead of a new one: the group a reservation was created in.
     placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9._:+=@-]{1,255}$")
-    root_volume_gib: int = Field(200, alias="rootVolumeGiB", ge=35, le=16384)
+    root_volume_gib: int = root_volume()
 
 
 class Image(_Model):

@@ -44,9 +44,9 @@ def first_az(offered: dict[str, set[str]], types: list[str]) -> str:
     return found
 
 
-def check_kept_az(zone: str, offered: dict[str, set[str]], cluster: ClusterConfig) -> str:
+def check_kept_az(zone: str, offered: dict[str, set[str]], cluster: ClusterConfig, region: str | None = None) -> str:
     problem = az.kept_az_problem(zone, offered, cluster.head_node.instance_type, cluster.compute.instance_type,
-                                 configured=bool(cluster.availability_zone))
+                                 configured=bool(cluster.availability_zone), region=region)
     if problem:
         raise LookupFailed("%s: %s" % problem)
     return zone

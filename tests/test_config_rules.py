@@ -164,3 +164,43 @@ def test_cli_plans_an_example_and_writes_the_files(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data"}
     assert sorted(p.name for p in (tmp_path / "user-data").iterdir()) == ["cpu-oneccl-compute-lt", "cpu-oneccl-head-lt"]
     assert "Estimated cost" in run.stdout and "compute-003" in run.stdout
+
+
+def readme_config_keys() -> list[str]:
+    """Every key the README's config table and its day-2 table name: `a.b`, `.c` continuing `a.`, alternatives."""
+    from pathlib import Path
+    import re
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = []
+    for section in ("## Config reference", "## Changing a running cluster"):
+        table = next(b for b in text.split(section)[1].split("\n\n") if b.startswith("| key"))
+        rows += table.splitlines()[2:]
+    keys = []
+    for row in rows:
+        prefix = ""
+        for name in re.findall(r"`([A-Za-z.*]+)`", row.split("|")[1]):
+            full = prefix + name[1:] if name.startswith(".") else name
+            if full.endswith(".*"):  # `bootstrap.*`: the config table names each
+                continue
+            prefix = full.rsplit(".", 1)[0] + "." if "." in full else ""
+            keys.append(full)
+    return keys
+
+
+def test_every_key_the_readme_names_is_read_in_that_spelling():
+    keys = readme_config_keys()
+    assert {"headNode.rootVolumeGiB", "compute.rootVolumeGiB", "fsx.perUnitStorageThroughput",
+            "bootstrap.joinTimeoutMinutes", "security.imdsForContainers", "tags"} <= set(keys)
+    for key in keys:
+        overrides = {key.replace(".", "__"): [{"probe": 1}]}  # a value no key takes: a type error, never "unknown"
+        found = problems(**overrides)
+        assert found and all(msg != "" for _, msg in found), key
+        assert not [m for f, m in found if "unknown key" in m], (key, found)
+
+
+@pytest.mark.parametrize("spelling", ["rootVolumeGiB", "rootVolumeGib"])
+def test_root_volume_takes_the_readmes_spelling_and_the_first_one(spelling):
+    cfg = parse("us-east-1", cluster(**{f"headNode__{spelling}": 300, f"compute__{spelling}": 400}))
+    assert (cfg.cluster.head_node.root_volume_gib, cfg.cluster.compute.root_volume_gib) == (300, 400)
+    assert ("cluster.compute." + spelling, "Input should be greater than or equal to 35; got 1") in \
+        problems(**{f"compute__{spelling}": 1})

@@ -159,7 +159,167 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
     run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "b"), "--previous", str(first_up),
                                    "--update-image"])
     assert run.exit_code == 0, run.output
-    changes = json.loads((tmp_path / "b" / "changes.json").read_text())
-    # Nothing newer was published: the pin is replaced on request, and the nodes follow it (unknown at preview).
-    assert {c["name"] for c in changes if c["action"] == "replace"} == {image_pin("bert")} | {
-        f"bert-{n}" for n in ["head", *(f"compute-{i:03d}" for i in range(8))]}
+    # Nothing newer was published: the image is resolved first, found the same, and nothing is replaced.
+    assert json.loads((tmp_path / "b" / "changes.json").read_text()) == []
+    assert "--update-image: no newer image" in " ".join(run.output.split())
+
+
+def test_update_image_with_a_newer_dlami_replaces_the_pin_and_every_node(first_up):
+    from infra.plan.runner import plan_update_image
+    with embedded_aws("us-east-1") as aws:
+        newer = publish_dlami("us-east-1", FAMILY, "20261201")
+        result = plan_update_image(copy.deepcopy(BASE), PreviousPlan.load(first_up), image_pin("bert"), aws=aws)
+    assert {r["inputs"]["ami"] for r in result.of_type(INSTANCE)} == {newer}
+    assert sorted(actions(result, INSTANCE).values()) == ["replace"] * 9 and result.notes == []
+
+
+def test_turning_efa_off_replaces_the_compute_nodes_whose_interfaces_change(first_up):
+    # replaceOnChanges names `tags["hpcc:interfaces"]`, the diff `tags.hpcc:interfaces`: one path.
+    result = second_up(first_up, lambda c: c["compute"].update(efa=False))
+    assert replaced(result) == [f"bert-compute-{i:03d}" for i in range(8)]
+    assert all(c.properties == ("tags.hpcc:interfaces",) for c in result.changes if c.type == INSTANCE)
+    assert [c.name for c in guarded(result.changes)] == replaced(result)
+
+
+@pytest.fixture(scope="module")
+def first_up_with_ssh(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("first-up-ssh")
+    config = copy.deepcopy(BASE)
+    config["hpcc:cluster"]["ssh"] = {"allowedCidrs": ["203.0.113.5/32"]}
+    plan_config(config).write(out)
+    return out
+
+
+def test_opening_ssh_replaces_the_head_into_the_public_subnet(first_up):
+    result = second_up(first_up, lambda c: c.update(ssh={"allowedCidrs": ["203.0.113.5/32"]}))
+    assert replaced(result) == ["bert-head"]
+    assert {c.name: c.action for c in result.changes if c.action != "update"} == {
+        "bert-head": "replace", "bert-head-ssh-sg": "create", "bert-head-ssh-in-0": "create"}
+
+
+def test_closing_ssh_replaces_the_head_before_its_ssh_group_goes(first_up_with_ssh):
+    config = copy.deepcopy(BASE)
+    result = plan_config(config, previous=PreviousPlan.load(first_up_with_ssh))
+    assert replaced(result) == ["bert-head"]
+    assert {c.name: c.action for c in result.changes if c.action == "delete"} == {
+        "bert-head-ssh-sg": "delete", "bert-head-ssh-in-0": "delete"}
+    order = [(s.op, s.name) for s in result.steps]
+    assert order.index(("delete", "bert-head")) < order.index(("delete", "bert-head-ssh-sg"))
+    assert result.aws_refusals == []
+    # As the plan had it (the head updated in place): its SSH group deleted while the head still uses it.
+    from infra.plan.order import refusals, update_steps
+    old, kept = PreviousPlan.load(first_up_with_ssh).resources, [c for c in result.changes if c.name != "bert-head"]
+    assert refusals(update_steps(kept, old, result.resources), kept, old, result.resources) == [
+        "delete bert-head-ssh-sg: DependencyViolation, in use by bert-head (old)"]
+
+
+def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_link(tmp_path):
+    # examples/p5-llm.yaml: PERSISTENT_2 at 250 MB/s/TiB with an S3 link (hashicorp/terraform-provider-aws#34932)
+    llm = read_raw(ROOT / "examples" / "p5-llm.yaml")
+    plan_config(llm).write(tmp_path / "first")
+    faster = copy.deepcopy(llm)
+    faster["hpcc:cluster"]["fsx"]["perUnitStorageThroughput"] = 500
+    result = plan_config(faster, previous=PreviousPlan.load(tmp_path / "first"))
+    assert [(c.type, c.action, c.properties) for c in result.changes] == [(FSX, "update", ("perUnitStorageThroughput",))]
+    assert result.refused == [] and guarded(result.changes) == []
+
+
+def test_moving_the_az_replaces_all_that_lives_in_the_subnets_in_an_order_aws_accepts(first_up):
+    from infra.plan.order import refusals, update_steps
+    result = second_up(first_up, lambda c: c.update(availabilityZone="us-east-1d"))
+    nodes = ["bert-head"] + [f"bert-compute-{i:03d}" for i in range(8)]
+    assert set(replaced(result)) == {*nodes, "bert-private", "bert-public", "bert-fsx", "bert-nat",
+                                     "bert-private-rta", "bert-public-rta"}
+    assert all(c.properties == ("availabilityZone",) for c in result.changes if c.type == INSTANCE)
+    assert [c.name for c in result.refused] == ["bert-fsx"]  # protected: Pulumi refuses until it is lifted
+    assert result.aws_refusals == []  # no CIDR conflict, no subnet deleted while anything is in it
+    order = [(s.op, s.name) for s in result.steps]
+    for node in nodes:  # the old node goes before its subnet, the new one comes after the new subnet
+        assert order.index(("delete", node)) < order.index(("delete", "bert-private")) \
+            < order.index(("create", "bert-private")) < order.index(("create", node))
+    assert order.index(("delete", "bert-nat")) < order.index(("delete", "bert-public")) \
+        < order.index(("create", "bert-public")) < order.index(("create", "bert-nat"))
+
+    # The check itself. Created before deleted (no deleteBeforeReplace): the subnets collide, and the new nodes
+    # join a placement group whose old nodes are in the old AZ. Nodes kept (as before this fix): the old
+    # subnet is deleted with the nodes still in it.
+    old = PreviousPlan.load(first_up).resources
+    records = copy.deepcopy(result.resources)
+    for r in records:
+        r["options"]["deleteBeforeReplace"] = False
+    found = refusals(update_steps(result.changes, old, records), result.changes, old, records)
+    assert "create bert-private: InvalidSubnet.Conflict, 10.0.16.0/20 overlaps bert-private (old)" in found
+    assert "create bert-compute-000: the cluster placement group hpcc-bert has nodes in us-east-1c, not us-east-1d" in found
+    kept = [c for c in result.changes if c.type != INSTANCE]
+    found = refusals(update_steps(kept, old, result.resources), kept, old, result.resources)
+    assert any(p.startswith("delete bert-private: DependencyViolation, bert-compute-000 (old)") for p in found)
+
+
+def test_a_plan_from_before_nodes_named_their_az_still_shows_no_change(first_up, tmp_path):
+    # availabilityZone is Optional+Computed: an input newly set to what the provider computed is no diff.
+    records = json.loads((first_up / "resources.json").read_text())
+    for r in records:
+        if r["type"] == INSTANCE:
+            r["inputs"].pop("availabilityZone")
+            r["propertyDependencies"].pop("availabilityZone", None)
+    (tmp_path / "resources.json").write_text(json.dumps(records))
+    assert second_up(tmp_path).changes == []
+
+
+def test_a_new_region_with_its_az_is_shown_as_a_new_cluster(first_up):
+    def west(c):
+        c.update(availabilityZone="us-west-2b")
+    config = copy.deepcopy(BASE)
+    west(config["hpcc:cluster"])
+    config["aws:region"] = "us-west-2"
+    result = plan_config(config, previous=PreviousPlan.load(first_up))
+    kept = {c.name for c in result.changes if c.action != "replace"}
+    assert kept == {"bert-head-policy", "bert-node-policy"}  # IAM is global: the inline policies name new ARNs
+    custom = {r["name"] for r in result.resources if r["custom"]}
+    iam = {r["name"] for r in result.resources if r["type"].startswith("aws:iam/")}
+    assert set(replaced(result)) == custom - iam  # the VPC, groups, parameters, nodes: every regional resource
+    assert all("region" in c.properties for c in result.changes if c.action == "replace")
+    assert [c.name for c in result.refused] == ["bert-fsx"]
+    assert len(result.notes) == 1 and "from us-east-1 to us-west-2: this is a new cluster" in result.notes[0]
+
+
+def test_a_new_region_without_an_az_is_refused_naming_the_region(first_up):
+    config = copy.deepcopy(BASE)
+    config["aws:region"] = "us-west-2"
+    with pytest.raises(PlanError, match=r"^aws:region: this cluster was created in us-east-1 \(its availability zone "
+                                        r"us-east-1c is kept .*cannot move to us-west-2: a region change is a new cluster"):
+        plan_config(config, previous=PreviousPlan.load(first_up))
+
+
+def test_an_earlier_plan_without_regions_is_refused_with_the_fix(first_up, tmp_path):
+    from infra.plan.previous import PreviousPlanError
+    records = json.loads((first_up / "resources.json").read_text())
+    for r in records:
+        r["inputs"].pop("region", None)
+    (tmp_path / "resources.json").write_text(json.dumps(records))
+    with pytest.raises(PreviousPlanError, match="has no region .*plan the old config again with this hpcc"):
+        PreviousPlan.load(tmp_path)
+
+
+def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_them(first_up, tmp_path):
+    for edit, what in ((lambda c: c["compute"].update(placementGroup="reserved-pg"), "placement"),
+                       (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
+                       (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings")):
+        result = second_up(first_up, edit)
+        assert [(c.name, c.action) for c in result.changes] == [("bert-compute-lt", "update")]
+        assert len(result.notes) == 1 and f"bert-compute-lt: a new launch-template version ({what})" in result.notes[0]
+        assert "the 8 running node(s)" in result.notes[0] and "hpcc replace" in result.notes[0]
+    assert second_up(first_up, lambda c: c["compute"].update(count=9)).notes == []  # no template changed
+
+    from typer.testing import CliRunner
+
+    import yaml
+    from infra.cli import app
+    config = copy.deepcopy(BASE)
+    config["hpcc:cluster"]["compute"]["placementGroup"] = "reserved-pg"
+    stack = tmp_path / "Pulumi.bert.yaml"
+    stack.write_text(yaml.safe_dump({"config": config}))
+    run = CliRunner().invoke(app, ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_up)],
+                             terminal_width=200)
+    assert run.exit_code == 0, run.output
+    assert "keep the old setting until replaced: `hpcc replace CONFIG --stack STACK NODE`" in " ".join(run.output.split())

@@ -19,6 +19,7 @@ from tests.ops_support import EXAMPLES, FakeStack, inject_errors, pre_event, put
 
 REGION = "us-east-1"
 CPU = EXAMPLES / "c6i-oneccl.yaml"
+CPU_FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"  # the example's image: the default family
 
 
 def console():
@@ -170,7 +171,8 @@ def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_i
         assert "preview: 1 to create, 1 to update" in out.export_text()
 
 
-def test_update_image_replaces_the_pin_in_preview_and_up(tmp_path):
+def test_update_image_replaces_the_pin_in_preview_and_up_only_when_a_newer_image_exists(tmp_path):
+    from infra.plan.embedded_aws import publish_dlami
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
         if not any(r["urn"].endswith("::cpu-oneccl-image-pin") for r in stack.state):  # the pin the program keeps
@@ -178,7 +180,17 @@ def test_update_image_replaces_the_pin_in_preview_and_up(tmp_path):
         pin = stack.urn("cpu-oneccl-image-pin")
         node_urns = [stack.urn(f"cpu-oneccl-{n}") for n in NODES]
         stack.events = lambda kw: [e for u in kw.get("replace", []) for e in replacement_events(u, PARAM, ["value"])] + \
-            [e for u in node_urns for e in replacement_events(u, INSTANCE, ["launchTemplate.version"])]
+            ([e for u in node_urns for e in replacement_events(u, INSTANCE, ["launchTemplate.version"])]
+             if kw.get("replace") else [])
+        all_ready(env)
+        out = console()
+        assert quick_up(stack, tmp_path, out, update_image=True).ok  # nothing newer: no replacement, no guard
+        assert [(name, kw.get("replace") or []) for name, kw in stack.calls if name in ("preview", "up")] == \
+            [("preview", []), ("up", [])]
+        assert "--update-image: no newer image" in " ".join(out.export_text().split())
+
+        stack.calls.clear()
+        publish_dlami(REGION, CPU_FAMILY, "20261201")
         with pytest.raises(OpsError, match="replace instance cpu-oneccl-head"):
             quick_up(stack, tmp_path, update_image=True)
         assert [kw.get("replace") for name, kw in stack.calls if name == "preview"] == [[pin]]

@@ -264,3 +264,15 @@ def test_keep_ignored_sets_nested_paths_and_removes_what_the_old_inputs_lacked()
     assert plain(rpc.deserialize_properties(request_object)) == \
         {"tags": {"a": "1", "c": "3"}, "value": "old"}
     assert request_object["value"][rpc._special_sig_key] == rpc._special_secret_sig  # still a secret
+
+
+def test_replace_on_changes_paths_match_however_they_are_written():
+    old, new = cluster(), cluster(suffix="2")
+    old[4]["inputs"]["tags"] = {"hpcc:interfaces": "1 efa", "owner": "a"}
+    new[4]["inputs"]["tags"] = {"hpcc:interfaces": "1 interface", "owner": "a"}
+    new[4]["options"]["replaceOnChanges"] = ['tags["hpcc:interfaces"]']  # written as the program writes it
+    assert actions(plan_changes(old, new)) == {"node-0": "replace", "hosts": "update"}
+    new[4]["options"]["replaceOnChanges"] = ["tags[*]"]
+    assert actions(plan_changes(old, new))["node-0"] == "replace"
+    new[4]["options"]["replaceOnChanges"] = ['tags["owner"]']
+    assert actions(plan_changes(old, new)) == {"node-0": "update"}

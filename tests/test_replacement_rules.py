@@ -109,3 +109,11 @@ def test_parameter_value_updates_in_place_and_bumps_its_version():
     assert forces(PARAM, "tier", {"tier": "Advanced"}, {"tier": "Standard"})
     assert recomputed_outputs(PARAM, ["value"], {}) == ("version",)
     assert recomputed_outputs(PARAM, ["tags.Name"], {}) == ()
+
+
+def test_lustre_throughput_changes_in_place_and_every_force_new_field_names_its_source():
+    from infra.plan.replacement_rules import LUSTRE_FORCE_NEW
+    assert not forces(LUSTRE, "perUnitStorageThroughput", {"perUnitStorageThroughput": 250},
+                      {"perUnitStorageThroughput": 500, "deploymentType": "PERSISTENT_2"})
+    assert forces(LUSTRE, "efaEnabled")
+    assert set(RULES[LUSTRE].force_new) == set(LUSTRE_FORCE_NEW) and all(LUSTRE_FORCE_NEW.values())

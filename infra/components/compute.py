@@ -32,6 +32,8 @@ class ComputeArgs:
     image: pulumi.Output[ImageInfo]
     private_subnet_id: pulumi.Input[str]
     public_subnet_id: pulumi.Input[str]
+    # The subnets' AZ as their outputs: a node reads it, so replacing a subnet replaces the nodes in it first.
+    subnet_azs: dict[bool, pulumi.Input[str]]  # public? -> AZ
     nodes_sg_id: pulumi.Input[str]
     head_ssh_sg_id: pulumi.Input[str] | None
     instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/components/identity.py)
@@ -182,7 +184,8 @@ class Compute(pulumi.ComponentResource):
 
     def _node(self, args: ComputeArgs, node: str, lt: aws.ec2.LaunchTemplate, spec: RoleSpec, public: bool) -> Node:
         """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
-        new instance), another instance type or interface layout (`replace_on_changes`). A new launch-template
+        new instance), another subnet's AZ (`availability_zone`), another instance type or interface layout
+        (`replace_on_changes`). A new launch-template
         version (user data, tags, root volume, market) reaches nodes created afterwards: existing nodes ignore it
         (terraform-provider-aws forces a new instance when `launch_template.version` changes). The IMDS options
         are set here too, so a change reaches the running nodes in place."""
@@ -190,6 +193,8 @@ class Compute(pulumi.ComponentResource):
         instance = aws.ec2.Instance(
             f"{c}-{node}",
             ami=args.image.apply(lambda i: i.ami_id), instance_type=spec.itype.name,
+            # ForceNew, and read from the node's subnet: an AZ move replaces the node before its subnet goes.
+            availability_zone=args.subnet_azs[public],
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(**metadata_options(args.config)),
             tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(spec.layout, public)),

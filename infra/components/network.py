@@ -27,6 +27,8 @@ class Network(pulumi.ComponentResource):
     vpc_id: pulumi.Output[str]
     public_subnet_id: pulumi.Output[str]
     private_subnet_id: pulumi.Output[str]
+    public_subnet_az: pulumi.Output[str]
+    private_subnet_az: pulumi.Output[str]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("hpcc:cluster:Network", name, None, opts)
@@ -35,11 +37,15 @@ class Network(pulumi.ComponentResource):
 
         vpc = aws.ec2.Vpc(f"{c}-vpc", cidr_block=VPC_CIDR, enable_dns_hostnames=True, enable_dns_support=True,
                           tags=tags(c, "vpc", t), opts=child)
+        # An AZ move replaces the subnets with the same CIDRs in the same VPC, which AWS refuses while the old
+        # ones exist: delete first. Pulumi then first deletes what would be replaced with them (the nodes, the NAT
+        # gateway, the file system: pulumi/pulumi step_generator.go calculateDependentReplacements).
+        in_az = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
         public = aws.ec2.Subnet(f"{c}-public", vpc_id=vpc.id, cidr_block=PUBLIC_CIDR,
                                 availability_zone=args.availability_zone, map_public_ip_on_launch=False,
-                                tags=tags(c, "public", t), opts=child)
+                                tags=tags(c, "public", t), opts=in_az)
         private = aws.ec2.Subnet(f"{c}-private", vpc_id=vpc.id, cidr_block=PRIVATE_CIDR,
-                                 availability_zone=args.availability_zone, tags=tags(c, "private", t), opts=child)
+                                 availability_zone=args.availability_zone, tags=tags(c, "private", t), opts=in_az)
         igw = aws.ec2.InternetGateway(f"{c}-igw", vpc_id=vpc.id, tags=tags(c, "igw", t), opts=child)
         eip = aws.ec2.Eip(f"{c}-nat-eip", domain="vpc", tags=tags(c, "nat-eip", t),
                           opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
@@ -64,4 +70,6 @@ class Network(pulumi.ComponentResource):
         self.vpc_id = vpc.id
         self.public_subnet_id = public.id
         self.private_subnet_id = private.id
+        self.public_subnet_az = public.availability_zone
+        self.private_subnet_az = private.availability_zone
         self.register_outputs({"vpcId": vpc.id, "publicSubnetId": public.id, "privateSubnetId": private.id})

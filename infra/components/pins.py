@@ -10,7 +10,8 @@ the first value (`ignore_changes`) until the user says to move it:
   description, which names the source), or `hpcc up --update-image` (a forced replace of the pin). A pinned
   `amiId` is taken as it is, so the pin follows the config.
 - the AZ: `cluster.availabilityZone` when set (the pin follows it); when unset, the AZ kept since the first up.
-  A node type that AZ does not offer is an error naming both (lookups.check_kept_az).
+  A node type that AZ does not offer is an error naming both (lookups.check_kept_az); an AZ of another region
+  means the stack's region changed, an error that says so (infra/az.py moved_region_problem).
 Pulumi docs, resource options `ignoreChanges`, `replaceOnChanges`, `deleteBeforeReplace`.
 """
 
@@ -32,6 +33,7 @@ class PinsArgs:
     config: ClusterConfig
     extra_tags: dict[str, str] = field(default_factory=dict)
     architecture: str = "x86_64"  # the node types' (infra/validators/type_rules.cluster_architecture)
+    region: str | None = None  # the stack's: a kept AZ from another region means the region changed
 
 
 class Pins(pulumi.ComponentResource):
@@ -66,5 +68,5 @@ class Pins(pulumi.ComponentResource):
             tags=tags(c, "az-pin", t),
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=[] if configured else ["insecureValue"]))
         self.availability_zone = pulumi.Output.all(az_pin.insecure_value, offered).apply(
-            lambda a: lookups.check_kept_az(a[0], a[1], cfg))
+            lambda a: lookups.check_kept_az(a[0], a[1], cfg, args.region))
         self.register_outputs({"image": image_param.insecure_value, "availabilityZone": self.availability_zone})

@@ -215,6 +215,25 @@ def _load(config_path: Path) -> StackConfig:
     return load(config_path)
 
 
+def image_kept_and_newest(aws: Aws, cfg: StackConfig) -> tuple[str | None, str | None]:
+    """The AMI the cluster's image pin keeps (infra/components/pins.py) and the one the config resolves to today
+    (preflight's resolution: the family's parameter, the newest match of a filter), each None when unknown."""
+    import json
+
+    from botocore.exceptions import ClientError
+
+    from infra.naming import Paths
+    from infra.ops.preflight_context import Context
+
+    try:
+        kept = json.loads(aws.call("ssm", "get_parameter", Name=Paths(cfg.cluster.name).pinned_image)
+                          ["Parameter"]["Value"]).get("ami_id")
+    except (ClientError, ValueError, AttributeError):
+        kept = None
+    newest = Context(aws, cfg).image
+    return kept, (newest or {}).get("ImageId")
+
+
 def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
        stack_factory: Callable[[str], StackLike] | None = None, console: Console | None = None,
        hostfile_path: Path = Path("hostfile"), wait_seconds: float | None = None, poll: float = 15.0,
@@ -240,8 +259,13 @@ def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
         if urn is None:
             raise OpsError(f"--update-image: stack {stack_name!r} has no {pin} ({stackstate.PARAMETER}) yet; "
                            "the first `hpcc up` resolves the image itself: run it without --update-image")
-        console.print(f"--update-image: replacing {pin}, so the program resolves the image again", highlight=False)
-        replace = [urn]
+        kept, newest = image_kept_and_newest(aws, cfg)
+        if kept and kept == newest:
+            console.print(f"--update-image: no newer image; {kept} is still what the config resolves to, so the "
+                          "nodes keep it and nothing is replaced", highlight=False)
+        else:
+            console.print(f"--update-image: replacing {pin}, so the program resolves the image again", highlight=False)
+            replace = [urn]
     outputs = guarded_update(stack, console, replace=replace, allow_replace=allow_replace,
                              policy_pack=pack_for(config_path))
     return wait_and_report(cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds,

@@ -133,6 +133,9 @@ def check_instance_launch(name: str, inputs: dict, lt: dict, groups: dict[str, s
     if lt.get("networkInterfaces") and (inputs.get("subnetId") or inputs.get("vpcSecurityGroupIds")):
         raise AwsRejected(name, "InvalidParameterCombination",
                           "Network interfaces and an instance-level subnet ID or security groups may not be specified on the same request")
+    if inputs.get("availabilityZone") not in (None, subnet_az):
+        raise AwsRejected(name, "InvalidParameterValue",
+                          f"the instance's AZ {inputs['availabilityZone']} differs from its subnet's AZ {subnet_az}")
     placement = lt.get("placement") or {}
     group = placement.get("groupName")
     if group is not None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 from graphlib import TopologicalSorter
 
 from infra.changes import Change
-from infra.plan.paths import covers, leaf_differences
+from infra.plan.paths import MISSING, covers, get_path, leaf_differences, parse_path
 from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_outputs
 from infra.plan.symbols import normalised, referenced
+
+
+LAUNCH_TEMPLATE, INSTANCE = "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"
 
 
 def _key(r: dict) -> tuple[str, str]:
@@ -47,6 +50,18 @@ def _join(prop: str, path: str) -> str:
     return prop + ("" if not path else path if path.startswith("[") else "." + path)
 
 
+def _computed_before(old: dict | None, new: dict | None, path: str) -> bool:
+    """An input the old plan did not set, now set to what the provider computed for it then (an Optional+Computed
+    attribute, e.g. an instance's availabilityZone): the bridged provider diffs against the state, so no change."""
+    if not old or not new:
+        return False
+    parts = parse_path(path)
+    if get_path(old.get("inputs") or {}, parts) is not MISSING:
+        return False
+    value = get_path(new.get("inputs") or {}, parts)
+    return value is not MISSING and get_path(old.get("outputs") or {}, parts) == value
+
+
 def _replaces_on_change(options: dict, changed: list[str]) -> list[str]:
     wanted = options.get("replaceOnChanges") or []
     return [p for p in changed if any(w == "*" or overlaps(p, w) for w in wanted)]
@@ -64,6 +79,7 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
     """The changes, sorted by name, that turn the old plan's resources into the new plan's; `replace` names
     resources replaced on request (`pulumi up --replace`), whatever their inputs."""
     old, new = _custom(old_records), _custom(new_records)
+    raw_old, raw_new = {_key(r): r for r in old_records}, {_key(r): r for r in new_records}
     status: dict[str, str] = {}
     recomputed: dict[str, tuple[str, ...]] = {}
     changes = []
@@ -76,7 +92,8 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
             continue
         before = old[key]
         options = record.get("options") or {}
-        changed = leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
+        changed = [p for p in leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
+                   if not _computed_before(raw_old.get(key), raw_new.get(key), p)]
         changed += unknown_paths(record, status, recomputed)
         ignored = options.get("ignoreChanges") or []
         changed = sorted({p for p in changed if not any(i == "*" or covers(i, p) for i in ignored)})
@@ -104,3 +121,42 @@ def refused(changes: list[Change], old_records: list[dict], new_records: list[di
     return [c for c in changes
             if (c.action == "delete" and protected(old_records, c))
             or (c.action == "replace" and protected(old_records, c) and protected(new_records, c))]
+
+
+def regions(records: list[dict]) -> set[str]:
+    return {r["inputs"]["region"] for r in records if isinstance((r.get("inputs") or {}).get("region"), str)}
+
+
+def region_change(old_records: list[dict], new_records: list[dict]) -> str:
+    """What a new aws:region means, when the two plans are in different regions; empty otherwise."""
+    before, after = regions(old_records), regions(new_records)
+    if not before or not after or before == after:
+        return ""
+    old, new = ", ".join(sorted(before)), ", ".join(sorted(after))
+    return (f"aws:region changed from {old} to {new}: this is a new cluster, not an update. Every resource but the "
+            f"IAM roles is replaced, the file system with its data (Pulumi refuses while it is protected), and an "
+            f"AMI is regional: the image kept from the first `pulumi up` (or image.amiId) must exist in {new}. "
+            f"Create a new stack for {new} instead (`pulumi stack init`, then `hpcc up`), copy the data, then "
+            f"`hpcc destroy` this one")
+
+
+def launch_template_notes(changes: list[Change], new_records: list[dict]) -> list[str]:
+    """A launch template updated in place is a new version that only nodes launched afterwards get: running nodes
+    ignore it (`ignore_changes` on launchTemplate.version, infra/components/compute.py). Say so, per template,
+    with the command that applies it to a running node."""
+    by_name = {c.name: c for c in changes}
+    notes = []
+    for c in changes:
+        if c.type != LAUNCH_TEMPLATE or c.action != "update":
+            continue
+        nodes = sorted(r["name"] for r in new_records if r["type"] == INSTANCE
+                       and c.name in (r.get("propertyDependencies") or {}).get("launchTemplate", ())
+                       and by_name.get(r["name"], Change("", "", "update")).action not in ("create", "replace"))
+        if nodes:
+            what = ", ".join(sorted({str(parse_path(p)[0]) for p in c.properties}))
+            notes.append(f"{c.name}: a new launch-template version ({what}) reaches only nodes launched from now on; "
+                         f"the {len(nodes)} running node(s) that use it ({', '.join(nodes[:3])}"
+                         f"{', ...' if len(nodes) > 3 else ''}) keep the old setting until replaced: "
+                         "`hpcc replace CONFIG --stack STACK NODE` for each")
+    return notes
+

@@ -144,7 +144,8 @@ class MotoMocks(pulumi.runtime.Mocks):
         sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])["Subnet"]
         self._subnet_az[sn["SubnetId"]] = sn["AvailabilityZone"]
         self._tag(sn["SubnetId"], i)
-        return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
+        return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZone": sn["AvailabilityZone"],
+                                "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
 
     def _internetGateway(self, name, i):
         igw = self.ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 MISSING = object()  # no value at a path
-_TOKEN = re.compile(r'\.?([A-Za-z_$*][\w$:-]*)|\[(\d+)\]|\["((?:[^"\\]|\\.)*)"\]')
+_TOKEN = re.compile(r'\.?([A-Za-z_$*][\w$:-]*)|\[(\d+)\]|\["((?:[^"\\]|\\.)*)"\]|\[(\*)\]')
 
 
 def parse_path(path: str) -> list:
@@ -17,8 +17,8 @@ def parse_path(path: str) -> list:
         m = _TOKEN.match(path, pos)
         if not m or (pos == 0 and path.startswith(".")):
             raise ValueError(f"cannot read property path {path!r} at {pos}")
-        name, index, quoted = m.groups()
-        parts.append(int(index) if index is not None else (name if name is not None else quoted))
+        name, index, quoted, star = m.groups()
+        parts.append(int(index) if index is not None else next(p for p in (name, quoted, star) if p is not None))
         pos = m.end()
     if not parts:
         raise ValueError("empty property path")
@@ -89,9 +89,19 @@ def leaf_differences(old, new, prefix: tuple = ()) -> list[str]:
     return [] if old == new else [format_path(list(prefix))]
 
 
+def normal(path: str) -> tuple:
+    """One form for a path however it is written: `tags.hpcc:interfaces` and `tags["hpcc:interfaces"]` (as
+    `replaceOnChanges` names it) are the same path, as the engine's parser reads both (pulumi/pulumi
+    sdk/go/common/resource/properties_path.go ParsePropertyPath). A path it cannot read stays as written."""
+    try:
+        return tuple(parse_path(path))
+    except ValueError:
+        return (path,)
+
+
 def covers(outer: str, inner: str) -> bool:
     """Is `inner` at, or inside, `outer`? (`tags.*` covers every tag)"""
-    if outer.endswith(".*") or outer.endswith("[*]"):
-        outer = outer[:-2] if outer.endswith(".*") else outer[:-3]
-        return inner.startswith((outer + ".", outer + "["))
-    return inner == outer or inner.startswith((outer + ".", outer + "["))
+    out, inn = normal(outer), normal(inner)
+    if out[-1:] == ("*",):
+        return len(inn) > len(out) - 1 and inn[:len(out) - 1] == out[:-1]
+    return inn[:len(out)] == out

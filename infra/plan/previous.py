@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.plan.paths import MISSING, get_path, parse_path
+from infra.plan.replacement_rules import regional
 from infra.plan.symbols import generated_values, translate
 
 RECORD_KEYS = ("type", "name", "inputs", "custom", "id", "outputs", "options", "propertyDependencies")
@@ -62,6 +63,13 @@ class PreviousPlan:
             raise PreviousPlanError(
                 f"--previous {path}: {old_format[0]} has no id, outputs or options (written by an older hpcc "
                 "plan); plan the old config again with this hpcc (hpcc plan OLD.yaml --out DIR) and compare with that")
+        no_region = [r["name"] for r in resources if r.get("custom", True) and regional(r["type"])
+                     and "region" not in (r.get("inputs") or {})]
+        if no_region:
+            raise PreviousPlanError(
+                f"--previous {path}: {no_region[0]} has no region (written by an older hpcc plan, before pulumi-aws 7 "
+                "gave every regional resource one); plan the old config again with this hpcc (hpcc plan OLD.yaml "
+                "--out DIR) and compare with that")
         return cls(resources, str(root))
 
     def kept_inputs(self, type_token: str, name: str, ignored: list[str], so_far: list[dict]) -> dict | None:

@@ -16,6 +16,7 @@ from pulumi.runtime import rpc
 
 from infra.plan.internals import mock_monitor, secret_signature
 from infra.plan.paths import MISSING, get_path, parse_path, set_path
+from infra.plan.replacement_rules import regional
 
 SECRET_SIG_KEY, SECRET_SIG = secret_signature()
 MockMonitor = mock_monitor()
@@ -100,6 +101,9 @@ class RecordingMonitor(MockMonitor):
             else plain(rpc.deserialize_properties(request.object))
         outputs = self.mocks.outputs.pop((request.type, request.name), {}) if hasattr(self.mocks, "outputs") \
             else self._generated(request, inputs or {})
+        if request.custom and hasattr(self.mocks, "region") and regional(request.type) and inputs is not None:
+            # pulumi-aws 7 gives every regional resource a `region` input, the provider's unless set (pulumi/pulumi-aws#5521)
+            inputs = {**inputs, "region": inputs.get("region") or self.mocks.region}
         record = {
             "type": request.type,
             "name": request.name,

@@ -92,6 +92,27 @@ def _instance(path: str, old: dict, new: dict) -> bool:
     return False
 
 
+# The file system's ForceNew fields, one citation each: the provider pulumi-aws 7.51.1 bridges (its docstrings say
+# which provider they follow; terraform-provider-aws >= 5.31 schema where they are silent). Not here:
+# perUnitStorageThroughput (in place since hashicorp/terraform-provider-aws#34932), dataCompressionType,
+# logConfiguration, weeklyMaintenanceStartTime, automaticBackupRetentionDays (UpdateFileSystem).
+LUSTRE_FSX = TF + "fsx/lustre_file_system.go"
+PULUMI_AWS = "pulumi-aws 7.51.1 aws.fsx.LustreFileSystem docstring"
+LUSTRE_FORCE_NEW = {
+    "backupId": LUSTRE_FSX + " ForceNew",
+    "copyTagsToBackups": LUSTRE_FSX + " ForceNew",
+    "deploymentType": LUSTRE_FSX + " ForceNew",
+    "driveCacheType": LUSTRE_FSX + " ForceNew",
+    "efaEnabled": PULUMI_AWS + ' ("must be set at creation. If set this cannot be changed")',
+    "exportPath": LUSTRE_FSX + " ForceNew",
+    "importPath": LUSTRE_FSX + " ForceNew",
+    "importedFileChunkSize": LUSTRE_FSX + " ForceNew",
+    "kmsKeyId": LUSTRE_FSX + " ForceNew",
+    "securityGroupIds": LUSTRE_FSX + " ForceNew",
+    "storageType": LUSTRE_FSX + " ForceNew",
+    "subnetIds": LUSTRE_FSX + " ForceNew",
+}
+
 EC2 = TF + "ec2/"
 RULES: dict[str, Rule] = {
     "aws:ec2/vpc:Vpc": Rule(("cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength"), EC2 + "vpc_.go ForceNew"),
@@ -137,11 +158,10 @@ RULES: dict[str, Rule] = {
         ("dataType", "name"), TF + "ssm/parameter.go ForceNew; ForceNewIfChange(tier Advanced->Standard)",
         _parameter_tier, _parameter_version),
     "aws:fsx/lustreFileSystem:LustreFileSystem": Rule(
-        ("backupId", "copyTagsToBackups", "deploymentType", "driveCacheType", "efaEnabled", "exportPath",
-         "importPath", "importedFileChunkSize", "kmsKeyId", "perUnitStorageThroughput", "securityGroupIds",
-         "storageType", "subnetIds"),
-        TF + "fsx/lustre_file_system.go ForceNew; CustomizeDiff storage_capacity (decrease or SCRATCH_1); "
-             "pulumi-aws 7.51.1 docstrings: efaEnabled set at creation, fileSystemTypeVersion lower replaces",
+        tuple(LUSTRE_FORCE_NEW), "; ".join(f"{k}: {v}" for k, v in LUSTRE_FORCE_NEW.items()) +
+        "; storageCapacity: " + LUSTRE_FSX + " CustomizeDiff (decrease, or any change on SCRATCH_1); "
+        "fileSystemTypeVersion: " + PULUMI_AWS + " (higher upgrades in place, lower replaces); "
+        "perUnitStorageThroughput: updated in place since hashicorp/terraform-provider-aws#34932 (FSx UpdateFileSystem)",
         _lustre),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": Rule(
         ("dataRepositoryPath", "fileSystemId", "fileSystemPath"), TF + "fsx/data_repository_association.go ForceNew"),
@@ -159,6 +179,18 @@ RULES: dict[str, Rule] = {
 }
 
 
+# pulumi-aws 7 bridges terraform-provider-aws 6, whose "enhanced region support" gives every regional resource a
+# top-level `region` argument (pulumi-aws injects the provider's region when it is not set: pulumi/pulumi-aws#5521);
+# a resource cannot move between regions, so a new region is a new resource. IAM is global: no `region`.
+REGION_SOURCE = ("terraform-provider-aws 6 enhanced region support (hashicorp.github.io/terraform-provider-aws/"
+                 "enhanced-region-support); pulumi/pulumi-aws#5521 (v7 injects `region`)")
+GLOBAL_SERVICES = ("aws:iam/",)
+
+
+def regional(type_token: str) -> bool:
+    return type_token.startswith("aws:") and not type_token.startswith(GLOBAL_SERVICES)
+
+
 def overlaps(changed: str, rule_path: str) -> bool:
     """A change at a path, inside it (`launchTemplate.id` in `launchTemplate`), or covering it (a whole
     unknown `launchTemplate` covers `launchTemplate.id`)."""
@@ -174,8 +206,8 @@ def rule_for(type_token: str) -> Rule:
 def forcing_paths(type_token: str, changed: list[str], old: dict, new: dict) -> list[str]:
     """The changed input paths that make the provider replace the resource."""
     rule = rule_for(type_token)
-    forced = []
-    for path in changed:
+    forced = [p for p in changed if p == "region" and regional(type_token)]
+    for path in (p for p in changed if p not in forced):
         conditional = rule.conditional is not None and rule.conditional(path, old, new)
         if conditional or any(overlaps(path, p) for p in rule.force_new):
             forced.append(path)

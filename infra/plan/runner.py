@@ -16,7 +16,8 @@ from infra.changes import Change
 from infra.config import StackConfig, parse
 from infra.instance_facts import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
-from infra.plan.changes import plan_changes, refused
+from infra.plan.changes import launch_template_notes, plan_changes, refused, region_change
+from infra.plan.order import refusals as order_refusals, update_steps
 from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
 from infra.plan.internals import event_loop, fresh_stack, root_resource, run_program
 from infra.plan.mocks import MotoMocks
@@ -43,6 +44,9 @@ class PlanResult:
     user_data: dict[str, str] = field(default_factory=dict)
     changes: list[Change] | None = None  # with a previous plan: what a second `pulumi up` would do
     refused: list[Change] = field(default_factory=list)  # of those, what Pulumi refuses (protected resources)
+    steps: list = field(default_factory=list)  # the order the update would take (infra/plan/order.py)
+    aws_refusals: list[str] = field(default_factory=list)  # what AWS would refuse on the way
+    notes: list[str] = field(default_factory=list)  # what the counts alone would not tell the user
     facts: object = None  # the embedded AWS's instance facts (infra/instance_facts.py), for the summary
 
     def of_type(self, token: str) -> list[dict]:
@@ -147,7 +151,33 @@ def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = 
     if previous is not None:
         result.changes = plan_changes(previous.resources, resources, previous.replace)
         result.refused = refused(result.changes, previous.resources, resources)
+        result.steps = update_steps(result.changes, previous.resources, resources)
+        result.aws_refusals = order_refusals(result.steps, result.changes, previous.resources, resources)
+        result.notes = [n for n in (region_change(previous.resources, resources),) if n] + \
+            launch_template_notes(result.changes, resources)
     return result
+
+
+def plan_update_image(config_map: dict, previous: PreviousPlan, pin: str, stack: str = "dev",
+                      aws: EmbeddedAws | None = None) -> PlanResult:
+    """`--update-image`: the image resolved again first; when it is the one the earlier plan kept, nothing is
+    replaced (replacing the pin would leave every node's `ami` unknown at preview: a guarded replacement of all)."""
+    moved = plan_config(config_map, stack=stack, aws=aws, previous=previous.replacing([pin]))
+    kept = next((r for r in previous.resources if r["name"] == pin), None)
+    now = moved.named(pin)["inputs"].get("insecureValue")
+    if kept is None or _ami(kept["inputs"].get("insecureValue")) != _ami(now):
+        return moved
+    result = plan_config(config_map, stack=stack, aws=aws, previous=previous)
+    result.notes.insert(0, f"--update-image: no newer image; {_ami(now)} is still what the config resolves to, "
+                           "so the nodes keep it and nothing is replaced")
+    return result
+
+
+def _ami(pin_value) -> str | None:
+    try:
+        return json.loads(pin_value)["ami_id"]
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def plan_stack_file(path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None,

@@ -78,6 +78,8 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
     behind it, flagging what `hpcc up` stops without --allow-replace and what Pulumi itself refuses."""
     console = console or Console()
     changes = result.changes or []
+    for note in result.notes:
+        console.print(f"[bold]note:[/] {escape(note)}", highlight=False)
     if not changes:
         console.print(f"No changes against {previous}: a second `pulumi up` would leave every resource as it is.")
         console.print(f"Wrote {out}/changes.json")
@@ -107,6 +109,9 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
     if refused:
         console.print(f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "
                       "protected resource; remove `protect` first if that is really wanted", highlight=False)
+    for problem in result.aws_refusals:
+        console.print(f"[bold red]AWS would refuse:[/] {escape(problem)} (the update would stop there, half done)",
+                      highlight=False)
     if stopping:
         console.print(f"[yellow]guarded:[/] `hpcc up` stops before {len(stopping)} of these unless run with "
                       "--allow-replace", highlight=False)
