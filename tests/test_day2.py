@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra.changes import guarded
 from infra.config import IMAGE_FAMILIES
@@ -153,7 +154,8 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
 
     from infra.cli import app
 
-    config = ROOT / "examples" / "p3dn-bert.yaml"
+    config = tmp_path / "Pulumi.bert.yaml"  # the config first_up planned (an image family, not the example's filter)
+    config.write_text(yaml.safe_dump({"config": BASE}))
     run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "a"), "--update-image"])
     assert run.exit_code == 2 and "give --previous DIR too" in run.output
     run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "b"), "--previous", str(first_up),

@@ -38,7 +38,7 @@ def _model(annotation) -> type[BaseModel] | None:
 def accepted_keys(model: type[BaseModel] = ClusterConfig, prefix: str = "") -> set[str]:
     keys = set()
     for name, field in model.model_fields.items():
-        alias = field.alias or model.model_config["alias_generator"](name)
+        alias = field.serialization_alias or field.alias or model.model_config["alias_generator"](name)
         nested = _model(field.annotation)
         keys |= accepted_keys(nested, f"{prefix}{alias}.") if nested else {prefix + alias}
     return keys
