@@ -94,7 +94,7 @@ MUTATIONS = [
  ("templates/loader.sh.j2", 'if [ "$GOT" != "$SHA" ]; then', "if false; then", L + " -k hash"),
  ("templates/loader.sh.j2", '[ "$K" != "bundles/$SHA.tar.gz" ]', '[ -z "$K" ]', L + " -k malformed"),
  ("templates/loader.sh.j2", 'if [ "$n" -ge 8 ]; then', 'if [ "$n" -ge 9 ]; then', L + " -k unreachable"),
- ("templates/loader.sh.j2", 'mv -T "$TMP/files" "$DIR"', 'cp -r "$TMP/files" "$DIR"', L + " -k matching"),
+ ("templates/loader.sh.j2", '$DIR"\n  rm -rf "$TMP"\n', '$DIR"\n', L + " -k matching"),
  ("infra/bundle.py", "info.uid = info.gid = 0", "info.uid = info.gid = 1000", "tests/test_bundle.py -k deterministic"),
  ("infra/bundle.py", "fileobj=out, mtime=0,", "fileobj=out,", "tests/test_bundle.py -k deterministic"),
  ("templates/steps/hooks.sh.j2", "      HPCC_FAIL_CLASS=hook\n", "", "tests/test_hooks.py -k failing"),
