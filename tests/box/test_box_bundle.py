@@ -61,7 +61,10 @@ def test_nodes_boot_from_the_bundle_the_program_stored(booted):
         status = box.status(name)
         assert (status["phase"], status["ok"], status["bundle"]) == ("ready", True, sha), status
         log = box.log(node)
-        assert re.search(rf"\[loader\] bundle {sha} fetched and checked: \d+ bytes in \d+ ms", log), log[:2000]
+        found = re.search(rf"\[loader\] bundle {sha} fetched and checked: (\d+) bytes in (\d+) ms", log)
+        assert found, log[:2000]
+        print(f"[bundle] {name}: pointer read, {found.group(1)} bytes fetched, checked and unpacked in "
+              f"{int(found.group(2)) / 1000:.2f} s; loader {len(box.scripts()[node.role])} bytes")
         assert log.index("[loader]") < log.index("[identify]")  # the loader ran first, then the bundle's script
 
 
