@@ -52,10 +52,14 @@ def hook_findings(cfg, base: Path | None = None) -> list[Finding]:
         for i, path in enumerate(paths):
             field, name, p = f"cluster.hooks.{point}[{i}]", name_of(path), _resolve(path, base)
             if not NAME.fullmatch(name):
-                out.append(Finding(ERROR, field, f"the file name {name!r} must be 1-64 of A-Z a-z 0-9 . _ - and "
-                                                 "start with a letter or digit; rename the script"))
+                shown = f"{name[:64]!r}..." if len(name) > 64 else repr(name)
+                out.append(Finding(ERROR, field, f"the file name {shown} must be 1-64 of A-Z a-z 0-9 . _ - and "
+                                                 "start with a letter or digit; give a script's path, renamed so"))
                 continue
-            problem = _file_problem(p)
+            try:
+                problem = _file_problem(p)
+            except (OSError, ValueError) as e:  # a NUL byte, a name too long
+                problem = f"{str(p)[:80]!r} cannot be read ({e}); give the path of a script"
             if problem:
                 out.append(Finding(ERROR, field, problem))
                 continue

@@ -43,7 +43,7 @@ def test_each_bad_hook_is_named_by_its_field_with_the_fix(tmp_path):
     assert f"more than {MAX_BYTES}" in problems["cluster.hooks.onNodeStart[2]"]
     assert "another hook is also named 'setup.sh'" in problems["cluster.hooks.onNodeReady[1]"]
     assert "cluster.hooks.onNodeReady[0]" not in problems
-    assert "rename the script" in problems["cluster.hooks.onNodeReady[2]"]
+    assert "renamed so" in problems["cluster.hooks.onNodeReady[2]"]
 
 
 def test_paths_in_a_stack_file_are_relative_to_its_directory(tmp_path):
