@@ -113,3 +113,26 @@ def test_an_unreachable_bundle_is_retried_a_bounded_number_of_times_then_reporte
     [status] = statuses
     assert status["class"] == "bundle" and "could not be fetched" in status["message"]
     assert "AccessDenied" in status["message"] and listing == ["/opt/hpcc", "/opt/hpcc/bundles"]
+
+
+def test_the_loaders_imds_asks_what_the_bootstraps_imds_asks(tmp_path):
+    """A deliberate copy (the loader stays small): both IMDSv2 functions, run with a stand-in curl, make the same
+    token request and the same metadata request with that token."""
+    import re
+
+    from tests.bootstrap_shell import partial
+
+    ctx = context()
+    loader = re.search(r"^imds\(\) \{\n.*?^\}\n", render_loader(ctx), re.S | re.M).group(0)
+    bootstrap = re.search(r"^imds\(\) \{\n.*?^\}\n", partial("identify", ctx), re.S | re.M).group(0)
+    calls = []
+    for name, fn in (("loader", loader), ("bootstrap", bootstrap)):
+        bin_dir = tmp_path / name
+        bin_dir.mkdir()
+        tool(bin_dir, "curl", f'printf "%s|" "$@" >>{tmp_path}/{name}.calls; echo >>{tmp_path}/{name}.calls\n'
+                              'case "$*" in *api/token*) echo TOKEN ;; *) echo value ;; esac\n')
+        out = subprocess.run(["bash", "-c", f"{fn}\nimds instance-id"], capture_output=True, text=True,
+                             env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+        assert out.stdout == "value\n", out.stderr
+        calls.append([sorted(c.split("|")) for c in (tmp_path / f"{name}.calls").read_text().splitlines()])
+    assert calls[0] == calls[1] and len(calls[0]) == 2
