@@ -65,6 +65,15 @@ WRITES: dict[str, tuple[str, ...]] = {
                                          "secretsmanager:UntagResource"),
     "aws:ssm/parameter:Parameter": ("ssm:PutParameter", "ssm:DeleteParameter", "ssm:AddTagsToResource",
                                     "ssm:RemoveTagsFromResource"),
+    # The bundle store (infra/components/bundle.py): force_destroy empties the bucket's versions on delete.
+    "aws:s3/bucket:Bucket": ("s3:CreateBucket", "s3:DeleteBucket", "s3:PutBucketTagging", "s3:ListBucketVersions",
+                             "s3:DeleteObjectVersion", "s3:DeleteObject"),
+    "aws:s3/bucketPolicy:BucketPolicy": ("s3:PutBucketPolicy", "s3:DeleteBucketPolicy"),
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": ("s3:PutBucketPublicAccessBlock",),
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": (
+        "s3:PutEncryptionConfiguration",),
+    "aws:s3/bucketVersioning:BucketVersioning": ("s3:PutBucketVersioning",),
+    "aws:s3/bucketObjectv2:BucketObjectv2": ("s3:PutObject", "s3:PutObjectTagging"),
 }
 # Calls of the operator commands themselves: reap deletes what a failed destroy left (infra/ops/reap_kinds.py).
 OPERATOR_WRITES = ("ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface")
@@ -77,6 +86,7 @@ SCOPES: dict[str, list[str]] = {
     "iam": ["arn:aws:iam::*:role/hpcc-*", "arn:aws:iam::*:instance-profile/hpcc-*"],
     "ssm": ["arn:aws:ssm:*:*:parameter/hpcc/*"],
     "secretsmanager": ["arn:aws:secretsmanager:*:*:secret:hpcc/*"],
+    "s3": ["arn:aws:s3:::hpcc-*-bundles-*", "arn:aws:s3:::hpcc-*-bundles-*/*"],  # naming.bundle_bucket
 }
 # Read-only calls: the provider's refreshes, the program's lookups, preflight, status, reap and destroy's check.
 READS = (
@@ -85,7 +95,8 @@ READS = (
     "iam:ListAttachedRolePolicies", "iam:ListInstanceProfilesForRole",
     "ssm:DescribeParameters", "ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath",
     "ssm:ListTagsForResource", "secretsmanager:DescribeSecret", "secretsmanager:GetResourcePolicy",
-    "secretsmanager:ListSecrets", "pricing:GetProducts", "servicequotas:GetServiceQuota", "sts:GetCallerIdentity",
+    "secretsmanager:ListSecrets", "s3:GetBucket*", "s3:GetEncryptionConfiguration", "s3:GetObject*",
+    "s3:ListBucket", "pricing:GetProducts", "servicequotas:GetServiceQuota", "sts:GetCallerIdentity",
 )
 # The managed policy the nodes' roles get (infra/components/identity.py): the SSM agent's.
 ATTACHABLE = ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"]

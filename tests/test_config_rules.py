@@ -88,6 +88,7 @@ CASES = [
     ({"scheduler": "slurm", "image__family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"}, "cluster.scheduler",
      "Amazon Linux 2023 does not have"),
     ({"scheduler": "pbs"}, "cluster.scheduler", "'none' or 'slurm'"),
+    ({"hooks__onNodeReady": ["/nonexistent/hpcc-hook.sh"]}, "cluster.hooks.onNodeReady[0]", "does not exist"),
 ]
 
 
@@ -110,7 +111,8 @@ RULE_CASES = {"architecture", "efa_matches_type", "market_supported", "cluster_p
               "fsx_data_repository", "fsx_mount_point", "spot_and_reservation", "az_in_region", "ssh_not_open_to_world",
               "ssh_ipv4_only", "ssh_address_space_capped",
               "head_public_needs_single_interface", "image_supports_type",
-              "slurm_has_a_package", "slurm_node_defined"}  # the second: tests/test_slurm_program.py
+              "slurm_has_a_package", "slurm_node_defined",  # the second: tests/test_slurm_program.py
+              "hook_files"}  # also tests/test_hooks.py
 
 
 def test_parsing_needs_no_instance_facts():
@@ -161,7 +163,8 @@ def test_cli_plans_an_example_and_writes_the_files(tmp_path):
     run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", "examples/c6i-oneccl.yaml", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data"}
+    assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data", "bundle", "bundle.sha256"}
+    assert (tmp_path / "bundle" / "roles" / "compute.sh").is_file()
     assert sorted(p.name for p in (tmp_path / "user-data").iterdir()) == ["cpu-oneccl-compute-lt", "cpu-oneccl-head-lt"]
     assert "Estimated cost" in run.stdout and "compute-003" in run.stdout
 

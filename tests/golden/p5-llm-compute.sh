@@ -220,12 +220,17 @@ json_lines() {
 
 slurm_field() { :; }
 
+HPCC_FAIL_CLASS=bootstrap
+HPCC_BUNDLE=${HPCC_BUNDLE:-$(basename "$(readlink -f /opt/hpcc/current 2>/dev/null || true)")}
+[[ $HPCC_BUNDLE =~ ^[0-9a-f]{64}$ ]] || HPCC_BUNDLE=""
+
 status_json() {
   local LC_ALL=C lines=15 json message
   message=$(printf '%s' "${3:0:500}" | tr '\n' ' ' | json_lines 500)
   while :; do
-    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "message": %s, "updated": "%s", "logTail": [%s]%s}' \
-      "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" "${message:-\"\"}" "$(date -u +%FT%TZ)" \
+    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "bundle": "%s"%s, "message": %s, "updated": "%s", "logTail": [%s]%s}' \
+      "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" "$HPCC_BUNDLE" \
+      "$([ "$1" != failed ] || printf ', "class": "%s"' "$HPCC_FAIL_CLASS")" "${message:-\"\"}" "$(date -u +%FT%TZ)" \
       "$(tail -n "$lines" "/var/log/hpcc-bootstrap.log" 2>/dev/null | json_lines 200)" \
       "$(slurm_field)")
     if [ "${#json}" -le 4000 ] || [ "$lines" -eq 0 ]; then break; fi
@@ -1008,6 +1013,30 @@ step_sync() {
   for n in $(seq 50); do [ ! -s "$HPCC_AGENT_PID" ] || break; sleep 0.1; done
   [ -s "$HPCC_AGENT_PID" ] || fail "the membership agent did not start (/usr/local/sbin/hpcc-node sync)"
   log "started the membership agent: /usr/local/sbin/hpcc-node sync, pid $(cat "$HPCC_AGENT_PID") (no systemd here)"
+}
+# --- hooks
+HPCC_HOOK_SECONDS=$(( 10 * 60 ))
+HPCC_HOOKS_DIR=${HPCC_HOOKS_DIR:-$(dirname "$(readlink -f "${BASH_SOURCE[0]:-$0}")")/../hooks}
+
+run_hooks() {
+  local point=$1 name rc
+  shift
+  for name in "$@"; do
+    use_step "hook:$name"
+    log "$point hook $name: start"
+    rc=0
+    # shellcheck disable=SC2016
+    within "$HPCC_HOOK_SECONDS" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+      LANG=C.UTF-8 HPCC_CLUSTER="llm" HPCC_ROLE="compute" HPCC_NODE="$HPCC_NODE" HPCC_NODE_IP="$HPCC_IP" \
+      HPCC_HOOK="$point" bash -c 'set -a; [ ! -r /etc/hpcc/env ] || . /etc/hpcc/env; set +a; exec "$0"' "$HPCC_HOOKS_DIR/$name" \
+      </dev/null || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      HPCC_FAIL_CLASS=hook
+      if [ "$rc" -eq 124 ]; then fail "$point hook $name timed out after $HPCC_HOOK_SECONDS s (hooks.timeoutMinutes)"; fi
+      fail "$point hook $name failed (exit $rc); its output is in the log"
+    fi
+    log "$point hook $name: done"
+  done
 }
 
 main() {
