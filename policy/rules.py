@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 if __package__:  # imported as the package `policy` (the tests)
-    from . import iam_rules, network_rules, node_rules
+    from . import iam_rules, network_rules, node_rules, write_rules
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import iam_rules  # type: ignore[no-redef]
     import network_rules  # type: ignore[no-redef]
     import node_rules  # type: ignore[no-redef]
+    import write_rules  # type: ignore[no-redef]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ RULES = [
     Rule("iam-least-privilege", "No '*' on '*', no service-wide actions; the nodes' role reaches only its "
          "cluster's parameters and secrets, all its policies together",
          iam_rules.iam_resource, iam_rules.node_role_reach_graph),
+    Rule("node-writes-own-only", "The nodes' roles write only their own status, the head the cluster's empty "
+         "secrets once, and a controller only its own cluster's instances and groups: never the settings, hosts, "
+         "FSx or bundle, a parameter's tags, a secret's metadata, or IAM",
+         None, write_rules.node_writes_graph),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", node_rules.secrets_resource),
     Rule("no-secret-values-in-state", "No secret value in the stack: the secrets are created empty and written by "
          "the nodes", node_rules.secret_values_resource),

@@ -217,6 +217,50 @@ def iam_admin_attached(g):
     _first(g, records.ATTACHMENT)["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
 
 
+def _node_policy(g, role="node"):
+    return _first(g, records.ROLE_POLICY, lambda r: r["name"].endswith(f"-{role}-policy"))
+
+
+def _add_statement(g, statement, role="node"):
+    policy = _node_policy(g, role)
+    doc = json.loads(policy["inputs"]["policy"])
+    doc["Statement"].append(statement)
+    policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def _own_parameter(g, path):
+    return f"arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/{_cluster(g)}/{path}"
+
+
+def node_rewrites_the_settings(g):
+    _add_statement(g, {"Effect": "Allow", "Action": "ssm:PutParameter", "Resource": _own_parameter(g, "settings")})
+
+
+def status_write_without_the_instance_condition(g):
+    policy = _node_policy(g)
+    doc = json.loads(policy["inputs"]["policy"])
+    next(st for st in doc["Statement"] if st.get("Sid") == "ReportOwnStatus").pop("Condition")
+    policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def compute_node_puts_the_ssh_key(g):
+    policy = _node_policy(g)
+    doc = json.loads(policy["inputs"]["policy"])
+    next(st for st in doc["Statement"] if st.get("Sid") == "ClusterSshKey")["Action"].append("secretsmanager:PutSecretValue")
+    policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def head_tags_the_status_parameters(g):
+    _add_statement(g, {"Effect": "Allow", "Action": ["ssm:AddTagsToResource"], "Resource": _own_parameter(g, "nodes/*")},
+                   role="head")
+
+
+def controller_terminates_any_instance(g):
+    role = _first(g, records.ROLE, lambda r: r["inputs"]["name"].endswith("-head"))
+    role["inputs"]["inlinePolicies"] = [{"name": "scale", "policy": json.dumps({"Statement": [
+        {"Effect": "Allow", "Action": ["ec2:TerminateInstances", "autoscaling:SetDesiredCapacity"], "Resource": "*"}]})}]
+
+
 PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
 
 
@@ -268,10 +312,23 @@ BREAKS = [
     ("iam-least-privilege", ssm_core_reach_unnarrowed, "on * through AmazonSSMManagedInstanceCore"),
     ("iam-least-privilege", deny_with_condition_does_not_narrow, "add a Deny of these actions"),
     ("iam-least-privilege", inline_role_policy_reads_every_secret, "secretsmanager:GetSecretValue on *"),
+    ("node-writes-own-only", node_rewrites_the_settings, "ssm:PutParameter on arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/"),
+    ("node-writes-own-only", status_write_without_the_instance_condition, "without the hpcc:instance condition"),
+    ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),
+    ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),
+    ("node-writes-own-only", controller_terminates_any_instance, "without a condition that the resource is tagged"),
     ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
     ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
     ("no-secret-values-in-state", munge_key_as_a_secret_version, "hpcc/llm/munge-key puts the secret's value"),
 ]
+
+
+# Breaks that grant writes as well as reads: node-writes-own-only fails them too, rightly.
+ALSO_WRITES = {iam_star_on_star, iam_service_wildcard, iam_every_secret}
+
+
+def _rules_failed(rule, breaker):
+    return {rule} | ({"node-writes-own-only"} if breaker in ALSO_WRITES else set())
 
 
 @pytest.mark.parametrize("rule,breaker,words", BREAKS, ids=[b[1].__name__ for b in BREAKS])
@@ -279,7 +336,7 @@ def test_a_broken_graph_fails_the_rule_with_its_message(planned, rule, breaker, 
     graph = _graph(planned)
     breaker(graph)
     found = check(graph)
-    assert set(found) == {rule}, found
+    assert set(found) == _rules_failed(rule, breaker), found
     assert any(words in m for m in found[rule]), found[rule]
 
 
@@ -374,7 +431,7 @@ def test_pack_reports_each_break_as_a_mandatory_violation(planned, rule, breaker
     graph = _graph(planned)
     breaker(graph)
     diagnostics = [d for r in graph for d in _analyze(r)] + _analyze_stack(graph)
-    assert {d.policyName.removesuffix("-graph") for d in diagnostics} == {rule}
+    assert {d.policyName.removesuffix("-graph") for d in diagnostics} == _rules_failed(rule, breaker)
     assert all(d.enforcementLevel == proto.MANDATORY for d in diagnostics)
     assert any(words in d.message for d in diagnostics), [d.message for d in diagnostics]
 
