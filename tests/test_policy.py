@@ -137,6 +137,39 @@ def ssh_from_ipv6_in_an_ipv4_vpc(g):
         "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv6": "2001:db8::/64"}})
 
 
+def _ssh_from(g, name, **source):
+    g.append({"type": INGRESS, "name": name, "dependsOn": [], "inputs": {
+        "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, **source}})
+
+
+def ssh_from_a_prefix_list_of_another_stack(g):
+    _ssh_from(g, "pl-ssh", prefixListId="pl-0123456789abcdef0")
+
+
+def _prefix_list(g, entries, extra=()):
+    g.append({"type": network_rules.PREFIX_LIST, "name": "office", "dependsOn": [], "inputs": {
+        "name": "office", "addressFamily": "IPv4", "maxEntries": 4, "entries": [{"cidr": c} for c in entries]}})
+    g.extend({"type": network_rules.PREFIX_LIST_ENTRY, "name": f"office-{i}", "dependsOn": [], "inputs": {
+        "prefixListId": "office", "cidr": c}} for i, c in enumerate(extra))
+    _ssh_from(g, "pl-ssh", prefixListId="office")
+
+
+def ssh_from_a_prefix_list_holding_the_world_in_two_halves(g):
+    _prefix_list(g, ["0.0.0.0/1"], extra=["128.0.0.0/1"])  # one inline entry, one entry resource
+
+
+def ssh_from_a_prefix_list_holding_the_world(g):
+    _prefix_list(g, ["203.0.113.0/24", "0.0.0.0/0"])
+
+
+def ssh_from_an_address_the_pack_cannot_read(g):
+    _ssh_from(g, "odd-ssh", cidrIpv4="10.0.0.0/33")
+
+
+def ssh_from_another_accounts_group(g):
+    _ssh_from(g, "peer-ssh", referencedSecurityGroupId="111122223333/sg-0123456789abcdef0")
+
+
 def inline_sg_open_to_world(g):
     _first(g, records.SG)["inputs"]["ingress"] = [
         {"protocol": "tcp", "fromPort": 3389, "toPort": 3389, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}]
@@ -296,6 +329,11 @@ BREAKS = [
     ("no-world-ingress", ssh_open_to_world_in_two_halves, "together admit 4,294,967,296 IPv4 addresses"),
     ("no-world-ingress", ssh_sixteens_add_up, "(wide-0, wide-1) together admit 131,072"),
     ("no-world-ingress", ssh_from_ipv6_in_an_ipv4_vpc, "no VPC of the stack has IPv6"),
+    ("no-world-ingress", ssh_from_a_prefix_list_of_another_stack, "a prefix list this stack does not define"),
+    ("no-world-ingress", ssh_from_a_prefix_list_holding_the_world_in_two_halves, "together admit 4,294,967,296"),
+    ("no-world-ingress", ssh_from_a_prefix_list_holding_the_world, "entry 0.0.0.0/0 opens tcp 22 to the whole internet"),
+    ("no-world-ingress", ssh_from_an_address_the_pack_cannot_read, "not an address or network the pack can judge"),
+    ("no-world-ingress", ssh_from_another_accounts_group, "a security group of another account"),
     ("compute-nodes-private", compute_public_ip, "associatePublicIpAddress is true"),
     ("compute-nodes-private", compute_public_ip_left_to_subnet, "subnet's default decides"),
     ("compute-nodes-private", compute_instance_got_public_ip, "has public IP 54.1.2.3"),
@@ -531,3 +569,9 @@ def test_one_rule_wider_than_the_limit_is_refused_before_it_is_created():
     assert "0.0.0.0/1 opens tcp 22 to 2,147,483,648 addresses" in diagnostics[0].message
     rule["inputs"]["cidrIpv4"] = "10.0.0.0/16"
     assert network_rules.world_ingress_resource(INGRESS, rule["inputs"]) == []
+
+
+def test_a_prefix_list_of_narrow_networks_passes(planned):
+    graph = _graph(planned)
+    _prefix_list(graph, ["203.0.113.0/24"], extra=["198.51.100.0/24"])
+    assert check(graph) == {}
