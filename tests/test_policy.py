@@ -67,11 +67,32 @@ def test_every_example_passes_every_rule(planned):
 
 
 def test_removing_the_deny_reopens_the_ssm_core_reach(planned):
+    """Should AmazonSSMManagedInstanceCore be attached again (by hand), the Deny still narrows its reads."""
     graph = _raw_graph(planned)
-    _edit_policy(graph, lambda doc: doc.update(Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"]))
+    graph.append(_ssm_core_attachment(graph))
+    assert {m for m in check(graph)["iam-least-privilege"] if KNOWN_GAP in m} == set()
+    policy = _node_policy(graph)
+    doc = json.loads(policy["inputs"]["policy"])
+    policy["inputs"]["policy"] = json.dumps(dict(doc, Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"]))
     found = check(graph)
-    assert set(found) == {"iam-least-privilege"} and len(found["iam-least-privilege"]) == 1, found
-    assert KNOWN_GAP in found["iam-least-privilege"][0]
+    assert set(found) == {"iam-least-privilege"}, found
+    assert sum(KNOWN_GAP in m for m in found["iam-least-privilege"]) == 1, found
+
+
+def _ssm_core_attachment(graph, role="node"):
+    name = next(r["inputs"]["name"] for r in graph if r["type"] == records.ROLE and r["inputs"]["name"].endswith(role))
+    return {"type": records.ATTACHMENT, "name": "ssm-core", "dependsOn": [],
+            "inputs": {"role": name, "policyArn": iam_rules.SSM_CORE}}
+
+
+def test_the_nodes_session_manager_permissions_are_the_documented_minimum_and_nothing_is_attached(planned):
+    from infra.components.identity import SESSION_MANAGER
+
+    graph = _raw_graph(planned)
+    assert not [r for r in graph if r["type"] == records.ATTACHMENT]
+    assert set(SESSION_MANAGER) == iam_rules.SESSION_MANAGER  # the program's and the pack's copies agree
+    graph.append(_ssm_core_attachment(graph))
+    assert any("they need no managed policy" in m for m in check(graph)["iam-least-privilege"])
 
 
 # --- one break per behaviour; each names the rule that must catch it and words of its message -------------
@@ -230,14 +251,19 @@ def iam_every_secret(g):
 
 
 def ssm_core_reach_unnarrowed(g):
-    policy = _first(g, records.ROLE_POLICY)
+    g.append(_ssm_core_attachment(g))
+    policy = _node_policy(g)
     doc = json.loads(policy["inputs"]["policy"])
     doc["Statement"] = [s for s in doc["Statement"] if s.get("Effect") != "Deny"]
     policy["inputs"]["policy"] = json.dumps(doc)
 
 
 def deny_with_condition_does_not_narrow(g):
-    _edit_policy(g, lambda d: d["Statement"][-1].update(Condition={"Bool": {"aws:SecureTransport": "true"}}))
+    g.append(_ssm_core_attachment(g))  # attached by hand: only the Deny would narrow its reads
+    policy = _node_policy(g)
+    doc = json.loads(policy["inputs"]["policy"])
+    doc["Statement"][-1].update(Condition={"Bool": {"aws:SecureTransport": "true"}})
+    policy["inputs"]["policy"] = json.dumps(doc)
 
 
 def inline_role_policy_reads_every_secret(g):
@@ -247,7 +273,8 @@ def inline_role_policy_reads_every_secret(g):
 
 
 def iam_admin_attached(g):
-    _first(g, records.ATTACHMENT)["inputs"]["policyArn"] = "arn:aws:iam::aws:policy/AdministratorAccess"
+    g.append(dict(_ssm_core_attachment(g), inputs=dict(_ssm_core_attachment(g)["inputs"],
+                                                         policyArn="arn:aws:iam::aws:policy/AdministratorAccess")))
 
 
 def _node_policy(g, role="node"):
