@@ -94,6 +94,9 @@ class Image(_Model):
         if v == "root":
             raise ValueError("root is refused: people log in as the image's user (ubuntu, ec2-user) with their own keys "
                              "(cluster.ssh.authorizedKeys); root logins are only the cluster's own, inside the VPC")
+        problem = v and settings_schema.account_problem(v)  # the nodes refuse it too (LOGIN_USER)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
@@ -226,6 +229,9 @@ class Security(_Model):
                                  "at most 32, not starting with a digit or '-')")
             if user == "root":
                 raise ValueError(f"[{i}] root always reaches the instance metadata service; list only other users")
+            if settings_schema.account_problem(user):  # the nodes refuse it too (IMDS_USER)
+                raise ValueError(f"[{i}] {settings_schema.account_problem(user)}: it would read the node role's "
+                                 "secrets, the cluster key among them")
             if user in v[:i]:
                 raise ValueError(f"[{i}] {user!r} is listed twice")
         return v

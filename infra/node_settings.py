@@ -27,7 +27,7 @@ from infra.fabric import fabric_env, mpirun_options
 from infra.roles import resolve_role
 from infra.slurm import slurm_node
 from infra.settings_schema import (MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
-                                   SETTINGS_LIMIT, SLURM_KEYS, SettingsError, check, check_scheduler)
+                                   SETTINGS_LIMIT, SLURM_KEYS, SettingsError, check, check_scheduler, parse_text)
 
 @dataclass(frozen=True)
 class NodeSettings:
@@ -96,22 +96,8 @@ def settings_value(cfg: ClusterConfig, region: str, facts) -> str:
 
 
 def parse(text: str) -> NodeSettings:
-    """The inverse of render, with the bootstrap's rules (for tests and tools)."""
-    found: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if not line:
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise SettingsError(f"settings line {line!r} is not KEY=VALUE")
-        check(key, value)
-        if key in found and key not in REPEATED:
-            raise SettingsError(f"settings key {key} is given twice")
-        found.setdefault(key, []).append(value)
-    missing = [k for k in PATTERNS if k not in found and k not in REPEATED | OPTIONAL]
-    if missing:
-        raise SettingsError(f"settings lack {', '.join(missing)}")
-    check_scheduler(set(found), found.get("SCHEDULER", [None])[0])
+    """The inverse of render, with the nodes' rules (infra/settings_schema.parse_text; for tests and tools)."""
+    found = parse_text(text)
     fields = NodeSettings.__dataclass_fields__
     values = {f: (int(found[f.upper()][0]) if fields[f].type.startswith("int") else found[f.upper()][0])
               for f in fields if f not in ("fabric", "authorized_keys", "imds_users") and f.upper() in found}

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import jinja2
 
-from infra import node_settings
+from infra import hosts_schema, node_settings, settings_schema
 from infra.assets import asset
 from infra.bootstrap_steps import STEPS
 
@@ -78,10 +78,19 @@ def environment() -> jinja2.Environment:
         comment_end_string="##}",
     )
     # The settings parser's rules: the same patterns the program renders the parameter with.
-    assert all("'" not in p for p in node_settings.PATTERNS.values())  # they go into single quotes
+    assert all("'" not in p for p in [*node_settings.PATTERNS.values(), *settings_schema.DENIED.values()])  # in '...' 
     env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
-                       settings_optional=node_settings.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS)
+                       settings_optional=node_settings.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS,
+                       schema=settings_schema, hosts=hosts_schema, by_value=_by_value)
     return env
+
+
+def _by_value(mapping: dict) -> list[tuple[str, str]]:
+    """("KEY1|KEY2", value) for the keys sharing each value, in first-key order: one bash `case` branch each."""
+    keys: dict[str, list[str]] = {}
+    for key, value in mapping.items():
+        keys.setdefault(value, []).append(key)
+    return [("|".join(names), value) for value, names in keys.items()]
 
 
 def without_comments(script: str) -> str:

@@ -23,6 +23,11 @@ MANAGED_READS = {SSM_CORE: [{"Effect": "Allow", "Action": ["ssm:GetParameter", "
 READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory",
                 "secretsmanager:GetSecretValue")
 ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
+# Session Manager's documented minimal instance permissions: on "*", which is all they can take
+# (infra/components/identity.py SESSION_MANAGER; the pack keeps its own copy, a test checks they agree).
+SESSION_MANAGER = frozenset({"ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
+                             "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
+                             "ssmmessages:OpenDataChannel"})
 NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-(?:node|head)$")  # compute nodes' and head's
 
 
@@ -93,7 +98,7 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
                        "reach cannot be checked against one cluster's parameters and secrets")
         else:
             for n, s in enumerate(stmts):
-                if s.get("Effect") != "Allow":
+                if s.get("Effect") != "Allow" or _session_manager_only(s):
                     continue
                 for t in records.as_list(s.get("Resource")):
                     if not _own_resource(str(t), cluster):
@@ -103,14 +108,24 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
         arn = str(inputs.get("policyArn") or "")
         if arn.rsplit("/", 1)[-1] in ADMIN_MANAGED:
             out.append(f"attaches {arn}, an administrative policy; the nodes need only AmazonSSMManagedInstanceCore")
-        elif NODE_ROLE.match(str(inputs.get("role") or "")) and arn != SSM_CORE:
-            out.append(f"attaches {arn} to the nodes' role; they need only AmazonSSMManagedInstanceCore plus the "
-                       "inline cluster policy")
+        elif NODE_ROLE.match(str(inputs.get("role") or "")):
+            out.append(f"attaches {arn} to the nodes' role; they need no managed policy: the inline cluster policy "
+                       "holds Session Manager's minimal permissions (AmazonSSMManagedInstanceCore would let every "
+                       "node read every SSM document of the account)")
     if rtype == records.ROLE:
         for arn in records.as_list(inputs.get("managedPolicyArns")):
             if str(arn).rsplit("/", 1)[-1] in ADMIN_MANAGED:
                 out.append(f"managedPolicyArns includes {arn}, an administrative policy")
+            # SSM core may linger in a role's outputs for one update after its attachment is removed (a cluster
+            # made before Session Manager's permissions went inline); its reads are judged by the reach rule.
+            elif NODE_ROLE.match(str(inputs.get("name") or "")) and str(arn) != SSM_CORE:
+                out.append(f"managedPolicyArns includes {arn}; the nodes' role needs no managed policy")
     return out
+
+
+def _session_manager_only(statement: Mapping) -> bool:
+    actions = [str(a) for a in records.as_list(statement.get("Action"))]
+    return bool(actions) and "NotAction" not in statement and set(actions) <= SESSION_MANAGER
 
 
 def _matches(action: str, patterns: list[str]) -> bool:

@@ -18,6 +18,8 @@ ALL_PROTOCOLS = ("-1", "all")
 # config; the pack keeps its own so it runs without hpcc installed (tests/test_policy.py checks they agree).
 MAX_INGRESS_ADDRESSES = {4: 2**16, 6: 2**80}
 PREFIX_OF_LIMIT = {4: "/16", 6: "/48"}  # user-chosen keys: never renamed by normalise()
+PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"
+PREFIX_LIST_ENTRY = "aws:ec2/managedPrefixListEntry:ManagedPrefixListEntry"
 
 
 def _network(cidr: Any) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
@@ -61,10 +63,58 @@ def _ingress_sources(rtype: str, inputs: dict) -> list[tuple[str, Any, dict]]:
     return []
 
 
+def _prefix_lists(rtype: str, inputs: dict) -> list[tuple[str, Any, dict]]:
+    """(how the source is written, prefix list id, the rule) for every managed prefix list source of an ingress rule."""
+    if rtype == records.INGRESS:
+        return [(f"prefixListId {inputs['prefixListId']}", inputs["prefixListId"], inputs)] if inputs.get("prefixListId") else []
+    if rtype == records.SG_RULE and inputs.get("type") == "ingress":
+        return [(f"ingress from prefix list {p}", p, inputs) for p in records.as_list(inputs.get("prefixListIds"))]
+    if rtype == records.SG:
+        return [(f"ingress[{i}] from prefix list {p}", p, rule) for i, rule in enumerate(inputs.get("ingress") or [])
+                for p in records.as_list(rule.get("prefixListIds"))]
+    return []
+
+
+def _source_groups(rtype: str, inputs: dict) -> list[tuple[str, str, dict]]:
+    """(how the source is written, group, the rule) for every security group source of an ingress rule."""
+    if rtype == records.INGRESS:
+        g = inputs.get("referencedSecurityGroupId")
+        return [(f"referencedSecurityGroupId {g}", str(g), inputs)] if g else []
+    if rtype == records.SG_RULE and inputs.get("type") == "ingress":
+        g = inputs.get("sourceSecurityGroupId")
+        return [(f"ingress from group {g}", str(g), inputs)] if g else []
+    if rtype == records.SG:
+        return [(f"ingress[{i}] from group {g}", str(g), rule) for i, rule in enumerate(inputs.get("ingress") or [])
+                for g in records.as_list(rule.get("securityGroups"))]
+    return []
+
+
+def prefix_list_entries(resources: list[dict]) -> dict[str, list[Any]]:
+    """The CIDRs of every managed prefix list the stack defines, by its id and by its name (inline `entries` and
+    separate ManagedPrefixListEntry resources together)."""
+    out: dict[str, list[Any]] = {}
+    for r in resources:
+        if r["type"] == PREFIX_LIST:
+            cidrs = [e.get("cidr") for e in r["inputs"].get("entries") or []]
+            for key in {r["name"], r["inputs"].get("id")} - {None}:
+                out.setdefault(str(key), []).extend(cidrs)
+    for r in resources:
+        if r["type"] == PREFIX_LIST_ENTRY and str(r["inputs"].get("prefixListId")) in out:
+            out[str(r["inputs"]["prefixListId"])].append(r["inputs"].get("cidr"))
+    return out
+
+
 def world_ingress_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     out = []
+    for source, group, rule in _source_groups(rtype, inputs):
+        if "/" in group:  # <account>/sg-...: a group of another account (a peered VPC's)
+            out.append(f"{source} admits {_ports(rule)} from a security group of another account, whose members "
+                       "this stack cannot see; name your own networks")
     for source, cidr, rule in _ingress_sources(rtype, inputs):
-        if _is_world(cidr):
+        if _network(cidr) is None:
+            out.append(f"{source} is not an address or network the pack can judge; write it in CIDR form like "
+                       "203.0.113.0/24")
+        elif _is_world(cidr):
             out.append(f"{source} opens {_ports(rule)} to the whole internet; name your own network "
                        "(or use SSM Session Manager)")
         elif _too_wide(cidr):
@@ -95,8 +145,20 @@ def world_ingress_graph(resources: list[dict]) -> list[str]:
     by_group: dict[tuple[Any, int], tuple[list[str], list]] = {}
     out = []
     ipv6 = _vpc_has_ipv6(resources)
+    lists = prefix_list_entries(resources)
     for r in resources:
-        for source, cidr, _ in _ingress_sources(r["type"], r["inputs"]):
+        sources = list(_ingress_sources(r["type"], r["inputs"]))
+        for source, pl, rule in _prefix_lists(r["type"], r["inputs"]):
+            if str(pl) not in lists:
+                out.append(f"{r['name']}: {source} opens {_ports(rule)} to a prefix list this stack does not define, "
+                           "whose entries cannot be judged; define the list in the stack or name the networks")
+                continue
+            sources += [(f"{source} entry {c}", c, rule) for c in lists[str(pl)]]
+            out += [f"{r['name']}: {source} entry {c!r} is not a network the pack can judge"
+                    for c in lists[str(pl)] if _network(c) is None]
+            out += [f"{r['name']}: {source} entry {c} opens {_ports(rule)} to the whole internet"
+                    for c in lists[str(pl)] if _is_world(c)]
+        for source, cidr, _ in sources:
             net = _network(cidr)
             if net is None or net.prefixlen == 0:
                 continue  # unparsable: EC2 refuses it; the world: reported per resource

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 if __package__:  # imported as the package `policy` (the tests)
-    from . import bucket_rules, iam_rules, network_rules, node_rules
+    from . import bucket_rules, iam_rules, network_rules, node_rules, write_rules
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import bucket_rules  # type: ignore[no-redef]
     import iam_rules  # type: ignore[no-redef]
     import network_rules  # type: ignore[no-redef]
     import node_rules  # type: ignore[no-redef]
+    import write_rules  # type: ignore[no-redef]
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ RULES = [
     Rule("bundle-bucket-private", "The bundle bucket blocks all public access, and its policy lets only the "
          "cluster's own node roles read bundles (nobody outside the account, nothing but s3:GetObject)",
          bucket_rules.bucket_policy_resource, bucket_rules.public_block_graph),
+    Rule("node-writes-own-only", "The nodes' roles write only their own status, the head the cluster's empty "
+         "secrets once, and a controller only its own cluster's instances and groups: never the settings, hosts, "
+         "FSx or bundle, a parameter's tags, a secret's metadata, or IAM",
+         None, write_rules.node_writes_graph),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", node_rules.secrets_resource),
     Rule("no-secret-values-in-state", "No secret value in the stack: the secrets are created empty and written by "
          "the nodes", node_rules.secret_values_resource),

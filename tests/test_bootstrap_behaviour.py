@@ -128,7 +128,7 @@ def test_mount_waits_for_the_file_system_then_mounts_and_persists_it_once(fake):
     time.sleep(1.1)
     out = run(COMMON + ["mount"], script, ctx, env=env)  # the second run changes nothing
     assert out.returncode == 0 and state([fstab]) == before, out.stdout + out.stderr
-    assert (tmp_path / "mounts").read_text() == f"-t lustre -o relatime,flock fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt}\n"
+    assert (tmp_path / "mounts").read_text() == f"-t lustre -o relatime,flock,nosuid,nodev fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt}\n"
     lines = fstab.read_text().splitlines()
     assert lines[0] == "LABEL=root / ext4 defaults 0 1" and len(lines) == 2  # the stale entry replaced, once
     assert lines[1].startswith(f"fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt} lustre ") and "_netdev" in lines[1]
@@ -339,7 +339,7 @@ def test_a_crafted_file_system_parameter_is_refused_and_never_run(fake, dns, mou
     from tests.bootstrap_shell import run
     script = preamble(tmp_path) + STUB_FAIL + 'wait_for() { "${@:3}" || return 1; }\nstep_mount'
     out = run(COMMON + ["mount"], script, ctx, env={**env, "PWD": str(tmp_path)})
-    assert out.returncode == 1 and "not a host name and an FSx mount name; refused" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 1 and "not an FSx file system of us-east-1; refused" in out.stdout, out.stdout + out.stderr
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
 
 

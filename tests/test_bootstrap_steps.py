@@ -344,7 +344,7 @@ json_field mountName <<<'{"dnsName": "fs-1.fsx.us-east-1.amazonaws.com", "mountN
 fstab_line fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd""")
     dns, mount_name, fstab = out.stdout.splitlines()
     assert (dns, mount_name) == ("fs-1.fsx.us-east-1.amazonaws.com", "abcd")
-    assert fstab == ("fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd /fsx lustre defaults,relatime,flock,_netdev,"
+    assert fstab == ("fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd /fsx lustre defaults,relatime,flock,nosuid,nodev,_netdev,"
                      "x-systemd.automount,x-systemd.requires=network-online.target 0 0")
 
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INSTANCE, LT = "aws:ec2/instance:Instance", "aws:ec2/launchTemplate:LaunchTemplate"
 BASE = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"}, "compute": {"instanceType": "c6i.16xlarge", "count": 2}}
 NOBODY, STRANGER = 65534, 65533  # `nobody`, and a uid no user has
+LISTED, LISTED_UID = "hpccuser", 4242  # a person's account, in the node namespace's own /etc/passwd (on_node)
 
 
 # --- the config --------------------------------------------------------------------------------------------
@@ -104,13 +105,13 @@ def test_the_agent_reapplies_the_rule_with_the_settings_users_unless_the_step_is
     from tests.test_bootstrap_behaviour import private_run
     from tests.test_bootstrap_steps import COMMON, ctx_for
 
-    text = settings()["p5-llm"] + "IMDS_USER=nobody\n"
+    text = settings()["p5-llm"] + f"IMDS_USER={LISTED}\n"
     script = (f"mkdir -p /etc/hpcc\nexec 3>&1\nimds_firewall() {{ echo \"FIREWALL [$*]\" >&3; }}\nHPCC_HOSTS=(10.0.0.4 10.0.0.5)\nHPCC_NODE=head\n"
               f"HPCC_IP=10.0.0.4\napply_settings {shlex.quote(text)}\nwrite_membership >/dev/null\n"
               "HPCC_SKIP_STEPS=imds write_membership >/dev/null\n")
     out = private_run(COMMON + ["identify", "ssh", "launch_env"], script, ctx_for(tmp_path), None, overlay=["/etc"])
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["FIREWALL [nobody]"]
+    assert out.stdout.splitlines() == [f"FIREWALL [{LISTED}]"]
 
 
 # --- the plan, and day 2 ------------------------------------------------------------------------------------
@@ -227,7 +228,10 @@ def on_node(ns: str, tmp_path: Path, script: str, users: tuple[str, ...] = ()) -
     path = tmp_path / "node.sh"
     path.write_text(f"#!/bin/bash\nset -euo pipefail\n{body}\n{settings_shell(ctx.settings)}\n"
                     f"export PATH={bin_dir}:$PATH\nHPCC_DEADLINE=$(( $(date +%s) + 300 ))\n{REACH}{script}\n")
-    mounts = " && ".join(f"mount -t tmpfs hpcc {d}" for d in ("/usr/local/sbin", "/run", "/etc/systemd/system"))
+    passwd = tmp_path / "passwd"
+    passwd.write_text(Path("/etc/passwd").read_text() + f"{LISTED}:x:{LISTED_UID}:{LISTED_UID}::/nonexistent:/bin/false\n")
+    mounts = " && ".join([f"mount -t tmpfs hpcc {d}" for d in ("/usr/local/sbin", "/run", "/etc/systemd/system")]
+                         + [f"mount --bind {passwd} /etc/passwd"])
     return subprocess.run(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
                            f"{mounts} && mkdir -p /run/systemd/system && exec bash {path}"],
                           capture_output=True, text=True, timeout=120)
@@ -261,14 +265,14 @@ def test_only_root_reaches_imds_and_a_rerun_adds_no_rule(node, tmp_path):
 
 @ONE_WORKER
 def test_a_listed_user_gets_through_others_do_not_and_unlisting_is_followed(node, tmp_path):
-    script = (reset() + "use_step imds\nstep_imds\n" + f"reach 0\nreach {NOBODY}\nreach {STRANGER}\n"
-              "echo '--- unlisted' >&3\nimds_firewall\n" + f"reach {NOBODY}\n" + rules())
-    out = on_node(node, tmp_path, script, users=("nobody", "no-such-user"))
+    script = (reset() + "use_step imds\nstep_imds\n" + f"reach 0\nreach {LISTED_UID}\nreach {STRANGER}\n"
+              "echo '--- unlisted' >&3\nimds_firewall\n" + f"reach {LISTED_UID}\n" + rules())
+    out = on_node(node, tmp_path, script, users=(LISTED, "no-such-user"))
     assert out.returncode == 0, out.stdout + out.stderr
     listed, unlisted = out.stdout.split("--- unlisted\n")
-    assert listed.splitlines() == ["uid 0: reached", f"uid {NOBODY}: reached", f"uid {STRANGER}: refused (7)"]
-    assert unlisted.splitlines()[0] == f"uid {NOBODY}: refused (7)"
-    assert unlisted.count("-j HPCC-IMDS") == 1 and f"--uid-owner {NOBODY}" not in unlisted
+    assert listed.splitlines() == ["uid 0: reached", f"uid {LISTED_UID}: reached", f"uid {STRANGER}: refused (7)"]
+    assert unlisted.splitlines()[0] == f"uid {LISTED_UID}: refused (7)"
+    assert unlisted.count("-j HPCC-IMDS") == 1 and f"--uid-owner {LISTED_UID}" not in unlisted
     log = (tmp_path / "bootstrap.log").read_text()
     assert "imds: no user no-such-user here: not let through" in log  # said, and nobody else let in for it
 
@@ -278,11 +282,11 @@ def test_the_boot_script_alone_puts_the_rule_back_after_a_reboot(node, tmp_path)
     """The unit's own ExecStart, run with an empty environment on an empty table (what a reboot leaves)."""
     script = (reset() + "use_step imds\nstep_imds\n" + reset() + f"reach {NOBODY}\n"
               "unit=/etc/systemd/system/hpcc-imds.service\ncat $unit >&3\n"
-              "env -i \"$(sed -n 's/^ExecStart=//p' $unit)\"\n" + f"reach 0\nreach {NOBODY}\nreach {STRANGER}\n")
-    out = on_node(node, tmp_path, script, users=("nobody",))
+              "env -i \"$(sed -n 's/^ExecStart=//p' $unit)\"\n" + f"reach 0\nreach {LISTED_UID}\nreach {STRANGER}\n")
+    out = on_node(node, tmp_path, script, users=(LISTED,))
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert [lines[0]] + lines[-3:] == [f"uid {NOBODY}: reached", "uid 0: reached", f"uid {NOBODY}: reached",
+    assert [lines[0]] + lines[-3:] == [f"uid {NOBODY}: reached", "uid 0: reached", f"uid {LISTED_UID}: reached",
                                        f"uid {STRANGER}: refused (7)"]
     unit = lines[1:-3]  # before the network (so before sshd and any login), and enabled for every boot
     assert {"DefaultDependencies=no", "Before=network-pre.target shutdown.target", "Type=oneshot",

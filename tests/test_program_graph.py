@@ -2,6 +2,8 @@
 
 import json
 
+from policy import iam_rules
+
 import pytest
 
 from tests.instance_data import facts_for as lookup
@@ -148,17 +150,20 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     c = result.config.cluster.name
     doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-node", PolicyName="hpcc-cluster-access")["PolicyDocument"]
     doc = json.loads(doc) if isinstance(doc, str) else doc
-    resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" for r in s["Resource"]]
+    resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" and s.get("Sid") != "SessionManager"
+                 for r in s["Resource"]]
     slurm = result.config.cluster.scheduler == "slurm"
     secrets = (f"secret:hpcc/{c}/ssh-key",) + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
     bundles = f"arn:aws:s3:::hpcc-{c}-bundles-{env.account}/bundles/*"  # the bundles only, read-only
     assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets) or r == bundles for r in resources), resources
     assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]
     assert slurm == any("munge-key" in r for r in resources)
-    deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows AmazonSSMManagedInstanceCore's reads
+    deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows any managed policy's reads
     assert "ssm:GetParameter" in deny["Action"] and all(f"parameter/hpcc/{c}" in r for r in deny["NotResource"])
     attached = env.client("iam").list_attached_role_policies(RoleName=f"hpcc-{c}-node")["AttachedPolicies"]
-    assert [p["PolicyName"] for p in attached] == ["AmazonSSMManagedInstanceCore"]
+    assert attached == []  # no AmazonSSMManagedInstanceCore: Session Manager's minimal permissions are inline
+    session = next(s for s in doc["Statement"] if s.get("Sid") == "SessionManager")
+    assert set(session["Action"]) == iam_rules.SESSION_MANAGER and session["Resource"] == "*"
 
 
 def test_stack_outputs(planned):

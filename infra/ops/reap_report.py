@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from infra.ops.reap_kinds import Inventory
+from infra.ops.terminal import row
 
 
 def table(inv: Inventory, title: str) -> Table:
@@ -15,7 +17,7 @@ def table(inv: Inventory, title: str) -> Table:
         t.add_column(col, overflow="fold")
     for it in inv.items:
         style = "red" if it.failed else ("green" if it.result == "deleted" else "")
-        t.add_row(it.kind, it.id, it.name, f"[{style}]{it.result}[/]" if style else it.result)
+        row(t, it.kind, it.id, it.name, Text(it.result, style=style))  # names are tags anyone may have set
     return t
 
 

@@ -12,8 +12,8 @@ states and compressed host lists (`"slurm": {"idle": "compute-[000-002]", ...}`,
 
 from __future__ import annotations
 
+import ipaddress
 import json
-import re
 from dataclasses import dataclass, field
 
 import hostlist
@@ -24,6 +24,7 @@ from infra.bootstrap_steps import STEP_NAMES
 from infra.naming import HEAD, TAG_NODE, TAG_ROLE, Paths
 from infra.node_settings import OPTIONAL_DEFAULTS
 from infra.ops.aws import Aws, error_code, tag_dict, tag_filter
+from infra.ops.terminal import plain, row as table_row
 
 STEPS = STEP_NAMES  # the bootstrap's, in order (infra/bootstrap_steps.py)
 PHASES = ("pending", *STEPS, "ready")
@@ -141,8 +142,6 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     """Fill `row` (which knows the node's live instance) from the status JSON, if that instance wrote it.
     A status from another (or no named) instance leaves the node `pending` and says whose it was."""
     writer = status.get("instanceId")
-    if not row.private_ip and status.get("ip"):
-        row.private_ip = str(status["ip"])
     if not writer or writer != row.instance_id:
         row.phase, row.step = "pending", None
         if writer:
@@ -157,7 +156,17 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     tail = status.get("logTail") or []
     row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]
     row.hosts_version = _int_or_none(status.get("hostsVersion"))
+    if not row.private_ip:  # EC2 gives none (a terminated instance): the node's own word, if it is an address
+        row.private_ip = status_ip(status.get("ip"))
     return row
+
+
+def status_ip(value: object) -> str | None:
+    """A node-written `ip` that parses as an IPv4 address, else None."""
+    try:
+        return str(ipaddress.IPv4Address(value)) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def scheduler(aws: Aws, cluster: str) -> str:
@@ -223,17 +232,7 @@ def cluster_status(aws: Aws, cluster: str) -> list[NodeStatus]:
     return ordered
 
 
-# -- printing: text that came from a node is data, never markup or terminal control ------------------------
-
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves)
-                      r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks)
-                      r"|\x1b[@-Z\\-_]"  # other two-byte escapes
-                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # remaining control characters (tab kept)
-
-
-def plain(value: object) -> str:
-    """`value` as text with terminal escape sequences and control characters removed."""
-    return _ESCAPES.sub("", str(value))
+# -- printing: text that came from a node is data, never markup or terminal control (infra/ops/terminal.py) ------
 
 
 def node_text(value: object, style: str = "") -> Text:
@@ -257,15 +256,14 @@ def hosts_cell(r: NodeStatus) -> Text:
 
 def table(cluster: str, rows: list[NodeStatus]) -> Table:
     slurm = any(r.slurm is not None for r in rows)
-    t = Table(title=f"cluster {cluster}", title_justify="left")
+    t = Table(title=Text(f"cluster {plain(cluster)}"), title_justify="left")
     for col in ("node", "instance", "type", "state", "private ip", "phase", *(["slurm"] if slurm else []), "step",
                 "hosts", "message", "updated"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(node_text(r.node), r.instance_id or "-", r.instance_type or "-",
-                  Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip or "-",
-                  node_text(r.phase, phase_style(r.phase)), *([node_text(r.slurm or "-")] if slurm else []),
-                  node_text(r.step or "-"), hosts_cell(r), node_text(r.message), node_text(r.updated or "-"))
+        table_row(t, r.node, r.instance_id, r.instance_type, Text(r.state, style=STATE_STYLE.get(r.state, "yellow")),
+                  r.private_ip, Text(r.phase, style=phase_style(r.phase)), *([r.slurm] if slurm else []), r.step,
+                  hosts_cell(r), r.message, r.updated)
     return t
 
 

@@ -9,11 +9,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
 from infra.changes import ACTIONS, guarded
 from infra.estimates import minutes_to_ready, unpriced
 from infra.instance_facts import HEAD_FIELD
+from infra.ops.terminal import row
 from infra.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 
 NODES_SHOWN = 12
@@ -52,11 +54,11 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     for col in ("node", "type", "private IP", "slots"):
         nodes.add_column(col)
     head = outputs["headNode"]
-    nodes.add_row("head", cluster.head_node.instance_type,
+    row(nodes, "head", cluster.head_node.instance_type,
                   head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-")
     compute = outputs["computeNodes"]
     for node in compute[:NODES_SHOWN]:
-        nodes.add_row(node["name"], node["instanceType"], node["privateIp"], str(node["slots"]))
+        row(nodes, node["name"], node["instanceType"], node["privateIp"], node["slots"])
     if len(compute) > NODES_SHOWN:
         nodes.add_row(f"... {len(compute) - NODES_SHOWN} more", "", "", "")
     console.print(nodes)
@@ -89,7 +91,7 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
     counts.add_column("action")
     counts.add_column("resources", justify="right")
     for action in ACTIONS:
-        counts.add_row(action, str(sum(1 for c in changes if c.action == action)))
+        row(counts, action, sum(1 for c in changes if c.action == action))
     console.print(counts)
 
     stopping = {(c.name, c.type) for c in guarded(changes)}
@@ -100,12 +102,9 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
         for col in ("action", "resource", "type", "because of", "flag"):
             table.add_column(col, overflow="fold")
         for c in destructive:
-            flags = []
-            if (c.name, c.type) in refused:
-                flags.append("[bold red]protected[/]")
-            if (c.name, c.type) in stopping:
-                flags.append("[yellow]guarded[/]")
-            table.add_row(c.action, c.name, c.type.split(":")[-1], ", ".join(c.properties) or "-", "; ".join(flags))
+            flags = Text("; ").join([Text("protected", "bold red")] * ((c.name, c.type) in refused)
+                                    + [Text("guarded", "yellow")] * ((c.name, c.type) in stopping))
+            row(table, c.action, c.name, c.type.split(":")[-1], ", ".join(c.properties) or "-", flags)
         console.print(table)
     if refused:
         console.print(f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "

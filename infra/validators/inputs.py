@@ -7,11 +7,11 @@ The limits are hpcc's decisions, justified in docs/security.md.
 from __future__ import annotations
 
 import ipaddress
-import posixpath
 import re
 import unicodedata
 
-from infra.settings_schema import PUBLIC_KEY
+from infra.settings_schema import (MOUNT_POINT_MAX, PUBLIC_KEY, SYSTEM_ROOTS, SYSTEM_TREES,  # noqa: F401
+                                   account_problem, canonical_path, mount_point_problems)
 
 # --- tag keys ---------------------------------------------------------------------------------------------------
 # With instance metadata tags enabled, EC2 allows instance tag keys of letters a-z A-Z, digits and `+ - = . , _ : @`
@@ -95,48 +95,8 @@ def s3_path_problems(path: str) -> list[str]:
 
 
 # --- FSx mount point --------------------------------------------------------------------------------------------
-MOUNT_POINT_MAX = 128
-# Mounting over one of these hides what the OS, the DLAMI (EFA, Open MPI and aws-ofi-nccl under /opt/amazon or
-# /opt/aws-ofi-nccl, instance storage at /opt/dlami/nvme), the bootstrap (/etc/hpcc, /var/log) or the logins keep.
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found",
-                "/proc", "/root", "/run", "/sbin", "/snap", "/sys", "/tmp", "/usr", "/var",
-                "/opt/amazon", "/opt/aws-ofi-nccl", "/opt/dlami")
-# Existing directories that hold other mounts or software: refused themselves, a new directory under them is fine.
-SYSTEM_ROOTS = ("/", "/mnt", "/media", "/opt", "/srv")
-
-
-def canonical_path(path: str) -> str:
-    """`path` with `.`, `..`, empty components and trailing slashes resolved, as the kernel would walk it."""
-    parts: list[str] = []
-    for part in path.split("/"):
-        if part == "..":
-            parts = parts[:-1]
-        elif part not in ("", "."):
-            parts.append(part)
-    return "/" + "/".join(parts)
-
-
-def _within(path: str, tree: str) -> bool:
-    return path == tree or path.startswith(tree + "/")
-
-
-def mount_point_problems(path: str) -> list[str]:
-    if not path.startswith("/"):
-        return [f"{path!r} is not an absolute path; use a new directory such as /fsx"]
-    if len(path) > MOUNT_POINT_MAX:
-        return [f"is {len(path)} characters; keep it to {MOUNT_POINT_MAX}"]
-    out = []
-    canon = canonical_path(path)
-    if canon != path:
-        out.append(f"{path!r} has '.', '..', empty or trailing components; write it as {canon!r}")
-    tree = next((t for t in SYSTEM_TREES if _within(canon, t)), None)
-    if tree is not None:
-        out.append(f"{canon} is in {tree}, a system, DLAMI or login directory: mounting there would hide what it "
-                   "holds; use a new directory such as /fsx")
-    elif canon in SYSTEM_ROOTS:
-        out.append(f"{canon} already holds other mounts or software that the file system would hide; use a new "
-                   f"directory such as /fsx{'' if canon == '/' else ' or ' + posixpath.join(canon, 'fsx')}")
-    return out
+# The nodes' rule, MOUNT_POINT's in infra/settings_schema.py (mount_point_problems, imported above): a node refuses
+# a settings text that breaks it.
 
 
 # --- SSH source networks ----------------------------------------------------------------------------------------

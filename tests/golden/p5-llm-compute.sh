@@ -162,38 +162,43 @@ HPCC_SETTINGS_TEXT=""
 
 setting_pattern() {
   case "$1" in
-    NODE_COUNT) echo '^([1-9][0-9]{0,5})$' ;;
-    SLOTS) echo '^([1-9][0-9]{0,5})$' ;;
-    TIMEOUT_MINUTES) echo '^([1-9][0-9]{0,5})$' ;;
-    JOIN_TIMEOUT_MINUTES) echo '^([1-9][0-9]{0,5})$' ;;
-    API_INTERVAL_MS) echo '^([1-9][0-9]{0,5})$' ;;
-    POLL_SECONDS) echo '^([1-9][0-9]{0,5})$' ;;
-    API_BACKOFF_SECONDS) echo '^([1-9][0-9]{0,5})$' ;;
-    API_ATTEMPTS) echo '^([1-9][0-9]{0,5})$' ;;
-    SYNC_SECONDS) echo '^([1-9][0-9]{0,5})$' ;;
-    MASTER_PORT) echo '^([1-9][0-9]{0,5})$' ;;
-    LOGIN_USER) echo '^([a-z_][a-z0-9_-]{0,31})$' ;;
-    MOUNT_POINT) echo '^(/[A-Za-z0-9._/-]*)$' ;;
-    MPIRUN_OPTIONS) echo '^([A-Za-z0-9_.,:^/=+ -]*)$' ;;
-    FABRIC) echo '^([A-Z][A-Z0-9_]*=[A-Za-z0-9_.,:^/+@-]*)$' ;;
-    AUTHORIZED_KEY) echo '^((ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?)$' ;;
-    IMDS_USER) echo '^([a-z_][a-z0-9_-]{0,31})$' ;;
-    SCHEDULER) echo '^(none|slurm)$' ;;
-    SLURM_NODE) echo '^([A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*)$' ;;
-    SLURM_GPUS) echo '^(0|[1-9][0-9]{0,2})$' ;;
+    NODE_COUNT|SLOTS|TIMEOUT_MINUTES|JOIN_TIMEOUT_MINUTES|API_INTERVAL_MS|POLL_SECONDS|API_BACKOFF_SECONDS|API_ATTEMPTS|SYNC_SECONDS|MASTER_PORT) echo '[1-9][0-9]{0,5}' ;;
+    LOGIN_USER|IMDS_USER) echo '[a-z_][a-z0-9_-]{0,31}' ;;
+    MOUNT_POINT) echo '/[A-Za-z0-9._/-]{0,127}' ;;
+    MPIRUN_OPTIONS) echo '((--mca (pml|btl|mtl|btl_tcp_if_(in|ex)clude|mtl_ofi_provider_(in|ex)clude) [A-Za-z0-9_.,:^+-]+|--(bind-to|map-by|rank-by) [A-Za-z0-9:=,]+|--report-bindings|--tag-output)( |$))*' ;;
+    FABRIC) echo '((FI|NCCL|CCL)_[A-Z0-9_]+|I_MPI_OFI_PROVIDER|I_MPI_OFI_LIBRARY_INTERNAL)=[A-Za-z0-9_.,:^+@-]*' ;;
+    AUTHORIZED_KEY) echo '(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}( [A-Za-z0-9@._+-]{1,100})?' ;;
+    SCHEDULER) echo 'none|slurm' ;;
+    SLURM_NODE) echo '[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*' ;;
+    SLURM_GPUS) echo '0|[1-9][0-9]{0,2}' ;;
     *) return 1 ;;
   esac
 }
 
+setting_denied() {
+  case "$1" in
+    LOGIN_USER|IMDS_USER) echo '_apt|adm|backup|bin|daemon|dbus|ec2-instance-connect|games|gnats|irc|list|lp|mail|man|messagebus|munge|news|nobody|proxy|root|slurm|sshd|sync|sys|syslog|systemd-network|systemd-resolve|systemd-timesync|uucp|www-data' ;;
+    MOUNT_POINT) echo '(/bin|/boot|/dev|/etc|/home|/lib|/lib32|/lib64|/libx32|/lost\+found|/proc|/root|/run|/sbin|/snap|/sys|/tmp|/usr|/var|/opt/amazon|/opt/aws|/opt/aws-ofi-nccl|/opt/conda|/opt/dlami|/opt/nvidia)(/.*)?|/|/mnt|/media|/opt|/srv|.*//.*|.*/\.\.?(/.*)?|.+/' ;;
+    FABRIC) echo '([A-Z0-9_]*(PATH|PLUGIN|FILE|EXEC|AGENT|PRELOAD)[A-Z0-9_]*|[A-Z0-9_]*_LIBRARY)=.*' ;;
+    *) return 1 ;;
+  esac
+}
+
+regular_user() {
+  local uid
+  ! uid=$(id -u -- "$1" 2>/dev/null) || { [ "$uid" -ge 1000 ] && [ "$uid" -le 60000 ]; }
+}
+
 apply_settings() {
-  local line key value pattern fabric=() keys=() imds_users=()
+  local line key value pattern denied fabric=() keys=() imds_users=()
   local -A seen=()
   while IFS= read -r line; do
     [ -n "$line" ] || continue
     if [[ ! $line =~ ^([A-Z][A-Z0-9_]*)=(.*)$ ]]; then echo "settings: '${line:0:80}' is not KEY=VALUE" >&2; return 1; fi
     key=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
     pattern=$(setting_pattern "$key") || { echo "settings: unknown key $key" >&2; return 1; }
-    [[ $value =~ $pattern ]] || { echo "settings: $key='${value:0:80}' does not match $pattern" >&2; return 1; }
+    [[ $value =~ ^($pattern)$ ]] || { echo "settings: $key='${value:0:80}' does not match $pattern" >&2; return 1; }
+    ! denied=$(setting_denied "$key") || [[ ! $value =~ ^($denied)$ ]] || { echo "settings: $key: '${value:0:80}' is refused" >&2; return 1; }
     if [ "$key" = FABRIC ]; then fabric+=("$value"); continue; fi
     if [ "$key" = AUTHORIZED_KEY ]; then keys+=("$value"); continue; fi
     if [ "$key" = IMDS_USER ]; then imds_users+=("$value"); continue; fi
@@ -296,12 +301,21 @@ node_name() {
 }
 
 node_index() {
-  if [ "$1" = head ]; then echo 0; return 0; fi
-  [[ $1 =~ ^compute-([0-9]{3,4})$ ]] || return 1
-  echo $(( 10#${BASH_REMATCH[1]} + 1 ))
+  [[ $1 =~ ^(head|compute-[0-9]{3})$ ]] || return 1
+  if [ "$1" = head ]; then echo 0; else echo $(( 10#${1#compute-} + 1 )); fi
 }
 
-valid_ip() { [[ $1 =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; }
+valid_ip() { [[ $1 =~ ^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$ ]]; }
+
+HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}
+
+address_problem() {
+  local a b c d base m=$(( (0xFFFFFFFF << (32 - ${HPCC_VPC_CIDR#*/})) & 0xFFFFFFFF ))
+  valid_ip "$1" || { echo "'${1:0:40}' is not an IPv4 address"; return 0; }
+  IFS=. read -r a b c d <<<"${HPCC_VPC_CIDR%/*}"; base=$(( (a << 24 | b << 16 | c << 8 | d) & m ))
+  IFS=. read -r a b c d <<<"$1"
+  [ $(( (a << 24 | b << 16 | c << 8 | d) & m )) -eq "$base" ] || echo "$1 is outside the cluster's VPC $HPCC_VPC_CIDR"
+}
 
 imds() {
   local token
@@ -336,10 +350,16 @@ read_cluster() {
 }
 
 parse_hosts() {
-  local hosts=() ip
-  mapfile -t hosts < <(awk 'NF {print $1}' <<<"$1")
-  for ip in ${hosts[@]+"${hosts[@]}"}; do valid_ip "$ip" || { echo "/hpcc/llm/hosts: '${ip:0:40}' is not an IPv4 address" >&2; return 1; }; done
+  local hosts=() ip problem
+  local -A seen=()
+  mapfile -t hosts < <(grep -v '^[[:space:]]*$' <<<"$1" || true)
   [ "${#hosts[@]}" -gt 0 ] || { echo "/hpcc/llm/hosts is empty" >&2; return 1; }
+  for ip in "${hosts[@]}"; do
+    problem=$(address_problem "$ip")
+    [ -n "$problem" ] || [ -z "${seen[$ip]+set}" ] || problem="$ip is listed twice"
+    [ -z "$problem" ] || { echo "/hpcc/llm/hosts: $problem" >&2; return 1; }
+    seen[$ip]=1
+  done
   HPCC_HOSTS=("${hosts[@]}")
 }
 
@@ -414,13 +434,14 @@ imds_rules() {
   local user uid
   printf '%s\n' '*filter' ':HPCC-IMDS - [0:0]' '-A HPCC-IMDS -m owner --uid-owner 0 -j RETURN'
   for user in "$@"; do
-    if uid=$(id -u -- "$user" 2>/dev/null); then echo "-A HPCC-IMDS -m owner --uid-owner $uid -j RETURN"
-    else echo "imds: no user $user here: not let through" >&2; fi
+    if ! uid=$(id -u -- "$user" 2>/dev/null); then echo "imds: no user $user here: not let through" >&2
+    elif ! regular_user "$user"; then echo "imds: $user is a system account (uid $uid): not let through" >&2
+    else echo "-A HPCC-IMDS -m owner --uid-owner $uid -j RETURN"; fi
   done
   printf '%s\n' '-A HPCC-IMDS -j REJECT' COMMIT
 }
 
-imds_apply() {  # imds_apply USER...: the chain replaced in one restore, then the one jump to it from OUTPUT
+imds_apply() {
   local rules
   rules=$(imds_rules "$@")
   iptables-restore -w 30 --noflush <<<"$rules"
@@ -430,7 +451,7 @@ imds_apply() {  # imds_apply USER...: the chain replaced in one restore, then th
 
 imds_firewall() {
   { printf '%s\n' '#!/bin/bash' "# hpcc: only root${*:+ and $*} reach IMDS (docs/security.md)" 'set -euo pipefail' \
-      'PATH=/usr/sbin:/usr/bin:/sbin:/bin'; declare -f imds_rules imds_apply; echo "imds_apply${*:+ $*}"; } |
+      'PATH=/usr/sbin:/usr/bin:/sbin:/bin'; declare -f regular_user imds_rules imds_apply; echo "imds_apply${*:+ $*}"; } |
     write_file /usr/local/sbin/hpcc-imds 0755
   /usr/local/sbin/hpcc-imds
   [ -d /run/systemd/system ] || return 0
@@ -513,11 +534,11 @@ json_field() { sed -n "s/.*\"$1\" *: *\"\([^\"]*\)\".*/\1/p"; }
 lnet_reachable() { timeout 3 bash -c ': <"/dev/tcp/$1/988"' lnet "$1"; }
 
 fsx_endpoint_ok() {
-  [ "${#1}" -le 253 ] && [[ $1 =~ ^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$ ]] &&
+  [ "${#1}" -le 253 ] && [[ $1 =~ ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.fsx\.us-east-1\.amazonaws\.com$ ]] &&
     [[ $2 =~ ^[A-Za-z0-9]{1,16}$ ]]
 }
 
-LUSTRE_OPTIONS=relatime,flock
+LUSTRE_OPTIONS=relatime,flock,nosuid,nodev
 fstab_line() {
   echo "$1 $HPCC_MOUNT_POINT lustre defaults,$LUSTRE_OPTIONS,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"
 }
@@ -543,7 +564,7 @@ step_mount() {
   dns=$(json_field dnsName <<<"$fsx"); mount_name=$(json_field mountName <<<"$fsx")
   if [ -z "$dns" ] || [ -z "$mount_name" ]; then fail "/hpcc/llm/fsx lacks dnsName or mountName"; fi
   fsx_endpoint_ok "$dns" "$mount_name" ||
-    fail "/hpcc/llm/fsx holds a dnsName or mountName that is not a host name and an FSx mount name; refused"
+    fail "/hpcc/llm/fsx holds a dnsName or mountName that is not an FSx file system of us-east-1; refused"
   source="$dns@tcp:/$mount_name"
   wait_for 1800 "Lustre on $dns:988" lnet_reachable "$dns" ||
     fail "$dns does not answer on TCP 988: check the Lustre security group rules (988, 1018-1023)"
@@ -586,8 +607,8 @@ step_efa() {
 }
 # --- ssh
 HPCC_KEY=""
-HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}  # where the cluster key is accepted from (override: outside EC2)
-HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc  # the only host keys a node trusts for a cluster address: the CA line
+HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}
+HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc
 HPCC_HOST_CERT_ALGORITHMS=ssh-ed25519-cert-v01@openssh.com,ecdsa-sha2-nistp256-cert-v01@openssh.com,ecdsa-sha2-nistp384-cert-v01@openssh.com,ecdsa-sha2-nistp521-cert-v01@openssh.com,rsa-sha2-512-cert-v01@openssh.com,rsa-sha2-256-cert-v01@openssh.com
 
 read_key() {
@@ -608,6 +629,7 @@ install_key() {
 
 user_keys() {
   install -d -m 0755 /etc/hpcc/authorized_keys
+  regular_user "$HPCC_LOGIN_USER" || return 0
   { [ "${#HPCC_AUTHORIZED_KEY[@]}" -eq 0 ] || printf '%s\n' "${HPCC_AUTHORIZED_KEY[@]}"; } |
     write_file "/etc/hpcc/authorized_keys/$HPCC_LOGIN_USER" 0644
 }
@@ -646,7 +668,7 @@ host_certs() {
   principals=$(printf '%s\n' "$HPCC_NODE" "$HPCC_IP" "$(uname -n)" | awk 'NF && !seen[$0]++' | paste -sd, -)
   HPCC_HOST_CERTS=()
   while read -r key; do
-    [ -f "$key" ] || continue  # a HostKey line whose file is missing: sshd skips it too
+    [ -f "$key" ] || continue
     host_cert "$key" "$ca" "llm/$HPCC_NODE/$HPCC_INSTANCE_ID" "$principals"
     HPCC_HOST_CERTS+=("$key-cert.pub")
   done <<<"$keys"
@@ -701,7 +723,9 @@ step_ssh() {
   local home
   compute_key || fail "could not read or store hpcc/llm/ssh-key (see above)"
   install_key /root root
-  if id "$HPCC_LOGIN_USER" >/dev/null 2>&1; then
+  if ! regular_user "$HPCC_LOGIN_USER"; then
+    log "$HPCC_LOGIN_USER is a system account here: the key is installed for root only"
+  elif id "$HPCC_LOGIN_USER" >/dev/null 2>&1; then
     home=$(getent passwd "$HPCC_LOGIN_USER" | cut -d: -f6)
     install_key "$home" "$HPCC_LOGIN_USER"
   else
