@@ -73,9 +73,11 @@ def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(ven
     where = _run(py, "-c", "from infra.assets import asset, installed; print(asset('templates')); "
                  "print(asset('policy')); print(installed())", cwd=tmp_path, env=env).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in where[:2]) and where[2] == "True", where
-    # A line only the installed copy has: the plan's user data must carry it.
-    installed_template = Path(where[0]) / "bootstrap.sh.j2"
-    installed_template.write_text(installed_template.read_text() + MARKER + "\n")
+    # A line only the installed copies have: the plan's user data (the loader) and the bundle's role scripts
+    # (the bootstrap) must carry it.
+    for name in ("loader.sh.j2", "bootstrap.sh.j2"):
+        installed_template = Path(where[0]) / name
+        installed_template.write_text(installed_template.read_text() + MARKER + "\n")
 
     _run(hpcc, "init", "proj", "--example", "c6i-oneccl", cwd=tmp_path, env=env)
     proj = tmp_path / "proj"
@@ -84,6 +86,8 @@ def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(ven
     _run(hpcc, "plan", "Pulumi.cpu-oneccl.yaml", "--out", "plan", cwd=proj, env=env)
     user_data = list((proj / "plan" / "user-data").iterdir())
     assert user_data and all(MARKER in p.read_text() for p in user_data)
+    roles = list((proj / "plan" / "bundle" / "roles").iterdir())
+    assert len(roles) == 2 and all(MARKER in p.read_text() for p in roles)
 
     # The project's policy pack runs the installed pack: the shim's path, and the pack's policies load from it.
     pack = _run(py, "-c", "import runpy, sys; from infra.project import policy_pack; from pathlib import Path; "
