@@ -10,7 +10,7 @@ import pytest
 from infra.components.network import PUBLIC_CIDR, VPC_CIDR
 from infra.config import ConfigError, parse
 from infra.plan.previous import PreviousPlan
-from infra.plan.runner import plan_config
+from infra.plan.runner import PlanError, plan_config
 from infra.subnets import (FSX_INTERFACE_ALLOWANCE, HEAD_ADDRESSES, PRIVATE_CIDRS, RESERVED_PER_SUBNET,
                            addresses_needed, largest_count, private_cidr)
 from tests.plan_scale import node_cap
@@ -59,3 +59,17 @@ def test_a_resize_within_todays_size_changes_no_subnet(example_config, tmp_path)
     result = plan_config(new, previous=PreviousPlan.load(tmp_path))
     assert [c for c in result.changes if c.type == SUBNET] == []
     assert any(c.action == "create" for c in result.changes)  # the comparison saw the new nodes
+
+
+def test_the_plans_aws_refuses_more_instances_than_the_subnet_holds_whatever_the_program_chose(example_config,
+                                                                                               monkeypatch):
+    """aws_rules plays EC2's part on its own: a program that put too many nodes in a subnet still fails the plan."""
+    import infra.subnets
+
+    monkeypatch.setattr(infra.subnets, "private_cidr", lambda count: "10.0.16.0/28")  # 16 - 5 = 11 usable
+    config = example_config("c6i-oneccl")  # its head is in the private subnet too (no SSH opened)
+    config["hpcc:cluster"]["compute"]["count"] = 11
+    with pytest.raises(PlanError, match="InsufficientFreeAddressesInSubnet: subnet 10.0.16.0/28 has 11 usable"):
+        plan_config(config)
+    config["hpcc:cluster"]["compute"]["count"] = 10
+    assert len(plan_config(config).of_type("aws:ec2/instance:Instance")) == 11

@@ -242,3 +242,16 @@ def check_parameter(name: str, inputs: dict, subnet_cidrs: list[str]) -> None:
         shown = f"{size} bytes once EC2 assigns its {addresses} addresses" if addresses else f"{size} bytes"
         raise ValueTooLarge(name, f"the parameter value is {shown}; the {tier} tier holds at most {limit} bytes",
                             (limit + 1) // (widest + 1) if only_addresses else None)
+
+
+# "The first four IP addresses and the last IP address in each subnet CIDR block are not available for your use"
+# (Amazon VPC User Guide, "Subnet CIDR blocks", https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html).
+SUBNET_RESERVED_ADDRESSES = 5
+
+
+def check_free_address(name: str, subnet_cidr: str, in_use: int) -> None:
+    """A launch needs a free address in its subnet; moto hands out addresses past the end."""
+    usable = ipaddress.ip_network(subnet_cidr).num_addresses - SUBNET_RESERVED_ADDRESSES
+    if in_use >= usable:
+        raise AwsRejected(name, "InsufficientFreeAddressesInSubnet",
+                          f"subnet {subnet_cidr} has {usable} usable addresses and all are in use")

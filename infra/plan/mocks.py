@@ -54,6 +54,8 @@ class MotoMocks(pulumi.runtime.Mocks):
         self._offerings: dict[str, set[str]] = {}
         self._subnet_az: dict[str, str] = {}
         self._subnet_cidrs: list[str] = []
+        self._subnet_cidr: dict[str, str] = {}
+        self._subnet_used: dict[str, int] = {}  # addresses given to instances, per subnet
         self.inputs: dict[tuple[str, str], dict] = {}  # (type, name) -> plain inputs, for the recorder
         self.outputs: dict[tuple[str, str], dict] = {}  # (type, name) -> what the handler generated, likewise
         self.closed = False
@@ -154,6 +156,7 @@ class MotoMocks(pulumi.runtime.Mocks):
         sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])["Subnet"]
         self._subnet_az[sn["SubnetId"]] = sn["AvailabilityZone"]
         self._subnet_cidrs.append(sn["CidrBlock"])
+        self._subnet_cidr[sn["SubnetId"]] = sn["CidrBlock"]
         self._tag(sn["SubnetId"], i)
         return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
 
@@ -352,6 +355,9 @@ class MotoMocks(pulumi.runtime.Mocks):
         self._type(lt["instanceType"])
         aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet_az,
                                         self._offerings[lt["instanceType"]])
+        aws_rules.check_free_address(name, self._subnet_cidr[primary["subnetId"]],
+                                     self._subnet_used.get(primary["subnetId"], 0))
+        self._subnet_used[primary["subnetId"]] = self._subnet_used.get(primary["subnetId"], 0) + 1
         tags = {}
         for spec in lt.get("tagSpecifications") or []:
             if spec.get("resourceType") == "instance":
