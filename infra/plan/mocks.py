@@ -385,3 +385,5 @@ class MotoMocks(pulumi.runtime.Mocks):
                 http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"), client_token=f"hpcc-{name}")
         except internals.moto_errors() as exc:
             raise AwsRejected(name, *internals.moto_error(exc)) from None
+        except StopIteration:  # moto's subnet ran out of addresses; escaping a coroutine, it would hang the plan
+            raise AwsRejected(name, "InsufficientFreeAddressesInSubnet", "moto found no free address") from None
