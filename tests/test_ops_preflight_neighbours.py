@@ -42,7 +42,8 @@ def test_another_clusters_parameters_give_a_warning_with_each_rate_and_the_fix(a
     seed_cluster("train-a", 300)
     [warning] = shared(preflight(aws, load(CONFIG)))
     assert warning.field == "cluster.name"
-    assert f"train-a (300 nodes): {steady_rate(300):.1f}/s settled, up to {boot_rate(300):.1f}/s booting" in warning.message
+    rates = f"{steady_rate(300):.1f}/s settled, bursts up to {boot_rate(300):.1f}/s booting"
+    assert f"train-a (300 nodes): {rates}" in warning.message
     assert f"({SSM_REQUESTS_PER_SECOND} requests/s" in warning.message
     assert "high-throughput-enabled" in warning.message and "another Region or account" in warning.message
 

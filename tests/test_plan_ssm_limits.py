@@ -37,7 +37,7 @@ def test_a_count_whose_hosts_value_passes_8_kb_is_refused_by_the_plan_naming_the
     with node_cap(4096), pytest.raises(PlanError) as e:
         plan_config(with_count(example_config, over))
     assert "hosts-param: ValidationException" in str(e.value)
-    assert f"cluster.compute.count sets its size" in str(e.value)
+    assert "cluster.compute.count sets its size" in str(e.value)
     assert f"at most {over - 1} compute nodes fit" in str(e.value)
 
 

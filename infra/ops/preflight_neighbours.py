@@ -45,7 +45,7 @@ def steady_rate(nodes: int) -> float:
 
 
 def boot_rate(nodes: int) -> float:
-    """The most it asks while booting or resizing: its pacer's ceiling."""
+    """The most it asks while booting or resizing: its pacer's ceiling (a small cluster reaches it only briefly)."""
     return pacing_for(nodes).cluster_requests_per_second()
 
 
@@ -54,14 +54,14 @@ def shared_ssm_throughput(ctx) -> Iterable[Finding]:
     if not others:
         return
     own_nodes = ctx.cluster.compute.count + 1
-    each = "; ".join(f"{n} ({nodes} nodes): {steady_rate(nodes):.1f}/s settled, up to {boot_rate(nodes):.1f}/s booting"
-                     for n, nodes in others.items())
+    each = "; ".join(f"{n} ({nodes} nodes): {steady_rate(nodes):.1f}/s settled, "
+                     f"bursts up to {boot_rate(nodes):.1f}/s booting" for n, nodes in others.items())
     total = sum(steady_rate(n) for n in [own_nodes, *others.values()])
     peak = sum(boot_rate(n) for n in [own_nodes, *others.values()])
     yield Finding(WARNING, FIELD, (
         f"{len(others)} other hpcc cluster(s) in {ctx.aws.region} of this account share Parameter Store's default "
         f"throughput ({SSM_REQUESTS_PER_SECOND} requests/s for GetParameter(s) and PutParameter together): {each}. "
-        f"With this one ({own_nodes} nodes: {steady_rate(own_nodes):.1f}/s settled, up to "
+        f"With this one ({own_nodes} nodes: {steady_rate(own_nodes):.1f}/s settled, bursts up to "
         f"{boot_rate(own_nodes):.1f}/s booting) they ask {total:.1f}/s settled and up to {peak:.1f}/s while all boot; "
         f"above {SSM_REQUESTS_PER_SECOND}/s calls are throttled and slow every node's bootstrap and membership. Fix: "
         f"turn on Parameter Store's higher throughput (billed; `aws ssm update-service-setting --setting-id "
