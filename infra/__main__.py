@@ -13,6 +13,7 @@ from infra.components.storage import Storage, StorageArgs
 from infra.config import ConfigError, from_pulumi_config
 from infra.instance_facts import ec2_facts
 from infra.outputs import stack_outputs
+from infra.subnets import private_cidr
 from infra.validators import check_config
 from infra.validators.type_rules import cluster_architecture, resolve_types
 
@@ -34,7 +35,8 @@ pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_t
                              cfg.region))
 az = pins.availability_zone
 
-network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags))
+network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags,
+                                         private_cidr=private_cidr(cluster.compute.count)))
 security = Security("security", SecurityArgs(cluster.name, network.vpc_id, cluster.ssh.allowed_cidrs, extra_tags))
 identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler))
 storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.private_subnet_id, security.lustre_sg_id,

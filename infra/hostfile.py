@@ -36,3 +36,8 @@ def horovod(nodes: Iterable[HostEntry]) -> str:
 
 
 FORMATS = {"openmpi": openmpi, "mpich": mpich, "hosts": hosts, "horovod": horovod}
+
+
+def hosts_parameter_value(addresses: Iterable[str]) -> str:
+    """The `/hpcc/<cluster>/hosts` parameter: the head's address, then the compute nodes' in name order, one a line."""
+    return "\n".join(addresses)

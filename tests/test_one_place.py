@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import base64
 import gzip
+import ipaddress
 
 import pytest
 
 from infra.components.security import LUSTRE_PORTS
 from infra.plan import aws_rules
 from infra.plan.aws_rules import AwsRejected
+from infra.settings_schema import SETTINGS_LIMIT
+from infra.subnets import PRIVATE_CIDRS, RESERVED_PER_SUBNET
 from infra.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
 from policy import node_rules
 from policy.records import LT
@@ -64,3 +67,18 @@ def test_user_data_that_cloud_init_could_not_unpack_is_refused_by_both():
 def test_user_data_that_is_not_base64_is_refused_by_the_plans_aws():
     with pytest.raises(AwsRejected, match="Invalid BASE64"):
         aws_rules.decode_user_data("#!/bin/bash\necho not encoded\n", "lt")
+
+
+@pytest.mark.parametrize("cidr", PRIVATE_CIDRS)
+def test_the_program_and_the_plans_aws_agree_on_a_subnets_usable_addresses(cidr):
+    usable = ipaddress.ip_network(cidr).num_addresses - RESERVED_PER_SUBNET  # infra/subnets.py's reading
+    aws_rules.check_free_address("n", cidr, usable - 1)
+    with pytest.raises(AwsRejected, match="InsufficientFreeAddressesInSubnet"):
+        aws_rules.check_free_address("n", cidr, usable)
+
+
+def test_the_settings_limit_is_what_the_settings_parameters_tier_holds():
+    """infra/settings_schema.py bounds the settings text for its Intelligent-Tiering parameter (compute.py)."""
+    aws_rules.check_parameter("settings", {"value": "x" * SETTINGS_LIMIT, "tier": "Intelligent-Tiering"}, [])
+    with pytest.raises(AwsRejected, match="ValidationException"):
+        aws_rules.check_parameter("settings", {"value": "x" * (SETTINGS_LIMIT + 1), "tier": "Intelligent-Tiering"}, [])

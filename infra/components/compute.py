@@ -12,6 +12,7 @@ import pulumi_aws as aws
 
 from infra.config import ClusterConfig
 from infra.efa import InterfaceSpec
+from infra.hostfile import hosts_parameter_value
 from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
 from infra.naming import (HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, launch_template_name,
@@ -124,7 +125,7 @@ class Compute(pulumi.ComponentResource):
             f"{c}-hosts-param", name=paths.hosts, type="String", tier="Intelligent-Tiering",
             description="head IP, then compute IPs in name order; the bootstrap waits for it",
             value=pulumi.Output.all(self.head.instance.private_ip,
-                                    *[n.instance.private_ip for n in self.compute_nodes]).apply("\n".join),
+                                    *[n.instance.private_ip for n in self.compute_nodes]).apply(hosts_parameter_value),
             tags=tags(c, "hosts-param", t), opts=child)
         # Made here so `pulumi destroy` removes what the nodes write into them.
         for node in [self.head, *self.compute_nodes]:

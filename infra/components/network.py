@@ -9,10 +9,10 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.naming import tags
+from infra.subnets import PRIVATE_CIDRS
 
 VPC_CIDR = "10.0.0.0/16"
 PUBLIC_CIDR = "10.0.0.0/24"
-PRIVATE_CIDR = "10.0.16.0/20"  # 4091 usable IPs: FSx ENIs, NAT, 512 nodes with room to spare
 
 
 @dataclass
@@ -21,6 +21,7 @@ class NetworkArgs:
     region: str
     availability_zone: pulumi.Input[str]
     extra_tags: dict[str, str] = field(default_factory=dict)
+    private_cidr: str = PRIVATE_CIDRS[0]  # sized for the count: infra/subnets.py
 
 
 class Network(pulumi.ComponentResource):
@@ -44,7 +45,7 @@ class Network(pulumi.ComponentResource):
         public = aws.ec2.Subnet(f"{c}-public", vpc_id=vpc.id, cidr_block=PUBLIC_CIDR,
                                 availability_zone=args.availability_zone, map_public_ip_on_launch=False,
                                 tags=tags(c, "public", t), opts=in_az)
-        private = aws.ec2.Subnet(f"{c}-private", vpc_id=vpc.id, cidr_block=PRIVATE_CIDR,
+        private = aws.ec2.Subnet(f"{c}-private", vpc_id=vpc.id, cidr_block=args.private_cidr,
                                  availability_zone=args.availability_zone, tags=tags(c, "private", t), opts=in_az)
         igw = aws.ec2.InternetGateway(f"{c}-igw", vpc_id=vpc.id, tags=tags(c, "igw", t), opts=child)
         eip = aws.ec2.Eip(f"{c}-nat-eip", domain="vpc", tags=tags(c, "nat-eip", t),

@@ -19,6 +19,7 @@ from infra.ops.aws import Aws, error_code, error_message
 from infra import prices
 from infra.instance_facts import DescribedFacts
 from infra.ops.capacity import capacity_reservation
+from infra.ops.preflight_neighbours import shared_ssm_throughput
 from infra.validators import ERROR, INFO, WARNING, Finding, check_config
 from infra.validators.type_rules import TYPE_RULES, efa_off, resolve_types
 from infra.ops.preflight_context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
@@ -284,6 +285,7 @@ RULES = [
     dry_run_launch,
     capacity_reservation,
     price_list,
+    shared_ssm_throughput,
 ]
 
 

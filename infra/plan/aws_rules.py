@@ -221,3 +221,75 @@ def check_bucket_policy(name: str, policy: dict, known_principals: set[str], blo
                     raise AwsRejected(name, "AccessDenied", "the bucket blocks public policies (BlockPublicPolicy)")
             elif principal.startswith("arn:aws:iam::") and ":root" not in principal and principal not in known_principals:
                 raise AwsRejected(name, "MalformedPolicy", f"Invalid principal in policy: {principal}")
+
+
+# Parameter Store value limits: "Standard ... Maximum size of parameter value 4 KB", "Advanced ... 8 KB"; an
+# Intelligent-Tiering parameter is made Advanced when its value is over 4 KB, so it holds 8 KB at most
+# (Systems Manager User Guide, "Managing parameter tiers",
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/parameter-store-advanced-parameters.html; quotas:
+# AWS General Reference, "AWS Systems Manager endpoints and quotas", https://docs.aws.amazon.com/general/latest/gr/ssm.html).
+# Counted in UTF-8 bytes, never fewer than characters: the stricter reading.
+SSM_STANDARD_LIMIT = 4 * 1024
+SSM_ADVANCED_LIMIT = 8 * 1024
+SSM_VALUE_LIMITS = {"Standard": SSM_STANDARD_LIMIT, "Advanced": SSM_ADVANCED_LIMIT,
+                    "Intelligent-Tiering": SSM_ADVANCED_LIMIT}
+
+
+def widest_address(cidr: str) -> int:
+    """The longest dotted form of an address EC2 may assign in the subnet (its host part is EC2's choice)."""
+    return len(str(ipaddress.ip_network(cidr)[-1]))  # the last address has every octet at its largest
+
+
+def launch_time_size(value: str, subnet_cidrs: list[str]) -> tuple[int, int, int]:
+    """(the most bytes the value can take once EC2 has assigned addresses, how many of its lines are such
+    addresses, the widest of them): a line that is an address in one of the subnets is counted at that subnet's
+    widest address, because the address a real launch gets is not the one the plan's moto picked."""
+    nets = [ipaddress.ip_network(c) for c in subnet_cidrs]
+    size, addresses, widest = 0, 0, 0
+    for line in value.split("\n"):
+        try:
+            ip = ipaddress.ip_address(line)
+        except ValueError:
+            size += len(line.encode())
+            continue
+        net = next((n for n in nets if ip in n), None)
+        width = widest_address(str(net)) if net else len(line)
+        size, addresses, widest = size + width, addresses + (net is not None), max(widest, width)
+    return size + value.count("\n"), addresses, widest
+
+
+class ValueTooLarge(AwsRejected):
+    """A parameter value over its tier's limit; `fits`: for a value of addresses only, how many lines would fit."""
+
+    def __init__(self, resource: str, message: str, fits: int | None):
+        super().__init__(resource, "ValidationException", message)
+        self.fits = fits
+
+
+def check_parameter(name: str, inputs: dict, subnet_cidrs: list[str]) -> None:
+    """PutParameter refuses a value over its tier's limit; moto takes any size. The value is sized as a real
+    launch may write it (launch_time_size)."""
+    tier = inputs.get("tier") or "Standard"
+    value = inputs["insecureValue"] if inputs.get("insecureValue") is not None else inputs.get("value") or ""
+    limit = SSM_VALUE_LIMITS.get(tier)
+    if limit is None:
+        raise AwsRejected(name, "ValidationException", f"tier {tier!r}: use Standard, Advanced or Intelligent-Tiering")
+    size, addresses, widest = launch_time_size(value, subnet_cidrs)
+    if size > limit:
+        only_addresses = addresses == value.count("\n") + 1
+        shown = f"{size} bytes once EC2 assigns its {addresses} addresses" if addresses else f"{size} bytes"
+        raise ValueTooLarge(name, f"the parameter value is {shown}; the {tier} tier holds at most {limit} bytes",
+                            (limit + 1) // (widest + 1) if only_addresses else None)
+
+
+# "The first four IP addresses and the last IP address in each subnet CIDR block are not available for your use"
+# (Amazon VPC User Guide, "Subnet CIDR blocks", https://docs.aws.amazon.com/vpc/latest/userguide/subnet-sizing.html).
+SUBNET_RESERVED_ADDRESSES = 5
+
+
+def check_free_address(name: str, subnet_cidr: str, in_use: int) -> None:
+    """A launch needs a free address in its subnet; moto hands out addresses past the end."""
+    usable = ipaddress.ip_network(subnet_cidr).num_addresses - SUBNET_RESERVED_ADDRESSES
+    if in_use >= usable:
+        raise AwsRejected(name, "InsufficientFreeAddressesInSubnet",
+                          f"subnet {subnet_cidr} has {usable} usable addresses and all are in use")

@@ -18,6 +18,15 @@ from infra.plan.mocks_s3 import S3Mocks
 from infra.plan.recorder import plain
 
 
+# Parameters whose size a config field sets, and the fix (the hosts value: the head's and each compute node's
+# address, one a line).
+PARAMETER_FIELDS = {
+    "-hosts-param": lambda lines: f"cluster.compute.count sets its size (one address a line, the head's and each "
+                                  f"compute node's); at most {lines - 1} compute nodes fit: give at most {lines - 1}, "
+                                  f"or split the nodes into two clusters",
+}
+
+
 def _tags(inputs: dict) -> list[dict[str, str]]:
     return [{"Key": k, "Value": v} for k, v in sorted((inputs.get("tags") or {}).items())]
 
@@ -47,6 +56,9 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
         self._type_info: dict[str, dict] = {}
         self._offerings: dict[str, set[str]] = {}
         self._subnet_az: dict[str, str] = {}
+        self._subnet_cidrs: list[str] = []
+        self._subnet_cidr: dict[str, str] = {}
+        self._subnet_used: dict[str, int] = {}  # addresses given to instances, per subnet
         self.inputs: dict[tuple[str, str], dict] = {}  # (type, name) -> plain inputs, for the recorder
         self.outputs: dict[tuple[str, str], dict] = {}  # (type, name) -> what the handler generated, likewise
         self.closed = False
@@ -146,6 +158,8 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
         aws_rules.check_cidr(name, i.get("cidrBlock"))
         sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])["Subnet"]
         self._subnet_az[sn["SubnetId"]] = sn["AvailabilityZone"]
+        self._subnet_cidrs.append(sn["CidrBlock"])
+        self._subnet_cidr[sn["SubnetId"]] = sn["CidrBlock"]
         self._tag(sn["SubnetId"], i)
         return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZone": sn["AvailabilityZone"],
                                 "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
@@ -253,6 +267,13 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
         return prof["InstanceProfileName"], {"arn": prof["Arn"], "uniqueId": prof["InstanceProfileId"]}
 
     def _parameter(self, name, i):
+        try:
+            aws_rules.check_parameter(name, i, self._subnet_cidrs)
+        except aws_rules.ValueTooLarge as exc:  # name the config field that sizes the value, and the fix
+            fix = next((f for suffix, f in PARAMETER_FIELDS.items() if name.endswith(suffix)), None)
+            if fix is None or exc.fits is None:
+                raise
+            raise AwsRejected(name, exc.code, f"{exc.message}: {fix(exc.fits)}") from None
         value = i["insecureValue"] if i.get("insecureValue") is not None else i["value"]
         self.ssm.put_parameter(Name=i["name"], Value=value, Type=i.get("type", "String"),
                                Tier=i.get("tier", "Standard"), Description=i.get("description", ""), Tags=_tags(i))
@@ -338,6 +359,9 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
         self._type(lt["instanceType"])
         aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet_az,
                                         self._offerings[lt["instanceType"]])
+        aws_rules.check_free_address(name, self._subnet_cidr[primary["subnetId"]],
+                                     self._subnet_used.get(primary["subnetId"], 0))
+        self._subnet_used[primary["subnetId"]] = self._subnet_used.get(primary["subnetId"], 0) + 1
         tags = {}
         for spec in lt.get("tagSpecifications") or []:
             if spec.get("resourceType") == "instance":
@@ -365,3 +389,5 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
                 http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"), client_token=f"hpcc-{name}")
         except internals.moto_errors() as exc:
             raise AwsRejected(name, *internals.moto_error(exc)) from None
+        except StopIteration:  # moto's subnet ran out of addresses; escaping a coroutine, it would hang the plan
+            raise AwsRejected(name, "InsufficientFreeAddressesInSubnet", "moto found no free address") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from infra.subnets import PRIVATE_CIDRS, addresses_needed, largest_count, private_cidr
 from infra.validators.findings import ERROR, WARNING, Finding
 from infra.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count, mount_point_problems
 
@@ -164,6 +165,16 @@ def hook_files(cfg):
     yield from hook_findings(cfg)
 
 
+def subnet_holds_the_nodes(cfg):
+    """infra/subnets.py: the private subnet must hold every node; a count no candidate holds is refused."""
+    count = cfg.cluster.compute.count
+    if private_cidr(count) is None:
+        most = max(largest_count(c) for c in PRIVATE_CIDRS)
+        yield Finding(ERROR, "cluster.compute.count",
+                      f"{count} nodes need {addresses_needed(count)} addresses in the private subnet; the largest "
+                      f"({PRIVATE_CIDRS[-1]}) holds {most} compute nodes: give at most {most}, or split the cluster")
+
+
 RULES = [
     fsx_capacity,
     fsx_hdd_deployment,
@@ -179,4 +190,5 @@ RULES = [
     image_supports_type,
     slurm_has_a_package,
     hook_files,
+    subnet_holds_the_nodes,
 ]
