@@ -57,6 +57,7 @@ class Paths:
         self.hosts = f"{self.prefix}/hosts"  # line 1 head IP, then compute IPs in name order
         self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/node_settings.py)
         self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
+        self.bundle = f"{self.prefix}/bundle"  # JSON {"sha256", "bucket", "key"}: the bundle the nodes run
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
         self.pinned_image = f"{self.prefix}/pinned/image"  # JSON ImageInfo, resolved at the first up and kept

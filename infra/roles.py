@@ -62,7 +62,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts):
         cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,
         efa_enabled=spec.efa_enabled, efa_devices=spec.efa_devices,
         gpudirect_rdma=spec.itype.gpudirect_rdma and spec.efa_enabled, fsx_parameter=paths.fsx,
-        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes,
+        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes, bundle_parameter=paths.bundle,
         ssh_secret_id=paths.ssh_secret, munge_secret_id=paths.munge_secret, first_interval_ms=first.api_interval_ms,
         first_poll_seconds=first.poll_seconds, api_backoff_seconds=first.api_backoff_seconds,
         api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR)

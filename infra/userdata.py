@@ -41,6 +41,7 @@ class BootstrapContext:
     hosts_parameter: str
     settings_parameter: str
     nodes_parameter: str
+    bundle_parameter: str  # the pointer the node agent follows (hpcc_node/rollout.py)
     ssh_secret_id: str
     munge_secret_id: str  # always named; the secret exists with scheduler: slurm (the settings say which)
     # Until the settings are read (infra/bootstrap_pacing.first_call_pacing): the largest cluster's pacing.

@@ -32,6 +32,7 @@ from infra.config import parse
 from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
 from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401
                                VETH, Lock, cleanup_leftovers, leftovers, sh)
+from tests.box import bundles
 from tests.box.planned import plan
 
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
@@ -39,7 +40,8 @@ VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never th
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin",
-           "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm")  # Slurm and munge keep per-host state there
+           "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm",
+           "opt/hpcc")  # Slurm and munge keep per-host state there
 COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin", "etc/slurm")  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
@@ -382,6 +384,8 @@ class Box:
     def start_bootstrap(self, node: Node, env: dict | None = None) -> None:
         path = self.workdir / node.script
         path.write_text(self.scripts()[node.role])
+        if not (node.root / "opt/hpcc/current").exists():  # the loader's work (tests/box/bundles.py)
+            bundles.install(node.root / "opt/hpcc", *bundles.build(self.scripts()))
         with open(self.workdir / f"{node.script}.out", "w") as out:
             node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env={**node_env(node), **(env or {})},
                                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
