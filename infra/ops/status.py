@@ -60,6 +60,9 @@ class NodeStatus:
     hosts_version: int | None = None  # the /hosts Version this node has applied (from its own status)
     hosts_target: int | None = None  # /hosts's current Version; None when the parameter does not exist
     slurm: str | None = None  # the node's Slurm state, "-" when Slurm does not list it; None: no Slurm
+    bundle: str | None = None  # the bundle the node's agent runs, short hash (hpcc_node/agent.py)
+    drifted: str | None = None  # why it should be replaced when idle (its boot steps changed under it)
+    rollout: str | None = None  # the head's report of a halted rollout (once for the cluster)
 
     @property
     def failed(self) -> bool:
@@ -157,6 +160,10 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     tail = status.get("logTail") or []
     row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]
     row.hosts_version = _int_or_none(status.get("hostsVersion"))
+    bundle = status.get("bundle")
+    row.bundle = bundle[:12] if isinstance(bundle, str) and re.fullmatch(r"[0-9a-f]{64}", bundle) else None
+    row.drifted = plain(status["drifted"])[:200] if status.get("drifted") else None
+    row.rollout = plain(status["rollout"])[:300] if status.get("rollout") else None
     return row
 
 
@@ -255,17 +262,21 @@ def hosts_cell(r: NodeStatus) -> Text:
     return Text(f"{have}/{r.hosts_target}", style="green" if r.converged else "yellow")
 
 
+def bundle_cell(r: NodeStatus) -> Text:
+    return Text(f"{r.bundle or '-'}{' drifted' if r.drifted else ''}", style="yellow" if r.drifted else "")
+
+
 def table(cluster: str, rows: list[NodeStatus]) -> Table:
     slurm = any(r.slurm is not None for r in rows)
     t = Table(title=f"cluster {cluster}", title_justify="left")
     for col in ("node", "instance", "type", "state", "private ip", "phase", *(["slurm"] if slurm else []), "step",
-                "hosts", "message", "updated"):
+                "hosts", "bundle", "message", "updated"):
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(node_text(r.node), r.instance_id or "-", r.instance_type or "-",
                   Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip or "-",
                   node_text(r.phase, phase_style(r.phase)), *([node_text(r.slurm or "-")] if slurm else []),
-                  node_text(r.step or "-"), hosts_cell(r), node_text(r.message), node_text(r.updated or "-"))
+                  node_text(r.step or "-"), hosts_cell(r), bundle_cell(r), node_text(r.message), node_text(r.updated or "-"))
     return t
 
 
@@ -275,6 +286,9 @@ def summary(rows: list[NodeStatus]) -> str:
     lagging = [r.node for r in rows if r.ready and not r.converged]
     text = f"{ready}/{len(rows)} nodes ready"
     text += f"; not on hosts version {rows[0].hosts_target}: {', '.join(lagging)}" if lagging else ""
+    drifted = [r.node for r in rows if r.drifted]
+    text += f"; drifted, replace when idle: {', '.join(drifted)}" if drifted else ""
+    text += "".join(f"; rollout {r.rollout}" for r in rows if r.rollout and r.node == HEAD)
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
