@@ -2,6 +2,8 @@
 
 import pulumi
 
+from infra.bundle import build as build_bundle
+from infra.components.bundle import BundleArgs, BundleStore
 from infra.components.compute import Compute, ComputeArgs
 from infra.components.identity import Identity, IdentityArgs
 from infra.components.network import Network, NetworkArgs
@@ -36,11 +38,15 @@ security = Security("security", SecurityArgs(cluster.name, network.vpc_id, clust
 identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler))
 storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.private_subnet_id, security.lustre_sg_id,
                                          security.lustre_rules, extra_tags))
+# What the nodes run (infra/bundle.py), stored where they fetch it; the user data is only its loader.
+bundle = build_bundle(cluster, cfg.region, facts)
+store = BundleStore("bundle", BundleArgs(cluster.name, identity.account, bundle.archive, bundle.sha256,
+                                         list(identity.role_arns.values()), extra_tags))
 compute = Compute("compute", ComputeArgs(
     config=cluster, region=cfg.region, facts=facts, availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
-    instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags))
+    instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags, boot_after=[store.pointer]))
 
 for key, value in stack_outputs(cfg, az, compute, storage).items():
     pulumi.export(key, value)

@@ -224,6 +224,15 @@ class Security(_Model):
         return v
 
 
+class Hooks(_Model):
+    """The user's own scripts (paths relative to the stack file's directory), run as root at that point of every
+    node's bootstrap from the cluster's bundle, each bounded by `timeoutMinutes` (infra/hooks.py checks the files)."""
+
+    on_node_start: list[str] = Field(default_factory=list, max_length=10)
+    on_node_ready: list[str] = Field(default_factory=list, max_length=10)
+    timeout_minutes: int = Field(10, ge=1, le=120)
+
+
 class ClusterConfig(_Model):
     name: str
     availability_zone: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -237,6 +246,7 @@ class ClusterConfig(_Model):
     # Default none: a cluster made before this field gets no Slurm and no new secret, and Amazon Linux has no
     # Slurm package.
     scheduler: Scheduler = "none"
+    hooks: Hooks = Hooks()
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")

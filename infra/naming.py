@@ -36,6 +36,17 @@ def launch_template_name(cluster: str, role: str) -> str:
     return f"hpcc-{cluster}-{role}"
 
 
+def bundle_bucket(cluster: str, account: str) -> str:
+    """The cluster's private bundle bucket: at most 5 + 32 + 9 + 12 = 58 of S3's 63 characters. The account makes
+    the global name the cluster's own (like the IAM role names, one cluster of a name per account)."""
+    return f"hpcc-{cluster}-bundles-{account}"
+
+
+def bundle_key(sha256: str) -> str:
+    """Content-addressed: a bundle's key is its archive's sha256, so one key never holds two bundles."""
+    return f"bundles/{sha256}.tar.gz"
+
+
 def image_pin(cluster: str) -> str:
     """The Pulumi name of the resource that keeps the image (infra/components/pins.py); `--update-image` replaces it."""
     return resource_name(cluster, "image-pin")
@@ -57,9 +68,11 @@ class Paths:
         self.hosts = f"{self.prefix}/hosts"  # line 1 head IP, then compute IPs in name order
         self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/node_settings.py)
         self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
-        self.bundle = f"{self.prefix}/bundle"  # JSON {"sha256", "bucket", "key"}: the bundle the nodes run
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
+        # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/bundle.py); not a settings
+        # key, because nodes booted before it refuse unknown settings keys.
+        self.bundle = f"{self.prefix}/bundle"
         self.pinned_image = f"{self.prefix}/pinned/image"  # JSON ImageInfo, resolved at the first up and kept
         self.pinned_az = f"{self.prefix}/pinned/availability-zone"  # likewise
 

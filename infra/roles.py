@@ -56,16 +56,20 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts):
     from infra.components.network import VPC_CIDR
     from infra.userdata import BootstrapContext  # userdata imports node_settings, which imports this module
 
+    from infra.hooks import name_of
+
     spec = resolve_role(cfg, region, role, facts)
     paths, first = Paths(cfg.name), first_call_pacing()
     return BootstrapContext(
         cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,
         efa_enabled=spec.efa_enabled, efa_devices=spec.efa_devices,
         gpudirect_rdma=spec.itype.gpudirect_rdma and spec.efa_enabled, fsx_parameter=paths.fsx,
-        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes, bundle_parameter=paths.bundle,
+        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes,
         ssh_secret_id=paths.ssh_secret, munge_secret_id=paths.munge_secret, first_interval_ms=first.api_interval_ms,
         first_poll_seconds=first.poll_seconds, api_backoff_seconds=first.api_backoff_seconds,
-        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR)
+        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR,
+        bundle_parameter=paths.bundle, hooks_start=tuple(name_of(p) for p in cfg.hooks.on_node_start),
+        hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready), hook_timeout_minutes=cfg.hooks.timeout_minutes)
 
 
 def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict:

@@ -34,7 +34,9 @@ def read_raw(path: str | Path) -> dict:
                      (str(k).startswith("hpcc:") and k != "hpcc:cluster"))
     if unknown:
         raise ConfigError([(str(k), "unknown key; hpcc reads aws:region and hpcc:cluster") for k in unknown])
-    return config
+    from infra.hooks import absolute
+
+    return absolute(config, p.resolve().parent)
 
 
 def load(path: str | Path) -> StackConfig:

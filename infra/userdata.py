@@ -1,8 +1,11 @@
-"""Render a node role's bootstrap script (the user data) from the Jinja templates in templates/.
+"""Render a node role's bootstrap script (the bundle's roles/<role>.sh) and its user data, the loader, from the
+Jinja templates in templates/.
 
-The user data holds only what needs a new node when it changes: the role, its instance type and that type's
-facts, and the cluster's names. Whatever changes over a cluster's life reaches the nodes at run time through
-the settings parameter (infra/node_settings.py), so a resize or a new timeout leaves every node in place.
+The user data is only the loader (templates/loader.sh.j2): it fetches the cluster's bundle (infra/bundle.py),
+checks its hash and runs the role's script from it. The script holds only what needs a new bundle when it
+changes: the role, its instance type and that type's facts, the cluster's names, the hooks. Whatever changes over
+a cluster's life reaches the nodes at run time through the settings parameter (infra/node_settings.py), so a
+resize or a new timeout leaves the bundle, and every node, as they are.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # EC2: "limited to 16 KB, in raw form, before it is base64-encoded" (here: the gzip bytes):
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT = 16 * 1024
-AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the script installs itself here; `hpcc-node sync` is the agent
+LOADER_LIMIT = 4 * 1024  # hpcc's own bound on the loader (gzip bytes): what grows goes into the bundle
+AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the role script installs itself here (to run the bootstrap again)
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,6 @@ class BootstrapContext:
     hosts_parameter: str
     settings_parameter: str
     nodes_parameter: str
-    bundle_parameter: str  # the pointer the node agent follows (hpcc_node/rollout.py)
     ssh_secret_id: str
     munge_secret_id: str  # always named; the secret exists with scheduler: slurm (the settings say which)
     # Until the settings are read (infra/bootstrap_pacing.first_call_pacing): the largest cluster's pacing.
@@ -51,6 +54,10 @@ class BootstrapContext:
     api_attempts: int
     max_timeout_minutes: int
     vpc_cidr: str  # the cluster key is accepted only from here (infra/components/network.py)
+    bundle_parameter: str  # the pointer the loader follows (infra/bundle.py)
+    hooks_start: tuple[str, ...] = ()  # hooks.onNodeStart's names in the bundle (infra/hooks.py)
+    hooks_ready: tuple[str, ...] = ()  # hooks.onNodeReady's
+    hook_timeout_minutes: int = 10
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 
@@ -97,14 +104,19 @@ def render(ctx: BootstrapContext) -> str:
     return without_comments(environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars()))
 
 
+def render_loader(ctx: BootstrapContext) -> str:
+    """The loader: what the user data runs."""
+    return without_comments(environment().get_template("loader.sh.j2").render(**ctx.as_vars()))
+
+
 def within_limit(packed: bytes) -> bool:
     """Whether EC2 takes these raw user-data bytes (the plan's AWS checks the same on its own side)."""
     return len(packed) <= USER_DATA_LIMIT
 
 
 def user_data(ctx: BootstrapContext) -> bytes:
-    """What EC2 gets: the script gzip-compressed (cloud-init unpacks it), within EC2's 16 KB limit."""
-    packed = gzip.compress(render(ctx).encode(), mtime=0)
-    if not within_limit(packed):
-        raise ValueError(f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; EC2 allows {USER_DATA_LIMIT}")
+    """What EC2 gets: the loader gzip-compressed (cloud-init unpacks it), within hpcc's 4 KB (EC2 takes 16 KB)."""
+    packed = gzip.compress(render_loader(ctx).encode(), mtime=0)
+    if len(packed) > LOADER_LIMIT or not within_limit(packed):
+        raise ValueError(f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; the loader's bound is {LOADER_LIMIT}")
     return packed

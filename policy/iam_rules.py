@@ -58,9 +58,11 @@ def _cluster_of(policy_inputs: dict, resources: list[dict] | None) -> str | None
 
 
 def _own_resource(arn: str, cluster: str) -> bool:
+    """The cluster's parameters and secrets, and its bundles (hpcc-<cluster>-bundles-<account>/bundles/*)."""
     c = re.escape(cluster)
     return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{c}(?:/[^*]*\*?)?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{c}/[^*]+\*?", arn))
+                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{c}/[^*]+\*?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{c}-bundles-\d{{12}}/bundles/\*", arn))
 
 
 def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:

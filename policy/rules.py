@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 if __package__:  # imported as the package `policy` (the tests)
-    from . import iam_rules, network_rules, node_rules
+    from . import bucket_rules, iam_rules, network_rules, node_rules
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
+    import bucket_rules  # type: ignore[no-redef]
     import iam_rules  # type: ignore[no-redef]
     import network_rules  # type: ignore[no-redef]
     import node_rules  # type: ignore[no-redef]
@@ -55,6 +56,9 @@ RULES = [
     Rule("iam-least-privilege", "No '*' on '*', no service-wide actions; the nodes' role reaches only its "
          "cluster's parameters and secrets, all its policies together",
          iam_rules.iam_resource, iam_rules.node_role_reach_graph),
+    Rule("bundle-bucket-private", "The bundle bucket blocks all public access, and its policy lets only the "
+         "cluster's own node roles read bundles (nobody outside the account, nothing but s3:GetObject)",
+         bucket_rules.bucket_policy_resource, bucket_rules.public_block_graph),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", node_rules.secrets_resource),
     Rule("no-secret-values-in-state", "No secret value in the stack: the secrets are created empty and written by "
          "the nodes", node_rules.secret_values_resource),

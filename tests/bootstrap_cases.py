@@ -35,14 +35,12 @@ def cases():
 
 
 def planned_scripts(example: str = GOLDEN_EXAMPLE) -> dict[str, str]:
-    """role -> the script in the user data of that role's launch template, as the offline plan of the example
-    has it (the program's own output, not a second rendering)."""
+    """role -> the script the loader runs on that role's nodes, read from the bundle the offline plan of the
+    example stores (the program's own output, not a second rendering)."""
     from infra.plan.runner import plan_config
     from infra.stackfile import read_raw
 
-    result = plan_config(read_raw(ROOT / "examples" / f"{example}.yaml"))
-    return {lt["inputs"]["tagSpecifications"][0]["tags"]["hpcc:role"]: result.user_data[lt["name"]]
-            for lt in result.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    return plan_config(read_raw(ROOT / "examples" / f"{example}.yaml")).role_scripts()
 
 
 def golden_path(role: str):

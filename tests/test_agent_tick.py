@@ -2,6 +2,8 @@
 membership applied once, one status write per change, and the upgrade path (canaries, waves, halt, rollback,
 drift, a refused hash)."""
 
+import json
+
 import pytest
 
 from hpcc_node import upgrade
@@ -154,3 +156,22 @@ def test_the_real_self_check_runs_the_new_bundles_agent_against_this_nodes_state
     (tmp_path / "compute-000/etc/settings").write_text(SETTINGS + "REBOOT=1\n")  # what this node applied, refused
     with pytest.raises(upgrade.BundleError, match="REBOOT"):
         upgrade.self_check(upgrade.bundle_dir(sha, config.opt), env=env)
+
+
+def test_the_heads_agent_drains_and_resumes_by_the_nodes_statuses_and_reports_slurms_states(tmp_path):
+    aws = FakeAws()
+    cluster(aws, hosts="10.0.0.4\n10.0.0.5\n10.0.0.6\n10.0.0.7")
+    aws.put(f"{P}/nodes/compute-001", json.dumps({"node": "compute-001", "phase": "failed", "step": "join"}))
+    aws.put(f"{P}/nodes/compute-002", json.dumps({"node": "compute-002", "phase": "ready", "step": "sync"}))
+    sinfo = {"nodes": "compute-000|idle|none\ncompute-001|idle*|Not responding\ncompute-002|drained|hpcc: bootstrap failed at efa\n",
+             "summary": "idle compute-000\ndrained compute-002\n"}
+    a, _ = make_agent(tmp_path, aws, "head", ip="10.0.0.4")
+    a.run.sinfo = sinfo
+    a.tick()
+    assert [argv for argv in a.run.calls if argv[0] == "scontrol"] == [
+        ["scontrol", "update", "NodeName=compute-001", "State=DRAIN", "Reason=hpcc: bootstrap failed at join"],
+        ["scontrol", "update", "NodeName=compute-002", "State=RESUME"]]
+    reads = [c[1] for c in aws.calls if c[0] == "get" and f"{P}/hosts" not in c[1]]
+    assert reads == [(f"{P}/nodes/compute-001", f"{P}/nodes/compute-002")]  # only those Slurm cannot use
+    assert aws.status("head")["slurm"] == {"idle": "compute-000", "drained": "compute-002"}
+    assert (tmp_path / "head/run/hpcc-slurm.json").read_text() == '"idle": "compute-000", "drained": "compute-002"\n'

@@ -227,7 +227,7 @@ def test_step_sync_starts_one_python_agent_from_the_bundle(fake, tmp_path):
     tmp_path, _, env = fake
     answers(tmp_path, "0|")
     bundles.install(tmp_path / "opt", *bundles.build(SCRIPTS))
-    script = (preamble(tmp_path) + f"HPCC_BUNDLE={tmp_path}/opt/current\n" + AGENT_STATE.replace("HPCC_AGENT=1\nHPCC_API_ATTEMPTS=1\n", "") +
+    script = (preamble(tmp_path) + f"HPCC_CURRENT={tmp_path}/opt/current\n" + AGENT_STATE.replace("HPCC_AGENT=1\nHPCC_API_ATTEMPTS=1\n", "") +
               'step_sync; first=$(cat /run/hpcc-sync.pid); step_sync; second=$(cat /run/hpcc-sync.pid)\n'
               'cmp -s "${BASH_SOURCE[0]}" /usr/local/sbin/hpcc-node && echo installed\n'
               f'(set -a; mapfile -t e </etc/hpcc/agent.env; env "${{e[@]}}" timeout 10 python3 -m hpcc_node.agent 2>{tmp_path}/direct.err); echo "direct rc=$?"\n'

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from infra.userdata import USER_DATA_LIMIT, user_data
+from infra.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
 from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
 
 CASES = dict(cases())
@@ -24,18 +24,29 @@ def test_rendered_script_passes_shellcheck_and_bash_n(name, tmp_path):
 
 
 @pytest.mark.parametrize("name,ctx", list(contexts()), ids=[n for n, _ in contexts()])
-def test_user_data_fits_ec2_limit_and_unpacks_to_the_script(name, ctx):
+def test_the_user_data_is_the_loader_within_4096_bytes_gzipped(name, ctx):
     packed = user_data(ctx)
-    assert len(packed) <= USER_DATA_LIMIT
-    assert gzip.decompress(packed).decode() == CASES[name]
+    assert len(packed) <= LOADER_LIMIT == 4096 < USER_DATA_LIMIT
+    loader = gzip.decompress(packed).decode()
+    assert loader == render_loader(ctx) and f'exec bash "$D/current/roles/{ctx.role}.sh"' in loader
+    assert ctx.bundle_parameter in loader and "set -Eeuo pipefail" not in loader  # not the role's script
 
 
-def test_one_golden_snapshot_per_role_matches_the_planned_user_data():
+def test_a_loader_beyond_its_bound_is_refused_by_the_program(monkeypatch):
+    import infra.userdata
+
+    ctx = dict(contexts())["p5-llm-compute"]
+    monkeypatch.setattr(infra.userdata, "render_loader", lambda c: CASES["p5-llm-compute"])  # the old user data
+    with pytest.raises(ValueError, match="the loader's bound is 4096"):
+        user_data(ctx)
+
+
+def test_one_golden_snapshot_per_role_matches_the_planned_bundles_scripts():
     planned = planned_scripts()
     assert sorted(planned) == ["compute", "head"] and sorted(p.name for p in GOLDEN.iterdir()) == sorted(
         golden_path(role).name for role in ("compute", "head"))
     for role, script in planned.items():
-        assert script == CASES[f"{GOLDEN_EXAMPLE}-{role}"]  # the plan's user data is the rendering tested below
+        assert script == CASES[f"{GOLDEN_EXAMPLE}-{role}"]  # the plan's bundle holds the rendering tested below
     for role, text in golden_texts(planned).items():
         assert text == golden_path(role).read_text(), "the templates changed: run `make golden` and review the diff"
 
@@ -96,7 +107,9 @@ def _merged(base: dict, change: dict) -> dict:
     return out
 
 
-def _planned(change: dict) -> tuple[dict, str]:
+def _planned(change: dict) -> tuple[dict, str, object]:
+    """(role -> the loader's user data, the settings value, the bundle) the program makes for BASE + change."""
+    from infra.bundle import build
     from infra.config import parse
     from infra.node_settings import settings_value
     from infra.roles import role_contexts
@@ -104,27 +117,30 @@ def _planned(change: dict) -> tuple[dict, str]:
 
     cfg = parse("us-east-1", _merged(BASE, change)).cluster
     return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1", offline_facts()).items()},
-            settings_value(cfg, "us-east-1", offline_facts()))
+            settings_value(cfg, "us-east-1", offline_facts()), build(cfg, "us-east-1", offline_facts()))
 
 
 @pytest.mark.parametrize("change", sorted({**LIFE_CHANGES, **COMPUTE_TYPE}))
-def test_the_heads_user_data_is_byte_identical_across_day_2_changes(change):
-    before, settings_before = _planned({})
-    after, settings_after = _planned({**LIFE_CHANGES, **COMPUTE_TYPE}[change])
-    assert after["head"] == before["head"]
+def test_the_heads_script_and_every_loader_are_byte_identical_across_day_2_changes(change):
+    before, settings_before, bundle_before = _planned({})
+    after, settings_after, bundle_after = _planned({**LIFE_CHANGES, **COMPUTE_TYPE}[change])
+    assert after == before  # the user data (loaders): no new launch-template version for any of these
+    assert bundle_after.files["roles/head.sh"] == bundle_before.files["roles/head.sh"]
     if change != "tags":  # what did change reaches the nodes through the settings instead
         assert settings_after != settings_before
 
 
 @pytest.mark.parametrize("change", sorted(LIFE_CHANGES))
-def test_the_compute_roles_user_data_is_byte_identical_across_count_tags_and_timeouts(change):
-    assert _planned(LIFE_CHANGES[change])[0]["compute"] == _planned({})[0]["compute"]
+def test_the_bundle_is_byte_identical_across_count_tags_and_timeouts(change):
+    assert _planned(LIFE_CHANGES[change])[2].archive == _planned({})[2].archive
 
 
-def test_a_new_compute_type_does_change_the_compute_roles_user_data():
-    """It needs new nodes anyway (another type): its facts (GPUs, EFA devices) are in the user data."""
-    after = gzip.decompress(_planned(COMPUTE_TYPE["compute type"])[0]["compute"]).decode()
-    assert after != gzip.decompress(_planned({})[0]["compute"]).decode() and "-eq 4 ]" in after
+def test_a_new_compute_type_does_change_the_compute_roles_script_and_so_the_bundle():
+    """It needs new nodes anyway (another type): its facts (GPUs, EFA devices) are in the compute script."""
+    before, after = _planned({})[2], _planned(COMPUTE_TYPE["compute type"])[2]
+    script = after.files["roles/compute.sh"].decode()
+    assert script != before.files["roles/compute.sh"].decode() and "-eq 4 ]" in script
+    assert after.sha256 != before.sha256
 
 
 def test_the_user_data_holds_no_settings_value():
@@ -145,3 +161,12 @@ def test_comment_only_lines_are_left_out_but_the_header_titles_shebangs_and_dire
         body = script.split("\nset -Eeuo pipefail\n", 1)[1]
         kept = [line for line in body.splitlines() if line.lstrip().startswith("#")]
         assert all(line.lstrip().startswith(("#!", "# shellcheck", "# ---")) for line in kept), (name, kept[:3])
+
+
+@pytest.mark.parametrize("name,ctx", list(contexts()), ids=[n for n, _ in contexts()])
+def test_the_loader_passes_shellcheck_and_bash_n(name, ctx, tmp_path):
+    path = tmp_path / f"{name}-loader.sh"
+    path.write_text(render_loader(ctx))
+    check = subprocess.run(["shellcheck", "-S", "style", "-s", "bash", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True).returncode == 0

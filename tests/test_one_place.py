@@ -12,7 +12,7 @@ import pytest
 from infra.components.security import LUSTRE_PORTS
 from infra.plan import aws_rules
 from infra.plan.aws_rules import AwsRejected
-from infra.userdata import USER_DATA_LIMIT, render, user_data, within_limit
+from infra.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
 from policy import node_rules
 from policy.records import LT
 from tests.bootstrap_cases import contexts
@@ -46,9 +46,9 @@ def test_the_program_and_the_plans_aws_agree_on_the_user_data_limit(size):
 
 
 @pytest.mark.parametrize("name", SOME)
-def test_both_decoders_read_the_programs_user_data_as_the_script(name):
+def test_both_decoders_read_the_programs_user_data_as_the_loader(name):
     b64 = base64.b64encode(user_data(CONTEXTS[name])).decode()
-    script = render(CONTEXTS[name])
+    script = render_loader(CONTEXTS[name])
     assert aws_rules.decode_user_data(b64) == script
     assert node_rules._decoded_texts(b64)[-1] == script
 

@@ -24,7 +24,7 @@ from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
 
-from policy import iam_rules, network_rules, node_rules, records
+from policy import bucket_rules, iam_rules, network_rules, node_rules, records
 from policy.pack import policies
 from policy.records import LT
 from policy.rules import RULES, check
@@ -238,6 +238,33 @@ def munge_key_as_a_secret_version(g):
               "inputs": {"secretId": "hpcc/llm/munge-key", "secretString": "c2VjcmV0"}, "outputs": {}})
 
 
+def _edit_bucket_policy(graph, edit):
+    policy = _first(graph, bucket_rules.BUCKET_POLICY)
+    doc = json.loads(policy["inputs"]["policy"])
+    edit(doc["Statement"][0])
+    policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def bundles_readable_by_anyone(g):
+    _edit_bucket_policy(g, lambda s: s.update(Principal="*"))
+
+
+def bundles_readable_by_another_account(g):
+    _edit_bucket_policy(g, lambda s: s["Principal"]["AWS"].append("arn:aws:iam::999999999999:role/hpcc-llm-node"))
+
+
+def bundles_writable_by_the_nodes(g):
+    _edit_bucket_policy(g, lambda s: s["Action"].append("s3:PutObject"))
+
+
+def bundle_bucket_public_policy_allowed(g):
+    _first(g, bucket_rules.PUBLIC_BLOCK)["inputs"]["blockPublicPolicy"] = False
+
+
+def bundle_bucket_without_public_block(g):
+    g.remove(_first(g, bucket_rules.PUBLIC_BLOCK))
+
+
 BREAKS = [
     ("imdsv2-required", imds_optional_on_template, "httpTokens is 'optional'"),
     ("imdsv2-required", imds_missing_on_template, "httpTokens is None"),
@@ -268,6 +295,11 @@ BREAKS = [
     ("iam-least-privilege", ssm_core_reach_unnarrowed, "on * through AmazonSSMManagedInstanceCore"),
     ("iam-least-privilege", deny_with_condition_does_not_narrow, "add a Deny of these actions"),
     ("iam-least-privilege", inline_role_policy_reads_every_secret, "secretsmanager:GetSecretValue on *"),
+    ("bundle-bucket-private", bundles_readable_by_anyone, "Statement[0] lets * in"),
+    ("bundle-bucket-private", bundles_readable_by_another_account, "lets arn:aws:iam::999999999999:role/hpcc-llm-node in"),
+    ("bundle-bucket-private", bundles_writable_by_the_nodes, "allows s3:GetObject, s3:PutObject"),
+    ("bundle-bucket-private", bundle_bucket_public_policy_allowed, "blockPublicPolicy must be true"),
+    ("bundle-bucket-private", bundle_bucket_without_public_block, "no public access block"),
     ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
     ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
     ("no-secret-values-in-state", munge_key_as_a_secret_version, "hpcc/llm/munge-key puts the secret's value"),

@@ -11,7 +11,11 @@ from infra.naming import TAG_CLUSTER
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
 UNTAGGABLE = {"aws:ec2/route:Route", "aws:ec2/routeTableAssociation:RouteTableAssociation",
-              "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy"}
+              "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy",
+              # a bucket's settings: sub-resources of the (tagged) bucket, with no tags of their own in S3
+              "aws:s3/bucketPolicy:BucketPolicy", "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+              "aws:s3/bucketVersioning:BucketVersioning",
+              "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"}
 
 
 def _sg(env, name):
@@ -147,7 +151,9 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" for r in s["Resource"]]
     slurm = result.config.cluster.scheduler == "slurm"
     secrets = (f"secret:hpcc/{c}/ssh-key",) + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
-    assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets) for r in resources), resources
+    bundles = f"arn:aws:s3:::hpcc-{c}-bundles-{env.account}/bundles/*"  # the bundles only, read-only
+    assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets) or r == bundles for r in resources), resources
+    assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]
     assert slurm == any("munge-key" in r for r in resources)
     deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows AmazonSSMManagedInstanceCore's reads
     assert "ssm:GetParameter" in deny["Action"] and all(f"parameter/hpcc/{c}" in r for r in deny["NotResource"])

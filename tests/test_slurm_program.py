@@ -216,9 +216,11 @@ def test_no_key_passes_through_the_program(with_slurm):
     for secret in with_slurm.of_type(SECRET):
         assert not {"secretString", "secretBinary"} & set(secret["inputs"]), secret["name"]
     assert "munge" not in json.dumps(with_slurm.outputs)
-    for script in with_slurm.user_data.values():
-        # the keys come from Secrets Manager at boot: the script names the secrets, it holds no key
+    for script in with_slurm.role_scripts().values():
+        # the keys come from Secrets Manager at boot: the bundle's script names the secrets, it holds no key
         assert "PRIVATE KEY" not in script and Paths("bert").munge_secret in script
+    assert not any("PRIVATE KEY" in f.decode(errors="replace") for f in with_slurm.bundle_files.values())
+    assert not any("PRIVATE KEY" in loader for loader in with_slurm.user_data.values())
 
 
 def test_turning_slurm_on_for_a_running_cluster_replaces_nothing(with_slurm):

@@ -36,6 +36,7 @@ class ComputeArgs:
     head_ssh_sg_id: pulumi.Input[str] | None
     instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/components/identity.py)
     extra_tags: dict[str, str] = field(default_factory=dict)
+    boot_after: list[pulumi.Resource] = field(default_factory=list)  # the bundle pointer the loader reads
 
 
 @dataclass
@@ -193,6 +194,6 @@ class Compute(pulumi.ComponentResource):
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(**metadata_options(args.config)),
             tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(spec.layout, public)),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"], depends_on=args.boot_after,
                                         replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))
         return Node(node, role, instance, spec.itype)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.naming import TAG_INSTANCE, Paths, role_name, tags
+from infra.naming import TAG_INSTANCE, Paths, bundle_bucket, role_name, tags
 
 SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 SECRET_READ = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
@@ -33,8 +33,9 @@ class IdentityArgs:
 
 
 def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: str = "compute",
-                munge_arn: str | None = None) -> str:
-    """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it)."""
+                munge_arn: str | None = None, cluster: str | None = None) -> str:
+    """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
+    bundles it may read (infra/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
     secret_actions = SECRET_READ + (SECRET_WRITE if role == "head" else [])
     munge = [{"Sid": "ClusterMungeKey", "Effect": "Allow", "Action": secret_actions, "Resource": [munge_arn]}]
@@ -48,6 +49,8 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
              "Resource": [f"{param_arn}{paths.nodes}/*"],
              "Condition": {"StringEquals": {f"aws:ResourceTag/{TAG_INSTANCE}": "${ec2:SourceInstanceARN}"}}},
             {"Sid": "ClusterSshKey", "Effect": "Allow", "Action": secret_actions, "Resource": [secret_arn]},
+            *([{"Sid": "ClusterBundles", "Effect": "Allow", "Action": ["s3:GetObject"],
+                "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"]}] if cluster else []),
             *(munge if munge_arn else []),
             # AmazonSSMManagedInstanceCore allows reading every parameter in the account: narrow it to this cluster's.
             {"Sid": "OnlyClusterParameters", "Effect": "Deny",
@@ -59,6 +62,8 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
 
 class Identity(pulumi.ComponentResource):
     instance_profile_arns: dict[str, pulumi.Output[str]]  # role -> instance profile ARN
+    role_arns: dict[str, pulumi.Output[str]]  # role -> IAM role ARN (the bundle bucket's readers)
+    account: pulumi.Output[str]
     ssh_secret_arn: pulumi.Output[str]
     munge_secret_arn: pulumi.Output[str | None]  # None without Slurm
 
@@ -79,7 +84,7 @@ class Identity(pulumi.ComponentResource):
                 description=f"hpcc {c}: Slurm's munge key, written by the head node",
                 tags=tags(c, "munge-key", t), opts=child).arn
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
-        self.instance_profile_arns = {}
+        self.instance_profile_arns, self.role_arns, self.account = {}, {}, account
         for role in ("head", "compute"):
             # The compute role keeps the resource names the single node role had (see naming.role_name).
             what = "head" if role == "head" else "node"
@@ -92,10 +97,11 @@ class Identity(pulumi.ComponentResource):
                                          role=iam_role.name, policy_arn=SSM_CORE, opts=child)
             aws.iam.RolePolicy(f"{c}-{what}-policy", name="hpcc-cluster-access", role=iam_role.name, opts=child,
                                policy=pulumi.Output.all(account, secret.arn, munge_arn).apply(
-                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2])))
+                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c)))
             profile = aws.iam.InstanceProfile(f"{c}-{what}-profile", name=role_name(c, role), role=iam_role.name,
                                               tags=tags(c, f"{what}-profile", t), opts=child)
             self.instance_profile_arns[role] = profile.arn
+            self.role_arns[role] = iam_role.arn
 
         self.ssh_secret_arn = secret.arn
         self.munge_secret_arn = munge_arn

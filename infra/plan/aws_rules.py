@@ -183,3 +183,38 @@ def check_cidr(name: str, cidr: str | None) -> None:
         ipaddress.ip_network(cidr, strict=True)
     except ValueError as e:
         raise AwsRejected(name, "InvalidParameterValue", f"{cidr}: {e}") from None
+
+
+# S3 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html): moto creates any name.
+BUCKET_NAME = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+BUCKET_PREFIXES_REFUSED = ("xn--", "sthree-", "amzn-s3-demo-")
+BUCKET_SUFFIXES_REFUSED = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def check_bucket_name(name: str, bucket: str) -> None:
+    import re
+
+    if (not re.fullmatch(BUCKET_NAME, bucket or "") or ".." in bucket or bucket.startswith(BUCKET_PREFIXES_REFUSED)
+            or bucket.endswith(BUCKET_SUFFIXES_REFUSED) or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket)):
+        raise AwsRejected(name, "InvalidBucketName", f"{bucket!r} breaks S3's bucket naming rules")
+
+
+def _principals(statement: dict) -> list[str]:
+    principal = statement.get("Principal")
+    if principal == "*":
+        return ["*"]
+    values = (principal or {}).get("AWS", []) if isinstance(principal, dict) else []
+    return [values] if isinstance(values, str) else list(values)
+
+
+def check_bucket_policy(name: str, policy: dict, known_principals: set[str], blocks_public: bool) -> None:
+    """What S3's PutBucketPolicy refuses and moto takes: a principal that does not exist ("Invalid principal in
+    policy", S3 resolves role ARNs when the policy is set) and, with BlockPublicPolicy on, a public policy (one
+    granting `*` without a condition: S3 User Guide, "The meaning of 'public'")."""
+    for statement in policy.get("Statement", []):
+        for principal in _principals(statement):
+            if principal == "*" or principal.startswith("arn:aws:iam::*"):
+                if blocks_public and statement.get("Effect") == "Allow" and not statement.get("Condition"):
+                    raise AwsRejected(name, "AccessDenied", "the bucket blocks public policies (BlockPublicPolicy)")
+            elif principal.startswith("arn:aws:iam::") and ":root" not in principal and principal not in known_principals:
+                raise AwsRejected(name, "MalformedPolicy", f"Invalid principal in policy: {principal}")

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from infra.plan import aws_rules, internals
 from infra.plan.aws_rules import AwsRejected
+from infra.plan.mocks_s3 import S3Mocks
 from infra.plan.recorder import plain
 
 
@@ -25,7 +26,7 @@ def _short(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
 
 
-class MotoMocks(pulumi.runtime.Mocks):
+class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
     def __init__(self, region: str):
         self.region = region
         self.lock = threading.Lock()
@@ -34,6 +35,8 @@ class MotoMocks(pulumi.runtime.Mocks):
         self.ssm = boto3.client("ssm", region_name=region)
         self.fsx = boto3.client("fsx", region_name=region)
         self.secrets = boto3.client("secretsmanager", region_name=region)
+        self.s3 = boto3.client("s3", region_name=region)
+        self.s3_blocks: dict[str, dict] = {}  # bucket -> its public access block (moto keeps it but checks nothing)
         self.sts = boto3.client("sts", region_name=region)
         self.account = self.sts.get_caller_identity()["Account"]
         # What moto does not keep, kept here: placement groups, launch-template inputs, FSx extras.

@@ -145,6 +145,17 @@ RULES: dict[str, Rule] = {
         _lustre),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": Rule(
         ("dataRepositoryPath", "fileSystemId", "fileSystemPath"), TF + "fsx/data_repository_association.go ForceNew"),
+    # S3 (terraform-provider-aws internal/service/s3): the bundle store (infra/components/bundle.py).
+    "aws:s3/bucket:Bucket": Rule(("bucket", "bucketPrefix", "objectLockEnabled"), TF + "s3/bucket.go ForceNew"),
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": Rule(
+        ("bucket",), TF + "s3/bucket_public_access_block.go ForceNew"),
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": Rule(
+        ("bucket", "expectedBucketOwner"), TF + "s3/bucket_server_side_encryption_configuration.go ForceNew"),
+    "aws:s3/bucketVersioning:BucketVersioning": Rule(("bucket", "expectedBucketOwner"),
+                                                     TF + "s3/bucket_versioning.go ForceNew"),
+    "aws:s3/bucketPolicy:BucketPolicy": Rule(("bucket",), TF + "s3/bucket_policy.go ForceNew"),
+    "aws:s3/bucketObjectv2:BucketObjectv2": Rule(("bucket", "key"),
+                                                 TF + "s3/object.go ForceNew (content updates in place)"),
     "aws:ec2/launchTemplate:LaunchTemplate": Rule(
         (), EC2 + "ec2_launch_template.go: every edit is a new version in place; "
                   "CustomizeDiff ComputedIf(latest_version, default_version)",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import runpy
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pulumi
 
+from infra.bundle import role_script, unpack, write_unpacked
 from infra.changes import Change
 from infra.config import StackConfig, parse
 from infra.instance_facts import ec2_facts
@@ -44,6 +47,13 @@ class PlanResult:
     changes: list[Change] | None = None  # with a previous plan: what a second `pulumi up` would do
     refused: list[Change] = field(default_factory=list)  # of those, what Pulumi refuses (protected resources)
     facts: object = None  # the embedded AWS's instance facts (infra/instance_facts.py), for the summary
+    bundle_files: dict[str, bytes] = field(default_factory=dict)  # the bundle the program stores, unpacked
+    bundle_sha256: str = ""
+
+    def role_scripts(self) -> dict[str, str]:
+        """role -> the bootstrap the loader runs, read from the planned bundle (infra/bundle.role_script)."""
+        roles = json.loads(self.bundle_files["manifest.json"])["roles"]
+        return {role: role_script(self.bundle_files, role) for role in roles}
 
     def of_type(self, token: str) -> list[dict]:
         return [r for r in self.resources if r["type"] == token]
@@ -60,6 +70,8 @@ class PlanResult:
         (out / "outputs.json").write_text(json.dumps(self.outputs, indent=2, sort_keys=True) + "\n")
         for name, script in sorted(self.user_data.items()):
             (out / "user-data" / name).write_text(script)
+        if self.bundle_files:
+            write_unpacked(self.bundle_files, self.bundle_sha256, out)
         changes = out / "changes.json"
         if self.changes is None:
             changes.unlink(missing_ok=True)  # never leave an earlier comparison beside this plan
@@ -144,10 +156,20 @@ def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = 
                  if r["type"] in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance")
                  and r["inputs"].get("userData")}
     result = PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data, facts=facts)
+    result.bundle_files, result.bundle_sha256 = planned_bundle(resources)
     if previous is not None:
         result.changes = plan_changes(previous.resources, resources, previous.replace)
         result.refused = refused(result.changes, previous.resources, resources)
     return result
+
+
+def planned_bundle(resources: list[dict]) -> tuple[dict[str, bytes], str]:
+    """The bundle object the program stores (infra/components/bundle.py): its files and its archive's sha256."""
+    objects = [r for r in resources if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2"]
+    if not objects:
+        return {}, ""
+    archive = base64.b64decode(objects[0]["inputs"]["contentBase64"])
+    return unpack(archive), hashlib.sha256(archive).hexdigest()
 
 
 def plan_stack_file(path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None,

@@ -70,7 +70,8 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w.field)}: {escape(w.message)}", highlight=False)
     console.print(escape(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
-                         f"{out}/user-data/ ({len(result.user_data)} scripts)"))
+                         f"{out}/user-data/ ({len(result.user_data)} loaders), {out}/bundle/ "
+                         f"({len(result.bundle_files)} files, sha256 {result.bundle_sha256[:12]}... in {out}/bundle.sha256)"))
 
 
 def print_changes(result, out: Path, previous: str, console: Console | None = None) -> None:

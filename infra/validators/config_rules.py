@@ -158,6 +158,12 @@ def slurm_has_a_package(cfg):
                       "scheduler: none")
 
 
+def hook_files(cfg):
+    from infra.hooks import hook_findings  # checks files on disk: the paths are the user's project's
+
+    yield from hook_findings(cfg)
+
+
 RULES = [
     fsx_capacity,
     fsx_hdd_deployment,
@@ -172,4 +178,5 @@ RULES = [
     ssh_address_space_capped,
     image_supports_type,
     slurm_has_a_package,
+    hook_files,
 ]

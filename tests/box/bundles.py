@@ -1,49 +1,26 @@
-"""Bundles for the box, by the bundle contract (deterministic tar.gz: manifest.json, roles/<role>.sh, hpcc_node/,
-infra/settings_schema.py), until the program's own builder (issue 18, part 1) is merged: then `build` should be
-that builder and `install` the loader's work. Installed with the agent's own unpack and switch (hpcc_node/upgrade)."""
+"""New bundles for the upgrade tests, built by the program's own builder (infra/bundle.py) from the planned role
+scripts, with some files of the node package replaced (a new AGENT_VERSION, a failing self-check); and a bundle
+installed on a test node's directories as the loader does, with the agent's own unpack and switch."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
-import json
-import tarfile
+import re
 from pathlib import Path
 
 from hpcc_node import upgrade
+from infra.bundle import ROOT, bundle_files, hpcc_version, node_files, pack
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _files(scripts: dict[str, str], patches: dict[str, str] | None) -> dict[str, bytes]:
-    files = {str(p.relative_to(ROOT)): p.read_bytes() for p in sorted((ROOT / "hpcc_node").glob("*.py"))}
-    for name in ("infra/__init__.py", "infra/settings_schema.py"):
-        files[name] = (ROOT / name).read_bytes()
-    for role, text in scripts.items():
-        files[f"roles/{role}.sh"] = text.encode()
-    for name, text in (patches or {}).items():
-        files[name] = text.encode()
-    version = {}
-    exec(files["hpcc_node/version.py"].decode(), version)
-    files["manifest.json"] = json.dumps({
-        "format": 1, "cluster": "box", "hpccVersion": "dev", "agentVersion": version["AGENT_VERSION"],
-        "roles": {role: {"script": f"roles/{role}.sh", "bootDigest": hashlib.sha256(text.encode()).hexdigest()}
-                  for role, text in scripts.items()},
-        "hooks": {"onNodeStart": [], "onNodeReady": []}}, sort_keys=True).encode()
-    return files
+__all__ = ["ROOT", "build", "install"]
+NO_HOOKS = {"onNodeStart": [], "onNodeReady": []}
 
 
-def build(scripts: dict[str, str], patches: dict[str, str] | None = None) -> tuple[bytes, str]:
-    """The archive's bytes and sha256; patches: file name -> text replacing (or adding) that file."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in sorted(_files(scripts, patches).items()):
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.uid, info.gid = len(data), 0, 0, 0
-            info.mode = 0o755 if name.endswith(".sh") else 0o644
-            tar.addfile(info, io.BytesIO(data))
-    packed = gzip.compress(raw.getvalue(), mtime=0)
+def build(scripts: dict[str, str], patches: dict[str, str] | None = None, cluster: str = "box") -> tuple[bytes, str]:
+    """The archive's bytes and sha256; patches: node-package file -> text replacing (or adding) it."""
+    node = node_files()
+    node.update({name: text.encode() for name, text in (patches or {}).items()})
+    agent = re.search(r'AGENT_VERSION = "([^"]+)"', node["hpcc_node/version.py"].decode()).group(1)
+    packed = pack(bundle_files(cluster, scripts, NO_HOOKS, {}, node, hpcc_version(), agent))
     return packed, hashlib.sha256(packed).hexdigest()
 
 

@@ -15,6 +15,7 @@ and under it removes whatever a crashed earlier box left behind.
 from __future__ import annotations
 
 import atexit
+import base64
 import hashlib
 import json
 import os
@@ -32,7 +33,6 @@ from infra.config import parse
 from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
 from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401
                                VETH, Lock, cleanup_leftovers, leftovers, sh)
-from tests.box import bundles
 from tests.box.planned import plan
 
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
@@ -40,8 +40,8 @@ VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never th
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin",
-           "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm",
-           "opt/hpcc")  # Slurm and munge keep per-host state there
+           "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm",  # Slurm and munge keep per-host state there
+           "opt/hpcc")  # the bundles the loader unpacks and /opt/hpcc/current
 COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin", "etc/slurm")  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
@@ -149,6 +149,7 @@ class Box:
     join_timeout_minutes: int = 1
     name: str = "box"
     scheduler: str = "none"  # the config's `scheduler`
+    hooks: dict = field(default_factory=dict)  # the config's `hooks` (absolute paths: the plan runs elsewhere)
     nodes: list[Node] = field(default_factory=list)
     workdir: Path | None = None
     moto: object = None
@@ -161,7 +162,7 @@ class Box:
         return {"aws:region": REGION, "hpcc:cluster": {
             "name": self.name, "headNode": {"instanceType": head_type},
             "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
-            "scheduler": self.scheduler,
+            "scheduler": self.scheduler, **({"hooks": self.hooks} if self.hooks else {}),
             "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes}}}
 
     def config(self):
@@ -180,7 +181,7 @@ class Box:
         return lookup(PROFILES[self.profile][1]).slots
 
     def scripts(self) -> dict[str, str]:
-        """The scripts the program puts in each role's user data: the planned launch templates'."""
+        """The scripts the program puts in each role's user data (the loaders): the planned launch templates'."""
         return self.plan()["userData"]
 
     @property
@@ -315,10 +316,33 @@ class Box:
         ghosts = {compute_node_name(self.compute_count + i): ip for i, ip in enumerate(self.ghost_ips())}
         return next((n.ip for n in self.nodes if n.name == name), None) or ghosts[name]
 
+    def publish_bundle(self, archive: bytes | None = None, pointer: str | None = None) -> None:
+        """What `pulumi up` writes for the bundle (infra/components/bundle.py): the private, versioned bucket with
+        its policy, the archive at its content-addressed key (create-once), the pointer. Default: the plan's;
+        `archive` and `pointer` put other bytes or another pointer in their place (the refusal tests)."""
+        planned, s3 = self.plan(), self.client("s3")
+        bucket = planned["bundleBucket"]
+        if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+            s3.create_bucket(Bucket=bucket)
+            s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
+                "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+            s3.put_bucket_policy(Bucket=bucket, Policy=planned["bucketPolicy"])
+        pointer = pointer or planned["bundlePointer"]
+        key = json.loads(pointer)["key"]
+        body = archive if archive is not None else base64.b64decode(planned["bundle"])
+        try:
+            s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+        except s3.exceptions.ClientError as e:
+            if e.response["Error"]["Code"] != "PreconditionFailed":  # already there: a key holds one bundle
+                raise
+        self.client("ssm").put_parameter(Name=Paths(self.name).bundle, Type="String", Value=pointer, Overwrite=True)
+
     def publish(self) -> int:
-        """What `pulumi up` writes at the current count: the planned settings, and the planned hosts value with
-        each line's IP replaced by the box IP of the node it names. Returns the hosts parameter's Version."""
+        """What `pulumi up` writes at the current count: the planned bundle and settings, and the planned hosts
+        value with each line's IP replaced by the box IP of the node it names. Returns the hosts parameter's Version."""
         paths, planned = Paths(self.name), self.plan()
+        self.publish_bundle()
         ssm = self.client("ssm")
         ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
         hosts = "\n".join(self.ip_of(name) for name in planned["hostsNodes"])
@@ -384,8 +408,6 @@ class Box:
     def start_bootstrap(self, node: Node, env: dict | None = None) -> None:
         path = self.workdir / node.script
         path.write_text(self.scripts()[node.role])
-        if not (node.root / "opt/hpcc/current").exists():  # the loader's work (tests/box/bundles.py)
-            bundles.install(node.root / "opt/hpcc", *bundles.build(self.scripts()))
         with open(self.workdir / f"{node.script}.out", "w") as out:
             node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env={**node_env(node), **(env or {})},
                                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -1,5 +1,5 @@
-"""What the program plans for a box config: the user data per role, the settings value, and which node each
-line of the hosts parameter names. Run in a child process (`python -m tests.box.planned`): the plan's embedded
+"""What the program plans for a box config: the user data (the loader) per role, the bundle (archive, pointer,
+bucket policy) and the role scripts in it, the settings value, and which node each line of the hosts parameter names. Run in a child process (`python -m tests.box.planned`): the plan's embedded
 moto and the box's moto server would share one process's state."""
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ def plan_in_process(config_map: dict) -> dict:
                     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
                     node_of_ip[inst["PrivateIpAddress"]] = tags[TAG_NODE]
         hosts = planned.named(f"{c}-hosts-param")["inputs"]["value"].splitlines()
+        bundle = planned.of_type("aws:s3/bucketObjectv2:BucketObjectv2")[0]["inputs"]
         return {"userData": {role: planned.user_data[f"{c}-{role}-lt"] for role in ("head", "compute")},
+                "roleScripts": planned.role_scripts(), "bundleSha256": planned.bundle_sha256,
+                "bundle": bundle["contentBase64"], "bundleKey": bundle["key"], "bundleBucket": bundle["bucket"],
+                "bundlePointer": planned.named(f"{c}-bundle-param")["inputs"]["value"],
+                "bucketPolicy": planned.named(f"{c}-bundles-policy")["inputs"]["policy"],
                 "settings": planned.named(f"{c}-settings-param")["inputs"]["value"],
                 "hostsNodes": [node_of_ip[ip] for ip in hosts]}
 

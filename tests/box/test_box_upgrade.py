@@ -11,24 +11,25 @@ import time
 
 import pytest
 
-from infra.naming import Paths
+from infra.naming import bundle_key
 from tests.box import bundles
 from tests.box.harness import Box, node_env
 
 pytestmark = pytest.mark.box
 
-BUCKET = "hpcc-box-bundles"
 VERSION = 'AGENT_VERSION = "{v}"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (PROTOCOL - 1, PROTOCOL)\n'
 FAILING_SELF_CHECK = "\ndef self_check(config, here):\n    raise RuntimeError('this bundle cannot run here')\n"
 
 
 def publish(box: Box, packed: bytes, sha: str) -> float:
-    """What `pulumi up` does: the archive under its content-addressed key, then the pointer."""
-    key = f"bundles/{sha}.tar.gz"
-    box.client("s3").put_object(Bucket=BUCKET, Key=key, Body=packed)
-    box.client("ssm").put_parameter(Name=Paths(box.name).bundle, Type="String", Overwrite=True,
-                                    Value=json.dumps({"sha256": sha, "bucket": BUCKET, "key": key}))
+    """What `pulumi up` does (the harness's publish_bundle): the archive at its content-addressed key, the pointer."""
+    pointer = json.dumps({"sha256": sha, "bucket": box.plan()["bundleBucket"], "key": bundle_key(sha)})
+    box.publish_bundle(archive=packed, pointer=pointer)
     return time.time()
+
+
+def role_scripts(box: Box) -> dict[str, str]:
+    return box.plan()["roleScripts"]
 
 
 def wait_for(box: Box, what: str, check, timeout: float) -> dict[str, float]:
@@ -53,7 +54,6 @@ def box():
     try:
         codes = b.boot(timeout=300)
         assert codes == {n.name: 0 for n in b.nodes}, f"{codes}\n{b.diagnose()}"
-        b.client("s3").create_bucket(Bucket=BUCKET)
         yield b
     finally:
         b.stop()
@@ -69,7 +69,7 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
                            env=node_env(box.head), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            stdin=subprocess.DEVNULL)
     time.sleep(5)
-    packed, new = bundles.build(box.scripts(), {"hpcc_node/version.py": VERSION.format(v="2")})
+    packed, new = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="2")})
     published = publish(box, packed, new)
     reached = wait_for(box, "agent 2 everywhere", lambda s: s.get("bundle") == new and s.get("agentVersion") == "2",
                        timeout=200)
@@ -90,7 +90,7 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
 def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_back(box):
     good = box.status("compute-001")["bundle"]
     agent_py = (bundles.ROOT / "hpcc_node/agent.py").read_text() + FAILING_SELF_CHECK
-    packed, bad = bundles.build(box.scripts(), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py})
+    packed, bad = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py})
     publish(box, packed, bad)
     wait_for(box, "the canaries refusing it",
              lambda s: s["node"] not in ("head", "compute-000") or (s.get("refused") or {}).get("sha256") == bad, 120)
@@ -108,7 +108,7 @@ def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_bac
 
 def test_a_bundle_changing_a_boot_step_marks_nodes_drifted_and_reruns_nothing(box):
     logs = {n.name: box.log(n).count("] start") for n in box.nodes}
-    scripts = box.scripts()
+    scripts = role_scripts(box)
     changed = {**scripts, "compute": scripts["compute"].replace("# --- ssh", "# --- ssh\nHPCC_NEW_BOOT_STEP=1", 1)}
     assert changed["compute"] != scripts["compute"]
     packed, new = bundles.build(changed, {"hpcc_node/version.py": VERSION.format(v="4")})

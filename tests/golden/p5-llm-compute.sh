@@ -220,12 +220,17 @@ json_lines() {
 
 slurm_field() { :; }
 
+HPCC_FAIL_CLASS=bootstrap
+HPCC_BUNDLE=${HPCC_BUNDLE:-$(basename "$(readlink -f /opt/hpcc/current 2>/dev/null || true)")}
+[[ $HPCC_BUNDLE =~ ^[0-9a-f]{64}$ ]] || HPCC_BUNDLE=""
+
 status_json() {
   local LC_ALL=C lines=15 json message
   message=$(printf '%s' "${3:0:500}" | tr '\n' ' ' | json_lines 500)
   while :; do
-    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "message": %s, "updated": "%s", "logTail": [%s]%s}' \
-      "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" "${message:-\"\"}" "$(date -u +%FT%TZ)" \
+    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "bundle": "%s"%s, "message": %s, "updated": "%s", "logTail": [%s]%s}' \
+      "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" "$HPCC_BUNDLE" \
+      "$([ "$1" != failed ] || printf ', "class": "%s"' "$HPCC_FAIL_CLASS")" "${message:-\"\"}" "$(date -u +%FT%TZ)" \
       "$(tail -n "$lines" "/var/log/hpcc-bootstrap.log" 2>/dev/null | json_lines 200)" \
       "$(slurm_field)")
     if [ "${#json}" -le 4000 ] || [ "$lines" -eq 0 ]; then break; fi
@@ -908,7 +913,7 @@ step_slurm() {
   log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); compute nodes: $HPCC_SLURM_NODE, $HPCC_SLURM_GPUS GPU(s)"
 }
 # --- sync
-HPCC_BUNDLE=/opt/hpcc/current
+HPCC_CURRENT=/opt/hpcc/current
 HPCC_STATE=/etc/hpcc/node
 HPCC_APPLIED_SETTINGS=/etc/hpcc/settings
 HPCC_AGENT_LOCK=/run/hpcc-sync.lock
@@ -969,7 +974,7 @@ sync_membership() {
 agent_env() {
   printf '%s\n' "HPCC_ROLE=compute" "HPCC_HOSTS_PARAMETER=/hpcc/llm/hosts" \
     "HPCC_SETTINGS_PARAMETER=/hpcc/llm/settings" "HPCC_NODES_PARAMETER=/hpcc/llm/nodes" \
-    "HPCC_BUNDLE_PARAMETER=/hpcc/llm/bundle" "HPCC_LOG=/var/log/hpcc-bootstrap.log" "PYTHONPATH=$HPCC_BUNDLE" \
+    "HPCC_BUNDLE_PARAMETER=/hpcc/llm/bundle" "HPCC_LOG=/var/log/hpcc-bootstrap.log" "PYTHONPATH=$HPCC_CURRENT" \
     "AWS_DEFAULT_REGION=us-east-1" "AWS_PAGER=" "AWS_MAX_ATTEMPTS=1"
   if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
   if [ -n "${HPCC_SKIP_STEPS:-}" ] && [[ $HPCC_SKIP_STEPS =~ ^[a-z_,-]+$ ]]; then echo "HPCC_SKIP_STEPS=$HPCC_SKIP_STEPS"; fi
@@ -985,8 +990,8 @@ agent_unit() {
 step_sync() {
   local self=${BASH_SOURCE[0]} n envs=()
   [ -f "$self" ] || fail "cannot install the agent: this script was not run from a file"
-  [ -f "$HPCC_BUNDLE/hpcc_node/agent.py" ] ||
-    fail "no node agent in $HPCC_BUNDLE: this script runs from the cluster's bundle, which the user data's loader unpacks there"
+  [ -f "$HPCC_CURRENT/hpcc_node/agent.py" ] ||
+    fail "no node agent in $HPCC_CURRENT: this script runs from the cluster's bundle, which the user data's loader unpacks there"
   write_file /usr/local/sbin/hpcc-node 0755 <"$self"
   agent_env | write_file /etc/hpcc/agent.env 0644
   if [ -d /run/systemd/system ]; then
@@ -1004,8 +1009,32 @@ step_sync() {
   mapfile -t envs </etc/hpcc/agent.env
   (cd /; setsid env "${envs[@]}" python3 -m hpcc_node.agent </dev/null >>"/var/log/hpcc-bootstrap.log" 2>&1 &)
   for n in $(seq 50); do [ ! -s "$HPCC_AGENT_PID" ] || break; sleep 0.1; done
-  [ -s "$HPCC_AGENT_PID" ] || fail "the node agent did not start (python3 -m hpcc_node.agent, PYTHONPATH=$HPCC_BUNDLE)"
+  [ -s "$HPCC_AGENT_PID" ] || fail "the node agent did not start (python3 -m hpcc_node.agent, PYTHONPATH=$HPCC_CURRENT)"
   log "started the node agent: python3 -m hpcc_node.agent, pid $(cat "$HPCC_AGENT_PID") (no systemd here), a tick every ${HPCC_SYNC_SECONDS}+ s"
+}
+# --- hooks
+HPCC_HOOK_SECONDS=$(( 10 * 60 ))
+
+run_hooks() {
+  local point=$1 name dir rc
+  shift
+  dir=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../hooks
+  for name in "$@"; do
+    use_step "hook:$name"
+    log "$point hook $name: start"
+    rc=0
+    # shellcheck disable=SC2016
+    within "$HPCC_HOOK_SECONDS" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+      LANG=C.UTF-8 HPCC_CLUSTER="llm" HPCC_ROLE="compute" HPCC_NODE="$HPCC_NODE" HPCC_NODE_IP="$HPCC_IP" \
+      HPCC_HOOK="$point" bash -c 'set -a; [ ! -r /etc/hpcc/env ] || . /etc/hpcc/env; set +a; exec "$0"' "$dir/$name" \
+      </dev/null || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      HPCC_FAIL_CLASS=hook
+      if [ "$rc" -eq 124 ]; then fail "$point hook $name timed out after 10 min"; fi
+      fail "$point hook $name failed (exit $rc); its output is in the log"
+    fi
+    log "$point hook $name: done"
+  done
 }
 
 main() {

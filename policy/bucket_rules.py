@@ -1,0 +1,77 @@
+"""S3 rules for the cluster's bundle bucket (infra/components/bundle.py): its policy lets only the cluster's own
+node roles read bundles, and nobody outside the account; every bucket blocks all public access. Standalone like
+the other rule modules: the bucket's name pattern is repeated here (tests/test_one_place.py runs both)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+
+if __package__:  # imported as the package `policy` (the tests)
+    from . import records
+else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
+    import records  # type: ignore[no-redef]
+
+BUCKET = "aws:s3/bucket:Bucket"
+BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+PUBLIC_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
+BLOCK_FLAGS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+BUNDLE_BUCKET = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-bundles-(?P<account>\d{12})$")
+READ_ACTIONS = ("s3:GetObject",)
+
+
+def _principals(statement: Mapping) -> list[str]:
+    principal = statement.get("Principal")
+    if isinstance(principal, Mapping):
+        return [str(p) for key, value in principal.items() for p in records.as_list(value)] or ["?"]
+    return [str(principal)]
+
+
+def bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    if rtype != BUCKET_POLICY:
+        return []
+    bucket = str(inputs.get("bucket") or "")
+    m = BUNDLE_BUCKET.match(bucket)
+    if not m:
+        return []
+    cluster, account = m.group("cluster"), m.group("account")
+    readers = {f"arn:aws:iam::{account}:role/hpcc-{cluster}-node", f"arn:aws:iam::{account}:role/hpcc-{cluster}-head"}
+    try:
+        doc = json.loads(inputs.get("policy")) if isinstance(inputs.get("policy"), str) else inputs.get("policy")
+    except ValueError:
+        return ["policy is not a JSON policy document"]
+    out = []
+    for n, s in enumerate(records.as_list((doc or {}).get("Statement"))):
+        if s.get("Effect") != "Allow":
+            continue
+        for p in _principals(s):
+            if p not in readers:
+                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles (hpcc-{cluster}-node, "
+                           f"hpcc-{cluster}-head of account {account}) may read its bundles")
+        actions = [str(a) for a in records.as_list(s.get("Action"))]
+        if "NotAction" in s or any(a not in READ_ACTIONS for a in actions):
+            out.append(f"Statement[{n}] allows {', '.join(actions) or 'NotAction'}: the nodes only read bundles "
+                       "(s3:GetObject); nothing but the program writes them")
+        for r in map(str, records.as_list(s.get("Resource"))):
+            if r != f"arn:aws:s3:::{bucket}/bundles/*":
+                out.append(f"Statement[{n}] reaches {r}: allow arn:aws:s3:::{bucket}/bundles/* only")
+    return out
+
+
+def public_block_graph(resources: list[dict]) -> list[str]:
+    """Every bucket has a public access block with all four settings on."""
+    out = []
+    blocks = {str(r["inputs"].get("bucket")): r for r in resources if r["type"] == PUBLIC_BLOCK}
+    for b in resources:
+        if b["type"] != BUCKET:
+            continue
+        names = {str(b["inputs"].get("bucket")), b["name"]}
+        block = next((blocks[n] for n in names if n in blocks), None)
+        if block is None:
+            out.append(f"{b['name']}: no public access block; add one with {', '.join(BLOCK_FLAGS)} true")
+            continue
+        off = [f for f in BLOCK_FLAGS if not records.is_true(block["inputs"].get(f))]
+        if off:
+            out.append(f"{block['name']}: {', '.join(off)} must be true (the bucket holds what every node runs)")
+    return out
