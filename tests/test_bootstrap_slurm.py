@@ -1,10 +1,8 @@
 """The slurm step's shell functions against stand-ins (the box runs them for real: tests/box/test_box_slurm.py):
-the head's slurm.conf from the membership and settings, and the agent's drain/resume of failed nodes."""
-
-import json
+the head's slurm.conf from the membership and settings (the agent's drain/resume: tests/test_agent_tick.py)."""
 
 from tests.bootstrap_shell import context, run
-from tests.test_bootstrap_steps import COMMON, preamble, tool
+from tests.test_bootstrap_steps import COMMON
 
 NODE = "CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=24 ThreadsPerCore=2 RealMemory=380000 Gres=gpu:8"
 
