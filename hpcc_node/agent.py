@@ -239,6 +239,7 @@ class Agent:
         self.record = self.record._replace(drifted=drifted, previous=self.running)
         state.write_record(self.c.path("agent.json"), self.record)
         upgrade.switch(sha, self.c.opt)
+        upgrade.prune({sha, self.running}, self.c.opt)
         self.log(f"{verb} to bundle {sha[:12]} from {self.running[:12] or 'none'}; "
                  + (f"drifted: {drifted}" if drifted else "boot steps unchanged") + "; nothing restarted")
         return directory

@@ -129,3 +129,13 @@ def switch(sha: str, opt: str = OPT) -> None:
         os.unlink(tmp)
     os.symlink(os.path.join("bundles", sha), tmp)
     os.replace(tmp, os.path.join(opt, "current"))
+
+
+def prune(keep: set, opt: str = OPT) -> list:
+    """Remove the unpacked bundles other than `keep` (the one switched to and the one before, for a rollback):
+    a cluster kept for weeks sees many bundles."""
+    root = os.path.join(opt, "bundles")
+    gone = sorted(n for n in os.listdir(root) if n not in keep and len(n) == 64) if os.path.isdir(root) else []
+    for name in gone:
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    return gone

@@ -92,6 +92,10 @@ def test_canaries_move_first_then_the_others_in_waves(tmp_path):
     assert all(aws.status(n)["bundle"] == new and aws.status(n)["drifted"] is None for n in agents)
     log = (tmp_path / "compute-001/log").read_text()
     assert f"switched to bundle {new[:12]} from {old[:12]}; boot steps unchanged; nothing restarted" in log
+    packed, third = bundles.build(SCRIPTS, {"hpcc_node/extra.py": "X = 3\n"})
+    aws.publish(packed, third)
+    tick_all(agents)
+    assert sorted(p.name for p in (tmp_path / "head/opt/bundles").iterdir()) == sorted([new, third])  # old pruned
 
 
 def test_a_bundle_failing_its_self_check_on_a_canary_halts_and_is_rolled_back(tmp_path):
