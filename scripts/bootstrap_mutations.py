@@ -22,6 +22,7 @@ B = "tests/test_bootstrap_behaviour.py"
 M = "tests/test_bootstrap_membership.py"
 R = "tests/test_bootstrap_render.py"
 P = "tests/test_bootstrap_pacing.py"
+L = "tests/test_loader.py"
 
 # (file, text, replacement, tests that must then fail)
 MUTATIONS = [
@@ -47,7 +48,7 @@ MUTATIONS = [
  ("templates/steps/log.sh.j2", 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$1" "$line"', 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$HPCC_STEP" "$line"', S + "::test_every_log_line_carries_the_step_that_printed_it"),
  ("templates/steps/launch_env.sh.j2", 'echo "MASTER_ADDR=${HPCC_HOSTS[1]:-}"', 'echo "MASTER_ADDR=${HPCC_HOSTS[0]:-}"', D + " -k launch_env_writes"),
  ("templates/steps/launch_env.sh.j2", 'echo "NODE_RANK=$(( i - 1 ))"', 'echo "NODE_RANK=$i"', D + " -k launch_env_writes"),
- ("infra/userdata.py", "packed = gzip.compress(render(ctx).encode(), mtime=0)", "packed = render(ctx).encode()", "tests/test_bootstrap_render.py -k fits"),
+ ("infra/userdata.py", "if len(packed) > LOADER_LIMIT or not within_limit(packed):", "if not within_limit(packed):", R + " -k bound"),
  ("templates/steps/ssh.sh.j2", '[ "$rc" -eq 3 ] || return "$rc"\n  tmp=', 'tmp=', S + "::test_head_generates_the_key_only_when_the_secret_has_no_value"),
  ("templates/steps/retry.sh.j2", "*ParameterNotFound* | *ResourceNotFoundException*) return 3 ;;", "*ParameterNotFound*) return 3 ;;", S + " -k 'key or retry'"),
  ("templates/steps/efa.sh.j2", "sort -u | wc -l", "wc -l", S + "::test_efa_devices_are_counted_once_each"),
@@ -89,6 +90,15 @@ MUTATIONS = [
  ("infra/bootstrap_pacing.py", "return max(MIN_SYNC_SECONDS, math.ceil(pacing.api_interval_ms * JITTER / 1000))", "return MIN_SYNC_SECONDS", P),
  ("infra/roles.py", "first_poll_seconds=first.poll_seconds,", "first_poll_seconds=first.poll_seconds + cfg.compute.count,", R + " -k byte_identical"),
  ("infra/node_settings.py", "    for key, value in settings.lines():\n        check(key, value)\n", "    for key, value in settings.lines():\n        pass\n", M + " -k program_refuses"),
+ # the loader, the bundle, the hooks
+ ("templates/loader.sh.j2", 'if [ "$GOT" != "$SHA" ]; then', "if false; then", L + " -k hash"),
+ ("templates/loader.sh.j2", '[ "$K" != "bundles/$SHA.tar.gz" ]', '[ -z "$K" ]', L + " -k malformed"),
+ ("templates/loader.sh.j2", 'if [ "$n" -ge 8 ]; then', 'if [ "$n" -ge 9 ]; then', L + " -k unreachable"),
+ ("templates/loader.sh.j2", '$DIR"\n  rm -rf "$TMP"\n', '$DIR"\n', L + " -k matching"),
+ ("infra/bundle.py", "info.uid = info.gid = 0", "info.uid = info.gid = 1000", "tests/test_bundle.py -k deterministic"),
+ ("infra/bundle.py", "fileobj=out, mtime=0,", "fileobj=out,", "tests/test_bundle.py -k deterministic"),
+ ("templates/steps/hooks.sh.j2", "      HPCC_FAIL_CLASS=hook\n", "", "tests/test_hooks.py -k failing"),
+ ("templates/steps/hooks.sh.j2", "within \"$HPCC_HOOK_SECONDS\" env -i", "within \"$HPCC_HOOK_SECONDS\" env", "tests/test_hooks.py -k clean"),
 ]
 EQUIVALENT = {"printf '%s [%s] %s\\n' \"$(date -u +%FT%TZ)\" \"$HPCC_STEP\" \"$line\""}
 
