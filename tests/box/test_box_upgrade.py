@@ -60,9 +60,10 @@ def box():
 
 
 def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box, record_property):
+    wait_for(box, "the agents' first status", lambda s: s.get("agentVersion") == "1", timeout=60)
     before = {n.name: box.status(n.name) for n in box.nodes}
     old = before["head"]["bundle"]
-    assert all(s["bundle"] == old and s["agentVersion"] == "1" for s in before.values()), before
+    assert old == box.plan()["bundleSha256"] and all(s["bundle"] == old for s in before.values()), before
     c0, c1 = box.node("compute-000"), box.node("compute-001")
     job = subprocess.Popen(box.head.enter("mpirun", "--allow-run-as-root", "-H", f"{c0.ip}:1,{c1.ip}:1", "bash", "-c",
                                           'sleep 150; echo "finished $(hostname)"'),
