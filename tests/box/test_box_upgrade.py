@@ -18,7 +18,8 @@ from tests.box.harness import Box, node_env
 pytestmark = pytest.mark.box
 
 VERSION = 'AGENT_VERSION = "{v}"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (PROTOCOL - 1, PROTOCOL)\n'
-FAILING_SELF_CHECK = "\ndef self_check(config, here):\n    raise RuntimeError('this bundle cannot run here')\n"
+FAILING_SELF_CHECK = ("    man = upgrade.manifest(here)\n",
+                      "    raise RuntimeError('this bundle cannot run here')\n")  # first line of agent.self_check
 
 
 def publish(box: Box, packed: bytes, sha: str) -> float:
@@ -90,7 +91,8 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
 
 def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_back(box):
     good = box.status("compute-001")["bundle"]
-    agent_py = (bundles.ROOT / "hpcc_node/agent.py").read_text() + FAILING_SELF_CHECK
+    agent_py = (bundles.ROOT / "hpcc_node/agent.py").read_text().replace(*FAILING_SELF_CHECK)
+    assert "this bundle cannot run here" in agent_py
     packed, bad = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py})
     publish(box, packed, bad)
     wait_for(box, "the canaries refusing it",
