@@ -1014,11 +1014,11 @@ step_sync() {
 }
 # --- hooks
 HPCC_HOOK_SECONDS=$(( 10 * 60 ))
+HPCC_HOOKS_DIR=${HPCC_HOOKS_DIR:-$(dirname "$(readlink -f "${BASH_SOURCE[0]:-$0}")")/../hooks}
 
 run_hooks() {
-  local point=$1 name dir rc
+  local point=$1 name rc
   shift
-  dir=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../hooks
   for name in "$@"; do
     use_step "hook:$name"
     log "$point hook $name: start"
@@ -1026,11 +1026,11 @@ run_hooks() {
     # shellcheck disable=SC2016
     within "$HPCC_HOOK_SECONDS" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
       LANG=C.UTF-8 HPCC_CLUSTER="llm" HPCC_ROLE="compute" HPCC_NODE="$HPCC_NODE" HPCC_NODE_IP="$HPCC_IP" \
-      HPCC_HOOK="$point" bash -c 'set -a; [ ! -r /etc/hpcc/env ] || . /etc/hpcc/env; set +a; exec "$0"' "$dir/$name" \
+      HPCC_HOOK="$point" bash -c 'set -a; [ ! -r /etc/hpcc/env ] || . /etc/hpcc/env; set +a; exec "$0"' "$HPCC_HOOKS_DIR/$name" \
       </dev/null || rc=$?
     if [ "$rc" -ne 0 ]; then
       HPCC_FAIL_CLASS=hook
-      if [ "$rc" -eq 124 ]; then fail "$point hook $name timed out after 10 min"; fi
+      if [ "$rc" -eq 124 ]; then fail "$point hook $name timed out after $HPCC_HOOK_SECONDS s (hooks.timeoutMinutes)"; fi
       fail "$point hook $name failed (exit $rc); its output is in the log"
     fi
     log "$point hook $name: done"
