@@ -152,7 +152,7 @@ class Agent:
             self.log(f"hosts version {version} holds {at} at {self.node.node}'s line, not this node's {self.node.ip}: not applied")
             return
         script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
-        env = dict(os.environ, HPCC_READ_VERSION=str(version), HPCC_READ_HOSTS=hosts_text, HPCC_READ_SETTINGS=settings_text,
+        env = dict(os.environ, HPCC_APPLY_VERSION=str(version), HPCC_APPLY_HOSTS=hosts_text, HPCC_APPLY_SETTINGS=settings_text,
                    HPCC_BUNDLE=self.running)  # the loader's export names the bundle the node booted with
         out = self.run(["bash", script, "apply-membership"], env=env, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=900)

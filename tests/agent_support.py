@@ -62,9 +62,9 @@ class FakeRun:
         if argv[-1] == "apply-membership":
             env = kw["env"]
             old = dict(line.split("=", 1) for line in (self.etc / "node").read_text().splitlines())
-            old["HOSTS_VERSION"] = env["HPCC_READ_VERSION"]
+            old["HOSTS_VERSION"] = env["HPCC_APPLY_VERSION"]
             (self.etc / "node").write_text("".join(f"{k}={v}\n" for k, v in old.items()))
-            (self.etc / "settings").write_text(env["HPCC_READ_SETTINGS"].rstrip("\n") + "\n")
+            (self.etc / "settings").write_text(env["HPCC_APPLY_SETTINGS"].rstrip("\n") + "\n")
             return subprocess.CompletedProcess(argv, 0, "", "")
         if argv[-1] == "--self-check":
             sha = Path(kw["cwd"]).name

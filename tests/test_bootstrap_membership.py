@@ -181,8 +181,10 @@ SHOW = ('echo "--- $1"; cat /etc/hpcc/hostfile 2>/dev/null || true; cat /etc/hpc
 def apply_runs(tmp_path, env, reads: list[tuple[int, list[str], str]]):
     """apply-membership once per (version, hosts, settings) the agent read, as `roles/<role>.sh apply-membership`."""
     ctx = ctx_for(tmp_path)
-    runs = "".join(f"(export HPCC_READ_VERSION={v} HPCC_READ_HOSTS={shlex.quote(chr(10).join(h))} "
-                   f"HPCC_READ_SETTINGS={shlex.quote(text)}; apply_membership) && echo \"run {i} ok\" >&3 || "
+    # as the agent passes them: in the environment, which the script's start (identify's HPCC_READ_*="") cannot reset
+    runs = "".join(f"(export HPCC_APPLY_VERSION={v} HPCC_APPLY_HOSTS={shlex.quote(chr(10).join(h))} "
+                   f"HPCC_APPLY_SETTINGS={shlex.quote(text)}; HPCC_READ_HOSTS='' HPCC_READ_VERSION=0 HPCC_READ_SETTINGS=''; "
+                   f"apply_membership) && echo \"run {i} ok\" >&3 || "
                    f"echo \"run {i} rc=$?\" >&3\nshow {i} >&3\n" for i, (v, h, text) in enumerate(reads))
     # HPCC_SKIP_STEPS=imds: the firewall would touch this machine's own (tests/test_imds.py runs it in a netns)
     # step_slurm (tests/test_bootstrap_slurm.py) stands in: it would start this machine's munge
