@@ -26,7 +26,7 @@ TEMPLATES = asset("templates")
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT = 16 * 1024
 LOADER_LIMIT = 4 * 1024  # hpcc's own bound on the loader (gzip bytes): what grows goes into the bundle
-AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the script installs itself here; `hpcc-node sync` is the agent
+AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the role script installs itself here (to run the bootstrap again)
 
 
 @dataclass(frozen=True)

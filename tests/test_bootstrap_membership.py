@@ -169,7 +169,7 @@ def test_the_name_and_instance_come_from_instance_metadata(fake):
     assert out.returncode == 1 and "is not head or compute-NNN" in out.stdout
 
 
-# -- the membership agent --------------------------------------------------------------------------
+# -- apply-membership: the role script's part of the node agent (hpcc_node/agent.py decides when) ---------
 
 AGENT_STATE = ("mkdir -p /etc/hpcc  # as the bootstrap does first\nHPCC_NODE=compute-001\nHPCC_INSTANCE_ID=i-0abc\nHPCC_IP=10.0.0.6\nHPCC_APPLIED_VERSION=1\n"
                "HPCC_AGENT=1\nHPCC_API_ATTEMPTS=1\nwrite_state >/dev/null\n")
@@ -178,70 +178,71 @@ SHOW = ('echo "--- $1"; cat /etc/hpcc/hostfile 2>/dev/null || true; cat /etc/hpc
         'echo "trusted=$(grep -ow 10.0.0.7 /etc/ssh/ssh_config.d/50-hpcc.conf 2>/dev/null | head -1)"')
 
 
-def agent_run(tmp_path, env, ticks: int):
+def apply_runs(tmp_path, env, reads: list[tuple[int, list[str], str]]):
+    """apply-membership once per (version, hosts, settings) the agent read, as `roles/<role>.sh apply-membership`."""
     ctx = ctx_for(tmp_path)
+    # as the agent passes them: in the environment, which the script's start (identify's HPCC_READ_*="") cannot reset
+    runs = "".join(f"(export HPCC_APPLY_VERSION={v} HPCC_APPLY_HOSTS={shlex.quote(chr(10).join(h))} "
+                   f"HPCC_APPLY_SETTINGS={shlex.quote(text)}; HPCC_READ_HOSTS='' HPCC_READ_VERSION=0 HPCC_READ_SETTINGS=''; "
+                   f"apply_membership) && echo \"run {i} ok\" >&3 || "
+                   f"echo \"run {i} rc=$?\" >&3\nshow {i} >&3\n" for i, (v, h, text) in enumerate(reads))
     # HPCC_SKIP_STEPS=imds: the firewall would touch this machine's own (tests/test_imds.py runs it in a netns)
-    script = (preamble(tmp_path) + f"HPCC_SKIP_STEPS=imds\nLOG={tmp_path}/bootstrap.log\nshow() {{ {SHOW}; }}\nexec 3>&1\nuse_step sync\n" +
-              AGENT_STATE + "".join(f'(set -e; sync_once) && echo "tick {i} ok" >&3 || echo "tick {i} rc=$?" >&3\n'
-                                    f'flush_log\nshow {i} >&3\n' for i in range(ticks)))
-    return private_run(COMMON + ["identify", "ssh", "launch_env", "sync"], script, ctx, env,
-                       overlay=["/etc"])
+    # step_slurm (tests/test_bootstrap_slurm.py) stands in: it would start this machine's munge
+    script = (preamble(tmp_path) + f"HPCC_SKIP_STEPS=imds\nLOG={tmp_path}/bootstrap.log\nshow() {{ {SHOW}; }}\nexec 3>&1\n"
+              "step_slurm() { log \"slurm followed: $HPCC_SCHEDULER\"; }\nuse_step sync\n" + AGENT_STATE + runs)
+    return private_run(COMMON + ["identify", "ssh", "launch_env", "sync"], script, ctx, env, overlay=["/etc"])
 
 
-def puts(tmp_path) -> list[dict]:
-    return [json.loads(c.split("--value ", 1)[1]) for c in calls(tmp_path) if "put-parameter" in c]
-
-
-def test_the_agent_applies_a_change_once_then_does_nothing(fake):
-    tmp_path, _, env = fake
-    four = ["10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7"]
-    answers(tmp_path, "0|" + answer(four, 2), "0|", "0|" + answer(four, 2),
-            "0|" + answer(four, 2, SETTINGS.replace("SLOTS=8", "SLOTS=16")), "0|")
-    out = agent_run(tmp_path, env, ticks=3)
-    assert out.returncode == 0, out.stdout + out.stderr
-    first, second, third = out.stdout.split("--- ")[1:]
-    assert "tick 0 ok" in out.stdout and [f"{ip} slots=8" for ip in four[1:]] == first.splitlines()[1:4]
-    assert "HOSTS_VERSION=2" in first and "trusted=10.0.0.7" in first  # the new peer is trusted by IP
-    def wrote(chunk: str) -> str:
-        return next(line for line in chunk.splitlines() if line.startswith("wrote="))
-    assert wrote(second) == wrote(first) != wrote(third)  # the second tick wrote nothing
-    assert [f"{ip} slots=16" for ip in four[1:]] == third.splitlines()[1:4]  # a settings change is applied
-    assert [c.split()[1] for c in calls(tmp_path)] == ["get-parameters", "put-parameter", "get-parameters",
-                                                      "get-parameters", "put-parameter"]
-    statuses = puts(tmp_path)
-    assert [(s["phase"], s["hostsVersion"], s["instanceId"], s["step"]) for s in statuses] == [
-        ("ready", 2, "i-0abc", "sync")] * 2
-    log = (tmp_path / "bootstrap.log").read_text()
-    assert "[sync] applied hosts version 2: 3 compute node(s)" in log
-
-
-def test_the_agent_never_applies_a_list_without_this_node_nor_reports_failed(fake):
-    tmp_path, _, env = fake
-    answers(tmp_path, "0|" + answer(["10.0.0.4", "10.0.0.5", "10.0.0.9"], 5), "255|ThrottlingException")
-    out = agent_run(tmp_path, env, ticks=2)
-    assert "tick 0 rc=1" in out.stdout and "tick 1 rc=1" in out.stdout, out.stdout + out.stderr
-    assert puts(tmp_path) == [] and "HOSTS_VERSION=1" in out.stdout  # nothing applied, nothing reported
-    log = (tmp_path / "bootstrap.log").read_text()
-    assert "hosts version 5 holds 10.0.0.9 at compute-001's line, not this node's 10.0.0.6: not applied" in log
-    assert "ThrottlingException" in log and "FAILED" not in log
-
-
-def test_step_sync_installs_the_script_and_starts_one_agent(fake):
+def test_apply_membership_writes_what_changed_and_leaves_the_status_to_the_agent(fake):
     tmp_path, _, env = fake
     answers(tmp_path, "0|")
-    # The test's own script stands in for the rendered one: as `hpcc-node sync` it runs the real sync_main.
-    script = (f'if [ "${{1:-}}" = sync ]; then exec 2>>{tmp_path}/agent.err; sync_main; fi\n' + preamble(tmp_path) + AGENT_STATE.replace("HPCC_AGENT=1\nHPCC_API_ATTEMPTS=1\n", "") +
+    four = ["10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7"]
+    out = apply_runs(tmp_path, env, [(2, four, SETTINGS), (2, four, SETTINGS), (2, four, SETTINGS.replace("SLOTS=8", "SLOTS=16"))])
+    assert out.returncode == 0, out.stdout + out.stderr
+    first, second, third = out.stdout.split("--- ")[1:]
+    assert "run 0 ok" in out.stdout and [f"{ip} slots=8" for ip in four[1:]] == first.splitlines()[1:4]
+    assert "HOSTS_VERSION=2" in first and "trusted=10.0.0.7" in first  # the new peer is trusted by IP
+
+    def wrote(chunk: str) -> str:
+        return next(line for line in chunk.splitlines() if line.startswith("wrote="))
+    assert wrote(second) == wrote(first) != wrote(third)  # the same membership again writes nothing
+    assert [f"{ip} slots=16" for ip in four[1:]] == third.splitlines()[1:4]  # a settings change is applied
+    assert not any("put-parameter" in c for c in calls(tmp_path))  # the agent reports, once
+    log = (tmp_path / "bootstrap.log").read_text()
+    assert "[sync] applied hosts version 2: 3 compute node(s)" in log and log.count("slurm followed: slurm") == 3
+
+
+def test_apply_membership_never_applies_a_list_without_this_node_nor_fails_it(fake):
+    tmp_path, _, env = fake
+    answers(tmp_path, "0|")
+    out = apply_runs(tmp_path, env, [(5, ["10.0.0.4", "10.0.0.5", "10.0.0.9"], SETTINGS)])
+    assert "run 0 rc=1" in out.stdout, out.stdout + out.stderr
+    assert calls(tmp_path) == [] and "HOSTS_VERSION=1" in out.stdout  # nothing applied, nothing reported
+    log = (tmp_path / "bootstrap.log").read_text()
+    assert "hosts version 5 holds 10.0.0.9 at compute-001's line, not this node's 10.0.0.6: not applied" in log
+    assert "FAILED" not in log
+
+
+def test_step_sync_starts_one_python_agent_from_the_bundle(fake, tmp_path):
+    from tests.agent_support import SCRIPTS
+    from tests.box import bundles
+    tmp_path, _, env = fake
+    answers(tmp_path, "0|")
+    bundles.install(tmp_path / "opt", *bundles.build(SCRIPTS))
+    script = (preamble(tmp_path) + f"HPCC_CURRENT={tmp_path}/opt/current\n" + AGENT_STATE.replace("HPCC_AGENT=1\nHPCC_API_ATTEMPTS=1\n", "") +
               'step_sync; first=$(cat /run/hpcc-sync.pid); step_sync; second=$(cat /run/hpcc-sync.pid)\n'
               'cmp -s "${BASH_SOURCE[0]}" /usr/local/sbin/hpcc-node && echo installed\n'
-              'timeout 10 /usr/local/sbin/hpcc-node sync; echo "direct rc=$?"\n'
+              f'(set -a; mapfile -t e </etc/hpcc/agent.env; env "${{e[@]}}" timeout 10 python3 -m hpcc_node.agent 2>{tmp_path}/direct.err); echo "direct rc=$?"\n'
               'kill -0 "$first" && [ "$first" = "$second" ] && echo "one agent"\n'
+              'grep -q "^PYTHONPATH=.*/opt/current$" /etc/hpcc/agent.env && echo "from the bundle"\n'
               'kill "$first"')
     out = private_run(COMMON + ["identify", "ssh", "launch_env", "sync"], script, ctx_for(tmp_path), env,
                       over=["/run", "/usr/local/sbin"], overlay=["/etc"])
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.split("\n")[-4:-1] == ["installed", "direct rc=0", "one agent"], out.stdout
-    assert "hpcc-node sync: already running" in (tmp_path / "agent.err").read_text()  # the lock turned it away
-    assert out.stdout.count("started the membership agent") == 1 and "membership agent already running (pid" in out.stdout
+    assert out.stdout.split("\n")[-5:-1] == ["installed", "direct rc=0", "one agent", "from the bundle"], out.stdout
+    assert "already running" in (tmp_path / "direct.err").read_text()  # the lock turned it away
+    assert out.stdout.count("started the node agent") == 1 and "node agent already running (pid" in out.stdout
+    assert "agent 1 running bundle" in (tmp_path / "bootstrap.log").read_text()
 
 
 # -- one pacer per node ----------------------------------------------------------------------------

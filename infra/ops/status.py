@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from dataclasses import dataclass, field
 
 import hostlist
@@ -61,6 +62,9 @@ class NodeStatus:
     hosts_version: int | None = None  # the /hosts Version this node has applied (from its own status)
     hosts_target: int | None = None  # /hosts's current Version; None when the parameter does not exist
     slurm: str | None = None  # the node's Slurm state, "-" when Slurm does not list it; None: no Slurm
+    bundle: str | None = None  # the bundle the node's agent runs, short hash (hpcc_node/agent.py)
+    drifted: str | None = None  # why it should be replaced when idle (its boot steps changed under it)
+    rollout: str | None = None  # the head's report of a halted rollout (once for the cluster)
 
     @property
     def failed(self) -> bool:
@@ -158,6 +162,10 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     row.hosts_version = _int_or_none(status.get("hostsVersion"))
     if not row.private_ip:  # EC2 gives none (a terminated instance): the node's own word, if it is an address
         row.private_ip = status_ip(status.get("ip"))
+    bundle = status.get("bundle")
+    row.bundle = bundle[:12] if isinstance(bundle, str) and re.fullmatch(r"[0-9a-f]{64}", bundle) else None
+    row.drifted = plain(status["drifted"])[:200] if status.get("drifted") else None
+    row.rollout = plain(status["rollout"])[:300] if status.get("rollout") else None
     return row
 
 
@@ -254,16 +262,20 @@ def hosts_cell(r: NodeStatus) -> Text:
     return Text(f"{have}/{r.hosts_target}", style="green" if r.converged else "yellow")
 
 
+def bundle_cell(r: NodeStatus) -> Text:
+    return Text(f"{r.bundle or '-'}{' drifted' if r.drifted else ''}", style="yellow" if r.drifted else "")
+
+
 def table(cluster: str, rows: list[NodeStatus]) -> Table:
     slurm = any(r.slurm is not None for r in rows)
     t = Table(title=Text(f"cluster {plain(cluster)}"), title_justify="left")
     for col in ("node", "instance", "type", "state", "private ip", "phase", *(["slurm"] if slurm else []), "step",
-                "hosts", "message", "updated"):
+                "hosts", "bundle", "message", "updated"):
         t.add_column(col, overflow="fold")
     for r in rows:
         table_row(t, r.node, r.instance_id, r.instance_type, Text(r.state, style=STATE_STYLE.get(r.state, "yellow")),
                   r.private_ip, Text(r.phase, style=phase_style(r.phase)), *([r.slurm] if slurm else []), r.step,
-                  hosts_cell(r), r.message, r.updated)
+                  hosts_cell(r), bundle_cell(r), r.message, r.updated)
     return t
 
 
@@ -273,6 +285,9 @@ def summary(rows: list[NodeStatus]) -> str:
     lagging = [r.node for r in rows if r.ready and not r.converged]
     text = f"{ready}/{len(rows)} nodes ready"
     text += f"; not on hosts version {rows[0].hosts_target}: {', '.join(lagging)}" if lagging else ""
+    drifted = [r.node for r in rows if r.drifted]
+    text += f"; drifted, replace when idle: {', '.join(drifted)}" if drifted else ""
+    text += "".join(f"; rollout {r.rollout}" for r in rows if r.rollout and r.node == HEAD)
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
 
 

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from infra.naming import Paths, compute_node_name
-from infra.userdata import AGENT_PATH as AGENT
 from tests.box.harness import Box, Node, sh
+
+AGENT = "hpcc_node.agent"  # python3 -m hpcc_node.agent
 
 
 def add_node(box: Box) -> tuple[Node, float]:
@@ -70,7 +71,7 @@ def _lines(node: Node, path: str) -> list[str]:
 
 
 def agent_pids(node: Node) -> list[int]:
-    """The membership agents running on a node: processes in its namespace running `hpcc-node sync` whose
+    """The membership agents running on a node: processes in its namespace running `python3 -m hpcc_node.agent` whose
     parent does not (the agent's own subshells and labellers share its command line)."""
     def cmdline(pid: int) -> list[bytes]:
         try:
@@ -85,5 +86,5 @@ def agent_pids(node: Node) -> list[int]:
             return 0
 
     pids = [int(p) for p in sh("ip", "netns", "pids", node.netns, check=False).stdout.split()]
-    agents = {p for p in pids if AGENT.encode() in cmdline(p) and b"sync" in cmdline(p)}
+    agents = {p for p in pids if AGENT.encode() in cmdline(p)}
     return sorted(p for p in agents if parent(p) not in agents)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # hpcc node script: cluster llm, compute node (p5.48xlarge). Run with no argument it is the
-# bootstrap (safe to run again); it installs itself as /usr/local/sbin/hpcc-node, whose `sync` is the membership agent.
+# bootstrap (safe to run again; it installs itself as /usr/local/sbin/hpcc-node); `apply-membership` is the node agent's.
 # Log: /var/log/hpcc-bootstrap.log. Status: SSM parameter /hpcc/llm/nodes/<node>. Run-time settings: /hpcc/llm/settings.
 # Outside EC2 (docs/bootstrap-contract.md): HPCC_NODE_NAME, HPCC_INSTANCE_ID, HPCC_NODE_IP, HPCC_SKIP_STEPS=lustre,mount, AWS_ENDPOINT_URL.
 set -Eeuo pipefail
@@ -937,6 +937,7 @@ step_slurm() {
   log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); compute nodes: $HPCC_SLURM_NODE, $HPCC_SLURM_GPUS GPU(s)"
 }
 # --- sync
+HPCC_CURRENT=/opt/hpcc/current
 HPCC_STATE=/etc/hpcc/node
 HPCC_APPLIED_SETTINGS=/etc/hpcc/settings
 HPCC_AGENT_LOCK=/run/hpcc-sync.lock
@@ -964,11 +965,16 @@ load_state() {
 
 settings_changed() { [ "$(printf '%s' "$HPCC_READ_SETTINGS")" != "$(cat "$HPCC_APPLIED_SETTINGS" 2>/dev/null)" ]; }
 
-sync_once() {
+apply_membership() {
+  HPCC_AGENT=1
+  use_step sync
+  trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
   HPCC_DEADLINE=$(( $(date +%s) + 600 ))
-  load_state || { echo "$HPCC_STATE is malformed" >&2; return 1; }
-  read_cluster || { echo "could not read /hpcc/llm/hosts and /hpcc/llm/settings; next tick" >&2; return 1; }
-  if [ "$HPCC_READ_VERSION" != "$HPCC_APPLIED_VERSION" ] || settings_changed; then sync_membership; fi
+  load_state || fail "$HPCC_STATE is missing or malformed: run the bootstrap first"
+  HPCC_READ_VERSION=${HPCC_APPLY_VERSION:-} HPCC_READ_HOSTS=${HPCC_APPLY_HOSTS:-} HPCC_READ_SETTINGS=${HPCC_APPLY_SETTINGS:-}
+  [[ $HPCC_READ_VERSION =~ ^[0-9]+$ ]] || fail "HPCC_READ_VERSION '${HPCC_READ_VERSION:0:20}' is not a version"
+  sync_membership || fail "hosts version $HPCC_READ_VERSION not applied (see above)"
+  flush_log
 }
 
 sync_membership() {
@@ -987,56 +993,48 @@ sync_membership() {
   write_state
   step_slurm
   log "applied hosts version $HPCC_APPLIED_VERSION: $(( ${#HPCC_HOSTS[@]} - 1 )) compute node(s)"
-  report ready true "membership of hosts version $HPCC_APPLIED_VERSION applied"
 }
 
-sync_main() {
-  local lock
-  HPCC_AGENT=1
-  exec {lock}>>"$HPCC_AGENT_LOCK"
-  flock -n "$lock" || { echo "hpcc-node sync: already running (pid $(cat "$HPCC_AGENT_PID" 2>/dev/null))" >&2; exit 0; }
-  echo "$$" >"$HPCC_AGENT_PID"
-  use_step sync
-  load_state || fail "$HPCC_STATE is missing or malformed: run the bootstrap first"
-  apply_settings "$(cat "$HPCC_APPLIED_SETTINGS")" || fail "$HPCC_APPLIED_SETTINGS is malformed: run the bootstrap again"
-  trap - ERR
-  set +e
-  while :; do
-    apply_settings "$(cat "$HPCC_APPLIED_SETTINGS")" 2>/dev/null
-    HPCC_API_ATTEMPTS=1
-    sleep $(( HPCC_SYNC_SECONDS + RANDOM % (HPCC_SYNC_SECONDS / 4 + 1) ))
-    (set -e; sync_once)
-  done
+agent_env() {
+  printf '%s\n' "HPCC_ROLE=compute" "HPCC_HOSTS_PARAMETER=/hpcc/llm/hosts" \
+    "HPCC_SETTINGS_PARAMETER=/hpcc/llm/settings" "HPCC_NODES_PARAMETER=/hpcc/llm/nodes" \
+    "HPCC_BUNDLE_PARAMETER=/hpcc/llm/bundle" "HPCC_LOG=/var/log/hpcc-bootstrap.log" "PYTHONPATH=$HPCC_CURRENT" \
+    "AWS_DEFAULT_REGION=us-east-1" "AWS_PAGER=" "AWS_MAX_ATTEMPTS=1"
+  if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
+  if [ -n "${HPCC_SKIP_STEPS:-}" ] && [[ $HPCC_SKIP_STEPS =~ ^[a-z_,-]+$ ]]; then echo "HPCC_SKIP_STEPS=$HPCC_SKIP_STEPS"; fi
+  env | grep -E '^HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]$' || true
 }
 
 agent_unit() {
-  printf '%s\n' "[Unit]" "Description=hpcc membership agent: follows /hpcc/llm/hosts and /hpcc/llm/settings" \
-    "After=network-online.target" "Wants=network-online.target" "" "[Service]" "ExecStart=/usr/local/sbin/hpcc-node sync" \
-    "EnvironmentFile=-/etc/hpcc/agent.env" "Restart=always" "RestartSec=10" "" "[Install]" "WantedBy=multi-user.target"
+  printf '%s\n' "[Unit]" "Description=hpcc node agent: follows /hpcc/llm/hosts, /hpcc/llm/settings and /hpcc/llm/bundle" \
+    "After=network-online.target" "Wants=network-online.target" "" "[Service]" "ExecStart=/usr/bin/env python3 -m hpcc_node.agent" \
+    "WorkingDirectory=/" "EnvironmentFile=/etc/hpcc/agent.env" "Restart=always" "RestartSec=10" "" "[Install]" "WantedBy=multi-user.target"
 }
 
 step_sync() {
-  local self=${BASH_SOURCE[0]} n
+  local self=${BASH_SOURCE[0]} n envs=()
   [ -f "$self" ] || fail "cannot install the agent: this script was not run from a file"
+  [ -f "$HPCC_CURRENT/hpcc_node/agent.py" ] ||
+    fail "no node agent in $HPCC_CURRENT: this script runs from the cluster's bundle, which the user data's loader unpacks there"
   write_file /usr/local/sbin/hpcc-node 0755 <"$self"
-  { if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
-    env | grep -E '^HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]$' || true; } | write_file /etc/hpcc/agent.env 0644
+  agent_env | write_file /etc/hpcc/agent.env 0644
   if [ -d /run/systemd/system ]; then
     agent_unit | write_file /etc/systemd/system/hpcc-sync.service 0644
     within 60 systemctl daemon-reload
     within 60 systemctl enable --now hpcc-sync.service
-    log "membership agent: hpcc-sync.service $(systemctl is-active hpcc-sync.service || true)"
+    log "node agent: hpcc-sync.service $(systemctl is-active hpcc-sync.service || true), a tick every ${HPCC_SYNC_SECONDS}+ s"
     return 0
   fi
   if ! flock -n "$HPCC_AGENT_LOCK" true; then
-    log "membership agent already running (pid $(cat "$HPCC_AGENT_PID" 2>/dev/null || echo '?'))"
+    log "node agent already running (pid $(cat "$HPCC_AGENT_PID" 2>/dev/null || echo '?'))"
     return 0
   fi
   rm -f "$HPCC_AGENT_PID"
-  setsid /usr/local/sbin/hpcc-node sync </dev/null >/dev/null 2>&1 &
+  mapfile -t envs </etc/hpcc/agent.env
+  (cd /; setsid env "${envs[@]}" python3 -m hpcc_node.agent </dev/null >>"/var/log/hpcc-bootstrap.log" 2>&1 &)
   for n in $(seq 50); do [ ! -s "$HPCC_AGENT_PID" ] || break; sleep 0.1; done
-  [ -s "$HPCC_AGENT_PID" ] || fail "the membership agent did not start (/usr/local/sbin/hpcc-node sync)"
-  log "started the membership agent: /usr/local/sbin/hpcc-node sync, pid $(cat "$HPCC_AGENT_PID") (no systemd here)"
+  [ -s "$HPCC_AGENT_PID" ] || fail "the node agent did not start (python3 -m hpcc_node.agent, PYTHONPATH=$HPCC_CURRENT)"
+  log "started the node agent: python3 -m hpcc_node.agent, pid $(cat "$HPCC_AGENT_PID") (no systemd here), a tick every ${HPCC_SYNC_SECONDS}+ s"
 }
 # --- hooks
 HPCC_HOOK_SECONDS=$(( 10 * 60 ))
@@ -1088,6 +1086,6 @@ main() {
 
 case "${1:-}" in
   "") main ;;
-  sync) sync_main ;;
-  *) echo "usage: ${0##*/} [sync]: no argument runs the bootstrap, sync the membership agent" >&2; exit 2 ;;
+  apply-membership) apply_membership ;;
+  *) echo "usage: ${0##*/} [apply-membership]: no argument runs the bootstrap; apply-membership is the node agent's (hpcc_node/agent.py)" >&2; exit 2 ;;
 esac

@@ -1,0 +1,99 @@
+"""What a node keeps between ticks, in files: its identity and applied hosts version (/etc/hpcc/node, written by
+the bootstrap's write_state, templates/steps/sync.sh.j2), the settings text it applied, and the agent's own
+record of the bundle it booted with, drift and refused bundles (/etc/hpcc/agent.json). Read back checked line by
+line, never executed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Dict, List, NamedTuple, Optional
+
+NODE_NAME = re.compile(r"head|compute-([0-9]{3,4})")
+INSTANCE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+
+
+class StateError(ValueError):
+    pass
+
+
+class NodeState(NamedTuple):
+    node: str
+    instance_id: str
+    ip: str
+    hosts_version: int
+
+
+def node_index(name: str) -> int:
+    """The line of the hosts list that names this node: head 0, compute-NNN NNN + 1 (identify.sh.j2's node_index)."""
+    m = NODE_NAME.fullmatch(name)
+    if not m:
+        raise StateError(f"{name[:40]!r} is not head or compute-NNN")
+    return 0 if name == "head" else int(m.group(1)) + 1
+
+
+def parse_state(text: str) -> NodeState:
+    fields: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key not in ("HPCC_NODE", "HPCC_INSTANCE_ID", "HPCC_IP", "HOSTS_VERSION"):
+            raise StateError(f"unexpected line {line[:60]!r}")
+        fields[key] = value
+    try:
+        node_index(fields["HPCC_NODE"])
+        if not INSTANCE_ID.fullmatch(fields["HPCC_INSTANCE_ID"]) or not IPV4.fullmatch(fields["HPCC_IP"]) \
+                or not fields["HOSTS_VERSION"].isdigit():
+            raise StateError("a malformed value")
+    except KeyError as e:
+        raise StateError(f"{e.args[0]} is missing") from None
+    return NodeState(fields["HPCC_NODE"], fields["HPCC_INSTANCE_ID"], fields["HPCC_IP"], int(fields["HOSTS_VERSION"]))
+
+
+def parse_hosts(text: str) -> List[str]:
+    """The hosts parameter's lines (first word each) as IPv4 addresses; identify.sh.j2's parse_hosts."""
+    hosts = [line.split()[0] for line in text.splitlines() if line.split()]
+    bad = [ip for ip in hosts if not IPV4.fullmatch(ip)]
+    if bad:
+        raise StateError(f"hosts: {bad[0][:40]!r} is not an IPv4 address")
+    if not hosts:
+        raise StateError("hosts is empty")
+    return hosts
+
+
+class AgentRecord(NamedTuple):
+    """The agent's own state across re-executions and restarts."""
+
+    boot_digest: str = ""  # the role script's sha256 the node booted with (its boot steps)
+    drifted: Optional[str] = None  # why the node should be replaced when idle
+    refused: Dict[str, str] = {}  # bundle sha -> why this node refused it (never fetched again)
+    halted: Optional[str] = None  # the sha of a rollout the canaries halted (the head reports it)
+    previous: str = ""  # the bundle this node ran before its current one (a canary's rollback target)
+
+
+def read_record(path: str) -> AgentRecord:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return AgentRecord()
+    return AgentRecord(str(data.get("bootDigest", "")), data.get("drifted"), dict(data.get("refused", {})),
+                       data.get("halted"), str(data.get("previous", "")))
+
+
+def write_record(path: str, record: AgentRecord) -> None:
+    data = {"bootDigest": record.boot_digest, "drifted": record.drifted, "refused": record.refused,
+            "halted": record.halted, "previous": record.previous}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_text(path: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None

@@ -1,0 +1,48 @@
+"""The node's status JSON in /hpcc/<cluster>/nodes/<node> (docs/bootstrap-contract.md), as the agent writes it:
+the bootstrap's fields (templates/steps/status.sh.j2's status_json; a test compares the two) plus the agent's:
+its protocol and version, the bundle it runs, drift, a refused bundle and, on the head, a halted rollout."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, List, Optional
+
+from hpcc_node.version import ACCEPTED_PROTOCOLS, AGENT_VERSION, PROTOCOL
+
+LIMIT = 4000  # bytes: a Standard parameter holds 4 KB
+TAIL_LINES = 15
+TAIL_WIDTH = 200
+
+
+def _clean(line: str, width: int) -> str:
+    return "".join(c for c in line[-width:] if c == "\t" or c >= " ")
+
+
+def status(identity: Dict[str, Any], phase: str, ok: bool, message: str, *, bundle: str, log_tail: List[str],
+           now: Optional[float] = None, step: str = "sync", extra: Optional[Dict[str, Any]] = None) -> str:
+    """identity: node, ip, instanceId, hostsVersion. extra: drifted, class, refused, rollout, slurm. As many of
+    the log's last lines as fit in LIMIT bytes."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+    lines = [_clean(line, TAIL_WIDTH) for line in log_tail[-TAIL_LINES:]]
+    while True:
+        doc = {"node": identity["node"], "ip": identity["ip"], "instanceId": identity["instanceId"],
+               "hostsVersion": identity["hostsVersion"], "phase": phase, "step": step, "ok": ok,
+               "message": _clean(message.replace("\n", " "), 500), "updated": stamp, "logTail": lines,
+               "protocol": PROTOCOL, "agentVersion": AGENT_VERSION, "bundle": bundle, "drifted": None}
+        doc.update(extra or {})
+        text = json.dumps(doc)
+        if len(text.encode()) <= LIMIT or not lines:
+            return text
+        lines = lines[1:]
+
+
+def read(value: str) -> Optional[Dict[str, Any]]:
+    """Another node's status, if its protocol is one this agent reads (this one or the one before); None otherwise."""
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("protocol", 0) not in ACCEPTED_PROTOCOLS:
+        return None
+    return doc

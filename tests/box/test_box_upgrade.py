@@ -1,0 +1,128 @@
+"""Running nodes upgrade in place (issue 18): a new bundle published as `pulumi up` would (uploaded to the bucket,
+the pointer /hpcc/box/bundle updated) reaches every node within 3 minutes, canaries first, while a job started
+before runs on and finishes; a bundle failing its self-check stops at the canaries and is rolled back; a bundle
+that changes a boot step marks the running nodes drifted and re-runs nothing. Its own box (passes run alone)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from infra.naming import bundle_key
+from tests.box import bundles
+from tests.box.harness import Box, node_env
+
+pytestmark = pytest.mark.box
+
+VERSION = 'AGENT_VERSION = "{v}"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (PROTOCOL - 1, PROTOCOL)\n'
+FAILING_SELF_CHECK = ("    man = upgrade.manifest(here)\n",
+                      "    raise RuntimeError('this bundle cannot run here')\n")  # first line of agent.self_check
+
+
+def publish(box: Box, packed: bytes, sha: str) -> float:
+    """What `pulumi up` does (the harness's publish_bundle): the archive at its content-addressed key, the pointer."""
+    pointer = json.dumps({"sha256": sha, "bucket": box.plan()["bundleBucket"], "key": bundle_key(sha)})
+    box.publish_bundle(archive=packed, pointer=pointer)
+    return time.time()
+
+
+def role_scripts(box: Box) -> dict[str, str]:
+    return box.plan()["roleScripts"]
+
+
+def wait_for(box: Box, what: str, check, timeout: float) -> dict[str, float]:
+    """Poll every node's status until check(status) holds for all; the time each first did."""
+    first: dict[str, float] = {}
+    deadline = time.time() + timeout
+    while len(first) < len(box.nodes):
+        for n in box.nodes:
+            if n.name not in first and check(box.status(n.name)):
+                first[n.name] = time.time()
+        if time.time() > deadline:
+            pytest.fail(f"{what}: only {sorted(first)} after {timeout} s\n"
+                        + "\n".join(json.dumps({k: v for k, v in box.status(n.name).items() if k != 'logTail'})
+                                    for n in box.nodes) + "\n" + box.diagnose())
+        time.sleep(1)
+    return first
+
+
+@pytest.fixture(scope="module")
+def box():
+    b = Box(name="box", compute_count=2).start()
+    try:
+        codes = b.boot(timeout=300)
+        assert codes == {n.name: 0 for n in b.nodes}, f"{codes}\n{b.diagnose()}"
+        yield b
+    finally:
+        b.stop()
+
+
+def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box, record_property):
+    wait_for(box, "the agents' first status", lambda s: s.get("agentVersion") == "1", timeout=60)
+    before = {n.name: box.status(n.name) for n in box.nodes}
+    old = before["head"]["bundle"]
+    assert old == box.plan()["bundleSha256"] and all(s["bundle"] == old for s in before.values()), before
+    c0, c1 = box.node("compute-000"), box.node("compute-001")
+    job = subprocess.Popen(box.head.enter("mpirun", "--allow-run-as-root", "-H", f"{c0.ip}:1,{c1.ip}:1", "bash", "-c",
+                                          'sleep 150; echo "finished $(hostname)"'),
+                           env=node_env(box.head), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           stdin=subprocess.DEVNULL)
+    time.sleep(5)
+    packed, new = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="2")})
+    published = publish(box, packed, new)
+    reached = wait_for(box, "agent 2 everywhere", lambda s: s.get("bundle") == new and s.get("agentVersion") == "2",
+                       timeout=200)
+    seconds = max(reached.values()) - published
+    record_property("upgrade_seconds", round(seconds, 1))
+    print(f"\nbundle {new[:12]} on every node {seconds:.1f} s after publishing; "
+          + ", ".join(f"{k} {v - published:.1f} s" for k, v in sorted(reached.items(), key=lambda kv: kv[1])))
+    assert seconds <= 180
+    assert max(reached["head"], reached["compute-000"]) <= reached["compute-001"]  # canaries first
+    assert job.poll() is None  # the job runs on through the switch
+    out, err = job.communicate(timeout=200)
+    assert job.returncode == 0 and out.count("finished") == 2, err[-2000:]
+    for n in box.nodes:
+        assert n.file("/opt/hpcc/current").resolve().name == new
+        assert box.status(n.name)["drifted"] is None and box.status(n.name)["hostsVersion"] == before[n.name]["hostsVersion"]
+
+
+def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_back(box):
+    good = box.status("compute-001")["bundle"]
+    agent_py = (bundles.ROOT / "hpcc_node/agent.py").read_text().replace(*FAILING_SELF_CHECK)
+    assert "this bundle cannot run here" in agent_py
+    packed, bad = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py})
+    publish(box, packed, bad)
+    wait_for(box, "the head reporting the halt",
+             lambda s: s["node"] != "head" or s.get("rollout", "").startswith(f"halted: bundle {bad[:12]} refused on canary"), 120)
+    refusals = [box.status(n)["refused"] for n in ("head", "compute-000") if box.status(n).get("refused")]
+    assert refusals and all(r["sha256"] == bad and "this bundle cannot run here" in r["reason"] for r in refusals)
+    assert "this bundle cannot run here" in box.status("head")["rollout"]
+    time.sleep(90)  # longer than the waves: nobody else moves
+    for n in box.nodes:
+        st = box.status(n.name)
+        assert st["bundle"] == good and st["agentVersion"] == "2" and st["phase"] == "ready", st
+        assert n.file("/opt/hpcc/current").resolve().name == good
+    assert not box.node("compute-001").file(f"/opt/hpcc/bundles/{bad}").exists()  # never fetched
+    assert "rollout" not in box.status("compute-001")  # reported once, by the head
+
+
+def test_a_bundle_changing_a_boot_step_marks_nodes_drifted_and_reruns_nothing(box):
+    logs = {n.name: box.log(n).count("] start") for n in box.nodes}
+    scripts = role_scripts(box)
+    changed = {**scripts, "compute": scripts["compute"].replace("# --- ssh", "# --- ssh\nHPCC_NEW_BOOT_STEP=1", 1)}
+    assert changed["compute"] != scripts["compute"]
+    packed, new = bundles.build(changed, {"hpcc_node/version.py": VERSION.format(v="4")})
+    publish(box, packed, new)
+    wait_for(box, "bundle 4 everywhere", lambda s: s.get("bundle") == new, 200)
+    for n in box.nodes:
+        st = box.status(n.name)
+        if n.name == "head":
+            assert st["drifted"] is None
+        else:
+            assert st["drifted"] == f"boot steps changed in {new[:12]}: replace when idle", st
+        assert box.log(n).count("] start") == logs[n.name]  # no boot step ran again
+    ran = box.head.run("hpcc-mpirun", "--map-by", "ppr:1:node", "hostname", timeout=120)
+    assert ran.returncode == 0 and len(ran.stdout.split()) == 2, ran.stderr
