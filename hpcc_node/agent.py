@@ -38,6 +38,7 @@ class Config(NamedTuple):
     settings_parameter: str
     nodes_parameter: str
     bundle_parameter: str
+    vpc_cidr: str = "10.0.0.0/16"  # every hosts address lies in it (infra/components/network.py)
     etc: str = "/etc/hpcc"
     run: str = "/run"
     opt: str = upgrade.OPT
@@ -47,7 +48,7 @@ class Config(NamedTuple):
     def from_env(cls, env: Dict[str, str]) -> "Config":
         return cls(env["HPCC_ROLE"], env["HPCC_HOSTS_PARAMETER"], env["HPCC_SETTINGS_PARAMETER"],
                    env["HPCC_NODES_PARAMETER"], env["HPCC_BUNDLE_PARAMETER"],
-                   etc=env.get("HPCC_ETC", cls._field_defaults["etc"]), log=env.get("HPCC_LOG", cls._field_defaults["log"]))
+                   vpc_cidr=env.get("HPCC_VPC_CIDR", cls._field_defaults["vpc_cidr"]), etc=env.get("HPCC_ETC", cls._field_defaults["etc"]), log=env.get("HPCC_LOG", cls._field_defaults["log"]))
 
     def path(self, name: str) -> str:
         return os.path.join(self.etc, name)
@@ -146,7 +147,11 @@ class Agent:
         except SettingsError as e:
             self.log(f"{e}: {self.c.settings_parameter} refused, the applied settings stay")
             return
-        hosts = state.parse_hosts(hosts_text)
+        try:
+            hosts = state.parse_hosts(hosts_text, self.c.vpc_cidr)
+        except state.StateError as e:
+            self.log(f"{e}: {self.c.hosts_parameter} version {version} refused, the applied membership stays")
+            return
         at = line_holds(hosts, self.node.node, self.node.ip)
         if at is not None:
             self.log(f"hosts version {version} holds {at} at {self.node.node}'s line, not this node's {self.node.ip}: not applied")

@@ -3,41 +3,21 @@ with infra/settings_schema.py's patterns: a test runs both on the same texts. Al
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, NamedTuple, Union
 
-from infra.settings_schema import OPTIONAL_DEFAULTS, PATTERNS, REPEATED, SettingsError, check, check_scheduler
+from infra.settings_schema import OPTIONAL_DEFAULTS, REPEATED, SettingsError, parse_text  # noqa: F401 (SettingsError: the agent's)
 
 Settings = Dict[str, Union[str, List[str]]]
-LINE = re.compile(r"([A-Z][A-Z0-9_]*)=(.*)")
 
 
 def parse(text: str) -> Settings:
-    """Every KEY=VALUE line checked; an unknown key, a bad value, a key given twice or missing refuses the whole
-    text (SettingsError naming the key). Optional keys left out take their defaults; repeated keys are lists."""
-    seen: Dict[str, str] = {}
-    lists: Dict[str, List[str]] = {key: [] for key in REPEATED}
-    for line in text.split("\n"):
-        if not line:
-            continue
-        m = LINE.fullmatch(line)
-        if not m:
-            raise SettingsError(f"settings: {line[:80]!r} is not KEY=VALUE")
-        key, value = m.group(1), m.group(2)
-        check(key, value)
-        if key in REPEATED:
-            lists[key].append(value)
-        elif key in seen:
-            raise SettingsError(f"settings: {key} is given twice")
-        else:
-            seen[key] = value
-    missing = [k for k in PATTERNS if k not in REPEATED and k not in OPTIONAL_DEFAULTS and k not in seen]
-    if missing:
-        raise SettingsError(f"settings: {missing[0]} is missing")
-    check_scheduler(set(seen), seen.get("SCHEDULER"))
+    """The schema's parse (every rule the nodes keep; SettingsError naming the key) as the agent uses it: optional
+    keys left out take their defaults, repeated keys are lists, the others single values."""
+    found = parse_text(text)
     out: Settings = dict(OPTIONAL_DEFAULTS)
-    out.update(seen)
-    out.update(lists)
+    out.update({key: values if key in REPEATED else values[0] for key, values in found.items()})
+    for key in REPEATED:
+        out.setdefault(key, [])
     return out
 
 

@@ -10,7 +10,8 @@ import os
 import re
 from typing import Dict, List, NamedTuple, Optional
 
-NODE_NAME = re.compile(r"head|compute-([0-9]{3,4})")
+from infra import hosts_schema
+
 INSTANCE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 
@@ -27,11 +28,11 @@ class NodeState(NamedTuple):
 
 
 def node_index(name: str) -> int:
-    """The line of the hosts list that names this node: head 0, compute-NNN NNN + 1 (identify.sh.j2's node_index)."""
-    m = NODE_NAME.fullmatch(name)
-    if not m:
+    """The line of the hosts list that names this node (infra/hosts_schema.py: one spelling per name)."""
+    index = hosts_schema.node_index(name)
+    if index is None:
         raise StateError(f"{name[:40]!r} is not head or compute-NNN")
-    return 0 if name == "head" else int(m.group(1)) + 1
+    return index
 
 
 def parse_state(text: str) -> NodeState:
@@ -51,15 +52,13 @@ def parse_state(text: str) -> NodeState:
     return NodeState(fields["HPCC_NODE"], fields["HPCC_INSTANCE_ID"], fields["HPCC_IP"], int(fields["HOSTS_VERSION"]))
 
 
-def parse_hosts(text: str) -> List[str]:
-    """The hosts parameter's lines (first word each) as IPv4 addresses; identify.sh.j2's parse_hosts."""
-    hosts = [line.split()[0] for line in text.splitlines() if line.split()]
-    bad = [ip for ip in hosts if not IPV4.fullmatch(ip)]
-    if bad:
-        raise StateError(f"hosts: {bad[0][:40]!r} is not an IPv4 address")
-    if not hosts:
-        raise StateError("hosts is empty")
-    return hosts
+def parse_hosts(text: str, vpc_cidr: str) -> List[str]:
+    """The hosts parameter's addresses, with the rules the bootstrap keeps (infra/hosts_schema.py: each an address
+    of the VPC, none twice)."""
+    try:
+        return hosts_schema.parse_hosts(text, vpc_cidr)
+    except hosts_schema.HostsError as e:
+        raise StateError(f"hosts: {e}") from None
 
 
 class AgentRecord(NamedTuple):

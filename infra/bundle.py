@@ -1,8 +1,8 @@
 """The cluster's bundle: everything a node runs that its image does not have, in one deterministic tar.gz.
 
 Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
-(infra/userdata.render, what the user data held before the loader); the node package `hpcc_node/` and the two
-stdlib-only program modules it imports (`infra/__init__.py`, `infra/settings_schema.py`); `hooks/<name>`, the
+(infra/userdata.render, what the user data held before the loader); the node package `hpcc_node/` and the
+stdlib-only program modules it imports (`infra/__init__.py`, `infra/hosts_schema.py`, `infra/settings_schema.py`); `hooks/<name>`, the
 user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
 0755 only, gzip header without name or time. Nothing here is secret: the scripts read secrets at run time.
 
@@ -27,7 +27,7 @@ from infra.naming import bundle_key
 FORMAT = 1
 ROOT = Path(__file__).resolve().parent.parent
 NODE_PACKAGE = "hpcc_node"
-SHARED_MODULES = ("infra/__init__.py", "infra/settings_schema.py")  # stdlib only; hpcc_node imports them
+SHARED_MODULES = ("infra/__init__.py", "infra/hosts_schema.py", "infra/settings_schema.py")  # stdlib only; hpcc_node imports them
 EXECUTABLE = ("roles/", "hooks/")  # mode 0755; everything else 0644
 
 

@@ -22,12 +22,14 @@ def test_membership_is_applied_only_for_a_new_hosts_version_or_changed_settings(
 
 
 def test_a_hosts_list_is_applied_only_with_this_node_at_its_own_line():
-    hosts = parse_hosts("10.0.0.4\n10.0.0.5\n10.0.0.6\n")
+    hosts = parse_hosts("10.0.0.4\n10.0.0.5\n10.0.0.6\n", "10.0.0.0/16")
     assert agent.line_holds(hosts, "compute-001", "10.0.0.6") is None
     assert agent.line_holds(hosts, "compute-001", "10.0.0.7") == "10.0.0.6"
     assert agent.line_holds(hosts, "compute-002", "10.0.0.7") == "nothing"
-    with pytest.raises(StateError, match="not an IPv4"):
-        parse_hosts("10.0.0.4\n$(reboot)\n")
+    # The bootstrap's rules (infra/hosts_schema.py): addresses of the VPC only, none twice.
+    for bad in ("10.0.0.4\n$(reboot)\n", "10.0.0.4\n169.254.169.254\n", "10.0.0.4\n10.0.0.4\n", "10.0.0.4\n10.0.0.256\n"):
+        with pytest.raises(StateError, match="hosts: line 2"):
+            parse_hosts(bad, "10.0.0.0/16")
     assert node_index("head") == 0 and node_index("compute-010") == 11
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.bundle import SHARED_MODULES
+
 from hpcc_node.settings import SettingsError, parse
 from tests.agent_support import SETTINGS
 from tests.bootstrap_cases import settings
@@ -63,12 +65,15 @@ def test_python_refuses_slurm_keys_without_slurm_which_the_program_never_writes(
 def test_the_node_side_is_python_3_8_and_standard_library_only(path):
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     stdlib = set(sys.stdlib_module_names)
+    # The program modules the bundle carries beside hpcc_node (infra/bundle.py), as import names.
+    shipped = {m.removesuffix(".py").replace("/", ".") for m in SHARED_MODULES} - {"infra.__init__"}
     for node in ast.walk(tree):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            ([f"infra.{a.name}" for a in node.names] if node.module == "infra" else [node.module]) \
+            if isinstance(node, ast.ImportFrom) and node.level == 0 else []
         for name in names:
             top = name.split(".")[0]
-            assert top in stdlib or top == "hpcc_node" or name in ("infra.settings_schema", "__future__"), \
+            assert top in stdlib or top == "hpcc_node" or name in shipped, \
                 f"{path.name} imports {name}: the node side ships with the standard library only"
     assert "removeprefix(" not in path.read_text() and "removesuffix(" not in path.read_text()  # 3.9
 

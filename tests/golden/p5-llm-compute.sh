@@ -998,7 +998,7 @@ sync_membership() {
 agent_env() {
   printf '%s\n' "HPCC_ROLE=compute" "HPCC_HOSTS_PARAMETER=/hpcc/llm/hosts" \
     "HPCC_SETTINGS_PARAMETER=/hpcc/llm/settings" "HPCC_NODES_PARAMETER=/hpcc/llm/nodes" \
-    "HPCC_BUNDLE_PARAMETER=/hpcc/llm/bundle" "HPCC_LOG=/var/log/hpcc-bootstrap.log" "PYTHONPATH=$HPCC_CURRENT" \
+    "HPCC_BUNDLE_PARAMETER=/hpcc/llm/bundle" "HPCC_VPC_CIDR=$HPCC_VPC_CIDR" "HPCC_LOG=/var/log/hpcc-bootstrap.log" "PYTHONPATH=$HPCC_CURRENT" \
     "AWS_DEFAULT_REGION=us-east-1" "AWS_PAGER=" "AWS_MAX_ATTEMPTS=1"
   if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
   if [ -n "${HPCC_SKIP_STEPS:-}" ] && [[ $HPCC_SKIP_STEPS =~ ^[a-z_,-]+$ ]]; then echo "HPCC_SKIP_STEPS=$HPCC_SKIP_STEPS"; fi
