@@ -66,6 +66,14 @@ def agent_version() -> str:
     return AGENT_VERSION
 
 
+def example_files() -> dict[str, bytes]:
+    """The Slurm job examples (examples/slurm/), so every node has them at /opt/hpcc/current/examples/slurm/ and
+    they follow hpcc's upgrades; the README runs them from there."""
+    from infra.assets import asset
+
+    return {f"examples/slurm/{p.name}": p.read_bytes() for p in sorted((asset("examples") / "slurm").glob("*.sbatch"))}
+
+
 def node_files(root: Path = ROOT) -> dict[str, bytes]:
     """The node package's Python files and the program modules it shares, by path inside the bundle."""
     paths = sorted(p for p in (root / NODE_PACKAGE).rglob("*.py") if "__pycache__" not in p.parts)
@@ -131,7 +139,8 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
 
     scripts = {role: render(ctx) for role, ctx in role_contexts(cfg, region, facts).items()}
     names, hooks = hook_files(cfg, base)
-    files = bundle_files(cfg.name, scripts, names, hooks, node_files(), hpcc_version(), agent_version())
+    files = bundle_files(cfg.name, scripts, names, hooks, {**node_files(), **example_files()}, hpcc_version(),
+                         agent_version())
     return Bundle(files, pack(files))
 
 

@@ -12,7 +12,6 @@ import stat
 import subprocess
 import textwrap
 import time
-from pathlib import Path
 
 import hostlist
 import pytest
@@ -23,7 +22,7 @@ from tests.box.harness import Box, node_env
 from tests.box.test_box_cluster import ALL_REDUCE
 
 pytestmark = pytest.mark.box
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "slurm"
+HEAD_EXAMPLES = "/opt/hpcc/current/examples/slurm"  # the bundle ships examples/slurm/ (infra/bundle.py)
 MPI_PROGRAM = textwrap.dedent("""
     #include <mpi.h>
     #include <stdio.h>
@@ -78,13 +77,14 @@ def wait_states(box: Box, want, timeout: float = 90) -> dict:
 
 
 def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
-    """`sbatch --wait OPTIONS... examples/slurm/SCRIPT PROGRAM...` on the head, as a user there would; the job's output.
+    """`sbatch --wait OPTIONS... /opt/hpcc/current/examples/slurm/SCRIPT PROGRAM...` on the head, as a user there
+    would (the bundle put the examples there); the job's output.
     `args`: sbatch options, then "--", then the script's arguments."""
     options, program = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, ())
     work = box.workdir / "jobs"
     work.mkdir(exist_ok=True)
     run = subprocess.run(box.head.enter("sbatch", "--wait", "--parsable", f"--export={export}", f"--chdir={work}",
-                                        f"--output={work}/%j.out", *options, str(EXAMPLES / script), *program),
+                                        f"--output={work}/%j.out", *options, f"{HEAD_EXAMPLES}/{script}", *program),
                          env=node_env(box.head), capture_output=True, text=True, timeout=240, check=False)
     job = run.stdout.strip().split(";")[0]
     output = (work / f"{job}.out").read_text() if job and (work / f"{job}.out").exists() else ""
