@@ -4,6 +4,7 @@ of a replacement (before and after each side effect) that finishes it exactly on
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
@@ -46,8 +47,9 @@ class Env:
         return out
 
 
-@pytest.fixture
-def env():
+@contextmanager
+def fresh_env():
+    """A ledger table and a membership bucket in moto, a fake EC2 on the same fake clock."""
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         ddb.create_table(**table_definition(TABLE))
@@ -55,6 +57,12 @@ def env():
         s3.create_bucket(Bucket=BUCKET)
         e = Env(ddb, s3, None)  # type: ignore[arg-type]
         e.ec2 = FakeEC2(e.clock)
+        yield e
+
+
+@pytest.fixture
+def env():
+    with fresh_env() as e:
         yield e
 
 
@@ -140,13 +148,7 @@ def test_a_replacement_without_a_crash(env):
 def test_a_controller_killed_at_every_step_of_a_replacement_finishes_it_once(after):
     steps = _steps()
     for at in range(1, steps + 1):
-        with mock_aws():
-            ddb = boto3.client("dynamodb", region_name="us-east-1")
-            ddb.create_table(**table_definition(TABLE))
-            s3 = boto3.client("s3", region_name="us-east-1")
-            s3.create_bucket(Bucket=BUCKET)
-            env = Env(ddb, s3, None)  # type: ignore[arg-type]
-            env.ec2 = FakeEC2(env.clock)
+        with fresh_env() as env:
             killer = Killer(at, after)
             try:
                 _replacement(env, killer)
