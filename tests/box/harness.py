@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -310,7 +311,9 @@ class Box:
                             aws_access_key_id="testing", aws_secret_access_key="testing")
 
     def ghost_ips(self) -> list[str]:
-        return [f"{SUBNET}.{200 + i}" for i in range(self.ghosts)]
+        """Addresses no node has, at the top of the box's "VPC" (the nodes accept only addresses inside it)."""
+        top = ipaddress.ip_network(VPC_CIDR)[-1]
+        return [str(top - i) for i in range(self.ghosts)]
 
     def ip_of(self, name: str) -> str:
         ghosts = {compute_node_name(self.compute_count + i): ip for i, ip in enumerate(self.ghost_ips())}
