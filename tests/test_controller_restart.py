@@ -158,13 +158,7 @@ def test_a_controller_killed_at_every_step_of_a_replacement_finishes_it_once(aft
 
 
 def _steps() -> int:
-    with mock_aws():
-        ddb = boto3.client("dynamodb", region_name="us-east-1")
-        ddb.create_table(**table_definition(TABLE))
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket=BUCKET)
-        env = Env(ddb, s3, None)  # type: ignore[arg-type]
-        env.ec2 = FakeEC2(env.clock)
+    with fresh_env() as env:
         counting = Killer()
         _replacement(env, counting)
         return counting.count
