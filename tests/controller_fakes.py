@@ -137,3 +137,14 @@ class Killer:
                     return out
                 return call
         return Proxy()
+
+
+def moto_launch_template(ec2, name: str, data: Dict[str, Any]) -> Dict[str, str]:
+    """In moto: a VPC, a subnet, an image (moto may load no AMIs) and a launch template `name` running it with
+    `data`; the subnet and image ids."""
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]
+    ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, **data})
+    return {"subnet": subnet, "image": image}
+

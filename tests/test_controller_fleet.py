@@ -11,6 +11,7 @@ from moto import mock_aws
 
 from hpcc_node.controller import fleet
 from hpcc_node.controller.model import TAG_CLUSTER, TAG_GROUP, Group
+from tests.controller_fakes import moto_launch_template
 
 GPU = Group("gpu", "p5.48xlarge", 4, launch_template="hpcc-c-compute", subnet_id="subnet-1")
 
@@ -41,11 +42,7 @@ def test_capacity_blocks_and_spot_use_their_target_capacity_type(market, capacit
 def test_a_launch_against_moto_returns_tagged_instances_in_the_groups_subnet():
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
-        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-        image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]  # moto may load no AMIs
-        ec2.create_launch_template(LaunchTemplateName="hpcc-c-compute",
-                                   LaunchTemplateData={"ImageId": image, "InstanceType": "p5.48xlarge"})
+        subnet = moto_launch_template(ec2, "hpcc-c-compute", {"InstanceType": "p5.48xlarge"})["subnet"]
         out = fleet.launch(ec2, fleet.request(replace(GPU, subnet_id=subnet), 3, "gpu-1-0", "c"))
         assert len(out.instance_ids) == 3 and not out.failure
         found = ec2.describe_instances(InstanceIds=list(out.instance_ids))["Reservations"]

@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from hpcc_node.controller import fleet, membership, observe
 from hpcc_node.controller.model import Group
-from tests.controller_fakes import FakeEC2
+from tests.controller_fakes import FakeEC2, moto_launch_template
 
 SCONTROL = """\
 NodeName=gpu-000 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 NodeAddr=10.0.0.4 NodeHostName=gpu-000 State=IDLE+CLOUD Partitions=gpu,all
@@ -34,10 +34,8 @@ def test_slurm_node_lines_give_states_reasons_and_addresses():
 def test_instances_are_read_by_the_clusters_tag_with_their_group_and_address():
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
-        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
-        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
-        image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]  # moto may load no AMIs
-        ec2.create_launch_template(LaunchTemplateName="hpcc-c-gpu", LaunchTemplateData={"ImageId": image})
+        made = moto_launch_template(ec2, "hpcc-c-gpu", {})
+        subnet, image = made["subnet"], made["image"]
         group = Group("gpu", "t3.micro", 3, launch_template="hpcc-c-gpu", subnet_id=subnet)
         mine = fleet.launch(ec2, fleet.request(group, 3, "a", "c")).instance_ids
         fleet.launch(ec2, fleet.request(group, 2, "b", "other-cluster"))

@@ -48,15 +48,15 @@ class Env:
 
 
 @contextmanager
-def fresh_env():
-    """A ledger table and a membership bucket in moto, a fake EC2 on the same fake clock."""
+def fresh_env(seed: int = 0):
+    """A ledger table and a membership bucket in moto, a fake EC2 (its `seed`) on the same fake clock."""
     with mock_aws():
         ddb = boto3.client("dynamodb", region_name="us-east-1")
         ddb.create_table(**table_definition(TABLE))
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         e = Env(ddb, s3, None)  # type: ignore[arg-type]
-        e.ec2 = FakeEC2(e.clock)
+        e.ec2 = FakeEC2(e.clock, seed=seed)
         yield e
 
 
@@ -106,13 +106,7 @@ def check_consistent(env: Env, groups) -> Dict[str, Any]:
 
 def test_many_instances_launched_at_once_get_unique_names():
     cpu = Group("cpu", "c7i.48xlarge", 60, launch_template="lt-cpu", subnet_id="subnet-1")
-    with mock_aws():
-        ddb = boto3.client("dynamodb", region_name="us-east-1")
-        ddb.create_table(**table_definition(TABLE))
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket=BUCKET)
-        env = Env(ddb, s3, None)  # type: ignore[arg-type]
-        env.ec2 = FakeEC2(env.clock, seed=7)
+    with fresh_env(seed=7) as env:
         loop(env, [GPU, cpu])
         assert len(env.ec2.launched) == 64 and env.ec2.calls["create_fleet"] == 2
         # a second head, alive at the same time, cannot name anything while the first holds the lease
