@@ -25,7 +25,7 @@ from infra.bootstrap_steps import STEP_NAMES
 from infra.naming import HEAD, TAG_NODE, TAG_ROLE, Paths
 from infra.node_settings import OPTIONAL_DEFAULTS
 from infra.ops.aws import Aws, error_code, tag_dict, tag_filter
-from infra.ops.terminal import plain, row as table_row
+from infra.ops.terminal import cell, plain, row as table_row
 
 STEPS = STEP_NAMES  # the bootstrap's, in order (infra/bootstrap_steps.py)
 PHASES = ("pending", *STEPS, "ready")
@@ -243,9 +243,7 @@ def cluster_status(aws: Aws, cluster: str) -> list[NodeStatus]:
 # -- printing: text that came from a node is data, never markup or terminal control (infra/ops/terminal.py) ------
 
 
-def node_text(value: object, style: str = "") -> Text:
-    """Node-written text for rich: escapes stripped, and a Text so `[/]` is printed, not parsed."""
-    return Text(plain(value), style=style)
+node_text = cell  # node-written text for rich: escapes stripped, a Text so `[/]` is printed, not parsed
 
 
 STATE_STYLE = {"running": "green", "pending": "yellow", "missing": "red", "terminated": "red", "stopped": "red"}
