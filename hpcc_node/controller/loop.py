@@ -9,6 +9,7 @@ import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import observe as obs
+from .observe_health import scontrol_read
 from .act import LOG, Executor, reconcile_once
 from .decide import decide
 from .ledger import LeaseLost, Ledger
@@ -41,7 +42,7 @@ def build_step(ec2: Any, ddb: Any, s3: Any, cluster: str, table: str, bucket: st
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log)
         return reconcile_once(
             lambda: obs.observe(ec2, ledger, cluster, clock, lambda: obs.reports(s3, bucket, cache), slurm_read,
-                                bundle()),
+                                bundle(), scontrol_read if slurm_read is not None else None),
             lambda snap: decide(snap, current, snap.now, timers), executor, ledger)
     return step
 

@@ -17,6 +17,7 @@ from .membership import STATUS_PREFIX
 from .model import (TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, CapacityBlock, Group, Instance, Report, SlurmNode,
                     Snapshot)
 from .assess import SCHEDULED_EVENTS
+from .observe_health import report_fields, with_slurm_extras
 
 PAGE = {"PageSize": 1000}
 STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "terminated"]
@@ -135,7 +136,7 @@ def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Report]], prefix: 
                 doc = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
                 cache[key] = (etag, Report(str(doc["name"]), str(doc["instance_id"]), bool(doc["ok"]),
                                            str(doc.get("failure", "")), str(doc.get("evidence", ""))[:300],
-                                           float(doc.get("at", 0))))
+                                           float(doc.get("at", 0)), **report_fields(doc)))
             except (ValueError, KeyError, TypeError):
                 continue  # a malformed report is no verdict; the boot grace still applies
     for key in set(cache) - seen:
@@ -154,11 +155,13 @@ def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Insta
 
 def observe(ec2: Any, ledger: Any, cluster: str, clock: Callable[[], float],
             read_reports: Callable[[], Mapping[str, Report]], read_slurm: Optional[Callable[[], str]],
-            bundle: Optional[Mapping[str, Any]] = None) -> Tuple[Snapshot, Loaded]:
-    """Everything decide() needs, read once."""
+            bundle: Optional[Mapping[str, Any]] = None,
+            read_extras: Optional[Callable[[List[str]], str]] = None) -> Tuple[Snapshot, Loaded]:
+    """Everything decide() needs, read once (`read_extras`: Slurm's jobs and reservations, for the health rules)."""
     loaded = ledger.load()
     insts = instances(ec2, cluster)
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts
     slurm = slurm_nodes(read_slurm()) if read_slurm is not None else None
-    return snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle), loaded
+    snap = snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle)
+    return (with_slurm_extras(snap, read_extras) if read_extras else snap), loaded
