@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from hpcc_node import rollout, slurm, state, status, upgrade
 from hpcc_node.aws import Aws, AwsError
+from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
 from hpcc_node.version import AGENT_VERSION
 
@@ -259,6 +260,7 @@ class Agent:
             out["rollout"] = f"halted: {self.rollout_note}"
         if self.slurm_states is not None:
             out["slurm"] = self.slurm_states
+        out.update(health.status_fields(os.path.join(self.c.run, health.VERDICT_NAME)))  # the health thread's
         return out
 
     def report(self) -> None:
@@ -309,6 +311,7 @@ def main(argv: List[str]) -> int:
         print(f"hpcc node agent: the applied state is malformed ({e}): run the bootstrap again", file=sys.stderr)
         return 1
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
+    health.start(agent.node.node, log=agent.log)  # its own thread, every verdict.INTERVAL_S (15 s)
     while True:
         p = pacing(agent.settings)
         agent.aws.interval_ms, agent.aws.backoff_seconds, agent.aws.attempts = p.interval_ms, p.backoff_seconds, 1
