@@ -246,6 +246,14 @@ class Hooks(_Model):
     timeout_minutes: int = Field(10, ge=1, le=120)
 
 
+class Health(_Model):
+    """The health checks (hpcc_node/health/). `bootDiagLevel`: the DCGM diagnostic level run before a node is
+    ready (`dcgmi diag -r N`; 1 takes seconds, 2 a few minutes, 3 and 4 up to hours), 0 for none. Only at boot and
+    after a remedy's reboot, never per job: it takes the GPUs."""
+
+    boot_diag_level: int = Field(2, ge=0, le=4)
+
+
 class ClusterConfig(_Model):
     name: str
     availability_zone: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -260,6 +268,7 @@ class ClusterConfig(_Model):
     # Slurm package.
     scheduler: Scheduler = "none"
     hooks: Hooks = Hooks()
+    health: Health = Health()
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")

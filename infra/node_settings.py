@@ -50,6 +50,7 @@ class NodeSettings:
     scheduler: str | None = None  # "slurm", or None: left out (none)
     slurm_node: str | None = None  # with scheduler slurm only
     slurm_gpus: int | None = None  # likewise
+    health_diag_level: int | None = None  # left out at its default (2): nodes from before the key accept the text
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
@@ -75,7 +76,9 @@ def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
         fabric=fabric_env(compute.itype, efa), authorized_keys=tuple(cfg.ssh.authorized_keys),
         imds_users=tuple(cfg.security.imds_for_users),
         scheduler="slurm" if slurm else None, slurm_node=slurm.attributes() if slurm else None,
-        slurm_gpus=slurm.gpus if slurm else None)
+        slurm_gpus=slurm.gpus if slurm else None,
+        health_diag_level=None if str(cfg.health.boot_diag_level) == OPTIONAL_DEFAULTS["HEALTH_DIAG_LEVEL"]
+        else cfg.health.boot_diag_level)
 
 
 def render(settings: NodeSettings) -> str:

@@ -155,6 +155,7 @@ HPCC_MPIRUN_OPTIONS=""
 HPCC_SCHEDULER="none"
 HPCC_SLURM_NODE=""
 HPCC_SLURM_GPUS=""
+HPCC_HEALTH_DIAG_LEVEL="2"
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
@@ -171,6 +172,7 @@ setting_pattern() {
     SCHEDULER) echo 'none|slurm' ;;
     SLURM_NODE) echo '[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*' ;;
     SLURM_GPUS) echo '0|[1-9][0-9]{0,2}' ;;
+    HEALTH_DIAG_LEVEL) echo '[0-4]' ;;
     *) return 1 ;;
   esac
 }
@@ -211,6 +213,7 @@ apply_settings() {
   HPCC_SCHEDULER="none"
   HPCC_SLURM_NODE=""
   HPCC_SLURM_GPUS=""
+  HPCC_HEALTH_DIAG_LEVEL="2"
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
   HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})
@@ -604,6 +607,26 @@ step_efa() {
       echo "kernel.yama.ptrace_scope = 0" | write_file /etc/sysctl.d/99-hpcc-efa.conf 0644
       sysctl -q -w kernel.yama.ptrace_scope=0 ;;
   esac
+}
+# --- health
+health_facts() {
+  local mount="" disk=${HPCC_HEALTH_DISK_MIN_FREE_GIB:-20} klog=${HPCC_KERNEL_LOG:-/var/log/kern.log}
+  [[ $disk =~ ^[0-9]{1,4}$ ]] || fail "HPCC_HEALTH_DISK_MIN_FREE_GIB='${disk:0:20}' is not a number of GiB"
+  [[ $klog =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "HPCC_KERNEL_LOG='${klog:0:80}' is not an absolute path"
+  ! mountpoint -q "$HPCC_MOUNT_POINT" || mount=$HPCC_MOUNT_POINT
+  printf '%s\n' "GPUS=8" "EFA_DEVICES=32" "DCGM_LEVEL=$HPCC_HEALTH_DIAG_LEVEL" \
+    "DISK_MIN_FREE_GIB=$disk" "KERNEL_LOG=$klog" "SHARED_MOUNT=$mount"
+}
+
+step_health() {
+  local out rc=0 line
+  health_facts | write_file "${HPCC_HEALTH_ENV:=/etc/hpcc/health.env}" 0644
+  out=$(cd / && HPCC_HEALTH_ENV=$HPCC_HEALTH_ENV PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} within $(( HPCC_TIMEOUT_MINUTES * 60 )) python3 -m hpcc_node.health boot 2>&1) || rc=$?
+  while IFS= read -r line; do log "$line"; done <<<"$out"
+  if [ "$rc" -ne 0 ]; then
+    HPCC_FAIL_CLASS=health
+    fail "$(tail -n 1 <<<"$out")"
+  fi
 }
 # --- ssh
 HPCC_KEY=""
@@ -1073,6 +1096,7 @@ main() {
   run_step lustre step_lustre
   run_step mount step_mount
   run_step efa step_efa
+  run_step health step_health
   run_step ssh step_ssh
   run_step join step_join
   run_step launch-env step_launch_env

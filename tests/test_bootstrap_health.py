@@ -1,0 +1,49 @@
+"""The bootstrap's health step (templates/steps/health.sh.j2) run in bash against the box's stand-ins: the node's
+facts written for the checks, a healthy node passes, a node short of a GPU fails with class health and the check's
+reason in its status."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.bootstrap_shell import context, run
+from tests.test_bootstrap_steps import COMMON, calls, fake, preamble  # noqa: F401 (fake is a fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+STANDINS = ROOT / "tests" / "box" / "standins"
+
+
+def _run(tmp_path, env, **state):
+    standin = tmp_path / "standin"
+    standin.mkdir(exist_ok=True)
+    for key, value in state.items():
+        (standin / key).write_text(f"{value}\n")
+    (tmp_path / "answers").write_text("0|\n")
+    env = {**env, "PATH": f"{STANDINS}:{env['PATH']}", "HPCC_STANDIN_STATE": str(standin),
+           "HPCC_HEALTH_ENV": str(tmp_path / "health.env"), "HPCC_HEALTH_VERDICT": str(tmp_path / "verdict"),
+           "HPCC_HEALTH_STATE": str(tmp_path / "state"), "HPCC_CURRENT": str(ROOT),
+           "HPCC_KERNEL_LOG": str(standin / "kern.log"), "HPCC_HEALTH_DISK_MIN_FREE_GIB": "0"}
+    ctx = context(log_path=str(tmp_path / "bootstrap.log"), efa_enabled=False)
+    script = preamble(tmp_path) + "HPCC_MOUNT_POINT=/nonexistent\nuse_step health\nstep_health\nflush_log\ntouch " + str(tmp_path / "passed") + "\n"
+    return run(COMMON + ["health"], script, ctx, env=env, timeout=120)
+
+
+def test_a_healthy_node_passes_and_its_facts_are_written(fake):
+    tmp_path, _, env = fake
+    out = _run(tmp_path, env)
+    assert out.returncode == 0 and (tmp_path / "passed").exists(), (tmp_path / "bootstrap.log").read_text()
+    assert (tmp_path / "health.env").read_text() == (
+        f"GPUS=8\nEFA_DEVICES=0\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\nKERNEL_LOG={tmp_path}/standin/kern.log\n"
+        "SHARED_MOUNT=\n")
+    assert "[health] dcgm_diag: ok" in (tmp_path / "bootstrap.log").read_text()
+
+
+def test_a_node_short_of_a_gpu_fails_with_class_health(fake):
+    tmp_path, _, env = fake
+    out = _run(tmp_path, env, gpus=7)
+    assert out.returncode == 1 and not (tmp_path / "passed").exists()
+    status = json.loads(calls(tmp_path)[-1].split("--value ", 1)[1])
+    assert (status["phase"], status["step"], status["class"]) == ("failed", "health", "health")
+    assert status["message"] == "hpcc: gpu_count: 7 GPU(s) visible, the instance type has 8"
