@@ -47,3 +47,24 @@ def test_a_node_short_of_a_gpu_fails_with_class_health(fake):
     status = json.loads(calls(tmp_path)[-1].split("--value ", 1)[1])
     assert (status["phase"], status["step"], status["class"]) == ("failed", "health", "health")
     assert status["message"] == "hpcc: gpu_count: 7 GPU(s) visible, the instance type has 8"
+
+
+def test_the_heads_slurm_conf_carries_the_health_lines_and_nodes_get_the_scripts(tmp_path):
+    from tests.test_bootstrap_slurm import head_ctx
+    script = 'HPCC_HOSTS=(10.0.0.5 10.0.0.6)\nhostname() { echo ip-10-0-0-5; }\nslurm_conf'
+    out = run(COMMON + ["identify", "health", "slurm"], script, head_ctx(tmp_path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert {"HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck", "HealthCheckNodeState=ANY,CYCLE",
+            "Prolog=/usr/local/sbin/hpcc-prolog", "Epilog=/usr/local/sbin/hpcc-epilog", "PrologFlags=Alloc",
+            "RebootProgram=/usr/local/sbin/hpcc-reboot"} <= set(lines)
+    assert lines[-1].startswith("PartitionName=")
+    body = 'write_file() { cat >"$TMP/${1##*/}"; }\nimds() { return 1; }\nslurm_health_scripts'
+    out = run(COMMON + ["health"], body, head_ctx(tmp_path), env={**os.environ, "TMP": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert "exec python3 -m hpcc_node.health prolog" in (tmp_path / "hpcc-prolog").read_text()
+    # outside EC2 (no IMDS, as in the box) the reboot program refuses: a namespace node never reboots its host
+    assert "systemctl" not in (tmp_path / "hpcc-reboot").read_text()
+    on_ec2 = run(COMMON + ["health"], body.replace("return 1", "echo i-0abc"), head_ctx(tmp_path),
+                 env={**os.environ, "TMP": str(tmp_path)})
+    assert on_ec2.returncode == 0 and "exec systemctl reboot" in (tmp_path / "hpcc-reboot").read_text()

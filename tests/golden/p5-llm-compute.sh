@@ -628,6 +628,27 @@ step_health() {
     fail "$(tail -n 1 <<<"$out")"
   fi
 }
+
+HPCC_SLURM_HEALTH_INTERVAL=30
+slurm_health_scripts() {
+  local kind
+  for kind in healthcheck prolog epilog; do
+    printf '%s\n' "#!/bin/sh" "# hpcc: Slurm's ${kind} (python3 -m hpcc_node.health ${kind}, from the cluster's bundle)" \
+      "cd / && PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} exec python3 -m hpcc_node.health ${kind}" |
+      write_file "/usr/local/sbin/hpcc-${kind}" 0755
+  done
+  if imds instance-id >/dev/null 2>&1; then
+    printf '%s\n' "#!/bin/sh" "# hpcc: Slurm's RebootProgram (scontrol reboot, the controller's remedy)" "exec systemctl reboot"
+  else
+    printf '%s\n' "#!/bin/sh" "echo 'hpcc-reboot: not on EC2, not rebooting' >&2" "exit 1"
+  fi | write_file /usr/local/sbin/hpcc-reboot 0755
+}
+
+slurm_health_conf() {
+  printf '%s\n' "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" "HealthCheckInterval=$HPCC_SLURM_HEALTH_INTERVAL" \
+    "HealthCheckNodeState=ANY,CYCLE" "Prolog=/usr/local/sbin/hpcc-prolog" "Epilog=/usr/local/sbin/hpcc-epilog" \
+    "PrologFlags=Alloc" "RebootProgram=/usr/local/sbin/hpcc-reboot" "JobRequeue=1"
+}
 # --- ssh
 HPCC_KEY=""
 HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}
@@ -952,6 +973,7 @@ slurm_daemons() {
 step_slurm() {
   if [ "$HPCC_SCHEDULER" != slurm ]; then slurm_stop; log "SCHEDULER=$HPCC_SCHEDULER: no Slurm"; return 0; fi
   slurm_install
+  slurm_health_scripts
   local changed=0
   munge_key || changed=1
   install -d -o munge -g munge -m 0755 /run/munge
