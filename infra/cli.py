@@ -11,10 +11,14 @@ from rich.markup import escape
 
 from infra.config import ConfigError
 from infra.hostfile import FORMATS
+from infra.ops.check_cli import app as check_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Provision and operate multi-node ML training clusters on AWS.")
 err = Console(stderr=True)
+
+
+app.add_typer(check_app, name="check")  # hpcc check fabric (infra/ops/check_cli.py)
 
 
 @app.callback()
