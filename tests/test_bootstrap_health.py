@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from tests.bootstrap_shell import context, run
@@ -68,3 +69,22 @@ def test_the_heads_slurm_conf_carries_the_health_lines_and_nodes_get_the_scripts
     on_ec2 = run(COMMON + ["health"], body.replace("return 1", "echo i-0abc"), head_ctx(tmp_path),
                  env={**os.environ, "TMP": str(tmp_path)})
     assert on_ec2.returncode == 0 and "exec systemctl reboot" in (tmp_path / "hpcc-reboot").read_text()
+
+
+def test_hpcc_torchrun_elastic_uses_the_rendezvous_so_a_spare_can_join(fake):
+    from tests.test_bootstrap_steps import helper, tool
+    tmp_path, bin_dir, env = fake
+    tool(bin_dir, "ssh", f'echo "$*" >>{tmp_path}/ssh\n')
+    (tmp_path / "hostfile").write_text("10.0.0.5 slots=8\n10.0.0.6 slots=8\n10.0.0.7 slots=8\n")
+    script = helper(tmp_path, "hpcc-torchrun")
+    env = {**env, "TORCHRUN": "torchrun"}
+    ok = subprocess.run([str(script), "--elastic", "2:3", "--max-restarts", "3", "train.py"], capture_output=True,
+                        text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    runs = (tmp_path / "ssh").read_text().splitlines()
+    assert len(runs) == 3 and len({r.split("--rdzv-id ")[1].split()[0] for r in runs}) == 1  # one rendezvous
+    assert all("exec torchrun --nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:$MASTER_PORT" in r
+               and "--node-rank" not in r and r.endswith("--max-restarts 3 train.py ") for r in runs)
+    for bad in ("3:2", "x", ""):
+        out = subprocess.run([str(script), "--elastic", bad, "train.py"], capture_output=True, text=True, env=env)
+        assert out.returncode == 2 and "--elastic takes MIN:MAX" in out.stderr
