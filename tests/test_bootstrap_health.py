@@ -88,3 +88,15 @@ def test_hpcc_torchrun_elastic_uses_the_rendezvous_so_a_spare_can_join(fake):
     for bad in ("3:2", "x", ""):
         out = subprocess.run([str(script), "--elastic", bad, "train.py"], capture_output=True, text=True, env=env)
         assert out.returncode == 2 and "--elastic takes MIN:MAX" in out.stderr
+
+
+def test_boot_diag_level_is_checked_and_reaches_the_settings_only_when_not_the_default():
+    from infra.node_settings import settings_value
+    from tests.bootstrap_cases import configs
+    from tests.instance_data import offline_facts
+    from tests.test_config_rules import problems
+    assert any(path.endswith("health.bootDiagLevel") for path, _ in problems(health__bootDiagLevel=5))
+    stem, cfg = next(iter(configs()))
+    assert "HEALTH_DIAG_LEVEL" not in settings_value(cfg.cluster, cfg.region, offline_facts())
+    deep = cfg.cluster.model_copy(update={"health": cfg.cluster.health.model_copy(update={"boot_diag_level": 4})})
+    assert "HEALTH_DIAG_LEVEL=4\n" in settings_value(deep, cfg.region, offline_facts())

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from infra.node_settings import OPTIONAL, PATTERNS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
+from infra.node_settings import OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, SLURM_KEYS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
 from tests.bootstrap_cases import configs, settings
 from tests.instance_data import offline_facts
 from tests.bootstrap_shell import context, run
@@ -44,17 +44,23 @@ def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
     dump = (f"for v in {required}; do "
             'n=HPCC_$v; echo "$v=${!n}"; done; printf "FABRIC=%s\\n" "${HPCC_FABRIC[@]}"; '
             # The Slurm keys mean something with SCHEDULER=slurm only (a previous text's may linger otherwise).
-            f"[ \"$HPCC_SCHEDULER\" != slurm ] || for v in {' '.join(sorted(OPTIONAL))}; do "
+            f"[ \"$HPCC_SCHEDULER\" != slurm ] || for v in SCHEDULER {' '.join(sorted(SLURM_KEYS))}; do "
             'n=HPCC_$v; echo "$v=${!n}"; done; '
+            # Left out at its default (as the program renders it), so a text from before the key reads the same.
+            f'[ "$HPCC_HEALTH_DIAG_LEVEL" = {OPTIONAL_DEFAULTS["HEALTH_DIAG_LEVEL"]} ] || '
+            'echo "HEALTH_DIAG_LEVEL=$HPCC_HEALTH_DIAG_LEVEL"; '
             'for k in ${HPCC_AUTHORIZED_KEY[@]+"${HPCC_AUTHORIZED_KEY[@]}"}; do echo "AUTHORIZED_KEY=$k"; done')
     return run(["settings"], f"apply_settings {shlex.quote(text)}; rc=$?; {after}\n{dump}", context())
 
 
 def test_bash_reads_the_settings_the_program_renders_as_python_does():
-    for stem, text in settings().items():
+    texts = dict(settings())
+    texts["p5-llm, no DCGM at boot"] = texts["p5-llm"] + "HEALTH_DIAG_LEVEL=0\n"
+    for stem, text in texts.items():
         out = shell_settings(text)
         assert out.returncode == 0, out.stderr
         assert parse(out.stdout) == parse(text), stem
+    assert parse(texts["p5-llm, no DCGM at boot"]).health_diag_level == 0
 
 
 @pytest.mark.parametrize("line,why", [
