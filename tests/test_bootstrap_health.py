@@ -58,7 +58,7 @@ def test_the_heads_slurm_conf_carries_the_health_lines_and_nodes_get_the_scripts
     lines = out.stdout.splitlines()
     assert {"HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck", "HealthCheckNodeState=ANY,CYCLE",
             "Prolog=/usr/local/sbin/hpcc-prolog", "Epilog=/usr/local/sbin/hpcc-epilog", "PrologFlags=Alloc",
-            "RebootProgram=/usr/local/sbin/hpcc-reboot"} <= set(lines)
+            "RebootProgram=/usr/local/sbin/hpcc-reboot", "SchedulerParameters=nohold_on_prolog_fail"} <= set(lines)
     assert lines[-1].startswith("PartitionName=")
     body = 'write_file() { cat >"$TMP/${1##*/}"; }\nimds() { return 1; }\nslurm_health_scripts'
     out = run(COMMON + ["health"], body, head_ctx(tmp_path), env={**os.environ, "TMP": str(tmp_path)})

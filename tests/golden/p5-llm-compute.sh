@@ -647,7 +647,8 @@ slurm_health_scripts() {
 slurm_health_conf() {
   printf '%s\n' "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" "HealthCheckInterval=$HPCC_SLURM_HEALTH_INTERVAL" \
     "HealthCheckNodeState=ANY,CYCLE" "Prolog=/usr/local/sbin/hpcc-prolog" "Epilog=/usr/local/sbin/hpcc-epilog" \
-    "PrologFlags=Alloc" "RebootProgram=/usr/local/sbin/hpcc-reboot" "JobRequeue=1"
+    "PrologFlags=Alloc" "RebootProgram=/usr/local/sbin/hpcc-reboot" "JobRequeue=1" \
+    "SchedulerParameters=nohold_on_prolog_fail"
 }
 # --- ssh
 HPCC_KEY=""
