@@ -181,3 +181,13 @@ def test_spares_are_held_released_on_a_failure_and_taken_again():
                                                                     states=frozenset({"ALLOCATED"}))})
     again = by_kind(run(back, groups=(SPARE,)), SPARES)
     assert [a.data["nodes"] for a in again] == [["gpu-002"]]  # the busy old spare stays busy; an idle one is held
+
+
+def test_the_health_rules_stay_linear_at_4096_nodes():
+    import time
+    big = Group("gpu", "p5.48xlarge", 4096, launch_template="lt-gpu", subnet_id="subnet-1", spares=8)
+    snap = with_verdict(cluster(big), N1, XID79)
+    started = time.perf_counter()
+    actions = run(snap, groups=(big,))
+    assert time.perf_counter() - started < 2.0  # a quadratic pass over the slots takes minutes here
+    assert [a.data["nodes"] for a in by_kind(actions, SPARES)] == [[f"gpu-{i}" for i in range(4089, 4096)]]

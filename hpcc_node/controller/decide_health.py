@@ -139,9 +139,12 @@ def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]
         return []
     slurm = snap.slurm
     name = spare_reservation(group.name)
-    healthy = [s for s in slots if s.state == READY and s.name in slurm
+    failing = {n for n, r in snap.reports.items() if not r.ok and n in snap.slots  # out this very loop: its
+               and r.instance_id == snap.slots[n].instance_id}  # spare is released now, not a loop later
+    healthy = [s for s in slots if s.state == READY and s.name in slurm and s.name not in failing
                and not (slurm[s.name].states & (HELD_STATES | {"NOT_RESPONDING"}))]
-    out_of_service = sum(1 for s in slots if s not in healthy and not held_by_person(slurm.get(s.name)))
+    fine = {s.name for s in healthy}
+    out_of_service = sum(1 for s in slots if s.name not in fine and not held_by_person(slurm.get(s.name)))
     want = max(0, group.spares - out_of_service)
     held = snap.reservations.get(name, frozenset())
     keep = [s.name for s in healthy if s.name in held]
