@@ -54,11 +54,11 @@ def instance_arn(instance_id: str) -> str:
 @dataclass
 class Fault:
     """A bootstrap fault the box puts on instances of `group` as they boot: the first `times` of them (0: every
-    one) boot with `env`. The default fails the `ssh` step: an address outside the node's "VPC" (the node
-    refuses it), as tests/box/test_box_slurm.py's failing node does."""
+    one) boot with `env`. The default fails the `ssh` step (an unusable VPC CIDR override), as
+    tests/box/test_box_slurm.py's failing node does."""
     group: str
     times: int = 1
-    env: dict = field(default_factory=lambda: {"HPCC_VPC_CIDR": "192.0.2.0/29"})
+    env: dict = field(default_factory=lambda: {"HPCC_VPC_CIDR": "not-a-cidr"})
     hit: list = field(default_factory=list)  # instance ids it was put on
 
     def take(self, instance_id: str) -> dict:
@@ -302,8 +302,10 @@ class FleetBox(Box):
                     out[inst["InstanceId"]] = inst
         return out
 
-    def status(self, instance_id: str) -> dict:
-        """A node's status as it wrote it: s3://<state bucket>/status/<instance arn>.json (contract19)."""
+    def status(self, node: str) -> dict:
+        """A node's status as it wrote it: s3://<state bucket>/status/<instance arn>.json (contract19); `node` is
+        an instance id or the name of a live node."""
+        instance_id = node if node.startswith("i-") else self.node(node).instance_id
         body = self.client("s3").get_object(Bucket=self.plan()["stateBucket"],
                                             Key=f"status/{instance_arn(instance_id)}.json")["Body"].read()
         return json.loads(body)
