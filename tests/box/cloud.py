@@ -95,6 +95,7 @@ class FleetBox(Box):
     next_index: int = 1
     bare: bool = False  # only the network and the watcher: no plan, no program's resources, no head node
     lt_of_group: dict = field(default_factory=dict)
+    gone: list = field(default_factory=list)  # nodes whose namespace died or whose instance was terminated
 
     def config_map(self) -> dict:
         head_type, compute_type = PROFILES[self.profile]
@@ -113,11 +114,22 @@ class FleetBox(Box):
 
     @property
     def compute(self) -> list[Node]:
-        """The live compute nodes, by name."""
-        return sorted((n for n in self.nodes[1:] if n.alive), key=lambda n: n.name)
+        """The live compute nodes, by name (`nodes`: the head, then the live compute nodes as they came)."""
+        return sorted(self.nodes[1:], key=lambda n: n.name)
 
     def node(self, name: str) -> Node:
-        return next(n for n in reversed(self.nodes) if n.name == name and n.alive)
+        return next(n for n in self.nodes if n.name == name)
+
+    def kill(self, node: Node) -> None:
+        super().kill(node)
+        if node in self.nodes:
+            self.nodes.remove(node)
+            self.gone.append(node)
+
+    def membership_generation(self) -> int:
+        """The generation of the membership the controller published (nodes report the one they applied as
+        `hostsVersion`)."""
+        return int(self.membership()["generation"])
 
     # -- start: the cloud as `pulumi up` leaves it, then the head ------------------------------------------
     def start(self) -> FleetBox:
@@ -220,6 +232,28 @@ class FleetBox(Box):
             head.bootstrap.kill()
             return -9
 
+    def boot(self, timeout: float = 300, wait: list[str] | None = None) -> dict[str, int]:
+        """The head's bootstrap, then its controller, which launches the groups; returns the exit code of the head
+        and of the node each planned name holds once every one (or those in `wait`) has finished its bootstrap.
+        A name whose node has not finished by then is -9."""
+        deadline = time.time() + timeout
+        codes = {HEAD: self.boot_head(timeout)}
+        if codes[HEAD] != 0:
+            return codes
+        self.start_controller()
+        from hpcc_node.controller.model import node_name
+        names = [node_name(g["name"], i) for g in self.groups for i in range(g["count"])]
+        names = [n for n in names if wait is None or n in wait]
+        while True:
+            slots = self.ledger().slots
+            for name in names:
+                seen = self.launched.get(slots[name].instance_id) if name in slots else None
+                boot = seen.node.bootstrap if seen is not None and seen.node is not None else None
+                codes[name] = boot.poll() if boot is not None and boot.poll() is not None else -9
+            if all(codes[n] != -9 for n in names) or time.time() > deadline:
+                return codes
+            time.sleep(1)
+
     def start_controller(self) -> None:
         """`python3 -m hpcc_node.controller` on the head, from the head's bundle, with the box's short timers (the
         contract: on EC2 a systemd unit starts it; the box, which has no systemd, starts it directly)."""
@@ -256,6 +290,12 @@ class FleetBox(Box):
             self.watcher = None
         if self.controller is not None and self.controller.poll() is None:
             self.controller.kill()
+        for node in self.gone:  # their namespaces are gone; reap what the box started for them
+            for proc in (node.bootstrap, node.holder):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                if proc is not None:
+                    proc.wait(timeout=10)
         super().stop()
 
     # -- what EC2 does below the API (the watcher's work) --------------------------------------------------
