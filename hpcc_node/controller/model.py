@@ -165,6 +165,7 @@ class Snapshot:
     membership_digest: str = ""  # the digest of the last published membership body
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
+    head: Mapping[str, Any] = field(default_factory=dict)  # the controller's own head: name, ip, instance
 
 
 # Action kinds.
