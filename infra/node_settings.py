@@ -63,11 +63,11 @@ def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
     """The settings of a cluster config (`facts`: infra/roles.py). The launch environment is the compute nodes' on
     every role."""
     compute = resolve_role(cfg, region, "compute", facts)
-    pacing = pacing_for(cfg.compute.count + 1)
+    pacing = pacing_for(cfg.node_count + 1)
     efa = compute.efa_devices > 0
     slurm = slurm_node(compute.itype) if cfg.scheduler == "slurm" else None
     return NodeSettings(
-        node_count=cfg.compute.count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
+        node_count=cfg.node_count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
         join_timeout_minutes=cfg.bootstrap.join_timeout_minutes, api_interval_ms=pacing.api_interval_ms,
         poll_seconds=pacing.poll_seconds, api_backoff_seconds=pacing.api_backoff_seconds,
         api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,

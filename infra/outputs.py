@@ -46,5 +46,5 @@ def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], comput
                 "mountPoint": cluster.fsx.mount_point},
         "sshCommand": ssh,
         # null when a node type's price is unknown (infra/estimates.py): never a wrong number
-        "estimatedHourlyCostUsd": hourly_cost(cluster, compute.head.itype, nodes[0].itype),
+        "estimatedHourlyCostUsd": hourly_cost(cluster, compute.head.itype, [nodes[0].itype]),
     }

@@ -23,6 +23,9 @@ STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "termina
 
 
 def _epoch(value: Any) -> float:
+    """botocore's datetime, or the CLI's ISO 8601 text (`2026-11-24T14:29:23.000Z`, `...+00:00`)."""
+    if isinstance(value, str) and "T" in value:
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return value.timestamp() if isinstance(value, datetime) else float(value or 0)
 
 

@@ -21,12 +21,18 @@ from infra.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 NODES_SHOWN = 12
 
 
+def group_types(result) -> list:
+    """Each group's instance type's facts, in the order of cluster.node_groups."""
+    cluster = result.config.cluster
+    return [result.facts.get(g.instance_type, cluster.group_field(i, "instanceType"))
+            for i, g in enumerate(cluster.node_groups)]
+
+
 def cost_line(result) -> str:
     """The estimate, or which types have no known price (never a wrong number)."""
     cost, cluster = result.outputs.get("estimatedHourlyCostUsd"), result.config.cluster
     if cost is None:
-        missing = unpriced(result.facts.get(cluster.head_node.instance_type, HEAD_FIELD),
-                           result.facts.get(cluster.compute.instance_type))
+        missing = unpriced(result.facts.get(cluster.head_node.instance_type, HEAD_FIELD), *group_types(result))
         return (f"[bold]price unknown[/] ({', '.join(missing)} not in the price snapshot of {SNAPSHOT_DATE}; "
                 "`hpcc preflight` asks the AWS Price List API)")
     return f"[bold]${cost:,.2f}/hour[/] (on-demand prices, {SNAPSHOT_REGION}, snapshot of {SNAPSHOT_DATE})"
@@ -68,7 +74,7 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
                   f"{fsx['dnsName']}@tcp:/{fsx['mountName']} on {fsx['mountPoint']}")
     console.print(f"Log in: {outputs['sshCommand']}")
     console.print(f"Estimated cost: {cost_line(result)}; ready in about "
-                  f"{minutes_to_ready(cluster, result.facts.get(cluster.compute.instance_type))} minutes after `pulumi up` starts")
+                  f"{minutes_to_ready(cluster, *group_types(result))} minutes after `pulumi up` starts")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w.field)}: {escape(w.message)}", highlight=False)
     console.print(escape(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
