@@ -255,27 +255,52 @@ class FleetBox(Box):
             time.sleep(1)
 
     def start_controller(self) -> None:
-        """`python3 -m hpcc_node.controller` on the head, from the head's bundle, with the box's short timers (the
-        contract: on EC2 a systemd unit starts it; the box, which has no systemd, starts it directly)."""
+        """`python3 -m hpcc_node.controller` on the head, from the head's bundle, with the box's short timers. The
+        head's role script may have started it already (no systemd: directly, hpcc_node/controller/__main__.py);
+        then that one is kept and the box only adds nothing."""
         head = self.head
-        env = {**node_env(head), **self._agent_env(head), **controller_env(self.timers)}
-        env.setdefault("PYTHONPATH", "/opt/hpcc/current")
+        if self.controller_pids():
+            return
+        env = {**node_env(head), "HPCC_CLUSTER": self.name, "HPCC_ACCOUNT": ACCOUNT, "HPCC_SCHEDULER": self.scheduler,
+               "PYTHONPATH": "/opt/hpcc/current", **self._env_file(head, "/etc/hpcc/controller.env"),
+               **controller_env(self.timers)}
         out = open(self.workdir / "controller.out", "a")
         import subprocess
         self.controller = subprocess.Popen(head.enter("python3", "-m", "hpcc_node.controller"), env=env, cwd="/",
                                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
+    def controller_pids(self) -> list[int]:
+        """The controller processes in the head's namespace (the box's or the role script's)."""
+        from tests.box.machine import sh
+        pids = []
+        for pid in sh("ip", "netns", "pids", self.head.netns, check=False).stdout.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"hpcc_node.controller" in cmd and b"-m" in cmd:
+                pids.append(int(pid))
+        return pids
+
     def stop_controller(self) -> None:
-        if self.controller is not None and self.controller.poll() is None:
-            self.controller.kill()
+        """SIGKILL: a controller dies at any point, in the middle of a replacement too."""
+        import os
+        import signal
+        for pid in self.controller_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.controller is not None:
             self.controller.wait(timeout=10)
+            self.controller = None
 
     @staticmethod
-    def _agent_env(node: Node) -> dict:
-        path = node.file("/etc/hpcc/agent.env")
-        if not path.exists():
+    def _env_file(node: Node, path: str) -> dict:
+        f = node.file(path)
+        if not f.exists():
             return {}
-        return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        return dict(line.split("=", 1) for line in f.read_text().splitlines() if "=" in line and not line.startswith("#"))
 
     def controller_log(self) -> str:
         parts = []
