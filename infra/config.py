@@ -76,6 +76,7 @@ MAX_NODES = 4096
 GROUP_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
 RESERVED_GROUP_NAMES = ("head",)  # the head's node name
 LEGACY_GROUP = "compute"  # what `compute:` means: one group of this name
+MAX_GROUPS = 16  # each group is an entry of /hpcc/<c>/groups, whose 8 KB hold 16 (infra/groups_param.py)
 
 
 class ComputeNodes(_Model):
@@ -282,7 +283,7 @@ class ClusterConfig(_Model):
     head_node: HeadNode = HeadNode()
     # `compute:` (one group named compute, as every cluster before node groups) or `nodeGroups:`, not both.
     compute: ComputeNodes | None = None
-    given_groups: list[NodeGroup] | None = Field(None, alias="nodeGroups", min_length=1, max_length=64)
+    given_groups: list[NodeGroup] | None = Field(None, alias="nodeGroups", min_length=1, max_length=MAX_GROUPS)
     image: Image = Image()
     fsx: Fsx = Fsx()
     ssh: Ssh = Ssh()

@@ -18,9 +18,6 @@ from infra.instance_facts import HEAD_FIELD
 from infra.ops.terminal import row
 from infra.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 
-NODES_SHOWN = 12
-
-
 def group_types(result) -> list:
     """Each group's instance type's facts, in the order of cluster.node_groups."""
     cluster = result.config.cluster
@@ -57,17 +54,17 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     console.print(tree)
 
     nodes = Table(title="Nodes", show_lines=False)
-    for col in ("node", "type", "private IP", "slots"):
+    for col in ("group", "type", "count", "names", "slots", "market"):
         nodes.add_column(col)
     head = outputs["headNode"]
-    row(nodes, "head", cluster.head_node.instance_type,
-                  head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-")
-    compute = outputs["computeNodes"]
-    for node in compute[:NODES_SHOWN]:
-        row(nodes, node["name"], node["instanceType"], node["privateIp"], node["slots"])
-    if len(compute) > NODES_SHOWN:
-        nodes.add_row(f"... {len(compute) - NODES_SHOWN} more", "", "", "")
+    row(nodes, "head", cluster.head_node.instance_type, 1,
+        "head " + head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-", "on-demand")
+    for group in outputs["nodeGroups"]:
+        row(nodes, group["name"], group["instanceType"], group["count"], group["nodes"] or "(none yet)",
+            group["slots"], group["market"])
     console.print(nodes)
+    console.print("The controller on the head launches each group (EC2 Fleet) and names its nodes; EC2 picks their "
+                  "addresses at launch.")
 
     fsx = outputs["fsx"]
     console.print(f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "
