@@ -13,6 +13,7 @@ controller's and the agents' work alone.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -215,17 +216,21 @@ class FleetBox(Box):
         self.publish_groups()
 
     def _launch_head(self) -> dict:
+        """The head instance as Pulumi creates it: its launch template's user data (the head's loader), its tags."""
         head_type, _ = PROFILES[self.profile]
         tags = {TAG_CLUSTER: self.name, TAG_NODE: HEAD, TAG_ROLE: "head", "Name": f"{self.name}-{HEAD}"}
+        template = self.plan()["launchTemplates"][f"{self.name}-head-lt"]
         return self.client("ec2").run_instances(
             ImageId=BOX_AMI, MinCount=1, MaxCount=1, InstanceType=head_type, SubnetId=self.subnet_id,
+            UserData=base64.b64decode(template["userData"]),  # boto3 encodes it again
             TagSpecifications=[{"ResourceType": "instance",
                                 "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])["Instances"][0]
 
     # -- the head and its controller ---------------------------------------------------------------------
     def boot_head(self, timeout: float = 300) -> int:
-        head = self.head
-        self.start_bootstrap(head, script=decode_user_data(self._user_data(head.instance_id)))
+        head = self.head  # its role script starts the controller, passing on the box's HPCC_CONTROLLER_* timers
+        self.start_bootstrap(head, env=controller_env(self.timers),
+                             script=decode_user_data(self._user_data(head.instance_id)))
         try:
             return head.bootstrap.wait(timeout=timeout)
         except Exception:
@@ -256,8 +261,8 @@ class FleetBox(Box):
 
     def start_controller(self) -> None:
         """`python3 -m hpcc_node.controller` on the head, from the head's bundle, with the box's short timers. The
-        head's role script may have started it already (no systemd: directly, hpcc_node/controller/__main__.py);
-        then that one is kept and the box only adds nothing."""
+        head's role script starts it (no systemd: a supervised daemon, templates/steps/controller.sh.j2), and its
+        supervisor restarts it 10 s after it dies: then this only checks that one runs."""
         head = self.head
         if self.controller_pids():
             return

@@ -21,11 +21,12 @@ from tests.box.test_box_slurm import MPI_PROGRAM, sbatch
 
 pytestmark = pytest.mark.box
 GROUPS = [{"name": "a", "count": 2}, {"name": "b", "count": 1}]
+SCHEDULER = "slurm"
 
 
 @pytest.fixture(scope="module")
 def fleet(box_machine):
-    box = FleetBox(profile="cpu", scheduler="slurm", groups=[dict(g) for g in GROUPS], faults=[Fault("b", times=1)])
+    box = FleetBox(profile="cpu", scheduler=SCHEDULER, groups=[dict(g) for g in GROUPS], faults=[Fault("b", times=1)])
     try:
         box.start()
         code = box.boot_head(timeout=300)
@@ -66,11 +67,13 @@ def settled(box: FleetBox, names: set[str]):
     slots = box.ledger().slots
     if set(slots) != names or any(s.state != READY for s in slots.values()):
         return None
-    instances, nodes = box.instances(), slurm(box)
+    instances, nodes = box.instances(), slurm(box) if box.scheduler == "slurm" else None
     for s in slots.values():
         inst, seen = instances.get(s.instance_id), box.launched.get(s.instance_id)
         if inst is None or inst["State"]["Name"] != "running" or seen is None or not seen.node.alive:
             return None
+        if nodes is None:
+            continue
         node = nodes.get(s.name)
         if node is None or node.addr != inst["PrivateIpAddress"] or node.states & {"DRAIN", "DOWN", "NOT_RESPONDING"} \
                 or "IDLE" not in node.states:
