@@ -68,10 +68,11 @@ def test_the_provider_deletes_through_the_same_function(ec2, monkeypatch):
     assert set(states(ec2, gpu).values()) == {"terminated"}
 
 
-def test_the_provider_replaces_only_for_another_cluster_group_or_region():
+def test_the_provider_replaces_only_for_another_cluster_group_region_subnet_or_security_group():
     p = GroupProvider()
     old = {"cluster": "demo", "group": "gpu", "region": REGION, "launch_template_id": "lt-1"}
     assert p.diff("x", old, {**old, "launch_template_id": "lt-2"}).replaces == []
     assert p.diff("x", old, {**old, "launch_template_id": "lt-2"}).changes
     assert p.diff("x", old, {**old, "region": "us-west-2"}).replaces == ["region"]
+    assert p.diff("x", old, {**old, "subnet_id": "subnet-2"}).replaces == ["subnet_id"]
     assert not p.diff("x", old, dict(old)).changes
