@@ -136,7 +136,7 @@ esac
 def identify(tmp_path, env, script="identify_node", **extra):
     ctx = ctx_for(tmp_path, first_interval_ms=100, first_poll_seconds=1)
     body = (preamble(tmp_path).replace("HPCC_INSTANCE_ID=i-0abc\n", "").replace("HPCC_NODE=compute-001\n", "")
-            .replace("HPCC_IP=10.0.0.6\n", "") + 'fail() { echo "FAIL: $*"; exit 1; }\n' + short_join_timeout() +
+            .replace("HPCC_IP=10.0.0.6\n", "").replace("HPCC_ACCOUNT=123456789012\n", "") + 'fail() { echo "FAIL: $*"; exit 1; }\n' + short_join_timeout() +
             "HPCC_NODE=unknown\n" + script)
     return run(COMMON + ["identify"], body, ctx, env={**env, "HPCC_PY_PATH": str(ROOT), **extra})
 
@@ -224,7 +224,7 @@ def test_the_state_bucket_is_the_settings_else_the_programs_name_on_both_sides()
     from hpcc_node.settings import state_names
 
     for text in ("", "STATE_BUCKET=my-bucket\n"):
-        out = run(["identify"], f"HPCC_ACCOUNT=123456789012\nHPCC_STATE_BUCKET={shlex.quote(text[13:].strip())}\nstate_bucket",
+        out = run(["status"], f"HPCC_ACCOUNT=123456789012\nHPCC_STATE_BUCKET={shlex.quote(text[13:].strip())}\nstate_bucket",
                   context(cluster="llm"))
         assert out.stdout.strip() == state_names(text, "llm", "123456789012")[0], out.stderr
 
@@ -232,7 +232,7 @@ def test_the_state_bucket_is_the_settings_else_the_programs_name_on_both_sides()
 def test_the_status_key_is_the_controllers_and_the_loaders():
     from hpcc_node.controller import membership
 
-    out = run(["identify"], "HPCC_ACCOUNT=123456789012\nHPCC_INSTANCE_ID=i-0abc\nstatus_key", context())
+    out = run(["status"], "HPCC_ACCOUNT=123456789012\nHPCC_INSTANCE_ID=i-0abc\nstatus_key", context())
     key = membership.status_key(membership.instance_arn("aws", "us-east-1", "123456789012", "i-0abc"))
     assert out.stdout.strip() == key and membership.key_instance(key) == "i-0abc"
 
@@ -317,7 +317,7 @@ def test_apply_membership_writes_what_changed_and_leaves_the_status_to_the_agent
         return next(line for line in chunk.splitlines() if line.startswith("wrote="))
     assert wrote(second) == wrote(first) != wrote(third)  # the same membership again writes nothing
     assert [f"{ip} slots=16" for ip in four[1:]] == third.splitlines()[1:4]  # a settings change is applied
-    assert not any("put-parameter" in c for c in calls(tmp_path))  # the agent reports, once
+    assert not any("put-object" in c for c in calls(tmp_path))  # the agent reports, once
     log = (tmp_path / "bootstrap.log").read_text()
     assert "[sync] applied membership generation 2: 3 compute node(s)" in log and log.count("slurm followed: slurm") == 3
 
