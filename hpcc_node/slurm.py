@@ -13,6 +13,7 @@ or the node's own registration (SlurmctldParameters=cloud_reg_addrs)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -21,6 +22,13 @@ DEFAULT_PARTITION = "all"
 # Hostlist ranges: Slurm pads a range's numbers to the width of its first bound, so 000-999 and 1000-... are two
 # ranges, the names hpcc_node.controller.model.node_name gives (gpu-999, gpu-1000).
 PAD_LIMIT = 1000
+
+
+# Slurm 23.11 removed SlurmctldParameters=cloud_reg_addrs (its behaviour became the default) and
+# CommunicationParameters=NoAddrCache (no address cache to turn off): SchedMD/slurm CHANGELOG/slurm-23.11.md,
+# 23.11.0rc1, "Remove cloud_reg_addrs and make it default behavior", "Remove NoAddrCache CommunicationParameter".
+# 21.08 and 22.05 have both (slurm.conf(5) of 22.05.8, Debian 12; tests run this machine's slurmctld on them).
+BUILT_IN_FROM = (23, 11)
 
 
 class GroupsError(ValueError):
@@ -70,8 +78,25 @@ def parse_groups(text: str) -> List[Dict[str, Any]]:
     return groups
 
 
-def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "") -> List[str]:
-    """slurm.conf's node and partition lines (https://slurm.schedmd.com/slurm.conf.html)."""
+def version_tuple(version: str) -> tuple:
+    """`slurm-wlm 22.05.8` / `slurm 23.11.4` -> (22, 5); () when it cannot be read."""
+    found = re.search(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else ()
+
+
+def cloud_parameters(version: str) -> List[str]:
+    """What the cloud ranges need of slurmctld: configless; a registering node's NodeAddr and NodeHostname taken from
+    its registration (cloud_reg_addrs); a replacement's new address looked up, not cached (NoAddrCache). From 23.11
+    the last two are Slurm's behaviour and no longer options; an unreadable version is taken for an older one."""
+    v = version_tuple(version)
+    if v and v >= BUILT_IN_FROM:
+        return ["SlurmctldParameters=enable_configless"]
+    return ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]
+
+
+def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "", version: str = "") -> List[str]:
+    """slurm.conf's lines for the node groups (https://slurm.schedmd.com/slurm.conf.html): the cloud parameters of
+    this Slurm `version`, then the node and partition lines."""
     nodes, parts = [], []
     for g in groups:
         size = size_limit(g)
@@ -82,9 +107,9 @@ def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "") -> L
         if g["name"] != DEFAULT_PARTITION:
             parts.append(f"PartitionName={g['name']} Nodes={names} MaxTime=INFINITE State=UP")
     if not nodes:
-        return []
+        return cloud_parameters(version)
     every = ",".join(hostlist(g["name"], size_limit(g)) for g in groups if size_limit(g) > 0)
-    return nodes + parts + [f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+    return cloud_parameters(version) + nodes + parts + [f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
                             f"SuspendExcNodes={every}"]
 
 
@@ -120,18 +145,19 @@ def states_file_text(states: Mapping[str, str]) -> str:
 
 
 def main(argv: List[str], out: Any = sys.stdout, err: Any = sys.stderr) -> int:
-    """conf|gres GROUPS_FILE [DEFAULT_NODE_ATTRIBUTES DEFAULT_GPUS]"""
-    if len(argv) not in (2, 4) or argv[0] not in ("conf", "gres"):
-        err.write("usage: python3 -m hpcc_node.slurm conf|gres GROUPS_FILE [DEFAULT_NODE DEFAULT_GPUS]\n")
+    """conf|gres GROUPS_FILE [DEFAULT_NODE_ATTRIBUTES DEFAULT_GPUS [SLURM_VERSION]]"""
+    if len(argv) not in (2, 4, 5) or argv[0] not in ("conf", "gres"):
+        err.write("usage: python3 -m hpcc_node.slurm conf|gres GROUPS_FILE [DEFAULT_NODE DEFAULT_GPUS [VERSION]]\n")
         return 2
-    default_node, default_gpus = (argv[2], int(argv[3])) if len(argv) == 4 else ("", 0)
+    default_node, default_gpus = (argv[2], int(argv[3])) if len(argv) >= 4 else ("", 0)
+    version = argv[4] if len(argv) == 5 else ""
     try:
         with open(argv[1]) as f:
             groups = parse_groups(f.read())
     except (OSError, GroupsError) as e:
         err.write(f"{argv[1]}: {e}\n")
         return 2
-    lines: Optional[List[str]] = conf_lines(groups, default_node) if argv[0] == "conf" else gres_lines(groups, default_gpus)
+    lines: Optional[List[str]] = conf_lines(groups, default_node, version) if argv[0] == "conf" else gres_lines(groups, default_gpus)
     out.write("".join(line + "\n" for line in lines or []))
     return 0
 

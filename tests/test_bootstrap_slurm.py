@@ -80,6 +80,17 @@ def test_a_group_without_a_slurm_definition_takes_the_settings_and_gres_follows_
     assert out.stdout.splitlines() == ["NodeName=gpu-[000-001] Name=gpu File=/dev/nvidia[0-7]"], out.stderr
 
 
+@pytest.mark.parametrize("version,lines", [
+    ("slurm-wlm 21.08.5", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
+    ("slurm-wlm 22.05.8", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
+    ("slurm 23.11.4", ["SlurmctldParameters=enable_configless"]),  # both removed: Slurm's own behaviour now
+    ("slurm 24.05.1", ["SlurmctldParameters=enable_configless"]),
+    ("", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
+])
+def test_the_cloud_parameters_follow_the_slurm_version(version, lines):
+    assert slurm.cloud_parameters(version) == lines
+
+
 def test_the_groups_slurm_fields_render_back_to_the_programs_node_attributes():
     for node in (P5, C6I):
         assert slurm.node_attributes(node.group_fields()) == node.attributes()
