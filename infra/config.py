@@ -325,6 +325,11 @@ class ClusterConfig(_Model):
         """The config path the groups were given under."""
         return "cluster.compute" if self.compute is not None else "cluster.nodeGroups"
 
+    @property
+    def count_field(self) -> str:
+        """Where the node count is set: `compute.count`, or the groups' counts together."""
+        return "cluster.compute.count" if self.compute is not None else "cluster.nodeGroups"
+
     def group_field(self, index: int, key: str | None = None) -> str:
         """The config path of a group (or one of its keys), as the user wrote it: cluster.nodeGroups[1].count, or
         cluster.compute.count for `compute:`."""

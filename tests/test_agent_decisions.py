@@ -1,5 +1,5 @@
 """The node agent's decisions, as pure functions: which membership to apply, pacing, when a node may move to a new
-bundle (canary, wave, halt, rollback), drift, the Slurm follow-up and the status it writes."""
+bundle (canary, wave, halt, rollback), drift, Slurm's states and the status it writes."""
 
 import json
 
@@ -113,16 +113,7 @@ def test_drift_is_a_change_of_the_boot_steps_the_node_booted_with():
     assert rollout.drift("", "d2", B) is None  # nothing known of the boot: no claim
 
 
-def test_slurm_drains_failed_nodes_resumes_its_own_and_leaves_other_reasons():
-    nodes = slurm.troubled("compute-000|idle|none\ncompute-001|idle*|Not responding\n"
-                           "compute-002|drained|hpcc: bootstrap failed at efa\ncompute-003|drained|admin: bad DIMM\n"
-                           "compute-004|drained|hpcc: bootstrap failed at join\n")
-    assert sorted(nodes) == ["compute-001", "compute-002", "compute-003", "compute-004"]
-    statuses = {"compute-001": {"phase": "failed", "step": "join"}, "compute-002": {"phase": "ready", "step": "sync"},
-                "compute-003": {"phase": "ready"}, "compute-004": {"phase": "failed", "step": "join"}}
-    assert slurm.actions(nodes, statuses) == [
-        ["update", "NodeName=compute-001", "State=DRAIN", "Reason=hpcc: bootstrap failed at join"],
-        ["update", "NodeName=compute-002", "State=RESUME"]]  # compute-003: an admin's; compute-004: drained already
+def test_the_heads_slurm_states_file_is_what_its_status_reads():
     assert slurm.states_file_text(slurm.summary("idle compute-[000-001]\n")) == '"idle": "compute-[000-001]"\n'
 
 

@@ -9,6 +9,7 @@ from infra.components.groups import GroupProvider, group_instances, terminate_gr
 from infra.naming import TAG_CLUSTER, TAG_GROUP
 
 REGION = "us-east-1"
+IMAGE = "ami-12c6146b"  # one of moto's built-in images
 
 
 @pytest.fixture
@@ -18,9 +19,8 @@ def ec2():
 
 
 def launch(ec2, cluster, group, n):
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     tags = [{"Key": TAG_CLUSTER, "Value": cluster}] + ([{"Key": TAG_GROUP, "Value": group}] if group else [])
-    out = ec2.run_instances(ImageId=image, InstanceType="c5.large", MinCount=n, MaxCount=n,
+    out = ec2.run_instances(ImageId=IMAGE, InstanceType="c5.large", MinCount=n, MaxCount=n,
                             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
     return sorted(i["InstanceId"] for i in out["Instances"])
 
@@ -68,10 +68,11 @@ def test_the_provider_deletes_through_the_same_function(ec2, monkeypatch):
     assert set(states(ec2, gpu).values()) == {"terminated"}
 
 
-def test_the_provider_replaces_only_for_another_cluster_group_or_region():
+def test_the_provider_replaces_only_for_another_cluster_group_region_subnet_or_security_group():
     p = GroupProvider()
     old = {"cluster": "demo", "group": "gpu", "region": REGION, "launch_template_id": "lt-1"}
     assert p.diff("x", old, {**old, "launch_template_id": "lt-2"}).replaces == []
     assert p.diff("x", old, {**old, "launch_template_id": "lt-2"}).changes
     assert p.diff("x", old, {**old, "region": "us-west-2"}).replaces == ["region"]
+    assert p.diff("x", old, {**old, "subnet_id": "subnet-2"}).replaces == ["subnet_id"]
     assert not p.diff("x", old, dict(old)).changes

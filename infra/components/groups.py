@@ -24,6 +24,7 @@ NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]
 PAGE = 1000  # DescribeInstances' MaxResults; TerminateInstances and the waiter take the same batches
 # The waiter polls every 15 s (DescribeInstances); 80 polls are 20 minutes, beyond a p5's shutdown.
 WAIT_DELAY_SECONDS, WAIT_ATTEMPTS = 15, 80
+REPLACING = ("cluster", "group", "region", "subnet_id", "security_group_id")
 
 
 def group_instances(ec2: Any, cluster: str, group: str) -> list[str]:
@@ -59,7 +60,9 @@ class GroupProvider(dynamic.ResourceProvider):
         return dynamic.CreateResult(id_=f"{props['cluster']}/{props['group']}", outs=props)
 
     def diff(self, _id, old, new):
-        replaces = [k for k in ("cluster", "group", "region") if old.get(k) != new.get(k)]
+        # Another subnet or security group: the old one cannot go while the group's instances are in it, so the
+        # group is replaced, its instances terminated first (the controller launches them into the new one).
+        replaces = [k for k in REPLACING if old.get(k) != new.get(k)]
         changed = replaces or [k for k in new if old.get(k) != new.get(k)]
         return dynamic.DiffResult(changes=bool(changed), replaces=replaces, delete_before_replace=True)
 

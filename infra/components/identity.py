@@ -58,21 +58,22 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
     reservation, the fleet) are named by the template. Tags after launch: only hpcc:node, only on the cluster's
     instances."""
     ec2 = f"arn:aws:ec2:{region}:{account}"
-    created = [f"{ec2}:instance/*", f"{ec2}:volume/*", f"{ec2}:network-interface/*"]
+    created = [f"{ec2}:instance/*", f"{ec2}:volume/*", f"{ec2}:network-interface/*", f"{ec2}:fleet/*"]
     own = {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}}
     table = f"arn:aws:dynamodb:{region}:{account}:table/{ledger_table(cluster)}"
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
+        # The cluster's launch templates, subnets and security groups all carry hpcc:cluster (infra/naming.tags).
         {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": LAUNCH,
-         "Resource": [f"{ec2}:launch-template/*"], "Condition": own},
+         "Resource": [f"{ec2}:launch-template/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*"], "Condition": own},
         {"Sid": "LaunchTaggedWithCluster", "Effect": "Allow", "Action": LAUNCH, "Resource": created,
          "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": cluster}}},
-        {"Sid": "LaunchIntoTemplateResources", "Effect": "Allow", "Action": LAUNCH,
-         "Resource": [f"{ec2}:subnet/*", f"{ec2}:security-group/*", f"arn:aws:ec2:{region}::image/*",
-                      f"{ec2}:placement-group/*", f"{ec2}:capacity-reservation/*", f"{ec2}:fleet/*",
-                      f"{ec2}:key-pair/*"]},
-        {"Sid": "TagOnLaunch", "Effect": "Allow", "Action": ["ec2:CreateTags"], "Resource": created + [f"{ec2}:fleet/*"],
-         "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"]}}},
+        # What a launch reads and leaves as it is, untagged: the public image, a reservation's placement group.
+        {"Sid": "LaunchInputs", "Effect": "Allow", "Action": LAUNCH,
+         "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:placement-group/*", f"{ec2}:capacity-reservation/*"]},
+        {"Sid": "TagOnLaunch", "Effect": "Allow", "Action": ["ec2:CreateTags"], "Resource": created,
+         "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
+                                        f"aws:RequestTag/{TAG_CLUSTER}": cluster}}},
         {"Sid": "NameClusterInstances", "Effect": "Allow", "Action": ["ec2:CreateTags"],
          "Resource": [f"{ec2}:instance/*"],
          "Condition": {**own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}}},

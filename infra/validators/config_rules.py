@@ -117,7 +117,7 @@ def node_cap(cfg):
     c = cfg.cluster
     if c.node_count > MAX_NODES:
         counts = " + ".join(str(g.count) for g in c.node_groups)
-        yield Finding(ERROR, c.groups_field, f"the groups hold {counts} = {c.node_count} nodes; a cluster holds at most "
+        yield Finding(ERROR, c.count_field, f"the groups hold {counts} = {c.node_count} nodes; a cluster holds at most "
                                              f"{MAX_NODES}: lower the counts, or split the work over two clusters")
 
 
@@ -194,7 +194,7 @@ def subnet_holds_the_nodes(cfg):
     count = cfg.cluster.node_count
     if private_cidr(count) is None:
         most = max(largest_count(c) for c in PRIVATE_CIDRS)
-        yield Finding(ERROR, cfg.cluster.groups_field,
+        yield Finding(ERROR, cfg.cluster.count_field,
                       f"{count} nodes need {addresses_needed(count)} addresses in the private subnet; the largest "
                       f"({PRIVATE_CIDRS[-1]}) holds {most} compute nodes: give at most {most}, or split the cluster")
 
