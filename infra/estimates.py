@@ -46,3 +46,12 @@ def minutes_to_ready(cluster: ClusterConfig, compute: InstanceType) -> int:
     """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later."""
     boot = BOOT_MINUTES_GPU if compute.gpus or compute.neuron_cores else BOOT_MINUTES_CPU
     return max(FSX_CREATE_MINUTES[cluster.fsx.deployment_type], boot) + BOOTSTRAP_MINUTES
+
+
+def ready_timeout_minutes(bootstrap_minutes: int, nodes: int, launches_per_minute: int, boot_grace_minutes: int) -> int:
+    """How long `hpcc up` waits for every node, replacements included: the launch waves (a controller launches
+    `launches_per_minute` instances a minute, within EC2's RunInstances rate), a first boot, one replacement round
+    (a hung boot is seen at the boot grace, then a new instance boots), and 5 minutes of margin. It grows with the
+    count only through the waves: each node boots on its own, never waiting for its peers."""
+    waves = -(-max(nodes, 0) // max(launches_per_minute, 1))
+    return waves + max(bootstrap_minutes, boot_grace_minutes) + bootstrap_minutes + 5
