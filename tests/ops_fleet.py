@@ -42,6 +42,10 @@ class Fleet:
     def clock(self) -> float:
         return self.now[0]
 
+    def read(self):
+        """The ledger as it is (no lease taken)."""
+        return Ledger(self.ddb, TABLE, "reader", self.clock).load()
+
     def ledger(self, owner: str = "head-1") -> Ledger:
         led = Ledger(self.ddb, TABLE, owner, self.clock)
         assert led.acquire()
