@@ -20,7 +20,7 @@ C = "fleet"
 ACCOUNT = "123456789012"  # moto's
 TABLE = f"hpcc-{C}-ledger"
 BUCKET = f"hpcc-{C}-state-{ACCOUNT}"
-TYPES = {"gpu": "c6i.large", "cpu": "c6i.xlarge"}  # moto knows these; slots come from their vCPUs
+TYPES = {"gpu": "c6i.large", "cpu": "c6i.xlarge", "compute": "c6i.16xlarge"}  # moto knows these; slots come from their vCPUs
 
 
 def arn(iid: str) -> str:
@@ -36,23 +36,32 @@ class Fleet:
     subnet: str
     image: str
     now: List[float] = field(default_factory=lambda: [time.time()])
+    cluster: str = C
     head: str = ""
     ids: Dict[str, str] = field(default_factory=dict)  # node -> instance id
+
+    @property
+    def table(self) -> str:
+        return f"hpcc-{self.cluster}-ledger"
+
+    @property
+    def bucket(self) -> str:
+        return f"hpcc-{self.cluster}-state-{ACCOUNT}"
 
     def clock(self) -> float:
         return self.now[0]
 
     def read(self):
         """The ledger as it is (no lease taken)."""
-        return Ledger(self.ddb, TABLE, "reader", self.clock).load()
+        return Ledger(self.ddb, self.table, "reader", self.clock).load()
 
     def ledger(self, owner: str = "head-1") -> Ledger:
-        led = Ledger(self.ddb, TABLE, owner, self.clock)
+        led = Ledger(self.ddb, self.table, owner, self.clock)
         assert led.acquire()
         return led
 
     def launch(self, role: str, group: str = "", state: str = "running") -> str:
-        tags = [{"Key": "hpcc:cluster", "Value": C}, {"Key": "hpcc:role", "Value": role}]
+        tags = [{"Key": "hpcc:cluster", "Value": self.cluster}, {"Key": "hpcc:role", "Value": role}]
         tags += [{"Key": "hpcc:group", "Value": group}] if group else []
         iid = self.ec2.run_instances(ImageId=self.image, MinCount=1, MaxCount=1, SubnetId=self.subnet,
                                      InstanceType=TYPES.get(group, "c6i.large"),
@@ -78,7 +87,7 @@ class Fleet:
         """The node's own status object (membership.status_body's fields and today's)."""
         body = json.loads(membership.status_body(fields.pop("name", ""), iid, fields.pop("ok", True)))
         body.update(fields)
-        self.s3.put_object(Bucket=BUCKET, Key=f"status/{arn(iid)}.json", Body=json.dumps(body).encode())
+        self.s3.put_object(Bucket=self.bucket, Key=f"status/{arn(iid)}.json", Body=json.dumps(body).encode())
 
     def publish(self) -> int:
         """membership.json from the ledger, as the controller publishes it (decide.membership_body's shape)."""
@@ -89,38 +98,51 @@ class Fleet:
         nodes = [{"name": s.name, "group": s.group, "ip": ips.get(s.instance_id, ""), "instance": s.instance_id,
                   "state": s.state} for s in sorted(loaded.slots.values(), key=lambda s: s.name)
                  if s.state in (model.BOOTING, model.READY, model.DRAINING, model.FAILED)]
-        body = {"nodes": nodes, "groups": {g: 0 for g in TYPES}, "bundle": {},
+        body = {"nodes": nodes, "groups": {}, "bundle": {},
                 "head": {"name": "head", "ip": ips.get(self.head, ""), "instance": self.head}}
-        generation, etag = membership.head(self.s3, BUCKET)
-        etag = membership.publish(self.s3, BUCKET, body, generation + 1, etag)
+        generation, etag = membership.head(self.s3, self.bucket)
+        etag = membership.publish(self.s3, self.bucket, body, generation + 1, etag)
         led.set_membership(generation + 1, "d", etag)
         return generation + 1
 
     def groups(self, counts: Dict[str, int]) -> None:
         value = {"format": 1, "groups": [{"name": g, "instance_type": TYPES[g], "count": n} for g, n in counts.items()]}
-        self.ssm.put_parameter(Name=f"/hpcc/{C}/groups", Value=json.dumps(value), Type="String", Overwrite=True)
+        self.ssm.put_parameter(Name=f"/hpcc/{self.cluster}/groups", Value=json.dumps(value), Type="String", Overwrite=True)
 
 
-def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = True) -> Fleet:
-    """Inside mock_aws: a cluster of these groups, every node ready and on generation 1, the head ready."""
+def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = True, cluster: str = C,
+          ready: bool = True) -> Fleet:
+    """Inside mock_aws: a cluster of these groups, every node ready and on generation 1, the head ready. Where the
+    program already created the table, the bucket or the settings (a planned stack), they are kept."""
     ec2 = boto3.client("ec2", region_name=REGION)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/19")["Subnet"]["SubnetId"]
     image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]
     f = Fleet(ec2, boto3.client("dynamodb", region_name=REGION), boto3.client("s3", region_name=REGION),
-              boto3.client("ssm", region_name=REGION), subnet, image)
-    f.ddb.create_table(**table_definition(TABLE))
-    f.s3.create_bucket(Bucket=BUCKET)
+              boto3.client("ssm", region_name=REGION), subnet, image, cluster=cluster)
+    if f.table not in f.ddb.list_tables()["TableNames"]:
+        f.ddb.create_table(**table_definition(f.table))
+    if f.bucket not in [b["Name"] for b in f.s3.list_buckets()["Buckets"]]:
+        f.s3.create_bucket(Bucket=f.bucket)
     if settings:
-        f.ssm.put_parameter(Name=f"/hpcc/{C}/settings", Type="String", Overwrite=True,
-                            Value=f"CLUSTER={C}\nSCHEDULER={scheduler}\nSTATE_BUCKET={BUCKET}\nLEDGER_TABLE={TABLE}\n")
+        name = f"/hpcc/{cluster}/settings"
+        try:
+            text = f.ssm.get_parameter(Name=name)["Parameter"]["Value"]
+        except f.ssm.exceptions.ParameterNotFound:
+            text = f"CLUSTER={cluster}\nSCHEDULER={scheduler}\n"
+        if "STATE_BUCKET=" not in text:
+            text += f"STATE_BUCKET={f.bucket}\nLEDGER_TABLE={f.table}\n"
+        f.ssm.put_parameter(Name=name, Type="String", Overwrite=True, Value=text)
     f.groups(counts)
-    f.head = f.launch("head")
+    heads = [i["InstanceId"] for r in ec2.describe_instances(Filters=[
+        {"Name": "tag:hpcc:cluster", "Values": [cluster]}, {"Name": "tag:hpcc:role", "Values": ["head"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"] for i in r["Instances"]]
+    f.head = heads[0] if heads else f.launch("head")  # a planned stack's head is the head
     for group, n in counts.items():
         for i in range(n):
-            f.name(model.node_name(group, i), group, i)
+            f.name(model.node_name(group, i), group, i, model.READY if ready else model.BOOTING)
     generation = f.publish()
     f.status(f.head, name="head", phase="ready", step="sync", generation=generation)
     for node, iid in f.ids.items():
-        f.status(iid, name=node, phase="ready", step="sync", generation=generation)
+        f.status(iid, name=node, phase="ready" if ready else "pending", step="sync", generation=generation)
     return f

@@ -98,8 +98,12 @@ def wait_ready(aws: Aws, cluster: str, asked: dict[str, int], timeout: float, po
                   TextColumn("{task.fields[note]}"), console=console, transient=False) as progress:
         tasks = {HEAD: progress.add_task(HEAD, total=1, note="")}
         tasks.update({g: progress.add_task(g, total=n, note="") for g, n in asked.items()})
+        seen: set[tuple[str, str | None]] = set()
         while True:
             result.status = read()
+            fresh = [r for r in result.status.nodes if r.failed and (r.node, r.instance_id) not in seen]
+            seen.update((r.node, r.instance_id) for r in fresh)
+            print_failures(console, result.status, fresh, LOG_TAIL_LINES)  # as they happen, once per instance
             progress.update(tasks[HEAD], completed=int(result.done(result.head)), note=result.head.phase)
             rows = {g.name: g for g in result.status.groups}
             for g in asked:
@@ -129,7 +133,11 @@ def why_waiting(result: Readiness, r: NodeStatus) -> Text:
 
 
 def report_failures(console: Console, result: Readiness) -> None:
-    print_failures(console, result.status, tail=LOG_TAIL_LINES)
+    """At the end: what is still failed (each was named, with its log, when it failed) and what is stuck."""
+    for r in result.status.nodes:
+        if r.failed:
+            console.print(Text.assemble(node_text(f"{r.node} is failed: ", "bold red"), node_text(r.message or r.reason)),
+                          highlight=False)
     for g in result.protected:
         console.print(Text.assemble(node_text(f"group {g.name} is protected: ", "bold red"), node_text(g.protected),
                                     "; the controller stops replacing its nodes until one becomes ready"),
