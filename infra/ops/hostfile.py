@@ -12,6 +12,7 @@ from infra.hostfile import FORMATS, HostEntry
 from infra.instance_facts import from_description
 from infra.ops import OpsError, store
 from infra.ops.aws import Aws
+from infra.ops.status import status_ip
 
 IN_HOSTFILE = ("ready",)  # membership states whose nodes take ranks: booting, draining and failed ones do not
 
@@ -37,7 +38,7 @@ def entries(aws: Aws, cluster: str, groups: list[str] | None = None) -> list[Hos
     cache: dict[str, int] = {}
     out = []
     for n in nodes:
-        if n.get("state") not in IN_HOSTFILE or not n.get("ip") or (groups and n.get("group") not in groups):
+        if n.get("state") not in IN_HOSTFILE or not status_ip(n.get("ip")) or (groups and n.get("group") not in groups):
             continue
         itype = types.get(n.get("group"))
         if not itype:

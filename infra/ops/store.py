@@ -80,7 +80,8 @@ def names(aws: Aws, cluster: str, given: dict[str, str] | None = None) -> Names:
 def load_ledger(aws: Aws, table: str) -> Loaded:
     """The controller's whole state, read only (Ledger.load: one consistent Scan); empty before the table exists."""
     try:
-        return Ledger(aws.client("dynamodb"), table, READER, time.time).load()
+        # A throttled page retries the whole scan (the Aws clients leave retries to Backoff).
+        return aws.backoff.run(Ledger(aws.client("dynamodb"), table, READER, time.time).load)
     except ClientError as e:
         if _missing(e):
             return Loaded()
