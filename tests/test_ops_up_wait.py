@@ -9,7 +9,7 @@ from rich.console import Console
 
 from hpcc_node.controller import model
 from hpcc_node.controller.model import GroupState
-from infra.estimates import ready_timeout_minutes
+from infra.estimates import launch_minutes, ready_timeout_minutes
 from infra.ops.aws import Aws
 from infra.ops.up import up, wait_timeout
 from infra.plan.embedded_aws import embedded_aws
@@ -109,7 +109,8 @@ def test_up_times_out_naming_nodes_not_ready(tmp_path):
 def test_the_wait_grows_with_the_count_through_the_launch_waves_only():
     cfg = load(CPU)
     small, large = wait_timeout(cfg, {"compute": 4}), wait_timeout(cfg, {"a": 2048, "b": 2048})
-    assert large - small == 60 * (5 - 1)  # 4,096 nodes at 1,000 launched a minute: 5 waves against 1
+    assert large - small == 60 * (26 - 1)  # 4,096: 1,000 at once, then EC2 refills 2 a second: 26 min against 1
     boot = cfg.cluster.bootstrap.timeout_minutes
     assert small == 60 * (1 + max(boot, 30) + boot + 5)
     assert ready_timeout_minutes(20, 0, 1000, 30) == 30 + 20 + 5
+    assert launch_minutes(1000, 1000) == 1 and launch_minutes(1001, 1000) == 2 and launch_minutes(2200, 1000) == 10

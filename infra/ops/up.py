@@ -34,6 +34,7 @@ from infra.ops import reap_report
 from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
+from infra.ops.preflight_groups import groups_of, per_minute
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
 from infra.project import ProjectError, find_project, policy_pack, project_for, stale_environment
 from infra.stackfile import as_pulumi_config, load, read_raw
@@ -182,17 +183,13 @@ class UpReport:
 
 
 def asked_groups(cfg: StackConfig) -> dict[str, int]:
-    """Each node group's count: `cluster.nodeGroups`, or the one group `compute` the older `compute:` block means."""
-    groups = getattr(cfg.cluster, "node_groups", None)
-    if groups is None:
-        return {"compute": cfg.cluster.compute.count}
-    return {g.name: g.count for g in groups}
+    """Each node group's count (preflight_groups.groups_of: `nodeGroups`, or the `compute` block's one group)."""
+    return {g.name: g.count for g in groups_of(cfg)}
 
 
 def wait_timeout(cfg: StackConfig, asked: dict[str, int]) -> float:
     """Seconds `hpcc up` waits (infra/estimates.py): grows with the count through the controller's launch waves."""
-    per_minute = TIMERS.launch_batch_size * TIMERS.launch_batches_per_loop * 60 // TIMERS.loop_seconds
-    return 60 * ready_timeout_minutes(cfg.cluster.bootstrap.timeout_minutes, sum(asked.values()), per_minute,
+    return 60 * ready_timeout_minutes(cfg.cluster.bootstrap.timeout_minutes, sum(asked.values()), per_minute(),
                                       TIMERS.boot_grace_seconds // 60)
 
 
