@@ -166,3 +166,19 @@ def test_a_4096_node_status_is_built_in_well_under_a_second_per_thousand():
     assert [(g.name, g.asked, g.launched, g.ready) for g in found.groups] == [("gpu", 2048, 2048, 2048),
                                                                              ("cpu", 2048, 2048, 2048)]
     assert all(r.converged for r in found.nodes)
+
+
+def test_a_bundle_failure_is_reported_as_not_replaced_by_the_taxonomy(f):
+    f.status(f.ids["gpu-002"], name="gpu-002", ok=False, phase="failed", step="sync", failure="bundle",
+             message="bundle sha256 mismatch")
+    f.status(f.ids["gpu-001"], name="gpu-001", ok=False, phase="failed", step="efa", failure="bootstrap",
+             message="no EFA device")
+    led = f.ledger()
+    slots = led.load().slots
+    for n in ("gpu-001", "gpu-002"):
+        led.put_slot(slots[n], state=model.BOOTING)
+    text = " ".join(status_cli().output.split())
+    assert "gpu-002 failed at step sync: bundle: bundle sha256 mismatch" in text
+    assert "next: a bundle failure, not replaced: report once for the cluster; a bad bundle is not a bad node" in text
+    assert "gpu-001 failed at step efa: bootstrap: no EFA device next: the controller replaces it (attempt 1 of 3)" \
+        in text

@@ -16,10 +16,10 @@ from infra.ops.reap_kinds import Found, Item, Waits, each, fail, missing, wait
 LIVE = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 
-def _instances(aws: Aws, cluster: str) -> list[dict]:
+def _instances(aws: Aws, cluster: str, live: bool = True) -> list[dict]:
     return [i for i in pages(aws, "ec2", "describe_instances", "Reservations[].Instances[]",
                              Filters=tag_filter(cluster), PaginationConfig=store.PAGE)
-            if tag_dict(i.get("Tags")).get(TAG_CLUSTER) == cluster and i["State"]["Name"] in LIVE]
+            if tag_dict(i.get("Tags")).get(TAG_CLUSTER) == cluster and (i["State"]["Name"] in LIVE or not live)]
 
 
 def _item(kind: str, i: dict) -> Item:
@@ -33,8 +33,10 @@ def find_heads(found: Found) -> list[Item]:
 
 
 def find_instances(found: Found) -> list[Item]:
-    found.records["instance"] = _instances(found.aws, found.cluster)  # reap's interface rule reads these
-    return [_item("instance", i) for i in found.records["instance"] if tag_dict(i.get("Tags")).get(TAG_ROLE) != "head"]
+    # Every state: reap's interface rule counts a terminated instance's interfaces as gone with it.
+    found.records["instance"] = _instances(found.aws, found.cluster, live=False)
+    return [_item("instance", i) for i in found.records["instance"] if i["State"]["Name"] in LIVE
+            and tag_dict(i.get("Tags")).get(TAG_ROLE) != "head"]
 
 
 def terminate(aws: Aws, items: list[Item], waits: Waits) -> None:

@@ -60,6 +60,7 @@ class NodeStatus:
     reason: str = ""  # the ledger's reason for that state
     attempts: int = 0
     replace_requested: bool = False
+    failure: str = ""  # the failure class the node reported (hpcc_node/taxonomy.py), "" when none
 
     @property
     def replacing(self) -> bool:
@@ -136,7 +137,8 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     row.phase = str(status.get("phase") or ("ready" if ok is True else "failed" if ok is False else "unknown"))
     row.step = None if status.get("step") is None else str(status["step"])
     why = status.get("message") or status.get("evidence") or ""
-    row.message = str(why) if not status.get("failure") else f"{status['failure']}: {why}"
+    row.failure = plain(status.get("failure") or "")[:40]
+    row.message = str(why) if not row.failure else f"{row.failure}: {why}"
     row.updated = None if status.get("updated") is None else str(status["updated"])
     tail = status.get("logTail") or []
     row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from hpcc_node.controller import model
 from hpcc_node.controller.timers import DEFAULT as TIMERS
+from hpcc_node.taxonomy import policy
 from infra.naming import HEAD
 from infra.ops.status import DEAD_STATES, ClusterStatus, GroupRow, NodeStatus
 from infra.ops.terminal import cell, plain, row as table_row
@@ -81,6 +82,14 @@ def events_table(events: list[model.Event]) -> Table:
     return t
 
 
+def failure_policy(failure: str):
+    """The taxonomy's rule for a node-reported class; None for no class or one this hpcc does not know."""
+    try:
+        return policy(failure) if failure else None
+    except ValueError:
+        return None
+
+
 def what_controller_does(r: NodeStatus, protected: str = "") -> str:
     """What happens to a failed or dead node next, in the controller's terms (hpcc_node/controller/decide.py)."""
     if r.role == HEAD:
@@ -92,6 +101,9 @@ def what_controller_does(r: NodeStatus, protected: str = "") -> str:
         return f"replacement requested: the controller acts within a loop ({TIMERS.loop_seconds} s)"
     if r.slot == model.FAILED:
         return f"left failed ({r.reason or 'see the ledger'}); fix the cause, then `hpcc replace {r.node}`"
+    rule = failure_policy(r.failure)
+    if rule is not None and not rule.replace:  # the one taxonomy (hpcc_node/taxonomy.py) says: reported only
+        return f"a {r.failure} failure, not replaced: {rule.why}; once fixed, `hpcc replace {r.node}`"
     if protected:
         return f"not replaced: group {r.group} is protected ({protected}); a node of the group becoming ready resets it"
     if r.attempts >= TIMERS.slot_attempt_cap:
@@ -109,8 +121,9 @@ def print_failures(console, status: ClusterStatus, rows: list[NodeStatus] | None
         why = r.message or r.reason or (f"instance is {r.state}" if r.state != "running" else "failed")
         if r.state in DEAD_STATES and r.message:
             why = f"instance is {r.state}; {r.message}"
-        console.print(Text.assemble(node_text(f"{r.node} failed", "bold red"), " at step ",
-                                    node_text(r.step or r.phase, "bold"), ": ", node_text(why)), highlight=False)
+        at = ("", "") if r.phase != "failed" else (" at step ", node_text(r.step or r.phase, "bold"))
+        console.print(Text.assemble(node_text(f"{r.node} failed", "bold red"), *at, ": ", node_text(why)),
+                      highlight=False)
         for line in r.log_tail[-tail:]:
             console.print(Text("    ") + node_text(line), highlight=False)
         console.print(Text("    next: ") + node_text(what_controller_does(r, protected.get(r.group, ""))),
