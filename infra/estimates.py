@@ -18,19 +18,21 @@ FSX_GB_MONTH = {
 }
 
 
-def unpriced(head: InstanceType, compute: InstanceType) -> list[str]:
+def unpriced(head: InstanceType, *computes: InstanceType) -> list[str]:
     """The node types whose price is unknown (shown as "price unknown")."""
-    return sorted({t.name for t in (head, compute) if t.hourly_usd is None})
+    return sorted({t.name for t in (head, *computes) if t.hourly_usd is None})
 
 
-def hourly_cost(cluster: ClusterConfig, head: InstanceType, compute: InstanceType) -> float | None:
-    """Upper bound for spot: spot prices move, so the on-demand price is used for both markets (a Capacity Block's
-    price is paid up front and not counted). None when a node type's price is unknown."""
-    if unpriced(head, compute):
+def hourly_cost(cluster: ClusterConfig, head: InstanceType, computes: list[InstanceType]) -> float | None:
+    """`computes`: each group's type, in the order of cluster.node_groups. Upper bound for spot: spot prices move,
+    so the on-demand price is used for both markets (a Capacity Block's price is paid up front and not counted).
+    None when a node type's price is unknown."""
+    if unpriced(head, *computes):
         return None
     fsx = cluster.fsx
     gb_month = FSX_GB_MONTH.get((fsx.deployment_type, fsx.storage_type, fsx.per_unit_storage_throughput), 0.14)
-    total = head.hourly_usd + cluster.compute.count * compute.hourly_usd + NAT_GATEWAY_HOURLY
+    nodes = sum(g.count * t.hourly_usd for g, t in zip(cluster.node_groups, computes, strict=True))
+    total = head.hourly_usd + nodes + NAT_GATEWAY_HOURLY
     total += fsx.storage_capacity * gb_month / HOURS_PER_MONTH
     return round(total, 2)
 
@@ -42,9 +44,10 @@ BOOT_MINUTES_GPU, BOOT_MINUTES_CPU = 6, 3
 BOOTSTRAP_MINUTES = 4
 
 
-def minutes_to_ready(cluster: ClusterConfig, compute: InstanceType) -> int:
-    """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later."""
-    boot = BOOT_MINUTES_GPU if compute.gpus or compute.neuron_cores else BOOT_MINUTES_CPU
+def minutes_to_ready(cluster: ClusterConfig, *computes: InstanceType) -> int:
+    """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later (the
+    slowest group's boot)."""
+    boot = max(BOOT_MINUTES_GPU if t.gpus or t.neuron_cores else BOOT_MINUTES_CPU for t in computes)
     return max(FSX_CREATE_MINUTES[cluster.fsx.deployment_type], boot) + BOOTSTRAP_MINUTES
 
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.node_settings import OPTIONAL, PATTERNS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
 from tests.bootstrap_cases import configs, settings
 from tests.instance_data import offline_facts
@@ -25,7 +26,7 @@ SETTINGS = settings()["p5-llm"]
 
 def test_settings_render_and_parse_back_for_every_example():
     for stem, cfg in configs():
-        text = settings_value(cfg.cluster, cfg.region, offline_facts())
+        text = settings_value(cfg.cluster, cfg.region, offline_facts(), MOTO_ACCOUNT)
         assert render(parse(text)) == text, stem
 
 
