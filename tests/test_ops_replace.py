@@ -95,10 +95,10 @@ def test_a_request_racing_the_controllers_write_is_kept(f):
                 led.put_slot(led.load().slots["gpu-000"], reason="the controller's own write")
             return got
 
-        def put_item(self, **kw):
-            return f.ddb.put_item(**kw)
+        def update_item(self, **kw):
+            return f.ddb.update_item(**kw)
 
-    done = request(Racing(), TABLE, C, ["gpu-000"], ["gpu-000", "gpu-001"], f.clock)
+    done = request(Racing(), TABLE, C, ["gpu-000"], ["gpu-000", "gpu-001"])
     assert [d.node for d in done] == ["gpu-000"] and raced
     slot = slots(f)["gpu-000"]
     assert slot.replace_requested and slot.reason == "the controller's own write"
@@ -106,4 +106,4 @@ def test_a_request_racing_the_controllers_write_is_kept(f):
 
 def test_naming_nothing_is_a_usage_error():
     with pytest.raises(UnknownNodes, match="name at least one node"):
-        request(None, TABLE, C, [], ["gpu-000"], lambda: 0.0)
+        request(None, TABLE, C, [], ["gpu-000"])

@@ -22,12 +22,10 @@ class GroupAsk:
 
 
 def groups_of(cfg) -> list[GroupAsk]:
-    """`cluster.nodeGroups`, or the one group `compute` the older `compute:` block means."""
-    groups = getattr(cfg.cluster, "node_groups", None)
-    if groups is None:
-        c = cfg.cluster.compute
-        return [GroupAsk("compute", c.instance_type, c.count, "cluster.compute.count")]
-    return [GroupAsk(g.name, g.instance_type, g.count, f"cluster.nodeGroups[{i}].count") for i, g in enumerate(groups)]
+    """`cluster.nodeGroups`, or the one group `compute` the older `compute:` block means, each with its count's
+    config path as the user wrote it."""
+    return [GroupAsk(g.name, g.instance_type, g.count, cfg.cluster.group_field(i, "count"))
+            for i, g in enumerate(cfg.cluster.node_groups)]
 
 
 def per_minute() -> int:
@@ -46,10 +44,10 @@ def launch_rate(ctx) -> Iterable[Finding]:
     rate = (f"EC2 lets this account launch {RUN_INSTANCES_BUCKET:,} instances at once, then "
             f"{RUN_INSTANCES_REFILL_PER_SECOND} a second (RunInstances' resource bucket, per account and Region)")
     if total > RUN_INSTANCES_BUCKET:
-        yield Finding(WARNING, "cluster.nodeGroups", (
+        yield Finding(WARNING, ctx.cfg.cluster.count_field, (
             f"{total:,} compute nodes in {len(groups)} group(s): {rate}, so launching them all takes about {minutes} "
             "min, longer while anything else in the account launches; `hpcc up` waits for that. To go faster, ask AWS "
             "for a higher RunInstances rate (EC2 API reference, 'Request throttling for the Amazon EC2 API')"))
     else:
-        yield Finding(INFO, "cluster.nodeGroups", f"{total:,} compute nodes in {len(groups)} group(s): {rate}; "
+        yield Finding(INFO, ctx.cfg.cluster.count_field, f"{total:,} compute nodes in {len(groups)} group(s): {rate}; "
                                                   f"launching them takes about {minutes} min")

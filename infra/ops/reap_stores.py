@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from infra.naming import TAG_CLUSTER, TAG_ROLE, bundle_bucket
+from infra.naming import TAG_CLUSTER, TAG_ROLE, bundle_bucket, ledger_table, state_bucket
 from infra.ops import store
 from infra.ops.aws import Aws, pages, tag_dict, tag_filter, waiter_done
 from infra.ops.reap_kinds import Found, Item, Waits, each, fail, missing, wait
@@ -57,7 +57,7 @@ def relist(aws: Aws, cluster: str, items: list[Item]) -> list[Item]:
 # -- the ledger table -----------------------------------------------------------------------------------
 
 def _table_names(found: Found) -> list[str]:
-    names = [store.ledger_table(found.cluster)]
+    names = [ledger_table(found.cluster)]
     given = store.settings(found.aws, found.cluster).get("LEDGER_TABLE")
     return list(dict.fromkeys(names + ([given] if given else [])))
 
@@ -96,7 +96,7 @@ def _bucket_names(found: Found) -> list[str]:
         found.inv.notes.append(f"could not tell the account ({e}); the cluster's buckets are not listed")
         return []
     given = store.settings(found.aws, found.cluster).get("STATE_BUCKET")
-    names = [store.state_bucket(found.cluster, account), bundle_bucket(found.cluster, account)]
+    names = [state_bucket(found.cluster, account), bundle_bucket(found.cluster, account)]
     return list(dict.fromkeys(names + ([given] if given else [])))
 
 

@@ -4,7 +4,7 @@ It records `replace_requested` on each node's slot in the ledger (hpcc_node/cont
 reads it at its next loop and does the rest (decide.py `down_and_replace`: DOWN in Slurm with an `hpcc:` reason,
 terminate, and once the instance is shutting down the name moves to a newly launched one, not counted against the
 group's budget). This is the one ledger write not made by the controller: it holds no lease, so it is a single
-conditional Put at the version it read (DynamoDB Developer Guide, "Condition expressions"), changing nothing but the
+conditional UpdateItem at the version it read (DynamoDB Developer Guide, "Condition expressions"), changing nothing but the
 flag; a controller that read the slot before loses its own write of it (Conflict) and reads again next loop.
 
 It needs only DynamoDB on the cluster's table: the deployer's credentials on the operator's machine, or the head's
@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 from hpcc_node.controller import model
-from hpcc_node.controller.ledger import Ledger, _key
+from hpcc_node.controller.ledger import _key
 
-REQUESTER = "hpcc replace"
 RETRIES = 5  # a controller writing the same slot at that moment: read again, at most this often
 
 
@@ -55,11 +54,9 @@ def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> Li
     return list(dict.fromkeys(wanted))
 
 
-def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Sequence[str],
-            clock: Callable[[], float]) -> List[Requested]:
+def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Sequence[str]) -> List[Requested]:
     """Record the request on each named slot; names are checked first, so a typo writes nothing."""
     names = check_names(known, nodes, cluster)
-    writer = Ledger(ddb, table, REQUESTER, clock)
     out = []
     for name in names:
         for _ in range(RETRIES):
@@ -70,9 +67,13 @@ def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Seq
                 why = "being replaced already" if doc.get("state") == model.REPLACING else "requested already"
                 out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc["state"], why))
                 break
-            put = writer._put(_key("slot", name), {**doc, "replace_requested": True}, version)["Put"]
             try:
-                ddb.put_item(**put)
+                ddb.update_item(  # the ledger's item shape (ledger.py `_put`): doc at version v+1 if still at v
+                    TableName=table, Key={"pk": {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
+                    ConditionExpression="v = :v", ExpressionAttributeNames={"#d": "doc"},
+                    ExpressionAttributeValues={":doc": {"S": json.dumps({**doc, "replace_requested": True},
+                                                                        sort_keys=True)},
+                                               ":next": {"N": str(version + 1)}, ":v": {"N": str(version)}})
             except ddb.exceptions.ConditionalCheckFailedException:
                 continue  # the controller wrote it meanwhile: read again
             out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc.get("state", "")))

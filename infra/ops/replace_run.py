@@ -18,13 +18,12 @@ __all__ = ["UnknownNodes", "run_replace"]
 
 
 def run_replace(aws: Aws, cluster: str, nodes: Sequence[str], console: Console, *, wait_seconds: float = 0,
-                poll: float = 15.0, sleep: Callable[[float], None] = time.sleep,
-                clock: Callable[[], float] = time.time) -> bool:
+                poll: float = 15.0, sleep: Callable[[float], None] = time.sleep) -> bool:
     """True when the requests are recorded (and, with a wait, every named node is ready on a new instance)."""
     where = store.names(aws, cluster)
     loaded = store.load_ledger(aws, where.table)
     check_names(known_names(loaded.slots), nodes, cluster)  # a typo writes nothing and asks nothing more
-    done = request(aws.client("dynamodb"), where.table, cluster, nodes, known_names(loaded.slots), clock)
+    done = request(aws.client("dynamodb"), where.table, cluster, nodes, known_names(loaded.slots))
     for line in plan_text(done, cluster, TIMERS.loop_seconds):
         console.print(line, markup=False, highlight=False)
     if wait_seconds <= 0:

@@ -24,7 +24,7 @@ from hpcc_node.controller import model
 from hpcc_node.controller.ledger import Loaded
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.bootstrap_steps import STEP_NAMES
-from infra.naming import HEAD, TAG_NODE, TAG_ROLE  # hpcc:group: model.TAG_GROUP, the same string
+from infra.naming import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
 from infra.node_settings import OPTIONAL_DEFAULTS
 from infra.ops import store
 from infra.ops.aws import Aws, tag_dict
@@ -175,7 +175,7 @@ def _launched(raw: dict) -> str:
 
 def _row(raw: dict, node: str, role: str) -> NodeStatus:
     return NodeStatus(node, role, raw["InstanceId"], raw.get("InstanceType"), raw["State"]["Name"],
-                      raw.get("PrivateIpAddress"), group=tag_dict(raw.get("Tags")).get(model.TAG_GROUP, ""))
+                      raw.get("PrivateIpAddress"), group=tag_dict(raw.get("Tags")).get(TAG_GROUP, ""))
 
 
 def _head(raw_instances: list[dict]) -> dict | None:
