@@ -82,9 +82,10 @@ WRITES: dict[str, tuple[str, ...]] = {
     DYNAMIC: ("ec2:TerminateInstances",),
 }
 # Calls of the operator commands themselves: reap deletes what a failed destroy left (infra/ops/reap_kinds.py).
-# `hpcc replace` and `hpcc status` read and mark a slot in the ledger (scoped to hpcc's tables below).
+# `hpcc replace` and `hpcc status` read and mark a slot in the ledger (scoped to hpcc's tables below); status
+# and `up`'s wait read the whole ledger in one Scan (infra/ops/store.py).
 OPERATOR_WRITES = ("ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface", "dynamodb:GetItem", "dynamodb:Query",
-                   "dynamodb:UpdateItem")
+                   "dynamodb:UpdateItem", "dynamodb:Scan")
 # Logging in (README "Real use"): Session Manager to the cluster's instances only, with the session documents
 # hpcc prints (a shell as the login user, SSH over SSM); a user may end or resume only their own sessions.
 LOGIN_DOCUMENTS = ["arn:aws:ssm:*::document/AWS-StartInteractiveCommand", "arn:aws:ssm:*::document/AWS-StartSSHSession",

@@ -49,3 +49,25 @@ def minutes_to_ready(cluster: ClusterConfig, *computes: InstanceType) -> int:
     slowest group's boot)."""
     boot = max(BOOT_MINUTES_GPU if t.gpus or t.neuron_cores else BOOT_MINUTES_CPU for t in computes)
     return max(FSX_CREATE_MINUTES[cluster.fsx.deployment_type], boot) + BOOTSTRAP_MINUTES
+
+
+# EC2's RunInstances resource-rate bucket, per account and Region: 1,000 instances at once, then 2 a second
+# (EC2 API reference, "Request throttling for the Amazon EC2 API", resource token bucket sizes and refill rates).
+RUN_INSTANCES_BUCKET = 1000
+RUN_INSTANCES_REFILL_PER_SECOND = 2
+
+
+def launch_minutes(nodes: int, launches_per_minute: int) -> int:
+    """Minutes to launch `nodes` from a full bucket: the controller's own waves, or EC2's refill once the bucket is
+    spent, whichever is slower (other launches in the account draw on the same bucket)."""
+    waves = -(-max(nodes, 0) // max(launches_per_minute, 1))
+    refill = -(-max(nodes - RUN_INSTANCES_BUCKET, 0) // (RUN_INSTANCES_REFILL_PER_SECOND * 60))
+    return max(waves, refill)
+
+
+def ready_timeout_minutes(bootstrap_minutes: int, nodes: int, launches_per_minute: int, boot_grace_minutes: int) -> int:
+    """How long `hpcc up` waits for every node, replacements included: the launches (launch_minutes), a first boot,
+    one replacement round (a hung boot is seen at the boot grace, then a new instance boots), and 5 minutes of
+    margin. It grows with the count only through the launches: each node boots on its own, never waiting for its
+    peers."""
+    return launch_minutes(nodes, launches_per_minute) + max(bootstrap_minutes, boot_grace_minutes) + bootstrap_minutes + 5
