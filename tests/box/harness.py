@@ -98,6 +98,7 @@ class Node:
     named_by_tag: bool = False  # a fleet node: no HPCC_NODE_NAME, it reads its hpcc:node tag (the contract)
     group: str = ""  # a fleet node's hpcc:group
     alive: bool = True  # False once its namespace is gone (killed or its instance terminated)
+    boot_env: dict = field(default_factory=dict)  # what its bootstrap got besides node_env (a rerun gets it too)
 
     @property
     def netns(self) -> str:
@@ -430,13 +431,15 @@ class Box:
     def start_bootstrap(self, node: Node, env: dict | None = None, script: str | None = None) -> None:
         path = self.workdir / node.script
         path.write_text(script if script is not None else self.scripts()[node.role])
+        node.boot_env = dict(env or {})
         with open(self.workdir / f"{node.script}.out", "w") as out:
             node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env={**node_env(node), **(env or {})},
                                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def rerun(self, node: Node) -> int:
         path = self.workdir / node.script
-        return subprocess.run(node.enter("bash", str(path)), env=node_env(node), capture_output=True, check=False,
+        return subprocess.run(node.enter("bash", str(path)), env={**node_env(node), **node.boot_env},
+                              capture_output=True, check=False,
                               stdin=subprocess.DEVNULL, timeout=300).returncode
 
     def status(self, node_name: str) -> dict:
