@@ -136,13 +136,14 @@ def test_b_an_mpi_job_runs_across_both_groups(fleet):
 
 def test_c_a_dead_node_is_replaced_under_its_name_at_a_new_address_and_a_job_elsewhere_runs_on(fleet):
     before = wait_for(lambda: settled(fleet, {"a-000", "a-001", "b-000"}), 600, fleet, why="a-000..b-000 ready")
+    (fleet.workdir / "jobs").mkdir(exist_ok=True)  # the job's output, on the host's /tmp every node shares
     flag = fleet.workdir / "jobs" / "c-finish"
     job = subprocess.Popen(fleet.head.enter(
         "sbatch", "--wait", "--parsable", "-N", "2", "-w", "a-000,b-000", f"--output={fleet.workdir}/jobs/c.out",
         "--wrap", f"srun bash -c 'while [ ! -e {flag} ]; do sleep 1; done; echo done-$SLURMD_NODENAME'"),
         env=node_env(fleet.head), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: all(slurm(fleet)[n].states & BUSY for n in ("a-000", "b-000")), 120, fleet,
-             why="the job running on a-000 and b-000")
+    wait_for(lambda: job.poll() is None and all(slurm(fleet)[n].states & BUSY for n in ("a-000", "b-000")), 120,
+             fleet, why="the job running on a-000 and b-000")
     victim = fleet.node("a-001")
     old_iid, old_ip = before["a-001"].instance_id, victim.ip
     died = time.time()
