@@ -70,9 +70,18 @@ class HeadNode(_Model):
     root_volume_gib: int = root_volume()
 
 
+# The most compute nodes a cluster holds, across its groups: what bounds it is in the README ("4,096 nodes").
+MAX_NODES = 4096
+# A group's name starts its nodes' names (`<group>-NNN`), Slurm's node ranges and partitions, and Pulumi names.
+GROUP_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
+RESERVED_GROUP_NAMES = ("head",)  # the head's node name
+LEGACY_GROUP = "compute"  # what `compute:` means: one group of this name
+MAX_GROUPS = 16  # each group is an entry of /hpcc/<c>/groups, whose 8 KB hold 16 (infra/groups_param.py)
+
+
 class ComputeNodes(_Model):
     instance_type: str
-    count: int = Field(ge=1, le=512)
+    count: int = Field(ge=1, le=MAX_NODES)
     efa: bool | None = Field(None, description="default: on wherever the type supports EFA")
     # capacity-block: launch into the EC2 Capacity Block named by capacityReservationId (README "Getting capacity")
     market: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
@@ -80,6 +89,28 @@ class ComputeNodes(_Model):
     # An existing placement group to launch into instead of a new one: the group a reservation was created in.
     placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9._:+=@-]{1,255}$")
     root_volume_gib: int = root_volume()
+
+
+class NodeGroup(ComputeNodes):
+    """One of `nodeGroups:`: the fields of `compute:` and a name. A group may be empty (count 0)."""
+
+    name: str
+    count: int = Field(ge=0, le=MAX_NODES)
+
+    @field_validator("name")
+    @classmethod
+    def _group_name(cls, v: str) -> str:
+        if not GROUP_NAME.fullmatch(v):
+            raise ValueError("must be 1-12 lower-case letters and digits, starting with a letter (it begins its "
+                             f"nodes' names, <group>-000, and its Slurm partition); got {v!r}")
+        if v in RESERVED_GROUP_NAMES:
+            raise ValueError(f"{v!r} is the head node's name; call the group something else, e.g. {v}s or gpu")
+        return v
+
+
+def group_of(compute: ComputeNodes) -> NodeGroup:
+    """`compute:` as the one group it means."""
+    return NodeGroup(name=LEGACY_GROUP, **{k: getattr(compute, k) for k in ComputeNodes.model_fields})
 
 
 class Image(_Model):
@@ -258,7 +289,9 @@ class ClusterConfig(_Model):
     name: str
     availability_zone: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
     head_node: HeadNode = HeadNode()
-    compute: ComputeNodes
+    # `compute:` (one group named compute, as every cluster before node groups) or `nodeGroups:`, not both.
+    compute: ComputeNodes | None = None
+    given_groups: list[NodeGroup] | None = Field(None, alias="nodeGroups", min_length=1, max_length=MAX_GROUPS)
     image: Image = Image()
     fsx: Fsx = Fsx()
     ssh: Ssh = Ssh()
@@ -280,6 +313,41 @@ class ClusterConfig(_Model):
                 f"not end with '-' (it names AWS resources and parameter paths); got {v!r}"
             )
         return v
+
+    @model_validator(mode="after")
+    def _groups(self) -> "ClusterConfig":
+        if self.compute is not None and self.given_groups is not None:
+            raise ValueError("give either compute (one group named compute) or nodeGroups, not both: move compute's "
+                             "fields into nodeGroups as `- name: compute`")
+        if self.compute is None and self.given_groups is None:
+            raise ValueError("nodeGroups is required: a list of groups, each with a name, instanceType and count "
+                             "(or compute: for one group; see examples/)")
+        return self
+
+    @property
+    def node_groups(self) -> list[NodeGroup]:
+        """Every node group, `compute:` as the group named compute."""
+        return [group_of(self.compute)] if self.compute is not None else list(self.given_groups or [])
+
+    @property
+    def groups_field(self) -> str:
+        """The config path the groups were given under."""
+        return "cluster.compute" if self.compute is not None else "cluster.nodeGroups"
+
+    @property
+    def count_field(self) -> str:
+        """Where the node count is set: `compute.count`, or the groups' counts together."""
+        return "cluster.compute.count" if self.compute is not None else "cluster.nodeGroups"
+
+    def group_field(self, index: int, key: str | None = None) -> str:
+        """The config path of a group (or one of its keys), as the user wrote it: cluster.nodeGroups[1].count, or
+        cluster.compute.count for `compute:`."""
+        base = "cluster.compute" if self.compute is not None else f"cluster.nodeGroups[{index}]"
+        return f"{base}.{key}" if key else base
+
+    @property
+    def node_count(self) -> int:
+        return sum(g.count for g in self.node_groups)
 
     @field_validator("tags")
     @classmethod

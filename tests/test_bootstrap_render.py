@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
 from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
 
@@ -117,7 +118,7 @@ def _planned(change: dict) -> tuple[dict, str, object]:
 
     cfg = parse("us-east-1", _merged(BASE, change)).cluster
     return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1", offline_facts()).items()},
-            settings_value(cfg, "us-east-1", offline_facts()), build(cfg, "us-east-1", offline_facts()))
+            settings_value(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT), build(cfg, "us-east-1", offline_facts()))
 
 
 @pytest.mark.parametrize("change", sorted({**LIFE_CHANGES, **COMPUTE_TYPE}))

@@ -19,6 +19,7 @@ import pytest
 
 from tests import ops_support
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.components.compute import metadata_options
 from infra.config import ConfigError, parse
 from infra.node_settings import parse as parse_settings, settings_value
@@ -85,7 +86,7 @@ def test_the_policy_refuses_imds_that_reaches_past_the_nodes_rule(options, words
 def test_listed_users_reach_the_nodes_through_the_settings_and_an_unlisted_cluster_keeps_its_text():
     plain = parse("us-east-1", BASE).cluster
     listed = parse("us-east-1", dict(BASE, security={"imdsForUsers": ["ubuntu", "alice"]})).cluster
-    before, after = settings_value(plain, "us-east-1", offline_facts()), settings_value(listed, "us-east-1", offline_facts())
+    before, after = settings_value(plain, "us-east-1", offline_facts(), MOTO_ACCOUNT), settings_value(listed, "us-east-1", offline_facts(), MOTO_ACCOUNT)
     assert "IMDS_USER" not in before  # agents that predate the key do not see it unless it is used
     assert after == before + "IMDS_USER=ubuntu\nIMDS_USER=alice\n"
     assert parse_settings(after).imds_users == ("ubuntu", "alice")

@@ -174,7 +174,10 @@ def membership_body(slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[
             inst = snap.instances.get(s.instance_id)
             nodes.append({"name": s.name, "group": s.group, "ip": inst.private_ip if inst else "",
                           "instance": s.instance_id, "state": s.state})
-    return {"nodes": nodes, "groups": {g.name: g.count for g in groups}, "bundle": dict(snap.bundle)}
+    body = {"nodes": nodes, "groups": {g.name: g.count for g in groups}, "bundle": dict(snap.bundle)}
+    if snap.head:  # the head the nodes join (the controller's own); a replaced head publishes its address
+        body["head"] = dict(snap.head)
+    return body
 
 
 def digest(body: Dict) -> str:

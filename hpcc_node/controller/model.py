@@ -182,6 +182,7 @@ class Snapshot:
     membership_digest: str = ""  # the digest of the last published membership body
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
+    head: Mapping[str, Any] = field(default_factory=dict)  # the controller's own head: name, ip, instance
     jobs: Tuple[SlurmJob, ...] = ()  # Slurm's jobs, for the health rules' requeue (decide_health.py)
     reservations: Mapping[str, FrozenSet[str]] = field(default_factory=dict)  # Slurm reservation -> its nodes
 
