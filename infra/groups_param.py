@@ -35,7 +35,7 @@ def group_entry(cfg: ClusterConfig, index: int, group: NodeGroup, itype: Instanc
              "launch_template": launch_template, "subnet_id": subnet_id, "availability_zone": availability_zone,
              "market": group.market, "capacity_reservation_id": group.capacity_reservation_id or "",
              "placement_group": placement_group or "", "efa": group.efa is not False and itype.efa_supported,
-             "max_count": 0}
+             "max_count": 0, "spares": group.spares}
     if cfg.scheduler == "slurm":
         entry["slurm"] = slurm_fields(itype, cfg.group_field(index, "instanceType"))
     return entry

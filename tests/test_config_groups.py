@@ -41,6 +41,20 @@ def test_compute_is_one_group_named_compute():
     assert cfg.group_field(0, "market") == "cluster.compute.market"
 
 
+def test_spares_are_part_of_the_count_and_reach_the_controllers_group():
+    """`spares` of `count` are launched with it; /hpcc/<c>/groups carries them to Group.spares."""
+    from hpcc_node.controller.__main__ import parse_groups
+    from infra.groups_param import group_entry, groups_value
+
+    cfg = parse("us-east-1", groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm")).cluster
+    assert cfg.node_count == 8 and [g.spares for g in cfg.node_groups] == [1, 0]
+    assert not problems(groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm"))
+    entry = group_entry(cfg, 0, cfg.node_groups[0], offline_facts().get("p4d.24xlarge"), "lt-1", "subnet-1",
+                        "us-east-1a", None)
+    [group] = parse_groups(groups_value([entry]), "/hpcc/demo/groups")  # as the controller reads it each loop
+    assert (group.count, group.spares) == (5, 1)
+
+
 def test_a_group_may_be_empty():
     assert parse("us-east-1", groups({**CPU, "count": 0})).cluster.node_count == 0
 
@@ -70,6 +84,9 @@ CASES = [
     ({**groups(GPU), "compute": {"instanceType": "c6i.16xlarge", "count": 1}}, "cluster",
      "either compute (one group named compute) or nodeGroups, not both"),
     ({"name": "demo"}, "cluster", "nodeGroups is required"),
+    (groups({**GPU, "spares": 3}, scheduler="slurm"), "cluster.nodeGroups[0]", "give count >= spares"),
+    (groups(GPU, {**CPU, "spares": 1}), "cluster.nodeGroups[1].spares", "give cluster.scheduler: slurm"),
+    (groups({**GPU, "spares": -1}, scheduler="slurm"), "cluster.nodeGroups[0].spares", "greater than or equal to 0"),
 ]
 
 

@@ -110,6 +110,15 @@ def group_names_unique(cfg):
         seen.setdefault(group.name, i)
 
 
+def spares_need_slurm(cfg):
+    """A group's spares are held idle by a Slurm reservation (hpcc_node/controller/decide_health.py)."""
+    c = cfg.cluster
+    for i, group in enumerate(c.node_groups):
+        if group.spares and c.scheduler != "slurm":
+            yield Finding(ERROR, c.group_field(i, "spares"), "spares are held idle by a Slurm reservation: give "
+                                                               "cluster.scheduler: slurm, or leave spares out")
+
+
 def node_cap(cfg):
     """At most MAX_NODES compute nodes across the groups (the README says what bounds it)."""
     from infra.config import MAX_NODES
@@ -208,6 +217,7 @@ RULES = [
     fsx_mount_point,
     spot_and_reservation,
     group_names_unique,
+    spares_need_slurm,
     node_cap,
     az_in_region,
     ssh_not_open_to_world,
