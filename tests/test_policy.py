@@ -328,6 +328,10 @@ def controller_tags_any_instance(g):
     _edit_statement(g, "NameClusterInstances", lambda st: st.pop("Condition"), role="head")
 
 
+def controller_reboots_any_instance(g):
+    _edit_statement(g, "RebootClusterInstances", lambda st: st.pop("Condition"), role="head")
+
+
 def controller_passes_any_role(g):
     _edit_statement(g, "PassComputeRole", lambda st: st.update(Resource=["arn:aws:iam::123456789012:role/*"]),
                     role="head")
@@ -461,6 +465,7 @@ BREAKS = [
     ("node-writes-own-only", node_launches_instances, "only the head's controller launches"),
     ("node-writes-own-only", controller_tags_any_instance, "without a condition that the resource is tagged"),
     ("node-writes-own-only", controller_passes_any_role, "iam:PassRole"),
+    ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on arn:aws:ec2:"),
     ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
     ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
     ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),

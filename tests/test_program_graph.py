@@ -184,6 +184,9 @@ def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
     own = {"StringEquals": {"aws:ResourceTag/hpcc:cluster": c}}
     assert by_sid["TerminateClusterInstances"]["Condition"] == own
+    assert by_sid["RebootClusterInstances"] == {"Sid": "RebootClusterInstances", "Effect": "Allow",
+                                                "Action": ["ec2:RebootInstances"], "Condition": own,
+                                                "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"]}
     assert by_sid["LaunchFromClusterTemplates"]["Condition"] == own
     assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {"StringEquals": {"aws:RequestTag/hpcc:cluster": c}}
     assert by_sid["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["hpcc:node"]}

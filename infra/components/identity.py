@@ -56,7 +56,7 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
     instance, volume and interface launched carries hpcc:cluster=<c> at creation (the template's tag
     specifications); the other resources a launch touches (subnet, security groups, image, placement group,
     reservation, the fleet) are named by the template. Tags after launch: only hpcc:node, only on the cluster's
-    instances."""
+    instances; terminate and reboot likewise only the cluster's."""
     ec2 = f"arn:aws:ec2:{region}:{account}"
     created = [f"{ec2}:instance/*", f"{ec2}:volume/*", f"{ec2}:network-interface/*", f"{ec2}:fleet/*"]
     own = {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}}
@@ -78,6 +78,9 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
          "Resource": [f"{ec2}:instance/*"],
          "Condition": {**own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}}},
         {"Sid": "TerminateClusterInstances", "Effect": "Allow", "Action": ["ec2:TerminateInstances"],
+         "Resource": [f"{ec2}:instance/*"], "Condition": own},
+        # The health rules' remedy without Slurm (hpcc_node/controller/act_health.py; with Slurm, scontrol reboot).
+        {"Sid": "RebootClusterInstances", "Effect": "Allow", "Action": ["ec2:RebootInstances"],
          "Resource": [f"{ec2}:instance/*"], "Condition": own},
         {"Sid": "ControllerReads", "Effect": "Allow", "Action": CONTROLLER_DESCRIBE, "Resource": "*"},
         {"Sid": "PassComputeRole", "Effect": "Allow", "Action": ["iam:PassRole"],
