@@ -182,3 +182,22 @@ def test_a_bundle_failure_is_reported_as_not_replaced_by_the_taxonomy(f):
     assert "next: a bundle failure, not replaced: report once for the cluster; a bad bundle is not a bad node" in text
     assert "gpu-001 failed at step efa: bootstrap: no EFA device next: the controller replaces it (attempt 1 of 3)" \
         in text
+
+
+def test_each_node_shows_its_health_verdict_with_the_check_and_the_controllers_action(f, tmp_path):
+    """The fields the agent's health thread adds to its status (hpcc_node/health/service.status_fields)."""
+    from hpcc_node.health import service, verdict
+
+    failed = verdict.node_verdict([verdict.fail("xid", "Xid 79 fell off the bus", action="down", remedy="reboot")], 0)
+    for node, v in (("gpu-001", failed), ("gpu-000", verdict.node_verdict([verdict.ok("gpu")], 0))):
+        path = str(tmp_path / f"{node}.verdict")
+        verdict.write_verdict(path, v)
+        f.status(f.ids[node], name=node, phase="ready", **service.status_fields(path))
+    rows = status().rows()
+    assert (rows["gpu-001"].health, rows["gpu-000"].health, rows["gpu-002"].health) == ("fail xid: down", "ok", "")
+    out = status_cli()
+    line = next(x for x in out.output.splitlines() if "gpu-001" in x and "i-" in x)
+    assert "fail xid: down" in line
+    headers = lambda rows: [c.header for c in table(C, rows).columns]  # noqa: E731
+    assert "health" in headers(status().nodes)
+    assert "health" not in headers([r for r in status().nodes if not r.health])  # no node runs the checks

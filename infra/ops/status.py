@@ -61,6 +61,7 @@ class NodeStatus:
     attempts: int = 0
     replace_requested: bool = False
     failure: str = ""  # the failure class the node reported (hpcc_node/taxonomy.py), "" when none
+    health: str = ""  # its health verdict (hpcc_node/health/service.status_fields): `fail xid: drain`, `ok`; "": none
 
     @property
     def replacing(self) -> bool:
@@ -149,7 +150,18 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     row.bundle = bundle[:12] if isinstance(bundle, str) and re.fullmatch(r"[0-9a-f]{64}", bundle) else None
     row.drifted = plain(status["drifted"])[:200] if status.get("drifted") else None
     row.rollout = plain(status["rollout"])[:300] if status.get("rollout") else None
+    row.health = health_text(status)
     return row
+
+
+def health_text(status: dict) -> str:
+    """The node's health verdict as its row shows it: the status, and for a failing one the deciding check and
+    the controller's action (`fail xid: drain`, `warn`); node-written, so plain and short."""
+    verdict = plain(status.get("health") or "")[:10]
+    check, action = (plain(status.get(k) or "")[:40] for k in ("check", "action"))
+    if not check:
+        return verdict
+    return f"{verdict or 'fail'} {check}" + (f": {action}" if action else "")
 
 
 def slurm_states(reported: object) -> dict[str, str]:

@@ -19,6 +19,7 @@ from infra.ops.terminal import cell, plain, row as table_row
 node_text = cell  # node-written text for rich: escapes stripped, a Text so `[/]` is printed, not parsed
 
 STATE_STYLE = {"running": "green", "pending": "yellow", "missing": "red", "terminated": "red", "stopped": "red"}
+HEALTH_STYLE = {"ok": "green", "fail": "bold red", "": "dim"}
 SLOT_STYLE = {model.READY: "green", model.FAILED: "bold red", model.REPLACING: "magenta"}
 
 
@@ -46,15 +47,18 @@ def slot_cell(r: NodeStatus) -> Text:
 
 def table(cluster: str, rows: list[NodeStatus]) -> Table:
     slurm = any(r.slurm is not None for r in rows)
+    health = any(r.health for r in rows)  # nodes whose agent runs the health checks (hpcc_node/health/)
     t = Table(title=Text(f"cluster {plain(cluster)}: nodes"), title_justify="left")
     for col in ("node", "group", "instance", "type", "state", "private ip", "ledger", "phase",
-                *(["slurm"] if slurm else []), "step", "membership", "bundle", "message", "updated"):
+                *(["slurm"] if slurm else []), *(["health"] if health else []), "step", "membership", "bundle",
+                "message", "updated"):
         t.add_column(col, overflow="fold")
     for r in rows:
         table_row(t, r.node, r.group or ("-" if r.role != HEAD else "head"), r.instance_id, r.instance_type,
                   Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip, slot_cell(r),
-                  Text(r.phase, style=phase_style(r.phase)), *([r.slurm] if slurm else []), r.step,
-                  generation_cell(r), bundle_cell(r), r.message or r.reason, r.updated)
+                  Text(r.phase, style=phase_style(r.phase)), *([r.slurm] if slurm else []),
+                  *([Text(r.health or "-", style=HEALTH_STYLE.get(r.health.split(" ")[0], "yellow"))] if health else []),
+                  r.step, generation_cell(r), bundle_cell(r), r.message or r.reason, r.updated)
     return t
 
 
