@@ -41,20 +41,31 @@ def test_reservations_and_hostlists():
                                                                             "cpu-001"})
 
 
-def test_a_status_body_carries_its_verdict_to_the_report():
-    class S3:
-        def get_paginator(self, _):
-            return self
+def test_the_agents_status_object_carries_its_failed_verdict_to_the_controllers_report(tmp_path):
+    """End to end on the node side: the health thread's verdict file, the agent's status at status/<arn>.json
+    (ok, failure, evidence, check, action, remedy), the controller's report of that object."""
+    from hpcc_node.controller import membership
+    from hpcc_node.health import service, verdict
+    from tests.agent_support import ARN, P, SETTINGS, STATE, FakeAws, instance_of, make_agent
 
-        def paginate(self, **_):
-            return [{"Contents": [{"Key": "status/a.json", "ETag": "e1"}]}]
-
-        def get_object(self, **_):
-            body = {"name": "gpu-001", "instance_id": "i-1", "ok": False, "failure": "health", "evidence": "Xid 79",
-                    "at": NOW, "check": "xid", "action": "down", "remedy": "reboot"}
-            return {"Body": type("B", (), {"read": lambda self: json.dumps(body).encode()})()}
-    rep = observe.reports(S3(), "bucket", {})["gpu-001"]
-    assert (rep.check, rep.action, rep.remedy, rep.failure) == ("xid", "down", "reboot", "health")
+    aws = FakeAws()
+    aws.members("10.0.0.4\n10.0.0.5\n10.0.0.6")
+    aws.put(f"{P}/settings", SETTINGS)
+    a, _ = make_agent(tmp_path, aws)
+    failed = verdict.node_verdict([verdict.ok("gpu"), verdict.fail("xid", "Xid 79 GPU has fallen off the bus",
+                                                                   action="down", remedy="reboot")], NOW)
+    verdict.write_verdict(f"{a.c.run}/{service.VERDICT_NAME}", failed)
+    a.tick()
+    key = membership.status_key(ARN + instance_of("compute-001"))
+    body = aws.s3.objects[(STATE, key)]
+    doc = json.loads(body)
+    assert (doc["ok"], doc["failure"], doc["check"], doc["action"], doc["remedy"], doc["health"]) == \
+        (False, "health", "xid", "down", "reboot", "fail")
+    assert doc["evidence"] == "Xid 79 GPU has fallen off the bus" and doc["phase"] == "ready"
+    rep = observe.verdict(body, key)
+    assert (rep.name, rep.ok, rep.failure, rep.check, rep.action, rep.remedy) == \
+        ("compute-001", False, "health", "xid", "down", "reboot")
+    assert rep.evidence == "Xid 79 GPU has fallen off the bus"
 
 
 def test_extras_are_read_only_where_slurm_runs():
