@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from tests.bootstrap_shell import context, run
-from tests.test_bootstrap_steps import COMMON, calls, fake, preamble  # noqa: F401 (fake is a fixture)
+from tests.test_bootstrap_steps import COMMON, bodies, fake, preamble  # noqa: F401 (fake is a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDINS = ROOT / "tests" / "box" / "standins"
@@ -45,21 +45,20 @@ def test_a_node_short_of_a_gpu_fails_with_class_health(fake):
     tmp_path, _, env = fake
     out = _run(tmp_path, env, gpus=7)
     assert out.returncode == 1 and not (tmp_path / "passed").exists()
-    status = json.loads(calls(tmp_path)[-1].split("--value ", 1)[1])
-    assert (status["phase"], status["step"], status["class"]) == ("failed", "health", "health")
+    status = json.loads(bodies(tmp_path)[-1])  # its status object (status/<instance-arn>.json)
+    assert (status["phase"], status["step"], status["class"], status["ok"]) == ("failed", "health", "health", False)
     assert status["message"] == "hpcc: gpu_count: 7 GPU(s) visible, the instance type has 8"
 
 
 def test_the_heads_slurm_conf_carries_the_health_lines_and_nodes_get_the_scripts(tmp_path):
     from tests.test_bootstrap_slurm import head_ctx
-    script = 'HPCC_HOSTS=(10.0.0.5 10.0.0.6)\nhostname() { echo ip-10-0-0-5; }\nslurm_conf'
-    out = run(COMMON + ["identify", "health", "slurm"], script, head_ctx(tmp_path))
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    from tests.test_bootstrap_slurm import P5, groups_json, head_conf
+    lines = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 2, 0, P5)))
     assert {"HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck", "HealthCheckNodeState=ANY,CYCLE",
             "Prolog=/usr/local/sbin/hpcc-prolog", "Epilog=/usr/local/sbin/hpcc-epilog", "PrologFlags=Alloc",
             "RebootProgram=/usr/local/sbin/hpcc-reboot", "SchedulerParameters=nohold_on_prolog_fail"} <= set(lines)
-    assert lines[-1].startswith("PartitionName=")
+    first_node = next(i for i, line in enumerate(lines) if line.startswith("NodeName="))
+    assert lines.index("Prolog=/usr/local/sbin/hpcc-prolog") < first_node  # beside the settings, before the ranges
     body = 'write_file() { cat >"$TMP/${1##*/}"; }\nimds() { return 1; }\nslurm_health_scripts'
     out = run(COMMON + ["health"], body, head_ctx(tmp_path), env={**os.environ, "TMP": str(tmp_path)})
     assert out.returncode == 0, out.stderr
@@ -93,10 +92,10 @@ def test_hpcc_torchrun_elastic_uses_the_rendezvous_so_a_spare_can_join(fake):
 def test_boot_diag_level_is_checked_and_reaches_the_settings_only_when_not_the_default():
     from infra.node_settings import settings_value
     from tests.bootstrap_cases import configs
-    from tests.instance_data import offline_facts
+    from tests.instance_data import MOTO_ACCOUNT, offline_facts
     from tests.test_config_rules import problems
     assert any(path.endswith("health.bootDiagLevel") for path, _ in problems(health__bootDiagLevel=5))
     stem, cfg = next(iter(configs()))
-    assert "HEALTH_DIAG_LEVEL" not in settings_value(cfg.cluster, cfg.region, offline_facts())
+    assert "HEALTH_DIAG_LEVEL" not in settings_value(cfg.cluster, cfg.region, offline_facts(), MOTO_ACCOUNT)
     deep = cfg.cluster.model_copy(update={"health": cfg.cluster.health.model_copy(update={"boot_diag_level": 4})})
-    assert "HEALTH_DIAG_LEVEL=4\n" in settings_value(deep, cfg.region, offline_facts())
+    assert "HEALTH_DIAG_LEVEL=4\n" in settings_value(deep, cfg.region, offline_facts(), MOTO_ACCOUNT)
