@@ -42,7 +42,8 @@ REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin",
            "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm",  # Slurm and munge keep per-host state there
-           "opt/hpcc")  # the bundles the loader unpacks and /opt/hpcc/current
+           "opt/hpcc",  # the bundles the loader unpacks and /opt/hpcc/current
+           "var/lib/hpcc")  # the health checks' state (kernel-log offset, fatal Xids kept until a reboot)
 COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin", "etc/slurm")  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
