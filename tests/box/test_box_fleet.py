@@ -66,7 +66,7 @@ def slurm(box: FleetBox) -> dict:
 
 def settled(box: FleetBox, names: set[str]):
     """Exactly these slots, every one ready in the ledger, its instance running with a live node at the instance's
-    address, and idle in Slurm at that address. Returns the slots, or None."""
+    address, and in Slurm at that address taking jobs (idle, or busy with one). Returns the slots, or None."""
     slots = box.ledger().slots
     if set(slots) != names or any(s.state != READY for s in slots.values()):
         return None
@@ -79,7 +79,7 @@ def settled(box: FleetBox, names: set[str]):
             continue
         node = nodes.get(s.name)
         if node is None or node.addr != inst["PrivateIpAddress"] or node.states & {"DRAIN", "DOWN", "NOT_RESPONDING"} \
-                or "IDLE" not in node.states:
+                or not node.states & ({"IDLE"} | BUSY):
             return None
     return slots
 
@@ -152,6 +152,7 @@ def test_c_a_dead_node_is_replaced_under_its_name_at_a_new_address_and_a_job_els
                      s["a-001"].instance_id != old_iid and s, 600, fleet)
     seconds = time.time() - died
     new_ip = ip_of(fleet, after["a-001"].instance_id)
+    assert "IDLE" in slurm(fleet)["a-001"].states
     print(f"[fleet] a-001 died; its replacement was idle in Slurm at {new_ip} {seconds:.1f} s later (target <= 120 s)")
     assert new_ip != old_ip
     assert fleet.instances()[old_iid]["State"]["Name"] in ("shutting-down", "terminated")
