@@ -168,7 +168,7 @@ def test_cli_plans_an_example_and_writes_the_files(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data", "bundle", "bundle.sha256"}
     assert (tmp_path / "bundle" / "roles" / "compute.sh").is_file()
     assert sorted(p.name for p in (tmp_path / "user-data").iterdir()) == ["cpu-oneccl-compute-lt", "cpu-oneccl-head-lt"]
-    assert "Estimated cost" in run.stdout and "compute-000..compute-003" in run.stdout
+    assert "Estimated cost" in run.stdout and "compute-003" in run.stdout
 
 
 def readme_config_keys() -> list[str]:
