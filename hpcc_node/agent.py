@@ -124,11 +124,16 @@ class Agent:
     # -- what to read -------------------------------------------------------------------------------
     def rollout_on(self) -> bool:
         return bool(self.pointer_sha) and (self.pointer_sha != self.running or (
-            rollout.is_canary(self.node.node) and (self.verdict is None or self.verdict.state != "done")))
+            rollout.is_canary(self.node.node, self.canary_names()) and (self.verdict is None or self.verdict.state != "done")))
+
+    def canary_names(self) -> Tuple[str, ...]:
+        """The head and the membership's first compute node (rollout.canaries_of)."""
+        doc = self.doc or {}
+        return rollout.canaries_of([str(n.get("name")) for n in doc.get("nodes", []) if n.get("name")])
 
     def canaries(self) -> List[str]:
-        count = int(str(self.settings["NODE_COUNT"]))
-        return [n for n in rollout.CANARIES if n != self.node.node and (n == "head" or count >= 1)]
+        """The canaries whose statuses this node reads (itself excepted)."""
+        return [n for n in self.canary_names() if n != self.node.node]
 
     def names(self) -> List[str]:
         return [self.c.settings_parameter, self.c.bundle_parameter]
@@ -232,7 +237,7 @@ class Agent:
         self.pointer_sha = pointer.sha256 if pointer else ""
         seen = {n: self.node_status(n) for n in self.canaries()} if pointer and self.rollout_on() else {}
         if pointer and any(v is not None for v in seen.values()):
-            if rollout.is_canary(self.node.node):  # its own part: it runs the target, or refused it
+            if rollout.is_canary(self.node.node, self.canary_names()):  # its own part: it runs the target, or refused it
                 seen[self.node.node] = {"bundle": self.running, "phase": "ready", "ok": True,
                                         "refused": self.refused_field()}
             self.verdict = rollout.canary_verdict(pointer.sha256, seen)
@@ -242,7 +247,7 @@ class Agent:
             self.verdict = None
         move = rollout.next_move(self.node.node, self.running, pointer, self.record.refused, self.verdict,
                                  self.done_since.get(pointer.sha256) if pointer else None, self.clock(),
-                                 self.record.previous)
+                                 self.record.previous, self.canary_names())
         self.rollout_note = move.reason if move.action == "halted" and self.node.node == "head" else None
         if move.action == "switch" and pointer:
             return self.switch(pointer)
