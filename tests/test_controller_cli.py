@@ -127,6 +127,8 @@ def test_the_controller_process_launches_names_and_publishes_with_the_head(serve
     doc, _ = membership.read(awscli.client("s3"), BUCKET)
     assert doc["head"] == {"name": "head", "ip": "10.0.0.4", "instance": "i-0head"}
     assert sorted(n["name"] for n in doc["nodes"]) == names and doc["groups"] == {"gpu": 2}
+    import hashlib  # the nodes read the settings from SSM only when this changes
+    assert doc["bundle"] == {"settings_sha256": hashlib.sha256(b"SCHEDULER=none\n").hexdigest()}
     tags = {t["ResourceId"]: t["Value"] for t in ec2.describe_tags(
         Filters=[{"Name": "key", "Values": ["hpcc:node"]}])["Tags"]}
     assert sorted(tags[i] for i in ids) == names
