@@ -224,7 +224,11 @@ def test_update_image_with_a_newer_dlami_replaces_the_pin_and_the_head(first_up)
 def test_turning_efa_off_is_a_new_template_version_for_the_group(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(efa=False))
     assert replaced(result) == [] and actions(result, LT) == {"bert-compute-lt": "update"}
-    assert [c.properties for c in result.changes if c.type == LT] == [("networkInterfaces",)]
+    assert all(p.startswith("networkInterfaces") for c in result.changes if c.type == LT for p in c.properties)
+    # The controller's fleet asks for no EFA (groups), the nodes launch over TCP (settings, a new bundle).
+    assert actions(result, PARAMETER) == {"bert-groups-param": "update", "bert-settings-param": "update",
+                                          "bert-bundle-param": "update"}
+    assert not actions(result, INSTANCE)
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +279,7 @@ def test_moving_the_az_replaces_all_that_lives_in_the_subnets_in_an_order_aws_ac
     result = second_up(first_up, lambda c: c.update(availabilityZone="us-east-1d"))
     nodes = ["bert-head"]
     assert set(replaced(result)) == {*nodes, "bert-private", "bert-public", "bert-fsx", "bert-nat",
-                                     "bert-private-rta", "bert-public-rta"}
+                                     "bert-private-rta", "bert-public-rta", "bert-group-compute"}
     assert all(c.properties == ("availabilityZone",) for c in result.changes if c.type == INSTANCE)
     assert [c.name for c in result.refused] == ["bert-fsx"]  # protected: Pulumi refuses until it is lifted
     assert result.aws_refusals == []  # no CIDR conflict, no subnet deleted while anything is in it
@@ -359,9 +363,10 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
                        (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
                        (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings")):
         result = second_up(first_up, edit)
-        assert [(c.name, c.action) for c in result.changes] == [("bert-compute-lt", "update")]
+        assert [(c.name, c.action) for c in result.changes if c.type == LT] == [("bert-compute-lt", "update")]
+        assert {c.name for c in result.changes} <= {"bert-compute-lt", "bert-groups-param"}  # the fleet's market
         assert len(result.notes) == 1 and f"bert-compute-lt: a new launch-template version ({what})" in result.notes[0]
-        assert "the 8 running node(s)" in result.notes[0] and "hpcc replace" in result.notes[0]
+        assert "group compute's running nodes" in result.notes[0] and "`hpcc replace NODE`" in result.notes[0]
     assert second_up(first_up, lambda c: c["compute"].update(count=9)).notes == []  # no template changed
 
     from typer.testing import CliRunner
@@ -375,4 +380,4 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
     run = CliRunner().invoke(app, ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_up)],
                              terminal_width=200)
     assert run.exit_code == 0, run.output
-    assert "keep the old setting until replaced: `hpcc replace CONFIG --stack STACK NODE`" in " ".join(run.output.split())
+    assert "keep the old setting until replaced: `hpcc replace NODE` for each" in " ".join(run.output.split())

@@ -9,6 +9,7 @@ from infra.components.groups import GroupProvider, group_instances, terminate_gr
 from infra.naming import TAG_CLUSTER, TAG_GROUP
 
 REGION = "us-east-1"
+IMAGE = "ami-12c6146b"  # one of moto's built-in images
 
 
 @pytest.fixture
@@ -18,9 +19,8 @@ def ec2():
 
 
 def launch(ec2, cluster, group, n):
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     tags = [{"Key": TAG_CLUSTER, "Value": cluster}] + ([{"Key": TAG_GROUP, "Value": group}] if group else [])
-    out = ec2.run_instances(ImageId=image, InstanceType="c5.large", MinCount=n, MaxCount=n,
+    out = ec2.run_instances(ImageId=IMAGE, InstanceType="c5.large", MinCount=n, MaxCount=n,
                             TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
     return sorted(i["InstanceId"] for i in out["Instances"])
 
