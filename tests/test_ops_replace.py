@@ -107,3 +107,10 @@ def test_a_request_racing_the_controllers_write_is_kept(f):
 def test_naming_nothing_is_a_usage_error():
     with pytest.raises(UnknownNodes, match="name at least one node"):
         request(None, TABLE, C, [], ["gpu-000"])
+
+
+def test_a_slot_that_keeps_changing_is_a_message_not_a_traceback(f, monkeypatch):
+    monkeypatch.setattr("infra.ops.replace.RETRIES", 0)
+    out = replace_cli("gpu-000")
+    assert out.exit_code == 1 and "the slot changed 0 times while asking; run hpcc replace again" in out.output
+    assert "Traceback" not in out.output and not slots(f)["gpu-000"].replace_requested

@@ -28,6 +28,10 @@ class UnknownNodes(ValueError):
     """A NODE argument that is not a name in the ledger (a usage error: exit 2)."""
 
 
+class Busy(RuntimeError):
+    """The slot kept changing under the request (the controller writing it each time): try again."""
+
+
 @dataclass(frozen=True)
 class Requested:
     node: str
@@ -79,7 +83,7 @@ def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Seq
             out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc.get("state", "")))
             break
         else:
-            raise RuntimeError(f"{name}: the slot changed {RETRIES} times while asking; run hpcc replace again")
+            raise Busy(f"{name}: the slot changed {RETRIES} times while asking; run hpcc replace again")
     return out
 
 
