@@ -168,7 +168,7 @@ def test_cli_plans_an_example_and_writes_the_files(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data", "bundle", "bundle.sha256"}
     assert (tmp_path / "bundle" / "roles" / "compute.sh").is_file()
     assert sorted(p.name for p in (tmp_path / "user-data").iterdir()) == ["cpu-oneccl-compute-lt", "cpu-oneccl-head-lt"]
-    assert "Estimated cost" in run.stdout and "compute-003" in run.stdout
+    assert "Estimated cost" in run.stdout and "compute-000..compute-003" in run.stdout
 
 
 def readme_config_keys() -> list[str]:
@@ -197,7 +197,7 @@ def test_every_key_the_readme_names_is_read_in_that_spelling():
     assert {"headNode.rootVolumeGiB", "compute.rootVolumeGiB", "fsx.perUnitStorageThroughput",
             "bootstrap.joinTimeoutMinutes", "security.imdsForContainers", "tags"} <= set(keys)
     for key in keys:
-        overrides = {key.replace(".", "__"): [{"probe": 1}]}  # a value no key takes: a type error, never "unknown"
+        overrides = {key.replace(".", "__"): [["probe"]]}  # a value no key takes: a type error, never "unknown"
         found = problems(**overrides)
         assert found and all(msg != "" for _, msg in found), key
         assert not [m for f, m in found if "unknown key" in m], (key, found)

@@ -55,7 +55,7 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
 
     nodes = Table(title="Nodes", show_lines=False)
     for col in ("group", "type", "count", "names", "slots", "market"):
-        nodes.add_column(col)
+        nodes.add_column(col, overflow="fold")
     head = outputs["headNode"]
     row(nodes, "head", cluster.head_node.instance_type, 1,
         "head " + head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-", "on-demand")
