@@ -67,7 +67,7 @@ def test_unknown_names_write_nothing_and_list_the_known_ones(f):
     assert out.exit_code == 2 and "Traceback" not in out.output
     text = " ".join(out.output.split())
     assert "not a node of cluster 'fleet': gpu-009, head" in text and "gpu-000, gpu-001, gpu-002" in text
-    assert "`hpcc up` replaces it" in text
+    assert "the head is Pulumi's, not the controller's: `pulumi up --replace" in text
     assert slots(f) == before
 
 

@@ -53,7 +53,8 @@ def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> Li
     unknown = [n for n in wanted if n not in known]
     if unknown:
         listed = ", ".join(sorted(known)) or "none (the controller has named no node yet)"
-        head = " (the head is not replaced by the controller: `hpcc up` replaces it)" if "head" in unknown else ""
+        head = (" (the head is Pulumi's, not the controller's: `pulumi up --replace <the head's URN>` replaces it)"
+                if "head" in unknown else "")
         raise UnknownNodes(f"not a node of cluster {cluster!r}: {', '.join(unknown)}{head}; its nodes are: {listed}")
     return list(dict.fromkeys(wanted))
 

@@ -94,7 +94,8 @@ def what_controller_does(r: NodeStatus, protected: str = "") -> str:
     """What happens to a failed or dead node next, in the controller's terms (hpcc_node/controller/decide.py)."""
     if r.role == HEAD:
         return ("the head runs the controller: nothing replaces it automatically; nodes keep running their jobs. "
-                "`hpcc up` creates a new head, which adopts the cluster from the ledger")
+                "Replace it through Pulumi (`pulumi up --replace <the head's URN>`, `pulumi stack --show-urns`); "
+                "the new head's controller adopts the cluster from the ledger and the tags")
     if r.slot == model.REPLACING:
         return "being replaced: the controller terminates its instance, then the name moves to a new one"
     if r.replace_requested:
