@@ -15,7 +15,7 @@ from infra.cli import app
 from infra.ops.aws import Aws
 from infra.ops.status import cluster_status
 from infra.ops.status_view import table
-from infra.ops.store import instance_id_of_key
+from hpcc_node.controller.membership import key_instance as instance_id_of_key
 from tests.ops_fleet import BUCKET, C, REGION, arn, fleet
 
 
@@ -118,9 +118,9 @@ def test_a_node_behind_on_membership_is_ready_but_not_converged(f):
 
 
 def test_status_keys_name_instances_by_arn_only():
-    assert instance_id_of_key("status/arn:aws:ec2:us-east-1:1:instance/i-0abc.json") == "i-0abc"
-    assert instance_id_of_key("status/arn:aws-cn:ec2:cn-north-1:1:instance/i-0abc.json") == "i-0abc"
-    for key in ("status/gpu-000.json", "status/arn:aws:ec2:us-east-1:1:instance/i-0abc/x.json",
+    assert instance_id_of_key("status/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json") == "i-0abc"
+    assert instance_id_of_key("status/arn:aws-cn:ec2:cn-north-1:123456789012:instance/i-0abc.json") == "i-0abc"
+    for key in ("status/gpu-000.json", "status/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc/x.json",
                 "membership.json", "status/arn:aws:ec2:us-east-1:1:volume/vol-1.json"):
         assert instance_id_of_key(key) == ""
 

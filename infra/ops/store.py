@@ -31,15 +31,6 @@ def groups_parameter(cluster: str) -> str:
     return Paths(cluster).groups
 
 
-def instance_id_of_key(key: str) -> str:
-    """`status/arn:<partition>:ec2:<region>:<account>:instance/<id>.json` -> `<id>` ("" when the key is not one)."""
-    if not (key.startswith(membership.STATUS_PREFIX) and key.endswith(".json")):
-        return ""
-    arn = key[len(membership.STATUS_PREFIX):-len(".json")]
-    head, sep, iid = arn.rpartition(":instance/")
-    return iid if sep and head.startswith("arn:") and iid.startswith("i-") and "/" not in iid else ""
-
-
 def _missing(e: ClientError) -> bool:
     return error_code(e) in ("ParameterNotFound", "ResourceNotFoundException", "NoSuchBucket", "NoSuchKey", "404",
                              "NotFound")
@@ -131,7 +122,7 @@ def statuses(aws: Aws, bucket: str, wanted: set[str] | None = None) -> Statuses:
     try:
         for obj in aws.pages("s3", "list_objects_v2", "Contents", Bucket=bucket, Prefix=membership.STATUS_PREFIX,
                              PaginationConfig=PAGE):
-            iid = instance_id_of_key(obj["Key"])
+            iid = membership.key_instance(obj["Key"])
             if iid and (wanted is None or iid in wanted):
                 keys.append((iid, obj["Key"]))
     except ClientError as e:
