@@ -155,6 +155,9 @@ HPCC_MPIRUN_OPTIONS=""
 HPCC_SCHEDULER="none"
 HPCC_SLURM_NODE=""
 HPCC_SLURM_GPUS=""
+HPCC_STATE_BUCKET=""
+HPCC_LEDGER_TABLE=""
+export HPCC_STATE_BUCKET HPCC_LEDGER_TABLE
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
@@ -171,6 +174,8 @@ setting_pattern() {
     SCHEDULER) echo 'none|slurm' ;;
     SLURM_NODE) echo '[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*' ;;
     SLURM_GPUS) echo '0|[1-9][0-9]{0,2}' ;;
+    STATE_BUCKET) echo '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' ;;
+    LEDGER_TABLE) echo '[A-Za-z0-9_.-]{3,255}' ;;
     *) return 1 ;;
   esac
 }
@@ -205,7 +210,7 @@ apply_settings() {
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
-  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS; do
+  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS STATE_BUCKET LEDGER_TABLE; do
     [ -n "${seen[$key]+set}" ] || { echo "settings: $key is missing" >&2; return 1; }
   done
   HPCC_SCHEDULER="none"
