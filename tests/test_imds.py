@@ -107,7 +107,7 @@ def test_the_agent_reapplies_the_rule_with_the_settings_users_unless_the_step_is
     from tests.test_bootstrap_steps import COMMON, ctx_for
 
     text = settings()["p5-llm"] + f"IMDS_USER={LISTED}\n"
-    script = (f"mkdir -p /etc/hpcc\nexec 3>&1\nimds_firewall() {{ echo \"FIREWALL [$*]\" >&3; }}\nHPCC_HOSTS=(10.0.0.4 10.0.0.5)\nHPCC_NODE=head\n"
+    script = (f"mkdir -p /etc/hpcc\nexec 3>&1\nimds_firewall() {{ echo \"FIREWALL [$*]\" >&3; }}\nHPCC_NAMES=(head compute-000)\nHPCC_HOSTS=(10.0.0.4 10.0.0.5)\nHPCC_NODE=head\n"
               f"HPCC_IP=10.0.0.4\napply_settings {shlex.quote(text)}\nwrite_membership >/dev/null\n"
               "HPCC_SKIP_STEPS=imds write_membership >/dev/null\n")
     out = private_run(COMMON + ["identify", "ssh", "launch_env"], script, ctx_for(tmp_path), None, overlay=["/etc"])
