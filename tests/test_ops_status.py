@@ -182,3 +182,16 @@ def test_a_bundle_failure_is_reported_as_not_replaced_by_the_taxonomy(f):
     assert "next: a bundle failure, not replaced: report once for the cluster; a bad bundle is not a bad node" in text
     assert "gpu-001 failed at step efa: bootstrap: no EFA device next: the controller replaces it (attempt 1 of 3)" \
         in text
+
+
+def test_a_controller_whose_lease_expired_is_reported_not_running(f):
+    out = status_cli()
+    assert out.exit_code == 0 and "controller: head-1 holds the lease" in out.output
+    f.ddb.update_item(TableName=f.table, Key={"pk": {"S": "lease"}}, UpdateExpression="SET expires = :e",
+                      ExpressionAttributeValues={":e": {"N": str(f.clock() - 600)}})
+    found = status()
+    assert found.controller == "head-1" and found.controller_down and -700 < found.lease_left <= -600
+    out = status_cli()
+    text = " ".join(out.output.split())
+    assert out.exit_code == 1 and "controller not running (its lease expired" in text
+    assert "systemctl status hpcc-controller" in text
