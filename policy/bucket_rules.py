@@ -88,7 +88,7 @@ def _policy_doc(inputs: dict):
 
 def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     """The state bucket (infra/components/state.py): only the cluster's roles; the compute role reads
-    membership.json and writes its own status object only; the head gets, puts and lists; nobody else."""
+    membership.json and the statuses (a rollout waits on its canaries') and writes its own status object only; the head gets, puts and lists; nobody else."""
     if rtype != BUCKET_POLICY:
         return []
     bucket = str(inputs.get("bucket") or "")
@@ -98,7 +98,7 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
     cluster, account = m.group("cluster"), m.group("account")
     head, node = f"arn:aws:iam::{account}:role/hpcc-{cluster}-head", f"arn:aws:iam::{account}:role/hpcc-{cluster}-node"
     arn = f"arn:aws:s3:::{bucket}"
-    node_grants = {("s3:GetObject", f"{arn}/membership.json"),
+    node_grants = {("s3:GetObject", f"{arn}/membership.json"), ("s3:GetObject", f"{arn}/status/*"),
                    ("s3:PutObject", f"{arn}/status/${{ec2:SourceInstanceARN}}.json")}
     doc = _policy_doc(inputs)
     if doc is None:
@@ -123,7 +123,7 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
                 extra = sorted({(a, t) for a in actions for t in targets} - node_grants)
                 if extra:
                     out.append(f"Statement[{n}] lets the compute nodes {', '.join(f'{a} on {t}' for a, t in extra)}: "
-                               f"a compute node reads {arn}/membership.json and writes only its own status "
+                               f"a compute node reads {arn}/membership.json and the statuses, and writes only its own status "
                                f"({arn}/status/${{ec2:SourceInstanceARN}}.json)")
             else:
                 out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles (hpcc-{cluster}-head, "

@@ -40,6 +40,8 @@ def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
          "Action": ["s3:ListBucket"], "Resource": [arn]},
         {"Sid": "NodesReadMembership", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
          "Action": ["s3:GetObject"], "Resource": [f"{arn}/{MEMBERSHIP_KEY}"]},
+        {"Sid": "NodesReadStatuses", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
+         "Action": ["s3:GetObject"], "Resource": [f"{arn}/{STATUS_PREFIX}*"]},
         {"Sid": "NodesWriteOwnStatus", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
          "Action": ["s3:PutObject"], "Resource": [f"{arn}/{OWN_STATUS}"]},
     ]}, sort_keys=True)
