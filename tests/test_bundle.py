@@ -42,7 +42,8 @@ def test_the_bundle_holds_the_role_scripts_the_node_package_and_a_manifest_namin
     manifest = b.manifest()
     assert {"manifest.json", "roles/head.sh", "roles/compute.sh", "hpcc_node/__init__.py", "hpcc_node/taxonomy.py",
             "hpcc_node/version.py", "infra/__init__.py", "infra/hosts_schema.py", "infra/settings_schema.py",
-            "examples/slurm/mpi.sbatch", "examples/slurm/torchrun.sbatch"} <= set(b.files)
+            "examples/slurm/mpi.sbatch", "examples/slurm/torchrun.sbatch",
+            "hpcc_node/health/xid_catalog.json"} <= set(b.files)  # data the node package reads at run time
     assert not [p for p in b.files if p.startswith("infra/") and p not in bundle_mod.SHARED_MODULES]
     assert (manifest["format"], manifest["cluster"], manifest["agentVersion"]) == (1, "bndl", "1")
     assert manifest["hpccVersion"] == bundle_mod.hpcc_version() and manifest["hooks"] == {"onNodeStart": [], "onNodeReady": []}
