@@ -69,6 +69,7 @@ CASES = [
     (groups({**GPU, "count": 4000}, {**CPU, "count": 97}), "cluster.nodeGroups", f"at most {MAX_NODES}"),
     (groups({**GPU, "count": MAX_NODES + 1}), "cluster.nodeGroups[0].count", f"less than or equal to {MAX_NODES}"),
     (groups({**GPU, "count": -1}), "cluster.nodeGroups[0].count", "greater than or equal to 0"),
+    (groups({**GPU, "count": 2, "spares": 1}), "cluster.nodeGroups[0].spares", "give cluster.scheduler: slurm"),
     (groups(GPU, {**CPU, "efa": True}), "cluster.nodeGroups[1].efa", "has no EFA"),
     (groups(GPU, {**CPU, "instanceType": "hpc7a.96xlarge", "market": "spot"}), "cluster.nodeGroups[1].market",
      "on-demand only"),

@@ -114,7 +114,7 @@ RULE_CASES = {"architecture", "efa_matches_type", "market_supported", "cluster_p
               "slurm_has_a_package", "slurm_node_defined",  # the second: tests/test_slurm_program.py
               "hook_files",  # also tests/test_hooks.py
               "subnet_holds_the_nodes",  # tests/test_subnets.py (the node cap lifted)
-              "group_names_unique", "node_cap"}  # tests/test_config_groups.py
+              "group_names_unique", "node_cap", "spares_need_slurm"}  # tests/test_config_groups.py
 
 
 def test_parsing_needs_no_instance_facts():
