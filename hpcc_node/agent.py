@@ -3,8 +3,9 @@ bootstrap's sync step (templates/steps/sync.sh.j2). It keeps the node on the clu
 follows Slurm on the head, and moves the node to the bundle the pointer names (hpcc_node/rollout.py).
 
 Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE conditional GET of the state
-bucket's membership.json (304 while it is unchanged: hpcc_node/controller/membership.py), ONE paced GetParameters
-of the settings and the bundle pointer, plus the canaries' statuses while a rollout is on. A newer membership
+bucket's membership.json (304 while it is unchanged: hpcc_node/controller/membership.py), which carries the bundle
+pointer and the settings' sha256; ONE paced GetParameters of the settings only when that sha256 changed (every tick
+when the membership carries none); plus the canaries' statuses while a rollout is on. A newer membership
 generation or changed settings are applied by the role script's `apply-membership` with the hosts text
 hpcc_node/hosts.py renders (the one writer of the membership files: hostfiles, env, SSH config, Slurm); nothing is
 restarted, so running jobs do not notice. One status write per change, to status/<instance ARN>.json. An error
@@ -15,6 +16,7 @@ is logged and retried next tick; the agent never fails its node.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import random
 import subprocess
@@ -99,6 +101,8 @@ class Agent:
         self.s3 = s3 if s3 is not None else awscli.client("s3", before=aws.pace)  # paced with the node's calls
         self.doc: Optional[Dict[str, Any]] = None  # the membership last read, and its ETag
         self.etag = ""
+        self.cached: Dict[str, Any] = {}  # the settings and the pointer as last read from SSM
+        self.settings_digest = ""  # the membership's settings_sha256 when they were read
         self.node = state.parse_state(state.read_text(config.path("node")) or "")
         self.settings: Settings = parse(state.read_text(config.path("settings")) or "")
         self.record = state.read_record(config.path("agent.json"))
@@ -125,11 +129,16 @@ class Agent:
     # -- what to read -------------------------------------------------------------------------------
     def rollout_on(self) -> bool:
         return bool(self.pointer_sha) and (self.pointer_sha != self.running or (
-            rollout.is_canary(self.node.node) and (self.verdict is None or self.verdict.state != "done")))
+            rollout.is_canary(self.node.node, self.canary_names()) and (self.verdict is None or self.verdict.state != "done")))
+
+    def canary_names(self) -> Tuple[str, ...]:
+        """The head and the membership's first compute node (rollout.canaries_of)."""
+        doc = self.doc or {}
+        return rollout.canaries_of([str(n.get("name")) for n in doc.get("nodes", []) if n.get("name")])
 
     def canaries(self) -> List[str]:
-        count = int(str(self.settings["NODE_COUNT"]))
-        return [n for n in rollout.CANARIES if n != self.node.node and (n == "head" or count >= 1)]
+        """The canaries whose statuses this node reads (itself excepted)."""
+        return [n for n in self.canary_names() if n != self.node.node]
 
     def names(self) -> List[str]:
         return [self.c.settings_parameter, self.c.bundle_parameter]
@@ -155,10 +164,24 @@ class Agent:
             self.doc = doc
 
     # -- one tick -----------------------------------------------------------------------------------
+    def read_parameters(self) -> Dict[str, Any]:
+        """The settings and the bundle pointer. The membership carries the pointer and the settings' sha256
+        (hpcc_node/controller/__main__.py follow_reader): SSM is read only when that sha256 changed, so settled
+        agents make no SSM request; without them (no controller yet) every tick reads both, as before."""
+        follow = (self.doc or {}).get("bundle") or {}
+        digest = str(follow.get("settings_sha256", ""))
+        if not digest or digest != self.settings_digest or self.c.settings_parameter not in self.cached:
+            self.cached = self.aws.get_parameters(self.names())
+            self.settings_digest = digest if self.c.settings_parameter in self.cached else ""
+        read = dict(self.cached)
+        if follow.get("sha256"):
+            read[self.c.bundle_parameter] = (0, json.dumps({k: follow.get(k) for k in ("sha256", "bucket", "key")}))
+        return read
+
     def tick(self) -> Optional[str]:
         """One look at the cluster; returns a bundle directory to re-execute from, if the node switched."""
         self.read_membership()
-        read = self.aws.get_parameters(self.names())
+        read = self.read_parameters()
         if self.c.settings_parameter not in read:
             raise AwsError(f"{self.c.settings_parameter} is missing; next tick")
         settings_text = read[self.c.settings_parameter][1]
@@ -233,7 +256,7 @@ class Agent:
         self.pointer_sha = pointer.sha256 if pointer else ""
         seen = {n: self.node_status(n) for n in self.canaries()} if pointer and self.rollout_on() else {}
         if pointer and any(v is not None for v in seen.values()):
-            if rollout.is_canary(self.node.node):  # its own part: it runs the target, or refused it
+            if rollout.is_canary(self.node.node, self.canary_names()):  # its own part: it runs the target, or refused it
                 seen[self.node.node] = {"bundle": self.running, "phase": "ready", "ok": True,
                                         "refused": self.refused_field()}
             self.verdict = rollout.canary_verdict(pointer.sha256, seen)
@@ -243,7 +266,7 @@ class Agent:
             self.verdict = None
         move = rollout.next_move(self.node.node, self.running, pointer, self.record.refused, self.verdict,
                                  self.done_since.get(pointer.sha256) if pointer else None, self.clock(),
-                                 self.record.previous)
+                                 self.record.previous, self.canary_names())
         self.rollout_note = move.reason if move.action == "halted" and self.node.node == "head" else None
         if move.action == "switch" and pointer:
             return self.switch(pointer)

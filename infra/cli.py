@@ -163,7 +163,7 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
     if not found.nodes and not found.groups:
         raise fail(f"nothing tagged hpcc:cluster={name} found; check the name and --region", 1)
     show(Console(), found)
-    if any(r.failed for r in found.nodes) or found.alerts:
+    if any(r.failed for r in found.nodes) or found.alerts or found.controller_down:
         raise typer.Exit(1)
 
 

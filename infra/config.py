@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from infra import settings_schema
 from infra.config_nodes import (GROUP_NAME, LEGACY_GROUP, MAX_GROUPS, MAX_NODES, RESERVED_GROUP_NAMES,  # noqa: F401
-                                ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of, root_volume)
+                                ComputeNodes, HeadNode, NodeGroup, _Model, group_of, root_volume)
 from infra.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
 
 CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{1,30}[a-z0-9]")  # fullmatch: `$` would let a trailing newline in
@@ -54,9 +54,6 @@ DLAMI_OWNER = "898082745236"
 Scheduler = Literal["none", "slurm"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 assert SCHEDULERS == settings_schema.SCHEDULERS  # the nodes' copy (infra/settings_schema.py)
-
-
-_Model = ConfigModel  # the base of every config model (unknown keys are errors)
 
 
 class Image(_Model):

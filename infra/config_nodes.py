@@ -1,4 +1,5 @@
-"""The stack config's node models: the head node, `compute:` and `nodeGroups:` (infra/config.py composes them)."""
+"""The config's node sections: the head, `compute:` and `nodeGroups:` (one group each), with the base model every
+config section shares. Re-exported by infra/config.py, where the whole config is read."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 
-class ConfigModel(BaseModel):
+class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
 
 
@@ -20,7 +21,7 @@ def root_volume(default: int = 200):
                  serialization_alias="rootVolumeGiB")
 
 
-class HeadNode(ConfigModel):
+class HeadNode(_Model):
     instance_type: str = "m6i.2xlarge"
     root_volume_gib: int = root_volume()
 
@@ -34,7 +35,7 @@ LEGACY_GROUP = "compute"  # what `compute:` means: one group of this name
 MAX_GROUPS = 16  # each group is an entry of /hpcc/<c>/groups, whose 8 KB hold 16 (infra/groups_param.py)
 
 
-class ComputeNodes(ConfigModel):
+class ComputeNodes(_Model):
     instance_type: str
     count: int = Field(ge=1, le=MAX_NODES)
     efa: bool | None = Field(None, description="default: on wherever the type supports EFA")

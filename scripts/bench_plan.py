@@ -90,7 +90,8 @@ def child_bare(nodes: int) -> dict:
 
     class Echo(pulumi.runtime.Mocks):
         def new_resource(self, args):
-            return f"{args.name}-id", {**args.inputs, "privateIp": "10.0.16.9", "latestVersion": 1,
+            return f"{args.name}-id", {"arn": f"arn:aws:iam::123456789012:role/{args.name}", "name": args.name,
+                                       **args.inputs, "privateIp": "10.0.16.9", "latestVersion": 1,
                                        "rootDeviceName": "/dev/sda1"}
 
         def call(self, args):

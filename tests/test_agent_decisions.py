@@ -133,3 +133,11 @@ def test_the_agent_reads_its_own_protocol_and_the_one_before_only():
     assert status.read(json.dumps({"phase": "ready", "protocol": 1})) is not None
     assert status.read(json.dumps({"phase": "ready", "protocol": 2})) is None
     assert status.read("not json") is None
+
+
+def test_the_canaries_are_the_head_and_the_memberships_first_compute_node_whatever_the_groups():
+    assert rollout.canaries_of(["gpu-000", "compute-001", "compute-000"]) == ("head", "compute-000")
+    assert rollout.canaries_of(["gpu-1000", "gpu-002", "gpu-999"]) == ("head", "gpu-002")  # a hole; number order
+    assert rollout.canaries_of([]) == ("head",)
+    assert rollout.next_move("gpu-002", A, PTR, {}, None, None, 0, canaries=("head", "gpu-002")).action == "switch"
+    assert rollout.next_move("compute-000", A, PTR, {}, None, None, 0, canaries=("head", "gpu-002")).action == "wait"

@@ -205,3 +205,39 @@ def test_the_heads_agent_reports_slurms_states_and_writes_no_node_state(tmp_path
     assert [argv for argv in a.run.calls if argv[0] == "scontrol"] == []
     assert aws.status("head")["slurm"] == {"idle": "compute-000", "drained": "compute-002"}
     assert (tmp_path / "head/run/hpcc-slurm.json").read_text() == '"idle": "compute-000", "drained": "compute-002"\n'
+
+
+def test_with_the_controllers_settings_digest_a_settled_agent_makes_no_ssm_request(tmp_path):
+    """The membership carries the bundle pointer and the settings' sha256 (the controller's follow()): SSM is read
+    when that changes only. 4,096 settled agents then ask SSM nothing (issue 19: at most 5 requests/s)."""
+    from hpcc_node.controller.__main__ import follow
+
+    aws = FakeAws()
+    cluster(aws)
+
+    def publish(settings_text: str, pointer: str = "") -> None:
+        aws.generation += 1
+        doc = membership_doc(FOUR, aws.generation)
+        doc["bundle"] = follow(pointer, settings_text)
+        aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    publish(SETTINGS)
+    a, sha = make_agent(tmp_path, aws, "compute-000", ip="10.0.0.5")  # a canary: it moves first
+    a.tick()
+    del aws.calls[:]
+    a.tick()
+    a.tick()
+    assert [c for c in aws.calls if c[0] == "get"] == []  # no SSM: the digest did not change
+    changed = SETTINGS.replace("SLOTS=8", "SLOTS=16")
+    aws.put(f"{P}/settings", changed)
+    publish(changed)
+    a.tick()
+    assert [c for c in aws.calls if c[0] == "get"] == [("get", (f"{P}/settings", f"{P}/bundle"))]
+    assert a.settings["SLOTS"] == "16"
+    packed, new = bundles.build(SCRIPTS, {"hpcc_node/extra.py": "X = 2\n"})
+    aws.objects[("hpcc-llm-bundles", f"bundles/{new}.tar.gz")] = packed  # the pointer in the membership only
+    publish(changed, json.dumps({"sha256": new, "bucket": "hpcc-llm-bundles", "key": f"bundles/{new}.tar.gz"}))
+    del aws.calls[:]
+    for _ in range(3):
+        a.tick()
+    assert ("object", f"bundles/{new}.tar.gz") in aws.calls and not [c for c in aws.calls if c[0] == "get"]
+    assert running(a.c) == new

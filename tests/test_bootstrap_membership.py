@@ -383,3 +383,28 @@ def test_status_names_the_instance_and_the_applied_hosts_version(tmp_path):
     out = run(COMMON, preamble(tmp_path) + "HPCC_STEP=sync\nstatus_json ready true applied", ctx_for(tmp_path))
     status = json.loads(out.stdout)
     assert (status["instanceId"], status["hostsVersion"]) == ("i-0abc", 7) and re.fullmatch(r"i-\w+", status["instanceId"])
+
+
+# -- the head's controller -------------------------------------------------------------------------
+
+def test_the_head_starts_one_controller_with_its_identity_and_the_boxs_timers(fake):
+    """Without systemd (the box) a supervised daemon under a lock, started once; its environment names the head's
+    instance and address, the account and the scheduler, and passes HPCC_CONTROLLER_* timers on."""
+    tmp_path, bin_dir, env = fake
+    tool(bin_dir, "python3", f'echo "$PPID $$" >>{tmp_path}/pids\n'  # its supervisor's and its own, to stop them
+                             f'echo "$HPCC_INSTANCE_ID $HPCC_NODE_IP $HPCC_CONTROLLER_LOOP_SECONDS $*" >>{tmp_path}/started\n'
+                             'exec sleep 30\n')
+    ctx = ctx_for(tmp_path, role="head")
+    script = (preamble(tmp_path) + "HPCC_NODE=head\nHPCC_IP=10.0.0.4\nHPCC_CURRENT=/opt/hpcc/current\n"
+              "HPCC_CONTROLLER_LOCK=" + str(tmp_path / "ctl.lock") + "\n"
+              "start_controller; start_controller; sleep 1\ncat /etc/hpcc/controller.env\n"
+              f'kill $(cat {tmp_path}/pids) || true')
+    out = private_run(COMMON + ["identify", "sync"], script, ctx, {**env, "HPCC_CONTROLLER_LOOP_SECONDS": "5"},
+                      over=["/run", "/var/log"], overlay=["/etc"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("started the controller") == 1 and "controller already running" in out.stdout
+    lines = out.stdout.splitlines()
+    for line in ("HPCC_CLUSTER=llm", "HPCC_INSTANCE_ID=i-0abc", "HPCC_NODE_IP=10.0.0.4", "HPCC_ACCOUNT=123456789012",
+                 "HPCC_SCHEDULER=" + ctx.settings.scheduler, "HPCC_CONTROLLER_LOOP_SECONDS=5", "PYTHONPATH=/opt/hpcc/current"):
+        assert line in lines, line
+    assert (tmp_path / "started").read_text().split() == ["i-0abc", "10.0.0.4", "5", "-m", "hpcc_node.controller"]

@@ -57,8 +57,10 @@ def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
     """What each example and role changes in the script (the snapshots cover the rest, once per role)."""
     script = CASES[name]
     assert script.splitlines()[1].startswith(f"# hpcc node script: cluster {ctx.cluster}, {ctx.role} node ({ctx.instance_type}).")
-    for path in (ctx.hosts_parameter, ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
+    for path in (ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
         assert f'"{path}"' in script, path
+    assert f"hpcc-{ctx.cluster}-state-" in script  # the state bucket's name, when the settings give none
+    assert ("python3 -m hpcc_node.controller" in script) == (ctx.role == "head")
     assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
     key_step = "head_key" if ctx.role == "head" else "compute_key"
     assert f"  {key_step} || fail" in script

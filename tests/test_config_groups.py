@@ -111,3 +111,15 @@ def test_node_names_agree_with_the_controllers():
         assert naming.node_name("a1", i) == model.node_name("a1", i)
     assert (naming.TAG_GROUP, naming.TAG_NODE, naming.TAG_CLUSTER, naming.TAG_ROLE) == (
         model.TAG_GROUP, model.TAG_NODE, model.TAG_CLUSTER, model.TAG_ROLE)
+
+
+def test_the_store_names_agree_with_the_controller_and_the_policy_pack():
+    from hpcc_node.controller import membership
+
+    from infra import naming
+    from policy import bucket_rules
+
+    assert (naming.MEMBERSHIP_KEY, naming.STATUS_PREFIX) == (membership.KEY, membership.STATUS_PREFIX)
+    m = bucket_rules.STATE_BUCKET.match(naming.state_bucket("my-cluster", "123456789012"))
+    assert m and (m.group("cluster"), m.group("account")) == ("my-cluster", "123456789012")
+    assert not bucket_rules.STATE_BUCKET.match(naming.bundle_bucket("my-cluster", "123456789012"))

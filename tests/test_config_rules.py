@@ -197,7 +197,7 @@ def test_every_key_the_readme_names_is_read_in_that_spelling():
     assert {"headNode.rootVolumeGiB", "compute.rootVolumeGiB", "fsx.perUnitStorageThroughput",
             "bootstrap.joinTimeoutMinutes", "security.imdsForContainers", "tags"} <= set(keys)
     for key in keys:
-        overrides = {key.replace(".", "__"): [{"probe": 1}]}  # a value no key takes: a type error, never "unknown"
+        overrides = {key.replace(".", "__"): [["probe"]]}  # a value no key takes: a type error, never "unknown"
         found = problems(**overrides)
         assert found and all(msg != "" for _, msg in found), key
         assert not [m for f, m in found if "unknown key" in m], (key, found)

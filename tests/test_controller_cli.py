@@ -127,9 +127,24 @@ def test_the_controller_process_launches_names_and_publishes_with_the_head(serve
     doc, _ = membership.read(awscli.client("s3"), BUCKET)
     assert doc["head"] == {"name": "head", "ip": "10.0.0.4", "instance": "i-0head"}
     assert sorted(n["name"] for n in doc["nodes"]) == names and doc["groups"] == {"gpu": 2}
+    import hashlib  # the nodes read the settings from SSM only when this changes
+    assert doc["bundle"] == {"settings_sha256": hashlib.sha256(b"SCHEDULER=none\n").hexdigest()}
     tags = {t["ResourceId"]: t["Value"] for t in ec2.describe_tags(
         Filters=[{"Name": "key", "Values": ["hpcc:node"]}])["Tags"]}
     assert sorted(tags[i] for i in ids) == names
+    # The nodes report as the bootstrap and the agent do (hpcc_node/status.py): gpu-000 at its own key; gpu-001's
+    # report under another instance's key is no report. The next loop takes gpu-000 for ready, gpu-001 boots on.
+    from hpcc_node import status
+    by_name = {read_name(ddb, TABLE, i): i for i in ids}
+    s3 = awscli.client("s3")
+    for name, key_instance in (("gpu-000", by_name["gpu-000"]), ("gpu-001", "i-0ffffffffffffffff")):
+        body = status.status({"node": name, "ip": "10.0.0.9", "instanceId": by_name[name], "hostsVersion": 1},
+                             "ready", True, "bootstrap finished", bundle="", log_tail=[], step="ready")
+        s3.put_object(Bucket=BUCKET, Key=membership.status_key(membership.instance_arn("aws", REGION, ACCOUNT, key_instance)),
+                      Body=body.encode())
+    assert main_mod.main(["--once"], env) == 0
+    doc, _ = membership.read(s3, BUCKET)
+    assert {n["name"]: n["state"] for n in doc["nodes"]} == {"gpu-000": "ready", "gpu-001": "booting"}
 
 
 def test_the_controller_refuses_to_start_without_its_settings_naming_what_is_missing(server, caplog):

@@ -67,7 +67,7 @@ def test_unknown_names_write_nothing_and_list_the_known_ones(f):
     assert out.exit_code == 2 and "Traceback" not in out.output
     text = " ".join(out.output.split())
     assert "not a node of cluster 'fleet': gpu-009, head" in text and "gpu-000, gpu-001, gpu-002" in text
-    assert "`hpcc up` replaces it" in text
+    assert "the head is Pulumi's, not the controller's: `pulumi up --replace" in text
     assert slots(f) == before
 
 
@@ -107,3 +107,10 @@ def test_a_request_racing_the_controllers_write_is_kept(f):
 def test_naming_nothing_is_a_usage_error():
     with pytest.raises(UnknownNodes, match="name at least one node"):
         request(None, TABLE, C, [], ["gpu-000"])
+
+
+def test_a_slot_that_keeps_changing_is_a_message_not_a_traceback(f, monkeypatch):
+    monkeypatch.setattr("infra.ops.replace.RETRIES", 0)
+    out = replace_cli("gpu-000")
+    assert out.exit_code == 1 and "the slot changed 0 times while asking; run hpcc replace again" in out.output
+    assert "Traceback" not in out.output and not slots(f)["gpu-000"].replace_requested

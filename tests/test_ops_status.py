@@ -201,3 +201,17 @@ def test_each_node_shows_its_health_verdict_with_the_check_and_the_controllers_a
     headers = lambda rows: [c.header for c in table(C, rows).columns]  # noqa: E731
     assert "health" in headers(status().nodes)
     assert "health" not in headers([r for r in status().nodes if not r.health])  # no node runs the checks
+
+
+def test_a_controller_whose_lease_expired_is_reported_not_running(f):
+    out = status_cli()
+    assert out.exit_code == 0 and "controller: head-1 holds the lease" in out.output
+    f.ddb.update_item(TableName=f.table, Key={"pk": {"S": "lease"}}, UpdateExpression="SET expires = :e",
+                      ExpressionAttributeValues={":e": {"N": str(f.clock() - 600)}})
+    found = status()
+    assert found.controller == "head-1" and found.controller_down and -700 < found.lease_left <= -600
+    out = status_cli()
+    text = " ".join(out.output.split())
+    assert out.exit_code == 1 and "controller not running (its lease expired" in text
+    assert "systemctl status hpcc-controller" in text
+

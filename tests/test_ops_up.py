@@ -77,7 +77,7 @@ def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
 
 INSTANCE = "aws:ec2/instance:Instance"
 PARAM = "aws:ssm/parameter:Parameter"
-NODES = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
+NODES = ["head"]  # the one Pulumi instance: the controller launches the groups' nodes
 
 
 def all_ready(env):
@@ -98,10 +98,10 @@ def ops(stack):
 def test_up_stops_before_replacing_an_instance_unless_allowed(tmp_path):
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
-        urn = stack.urn("cpu-oneccl-compute-001")
+        urn = stack.urn("cpu-oneccl-head")  # compute instances are the controller's, not Pulumi's: the head is one
         stack.events = lambda _: replacement_events(urn, INSTANCE, keys=["launchTemplate.version"])
         out = console()
-        with pytest.raises(OpsError, match=r"replace instance cpu-oneccl-compute-001 \(launchTemplate.version\)"):
+        with pytest.raises(OpsError, match=r"replace instance cpu-oneccl-head \(launchTemplate.version\)"):
             quick_up(stack, tmp_path, out)
         assert ops(stack) == ["preview"]  # nothing applied
         assert "preview: 1 to replace" in out.export_text()
@@ -114,8 +114,8 @@ def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_i
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
         stack.events = lambda _: [
-            pre_event("update", stack.urn("cpu-oneccl-hosts-param"), PARAM, diffs=["value"]),
-            pre_event("create", stack.urn("cpu-oneccl-compute-003").replace("compute-003", "compute-004"), INSTANCE),
+            pre_event("update", stack.urn("cpu-oneccl-groups-param"), PARAM, diffs=["value"]),  # a group grown
+            pre_event("create", stack.urn("cpu-oneccl-head").replace("-head", "-extra"), INSTANCE),
             pre_event("same", stack.urn("cpu-oneccl-head"), INSTANCE)]
         all_ready(env)
         out = console()
@@ -166,14 +166,14 @@ def test_update_image_without_a_pin_in_the_state_says_so(tmp_path):
 def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, monkeypatch):
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
-        urn = stack.urn("cpu-oneccl-compute-002")
+        urn = stack.urn("cpu-oneccl-head")
         stack.events = lambda _: [pre_event("delete", urn, INSTANCE)]
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
         monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
         args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
                 "--hostfile", str(tmp_path / "hostfile")]
         out = CliRunner().invoke(app, args)
-        assert out.exit_code == 1 and "delete instance cpu-oneccl-compute-002" in out.output
+        assert out.exit_code == 1 and "delete instance cpu-oneccl-head" in out.output
         assert "--allow-replace" in out.output and ops(stack) == ["preview"]
         all_ready(env)
         out = CliRunner().invoke(app, [*args, "--allow-replace"])

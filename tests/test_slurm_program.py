@@ -227,7 +227,7 @@ def test_no_key_passes_through_the_program(with_slurm):
 def test_turning_slurm_on_for_a_running_cluster_replaces_nothing(with_slurm):
     changes = {(c.name, c.action) for c in with_slurm.changes}
     assert changes == {("bert-munge-key", "create"), ("bert-head-policy", "update"), ("bert-node-policy", "update"),
-                       ("bert-settings-param", "update")}
+                       ("bert-settings-param", "update"), ("bert-groups-param", "update")}  # the groups' Slurm nodes
     assert not [c for c in with_slurm.changes if c.type == INSTANCE]
 
 

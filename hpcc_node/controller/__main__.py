@@ -13,6 +13,7 @@ HPCC_CONTROLLER_LOG, and HPCC_CONTROLLER_<TIMER> for any field of timers.Timers 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -101,15 +102,30 @@ def groups_reader(ssm: Any, cluster: str) -> Callable[[], Sequence[Group]]:
     return groups
 
 
-def bundle_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
-    """The bundle pointer, carried in the membership for the nodes (empty when it cannot be read)."""
-    def bundle() -> Mapping[str, Any]:
+def follow(pointer_text: str, settings: str) -> Dict[str, Any]:
+    """What the membership carries for the nodes to follow: the bundle pointer and the settings' sha256 (a node
+    reads the settings from SSM only when it changes: hpcc_node/agent.py read_parameters)."""
+    try:
+        pointer = json.loads(pointer_text or "{}")
+    except ValueError:
+        pointer = {}
+    out = dict(pointer) if isinstance(pointer, dict) else {}
+    if settings:
+        out["settings_sha256"] = hashlib.sha256(settings.encode()).hexdigest()
+    return out
+
+
+def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
+    """Each loop: ONE GetParameters of the bundle pointer and the settings (empty when they cannot be read)."""
+    names = [f"/hpcc/{cluster}/bundle", f"/hpcc/{cluster}/settings"]
+
+    def read() -> Mapping[str, Any]:
         try:
-            doc = json.loads(read_parameter(ssm, f"/hpcc/{cluster}/bundle") or "{}")
-        except (ValueError, awscli.ClientError):
+            found = {p["Name"]: p["Value"] for p in ssm.get_parameters(Names=names).get("Parameters", [])}
+        except awscli.ClientError:
             return {}
-        return doc if isinstance(doc, dict) else {}
-    return bundle
+        return follow(found.get(names[0], ""), found.get(names[1], ""))
+    return read
 
 
 def setup_log(path: str) -> logging.Logger:
@@ -143,7 +159,7 @@ def build(env: Mapping[str, str], run: Callable[..., Any] = None, clock: Callabl
     head = {"name": "head", "ip": env["HPCC_NODE_IP"], "instance": env["HPCC_INSTANCE_ID"]}
     step = loop.build_step(ec2, ddb, s3, cluster, table, bucket, groups_reader(ssm, cluster), env["HPCC_INSTANCE_ID"],
                            clock, slurm_run=loop.scontrol if slurm else None,
-                           slurm_read=loop.scontrol_nodes if slurm else None, bundle=bundle_reader(ssm, cluster),
+                           slurm_read=loop.scontrol_nodes if slurm else None, bundle=follow_reader(ssm, cluster),
                            head=head, timers=timers)
     LOG.info("controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s", cluster,
              env["HPCC_INSTANCE_ID"], env["HPCC_NODE_IP"], table, bucket, timers.loop_seconds,

@@ -21,7 +21,7 @@ from hpcc_node.controller import model
 from infra.naming import HEAD
 from infra.ops.aws import Aws
 from infra.ops.status import ClusterStatus, GroupRow, NodeStatus, cluster_status
-from infra.ops.status_view import node_text, print_failures, what_controller_does
+from infra.ops.status_view import controller_line, node_text, print_failures, what_controller_does
 
 LOG_TAIL_LINES = 10
 
@@ -105,7 +105,8 @@ def wait_ready(aws: Aws, cluster: str, asked: dict[str, int], timeout: float, po
             fresh = [r for r in result.status.nodes if r.failed and (r.node, r.instance_id) not in seen]
             seen.update((r.node, r.instance_id) for r in fresh)
             print_failures(console, result.status, fresh, LOG_TAIL_LINES)  # as they happen, once per instance
-            progress.update(tasks[HEAD], completed=int(result.done(result.head)), note=result.head.phase)
+            down = "; controller not running" if result.status.controller_down and result.done(result.head) else ""
+            progress.update(tasks[HEAD], completed=int(result.done(result.head)), note=result.head.phase + down)
             rows = {g.name: g for g in result.status.groups}
             for g in asked:
                 row = rows.get(g, GroupRow(g))
@@ -135,6 +136,8 @@ def why_waiting(result: Readiness, r: NodeStatus) -> Text:
 
 def report_failures(console: Console, result: Readiness) -> None:
     """At the end: what is still failed (each was named, with its log, when it failed) and what is stuck."""
+    if result.status.controller_down and not result.ok:
+        console.print(controller_line(result.status), highlight=False)
     for r in result.status.nodes:
         if r.failed:
             console.print(Text.assemble(node_text(f"{r.node} is failed: ", "bold red"), node_text(r.message or r.reason)),

@@ -28,6 +28,10 @@ class UnknownNodes(ValueError):
     """A NODE argument that is not a name in the ledger (a usage error: exit 2)."""
 
 
+class Busy(RuntimeError):
+    """The slot kept changing under the request (the controller writing it each time): try again."""
+
+
 @dataclass(frozen=True)
 class Requested:
     node: str
@@ -49,7 +53,8 @@ def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> Li
     unknown = [n for n in wanted if n not in known]
     if unknown:
         listed = ", ".join(sorted(known)) or "none (the controller has named no node yet)"
-        head = " (the head is not replaced by the controller: `hpcc up` replaces it)" if "head" in unknown else ""
+        head = (" (the head is Pulumi's, not the controller's: `pulumi up --replace <the head's URN>` replaces it)"
+                if "head" in unknown else "")
         raise UnknownNodes(f"not a node of cluster {cluster!r}: {', '.join(unknown)}{head}; its nodes are: {listed}")
     return list(dict.fromkeys(wanted))
 
@@ -79,7 +84,7 @@ def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Seq
             out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc.get("state", "")))
             break
         else:
-            raise RuntimeError(f"{name}: the slot changed {RETRIES} times while asking; run hpcc replace again")
+            raise Busy(f"{name}: the slot changed {RETRIES} times while asking; run hpcc replace again")
     return out
 
 

@@ -12,7 +12,8 @@ from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.ops import store
 from infra.ops.aws import Aws
 from infra.ops.readiness import report_failures, summary_line, wait_ready
-from infra.ops.replace import UnknownNodes, check_names, known_names, plan_text, request
+from infra.ops import OpsError
+from infra.ops.replace import Busy, UnknownNodes, check_names, known_names, plan_text, request
 
 __all__ = ["UnknownNodes", "run_replace"]
 
@@ -23,7 +24,10 @@ def run_replace(aws: Aws, cluster: str, nodes: Sequence[str], console: Console, 
     where = store.names(aws, cluster)
     loaded = store.load_ledger(aws, where.table)
     check_names(known_names(loaded.slots), nodes, cluster)  # a typo writes nothing and asks nothing more
-    done = request(aws.client("dynamodb"), where.table, cluster, nodes, known_names(loaded.slots))
+    try:
+        done = request(aws.client("dynamodb"), where.table, cluster, nodes, known_names(loaded.slots))
+    except Busy as e:
+        raise OpsError(str(e)) from None
     for line in plan_text(done, cluster, TIMERS.loop_seconds):
         console.print(line, markup=False, highlight=False)
     if wait_seconds <= 0:

@@ -106,6 +106,12 @@ class ClusterStatus:
     alerts: list[str] = field(default_factory=list)
     generation: int | None = None
     notes: list[str] = field(default_factory=list)
+    controller: str = ""  # who holds the ledger's lease ("" : nobody)
+    lease_left: float = 0.0  # seconds the lease still runs; <= 0: expired, the controller is not running
+
+    @property
+    def controller_down(self) -> bool:
+        return self.lease_left <= 0 and bool(self.nodes or self.groups)
 
     def rows(self) -> dict[str, NodeStatus]:
         return {r.node: r for r in self.nodes}
@@ -277,7 +283,10 @@ def cluster_status(aws: Aws, cluster: str, clock=time.time) -> ClusterStatus:
     raw = store.cluster_instances(aws, cluster)
     loaded = store.load_ledger(aws, where.table)
     found = store.statuses(aws, where.bucket, {i["InstanceId"] for i in raw})
-    out = build(cluster, raw, loaded, found.by_instance, store.groups(aws, cluster), clock(),
+    now = clock()
+    out = build(cluster, raw, loaded, found.by_instance, store.groups(aws, cluster), now,
                 scheduler(settings) == "slurm")
     out.notes += found.notes
+    out.controller, until = store.lease(aws, where.table)
+    out.lease_left = until - now
     return out

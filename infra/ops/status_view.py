@@ -98,7 +98,8 @@ def what_controller_does(r: NodeStatus, protected: str = "") -> str:
     """What happens to a failed or dead node next, in the controller's terms (hpcc_node/controller/decide.py)."""
     if r.role == HEAD:
         return ("the head runs the controller: nothing replaces it automatically; nodes keep running their jobs. "
-                "`hpcc up` creates a new head, which adopts the cluster from the ledger")
+                "Replace it through Pulumi (`pulumi up --replace <the head's URN>`, `pulumi stack --show-urns`); "
+                "the new head's controller adopts the cluster from the ledger and the tags")
     if r.slot == model.REPLACING:
         return "being replaced: the controller terminates its instance, then the name moves to a new one"
     if r.replace_requested:
@@ -158,8 +159,20 @@ def summary(status: ClusterStatus) -> str:
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
+def controller_line(status: ClusterStatus) -> Text:
+    """Is the controller running? Its lease in the ledger is renewed every loop (hpcc_node/controller/timers.py)."""
+    if status.lease_left > 0:
+        return Text.assemble("controller: ", node_text(status.controller),
+                             f" holds the lease ({status.lease_left:.0f} s left; renewed every loop)")
+    since = "never started" if not status.controller else f"its lease expired {-status.lease_left:.0f} s ago"
+    return Text.assemble(Text("controller not running", style="bold red"), f" ({since}): nodes keep running their "
+                         "jobs, but nothing is launched, replaced or published until it runs again; on the head: "
+                         "`systemctl status hpcc-controller`, /var/log/hpcc/controller.log")
+
+
 def show(console, status: ClusterStatus) -> None:
     """Everything `hpcc status` prints, in reading order."""
+    console.print(controller_line(status), highlight=False)
     if status.groups:
         console.print(group_table(status.cluster, status.groups))
     print_alerts(console, status)

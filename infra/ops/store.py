@@ -80,6 +80,16 @@ def load_ledger(aws: Aws, table: str) -> Loaded:
         raise
 
 
+def lease(aws: Aws, table: str) -> tuple[str, float]:
+    """Who holds the controller's lease and until when (epoch seconds); ("", 0) when nobody ever did."""
+    try:
+        return aws.backoff.run(Ledger(aws.client("dynamodb"), table, READER, time.time).holder)
+    except ClientError as e:
+        if _missing(e):
+            return "", 0.0
+        raise
+
+
 def groups(aws: Aws, cluster: str) -> list[dict]:
     """The groups the program wrote to `/hpcc/<c>/groups` ({"format": 1, "groups": [...]}); [] when absent."""
     try:

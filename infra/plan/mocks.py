@@ -274,6 +274,8 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
                 raise
             raise AwsRejected(name, exc.code, f"{exc.message}: {fix(exc.fits)}") from None
         value = i["insecureValue"] if i.get("insecureValue") is not None else i["value"]
+        if name.endswith("-groups-param"):  # where the controller will launch every group's nodes
+            aws_rules.check_group_addresses(name, value, self._subnet_cidr, self._subnet_used)
         self.ssm.put_parameter(Name=i["name"], Value=value, Type=i.get("type", "String"),
                                Tier=i.get("tier", "Standard"), Description=i.get("description", ""), Tags=_tags(i))
         return i["name"], {"arn": f"arn:aws:ssm:{self.region}:{self.account}:parameter{i['name']}", "version": 1}

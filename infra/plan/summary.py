@@ -54,17 +54,18 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     console.print(tree)
 
     nodes = Table(title="Nodes", show_lines=False)
-    for col in ("group", "type", "count", "names", "slots", "market"):
-        nodes.add_column(col)
+    for col in ("group", "type", "count", "first node", "last node", "slots", "market"):
+        nodes.add_column(col, no_wrap=col.endswith("node") or col == "type")
     head = outputs["headNode"]
-    row(nodes, "head", cluster.head_node.instance_type, 1,
-        "head " + head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-", "on-demand")
+    row(nodes, "head", cluster.head_node.instance_type, 1, "head", "", "-", "on-demand")
     for group in outputs["nodeGroups"]:
-        row(nodes, group["name"], group["instanceType"], group["count"], group["nodes"] or "(none yet)",
-            group["slots"], group["market"])
+        first, _, last = group["nodes"].partition("..")
+        row(nodes, group["name"], group["instanceType"], group["count"], first or "(none)", last or "", group["slots"],
+            group["market"])
     console.print(nodes)
-    console.print("The controller on the head launches each group (EC2 Fleet) and names its nodes; EC2 picks their "
-                  "addresses at launch.")
+    console.print(f"Head: {head['privateIp']}" + (f" (public {head['publicIp']})" if head.get("publicIp") else "")
+                  + ". The controller on the head launches each group (EC2 Fleet) and names its nodes; EC2 picks "
+                  "their addresses at launch.")
 
     fsx = outputs["fsx"]
     console.print(f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "

@@ -139,8 +139,8 @@ retry_cmd() {
   return 1
 }
 # --- settings
-HPCC_API_INTERVAL_MS=136567
-HPCC_POLL_SECONDS=137
+HPCC_API_INTERVAL_MS=17100
+HPCC_POLL_SECONDS=18
 HPCC_API_BACKOFF_SECONDS=2
 HPCC_API_ATTEMPTS=6
 HPCC_TIMEOUT_MINUTES=240
@@ -158,6 +158,7 @@ HPCC_SLURM_GPUS=""
 HPCC_HEALTH_DIAG_LEVEL="2"
 HPCC_STATE_BUCKET=""
 HPCC_LEDGER_TABLE=""
+export HPCC_STATE_BUCKET HPCC_LEDGER_TABLE
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
@@ -360,10 +361,10 @@ primary_ip() {
 parameter_fields() { grep -oE '"([^"\\]|\\.)*"|[0-9]+' | sed -e 's/^"//' -e 's/"$//' | paste - - -; }
 
 read_settings() {
-  local out name version value found=0
+  local out name value found=0
   out=$(aws_retry ssm get-parameters --names "/hpcc/llm/settings" \
     --query 'Parameters[].[Name,Version,Value]' --output json) || return 1
-  while IFS=$'\t' read -r name version value; do
+  while IFS=$'\t' read -r name _ value; do
     [ "$name" = "/hpcc/llm/settings" ] || continue
     HPCC_READ_SETTINGS=${value//\\n/$'\n'}; found=1
   done < <(parameter_fields <<<"$out")
@@ -371,7 +372,7 @@ read_settings() {
 }
 
 parse_hosts() {
-  local lines=() line name ip problem n=0 names=() hosts=()
+  local lines=() line name ip problem n=0 listed_names=() listed_ips=()
   local -A seen=()
   mapfile -t lines < <(grep -v '^[[:space:]]*$' <<<"$1" || true)
   [ "${#lines[@]}" -gt 0 ] || { echo "the hosts text is empty" >&2; return 1; }
@@ -386,9 +387,9 @@ parse_hosts() {
     [ -n "$problem" ] || [ -z "${seen[a$ip]+set}" ] || problem="$ip is listed twice (line ${seen[a$ip]})"
     [ -z "$problem" ] || { echo "hosts line $n: $problem" >&2; return 1; }
     seen[n$name]=$n seen[a$ip]=$n
-    names+=("$name") hosts+=("$ip")
+    listed_names+=("$name") listed_ips+=("$ip")
   done
-  HPCC_NAMES=("${names[@]}") HPCC_HOSTS=("${hosts[@]}")
+  HPCC_NAMES=("${listed_names[@]}") HPCC_HOSTS=("${listed_ips[@]}")
 }
 
 node_account() {
@@ -490,7 +491,7 @@ identify_node() {
   HPCC_NODE=$name
   HPCC_STATUS_KEY=$(status_key)
   wait_membership
-  log "this is $HPCC_NODE ($HPCC_IP, $HPCC_INSTANCE_ID), one of $(( ${#HPCC_HOSTS[@]} )) nodes listed of llm (membership generation $HPCC_HOSTS_VERSION); at most $HPCC_TIMEOUT_MINUTES min"
+  log "this is $HPCC_NODE ($HPCC_IP, $HPCC_INSTANCE_ID) of llm: ${#HPCC_HOSTS[@]} node(s) listed of $(( HPCC_NODE_COUNT + 1 )) asked (membership generation $HPCC_HOSTS_VERSION); at most $HPCC_TIMEOUT_MINUTES min"
 }
 # --- os
 os_id() {
@@ -1067,9 +1068,10 @@ step_slurm() {
   install -d -o munge -g munge -m 0755 /run/munge
   daemon munge /run/munge/munged.pid "$changed" runuser -u munge -- munged
   slurm_daemons
-  log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?')"
+  log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); the settings' node definition: ${HPCC_SLURM_NODE:-none}, ${HPCC_SLURM_GPUS:-0} GPU(s)"
 }
 # --- sync
+# --- controller
 start_controller() { :; }
 
 HPCC_CURRENT=/opt/hpcc/current
