@@ -49,7 +49,8 @@ def test_a_fatal_xid_downs_the_node_requeues_its_job_and_replaces_it_and_a_perso
     victim = fleet.node("a-000")
     verdict = victim.file("/run/hpcc-health.verdict")
     assert verdict.exists() and "status=ok" in verdict.read_text(), "the agent's health thread wrote no verdict"
-    assert fleet.status("a-000").get("health") == "ok", fleet.status("a-000")
+    wait_for(lambda: fleet.status("a-000").get("health") == "ok", 60, fleet,
+             why="a-000's agent reporting its health verdict (its status follows the bootstrap's within a tick)")
 
     person = fleet.head.run("scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")
     assert person.returncode == 0, person.stderr
