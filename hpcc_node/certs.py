@@ -1,0 +1,319 @@
+"""Host certificates by the cluster's host CA (issue 22 item 4), a key of its own that only the head can read
+(`hpcc/<c>/host-ca`), not root's cluster key. Each node publishes its host public keys (its own hostkeys parameter);
+the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<ip> -n <principals> -V from:to`, ssh-keygen(1)
+"CERTIFICATES") for 7 days and re-signs at half-life; each node installs what the head wrote for it, and its
+known-hosts file lists one `@cert-authority` line per CA the head says is trusted (two during `hpcc rotate-keys`).
+
+Principals are what the head knows, never what a node says: the node's name, its address from the hosts list and
+EC2's IP-based host name (ip-a-b-c-d), so a node's root cannot get a certificate for another node's address.
+The bootstrap runs `python3 -m hpcc_node.certs` (the ssh and join steps); the agent calls `Certs.tick` each tick.
+Standard library only; ssh-keygen and sshd are run through an injected `run`."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from hpcc_node import certstore as store
+from hpcc_node.aws import Aws, AwsError, NotFound
+
+VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
+SKEW = 300  # valid from 5 min before signing: the nodes' clocks (chrony, Amazon Time Sync) differ by less
+KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts.hpcc"  # templates/steps/ssh.sh.j2's HPCC_KNOWN_HOSTS (a test runs both)
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+def principals(node: str, ip: str) -> List[str]:
+    """The node's name, its address, and EC2's IP-based host name (EC2 User Guide, "Amazon EC2 instance hostname
+    types": ip-private-ipv4-address)."""
+    return [node, ip, "ip-" + ip.replace(".", "-")]
+
+
+def due(issued: Optional[store.Issued], ip: str, authority: store.Authority, now: float) -> bool:
+    """Sign again: none yet, another address, past half its life, or the CAs changed (a rotation's phase)."""
+    return (issued is None or issued.ip != ip or now >= (issued.valid_from + issued.valid_to) / 2
+            or issued.cas != authority.trusted or issued.ca != store.fingerprint(authority.signer["public"]))
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(ts))
+
+
+def _checked(run: Run, args: List[str]) -> str:
+    out = run(args, capture_output=True, text=True, timeout=60, env=dict(os.environ, TZ="UTC"))
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:2])}: {(out.stderr or '').strip()[-200:]}")
+    return out.stdout
+
+
+def sign(ca_private: str, key: str, key_id: str, names: Sequence[str], valid_from: float, valid_to: float,
+         run: Run = subprocess.run) -> str:
+    """A host certificate of KEY (a public key line) by the CA, in a private scratch directory."""
+    with tempfile.TemporaryDirectory() as scratch:
+        ca = os.path.join(scratch, "ca")
+        with open(os.open(ca, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(ca_private.rstrip("\n") + "\n")
+        with open(os.path.join(scratch, "key.pub"), "w") as f:
+            f.write(store.key_line(key) + "\n")
+        _checked(run, ["ssh-keygen", "-q", "-s", ca, "-h", "-I", key_id, "-n", ",".join(names),
+                       "-V", f"{_utc(valid_from)}:{_utc(valid_to)}", os.path.join(scratch, "key.pub")])
+        with open(os.path.join(scratch, "key-cert.pub")) as f:
+            return store.key_line(f.read())
+
+
+def new_key_pair(run: Run = subprocess.run) -> Dict[str, str]:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "ca")
+        _checked(run, ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpcc-host-ca", "-f", path])
+        with open(path) as f, open(path + ".pub") as g:
+            return {"private": f.read(), "public": store.key_line(g.read())}
+
+
+def advance(a: store.Authority, r: Optional[store.Rotation], pair: Callable[[], Dict[str, str]]) -> store.Authority:
+    """The CA set after the rotation's phases up to `r` (each once, in order): add a new CA (trusted, not signing),
+    switch (the new one signs), retire (the old one is dropped)."""
+    if r is None:
+        return a
+    done = phases_done(a.rotation, r.id)
+    for phase in store.PHASES[done + 1:store.PHASES.index(r.phase) + 1]:
+        if phase == "add":
+            a = store.Authority([a.signer, pair()], 0, f"{r.id}:add")
+        elif phase == "switch":
+            a = store.Authority(a.keys, len(a.keys) - 1, f"{r.id}:switch")
+        else:
+            a = store.Authority([a.signer], 0, f"{r.id}:retire")
+    return a
+
+
+def phases_done(applied: str, rotation_id: str) -> int:
+    """The index of the last phase of this rotation applied, -1 for none."""
+    rid, _, phase = applied.partition(":")
+    return store.PHASES.index(phase) if rid == rotation_id and phase in store.PHASES else -1
+
+
+# -- the certificate blob: which host key a certificate is for (PROTOCOL.certkeys) -----------------------------
+_FIELDS = {"ssh-ed25519": 1, "ecdsa-sha2-nistp256": 2, "ecdsa-sha2-nistp384": 2, "ecdsa-sha2-nistp521": 2, "ssh-rsa": 2}
+
+
+def _string(blob: bytes, at: int) -> Tuple[bytes, int]:
+    (n,) = struct.unpack(">I", blob[at:at + 4])
+    if at + 4 + n > len(blob):
+        raise ValueError("truncated certificate")
+    return blob[at + 4:at + 4 + n], at + 4 + n
+
+
+def certified_key(cert: str) -> str:
+    """The plain public key line a certificate line certifies: its type without -cert-v01, then the key's fields
+    after the nonce (RSA: e, n; ECDSA: curve, Q; Ed25519: the key)."""
+    blob = base64.b64decode(store.key_line(cert).split()[1])
+    kind, at = _string(blob, 0)
+    plain = kind.decode().replace("-cert-v01@openssh.com", "")
+    if plain not in _FIELDS:
+        raise ValueError(f"not a certificate: {kind[:40]!r}")
+    _, at = _string(blob, at)  # the nonce
+    start = at
+    for _ in range(_FIELDS[plain]):
+        _, at = _string(blob, at)
+    out = struct.pack(">I", len(plain)) + plain.encode() + blob[start:at]
+    return f"{plain} {base64.b64encode(out).decode()}"
+
+
+# -- the head: signs what the nodes published ------------------------------------------------------------------
+class Head:
+    def __init__(self, aws: Aws, cluster: str, run: Run = subprocess.run):
+        self.aws, self.cluster, self.names, self.run = aws, cluster, store.names(cluster), run
+        self.issued: Dict[str, Optional[store.Issued]] = {}
+        self.authority: Optional[store.Authority] = None
+
+    def read_authority(self) -> store.Authority:
+        """The CA set, generated and stored at the first call (the secret is created empty, like the cluster key)."""
+        try:
+            text = self.aws.call("secretsmanager", "get-secret-value", "--secret-id", self.names.host_ca_secret,
+                                 "--query", "SecretString", "--output", "text")
+        except NotFound:
+            text = ""
+        if text.strip() and text.strip() != "None":
+            return store.read_authority(text)
+        a = store.Authority([new_key_pair(self.run)], 0, "")
+        self.put_authority(a)
+        return a
+
+    def put_authority(self, a: store.Authority) -> None:
+        self.aws.call("secretsmanager", "put-secret-value", "--secret-id", self.names.host_ca_secret,
+                      "--secret-string", store.authority_text(a))
+
+    def follow(self, rotation: Optional[store.Rotation]) -> store.Authority:
+        """The CA set, moved on to the rotation's phase (stored before anything is signed with it)."""
+        a = self.authority or self.read_authority()
+        moved = advance(a, rotation, lambda: new_key_pair(self.run))
+        if moved != a:
+            self.put_authority(moved)
+        self.authority = moved
+        return moved
+
+    def sign_pending(self, hosts: Sequence[str], now: float, rotation: Optional[store.Rotation] = None) -> List[str]:
+        """Sign each node (hosts: the addresses, head first) whose certificate is due and whose published keys are
+        for its address in the hosts list; returns the nodes signed."""
+        a = self.follow(rotation)
+        nodes = {node_name(i): ip for i, ip in enumerate(hosts)}
+        unknown = [self.names.certs(n) for n in nodes if n not in self.issued]
+        read = self.aws.get_parameters(unknown) if unknown else {}
+        for name in unknown:
+            self.issued[name.rsplit("/", 1)[1]] = store.read_issued(read.get(name, (0, ""))[1])
+        pending = [n for n, ip in nodes.items() if due(self.issued.get(n), ip, a, now)]
+        published = self.aws.get_parameters([self.names.hostkeys(n) for n in pending]) if pending else {}
+        signed = []
+        for n in pending:
+            p = store.read_published(published.get(self.names.hostkeys(n), (0, ""))[1])
+            if p is None or p.ip != nodes[n] or not p.keys:
+                continue  # not published yet, or still the node's previous instance
+            start, end = now - SKEW, now - SKEW + VALIDITY
+            certs = [sign(a.signer["private"], k, f"{self.cluster}/{n}/{p.ip}", principals(n, p.ip), start, end, self.run)
+                     for k in p.keys]
+            issued = store.Issued(p.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end))
+            self.aws.put_parameter(self.names.certs(n), store.issue_text(issued))
+            self.issued[n] = issued
+            signed.append(n)
+        return signed
+
+
+def node_name(index: int) -> str:
+    return "head" if index == 0 else f"compute-{index - 1:03d}"
+
+
+# -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------
+class Node:
+    def __init__(self, aws: Aws, cluster: str, node: str, ip: str, run: Run = subprocess.run,
+                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd"):
+        self.aws, self.names, self.node, self.ip, self.run = aws, store.names(cluster), node, ip, run
+        self.known_hosts, self.sshd = known_hosts, sshd
+        self.published: Optional[str] = None
+
+    def host_keys(self) -> List[Tuple[str, str]]:
+        """(private key path, public key line) of each host key sshd serves (`sshd -T`'s HostKey lines)."""
+        out = []
+        for line in _checked(self.run, [self.sshd, "-T"]).splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "hostkey" and os.path.isfile(parts[1] + ".pub"):
+                with open(parts[1] + ".pub") as f:
+                    out.append((parts[1], store.key_line(f.read())))
+        return out
+
+    def publish(self) -> None:
+        """Its host keys and what it applied, written when that changed (its own parameter only)."""
+        trust = [store.fingerprint(line.split(" ", 2)[2]) for line in _lines(self.known_hosts)
+                 if line.startswith("@cert-authority ")]
+        served = [_read(path + "-cert.pub") for path, _ in self.host_keys()]
+        text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
+                                                  next((self.signer_of(c) for c in served if c), "")))
+        if text != self.published:
+            self.aws.put_parameter(self.names.hostkeys(self.node), text)
+            self.published = text
+
+    def signer_of(self, cert: str) -> str:
+        """The fingerprint of the CA that signed a certificate (ssh-keygen -L's "Signing CA")."""
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "c-cert.pub")
+            with open(path, "w") as f:
+                f.write(cert + "\n")
+            for line in _checked(self.run, ["ssh-keygen", "-L", "-f", path]).splitlines():
+                if line.strip().startswith("Signing CA:"):
+                    return line.split()[3]
+        return ""
+
+    def install(self, issued: store.Issued) -> Tuple[List[str], bool]:
+        """The certificates for its own host keys and the CA lines: (the certificate paths, whether a certificate
+        changed, so sshd must reload). A certificate for a key it does not serve is passed over."""
+        by_key = {}
+        for cert in issued.certs:
+            try:
+                by_key[certified_key(cert)] = cert
+            except ValueError:
+                continue
+        paths, changed = [], False
+        for path, key in self.host_keys():
+            cert = by_key.get(key)
+            if cert is None:
+                continue
+            if _read(path + "-cert.pub") != cert:
+                _write(path + "-cert.pub", cert + "\n")
+                changed = True
+            paths.append(path + "-cert.pub")
+        lines = ["# hpcc: a node is who the cluster's host CA certified (principals: name, ip, ip-a-b-c-d)"]
+        lines += [f"@cert-authority * {ca}" for ca in issued.cas]
+        if _lines(self.known_hosts) != lines:
+            _write(self.known_hosts, "\n".join(lines) + "\n")
+        return paths, changed
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _lines(path: str) -> List[str]:
+    return _read(path).splitlines()
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def reload_sshd(run: Run = subprocess.run, systemd: str = "/run/systemd/system", pid_file: str = "/run/sshd.pid") -> str:
+    """sshd reads its host certificates again (templates/steps/ssh.sh.j2's reload_sshd; running sessions stay)."""
+    if os.path.isdir(systemd):
+        for unit in ("ssh", "sshd"):
+            if run(["systemctl", "is-active", "--quiet", unit], capture_output=True, timeout=30).returncode == 0:
+                _checked(run, ["systemctl", "reload", unit])
+                return f"reloaded {unit}"
+    pid = _read(pid_file)
+    if pid.isdigit():
+        os.kill(int(pid), 1)  # SIGHUP: sshd re-executes with the same listeners
+        return f"sent HUP to sshd ({pid})"
+    return "sshd not reloaded (no unit, no pid file): it reads the certificates when it starts"
+
+
+class Certs:
+    """The agent's part, each tick: the head signs what is due (following /hpcc/<c>/rotation); every node installs
+    what the head wrote for it and publishes what it applied."""
+
+    def __init__(self, aws: Aws, cluster: str, role: str, node: str, ip: str, run: Run = subprocess.run,
+                 log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd):
+        self.head = Head(aws, cluster, run) if role == "head" else None
+        self.me = Node(aws, cluster, node, ip, run)
+        self.names_, self.log, self.reload = store.names(cluster), log, reload
+
+    def names(self) -> List[str]:
+        return [self.names_.certs(self.me.node)] + ([self.names_.rotation] if self.head else [])
+
+    def tick(self, read: Dict[str, Tuple[int, str]], hosts: Sequence[str], now: float) -> None:
+        issued = store.read_issued(read.get(self.names_.certs(self.me.node), (0, ""))[1])
+        if self.head:
+            try:
+                rotation = store.read_rotation(read.get(self.names_.rotation, (0, ""))[1])
+            except ValueError as e:
+                self.log(f"{e}: the rotation is not followed")
+                rotation = None
+            signed = self.head.sign_pending(hosts, now, rotation)
+            if signed:
+                self.log(f"host certificates signed for {', '.join(signed[:10])}{' ...' if len(signed) > 10 else ''}")
+            issued = self.head.issued.get(self.me.node) or issued
+        if issued and issued.ip == self.me.ip:
+            paths, changed = self.me.install(issued)
+            if changed:
+                self.log(f"host certificates installed ({len(paths)}, valid to {_utc(issued.valid_to)}Z): {self.reload()}")
+        self.me.publish()
+

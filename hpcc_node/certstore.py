@@ -1,0 +1,155 @@
+"""Where host keys, host certificates and the host CA live (issue 22 item 4): one small module, so the storage can move
+(statuses move to S3 with issue 19) without touching the signing or the installing.
+
+- `/hpcc/<c>/hostkeys/<node>` (SSM, written by the node only: Pulumi creates it tagged with the instance's ARN, the
+  status parameter's condition): the node's host public keys, the address it publishes them for, and what it applied
+  (the CAs it trusts, the CA of the certificates it serves) so that `hpcc rotate-keys` can wait for every node.
+- `/hpcc/<c>/certs/<node>` (SSM, written by the head only): the node's certificates and the CAs every node trusts.
+- `hpcc/<c>/host-ca` (Secrets Manager, head only): the CA private keys, which one signs, the rotation applied.
+- `/hpcc/<c>/rotation` (SSM, written by the operator's `hpcc rotate-keys`): the rotation the head is to apply.
+Standard library only (shipped in the bundle); infra/naming.py makes the same names (a test runs both)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from typing import Any, Dict, List, NamedTuple, Optional
+
+PENDING = "pending"  # what Pulumi creates the hostkeys parameter with, before the node writes it
+PHASES = ("add", "switch", "retire")  # hpcc rotate-keys, in order
+KEY_LINE = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa)(-cert-v01@openssh\.com)? [A-Za-z0-9+/]+={0,3}")
+ROTATION_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # when `hpcc rotate-keys` started it (UTC)
+
+
+class Names(NamedTuple):
+    prefix: str  # /hpcc/<cluster>
+    host_ca_secret: str
+
+    def hostkeys(self, node: str) -> str:
+        return f"{self.prefix}/hostkeys/{node}"
+
+    def certs(self, node: str) -> str:
+        return f"{self.prefix}/certs/{node}"
+
+    @property
+    def rotation(self) -> str:
+        return f"{self.prefix}/rotation"
+
+
+def names(cluster: str) -> Names:
+    return Names(f"/hpcc/{cluster}", f"hpcc/{cluster}/host-ca")
+
+
+def key_line(text: str) -> str:
+    """`type base64` of a public key or certificate line (the comment dropped); ValueError if it is not one."""
+    line = " ".join(str(text).split()[:2])
+    if not KEY_LINE.fullmatch(line):
+        raise ValueError(f"not an OpenSSH public key line: {line[:40]!r}")
+    return line
+
+
+def fingerprint(line: str) -> str:
+    """ssh-keygen -l's SHA256 fingerprint of a public key line: the unpadded base64 of the blob's SHA-256
+    (PROTOCOL.certkeys / ssh-keygen(1) -l)."""
+    blob = base64.b64decode(key_line(line).split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+class Published(NamedTuple):
+    """What a node wrote to its hostkeys parameter."""
+    ip: str
+    keys: List[str]
+    trust: List[str]  # fingerprints of the CAs its known-hosts file lists
+    cert_ca: str  # fingerprint of the CA of the certificates it serves ("" before it has any)
+
+
+def publish_text(p: Published) -> str:
+    return json.dumps({"ip": p.ip, "keys": p.keys, "trust": p.trust, "certCa": p.cert_ca}, sort_keys=True)
+
+
+def read_published(text: Optional[str]) -> Optional[Published]:
+    """None for Pulumi's placeholder or anything malformed (a node's root writes this: it is data, checked)."""
+    try:
+        d = json.loads(text or "")
+        return Published(str(d["ip"]), [key_line(k) for k in d["keys"]][:4], [str(f)[:60] for f in d["trust"]][:4],
+                         str(d.get("certCa", ""))[:60])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class Issued(NamedTuple):
+    """What the head wrote to a node's certs parameter."""
+    ip: str
+    certs: List[str]
+    cas: List[str]  # the CA public keys every node trusts now (two during a rotation)
+    ca: str  # fingerprint of the CA that signed these certificates
+    valid_from: int
+    valid_to: int
+
+
+def issue_text(i: Issued) -> str:
+    return json.dumps({"ip": i.ip, "certs": i.certs, "cas": i.cas, "ca": i.ca, "validFrom": i.valid_from,
+                       "validTo": i.valid_to}, sort_keys=True)
+
+
+def read_issued(text: Optional[str]) -> Optional[Issued]:
+    try:
+        d = json.loads(text or "")
+        return Issued(str(d["ip"]), [key_line(c) for c in d["certs"]], [key_line(c) for c in d["cas"]], str(d["ca"]),
+                      int(d["validFrom"]), int(d["validTo"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class Rotation(NamedTuple):
+    id: str
+    phase: str  # one of PHASES
+
+
+def rotation_text(r: Rotation) -> str:
+    return json.dumps({"id": r.id, "phase": r.phase}, sort_keys=True)
+
+
+def read_rotation(text: Optional[str]) -> Optional[Rotation]:
+    """None when there is none (no parameter); ValueError naming what is wrong with one that is malformed."""
+    if not text:
+        return None
+    try:
+        d = json.loads(text)
+        r = Rotation(str(d["id"]), str(d["phase"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"the rotation parameter is not {{\"id\", \"phase\"}} JSON ({e})") from None
+    if not ROTATION_ID.fullmatch(r.id) or r.phase not in PHASES:
+        raise ValueError(f"the rotation parameter names id {r.id[:20]!r} phase {r.phase[:10]!r}: expected a "
+                         f"YYYYMMDDTHHMMSSZ id and one of {', '.join(PHASES)}")
+    return r
+
+
+class Authority(NamedTuple):
+    """The host-ca secret's value: the CA key pairs (private, public), the one that signs, the rotation applied."""
+    keys: List[Dict[str, str]]
+    signing: int
+    rotation: str  # "<id>:<phase>" last applied, "" before any
+
+    @property
+    def trusted(self) -> List[str]:
+        return [k["public"] for k in self.keys]
+
+    @property
+    def signer(self) -> Dict[str, str]:
+        return self.keys[self.signing]
+
+
+def authority_text(a: Authority) -> str:
+    return json.dumps({"keys": a.keys, "signing": a.signing, "rotation": a.rotation}, sort_keys=True)
+
+
+def read_authority(text: str) -> Authority:
+    d: Any = json.loads(text)
+    keys = [{"private": str(k["private"]), "public": key_line(k["public"])} for k in d["keys"]]
+    signing = int(d["signing"])
+    if not keys or not 0 <= signing < len(keys):
+        raise ValueError("the host-ca secret names no signing key")
+    return Authority(keys, signing, str(d.get("rotation", "")))

@@ -1,0 +1,137 @@
+"""The host CA of the cluster's own (hpcc_node/certs.py) with the real ssh-keygen: the head signs what a node
+published, for the principals the head knows, for 7 days, again at half-life; the node installs what names its own
+host keys; a rotation adds, switches and retires a CA in order, each phase once."""
+
+import subprocess
+
+import pytest
+
+from hpcc_node import certs, certstore
+from tests.cert_support import FakeAws, cert_text, make_node
+
+NOW = 1_795_000_000  # 2026-11-18
+DAY = 86400
+HOSTS = ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    aws = FakeAws()
+    head = certs.Head(aws, "llm")
+    nodes = {name: make_node(aws, tmp_path, name, ip) for name, ip in
+             zip(["head", "compute-000", "compute-001"], HOSTS)}
+    return aws, head, nodes
+
+
+def issued(aws, node):
+    return certstore.read_issued(aws.params[certstore.names("llm").certs(node)][1])
+
+
+def test_the_head_signs_each_published_host_key_for_the_principals_it_knows(cluster):
+    aws, head, nodes = cluster
+    assert head.sign_pending(HOSTS, NOW) == []  # nothing published yet: nothing signed, the CA made and stored
+    authority = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"])
+    nodes["compute-000"].publish()
+    assert head.sign_pending(HOSTS, NOW) == ["compute-000"]
+    paths, changed = nodes["compute-000"].install(issued(aws, "compute-000"))
+    assert changed and sorted(p.rsplit("/", 1)[1] for p in paths) == ["ssh_host_ecdsa_key-cert.pub",
+                                                                     "ssh_host_ed25519_key-cert.pub"]
+    text = cert_text(paths[0])
+    assert "Principals: \n                compute-000\n                10.0.0.5\n                ip-10-0-0-5\n" in text
+    assert "Valid: from 2026-11-18T11:01:40 to 2026-11-25T11:01:40" in text  # 7 days from 5 min before signing
+    assert f"Signing CA: ED25519 {certstore.fingerprint(authority.signer['public'])}" in text
+    known = (nodes["compute-000"].known_hosts)
+    assert open(known).read().splitlines()[1:] == [f"@cert-authority * {authority.signer['public']}"]
+    # what it applied, for hpcc rotate-keys to wait on
+    nodes["compute-000"].publish()
+    published = certstore.read_published(aws.params["/hpcc/llm/hostkeys/compute-000"][1])
+    assert published.trust == [certstore.fingerprint(authority.signer["public"])] == [published.cert_ca]
+    assert head.sign_pending(HOSTS, NOW + 60) == []  # a rerun signs nothing
+
+
+def test_the_python_fingerprint_and_certified_key_are_ssh_keygens(cluster, tmp_path):
+    aws, head, nodes = cluster
+    nodes["head"].publish()
+    head.sign_pending(HOSTS, NOW)
+    for path, key in nodes["head"].host_keys():
+        listed = subprocess.run(["ssh-keygen", "-lf", f"{path}.pub"], capture_output=True, text=True).stdout.split()[1]
+        assert certstore.fingerprint(key) == listed
+    certified = {certs.certified_key(c) for c in issued(aws, "head").certs}
+    assert certified == {k for _, k in nodes["head"].host_keys()}
+
+
+def test_a_key_published_for_another_address_is_not_signed(cluster):
+    aws, head, nodes = cluster
+    nodes["compute-001"].ip = "10.0.0.9"  # the node's previous instance, or a root claiming another address
+    nodes["compute-001"].publish()
+    assert head.sign_pending(HOSTS, NOW) == []
+    assert "/hpcc/llm/certs/compute-001" not in aws.params
+
+
+@pytest.mark.parametrize("later, again", [(3 * DAY, False), (3.5 * DAY, True), (8 * DAY, True)])
+def test_certificates_are_signed_again_at_half_life(cluster, later, again):
+    aws, head, nodes = cluster
+    nodes["compute-000"].publish()
+    head.sign_pending(HOSTS, NOW)
+    first = issued(aws, "compute-000")
+    assert (head.sign_pending(HOSTS, NOW + later) == ["compute-000"]) is again
+    if again:
+        second = issued(aws, "compute-000")
+        assert second.valid_from == NOW + later - certs.SKEW and second.certs != first.certs
+        _, changed = nodes["compute-000"].install(second)
+        assert changed
+
+
+def test_a_node_installs_no_certificate_for_a_key_it_does_not_serve(cluster, tmp_path):
+    aws, head, nodes = cluster
+    nodes["compute-000"].publish()
+    head.sign_pending(HOSTS, NOW)
+    paths, changed = nodes["compute-001"].install(issued(aws, "compute-000"))  # another node's certificates
+    assert (paths, changed) == ([], False)
+
+
+def test_a_rotation_adds_switches_and_retires_a_ca_once_each(cluster):
+    aws, head, nodes = cluster
+    for n in nodes.values():
+        n.publish()
+    head.sign_pending(HOSTS, NOW)
+    old = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"]).signer["public"]
+    fp = certstore.fingerprint
+
+    head.sign_pending(HOSTS, NOW + 60, certstore.Rotation("20261118T070000Z", "add"))
+    added = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"])
+    new = added.keys[1]["public"]
+    assert added.trusted == [old, new] and added.signer["public"] == old
+    assert all(issued(aws, n).cas == [old, new] and issued(aws, n).ca == fp(old) for n in nodes)
+    head.sign_pending(HOSTS, NOW + 120, certstore.Rotation("20261118T070000Z", "add"))  # again: no third CA
+    assert certstore.read_authority(aws.secrets["hpcc/llm/host-ca"]) == added
+
+    head.sign_pending(HOSTS, NOW + 180, certstore.Rotation("20261118T070000Z", "switch"))
+    assert all(issued(aws, n).cas == [old, new] and issued(aws, n).ca == fp(new) for n in nodes)
+    head.sign_pending(HOSTS, NOW + 240, certstore.Rotation("20261118T070000Z", "retire"))
+    retired = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"])
+    assert retired.trusted == [new] and retired.rotation == "20261118T070000Z:retire"
+    assert all(issued(aws, n).cas == [new] for n in nodes)
+
+
+def test_a_head_that_missed_phases_applies_them_in_order():
+    pairs = iter([{"private": "p2", "public": "ssh-ed25519 AAAB"}])
+    start = certstore.Authority([{"private": "p1", "public": "ssh-ed25519 AAAA"}], 0, "")
+    moved = certs.advance(start, certstore.Rotation("20261118T070000Z", "retire"), lambda: next(pairs))
+    assert moved == certstore.Authority([{"private": "p2", "public": "ssh-ed25519 AAAB"}], 0, "20261118T070000Z:retire")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"id": "x", "phase": "add"}', "expected a YYYYMMDDTHHMMSSZ id"),
+    ('{"id": "20261118T070000Z", "phase": "drop"}', "one of add, switch, retire"),
+    ("add", "is not"),
+])
+def test_a_malformed_rotation_parameter_is_refused_naming_it(text, problem):
+    with pytest.raises(ValueError, match=problem):
+        certstore.read_rotation(text)
+
+
+@pytest.mark.parametrize("text", ["pending", "", '{"ip": "10.0.0.5", "keys": ["rm -rf /"], "trust": []}',
+                                  '{"ip": "10.0.0.5"}', "[1]"])
+def test_whatever_a_node_wrote_that_is_not_keys_is_nothing(text):
+    assert certstore.read_published(text) is None
