@@ -70,6 +70,11 @@ class Paths:
         self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
+        # the host CA and the certificates' parameters (hpcc_node/certstore.py makes the same names)
+        self.host_ca_secret = f"hpcc/{cluster}/host-ca"  # Secrets Manager: the head's alone
+        self.hostkeys = f"{self.prefix}/hostkeys"  # /hostkeys/<node>: the node's host public keys, by the node
+        self.certs = f"{self.prefix}/certs"  # /certs/<node>: its host certificates and the CAs, by the head
+        self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys`
         # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/bundle.py); not a settings
         # key, because nodes booted before it refuse unknown settings keys.
         self.bundle = f"{self.prefix}/bundle"

@@ -1,13 +1,15 @@
 """What the nodes' roles may write (issue 22 item 5): a node is root on itself only, so its role may change nothing
 that other nodes trust. Allowed: its own status (ssm:PutParameter under /hpcc/<cluster>/nodes/, only where the
-parameter's `hpcc:instance` tag is the caller's instance), the head's first write of the cluster's empty SSH and
-munge secrets (secretsmanager:PutSecretValue), and instance or group changes only on resources tagged with its own
+parameter's `hpcc:instance` tag is the caller's instance; likewise its host public keys under hostkeys/), the head's
+writes of the cluster's SSH, munge and host-CA secrets (secretsmanager:PutSecretValue) and of the host certificates
+(certs/), and instance or group changes only on resources tagged with its own
 cluster (a controller's scaling). Never: the settings, hosts or FSx parameters, any parameter's tags or labels,
 a secret's metadata or policy, an S3 object (the bundle) or IAM. All the role's policies together
 (infra/components/identity.py writes them)."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 if __package__:
@@ -57,12 +59,19 @@ def _targets(statement: dict) -> list[str]:
 
 
 def _status_target(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/nodes/\*", arn))
+    """Its status, or its host public keys (hpcc_node/certs.py): both only where the tag names its instance."""
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/(nodes|hostkeys)/\*",
+                             arn))
+
+
+def _certs_target(arn: str, cluster: str) -> bool:
+    """The head's certificates for the nodes: written by the head's role only, with no condition."""
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/certs/\*", arn))
 
 
 def _secret_target(arn: str, cluster: str) -> bool:
     return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{re.escape(cluster)}/"
-                             r"(ssh|munge)-key(-[A-Za-z0-9]{6})?", arn))
+                             r"(ssh-key|munge-key|host-ca)(-[A-Za-z0-9]{6})?", arn))
 
 
 def _own_cluster_condition(condition: object, cluster: str) -> bool:
@@ -74,19 +83,21 @@ def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
     """What one statement of a node role of `cluster` (the head's when `head`) lets it write beyond its own."""
     out = []
     targets = _targets(statement)
-    if _allows(statement, STATUS_WRITE):
+    if _allows(statement, STATUS_WRITE) and head and targets and all(_certs_target(t, cluster) for t in targets):
+        pass  # the head certifies the nodes' host keys
+    elif _allows(statement, STATUS_WRITE):
         bad = [t for t in targets if not _status_target(t, cluster)]
         if bad or statement.get("Condition") != OWN_INSTANCE:
             out.append(f"allows {STATUS_WRITE} on {', '.join(bad or targets)}"
                        f"{'' if statement.get('Condition') == OWN_INSTANCE else ' without the hpcc:instance condition'}: "
-                       f"a node may write only its own status (parameter/hpcc/{cluster}/nodes/*, where the tag "
-                       "hpcc:instance is ${ec2:SourceInstanceARN}); the settings, hosts and FSx parameters are root on "
-                       "every node")
+                       f"a node may write only its own status and host keys (parameter/hpcc/{cluster}/nodes/*, "
+                       "hostkeys/*, where the tag hpcc:instance is ${ec2:SourceInstanceARN}), the head also the host "
+                       "certificates (certs/*); the settings, hosts and FSx parameters are root on every node")
     if _allows(statement, SECRET_WRITE):
         bad = [t for t in targets if not _secret_target(t, cluster)]
         if not head or bad:
             out.append(f"allows {SECRET_WRITE} on {', '.join(bad or targets)}: only the head writes, and only its "
-                       f"cluster's SSH and munge secrets (secret:hpcc/{cluster}/ssh-key, munge-key)")
+                       f"cluster's SSH, munge and host-CA secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca)")
     never = [a for a in NEVER if _allows(statement, a)]
     if never:
         out.append(f"allows {', '.join(never)} on {', '.join(targets)}: no node role may change what the other "
@@ -109,3 +120,29 @@ def node_writes_graph(resources: list[dict]) -> list[str]:
         for source, statement in iam_rules._node_role_statements(role, resources):
             out += [f"{role['name']}: {source}: {p}" for p in statement_problems(m.group("cluster"), head, statement)]
     return out
+
+
+def host_ca_graph(resources: list[dict]) -> list[str]:
+    """The host CA signs who every node is: a compute role that can read it (any statement whose Resource matches
+    the secret, wildcards included) lets one node's root certify any host at any address."""
+    out = []
+    for role in resources:
+        m = iam_rules.NODE_ROLE.match(str(role["inputs"].get("name") or "")) if role["type"] == records.ROLE else None
+        if not m or str(role["inputs"]["name"]).endswith("-head"):
+            continue
+        for source, statement in iam_rules._node_role_statements(role, resources):
+            if _allows(statement, "secretsmanager:GetSecretValue") and (
+                    "NotResource" in statement or any(_covers(t, m.group("cluster")) for t in _targets(statement))):
+                out.append(f"{role['name']}: {source} lets the compute nodes read the host CA "
+                           f"(secret:hpcc/{m.group('cluster')}/host-ca): only the head's role may")
+    return out
+
+
+def _covers(pattern: str, cluster: str) -> bool:
+    """Whether an IAM Resource pattern (wildcards * and ?) matches the cluster's host-CA secret, whatever the
+    region and account it names."""
+    parts = pattern.split(":", 5)
+    if pattern == "*" or len(parts) < 6:
+        return pattern == "*"
+    return fnmatch.fnmatchcase("secretsmanager", parts[2]) and \
+        fnmatch.fnmatchcase(f"secret:hpcc/{cluster}/host-ca-AbCdEf", parts[5])

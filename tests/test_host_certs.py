@@ -135,3 +135,10 @@ def test_a_malformed_rotation_parameter_is_refused_naming_it(text, problem):
                                   '{"ip": "10.0.0.5"}', "[1]"])
 def test_whatever_a_node_wrote_that_is_not_keys_is_nothing(text):
     assert certstore.read_published(text) is None
+
+
+def test_the_node_and_the_program_name_the_same_secret_and_parameters():
+    from infra.naming import Paths
+    paths, names = Paths("llm"), certstore.names("llm")
+    assert (paths.host_ca_secret, f"{paths.hostkeys}/head", f"{paths.certs}/head", paths.rotation) == \
+        (names.host_ca_secret, names.hostkeys("head"), names.certs("head"), names.rotation)

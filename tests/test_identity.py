@@ -34,20 +34,32 @@ def test_only_the_head_can_write_the_ssh_key(planned):
 
 
 @pytest.mark.parametrize("role", ["head", "compute"])
-def test_a_node_writes_only_a_status_parameter_tagged_with_its_own_instance(planned, role):
+def test_a_node_writes_only_its_own_status_and_host_keys_and_the_head_the_certificates(planned, role):
     stmts = statements(planned, role)
-    writes = [s for s in stmts.values() if s["Effect"] == "Allow" and "ssm:PutParameter" in s["Action"]]
-    assert writes == [stmts["ReportOwnStatus"]]
-    assert [r.rsplit(":parameter", 1)[1] for r in writes[0]["Resource"]] == [f"{Paths('cpu-oneccl').nodes}/*"]
-    # A parameter with no such tag (a new one) or another instance's tag does not match: no creation, no forgery.
-    assert writes[0]["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_INSTANCE}": "${ec2:SourceInstanceARN}"}}
+    writes = {s["Sid"]: s for s in stmts.values() if s["Effect"] == "Allow" and "ssm:PutParameter" in s["Action"]}
+    assert set(writes) == {"ReportOwnStatus", "PublishOwnHostKeys"} | ({"WriteHostCertificates"} if role == "head" else set())
+    paths = Paths("cpu-oneccl")
+    for sid, path in (("ReportOwnStatus", paths.nodes), ("PublishOwnHostKeys", paths.hostkeys)):
+        assert [r.rsplit(":parameter", 1)[1] for r in writes[sid]["Resource"]] == [f"{path}/*"]
+        # A parameter with no such tag (a new one) or another instance's tag does not match: no creation, no forgery.
+        assert writes[sid]["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_INSTANCE}": "${ec2:SourceInstanceARN}"}}
+    if role == "head":
+        assert [r.rsplit(":parameter", 1)[1] for r in writes["WriteHostCertificates"]["Resource"]] == [f"{paths.certs}/*"]
+
+
+def test_only_the_head_reads_the_host_ca(planned):
+    [ca] = [r for r in planned.of_type("aws:secretsmanager/secret:Secret") if r["inputs"]["name"] == "hpcc/cpu-oneccl/host-ca"]
+    reads = {role: [s["Sid"] for s in statements(planned, role).values()
+                    if s["Effect"] == "Allow" and ca["outputs"]["arn"] in s.get("Resource", [])] for role in ("head", "compute")}
+    assert reads == {"head": ["HostCa"], "compute": []}
 
 
 def test_every_status_parameter_names_its_own_instance(planned):
     arns = {r["name"].removeprefix("cpu-oneccl-"): r["outputs"]["arn"] for r in planned.of_type("aws:ec2/instance:Instance")}
-    status = {r["inputs"]["name"].rsplit("/", 1)[1]: r["inputs"]["tags"][TAG_INSTANCE]
-              for r in planned.of_type("aws:ssm/parameter:Parameter") if r["inputs"]["name"].startswith(Paths("cpu-oneccl").nodes)}
-    assert status == arns and len(set(arns.values())) == 5
+    for path in (Paths("cpu-oneccl").nodes, Paths("cpu-oneccl").hostkeys):
+        tagged = {r["inputs"]["name"].rsplit("/", 1)[1]: r["inputs"]["tags"][TAG_INSTANCE]
+                  for r in planned.of_type("aws:ssm/parameter:Parameter") if r["inputs"]["name"].startswith(path + "/")}
+        assert tagged == arns and len(set(arns.values())) == 5
 
 
 def test_each_role_launches_with_its_own_profile(planned):

@@ -321,6 +321,15 @@ def controller_terminates_any_instance(g):
         {"Effect": "Allow", "Action": ["ec2:TerminateInstances", "autoscaling:SetDesiredCapacity"], "Resource": "*"}]})}]
 
 
+def compute_node_reads_the_host_ca(g):
+    _add_statement(g, {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+                       "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:hpcc/{_cluster(g)}/host-*"})
+
+
+def compute_node_writes_host_certificates(g):
+    _add_statement(g, {"Effect": "Allow", "Action": "ssm:PutParameter", "Resource": _own_parameter(g, "certs/*")})
+
+
 PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
 
 
@@ -414,6 +423,8 @@ BREAKS = [
     ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),
     ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),
     ("node-writes-own-only", controller_terminates_any_instance, "without a condition that the resource is tagged"),
+    ("node-writes-own-only", compute_node_writes_host_certificates, "llm/certs/* without the hpcc:instance condition"),
+    ("host-ca-head-only", compute_node_reads_the_host_ca, "lets the compute nodes read the host CA"),
     ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
     ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
     ("no-secret-values-in-state", munge_key_as_a_secret_version, "hpcc/llm/munge-key puts the secret's value"),

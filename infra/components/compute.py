@@ -134,6 +134,11 @@ class Compute(pulumi.ComponentResource):
                               value=PENDING_STATUS, description=f"bootstrap status of {node.name}",
                               tags={**tags(c, f"status-{node.name}", t), TAG_INSTANCE: node.instance.arn},
                               opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
+            # Its host public keys for the head to certify (hpcc_node/certs.py), writable by the same instance only.
+            aws.ssm.Parameter(f"{c}-hostkeys-{node.name}", name=f"{paths.hostkeys}/{node.name}", type="String",
+                              value="pending", description=f"host public keys of {node.name}",
+                              tags={**tags(c, f"hostkeys-{node.name}", t), TAG_INSTANCE: node.instance.arn},
+                              opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
     def _launch_template(self, args: ComputeArgs, group: pulumi.Input[str] | None, spec: RoleSpec,

@@ -9,7 +9,9 @@ it belongs to (`hpcc:instance`): PutParameter is allowed where that tag equals t
 (`ec2:SourceInstanceARN`, IAM User Guide "IAM policy elements: Variables and tags"), so a node can neither
 mark another node ready nor create parameters (a new one has no tag). The secrets are created empty, so
 no key ever passes through Pulumi state, user data or stack outputs. The munge secret exists only with Slurm, so a
-cluster without it plans as before; turning Slurm on later creates it and updates the policies in place."""
+cluster without it plans as before; turning Slurm on later creates it and updates the policies in place.
+The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys each node
+publishes in its own hostkeys parameter (tagged like its status) into certs parameters only the head writes."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ class IdentityArgs:
 
 
 def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: str = "compute",
-                munge_arn: str | None = None, cluster: str | None = None) -> str:
+                munge_arn: str | None = None, cluster: str | None = None, host_ca_arn: str | None = None) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
@@ -60,6 +62,7 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
             *([{"Sid": "ClusterBundles", "Effect": "Allow", "Action": ["s3:GetObject"],
                 "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"]}] if cluster else []),
             *(munge if munge_arn else []),
+            *(host_ca_statements(param_arn, paths, role, host_ca_arn) if host_ca_arn else []),
             {"Sid": "SessionManager", "Effect": "Allow", "Action": SESSION_MANAGER, "Resource": "*"},
             # Nothing else grants reads now; should a managed policy be attached by hand (AmazonSSMManagedInstanceCore
             # allows every parameter of the account), reads stay narrowed to this cluster's.
@@ -68,6 +71,19 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
              "NotResource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"]},
         ],
     }, sort_keys=True)
+
+
+def host_ca_statements(param_arn: str, paths: Paths, role: str, host_ca_arn: str) -> list[dict]:
+    """Every node writes its own hostkeys parameter (the status parameter's condition); the head alone reads and
+    writes the CA and writes the certificates (a compute node's root must not certify any host)."""
+    own = [{"Sid": "PublishOwnHostKeys", "Effect": "Allow", "Action": ["ssm:PutParameter"],
+            "Resource": [f"{param_arn}{paths.hostkeys}/*"],
+            "Condition": {"StringEquals": {f"aws:ResourceTag/{TAG_INSTANCE}": "${ec2:SourceInstanceARN}"}}}]
+    if role != "head":
+        return own
+    return own + [{"Sid": "HostCa", "Effect": "Allow", "Action": SECRET_READ + SECRET_WRITE, "Resource": [host_ca_arn]},
+                  {"Sid": "WriteHostCertificates", "Effect": "Allow", "Action": ["ssm:PutParameter"],
+                   "Resource": [f"{param_arn}{paths.certs}/*"]}]
 
 
 class Identity(pulumi.ComponentResource):
@@ -93,6 +109,10 @@ class Identity(pulumi.ComponentResource):
                 f"{c}-munge-key", name=paths.munge_secret, recovery_window_in_days=0,
                 description=f"hpcc {c}: Slurm's munge key, written by the head node",
                 tags=tags(c, "munge-key", t), opts=child).arn
+        host_ca = aws.secretsmanager.Secret(
+            f"{c}-host-ca", name=paths.host_ca_secret, recovery_window_in_days=0,
+            description=f"hpcc {c}: the host CA, written and read by the head node only", tags=tags(c, "host-ca", t),
+            opts=child)
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         self.instance_profile_arns, self.role_arns, self.account = {}, {}, account
         for role in ("head", "compute"):
@@ -104,8 +124,8 @@ class Identity(pulumi.ComponentResource):
                                         "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                        "Principal": {"Service": "ec2.amazonaws.com"}}]}))
             aws.iam.RolePolicy(f"{c}-{what}-policy", name="hpcc-cluster-access", role=iam_role.name, opts=child,
-                               policy=pulumi.Output.all(account, secret.arn, munge_arn).apply(
-                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c)))
+                               policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn).apply(
+                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3])))
             profile = aws.iam.InstanceProfile(f"{c}-{what}-profile", name=role_name(c, role), role=iam_role.name,
                                               tags=tags(c, f"{what}-profile", t), opts=child)
             self.instance_profile_arns[role] = profile.arn
