@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
+from hpcc_node import certs as host_certs
 from hpcc_node import rollout, slurm, state, status, upgrade
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
@@ -99,6 +100,7 @@ class Agent:
         self.rollout_note: Optional[str] = None  # the head's report of a halted rollout
         self.slurm_states: Optional[Dict[str, str]] = None
         self.message = "membership agent running"
+        self.certs: Optional[host_certs.Certs] = None  # the host certificates' part (main() sets it)
 
     def current_dir(self) -> str:
         return os.path.join(self.c.opt, "current")
@@ -121,7 +123,7 @@ class Agent:
         names = [self.c.hosts_parameter, self.c.settings_parameter, self.c.bundle_parameter]
         if self.rollout_on():
             names += [f"{self.c.nodes_parameter}/{n}" for n in self.canaries()]
-        return names
+        return names + (self.certs.names() if self.certs else [])
 
     # -- one tick -----------------------------------------------------------------------------------
     def tick(self) -> Optional[str]:
@@ -133,6 +135,8 @@ class Agent:
         settings_text = read[self.c.settings_parameter][1]
         if membership_due(self.node.hosts_version, state.read_text(self.c.path("settings")) or "", version, settings_text):
             self.apply_membership(version, hosts_text, settings_text)
+        if self.certs:
+            self.certs.tick(read, hosts_text, self.c.vpc_cidr, self.clock())
         if self.c.role == "head" and self.settings.get("SCHEDULER") == "slurm":
             self.slurm_watch()
         switched = self.follow_bundle(read)
@@ -308,6 +312,8 @@ def main(argv: List[str]) -> int:
     except (state.StateError, SettingsError) as e:
         print(f"hpcc node agent: the applied state is malformed ({e}): run the bootstrap again", file=sys.stderr)
         return 1
+    agent.certs = host_certs.Certs(agent.aws, config.hosts_parameter.split("/")[2], config.role, agent.node.node,
+                                   agent.node.ip, log=agent.log)
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     while True:
         p = pacing(agent.settings)

@@ -21,6 +21,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpcc_node import certstore as store
+from hpcc_node import state
 from hpcc_node.aws import Aws, AwsError, NotFound
 
 VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
@@ -299,7 +300,16 @@ class Certs:
     def names(self) -> List[str]:
         return [self.names_.certs(self.me.node)] + ([self.names_.rotation] if self.head else [])
 
-    def tick(self, read: Dict[str, Tuple[int, str]], hosts: Sequence[str], now: float) -> None:
+    def tick(self, read: Dict[str, Tuple[int, str]], hosts_text: str, vpc_cidr: str, now: float) -> None:
+        """One tick's part (the agent's own read holds names()); an error is logged, the rest of the tick goes on."""
+        try:
+            self._tick(read, state.parse_hosts(hosts_text, vpc_cidr), now)
+        except (AwsError, RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+            self.log(f"host certificates: {e}; next tick")
+
+    def _tick(self, read: Dict[str, Tuple[int, str]], hosts: Sequence[str], now: float) -> None:
+        if self.me.published is None:  # its keys first: the head signs its own in the same tick
+            self.me.publish()
         issued = store.read_issued(read.get(self.names_.certs(self.me.node), (0, ""))[1])
         if self.head:
             try:
@@ -316,4 +326,3 @@ class Certs:
             if changed:
                 self.log(f"host certificates installed ({len(paths)}, valid to {_utc(issued.valid_to)}Z): {self.reload()}")
         self.me.publish()
-

@@ -142,3 +142,36 @@ def test_the_node_and_the_program_name_the_same_secret_and_parameters():
     paths, names = Paths("llm"), certstore.names("llm")
     assert (paths.host_ca_secret, f"{paths.hostkeys}/head", f"{paths.certs}/head", paths.rotation) == \
         (names.host_ca_secret, names.hostkeys("head"), names.certs("head"), names.rotation)
+
+
+def test_the_agents_tick_signs_installs_reloads_once_and_renews_at_half_life(tmp_path):
+    aws, logs, reloads = FakeAws(), [], []
+    hosts_text = "\n".join(HOSTS) + "\n"
+    agents = {}
+    for name, ip in (("head", HOSTS[0]), ("compute-000", HOSTS[1])):
+        part = certs.Certs(aws, "llm", "head" if name == "head" else "compute", name, ip, log=logs.append,
+                           reload=lambda name=name: reloads.append(name) or "reloaded")
+        part.me = make_node(aws, tmp_path, name, ip)
+        agents[name] = part
+
+    def tick(name, now):
+        agents[name].tick(aws.get_parameters(agents[name].names()), hosts_text, "10.0.0.0/16", now)
+
+    assert agents["head"].names() == ["/hpcc/llm/certs/head", "/hpcc/llm/rotation"]
+    tick("compute-000", NOW)  # publishes
+    tick("head", NOW)  # signs itself and compute-000
+    tick("compute-000", NOW + 60)  # installs
+    tick("compute-000", NOW + 120)  # nothing new
+    assert reloads == ["head", "compute-000"], logs
+    tick("head", NOW + 4 * DAY)
+    tick("compute-000", NOW + 4 * DAY + 60)
+    assert reloads == ["head", "compute-000", "head", "compute-000"], logs
+    published = certstore.read_published(aws.params["/hpcc/llm/hostkeys/compute-000"][1])
+    assert published.cert_ca == issued(aws, "compute-000").ca
+
+
+def test_an_error_in_the_certificates_is_logged_and_the_tick_goes_on(tmp_path):
+    logs = []
+    part = certs.Certs(FakeAws(), "llm", "compute", "compute-000", HOSTS[1], log=logs.append)
+    part.tick({}, "not an address\n", "10.0.0.0/16", NOW)
+    assert logs and logs[0].startswith("host certificates: ") and logs[0].endswith("; next tick")

@@ -635,7 +635,7 @@ user_keys() {
 }
 
 client_config() {
-  echo "# hpcc llm: the cluster's nodes, verified by the host certificates the cluster key signed"
+  echo "# hpcc llm: the cluster's nodes, verified by the host certificates the host CA signed"
   printf '%s\n' "$@" | xargs -n 32 echo | while read -r hosts; do
     echo "Host $hosts"
     printf '  %s\n' "StrictHostKeyChecking yes" "UserKnownHostsFile $HPCC_KNOWN_HOSTS" \
@@ -644,36 +644,16 @@ client_config() {
   done
 }
 
-known_hosts() {
-  printf '%s\n' "# hpcc llm: a node is who the cluster key certified (ssh-keygen -h -n name,ip,hostname)" \
-    "@cert-authority * $(cut -d' ' -f1,2 "$1")"
-}
-
 host_keys() { within 30 sshd -T | awk '$1 == "hostkey" {print $2}'; }
 
-host_cert() {
-  local key=$1 ca=$2 id=$3 principals=$4 scratch
-  scratch=$(mktemp -d)
-  ssh-keygen -y -f "$key" >"$scratch/key.pub"
-  ssh-keygen -q -s "$ca" -h -I "$id" -n "$principals" "$scratch/key.pub"
-  if [ "$(ssh-keygen -L -f "$key-cert.pub" 2>/dev/null | tail -n +2)" != "$(ssh-keygen -L -f "$scratch/key-cert.pub" | tail -n +2)" ]; then
-    write_file "$key-cert.pub" 0644 <"$scratch/key-cert.pub"
-  fi
-  rm -rf "$scratch"
-}
-
+certs_boot() { (cd / && PYTHONPATH=$HPCC_CURRENT python3 -m hpcc_node.certs_boot "$@"); }
 host_certs() {
-  local ca=$1 keys key principals
-  keys=$(host_keys)
-  principals=$(printf '%s\n' "$HPCC_NODE" "$HPCC_IP" "$(uname -n)" | awk 'NF && !seen[$0]++' | paste -sd, -)
-  HPCC_HOST_CERTS=()
-  while read -r key; do
-    [ -f "$key" ] || continue
-    host_cert "$key" "$ca" "llm/$HPCC_NODE/$HPCC_INSTANCE_ID" "$principals"
-    HPCC_HOST_CERTS+=("$key-cert.pub")
-  done <<<"$keys"
-  [ "${#HPCC_HOST_CERTS[@]}" -gt 0 ] || fail "sshd serves no host key that exists (sshd -T: ${keys:-no HostKey}): there is nothing to certify"
-  log "host certificates for $principals: ${HPCC_HOST_CERTS[*]}"
+  local out rc=0
+  out=$(certs_boot node "llm" "$HPCC_NODE" "$HPCC_IP" "$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))") || rc=$?
+  [ -n "$out" ] || rc=1
+  [ "$rc" -eq 0 ] || fail "no host certificate from the cluster's host CA (sshd -T: $(host_keys | paste -sd' ' -); see above)"
+  mapfile -t HPCC_HOST_CERTS <<<"$out"
+  log "host certificates: ${HPCC_HOST_CERTS[*]}"
 }
 
 sshd_hardening() {
@@ -738,8 +718,7 @@ step_ssh() {
     sed -i '1i Include /etc/ssh/sshd_config.d/*.conf' /etc/ssh/sshd_config
   mkdir -p /etc/ssh/ssh_config.d /etc/ssh/sshd_config.d
   [ -d /run/sshd ] || install -d -m 0755 /run/sshd
-  host_certs /root/.ssh/id_hpcc
-  known_hosts /root/.ssh/id_hpcc.pub | write_file "$HPCC_KNOWN_HOSTS" 0644
+  host_certs
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
   sshd_hardening "${HPCC_HOST_CERTS[@]}" | write_file /etc/ssh/sshd_config.d/01-hpcc.conf 0644
   reload_sshd
