@@ -72,6 +72,7 @@ class Paths:
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
         # the host CA and the certificates' parameters (hpcc_node/certstore.py makes the same names)
         self.host_ca_secret = f"hpcc/{cluster}/host-ca"  # Secrets Manager: the head's alone
+        self.user_secret = f"hpcc/{cluster}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
         self.hostkeys = f"{self.prefix}/hostkeys"  # /hostkeys/<node>: the node's host public keys, by the node
         self.certs = f"{self.prefix}/certs"  # /certs/<node>: its host certificates and the CAs, by the head
         self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys`

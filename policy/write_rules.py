@@ -71,7 +71,7 @@ def _certs_target(arn: str, cluster: str) -> bool:
 
 def _secret_target(arn: str, cluster: str) -> bool:
     return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{re.escape(cluster)}/"
-                             r"(ssh-key|munge-key|host-ca)(-[A-Za-z0-9]{6})?", arn))
+                             r"(ssh-key|munge-key|host-ca|user-key)(-[A-Za-z0-9]{6})?", arn))
 
 
 def _own_cluster_condition(condition: object, cluster: str) -> bool:
@@ -97,7 +97,7 @@ def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
         bad = [t for t in targets if not _secret_target(t, cluster)]
         if not head or bad:
             out.append(f"allows {SECRET_WRITE} on {', '.join(bad or targets)}: only the head writes, and only its "
-                       f"cluster's SSH, munge and host-CA secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca)")
+                       f"cluster's own secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca, user-key)")
     never = [a for a in NEVER if _allows(statement, a)]
     if never:
         out.append(f"allows {', '.join(never)} on {', '.join(targets)}: no node role may change what the other "

@@ -1,5 +1,5 @@
 """A fake of the AWS calls the host certificates make (SSM parameters, the host-ca secret), and nodes whose host keys
-are real ssh-keygen keys in a directory: what tests/test_host_certs.py and test_host_rotation.py share."""
+are real ssh-keygen keys in a directory: what tests/test_host_certs.py, test_host_keys.py and test_rotate_keys.py share."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from hpcc_node import certs, certstore
+from infra.naming import Paths
 from tests.bootstrap_shell import partial, settings_shell
 from tests.cert_support import FakeAws, host_keys, make_node
 from tests.test_bootstrap_steps import COMMON, ctx_for, preamble
@@ -44,7 +45,7 @@ reach() { echo "== $1"; ssh -v -o BatchMode=yes -o ConnectTimeout=5 -i "$T/clust
 """
 
 
-def namespaced(tmp_path: Path, script: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def namespaced(tmp_path: Path, script: str, timeout: float = 90) -> subprocess.CompletedProcess:
     """SCRIPT after the ssh step's partials, in a private mount + network namespace (see the module's doc)."""
     ctx = ctx_for(tmp_path)
     body = "\n".join(partial(p, ctx) for p in COMMON + ["ssh"]) + "\n" + settings_shell(ctx.settings)
@@ -193,3 +194,40 @@ reach after
 def test_known_hosts_path_is_the_templates():
     rendered = partial("ssh", ctx_for(Path("/tmp")))
     assert f"HPCC_KNOWN_HOSTS={certs.KNOWN_HOSTS}\n" in rendered
+
+
+def test_the_login_users_key_is_its_own_and_does_not_open_root(tmp_path):
+    """The ssh step itself (its AWS calls and the user's account stood in for; /root a tmpfs of the namespace): root
+    gets the cluster key, the login user the user key; root@node accepts the cluster key only."""
+    aws, head, node = signed_cluster(tmp_path, time.time())
+    script = f"""mount -t tmpfs hpcc /root
+ssh-keygen -q -t ed25519 -N "" -f "$T/user"
+aws_retry() {{ case "$*" in *{Paths("llm").ssh_secret}*) cat "$T/cluster";; *{Paths("llm").user_secret}*) cat "$T/user";; *) return 9;; esac; }}
+regular_user() {{ return 0; }}
+id() {{ return 0; }}
+getent() {{ echo "$HPCC_LOGIN_USER:x:1000:1000::$T/home:/bin/bash"; }}
+chown() {{ :; }}
+host_certs() {{ HPCC_HOST_CERTS=(); }}
+reload_sshd() {{ :; }}
+mkdir -p "$T/home"
+HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)
+step_ssh
+cmp -s /root/.ssh/id_hpcc "$T/cluster" && echo "root holds the cluster key"
+cmp -s "$T/home/.ssh/id_hpcc" "$T/user" && echo "the login user holds its own key"
+grep -qF "$(cut -d' ' -f2 "$T/user.pub")" /root/.ssh/authorized_keys || echo "root does not accept the user key"
+grep -qF "$(cut -d' ' -f2 "$T/cluster.pub")" "$T/home/.ssh/authorized_keys" || echo "the login user does not accept root's key"
+trust {node.known_hosts}
+serve node $T/compute-001 "AuthorizedKeysFile .ssh/authorized_keys"
+reach root-with-cluster-key
+mv /root/.ssh/id_hpcc /root/.ssh/id_hpcc.away  # the login user cannot read it: only its own key is offered
+echo "== root-with-user-key"
+ssh -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=5 -i "$T/user" root@10.0.0.6 'echo reached' 2>&1 && echo rc=0 || echo "rc=$?"
+"""
+    out = namespaced(tmp_path, script)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for line in ("root holds the cluster key", "the login user holds its own key", "root does not accept the user key",
+                 "the login user does not accept root's key"):
+        assert line in out.stdout, out.stdout
+    found = cases(out.stdout)
+    assert found["root-with-cluster-key"][0] == 0 and "reached\n" in found["root-with-cluster-key"][1], found
+    refused(found, "root-with-user-key", "Permission denied (publickey")

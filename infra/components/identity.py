@@ -11,7 +11,9 @@ mark another node ready nor create parameters (a new one has no tag). The secret
 no key ever passes through Pulumi state, user data or stack outputs. The munge secret exists only with Slurm, so a
 cluster without it plans as before; turning Slurm on later creates it and updates the policies in place.
 The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys each node
-publishes in its own hostkeys parameter (tagged like its status) into certs parameters only the head writes."""
+publishes in its own hostkeys parameter (tagged like its status) into certs parameters only the head writes.
+The login user has a key of its own (hpcc/<cluster>/user-key, made by the head like the cluster key): root's cluster
+key stays root's, so the login user's key opens the login user on every node and never root."""
 
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ class IdentityArgs:
 
 
 def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: str = "compute",
-                munge_arn: str | None = None, cluster: str | None = None, host_ca_arn: str | None = None) -> str:
+                munge_arn: str | None = None, cluster: str | None = None, host_ca_arn: str | None = None,
+                user_key_arn: str | None = None) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
@@ -63,6 +66,8 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
                 "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"]}] if cluster else []),
             *(munge if munge_arn else []),
             *(host_ca_statements(param_arn, paths, role, host_ca_arn) if host_ca_arn else []),
+            *([{"Sid": "LoginUserKey", "Effect": "Allow", "Action": secret_actions, "Resource": [user_key_arn]}]
+              if user_key_arn else []),
             {"Sid": "SessionManager", "Effect": "Allow", "Action": SESSION_MANAGER, "Resource": "*"},
             # Nothing else grants reads now; should a managed policy be attached by hand (AmazonSSMManagedInstanceCore
             # allows every parameter of the account), reads stay narrowed to this cluster's.
@@ -113,6 +118,10 @@ class Identity(pulumi.ComponentResource):
             f"{c}-host-ca", name=paths.host_ca_secret, recovery_window_in_days=0,
             description=f"hpcc {c}: the host CA, written and read by the head node only", tags=tags(c, "host-ca", t),
             opts=child)
+        user_key = aws.secretsmanager.Secret(
+            f"{c}-user-key", name=paths.user_secret, recovery_window_in_days=0,
+            description=f"hpcc {c}: the login user's SSH key (not root's), written by the head node",
+            tags=tags(c, "user-key", t), opts=child)
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         self.instance_profile_arns, self.role_arns, self.account = {}, {}, account
         for role in ("head", "compute"):
@@ -124,8 +133,9 @@ class Identity(pulumi.ComponentResource):
                                         "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                        "Principal": {"Service": "ec2.amazonaws.com"}}]}))
             aws.iam.RolePolicy(f"{c}-{what}-policy", name="hpcc-cluster-access", role=iam_role.name, opts=child,
-                               policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn).apply(
-                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3])))
+                               policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn, user_key.arn).apply(
+                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3],
+                                                                    a[4])))
             profile = aws.iam.InstanceProfile(f"{c}-{what}-profile", name=role_name(c, role), role=iam_role.name,
                                               tags=tags(c, f"{what}-profile", t), opts=child)
             self.instance_profile_arns[role] = profile.arn

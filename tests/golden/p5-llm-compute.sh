@@ -612,7 +612,7 @@ HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc
 HPCC_HOST_CERT_ALGORITHMS=ssh-ed25519-cert-v01@openssh.com,ecdsa-sha2-nistp256-cert-v01@openssh.com,ecdsa-sha2-nistp384-cert-v01@openssh.com,ecdsa-sha2-nistp521-cert-v01@openssh.com,rsa-sha2-512-cert-v01@openssh.com,rsa-sha2-256-cert-v01@openssh.com
 
 read_key() {
-  HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "hpcc/llm/ssh-key" --query SecretString --output text)
+  HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "$1" --query SecretString --output text)
 }
 
 install_key() {
@@ -685,33 +685,35 @@ reload_sshd() {
 
 head_key() {
   local rc=0 tmp
-  read_key || rc=$?
+  read_key "$1" || rc=$?
   [ "$rc" -eq 3 ] || return "$rc"
   tmp=$(mktemp -d)
   ssh-keygen -q -t ed25519 -N "" -C "hpcc-llm" -f "$tmp/key"
   rc=0
-  aws_retry secretsmanager put-secret-value --secret-id "hpcc/llm/ssh-key" --secret-string "file://$tmp/key" >/dev/null || rc=$?
+  aws_retry secretsmanager put-secret-value --secret-id "$1" --secret-string "file://$tmp/key" >/dev/null || rc=$?
   rm -rf "$tmp"
   [ "$rc" -eq 0 ] || return "$rc"
-  log "generated the cluster key and stored it in hpcc/llm/ssh-key"
-  read_key
+  log "generated the $2 and stored it in $1"
+  read_key "$1"
 }
 
-compute_key() { from_head "hpcc/llm/ssh-key" ssh "cluster key" read_key; }
+compute_key() { from_head "$1" ssh "$2" read_key "$1"; }
 
 step_ssh() {
   local home
-  compute_key || fail "could not read or store hpcc/llm/ssh-key (see above)"
+  compute_key "hpcc/llm/ssh-key" "cluster key" || fail "could not read or store hpcc/llm/ssh-key (see above)"
   install_key /root root
+  HPCC_KEY=""
   if ! regular_user "$HPCC_LOGIN_USER"; then
-    log "$HPCC_LOGIN_USER is a system account here: the key is installed for root only"
+    log "$HPCC_LOGIN_USER is a system account here: no login key is installed for it"
   elif id "$HPCC_LOGIN_USER" >/dev/null 2>&1; then
     home=$(getent passwd "$HPCC_LOGIN_USER" | cut -d: -f6)
+    compute_key "hpcc/llm/user-key" "login user's key" || fail "could not read or store hpcc/llm/user-key (see above)"
     install_key "$home" "$HPCC_LOGIN_USER"
+    HPCC_KEY=""
   else
     log "no user $HPCC_LOGIN_USER on this image: the key is installed for root only"
   fi
-  HPCC_KEY=""
   grep -q '^Include /etc/ssh/ssh_config.d/' /etc/ssh/ssh_config 2>/dev/null ||
     sed -i '1i Include /etc/ssh/ssh_config.d/*.conf' /etc/ssh/ssh_config
   grep -q '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config ||
