@@ -1,0 +1,84 @@
+"""`hpcc rotate-keys` on a booted box, with SSH running across the nodes the whole time: an SSH session opened before
+the rotation (a job's long-lived ssh) lives through it, and a loop of new connections from the head to every compute
+node never fails, while the host CA is added, switched to and the old one retired. At the end every node trusts
+and serves the new CA only.
+
+Self-contained: its own box (the cpu profile, two compute nodes), only Box/Node's public API (box.node, node.run,
+node.enter, box.client), and the command's own function (infra/ops/rotate_keys.rotate) on the box's moto."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from hpcc_node import certstore
+from infra.naming import Paths
+from infra.ops import rotate_keys
+from tests.box.harness import Box
+
+pytestmark = pytest.mark.box
+
+
+class BoxAws:
+    """infra/ops/aws.Aws.call's shape, on the box's moto server."""
+
+    def __init__(self, box: Box):
+        self.box = box
+
+    def call(self, service: str, operation: str, **kwargs) -> dict:
+        return getattr(self.box.client(service), operation)(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def box(box_machine):
+    b = Box(profile="cpu", compute_count=2)
+    try:
+        b.start()
+        codes = b.boot(timeout=300)
+        assert codes == {n.name: 0 for n in b.nodes}, b.diagnose()
+        yield b
+    finally:
+        b.stop()
+
+
+def known_cas(node) -> list[str]:
+    text = node.run("cat", "/etc/ssh/ssh_known_hosts.hpcc", check=True).stdout
+    return [line.split(" ", 2)[2] for line in text.splitlines() if line.startswith("@cert-authority ")]
+
+
+def test_a_rotation_keeps_ssh_across_the_nodes_working(box):
+    head, computes = box.node("head"), [n for n in box.nodes if n.name != "head"]
+    ips = [box.ip_of(n.name) for n in computes]
+    old = known_cas(head)
+    assert len(old) == 1 and all(known_cas(n) == old for n in computes)
+    # a job's long-lived SSH session, opened before the rotation
+    session = subprocess.Popen(head.enter("ssh", "-o", "BatchMode=yes", ips[0],
+                                          "for i in $(seq 400); do echo tick; sleep 1; done"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # new connections all through it, as mpirun's launches would make
+    loop = subprocess.Popen(head.enter("bash", "-c", "while [ ! -e /tmp/hpcc-rotation-done ]; do for ip in "
+                                       + " ".join(ips) + "; do ssh -o BatchMode=yes -o ConnectTimeout=5 $ip true "
+                                       "&& echo ok || echo FAILED $ip; done; sleep 1; done"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    said: list[str] = []
+    try:
+        rid = rotate_keys.rotate(BoxAws(box), box.name, False, 300, said.append)
+    finally:
+        box.node("head").run("touch", "/tmp/hpcc-rotation-done")
+        out, _ = loop.communicate(timeout=60)
+        alive = session.poll() is None  # the session opened before the rotation is still up after it
+        session.kill()
+        ticks, err = session.communicate(timeout=30)
+    assert rid and said[-1].startswith(f"rotation {rid} done"), said
+    assert "FAILED" not in out and out.count("ok") >= 2 * len(ips), out[-2000:]
+    assert alive and ticks.count("tick") > 10 and "Host key verification failed" not in err, (ticks[-200:], err)
+    new = known_cas(head)
+    assert len(new) == 1 and new != old and all(known_cas(n) == new for n in computes)
+    for n in box.nodes:  # what each node serves: certificates by the new CA, for its own address
+        issued = certstore.read_issued(box.client("ssm").get_parameter(
+            Name=certstore.names(box.name).certs(n.name))["Parameter"]["Value"])
+        assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == box.ip_of(n.name)
+    assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"]["Value"] == \
+        certstore.rotation_text(certstore.Rotation(rid, "retire"))
