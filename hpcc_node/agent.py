@@ -313,7 +313,7 @@ def main(argv: List[str]) -> int:
         print(f"hpcc node agent: the applied state is malformed ({e}): run the bootstrap again", file=sys.stderr)
         return 1
     agent.certs = host_certs.Certs(agent.aws, config.hosts_parameter.split("/")[2], config.role, agent.node.node,
-                                   agent.node.ip, log=agent.log)
+                                   agent.node.ip, log=agent.log, instance=agent.node.instance_id)
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     while True:
         p = pacing(agent.settings)

@@ -1,6 +1,6 @@
 """Host certificates by the cluster's host CA (issue 22 item 4), a key of its own that only the head can read
 (`hpcc/<c>/host-ca`), not root's cluster key. Each node publishes its host public keys (its own hostkeys parameter);
-the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<ip> -n <principals> -V from:to`, ssh-keygen(1)
+the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<instance> -n <principals> -V from:to`, ssh-keygen(1)
 "CERTIFICATES") for 7 days and re-signs at half-life; each node installs what the head wrote for it, and its
 known-hosts file lists one `@cert-authority` line per CA the head says is trusted (two during `hpcc rotate-keys`).
 
@@ -175,8 +175,8 @@ class Head:
             if p is None or p.ip != nodes[n] or not p.keys:
                 continue  # not published yet, or still the node's previous instance
             start, end = now - SKEW, now - SKEW + VALIDITY
-            certs = [sign(a.signer["private"], k, f"{self.cluster}/{n}/{p.ip}", principals(n, p.ip), start, end, self.run)
-                     for k in p.keys]
+            key_id = f"{self.cluster}/{n}/{p.instance or p.ip}"
+            certs = [sign(a.signer["private"], k, key_id, principals(n, p.ip), start, end, self.run) for k in p.keys]
             issued = store.Issued(p.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end))
             self.aws.put_parameter(self.names.certs(n), store.issue_text(issued))
             self.issued[n] = issued
@@ -191,8 +191,9 @@ def node_name(index: int) -> str:
 # -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------
 class Node:
     def __init__(self, aws: Aws, cluster: str, node: str, ip: str, run: Run = subprocess.run,
-                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd"):
+                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd", instance: str = ""):
         self.aws, self.names, self.node, self.ip, self.run = aws, store.names(cluster), node, ip, run
+        self.instance = instance
         self.known_hosts, self.sshd = known_hosts, sshd
         self.published: Optional[str] = None
 
@@ -212,7 +213,7 @@ class Node:
                  if line.startswith("@cert-authority ")]
         served = [_read(path + "-cert.pub") for path, _ in self.host_keys()]
         text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
-                                                  next((self.signer_of(c) for c in served if c), "")))
+                                                  next((self.signer_of(c) for c in served if c), ""), self.instance))
         if text != self.published:
             self.aws.put_parameter(self.names.hostkeys(self.node), text)
             self.published = text
@@ -292,9 +293,9 @@ class Certs:
     what the head wrote for it and publishes what it applied."""
 
     def __init__(self, aws: Aws, cluster: str, role: str, node: str, ip: str, run: Run = subprocess.run,
-                 log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd):
+                 log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd, instance: str = ""):
         self.head = Head(aws, cluster, run) if role == "head" else None
-        self.me = Node(aws, cluster, node, ip, run)
+        self.me = Node(aws, cluster, node, ip, run, instance=instance)
         self.names_, self.log, self.reload = store.names(cluster), log, reload
 
     def names(self) -> List[str]:

@@ -1,8 +1,9 @@
 """The bootstrap's side of the host certificates (templates/steps/ssh.sh.j2 and join.sh.j2), before the agent runs:
 
-  python3 -m hpcc_node.certs_boot head CLUSTER IP...      the head: its CA (made at the first boot), its own
+  python3 -m hpcc_node.certs_boot head CLUSTER INSTANCE IP...
+                                                          the head: its CA (made at the first boot), its own
                                                           certificates, and whatever the compute nodes published
-  python3 -m hpcc_node.certs_boot node CLUSTER NODE IP DEADLINE
+  python3 -m hpcc_node.certs_boot node CLUSTER NODE IP DEADLINE INSTANCE
                                                           a compute node: publish its host keys, wait (until the
                                                           epoch DEADLINE) for the head to sign them, install
   python3 -m hpcc_node.certs_boot sign CLUSTER IP...      the head's join step: sign what was published since
@@ -44,16 +45,17 @@ def main(argv: List[str]) -> int:
     try:
         command, cluster, rest = argv[1], argv[2], argv[3:]
         if command == "head":
-            head, me = certs.Head(aws, cluster), certs.Node(aws, cluster, "head", rest[0])
+            instance, hosts = rest[0], rest[1:]
+            head, me = certs.Head(aws, cluster), certs.Node(aws, cluster, "head", hosts[0], instance=instance)
             me.publish()
-            head.sign_pending(rest, time.time())
+            head.sign_pending(hosts, time.time())
             paths, _ = me.install(head.issued["head"]) if head.issued.get("head") else ([], False)
             me.publish()
             print("\n".join(paths))
             return 0 if paths else 1
         if command == "node":
-            node, ip, deadline = rest[0], rest[1], float(rest[2])
-            print("\n".join(wait_for_certificates(certs.Node(aws, cluster, node, ip), deadline)))
+            node, ip, deadline, instance = rest[0], rest[1], float(rest[2]), rest[3]
+            print("\n".join(wait_for_certificates(certs.Node(aws, cluster, node, ip, instance=instance), deadline)))
             return 0
         if command == "sign":
             signed = certs.Head(aws, cluster).sign_pending(rest, time.time())

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 PENDING = "pending"  # what Pulumi creates the hostkeys parameter with, before the node writes it
 PHASES = ("add", "switch", "retire")  # hpcc rotate-keys, in order
 KEY_LINE = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa)(-cert-v01@openssh\.com)? [A-Za-z0-9+/]+={0,3}")
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 ROTATION_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # when `hpcc rotate-keys` started it (UTC)
 
 
@@ -63,18 +64,21 @@ class Published(NamedTuple):
     keys: List[str]
     trust: List[str]  # fingerprints of the CAs its known-hosts file lists
     cert_ca: str  # fingerprint of the CA of the certificates it serves ("" before it has any)
+    instance: str = ""  # its instance id, for the certificate's key ID (a label: the principals are the head's)
 
 
 def publish_text(p: Published) -> str:
-    return json.dumps({"ip": p.ip, "keys": p.keys, "trust": p.trust, "certCa": p.cert_ca}, sort_keys=True)
+    return json.dumps({"ip": p.ip, "keys": p.keys, "trust": p.trust, "certCa": p.cert_ca, "instance": p.instance},
+                      sort_keys=True)
 
 
 def read_published(text: Optional[str]) -> Optional[Published]:
     """None for Pulumi's placeholder or anything malformed (a node's root writes this: it is data, checked)."""
     try:
         d = json.loads(text or "")
+        instance = str(d.get("instance", ""))
         return Published(str(d["ip"]), [key_line(k) for k in d["keys"]][:4], [str(f)[:60] for f in d["trust"]][:4],
-                         str(d.get("certCa", ""))[:60])
+                         str(d.get("certCa", ""))[:60], instance if INSTANCE_ID.fullmatch(instance) else "")
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

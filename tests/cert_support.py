@@ -55,9 +55,10 @@ def sshd_stand_in(keys: list[Path]):
     return run
 
 
-def make_node(aws: FakeAws, tmp: Path, name: str, ip: str, cluster: str = "llm") -> certs.Node:
+def make_node(aws: FakeAws, tmp: Path, name: str, ip: str, cluster: str = "llm", instance: str = "") -> certs.Node:
     keys = host_keys(tmp / name)
-    return certs.Node(aws, cluster, name, ip, run=sshd_stand_in(keys), known_hosts=str(tmp / name / "known_hosts"))
+    return certs.Node(aws, cluster, name, ip, run=sshd_stand_in(keys), known_hosts=str(tmp / name / "known_hosts"),
+                      instance=instance)
 
 
 def cert_text(path: str | Path) -> str:

@@ -38,6 +38,7 @@ def test_the_head_signs_each_published_host_key_for_the_principals_it_knows(clus
                                                                      "ssh_host_ed25519_key-cert.pub"]
     text = cert_text(paths[0])
     assert "Principals: \n                compute-000\n                10.0.0.5\n                ip-10-0-0-5\n" in text
+    assert 'Key ID: "llm/compute-000/10.0.0.5"' in text  # no instance id published: its address
     assert "Valid: from 2026-11-18T11:01:40 to 2026-11-25T11:01:40" in text  # 7 days from 5 min before signing
     assert f"Signing CA: ED25519 {certstore.fingerprint(authority.signer['public'])}" in text
     known = (nodes["compute-000"].known_hosts)
@@ -58,6 +59,17 @@ def test_the_python_fingerprint_and_certified_key_are_ssh_keygens(cluster, tmp_p
         assert certstore.fingerprint(key) == listed
     certified = {certs.certified_key(c) for c in issued(aws, "head").certs}
     assert certified == {k for _, k in nodes["head"].host_keys()}
+
+
+@pytest.mark.parametrize("instance, key_id", [("i-0abc12345678", "llm/compute-001/i-0abc12345678"),
+                                              ("i-0abc/../x", "llm/compute-001/10.0.0.6")])
+def test_the_key_id_names_the_instance_the_node_published_when_it_is_one(tmp_path, instance, key_id):
+    aws = FakeAws()
+    node = make_node(aws, tmp_path, "compute-001", "10.0.0.6", instance=instance)
+    node.publish()
+    certs.Head(aws, "llm").sign_pending(HOSTS, NOW)
+    paths, _ = node.install(issued(aws, "compute-001"))
+    assert f'Key ID: "{key_id}"' in cert_text(paths[0])
 
 
 def test_a_key_published_for_another_address_is_not_signed(cluster):

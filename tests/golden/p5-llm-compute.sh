@@ -649,7 +649,7 @@ host_keys() { within 30 sshd -T | awk '$1 == "hostkey" {print $2}'; }
 certs_boot() { (cd / && PYTHONPATH=$HPCC_CURRENT python3 -m hpcc_node.certs_boot "$@"); }
 host_certs() {
   local out rc=0
-  out=$(certs_boot node "llm" "$HPCC_NODE" "$HPCC_IP" "$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))") || rc=$?
+  out=$(certs_boot node "llm" "$HPCC_NODE" "$HPCC_IP" "$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))" "$HPCC_INSTANCE_ID") || rc=$?
   [ -n "$out" ] || rc=1
   [ "$rc" -eq 0 ] || fail "no host certificate from the cluster's host CA (sshd -T: $(host_keys | paste -sd' ' -); see above)"
   mapfile -t HPCC_HOST_CERTS <<<"$out"
