@@ -131,6 +131,7 @@ class Head:
         self.aws, self.cluster, self.names, self.run = aws, cluster, store.names(cluster), run
         self.issued: Dict[str, Optional[store.Issued]] = {}
         self.authority: Optional[store.Authority] = None
+        self.legacy: Optional[Dict[str, str]] = None  # legacy_signer(): a cluster booted before the host CA
 
     def read_authority(self) -> store.Authority:
         """The CA set, generated and stored at the first call (the secret is created empty, like the cluster key)."""
@@ -141,7 +142,10 @@ class Head:
             text = ""
         if text.strip() and text.strip() != "None":
             return store.read_authority(text)
-        a = store.Authority([new_key_pair(self.run)], 0, "")
+        # A cluster booted before the host CA: its nodes trust root's cluster key as their CA, and those on the old
+        # bundle keep only that: it signs on (the new CA trusted beside it) until `hpcc rotate-keys` retires it.
+        a = store.Authority([self.legacy, new_key_pair(self.run)] if self.legacy else [new_key_pair(self.run)], 0,
+                            "legacy" if self.legacy else "")
         self.put_authority(a)
         return a
 
@@ -182,6 +186,15 @@ class Head:
             self.issued[n] = issued
             signed.append(n)
         return signed
+
+
+def legacy_signer(known_hosts: str = KNOWN_HOSTS, key: str = "/root/.ssh/id_hpcc") -> Optional[Dict[str, str]]:
+    """Root's cluster key as a CA pair, when this node's known-hosts file trusts it (its bootstrap predates the
+    host CA, which ssh.sh.j2 now writes before the agent runs), else None."""
+    public = _read(key + ".pub")
+    if not public or f"@cert-authority * {store.key_line(public)}" not in _lines(known_hosts):
+        return None
+    return {"private": _read(key), "public": store.key_line(public)}
 
 
 def node_name(index: int) -> str:
@@ -296,6 +309,8 @@ class Certs:
                  log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd, instance: str = ""):
         self.head = Head(aws, cluster, run) if role == "head" else None
         self.me = Node(aws, cluster, node, ip, run, instance=instance)
+        if self.head:
+            self.head.legacy = legacy_signer()
         self.names_, self.log, self.reload = store.names(cluster), log, reload
 
     def names(self) -> List[str]:

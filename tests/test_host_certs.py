@@ -187,3 +187,27 @@ def test_an_error_in_the_certificates_is_logged_and_the_tick_goes_on(tmp_path):
     part = certs.Certs(FakeAws(), "llm", "compute", "compute-000", HOSTS[1], log=logs.append)
     part.tick({}, "not an address\n", "10.0.0.0/16", NOW)
     assert logs and logs[0].startswith("host certificates: ") and logs[0].endswith("; next tick")
+
+
+def test_a_cluster_booted_before_the_host_ca_signs_with_the_cluster_key_until_a_rotation_retires_it(tmp_path):
+    """Its nodes on the old bundle trust only root's cluster key as CA: the upgraded head signs with it, the new
+    CA trusted beside it, and `hpcc rotate-keys` takes the cluster key out of the CA set."""
+    aws = FakeAws()
+    key = tmp_path / "id_hpcc"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    cluster_pub = certstore.key_line(key.with_suffix(".pub").read_text())
+    old_known = tmp_path / "known"
+    old_known.write_text(f"# hpcc llm: a node is who the cluster key certified\n@cert-authority * {cluster_pub}\n")
+    assert certs.legacy_signer(str(tmp_path / "none"), str(key)) is None  # a node booted with the host CA
+    head = certs.Head(aws, "llm")
+    head.legacy = certs.legacy_signer(str(old_known), str(key))
+    node = make_node(aws, tmp_path, "compute-000", HOSTS[1])
+    node.publish()
+    head.sign_pending(HOSTS, NOW)
+    first = issued(aws, "compute-000")
+    assert first.ca == certstore.fingerprint(cluster_pub) and first.cas[0] == cluster_pub and len(first.cas) == 2
+    for phase in certstore.PHASES:
+        head.sign_pending(HOSTS, NOW + 60, certstore.Rotation("20261124T150000Z", phase))
+    last = issued(aws, "compute-000")
+    assert cluster_pub not in last.cas and len(last.cas) == 1 and last.ca == certstore.fingerprint(last.cas[0])
+    assert cluster_pub not in aws.secrets["hpcc/llm/host-ca"]
