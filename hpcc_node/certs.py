@@ -311,6 +311,7 @@ class Certs:
         self.me = Node(aws, cluster, node, ip, run, instance=instance)
         if self.head:
             self.head.legacy = legacy_signer()
+        self.warned = False
         self.names_, self.log, self.reload = store.names(cluster), log, reload
 
     def names(self) -> List[str]:
@@ -334,6 +335,10 @@ class Certs:
                 self.log(f"{e}: the rotation is not followed")
                 rotation = None
             signed = self.head.sign_pending(hosts, now, rotation)
+            if self.head.authority and self.head.authority.rotation == "legacy" and not self.warned:
+                self.log("host certificates are signed by the cluster key (this cluster was booted before the host CA):"
+                         " run `hpcc rotate-keys` once every node runs this bundle")
+                self.warned = True
             if signed:
                 self.log(f"host certificates signed for {', '.join(signed[:10])}{' ...' if len(signed) > 10 else ''}")
             issued = self.head.issued.get(self.me.node) or issued

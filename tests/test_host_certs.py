@@ -211,3 +211,12 @@ def test_a_cluster_booted_before_the_host_ca_signs_with_the_cluster_key_until_a_
     last = issued(aws, "compute-000")
     assert cluster_pub not in last.cas and len(last.cas) == 1 and last.ca == certstore.fingerprint(last.cas[0])
     assert cluster_pub not in aws.secrets["hpcc/llm/host-ca"]
+    logs = []
+    part = certs.Certs(aws, "llm", "head", "head", HOSTS[0], log=logs.append, reload=lambda: "")
+    part.head.legacy = certs.legacy_signer(str(old_known), str(key))
+    part.me = make_node(aws, tmp_path, "head", HOSTS[0])
+    aws.secrets.pop("hpcc/llm/host-ca")
+    for _ in range(2):
+        part.tick({}, "\n".join(HOSTS), "10.0.0.0/16", NOW)
+    assert sum("run `hpcc rotate-keys` once every node runs this bundle" in line for line in logs) == 1, logs
+
