@@ -220,3 +220,19 @@ def test_a_cluster_booted_before_the_host_ca_signs_with_the_cluster_key_until_a_
         part.tick({}, "\n".join(HOSTS), "10.0.0.0/16", NOW)
     assert sum("run `hpcc rotate-keys` once every node runs this bundle" in line for line in logs) == 1, logs
 
+
+
+def test_a_node_with_rsa_ecdsa_and_ed25519_host_keys_fits_a_standard_parameter(tmp_path):
+    """SSM's standard tier holds 4 KB a value (Systems Manager User Guide, "Managing parameter tiers"); sshd's
+    three default host keys, certified, with two CAs during a rotation, stay under it."""
+    from tests.cert_support import host_keys, sshd_stand_in
+    aws = FakeAws()
+    keys = host_keys(tmp_path / "n", ("rsa", "ecdsa", "ed25519"))
+    node = certs.Node(aws, "llm", "compute-000", HOSTS[1], run=sshd_stand_in(keys), known_hosts=str(tmp_path / "kh"),
+                      instance="i-0123456789abcdef0")
+    node.publish()
+    head = certs.Head(aws, "llm")
+    head.sign_pending(HOSTS, NOW, certstore.Rotation("20261124T150000Z", "add"))
+    assert len(issued(aws, "compute-000").certs) == 3 and len(issued(aws, "compute-000").cas) == 2
+    for name in ("/hpcc/llm/certs/compute-000", "/hpcc/llm/hostkeys/compute-000"):
+        assert len(aws.params[name][1].encode()) < 4096, (name, len(aws.params[name][1]))
