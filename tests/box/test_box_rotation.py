@@ -48,7 +48,7 @@ def known_cas(node) -> list[str]:
     return [line.split(" ", 2)[2] for line in text.splitlines() if line.startswith("@cert-authority ")]
 
 
-def test_a_rotation_keeps_ssh_across_the_nodes_working(box):
+def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
     head, computes = box.node("head"), [n for n in box.nodes if n.name != "head"]
     ips = [box.ip_of(n.name) for n in computes]
     old = known_cas(head)
@@ -58,7 +58,8 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box):
                                           "for i in $(seq 400); do echo tick; sleep 1; done"),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # new connections all through it, as mpirun's launches would make
-    loop = subprocess.Popen(head.enter("bash", "-c", "while [ ! -e /tmp/hpcc-rotation-done ]; do for ip in "
+    done = tmp_path / "rotation-done"  # the host's /tmp is the nodes' too
+    loop = subprocess.Popen(head.enter("bash", "-c", f"while [ ! -e {done} ]; do for ip in "
                                        + " ".join(ips) + "; do ssh -o BatchMode=yes -o ConnectTimeout=5 $ip true "
                                        "&& echo ok || echo FAILED $ip; done; sleep 1; done"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -66,7 +67,7 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box):
     try:
         rid = rotate_keys.rotate(BoxAws(box), box.name, False, 300, said.append)
     finally:
-        box.node("head").run("touch", "/tmp/hpcc-rotation-done")
+        done.touch()
         out, _ = loop.communicate(timeout=60)
         alive = session.poll() is None  # the session opened before the rotation is still up after it
         session.kill()
