@@ -15,7 +15,6 @@ import base64
 import os
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
