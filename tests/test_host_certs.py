@@ -236,3 +236,16 @@ def test_a_node_with_rsa_ecdsa_and_ed25519_host_keys_fits_a_standard_parameter(t
     assert len(issued(aws, "compute-000").certs) == 3 and len(issued(aws, "compute-000").cas) == 2
     for name in ("/hpcc/llm/certs/compute-000", "/hpcc/llm/hostkeys/compute-000"):
         assert len(aws.params[name][1].encode()) < 4096, (name, len(aws.params[name][1]))
+
+
+def test_a_replacement_at_its_predecessors_address_is_signed_for_its_own_keys(cluster, tmp_path):
+    aws, head, nodes = cluster
+    nodes["compute-000"].publish()
+    head.sign_pending(HOSTS, NOW)
+    assert head.sign_pending(HOSTS, NOW + 60) == []  # looked at again, nothing changed
+    again = make_node(aws, tmp_path / "again", "compute-000", HOSTS[1])  # new instance, new host keys, same IP
+    again.publish()
+    assert head.sign_pending(HOSTS, NOW + 120) == ["compute-000"]
+    paths, changed = again.install(issued(aws, "compute-000"))
+    assert changed and len(paths) == 2
+
