@@ -2,27 +2,33 @@
 bootstrap's sync step (templates/steps/sync.sh.j2). It keeps the node on the cluster's membership and settings,
 follows Slurm on the head, and moves the node to the bundle the pointer names (hpcc_node/rollout.py).
 
-Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE paced GetParameters of the hosts,
-the settings and the bundle pointer, plus the canaries' statuses while a rollout is on (at most 10 names). A newer
-hosts version or changed settings are applied by the role script's `apply-membership` (the one writer of the
-membership files: hostfiles, env, SSH config, Slurm); nothing is restarted, so running jobs do not notice. One
-status write per change. An error is logged and retried next tick; the agent never fails its node.
+Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE conditional GET of the state
+bucket's membership.json (304 while it is unchanged: hpcc_node/controller/membership.py), which carries the bundle
+pointer and the settings' sha256; ONE paced GetParameters of the settings only when that sha256 changed (every tick
+when the membership carries none); plus the canaries' statuses while a rollout is on. A newer membership
+generation or changed settings are applied by the role script's `apply-membership` with the hosts text
+hpcc_node/hosts.py renders (the one writer of the membership files: hostfiles, env, SSH config, Slurm); nothing is
+restarted, so running jobs do not notice. One status write per change, to status/<instance ARN>.json. An error
+is logged and retried next tick; the agent never fails its node.
 
 `--self-check`: what a new bundle's agent runs before the node switches to it (exit 0: it can run here)."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import random
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from hpcc_node import awscli, hosts, rollout, slurm, state, status, upgrade
 from hpcc_node import certs as host_certs
-from hpcc_node import rollout, slurm, state, status, upgrade
 from hpcc_node.aws import Aws, AwsError
+from hpcc_node.controller import membership
+from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
 from hpcc_node.version import AGENT_VERSION
 
@@ -35,9 +41,9 @@ class Config(NamedTuple):
     """What the sync step gives the agent (/etc/hpcc/agent.env), and where the node keeps its files."""
 
     role: str
-    hosts_parameter: str
+    state_bucket: str  # membership.json and the statuses (identify.sh.j2's state_bucket)
+    status_key: str  # status/<this instance's ARN>.json
     settings_parameter: str
-    nodes_parameter: str
     bundle_parameter: str
     vpc_cidr: str = "10.0.0.0/16"  # every hosts address lies in it (infra/components/network.py)
     etc: str = "/etc/hpcc"
@@ -47,24 +53,31 @@ class Config(NamedTuple):
 
     @classmethod
     def from_env(cls, env: Dict[str, str]) -> "Config":
-        return cls(env["HPCC_ROLE"], env["HPCC_HOSTS_PARAMETER"], env["HPCC_SETTINGS_PARAMETER"],
-                   env["HPCC_NODES_PARAMETER"], env["HPCC_BUNDLE_PARAMETER"],
+        return cls(env["HPCC_ROLE"], env["HPCC_STATE_BUCKET"], env["HPCC_STATUS_KEY"], env["HPCC_SETTINGS_PARAMETER"],
+                   env["HPCC_BUNDLE_PARAMETER"],
                    vpc_cidr=env.get("HPCC_VPC_CIDR", cls._field_defaults["vpc_cidr"]), etc=env.get("HPCC_ETC", cls._field_defaults["etc"]), log=env.get("HPCC_LOG", cls._field_defaults["log"]))
 
     def path(self, name: str) -> str:
         return os.path.join(self.etc, name)
 
 
-def membership_due(applied_version: int, applied_settings: str, read_version: int, read_settings: str) -> bool:
-    """Apply when the hosts' Version or the settings text differ from what was applied (as the bash agent did)."""
-    return read_version != applied_version or read_settings.rstrip("\n") != applied_settings.rstrip("\n")
+def membership_due(applied_generation: int, applied_settings: str, doc: Optional[Dict[str, Any]],
+                   read_settings: str) -> bool:
+    """Apply a newer membership generation (membership.newer), or the same one when the settings text changed."""
+    if doc is None:
+        return False
+    return membership.newer(applied_generation, doc) or read_settings.rstrip("\n") != applied_settings.rstrip("\n")
 
 
-def line_holds(hosts: List[str], node: str, ip: str) -> Optional[str]:
-    """None when this node's line holds its IP; else what it holds (the list is not applied then)."""
-    index = state.node_index(node)
-    at = hosts[index] if index < len(hosts) else "nothing"
+def line_holds(pairs: List[Tuple[str, str]], node: str, ip: str) -> Optional[str]:
+    """None when the hosts text lists this node at its IP; else what it lists there (then it is not applied)."""
+    at = dict(pairs).get(node, "nothing")
     return None if at == ip else at
+
+
+def arn_prefix(status_key: str) -> str:
+    """status/arn:<partition>:ec2:<region>:<account>:instance/ of this node's own key: every node's ARN but its id."""
+    return status_key[len(membership.STATUS_PREFIX):].rsplit("/", 1)[0] + "/"
 
 
 def tick_seconds(sync_seconds: int, rand: float) -> float:
@@ -84,8 +97,13 @@ def self_check(config: Config, here: str) -> None:
 
 class Agent:
     def __init__(self, config: Config, aws: Aws, clock: Callable[[], float] = time.time,
-                 run: Callable = subprocess.run, rand: Callable[[], float] = random.random):
+                 run: Callable = subprocess.run, rand: Callable[[], float] = random.random, s3: Any = None):
         self.c, self.aws, self.clock, self.run, self.rand = config, aws, clock, run, rand
+        self.s3 = s3 if s3 is not None else awscli.client("s3", before=aws.pace)  # paced with the node's calls
+        self.doc: Optional[Dict[str, Any]] = None  # the membership last read, and its ETag
+        self.etag = ""
+        self.cached: Dict[str, Any] = {}  # the settings and the pointer as last read from SSM
+        self.settings_digest = ""  # the membership's settings_sha256 when they were read
         self.node = state.parse_state(state.read_text(config.path("node")) or "")
         self.settings: Settings = parse(state.read_text(config.path("settings")) or "")
         self.record = state.read_record(config.path("agent.json"))
@@ -113,30 +131,66 @@ class Agent:
     # -- what to read -------------------------------------------------------------------------------
     def rollout_on(self) -> bool:
         return bool(self.pointer_sha) and (self.pointer_sha != self.running or (
-            rollout.is_canary(self.node.node) and (self.verdict is None or self.verdict.state != "done")))
+            rollout.is_canary(self.node.node, self.canary_names()) and (self.verdict is None or self.verdict.state != "done")))
+
+    def canary_names(self) -> Tuple[str, ...]:
+        """The head and the membership's first compute node (rollout.canaries_of)."""
+        doc = self.doc or {}
+        return rollout.canaries_of([str(n.get("name")) for n in doc.get("nodes", []) if n.get("name")])
 
     def canaries(self) -> List[str]:
-        count = int(str(self.settings["NODE_COUNT"]))
-        return [n for n in rollout.CANARIES if n != self.node.node and (n == "head" or count >= 1)]
+        """The canaries whose statuses this node reads (itself excepted)."""
+        return [n for n in self.canary_names() if n != self.node.node]
 
     def names(self) -> List[str]:
-        names = [self.c.hosts_parameter, self.c.settings_parameter, self.c.bundle_parameter]
-        if self.rollout_on():
-            names += [f"{self.c.nodes_parameter}/{n}" for n in self.canaries()]
-        return names + (self.certs.names() if self.certs else [])
+        return [self.c.settings_parameter, self.c.bundle_parameter]
+
+    def node_status(self, name: str) -> Optional[Dict[str, Any]]:
+        """Another node's status, by its instance in the membership (None: unlisted, unread or unreadable)."""
+        instance = ((self.doc or {}).get("head") or {}).get("instance") if name == "head" else next(
+            (n.get("instance") for n in (self.doc or {}).get("nodes", []) if n.get("name") == name), None)
+        if not instance:
+            return None
+        key = membership.status_key(arn_prefix(self.c.status_key) + str(instance))
+        try:
+            return status.read(self.s3.get_object(Bucket=self.c.state_bucket, Key=key)["Body"].read().decode())
+        except Exception:  # noqa: BLE001 - not there yet, or this role may not read it: no verdict
+            return None
+
+    def read_membership(self) -> None:
+        try:
+            doc, self.etag = membership.read(self.s3, self.c.state_bucket, self.etag)
+        except Exception as e:  # noqa: BLE001 - S3 unreachable: the applied membership stays
+            raise AwsError(f"s3://{self.c.state_bucket}/{membership.KEY}: {e}") from None
+        if doc is not None:
+            self.doc = doc
 
     # -- one tick -----------------------------------------------------------------------------------
+    def read_parameters(self) -> Dict[str, Any]:
+        """The settings and the bundle pointer. The membership carries the pointer and the settings' sha256
+        (hpcc_node/controller/__main__.py follow_reader): SSM is read only when that sha256 changed, so settled
+        agents make no SSM request; without them (no controller yet) every tick reads both, as before."""
+        follow = (self.doc or {}).get("bundle") or {}
+        digest = str(follow.get("settings_sha256", ""))
+        if not digest or digest != self.settings_digest or self.c.settings_parameter not in self.cached:
+            self.cached = self.aws.get_parameters(self.names())
+            self.settings_digest = digest if self.c.settings_parameter in self.cached else ""
+        read = dict(self.cached)
+        if follow.get("sha256"):
+            read[self.c.bundle_parameter] = (0, json.dumps({k: follow.get(k) for k in ("sha256", "bucket", "key")}))
+        return read
+
     def tick(self) -> Optional[str]:
         """One look at the cluster; returns a bundle directory to re-execute from, if the node switched."""
-        read = self.aws.get_parameters(self.names())
-        if self.c.hosts_parameter not in read or self.c.settings_parameter not in read:
-            raise AwsError(f"{self.c.hosts_parameter} or {self.c.settings_parameter} is missing; next tick")
-        version, hosts_text = read[self.c.hosts_parameter]
+        self.read_membership()
+        read = self.read_parameters()
+        if self.c.settings_parameter not in read:
+            raise AwsError(f"{self.c.settings_parameter} is missing; next tick")
         settings_text = read[self.c.settings_parameter][1]
-        if membership_due(self.node.hosts_version, state.read_text(self.c.path("settings")) or "", version, settings_text):
-            self.apply_membership(version, hosts_text, settings_text)
+        if membership_due(self.node.hosts_version, state.read_text(self.c.path("settings")) or "", self.doc, settings_text):
+            self.apply_doc(self.doc, settings_text)
         if self.certs:
-            self.certs.tick(read, hosts_text, self.c.vpc_cidr, self.clock())
+            self.certs.tick(self.doc, self.clock())
         if self.c.role == "head" and self.settings.get("SCHEDULER") == "slurm":
             self.slurm_watch()
         switched = self.follow_bundle(read)
@@ -145,6 +199,17 @@ class Agent:
         self.report()
         return None
 
+    def apply_doc(self, doc: Any, settings_text: str) -> None:
+        try:
+            version, text = hosts.generation(doc), hosts.hosts_text(doc)
+        except hosts.MembershipError as e:
+            self.log(f"{e}: refused, the applied membership stays")
+            return
+        if not hosts.lists(doc, self.node.node, self.node.instance_id):
+            self.log(f"membership generation {version} does not list {self.node.node} as {self.node.instance_id}: not applied")
+            return
+        self.apply_membership(version, text, settings_text)
+
     def apply_membership(self, version: int, hosts_text: str, settings_text: str) -> None:
         try:
             settings = parse(settings_text)
@@ -152,13 +217,13 @@ class Agent:
             self.log(f"{e}: {self.c.settings_parameter} refused, the applied settings stay")
             return
         try:
-            hosts = state.parse_hosts(hosts_text, self.c.vpc_cidr)
+            pairs = state.parse_hosts(hosts_text, self.c.vpc_cidr)
         except state.StateError as e:
-            self.log(f"{e}: {self.c.hosts_parameter} version {version} refused, the applied membership stays")
+            self.log(f"{e}: membership generation {version} refused, the applied membership stays")
             return
-        at = line_holds(hosts, self.node.node, self.node.ip)
+        at = line_holds(pairs, self.node.node, self.node.ip)
         if at is not None:
-            self.log(f"hosts version {version} holds {at} at {self.node.node}'s line, not this node's {self.node.ip}: not applied")
+            self.log(f"membership generation {version} lists {at} as {self.node.node}, not this node's {self.node.ip}: not applied")
             return
         script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
         env = dict(os.environ, HPCC_APPLY_VERSION=str(version), HPCC_APPLY_HOSTS=hosts_text, HPCC_APPLY_SETTINGS=settings_text,
@@ -166,11 +231,11 @@ class Agent:
         out = self.run(["bash", script, "apply-membership"], env=env, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=900)
         if out.returncode != 0:
-            self.log(f"apply-membership of hosts version {version} failed (exit {out.returncode}); next tick")
+            self.log(f"apply-membership of membership generation {version} failed (exit {out.returncode}); next tick")
             return
         self.node = state.parse_state(state.read_text(self.c.path("node")) or "")
         self.settings = settings
-        self.message = f"membership of hosts version {self.node.hosts_version} applied"
+        self.message = f"membership generation {self.node.hosts_version} applied"
 
     def slurm_watch(self) -> None:
         def cmd(*args: str) -> str:
@@ -178,15 +243,7 @@ class Agent:
             if out.returncode != 0:
                 raise AwsError(f"{args[0]}: {out.stderr.strip()[-200:]}")
             return out.stdout
-        nodes = slurm.troubled(cmd(*slurm.NODE_STATES))
-        statuses: Dict[str, Optional[dict]] = {}
-        if nodes:
-            read = self.aws.get_parameters([f"{self.c.nodes_parameter}/{n}" for n in sorted(nodes)])
-            statuses = {name.rsplit("/", 1)[1]: status.read(value) for name, (_, value) in read.items()}
-        for action in slurm.actions(nodes, statuses):
-            cmd("scontrol", *action)
-            self.log(f"{'drained' if 'State=DRAIN' in action else 'resumed'} {action[1].split('=', 1)[1]}"
-                     + (f": {action[3].split('=', 1)[1]}" if len(action) > 3 else ": its status is ready"))
+        # Slurm's node states are the controller's to write (hpcc_node/controller/act.py); the agent only reports them.
         states = slurm.summary(cmd(*slurm.SUMMARY))
         if states != self.slurm_states:
             with open(os.path.join(self.c.run, "hpcc-slurm.json"), "w") as f:
@@ -201,10 +258,9 @@ class Agent:
             except ValueError as e:
                 self.log(f"{self.c.bundle_parameter} refused: {e}")
         self.pointer_sha = pointer.sha256 if pointer else ""
-        names = {f"{self.c.nodes_parameter}/{n}": n for n in self.canaries()}
-        if pointer and any(name in read for name in names):
-            seen = {n: status.read(read[name][1]) if name in read else None for name, n in names.items()}
-            if rollout.is_canary(self.node.node):  # its own part: it runs the target, or refused it
+        seen = {n: self.node_status(n) for n in self.canaries()} if pointer and self.rollout_on() else {}
+        if pointer and any(v is not None for v in seen.values()):
+            if rollout.is_canary(self.node.node, self.canary_names()):  # its own part: it runs the target, or refused it
                 seen[self.node.node] = {"bundle": self.running, "phase": "ready", "ok": True,
                                         "refused": self.refused_field()}
             self.verdict = rollout.canary_verdict(pointer.sha256, seen)
@@ -214,7 +270,7 @@ class Agent:
             self.verdict = None
         move = rollout.next_move(self.node.node, self.running, pointer, self.record.refused, self.verdict,
                                  self.done_since.get(pointer.sha256) if pointer else None, self.clock(),
-                                 self.record.previous)
+                                 self.record.previous, self.canary_names())
         self.rollout_note = move.reason if move.action == "halted" and self.node.node == "head" else None
         if move.action == "switch" and pointer:
             return self.switch(pointer)
@@ -263,6 +319,7 @@ class Agent:
             out["rollout"] = f"halted: {self.rollout_note}"
         if self.slurm_states is not None:
             out["slurm"] = self.slurm_states
+        out.update(health.status_fields(os.path.join(self.c.run, health.VERDICT_NAME)))  # the health thread's
         return out
 
     def report(self) -> None:
@@ -273,9 +330,13 @@ class Agent:
         identity = {"node": self.node.node, "ip": self.node.ip, "instanceId": self.node.instance_id,
                     "hostsVersion": self.node.hosts_version}
         tail = (state.read_text(self.c.log) or "").splitlines()
-        self.aws.put_parameter(f"{self.c.nodes_parameter}/{self.node.node}",
-                               status.status(identity, "ready", True, self.message, bundle=self.running, log_tail=tail,
-                                             now=self.clock(), extra=extra))
+        body = status.status(identity, "ready", True, self.message, bundle=self.running, log_tail=tail,
+                             now=self.clock(), extra=extra)
+        try:
+            self.s3.put_object(Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body.encode(),
+                               ContentType="application/json")
+        except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
+            raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
         self.written = key
 
 
@@ -312,9 +373,11 @@ def main(argv: List[str]) -> int:
     except (state.StateError, SettingsError) as e:
         print(f"hpcc node agent: the applied state is malformed ({e}): run the bootstrap again", file=sys.stderr)
         return 1
-    agent.certs = host_certs.Certs(agent.aws, config.hosts_parameter.split("/")[2], config.role, agent.node.node,
-                                   agent.node.ip, log=agent.log, instance=agent.node.instance_id)
+    agent.certs = host_certs.Certs(agent.aws, agent.s3, config.state_bucket, config.settings_parameter.split("/")[2],
+                                   config.role, agent.node.node, agent.node.ip,
+                                   config.status_key[len(membership.STATUS_PREFIX):-len(".json")], log=agent.log)
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
+    health.start(agent.node.node, log=agent.log)  # its own thread, every verdict.INTERVAL_S (15 s)
     while True:
         p = pacing(agent.settings)
         agent.aws.interval_ms, agent.aws.backoff_seconds, agent.aws.attempts = p.interval_ms, p.backoff_seconds, 1

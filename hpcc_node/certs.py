@@ -1,12 +1,13 @@
 """Host certificates by the cluster's host CA (issue 22 item 4), a key of its own that only the head can read
-(`hpcc/<c>/host-ca`), not root's cluster key. Each node publishes its host public keys (its own hostkeys parameter);
-the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<instance> -n <principals> -V from:to`, ssh-keygen(1)
+(`hpcc/<c>/host-ca`), not root's cluster key. Each node publishes its host public keys (its own hostkeys object,
+hpcc_node/certstore.py); the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<instance> -n <principals> -V from:to`, ssh-keygen(1)
 "CERTIFICATES") for 7 days and re-signs at half-life; each node installs what the head wrote for it, and its
 known-hosts file lists one `@cert-authority` line per CA the head says is trusted (two during `hpcc rotate-keys`).
 
-Principals are what the head knows, never what a node says: the node's name, its address from the hosts list and
-EC2's IP-based host name (ip-a-b-c-d), so a node's root cannot get a certificate for another node's address.
-The bootstrap runs `python3 -m hpcc_node.certs` (the ssh and join steps); the agent calls `Certs.tick` each tick.
+Principals are what the head knows, never what a node says: the node's name and address from the controller's
+membership and EC2's IP-based host name (ip-a-b-c-d), so a node's root cannot get a certificate for another node's
+address; the keys are read at the member's own instance's key. The bootstrap runs `python3 -m hpcc_node.certs_boot`
+(the ssh step); the agent calls `Certs.tick` each tick (on the head, that is where the compute nodes get signed).
 Standard library only; ssh-keygen and sshd are run through an injected `run`."""
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import struct
 import subprocess
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from hpcc_node import certstore as store
-from hpcc_node import state
+from hpcc_node import hosts
 from hpcc_node.aws import Aws, AwsError, NotFound
 
 VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
+BATCH = 50  # nodes whose certificates the head looks up, then signs, in one tick: 4,096 nodes take 82 ticks
 SKEW = 300  # valid from 5 min before signing: the nodes' clocks (chrony, Amazon Time Sync) differ by less
 KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts.hpcc"  # templates/steps/ssh.sh.j2's HPCC_KNOWN_HOSTS (a test runs both)
 Run = Callable[..., subprocess.CompletedProcess]
@@ -35,9 +37,11 @@ def principals(node: str, ip: str) -> List[str]:
     return [node, ip, "ip-" + ip.replace(".", "-")]
 
 
-def due(issued: Optional[store.Issued], ip: str, authority: store.Authority, now: float) -> bool:
-    """Sign again: none yet, another address, past half its life, or the CAs changed (a rotation's phase)."""
-    return (issued is None or issued.ip != ip or now >= (issued.valid_from + issued.valid_to) / 2
+def due(issued: Optional[store.Issued], ip: str, authority: store.Authority, now: float, instance: str = "") -> bool:
+    """Sign again: none yet, another address or instance (a replacement), past half its life, or the CAs changed (a
+    rotation's phase)."""
+    return (issued is None or issued.ip != ip or (bool(instance) and issued.instance != instance)
+            or now >= (issued.valid_from + issued.valid_to) / 2
             or issued.cas != authority.trusted or issued.ca != store.fingerprint(authority.signer["public"]))
 
 
@@ -125,9 +129,27 @@ def certified_key(cert: str) -> str:
 
 
 # -- the head: signs what the nodes published ------------------------------------------------------------------
+class Member(NamedTuple):
+    name: str
+    ip: str
+    instance: str
+
+
+def members(doc: Optional[Dict[str, Any]]) -> List[Member]:
+    """The head, then the listed nodes, of the controller's membership.json (hpcc_node/hosts.py's order); none
+    before the controller published one."""
+    if not doc:
+        return []
+    head = doc.get("head") or {}
+    out = [Member("head", str(head["ip"]), str(head.get("instance", "")))] if head.get("ip") else []
+    return out + [Member(str(n["name"]), str(n["ip"]), str(n.get("instance", ""))) for n in hosts.listed(doc)]
+
+
 class Head:
-    def __init__(self, aws: Aws, cluster: str, run: Run = subprocess.run):
-        self.aws, self.cluster, self.names, self.run = aws, cluster, store.names(cluster), run
+    def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, arn_prefix: str, run: Run = subprocess.run):
+        """arn_prefix: `arn:<partition>:ec2:<region>:<account>:instance/`, a member's instance id completes it."""
+        self.aws, self.s3, self.bucket, self.cluster, self.run = aws, s3, bucket, cluster, run
+        self.names, self.arn_prefix = store.names(cluster), arn_prefix
         self.issued: Dict[str, Optional[store.Issued]] = {}
         self.authority: Optional[store.Authority] = None
         self.cursor = 0  # where the next window of sign_pending starts
@@ -162,35 +184,34 @@ class Head:
         self.authority = moved
         return moved
 
-    def sign_pending(self, hosts: Sequence[str], now: float, rotation: Optional[store.Rotation] = None) -> List[str]:
-        """Sign each node (hosts: the addresses, head first) whose certificate is due and whose published keys are
-        for its address in the hosts list; returns the nodes signed."""
+    def sign_pending(self, nodes: Sequence[Member], now: float, rotation: Optional[store.Rotation] = None) -> List[str]:
+        """Sign each member whose certificate is due and whose published keys (at its own instance's key) are for its
+        address in the membership; returns the nodes signed. At most BATCH looked up and BATCH signed a tick."""
         a = self.follow(rotation)
-        nodes = {node_name(i): ip for i, ip in enumerate(hosts)}
-        unknown = [self.names.certs(n) for n in nodes if n not in self.issued]
-        read = self.aws.get_parameters(unknown) if unknown else {}
-        for name in unknown:
-            self.issued[name.rsplit("/", 1)[1]] = store.read_issued(read.get(name, (0, ""))[1])
-        pending = [n for n, ip in nodes.items() if due(self.issued.get(n), ip, a, now)]
+        by_name = {m.name: m for m in nodes if m.instance}
+        for n in [n for n in by_name if n not in self.issued][:BATCH]:
+            self.issued[n] = store.read_issued(store.get(self.s3, self.bucket, self.names.certs(n))[0])
+        pending = [n for n in by_name if n in self.issued and due(self.issued[n], by_name[n].ip, a, now,
+                                                                          by_name[n].instance)][:BATCH]
         # Up to 10 others a tick, in turn: a node whose keys changed at the same address (a replacement that got
-        # its predecessor's IP) is signed again, at one GetParameters a tick.
-        others = [n for n in nodes if n not in pending]
+        # its predecessor's IP, under its own instance's key) is signed again.
+        others = [n for n in by_name if n in self.issued and n not in pending]
         window = (others[self.cursor % len(others):] + others[:self.cursor % len(others)])[:10] if others else []
         self.cursor += len(window)
-        looked = pending + window
-        published = self.aws.get_parameters([self.names.hostkeys(n) for n in looked]) if looked else {}
         signed = []
-        for n in looked:
-            p = store.read_published(published.get(self.names.hostkeys(n), (0, ""))[1])
-            if p is None or p.ip != nodes[n] or not p.keys:
-                continue  # not published yet, or still the node's previous instance
+        for n in pending + window:
+            m = by_name[n]
+            p = store.read_published(store.get(self.s3, self.bucket, self.names.hostkeys(self.arn_prefix + m.instance))[0])
+            if p is None or p.ip != m.ip or not p.keys:
+                continue  # not published yet, or published for another address
             if n in window and set(p.keys) <= {certified_key(c) for c in self.issued[n].certs}:  # type: ignore[union-attr]
                 continue
             start, end = now - SKEW, now - SKEW + VALIDITY
-            key_id = f"{self.cluster}/{n}/{p.instance or p.ip}"
-            certs = [sign(a.signer["private"], k, key_id, principals(n, p.ip), start, end, self.run) for k in p.keys]
-            issued = store.Issued(p.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end))
-            self.aws.put_parameter(self.names.certs(n), store.issue_text(issued))
+            key_id = f"{self.cluster}/{n}/{m.instance}"
+            certs = [sign(a.signer["private"], k, key_id, principals(n, m.ip), start, end, self.run) for k in p.keys]
+            issued = store.Issued(m.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end),
+                                  m.instance)
+            store.put(self.s3, self.bucket, self.names.certs(n), store.issue_text(issued))
             self.issued[n] = issued
             signed.append(n)
         return signed
@@ -205,18 +226,17 @@ def legacy_signer(known_hosts: str = KNOWN_HOSTS, key: str = "/root/.ssh/id_hpcc
     return {"private": _read(key), "public": store.key_line(public)}
 
 
-def node_name(index: int) -> str:
-    return "head" if index == 0 else f"compute-{index - 1:03d}"
-
-
 # -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------
 class Node:
-    def __init__(self, aws: Aws, cluster: str, node: str, ip: str, run: Run = subprocess.run,
-                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd", instance: str = ""):
-        self.aws, self.names, self.node, self.ip, self.run = aws, store.names(cluster), node, ip, run
-        self.instance = instance
+    def __init__(self, s3: Any, bucket: str, cluster: str, node: str, ip: str, arn: str, run: Run = subprocess.run,
+                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd"):
+        """arn: this instance's ARN, the key it publishes at (the only one its role may write)."""
+        self.s3, self.bucket, self.names, self.node, self.ip, self.run = s3, bucket, store.names(cluster), node, ip, run
+        self.arn, self.instance = arn, arn.rsplit("/", 1)[-1]
         self.known_hosts, self.sshd = known_hosts, sshd
         self.published: Optional[str] = None
+        self.etag = ""  # of certs/<node>.json as last read
+        self.issued: Optional[store.Issued] = None
 
     def host_keys(self) -> List[Tuple[str, str]]:
         """(private key path, public key line) of each host key sshd serves (`sshd -T`'s HostKey lines)."""
@@ -236,8 +256,15 @@ class Node:
         text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
                                                   next((self.signer_of(c) for c in served if c), ""), self.instance))
         if text != self.published:
-            self.aws.put_parameter(self.names.hostkeys(self.node), text)
+            store.put(self.s3, self.bucket, self.names.hostkeys(self.arn), text)
             self.published = text
+
+    def fetch(self) -> Optional[store.Issued]:
+        """What the head wrote for this node (a conditional GET: unchanged costs a 304)."""
+        text, self.etag = store.get(self.s3, self.bucket, self.names.certs(self.node), self.etag)
+        if text is not None or not self.etag:
+            self.issued = store.read_issued(text)
+        return self.issued
 
     def signer_of(self, cert: str) -> str:
         """The fingerprint of the CA that signed a certificate (ssh-keygen -L's "Signing CA")."""
@@ -313,43 +340,43 @@ class Certs:
     """The agent's part, each tick: the head signs what is due (following /hpcc/<c>/rotation); every node installs
     what the head wrote for it and publishes what it applied."""
 
-    def __init__(self, aws: Aws, cluster: str, role: str, node: str, ip: str, run: Run = subprocess.run,
-                 log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd, instance: str = ""):
-        self.head = Head(aws, cluster, run) if role == "head" else None
-        self.me = Node(aws, cluster, node, ip, run, instance=instance)
+    def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, role: str, node: str, ip: str, arn: str,
+                 run: Run = subprocess.run, log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd):
+        self.aws = aws
+        self.head = Head(aws, s3, bucket, cluster, arn.rsplit("/", 1)[0] + "/", run) if role == "head" else None
+        self.me = Node(s3, bucket, cluster, node, ip, arn, run)
         if self.head:
             self.head.legacy = legacy_signer()
         self.warned = False
         self.names_, self.log, self.reload = store.names(cluster), log, reload
 
-    def names(self) -> List[str]:
-        return [self.names_.certs(self.me.node)] + ([self.names_.rotation] if self.head else [])
-
-    def tick(self, read: Dict[str, Tuple[int, str]], hosts_text: str, vpc_cidr: str, now: float) -> None:
-        """One tick's part (the agent's own read holds names()); an error is logged, the rest of the tick goes on."""
+    def tick(self, doc: Optional[Dict[str, Any]], now: float) -> None:
+        """One tick's part (doc: the membership applied); an error is logged, the rest of the tick goes on."""
         try:
-            self._tick(read, state.parse_hosts(hosts_text, vpc_cidr), now)
-        except (AwsError, RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
-            self.log(f"host certificates: {e}; next tick")
+            self._tick(doc, now)
+        except Exception as e:  # noqa: BLE001 - AWS, ssh-keygen, a malformed object: the agent's tick goes on
+            self.log(f"host certificates: {type(e).__name__}: {e}; next tick")
 
-    def _tick(self, read: Dict[str, Tuple[int, str]], hosts: Sequence[str], now: float) -> None:
+    def _tick(self, doc: Optional[Dict[str, Any]], now: float) -> None:
         if self.me.published is None:  # its keys first: the head signs its own in the same tick
             self.me.publish()
-        issued = store.read_issued(read.get(self.names_.certs(self.me.node), (0, ""))[1])
+        issued = self.me.fetch() if not self.head else None
         if self.head:
+            text = self.aws.get_parameters([self.names_.rotation]).get(self.names_.rotation, (0, ""))[1]
             try:
-                rotation = store.read_rotation(read.get(self.names_.rotation, (0, ""))[1])
+                rotation = store.read_rotation(text)
             except ValueError as e:
                 self.log(f"{e}: the rotation is not followed")
                 rotation = None
-            signed = self.head.sign_pending(hosts, now, rotation)
+            nodes = members(doc) or [Member("head", self.me.ip, self.me.instance)]
+            signed = self.head.sign_pending(nodes, now, rotation)
             if self.head.authority and self.head.authority.rotation == "legacy" and not self.warned:
                 self.log("host certificates are signed by the cluster key (this cluster was booted before the host CA):"
                          " run `hpcc rotate-keys` once every node runs this bundle")
                 self.warned = True
             if signed:
                 self.log(f"host certificates signed for {', '.join(signed[:10])}{' ...' if len(signed) > 10 else ''}")
-            issued = self.head.issued.get(self.me.node) or issued
+            issued = self.head.issued.get("head")
         if issued and issued.ip == self.me.ip:
             paths, changed = self.me.install(issued)
             if changed:

@@ -1,13 +1,15 @@
 """Where host keys, host certificates and the host CA live (issue 22 item 4): one small module, so the storage can move
-(statuses move to S3 with issue 19) without touching the signing or the installing.
-
-- `/hpcc/<c>/hostkeys/<node>` (SSM, written by the node only: Pulumi creates it tagged with the instance's ARN, the
-  status parameter's condition): the node's host public keys, the address it publishes them for, and what it applied
-  (the CAs it trusts, the CA of the certificates it serves) so that `hpcc rotate-keys` can wait for every node.
-- `/hpcc/<c>/certs/<node>` (SSM, written by the head only): the node's certificates and the CAs every node trusts.
-- `hpcc/<c>/host-ca` (Secrets Manager, head only): the CA private keys, which one signs, the rotation applied.
-- `/hpcc/<c>/rotation` (SSM, written by the operator's `hpcc rotate-keys`): the rotation the head is to apply.
-Standard library only (shipped in the bundle); infra/naming.py makes the same names (a test runs both)."""
+without touching the signing or the installing. Nothing per node is a Pulumi resource (issue 19): the state bucket
+`hpcc-<c>-state-<account>` holds
+- `hostkeys/<instance-arn>.json` (written by that instance only: IAM resource `.../hostkeys/${ec2:SourceInstanceARN}.json`,
+  the status object's pattern): the node's host public keys, the address it publishes them for, and what it applied
+  (the CAs it trusts, the CA of the certificates it serves) so that `hpcc rotate-keys` can wait for every node. Not
+  inside its status object: the bootstrap's status step rewrites that whole object at every step.
+- `certs/<node>.json` (written by the head only): the node's certificates and the CAs every node trusts.
+Besides: `hpcc/<c>/host-ca` (Secrets Manager, head only): the CA private keys, which one signs, the rotation applied;
+`/hpcc/<c>/rotation` (SSM, a Pulumi resource created "none", set by the operator's `hpcc rotate-keys`): the rotation
+the head is to apply. Standard library only (shipped in the bundle); infra/naming.py makes the same names (a test
+runs both)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import base64
 import hashlib
 import json
 import re
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-PENDING = "pending"  # what Pulumi creates the hostkeys parameter with, before the node writes it
+NO_ROTATION = "none"  # what Pulumi creates the rotation parameter with
+HOSTKEYS_PREFIX = "hostkeys/"
+CERTS_PREFIX = "certs/"
 PHASES = ("add", "switch", "retire")  # hpcc rotate-keys, in order
 KEY_LINE = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa)(-cert-v01@openssh\.com)? [A-Za-z0-9+/]+={0,3}")
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
@@ -28,11 +32,13 @@ class Names(NamedTuple):
     prefix: str  # /hpcc/<cluster>
     host_ca_secret: str
 
-    def hostkeys(self, node: str) -> str:
-        return f"{self.prefix}/hostkeys/{node}"
+    def hostkeys(self, instance_arn: str) -> str:
+        """The object key of the node's published host keys."""
+        return f"{HOSTKEYS_PREFIX}{instance_arn}.json"
 
     def certs(self, node: str) -> str:
-        return f"{self.prefix}/certs/{node}"
+        """The object key of the certificates the head wrote for the node."""
+        return f"{CERTS_PREFIX}{node}.json"
 
     @property
     def rotation(self) -> str:
@@ -91,18 +97,19 @@ class Issued(NamedTuple):
     ca: str  # fingerprint of the CA that signed these certificates
     valid_from: int
     valid_to: int
+    instance: str = ""  # the instance whose published keys these certify (a replacement is signed at once)
 
 
 def issue_text(i: Issued) -> str:
     return json.dumps({"ip": i.ip, "certs": i.certs, "cas": i.cas, "ca": i.ca, "validFrom": i.valid_from,
-                       "validTo": i.valid_to}, sort_keys=True)
+                       "validTo": i.valid_to, "instance": i.instance}, sort_keys=True)
 
 
 def read_issued(text: Optional[str]) -> Optional[Issued]:
     try:
         d = json.loads(text or "")
         return Issued(str(d["ip"]), [key_line(c) for c in d["certs"]], [key_line(c) for c in d["cas"]], str(d["ca"]),
-                      int(d["validFrom"]), int(d["validTo"]))
+                      int(d["validFrom"]), int(d["validTo"]), str(d.get("instance", "")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -117,8 +124,9 @@ def rotation_text(r: Rotation) -> str:
 
 
 def read_rotation(text: Optional[str]) -> Optional[Rotation]:
-    """None when there is none (no parameter); ValueError naming what is wrong with one that is malformed."""
-    if not text:
+    """None when there is none (no parameter, or Pulumi's "none"); ValueError naming what is wrong with one that is
+    malformed."""
+    if not text or text.strip() == NO_ROTATION:
         return None
     try:
         d = json.loads(text)
@@ -157,3 +165,26 @@ def read_authority(text: str) -> Authority:
     if not keys or not 0 <= signing < len(keys):
         raise ValueError("the host-ca secret names no signing key")
     return Authority(keys, signing, str(d.get("rotation", "")))
+
+
+def _code(e: Exception) -> str:
+    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def get(s3: Any, bucket: str, key: str, etag: str = "") -> Tuple[Optional[str], str]:
+    """(text, ETag) of an object; (None, etag) when unchanged since `etag` (a conditional GET: 304) and (None, "")
+    when there is none (S3 API reference, GetObject If-None-Match)."""
+    try:
+        out = s3.get_object(Bucket=bucket, Key=key, **({"IfNoneMatch": etag} if etag else {}))
+    except Exception as e:  # noqa: BLE001 - botocore's or hpcc_node.awscli's ClientError: told apart by code
+        if _code(e) in ("304", "NotModified"):
+            return None, etag
+        # Without s3:ListBucket (a compute node), S3 answers a missing key with 403, not 404 (GetObject, "Permissions").
+        if _code(e) in ("NoSuchKey", "404", "NotFound", "AccessDenied", "403"):
+            return None, ""
+        raise
+    return out["Body"].read().decode(), str(out.get("ETag", ""))
+
+
+def put(s3: Any, bucket: str, key: str, text: str) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType="application/json")

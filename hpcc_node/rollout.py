@@ -1,6 +1,7 @@
 """When a running node moves to the bundle the pointer (/hpcc/<cluster>/bundle) names: pure decisions, no I/O.
 
-Canaries first: the head and the first compute node, by name (every cluster has both, so no count to configure).
+Canaries first: the head and the first compute node of the membership, by name (every cluster has both, so no
+count to configure; canaries_of).
 The others move only once every canary reports the new bundle running with no failure (their statuses, read in
 the tick's one GetParameters), each after a delay spread over WAVE_SECONDS by a hash of its name and the bundle,
 so the waves are deterministic and 512 nodes do not fetch at once. A canary that refuses the bundle (bad hash,
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Dict, Mapping, NamedTuple, Optional
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 CANARIES = ("head", "compute-000")
 WAVE_SECONDS = 60  # the non-canaries spread over this after the canaries are done (3 min target in all)
@@ -39,8 +40,15 @@ def parse_pointer(value: str) -> Pointer:
     return Pointer(sha, bucket, key)
 
 
-def is_canary(node: str) -> bool:
-    return node in CANARIES
+def is_canary(node: str, canaries: Sequence[str] = CANARIES) -> bool:
+    return node in canaries
+
+
+def canaries_of(names: Sequence[str]) -> Tuple[str, ...]:
+    """The head and the first compute node in name order (group, then number) of a membership: every cluster has
+    both, whatever its groups are called."""
+    nodes = sorted((n for n in names if n != "head"), key=lambda n: (n.rpartition("-")[0], int(n.rpartition("-")[2] or 0)))
+    return ("head",) + tuple(nodes[:1])
 
 
 def wave_delay(node: str, sha: str, window: int = WAVE_SECONDS) -> float:
@@ -75,18 +83,19 @@ class Move(NamedTuple):
 
 
 def next_move(node: str, running: str, target: Optional[Pointer], refused: Mapping[str, str],
-              verdict: Optional[Verdict], done_since: Optional[float], now: float, previous: str = "") -> Move:
+              verdict: Optional[Verdict], done_since: Optional[float], now: float, previous: str = "",
+              canaries: Sequence[str] = CANARIES) -> Move:
     """What this node does this tick. verdict: the canaries' (None when their statuses were not read this tick);
     done_since: when this node first saw them all done (None if not yet)."""
     if target is None or target.sha256 == running:
-        if target is not None and is_canary(node) and verdict is not None and verdict.state == "halt" and previous:
+        if target is not None and is_canary(node, canaries) and verdict is not None and verdict.state == "halt" and previous:
             return Move("rollback", verdict.reason)
         return Move("stay")
     if verdict is not None and verdict.state == "halt":
         return Move("halted", verdict.reason)
     if target.sha256 in refused:
         return Move("halted", f"bundle {target.sha256[:12]} was refused here: {refused[target.sha256]}")
-    if is_canary(node):
+    if is_canary(node, canaries):
         return Move("switch", "canary")
     if verdict is None or verdict.state != "done" or done_since is None:
         return Move("wait", verdict.reason if verdict else "reading the canaries' statuses next tick")

@@ -3,7 +3,7 @@ with infra/settings_schema.py's patterns: a test runs both on the same texts. Al
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Union
+from typing import Dict, List, NamedTuple, Tuple, Union
 
 from infra.settings_schema import OPTIONAL_DEFAULTS, REPEATED, SettingsError, parse_text  # noqa: F401 (SettingsError: the agent's)
 
@@ -33,3 +33,17 @@ class Pacing(NamedTuple):
 def pacing(settings: Settings) -> Pacing:
     return Pacing(int(str(settings["API_INTERVAL_MS"])), int(str(settings["API_BACKOFF_SECONDS"])),
                   int(str(settings["API_ATTEMPTS"])), int(str(settings["SYNC_SECONDS"])))
+
+
+def state_names(text: str, cluster: str, account: str) -> Tuple[str, str]:
+    """(state bucket, ledger table): the settings' STATE_BUCKET and LEDGER_TABLE, else the program's names for them
+    (infra/naming.py: hpcc-<cluster>-state-<account>, hpcc-<cluster>-ledger). Read from the text's lines alone, so
+    a settings text this bundle's schema does not know yet still names them. identify.sh.j2's state_bucket is the
+    bash side (a test runs both)."""
+    found: Dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("STATE_BUCKET", "LEDGER_TABLE") and value:
+            found[key] = value
+    return (found.get("STATE_BUCKET", f"hpcc-{cluster}-state-{account}"),
+            found.get("LEDGER_TABLE", f"hpcc-{cluster}-ledger"))

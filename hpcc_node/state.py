@@ -1,4 +1,4 @@
-"""What a node keeps between ticks, in files: its identity and applied hosts version (/etc/hpcc/node, written by
+"""What a node keeps between ticks, in files: its identity and applied membership generation (/etc/hpcc/node, written by
 the bootstrap's write_state, templates/steps/sync.sh.j2), the settings text it applied, and the agent's own
 record of the bundle it booted with, drift and refused bundles (/etc/hpcc/agent.json). Read back checked line by
 line, never executed."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from infra import hosts_schema
 
-INSTANCE_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{1,40}")  # as identify.sh.j2 checks it
 IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 
 
@@ -27,12 +27,9 @@ class NodeState(NamedTuple):
     hosts_version: int
 
 
-def node_index(name: str) -> int:
-    """The line of the hosts list that names this node (infra/hosts_schema.py: one spelling per name)."""
-    index = hosts_schema.node_index(name)
-    if index is None:
-        raise StateError(f"{name[:40]!r} is not head or compute-NNN")
-    return index
+def valid_name(name: str) -> bool:
+    """head or <group>-NNN, one spelling a name (infra/hosts_schema.py)."""
+    return hosts_schema.valid_name(name)
 
 
 def parse_state(text: str) -> NodeState:
@@ -43,8 +40,7 @@ def parse_state(text: str) -> NodeState:
             raise StateError(f"unexpected line {line[:60]!r}")
         fields[key] = value
     try:
-        node_index(fields["HPCC_NODE"])
-        if not INSTANCE_ID.fullmatch(fields["HPCC_INSTANCE_ID"]) or not IPV4.fullmatch(fields["HPCC_IP"]) \
+        if not valid_name(fields["HPCC_NODE"]) or not INSTANCE_ID.fullmatch(fields["HPCC_INSTANCE_ID"]) or not IPV4.fullmatch(fields["HPCC_IP"]) \
                 or not fields["HOSTS_VERSION"].isdigit():
             raise StateError("a malformed value")
     except KeyError as e:
@@ -52,9 +48,8 @@ def parse_state(text: str) -> NodeState:
     return NodeState(fields["HPCC_NODE"], fields["HPCC_INSTANCE_ID"], fields["HPCC_IP"], int(fields["HOSTS_VERSION"]))
 
 
-def parse_hosts(text: str, vpc_cidr: str) -> List[str]:
-    """The hosts parameter's addresses, with the rules the bootstrap keeps (infra/hosts_schema.py: each an address
-    of the VPC, none twice)."""
+def parse_hosts(text: str, vpc_cidr: str) -> List[Tuple[str, str]]:
+    """The hosts text's (name, address) pairs, with the rules the bootstrap keeps (infra/hosts_schema.py)."""
     try:
         return hosts_schema.parse_hosts(text, vpc_cidr)
     except hosts_schema.HostsError as e:

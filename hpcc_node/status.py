@@ -1,6 +1,8 @@
-"""The node's status JSON in /hpcc/<cluster>/nodes/<node> (docs/bootstrap-contract.md), as the agent writes it:
-the bootstrap's fields (templates/steps/status.sh.j2's status_json; a test compares the two) plus the agent's:
-its protocol and version, the bundle it runs, drift, a refused bundle and, on the head, a halted rollout."""
+"""The node's status JSON in the state bucket's status/<instance ARN>.json (docs/bootstrap-contract.md), as the
+agent writes it: the controller's fields (hpcc_node/controller/membership.py status_body: name, instance_id, ok,
+failure, evidence, at), the bootstrap's (templates/steps/status.sh.j2's status_json; a test compares the two),
+plus the agent's: its protocol and version, the bundle it runs, drift, a refused bundle and, on the head, a halted
+rollout."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from hpcc_node.version import ACCEPTED_PROTOCOLS, AGENT_VERSION, PROTOCOL
 
-LIMIT = 4000  # bytes: a Standard parameter holds 4 KB
+LIMIT = 4000  # bytes: one small object a node (it was a Standard parameter, 4 KB)
 TAIL_LINES = 15
 TAIL_WIDTH = 200
 
@@ -26,9 +28,13 @@ def status(identity: Dict[str, Any], phase: str, ok: bool, message: str, *, bund
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
     lines = [_clean(line, TAIL_WIDTH) for line in log_tail[-TAIL_LINES:]]
     while True:
-        doc = {"node": identity["node"], "ip": identity["ip"], "instanceId": identity["instanceId"],
-               "hostsVersion": identity["hostsVersion"], "phase": phase, "step": step, "ok": ok,
-               "message": _clean(message.replace("\n", " "), 500), "updated": stamp, "logTail": lines,
+        at = time.time() if now is None else now
+        text_message = _clean(message.replace("\n", " "), 500)
+        doc = {"name": identity["node"], "node": identity["node"], "ip": identity["ip"],
+               "instance_id": identity["instanceId"], "instanceId": identity["instanceId"],
+               "hostsVersion": identity["hostsVersion"], "phase": phase, "step": step, "ok": ok, "failure": "",
+               "evidence": text_message, "at": at,
+               "message": text_message, "updated": stamp, "logTail": lines,
                "protocol": PROTOCOL, "agentVersion": AGENT_VERSION, "bundle": bundle, "drifted": None}
         doc.update(extra or {})
         text = json.dumps(doc)

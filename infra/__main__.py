@@ -9,6 +9,7 @@ from infra.components.identity import Identity, IdentityArgs
 from infra.components.network import Network, NetworkArgs
 from infra.components.pins import Pins, PinsArgs
 from infra.components.security import Security, SecurityArgs
+from infra.components.state import ControllerState, StateArgs
 from infra.components.storage import Storage, StorageArgs
 from infra.config import ConfigError, from_pulumi_config
 from infra.instance_facts import ec2_facts
@@ -36,7 +37,7 @@ pins = Pins("pins", PinsArgs(cluster, extra_tags, cluster_architecture(resolve_t
 az = pins.availability_zone
 
 network = Network("network", NetworkArgs(cluster.name, cfg.region, az, extra_tags,
-                                         private_cidr=private_cidr(cluster.compute.count)))
+                                         private_cidr=private_cidr(cluster.node_count)))
 security = Security("security", SecurityArgs(cluster.name, network.vpc_id, cluster.ssh.allowed_cidrs, extra_tags))
 identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler))
 storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.private_subnet_id, security.lustre_sg_id,
@@ -45,12 +46,14 @@ storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.priv
 bundle = build_bundle(cluster, cfg.region, facts)
 store = BundleStore("bundle", BundleArgs(cluster.name, identity.account, bundle.archive, bundle.sha256,
                                          list(identity.role_arns.values()), extra_tags))
+state = ControllerState("state", StateArgs(cluster.name, identity.account, identity.role_arns, extra_tags))
 compute = Compute("compute", ComputeArgs(
     config=cluster, region=cfg.region, facts=facts, availability_zone=az, image=pins.image,
     private_subnet_id=network.private_subnet_id, public_subnet_id=network.public_subnet_id,
     subnet_azs={False: network.private_subnet_az, True: network.public_subnet_az},
     nodes_sg_id=security.nodes_sg_id, head_ssh_sg_id=security.head_ssh_sg_id,
-    instance_profile_arns=identity.instance_profile_arns, extra_tags=extra_tags, boot_after=[store.pointer]))
+    instance_profile_arns=identity.instance_profile_arns, account=identity.account, extra_tags=extra_tags,
+    boot_after=[store.pointer]))
 
-for key, value in stack_outputs(cfg, az, compute, storage).items():
+for key, value in stack_outputs(cfg, az, compute, storage, state).items():
     pulumi.export(key, value)

@@ -49,13 +49,14 @@ def moved_region_problem(az: str, region: str) -> tuple[str, str] | None:
 
 
 def kept_az_problem(az: str, offered: dict[str, set[str]], head_type: str, compute_type: str,
-                    configured: bool, region: str | None = None) -> tuple[str, str] | None:
+                    configured: bool, region: str | None = None,
+                    compute_field: str = COMPUTE_FIELD) -> tuple[str, str] | None:
     """(field, message) when `az` is in another region than the stack's, or lacks a node type. A cluster never
     moves by itself: a new AZ means a new subnet, and with it a new file system."""
     moved = moved_region_problem(az, region) if region else None
     if moved:
         return moved
-    for field, itype in ((COMPUTE_FIELD, compute_type), (HEAD_FIELD, head_type)):
+    for field, itype in ((compute_field, compute_type), (HEAD_FIELD, head_type)):
         if az in offered.get(itype, ()):
             continue
         where = ", ".join(sorted(offered.get(itype, ()))) or "no AZ of this region"

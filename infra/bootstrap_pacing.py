@@ -82,9 +82,15 @@ def pacing_for(nodes: int) -> Pacing:
                   poll_seconds=max(MIN_POLL_SECONDS, math.ceil(interval_ms / 1000)))
 
 
+# The first call's spread stays that of the 512-node clusters it was sized for: spread over the 4,096-node cap
+# (136 s) every node of every cluster would wait up to 2.8 minutes before its first call. Above 512 nodes the
+# first calls of a mass boot exceed SSM's budget for a few seconds and are retried with backoff (api_attempts).
+FIRST_CALL_NODES = 512
+
+
 def first_call_pacing() -> Pacing:
-    """The pacing a node uses before it has read the settings: that of the largest cluster the config allows."""
-    return pacing_for(MAX_COMPUTE_NODES + 1)
+    """The pacing a node uses before it has read the settings: that of a FIRST_CALL_NODES-node cluster."""
+    return pacing_for(min(MAX_COMPUTE_NODES, FIRST_CALL_NODES) + 1)
 
 
 def sync_seconds(pacing: Pacing) -> int:

@@ -18,6 +18,7 @@ STEPS: tuple[Step, ...] = (
     Step("lustre", "step_lustre"),
     Step("mount", "step_mount"),
     Step("efa", "step_efa"),
+    Step("health", "step_health"),  # after the devices and the mount it checks, before slurmd can take jobs
     Step("ssh", "step_ssh"),
     Step("join", "step_join"),
     Step("launch-env", "step_launch_env"),

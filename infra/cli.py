@@ -11,10 +11,14 @@ from rich.markup import escape
 
 from infra.config import ConfigError
 from infra.hostfile import FORMATS
+from infra.ops.check_cli import app as check_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Provision and operate multi-node ML training clusters on AWS.")
 err = Console(stderr=True)
+
+
+app.add_typer(check_app, name="check")  # hpcc check fabric (infra/ops/check_cli.py)
 
 
 @app.callback()
@@ -149,35 +153,33 @@ def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi
 def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
            stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
-    """Each node's instance state, bootstrap phase and hosts version; how to replace the dead or failed."""
-    from infra.ops.status import cluster_status, needs_replacing, print_failures, replace_command, summary, table
+    """Per group asked/launched/ready/failed/being replaced/protected, the controller's recent actions and alerts,
+    and each node's instance, ledger state, bootstrap phase and membership generation."""
+    from infra.ops.status import cluster_status
+    from infra.ops.status_view import show
 
     name, region = _stack_cluster(stack, cluster, region)
-    rows = _ops(lambda: cluster_status(_aws(region), name))
-    if not rows:
+    found = _ops(lambda: cluster_status(_aws(region), name))
+    if not found.nodes and not found.groups:
         raise fail(f"nothing tagged hpcc:cluster={name} found; check the name and --region", 1)
-    out = Console()
-    out.print(table(name, rows))
-    print_failures(out, rows)
-    out.print(summary(rows), highlight=False)
-    dead = needs_replacing(rows)
-    if dead:
-        out.print(f"replace them with: {replace_command(dead, stack)}", markup=False, highlight=False)
+    show(Console(), found)
+    if any(r.failed for r in found.nodes) or found.alerts or found.controller_down:
         raise typer.Exit(1)
 
 
 @app.command()
 def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
              fmt: str = typer.Option("openmpi", "--format", help=" | ".join(FORMATS)),
+             group: list[str] = typer.Option(None, "--group", help="only this node group (repeatable; default: all)"),
              region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
              out: Path = typer.Option(None, "--out", help="write here instead of stdout")):
-    """The compute nodes' hostfile, rebuilt from the instances tagged for the cluster."""
+    """The ready compute nodes' hostfile, from the membership the controller published (all groups, or --group)."""
     from infra.ops.hostfile import format_problem, render
 
     problem = format_problem(fmt)
     if problem:  # a usage error (exit 2), found before any AWS call
         raise fail(problem)
-    text = _ops(lambda: render(_aws(region), cluster, fmt))
+    text = _ops(lambda: render(_aws(region), cluster, fmt, groups=group or None))
     if out:
         out.write_text(text)
     else:
@@ -228,29 +230,28 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
 
 
 @app.command()
-def replace(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-            nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: head, compute-001 ..."),
-            stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"),
-            hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
-            wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
-            allow_replace: bool = typer.Option(False, "--allow-replace",
-                                               help="also go ahead with other guarded changes the preview shows")):
-    """New instances for the named nodes (`pulumi up --replace`), then wait until they are ready and every node has the new hosts."""
-    from infra.ops.replace import UnknownNodes, replace as run_replace
+def replace(nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: gpu-001 ..."),
+            cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
+            stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
+            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+            wait_minutes: float = typer.Option(0, "--wait-minutes", help="wait this long for the nodes to be ready "
+                                               "on new instances (default: do not wait)")):
+    """Ask the cluster's controller for new instances under the named nodes (recorded in its ledger; no Pulumi run).
+    Works with the deployer's credentials, or on the head with its instance role."""
+    from infra.ops.replace_run import UnknownNodes, run_replace
 
-    stack = _stack(config, stack)
+    name, region = _stack_cluster(stack, cluster, region)
 
     def run():
         try:
-            return run_replace(config, stack, nodes, hostfile_path=hostfile_out, allow_replace=allow_replace,
-                               wait_seconds=None if wait_minutes is None else wait_minutes * 60)
+            return run_replace(_aws(region), name, nodes, Console(), wait_seconds=wait_minutes * 60)
         except UnknownNodes as e:  # a usage error (exit 2), not an operation that failed
             return e
 
-    report = _ops(run)
-    if isinstance(report, UnknownNodes):
-        raise fail(str(report), 2)
-    if not report.ok:
+    result = _ops(run)
+    if isinstance(result, UnknownNodes):
+        raise fail(str(result), 2)
+    if not result:
         raise typer.Exit(1)
 
 

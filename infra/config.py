@@ -11,10 +11,12 @@ import re
 import unicodedata
 from typing import Any, Literal, get_args
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from infra import settings_schema
+from infra.config_nodes import (GROUP_NAME, LEGACY_GROUP, MAX_GROUPS, MAX_NODES, RESERVED_GROUP_NAMES,  # noqa: F401
+                                ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of, root_volume)
 from infra.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
 
 CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{1,30}[a-z0-9]")  # fullmatch: `$` would let a trailing newline in
@@ -54,32 +56,7 @@ SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
 assert SCHEDULERS == settings_schema.SCHEDULERS  # the nodes' copy (infra/settings_schema.py)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
-
-
-def root_volume(default: int = 200):
-    """`rootVolumeGiB` as the README spells it (like `storageCapacityGiB`), and `rootVolumeGib`, the spelling
-    this key was first read with: both are accepted; giving both is an unknown key."""
-    return Field(default, ge=35, le=16384, validation_alias=AliasChoices("rootVolumeGiB", "rootVolumeGib"),
-                 serialization_alias="rootVolumeGiB")
-
-
-class HeadNode(_Model):
-    instance_type: str = "m6i.2xlarge"
-    root_volume_gib: int = root_volume()
-
-
-class ComputeNodes(_Model):
-    instance_type: str
-    count: int = Field(ge=1, le=512)
-    efa: bool | None = Field(None, description="default: on wherever the type supports EFA")
-    # capacity-block: launch into the EC2 Capacity Block named by capacityReservationId (README "Getting capacity")
-    market: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
-    capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
-    # An existing placement group to launch into instead of a new one: the group a reservation was created in.
-    placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9._:+=@-]{1,255}$")
-    root_volume_gib: int = root_volume()
+_Model = ConfigModel  # the base of every config model (unknown keys are errors)
 
 
 class Image(_Model):
@@ -246,11 +223,21 @@ class Hooks(_Model):
     timeout_minutes: int = Field(10, ge=1, le=120)
 
 
+class Health(_Model):
+    """The health checks (hpcc_node/health/). `bootDiagLevel`: the DCGM diagnostic level run before a node is
+    ready (`dcgmi diag -r N`; 1 takes seconds, 2 a few minutes, 3 and 4 up to hours), 0 for none. Only at boot and
+    after a remedy's reboot, never per job: it takes the GPUs."""
+
+    boot_diag_level: int = Field(2, ge=0, le=4)
+
+
 class ClusterConfig(_Model):
     name: str
     availability_zone: str | None = Field(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
     head_node: HeadNode = HeadNode()
-    compute: ComputeNodes
+    # `compute:` (one group named compute, as every cluster before node groups) or `nodeGroups:`, not both.
+    compute: ComputeNodes | None = None
+    given_groups: list[NodeGroup] | None = Field(None, alias="nodeGroups", min_length=1, max_length=MAX_GROUPS)
     image: Image = Image()
     fsx: Fsx = Fsx()
     ssh: Ssh = Ssh()
@@ -260,6 +247,7 @@ class ClusterConfig(_Model):
     # Slurm package.
     scheduler: Scheduler = "none"
     hooks: Hooks = Hooks()
+    health: Health = Health()
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")
@@ -271,6 +259,41 @@ class ClusterConfig(_Model):
                 f"not end with '-' (it names AWS resources and parameter paths); got {v!r}"
             )
         return v
+
+    @model_validator(mode="after")
+    def _groups(self) -> "ClusterConfig":
+        if self.compute is not None and self.given_groups is not None:
+            raise ValueError("give either compute (one group named compute) or nodeGroups, not both: move compute's "
+                             "fields into nodeGroups as `- name: compute`")
+        if self.compute is None and self.given_groups is None:
+            raise ValueError("nodeGroups is required: a list of groups, each with a name, instanceType and count "
+                             "(or compute: for one group; see examples/)")
+        return self
+
+    @property
+    def node_groups(self) -> list[NodeGroup]:
+        """Every node group, `compute:` as the group named compute."""
+        return [group_of(self.compute)] if self.compute is not None else list(self.given_groups or [])
+
+    @property
+    def groups_field(self) -> str:
+        """The config path the groups were given under."""
+        return "cluster.compute" if self.compute is not None else "cluster.nodeGroups"
+
+    @property
+    def count_field(self) -> str:
+        """Where the node count is set: `compute.count`, or the groups' counts together."""
+        return "cluster.compute.count" if self.compute is not None else "cluster.nodeGroups"
+
+    def group_field(self, index: int, key: str | None = None) -> str:
+        """The config path of a group (or one of its keys), as the user wrote it: cluster.nodeGroups[1].count, or
+        cluster.compute.count for `compute:`."""
+        base = "cluster.compute" if self.compute is not None else f"cluster.nodeGroups[{index}]"
+        return f"{base}.{key}" if key else base
+
+    @property
+    def node_count(self) -> int:
+        return sum(g.count for g in self.node_groups)
 
     @field_validator("tags")
     @classmethod

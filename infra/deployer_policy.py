@@ -19,6 +19,7 @@ from infra.assets import asset
 FILE = "deployer-policy.json"
 
 EC2_TAGS = ("ec2:CreateTags", "ec2:DeleteTags")
+DYNAMIC = "pulumi-python:dynamic:Resource"
 # Pulumi type -> the calls its create, update and delete make (beyond the read-only statement below).
 WRITES: dict[str, tuple[str, ...]] = {
     "aws:ec2/vpc:Vpc": ("ec2:CreateVpc", "ec2:DeleteVpc", "ec2:ModifyVpcAttribute", *EC2_TAGS),
@@ -74,9 +75,17 @@ WRITES: dict[str, tuple[str, ...]] = {
         "s3:PutEncryptionConfiguration",),
     "aws:s3/bucketVersioning:BucketVersioning": ("s3:PutBucketVersioning",),
     "aws:s3/bucketObjectv2:BucketObjectv2": ("s3:PutObject", "s3:PutObjectTagging"),
+    # The controller's ledger (infra/components/state.py).
+    "aws:dynamodb/table:Table": ("dynamodb:CreateTable", "dynamodb:DeleteTable", "dynamodb:UpdateTable",
+                                 "dynamodb:UpdateContinuousBackups", "dynamodb:TagResource", "dynamodb:UntagResource"),
+    # A group's resource (infra/components/groups.py): its delete terminates the instances the controller launched.
+    DYNAMIC: ("ec2:TerminateInstances",),
 }
 # Calls of the operator commands themselves: reap deletes what a failed destroy left (infra/ops/reap_kinds.py).
-OPERATOR_WRITES = ("ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface")
+# `hpcc replace` and `hpcc status` read and mark a slot in the ledger (scoped to hpcc's tables below); status
+# and `up`'s wait read the whole ledger in one Scan (infra/ops/store.py).
+OPERATOR_WRITES = ("ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface", "dynamodb:GetItem", "dynamodb:Query",
+                   "dynamodb:UpdateItem", "dynamodb:Scan")
 # Logging in (README "Real use"): Session Manager to the cluster's instances only, with the session documents
 # hpcc prints (a shell as the login user, SSH over SSM); a user may end or resume only their own sessions.
 LOGIN_DOCUMENTS = ["arn:aws:ssm:*::document/AWS-StartInteractiveCommand", "arn:aws:ssm:*::document/AWS-StartSSHSession",
@@ -86,7 +95,9 @@ SCOPES: dict[str, list[str]] = {
     "iam": ["arn:aws:iam::*:role/hpcc-*", "arn:aws:iam::*:instance-profile/hpcc-*"],
     "ssm": ["arn:aws:ssm:*:*:parameter/hpcc/*"],
     "secretsmanager": ["arn:aws:secretsmanager:*:*:secret:hpcc/*"],
-    "s3": ["arn:aws:s3:::hpcc-*-bundles-*", "arn:aws:s3:::hpcc-*-bundles-*/*"],  # naming.bundle_bucket
+    "s3": ["arn:aws:s3:::hpcc-*-bundles-*", "arn:aws:s3:::hpcc-*-bundles-*/*",  # naming.bundle_bucket
+           "arn:aws:s3:::hpcc-*-state-*", "arn:aws:s3:::hpcc-*-state-*/*"],  # naming.state_bucket
+    "dynamodb": ["arn:aws:dynamodb:*:*:table/hpcc-*-ledger"],  # naming.ledger_table
 }
 # Read-only calls: the provider's refreshes, the program's lookups, preflight, status, reap and destroy's check.
 READS = (
@@ -96,7 +107,8 @@ READS = (
     "ssm:DescribeParameters", "ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath",
     "ssm:ListTagsForResource", "secretsmanager:DescribeSecret", "secretsmanager:GetResourcePolicy",
     "secretsmanager:ListSecrets", "s3:GetBucket*", "s3:GetEncryptionConfiguration", "s3:GetObject*",
-    "s3:ListBucket", "pricing:GetProducts", "servicequotas:GetServiceQuota", "sts:GetCallerIdentity",
+    "s3:ListBucket", "dynamodb:DescribeTable", "dynamodb:DescribeContinuousBackups", "dynamodb:DescribeTimeToLive",
+    "dynamodb:ListTagsOfResource", "pricing:GetProducts", "servicequotas:GetServiceQuota", "sts:GetCallerIdentity",
 )
 # The managed policy the nodes' roles get (infra/components/identity.py): the SSM agent's.
 ATTACHABLE = ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"]
@@ -112,7 +124,7 @@ def _service(action: str) -> str:
 
 def deployer_policy(types: Iterable[str]) -> dict:
     """The policy document for a program that creates these Pulumi types (components are not AWS calls)."""
-    types = sorted({t for t in types if t.startswith(("aws:", "aws-native:"))})
+    types = sorted({t for t in types if t.startswith(("aws:", "aws-native:")) or t == DYNAMIC})
     unknown = [t for t in types if t not in WRITES]
     if unknown:
         raise KeyError(f"no IAM actions known for {', '.join(unknown)}: add them to infra/deployer_policy.py WRITES")
@@ -124,7 +136,8 @@ def deployer_policy(types: Iterable[str]) -> dict:
         by_scope.setdefault(tuple(SCOPES.get(_service(action), ["*"])), []).append(action)
     statements = [{"Sid": "Read", "Effect": "Allow", "Action": sorted(READS), "Resource": "*"}]
     for resources, actions in sorted(by_scope.items(), key=lambda kv: kv[1][0]):
-        sid = "Write" if resources == ("*",) else "Write" + _service(actions[0]).title().replace("manager", "Manager") + "Hpcc"
+        sid = "Write" if resources == ("*",) else ("Write" + _service(actions[0]).title().replace("manager", "Manager")
+                                                   .replace("db", "DB") + "Hpcc")
         statements.append({"Sid": sid, "Effect": "Allow", "Action": actions,
                            "Resource": list(resources) if len(resources) > 1 else resources[0]})
     if "iam:AttachRolePolicy" in writes:

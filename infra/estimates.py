@@ -18,19 +18,21 @@ FSX_GB_MONTH = {
 }
 
 
-def unpriced(head: InstanceType, compute: InstanceType) -> list[str]:
+def unpriced(head: InstanceType, *computes: InstanceType) -> list[str]:
     """The node types whose price is unknown (shown as "price unknown")."""
-    return sorted({t.name for t in (head, compute) if t.hourly_usd is None})
+    return sorted({t.name for t in (head, *computes) if t.hourly_usd is None})
 
 
-def hourly_cost(cluster: ClusterConfig, head: InstanceType, compute: InstanceType) -> float | None:
-    """Upper bound for spot: spot prices move, so the on-demand price is used for both markets (a Capacity Block's
-    price is paid up front and not counted). None when a node type's price is unknown."""
-    if unpriced(head, compute):
+def hourly_cost(cluster: ClusterConfig, head: InstanceType, computes: list[InstanceType]) -> float | None:
+    """`computes`: each group's type, in the order of cluster.node_groups. Upper bound for spot: spot prices move,
+    so the on-demand price is used for both markets (a Capacity Block's price is paid up front and not counted).
+    None when a node type's price is unknown."""
+    if unpriced(head, *computes):
         return None
     fsx = cluster.fsx
     gb_month = FSX_GB_MONTH.get((fsx.deployment_type, fsx.storage_type, fsx.per_unit_storage_throughput), 0.14)
-    total = head.hourly_usd + cluster.compute.count * compute.hourly_usd + NAT_GATEWAY_HOURLY
+    nodes = sum(g.count * t.hourly_usd for g, t in zip(cluster.node_groups, computes, strict=True))
+    total = head.hourly_usd + nodes + NAT_GATEWAY_HOURLY
     total += fsx.storage_capacity * gb_month / HOURS_PER_MONTH
     return round(total, 2)
 
@@ -42,7 +44,30 @@ BOOT_MINUTES_GPU, BOOT_MINUTES_CPU = 6, 3
 BOOTSTRAP_MINUTES = 4
 
 
-def minutes_to_ready(cluster: ClusterConfig, compute: InstanceType) -> int:
-    """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later."""
-    boot = BOOT_MINUTES_GPU if compute.gpus or compute.neuron_cores else BOOT_MINUTES_CPU
+def minutes_to_ready(cluster: ClusterConfig, *computes: InstanceType) -> int:
+    """Nodes boot while the file system is created; the bootstrap's mount waits for whichever is later (the
+    slowest group's boot)."""
+    boot = max(BOOT_MINUTES_GPU if t.gpus or t.neuron_cores else BOOT_MINUTES_CPU for t in computes)
     return max(FSX_CREATE_MINUTES[cluster.fsx.deployment_type], boot) + BOOTSTRAP_MINUTES
+
+
+# EC2's RunInstances resource-rate bucket, per account and Region: 1,000 instances at once, then 2 a second
+# (EC2 API reference, "Request throttling for the Amazon EC2 API", resource token bucket sizes and refill rates).
+RUN_INSTANCES_BUCKET = 1000
+RUN_INSTANCES_REFILL_PER_SECOND = 2
+
+
+def launch_minutes(nodes: int, launches_per_minute: int) -> int:
+    """Minutes to launch `nodes` from a full bucket: the controller's own waves, or EC2's refill once the bucket is
+    spent, whichever is slower (other launches in the account draw on the same bucket)."""
+    waves = -(-max(nodes, 0) // max(launches_per_minute, 1))
+    refill = -(-max(nodes - RUN_INSTANCES_BUCKET, 0) // (RUN_INSTANCES_REFILL_PER_SECOND * 60))
+    return max(waves, refill)
+
+
+def ready_timeout_minutes(bootstrap_minutes: int, nodes: int, launches_per_minute: int, boot_grace_minutes: int) -> int:
+    """How long `hpcc up` waits for every node, replacements included: the launches (launch_minutes), a first boot,
+    one replacement round (a hung boot is seen at the boot grace, then a new instance boots), and 5 minutes of
+    margin. It grows with the count only through the launches: each node boots on its own, never waiting for its
+    peers."""
+    return launch_minutes(nodes, launches_per_minute) + max(bootstrap_minutes, boot_grace_minutes) + bootstrap_minutes + 5

@@ -1,6 +1,7 @@
 """What a node accepts as the cluster's membership and file system, from parameters whoever can write them controls:
-the hosts text (`/hpcc/<cluster>/hosts`: line 1 the head's IPv4 address, then compute-000's, ... in name order),
-the node names, and the FSx endpoint (`/hpcc/<cluster>/fsx`). Standard library only, Python >= 3.8, like
+the hosts text (one `<name> <ip>` pair a line, the head first, then the nodes in name order with holes allowed:
+rendered from the controller's membership.json by hpcc_node/hosts.py), the node names, and the FSx endpoint
+(`/hpcc/<cluster>/fsx`). Standard library only, Python >= 3.8, like
 infra/settings_schema.py: the program, the bootstrap (templates/steps/identify.sh.j2 and mount.sh.j2 render the
 same rules) and the node agent read these definitions; tests run both sides on the same cases."""
 
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 HEAD = "head"
-# Every node name has one spelling: compute-000 .. compute-999 (cluster.compute.count is at most 512), so
-# compute-0000 is not a second name for compute-000.
-NODE_NAME = r"head|compute-[0-9]{3}"
+# A group's name (cluster.nodeGroups[].name; never `head`, which the config refuses) and a node's: `<group>-NNN`,
+# three digits below 1000 and plain digits above (hpcc_node.controller.model.node_name), so every name has one
+# spelling: gpu-0000 is not a second name for gpu-000, nor gpu-01000 for gpu-1000.
+GROUP_NAME = r"[a-z][a-z0-9]{0,11}"
+NODE_NAME = r"head|" + GROUP_NAME + r"-([0-9]{3}|[1-9][0-9]{3})"
 OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"  # no leading zero: bash arithmetic reads 010 as octal
 IPV4 = OCTET + r"(\." + OCTET + r"){3}"
 # Never a node's address: "this network", loopback, link-local (the instance metadata service), multicast and the
@@ -31,11 +34,13 @@ class HostsError(ValueError):
     """A hosts text or FSx endpoint the nodes refuse."""
 
 
-def node_index(name: str) -> Optional[int]:
-    """The line of `name` in the hosts text (head 0, compute-NNN NNN + 1), or None for any other spelling."""
-    if not re.fullmatch(NODE_NAME, name):
-        return None
-    return 0 if name == HEAD else int(name[len("compute-"):], 10) + 1
+def valid_name(name: str) -> bool:
+    return re.fullmatch(NODE_NAME, name) is not None
+
+
+def group_of(name: str) -> str:
+    """The group of a node name (`gpu-007` -> `gpu`); "" for the head."""
+    return "" if name == HEAD else name.rsplit("-", 1)[0]
 
 
 def address_problem(ip: str, vpc_cidr: str) -> Optional[str]:
@@ -54,18 +59,27 @@ def vpc_problem(vpc_cidr: str) -> Optional[str]:
     return f"{vpc_cidr} overlaps {overlap}, where no node has an address" if overlap else None
 
 
-def parse_hosts(text: str, vpc_cidr: str) -> List[str]:
-    """The addresses of a hosts text (blank lines skipped), each line one address of the VPC, none twice."""
-    hosts = [line for line in text.splitlines() if line.strip()]
-    if not hosts:
+def parse_hosts(text: str, vpc_cidr: str) -> List[Tuple[str, str]]:
+    """The (name, address) pairs of a hosts text (blank lines skipped): each line `<name> <ip>` with one space, the
+    first the head's, every address one of the VPC, no name and no address twice."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
         raise HostsError("the hosts text is empty")
-    for i, ip in enumerate(hosts):
+    pairs: List[Tuple[str, str]] = []
+    for i, line in enumerate(lines):
+        name, sep, ip = line.partition(" ")
+        if not sep or not valid_name(name):
+            raise HostsError(f"line {i + 1}: {line[:60]!r} is not `<node name> <ip>`")
+        if (i == 0) != (name == HEAD):
+            raise HostsError(f"line {i + 1}: {name} " + ("is not the head" if i == 0 else "is a second head"))
         problem = address_problem(ip, vpc_cidr)
         if problem:
             raise HostsError(f"line {i + 1}: {problem}")
-        if ip in hosts[:i]:
-            raise HostsError(f"line {i + 1}: {ip} is listed twice (line {hosts.index(ip) + 1})")
-    return hosts
+        for j, (n, a) in enumerate(pairs):
+            if n == name or a == ip:
+                raise HostsError(f"line {i + 1}: {name if n == name else ip} is listed twice (line {j + 1})")
+        pairs.append((name, ip))
+    return pairs
 
 
 def hosts_problem(text: str, vpc_cidr: str) -> Optional[str]:

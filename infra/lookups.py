@@ -19,7 +19,7 @@ class LookupFailed(pulumi.RunError):
 
 
 def node_types(cluster: ClusterConfig) -> list[str]:
-    return sorted({cluster.head_node.instance_type, cluster.compute.instance_type})
+    return sorted({cluster.head_node.instance_type, *(g.instance_type for g in cluster.node_groups)})
 
 
 def offered_azs(cluster: ClusterConfig) -> pulumi.Output[dict[str, set[str]]]:
@@ -45,10 +45,12 @@ def first_az(offered: dict[str, set[str]], types: list[str]) -> str:
 
 
 def check_kept_az(zone: str, offered: dict[str, set[str]], cluster: ClusterConfig, region: str | None = None) -> str:
-    problem = az.kept_az_problem(zone, offered, cluster.head_node.instance_type, cluster.compute.instance_type,
-                                 configured=bool(cluster.availability_zone), region=region)
-    if problem:
-        raise LookupFailed("%s: %s" % problem)
+    for i, group in enumerate(cluster.node_groups):  # every group's type, as the user named it
+        problem = az.kept_az_problem(zone, offered, cluster.head_node.instance_type, group.instance_type,
+                                     configured=bool(cluster.availability_zone), region=region,
+                                     compute_field=cluster.group_field(i, "instanceType"))
+        if problem:
+            raise LookupFailed("%s: %s" % problem)
     return zone
 
 

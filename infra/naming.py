@@ -8,14 +8,22 @@ from __future__ import annotations
 
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"  # head | compute
-TAG_NODE = "hpcc:node"  # head | compute-000 ...
+TAG_NODE = "hpcc:node"  # head | <group>-000 ...: set by the controller once the ledger names the instance
+TAG_GROUP = "hpcc:group"  # a compute instance's group, set at launch by the group's launch template
 TAG_INSTANCE = "hpcc:instance"  # on a node's status parameter: the ARN of the instance allowed to write it
 TAG_INTERFACES = "hpcc:interfaces"  # the node's interface layout; a change replaces the node
 HEAD = "head"
 
 
+def node_name(group: str, index: int) -> str:
+    """`<group>-NNN`: three digits below 1000, plain digits above (gpu-999, gpu-1000, never gpu-0000); the same
+    as hpcc_node.controller.model.node_name (tests/test_naming.py holds both to it)."""
+    return f"{group}-{index:03d}"
+
+
 def compute_node_name(index: int) -> str:
-    return f"compute-{index:03d}"
+    """A node of the group `compute:` means."""
+    return node_name("compute", index)
 
 
 def resource_name(cluster: str, what: str) -> str:
@@ -34,6 +42,28 @@ def placement_group_name(cluster: str) -> str:
 
 def launch_template_name(cluster: str, role: str) -> str:
     return f"hpcc-{cluster}-{role}"
+
+
+def state_bucket(cluster: str, account: str) -> str:
+    """The controller's membership object and the nodes' status objects: 5 + 32 + 7 + 12 = 56 characters."""
+    return f"hpcc-{cluster}-state-{account}"
+
+
+MEMBERSHIP_KEY = "membership.json"  # hpcc_node/controller/membership.py KEY
+STATUS_PREFIX = "status/"  # hpcc_node/controller/membership.py STATUS_PREFIX: status/<instance-arn>.json
+HOSTKEYS_PREFIX = "hostkeys/"  # hpcc_node/certstore.py: hostkeys/<instance-arn>.json, each node its own
+CERTS_PREFIX = "certs/"  # hpcc_node/certstore.py: certs/<node>.json, written by the head only
+NO_ROTATION = "none"  # hpcc_node/certstore.py NO_ROTATION: the rotation parameter before `hpcc rotate-keys`
+
+
+def ledger_table(cluster: str) -> str:
+    """The controller's DynamoDB ledger (hpcc_node/controller/ledger.py)."""
+    return f"hpcc-{cluster}-ledger"
+
+
+def group_resource(cluster: str, group: str) -> str:
+    """The Pulumi name of a group's resource whose deletion terminates its instances (infra/components/groups.py)."""
+    return resource_name(cluster, f"group-{group}")
 
 
 def bundle_bucket(cluster: str, account: str) -> str:
@@ -65,17 +95,17 @@ class Paths:
     def __init__(self, cluster: str):
         self.prefix = f"/hpcc/{cluster}"
         self.fsx = f"{self.prefix}/fsx"  # JSON {"dnsName", "mountName"}: written once the file system exists
-        self.hosts = f"{self.prefix}/hosts"  # line 1 head IP, then compute IPs in name order
+        self.hosts = f"{self.prefix}/hosts"  # no longer written: membership is the state bucket's membership.json
+        self.groups = f"{self.prefix}/groups"  # JSON: the node groups the controller keeps (infra/groups_param.py)
         self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/node_settings.py)
-        self.nodes = f"{self.prefix}/nodes"  # /nodes/<node>: the node's bootstrap status (JSON)
+        self.nodes = f"{self.prefix}/nodes"  # no longer written: statuses are the state bucket's status/ objects
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
-        # the host CA and the certificates' parameters (hpcc_node/certstore.py makes the same names)
+        # the host CA and the rotation (hpcc_node/certstore.py makes the same names; keys and certificates are
+        # state-bucket objects: HOSTKEYS_PREFIX, CERTS_PREFIX)
         self.host_ca_secret = f"hpcc/{cluster}/host-ca"  # Secrets Manager: the head's alone
         self.user_secret = f"hpcc/{cluster}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
-        self.hostkeys = f"{self.prefix}/hostkeys"  # /hostkeys/<node>: the node's host public keys, by the node
-        self.certs = f"{self.prefix}/certs"  # /certs/<node>: its host certificates and the CAs, by the head
-        self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys`
+        self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys` (Pulumi's)
         # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/bundle.py); not a settings
         # key, because nodes booted before it refuse unknown settings keys.
         self.bundle = f"{self.prefix}/bundle"

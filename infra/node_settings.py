@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from infra.bootstrap_pacing import pacing_for, sync_seconds
 from infra.config import ClusterConfig
 from infra.fabric import fabric_env, mpirun_options
+from infra.naming import ledger_table, state_bucket
 from infra.roles import resolve_role
 from infra.slurm import slurm_node
 from infra.settings_schema import (MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
@@ -45,11 +46,14 @@ class NodeSettings:
     mount_point: str
     mpirun_options: str
     fabric: tuple[tuple[str, str], ...]
+    state_bucket: str = ""
+    ledger_table: str = ""
     authorized_keys: tuple[str, ...] = ()
     imds_users: tuple[str, ...] = ()
     scheduler: str | None = None  # "slurm", or None: left out (none)
     slurm_node: str | None = None  # with scheduler slurm only
     slurm_gpus: int | None = None  # likewise
+    health_diag_level: int | None = None  # left out at its default (2): nodes from before the key accept the text
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
@@ -59,23 +63,26 @@ class NodeSettings:
                 + [("IMDS_USER", user) for user in self.imds_users])
 
 
-def node_settings(cfg: ClusterConfig, region: str, facts) -> NodeSettings:
-    """The settings of a cluster config (`facts`: infra/roles.py). The launch environment is the compute nodes' on
-    every role."""
+def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeSettings:
+    """The settings of a cluster config (`facts`: infra/roles.py; `account` names the state bucket). The launch
+    environment is the first group's on every role."""
     compute = resolve_role(cfg, region, "compute", facts)
-    pacing = pacing_for(cfg.compute.count + 1)
+    pacing = pacing_for(cfg.node_count + 1)
     efa = compute.efa_devices > 0
     slurm = slurm_node(compute.itype) if cfg.scheduler == "slurm" else None
     return NodeSettings(
-        node_count=cfg.compute.count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
+        node_count=cfg.node_count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
         join_timeout_minutes=cfg.bootstrap.join_timeout_minutes, api_interval_ms=pacing.api_interval_ms,
         poll_seconds=pacing.poll_seconds, api_backoff_seconds=pacing.api_backoff_seconds,
         api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,
         login_user=cfg.image.user, mount_point=cfg.fsx.mount_point, mpirun_options=mpirun_options(efa),
-        fabric=fabric_env(compute.itype, efa), authorized_keys=tuple(cfg.ssh.authorized_keys),
+        fabric=fabric_env(compute.itype, efa), state_bucket=state_bucket(cfg.name, account),
+        ledger_table=ledger_table(cfg.name), authorized_keys=tuple(cfg.ssh.authorized_keys),
         imds_users=tuple(cfg.security.imds_for_users),
         scheduler="slurm" if slurm else None, slurm_node=slurm.attributes() if slurm else None,
-        slurm_gpus=slurm.gpus if slurm else None)
+        slurm_gpus=slurm.gpus if slurm else None,
+        health_diag_level=None if str(cfg.health.boot_diag_level) == OPTIONAL_DEFAULTS["HEALTH_DIAG_LEVEL"]
+        else cfg.health.boot_diag_level)
 
 
 def render(settings: NodeSettings) -> str:
@@ -90,9 +97,9 @@ def render(settings: NodeSettings) -> str:
     return text
 
 
-def settings_value(cfg: ClusterConfig, region: str, facts) -> str:
+def settings_value(cfg: ClusterConfig, region: str, facts, account: str) -> str:
     """The one function that renders `/hpcc/<cluster>/settings`: for compute.py and the box."""
-    return render(node_settings(cfg, region, facts))
+    return render(node_settings(cfg, region, facts, account))
 
 
 def parse(text: str) -> NodeSettings:

@@ -7,7 +7,8 @@ import pulumi
 from infra.components.compute import Compute
 from infra.components.storage import Storage
 from infra.config import StackConfig
-from infra.hostfile import HostEntry, openmpi
+from infra.components.state import ControllerState
+from infra.naming import node_name
 from infra.estimates import hourly_cost
 
 
@@ -19,18 +20,23 @@ def ssm_login(region: str, instance_id: str, user: str) -> str:
             f"--document-name AWS-StartInteractiveCommand --parameters 'command=sudo -iu {user}'")
 
 
-def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], compute: Compute,
-                  storage: Storage) -> dict[str, object]:
+def group_outputs(compute: Compute) -> list[dict]:
+    """Each group: its type, count, slots and the names its nodes get (EC2 picks addresses at launch, and the
+    controller names instances as the ledger claims them: `hpcc status` and `hpcc hostfile` read them live)."""
+    return [{"name": g.name, "instanceType": g.itype.name, "count": g.config.count, "slots": g.itype.slots,
+             "market": g.config.market, "nodes": node_range(g.name, g.config.count)} for g in compute.groups]
+
+
+def node_range(group: str, count: int) -> str:
+    """`gpu-000..gpu-511`, or "" for an empty group."""
+    return f"{node_name(group, 0)}..{node_name(group, count - 1)}" if count else ""
+
+
+def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], compute: Compute, storage: Storage,
+                  state: ControllerState) -> dict[str, object]:
     cluster = cfg.cluster
     head = compute.head.instance
-    nodes = compute.compute_nodes
     public_ip = head.public_ip.apply(lambda ip: ip or None) if compute.head_is_public else None
-
-    compute_nodes = pulumi.Output.all(*[pulumi.Output.all(n.instance.id, n.instance.private_ip) for n in nodes]).apply(
-        lambda pairs: sorted(
-            ({"name": n.name, "instanceId": iid, "privateIp": ip, "instanceType": n.itype.name, "slots": n.itype.slots}
-             for n, (iid, ip) in zip(nodes, pairs)), key=lambda d: d["name"]))
-    hostfile = compute_nodes.apply(lambda cn: openmpi(HostEntry(d["name"], d["privateIp"], d["slots"]) for d in cn))
     if compute.head_is_public:
         ssh = public_ip.apply(lambda ip: f"ssh {cluster.image.user}@{ip}")
     else:
@@ -40,11 +46,12 @@ def stack_outputs(cfg: StackConfig, availability_zone: pulumi.Input[str], comput
         "region": cfg.region,
         "availabilityZone": availability_zone,
         "headNode": {"instanceId": head.id, "privateIp": head.private_ip, "publicIp": public_ip},
-        "computeNodes": compute_nodes,
-        "hostfile": hostfile,
+        "nodeGroups": group_outputs(compute),
+        "stateBucket": state.bucket,
+        "ledgerTable": state.table,
         "fsx": {"id": storage.file_system_id, "dnsName": storage.dns_name, "mountName": storage.mount_name,
                 "mountPoint": cluster.fsx.mount_point},
         "sshCommand": ssh,
         # null when a node type's price is unknown (infra/estimates.py): never a wrong number
-        "estimatedHourlyCostUsd": hourly_cost(cluster, compute.head.itype, nodes[0].itype),
+        "estimatedHourlyCostUsd": hourly_cost(cluster, compute.head.itype, [g.itype for g in compute.groups]),
     }

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.bootstrap_pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
-from infra.config import ClusterConfig
+from infra.config import ClusterConfig, NodeGroup
 from infra.efa import InterfaceSpec, efa_device_count, interface_layout
-from infra.instance_facts import COMPUTE_FIELD, HEAD_FIELD, InstanceType
+from infra.instance_facts import HEAD_FIELD, InstanceType
 from infra.naming import Paths
 
 ROLES = ("head", "compute")
@@ -33,24 +33,34 @@ class RoleSpec:
         return self.efa_devices > 0
 
 
-def resolve_role(cfg: ClusterConfig, region: str, role: str, facts) -> RoleSpec:
-    """`facts` answers for `region` (an unknown type raises UnknownInstanceType naming the field)."""
+def resolve_role(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None) -> RoleSpec:
+    """`facts` answers for `region` (an unknown type raises UnknownInstanceType naming the field). `group`: which
+    node group a compute role is (default the first)."""
     del region
     if role == "head":
         itype, efa, market, reservation = (facts.get(cfg.head_node.instance_type, HEAD_FIELD),
                                            True, "on-demand", None)
         root = cfg.head_node.root_volume_gib
     elif role == "compute":
-        itype = facts.get(cfg.compute.instance_type, COMPUTE_FIELD)
-        efa, market, reservation = cfg.compute.efa is not False, cfg.compute.market, cfg.compute.capacity_reservation_id
-        root = cfg.compute.root_volume_gib
+        index, g = group_index(cfg, group)
+        itype = facts.get(g.instance_type, cfg.group_field(index, "instanceType"))
+        efa, market, reservation = g.efa is not False, g.market, g.capacity_reservation_id
+        root = g.root_volume_gib
     else:
         raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
     layout = tuple(interface_layout(itype, efa))
     return RoleSpec(role, itype, efa, layout, efa_device_count(list(layout)), market, reservation, root)
 
 
-def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts):
+def group_index(cfg: ClusterConfig, group: str | None) -> tuple[int, NodeGroup]:
+    """(index, group) of the group named `group`, or of the first group."""
+    for i, g in enumerate(cfg.node_groups):
+        if group is None or g.name == group:
+            return i, g
+    raise ValueError(f"no node group named {group!r}; the groups are {', '.join(g.name for g in cfg.node_groups)}")
+
+
+def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None):
     """The user data's values for a role: nothing that a resize, a retune or another compute type changes
     (those are in the settings parameter, infra/node_settings.py)."""
     from infra.components.network import VPC_CIDR
@@ -58,7 +68,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts):
 
     from infra.hooks import name_of
 
-    spec = resolve_role(cfg, region, role, facts)
+    spec = resolve_role(cfg, region, role, facts, group)
     paths, first = Paths(cfg.name), first_call_pacing()
     return BootstrapContext(
         cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,

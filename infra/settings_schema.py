@@ -53,11 +53,17 @@ PATTERNS: Dict[str, str] = {
     # slurm.conf node attributes of the compute type (infra/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
     "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
+    # cluster.health.bootDiagLevel: the `dcgmi diag -r` level of the boot checks, 0 for none (hpcc_node/health)
+    "HEALTH_DIAG_LEVEL": r"[0-4]",
+    # The controller's state (infra/naming.py): the bucket of membership.json and the nodes' status objects (S3
+    # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.
+    "STATE_BUCKET": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
+    "LEDGER_TABLE": r"[A-Za-z0-9_.-]{3,255}",
 }
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
 SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
 # Keys a text may leave out, and what the nodes take then (a text from before Slurm has none of them).
-OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": ""}
+OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": "", "HEALTH_DIAG_LEVEL": "2"}
 OPTIONAL = frozenset(OPTIONAL_DEFAULTS)
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
 MASTER_PORT = 29500  # torch.distributed's usual rendezvous port

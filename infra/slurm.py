@@ -1,8 +1,9 @@
 """Slurm's description of a compute node, from EC2's facts about its instance type (infra/instance_facts.py).
 
-The head writes `NodeName=<node> NodeAddr=<ip> <attributes>` into slurm.conf for each compute node, and gres.conf
-`Name=gpu File=/dev/nvidia[0-<N-1>]` (configless: slurmctld serves both to every slurmd); it reads the values from the settings parameter
-(SLURM_NODE, SLURM_GPUS: infra/node_settings.py), so a change of compute type reaches them without new user data.
+The head writes `NodeName=<group>-[000-<limit-1>] State=CLOUD Feature=<group> <attributes>` into slurm.conf for each
+node group, and gres.conf per GPU group (configless: slurmctld serves both to every slurmd: hpcc_node/slurm.py); it
+reads each group's attributes from the groups parameter (group_fields), else from the settings (SLURM_NODE,
+SLURM_GPUS: infra/node_settings.py), so a change of type reaches them without new user data.
 Attribute names are slurm.conf(5)'s node parameters (https://slurm.schedmd.com/slurm.conf.html#SECTION_NODE-CONFIGURATION).
 """
 
@@ -42,6 +43,13 @@ class SlurmNode:
                  f"CoresPerSocket={self.cores_per_socket}", f"ThreadsPerCore={self.threads_per_core}",
                  f"RealMemory={self.real_memory_mib}"]
         return " ".join(words + ([f"Gres=gpu:{self.gpus}"] if self.gpus else []))
+
+    def group_fields(self) -> dict:
+        """The group's "slurm" object in /hpcc/<cluster>/groups, which the head renders back into these attributes
+        (hpcc_node/slurm.py node_attributes; a test holds the two to the same words)."""
+        return {"cpus": self.cpus, "boards": 1, "sockets_per_board": self.sockets_per_board,
+                "cores_per_socket": self.cores_per_socket, "threads_per_core": self.threads_per_core,
+                "real_memory": self.real_memory_mib, "gres": f"gpu:{self.gpus}" if self.gpus else ""}
 
 
 def real_memory_mib(memory_mib: int) -> int:

@@ -19,6 +19,8 @@ PUBLIC_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BLOCK_FLAGS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
 BUNDLE_BUCKET = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-bundles-(?P<account>\d{12})$")
 READ_ACTIONS = ("s3:GetObject",)
+STATE_BUCKET = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-state-(?P<account>\d{12})$")
+HEAD_STATE_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:ListBucket")
 
 
 def _principals(statement: Mapping) -> list[str]:
@@ -74,4 +76,58 @@ def public_block_graph(resources: list[dict]) -> list[str]:
         off = [f for f in BLOCK_FLAGS if not records.is_true(block["inputs"].get(f))]
         if off:
             out.append(f"{block['name']}: {', '.join(off)} must be true (the bucket holds what every node runs)")
+    return out
+
+
+def _policy_doc(inputs: dict):
+    try:
+        return json.loads(inputs.get("policy")) if isinstance(inputs.get("policy"), str) else inputs.get("policy")
+    except ValueError:
+        return None
+
+
+def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
+    """The state bucket (infra/components/state.py): only the cluster's roles; the compute role reads
+    membership.json and the host certificates (certs/*) and writes its own status and host-keys objects only; the head gets, puts and lists; nobody else."""
+    if rtype != BUCKET_POLICY:
+        return []
+    bucket = str(inputs.get("bucket") or "")
+    m = STATE_BUCKET.match(bucket)
+    if not m:
+        return []
+    cluster, account = m.group("cluster"), m.group("account")
+    head, node = f"arn:aws:iam::{account}:role/hpcc-{cluster}-head", f"arn:aws:iam::{account}:role/hpcc-{cluster}-node"
+    arn = f"arn:aws:s3:::{bucket}"
+    node_grants = {("s3:GetObject", f"{arn}/membership.json"), ("s3:GetObject", f"{arn}/certs/*"),
+                   ("s3:PutObject", f"{arn}/status/${{ec2:SourceInstanceARN}}.json"),
+                   ("s3:PutObject", f"{arn}/hostkeys/${{ec2:SourceInstanceARN}}.json")}
+    doc = _policy_doc(inputs)
+    if doc is None:
+        return ["policy is not a JSON policy document"]
+    out = []
+    for n, s in enumerate(records.as_list((doc or {}).get("Statement"))):
+        if s.get("Effect") != "Allow":
+            continue
+        actions = [str(a) for a in records.as_list(s.get("Action"))]
+        targets = [str(r) for r in records.as_list(s.get("Resource"))]
+        if "NotAction" in s or "NotResource" in s:
+            out.append(f"Statement[{n}] allows with NotAction/NotResource; list the actions and objects")
+            continue
+        for p in _principals(s):
+            if p == head:
+                bad = [a for a in actions if a not in HEAD_STATE_ACTIONS]
+                far = [t for t in targets if t not in (arn, f"{arn}/*")]
+                if bad or far:
+                    out.append(f"Statement[{n}] lets the head {', '.join(bad or actions)} on {', '.join(far or targets)}:"
+                               f" the head gets, puts and lists {arn} only")
+            elif p == node:
+                extra = sorted({(a, t) for a in actions for t in targets} - node_grants)
+                if extra:
+                    out.append(f"Statement[{n}] lets the compute nodes {', '.join(f'{a} on {t}' for a, t in extra)}: "
+                               f"a compute node reads {arn}/membership.json and certs/*, and writes only its own "
+                               f"status and host keys ({arn}/status/${{ec2:SourceInstanceARN}}.json, hostkeys/ "
+                               "likewise)")
+            else:
+                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles (hpcc-{cluster}-head, "
+                           f"hpcc-{cluster}-node of account {account}) reach its state bucket")
     return out

@@ -63,11 +63,48 @@ def _cluster_of(policy_inputs: dict, resources: list[dict] | None) -> str | None
 
 
 def _own_resource(arn: str, cluster: str) -> bool:
-    """The cluster's parameters and secrets, and its bundles (hpcc-<cluster>-bundles-<account>/bundles/*)."""
+    """The cluster's parameters and secrets, its bundles (hpcc-<cluster>-bundles-<account>/bundles/*), and the
+    controller's store: the state bucket (hpcc-<cluster>-state-<account>), the ledger table (hpcc-<cluster>-ledger)
+    and the compute role it passes to the instances it launches."""
     c = re.escape(cluster)
     return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{c}(?:/[^*]*\*?)?", arn)
                 or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{c}/[^*]+\*?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{c}-bundles-\d{{12}}/bundles/\*", arn))
+                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{c}-bundles-\d{{12}}/bundles/\*", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{c}-state-\d{{12}}(/.*)?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/hpcc-{c}-ledger", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/hpcc-{c}-node", arn))
+
+
+# The controller's EC2 reads: metadata of instances, reservations and templates, on "*" (these actions take no
+# resource ARN: Service Authorization Reference, Amazon EC2, "Actions defined by Amazon EC2").
+EC2_DESCRIBE = frozenset({"ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeCapacityReservations",
+                          "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions"})
+LAUNCH = frozenset({"ec2:RunInstances", "ec2:CreateFleet"})
+# What a launch reads and does not change, and which carries no cluster tag (a public image, the account's own
+# placement group or reservation): allowed to the launch actions without a tag condition.
+LAUNCH_INPUT = re.compile(r"arn:aws[a-z-]*:ec2:[a-z0-9-]*:\d*:(image|placement-group|capacity-reservation)/\*")
+CLUSTER_TAG_KEYS = ("aws:ResourceTag/hpcc:cluster", "aws:RequestTag/hpcc:cluster", "ec2:ResourceTag/hpcc:cluster",
+                    "autoscaling:ResourceTag/hpcc:cluster")
+
+
+def tag_scoped(condition: object, cluster: str) -> bool:
+    """A condition that the resource (or the request's tags) carry hpcc:cluster=<cluster>."""
+    equals = (condition or {}).get("StringEquals") if isinstance(condition, Mapping) else None
+    return isinstance(equals, Mapping) and any(equals.get(k) == cluster for k in CLUSTER_TAG_KEYS)
+
+
+def controller_statement(statement: Mapping, cluster: str) -> bool:
+    """An EC2 statement of the head's controller whose reach is its own cluster: describes on "*", EC2 actions
+    under a cluster tag condition, or launches reading untagged launch inputs."""
+    actions = {str(a) for a in records.as_list(statement.get("Action"))}
+    targets = [str(t) for t in records.as_list(statement.get("Resource"))]
+    if not actions or "NotAction" in statement or "NotResource" in statement:
+        return False
+    if actions <= EC2_DESCRIBE:
+        return True
+    if all(a.startswith("ec2:") for a in actions) and tag_scoped(statement.get("Condition"), cluster):
+        return True
+    return actions <= LAUNCH and bool(targets) and all(LAUNCH_INPUT.fullmatch(t) for t in targets)
 
 
 def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
@@ -98,7 +135,7 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
                        "reach cannot be checked against one cluster's parameters and secrets")
         else:
             for n, s in enumerate(stmts):
-                if s.get("Effect") != "Allow" or _session_manager_only(s):
+                if s.get("Effect") != "Allow" or _session_manager_only(s) or controller_statement(s, cluster):
                     continue
                 for t in records.as_list(s.get("Resource")):
                     if not _own_resource(str(t), cluster):

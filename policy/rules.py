@@ -60,9 +60,14 @@ RULES = [
     Rule("bundle-bucket-private", "The bundle bucket blocks all public access, and its policy lets only the "
          "cluster's own node roles read bundles (nobody outside the account, nothing but s3:GetObject)",
          bucket_rules.bucket_policy_resource, bucket_rules.public_block_graph),
+    Rule("state-bucket-private", "The controller's state bucket blocks all public access (bundle-bucket-private "
+         "checks every bucket's block), and its policy lets only the cluster's roles in: the head gets, puts and "
+         "lists; a compute node reads membership.json and writes only its own status object",
+         bucket_rules.state_bucket_policy_resource),
     Rule("node-writes-own-only", "The nodes' roles write only their own status, the head the cluster's empty "
-         "secrets once, and a controller only its own cluster's instances and groups: never the settings, hosts, "
-         "FSx or bundle, a parameter's tags, a secret's metadata, or IAM",
+         "secrets once, and the head's controller only its own cluster's instances (under a hpcc:cluster tag "
+         "condition), ledger, state bucket and compute role: never the settings, hosts, FSx or bundle, a parameter's "
+         "tags, a secret's metadata, or IAM; a compute node never launches, tags or terminates",
          None, write_rules.node_writes_graph),
     Rule("host-ca-head-only", "Only the head's role reads the host CA (secret:hpcc/<cluster>/host-ca): a compute "
          "node that could would certify any host", None, write_rules.host_ca_graph),

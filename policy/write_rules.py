@@ -1,11 +1,15 @@
 """What the nodes' roles may write (issue 22 item 5): a node is root on itself only, so its role may change nothing
 that other nodes trust. Allowed: its own status (ssm:PutParameter under /hpcc/<cluster>/nodes/, only where the
-parameter's `hpcc:instance` tag is the caller's instance; likewise its host public keys under hostkeys/), the head's
-writes of the cluster's SSH, munge and host-CA secrets (secretsmanager:PutSecretValue) and of the host certificates
-(certs/), and instance or group changes only on resources tagged with its own
+parameter's `hpcc:instance` tag is the caller's instance), the head's writes of the cluster's SSH, munge, login-user
+and host-CA secrets (secretsmanager:PutSecretValue), and instance or group changes only on resources tagged with its own
 cluster (a controller's scaling). Never: the settings, hosts or FSx parameters, any parameter's tags or labels,
 a secret's metadata or policy, an S3 object (the bundle) or IAM. All the role's policies together
-(infra/components/identity.py writes them)."""
+(infra/components/identity.py writes them).
+
+The controller's store (issue 19): a compute node writes only its own status object in the state bucket
+(`status/${ec2:SourceInstanceARN}.json`) and its own host public keys (`hostkeys/` likewise), and nothing in
+DynamoDB; the head (the controller; it writes the host certificates, `certs/<node>.json`) writes the state
+bucket and the cluster's ledger table, and passes only the cluster's compute role, only to EC2."""
 
 from __future__ import annotations
 
@@ -39,9 +43,48 @@ FLEET = ("ec2:RunInstances", "ec2:TerminateInstances", "ec2:StopInstances", "ec2
          "autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:DetachInstances",
          "autoscaling:AttachInstances", "autoscaling:SetInstanceHealth", "autoscaling:CreateOrUpdateTags",
          "autoscaling:DeleteTags")
-TAG_KEYS = ("aws:ResourceTag/hpcc:cluster", "aws:RequestTag/hpcc:cluster", "autoscaling:ResourceTag/hpcc:cluster",
-            "ec2:ResourceTag/hpcc:cluster")
 OWN_INSTANCE = {"StringEquals": {"aws:ResourceTag/hpcc:instance": "${ec2:SourceInstanceARN}"}}
+OBJECT_WRITE = "s3:PutObject"
+PASS_ROLE = "iam:PassRole"
+LEDGER_WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem",
+                 "dynamodb:TransactWriteItems", "dynamodb:DeleteTable", "dynamodb:UpdateTable")
+
+
+def _own_status_object(arn: str, cluster: str) -> bool:
+    """Its status, or its host public keys (hpcc_node/certstore.py): both only at its own instance's key."""
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{re.escape(cluster)}-state-\d{{12}}/(status|hostkeys)/"
+                             r"\$\{ec2:SourceInstanceARN\}\.json", arn))
+
+
+def _state_object(arn: str, cluster: str) -> bool:
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{re.escape(cluster)}-state-\d{{12}}/.+", arn))
+
+
+def _ledger(arn: str, cluster: str) -> bool:
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/hpcc-{re.escape(cluster)}-ledger", arn))
+
+
+def store_problems(cluster: str, head: bool, statement: dict, targets: list[str]) -> tuple[list[str], set[str]]:
+    """The controller's store and launches: (problems, NEVER actions this statement may take as it does)."""
+    out, allowed = [], set()
+    if _allows(statement, OBJECT_WRITE):
+        own = _state_object if head else _own_status_object
+        if all(own(t, cluster) for t in targets):
+            allowed.add(OBJECT_WRITE)
+        elif not head and any(_state_object(t, cluster) for t in targets):
+            out.append(f"allows {OBJECT_WRITE} on {', '.join(targets)}: a compute node writes only its own status "
+                       f"and host keys (hpcc-{cluster}-state-<account>/status/${{ec2:SourceInstanceARN}}.json, "
+                       "hostkeys/ likewise)")
+    if _allows(statement, PASS_ROLE) and head:
+        passed = (statement.get("Condition") or {}).get("StringEquals", {}).get("iam:PassedToService")
+        if all(re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/hpcc-{re.escape(cluster)}-node", t) for t in targets) \
+                and passed == "ec2.amazonaws.com":
+            allowed.add(PASS_ROLE)
+    writes = [a for a in LEDGER_WRITES if _allows(statement, a)]
+    if writes and (not head or not all(_ledger(t, cluster) for t in targets)):
+        out.append(f"allows {', '.join(writes)} on {', '.join(targets)}: only the head's controller writes, and only "
+                   f"its cluster's ledger (table/hpcc-{cluster}-ledger)")
+    return out, allowed
 
 
 def _allows(statement: dict, action: str) -> bool:
@@ -59,14 +102,7 @@ def _targets(statement: dict) -> list[str]:
 
 
 def _status_target(arn: str, cluster: str) -> bool:
-    """Its status, or its host public keys (hpcc_node/certs.py): both only where the tag names its instance."""
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/(nodes|hostkeys)/\*",
-                             arn))
-
-
-def _certs_target(arn: str, cluster: str) -> bool:
-    """The head's certificates for the nodes: written by the head's role only, with no condition."""
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/certs/\*", arn))
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/nodes/\*", arn))
 
 
 def _secret_target(arn: str, cluster: str) -> bool:
@@ -75,35 +111,38 @@ def _secret_target(arn: str, cluster: str) -> bool:
 
 
 def _own_cluster_condition(condition: object, cluster: str) -> bool:
-    equals = (condition or {}).get("StringEquals") if isinstance(condition, dict) else None
-    return isinstance(equals, dict) and any(equals.get(k) == cluster for k in TAG_KEYS)
+    return iam_rules.tag_scoped(condition, cluster)
 
 
 def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
     """What one statement of a node role of `cluster` (the head's when `head`) lets it write beyond its own."""
     out = []
     targets = _targets(statement)
-    if _allows(statement, STATUS_WRITE) and head and targets and all(_certs_target(t, cluster) for t in targets):
-        pass  # the head certifies the nodes' host keys
-    elif _allows(statement, STATUS_WRITE):
+    if _allows(statement, STATUS_WRITE):
         bad = [t for t in targets if not _status_target(t, cluster)]
         if bad or statement.get("Condition") != OWN_INSTANCE:
             out.append(f"allows {STATUS_WRITE} on {', '.join(bad or targets)}"
                        f"{'' if statement.get('Condition') == OWN_INSTANCE else ' without the hpcc:instance condition'}: "
-                       f"a node may write only its own status and host keys (parameter/hpcc/{cluster}/nodes/*, "
-                       "hostkeys/*, where the tag hpcc:instance is ${ec2:SourceInstanceARN}), the head also the host "
-                       "certificates (certs/*); the settings, hosts and FSx parameters are root on every node")
+                       f"a node may write only its own status (parameter/hpcc/{cluster}/nodes/*, where the tag "
+                       "hpcc:instance is ${ec2:SourceInstanceARN}); the settings, hosts and FSx parameters are root on "
+                       "every node")
     if _allows(statement, SECRET_WRITE):
         bad = [t for t in targets if not _secret_target(t, cluster)]
         if not head or bad:
             out.append(f"allows {SECRET_WRITE} on {', '.join(bad or targets)}: only the head writes, and only its "
                        f"cluster's own secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca, user-key)")
-    never = [a for a in NEVER if _allows(statement, a)]
+    store, allowed = store_problems(cluster, head, statement, targets)
+    out += store
+    never = [a for a in NEVER if _allows(statement, a) and a not in allowed]
     if never:
         out.append(f"allows {', '.join(never)} on {', '.join(targets)}: no node role may change what the other "
                    "nodes trust (parameters' tags and labels, secrets' metadata, the bundle, IAM)")
     fleet = [a for a in FLEET if _allows(statement, a)]
-    if fleet and not _own_cluster_condition(statement.get("Condition"), cluster):
+    if fleet and not head:
+        out.append(f"allows {', '.join(fleet)} on {', '.join(targets)}: only the head's controller launches, tags or "
+                   "terminates instances")
+    elif fleet and not (_own_cluster_condition(statement.get("Condition"), cluster)
+                        or (set(fleet) <= iam_rules.LAUNCH and all(iam_rules.LAUNCH_INPUT.fullmatch(t) for t in targets))):
         out.append(f"allows {', '.join(fleet)} on {', '.join(targets)} without a condition that the resource is "
                    f"tagged hpcc:cluster={cluster}: only its own cluster's instances and groups")
     return out

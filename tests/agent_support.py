@@ -1,20 +1,68 @@
-"""Stand-ins for the node agent's tests: an AWS of parameters and objects, a node's directories, and a `run` that
-plays the role script's apply-membership, the self-check and Slurm's commands."""
+"""Stand-ins for the node agent's tests: an AWS of parameters and objects (the state bucket's membership.json and
+statuses with ETags and S3's conditional GET), a node's directories, and a `run` that plays the role script's
+apply-membership, the self-check and Slurm's commands."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
 
-from hpcc_node import agent, upgrade
+from hpcc_node import agent, awscli, upgrade
+from hpcc_node.controller import membership
 from tests.bootstrap_cases import settings
 from tests.box import bundles
 
 SETTINGS = settings()["p5-llm"]
 P = "/hpcc/llm"
-CONFIG = dict(hosts_parameter=f"{P}/hosts", settings_parameter=f"{P}/settings", nodes_parameter=f"{P}/nodes",
-              bundle_parameter=f"{P}/bundle")
+STATE = "hpcc-llm-state-123456789012"
+ARN = "arn:aws:ec2:us-east-1:123456789012:instance/"
+CONFIG = dict(state_bucket=STATE, settings_parameter=f"{P}/settings", bundle_parameter=f"{P}/bundle")
+
+
+def instance_of(name: str) -> str:
+    return f"i-0{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def membership_doc(hosts: str, generation: int) -> dict:
+    """The controller's membership.json for a list of addresses: the head's, then compute-000's ..."""
+    ips = [ip for ip in hosts.split("\n") if ip]
+    nodes = [{"name": f"compute-{i:03d}", "group": "compute", "ip": ip, "instance": instance_of(f"compute-{i:03d}"),
+              "state": "ready"} for i, ip in enumerate(ips[1:])]
+    return {"format": 1, "generation": generation, "nodes": nodes, "groups": {"compute": len(nodes)}, "bundle": {},
+            "head": {"name": "head", "ip": ips[0], "instance": instance_of("head")}}
+
+
+class FakeS3:
+    """S3 as boto3 shows it: objects with ETags, GetObject's If-None-Match (304), errors with botocore's codes."""
+
+    def __init__(self, calls: list):
+        self.objects: dict[tuple[str, str], bytes] = {}
+        self.calls = calls
+
+    def put_object(self, Bucket, Key, Body, **_):
+        self.calls.append(("s3-put", Key))
+        self.objects[(Bucket, Key)] = Body if isinstance(Body, bytes) else Body.encode()
+        return {"ETag": self.etag(Bucket, Key)}
+
+    def etag(self, bucket, key):
+        return '"' + hashlib.md5(self.objects[(bucket, key)]).hexdigest() + '"'
+
+    def get_object(self, Bucket, Key, IfNoneMatch=None):
+        self.calls.append(("s3-get", Key))
+        if (Bucket, Key) not in self.objects:
+            raise awscli.ClientError("NoSuchKey", "The specified key does not exist.", "GetObject")
+        if IfNoneMatch == self.etag(Bucket, Key):
+            raise awscli.ClientError("304", "Not Modified", "GetObject")
+
+        class Body:
+            def __init__(self, data):
+                self.data = data
+
+            def read(self):
+                return self.data
+        return {"Body": Body(self.objects[(Bucket, Key)]), "ETag": self.etag(Bucket, Key)}
 SCRIPTS = {"head": "#!/bin/bash\n# head boot steps\n", "compute": "#!/bin/bash\n# compute boot steps\n"}
 
 
@@ -24,6 +72,16 @@ class FakeAws:
         self.objects: dict[tuple[str, str], bytes] = {}
         self.calls: list[tuple] = []
         self.interval_ms = self.backoff_seconds = self.attempts = 0
+        self.s3 = FakeS3(self.calls)
+        self.generation = 0
+
+    def pace(self) -> None:
+        pass
+
+    def members(self, hosts: str) -> None:
+        """The controller publishes the next generation."""
+        self.generation += 1
+        self.s3.objects[(STATE, membership.KEY)] = json.dumps(membership_doc(hosts, self.generation)).encode()
 
     def put(self, name: str, value: str) -> None:
         version = self.params.get(name, (0, ""))[0] + 1
@@ -44,7 +102,7 @@ class FakeAws:
         Path(dest).write_bytes(self.objects[(bucket, key)])
 
     def status(self, node: str) -> dict:
-        return json.loads(self.params[f"{P}/nodes/{node}"][1])
+        return json.loads(self.s3.objects[(STATE, membership.status_key(ARN + instance_of(node)))])
 
     def publish(self, packed: bytes, sha: str, bucket: str = "hpcc-llm-bundles") -> None:
         self.objects[(bucket, f"bundles/{sha}.tar.gz")] = packed
@@ -83,18 +141,19 @@ def node(tmp_path: Path, name: str = "compute-001", ip: str = "10.0.0.6", versio
     etc, run, opt = root / "etc", root / "run", root / "opt"
     for d in (etc, run):
         d.mkdir(parents=True)
-    (etc / "node").write_text(f"HPCC_NODE={name}\nHPCC_INSTANCE_ID=i-0{name[-3:]}\nHPCC_IP={ip}\nHOSTS_VERSION={version}\n")
+    (etc / "node").write_text(f"HPCC_NODE={name}\nHPCC_INSTANCE_ID={instance_of(name)}\nHPCC_IP={ip}\nHOSTS_VERSION={version}\n")
     (etc / "settings").write_text(settings_text)
     packed, sha = bundles.build(scripts or SCRIPTS)
     bundles.install(opt, packed, sha)
     role = "head" if name == "head" else "compute"
-    config = agent.Config(role=role, etc=str(etc), run=str(run), opt=str(opt), log=str(root / "log"), **CONFIG)
+    config = agent.Config(role=role, etc=str(etc), run=str(run), opt=str(opt), log=str(root / "log"),
+                          status_key=membership.status_key(ARN + instance_of(name)), **CONFIG)
     return config, sha
 
 
 def make_agent(tmp_path, aws, name="compute-001", clock=lambda: 1000.0, run=None, **kw):
     config, sha = node(tmp_path, name, **kw)
-    return agent.Agent(config, aws, clock=clock, run=run or FakeRun(Path(config.etc))), sha
+    return agent.Agent(config, aws, clock=clock, run=run or FakeRun(Path(config.etc)), s3=aws.s3), sha
 
 
 def running(config) -> str:

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.node_settings import settings_value
 from infra.roles import role_contexts
 from infra.stackfile import load
@@ -26,7 +27,7 @@ def contexts():
 
 def settings():
     """example -> the settings parameter's value the program renders for it."""
-    return {stem: settings_value(cfg.cluster, cfg.region, offline_facts()) for stem, cfg in configs()}
+    return {stem: settings_value(cfg.cluster, cfg.region, offline_facts(), MOTO_ACCOUNT) for stem, cfg in configs()}
 
 
 def cases():

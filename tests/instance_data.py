@@ -5,6 +5,7 @@ from functools import lru_cache
 import boto3
 
 REGION = "us-east-1"
+MOTO_ACCOUNT = "123456789012"  # the account moto answers as (the offline plan's)
 
 
 @lru_cache(maxsize=1)

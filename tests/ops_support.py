@@ -148,55 +148,6 @@ class FakeStack:
 
 # -- nodes as the bootstrap and the membership agent would report them ---------------------------------------
 
-def live_instance(env, cluster: str, node: str) -> dict | None:
-    """The node's newest instance that is not terminated (read straight from moto)."""
-    found = [i for r in env.client("ec2").describe_instances(Filters=[
-        {"Name": "tag:hpcc:cluster", "Values": [cluster]}, {"Name": "tag:hpcc:node", "Values": [node]}])["Reservations"]
-        for i in r["Instances"] if i["State"]["Name"] != "terminated"]
-    return max(found, key=lambda i: i["LaunchTime"]) if found else None
-
-
-def hosts_param_version(env, cluster: str) -> int:
-    from infra.naming import Paths
-
-    return env.client("ssm").get_parameter(Name=Paths(cluster).hosts)["Parameter"]["Version"]
-
-
-def put_status(env, cluster: str, node: str, **status) -> None:
-    """Write a node's status JSON; unless given, `instanceId` is its live instance's and `hostsVersion` the
-    current /hosts Version (what a node that has applied the membership writes). None leaves a field out."""
-    import json
-
-    from infra.naming import Paths
-
-    if "instanceId" not in status:
-        inst = live_instance(env, cluster, node)
-        status["instanceId"] = inst and inst["InstanceId"]
-    if "hostsVersion" not in status:
-        status["hostsVersion"] = hosts_param_version(env, cluster)
-    status = {k: v for k, v in status.items() if v is not None}
-    env.client("ssm").put_parameter(Name=Paths(cluster).node(node), Value=json.dumps(status), Type="String",
-                                    Overwrite=True)
-
-
-def replace_instance(env, cluster: str, node: str) -> tuple[str, str]:
-    """What `pulumi up --replace` does to one node: a new instance like the old (create before delete), the
-    old one terminated, /hosts rewritten with the new address. Returns (old id, new id)."""
-    from infra.naming import Paths
-
-    ec2 = env.client("ec2")
-    old = live_instance(env, cluster, node)
-    new = ec2.run_instances(ImageId=old["ImageId"], InstanceType=old["InstanceType"], MinCount=1, MaxCount=1,
-                            SubnetId=old["SubnetId"],
-                            TagSpecifications=[{"ResourceType": "instance", "Tags": old["Tags"]}])["Instances"][0]
-    ec2.terminate_instances(InstanceIds=[old["InstanceId"]])
-    ssm = env.client("ssm")
-    hosts = ssm.get_parameter(Name=Paths(cluster).hosts)["Parameter"]["Value"].replace(
-        old["PrivateIpAddress"], new["PrivateIpAddress"])
-    ssm.put_parameter(Name=Paths(cluster).hosts, Value=hosts, Type="String", Overwrite=True)
-    return old["InstanceId"], new["InstanceId"]
-
-
 def first_up(tmp_path_factory, config_map: dict):
     """A config planned as the first `pulumi up` leaves it: the plan, and the directory it was written to (what
     `--previous` reads for the next one)."""

@@ -1,5 +1,5 @@
 """Plans above the config's node cap, for tests of limits that only bind there: the cap (infra/config.py,
-ComputeNodes.count) lifted for the duration, as issue 19's measurements lifted it by hand."""
+MAX_NODES, ComputeNodes.count and NodeGroup.count) lifted for the duration."""
 
 from __future__ import annotations
 
@@ -10,16 +10,24 @@ from annotated_types import Le
 from infra import config
 
 
+MODELS = (config.ComputeNodes, config.NodeGroup, config.ClusterConfig, config.StackConfig)
+
+
 @contextlib.contextmanager
 def node_cap(cap: int):
-    field = config.ComputeNodes.model_fields["count"]
-    kept = list(field.metadata)
-    field.metadata[:] = [Le(cap) if isinstance(m, Le) else m for m in kept]
+    fields = [config.ComputeNodes.model_fields["count"], config.NodeGroup.model_fields["count"]]
+    kept = [list(f.metadata) for f in fields]
+    kept_cap = config.MAX_NODES
+    for field, metadata in zip(fields, kept):
+        field.metadata[:] = [Le(cap) if isinstance(m, Le) else m for m in metadata]
+    config.MAX_NODES = cap
     try:
-        for model in (config.ComputeNodes, config.ClusterConfig, config.StackConfig):
+        for model in MODELS:
             model.model_rebuild(force=True)
         yield
     finally:
-        field.metadata[:] = kept
-        for model in (config.ComputeNodes, config.ClusterConfig, config.StackConfig):
+        for field, metadata in zip(fields, kept):
+            field.metadata[:] = metadata
+        config.MAX_NODES = kept_cap
+        for model in MODELS:
             model.model_rebuild(force=True)

@@ -1,5 +1,5 @@
 """The node agent's decisions, as pure functions: which membership to apply, pacing, when a node may move to a new
-bundle (canary, wave, halt, rollback), drift, the Slurm follow-up and the status it writes."""
+bundle (canary, wave, halt, rollback), drift, Slurm's states and the status it writes."""
 
 import json
 
@@ -8,35 +8,41 @@ import pytest
 from hpcc_node import agent, rollout, slurm, status
 from hpcc_node.aws import pace_wait_ms
 from hpcc_node.settings import pacing, parse
-from hpcc_node.state import StateError, node_index, parse_hosts, parse_state
+from hpcc_node.state import StateError, parse_hosts, parse_state
 from tests.agent_support import SETTINGS
 
 A, B = "a" * 64, "b" * 64
 PTR = rollout.Pointer(B, "bkt", f"bundles/{B}.tar.gz")
 
 
-def test_membership_is_applied_only_for_a_new_hosts_version_or_changed_settings():
-    assert not agent.membership_due(3, SETTINGS, 3, SETTINGS.rstrip("\n"))  # the file keeps a newline
-    assert agent.membership_due(3, SETTINGS, 4, SETTINGS)
-    assert agent.membership_due(3, SETTINGS, 3, SETTINGS.replace("SLOTS=8", "SLOTS=16"))
+def test_membership_is_applied_only_for_a_newer_generation_or_changed_settings():
+    doc = {"generation": 3, "nodes": []}
+    assert not agent.membership_due(3, SETTINGS, doc, SETTINGS.rstrip("\n"))  # the file keeps a newline
+    assert agent.membership_due(3, SETTINGS, {**doc, "generation": 4}, SETTINGS)
+    assert not agent.membership_due(5, SETTINGS, {**doc, "generation": 4}, SETTINGS)  # an older one: never
+    assert agent.membership_due(3, SETTINGS, doc, SETTINGS.replace("SLOTS=8", "SLOTS=16"))
+    assert not agent.membership_due(3, SETTINGS, None, SETTINGS.replace("SLOTS=8", "SLOTS=16"))  # none read yet
 
 
-def test_a_hosts_list_is_applied_only_with_this_node_at_its_own_line():
-    hosts = parse_hosts("10.0.0.4\n10.0.0.5\n10.0.0.6\n", "10.0.0.0/16")
+def test_a_hosts_text_is_applied_only_with_this_node_at_its_own_address():
+    hosts = parse_hosts("head 10.0.0.4\ncompute-000 10.0.0.5\ncompute-001 10.0.0.6\n", "10.0.0.0/16")
     assert agent.line_holds(hosts, "compute-001", "10.0.0.6") is None
     assert agent.line_holds(hosts, "compute-001", "10.0.0.7") == "10.0.0.6"
     assert agent.line_holds(hosts, "compute-002", "10.0.0.7") == "nothing"
-    # The bootstrap's rules (infra/hosts_schema.py): addresses of the VPC only, none twice.
-    for bad in ("10.0.0.4\n$(reboot)\n", "10.0.0.4\n169.254.169.254\n", "10.0.0.4\n10.0.0.4\n", "10.0.0.4\n10.0.0.256\n"):
+    # The bootstrap's rules (infra/hosts_schema.py): names and addresses of the VPC only, none twice.
+    for bad in ("head 10.0.0.4\ncompute-000 $(reboot)\n", "head 10.0.0.4\ncompute-000 169.254.169.254\n",
+                "head 10.0.0.4\ncompute-000 10.0.0.4\n", "head 10.0.0.4\ncompute-000 10.0.0.256\n",
+                "head 10.0.0.4\n$(reboot) 10.0.0.5\n"):
         with pytest.raises(StateError, match="hosts: line 2"):
             parse_hosts(bad, "10.0.0.0/16")
-    assert node_index("head") == 0 and node_index("compute-010") == 11
 
 
 def test_the_state_file_is_read_back_checked_never_trusted():
     good = "HPCC_NODE=compute-001\nHPCC_INSTANCE_ID=i-0abc\nHPCC_IP=10.0.0.6\nHOSTS_VERSION=2\n"
     assert parse_state(good).hosts_version == 2
-    for bad in (good.replace("2\n", "x\n"), good + "EVIL=1\n", good.replace("compute-001", "../etc")):
+    assert parse_state(good.replace("compute-001", "gpu-1000")).node == "gpu-1000"
+    for bad in (good.replace("2\n", "x\n"), good + "EVIL=1\n", good.replace("compute-001", "../etc"),
+                good.replace("i-0abc", "i-0abc;x")):
         with pytest.raises(StateError):
             parse_state(bad)
 
@@ -107,16 +113,7 @@ def test_drift_is_a_change_of_the_boot_steps_the_node_booted_with():
     assert rollout.drift("", "d2", B) is None  # nothing known of the boot: no claim
 
 
-def test_slurm_drains_failed_nodes_resumes_its_own_and_leaves_other_reasons():
-    nodes = slurm.troubled("compute-000|idle|none\ncompute-001|idle*|Not responding\n"
-                           "compute-002|drained|hpcc: bootstrap failed at efa\ncompute-003|drained|admin: bad DIMM\n"
-                           "compute-004|drained|hpcc: bootstrap failed at join\n")
-    assert sorted(nodes) == ["compute-001", "compute-002", "compute-003", "compute-004"]
-    statuses = {"compute-001": {"phase": "failed", "step": "join"}, "compute-002": {"phase": "ready", "step": "sync"},
-                "compute-003": {"phase": "ready"}, "compute-004": {"phase": "failed", "step": "join"}}
-    assert slurm.actions(nodes, statuses) == [
-        ["update", "NodeName=compute-001", "State=DRAIN", "Reason=hpcc: bootstrap failed at join"],
-        ["update", "NodeName=compute-002", "State=RESUME"]]  # compute-003: an admin's; compute-004: drained already
+def test_the_heads_slurm_states_file_is_what_its_status_reads():
     assert slurm.states_file_text(slurm.summary("idle compute-[000-001]\n")) == '"idle": "compute-[000-001]"\n'
 
 
@@ -136,3 +133,11 @@ def test_the_agent_reads_its_own_protocol_and_the_one_before_only():
     assert status.read(json.dumps({"phase": "ready", "protocol": 1})) is not None
     assert status.read(json.dumps({"phase": "ready", "protocol": 2})) is None
     assert status.read("not json") is None
+
+
+def test_the_canaries_are_the_head_and_the_memberships_first_compute_node_whatever_the_groups():
+    assert rollout.canaries_of(["gpu-000", "compute-001", "compute-000"]) == ("head", "compute-000")
+    assert rollout.canaries_of(["gpu-1000", "gpu-002", "gpu-999"]) == ("head", "gpu-002")  # a hole; number order
+    assert rollout.canaries_of([]) == ("head",)
+    assert rollout.next_move("gpu-002", A, PTR, {}, None, None, 0, canaries=("head", "gpu-002")).action == "switch"
+    assert rollout.next_move("compute-000", A, PTR, {}, None, None, 0, canaries=("head", "gpu-002")).action == "wait"

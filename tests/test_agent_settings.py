@@ -87,7 +87,7 @@ def test_the_agent_runs_its_self_check_under_python_3_8(tmp_path):
     import subprocess
     from tests.agent_support import CONFIG, node
     config, sha = node(tmp_path, "compute-000")
-    env = {"HPCC_ROLE": "compute", **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()}, "HPCC_ETC": config.etc,
+    env = {"HPCC_ROLE": "compute", **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()}, "HPCC_STATUS_KEY": config.status_key, "HPCC_ETC": config.etc,
            "PYTHONPATH": f"{config.opt}/current", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([str(PY38), "-m", "hpcc_node.agent", "--self-check"], cwd=f"{config.opt}/current", env=env,
                          capture_output=True, text=True, timeout=60)

@@ -1,20 +1,22 @@
-"""The node agent's ticks against an AWS of parameters and objects (tests/agent_support.py): one read a tick,
-membership applied once, one status write per change, and the upgrade path (canaries, waves, halt, rollback,
-drift, a refused hash)."""
+"""The node agent's ticks against an AWS of parameters and objects (tests/agent_support.py): one conditional GET
+of membership.json and one GetParameters a tick, a newer generation applied once, one status write per change, and
+the upgrade path (canaries, waves, halt, rollback, drift, a refused hash)."""
 
 import json
 
 import pytest
 
 from hpcc_node import upgrade
-from tests.agent_support import CONFIG, P, SCRIPTS, SETTINGS, FakeAws, FakeRun, make_agent, node, running
+from hpcc_node.controller import membership
+from tests.agent_support import (ARN, CONFIG, P, SCRIPTS, SETTINGS, STATE, FakeAws, FakeRun, instance_of, make_agent,
+                                 membership_doc, node, running)
 from tests.box import bundles
 
 FOUR = "10.0.0.4\n10.0.0.5\n10.0.0.6\n10.0.0.7"
 
 
 def cluster(aws: FakeAws, hosts: str = FOUR, settings: str = SETTINGS) -> None:
-    aws.put(f"{P}/hosts", hosts)
+    aws.members(hosts)
     aws.put(f"{P}/settings", settings)
 
 
@@ -24,27 +26,56 @@ def test_a_change_is_applied_once_then_nothing_and_each_change_reported_once(tmp
     a, sha = make_agent(tmp_path, aws)
     assert a.tick() is None
     assert [c[0] for c in a.run.calls] == ["bash"] and a.run.calls[0][-1] == "apply-membership"
-    assert aws.status("compute-001")["hostsVersion"] == 1 and aws.status("compute-001")["bundle"] == sha
+    applied = a.run.calls[0]
+    st = aws.status("compute-001")
+    assert st["hostsVersion"] == 1 and st["bundle"] == sha and st["instance_id"] == instance_of("compute-001")
+    assert st["name"] == "compute-001" and st["ok"] is True and st["phase"] == "ready"
+    del aws.calls[:]
     a.tick()
-    assert len(a.run.calls) == 1 and [c[0] for c in aws.calls] == ["get", "put", "get"]  # nothing new, nothing written
-    aws.put(f"{P}/hosts", FOUR + "\n10.0.0.8")
+    assert len(a.run.calls) == 1  # nothing new: a 304, nothing applied, nothing written
+    assert aws.calls == [("s3-get", membership.KEY), ("get", (f"{P}/settings", f"{P}/bundle"))]
+    aws.members(FOUR + "\n10.0.0.8")
     a.tick()
     assert len(a.run.calls) == 2 and aws.status("compute-001")["hostsVersion"] == 2
-    assert aws.status("compute-001")["message"] == "membership of hosts version 2 applied"
+    assert aws.status("compute-001")["message"] == "membership generation 2 applied"
     aws.put(f"{P}/settings", SETTINGS.replace("SLOTS=8", "SLOTS=16"))
     a.tick()
     assert len(a.run.calls) == 3 and a.settings["SLOTS"] == "16"
-    gets = [c[1] for c in aws.calls if c[0] == "get"]
-    assert all(names == (f"{P}/hosts", f"{P}/settings", f"{P}/bundle") for names in gets)  # ONE read a tick
+    assert not any(c[0] == "put" for c in aws.calls)  # no status parameter: S3 alone
 
 
-def test_a_list_without_this_node_or_refused_settings_are_never_applied(tmp_path):
+def test_the_hosts_text_applied_is_the_membership_rendered_by_the_one_renderer(tmp_path):
+    from hpcc_node import hosts
+
+    aws = FakeAws()
+    cluster(aws)
+    a, _ = make_agent(tmp_path, aws)
+    run = []
+    a.run = lambda argv, **kw: (run.append(kw["env"]), FakeRun(tmp_path / "compute-001/etc")(argv, **kw))[1]
+    a.tick()
+    doc = membership_doc(FOUR, 1)
+    assert run[0]["HPCC_APPLY_HOSTS"] == hosts.hosts_text(doc) and run[0]["HPCC_APPLY_VERSION"] == "1"
+    assert run[0]["HPCC_APPLY_HOSTS"].splitlines()[:2] == ["head 10.0.0.4", "compute-000 10.0.0.5"]
+
+
+def test_an_older_generation_or_a_list_without_this_node_or_refused_settings_are_never_applied(tmp_path):
     aws = FakeAws()
     cluster(aws, hosts="10.0.0.4\n10.0.0.5\n10.0.0.9")
     a, _ = make_agent(tmp_path, aws, version=0)
     a.tick()
     assert a.run.calls == [] and a.node.hosts_version == 0
-    assert "holds 10.0.0.9 at compute-001's line, not this node's 10.0.0.6: not applied" in (tmp_path / "compute-001/log").read_text()
+    assert f"does not list compute-001 as {instance_of('compute-001')}" not in (tmp_path / "compute-001/log").read_text()
+    assert "lists 10.0.0.9 as compute-001, not this node's 10.0.0.6: not applied" in (tmp_path / "compute-001/log").read_text()
+    doc = membership_doc(FOUR, 1)
+    doc["nodes"][1]["instance"] = "i-0fffffff"  # compute-001's name on another instance (its successor)
+    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    a.tick()
+    assert a.run.calls == [] and f"does not list compute-001 as {instance_of('compute-001')}" in (
+        tmp_path / "compute-001/log").read_text()
+    b, _ = make_agent(tmp_path / "b", aws, version=5)  # a node that applied generation 5
+    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(membership_doc(FOUR, 4)).encode()
+    b.tick()
+    assert b.run.calls == [] and b.node.hosts_version == 5
     cluster(aws, settings=SETTINGS + "REBOOT=1\n")
     a.tick()
     assert a.run.calls == [] and "unknown settings key 'REBOOT'" in (tmp_path / "compute-001/log").read_text()
@@ -66,7 +97,7 @@ def tick_all(agents):
     for name, a in agents.items():
         directory = a.tick()
         if directory:  # the re-executed agent: a fresh one from the same files
-            fresh = type(a)(a.c, a.aws, clock=a.clock, run=a.run)
+            fresh = type(a)(a.c, a.aws, clock=a.clock, run=a.run, s3=a.s3)
             agents[name] = fresh
             fresh.tick()
 
@@ -83,8 +114,8 @@ def test_canaries_move_first_then_the_others_in_waves(tmp_path):
     tick_all(agents)
     tick_all(agents)
     assert [running(agents[n].c) for n in ("head", "compute-000", "compute-001")] == [new, new, old]
-    gets = [c[1] for c in aws.calls if c[0] == "get"]
-    assert max(len(g) for g in gets) <= 10 and f"{P}/nodes/head" in gets[-1]  # the canaries read in the one call
+    head_status = membership.status_key(ARN + instance_of("head"))
+    assert ("s3-get", head_status) in aws.calls  # the canaries' statuses, from the state bucket
     now[0] += 61
     tick_all(agents)
     tick_all(agents)
@@ -150,7 +181,7 @@ def test_a_bundle_whose_hash_does_not_match_is_refused_and_never_unpacked(tmp_pa
 
 def test_the_real_self_check_runs_the_new_bundles_agent_against_this_nodes_state(tmp_path):
     config, sha = node(tmp_path, "compute-000")
-    env = {"HPCC_ROLE": "compute", **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()}, "HPCC_ETC": config.etc,
+    env = {"HPCC_ROLE": "compute", **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()}, "HPCC_STATUS_KEY": config.status_key, "HPCC_ETC": config.etc,
            "PATH": "/usr/bin:/bin"}
     upgrade.self_check(upgrade.bundle_dir(sha, config.opt), env=env)  # passes: imports, settings, state, manifest
     packed, bad = bundles.build(SCRIPTS, {"hpcc_node/settings.py": "raise ImportError('broken module')\n"})
@@ -162,20 +193,51 @@ def test_the_real_self_check_runs_the_new_bundles_agent_against_this_nodes_state
         upgrade.self_check(upgrade.bundle_dir(sha, config.opt), env=env)
 
 
-def test_the_heads_agent_drains_and_resumes_by_the_nodes_statuses_and_reports_slurms_states(tmp_path):
+def test_the_heads_agent_reports_slurms_states_and_writes_no_node_state(tmp_path):
+    """The controller is the one writer of Slurm's node states (hpcc_node/controller/act.py)."""
     aws = FakeAws()
     cluster(aws, hosts="10.0.0.4\n10.0.0.5\n10.0.0.6\n10.0.0.7")
-    aws.put(f"{P}/nodes/compute-001", json.dumps({"node": "compute-001", "phase": "failed", "step": "join"}))
-    aws.put(f"{P}/nodes/compute-002", json.dumps({"node": "compute-002", "phase": "ready", "step": "sync"}))
     sinfo = {"nodes": "compute-000|idle|none\ncompute-001|idle*|Not responding\ncompute-002|drained|hpcc: bootstrap failed at efa\n",
              "summary": "idle compute-000\ndrained compute-002\n"}
     a, _ = make_agent(tmp_path, aws, "head", ip="10.0.0.4")
     a.run.sinfo = sinfo
     a.tick()
-    assert [argv for argv in a.run.calls if argv[0] == "scontrol"] == [
-        ["scontrol", "update", "NodeName=compute-001", "State=DRAIN", "Reason=hpcc: bootstrap failed at join"],
-        ["scontrol", "update", "NodeName=compute-002", "State=RESUME"]]
-    reads = [c[1] for c in aws.calls if c[0] == "get" and f"{P}/hosts" not in c[1]]
-    assert reads == [(f"{P}/nodes/compute-001", f"{P}/nodes/compute-002")]  # only those Slurm cannot use
+    assert [argv for argv in a.run.calls if argv[0] == "scontrol"] == []
     assert aws.status("head")["slurm"] == {"idle": "compute-000", "drained": "compute-002"}
     assert (tmp_path / "head/run/hpcc-slurm.json").read_text() == '"idle": "compute-000", "drained": "compute-002"\n'
+
+
+def test_with_the_controllers_settings_digest_a_settled_agent_makes_no_ssm_request(tmp_path):
+    """The membership carries the bundle pointer and the settings' sha256 (the controller's follow()): SSM is read
+    when that changes only. 4,096 settled agents then ask SSM nothing (issue 19: at most 5 requests/s)."""
+    from hpcc_node.controller.__main__ import follow
+
+    aws = FakeAws()
+    cluster(aws)
+
+    def publish(settings_text: str, pointer: str = "") -> None:
+        aws.generation += 1
+        doc = membership_doc(FOUR, aws.generation)
+        doc["bundle"] = follow(pointer, settings_text)
+        aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    publish(SETTINGS)
+    a, sha = make_agent(tmp_path, aws, "compute-000", ip="10.0.0.5")  # a canary: it moves first
+    a.tick()
+    del aws.calls[:]
+    a.tick()
+    a.tick()
+    assert [c for c in aws.calls if c[0] == "get"] == []  # no SSM: the digest did not change
+    changed = SETTINGS.replace("SLOTS=8", "SLOTS=16")
+    aws.put(f"{P}/settings", changed)
+    publish(changed)
+    a.tick()
+    assert [c for c in aws.calls if c[0] == "get"] == [("get", (f"{P}/settings", f"{P}/bundle"))]
+    assert a.settings["SLOTS"] == "16"
+    packed, new = bundles.build(SCRIPTS, {"hpcc_node/extra.py": "X = 2\n"})
+    aws.objects[("hpcc-llm-bundles", f"bundles/{new}.tar.gz")] = packed  # the pointer in the membership only
+    publish(changed, json.dumps({"sha256": new, "bucket": "hpcc-llm-bundles", "key": f"bundles/{new}.tar.gz"}))
+    del aws.calls[:]
+    for _ in range(3):
+        a.tick()
+    assert ("object", f"bundles/{new}.tar.gz") in aws.calls and not [c for c in aws.calls if c[0] == "get"]
+    assert running(a.c) == new

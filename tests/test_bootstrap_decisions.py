@@ -90,15 +90,32 @@ def test_every_node_gets_the_compute_nodes_launch_environment():
 
 
 def test_launch_env_writes_the_fabric_variables_and_the_ofi_nccl_dir(tmp_path):
-    out = run(["launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nofi_nccl_dir() { echo /opt/amazon/ofi-nccl/lib; }\n"
-              "cluster_env")
+    out = run(["launch_env"], "HPCC_NAMES=(head compute-000 compute-001)\nHPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\n"
+              "ofi_nccl_dir() { echo /opt/amazon/ofi-nccl/lib; }\ncluster_env")
     env = dict(line.split("=", 1) for line in out.stdout.splitlines())
     assert env["MASTER_ADDR"] == "10.0.0.5" and env["NNODES"] == "2" and env["NPROC_PER_NODE"] == "8"
     assert env["HPCC_HOSTS"] == "10.0.0.5:8,10.0.0.6:8"
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert env["LD_LIBRARY_PATH"].startswith("/opt/amazon/ofi-nccl/lib:")
-    rank = run(["identify", "launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\n"
-               "node_env")
-    assert "NODE_RANK=1" in rank.stdout.splitlines()
-    head = run(["identify", "launch_env"], "HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\nHPCC_NODE=head\nHPCC_IP=10.0.0.4\nnode_env")
+    names = "HPCC_NAMES=(head compute-000 compute-001)\nHPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\n"
+    rank = run(["identify", "launch_env"], names + "HPCC_NODE=compute-001\nHPCC_IP=10.0.0.6\nnode_env")
+    assert "NODE_RANK=1" in rank.stdout.splitlines() and "HPCC_GROUP=compute" in rank.stdout.splitlines()
+    head = run(["identify", "launch_env"], names + "HPCC_NODE=head\nHPCC_IP=10.0.0.4\nnode_env")
     assert "NODE_RANK" not in head.stdout
+
+
+def test_each_group_has_its_hostfiles_and_rendezvous_and_holes_take_no_rank():
+    """Per-group hostfiles and env (/etc/hpcc/groups/<group>/) besides the cluster's; nothing assumes contiguous
+    numbering: gpu-001 is a hole, cpu-1000 follows cpu-000."""
+    names = ("HPCC_NAMES=(head cpu-000 cpu-1000 gpu-000 gpu-002)\n"
+             "HPCC_HOSTS=(10.0.0.4 10.0.0.10 10.0.0.11 10.0.0.20 10.0.0.22)\nofi_nccl_dir() { :; }\n")
+    out = run(["identify", "launch_env"], names + 'node_groups; echo ---; hostfile openmpi 8 gpu; echo ---; '
+              'hostfile openmpi 8; echo ---; cluster_env gpu; echo ---; HPCC_NODE=gpu-002 HPCC_IP=10.0.0.22 node_env')
+    assert out.returncode == 0, out.stderr
+    groups, gpu, every, env, node = out.stdout.split("---\n")
+    assert groups.split() == ["cpu", "gpu"]
+    assert gpu.splitlines() == ["10.0.0.20 slots=8", "10.0.0.22 slots=8"]
+    assert every.splitlines() == [f"10.0.0.{i} slots=8" for i in (10, 11, 20, 22)]
+    env = dict(line.split("=", 1) for line in env.splitlines())
+    assert (env["MASTER_ADDR"], env["NNODES"], env["HPCC_HOSTFILE"]) == ("10.0.0.20", "2", "/etc/hpcc/groups/gpu/hostfile")
+    assert "NODE_RANK=3" in node.splitlines() and "HPCC_GROUP=gpu" in node.splitlines()

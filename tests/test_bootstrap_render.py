@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
 from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
 
@@ -56,8 +57,10 @@ def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
     """What each example and role changes in the script (the snapshots cover the rest, once per role)."""
     script = CASES[name]
     assert script.splitlines()[1].startswith(f"# hpcc node script: cluster {ctx.cluster}, {ctx.role} node ({ctx.instance_type}).")
-    for path in (ctx.hosts_parameter, ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
+    for path in (ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
         assert f'"{path}"' in script, path
+    assert f"hpcc-{ctx.cluster}-state-" in script  # the state bucket's name, when the settings give none
+    assert ("python3 -m hpcc_node.controller" in script) == (ctx.role == "head")
     assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
     key_step = "head_key" if ctx.role == "head" else "compute_key"
     assert f'  {key_step} "{ctx.ssh_secret_id}" "cluster key" || fail' in script
@@ -119,7 +122,7 @@ def _planned(change: dict) -> tuple[dict, str, object]:
 
     cfg = parse("us-east-1", _merged(BASE, change)).cluster
     return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1", offline_facts()).items()},
-            settings_value(cfg, "us-east-1", offline_facts()), build(cfg, "us-east-1", offline_facts()))
+            settings_value(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT), build(cfg, "us-east-1", offline_facts()))
 
 
 @pytest.mark.parametrize("change", sorted({**LIFE_CHANGES, **COMPUTE_TYPE}))

@@ -321,5 +321,5 @@ def test_accepted_configs_plan_end_to_end_and_pass_the_policy(cluster):
     from policy.rules import check
 
     result = plan_config({"aws:region": "us-east-1", "hpcc:cluster": cluster})
-    assert len(result.outputs["computeNodes"]) == cluster["compute"]["count"]
+    assert [g["count"] for g in result.outputs["nodeGroups"]] == [cluster["compute"]["count"]]
     assert check([dict(r) for r in result.resources]) == {}

@@ -42,8 +42,8 @@ CASES = [
      "on-demand only"),
     ({"compute__instanceType": "vt1.24xlarge"}, "cluster.compute.instanceType", "cannot join a cluster placement group"),
     # One image serves the cluster: an arm64 compute type with the (x86_64) default head is refused on the head.
-    ({"compute__instanceType": "hpc7g.16xlarge"}, "cluster.headNode.instanceType", "runs x86_64 but the compute type "
-                                                                                   "hpc7g.16xlarge runs arm64"),
+    ({"compute__instanceType": "hpc7g.16xlarge"}, "cluster.headNode.instanceType", "runs x86_64 but cluster.compute"
+                                                                                   ".instanceType hpc7g.16xlarge runs arm64"),
     ({"compute__instanceType": "hpc7g.16xlarge", "headNode__instanceType": "c7g.2xlarge",
       "image__family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"}, "cluster.image.family", "AWS builds no arm64 image"),
     ({"compute__market": "capacity-block"}, "cluster.compute.capacityReservationId", "give its id"),
@@ -75,7 +75,7 @@ CASES = [
      "cluster.headNode.instanceType", "public IP"),
     ({"name": "Bad_Name"}, "cluster.name", "lower-case letters"),
     ({"compute__count": 0}, "cluster.compute.count", "greater than or equal to 1"),
-    ({"compute__count": 10000}, "cluster.compute.count", "less than or equal to 512"),
+    ({"compute__count": 10000}, "cluster.compute.count", "less than or equal to 4096"),
     ({"compute__count": "eight"}, "cluster.compute.count", "valid integer"),
     ({"fsx__storageCapacityGiB": -5}, "cluster.fsx.storageCapacityGiB", "greater than or equal to 1"),
     ({"compute__gpus": 8}, "cluster.compute.gpus", "unknown key"),
@@ -113,7 +113,8 @@ RULE_CASES = {"architecture", "efa_matches_type", "market_supported", "cluster_p
               "head_public_needs_single_interface", "image_supports_type",
               "slurm_has_a_package", "slurm_node_defined",  # the second: tests/test_slurm_program.py
               "hook_files",  # also tests/test_hooks.py
-              "subnet_holds_the_nodes"}  # tests/test_subnets.py (the node cap lifted)
+              "subnet_holds_the_nodes",  # tests/test_subnets.py (the node cap lifted)
+              "group_names_unique", "node_cap"}  # tests/test_config_groups.py
 
 
 def test_parsing_needs_no_instance_facts():
@@ -196,7 +197,7 @@ def test_every_key_the_readme_names_is_read_in_that_spelling():
     assert {"headNode.rootVolumeGiB", "compute.rootVolumeGiB", "fsx.perUnitStorageThroughput",
             "bootstrap.joinTimeoutMinutes", "security.imdsForContainers", "tags"} <= set(keys)
     for key in keys:
-        overrides = {key.replace(".", "__"): [{"probe": 1}]}  # a value no key takes: a type error, never "unknown"
+        overrides = {key.replace(".", "__"): [["probe"]]}  # a value no key takes: a type error, never "unknown"
         found = problems(**overrides)
         assert found and all(msg != "" for _, msg in found), key
         assert not [m for f, m in found if "unknown key" in m], (key, found)

@@ -196,7 +196,7 @@ def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_paramet
     facts = offline_facts()
 
     def settings_value(cfg, region):
-        return with_facts(cfg, region, facts)
+        return with_facts(cfg, region, facts, "123456789012")
 
     cfg = parse("us-east-1", dict(BASE, ssh={"authorizedKeys": [KEY]})).cluster
     text = settings_value(cfg, "us-east-1")
@@ -209,7 +209,7 @@ def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_paramet
     with pytest.raises(SettingsError, match=f"the parameter holds {SETTINGS_LIMIT}: give fewer or shorter"):
         from infra.node_settings import node_settings, render
         from dataclasses import replace
-        render(replace(node_settings(many, "us-east-1", facts), authorized_keys=(rsa,) * 6))
+        render(replace(node_settings(many, "us-east-1", facts, "123456789012"), authorized_keys=(rsa,) * 6))
 
 
 # --- 5. user text is never read as terminal markup -------------------------------------------------------

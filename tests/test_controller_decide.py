@@ -25,6 +25,15 @@ def test_a_healthy_cluster_needs_nothing_but_its_first_membership():
     assert again == []
 
 
+def test_the_membership_carries_the_controllers_head_and_a_new_head_is_published():
+    head = {"name": "head", "ip": "10.0.0.4", "instance": "i-0ead"}
+    published = by_kind(run(replace(cluster(), head=head)), PUBLISH)[0]
+    assert published.data["body"]["head"] == head
+    moved = replace(cluster(), head={**head, "ip": "10.0.0.9", "instance": "i-0ead2"},
+                    membership_digest=published.data["digest"])  # a replaced head adopts the cluster
+    assert by_kind(run(moved), PUBLISH)[0].data["body"]["head"]["ip"] == "10.0.0.9"
+
+
 # The taxonomy, one row at a time: (what breaks, the actions on the node, replaced?)
 TAXONOMY = [
     ("bootstrap: a step failed", lambda s: with_report(with_slot(s, N1, state=m.BOOTING, since=NOW - 60), N1, False,

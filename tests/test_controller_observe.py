@@ -62,13 +62,17 @@ def test_status_checks_and_scheduled_events_come_from_filtered_reads():
     assert merged[ids[2]].status_ok is None and merged[ids[2]].events == ()
 
 
+def arn(iid: str) -> str:
+    return membership.instance_arn("aws", "us-east-1", "123456789012", iid)
+
+
 def test_reports_are_fetched_only_where_they_changed():
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="hpcc-c")
-        for name, ok in (("gpu-000", True), ("gpu-001", False)):
-            s3.put_object(Bucket="hpcc-c", Key=membership.status_key(name), Body=membership.status_body(
-                name, f"i-{name}", ok, "" if ok else "hook", "" if ok else "hook x exited 1", 5))
+        for name, iid, ok in (("gpu-000", "i-0a0", True), ("gpu-001", "i-0a1", False)):
+            s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn(iid)), Body=membership.status_body(
+                name, iid, ok, "" if ok else "hook", "" if ok else "hook x exited 1", 5))
         s3.put_object(Bucket="hpcc-c", Key="status/junk.json", Body=b"not json")
         gets = []
 
@@ -81,10 +85,31 @@ def test_reports_are_fetched_only_where_they_changed():
         reps = observe.reports(Counting(), "hpcc-c", cache)
         assert reps["gpu-000"].ok and not reps["gpu-001"].ok and reps["gpu-001"].failure == "hook"
         assert len(gets) == 3
-        s3.put_object(Bucket="hpcc-c", Key="status/gpu-000.json", Body=json.dumps(
-            {"name": "gpu-000", "instance_id": "i-gpu-000", "ok": False, "failure": "health", "evidence": "xid 79"}))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0a0")), Body=json.dumps(
+            {"name": "gpu-000", "instance_id": "i-0a0", "ok": False, "failure": "health", "evidence": "xid 79"}))
         reps = observe.reports(Counting(), "hpcc-c", cache)
-        assert gets[3:] == ["status/gpu-000.json", "status/junk.json"] and reps["gpu-000"].evidence == "xid 79"
+        assert gets[3:] == [membership.status_key(arn("i-0a0"))] and reps["gpu-000"].evidence == "xid 79"
+
+
+def test_a_report_counts_only_for_the_instance_its_key_names_and_once_it_is_a_verdict():
+    """A node may write only status/<its ARN>.json (IAM); a body naming another instance there is no report, and
+    a bootstrap still running (ok, phase running) is no verdict yet."""
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="hpcc-c")
+        forged = dict(json.loads(membership.status_body("gpu-002", "i-0b2", False, "bootstrap", "x")))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b9")), Body=json.dumps(forged))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b3")), Body=json.dumps(
+            {"name": "gpu-003", "instance_id": "i-0b3", "ok": True, "phase": "running", "step": "efa"}))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b4")), Body=json.dumps(
+            {"name": "gpu-004", "instance_id": "i-0b4", "ok": True, "phase": "ready", "at": 7}))
+        # a predecessor's last word and its successor's: the later one is the name's report
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b5")), Body=membership.status_body(
+            "gpu-005", "i-0b5", False, "instance", "gone", at=10))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b6")), Body=membership.status_body(
+            "gpu-005", "i-0b6", True, at=20))
+        reps = observe.reports(s3, "hpcc-c", {})
+        assert set(reps) == {"gpu-004", "gpu-005"} and reps["gpu-005"].instance_id == "i-0b6", reps
 
 
 def test_capacity_block_windows_come_from_one_describe_call():

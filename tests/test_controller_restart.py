@@ -285,6 +285,7 @@ def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(en
         for iid in env.ec2.live():  # each agent: its name from the ledger, its verdict in S3
             name = read_name(env.ddb, TABLE, iid)
             if name:
-                env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(name),
+                env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(
+                                      membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
                                   Body=membership.status_body(name, iid, True, at=env.clock()))
     check_consistent(env, [GPU])

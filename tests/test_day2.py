@@ -1,7 +1,8 @@
 """Day 2 on the real program: plan a cluster, edit its config, plan again against the first plan (as a second
 `pulumi up` would run: generated ids kept apart, `ignore_changes` keeping the pins, the provider's replacement
-rules) and check what the update would do to each resource. examples/p3dn-bert.yaml: 8 p3dn nodes, no AZ set
-(the first up picks us-east-1c), a DLAMI family."""
+rules) and check what the update would do to each resource. examples/p3dn-bert.yaml: 8 p3dn nodes in the group
+`compute:` means, no AZ set (the first up picks us-east-1c), a DLAMI family. Pulumi launches only the head; the
+controller launches the groups' nodes, so a count is a parameter value and a launch setting a template version."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
 BASE = read_raw(ROOT / "examples" / "p3dn-bert.yaml")
 BASE["hpcc:cluster"]["image"] = {"family": FAMILY}  # a family, so the tests can publish newer DLAMIs of it
 INSTANCE, SUBNET = "aws:ec2/instance:Instance", "aws:ec2/subnet:Subnet"
+PARAMETER, LT = "aws:ssm/parameter:Parameter", "aws:ec2/launchTemplate:LaunchTemplate"
 FSX, PLACEMENT = "aws:fsx/lustreFileSystem:LustreFileSystem", "aws:ec2/placementGroup:PlacementGroup"
 
 
@@ -58,27 +60,69 @@ def test_the_same_config_again_changes_nothing(first_up):
     assert second_up(first_up).changes == []
 
 
-def test_growing_by_one_node_creates_it_and_replaces_nothing(first_up):
+def test_growing_by_one_node_updates_the_groups_parameter_in_place_and_nothing_else(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(count=9))
-    assert actions(result, INSTANCE) == {"bert-compute-008": "create"}
-    assert replaced(result) == []
+    # The settings carry the count and its pacing for the nodes (infra/node_settings.py): a value, in place too.
+    assert {(c.name, c.action) for c in result.changes} == {("bert-groups-param", "update"),
+                                                            ("bert-settings-param", "update")}
     assert guarded(result.changes) == []  # `hpcc up` goes ahead without --allow-replace
-    updates = Counter(c.type for c in result.changes if c.action == "update")
-    assert INSTANCE not in updates  # the running nodes are not touched at all
 
 
-def test_shrinking_deletes_the_highest_numbered_nodes_only(first_up):
+def test_shrinking_is_a_parameter_value_too_and_the_controller_chooses_the_nodes(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(count=6))
-    assert actions(result, INSTANCE) == {"bert-compute-006": "delete", "bert-compute-007": "delete"}
-    assert replaced(result) == []
-    assert [c.name for c in guarded(result.changes)] == ["bert-compute-006", "bert-compute-007"]
+    assert {(c.name, c.action) for c in result.changes} == {("bert-groups-param", "update"),
+                                                            ("bert-settings-param", "update")}
+    assert guarded(result.changes) == [] and not actions(result, INSTANCE)
+
+
+def test_moving_compute_to_node_groups_changes_nothing(first_up):
+    def moved(c):
+        c["nodeGroups"] = [{"name": "compute", **c.pop("compute")}]
+    assert second_up(first_up, moved).changes == []
+
+
+def test_adding_a_group_creates_its_template_and_resource_and_touches_no_instance(first_up):
+    def grown(c):
+        c["nodeGroups"] = [{"name": "compute", **c.pop("compute")}, {"name": "cpu", "instanceType": "c5n.18xlarge",
+                                                                      "count": 2}]
+    result = second_up(first_up, grown)
+    assert {(c.name, c.action) for c in result.changes if c.action != "update"} == {
+        ("bert-cpu-lt", "create"), ("bert-group-cpu", "create")}
+    assert {c.name for c in result.changes if c.action == "update"} <= {
+        "bert-groups-param", "bert-settings-param", "bert-head"}  # the head now depends on the new group
+    assert replaced(result) == [] and guarded(result.changes) == []
+
+
+def test_plans_of_per_node_instances_move_to_groups_with_their_nodes_deleted_and_guarded(first_up, tmp_path):
+    """A cluster planned before node groups had an instance per node, the hosts parameter and a status parameter
+    per node: the move deletes them (the controller launches the group's nodes afresh), and `hpcc up` stops."""
+    records = json.loads((first_up / "resources.json").read_text())
+    head = next(r for r in records if r["name"] == "bert-head")
+    settings = next(r for r in records if r["name"] == "bert-settings-param")
+    old = [r for r in records if r["type"] != "pulumi-python:dynamic:Resource"]
+    for i in range(2):
+        node = copy.deepcopy(head)
+        node.update(name=f"bert-compute-{i:03d}", id=f"i-0000000000000000{i}", dependsOn=["bert-compute-lt"])
+        node["inputs"]["tags"] = {**node["inputs"]["tags"], "hpcc:node": f"compute-{i:03d}", "hpcc:role": "compute"}
+        old.append(node)
+    for name in ("bert-hosts-param", "bert-status-head"):
+        param = copy.deepcopy(settings)
+        param.update(name=name, id=f"/hpcc/bert/{name}")
+        old.append(param)
+    (tmp_path / "resources.json").write_text(json.dumps(old))
+    result = second_up(tmp_path)
+    assert {(c.name, c.action) for c in result.changes if c.action != "update"} == {
+        ("bert-compute-000", "delete"), ("bert-compute-001", "delete"), ("bert-hosts-param", "delete"),
+        ("bert-status-head", "delete"), ("bert-group-compute", "create")}
+    assert sorted(c.name for c in guarded(result.changes)) == ["bert-compute-000", "bert-compute-001"]
 
 
 def test_a_tag_edit_updates_in_place_and_replaces_nothing(first_up):
     result = second_up(first_up, lambda c: c["tags"].update(costCenter="ml-research"))
     assert replaced(result) == [] and {c.action for c in result.changes} == {"update"}
-    nodes = [c for c in result.changes if c.type == INSTANCE]
-    assert len(nodes) == 9 and all(c.properties == ("tags.costCenter",) for c in nodes)
+    head = [c for c in result.changes if c.type == INSTANCE]
+    assert [c.name for c in head] == ["bert-head"] and head[0].properties == ("tags.costCenter",)
+    assert {c.name for c in result.changes if c.type == LT} == {"bert-head-lt", "bert-compute-lt"}
 
 
 def test_a_newer_dlami_of_the_family_replaces_nothing_unless_asked(first_up):
@@ -86,26 +130,26 @@ def test_a_newer_dlami_of_the_family_replaces_nothing_unless_asked(first_up):
         newer = publish_dlami("us-east-1", FAMILY, "20261201")
         kept = second_up(first_up, aws=aws)
     assert kept.changes == []  # the image resolved at the first up is kept
-    first_ami = {r["name"]: r["inputs"]["ami"] for r in json.loads((first_up / "resources.json").read_text())
-                 if r["type"] == INSTANCE}
-    assert {r["name"]: r["inputs"]["ami"] for r in kept.of_type(INSTANCE)} == first_ami != {}
+    first_ami = {r["name"]: r["inputs"]["imageId"] for r in json.loads((first_up / "resources.json").read_text())
+                 if r["type"] == LT}
+    assert {r["name"]: r["inputs"]["imageId"] for r in kept.of_type(LT)} == first_ami != {}
     assert newer not in first_ami.values()
 
     with embedded_aws("us-east-1") as aws:
         newer = publish_dlami("us-east-1", FAMILY, "20261201")
         moved = second_up(first_up, aws=aws, replace=[image_pin("bert")])  # hpcc up --update-image
-    assert {r["inputs"]["ami"] for r in moved.of_type(INSTANCE)} == {newer}
-    assert sorted(actions(moved, INSTANCE).values()) == ["replace"] * 9
-    assert all("ami" in c.properties for c in moved.changes if c.type == INSTANCE)
-    assert len(guarded(moved.changes)) == 9  # and `hpcc up` stops until --allow-replace
+    assert {r["inputs"]["imageId"] for r in moved.of_type(LT)} == {newer}
+    assert actions(moved, INSTANCE) == {"bert-head": "replace"}  # the head; the groups' nodes follow their template
+    assert actions(moved, LT) == {"bert-head-lt": "update", "bert-compute-lt": "update"}
+    assert [c.name for c in guarded(moved.changes)] == ["bert-head"]  # and `hpcc up` stops until --allow-replace
 
 
 def test_a_new_image_family_in_the_config_moves_the_image(first_up):
     other = "base-oss-nvidia-driver-gpu-ubuntu-24.04"
     assert other in IMAGE_FAMILIES
     result = second_up(first_up, lambda c: c["image"].update(family=other))
-    assert actions(result, "aws:ssm/parameter:Parameter")[image_pin("bert")] == "replace"
-    assert sorted(actions(result, INSTANCE).values()) == ["replace"] * 9
+    assert actions(result, PARAMETER)[image_pin("bert")] == "replace"
+    assert actions(result, INSTANCE) == {"bert-head": "replace"}
 
 
 def test_a_head_type_change_replaces_only_the_head(first_up):
@@ -114,12 +158,13 @@ def test_a_head_type_change_replaces_only_the_head(first_up):
     assert [c.name for c in guarded(result.changes)] == ["bert-head"]
 
 
-def test_a_compute_type_change_replaces_compute_nodes_only_and_the_cluster_stays_in_its_az(first_up):
+def test_a_compute_type_change_is_a_new_template_version_and_the_cluster_stays_in_its_az(first_up):
     # Unpinned, p4d.24xlarge with the c5n head would pick us-east-1a and move the subnets and the file system.
     result = second_up(first_up, lambda c: c["compute"].update(instanceType="p4d.24xlarge"))
-    assert replaced(result) == [f"bert-compute-{i:03d}" for i in range(8)]
+    assert replaced(result) == [] and actions(result, LT) == {"bert-compute-lt": "update"}
+    assert actions(result, PARAMETER)["bert-groups-param"] == "update"
     assert result.outputs["availabilityZone"] == "us-east-1c"
-    assert not [c for c in result.changes if c.type in (SUBNET, FSX, PLACEMENT)]
+    assert not [c for c in result.changes if c.type in (SUBNET, FSX, PLACEMENT, INSTANCE)]
 
 
 def test_a_compute_type_the_kept_az_does_not_offer_is_refused_naming_both(first_up, tmp_path):
@@ -166,21 +211,24 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
     assert "--update-image: no newer image" in " ".join(run.output.split())
 
 
-def test_update_image_with_a_newer_dlami_replaces_the_pin_and_every_node(first_up):
+def test_update_image_with_a_newer_dlami_replaces_the_pin_and_the_head(first_up):
     from infra.plan.runner import plan_update_image
     with embedded_aws("us-east-1") as aws:
         newer = publish_dlami("us-east-1", FAMILY, "20261201")
         result = plan_update_image(copy.deepcopy(BASE), PreviousPlan.load(first_up), image_pin("bert"), aws=aws)
     assert {r["inputs"]["ami"] for r in result.of_type(INSTANCE)} == {newer}
-    assert sorted(actions(result, INSTANCE).values()) == ["replace"] * 9 and result.notes == []
+    assert actions(result, INSTANCE) == {"bert-head": "replace"}
+    assert {r["inputs"]["imageId"] for r in result.of_type(LT)} == {newer}
 
 
-def test_turning_efa_off_replaces_the_compute_nodes_whose_interfaces_change(first_up):
-    # replaceOnChanges names `tags["hpcc:interfaces"]`, the diff `tags.hpcc:interfaces`: one path.
+def test_turning_efa_off_is_a_new_template_version_for_the_group(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(efa=False))
-    assert replaced(result) == [f"bert-compute-{i:03d}" for i in range(8)]
-    assert all(c.properties == ("tags.hpcc:interfaces",) for c in result.changes if c.type == INSTANCE)
-    assert [c.name for c in guarded(result.changes)] == replaced(result)
+    assert replaced(result) == [] and actions(result, LT) == {"bert-compute-lt": "update"}
+    assert all(p.startswith("networkInterfaces") for c in result.changes if c.type == LT for p in c.properties)
+    # The controller's fleet asks for no EFA (groups), the nodes launch over TCP (settings, a new bundle).
+    assert actions(result, PARAMETER) == {"bert-groups-param": "update", "bert-settings-param": "update",
+                                          "bert-bundle-param": "update"}
+    assert not actions(result, INSTANCE)
 
 
 @pytest.fixture(scope="module")
@@ -229,9 +277,9 @@ def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_l
 def test_moving_the_az_replaces_all_that_lives_in_the_subnets_in_an_order_aws_accepts(first_up):
     from infra.plan.order import refusals, update_steps
     result = second_up(first_up, lambda c: c.update(availabilityZone="us-east-1d"))
-    nodes = ["bert-head"] + [f"bert-compute-{i:03d}" for i in range(8)]
+    nodes = ["bert-head"]
     assert set(replaced(result)) == {*nodes, "bert-private", "bert-public", "bert-fsx", "bert-nat",
-                                     "bert-private-rta", "bert-public-rta"}
+                                     "bert-private-rta", "bert-public-rta", "bert-group-compute"}
     assert all(c.properties == ("availabilityZone",) for c in result.changes if c.type == INSTANCE)
     assert [c.name for c in result.refused] == ["bert-fsx"]  # protected: Pulumi refuses until it is lifted
     assert result.aws_refusals == []  # no CIDR conflict, no subnet deleted while anything is in it
@@ -251,10 +299,12 @@ def test_moving_the_az_replaces_all_that_lives_in_the_subnets_in_an_order_aws_ac
         r["options"]["deleteBeforeReplace"] = False
     found = refusals(update_steps(result.changes, old, records), result.changes, old, records)
     assert "create bert-private: InvalidSubnet.Conflict, 10.0.16.0/20 overlaps bert-private (old)" in found
-    assert "create bert-compute-000: the cluster placement group hpcc-bert has nodes in us-east-1c, not us-east-1d" in found
+    assert "create bert-head: the cluster placement group hpcc-bert has nodes in us-east-1c, not us-east-1d" in found
     kept = [c for c in result.changes if c.type != INSTANCE]
     found = refusals(update_steps(kept, old, result.resources), kept, old, result.resources)
-    assert any(p.startswith("delete bert-private: DependencyViolation, bert-compute-000 (old)") for p in found)
+    assert any(p.startswith("delete bert-private: DependencyViolation, bert-head (old)") for p in found)
+    # The groups' nodes live in the subnet too: their resources are replaced (terminating them) before it goes.
+    assert actions(result, "pulumi-python:dynamic:Resource") == {"bert-group-compute": "replace"}
 
 
 def test_a_plan_from_before_nodes_named_their_az_still_shows_no_change(first_up, tmp_path):
@@ -313,9 +363,10 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
                        (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
                        (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings")):
         result = second_up(first_up, edit)
-        assert [(c.name, c.action) for c in result.changes] == [("bert-compute-lt", "update")]
+        assert [(c.name, c.action) for c in result.changes if c.type == LT] == [("bert-compute-lt", "update")]
+        assert {c.name for c in result.changes} <= {"bert-compute-lt", "bert-groups-param"}  # the fleet's market
         assert len(result.notes) == 1 and f"bert-compute-lt: a new launch-template version ({what})" in result.notes[0]
-        assert "the 8 running node(s)" in result.notes[0] and "hpcc replace" in result.notes[0]
+        assert "group compute's running nodes" in result.notes[0] and "`hpcc replace NODE`" in result.notes[0]
     assert second_up(first_up, lambda c: c["compute"].update(count=9)).notes == []  # no template changed
 
     from typer.testing import CliRunner
@@ -329,4 +380,4 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
     run = CliRunner().invoke(app, ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_up)],
                              terminal_width=200)
     assert run.exit_code == 0, run.output
-    assert "keep the old setting until replaced: `hpcc replace CONFIG --stack STACK NODE`" in " ".join(run.output.split())
+    assert "keep the old setting until replaced: `hpcc replace NODE` for each" in " ".join(run.output.split())

@@ -7,53 +7,58 @@ import subprocess
 import pytest
 
 from hpcc_node import certs, certstore
-from tests.cert_support import FakeAws, cert_text, make_node
+from tests.cert_support import ARN_PREFIX, BUCKET, FakeAws, cert_text, instance_of, make_head, make_node, member
 
 NOW = 1_795_000_000  # 2026-11-18
 DAY = 86400
 HOSTS = ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
+MEMBERS = [member(n, ip) for n, ip in zip(["head", "compute-000", "compute-001"], HOSTS)]
 
 
 @pytest.fixture
 def cluster(tmp_path):
     aws = FakeAws()
-    head = certs.Head(aws, "llm")
+    head = make_head(aws)
     nodes = {name: make_node(aws, tmp_path, name, ip) for name, ip in
              zip(["head", "compute-000", "compute-001"], HOSTS)}
     return aws, head, nodes
 
 
 def issued(aws, node):
-    return certstore.read_issued(aws.params[certstore.names("llm").certs(node)][1])
+    return certstore.read_issued(aws.objects[certstore.names("llm").certs(node)])
+
+
+def published_by(aws, node):
+    return certstore.read_published(aws.objects[certstore.names("llm").hostkeys(ARN_PREFIX + instance_of(node))])
 
 
 def test_the_head_signs_each_published_host_key_for_the_principals_it_knows(cluster):
     aws, head, nodes = cluster
-    assert head.sign_pending(HOSTS, NOW) == []  # nothing published yet: nothing signed, the CA made and stored
+    assert head.sign_pending(MEMBERS, NOW) == []  # nothing published yet: nothing signed, the CA made and stored
     authority = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"])
     nodes["compute-000"].publish()
-    assert head.sign_pending(HOSTS, NOW) == ["compute-000"]
+    assert head.sign_pending(MEMBERS, NOW) == ["compute-000"]
     paths, changed = nodes["compute-000"].install(issued(aws, "compute-000"))
     assert changed and sorted(p.rsplit("/", 1)[1] for p in paths) == ["ssh_host_ecdsa_key-cert.pub",
                                                                      "ssh_host_ed25519_key-cert.pub"]
     text = cert_text(paths[0])
     assert "Principals: \n                compute-000\n                10.0.0.5\n                ip-10-0-0-5\n" in text
-    assert 'Key ID: "llm/compute-000/10.0.0.5"' in text  # no instance id published: its address
+    assert f'Key ID: "llm/compute-000/{instance_of("compute-000")}"' in text  # the membership's instance
     assert "Valid: from 2026-11-18T11:01:40 to 2026-11-25T11:01:40" in text  # 7 days from 5 min before signing
     assert f"Signing CA: ED25519 {certstore.fingerprint(authority.signer['public'])}" in text
     known = (nodes["compute-000"].known_hosts)
     assert open(known).read().splitlines()[1:] == [f"@cert-authority * {authority.signer['public']}"]
     # what it applied, for hpcc rotate-keys to wait on
     nodes["compute-000"].publish()
-    published = certstore.read_published(aws.params["/hpcc/llm/hostkeys/compute-000"][1])
+    published = published_by(aws, "compute-000")
     assert published.trust == [certstore.fingerprint(authority.signer["public"])] == [published.cert_ca]
-    assert head.sign_pending(HOSTS, NOW + 60) == []  # a rerun signs nothing
+    assert head.sign_pending(MEMBERS, NOW + 60) == []  # a rerun signs nothing
 
 
 def test_the_python_fingerprint_and_certified_key_are_ssh_keygens(cluster, tmp_path):
     aws, head, nodes = cluster
     nodes["head"].publish()
-    head.sign_pending(HOSTS, NOW)
+    head.sign_pending(MEMBERS, NOW)
     for path, key in nodes["head"].host_keys():
         listed = subprocess.run(["ssh-keygen", "-lf", f"{path}.pub"], capture_output=True, text=True).stdout.split()[1]
         assert certstore.fingerprint(key) == listed
@@ -61,32 +66,30 @@ def test_the_python_fingerprint_and_certified_key_are_ssh_keygens(cluster, tmp_p
     assert certified == {k for _, k in nodes["head"].host_keys()}
 
 
-@pytest.mark.parametrize("instance, key_id", [("i-0abc12345678", "llm/compute-001/i-0abc12345678"),
-                                              ("i-0abc/../x", "llm/compute-001/10.0.0.6")])
-def test_the_key_id_names_the_instance_the_node_published_when_it_is_one(tmp_path, instance, key_id):
+def test_keys_published_under_another_instance_than_the_membership_lists_are_not_signed(tmp_path):
+    """The head reads a member's keys at its own instance's key only: what another instance (a node's previous
+    one, or another node's root, which may write only its own key) published is never read for it."""
     aws = FakeAws()
-    node = make_node(aws, tmp_path, "compute-001", "10.0.0.6", instance=instance)
-    node.publish()
-    certs.Head(aws, "llm").sign_pending(HOSTS, NOW)
-    paths, _ = node.install(issued(aws, "compute-001"))
-    assert f'Key ID: "{key_id}"' in cert_text(paths[0])
+    make_node(aws, tmp_path, "compute-001", "10.0.0.6", instance="i-0aaaaaaaaaaaaaaa1").publish()
+    assert make_head(aws).sign_pending(MEMBERS, NOW) == []
+    assert "certs/compute-001.json" not in aws.objects
 
 
 def test_a_key_published_for_another_address_is_not_signed(cluster):
     aws, head, nodes = cluster
     nodes["compute-001"].ip = "10.0.0.9"  # the node's previous instance, or a root claiming another address
     nodes["compute-001"].publish()
-    assert head.sign_pending(HOSTS, NOW) == []
-    assert "/hpcc/llm/certs/compute-001" not in aws.params
+    assert head.sign_pending(MEMBERS, NOW) == []
+    assert "certs/compute-001.json" not in aws.objects
 
 
 @pytest.mark.parametrize("later, again", [(3 * DAY, False), (3.5 * DAY, True), (8 * DAY, True)])
 def test_certificates_are_signed_again_at_half_life(cluster, later, again):
     aws, head, nodes = cluster
     nodes["compute-000"].publish()
-    head.sign_pending(HOSTS, NOW)
+    head.sign_pending(MEMBERS, NOW)
     first = issued(aws, "compute-000")
-    assert (head.sign_pending(HOSTS, NOW + later) == ["compute-000"]) is again
+    assert (head.sign_pending(MEMBERS, NOW + later) == ["compute-000"]) is again
     if again:
         second = issued(aws, "compute-000")
         assert second.valid_from == NOW + later - certs.SKEW and second.certs != first.certs
@@ -97,7 +100,7 @@ def test_certificates_are_signed_again_at_half_life(cluster, later, again):
 def test_a_node_installs_no_certificate_for_a_key_it_does_not_serve(cluster, tmp_path):
     aws, head, nodes = cluster
     nodes["compute-000"].publish()
-    head.sign_pending(HOSTS, NOW)
+    head.sign_pending(MEMBERS, NOW)
     paths, changed = nodes["compute-001"].install(issued(aws, "compute-000"))  # another node's certificates
     assert (paths, changed) == ([], False)
 
@@ -106,21 +109,21 @@ def test_a_rotation_adds_switches_and_retires_a_ca_once_each(cluster):
     aws, head, nodes = cluster
     for n in nodes.values():
         n.publish()
-    head.sign_pending(HOSTS, NOW)
+    head.sign_pending(MEMBERS, NOW)
     old = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"]).signer["public"]
     fp = certstore.fingerprint
 
-    head.sign_pending(HOSTS, NOW + 60, certstore.Rotation("20261118T070000Z", "add"))
+    head.sign_pending(MEMBERS, NOW + 60, certstore.Rotation("20261118T070000Z", "add"))
     added = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"])
     new = added.keys[1]["public"]
     assert added.trusted == [old, new] and added.signer["public"] == old
     assert all(issued(aws, n).cas == [old, new] and issued(aws, n).ca == fp(old) for n in nodes)
-    head.sign_pending(HOSTS, NOW + 120, certstore.Rotation("20261118T070000Z", "add"))  # again: no third CA
+    head.sign_pending(MEMBERS, NOW + 120, certstore.Rotation("20261118T070000Z", "add"))  # again: no third CA
     assert certstore.read_authority(aws.secrets["hpcc/llm/host-ca"]) == added
 
-    head.sign_pending(HOSTS, NOW + 180, certstore.Rotation("20261118T070000Z", "switch"))
+    head.sign_pending(MEMBERS, NOW + 180, certstore.Rotation("20261118T070000Z", "switch"))
     assert all(issued(aws, n).cas == [old, new] and issued(aws, n).ca == fp(new) for n in nodes)
-    head.sign_pending(HOSTS, NOW + 240, certstore.Rotation("20261118T070000Z", "retire"))
+    head.sign_pending(MEMBERS, NOW + 240, certstore.Rotation("20261118T070000Z", "retire"))
     retired = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"])
     assert retired.trusted == [new] and retired.rotation == "20261118T070000Z:retire"
     assert all(issued(aws, n).cas == [new] for n in nodes)
@@ -149,43 +152,52 @@ def test_whatever_a_node_wrote_that_is_not_keys_is_nothing(text):
     assert certstore.read_published(text) is None
 
 
-def test_the_node_and_the_program_name_the_same_secret_and_parameters():
-    from infra.naming import Paths
-    paths, names = Paths("llm"), certstore.names("llm")
-    assert (paths.host_ca_secret, f"{paths.hostkeys}/head", f"{paths.certs}/head", paths.rotation) == \
-        (names.host_ca_secret, names.hostkeys("head"), names.certs("head"), names.rotation)
+def test_the_node_and_the_program_name_the_same_secret_parameter_and_objects():
+    from infra import naming
+    paths, names = naming.Paths("llm"), certstore.names("llm")
+    assert (paths.host_ca_secret, paths.rotation) == (names.host_ca_secret, names.rotation)
+    assert (naming.HOSTKEYS_PREFIX, naming.CERTS_PREFIX, naming.NO_ROTATION) == \
+        (certstore.HOSTKEYS_PREFIX, certstore.CERTS_PREFIX, certstore.NO_ROTATION)
+    assert names.hostkeys(ARN_PREFIX + "i-0abc") == f"hostkeys/{ARN_PREFIX}i-0abc.json"
+    assert names.certs("gpu-1000") == "certs/gpu-1000.json"
+    assert certstore.read_rotation(naming.NO_ROTATION) is None  # what Pulumi creates it with
+
+
+def doc_of(members):
+    return {"generation": 1, "head": {"name": "head", "ip": members[0].ip, "instance": members[0].instance},
+            "nodes": [{"name": m.name, "ip": m.ip, "instance": m.instance, "state": "ready"} for m in members[1:]]}
+
+
+def agent_part(aws, tmp_path, name, ip, logs, reloads):
+    part = certs.Certs(aws, aws, BUCKET, "llm", "head" if name == "head" else "compute", name, ip,
+                       ARN_PREFIX + instance_of(name), log=logs.append,
+                       reload=lambda: reloads.append(name) or "reloaded")
+    part.me = make_node(aws, tmp_path, name, ip)
+    return part
 
 
 def test_the_agents_tick_signs_installs_reloads_once_and_renews_at_half_life(tmp_path):
     aws, logs, reloads = FakeAws(), [], []
-    hosts_text = "\n".join(HOSTS) + "\n"
-    agents = {}
-    for name, ip in (("head", HOSTS[0]), ("compute-000", HOSTS[1])):
-        part = certs.Certs(aws, "llm", "head" if name == "head" else "compute", name, ip, log=logs.append,
-                           reload=lambda name=name: reloads.append(name) or "reloaded")
-        part.me = make_node(aws, tmp_path, name, ip)
-        agents[name] = part
-
-    def tick(name, now):
-        agents[name].tick(aws.get_parameters(agents[name].names()), hosts_text, "10.0.0.0/16", now)
-
-    assert agents["head"].names() == ["/hpcc/llm/certs/head", "/hpcc/llm/rotation"]
-    tick("compute-000", NOW)  # publishes
-    tick("head", NOW)  # signs itself and compute-000
-    tick("compute-000", NOW + 60)  # installs
-    tick("compute-000", NOW + 120)  # nothing new
+    doc = doc_of(MEMBERS[:2])
+    agents = {name: agent_part(aws, tmp_path, name, ip, logs, reloads) for name, ip in (("head", HOSTS[0]),
+                                                                                     ("compute-000", HOSTS[1]))}
+    agents["compute-000"].tick(doc, NOW)  # publishes
+    agents["head"].tick(doc, NOW)  # signs itself and compute-000
+    agents["compute-000"].tick(doc, NOW + 60)  # installs
+    aws.gets.clear()
+    agents["compute-000"].tick(doc, NOW + 120)  # nothing new: one conditional GET of its own certificates
     assert reloads == ["head", "compute-000"], logs
-    tick("head", NOW + 4 * DAY)
-    tick("compute-000", NOW + 4 * DAY + 60)
+    assert aws.gets == ["certs/compute-000.json"]
+    agents["head"].tick(doc, NOW + 4 * DAY)
+    agents["compute-000"].tick(doc, NOW + 4 * DAY + 60)
     assert reloads == ["head", "compute-000", "head", "compute-000"], logs
-    published = certstore.read_published(aws.params["/hpcc/llm/hostkeys/compute-000"][1])
-    assert published.cert_ca == issued(aws, "compute-000").ca
+    assert published_by(aws, "compute-000").cert_ca == issued(aws, "compute-000").ca
 
 
 def test_an_error_in_the_certificates_is_logged_and_the_tick_goes_on(tmp_path):
     logs = []
-    part = certs.Certs(FakeAws(), "llm", "compute", "compute-000", HOSTS[1], log=logs.append)
-    part.tick({}, "not an address\n", "10.0.0.0/16", NOW)
+    part = agent_part(FakeAws(), tmp_path, "head", HOSTS[0], logs, [])
+    part.tick({"generation": 1, "head": {"ip": HOSTS[0]}, "nodes": "not a list"}, NOW)
     assert logs and logs[0].startswith("host certificates: ") and logs[0].endswith("; next tick")
 
 
@@ -199,53 +211,45 @@ def test_a_cluster_booted_before_the_host_ca_signs_with_the_cluster_key_until_a_
     old_known = tmp_path / "known"
     old_known.write_text(f"# hpcc llm: a node is who the cluster key certified\n@cert-authority * {cluster_pub}\n")
     assert certs.legacy_signer(str(tmp_path / "none"), str(key)) is None  # a node booted with the host CA
-    head = certs.Head(aws, "llm")
+    head = make_head(aws)
     head.legacy = certs.legacy_signer(str(old_known), str(key))
     node = make_node(aws, tmp_path, "compute-000", HOSTS[1])
     node.publish()
-    head.sign_pending(HOSTS, NOW)
+    head.sign_pending(MEMBERS, NOW)
     first = issued(aws, "compute-000")
     assert first.ca == certstore.fingerprint(cluster_pub) and first.cas[0] == cluster_pub and len(first.cas) == 2
     for phase in certstore.PHASES:
-        head.sign_pending(HOSTS, NOW + 60, certstore.Rotation("20261124T150000Z", phase))
+        head.sign_pending(MEMBERS, NOW + 60, certstore.Rotation("20261124T150000Z", phase))
     last = issued(aws, "compute-000")
     assert cluster_pub not in last.cas and len(last.cas) == 1 and last.ca == certstore.fingerprint(last.cas[0])
     assert cluster_pub not in aws.secrets["hpcc/llm/host-ca"]
     logs = []
-    part = certs.Certs(aws, "llm", "head", "head", HOSTS[0], log=logs.append, reload=lambda: "")
+    part = agent_part(aws, tmp_path, "head", HOSTS[0], logs, [])
     part.head.legacy = certs.legacy_signer(str(old_known), str(key))
-    part.me = make_node(aws, tmp_path, "head", HOSTS[0])
     aws.secrets.pop("hpcc/llm/host-ca")
     for _ in range(2):
-        part.tick({}, "\n".join(HOSTS), "10.0.0.0/16", NOW)
+        part.tick(None, NOW)
     assert sum("run `hpcc rotate-keys` once every node runs this bundle" in line for line in logs) == 1, logs
 
-
-
-def test_a_node_with_rsa_ecdsa_and_ed25519_host_keys_fits_a_standard_parameter(tmp_path):
-    """SSM's standard tier holds 4 KB a value (Systems Manager User Guide, "Managing parameter tiers"); sshd's
-    three default host keys, certified, with two CAs during a rotation, stay under it."""
-    from tests.cert_support import host_keys, sshd_stand_in
-    aws = FakeAws()
-    keys = host_keys(tmp_path / "n", ("rsa", "ecdsa", "ed25519"))
-    node = certs.Node(aws, "llm", "compute-000", HOSTS[1], run=sshd_stand_in(keys), known_hosts=str(tmp_path / "kh"),
-                      instance="i-0123456789abcdef0")
-    node.publish()
-    head = certs.Head(aws, "llm")
-    head.sign_pending(HOSTS, NOW, certstore.Rotation("20261124T150000Z", "add"))
-    assert len(issued(aws, "compute-000").certs) == 3 and len(issued(aws, "compute-000").cas) == 2
-    for name in ("/hpcc/llm/certs/compute-000", "/hpcc/llm/hostkeys/compute-000"):
-        assert len(aws.params[name][1].encode()) < 4096, (name, len(aws.params[name][1]))
 
 
 def test_a_replacement_at_its_predecessors_address_is_signed_for_its_own_keys(cluster, tmp_path):
     aws, head, nodes = cluster
     nodes["compute-000"].publish()
-    head.sign_pending(HOSTS, NOW)
-    assert head.sign_pending(HOSTS, NOW + 60) == []  # looked at again, nothing changed
-    again = make_node(aws, tmp_path / "again", "compute-000", HOSTS[1])  # new instance, new host keys, same IP
+    head.sign_pending(MEMBERS, NOW)
+    assert head.sign_pending(MEMBERS, NOW + 60) == []  # looked at again, nothing changed
+    # its sshd's keys made again, same instance and address: found by the head's window of 10 a tick
+    again = make_node(aws, tmp_path / "again", "compute-000", HOSTS[1])
     again.publish()
-    assert head.sign_pending(HOSTS, NOW + 120) == ["compute-000"]
+    assert head.sign_pending(MEMBERS, NOW + 120) == ["compute-000"]
     paths, changed = again.install(issued(aws, "compute-000"))
     assert changed and len(paths) == 2
+    # a replacement instance given its predecessor's address: due at once (the certificates name another instance)
+    new = make_node(aws, tmp_path / "new", "compute-000", HOSTS[1], instance="i-0bbbbbbbbbbbbbbb2")
+    new.publish()
+    members = [MEMBERS[0], member("compute-000", HOSTS[1], "i-0bbbbbbbbbbbbbbb2"), MEMBERS[2]]
+    head.cursor = 1  # the window would not look at compute-000 this tick
+    assert head.sign_pending(members, NOW + 180) == ["compute-000"]
+    assert issued(aws, "compute-000").instance == "i-0bbbbbbbbbbbbbbb2"
+    assert new.install(issued(aws, "compute-000"))[1]
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from hpcc_node import certs, certstore
 from infra.naming import Paths
 from tests.bootstrap_shell import partial, settings_shell
-from tests.cert_support import FakeAws, host_keys, make_node
+from tests.cert_support import FakeAws, host_keys, make_head, make_node, member
 from tests.test_bootstrap_steps import COMMON, ctx_for, preamble
 
-HOSTS = ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
+HOSTS = [member(n, ip) for n, ip in (("head", "10.0.0.4"), ("compute-000", "10.0.0.5"), ("compute-001", "10.0.0.6"))]
 STUB_FAIL = 'fail() { echo "FAIL: $*"; exit 1; }\n'
 # The node's client side as the ssh step leaves it: the known-hosts file the node agent wrote, the client config.
 # serve NAME KEYDIR [LINE...]: an sshd on 10.0.0.6:22 with KEYDIR's host keys and certificates (the one before is
@@ -80,7 +80,7 @@ def refused(found, name, why):
 def signed_cluster(tmp_path: Path, now: float):
     """The head and node compute-001 (10.0.0.6) after the head signed what the node published."""
     aws = FakeAws()
-    head, node = certs.Head(aws, "llm"), make_node(aws, tmp_path, "compute-001", "10.0.0.6")
+    head, node = make_head(aws), make_node(aws, tmp_path, "compute-001", "10.0.0.6")
     node.publish()
     head.sign_pending(HOSTS, now)
     node.install(head.issued["compute-001"])

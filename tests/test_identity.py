@@ -1,12 +1,12 @@
-"""The nodes' IAM, as planned: a role per node role, the SSH key written only by the head, and each status
-parameter writable only by the instance it names. (No IAM evaluator runs offline: these check the documents
+"""The nodes' IAM, as planned: a role per node role, the SSH key written only by the head, and each node's status
+object in the state bucket writable only by the instance it names. (No IAM evaluator runs offline: these check the documents
 and the tags the conditions depend on; AWS evaluates `${ec2:SourceInstanceARN}` and `aws:ResourceTag`.)"""
 
 import json
 
 import pytest
 
-from infra.naming import TAG_INSTANCE, Paths, role_name
+from infra.naming import role_name
 from infra.plan.runner import plan_config
 from infra.stackfile import read_raw
 from tests.ops_support import EXAMPLES
@@ -33,18 +33,26 @@ def test_only_the_head_can_write_the_ssh_key(planned):
                                                                                               "secretsmanager:Describe"))}
 
 
-@pytest.mark.parametrize("role", ["head", "compute"])
-def test_a_node_writes_only_its_own_status_and_host_keys_and_the_head_the_certificates(planned, role):
-    stmts = statements(planned, role)
-    writes = {s["Sid"]: s for s in stmts.values() if s["Effect"] == "Allow" and "ssm:PutParameter" in s["Action"]}
-    assert set(writes) == {"ReportOwnStatus", "PublishOwnHostKeys"} | ({"WriteHostCertificates"} if role == "head" else set())
-    paths = Paths("cpu-oneccl")
-    for sid, path in (("ReportOwnStatus", paths.nodes), ("PublishOwnHostKeys", paths.hostkeys)):
-        assert [r.rsplit(":parameter", 1)[1] for r in writes[sid]["Resource"]] == [f"{path}/*"]
-        # A parameter with no such tag (a new one) or another instance's tag does not match: no creation, no forgery.
-        assert writes[sid]["Condition"] == {"StringEquals": {f"aws:ResourceTag/{TAG_INSTANCE}": "${ec2:SourceInstanceARN}"}}
-    if role == "head":
-        assert [r.rsplit(":parameter", 1)[1] for r in writes["WriteHostCertificates"]["Resource"]] == [f"{paths.certs}/*"]
+def test_a_compute_node_writes_only_its_own_status_object_and_no_parameter(planned):
+    stmts = statements(planned, "compute")
+    allowed = [s for s in stmts.values() if s["Effect"] == "Allow"]
+    assert not [s for s in allowed if "ssm:PutParameter" in s["Action"]]
+    writes = [s for s in allowed if any(a.startswith("s3:Put") for a in s["Action"])]
+    # The policy variable is the caller's own instance ARN: another node's key, or any other, does not match.
+    assert writes == [stmts["ReportOwnStatus"], stmts["PublishOwnHostKeys"]]
+    assert [(w["Action"], w["Resource"]) for w in writes] == [
+        (["s3:PutObject"], [f"arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/{what}/${{ec2:SourceInstanceARN}}.json"])
+        for what in ("status", "hostkeys")]
+    # The certificates the head signed: read, never written (a node's root must not certify itself).
+    assert stmts["ReadHostCertificates"]["Action"] == ["s3:GetObject"]
+    assert stmts["ReadHostCertificates"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/certs/*"]
+
+
+def test_the_head_writes_the_state_bucket_and_the_ledger_only(planned):
+    stmts = statements(planned, "head")
+    assert not [s for s in stmts.values() if s["Effect"] == "Allow" and "ssm:PutParameter" in s["Action"]]
+    assert stmts["StateObjects"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/*"]
+    assert stmts["Ledger"]["Resource"] == ["arn:aws:dynamodb:us-east-1:123456789012:table/hpcc-cpu-oneccl-ledger"]
 
 
 def test_only_the_head_reads_the_host_ca(planned):
@@ -52,14 +60,6 @@ def test_only_the_head_reads_the_host_ca(planned):
     reads = {role: [s["Sid"] for s in statements(planned, role).values()
                     if s["Effect"] == "Allow" and ca["outputs"]["arn"] in s.get("Resource", [])] for role in ("head", "compute")}
     assert reads == {"head": ["HostCa"], "compute": []}
-
-
-def test_every_status_parameter_names_its_own_instance(planned):
-    arns = {r["name"].removeprefix("cpu-oneccl-"): r["outputs"]["arn"] for r in planned.of_type("aws:ec2/instance:Instance")}
-    for path in (Paths("cpu-oneccl").nodes, Paths("cpu-oneccl").hostkeys):
-        tagged = {r["inputs"]["name"].rsplit("/", 1)[1]: r["inputs"]["tags"][TAG_INSTANCE]
-                  for r in planned.of_type("aws:ssm/parameter:Parameter") if r["inputs"]["name"].startswith(path + "/")}
-        assert tagged == arns and len(set(arns.values())) == 5
 
 
 def test_each_role_launches_with_its_own_profile(planned):

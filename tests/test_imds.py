@@ -19,6 +19,7 @@ import pytest
 
 from tests import ops_support
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.components.compute import metadata_options
 from infra.config import ConfigError, parse
 from infra.node_settings import parse as parse_settings, settings_value
@@ -85,7 +86,7 @@ def test_the_policy_refuses_imds_that_reaches_past_the_nodes_rule(options, words
 def test_listed_users_reach_the_nodes_through_the_settings_and_an_unlisted_cluster_keeps_its_text():
     plain = parse("us-east-1", BASE).cluster
     listed = parse("us-east-1", dict(BASE, security={"imdsForUsers": ["ubuntu", "alice"]})).cluster
-    before, after = settings_value(plain, "us-east-1", offline_facts()), settings_value(listed, "us-east-1", offline_facts())
+    before, after = settings_value(plain, "us-east-1", offline_facts(), MOTO_ACCOUNT), settings_value(listed, "us-east-1", offline_facts(), MOTO_ACCOUNT)
     assert "IMDS_USER" not in before  # agents that predate the key do not see it unless it is used
     assert after == before + "IMDS_USER=ubuntu\nIMDS_USER=alice\n"
     assert parse_settings(after).imds_users == ("ubuntu", "alice")
@@ -106,7 +107,7 @@ def test_the_agent_reapplies_the_rule_with_the_settings_users_unless_the_step_is
     from tests.test_bootstrap_steps import COMMON, ctx_for
 
     text = settings()["p5-llm"] + f"IMDS_USER={LISTED}\n"
-    script = (f"mkdir -p /etc/hpcc\nexec 3>&1\nimds_firewall() {{ echo \"FIREWALL [$*]\" >&3; }}\nHPCC_HOSTS=(10.0.0.4 10.0.0.5)\nHPCC_NODE=head\n"
+    script = (f"mkdir -p /etc/hpcc\nexec 3>&1\nimds_firewall() {{ echo \"FIREWALL [$*]\" >&3; }}\nHPCC_NAMES=(head compute-000)\nHPCC_HOSTS=(10.0.0.4 10.0.0.5)\nHPCC_NODE=head\n"
               f"HPCC_IP=10.0.0.4\napply_settings {shlex.quote(text)}\nwrite_membership >/dev/null\n"
               "HPCC_SKIP_STEPS=imds write_membership >/dev/null\n")
     out = private_run(COMMON + ["identify", "ssh", "launch_env"], script, ctx_for(tmp_path), None, overlay=["/etc"])
@@ -136,7 +137,8 @@ def first_up(tmp_path_factory):
 
 def test_every_template_and_instance_plans_hop_limit_one(first_up):
     limits = hop_limits(first_up[0])
-    assert len(limits) == 4 and set(limits.values()) == {1}, limits  # 2 templates, head, compute-000
+    assert len(limits) == 3 and set(limits.values()) == {1}, limits  # 2 templates and the head (the controller
+    # launches the group's nodes from its template)
 
 
 def test_letting_containers_in_raises_the_hop_limit_in_place_and_replaces_nothing(first_up):
@@ -144,7 +146,7 @@ def test_letting_containers_in_raises_the_hop_limit_in_place_and_replaces_nothin
     assert set(hop_limits(result).values()) == {2}
     assert [c for c in result.changes if c.action != "update"] == []
     nodes = {c.name: c.properties for c in result.changes if c.type == INSTANCE}
-    assert nodes == {n: ("metadataOptions.httpPutResponseHopLimit",) for n in ("cpu-oneccl-head", "cpu-oneccl-compute-000")}
+    assert nodes == {"cpu-oneccl-head": ("metadataOptions.httpPutResponseHopLimit",)}
     assert {c.name for c in result.changes if c.type == LT} == {"cpu-oneccl-head-lt", "cpu-oneccl-compute-lt"}
 
 

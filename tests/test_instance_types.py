@@ -7,6 +7,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.cli import app
 from infra.config import parse
 from infra.efa import efa_device_count
@@ -41,7 +42,7 @@ def test_p6_b300_plans_with_16_efa_devices_none_on_card_0(p6_b300):
     efa = [n for n in nics if n["interfaceType"] in ("efa", "efa-only")]
     assert len(efa) == 16 and all(n["networkCardIndex"] != 0 for n in efa)
     assert [n["interfaceType"] for n in nics if n["networkCardIndex"] == 0] == ["interface"]
-    assert all(n["slots"] == 8 for n in p6_b300.outputs["computeNodes"])
+    assert [g["slots"] for g in p6_b300.outputs["nodeGroups"]] == [8]
 
 
 def test_a_type_without_a_known_price_has_no_estimate_and_says_so(p6_b300):
@@ -53,8 +54,8 @@ def test_a_type_without_a_known_price_has_no_estimate_and_says_so(p6_b300):
 
 def test_trn2_plans_with_neuroncores_as_slots_and_neuron_env():
     result = plan_config(config_map("trn2.48xlarge", region="us-east-2"))  # moto offers it there, not in us-east-1
-    assert {n["slots"] for n in result.outputs["computeNodes"]} == {128}  # 16 devices x 8 NeuronCores
-    settings = node_settings(result.config.cluster, "us-east-1", offline_facts())
+    assert [g["slots"] for g in result.outputs["nodeGroups"]] == [128]  # 16 devices x 8 NeuronCores
+    settings = node_settings(result.config.cluster, "us-east-1", offline_facts(), MOTO_ACCOUNT)
     fabric = dict(settings.fabric)
     assert fabric["FI_EFA_USE_DEVICE_RDMA"] == "1" and "NCCL_DEBUG" not in fabric and "CCL_ATL_TRANSPORT" not in fabric
 
@@ -67,7 +68,7 @@ def test_the_issue_s_types_pass_the_rules_and_ec2_takes_their_layout(name):
     spec = resolve_role(cluster, "us-east-1", "compute", offline_facts())
     aws_rules.check_launch_template("lt", as_launch_template(spec.layout), all_descriptions()[name])
     assert spec.efa_devices == efa_device_count(list(spec.layout)) >= 1
-    assert node_settings(cluster, "us-east-1", offline_facts()).slots == spec.itype.slots
+    assert node_settings(cluster, "us-east-1", offline_facts(), MOTO_ACCOUNT).slots == spec.itype.slots
 
 
 @pytest.mark.parametrize("compute,field,words", [

@@ -30,7 +30,7 @@ def pointer(sha: str, bucket: str = "hpcc-llm-bundles-123456789012", key: str | 
 
 def run_loader(tmp_path: Path, pointer_value: str, archive: bytes | None, fetch_rc: int = 0) -> tuple:
     """The compute loader with `aws` answering the pointer, serving `archive` (None: AccessDenied, always) and
-    recording put-parameter values; `sleep` records instead of sleeping. Returns (process, statuses, log, ls)."""
+    recording the statuses it puts in the state bucket; `sleep` records instead of sleeping. Returns (process, statuses, log, ls)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "pointer").write_text(pointer_value)
@@ -41,7 +41,12 @@ case "$1 $2" in
   "ssm get-parameter") cat {tmp_path}/pointer ;;
   "s3api get-object") [ -f {tmp_path}/object ] || {{ echo "An error occurred (AccessDenied) when calling the GetObject operation: Access Denied" >&2; exit 254; }}
                       cp {tmp_path}/object "${{@: -1}}" && echo '{{"ETag": "x"}}' ;;
-  "ssm put-parameter") while [ $# -gt 0 ]; do [ "$1" != --value ] || printf '%s\\n' "$2" >>{tmp_path}/statuses; shift; done ;;
+  "sts get-caller-identity") echo 123456789012 ;;
+  "s3api put-object") while [ $# -gt 0 ]; do
+                        [ "$1" != --body ] || {{ cat "$2"; echo; }} >>{tmp_path}/statuses
+                        [ "$1" != --key ] || echo "$2" >>{tmp_path}/status-keys
+                        [ "$1" != --bucket ] || echo "$2" >>{tmp_path}/status-buckets
+                        shift; done ;;
 esac
 """)
     tool(bin_dir, "sleep", f'echo "$1" >>{tmp_path}/sleeps\n')
@@ -87,6 +92,10 @@ def test_a_bundle_whose_hash_does_not_match_is_refused_and_never_run(tmp_path):
     assert (status["node"], status["instanceId"], status["phase"], status["step"], status["class"], status["bundle"]) \
         == ("compute-001", "i-0abc", "failed", "bundle", "bundle", claimed)
     assert f"bundles/{claimed}.tar.gz refused" in status["message"] and status["logTail"]
+    # the controller's fields, at the one key this instance's role may write
+    assert (status["name"], status["instance_id"], status["ok"], status["failure"]) == ("compute-001", "i-0abc", False, "bundle")
+    assert (tmp_path / "status-keys").read_text().split() == ["status/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json"]
+    assert (tmp_path / "status-buckets").read_text().split() == ["hpcc-llm-state-123456789012"]
     assert current == "" and listing == ["/opt/hpcc", "/opt/hpcc/bundles"]  # nothing unpacked, nothing left
 
 
@@ -99,7 +108,7 @@ def test_a_malformed_pointer_is_refused_before_anything_is_fetched(tmp_path, val
     out, statuses, log, _, _ = run_loader(tmp_path, value, bundle_archive())
     assert out.returncode == 1 and "role script ran" not in out.stdout
     assert [s["class"] for s in statuses] == ["bundle"] and "is not {" in statuses[0]["message"]
-    assert "s3api" not in (tmp_path / "calls").read_text()
+    assert "s3api get-object" not in (tmp_path / "calls").read_text()
 
 
 def test_an_unreachable_bundle_is_retried_a_bounded_number_of_times_then_reported(tmp_path):

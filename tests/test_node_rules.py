@@ -129,28 +129,54 @@ def test_no_reserved_range_can_be_inside_the_clusters_vpc():
 
 
 @pytest.mark.parametrize("text,ok", [
-    ("10.0.0.4\n10.0.16.5\n10.0.16.6\n", True),
-    ("10.0.0.4\n\n10.0.16.5\n", True),
-    ("10.0.0.4\n10.0.16.5\n10.0.0.4\n", False),  # the head's address as a compute node's
-    ("10.0.0.4\n10.0.16.5\n10.0.16.5\n", False),
-    ("10.0.0.4\n169.254.169.254\n", False),
-    ("10.0.0.4\n0.0.0.0\n", False),
-    ("10.0.0.4\n999.999.999.999\n", False),
+    ("head 10.0.0.4\ngpu-000 10.0.16.5\ngpu-001 10.0.16.6\n", True),
+    ("head 10.0.0.4\n\ncpu-000 10.0.16.5\n", True),
+    ("head 10.0.0.4\n", True),  # a head alone: no node named yet
+    ("head 10.0.0.4\ngpu-000 10.0.16.5\ngpu-007 10.0.16.9\ncpu-1000 10.0.16.7\n", True),  # holes, two groups
+    ("head 10.0.0.4\ngpu-000 10.0.16.5\ngpu-001 10.0.0.4\n", False),  # the head's address as a node's
+    ("head 10.0.0.4\ngpu-000 10.0.16.5\ngpu-001 10.0.16.5\n", False),
+    ("head 10.0.0.4\ngpu-000 10.0.16.5\ngpu-000 10.0.16.6\n", False),  # a name twice
+    ("gpu-000 10.0.16.5\nhead 10.0.0.4\n", False),  # the head not first
+    ("head 10.0.0.4\nhead 10.0.16.5\n", False),
+    ("head 10.0.0.4\ngpu-0000 10.0.16.5\n", False),  # a second spelling of gpu-000
+    ("head 10.0.0.4\ngpu-000  10.0.16.5\n", False),  # two spaces
+    ("head 10.0.0.4\ngpu-000 10.0.16.5 x\n", False),
+    ("head 10.0.0.4\n10.0.16.5\n", False),  # yesterday's format
+    ("head 10.0.0.4\ngpu-000 169.254.169.254\n", False),
+    ("head 10.0.0.4\ngpu-000 0.0.0.0\n", False),
+    ("head 10.0.0.4\nGPU-000 10.0.16.5\n", False),
     ("", False),
 ])
 def test_the_hosts_text_is_judged_alike_on_both_sides(text, ok):
     assert (hosts_schema.hosts_problem(text, VPC) is None) == ok
-    out = run(["identify"], f"HPCC_VPC_CIDR={VPC}\nif parse_hosts {shlex.quote(text)}; then echo ok; else echo refused; fi",
-              context())
-    assert out.stdout.split() == (["ok"] if ok else ["refused"]), out.stderr
+    out = run(["identify"], f"HPCC_VPC_CIDR={VPC}\nif parse_hosts {shlex.quote(text)}; then echo ok "
+              '"${HPCC_NAMES[*]}" "${HPCC_HOSTS[*]}"; else echo refused; fi', context())
+    if ok:
+        pairs = hosts_schema.parse_hosts(text, VPC)
+        assert out.stdout.split() == ["ok"] + [n for n, _ in pairs] + [a for _, a in pairs], out.stderr
+    else:
+        assert out.stdout.split() == ["refused"], out.stderr
 
 
 def test_every_node_name_has_one_spelling_on_both_sides():
-    names = ["head", "compute-000", "compute-511", "compute-0000", "compute-00", "compute-1000", "Head", "compute-0x1"]
-    python = [hosts_schema.node_index(n) for n in names]
-    assert python == [0, 1, 512, None, None, None, None, None]
-    out = run(["identify"], "".join(f"node_index {n} || echo none\n" for n in names), context())
-    assert out.stdout.split() == [str(i) if i is not None else "none" for i in python]
+    names = ["head", "compute-000", "compute-511", "gpu-999", "gpu-1000", "a-000", "abcdefghijkl-123", "compute-0000",
+             "compute-00", "gpu-01000", "gpu-10000", "Head", "compute-0x1", "abcdefghijklm-000", "1gpu-000", "gpu_a-000",
+             "gpu-", "-000"]
+    python = [hosts_schema.valid_name(n) for n in names]
+    assert python == [True] * 7 + [False] * (len(names) - 7)
+    out = run(["identify"], "".join(f"valid_name {shlex.quote(n)} && echo yes || echo no\n" for n in names), context())
+    assert out.stdout.split() == ["yes" if ok else "no" for ok in python]
+    groups = [hosts_schema.group_of(n) for n in names[:7]]
+    out = run(["identify"], "".join(f"echo \"[$(group_of {n})]\"\n" for n in names[:7]), context())
+    assert out.stdout.split() == [f"[{g}]" for g in groups] and groups[:2] == ["", "compute"]
+
+
+def test_the_node_names_are_the_controllers_names():
+    """The controller names slots (hpcc_node.controller.model.node_name); the nodes accept exactly those."""
+    from hpcc_node.controller.model import node_name
+
+    for group, index in [("gpu", 0), ("gpu", 999), ("gpu", 1000), ("gpu", 4095), ("abcdefghijkl", 7)]:
+        assert hosts_schema.valid_name(node_name(group, index)) and hosts_schema.group_of(node_name(group, index)) == group
 
 
 @pytest.mark.parametrize("dns,mount,ok", [

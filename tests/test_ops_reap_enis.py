@@ -29,7 +29,7 @@ def test_reap_deletes_an_interface_attached_without_delete_on_termination():
     with embedded_aws(REGION) as env:
         plan_stack_file(EXAMPLES / "c6i-oneccl.yaml", aws=env)
         ec2 = env.client("ec2")
-        inst = node_instance(ec2, "compute-001")
+        inst = node_instance(ec2, "head")  # the one instance Pulumi creates
         eni = ec2.create_network_interface(SubnetId=inst["SubnetId"], Description="attached by hand")["NetworkInterface"]["NetworkInterfaceId"]
         ec2.attach_network_interface(NetworkInterfaceId=eni, InstanceId=inst["InstanceId"], DeviceIndex=1)
         aws = Aws(REGION, backoff=Backoff(sleep=lambda _: None))

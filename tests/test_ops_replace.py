@@ -1,102 +1,116 @@
-"""`hpcc replace NODE...`: exactly those instances replaced (the guard lets only them through), then a wait
-until they are ready on their new instances and every node has applied the new hosts (fake stack, moto AWS)."""
+"""`hpcc replace NODE...` records `replace_requested` in the ledger (no Pulumi run), and the real controller loop
+then replaces exactly those nodes; unknown names write nothing and list the known ones; a request survives a
+controller writing the same slot (conditional write at the version read)."""
 
 from __future__ import annotations
 
 import pytest
-from rich.console import Console
+from moto import mock_aws
 from typer.testing import CliRunner
 
+from hpcc_node.controller import model, observe
+from hpcc_node.controller.act import Executor, reconcile_once
+from hpcc_node.controller.decide import decide
+from hpcc_node.controller.model import Group, Report
 from infra.cli import app
-from infra.ops import OpsError
-from infra.ops.aws import Aws
-from infra.ops.replace import UnknownNodes, replace
-from infra.plan.embedded_aws import embedded_aws
-from tests.ops_support import EXAMPLES, FakeStack, pre_event, put_status, replace_instance, replacement_events
-
-REGION = "us-east-1"
-CPU = EXAMPLES / "c6i-oneccl.yaml"
-C = "cpu-oneccl"
-INSTANCE = "aws:ec2/instance:Instance"
-PARAM = "aws:ssm/parameter:Parameter"
-NODES = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
+from infra.ops.replace import UnknownNodes, request
+from tests.ops_fleet import C, REGION, TABLE, fleet
 
 
-def ready_cluster(env) -> FakeStack:
-    stack = FakeStack(env, CPU).planned()
-    for node in NODES:
-        put_status(env, C, node, phase="ready", step="launch-env")
-    # What Pulumi previews for `--replace`: each named URN replaced, /hosts updated with the new address.
-    stack.events = lambda kw: [e for u in kw.get("replace", []) for e in replacement_events(u, INSTANCE)] + \
-        [pre_event("update", stack.urn(f"{C}-hosts-param"), PARAM, diffs=["value"])]
-    return stack
+@pytest.fixture
+def f():
+    with mock_aws():
+        yield fleet({"gpu": 3})
 
 
-def run(stack, tmp_path, nodes, out=None, **options):
-    return replace(CPU, "dev", nodes, aws=Aws(REGION), stack_factory=lambda name: stack, console=out or Console(record=True, width=200),
-                   hostfile_path=tmp_path / "hostfile", poll=0, **options)
+def replace_cli(*args):
+    return CliRunner().invoke(app, ["replace", "--cluster", C, "--region", REGION, *args], env={"COLUMNS": "300"})
 
 
-def test_replace_passes_exactly_that_instance_and_waits_for_it_and_the_new_hosts(tmp_path):
-    with embedded_aws(REGION) as env:
-        stack = ready_cluster(env)
-        swapped = {}
-        stack.on_up = lambda kw: swapped.update(zip(("old", "new"), replace_instance(env, C, "compute-001")))
-        polls = []
-
-        def agents(_seconds):  # poll 1: the new instance finishes its bootstrap; poll 2: every node applies /hosts
-            polls.append(1)
-            if len(polls) == 1:
-                put_status(env, C, "compute-001", phase="ready", step="launch-env")
-            else:
-                for node in NODES:
-                    put_status(env, C, node, phase="ready", step="launch-env")
-
-        report = run(stack, tmp_path, ["compute-001"], sleep=agents)
-        urn = stack.urn(f"{C}-compute-001")
-        assert [(name, kw.get("replace")) for name, kw in stack.calls if name in ("preview", "up")] == \
-            [("preview", [urn]), ("up", [urn])]
-        assert report.ok and len(polls) == 2
-        assert report.readiness.nodes["compute-001"].instance_id == swapped["new"] != swapped["old"]
+def slots(f):
+    return f.read().slots
 
 
-def test_replace_times_out_naming_the_old_status_and_the_nodes_behind_on_hosts(tmp_path):
-    with embedded_aws(REGION) as env:
-        stack = ready_cluster(env)
-        stack.on_up = lambda kw: replace_instance(env, C, "compute-001")
-        out = Console(record=True, width=200)
-        report = run(stack, tmp_path, ["compute-001"], out, wait_seconds=0, sleep=lambda _: None)
-        text = out.export_text()
-        assert not report.ok and [r.node for r in report.readiness.waiting] == sorted(NODES)
-        assert "compute-001 not ready: instance running, bootstrap phase pending; status written by i-" in text
-        assert "(a previous instance)" in text
-        assert "compute-002 ready but not converged: applied hosts version 1, current 2" in text
+def controller_loop(f) -> None:
+    """One loop of the real controller (observe -> decide -> act) against moto, every node reporting ready."""
+    led = f.ledger("head-1")
+    groups = [Group("gpu", "c6i.large", 3, launch_template="lt", subnet_id=f.subnet)]
+    reports = {n: Report(n, s.instance_id, True, at=f.clock()) for n, s in led.load().slots.items()}
+    executor = Executor(f.ec2, led, f.s3, "unused", C, groups, f.clock, None)
+    reconcile_once(lambda: observe.observe(f.ec2, led, C, f.clock, lambda: reports, None),
+                   lambda snap: decide(snap, groups, snap.now), executor, led)
 
 
-def test_replace_is_stopped_by_another_guarded_change_but_not_by_its_own(tmp_path):
-    with embedded_aws(REGION) as env:
-        stack = ready_cluster(env)
-        own = stack.events
-        stack.events = lambda kw: own(kw) + replacement_events(stack.urn(f"{C}-compute-002"), INSTANCE, ["launchTemplate.version"])
-        with pytest.raises(OpsError, match="replace instance cpu-oneccl-compute-002") as stopped:
-            run(stack, tmp_path, ["compute-001"], sleep=lambda _: None)
-        assert "compute-001" not in str(stopped.value)
-        assert [name for name, _ in stack.calls if name in ("preview", "up")] == ["preview"]
-        stack.events = own
-        report = run(stack, tmp_path, ["compute-001"], wait_seconds=0, sleep=lambda _: None)
-        assert [name for name, _ in stack.calls if name in ("preview", "up")] == ["preview", "preview", "up"]
-        # this fake up replaced nothing: compute-001 is still on the instance it was to leave, so it is not done
-        assert [r.node for r in report.readiness.waiting] == ["compute-001"] and not report.readiness.failed
+def test_replace_records_the_request_and_the_controller_replaces_that_node_only(f):
+    out = replace_cli("gpu-001")
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "gpu-001" in text and "replacement requested in the ledger" in text
+    assert "hpcc status --cluster fleet" in text and "journalctl -u hpcc-controller" in text
+    got = slots(f)
+    assert got["gpu-001"].replace_requested and not got["gpu-000"].replace_requested
+    old = got["gpu-001"].instance_id
+    controller_loop(f)
+    got = slots(f)
+    assert got["gpu-001"].state == model.REPLACING and not got["gpu-001"].replace_requested
+    assert [s.state for n, s in sorted(got.items()) if n != "gpu-001"] == [model.READY, model.READY]
+    state = f.ec2.describe_instances(InstanceIds=[old])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("shutting-down", "terminated")
+    events = f.read().events
+    assert any(e.kind == model.REPLACE and e.node == "gpu-001" and "requested by hpcc replace" in e.detail
+               for e in events)
 
 
-def test_unknown_nodes_are_named_with_the_known_ones(tmp_path, monkeypatch):
-    with embedded_aws(REGION) as env:
-        stack = ready_cluster(env)
-        with pytest.raises(UnknownNodes, match=r"not a node of stack 'dev': compute-009, login; its nodes are: "
-                                               r"head, compute-000, compute-001, compute-002, compute-003"):
-            run(stack, tmp_path, ["compute-001", "compute-009", "login"])
-        assert [name for name, _ in stack.calls if name in ("preview", "up")] == []
-        monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
-        monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
-        out = CliRunner().invoke(app, ["replace", str(CPU), "--stack", "dev", "compute-009"])
-        assert out.exit_code == 2 and "compute-009" in out.output and "Traceback" not in out.output
+def test_unknown_names_write_nothing_and_list_the_known_ones(f):
+    before = slots(f)
+    out = replace_cli("gpu-001", "gpu-009", "head")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    text = " ".join(out.output.split())
+    assert "not a node of cluster 'fleet': gpu-009, head" in text and "gpu-000, gpu-001, gpu-002" in text
+    assert "the head is Pulumi's, not the controller's: `pulumi up --replace" in text
+    assert slots(f) == before
+
+
+def test_a_second_request_writes_nothing(f):
+    assert replace_cli("gpu-002").exit_code == 0
+    version = slots(f)["gpu-002"].version
+    out = replace_cli("gpu-002")
+    assert out.exit_code == 0 and "requested already; nothing written" in out.output
+    assert slots(f)["gpu-002"].version == version
+
+
+def test_a_request_racing_the_controllers_write_is_kept(f):
+    """The controller writes the slot between the request's read and its put: the put is refused, read again."""
+    led = f.ledger("head-1")
+    real_get = f.ddb.get_item
+    raced = []
+
+    class Racing:
+        exceptions = f.ddb.exceptions
+
+        def get_item(self, **kw):
+            got = real_get(**kw)
+            if not raced:
+                raced.append(1)
+                led.put_slot(led.load().slots["gpu-000"], reason="the controller's own write")
+            return got
+
+        def update_item(self, **kw):
+            return f.ddb.update_item(**kw)
+
+    done = request(Racing(), TABLE, C, ["gpu-000"], ["gpu-000", "gpu-001"])
+    assert [d.node for d in done] == ["gpu-000"] and raced
+    slot = slots(f)["gpu-000"]
+    assert slot.replace_requested and slot.reason == "the controller's own write"
+
+
+def test_naming_nothing_is_a_usage_error():
+    with pytest.raises(UnknownNodes, match="name at least one node"):
+        request(None, TABLE, C, [], ["gpu-000"])
+
+
+def test_a_slot_that_keeps_changing_is_a_message_not_a_traceback(f, monkeypatch):
+    monkeypatch.setattr("infra.ops.replace.RETRIES", 0)
+    out = replace_cli("gpu-000")
+    assert out.exit_code == 1 and "the slot changed 0 times while asking; run hpcc replace again" in out.output
+    assert "Traceback" not in out.output and not slots(f)["gpu-000"].replace_requested

@@ -1,113 +1,216 @@
-"""Readiness belongs to the live instance, membership convergence by hostsVersion, dead nodes named with the
-replace command, and node-written text printed as plain text (clusters planned into moto)."""
+"""`hpcc status` of a controller-run cluster (moto: the ledger, the state bucket, EC2 by tag): per group asked,
+launched, ready, failed, being replaced and protected; the controller's recent actions and a systemic alert; a
+status counts only for the instance named by its key and its body; node-written text printed as plain text."""
 
 from __future__ import annotations
 
 import pytest
+from moto import mock_aws
 from rich.console import Console
 from typer.testing import CliRunner
 
+from hpcc_node.controller import model
+from hpcc_node.controller.model import Event, GroupState
 from infra.cli import app
-from infra.naming import Paths
 from infra.ops.aws import Aws
-from infra.ops.readiness import wait_ready
-from infra.ops.status import cluster_status, plain, replace_command, table
-from infra.plan.embedded_aws import embedded_aws
-from infra.plan.runner import plan_stack_file
-from tests.ops_support import EXAMPLES, live_instance, put_status
-
-REGION = "us-east-1"
-C = "cpu-oneccl"
-NODES = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
+from infra.ops.status import cluster_status
+from infra.ops.status_view import table
+from hpcc_node.controller.membership import key_instance as instance_id_of_key
+from tests.ops_fleet import BUCKET, C, REGION, arn, fleet
 
 
 @pytest.fixture
-def cluster():
-    with embedded_aws(REGION) as env:
-        plan_stack_file(EXAMPLES / "c6i-oneccl.yaml", aws=env)
-        for node in NODES:
-            put_status(env, C, node, phase="ready", step="launch-env")
-        yield env
+def f():
+    with mock_aws():
+        yield fleet({"gpu": 3, "cpu": 2})
 
 
-def rows(env=None):
-    return {r.node: r for r in cluster_status(Aws(REGION), C)}
+def status():
+    return cluster_status(Aws(REGION), C)
 
 
 def status_cli(*extra):
-    return CliRunner().invoke(app, ["status", "--cluster", C, "--region", REGION, *extra], env={"COLUMNS": "300"})
+    return CliRunner().invoke(app, ["status", "--cluster", C, "--region", REGION, *extra], env={"COLUMNS": "320"})
 
 
-def test_a_ready_status_from_another_instance_is_pending_in_status_and_in_the_wait(cluster):
-    put_status(cluster, C, "compute-001", phase="ready", step="launch-env", instanceId="i-0old")
-    put_status(cluster, C, "compute-002", phase="ready", step="launch-env", instanceId=None)
-    got = rows()
-    assert got["compute-001"].phase == "pending" and not got["compute-001"].ready
-    assert got["compute-001"].message == "status written by i-0old (a previous instance)"
-    assert got["compute-002"].phase == "pending" and "names no instance" in got["compute-002"].message
-    assert got["compute-000"].ready
-    waited = wait_ready(Aws(REGION), C, NODES, timeout=0, poll=0, console=Console(record=True), sleep=lambda _: None)
-    assert waited.timed_out and [r.node for r in waited.waiting] == ["compute-001", "compute-002"]
+def groups(found):
+    return {g.name: (g.asked, g.launched, g.ready, g.failed, g.replacing, g.protected) for g in found.groups}
+
+
+def test_a_healthy_cluster_shows_every_group_ready_and_exits_zero(f):
+    found = status()
+    assert groups(found) == {"gpu": (3, 3, 3, 0, 0, ""), "cpu": (2, 2, 2, 0, 0, "")}
+    assert [r.node for r in found.nodes] == ["head", "cpu-000", "cpu-001", "gpu-000", "gpu-001", "gpu-002"]
+    assert all(r.ready and r.converged for r in found.nodes) and found.generation == 1
     out = status_cli()
-    assert "status written by i-0old (a previous instance)" in out.output and "3/5 nodes ready" in out.output
+    assert out.exit_code == 0, out.output
+    assert "6/6 nodes ready, membership generation 1" in out.output
 
 
-def test_a_node_converges_when_it_has_applied_the_current_hosts_version(cluster):
-    ssm = cluster.client("ssm")
-    hosts = ssm.get_parameter(Name=Paths(C).hosts)["Parameter"]
-    ssm.put_parameter(Name=Paths(C).hosts, Value=hosts["Value"], Type="String", Overwrite=True)  # version 2
-    put_status(cluster, C, "compute-000", phase="ready", step="launch-env")  # applied version 2
-    got = rows()
-    assert got["compute-000"].converged and not got["compute-001"].converged
-    assert (got["compute-001"].hosts_version, got["compute-001"].hosts_target) == (hosts["Version"], hosts["Version"] + 1)
-    out = Console(record=True, width=250)
-    out.print(table(C, list(got.values())))
-    hosts_column = {line.split("│")[1].strip(): line.split("│")[8].strip() for line in out.export_text().splitlines()
-                    if line.startswith("│")}
-    assert hosts_column == {"head": "1/2", "compute-000": "2/2", "compute-001": "1/2", "compute-002": "1/2",
-                            "compute-003": "1/2"}
-
-    polls = []
-
-    def agents_apply(_seconds):
-        polls.append(1)
-        for node in NODES:
-            put_status(cluster, C, node, phase="ready", step="launch-env")
-
-    waited = wait_ready(Aws(REGION), C, NODES, timeout=600, poll=0, console=Console(record=True), sleep=agents_apply)
-    assert waited.ok and len(polls) == 1
-
-
-def test_dead_or_failed_nodes_are_named_with_the_replace_command(cluster):
-    ec2 = cluster.client("ec2")
-    ec2.terminate_instances(InstanceIds=[live_instance(cluster, C, "compute-003")["InstanceId"]])
-    ec2.stop_instances(InstanceIds=[live_instance(cluster, C, "compute-000")["InstanceId"]])
-    put_status(cluster, C, "compute-001", phase="failed", step="efa", ok=False, message="no EFA device")
+def test_failed_replacing_requested_protected_and_unnamed_are_counted_per_group(f):
+    led = f.ledger()
+    slots = led.load().slots
+    led.put_slot(slots["gpu-000"], state=model.FAILED, reason="bootstrap: step efa failed (attempt cap)")
+    led.put_slot(slots["gpu-001"], state=model.REPLACING, reason="instance: status check failed")
+    led.put_slot(slots["cpu-000"], replace_requested=True)
+    led.put_group(GroupState("cpu"), protected="10 bootstrap failures in a row: step lustre failed")
+    f.launch("compute", "gpu")  # launched, not named yet
+    f.groups({"gpu": 4, "cpu": 2})
+    found = status()
+    assert groups(found) == {"gpu": (4, 4, 1, 1, 1, ""),
+                             "cpu": (2, 2, 2, 0, 1, "10 bootstrap failures in a row: step lustre failed")}
+    rows = found.rows()
+    assert rows["gpu-000"].failed and not rows["gpu-001"].failed and rows["gpu-001"].replacing
+    unnamed = [r for r in found.nodes if r.slot is None and r.role != "head"]
+    assert len(unnamed) == 1 and "not named yet" in unnamed[0].message
     out = status_cli()
     assert out.exit_code == 1
-    assert "replace them with: hpcc replace Pulumi.<stack>.yaml --stack <stack> compute-000 compute-001 compute-003" \
-        in out.output
-    assert replace_command(["compute-003"], "bert") == "hpcc replace Pulumi.bert.yaml --stack bert compute-003"
+    assert "left failed (bootstrap: step efa failed (attempt cap)); fix the cause, then `hpcc replace gpu-000`" \
+        in " ".join(out.output.split())
+    assert "being replaced: cpu-000, gpu-001" in out.output and "failed: gpu-000" in out.output
 
 
-def test_all_ready_names_nothing_to_replace(cluster):
+def test_the_controllers_recent_actions_and_a_systemic_alert_are_shown(f):
+    led = f.ledger()
+    now = f.clock()
+    led.event(Event(now - 30, model.REPLACE, "gpu-002", "instance", "instance:status", "start",
+                    "instance: EC2 status check failed"), 1)
+    led.event(Event(now - 20, model.ALERT, "cluster", "systemic", "", "start",
+                    "6 nodes failing the same way (bootstrap:step lustre failed); no node touched"), 2)
+    led.alert("systemic:bootstrap:step lustre failed", now - 20)
+    found = status()
+    assert found.alerts == ["6 nodes failing the same way (bootstrap:step lustre failed); no node touched"]
+    assert [(e.kind, e.node) for e in found.events] == [("replace", "gpu-002"), ("alert", "cluster")]
     out = status_cli()
-    assert out.exit_code == 0 and "hpcc replace" not in out.output and "5/5 nodes ready" in out.output
+    text = " ".join(out.output.split())
+    assert out.exit_code == 1 and "ALERT 6 nodes failing the same way" in text
+    assert "instance: EC2 status check failed" in text and "recent actions" in text
 
 
-def test_node_text_with_markup_and_escapes_prints_as_plain_text(cluster):
-    put_status(cluster, C, "compute-002", phase="failed", step="[bold]mount", ok=False, message="mount said [/] and [red]x",
-               logTail=["\x1b[31mred line\x1b[0m", "\x1b]0;title\x07after osc", "bell\x07 and [/]"])
+def test_a_status_counts_only_for_the_instance_its_key_and_body_name(f):
+    old = f.ids["gpu-001"]
+    led = f.ledger()
+    slot = led.load().slots["gpu-001"]
+    f.ec2.terminate_instances(InstanceIds=[old])
+    led.put_slot(slot, state=model.REPLACING)
+    slot = led.load().slots["gpu-001"]
+    new = f.launch("compute", "gpu")
+    slot = led.name(slot, new, f.clock())  # booting on the new instance
+    f.status(new, name="gpu-001", phase="efa", step="efa", generation=1)
+    f.s3.put_object(Bucket=BUCKET, Key=f"status/{arn(f.ids['gpu-002'])}.json",  # a body naming another instance
+                    Body=b'{"instance_id": "i-0forged", "phase": "failed", "ok": false}')
+    rows = status().rows()
+    assert rows["gpu-001"].instance_id == new and rows["gpu-001"].phase == "efa" and not rows["gpu-001"].ready
+    assert rows["gpu-002"].phase == "ready" and rows["gpu-002"].ready  # the forged "failed" ignored: the ledger stands
+    assert any("names another instance" in n for n in status().notes)
+
+
+def test_a_node_behind_on_membership_is_ready_but_not_converged(f):
+    generation = f.publish()
+    f.status(f.ids["cpu-001"], name="cpu-001", phase="ready", generation=generation)
+    rows = status().rows()
+    assert rows["cpu-001"].converged and not rows["cpu-000"].converged and rows["cpu-000"].ready
+    console = Console(record=True, width=300)
+    console.print(table(C, list(rows.values())))
+    cells = {line.split("│")[1].strip(): line.split("│")[11].strip() for line in console.export_text().splitlines()
+             if line.startswith("│")}
+    assert cells["cpu-001"] == "2/2" and cells["cpu-000"] == "1/2" and cells["head"] == "1/2"
+
+
+def test_status_keys_name_instances_by_arn_only():
+    assert instance_id_of_key("status/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc.json") == "i-0abc"
+    assert instance_id_of_key("status/arn:aws-cn:ec2:cn-north-1:123456789012:instance/i-0abc.json") == "i-0abc"
+    for key in ("status/gpu-000.json", "status/arn:aws:ec2:us-east-1:123456789012:instance/i-0abc/x.json",
+                "membership.json", "status/arn:aws:ec2:us-east-1:1:volume/vol-1.json"):
+        assert instance_id_of_key(key) == ""
+
+
+def test_unknown_cluster_is_a_message_not_a_traceback():
+    with mock_aws():
+        out = status_cli()
+    assert out.exit_code == 1 and "nothing tagged hpcc:cluster=fleet" in out.output and "Traceback" not in out.output
+
+
+def test_reads_are_filtered_pages_of_1000(f):
+    aws = Aws(REGION)
+    seen = {}
+    for client, op in ((aws.client("ec2"), "DescribeInstances"), (aws.client("s3"), "ListObjectsV2")):
+        client.meta.events.register(f"provide-client-params.{client.meta.service_model.service_id.hyphenize()}.{op}",
+                                    lambda params, op=op, **_: seen.setdefault(op, dict(params)))
+    cluster_status(aws, C)
+    assert seen["DescribeInstances"]["MaxResults"] == 1000
+    assert {"Name": "tag:hpcc:cluster", "Values": [C]} in seen["DescribeInstances"]["Filters"]
+    assert seen["ListObjectsV2"]["MaxKeys"] == 1000 and seen["ListObjectsV2"]["Prefix"] == "status/"
+
+
+def test_a_4096_node_status_is_built_in_well_under_a_second_per_thousand():
+    import time as clock
+
+    from hpcc_node.controller.ledger import Loaded
+    from hpcc_node.controller.model import Slot
+    from infra.ops.status import build
+
+    raw, slots, statuses = [], {}, {}
+    for g in ("gpu", "cpu"):
+        for i in range(2048):
+            name, iid = model.node_name(g, i), f"i-{g}{i:05d}"
+            raw.append({"InstanceId": iid, "State": {"Name": "running"}, "InstanceType": "p5.48xlarge",
+                        "PrivateIpAddress": f"10.0.{i // 250}.{i % 250}",
+                        "Tags": [{"Key": "hpcc:role", "Value": "compute"}, {"Key": "hpcc:group", "Value": g}]})
+            slots[name] = Slot(name, g, i, iid, model.READY)
+            statuses[iid] = {"instance_id": iid, "phase": "ready", "generation": 3}
+    started = clock.perf_counter()
+    found = build(C, raw, Loaded(slots=slots, membership={"generation": 3}), statuses,
+                  [{"name": "gpu", "count": 2048}, {"name": "cpu", "count": 2048}], 0.0, slurm_on=True)
+    assert clock.perf_counter() - started < 4.0
+    assert [(g.name, g.asked, g.launched, g.ready) for g in found.groups] == [("gpu", 2048, 2048, 2048),
+                                                                             ("cpu", 2048, 2048, 2048)]
+    assert all(r.converged for r in found.nodes)
+
+
+def test_a_bundle_failure_is_reported_as_not_replaced_by_the_taxonomy(f):
+    f.status(f.ids["gpu-002"], name="gpu-002", ok=False, phase="failed", step="sync", failure="bundle",
+             message="bundle sha256 mismatch")
+    f.status(f.ids["gpu-001"], name="gpu-001", ok=False, phase="failed", step="efa", failure="bootstrap",
+             message="no EFA device")
+    led = f.ledger()
+    slots = led.load().slots
+    for n in ("gpu-001", "gpu-002"):
+        led.put_slot(slots[n], state=model.BOOTING)
+    text = " ".join(status_cli().output.split())
+    assert "gpu-002 failed at step sync: bundle: bundle sha256 mismatch" in text
+    assert "next: a bundle failure, not replaced: report once for the cluster; a bad bundle is not a bad node" in text
+    assert "gpu-001 failed at step efa: bootstrap: no EFA device next: the controller replaces it (attempt 1 of 3)" \
+        in text
+
+
+def test_each_node_shows_its_health_verdict_with_the_check_and_the_controllers_action(f, tmp_path):
+    """The fields the agent's health thread adds to its status (hpcc_node/health/service.status_fields)."""
+    from hpcc_node.health import service, verdict
+
+    failed = verdict.node_verdict([verdict.fail("xid", "Xid 79 fell off the bus", action="down", remedy="reboot")], 0)
+    for node, v in (("gpu-001", failed), ("gpu-000", verdict.node_verdict([verdict.ok("gpu")], 0))):
+        path = str(tmp_path / f"{node}.verdict")
+        verdict.write_verdict(path, v)
+        f.status(f.ids[node], name=node, phase="ready", **service.status_fields(path))
+    rows = status().rows()
+    assert (rows["gpu-001"].health, rows["gpu-000"].health, rows["gpu-002"].health) == ("fail xid: down", "ok", "")
     out = status_cli()
-    assert out.exit_code == 1 and "Traceback" not in out.output
-    assert "mount said [/] and [red]x" in out.output and "[bold]mount" in out.output
-    assert "red line" in out.output and "after osc" in out.output and "bell and [/]" in out.output
-    assert "\x1b" not in out.output and "\x07" not in out.output
+    line = next(x for x in out.output.splitlines() if "gpu-001" in x and "i-" in x)
+    assert "fail xid: down" in line
+    headers = lambda rows: [c.header for c in table(C, rows).columns]  # noqa: E731
+    assert "health" in headers(status().nodes)
+    assert "health" not in headers([r for r in status().nodes if not r.health])  # no node runs the checks
 
 
-@pytest.mark.parametrize("raw, clean", [
-    ("\x1b[1;31mred\x1b[0m", "red"), ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"), ("a\x00b\rc\td", "abc\td"),
-    ("\x9b31mc1", "31mc1"), ("plain [/] text", "plain [/] text"),
-])
-def test_plain_strips_terminal_control(raw, clean):
-    assert plain(raw) == clean
+def test_a_controller_whose_lease_expired_is_reported_not_running(f):
+    out = status_cli()
+    assert out.exit_code == 0 and "controller: head-1 holds the lease" in out.output
+    f.ddb.update_item(TableName=f.table, Key={"pk": {"S": "lease"}}, UpdateExpression="SET expires = :e",
+                      ExpressionAttributeValues={":e": {"N": str(f.clock() - 600)}})
+    found = status()
+    assert found.controller == "head-1" and found.controller_down and -700 < found.lease_left <= -600
+    out = status_cli()
+    text = " ".join(out.output.split())
+    assert out.exit_code == 1 and "controller not running (its lease expired" in text
+    assert "systemctl status hpcc-controller" in text

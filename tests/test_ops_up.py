@@ -1,5 +1,5 @@
-"""up/destroy: the Pulumi call is a fake workspace (no CLI here); preflight before it and the readiness
-wait, failure report, hostfile and leftover check after it run for real against moto."""
+"""up/destroy: the Pulumi call is a fake workspace (no CLI here); preflight before it, the preview guard, and
+destroy's leftover check run for real against moto (the wait itself: tests/test_ops_up_wait.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from infra.ops.aws import Aws, Backoff
 from infra.ops.up import destroy, up
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
-from tests.ops_support import EXAMPLES, FakeStack, inject_errors, pre_event, put_status, replacement_events
+from tests.ops_fleet import fleet
+from tests.ops_support import EXAMPLES, FakeStack, inject_errors, pre_event, replacement_events
 
 REGION = "us-east-1"
 CPU = EXAMPLES / "c6i-oneccl.yaml"
@@ -33,54 +34,6 @@ def test_without_pulumi_cli_says_how_to_install(monkeypatch):
     for cmd in (["up", str(CPU), "--stack", "dev"], ["destroy", str(CPU), "--stack", "dev"]):
         out = CliRunner().invoke(app, cmd)
         assert out.exit_code == 1 and "pulumi.com/docs/install" in out.output and "Traceback" not in out.output
-
-
-def test_up_names_the_failed_node_with_step_and_log_tail(tmp_path):
-    with embedded_aws(REGION) as env:
-        def nodes_report(_up_options):
-            for node in ["head", "compute-000", "compute-002", "compute-003"]:
-                put_status(env, "cpu-oneccl", node, phase="ready", step="launch-env", ok=True)
-            put_status(env, "cpu-oneccl", "compute-001", phase="failed", step="efa", ok=False,
-                       message="fi_info -p efa found no device", logTail=["[efa] modprobe ib_uverbs", "[efa] fi_getinfo: -61"])
-
-        stack = FakeStack(env, CPU, on_up=nodes_report)
-        out = console()
-        report = up(CPU, "dev", aws=Aws(REGION, backoff=Backoff(sleep=lambda _: None)), stack_factory=lambda name: stack,
-                    console=out, hostfile_path=tmp_path / "hostfile", poll=0, sleep=lambda _: None)
-        text = out.export_text()
-        assert not report.ok and [r.node for r in report.readiness.failed] == ["compute-001"]
-        assert "compute-001 failed at step efa: fi_info -p efa found no device" in text
-        assert "[efa] fi_getinfo: -61" in text
-        assert stack.config["aws:region"] == REGION and json.loads(stack.config["hpcc:cluster"])["name"] == "cpu-oneccl"
-        assert "preflight: 0 error(s)" in text and "Resources:" in text  # preflight ran, Pulumi's output streamed
-        assert (tmp_path / "hostfile").read_text() == report.outputs["hostfile"]
-        assert f"log in: aws ssm start-session --region {REGION} --target" in text
-
-
-def test_up_waits_through_the_phases_until_every_node_is_ready(tmp_path):
-    with embedded_aws(REGION) as env:
-        nodes = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
-        phases = iter(["os", "lustre", "mount", "efa", "ssh", "join", "launch-env", "ready"])
-        polls = []
-
-        def advance(_seconds):  # each poll, every node moves one step on
-            polls.append(1)
-            phase = next(phases)
-            for node in nodes:
-                put_status(env, "cpu-oneccl", node, phase=phase, step=phase if phase != "ready" else "launch-env")
-
-        report = up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: FakeStack(env, CPU), console=console(),
-                    hostfile_path=tmp_path / "hostfile", poll=0, sleep=advance, skip_preflight=True)
-        assert report.ok and report.readiness.ready == sorted(nodes) and len(polls) == 8
-
-
-def test_up_times_out_naming_nodes_not_ready(tmp_path):
-    with embedded_aws(REGION) as env:
-        out = console()
-        report = up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: FakeStack(env, CPU), console=out,
-                    hostfile_path=tmp_path / "hostfile", wait_seconds=0, poll=0, sleep=lambda _: None, skip_preflight=True)
-        assert not report.ok and report.readiness.timed_out and len(report.readiness.waiting) == 5
-        assert "compute-003 not ready: instance running, bootstrap phase pending" in out.export_text()
 
 
 def test_preflight_error_stops_before_pulumi(tmp_path):
@@ -124,12 +77,12 @@ def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
 
 INSTANCE = "aws:ec2/instance:Instance"
 PARAM = "aws:ssm/parameter:Parameter"
-NODES = ["head", "compute-000", "compute-001", "compute-002", "compute-003"]
+NODES = ["head"]  # the one Pulumi instance: the controller launches the groups' nodes
 
 
 def all_ready(env):
-    for node in NODES:
-        put_status(env, "cpu-oneccl", node, phase="ready", step="launch-env")
+    """What the controller leaves once every node is ready (tests/ops_fleet.py): the one group `compute` of 4."""
+    fleet({"compute": 4}, cluster="cpu-oneccl")
 
 
 def quick_up(stack, tmp_path, out=None, **options):
@@ -145,10 +98,10 @@ def ops(stack):
 def test_up_stops_before_replacing_an_instance_unless_allowed(tmp_path):
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
-        urn = stack.urn("cpu-oneccl-compute-001")
+        urn = stack.urn("cpu-oneccl-head")  # compute instances are the controller's, not Pulumi's: the head is one
         stack.events = lambda _: replacement_events(urn, INSTANCE, keys=["launchTemplate.version"])
         out = console()
-        with pytest.raises(OpsError, match=r"replace instance cpu-oneccl-compute-001 \(launchTemplate.version\)"):
+        with pytest.raises(OpsError, match=r"replace instance cpu-oneccl-head \(launchTemplate.version\)"):
             quick_up(stack, tmp_path, out)
         assert ops(stack) == ["preview"]  # nothing applied
         assert "preview: 1 to replace" in out.export_text()
@@ -161,8 +114,8 @@ def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_i
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
         stack.events = lambda _: [
-            pre_event("update", stack.urn("cpu-oneccl-hosts-param"), PARAM, diffs=["value"]),
-            pre_event("create", stack.urn("cpu-oneccl-compute-003").replace("compute-003", "compute-004"), INSTANCE),
+            pre_event("update", stack.urn("cpu-oneccl-groups-param"), PARAM, diffs=["value"]),  # a group grown
+            pre_event("create", stack.urn("cpu-oneccl-head").replace("-head", "-extra"), INSTANCE),
             pre_event("same", stack.urn("cpu-oneccl-head"), INSTANCE)]
         all_ready(env)
         out = console()
@@ -213,14 +166,14 @@ def test_update_image_without_a_pin_in_the_state_says_so(tmp_path):
 def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, monkeypatch):
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
-        urn = stack.urn("cpu-oneccl-compute-002")
+        urn = stack.urn("cpu-oneccl-head")
         stack.events = lambda _: [pre_event("delete", urn, INSTANCE)]
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
         monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
         args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
                 "--hostfile", str(tmp_path / "hostfile")]
         out = CliRunner().invoke(app, args)
-        assert out.exit_code == 1 and "delete instance cpu-oneccl-compute-002" in out.output
+        assert out.exit_code == 1 and "delete instance cpu-oneccl-head" in out.output
         assert "--allow-replace" in out.output and ops(stack) == ["preview"]
         all_ready(env)
         out = CliRunner().invoke(app, [*args, "--allow-replace"])

@@ -40,7 +40,7 @@ def test_same_config_planned_twice_changes_nothing(baseline):
     # not vacuous: moto generated other ids and addresses the second time
     node = next(r for r in first.resources if r["type"] == INSTANCE)
     assert second.named(node["name"])["id"] != node["id"]
-    lt = f"{first.config.cluster.name}-compute-lt"
+    lt = f"{first.config.cluster.name}-head-lt"  # a group's template names no subnet
     assert second.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"] != \
         first.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"]
 

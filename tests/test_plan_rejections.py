@@ -104,13 +104,13 @@ def test_a_request_boto3_gets_refused_names_the_resource_and_the_error_code(exam
     from infra.components import compute
 
     # SSM reserves names under /aws/: PutParameter there is refused (a ClientError from boto3).
-    class ReservedHosts(compute.Paths):
+    class ReservedGroups(compute.Paths):
         def __init__(self, cluster):
             super().__init__(cluster)
-            self.hosts = "/aws/hpcc-hosts"
+            self.groups = "/aws/hpcc-groups"
 
-    monkeypatch.setattr(compute, "Paths", ReservedHosts)
-    with pytest.raises(PlanError, match=r"cpu-oneccl-hosts-param: \w+: .*/aws/hpcc-hosts"):
+    monkeypatch.setattr(compute, "Paths", ReservedGroups)
+    with pytest.raises(PlanError, match=r"cpu-oneccl-groups-param: \w+: .*/aws/hpcc-groups"):
         plan_config(example_config("c6i-oneccl"))
 
 

@@ -111,7 +111,7 @@ def imds_optional_on_instance(g):
 
 
 def instance_from_foreign_template(g):
-    node = _first(g, records.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")
+    node = _first(g, records.INSTANCE)  # the head: compute instances are the controller's, not the stack's
     node["inputs"]["launchTemplate"] = {"id": "lt-0123456789abcdef0", "version": "1"}
     node["inputs"].pop("metadataOptions")  # leaves IMDS to that template (the nodes set their own: compute.py)
     node["dependsOn"] = [d for d in node["dependsOn"] if not d.endswith("-lt")]
@@ -201,8 +201,13 @@ def compute_public_ip(g):
 
 
 def compute_instance_got_public_ip(g):
-    # what the stack policy sees under `pulumi up`: outputs, where an instance's publicIp is filled in
-    _first(g, records.INSTANCE, lambda r: r["inputs"]["tags"]["hpcc:role"] == "compute")["inputs"]["publicIp"] = "54.1.2.3"
+    # what the stack policy sees under `pulumi up`: outputs, where an instance's publicIp is filled in. The stack
+    # launches no compute instance any more (the controller does); one added to it is still held to the rule.
+    node = copy.deepcopy(_first(g, records.INSTANCE))
+    node["name"] = "llm-compute-000"
+    node["inputs"]["tags"] = {**node["inputs"]["tags"], "hpcc:role": "compute", "hpcc:node": "compute-000"}
+    node["inputs"]["publicIp"] = "54.1.2.3"
+    g.append(node)
 
 
 def compute_public_ip_left_to_subnet(g):
@@ -247,7 +252,8 @@ def iam_prefix_lookalike(g):
 
 
 def iam_every_secret(g):
-    _edit_policy(g, lambda d: d["Statement"][2].update(Resource=["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]))
+    _edit_policy(g, lambda d: next(s for s in d["Statement"] if s.get("Sid") == "ClusterSshKey").update(
+        Resource=["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]))
 
 
 def ssm_core_reach_unnarrowed(g):
@@ -296,11 +302,55 @@ def node_rewrites_the_settings(g):
     _add_statement(g, {"Effect": "Allow", "Action": "ssm:PutParameter", "Resource": _own_parameter(g, "settings")})
 
 
-def status_write_without_the_instance_condition(g):
-    policy = _node_policy(g)
+def _edit_statement(g, sid, edit, role="node"):
+    policy = _node_policy(g, role)
     doc = json.loads(policy["inputs"]["policy"])
-    next(st for st in doc["Statement"] if st.get("Sid") == "ReportOwnStatus").pop("Condition")
+    edit(next(st for st in doc["Statement"] if st.get("Sid") == sid))
     policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def node_writes_every_status(g):
+    _edit_statement(g, "ReportOwnStatus", lambda st: st.update(Resource=[st["Resource"][0].split("/status/")[0]
+                                                                         + "/status/*"]))
+
+
+def node_writes_the_ledger(g):
+    _add_statement(g, {"Effect": "Allow", "Action": ["dynamodb:PutItem"],
+                       "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/hpcc-{_cluster(g)}-ledger"})
+
+
+def node_launches_instances(g):
+    _add_statement(g, {"Effect": "Allow", "Action": ["ec2:RunInstances"], "Resource": "arn:aws:ec2:*:*:instance/*",
+                       "Condition": {"StringEquals": {"aws:RequestTag/hpcc:cluster": _cluster(g)}}})
+
+
+def controller_tags_any_instance(g):
+    _edit_statement(g, "NameClusterInstances", lambda st: st.pop("Condition"), role="head")
+
+
+def controller_reboots_any_instance(g):
+    _edit_statement(g, "RebootClusterInstances", lambda st: st.pop("Condition"), role="head")
+
+
+def controller_passes_any_role(g):
+    _edit_statement(g, "PassComputeRole", lambda st: st.update(Resource=["arn:aws:iam::123456789012:role/*"]),
+                    role="head")
+
+
+def _edit_state_policy(graph, sid, edit):
+    policy = _first(graph, bucket_rules.BUCKET_POLICY, lambda r: "-state-" in str(r["inputs"]["bucket"]))
+    doc = json.loads(policy["inputs"]["policy"])
+    edit(next(st for st in doc["Statement"] if st.get("Sid") == sid))
+    policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def state_bucket_readable_by_anyone(g):
+    _edit_state_policy(g, "NodesReadMembership", lambda st: st.update(Principal="*"))
+
+
+def state_bucket_lets_nodes_write_every_status(g):
+    _edit_state_policy(g, "NodesWriteOwnStatus", lambda st: st.update(Resource=[st["Resource"][0].split("/status/")[0]
+                                                                                + "/status/*"]))
 
 
 def compute_node_puts_the_ssh_key(g):
@@ -352,7 +402,7 @@ def munge_key_as_a_secret_version(g):
 
 
 def _edit_bucket_policy(graph, edit):
-    policy = _first(graph, bucket_rules.BUCKET_POLICY)
+    policy = _first(graph, bucket_rules.BUCKET_POLICY, lambda r: "-bundles-" in str(r["inputs"]["bucket"]))
     doc = json.loads(policy["inputs"]["policy"])
     edit(doc["Statement"][0])
     policy["inputs"]["policy"] = json.dumps(doc)
@@ -419,7 +469,14 @@ BREAKS = [
     ("bundle-bucket-private", bundle_bucket_public_policy_allowed, "blockPublicPolicy must be true"),
     ("bundle-bucket-private", bundle_bucket_without_public_block, "no public access block"),
     ("node-writes-own-only", node_rewrites_the_settings, "ssm:PutParameter on arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/"),
-    ("node-writes-own-only", status_write_without_the_instance_condition, "without the hpcc:instance condition"),
+    ("node-writes-own-only", node_writes_every_status, "a compute node writes only its own status"),
+    ("node-writes-own-only", node_writes_the_ledger, "only the head's controller writes"),
+    ("node-writes-own-only", node_launches_instances, "only the head's controller launches"),
+    ("node-writes-own-only", controller_tags_any_instance, "without a condition that the resource is tagged"),
+    ("node-writes-own-only", controller_passes_any_role, "iam:PassRole"),
+    ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on arn:aws:ec2:"),
+    ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
+    ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
     ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),
     ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),
     ("node-writes-own-only", controller_terminates_any_instance, "without a condition that the resource is tagged"),
@@ -435,8 +492,13 @@ BREAKS = [
 ALSO_WRITES = {iam_star_on_star, iam_service_wildcard, iam_every_secret}
 
 
+# Controller grants that reach beyond the cluster: iam-least-privilege fails them too, rightly.
+ALSO_REACH = {controller_tags_any_instance, controller_passes_any_role}
+
+
 def _rules_failed(rule, breaker):
-    return {rule} | ({"node-writes-own-only"} if breaker in ALSO_WRITES else set())
+    return ({rule} | ({"node-writes-own-only"} if breaker in ALSO_WRITES else set())
+            | ({"iam-least-privilege"} if breaker in ALSO_REACH else set()))
 
 
 # The breaks run on one plan: each breaker edits resources every example has, and a rule's verdict on the break

@@ -51,17 +51,20 @@ def test_lustre_ports_open_between_nodes_and_file_system_before_it_exists(planne
 
 
 def test_nodes_and_file_system_share_one_subnet_and_az(planned):
+    """Pulumi launches only the head; each group's nodes go where its parameter entry says (the controller's
+    fleet override): the private subnet and the cluster's AZ, as the file system."""
     result, env = planned
     cluster = result.config.cluster
     ec2 = env.client("ec2")
     reservations = ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster.name]}])["Reservations"]
     instances = {next(t["Value"] for t in i["Tags"] if t["Key"] == "hpcc:node"): i
                  for r in reservations for i in r["Instances"]}
-    assert len(instances) == cluster.compute.count + 1
+    assert list(instances) == ["head"]
     private = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": [f"{cluster.name}-private"]}])["Subnets"][0]
-    compute = [i for n, i in instances.items() if n != "head"]
-    assert {i["SubnetId"] for i in compute} == {private["SubnetId"]}
-    assert {i["Placement"]["AvailabilityZone"] for i in instances.values()} == {result.outputs["availabilityZone"]}
+    groups = json.loads(env.client("ssm").get_parameter(Name=f"/hpcc/{cluster.name}/groups")["Parameter"]["Value"])
+    assert {(g["subnet_id"], g["availability_zone"]) for g in groups["groups"]} == {
+        (private["SubnetId"], result.outputs["availabilityZone"])}
+    assert instances["head"]["Placement"]["AvailabilityZone"] == result.outputs["availabilityZone"]
     head_subnet = instances["head"]["SubnetId"]
     assert (head_subnet != private["SubnetId"]) == bool(cluster.ssh.allowed_cidrs)
     fs = env.client("fsx").describe_file_systems()["FileSystems"][0]
@@ -73,10 +76,10 @@ def test_nodes_and_file_system_share_one_subnet_and_az(planned):
 def test_launch_templates_carry_the_type_s_efa_layout(planned):
     result, _ = planned
     cluster = result.config.cluster
-    for role, type_name, efa_wanted in (("compute", cluster.compute.instance_type, cluster.compute.efa is not False),
-                                        ("head", cluster.head_node.instance_type, True)):
+    templates = [(g.name, g.instance_type, g.efa is not False) for g in cluster.node_groups]
+    for what, type_name, efa_wanted in templates + [("head", cluster.head_node.instance_type, True)]:
         itype = lookup(type_name)
-        nics = result.named(f"{cluster.name}-{role}-lt")["inputs"]["networkInterfaces"]
+        nics = result.named(f"{cluster.name}-{what}-lt")["inputs"]["networkInterfaces"]
         layout = [(n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics]
         expected = interface_layout(itype, efa_wanted)
         assert layout == [(s.network_card_index, s.device_index, s.interface_type) for s in expected]
@@ -84,12 +87,13 @@ def test_launch_templates_carry_the_type_s_efa_layout(planned):
         assert efa == efa_device_count(expected) == (min(itype.network_cards, itype.efa_max_interfaces) if efa_wanted and itype.efa_supported else 0)
         if len(nics) > 1:
             assert all(n.get("associatePublicIpAddress") in (None, "false") for n in nics)
-        assert len({n["subnetId"] for n in nics}) == 1
+        # The head's template names its subnet (Pulumi launches it); a group's none (the fleet's override does).
+        assert [n.get("subnetId") is not None for n in nics] == [what == "head"] * len(nics)
 
 
 def test_p5_gets_every_efa_interface_it_supports(planned):
     result, _ = planned
-    if result.config.cluster.compute.instance_type != "p5.48xlarge":
+    if result.config.cluster.node_groups[0].instance_type != "p5.48xlarge":
         pytest.skip("this example's compute nodes are not p5.48xlarge (the p5 example checks it)")
     nics = result.named(f"{result.config.cluster.name}-compute-lt")["inputs"]["networkInterfaces"]
     assert len(nics) == 33 and sum(n["interfaceType"] == "efa-only" for n in nics) == 32
@@ -102,7 +106,7 @@ def test_launch_templates_require_imdsv2_encrypt_root_and_use_the_placement_grou
     c = result.config.cluster.name
     group = result.named(f"{c}-placement")["inputs"]
     assert group["strategy"] == "cluster"
-    compute = result.config.cluster.compute
+    compute = result.config.cluster.node_groups[0]
     for lt in result.of_type(LT):
         i = lt["inputs"]
         assert i["metadataOptions"]["httpTokens"] == "required"
@@ -155,8 +159,14 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     slurm = result.config.cluster.scheduler == "slurm"
     secrets = (f"secret:hpcc/{c}/ssh-key", f"secret:hpcc/{c}/user-key") + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
     bundles = f"arn:aws:s3:::hpcc-{c}-bundles-{env.account}/bundles/*"  # the bundles only, read-only
-    assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets) or r == bundles for r in resources), resources
+    state = f"arn:aws:s3:::hpcc-{c}-state-{env.account}"
+    own_status, membership = state + "/status/${ec2:SourceInstanceARN}.json", state + "/membership.json"
+    assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets) or r in (bundles, own_status, membership)
+               for r in resources), resources
     assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]
+    assert [s["Action"] for s in doc["Statement"] if own_status in s.get("Resource", [])] == [["s3:PutObject"]]
+    assert [s["Action"] for s in doc["Statement"] if membership in s.get("Resource", [])] == [["s3:GetObject"]]
+    assert not [a for s in doc["Statement"] for a in s["Action"] if a.startswith(("dynamodb:", "ec2:", "iam:"))]
     assert slurm == any("munge-key" in r for r in resources)
     assert not any("host-ca" in r for r in resources)  # the head's alone
     deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows any managed policy's reads
@@ -167,44 +177,67 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     assert set(session["Action"]) == iam_rules.SESSION_MANAGER and session["Resource"] == "*"
 
 
+def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
+    result, env = planned
+    c = result.config.cluster.name
+    doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-head", PolicyName="hpcc-cluster-access")["PolicyDocument"]
+    doc = json.loads(doc) if isinstance(doc, str) else doc
+    by_sid = {s["Sid"]: s for s in doc["Statement"]}
+    own = {"StringEquals": {"aws:ResourceTag/hpcc:cluster": c}}
+    assert by_sid["TerminateClusterInstances"]["Condition"] == own
+    assert by_sid["RebootClusterInstances"] == {"Sid": "RebootClusterInstances", "Effect": "Allow",
+                                                "Action": ["ec2:RebootInstances"], "Condition": own,
+                                                "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"]}
+    assert by_sid["LaunchFromClusterTemplates"]["Condition"] == own
+    assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {"StringEquals": {"aws:RequestTag/hpcc:cluster": c}}
+    assert by_sid["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["hpcc:node"]}
+    assert by_sid["Ledger"]["Resource"] == [f"arn:aws:dynamodb:{result.config.region}:{env.account}:table/hpcc-{c}-ledger"]
+    assert by_sid["PassComputeRole"]["Resource"] == [f"arn:aws:iam::{env.account}:role/hpcc-{c}-node"]
+    unconditioned = [s for s in doc["Statement"] if s["Effect"] == "Allow" and "Condition" not in s
+                     and any(a.startswith("ec2:") for a in s["Action"])]
+    assert {s["Sid"] for s in unconditioned} == {"ControllerReads", "LaunchInputs"}
+    assert all(a.startswith("ec2:Describe") for a in by_sid["ControllerReads"]["Action"])
+
+
 def test_stack_outputs(planned):
     result, env = planned
     cluster = result.config.cluster
     out = result.outputs
-    assert set(out) == {"clusterName", "region", "availabilityZone", "headNode", "computeNodes", "hostfile", "fsx",
-                        "sshCommand", "estimatedHourlyCostUsd"}
-    names = [n["name"] for n in out["computeNodes"]]
-    assert names == sorted(names) == [f"compute-{i:03d}" for i in range(cluster.compute.count)]
-    itype = lookup(cluster.compute.instance_type)
-    slots = itype.gpus or itype.cores
-    assert out["hostfile"].splitlines() == [f"{n['privateIp']} slots={slots}" for n in out["computeNodes"]]
-    ec2 = env.client("ec2")
-    for node in out["computeNodes"]:
-        inst = ec2.describe_instances(InstanceIds=[node["instanceId"]])["Reservations"][0]["Instances"][0]
-        assert inst["PrivateIpAddress"] == node["privateIp"] and inst["InstanceType"] == itype.name
+    assert set(out) == {"clusterName", "region", "availabilityZone", "headNode", "nodeGroups", "stateBucket",
+                        "ledgerTable", "fsx", "sshCommand", "estimatedHourlyCostUsd"}
+    assert [(g["name"], g["count"], g["nodes"]) for g in out["nodeGroups"]] == [
+        (g.name, g.count, f"{g.name}-000..{g.name}-{g.count - 1:03d}") for g in cluster.node_groups]
+    itype = lookup(cluster.node_groups[0].instance_type)
+    assert out["nodeGroups"][0]["slots"] == itype.slots
+    assert out["stateBucket"] == f"hpcc-{cluster.name}-state-{env.account}"
+    assert out["ledgerTable"] == f"hpcc-{cluster.name}-ledger"
+    env.client("dynamodb").describe_table(TableName=out["ledgerTable"])  # created in the embedded AWS
+    env.client("s3").head_bucket(Bucket=out["stateBucket"])
     fs = env.client("fsx").describe_file_systems(FileSystemIds=[out["fsx"]["id"]])["FileSystems"][0]
     assert out["fsx"]["dnsName"] == fs["DNSName"] and out["fsx"]["mountName"]
     assert out["fsx"]["mountPoint"] == cluster.fsx.mount_point
     assert (out["headNode"]["publicIp"] is not None) == bool(cluster.ssh.allowed_cidrs)
-    assert out["estimatedHourlyCostUsd"] > cluster.compute.count * itype.hourly_usd
+    assert out["estimatedHourlyCostUsd"] > cluster.node_groups[0].count * itype.hourly_usd
 
 
-def test_fsx_parameter_and_hosts_parameter_are_what_the_bootstrap_waits_for(planned):
+def test_fsx_and_groups_parameters_are_what_the_nodes_and_controller_read(planned):
     result, env = planned
     c = result.config.cluster.name
     ssm = env.client("ssm")
     fsx = json.loads(ssm.get_parameter(Name=f"/hpcc/{c}/fsx")["Parameter"]["Value"])
     assert fsx == {"dnsName": result.outputs["fsx"]["dnsName"], "mountName": result.outputs["fsx"]["mountName"]}
-    hosts = ssm.get_parameter(Name=f"/hpcc/{c}/hosts")["Parameter"]["Value"].splitlines()
-    assert hosts == [result.outputs["headNode"]["privateIp"]] + [n["privateIp"] for n in result.outputs["computeNodes"]]
-    status = ssm.get_parameters_by_path(Path=f"/hpcc/{c}/nodes")["Parameters"]
-    assert len(status) == min(10, result.config.cluster.compute.count + 1)
+    groups = json.loads(ssm.get_parameter(Name=f"/hpcc/{c}/groups")["Parameter"]["Value"])
+    assert [(g["name"], g["count"], g["launch_template"]) for g in groups["groups"]] == [
+        (g.name, g.count, f"hpcc-{c}-{g.name}") for g in result.config.cluster.node_groups]
+    # No hosts or status parameters any more: membership and statuses are the state bucket's.
+    names = {p["Name"] for p in ssm.get_parameters_by_path(Path=f"/hpcc/{c}", Recursive=True)["Parameters"]}
+    assert f"/hpcc/{c}/hosts" not in names and not any(n.startswith(f"/hpcc/{c}/nodes/") for n in names)
 
 
 def test_user_data_is_rendered_per_role_and_holds_no_key(planned):
     result, _ = planned
     c = result.config.cluster.name
-    assert set(result.user_data) == {f"{c}-head-lt", f"{c}-compute-lt"}
+    assert set(result.user_data) == {f"{c}-head-lt"} | {f"{c}-{g.name}-lt" for g in result.config.cluster.node_groups}
     for script in result.user_data.values():
         assert script.startswith("#!/bin/bash") and c in script
         assert "PRIVATE KEY" not in script

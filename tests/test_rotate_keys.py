@@ -1,7 +1,10 @@
 """`hpcc rotate-keys` (infra/ops/rotate_keys.py) against a cluster whose head and nodes run the real certificate code
-(hpcc_node/certs.py, real ssh-keygen) on one parameter store: each wait between phases lets every agent tick once.
+(hpcc_node/certs.py, real ssh-keygen) on one store (the rotation parameter as Pulumi creates it, the state bucket's
+membership, host keys and certificates): each wait between phases lets every agent tick once.
 The phases go in order, each only once every node applied the one before; a second rotation is refused while one
 runs; --resume carries it on; a node that never applies a phase stops the command naming it."""
+
+import json
 
 import pytest
 from botocore.exceptions import ClientError
@@ -10,7 +13,7 @@ from typer.testing import CliRunner
 from hpcc_node import certs, certstore
 from infra.ops import OpsError
 from infra.ops import rotate_keys
-from tests.cert_support import FakeAws, make_node
+from tests.cert_support import ARN_PREFIX, BUCKET, FakeAws, instance_of, make_node
 
 HOSTS = ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
 NODES = ["head", "compute-000", "compute-001"]
@@ -19,10 +22,20 @@ NODES = ["head", "compute-000", "compute-001"]
 class OpsAws:
     """The operator's side of the same parameters (infra/ops/aws.Aws.call's shape)."""
 
+    region = "us-east-1"
+
     def __init__(self, store: FakeAws):
         self.store, self.puts = store, []
 
+    def client(self, service):
+        assert service == "s3"
+        return self.store
+
     def call(self, service, op, **kw):
+        if op == "get_caller_identity":
+            return {"Account": "123456789012", "Arn": "arn:aws:iam::123456789012:user/ops"}
+        if op == "get_parameter":  # the settings: none, so the bucket is the program's name for it
+            raise ClientError({"Error": {"Code": "ParameterNotFound", "Message": "none"}}, "GetParameter")
         if op == "get_parameters":
             return {"Parameters": [{"Name": n, "Value": v} for n, (_, v) in self.store.get_parameters(kw["Names"]).items()]}
         if op == "put_parameter":
@@ -37,11 +50,15 @@ class OpsAws:
 class Cluster:
     def __init__(self, tmp_path, frozen=()):
         self.store, self.now, self.frozen, self.logs = FakeAws(), 1_795_000_000.0, set(frozen), []
-        self.store.params["/hpcc/llm/hosts"] = (1, "\n".join(HOSTS) + "\n")
+        self.store.params["/hpcc/llm/rotation"] = (1, "none")  # as Pulumi creates it
+        self.doc = {"generation": 1, "head": {"name": "head", "ip": HOSTS[0], "instance": instance_of("head")},
+                    "nodes": [{"name": n, "ip": ip, "instance": instance_of(n), "state": "ready"}
+                              for n, ip in zip(NODES[1:], HOSTS[1:])]}
+        self.store.objects["membership.json"] = json.dumps(self.doc)
         self.agents = {}
         for name, ip in zip(NODES, HOSTS):
-            part = certs.Certs(self.store, "llm", "head" if name == "head" else "compute", name, ip,
-                               log=self.logs.append, reload=lambda: "reloaded")
+            part = certs.Certs(self.store, self.store, BUCKET, "llm", "head" if name == "head" else "compute", name,
+                               ip, ARN_PREFIX + instance_of(name), log=self.logs.append, reload=lambda: "reloaded")
             part.me = make_node(self.store, tmp_path, name, ip)
             self.agents[name] = part
         self.ops = OpsAws(self.store)
@@ -52,8 +69,7 @@ class Cluster:
         self.now += 60
         for name in ("head", "compute-000", "compute-001"):
             if name not in self.frozen:
-                a = self.agents[name]
-                a.tick(self.store.get_parameters(a.names()), self.store.params["/hpcc/llm/hosts"][1], "10.0.0.0/16", self.now)
+                self.agents[name].tick(self.doc, self.now)
 
     def rotate(self, resume=False, timeout=600.0):
         said = []
@@ -68,7 +84,7 @@ def authority(cluster):
 def test_a_rotation_goes_add_switch_retire_waiting_for_every_node(tmp_path):
     c = Cluster(tmp_path)
     old = authority(c).signer["public"]
-    assert rotate_keys.lagging(c.ops, "llm", "add") == NODES  # nothing applied yet
+    assert rotate_keys.lagging(rotate_keys.Cluster(c.ops, "llm"), "add") == (NODES, 3)  # nothing applied yet
     rid, said = c.rotate()
     assert c.ops.puts == ["add", "switch", "retire"]
     assert said[0] == f"rotation {rid} started" and said[-1].startswith(f"rotation {rid} done")
@@ -115,4 +131,15 @@ def test_the_command_reports_a_malformed_rotation_parameter_without_a_traceback(
     monkeypatch.setattr(cli, "_aws", lambda region: c.ops)
     out = CliRunner().invoke(cli.app, ["rotate-keys", "--cluster", "llm"])
     assert out.exit_code == 1 and "Traceback" not in out.output, out.output
-    assert "/hpcc/llm/rotation: the rotation parameter is not" in out.output and "delete-parameter" in out.output
+    assert "/hpcc/llm/rotation: the rotation parameter is not" in out.output and "--value none" in out.output
+
+
+def test_a_cluster_with_no_membership_is_named_without_a_traceback(monkeypatch, tmp_path):
+    from infra import cli
+
+    c = Cluster(tmp_path)
+    del c.store.objects["membership.json"]
+    monkeypatch.setattr(cli, "_aws", lambda region: c.ops)
+    out = CliRunner().invoke(cli.app, ["rotate-keys", "--cluster", "llm"])
+    assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+    assert f"no membership.json in s3://{BUCKET}" in " ".join(out.output.split()), out.output

@@ -14,6 +14,7 @@ import pytest
 from tests import ops_support
 from typer.testing import CliRunner
 
+from tests.instance_data import MOTO_ACCOUNT
 from infra.cli import app
 from infra.config import parse
 from infra.instance_facts import DescribedFacts, from_description
@@ -89,13 +90,13 @@ def _cluster(example: str, **changes):
 
 def test_settings_carry_the_scheduler_and_the_slurm_node_only_with_slurm():
     """Without Slurm no scheduler key at all: nodes booted before the key existed refuse a text that has one."""
-    slurm = parse_settings(settings_value(_cluster("p5-llm"), "us-east-1", offline_facts()))
+    slurm = parse_settings(settings_value(_cluster("p5-llm"), "us-east-1", offline_facts(), MOTO_ACCOUNT))
     assert (slurm.scheduler, slurm.slurm_gpus) == ("slurm", 8)
     assert slurm.slurm_node == slurm_node(facts_for("p5.48xlarge")).attributes()
-    text = settings_value(_cluster("p5-llm", scheduler="none"), "us-east-1", offline_facts())
+    text = settings_value(_cluster("p5-llm", scheduler="none"), "us-east-1", offline_facts(), MOTO_ACCOUNT)
     assert "SCHEDULER" not in text and "SLURM_" not in text and parse_settings(text).scheduler is None
     assert parse_settings(settings_value(_cluster("c6i-oneccl", scheduler="slurm"), "us-east-1",
-                                         offline_facts())).slurm_gpus == 0
+                                         offline_facts(), MOTO_ACCOUNT)).slurm_gpus == 0
 
 
 @pytest.mark.parametrize("text_edit, words", [
@@ -107,7 +108,7 @@ def test_settings_carry_the_scheduler_and_the_slurm_node_only_with_slurm():
     (lambda t: t.replace("CPUs=192 Boards", "CPUs=192  Boards"), "SLURM_NODE"),
 ])
 def test_slurm_settings_the_nodes_would_refuse_are_refused(text_edit, words):
-    text = text_edit(settings_value(_cluster("p5-llm"), "us-east-1", offline_facts()))
+    text = text_edit(settings_value(_cluster("p5-llm"), "us-east-1", offline_facts(), MOTO_ACCOUNT))
     with pytest.raises(SettingsError, match=words):
         parse_settings(text)
 
@@ -121,7 +122,7 @@ def test_the_largest_settings_leave_room_for_every_public_key_the_config_allows(
         cfg = parse("us-east-1", {**base, "compute": {"instanceType": name, "count": 512}, "scheduler": "slurm",
                                   "bootstrap": {"timeoutMinutes": 240, "joinTimeoutMinutes": 120},
                                   "fsx": {**base["fsx"], "mountPoint": "/" + "m" * 60}}).cluster
-        largest = max(largest, len(render(node_settings(cfg, "us-east-1", offline_facts())).encode()))
+        largest = max(largest, len(render(node_settings(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT)).encode()))
     most_keys = 10  # Ssh.authorized_keys max_length
     assert largest + PUBLIC_KEYS_BYTES + most_keys * len("AUTHORIZED_KEY=") <= SETTINGS_LIMIT, largest
     assert set(OPTIONAL) < set(PATTERNS)
@@ -226,7 +227,7 @@ def test_no_key_passes_through_the_program(with_slurm):
 def test_turning_slurm_on_for_a_running_cluster_replaces_nothing(with_slurm):
     changes = {(c.name, c.action) for c in with_slurm.changes}
     assert changes == {("bert-munge-key", "create"), ("bert-head-policy", "update"), ("bert-node-policy", "update"),
-                       ("bert-settings-param", "update")}
+                       ("bert-settings-param", "update"), ("bert-groups-param", "update")}  # the groups' Slurm nodes
     assert not [c for c in with_slurm.changes if c.type == INSTANCE]
 
 

@@ -58,18 +58,20 @@ def test_a_resize_within_todays_size_changes_no_subnet(example_config, tmp_path)
     new["hpcc:cluster"]["compute"]["count"] = 48
     result = plan_config(new, previous=PreviousPlan.load(tmp_path))
     assert [c for c in result.changes if c.type == SUBNET] == []
-    assert any(c.action == "create" for c in result.changes)  # the comparison saw the new nodes
+    assert ("cpu-oneccl-groups-param", "update") in [(c.name, c.action) for c in result.changes]  # saw the resize
 
 
-def test_the_plans_aws_refuses_more_instances_than_the_subnet_holds_whatever_the_program_chose(example_config,
-                                                                                               monkeypatch):
-    """aws_rules plays EC2's part on its own: a program that put too many nodes in a subnet still fails the plan."""
+def test_the_plans_aws_refuses_more_nodes_than_the_subnet_holds_whatever_the_program_chose(example_config,
+                                                                                           monkeypatch):
+    """aws_rules plays EC2's part on its own: a program that sized the subnet too small for the groups the
+    controller will launch into it still fails the plan."""
     import infra.subnets
 
     monkeypatch.setattr(infra.subnets, "private_cidr", lambda count: "10.0.16.0/28")  # 16 - 5 = 11 usable
     config = example_config("c6i-oneccl")  # its head is in the private subnet too (no SSH opened)
-    config["hpcc:cluster"]["compute"]["count"] = 11
-    with pytest.raises(PlanError, match="InsufficientFreeAddressesInSubnet: subnet 10.0.16.0/28 has 11 usable"):
+    config["hpcc:cluster"]["compute"]["count"] = 12
+    with pytest.raises(PlanError, match=r"groups-param: InsufficientFreeAddressesInSubnet: the groups launch 12 nodes "
+                                        r"into subnet 10.0.16.0/28, which has 11 usable addresses"):
         plan_config(config)
     config["hpcc:cluster"]["compute"]["count"] = 10
-    assert len(plan_config(config).of_type("aws:ec2/instance:Instance")) == 11
+    plan_config(config)  # the head and ten nodes fit

@@ -15,20 +15,23 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 from hpcc_node.taxonomy import FailureClass
 
 from . import fleet, membership
+from .act_health import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
-from .model import (ALERT, DOWN, DRAIN, LAUNCH, PROTECT, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME,
-                    TAG_NODE, TERMINATE_ORPHAN, Action, Event, Group, GroupState, Slot, Snapshot)
+from .model import (ALERT, DOWN, DRAIN, LAUNCH, PROTECT, READY, REBOOT, REMOVE, REMOVING, REPLACE, REPLACING,
+                    REQUEUE, RESUME, SPARES, TAG_NODE, TERMINATE_ORPHAN, Action, Event, Group, GroupState, Slot,
+                    Snapshot)
 from .timers import DEFAULT, Timers
 
 LOG = logging.getLogger("hpcc.controller")
-RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME)  # in `hpcc status`
+RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME, REQUEUE, REBOOT,
+            SPARES)  # in `hpcc status`
 
 
 def _code(e: Exception) -> str:
     return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
 
 
-class Executor:
+class Executor(HealthActs):
     def __init__(self, ec2: Any, ledger: Ledger, s3: Any, bucket: str, cluster: str, groups: Sequence[Group],
                  clock: Callable[[], float], slurm: Optional[Callable[[List[str]], Any]] = None,
                  timers: Timers = DEFAULT, log: logging.Logger = LOG):

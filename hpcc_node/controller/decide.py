@@ -14,6 +14,7 @@ from typing import Dict, List, Mapping, Sequence, Set, Tuple
 
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
+from .decide_health import health_actions
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
                     PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
                     WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
@@ -173,7 +174,10 @@ def membership_body(slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[
             inst = snap.instances.get(s.instance_id)
             nodes.append({"name": s.name, "group": s.group, "ip": inst.private_ip if inst else "",
                           "instance": s.instance_id, "state": s.state})
-    return {"nodes": nodes, "groups": {g.name: g.count for g in groups}, "bundle": dict(snap.bundle)}
+    body = {"nodes": nodes, "groups": {g.name: g.count for g in groups}, "bundle": dict(snap.bundle)}
+    if snap.head:  # the head the nodes join (the controller's own); a replaced head publishes its address
+        body["head"] = dict(snap.head)
+    return body
 
 
 def digest(body: Dict) -> str:
@@ -224,7 +228,8 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             elif s.state != ENDED:
                 out.append(Action(REMOVE, group=name, node=s.name, instance_id=s.instance_id,
                                   why=Why("", f"{SHRINK}: group {name} is no longer configured")))
-    out += failure_actions(failures, snap, now, timers, cluster_nodes, raised)
+    health, failures = health_actions(failures, snap, groups, now, timers, cluster_nodes, raised)
+    out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
     taken: Set[str] = set()
     for group in groups:

@@ -9,6 +9,7 @@ import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import observe as obs
+from .observe_health import scontrol_read
 from .act import LOG, Executor, reconcile_once
 from .decide import decide
 from .ledger import LeaseLost, Ledger
@@ -30,18 +31,19 @@ def build_step(ec2: Any, ddb: Any, s3: Any, cluster: str, table: str, bucket: st
                groups: Callable[[], Sequence[Group]], owner: str, clock: Callable[[], float],
                slurm_run: Optional[Callable[[List[str]], Any]] = None,
                slurm_read: Optional[Callable[[], str]] = None,
-               bundle: Callable[[], Mapping[str, Any]] = dict, timers: Timers = DEFAULT,
+               bundle: Callable[[], Mapping[str, Any]] = dict, head: Optional[Mapping[str, Any]] = None,
+               timers: Timers = DEFAULT,
                log: logging.Logger = LOG) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured)."""
     ledger = Ledger(ddb, table, owner, clock, timers)
-    cache: Dict[str, Tuple[str, Report]] = {}
+    cache: Dict[str, Tuple[str, Optional[Report]]] = {}
 
     def step() -> Mapping[str, Any]:
         current = obs.capacity_blocks(ec2, list(groups()))
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log)
         return reconcile_once(
             lambda: obs.observe(ec2, ledger, cluster, clock, lambda: obs.reports(s3, bucket, cache), slurm_read,
-                                bundle()),
+                                bundle(), head, scontrol_read if slurm_read is not None else None),
             lambda snap: decide(snap, current, snap.now, timers), executor, ledger)
     return step
 

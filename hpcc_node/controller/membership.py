@@ -11,6 +11,7 @@ The client is a boto3 S3 client, injected; the same functions serve the controll
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, Optional, Tuple
 
 KEY = "membership.json"
@@ -33,13 +34,26 @@ def encode(body: Dict[str, Any], generation: int) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def status_key(name: str) -> str:
-    return f"{STATUS_PREFIX}{name}.json"
+def instance_arn(partition: str, region: str, account: str, instance_id: str) -> str:
+    """arn:<partition>:ec2:<region>:<account>:instance/<id>: the `${ec2:SourceInstanceARN}` a node's role may write
+    its status under (IAM User Guide, "IAM policy elements: Variables and tags")."""
+    return f"arn:{partition}:ec2:{region}:{account}:instance/{instance_id}"
+
+
+def status_key(arn: str) -> str:
+    """Each node writes only status/<its instance ARN>.json."""
+    return f"{STATUS_PREFIX}{arn}.json"
+
+
+def key_instance(key: str) -> str:
+    """The instance id a status key names ("" when it names none)."""
+    found = re.fullmatch(re.escape(STATUS_PREFIX) + r"arn:[a-z-]+:ec2:[a-z0-9-]+:[0-9]{12}:instance/(i-[0-9a-f]+)\.json", key)
+    return found.group(1) if found else ""
 
 
 def status_body(name: str, instance_id: str, ok: bool, failure: str = "", evidence: str = "", at: float = 0.0) \
         -> bytes:
-    """What a node agent writes at status_key(name): its verdict, with a hpcc_node.taxonomy class when not ok."""
+    """What a node writes at status_key(its ARN) (besides the operator's fields): its verdict, with a hpcc_node.taxonomy class when not ok."""
     return json.dumps({"name": name, "instance_id": instance_id, "ok": ok, "failure": failure,
                        "evidence": evidence[:300], "at": at}, sort_keys=True).encode()
 

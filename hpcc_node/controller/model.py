@@ -62,6 +62,7 @@ class Group:
     efa: bool = False
     max_count: int = 0  # the size of its fixed Slurm node range; 0: the count
     capacity_block: Optional[CapacityBlock] = None
+    spares: int = 0  # of `count`, healthy nodes held idle by the reservation hpcc-spares-<group> (decide_health.py)
 
     @property
     def size_limit(self) -> int:
@@ -105,6 +106,11 @@ class Report:
     failure: str = ""  # a hpcc_node.taxonomy.FailureClass value when not ok
     evidence: str = ""  # e.g. "step efa failed", "bundle sha256 mismatch"
     at: float = 0.0
+    # A health verdict's deciding check and what it asks (hpcc_node/health/verdict.py ACTIONS, REMEDIES); empty
+    # when the report is not a running node's health verdict.
+    check: str = ""
+    action: str = ""
+    remedy: str = ""
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,17 @@ class SlurmNode:
     states: FrozenSet[str]
     reason: str = ""
     addr: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job of `scontrol show jobs --oneliner` (finished jobs stay listed for MinJobAge, 300 s by default)."""
+    job_id: str
+    state: str  # RUNNING, PENDING, FAILED, NODE_FAIL, COMPLETED, ...
+    nodes: FrozenSet[str] = frozenset()
+    restarts: int = 0
+    end: float = 0.0  # epoch seconds; 0 while it runs
+    requeue: bool = True  # Requeue=1: the job may be requeued
 
 
 @dataclass(frozen=True)
@@ -165,6 +182,9 @@ class Snapshot:
     membership_digest: str = ""  # the digest of the last published membership body
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
+    head: Mapping[str, Any] = field(default_factory=dict)  # the controller's own head: name, ip, instance
+    jobs: Tuple[SlurmJob, ...] = ()  # Slurm's jobs, for the health rules' requeue (decide_health.py)
+    reservations: Mapping[str, FrozenSet[str]] = field(default_factory=dict)  # Slurm reservation -> its nodes
 
 
 # Action kinds.
@@ -184,6 +204,9 @@ TERMINATE_ORPHAN = "terminate-orphan"
 ALERT = "alert"
 PROTECT = "protect"
 WAIT_CAPACITY_BLOCK = "wait-for-capacity-block"
+REQUEUE = "requeue"  # scontrol requeue <job>: a job that failed with its node
+REBOOT = "reboot"  # scontrol reboot (EC2 RebootInstances without Slurm): the catalog's cheaper remedy
+SPARES = "spares"  # the group's spare reservation holds these nodes (none: deleted)
 
 
 @dataclass(frozen=True)

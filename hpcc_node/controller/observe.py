@@ -13,16 +13,20 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .ledger import Loaded
-from .membership import STATUS_PREFIX
+from .membership import STATUS_PREFIX, key_instance
 from .model import (TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, CapacityBlock, Group, Instance, Report, SlurmNode,
                     Snapshot)
 from .assess import SCHEDULED_EVENTS
+from .observe_health import report_fields, with_slurm_extras
 
 PAGE = {"PageSize": 1000}
 STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "terminated"]
 
 
 def _epoch(value: Any) -> float:
+    """botocore's datetime, or the CLI's ISO 8601 text (`2026-11-24T14:29:23.000Z`, `...+00:00`)."""
+    if isinstance(value, str) and "T" in value:
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return value.timestamp() if isinstance(value, datetime) else float(value or 0)
 
 
@@ -120,10 +124,12 @@ def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
     return out
 
 
-def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Report]], prefix: str = STATUS_PREFIX) \
+def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]], prefix: str = STATUS_PREFIX) \
         -> Dict[str, Report]:
-    """The agents' verdicts (membership.status_body at status_key(name)): listed every loop, fetched only where the
-    ETag changed since `cache` (updated in place)."""
+    """The nodes' verdicts (membership.status_body at status_key(arn)): listed every loop, fetched only where the
+    ETag changed since `cache` (updated in place). A report counts only when the instance its key names is the one
+    its body names (assess() then holds it to the ledger's); one still booting (ok, phase not ready) is no
+    verdict yet."""
     seen = set()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
@@ -131,22 +137,34 @@ def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Report]], prefix: 
             seen.add(key)
             if key in cache and cache[key][0] == etag:
                 continue
-            try:
-                doc = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-                cache[key] = (etag, Report(str(doc["name"]), str(doc["instance_id"]), bool(doc["ok"]),
-                                           str(doc.get("failure", "")), str(doc.get("evidence", ""))[:300],
-                                           float(doc.get("at", 0))))
-            except (ValueError, KeyError, TypeError):
-                continue  # a malformed report is no verdict; the boot grace still applies
+            cache[key] = (etag, verdict(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), key))
     for key in set(cache) - seen:
         del cache[key]
-    return {r.name: r for _, r in cache.values()}
+    out: Dict[str, Report] = {}
+    for _, r in cache.values():  # a name's predecessor and successor: the later report (the predecessor is gone)
+        if r is not None and (r.name not in out or r.at > out[r.name].at):
+            out[r.name] = r
+    return out
+
+
+def verdict(body: bytes, key: str) -> Optional[Report]:
+    """A status object as a Report, or None: malformed (the boot grace still applies), its key's instance not its
+    body's, or still booting."""
+    try:
+        doc = json.loads(body)
+        if str(doc["instance_id"]) != key_instance(key) or (doc["ok"] and doc.get("phase", "ready") != "ready"):
+            return None
+        return Report(str(doc["name"]), str(doc["instance_id"]), bool(doc["ok"]), str(doc.get("failure", "")),
+                      str(doc.get("evidence", ""))[:300], float(doc.get("at", 0)), **report_fields(doc))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Instance], reps: Mapping[str, Report],
-             slurm: Optional[Mapping[str, SlurmNode]], bundle: Optional[Mapping[str, Any]] = None) -> Snapshot:
+             slurm: Optional[Mapping[str, SlurmNode]], bundle: Optional[Mapping[str, Any]] = None,
+             head: Optional[Mapping[str, Any]] = None) -> Snapshot:
     return Snapshot(now=now, cluster=cluster, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps),
-                    slurm=slurm,
+                    slurm=slurm, head=dict(head or {}),
                     group_states=dict(loaded.groups), launches=tuple(loaded.launches), events=tuple(loaded.events),
                     alerts=frozenset(loaded.alerts), membership_digest=loaded.membership.get("digest", ""),
                     bundle=dict(bundle or {}))
@@ -154,11 +172,13 @@ def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Insta
 
 def observe(ec2: Any, ledger: Any, cluster: str, clock: Callable[[], float],
             read_reports: Callable[[], Mapping[str, Report]], read_slurm: Optional[Callable[[], str]],
-            bundle: Optional[Mapping[str, Any]] = None) -> Tuple[Snapshot, Loaded]:
-    """Everything decide() needs, read once."""
+            bundle: Optional[Mapping[str, Any]] = None, head: Optional[Mapping[str, Any]] = None,
+            read_extras: Optional[Callable[[List[str]], str]] = None) -> Tuple[Snapshot, Loaded]:
+    """Everything decide() needs, read once (`read_extras`: Slurm's jobs and reservations, for the health rules)."""
     loaded = ledger.load()
     insts = instances(ec2, cluster)
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts
     slurm = slurm_nodes(read_slurm()) if read_slurm is not None else None
-    return snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle), loaded
+    snap = snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle, head)
+    return (with_slurm_extras(snap, read_extras) if read_extras else snap), loaded

@@ -60,6 +60,15 @@ class Timers:
     # A named instance that EC2 does not list yet (describe is eventually consistent: EC2 API reference,
     # "Eventual consistency in the Amazon EC2 API") is not taken for terminated before this.
     describe_lag_seconds: int = 300
+    # Health (decide_health.py). A job that failed on a node within this many seconds of the node's fatal verdict
+    # failed with it and is requeued; Slurm keeps a finished job listed for MinJobAge (300 s by default).
+    requeue_window_seconds: int = 300
+    # Requeues of one job before it is left failed: slurm.conf's MaxBatchRequeue (templates/steps/slurm.sh.j2
+    # writes this value; a test compares them), Slurm's own default of 5.
+    max_batch_requeue: int = 5
+    # A rebooted node whose agent has not reported again within this long failed its remedy: it is replaced.
+    # A p5's reboot with driver load and the boot checks (DCGM level 2 takes minutes) fits well within it.
+    reboot_timeout_seconds: int = 1200
     # Recent actions kept in the ledger for the breaker, the systemic window and `hpcc status`.
     event_keep_seconds: int = 24 * 3600
 

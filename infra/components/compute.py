@@ -1,6 +1,8 @@
-"""The nodes: a cluster placement group, one launch template per role (EFA layout, IMDSv2,
-encrypted root volume, bootstrap user data), the instances, and the parameters the nodes read (hosts,
-settings) and write (one status parameter per node)."""
+"""The nodes: a cluster placement group, one launch template for the head and one per node group (EFA layout,
+IMDSv2, encrypted root volume, the loader as user data), the head instance, one resource per group whose deletion
+terminates the group's instances (infra/components/groups.py), and the parameters the nodes and the controller
+read: settings and groups. Compute instances are launched by the controller on the head (EC2 Fleet, from the
+group's launch template), never one by one by Pulumi."""
 
 from __future__ import annotations
 
@@ -12,17 +14,16 @@ import pulumi_aws as aws
 
 from infra.config import ClusterConfig
 from infra.efa import InterfaceSpec
-from infra.hostfile import hosts_parameter_value
+from infra.components.groups import GroupInstances
+from infra.config import NodeGroup
+from infra.groups_param import group_entry, groups_value
 from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
-from infra.naming import (HEAD, TAG_INSTANCE, TAG_INTERFACES, Paths, compute_node_name, launch_template_name,
+from infra.naming import (HEAD, NO_ROTATION, TAG_INTERFACES, Paths, group_resource, launch_template_name,
                           placement_group_name, tags)
 from infra.node_settings import settings_value
 from infra.roles import RoleSpec, bootstrap_context, resolve_role
 from infra.userdata import user_data
-
-PENDING_STATUS = '{"phase": "pending"}'
-
 
 @dataclass
 class ComputeArgs:
@@ -38,6 +39,7 @@ class ComputeArgs:
     nodes_sg_id: pulumi.Input[str]
     head_ssh_sg_id: pulumi.Input[str] | None
     instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/components/identity.py)
+    account: pulumi.Input[str]  # names the state bucket in the settings
     extra_tags: dict[str, str] = field(default_factory=dict)
     boot_after: list[pulumi.Resource] = field(default_factory=list)  # the bundle pointer the loader reads
 
@@ -48,6 +50,23 @@ class Node:
     role: str
     instance: aws.ec2.Instance
     itype: InstanceType
+
+
+@dataclass
+class GroupNodes:
+    """A node group as Pulumi made it: its launch template and the resource whose deletion terminates it."""
+    config: NodeGroup
+    spec: RoleSpec
+    launch_template: aws.ec2.LaunchTemplate
+    instances: GroupInstances
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def itype(self) -> InstanceType:
+        return self.spec.itype
 
 
 def interfaces_tag(layout: tuple[InterfaceSpec, ...], public: bool) -> str:
@@ -78,19 +97,19 @@ def metadata_options(cfg: ClusterConfig) -> dict:
                 instance_metadata_tags="enabled")
 
 
-def compute_placement_group(cfg: ClusterConfig, own_group: pulumi.Input[str]) -> pulumi.Input[str] | None:
-    """Compute nodes launched into a reservation (ODCR or Capacity Block) go into the group it was made in
-    (compute.placementGroup) or none: in an unrelated group EC2 can refuse for capacity although the reservation
-    has room (aws-parallelcluster, ec2_validators.py PlacementGroupCapacityReservationValidator; EC2 User Guide
+def compute_placement_group(group: NodeGroup, own_group: pulumi.Input[str]) -> pulumi.Input[str] | None:
+    """A group launched into a reservation (ODCR or Capacity Block) goes into the placement group it was made in
+    (its placementGroup) or none: in an unrelated group EC2 can refuse for capacity although the reservation has
+    room (aws-parallelcluster, ec2_validators.py PlacementGroupCapacityReservationValidator; EC2 User Guide
     "Capacity Reservations in cluster placement groups"). Preflight checks the reservation's group."""
-    if cfg.compute.capacity_reservation_id:
-        return cfg.compute.placement_group
-    return cfg.compute.placement_group or own_group
+    if group.capacity_reservation_id:
+        return group.placement_group
+    return group.placement_group or own_group
 
 
 class Compute(pulumi.ComponentResource):
     head: Node
-    compute_nodes: list[Node]
+    groups: list[GroupNodes]
     head_is_public: bool
 
     def __init__(self, name: str, args: ComputeArgs, opts: pulumi.ResourceOptions | None = None):
@@ -100,52 +119,63 @@ class Compute(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         paths = Paths(c)
 
-        group = aws.ec2.PlacementGroup(f"{c}-placement", name=placement_group_name(c), strategy="cluster",
-                                       tags=tags(c, "placement", t), opts=child).name
+        own_group = aws.ec2.PlacementGroup(f"{c}-placement", name=placement_group_name(c), strategy="cluster",
+                                           tags=tags(c, "placement", t), opts=child).name
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
         head = resolve_role(cfg, args.region, "head", args.facts)
-        compute = resolve_role(cfg, args.region, "compute", args.facts)
-        head_lt = self._launch_template(args, group, head, public=self.head_is_public)
-        compute_lt = self._launch_template(args, compute_placement_group(cfg, group), compute, public=False)
+        head_lt = self._launch_template(args, own_group, head, public=self.head_is_public)
+        self.groups = []
+        for group in cfg.node_groups:
+            spec = resolve_role(cfg, args.region, "compute", args.facts, group.name)
+            lt = self._launch_template(args, compute_placement_group(group, own_group), spec, public=False,
+                                       group=group.name)
+            # Its inputs name the template, subnet and security group, so destroy deletes it (terminating the
+            # group's instances) before them.
+            instances = GroupInstances(group_resource(c, group.name), c, group.name, args.region, lt.id,
+                                       args.private_subnet_id, args.nodes_sg_id, opts=child)
+            self.groups.append(GroupNodes(group, spec, lt, instances))
 
-        self.head = self._node(args, HEAD, head_lt, head, public=self.head_is_public)
-        self.compute_nodes = [self._node(args, compute_node_name(i), compute_lt, compute, public=False)
-                              for i in range(cfg.compute.count)]
+        # The head runs the controller: it depends on the groups' resources, so destroy removes it first and no
+        # controller relaunches what the groups' deletion terminates.
+        self.head = self._node(args, HEAD, head_lt, head, public=self.head_is_public,
+                               after=[g.instances for g in self.groups])
 
         # What changes over the cluster's life (count, pacing, timeouts, launch settings): read by the nodes at
         # run time and updated in place; in the user data, a resize would replace nodes or leave them stale.
         aws.ssm.Parameter(
             f"{c}-settings-param", name=paths.settings, type="String", tier="Intelligent-Tiering",
             description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/node_settings.py)",
-            value=settings_value(cfg, args.region, args.facts), tags=tags(c, "settings-param", t), opts=child)
+            value=pulumi.Output.from_input(args.account).apply(
+                lambda account: settings_value(cfg, args.region, args.facts, account)),
+            tags=tags(c, "settings-param", t), opts=child)
 
-        # What the bootstrap waits for: the nodes' addresses once every instance exists.
+        # The groups the controller keeps: a count change updates this value in place, and nothing else.
+        entries = [pulumi.Output.all(g.launch_template.name, args.private_subnet_id, args.subnet_azs[False],
+                                     compute_placement_group(g.config, own_group)).apply(
+            lambda a, i=i, g=g: group_entry(cfg, i, g.config, g.itype, a[0], a[1], a[2], a[3]))
+            for i, g in enumerate(self.groups)]
         aws.ssm.Parameter(
-            f"{c}-hosts-param", name=paths.hosts, type="String", tier="Intelligent-Tiering",
-            description="head IP, then compute IPs in name order; the bootstrap waits for it",
-            value=pulumi.Output.all(self.head.instance.private_ip,
-                                    *[n.instance.private_ip for n in self.compute_nodes]).apply(hosts_parameter_value),
-            tags=tags(c, "hosts-param", t), opts=child)
-        # Made here so `pulumi destroy` removes what the nodes write into them.
-        for node in [self.head, *self.compute_nodes]:
-            # Its tag names the one instance allowed to write it (identity.py); it follows a replaced node.
-            aws.ssm.Parameter(f"{c}-status-{node.name}", name=paths.node(node.name), type="String",
-                              value=PENDING_STATUS, description=f"bootstrap status of {node.name}",
-                              tags={**tags(c, f"status-{node.name}", t), TAG_INSTANCE: node.instance.arn},
-                              opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
-            # Its host public keys for the head to certify (hpcc_node/certs.py), writable by the same instance only.
-            aws.ssm.Parameter(f"{c}-hostkeys-{node.name}", name=f"{paths.hostkeys}/{node.name}", type="String",
-                              value="pending", description=f"host public keys of {node.name}",
-                              tags={**tags(c, f"hostkeys-{node.name}", t), TAG_INSTANCE: node.instance.arn},
-                              opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
+            f"{c}-groups-param", name=paths.groups, type="String", tier="Intelligent-Tiering",
+            description="the node groups the controller launches and keeps (JSON, infra/groups_param.py)",
+            value=pulumi.Output.all(*entries).apply(lambda es: groups_value(list(es))),
+            tags=tags(c, "groups-param", t), opts=child)
+        # The host-key rotation the head follows (hpcc_node/certstore.py), set by `hpcc rotate-keys`: Pulumi's, so
+        # `pulumi destroy` removes it; the command's values are kept (ignore_changes).
+        aws.ssm.Parameter(
+            f"{c}-rotation-param", name=paths.rotation, type="String", value=NO_ROTATION,
+            description="the host-CA rotation the head applies (hpcc rotate-keys)", tags=tags(c, "rotation-param", t),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
-    def _launch_template(self, args: ComputeArgs, group: pulumi.Input[str] | None, spec: RoleSpec,
-                         public: bool) -> aws.ec2.LaunchTemplate:
+    def _launch_template(self, args: ComputeArgs, placement: pulumi.Input[str] | None, spec: RoleSpec,
+                         public: bool, group: str | None = None) -> aws.ec2.LaunchTemplate:
+        """The head's (Pulumi launches the head from it, into its subnet) or a group's: a group's interfaces carry
+        no subnet, which EC2 Fleet's override supplies (a template naming a subnet and an override naming another
+        is refused)."""
         cfg, t = args.config, args.extra_tags
         c, role, itype = cfg.name, spec.role, spec.itype
-        subnet = args.public_subnet_id if public else args.private_subnet_id
+        subnet = None if group else args.public_subnet_id if public else args.private_subnet_id
         groups = [args.nodes_sg_id] + ([args.head_ssh_sg_id] if public and args.head_ssh_sg_id else [])
         interfaces = [
             aws.ec2.LaunchTemplateNetworkInterfaceArgs(
@@ -155,7 +185,7 @@ class Compute(pulumi.ComponentResource):
                 associate_public_ip_address=("true" if public else "false") if nic.is_primary else None)
             for nic in spec.layout
         ]
-        packed = user_data(bootstrap_context(cfg, args.region, role, args.facts))
+        packed = user_data(bootstrap_context(cfg, args.region, role, args.facts, group))
         market = None
         if spec.market == "spot":
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
@@ -168,13 +198,14 @@ class Compute(pulumi.ComponentResource):
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
                 capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
                     capacity_reservation_id=spec.capacity_reservation_id))
-        launch_tags = tags(c, role, t, role=role)
+        what = group or role  # the `compute` group keeps the compute role's template names: updated in place
+        launch_tags = tags(c, role, t, role=role, **({"group": group} if group else {}))
         return aws.ec2.LaunchTemplate(
-            f"{c}-{role}-lt", name=launch_template_name(c, role), instance_type=itype.name,
+            f"{c}-{what}-lt", name=launch_template_name(c, what), instance_type=itype.name,
             image_id=args.image.apply(lambda i: i.ami_id),
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arns[role]),
             network_interfaces=interfaces,
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group, availability_zone=args.availability_zone),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement, availability_zone=args.availability_zone),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(**metadata_options(cfg)),
             block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
                 device_name=args.image.apply(lambda i: i.root_device_name),
@@ -185,11 +216,12 @@ class Compute(pulumi.ComponentResource):
             user_data=base64.b64encode(packed).decode(),
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=launch_tags)
                                 for rt in ("instance", "volume", "network-interface")],
-            tags=tags(c, f"{role}-lt", t),
+            tags=tags(c, f"{what}-lt", t),
             update_default_version=True,
             opts=pulumi.ResourceOptions(parent=self))
 
-    def _node(self, args: ComputeArgs, node: str, lt: aws.ec2.LaunchTemplate, spec: RoleSpec, public: bool) -> Node:
+    def _node(self, args: ComputeArgs, node: str, lt: aws.ec2.LaunchTemplate, spec: RoleSpec, public: bool,
+              after: list[pulumi.Resource]) -> Node:
         """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
         new instance), another subnet's AZ (`availability_zone`), another instance type or interface layout
         (`replace_on_changes`). A new launch-template
@@ -205,6 +237,7 @@ class Compute(pulumi.ComponentResource):
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(**metadata_options(args.config)),
             tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(spec.layout, public)),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"], depends_on=args.boot_after,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
+                                        depends_on=[*args.boot_after, *after],
                                         replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))
         return Node(node, role, instance, spec.itype)

@@ -19,6 +19,7 @@ from infra.ops.aws import Aws, error_code, error_message
 from infra import prices
 from infra.instance_facts import DescribedFacts
 from infra.ops.capacity import capacity_reservation
+from infra.ops.preflight_groups import launch_rate
 from infra.ops.preflight_neighbours import shared_ssm_throughput
 from infra.validators import ERROR, INFO, WARNING, Finding, check_config
 from infra.validators.type_rules import TYPE_RULES, efa_off, resolve_types
@@ -286,6 +287,7 @@ RULES = [
     capacity_reservation,
     price_list,
     shared_ssm_throughput,
+    launch_rate,
 ]
 
 

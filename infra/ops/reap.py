@@ -9,7 +9,8 @@ IAM, the parameters and the secret are found by their names (infra/naming.py) an
 KINDS below is the whole procedure, one row per kind in deletion order (each kind only after everything
 before it is gone): how it is listed and re-checked, how it is deleted, what is waited for. The generic
 finder and deleter are in infra/ops/reap_kinds.py, the few special cases in infra/ops/reap_special.py.
-`inventory()` only reads; `reap(..., yes=False)` is the dry run. Showing the result is
+Controller-launched instances carry the cluster's tag like the rest; the head (the controller) is terminated first,
+and the ledger table and the buckets come last (infra/ops/reap_stores.py). `inventory()` only reads; `reap(..., yes=False)` is the dry run. Showing the result is
 infra/ops/reap_report.py's, for the CLI and `hpcc destroy`.
 """
 
@@ -20,6 +21,7 @@ from typing import Callable
 from infra.naming import Paths, placement_group_name
 from infra.ops import reap_kinds as k
 from infra.ops import reap_special as special
+from infra.ops import reap_stores as stores
 from infra.ops.aws import Aws
 from infra.ops.reap_kinds import Delete, Find, Found, Inventory, Item, Kind, Waits, unless_missing
 
@@ -74,11 +76,9 @@ def _in_path(param: dict, found: Found) -> bool:
 VPCS = Find("describe_vpcs", "VpcId")
 
 KINDS: tuple[Kind, ...] = (
-    Kind("instance",
-         Find("describe_instances", "InstanceId", records="Reservations[].Instances[]",
-              keep=lambda i, found: i["State"]["Name"] != "terminated", extra=lambda i: {"state": i["State"]["Name"]}),
-         Delete("terminate_instances", lambda it: {"InstanceIds": [it.id]}, waiter="InstanceTerminated",
-                wait_args=lambda items: {"InstanceIds": [i.id for i in items]}, what="instances to terminate")),
+    # The head first: it runs the controller, which would launch again what reap terminates.
+    Kind("head-instance", stores.find_heads, stores.terminate),
+    Kind("instance", stores.find_instances, stores.terminate),
     Kind("fsx-association", special.find_associations,
          Delete("delete_data_repository_association", service="fsx",
                 args=lambda it: {"AssociationId": it.id, "DeleteDataInFileSystem": False})),
@@ -144,6 +144,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("secret", special.find_secret,
          Delete("delete_secret", lambda it: {"SecretId": it.id, "ForceDeleteWithoutRecovery": True},
                 service="secretsmanager")),
+    Kind("ledger-table", stores.find_tables, stores.delete_tables),
+    Kind("bucket", stores.find_buckets, stores.delete_buckets),
 )
 
 # Deletion order: each kind only after everything before it is gone.
@@ -182,6 +184,10 @@ def reap(aws: Aws, cluster: str, yes: bool = False, waits: Waits | None = None,
             for it in items:
                 it.result = "would delete"
             continue
+        if kind == "instance":  # the head is gone now: what its controller launched meanwhile goes too
+            later = stores.relist(aws, cluster, items)
+            inv.items += later
+            items += later
         if on_step:
             on_step(kind, items)
         DELETERS[kind](aws, items, waits)

@@ -1,60 +1,110 @@
-"""`hpcc replace CONFIG --stack S NODE...`: new instances for named nodes (dead, stopped, failed bootstrap).
+"""`hpcc replace NODE...`: ask the controller for a new instance under each named node, with no Pulumi run.
 
-The stack's state names the nodes (`<cluster>-head`, `<cluster>-compute-NNN` instances); the update is
-`pulumi up --replace <urn>` for exactly those instances (https://www.pulumi.com/docs/iac/cli/commands/pulumi_up/),
-previewed first: the guard lets those replacements through and still stops anything else it guards unless
---allow-replace. Then it waits until each named node is ready on its new instance and every node has applied
-the new /hosts version (the replacement has a new IP).
+It records `replace_requested` on each node's slot in the ledger (hpcc_node/controller/ledger.py); the controller
+reads it at its next loop and does the rest (decide.py `down_and_replace`: DOWN in Slurm with an `hpcc:` reason,
+terminate, and once the instance is shutting down the name moves to a newly launched one, not counted against the
+group's budget). This is the one ledger write not made by the controller: it holds no lease, so it is a single
+conditional UpdateItem at the version it read (DynamoDB Developer Guide, "Condition expressions"), changing nothing but the
+flag; a controller that read the slot before loses its own write of it (Conflict) and reads again next loop.
+
+It needs only DynamoDB on the cluster's table: the deployer's credentials on the operator's machine, or the head's
+instance role on the head (`hpcc replace --cluster C --region R NODE` there). The core below takes a boto3-shaped
+client and uses the standard library only, so the node side can call the same function.
 """
 
 from __future__ import annotations
 
-import shutil
-import time
-from pathlib import Path
-from typing import Callable
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence
 
-from rich.console import Console
+from hpcc_node.controller import model
+from hpcc_node.controller.ledger import _key
 
-from infra.naming import resource_name
-from infra.ops import OpsError
-from infra.ops import stackstate
-from infra.ops.aws import Aws
-from infra.ops.status import instances
-from infra.ops.up import UpReport, _load, guarded_update, pack_for, select, state, wait_and_report
+RETRIES = 5  # a controller writing the same slot at that moment: read again, at most this often
 
 
-class UnknownNodes(OpsError):
-    """A NODE argument that is not a node of the stack (a usage error: exit 2)."""
+class UnknownNodes(ValueError):
+    """A NODE argument that is not a name in the ledger (a usage error: exit 2)."""
 
 
-def node_urns(known: dict[str, str], wanted: list[str], stack_name: str) -> dict[str, str]:
-    """The URNs of the wanted nodes, in the order given; unknown names raise UnknownNodes naming the known."""
+class Busy(RuntimeError):
+    """The slot kept changing under the request (the controller writing it each time): try again."""
+
+
+@dataclass(frozen=True)
+class Requested:
+    node: str
+    group: str
+    instance_id: str
+    state: str
+    already: str = ""  # why nothing was written: already requested, already being replaced
+
+
+def _read(ddb: Any, table: str, name: str):
+    item = ddb.get_item(TableName=table, Key={"pk": {"S": _key("slot", name)}}, ConsistentRead=True).get("Item")
+    return (json.loads(item["doc"]["S"]), int(item["v"]["N"])) if item else (None, 0)
+
+
+def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> List[str]:
+    """The wanted names in the order given, once each; unknown ones raise UnknownNodes listing the known."""
     if not wanted:
-        raise UnknownNodes("name at least one node to replace, e.g. compute-001")
+        raise UnknownNodes("name at least one node to replace, e.g. gpu-001")
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        listed = ", ".join(sorted(known, key=lambda n: (n != "head", n))) or "none (the stack has no instances yet)"
-        raise UnknownNodes(f"not a node of stack {stack_name!r}: {', '.join(unknown)}; its nodes are: {listed}")
-    return {n: known[n] for n in dict.fromkeys(wanted)}
+        listed = ", ".join(sorted(known)) or "none (the controller has named no node yet)"
+        head = (" (the head is Pulumi's, not the controller's: `pulumi up --replace <the head's URN>` replaces it)"
+                if "head" in unknown else "")
+        raise UnknownNodes(f"not a node of cluster {cluster!r}: {', '.join(unknown)}{head}; its nodes are: {listed}")
+    return list(dict.fromkeys(wanted))
 
 
-def replace(config_path: Path, stack_name: str, nodes: list[str], *, aws: Aws | None = None,
-            stack_factory=None, console: Console | None = None, hostfile_path: Path = Path("hostfile"),
-            wait_seconds: float | None = None, poll: float = 15.0, allow_replace: bool = False,
-            which: Callable[[str], str | None] = shutil.which,
-            sleep: Callable[[float], None] = time.sleep) -> UpReport:
-    console = console or Console()
-    cfg = _load(config_path)
-    cluster = cfg.cluster.name
-    stack = select(config_path, stack_name, stack_factory, which)
-    urns = node_urns(stackstate.instance_nodes(state(stack), cluster), nodes, stack_name)
-    aws = aws or Aws(cfg.region)
-    live = {i.node: i.instance_id for i in instances(aws, cluster, include_terminated=True)}
-    leaving = {n: live[n] for n in urns if n in live}
-    console.print("replacing " + ", ".join(f"{n} ({leaving.get(n, 'no instance')})" for n in urns), highlight=False)
-    outputs = guarded_update(stack, console, replace=list(urns.values()), allow_replace=allow_replace,
-                             policy_pack=pack_for(config_path), allowed_replacements=tuple(resource_name(cluster, n) for n in urns))
-    return wait_and_report(cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds,
-                           poll=poll, sleep=sleep, replaced=leaving)
+def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Sequence[str]) -> List[Requested]:
+    """Record the request on each named slot; names are checked first, so a typo writes nothing."""
+    names = check_names(known, nodes, cluster)
+    out = []
+    for name in names:
+        for _ in range(RETRIES):
+            doc, version = _read(ddb, table, name)
+            if doc is None:
+                raise UnknownNodes(f"{name} left the ledger while asking (the controller removed it): nothing to do")
+            if doc.get("state") == model.REPLACING or doc.get("replace_requested"):
+                why = "being replaced already" if doc.get("state") == model.REPLACING else "requested already"
+                out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc["state"], why))
+                break
+            try:
+                ddb.update_item(  # the ledger's item shape (ledger.py `_put`): doc at version v+1 if still at v
+                    TableName=table, Key={"pk": {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
+                    ConditionExpression="v = :v", ExpressionAttributeNames={"#d": "doc"},
+                    ExpressionAttributeValues={":doc": {"S": json.dumps({**doc, "replace_requested": True},
+                                                                        sort_keys=True)},
+                                               ":next": {"N": str(version + 1)}, ":v": {"N": str(version)}})
+            except ddb.exceptions.ConditionalCheckFailedException:
+                continue  # the controller wrote it meanwhile: read again
+            out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc.get("state", "")))
+            break
+        else:
+            raise Busy(f"{name}: the slot changed {RETRIES} times while asking; run hpcc replace again")
+    return out
 
+
+def plan_text(done: Sequence[Requested], cluster: str, loop_seconds: int) -> List[str]:
+    """What the controller will do, and where to watch it."""
+    lines = []
+    for r in done:
+        if r.already:
+            lines.append(f"{r.node} ({r.instance_id or 'no instance'}): {r.already}; nothing written")
+            continue
+        lines.append(f"{r.node} ({r.instance_id or 'no instance'}, {r.state}): replacement requested in the ledger")
+    if any(not r.already for r in done):
+        lines += [f"the controller on the head acts at its next loop (within {loop_seconds} s): it marks each node "
+                  "DOWN in Slurm (reason `hpcc: requested by hpcc replace`), terminates its instance, and once EC2 "
+                  "shows it shutting down gives the name to a new instance of the same group (launched from the "
+                  "group's launch template); not counted against the group's replacement budget",
+                  f"watch: `hpcc status --cluster {cluster}` (per group, and the controller's actions), or on the "
+                  "head `journalctl -u hpcc-controller -f` (also /var/log/hpcc/controller.log)"]
+    return lines
+
+
+def known_names(loaded_slots: Dict[str, Any]) -> List[str]:
+    return sorted(loaded_slots)

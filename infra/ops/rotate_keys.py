@@ -6,25 +6,28 @@ node's agent installs what the head wrote), and waits between phases until every
 - switch: the head signs every node's host keys with the new CA; both are still trusted, so a connection from a node
   that has not yet seen the new certificates, or to one still serving the old, is accepted;
 - retire: the old CA is dropped from the secret and from every known-hosts file.
-A node applied a phase when the certificates the head wrote for it (certs/<node>) are of the phase and the node's
-own report (hostkeys/<node>: the CAs it trusts, the CA of the certificates it serves) says it installed them.
+A node applied a phase when the certificates the head wrote for it (certs/<node>.json in the state bucket) are of the
+phase and the node's own report (hostkeys/<instance-arn>.json: the CAs it trusts, the CA of the certificates it
+serves) says it installed them; the nodes are those of the controller's membership.json (hpcc_node/certstore.py).
 Open SSH sessions are never touched (their host key was checked at connect); new ones succeed through every phase.
 
 One rotation at a time: a rotation whose retire not every node has applied is still running; the command refuses to
-start another and `--resume` carries it on (re-running a phase changes nothing). The cluster's first rotation
-parameter is created with Overwrite false, so two operators starting it at once do not both start one.
+start another and `--resume` carries it on (re-running a phase changes nothing). The rotation parameter is Pulumi's
+(created "none", so `pulumi destroy` removes it); two operators starting a rotation in the same second are not
+told apart (SSM has no conditional write): the second one's id wins, and both wait for it.
 Not yet: rotating root's cluster key (hpcc/<c>/ssh-key), which the nodes read at boot only."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from hpcc_node import certstore
-from hpcc_node.certs import node_name
-from infra.naming import Paths
-from infra.ops import OpsError
-from infra.ops.aws import Aws, error_code
+from hpcc_node.certs import members
+from hpcc_node.controller import membership
+from infra.ops import OpsError, store
+from infra.ops.aws import Aws
 
 Clock = Callable[[], float]
 
@@ -49,19 +52,43 @@ def _parameters(aws: Aws, names: list[str]) -> dict[str, str]:
     return found
 
 
-def nodes_of(aws: Aws, cluster: str) -> list[str]:
-    hosts = _parameters(aws, [Paths(cluster).hosts]).get(Paths(cluster).hosts)
-    if hosts is None:
-        raise OpsError(f"no {Paths(cluster).hosts} parameter: is {cluster!r} a running cluster in this region?")
-    return [node_name(i) for i, line in enumerate(l for l in hosts.splitlines() if l.strip())]
+class Cluster:
+    """The state bucket and the members' instance ARNs, read once a poll."""
+
+    def __init__(self, aws: Aws, cluster: str):
+        self.aws, self.cluster, self.bucket = aws, cluster, store.names(aws, cluster).bucket
+        caller = aws.call("sts", "get_caller_identity")
+        self.partition, self.account = caller["Arn"].split(":")[1], caller["Account"]
+
+    def nodes(self) -> dict[str, str]:
+        """name -> instance ARN of the head and every listed node (membership.json)."""
+        doc = store.read_membership(self.aws, self.bucket)
+        if not doc.get("head"):
+            raise OpsError(f"no membership.json in s3://{self.bucket}: is {self.cluster!r} a running cluster in this "
+                           "region, with its controller up?")
+        try:
+            listed = members(doc)  # the head's own list: the nodes it signs for
+        except ValueError as e:
+            raise OpsError(f"s3://{self.bucket}/{membership.KEY}: {e}") from None
+        return {m.name: membership.instance_arn(self.partition, self.aws.region, self.account, m.instance)
+                for m in listed if m.instance}
+
+    def read(self, key: str) -> str | None:
+        return certstore.get(self.aws.client("s3"), self.bucket, key)[0]
 
 
-def lagging(aws: Aws, cluster: str, phase: str) -> list[str]:
-    """The nodes that have not applied the phase yet."""
-    names, nodes = certstore.names(cluster), nodes_of(aws, cluster)
-    read = _parameters(aws, [names.certs(n) for n in nodes] + [names.hostkeys(n) for n in nodes])
-    return [n for n in nodes if not applied(phase, certstore.read_issued(read.get(names.certs(n))),
-                                            certstore.read_published(read.get(names.hostkeys(n))))]
+def lagging(c: Cluster, phase: str) -> tuple[list[str], int]:
+    """The nodes that have not applied the phase yet, and how many nodes there are."""
+    names, nodes = certstore.names(c.cluster), c.nodes()
+
+    def check(item: tuple[str, str]) -> bool:
+        node, arn = item
+        return applied(phase, certstore.read_issued(c.read(names.certs(node))),
+                       certstore.read_published(c.read(names.hostkeys(arn))))
+
+    with ThreadPoolExecutor(store.FETCH_THREADS) as pool:
+        done = list(pool.map(check, nodes.items()))
+    return [n for n, ok in zip(nodes, done) if not ok], len(nodes)
 
 
 def current(aws: Aws, cluster: str) -> certstore.Rotation | None:
@@ -69,25 +96,20 @@ def current(aws: Aws, cluster: str) -> certstore.Rotation | None:
     try:
         return certstore.read_rotation(_parameters(aws, [name]).get(name))
     except ValueError as e:
-        raise OpsError(f"{name}: {e}; delete it (aws ssm delete-parameter --name {name}) to start again") from None
+        raise OpsError(f"{name}: {e}; reset it (aws ssm put-parameter --overwrite --name {name} --value {certstore.NO_ROTATION}) to "
+                       "start again") from None
 
 
-def put(aws: Aws, cluster: str, rotation: certstore.Rotation, create: bool) -> None:
-    try:
-        aws.call("ssm", "put_parameter", Name=certstore.names(cluster).rotation, Type="String",
-                 Value=certstore.rotation_text(rotation), Overwrite=not create)
-    except Exception as e:
-        if error_code(e) == "ParameterAlreadyExists":
-            raise OpsError("another rotation was started at the same moment: run again with --resume to follow it") from None
-        raise
+def put(aws: Aws, cluster: str, rotation: certstore.Rotation) -> None:
+    aws.call("ssm", "put_parameter", Name=certstore.names(cluster).rotation, Type="String",
+             Value=certstore.rotation_text(rotation), Overwrite=True)
 
 
-def wait_phase(aws: Aws, cluster: str, phase: str, timeout: float, say: Callable[[str], None],
+def wait_phase(c: Cluster, phase: str, timeout: float, say: Callable[[str], None],
                clock: Clock = time.time, sleep: Callable[[float], None] = time.sleep, poll: float = 15) -> None:
     deadline, last = clock() + timeout, None
     while True:
-        behind = lagging(aws, cluster, phase)
-        total = len(nodes_of(aws, cluster))
+        behind, total = lagging(c, phase)
         line = f"{phase}: {total - len(behind)}/{total} nodes applied" + (
             f" (waiting for {', '.join(behind[:8])}{' ...' if len(behind) > 8 else ''})" if behind else "")
         if line != last:
@@ -105,8 +127,9 @@ def wait_phase(aws: Aws, cluster: str, phase: str, timeout: float, say: Callable
 def rotate(aws: Aws, cluster: str, resume: bool, timeout: float, say: Callable[[str], None],
            clock: Clock = time.time, sleep: Callable[[float], None] = time.sleep) -> str:
     """Run (or with resume, carry on) one rotation to its end; returns its id."""
+    c = Cluster(aws, cluster)
     running = current(aws, cluster)
-    if running and running.phase == "retire" and not lagging(aws, cluster, "retire"):
+    if running and running.phase == "retire" and not lagging(c, "retire")[0]:
         running = None  # the last rotation is over
     if running and not resume:
         raise OpsError(f"rotation {running.id} is still at phase {running.phase}: run `hpcc rotate-keys --cluster "
@@ -116,12 +139,12 @@ def rotate(aws: Aws, cluster: str, resume: bool, timeout: float, say: Callable[[
         return ""
     if running is None:
         running = certstore.Rotation(time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(clock())), "add")
-        put(aws, cluster, running, create=current(aws, cluster) is None)
+        put(aws, cluster, running)
         say(f"rotation {running.id} started")
     for phase in certstore.PHASES[certstore.PHASES.index(running.phase):]:
         if phase != running.phase:
             running = certstore.Rotation(running.id, phase)
-            put(aws, cluster, running, create=False)
-        wait_phase(aws, cluster, phase, timeout, say, clock, sleep)
+            put(aws, cluster, running)
+        wait_phase(c, phase, timeout, say, clock, sleep)
     say(f"rotation {running.id} done: every node trusts and serves the new host CA only")
     return running.id

@@ -2,9 +2,9 @@
 
 up: preflight (stop on any error) -> `pulumi preview`, summarised; stop when it would replace or delete an
 instance, subnet, placement group or the file system, unless --allow-replace -> `pulumi up` with its
-progress streamed -> wait for every node's bootstrap status (/hpcc/<c>/nodes/<node>) to reach `ready` on its
-live instance and apply the current /hosts version, a progress bar per phase -> name failed or lagging nodes
-with their failing step and log tail -> print the SSH (or SSM) command and write the hostfile locally.
+progress streamed -> wait, a progress bar per node group, until the head and as many nodes as each group asks are
+ready (the controller on the head launches and replaces them; infra/ops/readiness.py) -> name failed nodes with
+their failing step, log tail and what the controller does -> print the SSH (or SSM) command, write the hostfile.
 destroy: unprotect the file system in the state -> `pulumi destroy` streamed -> list anything still tagged
 for the cluster (and how to reap it).
 
@@ -22,7 +22,9 @@ from typing import Any, Callable, Protocol
 
 from rich.console import Console
 
+from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.config import StackConfig
+from infra.estimates import ready_timeout_minutes
 from infra.naming import resource_name
 from infra.ops import OpsError
 from infra.ops import hostfile as ops_hostfile
@@ -32,6 +34,7 @@ from infra.ops import reap_report
 from infra.ops import stackstate
 from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
+from infra.ops.preflight_groups import groups_of, per_minute
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
 from infra.project import ProjectError, find_project, policy_pack, project_for, stale_environment
 from infra.stackfile import as_pulumi_config, load, read_raw
@@ -179,33 +182,44 @@ class UpReport:
         return self.readiness.ok
 
 
+def asked_groups(cfg: StackConfig) -> dict[str, int]:
+    """Each node group's count (preflight_groups.groups_of: `nodeGroups`, or the `compute` block's one group)."""
+    return {g.name: g.count for g in groups_of(cfg)}
+
+
+def wait_timeout(cfg: StackConfig, asked: dict[str, int]) -> float:
+    """Seconds `hpcc up` waits (infra/estimates.py): grows with the count through the controller's launch waves."""
+    return 60 * ready_timeout_minutes(cfg.cluster.bootstrap.timeout_minutes, sum(asked.values()), per_minute(),
+                                      TIMERS.boot_grace_seconds // 60)
+
+
 def wait_and_report(cfg: StackConfig, aws: Aws, outputs: dict, console: Console, *, hostfile_path: Path,
                     wait_seconds: float | None, poll: float, sleep: Callable[[float], None],
                     replaced: dict[str, str] | None = None) -> UpReport:
-    """Wait for every node (ready on its live instance, converged on /hosts), name what failed or lags, write
-    the hostfile and print how to log in."""
+    """Wait for the head and every group (as many nodes ready as asked, on the current membership, replacements
+    included), name what failed and what the controller does about it, write the hostfile, print how to log in."""
     cluster = outputs.get("clusterName") or cfg.cluster.name
-    compute = [n["name"] for n in outputs.get("computeNodes") or []] or \
-        [f"compute-{i:03d}" for i in range(cfg.cluster.compute.count)]
-    nodes = ["head", *compute]
-    timeout = wait_seconds if wait_seconds is not None else (cfg.cluster.bootstrap.timeout_minutes + 5) * 60
-    console.print(f"waiting for {len(nodes)} nodes to finish their bootstrap and apply the current hosts "
-                  f"(up to {timeout / 60:.0f} min)", highlight=False)
-    readiness = wait_ready(aws, cluster, nodes, timeout, poll=poll, console=console, sleep=sleep, replaced=replaced)
+    asked = asked_groups(cfg)
+    timeout = wait_seconds if wait_seconds is not None else wait_timeout(cfg, asked)
+    console.print(f"waiting for the head and {sum(asked.values())} nodes in {len(asked)} group(s) "
+                  f"({', '.join(f'{g}: {n}' for g, n in asked.items())}) to be ready; the controller on the head "
+                  f"launches and replaces them (up to {timeout / 60:.0f} min)", highlight=False)
+    readiness = wait_ready(aws, cluster, asked, timeout, poll=poll, console=console, sleep=sleep, replaced=replaced)
     report_failures(console, readiness)
 
     written = None
     try:
         text = ops_hostfile.render(aws, cluster, "openmpi")
     except OpsError:
-        text = outputs.get("hostfile")
+        text = None
     if text:
         hostfile_path.write_text(text)
         written = hostfile_path
-        console.print(f"hostfile: {hostfile_path} ({len(text.splitlines())} compute nodes)", highlight=False)
+        console.print(f"hostfile: {hostfile_path} ({len(text.splitlines())} ready compute nodes; per group: "
+                      f"`hpcc hostfile --cluster {cluster} --group NAME`)", highlight=False)
     if outputs.get("sshCommand"):
         console.print(f"log in: {outputs['sshCommand']}", highlight=False)
-    console.print(summary_line(readiness, len(nodes)), highlight=False)
+    console.print(summary_line(readiness), highlight=False)
     return UpReport(cluster, outputs, readiness, written)
 
 

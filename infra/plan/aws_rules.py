@@ -293,3 +293,23 @@ def check_free_address(name: str, subnet_cidr: str, in_use: int) -> None:
     if in_use >= usable:
         raise AwsRejected(name, "InsufficientFreeAddressesInSubnet",
                           f"subnet {subnet_cidr} has {usable} usable addresses and all are in use")
+
+
+def check_group_addresses(name: str, value: str, subnet_cidrs: dict[str, str], in_use: dict[str, int]) -> None:
+    """The controller's fleets launch each group into the subnet its entry names (`/hpcc/<c>/groups`): EC2 refuses
+    a launch with no free address (InsufficientFreeAddressesInSubnet), so every group's full count, with what the
+    subnet already holds, must fit its usable addresses. Checked here, when the value is written, not at launch."""
+    import json
+
+    wanted: dict[str, int] = {}
+    for group in json.loads(value).get("groups", []):
+        wanted[group["subnet_id"]] = wanted.get(group["subnet_id"], 0) + int(group["count"])
+    for subnet, count in wanted.items():
+        cidr = subnet_cidrs.get(subnet)
+        if cidr is None:
+            raise AwsRejected(name, "InvalidSubnetID.NotFound", f"the groups name subnet {subnet}, which does not exist")
+        usable = ipaddress.ip_network(cidr).num_addresses - SUBNET_RESERVED_ADDRESSES
+        if count + in_use.get(subnet, 0) > usable:
+            raise AwsRejected(name, "InsufficientFreeAddressesInSubnet",
+                              f"the groups launch {count} nodes into subnet {cidr}, which has {usable} usable "
+                              f"addresses and {in_use.get(subnet, 0)} in use")

@@ -140,6 +140,9 @@ def region_change(old_records: list[dict], new_records: list[dict]) -> str:
             f"`hpcc destroy` this one")
 
 
+GROUP_RESOURCE = "pulumi-python:dynamic:Resource"  # infra/components/groups.py
+
+
 def launch_template_notes(changes: list[Change], new_records: list[dict]) -> list[str]:
     """A launch template updated in place is a new version that only nodes launched afterwards get: running nodes
     ignore it (`ignore_changes` on launchTemplate.version, infra/components/compute.py). Say so, per template,
@@ -152,8 +155,14 @@ def launch_template_notes(changes: list[Change], new_records: list[dict]) -> lis
         nodes = sorted(r["name"] for r in new_records if r["type"] == INSTANCE
                        and c.name in (r.get("propertyDependencies") or {}).get("launchTemplate", ())
                        and by_name.get(r["name"], Change("", "", "update")).action not in ("create", "replace"))
-        if nodes:
-            what = ", ".join(sorted({str(parse_path(p)[0]) for p in c.properties}))
+        what = ", ".join(sorted({str(parse_path(p)[0]) for p in c.properties}))
+        group = next((r["inputs"].get("group") for r in new_records if r["type"] == GROUP_RESOURCE
+                      and c.name in (r.get("propertyDependencies") or {}).get("launch_template_id", ())), None)
+        if group:  # the controller launches this group's nodes: the plan does not know which are running
+            notes.append(f"{c.name}: a new launch-template version ({what}) reaches only the nodes the controller "
+                         f"launches from now on (growth and replacements); group {group}'s running nodes keep the "
+                         "old setting until replaced: `hpcc replace NODE` for each")
+        elif nodes:
             notes.append(f"{c.name}: a new launch-template version ({what}) reaches only nodes launched from now on; "
                          f"the {len(nodes)} running node(s) that use it ({', '.join(nodes[:3])}"
                          f"{', ...' if len(nodes) > 3 else ''}) keep the old setting until replaced: "

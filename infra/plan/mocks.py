@@ -15,15 +15,14 @@ from botocore.exceptions import ClientError
 from infra.plan import aws_rules, internals
 from infra.plan.aws_rules import AwsRejected
 from infra.plan.mocks_s3 import S3Mocks
+from infra.plan.mocks_state import StateMocks
 from infra.plan.recorder import plain
 
 
-# Parameters whose size a config field sets, and the fix (the hosts value: the head's and each compute node's
-# address, one a line).
+# Parameters whose size a config field sets, and the fix (the groups value: one entry per node group).
 PARAMETER_FIELDS = {
-    "-hosts-param": lambda lines: f"cluster.compute.count sets its size (one address a line, the head's and each "
-                                  f"compute node's); at most {lines - 1} compute nodes fit: give at most {lines - 1}, "
-                                  f"or split the nodes into two clusters",
+    "-groups-param": lambda _fits: "cluster.nodeGroups sets its size (one entry per group, infra/groups_param.py): "
+                                   "give fewer groups",
 }
 
 
@@ -35,7 +34,7 @@ def _short(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
 
 
-class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
+class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
     def __init__(self, region: str):
         self.region = region
         self.lock = threading.Lock()
@@ -271,10 +270,12 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
             aws_rules.check_parameter(name, i, self._subnet_cidrs)
         except aws_rules.ValueTooLarge as exc:  # name the config field that sizes the value, and the fix
             fix = next((f for suffix, f in PARAMETER_FIELDS.items() if name.endswith(suffix)), None)
-            if fix is None or exc.fits is None:
+            if fix is None:
                 raise
             raise AwsRejected(name, exc.code, f"{exc.message}: {fix(exc.fits)}") from None
         value = i["insecureValue"] if i.get("insecureValue") is not None else i["value"]
+        if name.endswith("-groups-param"):  # where the controller will launch every group's nodes
+            aws_rules.check_group_addresses(name, value, self._subnet_cidr, self._subnet_used)
         self.ssm.put_parameter(Name=i["name"], Value=value, Type=i.get("type", "String"),
                                Tier=i.get("tier", "Standard"), Description=i.get("description", ""), Tags=_tags(i))
         return i["name"], {"arn": f"arn:aws:ssm:{self.region}:{self.account}:parameter{i['name']}", "version": 1}
@@ -332,7 +333,9 @@ class MotoMocks(S3Mocks, pulumi.runtime.Mocks):
                 "MetadataOptions": {"HttpTokens": i.get("metadataOptions", {}).get("httpTokens", "optional"),
                                     "HttpEndpoint": i.get("metadataOptions", {}).get("httpEndpoint", "enabled")},
                 "NetworkInterfaces": [{"NetworkCardIndex": n.get("networkCardIndex", 0), "DeviceIndex": n["deviceIndex"],
-                                       "InterfaceType": n.get("interfaceType", "interface"), "SubnetId": n.get("subnetId"),
+                                       "InterfaceType": n.get("interfaceType", "interface"),
+                                       # a group's template names no subnet: EC2 Fleet's override gives it
+                                       **({"SubnetId": n["subnetId"]} if n.get("subnetId") else {}),
                                        "Groups": n.get("securityGroups", [])} for n in i.get("networkInterfaces") or []],
                 "UserData": i.get("userData", "")}
         if i.get("placement"):

@@ -96,8 +96,9 @@ def _root_cause(exc: BaseException) -> BaseException | None:
 def _execute(config_map: dict, cfg: StackConfig, stack: str,
              previous: PreviousPlan | None = None) -> tuple[list[dict], dict]:
     mocks = MotoMocks(cfg.region)
-    if cfg.cluster.compute.placement_group:  # the account's group: offline it is taken to exist (preflight checks it)
-        mocks.placement_groups[cfg.cluster.compute.placement_group] = "cluster"
+    for group in cfg.cluster.node_groups:  # the account's placement group: offline it is taken to exist (preflight)
+        if group.placement_group:
+            mocks.placement_groups[group.placement_group] = "cluster"
     monitor = RecordingMonitor(mocks, kept=previous.kept_inputs if previous else None)
     executor = ThreadPoolExecutor(thread_name_prefix="hpcc-plan")
     event_loop().set_default_executor(executor)  # registrations run here; drained below

@@ -18,15 +18,18 @@ from infra.instance_facts import HEAD_FIELD
 from infra.ops.terminal import row
 from infra.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 
-NODES_SHOWN = 12
+def group_types(result) -> list:
+    """Each group's instance type's facts, in the order of cluster.node_groups."""
+    cluster = result.config.cluster
+    return [result.facts.get(g.instance_type, cluster.group_field(i, "instanceType"))
+            for i, g in enumerate(cluster.node_groups)]
 
 
 def cost_line(result) -> str:
     """The estimate, or which types have no known price (never a wrong number)."""
     cost, cluster = result.outputs.get("estimatedHourlyCostUsd"), result.config.cluster
     if cost is None:
-        missing = unpriced(result.facts.get(cluster.head_node.instance_type, HEAD_FIELD),
-                           result.facts.get(cluster.compute.instance_type))
+        missing = unpriced(result.facts.get(cluster.head_node.instance_type, HEAD_FIELD), *group_types(result))
         return (f"[bold]price unknown[/] ({', '.join(missing)} not in the price snapshot of {SNAPSHOT_DATE}; "
                 "`hpcc preflight` asks the AWS Price List API)")
     return f"[bold]${cost:,.2f}/hour[/] (on-demand prices, {SNAPSHOT_REGION}, snapshot of {SNAPSHOT_DATE})"
@@ -51,24 +54,25 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     console.print(tree)
 
     nodes = Table(title="Nodes", show_lines=False)
-    for col in ("node", "type", "private IP", "slots"):
-        nodes.add_column(col)
+    for col in ("group", "type", "count", "first node", "last node", "slots", "market"):
+        nodes.add_column(col, no_wrap=col.endswith("node") or col == "type")
     head = outputs["headNode"]
-    row(nodes, "head", cluster.head_node.instance_type,
-                  head["privateIp"] + (f" (public {head['publicIp']})" if head.get("publicIp") else ""), "-")
-    compute = outputs["computeNodes"]
-    for node in compute[:NODES_SHOWN]:
-        row(nodes, node["name"], node["instanceType"], node["privateIp"], node["slots"])
-    if len(compute) > NODES_SHOWN:
-        nodes.add_row(f"... {len(compute) - NODES_SHOWN} more", "", "", "")
+    row(nodes, "head", cluster.head_node.instance_type, 1, "head", "", "-", "on-demand")
+    for group in outputs["nodeGroups"]:
+        first, _, last = group["nodes"].partition("..")
+        row(nodes, group["name"], group["instanceType"], group["count"], first or "(none)", last or "", group["slots"],
+            group["market"])
     console.print(nodes)
+    console.print(f"Head: {head['privateIp']}" + (f" (public {head['publicIp']})" if head.get("publicIp") else "")
+                  + ". The controller on the head launches each group (EC2 Fleet) and names its nodes; EC2 picks "
+                  "their addresses at launch.")
 
     fsx = outputs["fsx"]
     console.print(f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "
                   f"{fsx['dnsName']}@tcp:/{fsx['mountName']} on {fsx['mountPoint']}")
     console.print(f"Log in: {outputs['sshCommand']}")
     console.print(f"Estimated cost: {cost_line(result)}; ready in about "
-                  f"{minutes_to_ready(cluster, result.facts.get(cluster.compute.instance_type))} minutes after `pulumi up` starts")
+                  f"{minutes_to_ready(cluster, *group_types(result))} minutes after `pulumi up` starts")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w.field)}: {escape(w.message)}", highlight=False)
     console.print(escape(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "

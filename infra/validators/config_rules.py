@@ -87,14 +87,47 @@ def fsx_mount_point(cfg):
 
 
 def spot_and_reservation(cfg):
-    compute = cfg.cluster.compute
-    if compute.market == "spot" and compute.capacity_reservation_id:
-        yield Finding(ERROR, "cluster.compute.capacityReservationId",
-                      "a capacity reservation holds on-demand capacity; set market: on-demand, or drop the reservation")
-    if compute.market == "capacity-block" and not compute.capacity_reservation_id:
-        yield Finding(ERROR, "cluster.compute.capacityReservationId",
-                      "market: capacity-block launches into a purchased Capacity Block: give its id (cr-...), which "
-                      "`aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block` lists")
+    """Per group: a reservation holds on-demand capacity; a Capacity Block is named by its reservation."""
+    c = cfg.cluster
+    for i, group in enumerate(c.node_groups):
+        field = c.group_field(i, "capacityReservationId")
+        if group.market == "spot" and group.capacity_reservation_id:
+            yield Finding(ERROR, field, "a capacity reservation holds on-demand capacity; set market: on-demand, or "
+                                        "drop the reservation")
+        if group.market == "capacity-block" and not group.capacity_reservation_id:
+            yield Finding(ERROR, field,
+                          "market: capacity-block launches into a purchased Capacity Block: give its id (cr-...), which "
+                          "`aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block` lists")
+
+
+def group_names_unique(cfg):
+    """A group's name begins its nodes' names and its Slurm partition: two groups of one name would share both."""
+    c, seen = cfg.cluster, {}
+    for i, group in enumerate(c.node_groups):
+        if group.name in seen:
+            yield Finding(ERROR, c.group_field(i, "name"), f"{group.name!r} is also the name of "
+                                                           f"{c.group_field(seen[group.name])}; give each group its own name")
+        seen.setdefault(group.name, i)
+
+
+def spares_need_slurm(cfg):
+    """A group's spares are held idle by a Slurm reservation (hpcc_node/controller/decide_health.py)."""
+    c = cfg.cluster
+    for i, group in enumerate(c.node_groups):
+        if group.spares and c.scheduler != "slurm":
+            yield Finding(ERROR, c.group_field(i, "spares"), "spares are held idle by a Slurm reservation: give "
+                                                               "cluster.scheduler: slurm, or leave spares out")
+
+
+def node_cap(cfg):
+    """At most MAX_NODES compute nodes across the groups (the README says what bounds it)."""
+    from infra.config import MAX_NODES
+
+    c = cfg.cluster
+    if c.node_count > MAX_NODES:
+        counts = " + ".join(str(g.count) for g in c.node_groups)
+        yield Finding(ERROR, c.count_field, f"the groups hold {counts} = {c.node_count} nodes; a cluster holds at most "
+                                             f"{MAX_NODES}: lower the counts, or split the work over two clusters")
 
 
 def az_in_region(cfg):
@@ -139,7 +172,7 @@ def ssh_address_space_capped(cfg):
 def image_supports_type(cfg):
     image = cfg.cluster.image
     fam = image.resolved_family
-    for name in (cfg.cluster.compute.instance_type, cfg.cluster.head_node.instance_type):
+    for name in (*(g.instance_type for g in cfg.cluster.node_groups), cfg.cluster.head_node.instance_type):
         if fam and fam.startswith("base-oss") and name.startswith("p3"):
             yield Finding(WARNING, "cluster.image",
                           f"current Base OSS DLAMIs ({fam}) do not list {name} as supported (V100 needs an older or "
@@ -167,10 +200,10 @@ def hook_files(cfg):
 
 def subnet_holds_the_nodes(cfg):
     """infra/subnets.py: the private subnet must hold every node; a count no candidate holds is refused."""
-    count = cfg.cluster.compute.count
+    count = cfg.cluster.node_count
     if private_cidr(count) is None:
         most = max(largest_count(c) for c in PRIVATE_CIDRS)
-        yield Finding(ERROR, "cluster.compute.count",
+        yield Finding(ERROR, cfg.cluster.count_field,
                       f"{count} nodes need {addresses_needed(count)} addresses in the private subnet; the largest "
                       f"({PRIVATE_CIDRS[-1]}) holds {most} compute nodes: give at most {most}, or split the cluster")
 
@@ -183,6 +216,9 @@ RULES = [
     fsx_data_repository,
     fsx_mount_point,
     spot_and_reservation,
+    group_names_unique,
+    spares_need_slurm,
+    node_cap,
     az_in_region,
     ssh_not_open_to_world,
     ssh_ipv4_only,

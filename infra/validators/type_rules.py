@@ -10,18 +10,28 @@ InstanceTypeInfo): `SupportedUsageClasses` (the markets a type is sold in: some 
 
 from __future__ import annotations
 
-from infra.instance_facts import COMPUTE_FIELD, HEAD_FIELD, InstanceType, UnknownInstanceType
+from infra.instance_facts import HEAD_FIELD, InstanceType, UnknownInstanceType
 from infra.validators.findings import ERROR, WARNING, Finding
 
-MARKET_FIELD = "cluster.compute.market"
 IMAGE_FIELD = "cluster.image"
 # The architectures a node can run: one image serves the whole cluster, so head and compute share one.
 SUPPORTED_ARCHITECTURES = ("x86_64", "arm64")
 
 
 def roles(cfg) -> list[tuple[str, str]]:
+    """(field, type name) of the head and of every group, fields as the user wrote them."""
     c = cfg.cluster
-    return [(HEAD_FIELD, c.head_node.instance_type), (COMPUTE_FIELD, c.compute.instance_type)]
+    return [(HEAD_FIELD, c.head_node.instance_type),
+            *((c.group_field(i, "instanceType"), g.instance_type) for i, g in enumerate(c.node_groups))]
+
+
+def group_types(cfg, types: dict[str, InstanceType]):
+    """(index, group, its type's facts) for each group whose type EC2 lists."""
+    c = cfg.cluster
+    for i, group in enumerate(c.node_groups):
+        itype = types.get(c.group_field(i, "instanceType"))
+        if itype is not None:
+            yield i, group, itype
 
 
 def _archs(itype: InstanceType) -> set[str]:
@@ -46,35 +56,36 @@ def architecture(cfg, types: dict[str, InstanceType]):
             yield Finding(ERROR, field, f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}; hpcc "
                                         f"builds {' and '.join(SUPPORTED_ARCHITECTURES)} clusters")
             return
-    head, compute = types.get(HEAD_FIELD), types.get(COMPUTE_FIELD)
-    if head is None or compute is None:
+    head = types.get(HEAD_FIELD)
+    nodes = [(field, t) for field, t in types.items() if field != HEAD_FIELD]
+    if head is None or not nodes:
         return
     arch = cluster_architecture(types)
     if arch is None:
-        yield Finding(ERROR, HEAD_FIELD, f"{head.name} runs {'/'.join(sorted(_archs(head)))} but the compute type "
-                                         f"{compute.name} runs {'/'.join(sorted(_archs(compute)))}: one image serves "
-                                         "both, so pick a head type of the compute nodes' architecture (e.g. c7g.2xlarge "
+        field, odd = next(((f, t) for f, t in nodes if not _archs(t) & _archs(head)), nodes[0])
+        yield Finding(ERROR, HEAD_FIELD, f"{head.name} runs {'/'.join(sorted(_archs(head)))} but {field} "
+                                         f"{odd.name} runs {'/'.join(sorted(_archs(odd)))}: one image serves "
+                                         "every node, so pick types of one architecture (e.g. c7g.2xlarge "
                                          "for arm64, m6i.2xlarge for x86_64)")
         return
     family = cfg.cluster.image.resolved_family
     if family and image_name_pattern(family, arch) is None:
         yield Finding(ERROR, f"{IMAGE_FIELD}.family", f"AWS builds no {arch} image of {family}, and "
-                                                      f"{compute.name} runs {arch}: use an {arch} family "
+                                                      f"{nodes[0][1].name} runs {arch}: use an {arch} family "
                                                       "(base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or pin "
                                                       "cluster.image.amiId")
 
 
 def efa_matches_type(cfg, types: dict[str, InstanceType]):
-    compute, itype = cfg.cluster.compute, types.get(COMPUTE_FIELD)
-    if itype is None:
-        return
-    if compute.efa is True and not itype.efa_supported:
-        yield Finding(ERROR, "cluster.compute.efa",
-                      f"{itype.name} has no EFA (DescribeInstanceTypes: EfaSupported false); remove `efa: true` to run "
-                      "over TCP, or pick a type that `aws ec2 describe-instance-types --filters "
-                      "Name=network-info.efa-supported,Values=true` lists")
-    elif compute.efa is False and itype.efa_supported:
-        yield Finding(WARNING, "cluster.compute.efa", efa_off(itype.name))
+    for i, group, itype in group_types(cfg, types):
+        field = cfg.cluster.group_field(i, "efa")
+        if group.efa is True and not itype.efa_supported:
+            yield Finding(ERROR, field,
+                          f"{itype.name} has no EFA (DescribeInstanceTypes: EfaSupported false); remove `efa: true` to "
+                          "run over TCP, or pick a type that `aws ec2 describe-instance-types --filters "
+                          "Name=network-info.efa-supported,Values=true` lists")
+        elif group.efa is False and itype.efa_supported:
+            yield Finding(WARNING, field, efa_off(itype.name))
 
 
 def efa_off(type_name: str) -> str:
@@ -84,13 +95,12 @@ def efa_off(type_name: str) -> str:
 
 
 def market_supported(cfg, types: dict[str, InstanceType]):
-    """A market the type is not sold in fails at launch, halfway through `pulumi up`."""
-    market, itype = cfg.cluster.compute.market, types.get(COMPUTE_FIELD)
-    if itype is None or not itype.usage_classes or market in itype.usage_classes:
-        return
-    yield Finding(ERROR, MARKET_FIELD, f"{itype.name} is not sold as {market} (EC2 lists it for "
-                                       f"{', '.join(itype.usage_classes)} only); set market to one of those, or pick "
-                                       "another type")
+    """A market the type is not sold in fails at launch."""
+    for i, group, itype in group_types(cfg, types):
+        if itype.usage_classes and group.market not in itype.usage_classes:
+            yield Finding(ERROR, cfg.cluster.group_field(i, "market"),
+                          f"{itype.name} is not sold as {group.market} (EC2 lists it for "
+                          f"{', '.join(itype.usage_classes)} only); set market to one of those, or pick another type")
 
 
 def cluster_placement(cfg, types: dict[str, InstanceType]):
@@ -111,16 +121,16 @@ def head_public_needs_single_interface(cfg, types: dict[str, InstanceType]):
 
 
 def slurm_node_defined(cfg, types: dict[str, InstanceType]):
-    """With Slurm, the compute type's facts must make a node definition (infra/slurm.py)."""
+    """With Slurm, each group's type's facts must make a node definition (infra/slurm.py)."""
     from infra.slurm import SlurmFactsError, slurm_node
 
-    itype = types.get(COMPUTE_FIELD)
-    if cfg.cluster.scheduler != "slurm" or itype is None:
+    if cfg.cluster.scheduler != "slurm":
         return
-    try:
-        slurm_node(itype)
-    except SlurmFactsError as e:
-        yield Finding(ERROR, e.field, str(e).removeprefix(f"{e.field}: "))
+    for i, _group, itype in group_types(cfg, types):
+        try:
+            slurm_node(itype, cfg.cluster.group_field(i, "instanceType"))
+        except SlurmFactsError as e:
+            yield Finding(ERROR, e.field, str(e).removeprefix(f"{e.field}: "))
 
 
 TYPE_RULES = [architecture, efa_matches_type, market_supported, cluster_placement, head_public_needs_single_interface,

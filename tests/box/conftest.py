@@ -14,6 +14,7 @@ import signal
 
 import pytest
 
+from tests.box.cloud import FleetBox
 from tests.box.harness import Box, can_run
 
 SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_day2.py", "test_box_slurm.py")
@@ -71,12 +72,13 @@ def one_box_at_a_time(request):
 
 @pytest.fixture(scope="session")
 def cluster(box_machine):
-    """The cpu profile with `scheduler: slurm`: a head node and two c6i.16xlarge compute nodes, booted once for every module in
-    SHARED_BOX_MODULES (they run first, in that order)."""
-    box = Box(profile="cpu", compute_count=2, scheduler="slurm")
+    """The cpu profile with `scheduler: slurm`: a head node whose controller launches one group `compute` of two
+    c6i.16xlarge nodes (tests/box/cloud.py), booted once for every module in SHARED_BOX_MODULES (they run first,
+    in that order)."""
+    box: Box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "compute", "count": 2}])
     _shared["cluster"] = box  # registered before start: a failed start or boot is still stopped
     box.start()
-    codes = box.boot(timeout=240)
+    codes = box.boot(timeout=360)
     if codes != {n.name: 0 for n in box.nodes}:
         diagnosis = box.diagnose()
         stop_shared_box()

@@ -1,54 +1,56 @@
-"""Day 2 in the box: what a `pulumi up` at a new count, or after a node died, does to the cluster - new
-instances, then the planned settings and hosts at the new count (Box.publish) - and the checks every
-membership change must pass."""
+"""Day 2 in the box: a group's count raised (`pulumi up` changes the groups parameter's value; the controller
+launches), or a node's instance terminated (the controller replaces it) - and the checks every membership change
+must pass. Nothing here names or addresses a node: the controller does, the box only boots what it launched."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from infra.naming import Paths, compute_node_name
-from tests.box.harness import Box, Node, sh
+from hpcc_node.controller.model import node_name
+from tests.box.cloud import FleetBox
+from tests.box.harness import Node, sh
 
 AGENT = "hpcc_node.agent"  # python3 -m hpcc_node.agent
 
 
-def add_node(box: Box) -> tuple[Node, float]:
-    """One more compute node: its namespace and instance, then the planned settings and hosts at the new
-    count, then its bootstrap (started, not waited for). Returns it and when the hosts changed."""
-    name = compute_node_name(box.compute_count)
-    node = box._start_node(max(n.index for n in box.nodes) + 1, name)
-    box.nodes.append(node)
-    box.compute_count += 1
-    box.client("ssm").put_parameter(Name=Paths(box.name).node(name), Type="String", Value='{"phase": "pending"}')
-    box.publish()
+def add_node(box: FleetBox) -> tuple[Node, float]:
+    """One more node in group `compute`: the groups parameter at the new count, as `pulumi up` writes it; returns
+    the node the controller launched and named (its bootstrap started, not waited for) and when the count changed."""
+    count = next(g["count"] for g in box.groups if g["name"] == "compute")
+    name = node_name("compute", count)
+    box.resize("compute", count + 1)
     changed = time.time()
-    box.start_bootstrap(node)
-    return node, changed
+    return named(box, name, lambda n: True), changed
 
 
-def replace_node(box: Box, name: str) -> tuple[Node, Node, float]:
-    """The node named `name` dies (its namespace and instance go) and a new instance of the same name takes
-    its place at a new IP. Returns the old node, the new one and when the hosts changed."""
+def replace_node(box: FleetBox, name: str) -> tuple[Node, Node, float]:
+    """The instance of the node named `name` is terminated (as EC2 reclaims one); the controller replaces it under
+    the same name. Returns the old node, the new one (booting) and when the instance was terminated."""
     old = box.node(name)
-    for pid in sh("ip", "netns", "pids", old.netns, check=False).stdout.split():
-        sh("kill", "-9", pid, check=False)
-    sh("ip", "netns", "del", old.netns, check=False)
-    old.holder.wait(timeout=10)
     box.client("ec2").terminate_instances(InstanceIds=[old.instance_id])
-    new = box._start_node(max(n.index for n in box.nodes) + 1, name)
-    box.nodes[box.nodes.index(old)] = new
-    box.publish()
     changed = time.time()
-    box.start_bootstrap(new)
-    return old, new, changed
+    return old, named(box, name, lambda n: n.instance_id != old.instance_id), changed
 
 
-def hosts_version(box: Box) -> int:
-    return box.client("ssm").get_parameter(Name=Paths(box.name).hosts)["Parameter"]["Version"]
+def named(box: FleetBox, name: str, which, timeout: float = 300) -> Node:
+    """The live node the controller named `name` (its hpcc:node tag), once the box booted it."""
+    deadline = time.time() + timeout
+    while True:
+        found = [n for n in box.nodes if n.name == name and which(n) and n.bootstrap is not None]
+        if found:
+            return found[0]
+        if time.time() > deadline:
+            raise AssertionError(f"no node named {name} after {timeout} s\n{box.diagnose()}")
+        time.sleep(0.5)
 
 
-def seconds_until_listed(box: Box, ip: str, since: float, nodes: list[Node] | None = None,
+def hosts_version(box: FleetBox) -> int:
+    """The membership generation nodes report as `hostsVersion`."""
+    return box.membership_generation()
+
+
+def seconds_until_listed(box: FleetBox, ip: str, since: float, nodes: list[Node] | None = None,
                          timeout: float = 300) -> float:
     """Seconds from `since` (the hosts change) until the hostfile of every node (or of `nodes`) lists `ip`."""
     deadline = time.time() + timeout

@@ -42,7 +42,8 @@ REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin",
            "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm",  # Slurm and munge keep per-host state there
-           "opt/hpcc")  # the bundles the loader unpacks and /opt/hpcc/current
+           "opt/hpcc",  # the bundles the loader unpacks and /opt/hpcc/current
+           "var/lib/hpcc")  # the health checks' state (kernel-log offset, fatal Xids kept until a reboot)
 COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin", "etc/slurm")  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
@@ -94,6 +95,11 @@ class Node:
     holder: subprocess.Popen | None = None  # `sleep infinity` holding the node's mount namespace
     bootstrap: subprocess.Popen | None = None
     instance_id: str = ""  # its EC2 instance in the moto server
+    vpc_cidr: str = ""  # the "VPC" the node accepts addresses in ("": the box's VPC_CIDR)
+    named_by_tag: bool = False  # a fleet node: no HPCC_NODE_NAME, it reads its hpcc:node tag (the contract)
+    group: str = ""  # a fleet node's hpcc:group
+    alive: bool = True  # False once its namespace is gone (killed or its instance terminated)
+    boot_env: dict = field(default_factory=dict)  # what its bootstrap got besides node_env (a rerun gets it too)
 
     @property
     def netns(self) -> str:
@@ -125,18 +131,21 @@ class Node:
 
 def node_env(node: Node) -> dict:
     """What the box gives a node's bootstrap: the contract's overrides and a local AWS."""
-    return {
+    env = {
         "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": "/root", "LANG": "C.UTF-8",
         "HPCC_NODE_NAME": node.name, "HPCC_INSTANCE_ID": node.instance_id,  # what IMDS would tell an instance
         "HPCC_NODE_IP": node.ip, "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
-        "HPCC_VPC_CIDR": VPC_CIDR,  # the box's "VPC": its nodes' addresses, not the bridge (the host is outside)
+        "HPCC_VPC_CIDR": node.vpc_cidr or VPC_CIDR,  # the box's "VPC": its nodes' addresses, not the bridge's host
         "AWS_ENDPOINT_URL": ENDPOINT, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
         # No cgroups and 2 CPUs here, not the planned 64 (docs/bootstrap-contract.md): Slurm without cgroup plugins,
         # and slurmd reporting the planned CPUs and memory (SlurmdParameters=config_overrides).
         "HPCC_SLURM_CGROUP": "0", "HPCC_SLURM_CONFIG_OVERRIDES": "1",
     }
+    if node.named_by_tag:
+        del env["HPCC_NODE_NAME"]
+    return env
 
 
 @dataclass
@@ -226,8 +235,10 @@ class Box:
             with MOUNTPOINTS_MADE.open("a") as made:
                 made.write(f"{path}\n")
 
-    def _start_node(self, index: int, name: str) -> Node:
-        node = Node(name, index, f"{SUBNET}.{10 + index}", self.workdir / f"{name}.{index}")
+    def _start_node(self, index: int, name: str, ip: str = "", instance_id: str = "", **fields) -> Node:
+        """A namespace node at `ip` (default .<10 + index>), registered as an instance unless it is one already."""
+        node = Node(name, index, ip or f"{SUBNET}.{10 + index}", self.workdir / f"{name}.{index}",
+                    instance_id=instance_id, **fields)
         ns, veth = node.netns, f"{VETH}{index}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -279,8 +290,18 @@ class Box:
         sh(*node.enter("mount", "-t", "cgroup", "-o", "none,name=systemd", "cgroup", "/sys/fs/cgroup/systemd"))
         sh(*node.enter("ssh-keygen", "-q", "-A"))
         sh(*node.enter("/usr/sbin/sshd", "-o", f"ListenAddress={node.ip}", "-o", "PidFile=/run/sshd.pid"))
-        node.instance_id = self._register_instance(node)
+        node.instance_id = node.instance_id or self._register_instance(node)
         return node
+
+    def kill(self, node: Node) -> None:
+        """The node's namespace dies with everything in it (a hung or dead machine); its instance is untouched."""
+        for pid in sh("ip", "netns", "pids", node.netns, check=False).stdout.split():
+            sh("kill", "-9", pid, check=False)
+        sh("ip", "netns", "del", node.netns, check=False)
+        if node.holder:
+            node.holder.wait(timeout=10)
+        sh("ip", "link", "del", f"{VETH}{node.index}", check=False)  # gone with the namespace, usually
+        node.alive = False
 
     def _register_instance(self, node: Node) -> str:
         """The node as an EC2 instance of the cluster, tagged as the program tags it (for `hpcc status` logic)."""
@@ -410,16 +431,18 @@ class Box:
                 codes[node.name] = -9
         return codes
 
-    def start_bootstrap(self, node: Node, env: dict | None = None) -> None:
+    def start_bootstrap(self, node: Node, env: dict | None = None, script: str | None = None) -> None:
         path = self.workdir / node.script
-        path.write_text(self.scripts()[node.role])
+        path.write_text(script if script is not None else self.scripts()[node.role])
+        node.boot_env = dict(env or {})
         with open(self.workdir / f"{node.script}.out", "w") as out:
             node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env={**node_env(node), **(env or {})},
                                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def rerun(self, node: Node) -> int:
         path = self.workdir / node.script
-        return subprocess.run(node.enter("bash", str(path)), env=node_env(node), capture_output=True, check=False,
+        return subprocess.run(node.enter("bash", str(path)), env={**node_env(node), **node.boot_env},
+                              capture_output=True, check=False,
                               stdin=subprocess.DEVNULL, timeout=300).returncode
 
     def status(self, node_name: str) -> dict:

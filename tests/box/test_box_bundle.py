@@ -1,6 +1,8 @@
 """Nodes boot from the bundle (infra/bundle.py) served by the box's S3, through the loader in their user data;
 a bundle whose hash does not match is refused; user hooks run from the bundle, and a failing one fails only its
-node, named. Its own box (cpu, two compute nodes, an onNodeStart and an onNodeReady hook); runs by itself."""
+node, named (a hook's failure is reported, never replaced: the controller leaves compute-001 failed). Its own box
+(cpu, a group of two compute nodes its controller launches, an onNodeStart and an onNodeReady hook); runs by
+itself."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import re
 
 import pytest
 
-from tests.box.harness import Box, leftovers
+from tests.box.cloud import FleetBox
+from tests.box.harness import leftovers
 
 pytestmark = pytest.mark.box
 
@@ -34,8 +37,9 @@ def booted(tmp_path_factory):
     (hooks_dir / "ready-check.sh").write_text(READY_HOOK)
     for f in hooks_dir.iterdir():
         f.chmod(0o644)  # the bundle makes them executable, not the user's files
-    box = Box(profile="cpu", compute_count=2, hooks={"onNodeStart": [str(hooks_dir / "start-env.sh")],
-                                                     "onNodeReady": [str(hooks_dir / "ready-check.sh")]})
+    box = FleetBox(profile="cpu", groups=[{"name": "compute", "count": 2}],
+                   hooks={"onNodeStart": [str(hooks_dir / "start-env.sh")],
+                          "onNodeReady": [str(hooks_dir / "ready-check.sh")]})
     box.start()
     try:
         codes = box.boot(timeout=240)

@@ -1,5 +1,5 @@
-"""A booted box (cpu profile: head + 2 x c6i.16xlarge): SSH, hostfiles, Open MPI and torchrun across the
-nodes, and a rerun of the bootstrap that changes nothing.
+"""A booted box (cpu profile: head + 2 x c6i.16xlarge its controller launched, group `compute`): SSH, hostfiles,
+Open MPI and torchrun across the nodes, and a rerun of the bootstrap that changes nothing.
 
 Not checked here (no hardware): the Lustre mount (no Lustre server: HPCC_SKIP_STEPS=lustre,mount) and
 EFA itself (no device: test_box_faults checks the EFA failure path). See tests/box/README.md.
@@ -8,9 +8,11 @@ EFA itself (no device: test_box_faults checks the EFA failure path). See tests/b
 import re
 import subprocess
 import textwrap
+import time
 
 import pytest
 
+from tests.box.cloud import FLEET_CIDR
 from tests.box.day2 import agent_pids
 from tests.box.harness import VENV_BIN, fingerprint, node_env
 
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.box
 
 def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
     for node in cluster.nodes:
-        status = cluster.status(node.name)
+        status = current_status(cluster, node)
         assert (status["node"], status["ip"], status["phase"], status["ok"]) == (node.name, node.ip, "ready", True)
         # which instance wrote it, and the membership it applied (operators count only the live instance's)
         assert status["instanceId"] == node.instance_id and status["hostsVersion"] == cluster_hosts_version(cluster)
@@ -32,13 +34,14 @@ def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
 # What each step logs, and the label every one of its lines must carry.
 STEP_LINES = {"os": "OS: debian-", "lustre": "skipped: HPCC_SKIP_STEPS names lustre",
               "mount": "skipped: HPCC_SKIP_STEPS names mount", "efa": "EFA is not in use",
-              "join": "nodes accept SSH"}
+              "join": {"head": "the head: the nodes join it", "compute": ") accepts SSH"}}
 
 
 def test_every_log_line_names_the_step_it_came_from(cluster):
     for node in cluster.nodes:
         log = cluster.log(node).splitlines()
         for step, text in STEP_LINES.items():
+            text = text[node.role] if isinstance(text, dict) else text
             lines = [line for line in log if text in line]
             assert lines and all(f" [{step}] " in line for line in lines), (node.name, step, lines)
 
@@ -146,8 +149,18 @@ WRITTEN = ["/etc/hpcc", "/root", "/etc/ssh", "/etc/profile.d", "/usr/local/bin",
 
 
 def cluster_hosts_version(cluster) -> int:
-    return cluster.client("ssm").get_parameter(Name=f"/hpcc/{cluster.name}/hosts")["Parameter"]["Version"]
+    """The membership generation the controller published last (nodes report the one they applied)."""
+    return cluster.membership_generation()
 
+
+def current_status(cluster, node, timeout: float = 60) -> dict:
+    """The node's status once it reports the current membership (its agent reports a tick after applying it)."""
+    deadline = time.time() + timeout
+    while True:
+        status = cluster.status(node.name)
+        if status.get("hostsVersion") == cluster_hosts_version(cluster) or time.time() > deadline:
+            return status
+        time.sleep(1)
 
 
 @pytest.mark.parametrize("which", ["head", "compute-001"])
@@ -167,7 +180,7 @@ def test_running_the_bootstrap_again_changes_nothing(cluster, which):
 
 
 def test_the_cluster_key_logs_in_from_inside_the_vpc_only(cluster, tmp_path):
-    """The host's bridge address (10.200.0.1) is outside the box's "VPC" (harness.VPC_CIDR): the same key that
+    """The host's bridge address (10.200.0.1) is outside the box's "VPC" (cloud.FLEET_CIDR): the same key that
     works between the nodes is refused from there, as from the internet on a public head node."""
     key = tmp_path / "id_hpcc"
     key.write_bytes(cluster.head.file("/root/.ssh/id_hpcc").read_bytes())
@@ -180,4 +193,4 @@ def test_the_cluster_key_logs_in_from_inside_the_vpc_only(cluster, tmp_path):
     inside = cluster.head.run("ssh", *options[:-1], "/root/.ssh/id_hpcc", f"root@{target.ip}", "true")
     assert inside.returncode == 0, inside.stderr
     line = target.file("/root/.ssh/authorized_keys").read_text().splitlines()
-    assert line == [f'from="10.200.0.8/29" {cluster.head.file("/root/.ssh/id_hpcc.pub").read_text().strip()}']
+    assert line == [f'from="{FLEET_CIDR}" {cluster.head.file("/root/.ssh/id_hpcc.pub").read_text().strip()}']

@@ -1,7 +1,8 @@
-"""Day 2 in one booted box (cpu profile, head + 2 compute nodes), its tests run in order: (a) a node is added,
-(b) a compute node is replaced by a new instance at a new IP, (c) a job started on two untouched nodes before
-(a) runs through both changes and finishes. Settings, user data and hosts come from the program's plan at
-each count (tests/box/planned.py); the old nodes follow through their membership agent (`hpcc-node sync`)."""
+"""Day 2 in one booted box (cpu profile, head + group `compute` of 2), its tests run in order: (a) the group's count
+is raised by one (the groups parameter, as `pulumi up` writes it) and the controller launches the node, (b) a compute
+node's instance is terminated and the controller replaces it under its name at a new IP, (c) a job started on two
+untouched nodes before (a) runs through both changes and finishes. The old nodes follow the membership the
+controller publishes through their agents."""
 
 import re
 import subprocess
@@ -87,8 +88,9 @@ def wait_status(box: Box, node, version: int, timeout: float = 30) -> dict:
 
 def report(capsys, what: str, agents: float, seconds: float) -> None:
     with capsys.disabled():
-        print(f"\n[day 2] {what}: from the hosts parameter's update, {agents:.1f} s until the other nodes' hostfiles "
-              f"list it (their agents), {seconds:.1f} s until every node's does (its own bootstrap included)")
+        print(f"\n[day 2] {what}: from the change (count raised, instance terminated), {agents:.1f} s until the "
+              f"other nodes' hostfiles list it (the controller's launch and their agents), {seconds:.1f} s until every "
+              "node's does (its own bootstrap included)")
 
 
 def test_a_added_node_is_listed_trusted_and_used_by_every_node(day2, capsys):

@@ -1,14 +1,17 @@
 """The box runs the user data (the loaders), the bundle and the settings of the program's own plan
 (tests/box/planned.py). Check once that they are what the renderers give (infra.roles + infra.userdata,
-infra.node_settings), and that a day-2 resize of the box's config changes the settings but neither the loaders
-nor the bundle: no node is replaced for it, and no node has anything new to fetch."""
+infra.node_settings), and that a day-2 resize of a group changes the groups parameter's value only: neither the
+loaders, nor the bundle, nor the settings, so no node is replaced for it and no node has anything new to fetch."""
+
+import json
 
 import pytest
 
 from infra.node_settings import settings_value
 from infra.roles import role_contexts
 from infra.userdata import render, render_loader
-from tests.box.harness import REGION, Box
+from tests.box.cloud import FleetBox
+from tests.box.harness import REGION
 from tests.instance_data import offline_facts
 
 pytestmark = pytest.mark.box
@@ -16,17 +19,17 @@ pytestmark = pytest.mark.box
 
 @pytest.mark.parametrize("profile", ["cpu", "efa"])
 def test_box_scripts_are_the_renderers_output_and_survive_a_resize(profile):
-    box = Box(profile=profile)
+    box = FleetBox(profile=profile, groups=[{"name": "compute", "count": 2}])
     cfg = box.config()
     before = box.plan()
     contexts = role_contexts(cfg, REGION, offline_facts())
     assert before["userData"] == {role: render_loader(ctx) for role, ctx in contexts.items()}
     assert before["roleScripts"] == {role: render(ctx) for role, ctx in contexts.items()}
     assert before["settings"] == settings_value(cfg, REGION, offline_facts())
-    assert before["hostsNodes"] == ["head", "compute-000", "compute-001"]
-    box.compute_count += 1
+    assert [(g["name"], g["count"]) for g in json.loads(before["groups"])["groups"]] == [("compute", 2)]
+    box.groups = [{"name": "compute", "count": 3}]
     after = box.plan()
     assert after["userData"] == before["userData"]  # byte for byte, both roles
     assert after["bundle"] == before["bundle"] and after["bundlePointer"] == before["bundlePointer"]
-    assert after["settings"] != before["settings"] and "NODE_COUNT=3\n" in after["settings"]
-    assert after["hostsNodes"] == ["head", "compute-000", "compute-001", "compute-002"]
+    assert after["settings"] == before["settings"]
+    assert [(g["name"], g["count"]) for g in json.loads(after["groups"])["groups"]] == [("compute", 3)]

@@ -13,6 +13,7 @@ import pytest
 
 from infra.naming import bundle_key
 from tests.box import bundles
+from tests.box.cloud import FleetBox
 from tests.box.harness import Box, node_env
 
 pytestmark = pytest.mark.box
@@ -51,7 +52,7 @@ def wait_for(box: Box, what: str, check, timeout: float) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def box():
-    b = Box(name="box", compute_count=2).start()
+    b = FleetBox(name="box", groups=[{"name": "compute", "count": 2}]).start()
     try:
         codes = b.boot(timeout=300)
         assert codes == {n.name: 0 for n in b.nodes}, f"{codes}\n{b.diagnose()}"

@@ -1,8 +1,8 @@
 #!/bin/bash
 # hpcc node script: cluster llm, compute node (p5.48xlarge). Run with no argument it is the
 # bootstrap (safe to run again; it installs itself as /usr/local/sbin/hpcc-node); `apply-membership` is the node agent's.
-# Log: /var/log/hpcc-bootstrap.log. Status: SSM parameter /hpcc/llm/nodes/<node>. Run-time settings: /hpcc/llm/settings.
-# Outside EC2 (docs/bootstrap-contract.md): HPCC_NODE_NAME, HPCC_INSTANCE_ID, HPCC_NODE_IP, HPCC_SKIP_STEPS=lustre,mount, AWS_ENDPOINT_URL.
+# Log: /var/log/hpcc-bootstrap.log. Status: status/<instance ARN>.json in the state bucket. Run-time settings: /hpcc/llm/settings.
+# Outside EC2 (docs/bootstrap-contract.md): HPCC_INSTANCE_ID (the name: its hpcc:node tag), HPCC_NODE_IP, HPCC_ACCOUNT, HPCC_SKIP_STEPS=lustre,mount, AWS_ENDPOINT_URL.
 set -Eeuo pipefail
 umask 022
 export PATH="/opt/amazon/efa/bin:/opt/amazon/openmpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
@@ -81,7 +81,7 @@ aws_retry() {
     pace
     if out=$(within 120 aws "$@" 2>&1); then printf '%s\n' "$out"; return 0; fi
     case "$out" in
-      *ParameterNotFound* | *ResourceNotFoundException*) return 3 ;;
+      *ParameterNotFound* | *ResourceNotFoundException* | *NoSuchKey*) return 3 ;;
     esac
     if [ "$attempt" -ge "$HPCC_API_ATTEMPTS" ] || [ "$(time_left)" -le "$delay" ]; then
       printf 'aws %s %s: %s\n' "$1" "$2" "$out" >&2; return 1
@@ -155,6 +155,10 @@ HPCC_MPIRUN_OPTIONS=""
 HPCC_SCHEDULER="none"
 HPCC_SLURM_NODE=""
 HPCC_SLURM_GPUS=""
+HPCC_HEALTH_DIAG_LEVEL="2"
+HPCC_STATE_BUCKET=""
+HPCC_LEDGER_TABLE=""
+export HPCC_STATE_BUCKET HPCC_LEDGER_TABLE
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
@@ -171,6 +175,9 @@ setting_pattern() {
     SCHEDULER) echo 'none|slurm' ;;
     SLURM_NODE) echo '[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*' ;;
     SLURM_GPUS) echo '0|[1-9][0-9]{0,2}' ;;
+    HEALTH_DIAG_LEVEL) echo '[0-4]' ;;
+    STATE_BUCKET) echo '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' ;;
+    LEDGER_TABLE) echo '[A-Za-z0-9_.-]{3,255}' ;;
     *) return 1 ;;
   esac
 }
@@ -205,12 +212,13 @@ apply_settings() {
     [ -z "${seen[$key]+set}" ] || { echo "settings: $key is given twice" >&2; return 1; }
     seen[$key]=$value
   done <<<"$1"
-  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS; do
+  for key in NODE_COUNT SLOTS TIMEOUT_MINUTES JOIN_TIMEOUT_MINUTES API_INTERVAL_MS POLL_SECONDS API_BACKOFF_SECONDS API_ATTEMPTS SYNC_SECONDS MASTER_PORT LOGIN_USER MOUNT_POINT MPIRUN_OPTIONS STATE_BUCKET LEDGER_TABLE; do
     [ -n "${seen[$key]+set}" ] || { echo "settings: $key is missing" >&2; return 1; }
   done
   HPCC_SCHEDULER="none"
   HPCC_SLURM_NODE=""
   HPCC_SLURM_GPUS=""
+  HPCC_HEALTH_DIAG_LEVEL="2"
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
   HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})
@@ -218,6 +226,14 @@ apply_settings() {
   HPCC_SETTINGS_TEXT=$1
 }
 # --- status
+HPCC_STATUS_KEY=""
+HPCC_ACCOUNT=${HPCC_ACCOUNT:-}
+HPCC_PARTITION=aws
+
+state_bucket() { echo "${HPCC_STATE_BUCKET:-hpcc-llm-state-$HPCC_ACCOUNT}"; }
+
+status_key() { echo "status/arn:$HPCC_PARTITION:ec2:us-east-1:$HPCC_ACCOUNT:instance/$HPCC_INSTANCE_ID.json"; }
+
 json_lines() {
   LC_ALL=C sed -e "s/^.*\(.\{$1\}\)\$/\1/" -e 's/^[\x80-\xbf]*//' -e 's/\\/\\\\/g' -e 's/"/\\"/g' \
     -e 's/\t/\\t/g' -e 's/[[:cntrl:]]//g' -e 's/.*/"&"/' | paste -sd, -
@@ -233,9 +249,10 @@ status_json() {
   local LC_ALL=C lines=15 json message
   message=$(printf '%s' "${3:0:500}" | tr '\n' ' ' | json_lines 500)
   while :; do
-    json=$(printf '{"node": "%s", "ip": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "bundle": "%s"%s, "message": %s, "updated": "%s", "logTail": [%s]%s}' \
-      "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" "$HPCC_BUNDLE" \
-      "$([ "$1" != failed ] || printf ', "class": "%s"' "$HPCC_FAIL_CLASS")" "${message:-\"\"}" "$(date -u +%FT%TZ)" \
+    json=$(printf '{"name": "%s", "node": "%s", "ip": "%s", "instance_id": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "failure": "%s", "bundle": "%s"%s, "evidence": %s, "message": %s, "at": %s, "updated": "%s", "logTail": [%s]%s}' \
+      "$HPCC_NODE" "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" \
+      "$([ "$1" != failed ] || echo "$HPCC_FAIL_CLASS")" "$HPCC_BUNDLE" \
+      "$([ "$1" != failed ] || printf ', "class": "%s"' "$HPCC_FAIL_CLASS")" "${message:-\"\"}" "${message:-\"\"}" "$(date +%s)" "$(date -u +%FT%TZ)" \
       "$(tail -n "$lines" "/var/log/hpcc-bootstrap.log" 2>/dev/null | json_lines 200)" \
       "$(slurm_field)")
     if [ "${#json}" -le 4000 ] || [ "$lines" -eq 0 ]; then break; fi
@@ -245,10 +262,14 @@ status_json() {
 }
 
 report() {
-  [ "$HPCC_NODE" != unknown ] || return 0
+  local body
+  [ "$HPCC_NODE" != unknown ] && [ -n "$HPCC_STATUS_KEY" ] || return 0
   flush_log
-  aws_retry ssm put-parameter --name "/hpcc/llm/nodes/$HPCC_NODE" --type String --overwrite \
-    --value "$(status_json "$@")" >/dev/null || log "warning: could not report status ($1)"
+  body=$(mktemp)
+  status_json "$@" >"$body"
+  aws_retry s3api put-object --bucket "$(state_bucket)" --key "$HPCC_STATUS_KEY" --content-type application/json \
+    --body "$body" >/dev/null || log "warning: could not report status ($1)"
+  rm -f "$body"
 }
 
 fail() {
@@ -291,18 +312,23 @@ write_file() {
 # --- identify
 HPCC_NODE=unknown
 HPCC_IP=""
+HPCC_NAMES=()
 HPCC_HOSTS=()
 HPCC_HOSTS_VERSION=0
 HPCC_APPLIED_VERSION=0
 HPCC_READ_HOSTS="" HPCC_READ_VERSION=0 HPCC_READ_SETTINGS=""
+HPCC_PY_PATH=${HPCC_PY_PATH:-/opt/hpcc/current}
 
-node_name() {
-  if [ "$1" -eq 0 ]; then echo head; else printf 'compute-%03d\n' $(( $1 - 1 )); fi
-}
+valid_name() { [[ $1 =~ ^(head|[a-z][a-z0-9]{0,11}-([0-9]{3}|[1-9][0-9]{3}))$ ]]; }
+
+group_of() { [ "$1" = head ] || echo "${1%-*}"; }
+
+node_name() { echo "${HPCC_NAMES[$1]}"; }
 
 node_index() {
-  [[ $1 =~ ^(head|compute-[0-9]{3})$ ]] || return 1
-  if [ "$1" = head ]; then echo 0; else echo $(( 10#${1#compute-} + 1 )); fi
+  local i
+  for i in "${!HPCC_NAMES[@]}"; do [ "${HPCC_NAMES[$i]}" != "$1" ] || { echo "$i"; return 0; }; done
+  return 1
 }
 
 valid_ip() { [[ $1 =~ ^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$ ]]; }
@@ -334,76 +360,138 @@ primary_ip() {
 
 parameter_fields() { grep -oE '"([^"\\]|\\.)*"|[0-9]+' | sed -e 's/^"//' -e 's/"$//' | paste - - -; }
 
-read_cluster() {
-  local out name version value found=0
-  out=$(aws_retry ssm get-parameters --names "/hpcc/llm/hosts" "/hpcc/llm/settings" \
+read_settings() {
+  local out name value found=0
+  out=$(aws_retry ssm get-parameters --names "/hpcc/llm/settings" \
     --query 'Parameters[].[Name,Version,Value]' --output json) || return 1
-  while IFS=$'\t' read -r name version value; do
-    value=${value//\\n/$'\n'}
-    [[ $version =~ ^[0-9]+$ ]] || { echo "/hpcc/llm/hosts: no Version in the answer" >&2; return 1; }
-    case "$name" in
-      "/hpcc/llm/hosts") HPCC_READ_HOSTS=$value HPCC_READ_VERSION=$version; found=$(( found + 1 )) ;;
-      "/hpcc/llm/settings") HPCC_READ_SETTINGS=$value; found=$(( found + 1 )) ;;
-    esac
+  while IFS=$'\t' read -r name _ value; do
+    [ "$name" = "/hpcc/llm/settings" ] || continue
+    HPCC_READ_SETTINGS=${value//\\n/$'\n'}; found=1
   done < <(parameter_fields <<<"$out")
-  [ "$found" -eq 2 ] || return 3
+  [ "$found" -eq 1 ] || return 3
 }
 
 parse_hosts() {
-  local hosts=() ip problem
+  local lines=() line name ip problem n=0 listed_names=() listed_ips=()
   local -A seen=()
-  mapfile -t hosts < <(grep -v '^[[:space:]]*$' <<<"$1" || true)
-  [ "${#hosts[@]}" -gt 0 ] || { echo "/hpcc/llm/hosts is empty" >&2; return 1; }
-  for ip in "${hosts[@]}"; do
-    problem=$(address_problem "$ip")
-    [ -n "$problem" ] || [ -z "${seen[$ip]+set}" ] || problem="$ip is listed twice"
-    [ -z "$problem" ] || { echo "/hpcc/llm/hosts: $problem" >&2; return 1; }
-    seen[$ip]=1
+  mapfile -t lines < <(grep -v '^[[:space:]]*$' <<<"$1" || true)
+  [ "${#lines[@]}" -gt 0 ] || { echo "the hosts text is empty" >&2; return 1; }
+  for line in "${lines[@]}"; do
+    n=$(( n + 1 )) problem=""
+    name=${line%% *} ip=${line#* }
+    if [ "$name" = "$line" ] || ! valid_name "$name"; then problem="'${line:0:60}' is not \`<node name> <ip>\`"
+    elif [ "$n" -eq 1 ] && [ "$name" != head ]; then problem="$name is not the head"
+    elif [ "$n" -gt 1 ] && [ "$name" = head ]; then problem="$name is a second head"
+    else problem=$(address_problem "$ip"); fi
+    [ -n "$problem" ] || [ -z "${seen[n$name]+set}" ] || problem="$name is listed twice (line ${seen[n$name]})"
+    [ -n "$problem" ] || [ -z "${seen[a$ip]+set}" ] || problem="$ip is listed twice (line ${seen[a$ip]})"
+    [ -z "$problem" ] || { echo "hosts line $n: $problem" >&2; return 1; }
+    seen[n$name]=$n seen[a$ip]=$n
+    listed_names+=("$name") listed_ips+=("$ip")
   done
-  HPCC_HOSTS=("${hosts[@]}")
+  HPCC_NAMES=("${listed_names[@]}") HPCC_HOSTS=("${listed_ips[@]}")
 }
 
-wait_membership() {
-  local index rc until="" at
-  index=$(node_index "$HPCC_NODE")
+node_account() {
+  local info=""
+  [ -z "${HPCC_ACCOUNT:-}" ] || { echo "$HPCC_ACCOUNT"; return 0; }
+  info=$(imds identity-credentials/ec2/info 2>/dev/null) || info=""
+  if [[ $info =~ \"AccountId\"[[:space:]]*:[[:space:]]*\"([0-9]{12})\" ]]; then echo "${BASH_REMATCH[1]}"; return 0; fi
+  aws_retry sts get-caller-identity --query Account --output text
+}
+
+read_membership() {
+  aws_retry s3api get-object --bucket "$(state_bucket)" --key membership.json "$1" >/dev/null
+}
+
+render_hosts() {
+  local out rc=0
+  out=$(PYTHONPATH=$HPCC_PY_PATH python3 -m hpcc_node.hosts "$1" "$HPCC_NODE" "$HPCC_INSTANCE_ID") || rc=$?
+  [ "$rc" -eq 0 ] || return "$rc"
+  HPCC_READ_VERSION=${out%%$'\n'*} HPCC_READ_HOSTS=${out#*$'\n'}
+  [[ $HPCC_READ_VERSION =~ ^[0-9]+$ ]] || { echo "membership: no generation" >&2; return 1; }
+}
+
+wait_settings() {
+  local rc
   while :; do
     rc=0
-    read_cluster || rc=$?
+    read_settings || rc=$?
     if [ "$rc" -eq 0 ]; then
       apply_settings "$HPCC_READ_SETTINGS" || fail "/hpcc/llm/settings is refused (see above); correct it with pulumi up"
       HPCC_DEADLINE=$(( HPCC_START + HPCC_TIMEOUT_MINUTES * 60 ))
-      parse_hosts "$HPCC_READ_HOSTS" || fail "/hpcc/llm/hosts is refused (see above)"
-      HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
-      at=${HPCC_HOSTS[$index]:-nothing}
-      [ "$at" != "$HPCC_IP" ] || return 0
-      [ -n "$until" ] || until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
-      if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
-        fail "this node is $HPCC_NODE ($HPCC_IP), but after $HPCC_JOIN_TIMEOUT_MINUTES min line $(( index + 1 )) of /hpcc/llm/hosts (version $HPCC_HOSTS_VERSION) holds $at"
-      fi
-      log "waiting for /hpcc/llm/hosts to list $HPCC_NODE at $HPCC_IP (line $(( index + 1 )) holds $at, version $HPCC_HOSTS_VERSION)"
-    elif [ "$rc" -eq 3 ]; then
-      [ "$(time_left)" -gt 0 ] || fail "/hpcc/llm/hosts or /hpcc/llm/settings never appeared"
-      log "waiting for /hpcc/llm/hosts and /hpcc/llm/settings (written once every instance exists)"
-    else
-      fail "/hpcc/llm/hosts and /hpcc/llm/settings could not be read (see above)"
+      return 0
     fi
+    [ "$rc" -eq 3 ] || fail "/hpcc/llm/settings could not be read (see above)"
+    [ "$(time_left)" -gt 0 ] || fail "/hpcc/llm/settings never appeared"
+    log "waiting for /hpcc/llm/settings"
     poll_pause
   done
 }
 
-identify_node() {
+wait_membership() {
+  local rc until="" tmp
+  if [ "$HPCC_NODE" = head ]; then
+    parse_hosts "head $HPCC_IP" || fail "this head's own address is refused (see above)"
+    return 0
+  fi
+  tmp=$(mktemp)
+  until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
+  while :; do
+    rc=0
+    read_membership "$tmp" || rc=$?
+    [ "$rc" -ne 0 ] || render_hosts "$tmp" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+      parse_hosts "$HPCC_READ_HOSTS" || fail "membership generation $HPCC_READ_VERSION is refused (see above)"
+      HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
+      rm -f "$tmp"
+      [ "${HPCC_HOSTS[$(node_index "$HPCC_NODE")]}" = "$HPCC_IP" ] && return 0
+      fail "membership generation $HPCC_HOSTS_VERSION lists $HPCC_NODE at ${HPCC_HOSTS[$(node_index "$HPCC_NODE")]}, not at this node's $HPCC_IP"
+    fi
+    [ "$rc" -eq 3 ] || fail "the membership in s3://$(state_bucket)/membership.json could not be read (see above)"
+    if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
+      fail "after $HPCC_JOIN_TIMEOUT_MINUTES min the membership still does not list $HPCC_NODE as $HPCC_INSTANCE_ID"
+    fi
+    log "waiting for the membership to list $HPCC_NODE as $HPCC_INSTANCE_ID ($HPCC_IP)"
+    poll_pause
+  done
+}
+
+tag_name() {
   local name
-  if [ -n "${HPCC_NODE_NAME:-}" ]; then name=$HPCC_NODE_NAME; log "HPCC_NODE_NAME: this node is $name"
-  else name=$(imds tags/instance/hpcc:node) || name=""; fi
-  node_index "$name" >/dev/null ||
-    fail "this node's name '${name:0:40}' is not head or compute-NNN: launch it with the hpcc:node tag and instance metadata tags on, or set HPCC_NODE_NAME"
-  HPCC_NODE=$name
+  if name=$(imds tags/instance/hpcc:node); then echo "$name"; return 0; fi
+  imds instance-id >/dev/null && return 0
+  name=$(aws_retry ec2 describe-tags --filters "Name=resource-id,Values=$HPCC_INSTANCE_ID" "Name=key,Values=hpcc:node" \
+    --query 'Tags[0].Value' --output text) || return 0
+  [ "$name" = None ] || echo "$name"
+}
+
+identify_node() {
+  local name="" until
   if [ -z "${HPCC_INSTANCE_ID:-}" ]; then HPCC_INSTANCE_ID=$(imds instance-id) || HPCC_INSTANCE_ID=""; fi
-  [[ $HPCC_INSTANCE_ID =~ ^[A-Za-z0-9-]{1,64}$ ]] || fail "cannot tell this node's instance id; set HPCC_INSTANCE_ID"
+  [[ $HPCC_INSTANCE_ID =~ ^i-[0-9a-f]{1,40}$ ]] || fail "cannot tell this node's instance id ('${HPCC_INSTANCE_ID:0:40}'); set HPCC_INSTANCE_ID"
   if [ -n "${HPCC_NODE_IP:-}" ]; then HPCC_IP=$HPCC_NODE_IP; log "HPCC_NODE_IP: this node is $HPCC_IP"; else HPCC_IP=$(primary_ip); fi
   valid_ip "$HPCC_IP" || fail "cannot tell this node's IP address ('${HPCC_IP:0:40}'); set HPCC_NODE_IP"
+  wait_settings
+  HPCC_ACCOUNT=$(node_account) || fail "cannot tell this node's AWS account (instance metadata, sts get-caller-identity)"
+  [[ $HPCC_ACCOUNT =~ ^[0-9]{12}$ ]] || fail "'${HPCC_ACCOUNT:0:20}' is not an AWS account id; set HPCC_ACCOUNT"
+  if [ -n "${HPCC_NODE_NAME:-}" ]; then name=$HPCC_NODE_NAME; log "HPCC_NODE_NAME: this node is $name"; fi
+  until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
+  while [ -z "$name" ]; do
+    name=$(tag_name)
+    [ -z "$name" ] || break
+    if [ "$(date +%s)" -ge "$until" ] || [ "$(time_left)" -le 0 ]; then
+      fail "$HPCC_INSTANCE_ID has no hpcc:node tag after $HPCC_JOIN_TIMEOUT_MINUTES min: the controller on the head names it (see hpcc status); instance metadata tags must be on"
+    fi
+    log "waiting for the controller to name $HPCC_INSTANCE_ID (its hpcc:node tag)"
+    poll_pause
+  done
+  valid_name "$name" ||
+    fail "this node's name '${name:0:40}' is not head or <group>-NNN: launch it with the hpcc:node tag and instance metadata tags on, or set HPCC_NODE_NAME"
+  HPCC_NODE=$name
+  HPCC_STATUS_KEY=$(status_key)
   wait_membership
-  log "this is $HPCC_NODE ($HPCC_IP, $HPCC_INSTANCE_ID), one of $(( HPCC_NODE_COUNT + 1 )) nodes of llm (hosts version $HPCC_HOSTS_VERSION); at most $HPCC_TIMEOUT_MINUTES min"
+  log "this is $HPCC_NODE ($HPCC_IP, $HPCC_INSTANCE_ID) of llm: ${#HPCC_HOSTS[@]} node(s) listed of $(( HPCC_NODE_COUNT + 1 )) asked (membership generation $HPCC_HOSTS_VERSION); at most $HPCC_TIMEOUT_MINUTES min"
 }
 # --- os
 os_id() {
@@ -605,6 +693,48 @@ step_efa() {
       sysctl -q -w kernel.yama.ptrace_scope=0 ;;
   esac
 }
+# --- health
+health_facts() {
+  local mount="" disk=${HPCC_HEALTH_DISK_MIN_FREE_GIB:-20} klog=${HPCC_KERNEL_LOG:-/var/log/kern.log}
+  [[ $disk =~ ^[0-9]{1,4}$ ]] || fail "HPCC_HEALTH_DISK_MIN_FREE_GIB='${disk:0:20}' is not a number of GiB"
+  [[ $klog =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "HPCC_KERNEL_LOG='${klog:0:80}' is not an absolute path"
+  ! mountpoint -q "$HPCC_MOUNT_POINT" || mount=$HPCC_MOUNT_POINT
+  printf '%s\n' "GPUS=8" "EFA_DEVICES=32" "DCGM_LEVEL=$HPCC_HEALTH_DIAG_LEVEL" \
+    "DISK_MIN_FREE_GIB=$disk" "KERNEL_LOG=$klog" "SHARED_MOUNT=$mount"
+}
+
+step_health() {
+  local out rc=0 line
+  health_facts | write_file "${HPCC_HEALTH_ENV:=/etc/hpcc/health.env}" 0644
+  out=$(cd / && HPCC_HEALTH_ENV=$HPCC_HEALTH_ENV PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} within $(( HPCC_TIMEOUT_MINUTES * 60 )) python3 -m hpcc_node.health boot 2>&1) || rc=$?
+  while IFS= read -r line; do log "$line"; done <<<"$out"
+  if [ "$rc" -ne 0 ]; then
+    HPCC_FAIL_CLASS=health
+    fail "$(tail -n 1 <<<"$out")"
+  fi
+}
+
+HPCC_SLURM_HEALTH_INTERVAL=30
+slurm_health_scripts() {
+  local kind
+  for kind in healthcheck prolog epilog; do
+    printf '%s\n' "#!/bin/sh" "# hpcc: Slurm's ${kind} (python3 -m hpcc_node.health ${kind}, from the cluster's bundle)" \
+      "cd / && PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} exec python3 -m hpcc_node.health ${kind}" |
+      write_file "/usr/local/sbin/hpcc-${kind}" 0755
+  done
+  if imds instance-id >/dev/null 2>&1; then
+    printf '%s\n' "#!/bin/sh" "# hpcc: Slurm's RebootProgram (scontrol reboot, the controller's remedy)" "exec systemctl reboot"
+  else
+    printf '%s\n' "#!/bin/sh" "echo 'hpcc-reboot: not on EC2, not rebooting' >&2" "exit 1"
+  fi | write_file /usr/local/sbin/hpcc-reboot 0755
+}
+
+slurm_health_conf() {
+  printf '%s\n' "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" "HealthCheckInterval=$HPCC_SLURM_HEALTH_INTERVAL" \
+    "HealthCheckNodeState=ANY,CYCLE" "Prolog=/usr/local/sbin/hpcc-prolog" "Epilog=/usr/local/sbin/hpcc-epilog" \
+    "PrologFlags=Alloc" "RebootProgram=/usr/local/sbin/hpcc-reboot" "JobRequeue=1" \
+    "SchedulerParameters=nohold_on_prolog_fail"
+}
 # --- ssh
 HPCC_KEY=""
 HPCC_VPC_CIDR=${HPCC_VPC_CIDR:-10.0.0.0/16}
@@ -649,7 +779,7 @@ host_keys() { within 30 sshd -T | awk '$1 == "hostkey" {print $2}'; }
 certs_boot() { (cd / && PYTHONPATH=$HPCC_CURRENT python3 -m hpcc_node.certs_boot "$@"); }
 host_certs() {
   local out rc=0
-  out=$(certs_boot node "llm" "$HPCC_NODE" "$HPCC_IP" "$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))" "$HPCC_INSTANCE_ID") || rc=$?
+  out=$(certs_boot node "llm" "$(state_bucket)" "$HPCC_STATUS_KEY" "$HPCC_NODE" "$HPCC_IP" "$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))") || rc=$?
   [ -n "$out" ] || rc=1
   [ "$rc" -eq 0 ] || fail "no host certificate from the cluster's host CA (sshd -T: $(host_keys | paste -sd' ' -); see above)"
   mapfile -t HPCC_HOST_CERTS <<<"$out"
@@ -728,40 +858,26 @@ step_ssh() {
 # --- join
 peer_ok() { timeout 20 ssh -o BatchMode=yes -o ConnectTimeout=5 "root@$1" true </dev/null >/dev/null 2>&1; }
 
-unjoined() {
-  export -f peer_ok
-  # shellcheck disable=SC2016
-  printf '%s\n' "$@" | shuf | xargs -r -P 32 -I{} bash -c 'peer_ok "$1" || echo "$1"' _ {}
-}
-
-node_names() {
-  local ip i n=0 out=""
-  for ip in "$@"; do
-    n=$(( n + 1 ))
-    [ "$n" -le 10 ] || continue
-    for i in "${!HPCC_HOSTS[@]}"; do [ "${HPCC_HOSTS[$i]}" != "$ip" ] || out+="$(node_name "$i") ($ip), "; done
-  done
-  [ "$n" -le 10 ] || out+="and $(( n - 10 )) more, "
-  echo "${out%, }"
-}
-
 step_join() {
-  local deadline=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 )) pending=() ip
-  for ip in "${HPCC_HOSTS[@]}"; do [ "$ip" = "$HPCC_IP" ] || pending+=("$ip"); done
-  while [ "${#pending[@]}" -gt 0 ]; do
-    mapfile -t pending <<<"$(unjoined "${pending[@]}" | sort -t. -k1,1n -k2,2n -k3,3n -k4,4n)"
-    [ -n "${pending[0]:-}" ] || break
-    if [ "$(date +%s)" -ge "$deadline" ] || [ "$(time_left)" -le 0 ]; then
-      fail "${#pending[@]} node(s) never joined within $HPCC_JOIN_TIMEOUT_MINUTES min: $(node_names "${pending[@]}")"
-    fi
-    log "waiting for ${#pending[@]} node(s) to accept SSH: $(node_names "${pending[@]}")"
-    poll_pause
-  done
-  log "all ${#HPCC_HOSTS[@]} nodes accept SSH"
+  local head=${HPCC_HOSTS[0]}
+  if [ "$HPCC_NODE" = head ]; then log "the head: the nodes join it"; return 0; fi
+  wait_for $(( HPCC_JOIN_TIMEOUT_MINUTES * 60 )) "the head ($head) to accept SSH" peer_ok "$head" ||
+    fail "the head ($head) did not accept SSH within $HPCC_JOIN_TIMEOUT_MINUTES min"
+  log "the head ($head) accepts SSH"
 }
 # --- launch-env
+compute_hosts() {
+  local i
+  for (( i = 1; i < ${#HPCC_HOSTS[@]}; i++ )); do
+    [ -z "${1:-}" ] || [ "${HPCC_NAMES[$i]%-*}" = "$1" ] || continue
+    echo "${HPCC_HOSTS[$i]}"
+  done
+}
+
+node_groups() { printf '%s\n' "${HPCC_NAMES[@]:1}" | sed 's/-[0-9]*$//' | awk 'NF && !seen[$0]++'; }
+
 hostfile() {
-  printf '%s\n' "${HPCC_HOSTS[@]:1}" | case "$1" in
+  compute_hosts "${3:-}" | case "$1" in
     openmpi) awk -v s="$2" '{print $1 " slots=" s}' ;;
     mpich) awk -v s="$2" '{print $1 ":" s}' ;;
     hosts) awk '{print $1}' ;;
@@ -775,15 +891,16 @@ ofi_nccl_dir() {
 }
 
 cluster_env() {
-  local ofi pair names=""
+  local ofi pair names="" first
   ofi=$(ofi_nccl_dir)
+  first=$(compute_hosts "${1:-}" | head -n 1)
   echo "HPCC_CLUSTER=llm"
-  echo "MASTER_ADDR=${HPCC_HOSTS[1]:-}"
+  echo "MASTER_ADDR=$first"
   echo "MASTER_PORT=$HPCC_MASTER_PORT"
-  echo "NNODES=$(( ${#HPCC_HOSTS[@]} - 1 ))"
+  echo "NNODES=$(compute_hosts "${1:-}" | wc -l)"
   echo "NPROC_PER_NODE=$HPCC_SLOTS"
-  echo "HPCC_HOSTS=$(hostfile horovod "$HPCC_SLOTS")"
-  echo "HPCC_HOSTFILE=/etc/hpcc/hostfile"
+  echo "HPCC_HOSTS=$(hostfile horovod "$HPCC_SLOTS" "${1:-}")"
+  echo "HPCC_HOSTFILE=/etc/hpcc/${1:+groups/$1/}hostfile"
   for pair in ${HPCC_FABRIC[@]+"${HPCC_FABRIC[@]}"}; do echo "$pair"; names+="${names:+,}${pair%%=*}"; done
   echo "HPCC_FABRIC_VARS=$names"
   if [ -n "$ofi" ]; then
@@ -795,6 +912,7 @@ cluster_env() {
 node_env() {
   local i ifname
   echo "HPCC_NODE=$HPCC_NODE"
+  echo "HPCC_GROUP=$(group_of "$HPCC_NODE")"
   i=$(node_index "$HPCC_NODE")
   if [ "$i" -gt 0 ]; then echo "NODE_RANK=$(( i - 1 ))"; fi
   ifname=$(ip -o -4 addr show 2>/dev/null | awk -v ip="$HPCC_IP" 'index($4, ip "/") == 1 {print $2; exit}')
@@ -803,12 +921,27 @@ node_env() {
 
 
 write_membership() {
-  local f
+  local f g d groups=()
   hostfile openmpi "$HPCC_SLOTS" | write_file /etc/hpcc/hostfile 0644
   hostfile mpich "$HPCC_SLOTS" | write_file /etc/hpcc/hostfile.mpich 0644
   hostfile hosts "$HPCC_SLOTS" | write_file /etc/hpcc/hosts 0644
   { echo "# hpcc llm: rendezvous and fabric settings for $HPCC_NODE"; node_env; cluster_env; } |
     write_file /etc/hpcc/env 0644
+  mapfile -t groups < <(node_groups)
+  mkdir -p /etc/hpcc/groups
+  for g in ${groups[@]+"${groups[@]}"}; do
+    mkdir -p "/etc/hpcc/groups/$g"
+    hostfile openmpi "$HPCC_SLOTS" "$g" | write_file "/etc/hpcc/groups/$g/hostfile" 0644
+    hostfile mpich "$HPCC_SLOTS" "$g" | write_file "/etc/hpcc/groups/$g/hostfile.mpich" 0644
+    hostfile hosts "$HPCC_SLOTS" "$g" | write_file "/etc/hpcc/groups/$g/hosts" 0644
+    { echo "# hpcc llm: rendezvous and fabric settings of group $g"; cluster_env "$g"; } |
+      write_file "/etc/hpcc/groups/$g/env" 0644
+  done
+  for d in /etc/hpcc/groups/*/; do
+    [ -d "$d" ] || continue
+    g=${d%/}; g=${g##*/}
+    printf '%s\n' ${groups[@]+"${groups[@]}"} | grep -qxF -- "$g" || rm -rf -- "$d"
+  done
   printf '%s\n' "$HPCC_MPIRUN_OPTIONS" | write_file /etc/hpcc/mpirun-options 0644
   mkdir -p /etc/ssh/ssh_config.d
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
@@ -828,7 +961,7 @@ step_launch_env() {
     write_file /etc/profile.d/hpcc.sh 0644
   HPCC_APPLIED_VERSION=$HPCC_HOSTS_VERSION
   write_state
-  log "launch environment: /etc/hpcc/env, $(wc -l </etc/hpcc/hostfile) compute node(s) in /etc/hpcc/hostfile (hosts version $HPCC_APPLIED_VERSION)"
+  log "launch environment: /etc/hpcc/env, $(wc -l </etc/hpcc/hostfile) compute node(s) in /etc/hpcc/hostfile, per group in /etc/hpcc/groups/ (membership generation $HPCC_APPLIED_VERSION)"
 }
 # --- slurm
 HPCC_MUNGE_KEY=/etc/munge/munge.key
@@ -910,14 +1043,18 @@ slurm_daemons() {
 step_slurm() {
   if [ "$HPCC_SCHEDULER" != slurm ]; then slurm_stop; log "SCHEDULER=$HPCC_SCHEDULER: no Slurm"; return 0; fi
   slurm_install
+  slurm_health_scripts
   local changed=0
   munge_key || changed=1
   install -d -o munge -g munge -m 0755 /run/munge
   daemon munge /run/munge/munged.pid "$changed" runuser -u munge -- munged
   slurm_daemons
-  log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); compute nodes: $HPCC_SLURM_NODE, $HPCC_SLURM_GPUS GPU(s)"
+  log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); the settings' node definition: ${HPCC_SLURM_NODE:-none}, ${HPCC_SLURM_GPUS:-0} GPU(s)"
 }
 # --- sync
+# --- controller
+start_controller() { :; }
+
 HPCC_CURRENT=/opt/hpcc/current
 HPCC_STATE=/etc/hpcc/node
 HPCC_APPLIED_SETTINGS=/etc/hpcc/settings
@@ -934,8 +1071,8 @@ load_state() {
   local line
   while IFS= read -r line; do
     case "$line" in
-      HPCC_NODE=*) HPCC_NODE=${line#*=}; node_index "$HPCC_NODE" >/dev/null || return 1 ;;
-      HPCC_INSTANCE_ID=*) HPCC_INSTANCE_ID=${line#*=}; [[ $HPCC_INSTANCE_ID =~ ^[A-Za-z0-9-]{1,64}$ ]] || return 1 ;;
+      HPCC_NODE=*) HPCC_NODE=${line#*=}; valid_name "$HPCC_NODE" || return 1 ;;
+      HPCC_INSTANCE_ID=*) HPCC_INSTANCE_ID=${line#*=}; [[ $HPCC_INSTANCE_ID =~ ^i-[0-9a-f]{1,40}$ ]] || return 1 ;;
       HPCC_IP=*) HPCC_IP=${line#*=}; valid_ip "$HPCC_IP" || return 1 ;;
       HOSTS_VERSION=*) HPCC_APPLIED_VERSION=${line#*=}; [[ $HPCC_APPLIED_VERSION =~ ^[0-9]+$ ]] || return 1 ;;
       *) return 1 ;;
@@ -954,18 +1091,17 @@ apply_membership() {
   load_state || fail "$HPCC_STATE is missing or malformed: run the bootstrap first"
   HPCC_READ_VERSION=${HPCC_APPLY_VERSION:-} HPCC_READ_HOSTS=${HPCC_APPLY_HOSTS:-} HPCC_READ_SETTINGS=${HPCC_APPLY_SETTINGS:-}
   [[ $HPCC_READ_VERSION =~ ^[0-9]+$ ]] || fail "HPCC_READ_VERSION '${HPCC_READ_VERSION:0:20}' is not a version"
-  sync_membership || fail "hosts version $HPCC_READ_VERSION not applied (see above)"
+  sync_membership || fail "membership generation $HPCC_READ_VERSION not applied (see above)"
   flush_log
 }
 
 sync_membership() {
-  local index at
+  local index at=nothing
   apply_settings "$HPCC_READ_SETTINGS" || { echo "/hpcc/llm/settings refused (see above): the applied settings stay" >&2; return 1; }
   parse_hosts "$HPCC_READ_HOSTS" || return 1
-  index=$(node_index "$HPCC_NODE")
-  at=${HPCC_HOSTS[$index]:-nothing}
+  if index=$(node_index "$HPCC_NODE"); then at=${HPCC_HOSTS[$index]}; fi
   if [ "$at" != "$HPCC_IP" ]; then
-    echo "hosts version $HPCC_READ_VERSION holds $at at $HPCC_NODE's line, not this node's $HPCC_IP: not applied" >&2
+    echo "membership generation $HPCC_READ_VERSION lists $at as $HPCC_NODE, not this node's $HPCC_IP: not applied" >&2
     return 1
   fi
   HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
@@ -973,12 +1109,12 @@ sync_membership() {
   HPCC_APPLIED_VERSION=$HPCC_HOSTS_VERSION
   write_state
   step_slurm
-  log "applied hosts version $HPCC_APPLIED_VERSION: $(( ${#HPCC_HOSTS[@]} - 1 )) compute node(s)"
+  log "applied membership generation $HPCC_APPLIED_VERSION: $(( ${#HPCC_HOSTS[@]} - 1 )) compute node(s)"
 }
 
 agent_env() {
-  printf '%s\n' "HPCC_ROLE=compute" "HPCC_HOSTS_PARAMETER=/hpcc/llm/hosts" \
-    "HPCC_SETTINGS_PARAMETER=/hpcc/llm/settings" "HPCC_NODES_PARAMETER=/hpcc/llm/nodes" \
+  printf '%s\n' "HPCC_ROLE=compute" "HPCC_STATE_BUCKET=$(state_bucket)" "HPCC_STATUS_KEY=$HPCC_STATUS_KEY" \
+    "HPCC_SETTINGS_PARAMETER=/hpcc/llm/settings" \
     "HPCC_BUNDLE_PARAMETER=/hpcc/llm/bundle" "HPCC_VPC_CIDR=$HPCC_VPC_CIDR" "HPCC_LOG=/var/log/hpcc-bootstrap.log" "PYTHONPATH=$HPCC_CURRENT" \
     "AWS_DEFAULT_REGION=us-east-1" "AWS_PAGER=" "AWS_MAX_ATTEMPTS=1"
   if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
@@ -987,7 +1123,7 @@ agent_env() {
 }
 
 agent_unit() {
-  printf '%s\n' "[Unit]" "Description=hpcc node agent: follows /hpcc/llm/hosts, /hpcc/llm/settings and /hpcc/llm/bundle" \
+  printf '%s\n' "[Unit]" "Description=hpcc node agent: follows membership.json, /hpcc/llm/settings and /hpcc/llm/bundle" \
     "After=network-online.target" "Wants=network-online.target" "" "[Service]" "ExecStart=/usr/bin/env python3 -m hpcc_node.agent" \
     "WorkingDirectory=/" "EnvironmentFile=/etc/hpcc/agent.env" "Restart=always" "RestartSec=10" "" "[Install]" "WantedBy=multi-user.target"
 }
@@ -999,6 +1135,7 @@ step_sync() {
     fail "no node agent in $HPCC_CURRENT: this script runs from the cluster's bundle, which the user data's loader unpacks there"
   write_file /usr/local/sbin/hpcc-node 0755 <"$self"
   agent_env | write_file /etc/hpcc/agent.env 0644
+  start_controller
   if [ -d /run/systemd/system ]; then
     agent_unit | write_file /etc/systemd/system/hpcc-sync.service 0644
     within 60 systemctl daemon-reload
@@ -1054,6 +1191,7 @@ main() {
   run_step lustre step_lustre
   run_step mount step_mount
   run_step efa step_efa
+  run_step health step_health
   run_step ssh step_ssh
   run_step join step_join
   run_step launch-env step_launch_env

@@ -1,0 +1,188 @@
+"""`python3 -m hpcc_node.controller`: the controller as a process on the head (PYTHONPATH=/opt/hpcc/current),
+started by the head's role script after its bootstrap (templates/steps/controller.sh.j2: a systemd unit on EC2,
+directly where there is no systemd). Its clients are boto3-shaped over the AWS CLI (hpcc_node/awscli.py); the
+ledger table and the state bucket come from the settings (STATE_BUCKET, LEDGER_TABLE; hpcc_node/settings.py
+state_names), the groups from /hpcc/<cluster>/groups, read again each loop. Logs to /var/log/hpcc/controller.log
+and stderr (journald).
+
+Environment: HPCC_CLUSTER, AWS_DEFAULT_REGION, HPCC_INSTANCE_ID and HPCC_NODE_IP (the head's own: the lease's
+owner and the membership's head), HPCC_ACCOUNT, HPCC_SCHEDULER (slurm: the controller writes Slurm's node states),
+HPCC_CONTROLLER_LOG, and HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box shortens them).
+`--once`: one loop, then exit (0 when it held the lease)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from hpcc_node import awscli
+from hpcc_node.settings import state_names
+
+from . import loop
+from .act import LOG
+from .model import Group
+from .timers import Timers
+
+LOG_PATH = "/var/log/hpcc/controller.log"
+GROUP_FIELDS = {f.name for f in dataclasses.fields(Group)} - {"capacity_block"}  # the block's window is EC2's
+
+
+class ConfigError(ValueError):
+    """What the controller needs is missing or malformed; the message names it and the fix."""
+
+
+def timers_from_env(env: Mapping[str, str]) -> Timers:
+    """Timers with HPCC_CONTROLLER_<FIELD> overrides (e.g. HPCC_CONTROLLER_LOOP_SECONDS=5)."""
+    changes: Dict[str, Any] = {}
+    for f in dataclasses.fields(Timers):
+        raw = env.get(f"HPCC_CONTROLLER_{f.name.upper()}")
+        if raw is None:
+            continue
+        try:
+            value = float(raw) if f.type in (float, "float") else int(raw)
+        except ValueError:
+            raise ConfigError(f"HPCC_CONTROLLER_{f.name.upper()}={raw[:20]!r} is not a number") from None
+        if value < 0:
+            raise ConfigError(f"HPCC_CONTROLLER_{f.name.upper()} must not be negative")
+        changes[f.name] = value
+    return dataclasses.replace(Timers(), **changes)
+
+
+def parse_groups(text: str, parameter: str, log: logging.Logger = LOG) -> List[Group]:
+    """The groups parameter's JSON: {"format": 1, "groups": [{Group's fields, snake_case, "slurm": {...}}]}."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{parameter} is not JSON ({e}); run pulumi up to write it again") from None
+    if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("groups"), list):
+        raise ConfigError(f'{parameter} is not {{"format": 1, "groups": [...]}}; run pulumi up with this bundle\'s program')
+    out = []
+    for i, raw in enumerate(doc["groups"]):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{parameter}: groups[{i}] is not an object")
+        unknown = sorted(set(raw) - GROUP_FIELDS - {"slurm"})
+        if unknown:
+            log.debug("%s: groups[%d]: fields this controller does not use: %s", parameter, i, ", ".join(unknown))
+        try:
+            out.append(Group(**{k: v for k, v in raw.items() if k in GROUP_FIELDS}))
+        except TypeError as e:
+            raise ConfigError(f"{parameter}: groups[{i}]: {e}") from None
+        if not isinstance(out[-1].count, int) or out[-1].count < 0:
+            raise ConfigError(f"{parameter}: groups[{i}] ({out[-1].name}): count must be a whole number >= 0")
+    return out
+
+
+def read_parameter(ssm: Any, name: str) -> Optional[str]:
+    try:
+        return ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except awscli.ClientError as e:
+        if e.response["Error"]["Code"] == "ParameterNotFound":
+            return None
+        raise
+
+
+def settings_text(ssm: Any, cluster: str) -> str:
+    return read_parameter(ssm, f"/hpcc/{cluster}/settings") or ""
+
+
+def groups_reader(ssm: Any, cluster: str) -> Callable[[], Sequence[Group]]:
+    parameter = f"/hpcc/{cluster}/groups"
+
+    def groups() -> Sequence[Group]:
+        text = read_parameter(ssm, parameter)
+        if text is None:
+            raise ConfigError(f"{parameter} does not exist; the program writes it (pulumi up)")
+        return parse_groups(text, parameter)
+    return groups
+
+
+def follow(pointer_text: str, settings: str) -> Dict[str, Any]:
+    """What the membership carries for the nodes to follow: the bundle pointer and the settings' sha256 (a node
+    reads the settings from SSM only when it changes: hpcc_node/agent.py read_parameters)."""
+    try:
+        pointer = json.loads(pointer_text or "{}")
+    except ValueError:
+        pointer = {}
+    out = dict(pointer) if isinstance(pointer, dict) else {}
+    if settings:
+        out["settings_sha256"] = hashlib.sha256(settings.encode()).hexdigest()
+    return out
+
+
+def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
+    """Each loop: ONE GetParameters of the bundle pointer and the settings (empty when they cannot be read)."""
+    names = [f"/hpcc/{cluster}/bundle", f"/hpcc/{cluster}/settings"]
+
+    def read() -> Mapping[str, Any]:
+        try:
+            found = {p["Name"]: p["Value"] for p in ssm.get_parameters(Names=names).get("Parameters", [])}
+        except awscli.ClientError:
+            return {}
+        return follow(found.get(names[0], ""), found.get(names[1], ""))
+    return read
+
+
+def setup_log(path: str) -> logging.Logger:
+    LOG.setLevel(logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    fmt.converter = time.gmtime
+    handlers: List[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handlers.append(logging.FileHandler(path))
+    except OSError as e:
+        sys.stderr.write(f"hpcc controller: cannot write {path} ({e}); logging to stderr only\n")
+    for h in handlers:
+        h.setFormatter(fmt)
+        LOG.addHandler(h)
+    return LOG
+
+
+def build(env: Mapping[str, str], run: Callable[..., Any] = None, clock: Callable[[], float] = time.time):
+    """(step, timers) of the controller the environment describes."""
+    for key in ("HPCC_CLUSTER", "HPCC_INSTANCE_ID", "HPCC_NODE_IP", "HPCC_ACCOUNT"):
+        if not env.get(key):
+            raise ConfigError(f"{key} is not set (the head's role script sets it in /etc/hpcc/controller.env)")
+    cluster = env["HPCC_CLUSTER"]
+    kw = {"run": run} if run else {}
+    ec2, ddb, s3, ssm = (awscli.client(s, **kw) for s in ("ec2", "dynamodb", "s3", "ssm"))
+    settings = settings_text(ssm, cluster)
+    bucket, table = state_names(settings, cluster, env["HPCC_ACCOUNT"])
+    timers = timers_from_env(env)
+    slurm = env.get("HPCC_SCHEDULER") == "slurm"
+    head = {"name": "head", "ip": env["HPCC_NODE_IP"], "instance": env["HPCC_INSTANCE_ID"]}
+    step = loop.build_step(ec2, ddb, s3, cluster, table, bucket, groups_reader(ssm, cluster), env["HPCC_INSTANCE_ID"],
+                           clock, slurm_run=loop.scontrol if slurm else None,
+                           slurm_read=loop.scontrol_nodes if slurm else None, bundle=follow_reader(ssm, cluster),
+                           head=head, timers=timers)
+    LOG.info("controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s", cluster,
+             env["HPCC_INSTANCE_ID"], env["HPCC_NODE_IP"], table, bucket, timers.loop_seconds,
+             ", Slurm node states" if slurm else "")
+    return step, timers
+
+
+def main(argv: List[str], env: Mapping[str, str] = os.environ) -> int:
+    setup_log(env.get("HPCC_CONTROLLER_LOG", LOG_PATH))
+    try:
+        step, timers = build(env)
+    except (ConfigError, awscli.ClientError) as e:
+        LOG.error("cannot start: %s", e)
+        return 2
+    if "--once" in argv:
+        try:
+            return 0 if step()["lease"] else 1
+        except Exception as e:  # one loop's failure, said in one line
+            LOG.error("the loop failed: %s", e)
+            return 1
+    loop.forever(step, time.time, time.sleep, timers=timers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

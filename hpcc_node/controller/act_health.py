@@ -1,0 +1,51 @@
+"""Carrying out the health rules' actions (decide_health.py): requeue a job, reboot a node, hold the spares. A
+mixin of act.Executor, which records each action in the ledger before and after it runs.
+
+Slurm commands (scontrol(1)):
+- `scontrol requeue <job>`: the job goes back to pending and keeps its id; SLURM_RESTART_COUNT rises.
+- `scontrol reboot ASAP nextstate=DOWN reason=<r> <node>`: reboots the node through slurm.conf's RebootProgram
+  once it is idle; it comes back DOWN with the reason, and the controller resumes it when its agent's next verdict
+  is healthy (assess.py). A reboot resets every GPU, which covers the catalog's RESET_GPU too.
+- `scontrol create|update|delete reservation`: the spares' reservation, `Flags=MAINT,IGNORE_JOBS`, for root only,
+  so no user's job lands on a spare while it is held.
+Without Slurm the reboot is EC2's RebootInstances.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional
+
+from .model import Action
+
+
+class HealthActs:
+    ec2: Any
+    slurm: Optional[Callable[[List[str]], Any]]
+
+    def _scontrol(self, *args: str) -> None:
+        if self.slurm is not None:
+            self.slurm(["scontrol", *args])
+
+    def _requeue(self, a: Action) -> str:
+        self._scontrol("requeue", a.data["job"])
+        return f"job {a.data['job']} requeued (restart {a.data.get('restarts', 0) + 1})"
+
+    def _reboot(self, a: Action) -> str:
+        if a.data.get("via") == "ec2" or self.slurm is None:
+            self.ec2.reboot_instances(InstanceIds=[a.instance_id])
+            return f"EC2 reboot of {a.instance_id}"
+        self._scontrol("reboot", "ASAP", "nextstate=DOWN", f"reason={a.data['reason']}", a.node)
+        return f"reboot of {a.node} once idle"
+
+    def _spares(self, a: Action) -> str:
+        name, nodes = a.data["reservation"], a.data["nodes"]
+        if not nodes:
+            if a.data.get("exists"):
+                self._scontrol("delete", f"ReservationName={name}")
+            return f"{name}: no spare held"
+        if a.data.get("exists"):
+            self._scontrol("update", f"ReservationName={name}", f"Nodes={','.join(nodes)}")
+        else:
+            self._scontrol("create", "reservation", f"ReservationName={name}", "StartTime=now",
+                           "Duration=infinite", "Users=root", "Flags=MAINT,IGNORE_JOBS", f"Nodes={','.join(nodes)}")
+        return f"{name}: {', '.join(nodes)}"

@@ -1,0 +1,193 @@
+"""What the controller does about a running node's health verdict (hpcc_node/health/verdict.py), before the
+generic failure rules (decide_failures.py) see it. Pure; decide() calls health_actions once a loop.
+
+For each node whose report is a failed verdict:
+- systemic first: many nodes failing the same check the same way within the window (a driver change, a parser
+  bug, a Lustre server hiccup) is the cluster's fault: one alert and no node touched;
+- out of service: DOWN when the verdict says so (Slurm requeues the batch jobs that may be requeued; a drain never
+  touches a running job), else DRAIN, with the reason `hpcc: <check>: <evidence>`;
+- a job that already failed with the node around the fault is requeued (`scontrol requeue`), up to
+  MaxBatchRequeue requeues (Timers.max_batch_requeue);
+- once the node is idle: the catalog's cheaper remedy first (a reset or a reboot: `scontrol reboot`, which resets
+  every GPU), once per instance; the node's next verdict decides: healthy -> resumed (assess.py), failing again
+  or silent past the reboot timeout -> replaced, as is a `replace` remedy (contact support, a hardware fault);
+- a boot-time health failure (the bootstrap's health step) counts as a failed boot: repeated, it protects the group.
+With `spares: N` on a group, N idle healthy nodes are held by the Slurm reservation hpcc-spares-<group>; each node
+of the group out of service releases one, so a requeued job starts at once, and the replacement, once ready and
+idle, is held in its place (level-triggered: the reservation is recomputed every loop).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from hpcc_node.health.verdict import CheckResult, slurm_reason
+from hpcc_node.taxonomy import FailureClass
+
+from .assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
+from .decide_failures import Failure, alert
+from .model import (BOOTING, DOWN, DRAIN, READY, REBOOT, REQUEUE, SPARES, Action, Group, Report, Slot, SlurmNode,
+                    Snapshot, Why)
+from .timers import Timers
+
+HEALTH = FailureClass.HEALTH.value
+FAILED_JOB_STATES = ("FAILED", "NODE_FAIL")
+SPARES_PREFIX = "hpcc-spares-"
+
+
+def spare_reservation(group: str) -> str:
+    return f"{SPARES_PREFIX}{group}"
+
+
+def health_signature(check: str, evidence: str) -> str:
+    """The fault without the node's own details: PCI addresses and GPU indexes go, the Xid number stays (Xid 79 on
+    every node is one fault; Xid 79 here and Xid 13 there are two)."""
+    text = re.sub(r"\(?PCI:[0-9A-Fa-f:.]+\)?|\bGPU \d+\b", "", evidence)
+    text = re.sub(r"\bXid (\d+)", r"Xid_\1", text)
+    return signature(HEALTH, f"{check}: {' '.join(text.split())}")
+
+
+def _verdict(snap: Snapshot, f: Failure) -> Optional[Report]:
+    """The running node's failed verdict behind a health failure; None for other failures (a bootstrap report,
+    slurmd not responding) and for a booting node's."""
+    r = snap.reports.get(f.slot.name)
+    if f.failure != HEALTH or r is None or r.ok or r.instance_id != f.slot.instance_id or not r.action \
+            or r.action == "none" or f.slot.state == BOOTING:
+        return None
+    return r
+
+
+def _reason(r: Report) -> str:
+    return slurm_reason(CheckResult(r.check or "health", "fail", r.evidence, r.action,
+                                    r.remedy if r.remedy else "none"))
+
+
+def _reboot_sig(instance_id: str) -> str:
+    return f"{REBOOT}:{instance_id}"
+
+
+def _rebooted_at(snap: Snapshot, instance_id: str) -> Optional[float]:
+    times = [e.at for e in snap.events if e.kind == REBOOT and e.signature == _reboot_sig(instance_id)
+             and e.phase == "start"]
+    return max(times) if times else None
+
+
+def _requeues(r: Report, name: str, snap: Snapshot, timers: Timers) -> List[Action]:
+    out = []
+    for job in sorted(snap.jobs, key=lambda j: j.job_id):
+        if name in job.nodes and job.state in FAILED_JOB_STATES and job.requeue and \
+                abs(job.end - r.at) <= timers.requeue_window_seconds:
+            if job.restarts >= timers.max_batch_requeue:
+                continue  # Slurm's own bound: a job that keeps failing is left failed for a person
+            out.append(Action(REQUEUE, node=name, why=Why(HEALTH, f"job {job.job_id} failed on {name}: {r.evidence}"),
+                              data={"job": job.job_id, "restarts": job.restarts}))
+    return out
+
+
+def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig: str) \
+        -> Tuple[List[Action], Optional[Failure]]:
+    """The actions for one node's failed verdict, and the failure to hand on to replacement (None: not yet)."""
+    slot, name = f.slot, f.slot.name
+    node: Optional[SlurmNode] = (snap.slurm or {}).get(name)
+    why = Why(HEALTH, f"{r.check}: {r.evidence}" if r.check else r.evidence)
+    common = dict(group=slot.group, node=name, instance_id=slot.instance_id, why=why)
+    out: List[Action] = []
+    if snap.slurm is not None:
+        held = node is not None and bool(node.states & HELD_STATES) and hpcc_reason(node)
+        if r.action == "down" and not (node is not None and "DOWN" in node.states and hpcc_reason(node)):
+            out.append(Action(DOWN, data={"reason": _reason(r), "signature": sig}, **common))
+        elif r.action == "drain" and not held:
+            out.append(Action(DRAIN, data={"reason": _reason(r), "signature": sig}, **common))
+        out += _requeues(r, name, snap, timers)
+        if out or not drained(node) or (node is not None and node.states & BUSY_STATES):
+            return out, None  # a running job finishes (drain) or is requeued by Slurm (down) first
+    rebooted = _rebooted_at(snap, slot.instance_id)
+    if rebooted is not None:
+        if r.at <= rebooted and now - rebooted <= timers.reboot_timeout_seconds:
+            return out, None  # rebooting: its next verdict decides
+        evidence = (f"{r.evidence} (again after a reboot)" if r.at > rebooted else
+                    f"{r.evidence} (no verdict within {timers.reboot_timeout_seconds} s of a reboot)")
+        return out, Failure(slot, HEALTH, f"{r.check}: {evidence}" if r.check else evidence, hard=True)
+    if r.remedy in ("reset", "reboot"):
+        out.append(Action(REBOOT, data={"reason": f"hpcc: reboot for {r.remedy}: {_reason(r)[6:]}"[:200],
+                                        "signature": _reboot_sig(slot.instance_id),
+                                        "via": "slurm" if snap.slurm is not None else "ec2"}, **common))
+        return out, None
+    if r.remedy == "replace":
+        return out, Failure(slot, HEALTH, why.evidence, hard=True)
+    return out, None  # remedy none (a full disk): out of service until its verdict clears, then resumed
+
+
+def _systemic(verdicts: List[Tuple[Failure, Report, str]], snap: Snapshot, now: float, timers: Timers,
+              cluster_nodes: int) -> Set[str]:
+    nodes: Dict[str, Set[str]] = {}
+    for e in snap.events:
+        if e.kind in (DOWN, DRAIN, REBOOT) and e.phase == "start" and e.signature.startswith(f"{HEALTH}:") \
+                and now - e.at <= timers.systemic_window_seconds:
+            nodes.setdefault(e.signature, set()).add(e.node)
+    for f, _, sig in verdicts:
+        nodes.setdefault(sig, set()).add(f.slot.name)
+    threshold = timers.systemic_threshold(cluster_nodes)
+    return {sig for sig, names in nodes.items() if len(names) >= threshold and any(s == sig for _, _, s in verdicts)}
+
+
+def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]:
+    """The group's reservation holds max(0, spares - nodes out of service) idle healthy nodes: those it holds
+    already first, then the highest-numbered idle ones."""
+    if group.spares <= 0 or snap.slurm is None:
+        return []
+    slurm = snap.slurm
+    name = spare_reservation(group.name)
+    failing = {n for n, r in snap.reports.items() if not r.ok and n in snap.slots  # out this very loop: its
+               and r.instance_id == snap.slots[n].instance_id}  # spare is released now, not a loop later
+    healthy = [s for s in slots if s.state == READY and s.name in slurm and s.name not in failing
+               and not (slurm[s.name].states & (HELD_STATES | {"NOT_RESPONDING"}))]
+    fine = {s.name for s in healthy}
+    out_of_service = sum(1 for s in slots if s.name not in fine and not held_by_person(slurm.get(s.name)))
+    want = max(0, group.spares - out_of_service)
+    held = snap.reservations.get(name, frozenset())
+    keep = [s.name for s in healthy if s.name in held]
+    idle = [s.name for s in sorted(healthy, key=lambda s: -s.index)
+            if s.name not in held and not (slurm[s.name].states & BUSY_STATES)]
+    chosen = sorted((keep + idle)[:want])
+    if set(chosen) == set(held):
+        return []
+    released = sorted(set(held) - set(chosen))
+    text = (f"hold {', '.join(chosen)}" if chosen else "hold none") + (
+        f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else "")
+    return [Action(SPARES, group=group.name, why=Why("", f"spares: {text}"),
+                   data={"reservation": name, "nodes": chosen, "exists": bool(held) or name in snap.reservations})]
+
+
+def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers,
+                   cluster_nodes: int, raised: set) -> Tuple[List[Action], List[Failure]]:
+    """(the health rules' actions, the failures left for decide_failures: replacements and everything else)."""
+    out: List[Action] = []
+    rest: List[Failure] = []
+    verdicts: List[Tuple[Failure, Report, str]] = []
+    for f in failures:
+        r = _verdict(snap, f)
+        if r is not None:
+            verdicts.append((f, r, health_signature(r.check, r.evidence)))
+        elif f.failure == HEALTH and f.slot.state == BOOTING:  # the boot checks failed: a failed boot
+            rest.append(Failure(f.slot, FailureClass.BOOTSTRAP.value, f"health check at boot: {f.evidence}", f.hard))
+        else:
+            rest.append(f)
+    bursts = _systemic(verdicts, snap, now, timers, cluster_nodes)
+    for sig in sorted(bursts):
+        n = sum(1 for _, _, s in verdicts if s == sig)
+        out += alert(f"systemic:{sig}", f"{n} node(s) failing the same health check ({sig}) within "
+                     f"{timers.systemic_window_seconds} s: the cluster's fault, no node touched", snap, raised)
+    for f, r, sig in sorted(verdicts, key=lambda v: (v[0].slot.group, v[0].slot.index)):
+        if sig in bursts:
+            continue
+        acts, handed = _one(f, r, snap, now, timers, sig)
+        out += acts
+        if handed is not None:
+            rest.append(handed)
+    by_group: Mapping[str, List[Slot]] = {g.name: [s for s in snap.slots.values() if s.group == g.name]
+                                          for g in groups}
+    for group in groups:
+        out += _spares(group, by_group[group.name], snap)
+    return out, rest

@@ -1,0 +1,75 @@
+"""`hpcc check ...`: acceptance checks of a running cluster (`hpcc check fabric`: infra/ops/check_fabric.py). Bad
+input exits 2 with a message naming the option, a failed check 1, never a traceback."""
+
+from __future__ import annotations
+
+import random
+import shlex
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from hpcc_node.health.fabric import FLOOR_FRACTION_DEFAULT, ROUNDS_DEFAULT, Floor
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Acceptance checks of a running cluster.")
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(code)
+
+
+@app.command()
+def fabric(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+           region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+           via: str = typer.Option(None, "--via", help="the command that reaches the head, e.g. 'ssh ubuntu@HEAD' "
+                                   "(default: ssh USER@<the head's public address>)"),
+           user: str = typer.Option("ubuntu", "--user", help="the head's login user for the default --via"),
+           provider: str = typer.Option("efa", "--provider", help="libfabric provider: efa, or tcp on nodes without EFA"),
+           rounds: int = typer.Option(ROUNDS_DEFAULT, "--rounds", help="random pairings per group (each node in one "
+                                      "pair a round)"),
+           floor_fraction: float = typer.Option(FLOOR_FRACTION_DEFAULT, "--floor-fraction",
+                                                help="a node is slow below this fraction of its group's median"),
+           floor_gbps: float = typer.Option(None, "--floor-gbps", help="an absolute floor in GB/s instead"),
+           seed: int = typer.Option(None, "--seed", help="the pairings' random seed (to repeat a run)")):
+    """Measure every compute node's link in rounds of disjoint pairs (fi_pingpong, from the head), bisect the slow
+    ones against a known-good node, and name the nodes under the floor."""
+    from infra.ops import OpsError
+    from infra.ops.aws import Aws
+    from infra.ops.check_fabric import check, cluster_nodes, rows, ssh_runner
+
+    if rounds < 1 or not 0 < floor_fraction <= 1 or (floor_gbps is not None and floor_gbps <= 0):
+        raise _fail("--rounds must be 1 or more, --floor-fraction in (0, 1], --floor-gbps above 0", 2)
+    if provider not in ("efa", "tcp"):
+        raise _fail(f"--provider must be efa or tcp; got {provider!r}", 2)
+    try:
+        nodes, head = cluster_nodes(Aws(region), cluster)
+    except OpsError as e:
+        raise _fail(str(e), 1) from None
+    if len(nodes) < 2:
+        raise _fail(f"hpcc:cluster={cluster} has {len(nodes)} running compute node(s); a pair needs two", 1)
+    if via is None and head is None:
+        raise _fail(f"no running head for hpcc:cluster={cluster}; give --via", 1)
+    out = Console()
+    runner = ssh_runner(shlex.split(via) if via else ["ssh", "-o", "BatchMode=yes", f"{user}@{head}"])
+    try:
+        report, measured = check(nodes, runner, provider, rounds, Floor(floor_fraction, floor_gbps),
+                                 random.Random(seed), log=lambda line: out.print(line, markup=False))
+    except (RuntimeError, OSError) as e:
+        raise _fail(str(e), 1) from None
+    pairs, found = rows(report, measured)
+    table = Table("group", "pair", "GB/s", title=f"{cluster}: {report.pairs_measured} pair measurement(s)")
+    for row in pairs:
+        table.add_row(*map(escape, row))
+    out.print(table)
+    for group, median in sorted(report.medians.items()):
+        out.print(f"{group}: median {median:.2f} GB/s", markup=False)
+    if found:
+        verdicts = Table("node", "group", "GB/s", "why", title="below the floor or not judged")
+        for row in found:
+            verdicts.add_row(*map(escape, row))
+        out.print(verdicts)
+    if report.slow:
+        raise typer.Exit(1)

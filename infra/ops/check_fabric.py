@@ -1,0 +1,116 @@
+"""`hpcc check fabric`: every compute node's link measured without N x N work (the plan: hpcc_node/health/fabric.py,
+rounds of disjoint pairs, suspects bisected against a known-good node, a floor relative to the group's median),
+run over SSH from the head, which reaches every node by name with the cluster key.
+
+One pair is libfabric's own `fi_pingpong` (shipped with the EFA installer and Debian's libfabric-bin): a server on
+the second node, the client on the first, `-e rdm` with `-p efa` on EFA nodes (`-p tcp` elsewhere), one large
+transfer size; its `MB/sec` column (bytes per microsecond) is the pair's bandwidth. A round's pairs run at once
+(disjoint: no node serves two). The output is one `PAIR a b MB/sec` line per pair, or `PAIR a b FAIL`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import subprocess
+from collections import defaultdict
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from hpcc_node.health.fabric import FabricReport, Floor, Pair, check_fabric
+
+PORT_BASE = 47600  # fi_pingpong's control port is 47592; one port per pair of a round above it
+SIZE = 1 << 22  # 4 MiB transfers: past the small-message regime, where a link's bandwidth shows
+ITERATIONS = 100
+PAIR_TIMEOUT_S = 120
+_NODE = re.compile(r"^(?P<group>[a-z][a-z0-9]{0,11})-[0-9]{3,4}$")
+
+RunOnHead = Callable[[str], str]  # a bash script run on the head -> its stdout
+
+
+def group_of(name: str) -> str:
+    m = _NODE.match(name)
+    return m.group("group") if m else "compute"
+
+
+def groups(nodes: Mapping[str, str]) -> Dict[str, List[str]]:
+    """Node names by group (`<group>-NNN`, contract of issue 19)."""
+    out: Dict[str, List[str]] = defaultdict(list)
+    for name in sorted(nodes):
+        out[group_of(name)].append(name)
+    return dict(out)
+
+
+def pair_script(pairs: Sequence[Pair], ips: Mapping[str, str], provider: str, size: int = SIZE,
+                iterations: int = ITERATIONS, ssh: str = "ssh -o BatchMode=yes") -> str:
+    """The bash script the head runs for one round: every pair at once, one PAIR line each."""
+    opts = f"-p {shlex.quote(provider)} -e rdm -I {iterations} -S {size}"
+    lines = ["set -u"]
+    for i, (a, b) in enumerate(pairs):
+        port = PORT_BASE + i
+        server = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -B {port}"
+        client = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -P {port} {shlex.quote(ips[b])}"
+        lines.append(
+            f"( {ssh} {shlex.quote(b)} {shlex.quote(server)} >/dev/null 2>&1 & srv=$!; sleep 2; "
+            f"out=$({ssh} {shlex.quote(a)} {shlex.quote(client)} 2>&1); "
+            f"rate=$(printf '%s\\n' \"$out\" | awk '$1 != \"bytes\" && NF >= 8 {{print $6; exit}}'); "
+            f"echo \"PAIR {a} {b} ${{rate:-FAIL}}\"; wait $srv 2>/dev/null ) &")
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def parse_round(out: str, pairs: Sequence[Pair]) -> Dict[Pair, Optional[float]]:
+    """GB/s per pair (fi_pingpong's MB/sec / 1000); None for a pair that failed or printed nothing."""
+    got: Dict[Pair, Optional[float]] = {p: None for p in pairs}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "PAIR":
+            key = (parts[1], parts[2]) if (parts[1], parts[2]) in got else (parts[2], parts[1])
+            if key in got:
+                try:
+                    got[key] = float(parts[3]) / 1000
+                except ValueError:
+                    got[key] = None
+    return got
+
+
+def check(nodes: Mapping[str, str], run_on_head: RunOnHead, provider: str, rounds: int, floor: Floor,
+          rng: random.Random, log: Callable[[str], None] = lambda line: None) -> Tuple[FabricReport, list]:
+    """Every group's nodes measured; returns the report and every measured pair (group, a, b, GB/s)."""
+    measured: list = []
+
+    def measure(pairs: List[Pair]) -> Dict[Pair, Optional[float]]:
+        got = parse_round(run_on_head(pair_script(pairs, nodes, provider)), pairs)
+        for (a, b), gbps in sorted(got.items()):
+            measured.append((group_of(a), a, b, gbps))
+            log(f"{a} <-> {b}: {'failed' if gbps is None else f'{gbps:.2f} GB/s'}")
+        return got
+    return check_fabric(groups(nodes), measure, rng, rounds, floor), measured
+
+
+def ssh_runner(via: Sequence[str], timeout_s: float = 30 * 60) -> RunOnHead:
+    """`via` is the command that reaches the head (e.g. ssh ubuntu@203.0.113.7); the script goes on stdin."""
+    def run(script: str) -> str:
+        out = subprocess.run([*via, "bash", "-s"], input=script, capture_output=True, text=True, timeout=timeout_s)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(via)} failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
+        return out.stdout
+    return run
+
+
+def rows(report: FabricReport, measured: list) -> Tuple[List[Tuple[str, ...]], List[Tuple[str, ...]]]:
+    """(the pairs' table: group, pair, GB/s; the verdicts: node, group, GB/s, why)."""
+    pairs = [(g, f"{a} <-> {b}", "failed" if v is None else f"{v:.2f}") for g, a, b, v in measured]
+    found = [(f.node, f.group, "-" if f.gbps is None else f"{f.gbps:.2f}", f.why)
+             for f in report.slow + report.unmeasured]
+    return pairs, found
+
+
+def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
+    """(compute node -> private IP, the head's address: public if it has one), from the cluster's tags."""
+    from infra.ops.status import instances
+
+    live = [i for i in instances(aws, cluster) if i.state == "running"]
+    nodes = {i.node: i.private_ip for i in live if i.role == "compute" and i.private_ip}
+    head = next((i.public_ip or i.private_ip for i in live if i.role == "head"), None)
+    return nodes, head

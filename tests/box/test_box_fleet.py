@@ -1,0 +1,231 @@
+"""The box as a small cloud (issue 19): the real controller on the head launches two node groups with CreateFleet
+against the box's moto; the box boots a namespace node for every instance launched and stops the node whose
+instance is terminated (tests/box/cloud.py). Nothing in this module names, lists or addresses a node: the
+controller and the agents do. Runs in order (a..g) on one box: group a (2 nodes) and group b (1 node) with Slurm,
+the first instance of group b failing its bootstrap at `ssh`.
+
+Printed: `[fleet] ...` lines with the measured seconds (a node's death to its replacement idle in Slurm: target
+<= 120 s)."""
+
+import subprocess
+import time
+
+import pytest
+
+from hpcc_node.controller.model import READY, REPLACING
+from hpcc_node.controller.observe import slurm_nodes
+from tests.box.cloud import Fault, FleetBox
+from tests.box.harness import node_env
+from tests.box.machine import box_namespaces, leftovers
+from tests.box.test_box_slurm import MPI_PROGRAM, sbatch
+
+pytestmark = pytest.mark.box
+GROUPS = [{"name": "a", "count": 2}, {"name": "b", "count": 1}]
+SCHEDULER = "slurm"
+
+
+@pytest.fixture(scope="module")
+def fleet(box_machine):
+    box = FleetBox(profile="cpu", scheduler=SCHEDULER, groups=[dict(g) for g in GROUPS], faults=[Fault("b", times=1)])
+    try:
+        box.start()
+        code = box.boot_head(timeout=300)
+        if code != 0:
+            pytest.fail(f"the head did not boot ({code})\n{box.diagnose()}", pytrace=False)
+        box.controller_started = time.time()
+        box.start_controller()
+        yield box
+    finally:
+        box.stop()
+    assert leftovers() == [], "the box left these behind"
+
+
+# -- reading the cluster as the controller left it ------------------------------------------------------------
+def wait_for(what, timeout: float, box: FleetBox, every: float = 1.0, why: str = ""):
+    deadline = time.time() + timeout
+    while True:
+        got = what()
+        if got:
+            return got
+        if time.time() > deadline:
+            raise AssertionError(f"not after {timeout} s: {why or what.__doc__}\n{box.diagnose()}")
+        time.sleep(every)
+
+
+BUSY = {"ALLOCATED", "MIXED"}  # a job on some of a node's CPUs leaves it MIXED
+
+
+def on_head(box: FleetBox, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return box.head.run(*cmd, timeout=timeout)
+
+
+def slurm(box: FleetBox) -> dict:
+    """Slurm's nodes (states, reason, address), from the head."""
+    return slurm_nodes(on_head(box, "scontrol", "show", "nodes", "--oneliner").stdout)
+
+
+def settled(box: FleetBox, names: set[str]):
+    """Exactly these slots, every one ready in the ledger, its instance running with a live node at the instance's
+    address, and in Slurm at that address taking jobs (idle, or busy with one). Returns the slots, or None."""
+    slots = box.ledger().slots
+    if set(slots) != names or any(s.state != READY for s in slots.values()):
+        return None
+    instances, nodes = box.instances(), slurm(box) if box.scheduler == "slurm" else None
+    for s in slots.values():
+        inst, seen = instances.get(s.instance_id), box.launched.get(s.instance_id)
+        if inst is None or inst["State"]["Name"] != "running" or seen is None or not seen.node.alive:
+            return None
+        if nodes is None:
+            continue
+        node = nodes.get(s.name)
+        if node is None or node.addr != inst["PrivateIpAddress"] or node.states & {"DRAIN", "DOWN", "NOT_RESPONDING"} \
+                or not node.states & ({"IDLE"} | BUSY):
+            return None
+    return slots
+
+
+def followed(box: FleetBox, present: set[str], absent: set[str] = frozenset()) -> bool:
+    """Every live node's hostfile lists every address in `present` and none in `absent`."""
+    for node in [box.head, *box.compute]:
+        path = node.file("/etc/hpcc/hostfile")
+        listed = {line.split()[0] for line in path.read_text().splitlines() if line.strip()} if path.exists() else set()
+        if not present <= listed or listed & absent:
+            return False
+    return True
+
+
+def ip_of(box: FleetBox, instance_id: str) -> str:
+    return box.instances()[instance_id]["PrivateIpAddress"]
+
+
+def request_replace(box: FleetBox, name: str) -> None:
+    """`hpcc replace NAME` run on the head (it records replace_requested in the ledger; the controller acts)."""
+    run = on_head(box, "hpcc", "replace", "--cluster", box.name, "--region", "us-east-1", name)
+    assert run.returncode == 0, (run.stdout, run.stderr)
+
+
+# -- the tests ------------------------------------------------------------------------------------------------
+def test_a_two_groups_boot_and_a_node_whose_bootstrap_fails_delays_no_other_and_is_replaced(fleet):
+    slots = wait_for(lambda: settled(fleet, {"a-000", "a-001", "b-000"}), 600, fleet)
+    (bad,) = fleet.faults[0].hit
+    b = slots["b-000"]
+    assert b.instance_id != bad and b.attempts == 1, b  # replaced once, by a new instance
+    assert fleet.instances()[bad]["State"]["Name"] == "terminated"
+    assert fleet.launched[bad].node.netns not in box_namespaces()
+    status = fleet.status(bad)  # what the failed node reported about itself
+    assert (status.get("phase"), status.get("step")) == ("failed", "ssh"), status
+    a_ready = max(slots[n].since for n in ("a-000", "a-001"))
+    assert a_ready < b.since, "group a's readiness waited for group b's failed node"
+    t0 = fleet.controller_started
+    print(f"[fleet] a-000, a-001 ready {a_ready - t0:.1f} s after the controller started; b-000's first instance "
+          f"failed at ssh and its replacement was ready {b.since - t0:.1f} s after")
+
+
+def test_b_an_mpi_job_runs_across_both_groups(fleet):
+    work = fleet.workdir / "jobs"
+    work.mkdir(exist_ok=True)
+    (work / "mpi_hello.c").write_text(MPI_PROGRAM)
+    subprocess.run(["mpicc", "-o", str(work / "mpi_hello"), str(work / "mpi_hello.c")], check=True, timeout=120)
+    names = ["a-000", "a-001", "b-000"]
+    out = sbatch(fleet, "mpi.sbatch", "-N", "3", "-w", ",".join(names), "--ntasks-per-node", "2", "--",
+                 str(work / "mpi_hello"))
+    ranks = [line for line in out.splitlines() if line.startswith("rank ")]
+    assert sorted(line.split()[6] for line in ranks) == sorted(names * 2), out
+    assert all(" of 6 " in line and line.endswith("sum 21") for line in ranks), out
+
+
+def test_c_a_dead_node_is_replaced_under_its_name_at_a_new_address_and_a_job_elsewhere_runs_on(fleet):
+    before = wait_for(lambda: settled(fleet, {"a-000", "a-001", "b-000"}), 600, fleet, why="a-000..b-000 ready")
+    (fleet.workdir / "jobs").mkdir(exist_ok=True)  # the job's output, on the host's /tmp every node shares
+    flag = fleet.workdir / "jobs" / "c-finish"
+    job = subprocess.Popen(fleet.head.enter(
+        "sbatch", "--wait", "--parsable", "-N", "2", "-w", "a-000,b-000", f"--output={fleet.workdir}/jobs/c.out",
+        "--wrap", f"srun bash -c 'while [ ! -e {flag} ]; do sleep 1; done; echo done-$SLURMD_NODENAME'"),
+        env=node_env(fleet.head), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: job.poll() is None and all(slurm(fleet)[n].states & BUSY for n in ("a-000", "b-000")), 120,
+             fleet, why="the job running on a-000 and b-000")
+    victim = fleet.node("a-001")
+    old_iid, old_ip = before["a-001"].instance_id, victim.ip
+    died = time.time()
+    fleet.kill(victim)  # nothing else: the controller must see it on its own
+    after = wait_for(lambda: (s := settled(fleet, {"a-000", "a-001", "b-000"})) and
+                     s["a-001"].instance_id != old_iid and s, 600, fleet)
+    seconds = time.time() - died
+    new_ip = ip_of(fleet, after["a-001"].instance_id)
+    assert "IDLE" in slurm(fleet)["a-001"].states
+    print(f"[fleet] a-001 died; its replacement was idle in Slurm at {new_ip} {seconds:.1f} s later (target <= 120 s)")
+    assert new_ip != old_ip
+    assert fleet.instances()[old_iid]["State"]["Name"] in ("shutting-down", "terminated")
+    wait_for(lambda: followed(fleet, {new_ip}, {old_ip}), 120, fleet)
+    assert job.poll() is None, "the job on a-000 and b-000 did not survive a-001's replacement"
+    assert {"a-000", "b-000"} <= {n for n, s in slurm(fleet).items() if s.states & BUSY}
+    flag.touch()
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, (out, err)
+    assert sorted((fleet.workdir / "jobs" / "c.out").read_text().split()) == ["done-a-000", "done-b-000"]
+
+
+def test_d_a_group_grown_3_to_4_nodes_then_shrunk_to_2_loses_the_nodes_the_controller_chose(fleet):
+    fleet.resize("a", 3)
+    grown = wait_for(lambda: settled(fleet, {"a-000", "a-001", "a-002", "b-000"}), 600, fleet)
+    ips = {n: ip_of(fleet, s.instance_id) for n, s in grown.items()}
+    wait_for(lambda: followed(fleet, set(ips.values())), 120, fleet)
+    fleet.resize("a", 1)
+    shrunk = wait_for(lambda: (s := fleet.ledger().slots) and len(s) == 2 and all(x.state == READY for x in s.values())
+                      and s, 600, fleet)
+    kept = set(shrunk)
+    assert "b-000" in kept and len(kept & {"a-000", "a-001", "a-002"}) == 1, kept
+    removed = set(grown) - kept
+    events = fleet.ledger().events
+    chosen = {e.node for e in events if e.kind == "remove" and e.phase == "done"}
+    assert chosen == removed, (chosen, removed)
+    instances = fleet.instances()
+    for name in removed:
+        assert instances[grown[name].instance_id]["State"]["Name"] in ("shutting-down", "terminated"), name
+        node = slurm(fleet).get(name)  # gone from slurm.conf when the size limit shrank, or held out of jobs
+        assert node is None or "IDLE" not in node.states or node.states & {"DRAIN", "DOWN"}, (name, node)
+    wait_for(lambda: followed(fleet, {ips[n] for n in kept}, {ips[n] for n in removed}), 120, fleet)
+    assert settled(fleet, kept)
+
+
+def test_e_hpcc_replace_on_the_head_replaces_the_node_under_its_name(fleet):
+    before = fleet.ledger().slots["b-000"]
+    request_replace(fleet, "b-000")
+    after = wait_for(lambda: (s := settled(fleet, set(fleet.ledger().slots))) and
+                     s["b-000"].instance_id != before.instance_id and s, 600, fleet)
+    assert fleet.instances()[before.instance_id]["State"]["Name"] in ("shutting-down", "terminated")
+    assert ip_of(fleet, after["b-000"].instance_id) != ip_of(fleet, before.instance_id)
+
+
+def test_f_a_controller_killed_mid_replacement_finishes_it_once_after_its_restart(fleet):
+    names = set(fleet.ledger().slots)
+    target = sorted(n for n in names if n.startswith("a-"))[0]
+    before = fleet.ledger().slots[target]
+    launched_before = set(fleet.launched)
+    request_replace(fleet, target)
+    wait_for(lambda: fleet.ledger().slots[target].state == REPLACING, 120, fleet, every=0.2, why=f"{target} replacing")
+    killed = fleet.controller_pids()
+    fleet.stop_controller()  # killed (SIGKILL) with the slot marked replacing
+    mid = fleet.ledger().slots[target]
+    # its supervisor starts it again 10 s later (systemd's Restart=always on EC2): a new process finishes the work
+    wait_for(lambda: (pids := fleet.controller_pids()) and not set(pids) & set(killed), 60, fleet,
+             why="the controller restarted by its supervisor")
+    after = wait_for(lambda: (s := settled(fleet, names)) and s[target].instance_id != before.instance_id and s,
+                     600, fleet)
+    new = set(fleet.launched) - launched_before
+    assert new == {after[target].instance_id}, f"launched {new} for one replacement"
+    assert after[target].attempts == mid.attempts, "the restart counted the replacement again"
+
+
+def test_g_a_group_whose_nodes_fail_every_time_ends_protected_with_the_reason(fleet):
+    fleet.faults.append(Fault("b", times=0))
+    request_replace(fleet, "b-000")
+    groups = wait_for(lambda: (g := fleet.ledger().groups).get("b") and g["b"].protected and g, 600, fleet)
+    reason = groups["b"].protected
+    print(f"[fleet] group b protected: {reason}")
+    assert "bootstrap" in reason, reason
+    launched = set(fleet.launched)
+    time.sleep(20)  # four loops: a protected group is not replaced again
+    assert {i for i in set(fleet.launched) - launched if fleet.launched[i].group == "b"} == set()
+    slots = fleet.ledger().slots
+    assert all(s.state == READY for n, s in slots.items() if n.startswith("a-")), slots  # group a untouched

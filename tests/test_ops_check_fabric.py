@@ -1,0 +1,81 @@
+"""`hpcc check fabric` (infra/ops/check_fabric.py, check_cli.py): the round's script run for real with fi_pingpong
+over loopback (a stand-in `ssh` runs each node's command here), its output read back, and a slow node named by
+the command's table and exit code."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import stat
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from hpcc_node.health.fabric import Floor
+from infra.cli import app
+from infra.ops import check_fabric as cf
+
+NODES = {f"gpu-00{i}": f"10.0.0.{10 + i}" for i in range(6)}
+
+
+def test_node_names_give_their_groups():
+    assert cf.groups({"gpu-000": "a", "gpu-1000": "b", "cpu-001": "c", "odd": "d"}) == {
+        "gpu": ["gpu-000", "gpu-1000"], "cpu": ["cpu-001"], "compute": ["odd"]}
+
+
+def test_a_rounds_output_is_read_per_pair_in_gb_per_s():
+    pairs = [("gpu-000", "gpu-001"), ("gpu-002", "gpu-003"), ("gpu-004", "gpu-005")]
+    out = "PAIR gpu-000 gpu-001 12345.6\nPAIR gpu-003 gpu-002 FAIL\nnoise\n"
+    assert cf.parse_round(out, pairs) == {pairs[0]: pytest.approx(12.3456), pairs[1]: None, pairs[2]: None}
+
+
+@pytest.mark.skipif(shutil.which("fi_pingpong") is None, reason="needs libfabric's fi_pingpong")
+def test_the_rounds_script_measures_real_pairs_over_loopback(tmp_path):
+    ssh = tmp_path / "ssh"  # `ssh [options] HOST COMMAND` -> COMMAND here
+    ssh.write_text('#!/bin/bash\nwhile [ "${1:0:1}" = - ]; do shift 2; done\nshift\nexec bash -c "$1"\n')
+    ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
+    pairs = [("gpu-000", "gpu-001"), ("gpu-002", "gpu-003")]
+    script = cf.pair_script(pairs, {n: "127.0.0.1" for n in NODES}, "tcp", size=1 << 20, iterations=20,
+                            ssh=f"{ssh} -o BatchMode=yes")
+    out = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=120)
+    got = cf.parse_round(out.stdout, pairs)
+    assert all(v is not None and v > 0 for v in got.values()), out.stdout + out.stderr
+
+
+def fake_head(rates):
+    """A head that answers each PAIR of the script with the slower of the two nodes' rates (MB/s)."""
+    def run(script: str) -> str:
+        pairs = re.findall(r'echo "PAIR (\S+) (\S+) ', script)
+        return "".join(f"PAIR {a} {b} {min(rates[a], rates[b])}\n" for a, b in pairs)
+    return run
+
+
+def test_a_slow_node_is_found_and_bisected_against_a_good_one():
+    rates = {n: 12000.0 for n in NODES}
+    rates["gpu-003"] = 3000.0
+    report, measured = cf.check(NODES, fake_head(rates), "efa", 3, Floor(), random.Random(7))
+    assert [f.node for f in report.slow] == ["gpu-003"] and "known good" in report.slow[0].why
+    pairs, found = cf.rows(report, measured)
+    assert ("gpu-003", "gpu", "3.00") == found[0][:3] and len(pairs) == len(measured) >= 9
+
+
+def test_the_command_prints_the_pairs_and_names_the_slow_node(monkeypatch):
+    rates = {n: 12000.0 for n in NODES}
+    rates["gpu-004"] = 100.0
+    monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7"))
+    seen = []
+    monkeypatch.setattr(cf, "ssh_runner", lambda via: seen.append(via) or fake_head(rates))
+    monkeypatch.setattr("infra.ops.aws.Aws", lambda region: None)
+    out = CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm", "--seed", "1"])
+    assert out.exit_code == 1, out.output
+    assert "gpu-004" in out.output.split("below the floor")[1] and "GB/s" in out.output
+    assert seen == [["ssh", "-o", "BatchMode=yes", "ubuntu@203.0.113.7"]]
+    rates["gpu-004"] = 12000.0
+    assert CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm"]).exit_code == 0
+
+
+def test_bad_options_are_refused_naming_them():
+    out = CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm", "--floor-fraction", "2"])
+    assert out.exit_code == 2 and "--floor-fraction" in out.output
