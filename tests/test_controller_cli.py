@@ -163,3 +163,19 @@ def test_a_malformed_groups_parameter_is_named_with_its_fix():
     with pytest.raises(main_mod.ConfigError, match="HPCC_CONTROLLER_LOOP_SECONDS"):
         main_mod.timers_from_env({"HPCC_CONTROLLER_LOOP_SECONDS": "soon"})
     assert main_mod.timers_from_env({"HPCC_CONTROLLER_LOOP_SECONDS": "5"}).loop_seconds == 5
+
+
+def test_the_controllers_log_has_each_line_once_when_its_stderr_is_the_log_itself(tmp_path):
+    """Without systemd the supervisor sends stderr to controller.log, where the controller also writes."""
+    import subprocess
+    import sys
+    log = tmp_path / "controller.log"
+    code = ("import sys; from hpcc_node.controller.__main__ import setup_log; "
+            f"setup_log({str(log)!r}).info('one line'); sys.exit(0)")
+    with open(log, "ab") as out:
+        subprocess.run([sys.executable, "-c", code], stderr=out, check=True)
+    assert log.read_text().count("one line") == 1
+    other = tmp_path / "journal"
+    with open(other, "wb") as out:
+        subprocess.run([sys.executable, "-c", code], stderr=out, check=True)
+    assert other.read_text().count("one line") == 1 and log.read_text().count("one line") == 2

@@ -95,3 +95,38 @@ def test_everything_reads_back_and_old_records_are_pruned(ddb):
     clock.t += 2 * Timers().orphan_timeout_seconds + 1
     assert ledger.acquire()
     assert ledger.prune(ledger.load()) == 1 and ledger.load().launches == []
+
+
+class CliShaped:
+    """The ledger's client as hpcc_node.awscli gives it on the head: no `.exceptions`, and an error's cancellation
+    reasons only in its message, as the AWS CLI prints them."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, op):
+        from botocore.exceptions import ClientError as BotoError
+
+        from hpcc_node.awscli import ClientError
+
+        def call(**kw):
+            try:
+                return getattr(self._client, op)(**kw)
+            except BotoError as e:
+                err = e.response["Error"]
+                raise ClientError(err["Code"], err["Message"], e.operation_name) from None
+        return call
+
+
+def test_conflicts_and_a_lost_lease_are_told_apart_through_the_aws_cli_clients_errors(ddb):
+    clock = Clock()
+    cli = CliShaped(ddb)
+    assert not hasattr(cli, "exceptions") or not hasattr(cli.exceptions, "TransactionCanceledException")
+    mine, other = Ledger(cli, TABLE, "head-a", clock), Ledger(cli, TABLE, "head-b", clock)
+    assert mine.acquire() and not other.acquire()  # a refused lease is False, not an error
+    first = mine.put_slot(Slot("gpu-000", "gpu", 0), state="booting")
+    mine.put_slot(first, state="ready")
+    with pytest.raises(Conflict):
+        mine.put_slot(first, state="failed")
+    with pytest.raises(LeaseLost):
+        other.put_slot(Slot("gpu-001", "gpu", 1), state="booting")

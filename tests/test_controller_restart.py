@@ -289,3 +289,22 @@ def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(en
                                       membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
                                   Body=membership.status_body(name, iid, True, at=env.clock()))
     check_consistent(env, [GPU])
+
+
+def test_a_removed_node_slurm_no_longer_knows_is_terminated_all_the_same(env):
+    """A shrink rewrites slurm.conf's range first; the removal's `scontrol update` then fails, and the instance must
+    still go (the box saw "remove" logged every loop while the instance ran on)."""
+    from hpcc_node.controller.model import REMOVE, Action, Slot, Snapshot, Why
+    ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+    ledger.acquire()
+    from hpcc_node.controller import fleet
+    iid = env.ec2.create_fleet(**fleet.request(GPU, 1, "t-remove", CLUSTER))["Instances"][0]["InstanceIds"][0]
+    slot = ledger.put_slot(Slot("gpu-003", "gpu", 3, iid), state="ready")
+
+    def slurm(argv):
+        raise RuntimeError("scontrol: error: Invalid node name specified")
+    executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, slurm)
+    executor.run([Action(REMOVE, "gpu", "gpu-003", iid, Why("", "shrink"), {"reason": "hpcc: shrink"})],
+                 Snapshot(now=env.clock(), slots={"gpu-003": slot}))
+    assert env.ec2.instances[iid]["state"] == "shutting-down"
+    assert ledger.load().slots["gpu-003"].state == "removing"

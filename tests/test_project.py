@@ -25,7 +25,7 @@ def test_the_stack_comes_from_the_file_name_and_is_never_guessed():
 def test_operator_commands_without_a_stack_exit_2_before_touching_pulumi(command):
     args = [command[0], str(ROOT / "examples" / "p5-llm.yaml"), *command[2:]]
     run = CliRunner().invoke(app, args)
-    assert run.exit_code == 2 and "give --stack NAME" in " ".join(run.output.split()) and "Traceback" not in run.output
+    assert run.exit_code == 2 and "--stack NAME" in " ".join(run.output.split()) and "Traceback" not in run.output
 
 
 def test_init_writes_a_project_that_plans_and_refuses_to_overwrite_it(tmp_path):

@@ -128,16 +128,27 @@ def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
     return read
 
 
+def same_file(stream: Any, path: str) -> bool:
+    """Whether `stream` writes to `path` (the supervisor without systemd sends stderr to the log file itself)."""
+    try:
+        a, b = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def setup_log(path: str) -> logging.Logger:
     LOG.setLevel(logging.INFO)
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
     fmt.converter = time.gmtime
-    handlers: List[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    handlers: List[logging.Handler] = []
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         handlers.append(logging.FileHandler(path))
     except OSError as e:
         sys.stderr.write(f"hpcc controller: cannot write {path} ({e}); logging to stderr only\n")
+    if not handlers or not same_file(sys.stderr, path):  # journald's copy; never a second line in the same file
+        handlers.insert(0, logging.StreamHandler(sys.stderr))
     for h in handlers:
         h.setFormatter(fmt)
         LOG.addHandler(h)

@@ -156,7 +156,10 @@ class Executor(HealthActs):
         slot = self._slot(a)
         if slot.state != REMOVING:
             self.slots[a.node] = self.ledger.put_slot(slot, state=REMOVING, since=self.clock(), reason=a.why.text())
-        self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={a.data.get('reason', 'hpcc: removed')}")
+        try:  # a shrink may already have taken the name out of slurm.conf's range: terminating must not wait on it
+            self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={a.data.get('reason', 'hpcc: removed')}")
+        except Exception as e:
+            self.log.info("remove %s: Slurm no longer knows it (%s); terminating", a.node, str(e)[:200])
         return self._terminate(a.instance_id)
 
     def _forget(self, a: Action) -> str:

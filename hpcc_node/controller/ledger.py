@@ -15,6 +15,7 @@ client is a boto3 DynamoDB client, injected.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -27,6 +28,21 @@ MEMBERSHIP = "membership"
 
 class LeaseLost(Exception):
     """This controller does not hold the lease (another head took it): it must stop writing."""
+
+
+def _error_code(e: Exception) -> str:
+    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def cancellation_reasons(e: Exception) -> List[str]:
+    """Each item's reason a transaction was cancelled, in order: from botocore's CancellationReasons, or from the
+    message both the API and the AWS CLI print ("... specific reasons [ConditionalCheckFailed, None]"; DynamoDB API
+    Reference, TransactWriteItems, "TransactionCanceledException")."""
+    response = getattr(e, "response", {})
+    if response.get("CancellationReasons"):
+        return [r.get("Code", "") for r in response["CancellationReasons"]]
+    found = re.search(r"\[([A-Za-z, ]*)\]\s*$", response.get("Error", {}).get("Message", ""))
+    return [r.strip() for r in found.group(1).split(",")] if found else []
 
 
 class Conflict(Exception):
@@ -81,7 +97,9 @@ class Ledger:
                 ExpressionAttributeNames={"#o": "owner"},
                 ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}})
             return True
-        except self.client.exceptions.ConditionalCheckFailedException:
+        except Exception as e:  # botocore's or hpcc_node.awscli's ClientError: the same .response
+            if _error_code(e) != "ConditionalCheckFailedException":
+                raise
             return False
 
     def holder(self) -> Tuple[str, float]:
@@ -113,8 +131,10 @@ class Ledger:
     def _transact(self, *items: Dict) -> None:
         try:
             self.client.transact_write_items(TransactItems=[self._lease_check(), *items])
-        except self.client.exceptions.TransactionCanceledException as e:
-            reasons = [r.get("Code", "") for r in e.response.get("CancellationReasons", [])]
+        except Exception as e:
+            if _error_code(e) != "TransactionCanceledException":
+                raise
+            reasons = cancellation_reasons(e)
             if reasons and reasons[0] == "ConditionalCheckFailed":
                 raise LeaseLost(f"{self.owner} does not hold the lease") from e
             raise Conflict(f"changed since read: {reasons}") from e

@@ -10,7 +10,7 @@ import pytest
 from infra.node_settings import settings_value
 from infra.roles import role_contexts
 from infra.userdata import render, render_loader
-from tests.box.cloud import FleetBox
+from tests.box.cloud import ACCOUNT, FleetBox
 from tests.box.harness import REGION
 from tests.instance_data import offline_facts
 
@@ -25,7 +25,7 @@ def test_box_scripts_are_the_renderers_output_and_survive_a_resize(profile):
     contexts = role_contexts(cfg, REGION, offline_facts())
     assert before["userData"] == {role: render_loader(ctx) for role, ctx in contexts.items()}
     assert before["roleScripts"] == {role: render(ctx) for role, ctx in contexts.items()}
-    assert before["settings"] == settings_value(cfg, REGION, offline_facts())
+    assert before["settings"] == settings_value(cfg, REGION, offline_facts(), ACCOUNT)
     assert [(g["name"], g["count"]) for g in json.loads(before["groups"])["groups"]] == [("compute", 2)]
     box.groups = [{"name": "compute", "count": 3}]
     after = box.plan()
