@@ -353,6 +353,16 @@ def state_bucket_lets_nodes_write_every_status(g):
                                                                                 + "/status/*"]))
 
 
+def state_bucket_lets_nodes_write_the_certificates(g):
+    _edit_state_policy(g, "NodesWriteOwnStatus", lambda st: st["Resource"].append(
+        st["Resource"][0].split("/status/")[0] + "/certs/*"))
+
+
+def compute_node_publishes_any_nodes_host_keys(g):
+    _edit_statement(g, "PublishOwnHostKeys", lambda st: st.update(
+        Resource=[st["Resource"][0].split("/hostkeys/")[0] + "/hostkeys/*"]))
+
+
 def compute_node_puts_the_ssh_key(g):
     policy = _node_policy(g)
     doc = json.loads(policy["inputs"]["policy"])
@@ -477,6 +487,8 @@ BREAKS = [
     ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on arn:aws:ec2:"),
     ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
     ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
+    ("state-bucket-private", state_bucket_lets_nodes_write_the_certificates, "s3:PutObject on arn:aws:s3:::"),
+    ("node-writes-own-only", compute_node_publishes_any_nodes_host_keys, "writes only its own status and host keys"),
     ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),
     ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),
     ("node-writes-own-only", controller_terminates_any_instance, "without a condition that the resource is tagged"),
