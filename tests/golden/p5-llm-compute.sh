@@ -705,7 +705,8 @@ health_facts() {
 
 step_health() {
   local out rc=0 line
-  health_facts | write_file "${HPCC_HEALTH_ENV:=/etc/hpcc/health.env}" 0644
+  : "${HPCC_HEALTH_ENV:=/etc/hpcc/health.env}"
+  health_facts | write_file "$HPCC_HEALTH_ENV" 0644
   out=$(cd / && HPCC_HEALTH_ENV=$HPCC_HEALTH_ENV PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} within $(( HPCC_TIMEOUT_MINUTES * 60 )) python3 -m hpcc_node.health boot 2>&1) || rc=$?
   while IFS= read -r line; do log "$line"; done <<<"$out"
   if [ "$rc" -ne 0 ]; then
