@@ -253,3 +253,31 @@ def test_a_replacement_at_its_predecessors_address_is_signed_for_its_own_keys(cl
     assert issued(aws, "compute-000").instance == "i-0bbbbbbbbbbbbbbb2"
     assert new.install(issued(aws, "compute-000"))[1]
 
+
+
+def test_the_bootstrap_publishes_at_its_status_keys_instance_and_installs_what_the_head_signed(tmp_path):
+    from hpcc_node import certs_boot
+    assert certs_boot.instance_arn(f"status/{ARN_PREFIX}i-0abc123.json") == f"{ARN_PREFIX}i-0abc123"
+    with pytest.raises(ValueError, match="is not status/<instance ARN>.json"):
+        certs_boot.instance_arn("status/../certs/head.json")
+    aws, ticks = FakeAws(), []
+    node = make_node(aws, tmp_path, "compute-000", HOSTS[1])
+
+    def sleep(_):  # the head's agent signs during the node's wait
+        ticks.append(make_head(aws).sign_pending(MEMBERS, NOW))
+    paths = certs_boot.wait_for_certificates(node, NOW + 600, clock=lambda: NOW, sleep=sleep)
+    assert ticks == [["compute-000"]] and len(paths) == 2
+    assert published_by(aws, "compute-000").cert_ca == issued(aws, "compute-000").ca
+    late = make_node(aws, tmp_path, "compute-001", HOSTS[2])
+    with pytest.raises(TimeoutError, match="certs/compute-001.json is absent or unreadable"):
+        certs_boot.wait_for_certificates(late, NOW, clock=lambda: NOW + 1, sleep=lambda _: None)
+
+
+@pytest.mark.parametrize("code", ["NoSuchKey", "AccessDenied"])  # 403 without s3:ListBucket: a compute node's
+def test_a_missing_object_reads_as_none(code):
+    from tests.cert_support import S3Error
+
+    class Missing:
+        def get_object(self, **_):
+            raise S3Error(code)
+    assert certstore.get(Missing(), BUCKET, "certs/head.json") == (None, "")
