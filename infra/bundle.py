@@ -75,8 +75,10 @@ def example_files() -> dict[str, bytes]:
 
 
 def node_files(root: Path = ROOT) -> dict[str, bytes]:
-    """The node package's Python files and the program modules it shares, by path inside the bundle."""
-    paths = sorted(p for p in (root / NODE_PACKAGE).rglob("*.py") if "__pycache__" not in p.parts)
+    """The node package's Python files and data (health/xid_catalog.json: the Xid checks read it) and the program
+    modules it shares, by path inside the bundle."""
+    paths = sorted(p for pattern in ("*.py", "*.json") for p in (root / NODE_PACKAGE).rglob(pattern)
+                   if "__pycache__" not in p.parts)
     out = {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
     out.update({rel: (root / rel).read_bytes() for rel in SHARED_MODULES})
     return out

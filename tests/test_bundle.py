@@ -157,3 +157,10 @@ def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
     for cluster in ("ab1", "a" * 32, "x-y-z"):
         m = bucket_rules.BUNDLE_BUCKET.match(bundle_bucket(cluster, "123456789012"))
         assert m and (m.group("cluster"), m.group("account")) == (cluster, "123456789012")
+
+
+def test_the_bundle_ships_the_node_packages_data():
+    """The health checks read hpcc_node/health/xid_catalog.json on the node (a bundle without it fails the
+    health step: FileNotFoundError)."""
+    from infra.bundle import node_files
+    assert "hpcc_node/health/xid_catalog.json" in node_files()
