@@ -201,7 +201,8 @@ class Head:
         signed = []
         for n in pending + window:
             m = by_name[n]
-            p = store.read_published(store.get(self.s3, self.bucket, self.names.hostkeys(self.arn_prefix + m.instance))[0])
+            key = self.names.hostkeys(self.arn_prefix + m.instance)
+            p = store.read_published(store.get(self.s3, self.bucket, key)[0])
             if p is None or p.ip != m.ip or not p.keys:
                 continue  # not published yet, or published for another address
             if n in window and set(p.keys) <= {certified_key(c) for c in self.issued[n].certs}:  # type: ignore[union-attr]

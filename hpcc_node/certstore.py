@@ -65,7 +65,7 @@ def fingerprint(line: str) -> str:
 
 
 class Published(NamedTuple):
-    """What a node wrote to its hostkeys parameter."""
+    """What a node wrote to its hostkeys object."""
     ip: str
     keys: List[str]
     trust: List[str]  # fingerprints of the CAs its known-hosts file lists
@@ -90,7 +90,7 @@ def read_published(text: Optional[str]) -> Optional[Published]:
 
 
 class Issued(NamedTuple):
-    """What the head wrote to a node's certs parameter."""
+    """What the head wrote to a node's certs object."""
     ip: str
     certs: List[str]
     cas: List[str]  # the CA public keys every node trusts now (two during a rotation)
