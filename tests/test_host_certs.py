@@ -281,3 +281,12 @@ def test_a_missing_object_reads_as_none(code):
         def get_object(self, **_):
             raise S3Error(code)
     assert certstore.get(Missing(), BUCKET, "certs/head.json") == (None, "")
+
+
+def test_a_certificate_is_due_for_another_instance_at_the_same_address(cluster):
+    aws, head, nodes = cluster
+    nodes["compute-000"].publish()
+    head.sign_pending(MEMBERS, NOW)
+    first, a = issued(aws, "compute-000"), head.authority
+    assert not certs.due(first, HOSTS[1], a, NOW + 60, instance_of("compute-000"))
+    assert certs.due(first, HOSTS[1], a, NOW + 60, "i-0bbbbbbbbbbbbbbb2")  # not left to the window of 10 a tick
