@@ -382,7 +382,6 @@ class Box:
         names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
         for name in names:
             ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
-            ssm.put_parameter(Name=f"{paths.hostkeys}/{name}", Type="String", Value="pending")
         for secret in (paths.ssh_secret, paths.user_secret, paths.host_ca_secret):  # created empty, as identity.py does
             self.client("secretsmanager").create_secret(Name=secret, Description="box")
         if self.scheduler == "slurm":  # the program creates it with Slurm only

@@ -3,8 +3,10 @@ the rotation (a job's long-lived ssh) lives through it, and a loop of new connec
 node never fails, while the host CA is added, switched to and the old one retired. At the end every node trusts
 and serves the new CA only.
 
-Self-contained: its own box (the cpu profile, two compute nodes), only Box/Node's public API (box.node, node.run,
-node.enter, box.client), and the command's own function (infra/ops/rotate_keys.rotate) on the box's moto."""
+Self-contained: its own fleet box (the cpu profile, one group of two compute nodes the head's controller launches),
+only FleetBox/Node's public API (box.node, box.compute, node.run, node.enter, box.client), and the command's own
+function (infra/ops/rotate_keys.rotate) on the box's moto: it reads the membership and each node's host keys and
+certificates from the state bucket."""
 
 from __future__ import annotations
 
@@ -15,17 +17,23 @@ import pytest
 
 from hpcc_node import certstore
 from infra.naming import Paths
-from infra.ops import rotate_keys
-from tests.box.harness import Box
+from infra.ops import rotate_keys, store
+from tests.box.cloud import FleetBox
+from tests.box.harness import REGION
 
 pytestmark = pytest.mark.box
 
 
 class BoxAws:
-    """infra/ops/aws.Aws.call's shape, on the box's moto server."""
+    """infra/ops/aws.Aws's shape (call, client, region), on the box's moto server."""
 
-    def __init__(self, box: Box):
+    region = REGION
+
+    def __init__(self, box: FleetBox):
         self.box = box
+
+    def client(self, service: str):
+        return self.box.client(service)
 
     def call(self, service: str, operation: str, **kwargs) -> dict:
         return getattr(self.box.client(service), operation)(**kwargs)
@@ -33,10 +41,10 @@ class BoxAws:
 
 @pytest.fixture(scope="module")
 def box(box_machine):
-    b = Box(profile="cpu", compute_count=2)
+    b = FleetBox(profile="cpu", groups=[{"name": "compute", "count": 2}])
     try:
         b.start()
-        codes = b.boot(timeout=300)
+        codes = b.boot(timeout=360)
         assert codes == {n.name: 0 for n in b.nodes}, b.diagnose()
         yield b
     finally:
@@ -49,8 +57,8 @@ def known_cas(node) -> list[str]:
 
 
 def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
-    head, computes = box.node("head"), [n for n in box.nodes if n.name != "head"]
-    ips = [box.ip_of(n.name) for n in computes]
+    head, computes = box.node("head"), box.compute
+    ips = [n.ip for n in computes]
     old = known_cas(head)
     assert len(old) == 1 and all(known_cas(n) == old for n in computes)
     # a job's long-lived SSH session, opened before the rotation
@@ -77,9 +85,9 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
     assert alive and ticks.count("tick") > 10 and "Host key verification failed" not in err, (ticks[-200:], err)
     new = known_cas(head)
     assert len(new) == 1 and new != old and all(known_cas(n) == new for n in computes)
+    bucket = store.names(BoxAws(box), box.name).bucket
     for n in box.nodes:  # what each node serves: certificates by the new CA, for its own address
-        issued = certstore.read_issued(box.client("ssm").get_parameter(
-            Name=certstore.names(box.name).certs(n.name))["Parameter"]["Value"])
-        assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == box.ip_of(n.name)
+        issued = certstore.read_issued(certstore.get(box.client("s3"), bucket, certstore.names(box.name).certs(n.name))[0])
+        assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == n.ip
     assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"]["Value"] == \
         certstore.rotation_text(certstore.Rotation(rid, "retire"))
