@@ -27,6 +27,7 @@ from infra.naming import bundle_key
 FORMAT = 1
 ROOT = Path(__file__).resolve().parent.parent
 NODE_PACKAGE = "hpcc_node"
+NODE_SUFFIXES = (".py", ".json")  # its code and its data files (hpcc_node/health/xid_catalog.json)
 SHARED_MODULES = ("infra/__init__.py", "infra/hosts_schema.py", "infra/settings_schema.py")  # stdlib only; hpcc_node imports them
 EXECUTABLE = ("roles/", "hooks/")  # mode 0755; everything else 0644
 
@@ -75,10 +76,10 @@ def example_files() -> dict[str, bytes]:
 
 
 def node_files(root: Path = ROOT) -> dict[str, bytes]:
-    """The node package's Python files and data (health/xid_catalog.json: the Xid checks read it) and the program
-    modules it shares, by path inside the bundle."""
-    paths = sorted(p for pattern in ("*.py", "*.json") for p in (root / NODE_PACKAGE).rglob(pattern)
-                   if "__pycache__" not in p.parts)
+    """The node package's Python files and data (the health checks' Xid catalog), and the program modules it
+    shares, by path inside the bundle."""
+    paths = sorted(p for p in (root / NODE_PACKAGE).rglob("*") if p.suffix in NODE_SUFFIXES
+                   and "__pycache__" not in p.parts)
     out = {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
     out.update({rel: (root / rel).read_bytes() for rel in SHARED_MODULES})
     return out

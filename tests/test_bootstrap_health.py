@@ -41,6 +41,20 @@ def test_a_healthy_node_passes_and_its_facts_are_written(fake):
     assert "[health] dcgm_diag: ok" in (tmp_path / "bootstrap.log").read_text()
 
 
+def test_without_the_tests_override_the_facts_go_to_etc_hpcc_and_the_checks_read_them_there(fake):
+    """The box's nodes set no HPCC_HEALTH_ENV: the default must reach the checks too (set -u)."""
+    tmp_path, bin_dir, env = fake
+    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "checks read $HPCC_HEALTH_ENV" >>{tmp_path}/checked\n')
+    (bin_dir / "python3").chmod(0o755)
+    ctx = context(log_path=str(tmp_path / "bootstrap.log"), efa_enabled=False)
+    script = (preamble(tmp_path) + f'write_file() {{ cat >"{tmp_path}/facts"; echo "$1" >"{tmp_path}/facts-path"; }}\n'
+              "unset HPCC_HEALTH_ENV\nHPCC_MOUNT_POINT=/nonexistent\nuse_step health\nstep_health\n")
+    out = run(COMMON + ["health"], script, ctx, env={k: v for k, v in env.items() if k != "HPCC_HEALTH_ENV"})
+    assert out.returncode == 0, out.stderr + (tmp_path / "bootstrap.log").read_text()
+    assert (tmp_path / "facts-path").read_text() == "/etc/hpcc/health.env\n"
+    assert (tmp_path / "checked").read_text() == "checks read /etc/hpcc/health.env\n"
+
+
 def test_a_node_short_of_a_gpu_fails_with_class_health(fake):
     tmp_path, _, env = fake
     out = _run(tmp_path, env, gpus=7)

@@ -42,7 +42,8 @@ def test_the_bundle_holds_the_role_scripts_the_node_package_and_a_manifest_namin
     manifest = b.manifest()
     assert {"manifest.json", "roles/head.sh", "roles/compute.sh", "hpcc_node/__init__.py", "hpcc_node/taxonomy.py",
             "hpcc_node/version.py", "infra/__init__.py", "infra/hosts_schema.py", "infra/settings_schema.py",
-            "examples/slurm/mpi.sbatch", "examples/slurm/torchrun.sbatch"} <= set(b.files)
+            "examples/slurm/mpi.sbatch", "examples/slurm/torchrun.sbatch",
+            "hpcc_node/health/xid_catalog.json"} <= set(b.files)  # data the node package reads at run time
     assert not [p for p in b.files if p.startswith("infra/") and p not in bundle_mod.SHARED_MODULES]
     assert (manifest["format"], manifest["cluster"], manifest["agentVersion"]) == (1, "bndl", "1")
     assert manifest["hpccVersion"] == bundle_mod.hpcc_version() and manifest["hooks"] == {"onNodeStart": [], "onNodeReady": []}
@@ -158,9 +159,3 @@ def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
         m = bucket_rules.BUNDLE_BUCKET.match(bundle_bucket(cluster, "123456789012"))
         assert m and (m.group("cluster"), m.group("account")) == (cluster, "123456789012")
 
-
-def test_the_bundle_ships_the_node_packages_data():
-    """The health checks read hpcc_node/health/xid_catalog.json on the node (a bundle without it fails the
-    health step: FileNotFoundError)."""
-    from infra.bundle import node_files
-    assert "hpcc_node/health/xid_catalog.json" in node_files()

@@ -329,7 +329,9 @@ def controller_tags_any_instance(g):
 
 
 def controller_reboots_any_instance(g):
-    _edit_statement(g, "RebootClusterInstances", lambda st: st.pop("Condition"), role="head")
+    role = _first(g, records.ROLE, lambda r: r["inputs"]["name"].endswith("-head"))
+    role["inputs"]["inlinePolicies"] = [{"name": "remedy", "policy": json.dumps({"Statement": [
+        {"Effect": "Allow", "Action": ["ec2:RebootInstances"], "Resource": "*"}]})}]
 
 
 def controller_passes_any_role(g):
@@ -484,7 +486,7 @@ BREAKS = [
     ("node-writes-own-only", node_launches_instances, "only the head's controller launches"),
     ("node-writes-own-only", controller_tags_any_instance, "without a condition that the resource is tagged"),
     ("node-writes-own-only", controller_passes_any_role, "iam:PassRole"),
-    ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on arn:aws:ec2:"),
+    ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on * without a condition"),
     ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
     ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
     ("state-bucket-private", state_bucket_lets_nodes_write_the_certificates, "s3:PutObject on arn:aws:s3:::"),

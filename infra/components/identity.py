@@ -98,11 +98,13 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
 
 
 def node_state_statements(account: str, cluster: str) -> list[dict]:
-    """A compute node: membership.json and the host certificates read, its own status object and host public keys
-    written (hpcc_node/certstore.py); nothing else of the store."""
+    """A compute node: membership.json, the statuses and the host certificates read, its own status object and host
+    public keys written (hpcc_node/certstore.py); nothing else of the store."""
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
         {"Sid": "ReadMembership", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket}/{MEMBERSHIP_KEY}"]},
+        # Read, never written: a bundle rollout waits on the canaries' statuses (hpcc_node/rollout.py).
+        {"Sid": "ReadStatuses", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket}/{STATUS_PREFIX}*"]},
         {"Sid": "ReportOwnStatus", "Effect": "Allow", "Action": ["s3:PutObject"],
          "Resource": [f"{bucket}/{STATUS_PREFIX}" + "${ec2:SourceInstanceARN}.json"]},
         {"Sid": "PublishOwnHostKeys", "Effect": "Allow", "Action": ["s3:PutObject"],

@@ -31,7 +31,7 @@ class StateArgs:
 
 
 def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
-    """The head reads and writes the bucket; a compute node reads membership.json and the host certificates, and
+    """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host certificates, and
     writes its own status and host public keys only.
     No Deny and no wildcard principal (as the bundle bucket, infra/components/bundle.py)."""
     arn = f"arn:aws:s3:::{bucket}"
@@ -42,6 +42,8 @@ def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
          "Action": ["s3:ListBucket"], "Resource": [arn]},
         {"Sid": "NodesReadMembership", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
          "Action": ["s3:GetObject"], "Resource": [f"{arn}/{MEMBERSHIP_KEY}"]},
+        {"Sid": "NodesReadStatuses", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
+         "Action": ["s3:GetObject"], "Resource": [f"{arn}/{STATUS_PREFIX}*"]},
         {"Sid": "NodesWriteOwnStatus", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
          "Action": ["s3:PutObject"], "Resource": [f"{arn}/{OWN_STATUS}", f"{arn}/{OWN_HOSTKEYS}"]},
         # The host certificates the head signed (hpcc_node/certstore.py): public, any node's may be read.

@@ -59,7 +59,7 @@ def test_a_fatal_xid_downs_the_node_requeues_its_job_and_replaces_it_and_a_perso
     submit = subprocess.run(fleet.head.enter(
         "sbatch", "--parsable", "--requeue", "-N", "1", "-w", "a-000", f"--output={work}/health-%j.out",
         "--open-mode=append", "--wrap",
-        f"echo start-$SLURMD_NODENAME-$SLURM_RESTART_COUNT; while [ ! -e {flag} ]; do sleep 1; done; echo done"),
+        f"echo start-$SLURMD_NODENAME-${{SLURM_RESTART_COUNT:-0}}; while [ ! -e {flag} ]; do sleep 1; done; echo done"),
         env=node_env(fleet.head), capture_output=True, text=True, timeout=60)
     assert submit.returncode == 0, submit.stderr
     job = submit.stdout.strip().split(";")[0]

@@ -704,10 +704,9 @@ health_facts() {
 }
 
 step_health() {
-  local out rc=0 line
-  : "${HPCC_HEALTH_ENV:=/etc/hpcc/health.env}"
-  health_facts | write_file "$HPCC_HEALTH_ENV" 0644
-  out=$(cd / && HPCC_HEALTH_ENV=$HPCC_HEALTH_ENV PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} within $(( HPCC_TIMEOUT_MINUTES * 60 )) python3 -m hpcc_node.health boot 2>&1) || rc=$?
+  local out rc=0 line facts=${HPCC_HEALTH_ENV:-/etc/hpcc/health.env}
+  health_facts | write_file "$facts" 0644
+  out=$(cd / && HPCC_HEALTH_ENV=$facts PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} within $(( HPCC_TIMEOUT_MINUTES * 60 )) python3 -m hpcc_node.health boot 2>&1) || rc=$?
   while IFS= read -r line; do log "$line"; done <<<"$out"
   if [ "$rc" -ne 0 ]; then
     HPCC_FAIL_CLASS=health
