@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from hpcc_node import awscli, hosts, rollout, slurm, state, status, upgrade
+from hpcc_node import certs as host_certs
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
@@ -117,6 +118,7 @@ class Agent:
         self.rollout_note: Optional[str] = None  # the head's report of a halted rollout
         self.slurm_states: Optional[Dict[str, str]] = None
         self.message = "membership agent running"
+        self.certs: Optional[host_certs.Certs] = None  # the host certificates' part (main() sets it)
 
     def current_dir(self) -> str:
         return os.path.join(self.c.opt, "current")
@@ -187,6 +189,8 @@ class Agent:
         settings_text = read[self.c.settings_parameter][1]
         if membership_due(self.node.hosts_version, state.read_text(self.c.path("settings")) or "", self.doc, settings_text):
             self.apply_doc(self.doc, settings_text)
+        if self.certs:
+            self.certs.tick(self.doc, self.clock())
         if self.c.role == "head" and self.settings.get("SCHEDULER") == "slurm":
             self.slurm_watch()
         switched = self.follow_bundle(read)
@@ -369,6 +373,9 @@ def main(argv: List[str]) -> int:
     except (state.StateError, SettingsError) as e:
         print(f"hpcc node agent: the applied state is malformed ({e}): run the bootstrap again", file=sys.stderr)
         return 1
+    agent.certs = host_certs.Certs(agent.aws, agent.s3, config.state_bucket, config.settings_parameter.split("/")[2],
+                                   config.role, agent.node.node, agent.node.ip,
+                                   config.status_key[len(membership.STATUS_PREFIX):-len(".json")], log=agent.log)
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     health.start(agent.node.node, log=agent.log)  # its own thread, every verdict.INTERVAL_S (15 s)
     while True:

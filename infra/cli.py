@@ -287,6 +287,17 @@ def init(directory: Path = typer.Argument(..., help="the new project's directory
         print(f"next: cd {directory} && hpcc plan Pulumi.{written.stack}.yaml   (then README.md there)")
 
 
+@app.command("rotate-keys")
+def rotate_keys(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+                region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+                resume: bool = typer.Option(False, "--resume", help="carry on the rotation that is running"),
+                timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="per phase, for every node")):
+    """A new host CA on the running cluster: add, switch, retire, waiting for every node between phases."""
+    from infra.ops.rotate_keys import rotate
+
+    _ops(lambda: rotate(_aws(region), cluster, resume, timeout_minutes * 60, lambda line: Console().print(line, markup=False, highlight=False)))
+
+
 @app.command("deployer-policy")
 def deployer_policy() -> None:
     """Print the least-privilege IAM policy for whoever runs `hpcc up` (attach it to your deploying user or role)."""

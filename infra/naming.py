@@ -51,6 +51,9 @@ def state_bucket(cluster: str, account: str) -> str:
 
 MEMBERSHIP_KEY = "membership.json"  # hpcc_node/controller/membership.py KEY
 STATUS_PREFIX = "status/"  # hpcc_node/controller/membership.py STATUS_PREFIX: status/<instance-arn>.json
+HOSTKEYS_PREFIX = "hostkeys/"  # hpcc_node/certstore.py: hostkeys/<instance-arn>.json, each node its own
+CERTS_PREFIX = "certs/"  # hpcc_node/certstore.py: certs/<node>.json, written by the head only
+NO_ROTATION = "none"  # hpcc_node/certstore.py NO_ROTATION: the rotation parameter before `hpcc rotate-keys`
 
 
 def ledger_table(cluster: str) -> str:
@@ -98,6 +101,11 @@ class Paths:
         self.nodes = f"{self.prefix}/nodes"  # no longer written: statuses are the state bucket's status/ objects
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
+        # the host CA and the rotation (hpcc_node/certstore.py makes the same names; keys and certificates are
+        # state-bucket objects: HOSTKEYS_PREFIX, CERTS_PREFIX)
+        self.host_ca_secret = f"hpcc/{cluster}/host-ca"  # Secrets Manager: the head's alone
+        self.user_secret = f"hpcc/{cluster}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
+        self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys` (Pulumi's)
         # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/bundle.py); not a settings
         # key, because nodes booted before it refuse unknown settings keys.
         self.bundle = f"{self.prefix}/bundle"

@@ -88,7 +88,8 @@ def _policy_doc(inputs: dict):
 
 def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     """The state bucket (infra/components/state.py): only the cluster's roles; the compute role reads
-    membership.json and the statuses (a rollout waits on its canaries') and writes its own status object only; the head gets, puts and lists; nobody else."""
+    membership.json, the statuses (a rollout waits on its canaries') and the host certificates (certs/*) and writes
+    its own status and host-keys objects only; the head gets, puts and lists; nobody else."""
     if rtype != BUCKET_POLICY:
         return []
     bucket = str(inputs.get("bucket") or "")
@@ -99,7 +100,9 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
     head, node = f"arn:aws:iam::{account}:role/hpcc-{cluster}-head", f"arn:aws:iam::{account}:role/hpcc-{cluster}-node"
     arn = f"arn:aws:s3:::{bucket}"
     node_grants = {("s3:GetObject", f"{arn}/membership.json"), ("s3:GetObject", f"{arn}/status/*"),
-                   ("s3:PutObject", f"{arn}/status/${{ec2:SourceInstanceARN}}.json")}
+                   ("s3:GetObject", f"{arn}/certs/*"),
+                   ("s3:PutObject", f"{arn}/status/${{ec2:SourceInstanceARN}}.json"),
+                   ("s3:PutObject", f"{arn}/hostkeys/${{ec2:SourceInstanceARN}}.json")}
     doc = _policy_doc(inputs)
     if doc is None:
         return ["policy is not a JSON policy document"]
@@ -123,8 +126,9 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
                 extra = sorted({(a, t) for a in actions for t in targets} - node_grants)
                 if extra:
                     out.append(f"Statement[{n}] lets the compute nodes {', '.join(f'{a} on {t}' for a, t in extra)}: "
-                               f"a compute node reads {arn}/membership.json and the statuses, and writes only its own status "
-                               f"({arn}/status/${{ec2:SourceInstanceARN}}.json)")
+                               f"a compute node reads {arn}/membership.json, the statuses and certs/*, and writes "
+                               f"only its own status and host keys ({arn}/status/${{ec2:SourceInstanceARN}}.json, "
+                               "hostkeys/ likewise)")
             else:
                 out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles (hpcc-{cluster}-head, "
                            f"hpcc-{cluster}-node of account {account}) reach its state bucket")

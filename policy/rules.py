@@ -69,6 +69,8 @@ RULES = [
          "condition), ledger, state bucket and compute role: never the settings, hosts, FSx or bundle, a parameter's "
          "tags, a secret's metadata, or IAM; a compute node never launches, tags or terminates",
          None, write_rules.node_writes_graph),
+    Rule("host-ca-head-only", "Only the head's role reads the host CA (secret:hpcc/<cluster>/host-ca): a compute "
+         "node that could would certify any host", None, write_rules.host_ca_graph),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", node_rules.secrets_resource),
     Rule("no-secret-values-in-state", "No secret value in the stack: the secrets are created empty and written by "
          "the nodes", node_rules.secret_values_resource),

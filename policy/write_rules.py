@@ -1,17 +1,19 @@
 """What the nodes' roles may write (issue 22 item 5): a node is root on itself only, so its role may change nothing
 that other nodes trust. Allowed: its own status (ssm:PutParameter under /hpcc/<cluster>/nodes/, only where the
-parameter's `hpcc:instance` tag is the caller's instance), the head's first write of the cluster's empty SSH and
-munge secrets (secretsmanager:PutSecretValue), and instance or group changes only on resources tagged with its own
+parameter's `hpcc:instance` tag is the caller's instance), the head's writes of the cluster's SSH, munge, login-user
+and host-CA secrets (secretsmanager:PutSecretValue), and instance or group changes only on resources tagged with its own
 cluster (a controller's scaling). Never: the settings, hosts or FSx parameters, any parameter's tags or labels,
 a secret's metadata or policy, an S3 object (the bundle) or IAM. All the role's policies together
 (infra/components/identity.py writes them).
 
 The controller's store (issue 19): a compute node writes only its own status object in the state bucket
-(`status/${ec2:SourceInstanceARN}.json`), and nothing in DynamoDB; the head (the controller) writes the state
+(`status/${ec2:SourceInstanceARN}.json`) and its own host public keys (`hostkeys/` likewise), and nothing in
+DynamoDB; the head (the controller; it writes the host certificates, `certs/<node>.json`) writes the state
 bucket and the cluster's ledger table, and passes only the cluster's compute role, only to EC2."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 if __package__:
@@ -49,7 +51,8 @@ LEDGER_WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem
 
 
 def _own_status_object(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{re.escape(cluster)}-state-\d{{12}}/status/"
+    """Its status, or its host public keys (hpcc_node/certstore.py): both only at its own instance's key."""
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{re.escape(cluster)}-state-\d{{12}}/(status|hostkeys)/"
                              r"\$\{ec2:SourceInstanceARN\}\.json", arn))
 
 
@@ -70,7 +73,8 @@ def store_problems(cluster: str, head: bool, statement: dict, targets: list[str]
             allowed.add(OBJECT_WRITE)
         elif not head and any(_state_object(t, cluster) for t in targets):
             out.append(f"allows {OBJECT_WRITE} on {', '.join(targets)}: a compute node writes only its own status "
-                       f"(hpcc-{cluster}-state-<account>/status/${{ec2:SourceInstanceARN}}.json)")
+                       f"and host keys (hpcc-{cluster}-state-<account>/status/${{ec2:SourceInstanceARN}}.json, "
+                       "hostkeys/ likewise)")
     if _allows(statement, PASS_ROLE) and head:
         passed = (statement.get("Condition") or {}).get("StringEquals", {}).get("iam:PassedToService")
         if all(re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/hpcc-{re.escape(cluster)}-node", t) for t in targets) \
@@ -103,7 +107,7 @@ def _status_target(arn: str, cluster: str) -> bool:
 
 def _secret_target(arn: str, cluster: str) -> bool:
     return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{re.escape(cluster)}/"
-                             r"(ssh|munge)-key(-[A-Za-z0-9]{6})?", arn))
+                             r"(ssh-key|munge-key|host-ca|user-key)(-[A-Za-z0-9]{6})?", arn))
 
 
 def _own_cluster_condition(condition: object, cluster: str) -> bool:
@@ -126,7 +130,7 @@ def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
         bad = [t for t in targets if not _secret_target(t, cluster)]
         if not head or bad:
             out.append(f"allows {SECRET_WRITE} on {', '.join(bad or targets)}: only the head writes, and only its "
-                       f"cluster's SSH and munge secrets (secret:hpcc/{cluster}/ssh-key, munge-key)")
+                       f"cluster's own secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca, user-key)")
     store, allowed = store_problems(cluster, head, statement, targets)
     out += store
     never = [a for a in NEVER if _allows(statement, a) and a not in allowed]
@@ -155,3 +159,29 @@ def node_writes_graph(resources: list[dict]) -> list[str]:
         for source, statement in iam_rules._node_role_statements(role, resources):
             out += [f"{role['name']}: {source}: {p}" for p in statement_problems(m.group("cluster"), head, statement)]
     return out
+
+
+def host_ca_graph(resources: list[dict]) -> list[str]:
+    """The host CA signs who every node is: a compute role that can read it (any statement whose Resource matches
+    the secret, wildcards included) lets one node's root certify any host at any address."""
+    out = []
+    for role in resources:
+        m = iam_rules.NODE_ROLE.match(str(role["inputs"].get("name") or "")) if role["type"] == records.ROLE else None
+        if not m or str(role["inputs"]["name"]).endswith("-head"):
+            continue
+        for source, statement in iam_rules._node_role_statements(role, resources):
+            if _allows(statement, "secretsmanager:GetSecretValue") and (
+                    "NotResource" in statement or any(_covers(t, m.group("cluster")) for t in _targets(statement))):
+                out.append(f"{role['name']}: {source} lets the compute nodes read the host CA "
+                           f"(secret:hpcc/{m.group('cluster')}/host-ca): only the head's role may")
+    return out
+
+
+def _covers(pattern: str, cluster: str) -> bool:
+    """Whether an IAM Resource pattern (wildcards * and ?) matches the cluster's host-CA secret, whatever the
+    region and account it names."""
+    parts = pattern.split(":", 5)
+    if pattern == "*" or len(parts) < 6:
+        return pattern == "*"
+    return fnmatch.fnmatchcase("secretsmanager", parts[2]) and \
+        fnmatch.fnmatchcase(f"secret:hpcc/{cluster}/host-ca-AbCdEf", parts[5])

@@ -100,6 +100,12 @@ MUTATIONS = [
  ("infra/bundle.py", "info.uid = info.gid = 0", "info.uid = info.gid = 1000", "tests/test_bundle.py -k deterministic"),
  ("infra/bundle.py", "fileobj=out, mtime=0,", "fileobj=out,", "tests/test_bundle.py -k deterministic"),
  ("templates/steps/hooks.sh.j2", "      HPCC_FAIL_CLASS=hook\n", "", "tests/test_hooks.py -k failing"),
+ # the host CA, the login user's key (hpcc_node/certs.py, templates/steps/ssh.sh.j2)
+ ("templates/steps/ssh.sh.j2", '"{{ user_secret_id }}" "login user\'s key"', '"{{ ssh_secret_id }}" "login user\'s key"', "tests/test_host_keys.py -k login"),
+ ("hpcc_node/certs.py", "now >= (issued.valid_from + issued.valid_to) / 2", "now >= issued.valid_to", "tests/test_host_certs.py -k half_life"),
+ ("hpcc_node/certs.py", 'a = store.Authority([a.signer], 0, f"{r.id}:retire")', 'a = store.Authority(a.keys, a.signing, f"{r.id}:retire")', "tests/test_host_keys.py -k rotation"),
+ ("hpcc_node/certs.py", "if p is None or p.ip != m.ip or not p.keys:", "if p is None or not p.keys:", "tests/test_host_certs.py -k another_address"),
+ ("hpcc_node/certs.py", "(bool(instance) and issued.instance != instance)", "False", "tests/test_host_certs.py -k due_for_another_instance"),
  ("templates/steps/hooks.sh.j2", "within \"$HPCC_HOOK_SECONDS\" env -i", "within \"$HPCC_HOOK_SECONDS\" env", "tests/test_hooks.py -k clean"),
 ]
 EQUIVALENT = {"printf '%s [%s] %s\\n' \"$(date -u +%FT%TZ)\" \"$HPCC_STEP\" \"$line\""}

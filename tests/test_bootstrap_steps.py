@@ -173,14 +173,14 @@ def test_head_generates_the_key_only_when_the_secret_has_no_value(fake):
     ctx = ctx_for(tmp_path, api_backoff_seconds=1, api_attempts=2, role="head")
     (tmp_path / "answers").write_text(
         "255|An error occurred (ResourceNotFoundException): can't find the specified secret value\n0|\n0|KEY\n")
-    out = run(COMMON + ["ssh"], preamble(tmp_path) + 'head_key; echo "got ${#HPCC_KEY}"', ctx, env=env)
+    out = run(COMMON + ["ssh"], preamble(tmp_path) + 'head_key hpcc/llm/ssh-key "cluster key"; echo "got ${#HPCC_KEY}"', ctx, env=env)
     assert out.returncode == 0, out.stderr
     assert [c.split()[1] for c in calls(tmp_path)] == ["get-secret-value", "put-secret-value", "get-secret-value"]
     assert "OPENSSH PRIVATE KEY" in (tmp_path / "stored-key").read_text() and "got 3" in out.stdout
     assert "PRIVATE KEY" not in out.stdout + out.stderr
     (tmp_path / "calls").unlink()
     (tmp_path / "answers").write_text("255|An error occurred (AccessDeniedException)\n")
-    out = run(COMMON + ["ssh"], preamble(tmp_path) + "head_key || echo rc=$?", ctx, env=env)
+    out = run(COMMON + ["ssh"], preamble(tmp_path) + "head_key hpcc/llm/ssh-key key || echo rc=$?", ctx, env=env)
     assert out.stdout.strip() == "rc=1"
     assert all("put-secret-value" not in c for c in calls(tmp_path))  # never replaces a key it could not read
 
@@ -189,12 +189,12 @@ def test_compute_waits_for_the_key_within_the_join_timeout(fake):
     tmp_path, _, env = fake
     ctx = ctx_for(tmp_path, poll_seconds=1, join_timeout_minutes=0)
     (tmp_path / "answers").write_text("255|ResourceNotFoundException\n")
-    out = run(COMMON + ["ssh"], preamble(tmp_path) + STUB_FAIL + "compute_key", ctx, env=env)
+    out = run(COMMON + ["ssh"], preamble(tmp_path) + STUB_FAIL + "compute_key hpcc/llm/ssh-key key", ctx, env=env)
     assert out.returncode == 1 and "hpcc/llm/ssh-key stayed empty" in out.stdout
     (tmp_path / "calls").unlink()
     (tmp_path / "answers").write_text("255|ResourceNotFoundException\n0|KEY\n")
     ctx = ctx_for(tmp_path, poll_seconds=1, join_timeout_minutes=1)
-    out = run(COMMON + ["ssh"], preamble(tmp_path) + STUB_FAIL + 'compute_key; echo "$HPCC_KEY"', ctx, env=env)
+    out = run(COMMON + ["ssh"], preamble(tmp_path) + STUB_FAIL + 'compute_key hpcc/llm/ssh-key key; echo "$HPCC_KEY"', ctx, env=env)
     assert out.stdout.strip().endswith("KEY") and len(calls(tmp_path)) == 2
 
 

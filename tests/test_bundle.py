@@ -158,3 +158,4 @@ def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
     for cluster in ("ab1", "a" * 32, "x-y-z"):
         m = bucket_rules.BUNDLE_BUCKET.match(bundle_bucket(cluster, "123456789012"))
         assert m and (m.group("cluster"), m.group("account")) == (cluster, "123456789012")
+

@@ -1,42 +1,51 @@
-"""Host-key verification between nodes, with this machine's real OpenSSH: each node's host keys are certified
-by the cluster key (an OpenSSH host CA), and the client config the bootstrap writes accepts only hosts that
-present such a certificate for the address they are reached at. A machine that takes over a node's old IP
-(a terminated spot node's address reused in the VPC) is refused.
+"""Host-key verification between nodes, with this machine's real OpenSSH: each node's host keys are certified by
+the cluster's host CA (hpcc_node/certs.py: the head signs what the node published, for 7 days), and the client config
+the bootstrap writes accepts only hosts that present such a certificate, still valid, for the address they are reached
+at. A machine that takes over a node's old IP, an expired certificate, and after a rotation's retire a certificate by
+the old CA, are refused; during the rotation both CAs are accepted.
 
-Everything runs in a private mount and network namespace: an overlay over /etc/ssh (the template's own paths:
-the node's host keys, certificates, known-hosts file and drop-ins), a tmpfs /run, and the node's address
-10.0.0.6 on the namespace's loopback, where a throwaway sshd listens on port 22."""
+The certificates are made with the real ssh-keygen by the head's and the node's code (tests/cert_support.py's AWS
+stand-in); then everything runs in a private mount and network namespace: an overlay over /etc/ssh (the template's
+own paths: known-hosts file and drop-ins), a tmpfs /run, and the node's address 10.0.0.6 on the namespace's
+loopback, where a throwaway sshd listens on port 22."""
 
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
-import pytest
-
+from hpcc_node import certs, certstore
+from infra.naming import Paths
 from tests.bootstrap_shell import partial, settings_shell
+from tests.cert_support import FakeAws, host_keys, make_head, make_node, member
 from tests.test_bootstrap_steps import COMMON, ctx_for, preamble
 
+HOSTS = [member(n, ip) for n, ip in (("head", "10.0.0.4"), ("compute-000", "10.0.0.5"), ("compute-001", "10.0.0.6"))]
 STUB_FAIL = 'fail() { echo "FAIL: $*"; exit 1; }\n'
-# A node as the ssh step leaves it: fresh host keys, certified by the cluster key; the client config for the
-# cluster's addresses; the sshd drop-in. The cluster key stands in for /root/.ssh/id_hpcc.
+# The node's client side as the ssh step leaves it: the known-hosts file the node agent wrote, the client config.
+# serve NAME KEYDIR [LINE...]: an sshd on 10.0.0.6:22 with KEYDIR's host keys and certificates (the one before is
+# stopped first). reach NAME: root@10.0.0.6 with the cluster key, as a node's ssh/mpirun/torchrun reach a peer.
 NODE = """ip link set lo up && ip addr add 10.0.0.6/32 dev lo
-mkdir -p /run/sshd /etc/ssh/ssh_config.d /etc/ssh/sshd_config.d
-new_host_keys() {  # no RSA key (slow to make): sshd -T still names it, and a missing key is passed over
-  rm -f /etc/ssh/ssh_host_*
-  for t in ecdsa ed25519; do ssh-keygen -q -t "$t" -N "" -f "/etc/ssh/ssh_host_${t}_key"; done
+mkdir -p /run/sshd /etc/ssh/ssh_config.d
+trust() { cp "$1" "$HPCC_KNOWN_HOSTS"; }
+client_config 10.0.0.4 10.0.0.5 10.0.0.6 | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
+ssh-keygen -q -t ed25519 -N "" -f "$T/cluster" && cp "$T/cluster.pub" "$T/authorized_keys"
+serve() {
+  local conf=$T/sshd-$1.conf pid key; shift
+  if pid=$(cat /run/sshd-test.pid 2>/dev/null); then kill "$pid"; while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done; fi
+  { printf '%s\\n' "ListenAddress 10.0.0.6" "AuthorizedKeysFile $T/authorized_keys" "StrictModes no" "PidFile /run/sshd-test.pid"
+    for key in "$1"/ssh_host_*_key; do echo "HostKey $key"; [ ! -f "$key-cert.pub" ] || echo "HostCertificate $key-cert.pub"; done
+    shift; printf '%s\\n' "$@"; } >"$conf"
+  rm -f /run/sshd-test.pid
+  /usr/sbin/sshd -f "$conf"
+  for _ in $(seq 50); do [ -s /run/sshd-test.pid ] && break; sleep 0.1; done  # written once it listens
 }
-new_host_keys
-ssh-keygen -q -t ed25519 -N "" -C hpcc-llm -f "$T/cluster"
-become_node() {
-  host_certs "$T/cluster"
-  known_hosts "$T/cluster.pub" | write_file "$HPCC_KNOWN_HOSTS" 0644
-  client_config 10.0.0.4 10.0.0.5 10.0.0.6 | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
-  sshd_hardening "${HPCC_HOST_CERTS[@]}" | write_file /etc/ssh/sshd_config.d/01-hpcc.conf 0644
-}
+trap 'kill "$(cat /run/sshd-test.pid 2>/dev/null)" 2>/dev/null || true' EXIT
+reach() { echo "== $1"; ssh -v -o BatchMode=yes -o ConnectTimeout=5 -i "$T/cluster" root@10.0.0.6 'echo reached' 2>&1 | grep -v '^debug1: [^SC]' && echo rc=0 || echo "rc=$?"; }
 """
 
 
-def namespaced(tmp_path: Path, script: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def namespaced(tmp_path: Path, script: str, timeout: float = 90) -> subprocess.CompletedProcess:
     """SCRIPT after the ssh step's partials, in a private mount + network namespace (see the module's doc)."""
     ctx = ctx_for(tmp_path)
     body = "\n".join(partial(p, ctx) for p in COMMON + ["ssh"]) + "\n" + settings_shell(ctx.settings)
@@ -62,96 +71,163 @@ def cases(out: str) -> dict[str, tuple[int, str]]:
     return found
 
 
-# serve NAME LINE...: an sshd on 10.0.0.6:22 with these configuration lines (the one before is stopped first).
-# reach NAME: root@10.0.0.6 with the cluster key, as a node's ssh/mpirun/torchrun reach a peer (BatchMode).
-SERVE = """serve() {
-  local conf=$T/sshd-$1.conf pid; shift
-  if pid=$(cat /run/sshd-test.pid 2>/dev/null); then kill "$pid"; while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done; fi
-  printf '%s\\n' "ListenAddress 10.0.0.6" "AuthorizedKeysFile $T/authorized_keys" "StrictModes no" \\
-    "PidFile /run/sshd-test.pid" "$@" >"$conf"
-  /usr/sbin/sshd -f "$conf"
-}
-trap 'kill "$(cat /run/sshd-test.pid 2>/dev/null)" 2>/dev/null || true' EXIT
-reach() { echo "== $1"; ssh -o BatchMode=yes -o ConnectTimeout=5 -i "$T/cluster" root@10.0.0.6 'echo reached' 2>&1 && echo rc=0 || echo "rc=$?"; }
-cp "$T/cluster.pub" "$T/authorized_keys"
-"""
+def refused(found, name, why):
+    rc, text = found[name]
+    assert rc == 255 and "reached" not in text.replace("Connection", ""), (name, text)
+    assert why in text, (name, text)
+
+
+def signed_cluster(tmp_path: Path, now: float):
+    """The head and node compute-001 (10.0.0.6) after the head signed what the node published."""
+    aws = FakeAws()
+    head, node = make_head(aws), make_node(aws, tmp_path, "compute-001", "10.0.0.6")
+    node.publish()
+    head.sign_pending(HOSTS, now)
+    node.install(head.issued["compute-001"])
+    return aws, head, node
 
 
 def test_a_certified_node_is_reached_and_whatever_else_holds_its_address_is_refused(tmp_path):
-    script = SERVE + """become_node
-serve node "Include /etc/ssh/sshd_config.d/01-hpcc.conf"
+    now = time.time()
+    aws, head, node = signed_cluster(tmp_path, now)
+    ca = certstore.read_authority(aws.secrets["hpcc/llm/host-ca"]).signer["private"]
+    stranger = tmp_path / "stranger"  # took over the address: no certificate
+    host_keys(stranger, ("ed25519",))
+    peer = tmp_path / "peer"  # another node of the cluster, certified for its own address
+    [key] = host_keys(peer, ("ed25519",))
+    (peer / f"{key.name}-cert.pub").write_text(certs.sign(ca, key.with_suffix(".pub").read_text(), "llm/compute-002",
+                                                          certs.principals("compute-002", "10.0.0.7"), now - 60, now + 3600) + "\n")
+    expired = tmp_path / "expired"  # this node, with a certificate that has run out (a copied key and cert, later)
+    [key] = host_keys(expired, ("ed25519",))
+    (expired / f"{key.name}-cert.pub").write_text(certs.sign(ca, key.with_suffix(".pub").read_text(), "llm/compute-001",
+                                                             certs.principals("compute-001", "10.0.0.6"),
+                                                             now - 8 * 86400, now - 86400) + "\n")
+    other = tmp_path / "other"  # another cluster's CA, for this node's address
+    [key] = host_keys(other, ("ed25519",))
+    (other / f"{key.name}-cert.pub").write_text(certs.sign(certs.new_key_pair()["private"], key.with_suffix(".pub").read_text(),
+                                                           "x/compute-001", certs.principals("compute-001", "10.0.0.6"),
+                                                           now - 60, now + 3600) + "\n")
+    script = f"""trust {node.known_hosts}
+serve node {tmp_path}/compute-001
 reach node
-cut -d" " -f2 /etc/ssh/ssh_host_ed25519_key.pub >"$T/node-key"
-# A system-wide crypto policy listing plain keys first, included after 50-hpcc.conf (as on Amazon Linux 2023)
 echo "HostKeyAlgorithms ecdsa-sha2-nistp256,ssh-ed25519,ecdsa-sha2-nistp256-cert-v01@openssh.com,ssh-ed25519-cert-v01@openssh.com" \\
-  >/etc/ssh/ssh_config.d/50-redhat.conf
+  >/etc/ssh/ssh_config.d/50-redhat.conf  # a crypto policy listing plain keys first, after 50-hpcc.conf (Amazon Linux 2023)
 reach crypto-policy
 rm /etc/ssh/ssh_config.d/50-redhat.conf
-echo "== laptop"  # someone's own client outside the cluster, knowing nothing of the CA
-ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile="$T/laptop" \\
-  -i "$T/cluster" root@10.0.0.6 true 2>&1 && echo rc=0 || echo "rc=$?"
-new_host_keys && become_node  # replaced: new host keys, certified at boot; nothing on the clients changes
-serve node "Include /etc/ssh/sshd_config.d/01-hpcc.conf"
-reach replaced
-ssh-keygen -q -t ed25519 -N "" -f "$T/stranger"  # took over the address: no certificate
-serve stranger "HostKey $T/stranger"
-reach stranger
-ssh-keygen -q -t ed25519 -N "" -f "$T/peer"  # another node of the cluster, certified for its own address
-host_cert "$T/peer" "$T/cluster" llm/compute-002/i-0def compute-002,10.0.0.7
-serve peer "HostKey $T/peer" "HostCertificate $T/peer-cert.pub"
-reach peer
-ssh-keygen -q -t ed25519 -N "" -f "$T/other-ca" && ssh-keygen -q -t ed25519 -N "" -f "$T/other"
-host_cert "$T/other" "$T/other-ca" other/compute-001/i-0fff compute-001,10.0.0.6  # another cluster's node
-serve other "HostKey $T/other" "HostCertificate $T/other-cert.pub"
-reach other
+for name in stranger peer expired other; do serve "$name" "$T/$name"; reach "$name"; done
 """
     out = namespaced(tmp_path, script)
     assert out.returncode == 0, out.stdout + out.stderr
     found = cases(out.stdout)
-    assert found["node"] == (0, "reached\n"), found["node"]
-    assert found["replaced"] == (0, "reached\n"), found["replaced"]
-    assert found["crypto-policy"] == (0, "reached\n"), found["crypto-policy"]
-    for name in ("stranger", "peer", "other"):  # the "reused IP": refused before any command or environment goes
-        rc, text = found[name]
-        assert rc == 255 and "reached" not in text, (name, text)
-    assert "no matching host key type found" in found["stranger"][1]  # it has no certificate to offer at all
-    assert "Certificate invalid: name is not a listed principal" in found["peer"][1]
-    assert "Host key verification failed." in found["peer"][1] and "Host key verification failed." in found["other"][1]
-    # An outside login is not affected: with no CA it falls back to the plain key inside the certificate.
-    assert found["laptop"][0] == 0, found["laptop"]
-    laptop = (tmp_path / "laptop").read_text().split()
-    assert laptop == ["10.0.0.6", "ssh-ed25519", (tmp_path / "node-key").read_text().strip()], laptop
+    for name in ("node", "crypto-policy"):
+        assert found[name][0] == 0 and "reached\n" in found[name][1], found[name]
+    assert "Server host certificate: ssh-ed25519-cert-v01@openssh.com" in found["node"][1]
+    refused(found, "stranger", "no matching host key type found")  # nothing to offer at all
+    refused(found, "peer", "Certificate invalid: name is not a listed principal")
+    refused(found, "expired", "Certificate invalid: expired")
+    refused(found, "other", "Host key verification failed.")
 
 
-def test_certificates_are_made_once_and_again_only_when_the_node_they_name_changes(tmp_path):
-    show = ('for c in "${HPCC_HOST_CERTS[@]}"; do echo "$c $(stat -c %Y.%y "$c") $(sha256sum <"$c" | cut -c1-16)"; '
-            'ssh-keygen -L -f "$c" | grep -A3 Principals | tr -d " \\t" | paste -sd" " -; done\n')
-    script = (f'become_node\necho "--- first"\n{show}become_node\necho "--- again"\n{show}'
-              f'HPCC_IP=10.0.0.9\nbecome_node\necho "--- moved"\n{show}'
-              'echo "--- drop-in"\ncat /etc/ssh/sshd_config.d/01-hpcc.conf\necho "--- known"\n'
-              'cat "$HPCC_KNOWN_HOSTS"\ncut -d" " -f1,2 "$T/cluster.pub"\n')
+def test_during_a_rotation_both_cas_are_accepted_and_after_retire_the_old_is_refused(tmp_path):
+    now = time.time()
+    aws, head, node = signed_cluster(tmp_path, now)
+    old_node = tmp_path / "old"  # the node as it was, certified by the old CA
+    old_node.mkdir()
+    for p in (tmp_path / "compute-001").glob("ssh_host_*"):
+        (old_node / p.name).write_bytes(p.read_bytes())
+        (old_node / p.name).chmod(0o600)
+    rid = "20261124T140000Z"
+    head.sign_pending(HOSTS, now + 1, certstore.Rotation(rid, "add"))
+    node.install(head.issued["compute-001"])
+    (tmp_path / "trust-add").write_text(Path(node.known_hosts).read_text())
+    head.sign_pending(HOSTS, now + 2, certstore.Rotation(rid, "switch"))
+    node.install(head.issued["compute-001"])  # now certified by the new CA
+    head.sign_pending(HOSTS, now + 3, certstore.Rotation(rid, "retire"))
+    node.install(head.issued["compute-001"])
+    (tmp_path / "trust-retire").write_text(Path(node.known_hosts).read_text())
+    script = f"""trust $T/trust-add
+serve old $T/old
+reach add-old
+serve new $T/compute-001
+reach add-new
+trust $T/trust-retire
+reach retire-new
+serve old $T/old
+reach retire-old
+"""
     out = namespaced(tmp_path, script)
     assert out.returncode == 0, out.stdout + out.stderr
-    parts = dict(part.split("\n", 1) for part in out.stdout.split("--- ")[1:])
-    first, again, moved = ("".join(line + "\n" for line in parts[name].splitlines()
-                                   if line.startswith(("/etc/ssh/", "Principals:"))) for name in ("first", "again", "moved"))
-    host = subprocess.run(["uname", "-n"], capture_output=True, text=True).stdout.strip()
-    certs = [line.split()[0] for line in first.splitlines()[::2]]
-    assert sorted(certs) == [f"/etc/ssh/ssh_host_{t}_key-cert.pub" for t in ("ecdsa", "ed25519")], first
-    assert all(line == f"Principals: compute-001 10.0.0.6 {host}" for line in first.splitlines()[1::2]), first
-    assert again == first  # a rerun signs into scratch only: same files, same mtimes
-    assert all(line == f"Principals: compute-001 10.0.0.9 {host}" for line in moved.splitlines()[1::2]), moved
-    assert all(a != b for a, b in zip(first.splitlines()[::2], moved.splitlines()[::2]))  # each one rewritten
-    drop_in = parts["drop-in"].splitlines()
-    assert [line.split()[1] for line in drop_in if line.startswith("HostCertificate ")] == certs
-    assert "PasswordAuthentication no" in drop_in
-    known = parts["known"].splitlines()
-    assert [line for line in known[:-1] if not line.startswith("#")] == [f"@cert-authority * {known[-1]}"]
+    found = cases(out.stdout)
+    assert len([line for line in (tmp_path / "trust-add").read_text().splitlines() if line.startswith("@cert-authority")]) == 2
+    for name in ("add-old", "add-new", "retire-new"):
+        assert found[name][0] == 0 and "reached\n" in found[name][1], (name, found[name])
+    refused(found, "retire-old", "Host key verification failed.")
 
 
-@pytest.mark.parametrize("listed, named", [("port 22", "no HostKey"), ("hostkey /etc/ssh/gone_key", "/etc/ssh/gone_key")])
-def test_a_node_whose_sshd_serves_no_host_key_fails_naming_it(tmp_path, listed, named):
-    stand_in = f'mkdir -p "$T/bin"\nprintf "#!/bin/sh\\necho {listed}\\n" >"$T/bin/sshd"\nchmod +x "$T/bin/sshd"\n'
-    out = namespaced(tmp_path, stand_in + 'PATH=$T/bin:$PATH become_node')  # what `sshd -T` lists
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert f"FAIL: sshd serves no host key that exists (sshd -T: {named}): there is nothing to certify" in out.stdout, out.stdout
+def test_a_certificate_renewed_at_half_life_is_served_after_the_reload(tmp_path):
+    now = time.time()
+    aws, head, node = signed_cluster(tmp_path, now - 4 * 86400)  # signed four days ago: past half its life
+    first = head.issued["compute-001"]
+    keys = tmp_path / "compute-001"
+    kept = {p.name: p.read_text() for p in keys.glob("*-cert.pub")}
+    assert head.sign_pending(HOSTS, now) == ["compute-001"]
+    renewed = head.issued["compute-001"]
+    assert node.install(renewed)[1]  # what the agent's tick does; the files are put back for the "before" case
+    (tmp_path / "renewed").mkdir()
+    for name, text in kept.items():
+        (tmp_path / "renewed" / name).write_text((keys / name).read_text())
+        (keys / name).write_text(text)
+    script = f"""trust {node.known_hosts}
+serve node $T/compute-001
+reach before
+cp $T/renewed/*-cert.pub $T/compute-001/ && kill -HUP "$(cat /run/sshd-test.pid)" && sleep 1
+reach after
+"""
+    out = namespaced(tmp_path, script)
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = cases(out.stdout)
+    valid = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))  # ssh -v prints local time
+    assert f"valid from {valid(first.valid_from)} to {valid(first.valid_to)}" in found["before"][1], found["before"]
+    assert f"valid from {valid(renewed.valid_from)} to {valid(renewed.valid_to)}" in found["after"][1], found["after"]
+
+
+def test_known_hosts_path_is_the_templates():
+    rendered = partial("ssh", ctx_for(Path("/tmp")))
+    assert f"HPCC_KNOWN_HOSTS={certs.KNOWN_HOSTS}\n" in rendered
+
+
+def test_the_login_users_key_is_its_own_and_does_not_open_root(tmp_path):
+    """The ssh step itself (its AWS calls and the user's account stood in for; /root a tmpfs of the namespace): root
+    gets the cluster key, the login user the user key; root@node accepts the cluster key only."""
+    aws, head, node = signed_cluster(tmp_path, time.time())
+    script = f"""mount -t tmpfs hpcc /root
+ssh-keygen -q -t ed25519 -N "" -f "$T/user"
+aws_retry() {{ case "$*" in *{Paths("llm").ssh_secret}*) cat "$T/cluster";; *{Paths("llm").user_secret}*) cat "$T/user";; *) return 9;; esac; }}
+regular_user() {{ return 0; }}
+id() {{ return 0; }}
+getent() {{ echo "$HPCC_LOGIN_USER:x:1000:1000::$T/home:/bin/bash"; }}
+chown() {{ :; }}
+host_certs() {{ HPCC_HOST_CERTS=(); }}
+reload_sshd() {{ :; }}
+mkdir -p "$T/home"
+HPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)
+step_ssh
+cmp -s /root/.ssh/id_hpcc "$T/cluster" && echo "root holds the cluster key"
+cmp -s "$T/home/.ssh/id_hpcc" "$T/user" && echo "the login user holds its own key"
+grep -qF "$(cut -d' ' -f2 "$T/user.pub")" /root/.ssh/authorized_keys || echo "root does not accept the user key"
+grep -qF "$(cut -d' ' -f2 "$T/cluster.pub")" "$T/home/.ssh/authorized_keys" || echo "the login user does not accept root's key"
+trust {node.known_hosts}
+serve node $T/compute-001 "AuthorizedKeysFile .ssh/authorized_keys"
+reach root-with-cluster-key
+mv /root/.ssh/id_hpcc /root/.ssh/id_hpcc.away  # the login user cannot read it: only its own key is offered
+echo "== root-with-user-key"
+ssh -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=5 -i "$T/user" root@10.0.0.6 'echo reached' 2>&1 && echo rc=0 || echo "rc=$?"
+"""
+    out = namespaced(tmp_path, script)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for line in ("root holds the cluster key", "the login user holds its own key", "root does not accept the user key",
+                 "the login user does not accept root's key"):
+        assert line in out.stdout, out.stdout
+    found = cases(out.stdout)
+    assert found["root-with-cluster-key"][0] == 0 and "reached\n" in found["root-with-cluster-key"][1], found
+    refused(found, "root-with-user-key", "Permission denied (publickey")

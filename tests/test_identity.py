@@ -39,8 +39,13 @@ def test_a_compute_node_writes_only_its_own_status_object_and_no_parameter(plann
     assert not [s for s in allowed if "ssm:PutParameter" in s["Action"]]
     writes = [s for s in allowed if any(a.startswith("s3:Put") for a in s["Action"])]
     # The policy variable is the caller's own instance ARN: another node's key, or any other, does not match.
-    assert writes == [stmts["ReportOwnStatus"]] and writes[0]["Action"] == ["s3:PutObject"]
-    assert writes[0]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/status/${ec2:SourceInstanceARN}.json"]
+    assert writes == [stmts["ReportOwnStatus"], stmts["PublishOwnHostKeys"]]
+    assert [(w["Action"], w["Resource"]) for w in writes] == [
+        (["s3:PutObject"], [f"arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/{what}/${{ec2:SourceInstanceARN}}.json"])
+        for what in ("status", "hostkeys")]
+    # The certificates the head signed: read, never written (a node's root must not certify itself).
+    assert stmts["ReadHostCertificates"]["Action"] == ["s3:GetObject"]
+    assert stmts["ReadHostCertificates"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/certs/*"]
 
 
 def test_the_head_writes_the_state_bucket_and_the_ledger_only(planned):
@@ -48,6 +53,13 @@ def test_the_head_writes_the_state_bucket_and_the_ledger_only(planned):
     assert not [s for s in stmts.values() if s["Effect"] == "Allow" and "ssm:PutParameter" in s["Action"]]
     assert stmts["StateObjects"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/*"]
     assert stmts["Ledger"]["Resource"] == ["arn:aws:dynamodb:us-east-1:123456789012:table/hpcc-cpu-oneccl-ledger"]
+
+
+def test_only_the_head_reads_the_host_ca(planned):
+    [ca] = [r for r in planned.of_type("aws:secretsmanager/secret:Secret") if r["inputs"]["name"] == "hpcc/cpu-oneccl/host-ca"]
+    reads = {role: [s["Sid"] for s in statements(planned, role).values()
+                    if s["Effect"] == "Allow" and ca["outputs"]["arn"] in s.get("Resource", [])] for role in ("head", "compute")}
+    assert reads == {"head": ["HostCa"], "compute": []}
 
 
 def test_each_role_launches_with_its_own_profile(planned):

@@ -355,6 +355,16 @@ def state_bucket_lets_nodes_write_every_status(g):
                                                                                 + "/status/*"]))
 
 
+def state_bucket_lets_nodes_write_the_certificates(g):
+    _edit_state_policy(g, "NodesWriteOwnStatus", lambda st: st["Resource"].append(
+        st["Resource"][0].split("/status/")[0] + "/certs/*"))
+
+
+def compute_node_publishes_any_nodes_host_keys(g):
+    _edit_statement(g, "PublishOwnHostKeys", lambda st: st.update(
+        Resource=[st["Resource"][0].split("/hostkeys/")[0] + "/hostkeys/*"]))
+
+
 def compute_node_puts_the_ssh_key(g):
     policy = _node_policy(g)
     doc = json.loads(policy["inputs"]["policy"])
@@ -371,6 +381,15 @@ def controller_terminates_any_instance(g):
     role = _first(g, records.ROLE, lambda r: r["inputs"]["name"].endswith("-head"))
     role["inputs"]["inlinePolicies"] = [{"name": "scale", "policy": json.dumps({"Statement": [
         {"Effect": "Allow", "Action": ["ec2:TerminateInstances", "autoscaling:SetDesiredCapacity"], "Resource": "*"}]})}]
+
+
+def compute_node_reads_the_host_ca(g):
+    _add_statement(g, {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
+                       "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:hpcc/{_cluster(g)}/host-*"})
+
+
+def compute_node_writes_host_certificates(g):
+    _add_statement(g, {"Effect": "Allow", "Action": "ssm:PutParameter", "Resource": _own_parameter(g, "certs/*")})
 
 
 PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
@@ -470,9 +489,13 @@ BREAKS = [
     ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on * without a condition"),
     ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
     ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
+    ("state-bucket-private", state_bucket_lets_nodes_write_the_certificates, "s3:PutObject on arn:aws:s3:::"),
+    ("node-writes-own-only", compute_node_publishes_any_nodes_host_keys, "writes only its own status and host keys"),
     ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),
     ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),
     ("node-writes-own-only", controller_terminates_any_instance, "without a condition that the resource is tagged"),
+    ("node-writes-own-only", compute_node_writes_host_certificates, "llm/certs/* without the hpcc:instance condition"),
+    ("host-ca-head-only", compute_node_reads_the_host_ca, "lets the compute nodes read the host CA"),
     ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
     ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
     ("no-secret-values-in-state", munge_key_as_a_secret_version, "hpcc/llm/munge-key puts the secret's value"),

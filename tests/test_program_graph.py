@@ -157,19 +157,22 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" and s.get("Sid") != "SessionManager"
                  for r in s["Resource"]]
     slurm = result.config.cluster.scheduler == "slurm"
-    secrets = (f"secret:hpcc/{c}/ssh-key",) + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
+    secrets = (f"secret:hpcc/{c}/ssh-key", f"secret:hpcc/{c}/user-key") + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
     bundles = f"arn:aws:s3:::hpcc-{c}-bundles-{env.account}/bundles/*"  # the bundles only, read-only
     state = f"arn:aws:s3:::hpcc-{c}-state-{env.account}"
     own_status, membership = state + "/status/${ec2:SourceInstanceARN}.json", state + "/membership.json"
+    own_keys, certificates = state + "/hostkeys/${ec2:SourceInstanceARN}.json", state + "/certs/*"
     statuses = state + "/status/*"  # read-only: a rollout waits on the canaries' statuses
     assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets)
-               or r in (bundles, own_status, membership, statuses) for r in resources), resources
+               or r in (bundles, own_status, membership, statuses, own_keys, certificates) for r in resources), resources
     assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]
-    assert [s["Action"] for s in doc["Statement"] if own_status in s.get("Resource", [])] == [["s3:PutObject"]]
-    assert [s["Action"] for s in doc["Statement"] if membership in s.get("Resource", [])] == [["s3:GetObject"]]
-    assert [s["Action"] for s in doc["Statement"] if statuses in s.get("Resource", [])] == [["s3:GetObject"]]
+    for written in (own_status, own_keys):
+        assert [s["Action"] for s in doc["Statement"] if written in s.get("Resource", [])] == [["s3:PutObject"]]
+    for read in (membership, statuses, certificates):
+        assert [s["Action"] for s in doc["Statement"] if read in s.get("Resource", [])] == [["s3:GetObject"]]
     assert not [a for s in doc["Statement"] for a in s["Action"] if a.startswith(("dynamodb:", "ec2:", "iam:"))]
     assert slurm == any("munge-key" in r for r in resources)
+    assert not any("host-ca" in r for r in resources)  # the head's alone
     deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows any managed policy's reads
     assert "ssm:GetParameter" in deny["Action"] and all(f"parameter/hpcc/{c}" in r for r in deny["NotResource"])
     attached = env.client("iam").list_attached_role_policies(RoleName=f"hpcc-{c}-node")["AttachedPolicies"]

@@ -19,8 +19,8 @@ from infra.config import NodeGroup
 from infra.groups_param import group_entry, groups_value
 from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
-from infra.naming import (HEAD, TAG_INTERFACES, Paths, group_resource, launch_template_name, placement_group_name,
-                          tags)
+from infra.naming import (HEAD, NO_ROTATION, TAG_INTERFACES, Paths, group_resource, launch_template_name,
+                          placement_group_name, tags)
 from infra.node_settings import settings_value
 from infra.roles import RoleSpec, bootstrap_context, resolve_role
 from infra.userdata import user_data
@@ -160,6 +160,12 @@ class Compute(pulumi.ComponentResource):
             description="the node groups the controller launches and keeps (JSON, infra/groups_param.py)",
             value=pulumi.Output.all(*entries).apply(lambda es: groups_value(list(es))),
             tags=tags(c, "groups-param", t), opts=child)
+        # The host-key rotation the head follows (hpcc_node/certstore.py), set by `hpcc rotate-keys`: Pulumi's, so
+        # `pulumi destroy` removes it; the command's values are kept (ignore_changes).
+        aws.ssm.Parameter(
+            f"{c}-rotation-param", name=paths.rotation, type="String", value=NO_ROTATION,
+            description="the host-CA rotation the head applies (hpcc rotate-keys)", tags=tags(c, "rotation-param", t),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
         self.register_outputs({})
 
     def _launch_template(self, args: ComputeArgs, placement: pulumi.Input[str] | None, spec: RoleSpec,

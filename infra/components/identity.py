@@ -10,7 +10,11 @@ another node ready; it has no DynamoDB access. The head runs the controller (con
 the groups with EC2 Fleet from the cluster's launch templates only, tags and terminates only instances tagged with
 the cluster, keeps the ledger table and the state bucket, and passes the compute role to the instances it launches. The secrets are created empty, so
 no key ever passes through Pulumi state, user data or stack outputs. The munge secret exists only with Slurm, so a
-cluster without it plans as before; turning Slurm on later creates it and updates the policies in place."""
+cluster without it plans as before; turning Slurm on later creates it and updates the policies in place.
+The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys each node
+publishes at its own `hostkeys/${ec2:SourceInstanceARN}.json` into `certs/<node>.json`, which only the head writes.
+The login user has a key of its own (hpcc/<cluster>/user-key, made by the head like the cluster key): root's cluster
+key stays root's, so the login user's key opens the login user on every node and never root."""
 
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.naming import (MEMBERSHIP_KEY, STATUS_PREFIX, TAG_CLUSTER, TAG_NODE, Paths, bundle_bucket, ledger_table,
+from infra.naming import (CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, TAG_CLUSTER, TAG_NODE, Paths, bundle_bucket, ledger_table,
                           role_name, state_bucket, tags)
 
 # What SSM Agent needs for Session Manager and nothing else (Systems Manager User Guide, "Step 2: Verify or add
@@ -94,7 +98,8 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
 
 
 def node_state_statements(account: str, cluster: str) -> list[dict]:
-    """A compute node: membership.json and the statuses read, its own status object written; nothing else of the store."""
+    """A compute node: membership.json, the statuses and the host certificates read, its own status object and host
+    public keys written (hpcc_node/certstore.py); nothing else of the store."""
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
         {"Sid": "ReadMembership", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket}/{MEMBERSHIP_KEY}"]},
@@ -102,11 +107,17 @@ def node_state_statements(account: str, cluster: str) -> list[dict]:
         {"Sid": "ReadStatuses", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket}/{STATUS_PREFIX}*"]},
         {"Sid": "ReportOwnStatus", "Effect": "Allow", "Action": ["s3:PutObject"],
          "Resource": [f"{bucket}/{STATUS_PREFIX}" + "${ec2:SourceInstanceARN}.json"]},
+        {"Sid": "PublishOwnHostKeys", "Effect": "Allow", "Action": ["s3:PutObject"],
+         "Resource": [f"{bucket}/{HOSTKEYS_PREFIX}" + "${ec2:SourceInstanceARN}.json"]},
+        # Certificates are public (a certificate is worthless without its host's private key): any node's may be read.
+        {"Sid": "ReadHostCertificates", "Effect": "Allow", "Action": ["s3:GetObject"],
+         "Resource": [f"{bucket}/{CERTS_PREFIX}*"]},
     ]
 
 
 def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: str = "compute",
-                munge_arn: str | None = None, cluster: str | None = None) -> str:
+                munge_arn: str | None = None, cluster: str | None = None, host_ca_arn: str | None = None,
+                user_key_arn: str | None = None) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
@@ -122,6 +133,10 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
             *([{"Sid": "ClusterBundles", "Effect": "Allow", "Action": ["s3:GetObject"],
                 "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"]}] if cluster else []),
             *(munge if munge_arn else []),
+            *([{"Sid": "HostCa", "Effect": "Allow", "Action": SECRET_READ + SECRET_WRITE, "Resource": [host_ca_arn]}]
+              if host_ca_arn and role == "head" else []),
+            *([{"Sid": "LoginUserKey", "Effect": "Allow", "Action": secret_actions, "Resource": [user_key_arn]}]
+              if user_key_arn else []),
             *((controller_statements(region, account, cluster) if role == "head" else
                node_state_statements(account, cluster)) if cluster else []),
             {"Sid": "SessionManager", "Effect": "Allow", "Action": SESSION_MANAGER, "Resource": "*"},
@@ -157,6 +172,14 @@ class Identity(pulumi.ComponentResource):
                 f"{c}-munge-key", name=paths.munge_secret, recovery_window_in_days=0,
                 description=f"hpcc {c}: Slurm's munge key, written by the head node",
                 tags=tags(c, "munge-key", t), opts=child).arn
+        host_ca = aws.secretsmanager.Secret(
+            f"{c}-host-ca", name=paths.host_ca_secret, recovery_window_in_days=0,
+            description=f"hpcc {c}: the host CA, written and read by the head node only", tags=tags(c, "host-ca", t),
+            opts=child)
+        user_key = aws.secretsmanager.Secret(
+            f"{c}-user-key", name=paths.user_secret, recovery_window_in_days=0,
+            description=f"hpcc {c}: the login user's SSH key (not root's), written by the head node",
+            tags=tags(c, "user-key", t), opts=child)
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         self.instance_profile_arns, self.role_arns, self.account = {}, {}, account
         for role in ("head", "compute"):
@@ -168,8 +191,9 @@ class Identity(pulumi.ComponentResource):
                                         "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                        "Principal": {"Service": "ec2.amazonaws.com"}}]}))
             aws.iam.RolePolicy(f"{c}-{what}-policy", name="hpcc-cluster-access", role=iam_role.name, opts=child,
-                               policy=pulumi.Output.all(account, secret.arn, munge_arn).apply(
-                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c)))
+                               policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn, user_key.arn).apply(
+                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3],
+                                                                    a[4])))
             profile = aws.iam.InstanceProfile(f"{c}-{what}-profile", name=role_name(c, role), role=iam_role.name,
                                               tags=tags(c, f"{what}-profile", t), opts=child)
             self.instance_profile_arns[role] = profile.arn

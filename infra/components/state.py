@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.naming import MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
+from infra.naming import CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
 
 # The instance's own ARN as IAM resolves it for a role session of an EC2 instance (IAM User Guide, "IAM policy
 # elements: Variables and tags"; the key is ec2:SourceInstanceARN).
 OWN_STATUS = STATUS_PREFIX + "${ec2:SourceInstanceARN}.json"
+OWN_HOSTKEYS = HOSTKEYS_PREFIX + "${ec2:SourceInstanceARN}.json"  # hpcc_node/certstore.py
 
 
 @dataclass
@@ -30,7 +31,8 @@ class StateArgs:
 
 
 def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
-    """The head reads and writes the bucket; a compute node reads membership.json and writes its own status only.
+    """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host certificates, and
+    writes its own status and host public keys only.
     No Deny and no wildcard principal (as the bundle bucket, infra/components/bundle.py)."""
     arn = f"arn:aws:s3:::{bucket}"
     return json.dumps({"Version": "2012-10-17", "Statement": [
@@ -43,7 +45,10 @@ def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
         {"Sid": "NodesReadStatuses", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
          "Action": ["s3:GetObject"], "Resource": [f"{arn}/{STATUS_PREFIX}*"]},
         {"Sid": "NodesWriteOwnStatus", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
-         "Action": ["s3:PutObject"], "Resource": [f"{arn}/{OWN_STATUS}"]},
+         "Action": ["s3:PutObject"], "Resource": [f"{arn}/{OWN_STATUS}", f"{arn}/{OWN_HOSTKEYS}"]},
+        # The host certificates the head signed (hpcc_node/certstore.py): public, any node's may be read.
+        {"Sid": "NodesReadHostCertificates", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
+         "Action": ["s3:GetObject"], "Resource": [f"{arn}/{CERTS_PREFIX}*"]},
     ]}, sort_keys=True)
 
 

@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
+from infra.naming import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
 from infra.plan.aws_rules import decode_user_data
 from tests.box.harness import BOX_AMI, PROFILES, REGION, Box, Node, node_env
 from tests.box.machine import SUBNET
@@ -191,9 +191,13 @@ class FleetBox(Box):
         ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
         ssm.put_parameter(Name=paths.fsx, Type="String",
                           Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}))
-        self.client("secretsmanager").create_secret(Name=paths.ssh_secret, Description="box")
+        # Created empty, as identity.py does: the head writes each (the login user's key, the host CA) at its boot.
+        for secret in (paths.ssh_secret, paths.user_secret, paths.host_ca_secret):
+            self.client("secretsmanager").create_secret(Name=secret, Description="box")
         if self.scheduler == "slurm":
             self.client("secretsmanager").create_secret(Name=paths.munge_secret, Description="box")
+        # The host-key rotation, as compute.py creates it ("none" until `hpcc rotate-keys`).
+        ssm.put_parameter(Name=paths.rotation, Type="String", Value=NO_ROTATION)
         from hpcc_node.controller.ledger import table_definition
         self.client("dynamodb").create_table(**table_definition(planned["ledgerTable"]))
         self.client("s3").create_bucket(Bucket=planned["stateBucket"])

@@ -382,7 +382,8 @@ class Box:
         names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
         for name in names:
             ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
-        self.client("secretsmanager").create_secret(Name=paths.ssh_secret, Description="box")
+        for secret in (paths.ssh_secret, paths.user_secret, paths.host_ca_secret):  # created empty, as identity.py does
+            self.client("secretsmanager").create_secret(Name=secret, Description="box")
         if self.scheduler == "slurm":  # the program creates it with Slurm only
             self.client("secretsmanager").create_secret(Name=paths.munge_secret, Description="box")
 

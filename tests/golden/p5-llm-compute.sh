@@ -742,7 +742,7 @@ HPCC_KNOWN_HOSTS=/etc/ssh/ssh_known_hosts.hpcc
 HPCC_HOST_CERT_ALGORITHMS=ssh-ed25519-cert-v01@openssh.com,ecdsa-sha2-nistp256-cert-v01@openssh.com,ecdsa-sha2-nistp384-cert-v01@openssh.com,ecdsa-sha2-nistp521-cert-v01@openssh.com,rsa-sha2-512-cert-v01@openssh.com,rsa-sha2-256-cert-v01@openssh.com
 
 read_key() {
-  HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "hpcc/llm/ssh-key" --query SecretString --output text)
+  HPCC_KEY=$(aws_retry secretsmanager get-secret-value --secret-id "$1" --query SecretString --output text)
 }
 
 install_key() {
@@ -765,7 +765,7 @@ user_keys() {
 }
 
 client_config() {
-  echo "# hpcc llm: the cluster's nodes, verified by the host certificates the cluster key signed"
+  echo "# hpcc llm: the cluster's nodes, verified by the host certificates the host CA signed"
   printf '%s\n' "$@" | xargs -n 32 echo | while read -r hosts; do
     echo "Host $hosts"
     printf '  %s\n' "StrictHostKeyChecking yes" "UserKnownHostsFile $HPCC_KNOWN_HOSTS" \
@@ -774,36 +774,16 @@ client_config() {
   done
 }
 
-known_hosts() {
-  printf '%s\n' "# hpcc llm: a node is who the cluster key certified (ssh-keygen -h -n name,ip,hostname)" \
-    "@cert-authority * $(cut -d' ' -f1,2 "$1")"
-}
-
 host_keys() { within 30 sshd -T | awk '$1 == "hostkey" {print $2}'; }
 
-host_cert() {
-  local key=$1 ca=$2 id=$3 principals=$4 scratch
-  scratch=$(mktemp -d)
-  ssh-keygen -y -f "$key" >"$scratch/key.pub"
-  ssh-keygen -q -s "$ca" -h -I "$id" -n "$principals" "$scratch/key.pub"
-  if [ "$(ssh-keygen -L -f "$key-cert.pub" 2>/dev/null | tail -n +2)" != "$(ssh-keygen -L -f "$scratch/key-cert.pub" | tail -n +2)" ]; then
-    write_file "$key-cert.pub" 0644 <"$scratch/key-cert.pub"
-  fi
-  rm -rf "$scratch"
-}
-
+certs_boot() { (cd / && PYTHONPATH=$HPCC_CURRENT python3 -m hpcc_node.certs_boot "$@"); }
 host_certs() {
-  local ca=$1 keys key principals
-  keys=$(host_keys)
-  principals=$(printf '%s\n' "$HPCC_NODE" "$HPCC_IP" "$(uname -n)" | awk 'NF && !seen[$0]++' | paste -sd, -)
-  HPCC_HOST_CERTS=()
-  while read -r key; do
-    [ -f "$key" ] || continue
-    host_cert "$key" "$ca" "llm/$HPCC_NODE/$HPCC_INSTANCE_ID" "$principals"
-    HPCC_HOST_CERTS+=("$key-cert.pub")
-  done <<<"$keys"
-  [ "${#HPCC_HOST_CERTS[@]}" -gt 0 ] || fail "sshd serves no host key that exists (sshd -T: ${keys:-no HostKey}): there is nothing to certify"
-  log "host certificates for $principals: ${HPCC_HOST_CERTS[*]}"
+  local out rc=0
+  out=$(certs_boot node "llm" "$(state_bucket)" "$HPCC_STATUS_KEY" "$HPCC_NODE" "$HPCC_IP" "$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))") || rc=$?
+  [ -n "$out" ] || rc=1
+  [ "$rc" -eq 0 ] || fail "no host certificate from the cluster's host CA (sshd -T: $(host_keys | paste -sd' ' -); see above)"
+  mapfile -t HPCC_HOST_CERTS <<<"$out"
+  log "host certificates: ${HPCC_HOST_CERTS[*]}"
 }
 
 sshd_hardening() {
@@ -835,41 +815,42 @@ reload_sshd() {
 
 head_key() {
   local rc=0 tmp
-  read_key || rc=$?
+  read_key "$1" || rc=$?
   [ "$rc" -eq 3 ] || return "$rc"
   tmp=$(mktemp -d)
   ssh-keygen -q -t ed25519 -N "" -C "hpcc-llm" -f "$tmp/key"
   rc=0
-  aws_retry secretsmanager put-secret-value --secret-id "hpcc/llm/ssh-key" --secret-string "file://$tmp/key" >/dev/null || rc=$?
+  aws_retry secretsmanager put-secret-value --secret-id "$1" --secret-string "file://$tmp/key" >/dev/null || rc=$?
   rm -rf "$tmp"
   [ "$rc" -eq 0 ] || return "$rc"
-  log "generated the cluster key and stored it in hpcc/llm/ssh-key"
-  read_key
+  log "generated the $2 and stored it in $1"
+  read_key "$1"
 }
 
-compute_key() { from_head "hpcc/llm/ssh-key" ssh "cluster key" read_key; }
+compute_key() { from_head "$1" ssh "$2" read_key "$1"; }
 
 step_ssh() {
   local home
-  compute_key || fail "could not read or store hpcc/llm/ssh-key (see above)"
+  compute_key "hpcc/llm/ssh-key" "cluster key" || fail "could not read or store hpcc/llm/ssh-key (see above)"
   install_key /root root
+  HPCC_KEY=""
   if ! regular_user "$HPCC_LOGIN_USER"; then
-    log "$HPCC_LOGIN_USER is a system account here: the key is installed for root only"
+    log "$HPCC_LOGIN_USER is a system account here: no login key is installed for it"
   elif id "$HPCC_LOGIN_USER" >/dev/null 2>&1; then
     home=$(getent passwd "$HPCC_LOGIN_USER" | cut -d: -f6)
+    compute_key "hpcc/llm/user-key" "login user's key" || fail "could not read or store hpcc/llm/user-key (see above)"
     install_key "$home" "$HPCC_LOGIN_USER"
+    HPCC_KEY=""
   else
     log "no user $HPCC_LOGIN_USER on this image: the key is installed for root only"
   fi
-  HPCC_KEY=""
   grep -q '^Include /etc/ssh/ssh_config.d/' /etc/ssh/ssh_config 2>/dev/null ||
     sed -i '1i Include /etc/ssh/ssh_config.d/*.conf' /etc/ssh/ssh_config
   grep -q '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config ||
     sed -i '1i Include /etc/ssh/sshd_config.d/*.conf' /etc/ssh/sshd_config
   mkdir -p /etc/ssh/ssh_config.d /etc/ssh/sshd_config.d
   [ -d /run/sshd ] || install -d -m 0755 /run/sshd
-  host_certs /root/.ssh/id_hpcc
-  known_hosts /root/.ssh/id_hpcc.pub | write_file "$HPCC_KNOWN_HOSTS" 0644
+  host_certs
   client_config "${HPCC_HOSTS[@]}" | write_file /etc/ssh/ssh_config.d/50-hpcc.conf 0644
   sshd_hardening "${HPCC_HOST_CERTS[@]}" | write_file /etc/ssh/sshd_config.d/01-hpcc.conf 0644
   reload_sshd

@@ -1,0 +1,385 @@
+"""Host certificates by the cluster's host CA (issue 22 item 4), a key of its own that only the head can read
+(`hpcc/<c>/host-ca`), not root's cluster key. Each node publishes its host public keys (its own hostkeys object,
+hpcc_node/certstore.py); the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<instance> -n <principals> -V from:to`, ssh-keygen(1)
+"CERTIFICATES") for 7 days and re-signs at half-life; each node installs what the head wrote for it, and its
+known-hosts file lists one `@cert-authority` line per CA the head says is trusted (two during `hpcc rotate-keys`).
+
+Principals are what the head knows, never what a node says: the node's name and address from the controller's
+membership and EC2's IP-based host name (ip-a-b-c-d), so a node's root cannot get a certificate for another node's
+address; the keys are read at the member's own instance's key. The bootstrap runs `python3 -m hpcc_node.certs_boot`
+(the ssh step); the agent calls `Certs.tick` each tick (on the head, that is where the compute nodes get signed).
+Standard library only; ssh-keygen and sshd are run through an injected `run`."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+import subprocess
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from hpcc_node import certstore as store
+from hpcc_node import hosts
+from hpcc_node.aws import Aws, AwsError, NotFound
+
+VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
+BATCH = 50  # nodes whose certificates the head looks up, then signs, in one tick: 4,096 nodes take 82 ticks
+SKEW = 300  # valid from 5 min before signing: the nodes' clocks (chrony, Amazon Time Sync) differ by less
+KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts.hpcc"  # templates/steps/ssh.sh.j2's HPCC_KNOWN_HOSTS (a test runs both)
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+def principals(node: str, ip: str) -> List[str]:
+    """The node's name, its address, and EC2's IP-based host name (EC2 User Guide, "Amazon EC2 instance hostname
+    types": ip-private-ipv4-address)."""
+    return [node, ip, "ip-" + ip.replace(".", "-")]
+
+
+def due(issued: Optional[store.Issued], ip: str, authority: store.Authority, now: float, instance: str = "") -> bool:
+    """Sign again: none yet, another address or instance (a replacement), past half its life, or the CAs changed (a
+    rotation's phase)."""
+    return (issued is None or issued.ip != ip or (bool(instance) and issued.instance != instance)
+            or now >= (issued.valid_from + issued.valid_to) / 2
+            or issued.cas != authority.trusted or issued.ca != store.fingerprint(authority.signer["public"]))
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(ts))
+
+
+def _checked(run: Run, args: List[str]) -> str:
+    out = run(args, capture_output=True, text=True, timeout=60, env=dict(os.environ, TZ="UTC"))
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:2])}: {(out.stderr or '').strip()[-200:]}")
+    return out.stdout
+
+
+def sign(ca_private: str, key: str, key_id: str, names: Sequence[str], valid_from: float, valid_to: float,
+         run: Run = subprocess.run) -> str:
+    """A host certificate of KEY (a public key line) by the CA, in a private scratch directory."""
+    with tempfile.TemporaryDirectory() as scratch:
+        ca = os.path.join(scratch, "ca")
+        with open(os.open(ca, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(ca_private.rstrip("\n") + "\n")
+        with open(os.path.join(scratch, "key.pub"), "w") as f:
+            f.write(store.key_line(key) + "\n")
+        _checked(run, ["ssh-keygen", "-q", "-s", ca, "-h", "-I", key_id, "-n", ",".join(names),
+                       "-V", f"{_utc(valid_from)}:{_utc(valid_to)}", os.path.join(scratch, "key.pub")])
+        with open(os.path.join(scratch, "key-cert.pub")) as f:
+            return store.key_line(f.read())
+
+
+def new_key_pair(run: Run = subprocess.run) -> Dict[str, str]:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "ca")
+        _checked(run, ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpcc-host-ca", "-f", path])
+        with open(path) as f, open(path + ".pub") as g:
+            return {"private": f.read(), "public": store.key_line(g.read())}
+
+
+def advance(a: store.Authority, r: Optional[store.Rotation], pair: Callable[[], Dict[str, str]]) -> store.Authority:
+    """The CA set after the rotation's phases up to `r` (each once, in order): add a new CA (trusted, not signing),
+    switch (the new one signs), retire (the old one is dropped)."""
+    if r is None:
+        return a
+    done = phases_done(a.rotation, r.id)
+    for phase in store.PHASES[done + 1:store.PHASES.index(r.phase) + 1]:
+        if phase == "add":
+            a = store.Authority([a.signer, pair()], 0, f"{r.id}:add")
+        elif phase == "switch":
+            a = store.Authority(a.keys, len(a.keys) - 1, f"{r.id}:switch")
+        else:
+            a = store.Authority([a.signer], 0, f"{r.id}:retire")
+    return a
+
+
+def phases_done(applied: str, rotation_id: str) -> int:
+    """The index of the last phase of this rotation applied, -1 for none."""
+    rid, _, phase = applied.partition(":")
+    return store.PHASES.index(phase) if rid == rotation_id and phase in store.PHASES else -1
+
+
+# -- the certificate blob: which host key a certificate is for (PROTOCOL.certkeys) -----------------------------
+_FIELDS = {"ssh-ed25519": 1, "ecdsa-sha2-nistp256": 2, "ecdsa-sha2-nistp384": 2, "ecdsa-sha2-nistp521": 2, "ssh-rsa": 2}
+
+
+def _string(blob: bytes, at: int) -> Tuple[bytes, int]:
+    (n,) = struct.unpack(">I", blob[at:at + 4])
+    if at + 4 + n > len(blob):
+        raise ValueError("truncated certificate")
+    return blob[at + 4:at + 4 + n], at + 4 + n
+
+
+def certified_key(cert: str) -> str:
+    """The plain public key line a certificate line certifies: its type without -cert-v01, then the key's fields
+    after the nonce (RSA: e, n; ECDSA: curve, Q; Ed25519: the key)."""
+    blob = base64.b64decode(store.key_line(cert).split()[1])
+    kind, at = _string(blob, 0)
+    plain = kind.decode().replace("-cert-v01@openssh.com", "")
+    if plain not in _FIELDS:
+        raise ValueError(f"not a certificate: {kind[:40]!r}")
+    _, at = _string(blob, at)  # the nonce
+    start = at
+    for _ in range(_FIELDS[plain]):
+        _, at = _string(blob, at)
+    out = struct.pack(">I", len(plain)) + plain.encode() + blob[start:at]
+    return f"{plain} {base64.b64encode(out).decode()}"
+
+
+# -- the head: signs what the nodes published ------------------------------------------------------------------
+class Member(NamedTuple):
+    name: str
+    ip: str
+    instance: str
+
+
+def members(doc: Optional[Dict[str, Any]]) -> List[Member]:
+    """The head, then the listed nodes, of the controller's membership.json (hpcc_node/hosts.py's order); none
+    before the controller published one."""
+    if not doc:
+        return []
+    head = doc.get("head") or {}
+    out = [Member("head", str(head["ip"]), str(head.get("instance", "")))] if head.get("ip") else []
+    return out + [Member(str(n["name"]), str(n["ip"]), str(n.get("instance", ""))) for n in hosts.listed(doc)]
+
+
+class Head:
+    def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, arn_prefix: str, run: Run = subprocess.run):
+        """arn_prefix: `arn:<partition>:ec2:<region>:<account>:instance/`, a member's instance id completes it."""
+        self.aws, self.s3, self.bucket, self.cluster, self.run = aws, s3, bucket, cluster, run
+        self.names, self.arn_prefix = store.names(cluster), arn_prefix
+        self.issued: Dict[str, Optional[store.Issued]] = {}
+        self.authority: Optional[store.Authority] = None
+        self.cursor = 0  # where the next window of sign_pending starts
+        self.legacy: Optional[Dict[str, str]] = None  # legacy_signer(): a cluster booted before the host CA
+
+    def read_authority(self) -> store.Authority:
+        """The CA set, generated and stored at the first call (the secret is created empty, like the cluster key)."""
+        try:
+            text = self.aws.call("secretsmanager", "get-secret-value", "--secret-id", self.names.host_ca_secret,
+                                 "--query", "SecretString", "--output", "text")
+        except NotFound:
+            text = ""
+        if text.strip() and text.strip() != "None":
+            return store.read_authority(text)
+        # A cluster booted before the host CA: its nodes trust root's cluster key as their CA, and those on the old
+        # bundle keep only that: it signs on (the new CA trusted beside it) until `hpcc rotate-keys` retires it.
+        a = store.Authority([self.legacy, new_key_pair(self.run)] if self.legacy else [new_key_pair(self.run)], 0,
+                            "legacy" if self.legacy else "")
+        self.put_authority(a)
+        return a
+
+    def put_authority(self, a: store.Authority) -> None:
+        self.aws.call("secretsmanager", "put-secret-value", "--secret-id", self.names.host_ca_secret,
+                      "--secret-string", store.authority_text(a))
+
+    def follow(self, rotation: Optional[store.Rotation]) -> store.Authority:
+        """The CA set, moved on to the rotation's phase (stored before anything is signed with it)."""
+        a = self.authority or self.read_authority()
+        moved = advance(a, rotation, lambda: new_key_pair(self.run))
+        if moved != a:
+            self.put_authority(moved)
+        self.authority = moved
+        return moved
+
+    def sign_pending(self, nodes: Sequence[Member], now: float, rotation: Optional[store.Rotation] = None) -> List[str]:
+        """Sign each member whose certificate is due and whose published keys (at its own instance's key) are for its
+        address in the membership; returns the nodes signed. At most BATCH looked up and BATCH signed a tick."""
+        a = self.follow(rotation)
+        by_name = {m.name: m for m in nodes if m.instance}
+        for n in [n for n in by_name if n not in self.issued][:BATCH]:
+            self.issued[n] = store.read_issued(store.get(self.s3, self.bucket, self.names.certs(n))[0])
+        pending = [n for n in by_name if n in self.issued and due(self.issued[n], by_name[n].ip, a, now,
+                                                                          by_name[n].instance)][:BATCH]
+        # Up to 10 others a tick, in turn: a node whose keys changed at the same address (a replacement that got
+        # its predecessor's IP, under its own instance's key) is signed again.
+        others = [n for n in by_name if n in self.issued and n not in pending]
+        window = (others[self.cursor % len(others):] + others[:self.cursor % len(others)])[:10] if others else []
+        self.cursor += len(window)
+        signed = []
+        for n in pending + window:
+            m = by_name[n]
+            key = self.names.hostkeys(self.arn_prefix + m.instance)
+            p = store.read_published(store.get(self.s3, self.bucket, key)[0])
+            if p is None or p.ip != m.ip or not p.keys:
+                continue  # not published yet, or published for another address
+            if n in window and set(p.keys) <= {certified_key(c) for c in self.issued[n].certs}:  # type: ignore[union-attr]
+                continue
+            start, end = now - SKEW, now - SKEW + VALIDITY
+            key_id = f"{self.cluster}/{n}/{m.instance}"
+            certs = [sign(a.signer["private"], k, key_id, principals(n, m.ip), start, end, self.run) for k in p.keys]
+            issued = store.Issued(m.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end),
+                                  m.instance)
+            store.put(self.s3, self.bucket, self.names.certs(n), store.issue_text(issued))
+            self.issued[n] = issued
+            signed.append(n)
+        return signed
+
+
+def legacy_signer(known_hosts: str = KNOWN_HOSTS, key: str = "/root/.ssh/id_hpcc") -> Optional[Dict[str, str]]:
+    """Root's cluster key as a CA pair, when this node's known-hosts file trusts it (its bootstrap predates the
+    host CA, which ssh.sh.j2 now writes before the agent runs), else None."""
+    public = _read(key + ".pub")
+    if not public or f"@cert-authority * {store.key_line(public)}" not in _lines(known_hosts):
+        return None
+    return {"private": _read(key), "public": store.key_line(public)}
+
+
+# -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------
+class Node:
+    def __init__(self, s3: Any, bucket: str, cluster: str, node: str, ip: str, arn: str, run: Run = subprocess.run,
+                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd"):
+        """arn: this instance's ARN, the key it publishes at (the only one its role may write)."""
+        self.s3, self.bucket, self.names, self.node, self.ip, self.run = s3, bucket, store.names(cluster), node, ip, run
+        self.arn, self.instance = arn, arn.rsplit("/", 1)[-1]
+        self.known_hosts, self.sshd = known_hosts, sshd
+        self.published: Optional[str] = None
+        self.etag = ""  # of certs/<node>.json as last read
+        self.issued: Optional[store.Issued] = None
+
+    def host_keys(self) -> List[Tuple[str, str]]:
+        """(private key path, public key line) of each host key sshd serves (`sshd -T`'s HostKey lines)."""
+        out = []
+        for line in _checked(self.run, [self.sshd, "-T"]).splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "hostkey" and os.path.isfile(parts[1] + ".pub"):
+                with open(parts[1] + ".pub") as f:
+                    out.append((parts[1], store.key_line(f.read())))
+        return out
+
+    def publish(self) -> None:
+        """Its host keys and what it applied, written when that changed (its own parameter only)."""
+        trust = [store.fingerprint(line.split(" ", 2)[2]) for line in _lines(self.known_hosts)
+                 if line.startswith("@cert-authority ")]
+        served = [_read(path + "-cert.pub") for path, _ in self.host_keys()]
+        text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
+                                                  next((self.signer_of(c) for c in served if c), ""), self.instance))
+        if text != self.published:
+            store.put(self.s3, self.bucket, self.names.hostkeys(self.arn), text)
+            self.published = text
+
+    def fetch(self) -> Optional[store.Issued]:
+        """What the head wrote for this node (a conditional GET: unchanged costs a 304)."""
+        text, self.etag = store.get(self.s3, self.bucket, self.names.certs(self.node), self.etag)
+        if text is not None or not self.etag:
+            self.issued = store.read_issued(text)
+        return self.issued
+
+    def signer_of(self, cert: str) -> str:
+        """The fingerprint of the CA that signed a certificate (ssh-keygen -L's "Signing CA")."""
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "c-cert.pub")
+            with open(path, "w") as f:
+                f.write(cert + "\n")
+            for line in _checked(self.run, ["ssh-keygen", "-L", "-f", path]).splitlines():
+                if line.strip().startswith("Signing CA:"):
+                    return line.split()[3]
+        return ""
+
+    def install(self, issued: store.Issued) -> Tuple[List[str], bool]:
+        """The certificates for its own host keys and the CA lines: (the certificate paths, whether a certificate
+        changed, so sshd must reload). A certificate for a key it does not serve is passed over."""
+        by_key = {}
+        for cert in issued.certs:
+            try:
+                by_key[certified_key(cert)] = cert
+            except ValueError:
+                continue
+        paths, changed = [], False
+        for path, key in self.host_keys():
+            cert = by_key.get(key)
+            if cert is None:
+                continue
+            if _read(path + "-cert.pub") != cert:
+                _write(path + "-cert.pub", cert + "\n")
+                changed = True
+            paths.append(path + "-cert.pub")
+        lines = ["# hpcc: a node is who the cluster's host CA certified (principals: name, ip, ip-a-b-c-d)"]
+        lines += [f"@cert-authority * {ca}" for ca in issued.cas]
+        if _lines(self.known_hosts) != lines:
+            _write(self.known_hosts, "\n".join(lines) + "\n")
+        return paths, changed
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _lines(path: str) -> List[str]:
+    return _read(path).splitlines()
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def reload_sshd(run: Run = subprocess.run, systemd: str = "/run/systemd/system", pid_file: str = "/run/sshd.pid") -> str:
+    """sshd reads its host certificates again (templates/steps/ssh.sh.j2's reload_sshd; running sessions stay)."""
+    if os.path.isdir(systemd):
+        for unit in ("ssh", "sshd"):
+            if run(["systemctl", "is-active", "--quiet", unit], capture_output=True, timeout=30).returncode == 0:
+                _checked(run, ["systemctl", "reload", unit])
+                return f"reloaded {unit}"
+    pid = _read(pid_file)
+    if pid.isdigit():
+        os.kill(int(pid), 1)  # SIGHUP: sshd re-executes with the same listeners
+        return f"sent HUP to sshd ({pid})"
+    return "sshd not reloaded (no unit, no pid file): it reads the certificates when it starts"
+
+
+class Certs:
+    """The agent's part, each tick: the head signs what is due (following /hpcc/<c>/rotation); every node installs
+    what the head wrote for it and publishes what it applied."""
+
+    def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, role: str, node: str, ip: str, arn: str,
+                 run: Run = subprocess.run, log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd):
+        self.aws = aws
+        self.head = Head(aws, s3, bucket, cluster, arn.rsplit("/", 1)[0] + "/", run) if role == "head" else None
+        self.me = Node(s3, bucket, cluster, node, ip, arn, run)
+        if self.head:
+            self.head.legacy = legacy_signer()
+        self.warned = False
+        self.names_, self.log, self.reload = store.names(cluster), log, reload
+
+    def tick(self, doc: Optional[Dict[str, Any]], now: float) -> None:
+        """One tick's part (doc: the membership applied); an error is logged, the rest of the tick goes on."""
+        try:
+            self._tick(doc, now)
+        except Exception as e:  # noqa: BLE001 - AWS, ssh-keygen, a malformed object: the agent's tick goes on
+            self.log(f"host certificates: {type(e).__name__}: {e}; next tick")
+
+    def _tick(self, doc: Optional[Dict[str, Any]], now: float) -> None:
+        if self.me.published is None:  # its keys first: the head signs its own in the same tick
+            self.me.publish()
+        issued = self.me.fetch() if not self.head else None
+        if self.head:
+            text = self.aws.get_parameters([self.names_.rotation]).get(self.names_.rotation, (0, ""))[1]
+            try:
+                rotation = store.read_rotation(text)
+            except ValueError as e:
+                self.log(f"{e}: the rotation is not followed")
+                rotation = None
+            nodes = members(doc) or [Member("head", self.me.ip, self.me.instance)]
+            signed = self.head.sign_pending(nodes, now, rotation)
+            if self.head.authority and self.head.authority.rotation == "legacy" and not self.warned:
+                self.log("host certificates are signed by the cluster key (this cluster was booted before the host CA):"
+                         " run `hpcc rotate-keys` once every node runs this bundle")
+                self.warned = True
+            if signed:
+                self.log(f"host certificates signed for {', '.join(signed[:10])}{' ...' if len(signed) > 10 else ''}")
+            issued = self.head.issued.get("head")
+        if issued and issued.ip == self.me.ip:
+            paths, changed = self.me.install(issued)
+            if changed:
+                self.log(f"host certificates installed ({len(paths)}, valid to {_utc(issued.valid_to)}Z): {self.reload()}")
+        self.me.publish()

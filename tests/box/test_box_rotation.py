@@ -1,0 +1,93 @@
+"""`hpcc rotate-keys` on a booted box, with SSH running across the nodes the whole time: an SSH session opened before
+the rotation (a job's long-lived ssh) lives through it, and a loop of new connections from the head to every compute
+node never fails, while the host CA is added, switched to and the old one retired. At the end every node trusts
+and serves the new CA only.
+
+Self-contained: its own fleet box (the cpu profile, one group of two compute nodes the head's controller launches),
+only FleetBox/Node's public API (box.node, box.compute, node.run, node.enter, box.client), and the command's own
+function (infra/ops/rotate_keys.rotate) on the box's moto: it reads the membership and each node's host keys and
+certificates from the state bucket."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from hpcc_node import certstore
+from infra.naming import Paths
+from infra.ops import rotate_keys, store
+from tests.box.cloud import FleetBox
+from tests.box.harness import REGION
+
+pytestmark = pytest.mark.box
+
+
+class BoxAws:
+    """infra/ops/aws.Aws's shape (call, client, region), on the box's moto server."""
+
+    region = REGION
+
+    def __init__(self, box: FleetBox):
+        self.box = box
+
+    def client(self, service: str):
+        return self.box.client(service)
+
+    def call(self, service: str, operation: str, **kwargs) -> dict:
+        return getattr(self.box.client(service), operation)(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def box(box_machine):
+    b = FleetBox(profile="cpu", groups=[{"name": "compute", "count": 2}])
+    try:
+        b.start()
+        codes = b.boot(timeout=360)
+        assert codes == {n.name: 0 for n in b.nodes}, b.diagnose()
+        yield b
+    finally:
+        b.stop()
+
+
+def known_cas(node) -> list[str]:
+    text = node.run("cat", "/etc/ssh/ssh_known_hosts.hpcc", check=True).stdout
+    return [line.split(" ", 2)[2] for line in text.splitlines() if line.startswith("@cert-authority ")]
+
+
+def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
+    head, computes = box.node("head"), box.compute
+    ips = [n.ip for n in computes]
+    old = known_cas(head)
+    assert len(old) == 1 and all(known_cas(n) == old for n in computes)
+    # a job's long-lived SSH session, opened before the rotation
+    session = subprocess.Popen(head.enter("ssh", "-o", "BatchMode=yes", ips[0],
+                                          "for i in $(seq 400); do echo tick; sleep 1; done"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # new connections all through it, as mpirun's launches would make
+    done = tmp_path / "rotation-done"  # the host's /tmp is the nodes' too
+    loop = subprocess.Popen(head.enter("bash", "-c", f"while [ ! -e {done} ]; do for ip in "
+                                       + " ".join(ips) + "; do ssh -o BatchMode=yes -o ConnectTimeout=5 $ip true "
+                                       "&& echo ok || echo FAILED $ip; done; sleep 1; done"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    said: list[str] = []
+    try:
+        rid = rotate_keys.rotate(BoxAws(box), box.name, False, 300, said.append)
+    finally:
+        done.touch()
+        out, _ = loop.communicate(timeout=60)
+        alive = session.poll() is None  # the session opened before the rotation is still up after it
+        session.kill()
+        ticks, err = session.communicate(timeout=30)
+    assert rid and said[-1].startswith(f"rotation {rid} done"), said
+    assert "FAILED" not in out and out.count("ok") >= 2 * len(ips), out[-2000:]
+    assert alive and ticks.count("tick") > 10 and "Host key verification failed" not in err, (ticks[-200:], err)
+    new = known_cas(head)
+    assert len(new) == 1 and new != old and all(known_cas(n) == new for n in computes)
+    bucket = store.names(BoxAws(box), box.name).bucket
+    for n in box.nodes:  # what each node serves: certificates by the new CA, for its own address
+        issued = certstore.read_issued(certstore.get(box.client("s3"), bucket, certstore.names(box.name).certs(n.name))[0])
+        assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == n.ip
+    assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"]["Value"] == \
+        certstore.rotation_text(certstore.Rotation(rid, "retire"))
