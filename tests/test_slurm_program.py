@@ -186,7 +186,9 @@ def allowed(stmts: dict[str, dict], action: str, arn: str) -> bool:
 
 def test_without_slurm_there_is_no_munge_secret_and_no_grant_for_it(first_up):
     result, _ = first_up
-    assert [r["inputs"]["name"] for r in result.of_type(SECRET)] == [Paths("bert").ssh_secret]
+    paths = Paths("bert")  # the cluster key, the login user's and the host CA's; no munge key
+    assert sorted(r["inputs"]["name"] for r in result.of_type(SECRET)) == sorted(
+        [paths.ssh_secret, paths.user_secret, paths.host_ca_secret])
     for role in ("head", "compute"):
         assert "ClusterMungeKey" not in statements(result, role)
 
