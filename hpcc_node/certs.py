@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from hpcc_node import certstore as store
 from hpcc_node import state
 from hpcc_node.aws import Aws, AwsError, NotFound
+from infra.hosts_schema import node_name
 
 VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
 SKEW = 300  # valid from 5 min before signing: the nodes' clocks (chrony, Amazon Time Sync) differ by less
@@ -203,10 +204,6 @@ def legacy_signer(known_hosts: str = KNOWN_HOSTS, key: str = "/root/.ssh/id_hpcc
     if not public or f"@cert-authority * {store.key_line(public)}" not in _lines(known_hosts):
         return None
     return {"private": _read(key), "public": store.key_line(public)}
-
-
-def node_name(index: int) -> str:
-    return "head" if index == 0 else f"compute-{index - 1:03d}"
 
 
 # -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------

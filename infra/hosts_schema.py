@@ -38,6 +38,11 @@ def node_index(name: str) -> Optional[int]:
     return 0 if name == HEAD else int(name[len("compute-"):], 10) + 1
 
 
+def node_name(index: int) -> str:
+    """The name at line `index` of the hosts text: node_index's inverse (head 0, compute-NNN NNN + 1)."""
+    return HEAD if index == 0 else f"compute-{index - 1:03d}"
+
+
 def address_problem(ip: str, vpc_cidr: str) -> Optional[str]:
     """Why `ip` cannot be a node of a cluster in `vpc_cidr`, or None."""
     if not re.fullmatch(IPV4, ip):

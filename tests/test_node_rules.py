@@ -151,6 +151,10 @@ def test_every_node_name_has_one_spelling_on_both_sides():
     assert python == [0, 1, 512, None, None, None, None, None]
     out = run(["identify"], "".join(f"node_index {n} || echo none\n" for n in names), context())
     assert out.stdout.split() == [str(i) if i is not None else "none" for i in python]
+    indices = [0, 1, 512]  # and the inverse, node_name, alike on both sides
+    assert [hosts_schema.node_index(hosts_schema.node_name(i)) for i in indices] == indices
+    out = run(["identify"], "".join(f"node_name {i}\n" for i in indices), context())
+    assert out.stdout.split() == [hosts_schema.node_name(i) for i in indices] == ["head", "compute-000", "compute-511"]
 
 
 @pytest.mark.parametrize("dns,mount,ok", [

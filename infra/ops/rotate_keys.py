@@ -21,7 +21,7 @@ import time
 from typing import Callable
 
 from hpcc_node import certstore
-from hpcc_node.certs import node_name
+from infra.hosts_schema import node_name
 from infra.naming import Paths
 from infra.ops import OpsError
 from infra.ops.aws import Aws, error_code
