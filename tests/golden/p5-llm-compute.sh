@@ -431,11 +431,21 @@ wait_settings() {
 
 wait_membership() {
   local rc until="" tmp
+  tmp=$(mktemp)
   if [ "$HPCC_NODE" = head ]; then
+    rc=0
+    read_membership "$tmp" || rc=$?
+    [ "$rc" -ne 0 ] || render_hosts "$tmp" || rc=$?
+    rm -f "$tmp"
+    if [ "$rc" -eq 0 ] && parse_hosts "$HPCC_READ_HOSTS" && [ "${HPCC_HOSTS[0]}" = "$HPCC_IP" ]; then
+      HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
+      return 0
+    fi
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || log "warning: the membership in s3://$(state_bucket)/membership.json could not be read; the head starts alone"
     parse_hosts "head $HPCC_IP" || fail "this head's own address is refused (see above)"
+    HPCC_HOSTS_VERSION=0
     return 0
   fi
-  tmp=$(mktemp)
   until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
   while :; do
     rc=0
