@@ -203,7 +203,15 @@ def test_the_head_starts_alone_its_controller_publishes_the_membership(fake):
     out = identify(tmp_path, env, script='identify_node; printf "%s\\n" "${HPCC_NAMES[*]}"', HPCC_INSTANCE_ID="i-0ead",
                    HPCC_NODE_IP="10.0.0.4")
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "head", out.stdout + out.stderr
-    assert not any(c.startswith("s3api get-object") for c in calls(tmp_path))
+    assert sum(c.startswith("s3api get-object") for c in calls(tmp_path)) == 1  # one look, no wait
+    # its bootstrap run again: from the membership its controller published, so it rewrites nothing
+    script = 'identify_node; printf "%s\\n" "${HPCC_NAMES[*]} $HPCC_HOSTS_VERSION"'
+    cloud(tmp_path, bin_dir, ["head"], [members(7, [("compute-000", "10.0.0.9", "i-09")])], FAST)
+    out = identify(tmp_path, env, script=script, HPCC_INSTANCE_ID="i-0ead", HPCC_NODE_IP="10.0.0.4")
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "head compute-000 7", out.stdout + out.stderr
+    # a membership of another head (this one replaced it): alone again, until its controller publishes
+    out = identify(tmp_path, env, script=script, HPCC_INSTANCE_ID="i-0eee", HPCC_NODE_IP="10.0.0.4")
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "head 0", out.stdout + out.stderr
 
 
 def test_the_name_instance_and_account_come_from_instance_metadata(fake):

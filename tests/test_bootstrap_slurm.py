@@ -64,6 +64,11 @@ def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_
     # the health checks' lines (health.sh.j2), one SchedulerParameters (Slurm keeps the last of a repeated key)
     assert "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" in lines and "Prolog=/usr/local/sbin/hpcc-prolog" in lines
     assert [line for line in lines if line.startswith("SchedulerParameters=")] == ["SchedulerParameters=nohold_on_prolog_fail"]
+    # a dead node is NOT_RESPONDING within a 40 s ping (SlurmdTimeout/3), not Slurm's default 100 s
+    assert "SlurmdTimeout=120" in lines
+    fast = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5)), "HPCC_SLURMD_TIMEOUT=30\n")
+    odd = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5)), "HPCC_SLURMD_TIMEOUT='5; x'\n")
+    assert "SlurmdTimeout=30" in fast and "SlurmdTimeout=120" in odd
 
 
 def test_slurm_conf_follows_the_size_limits_only(tmp_path):

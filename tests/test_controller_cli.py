@@ -179,3 +179,20 @@ def test_the_controllers_log_has_each_line_once_when_its_stderr_is_the_log_itsel
     with open(other, "wb") as out:
         subprocess.run([sys.executable, "-c", code], stderr=out, check=True)
     assert other.read_text().count("one line") == 1 and log.read_text().count("one line") == 2
+
+
+def test_a_failed_read_of_the_bundle_pointer_keeps_the_last_one_so_the_membership_does_not_flap():
+    class Ssm:
+        fail = False
+
+        def get_parameters(self, Names):
+            if self.fail:
+                raise awscli.ClientError("ThrottlingException", "slow down", "GetParameters")
+            return {"Parameters": [{"Name": Names[0], "Value": '{"sha256": "abc"}'}, {"Name": Names[1], "Value": "S"}]}
+
+    ssm = Ssm()
+    read = main_mod.follow_reader(ssm, CLUSTER)
+    first = read()
+    assert first["sha256"] == "abc" and first["settings_sha256"]
+    ssm.fail = True
+    assert read() == first

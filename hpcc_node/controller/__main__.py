@@ -116,15 +116,20 @@ def follow(pointer_text: str, settings: str) -> Dict[str, Any]:
 
 
 def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
-    """Each loop: ONE GetParameters of the bundle pointer and the settings (empty when they cannot be read)."""
+    """Each loop: ONE GetParameters of the bundle pointer and the settings. A read that fails (throttled, timed
+    out) gives the last one read, never an empty pointer: that would publish a new membership generation to
+    every node, and another when the read works again."""
     names = [f"/hpcc/{cluster}/bundle", f"/hpcc/{cluster}/settings"]
+    last: Dict[str, Any] = {}
 
     def read() -> Mapping[str, Any]:
         try:
             found = {p["Name"]: p["Value"] for p in ssm.get_parameters(Names=names).get("Parameters", [])}
         except awscli.ClientError:
-            return {}
-        return follow(found.get(names[0], ""), found.get(names[1], ""))
+            return dict(last)
+        last.clear()
+        last.update(follow(found.get(names[0], ""), found.get(names[1], "")))
+        return dict(last)
     return read
 
 

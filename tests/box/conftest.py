@@ -2,7 +2,7 @@
 or the run is interrupted; a box that crashed harder is cleaned up when the next one starts.
 
 One booted cpu box with Slurm (`cluster`) serves every module in SHARED_BOX_MODULES, in that order: booting costs
-about a minute; day 2 adds and replaces nodes, and Slurm then checks those nodes too and adds a failing one.
+about a minute; day 2 comes last: it adds and replaces nodes, checks them in Slurm and adds a failing one.
 Sharing is only a speed-up: each module sets up what it needs (test_box_slurm.py makes day 2's changes itself
 when run alone). Only one box runs on a machine, so the shared one
 is stopped before any other box test (the faults boot their own)."""
@@ -17,7 +17,7 @@ import pytest
 from tests.box.cloud import FleetBox
 from tests.box.harness import Box, can_run
 
-SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_day2.py", "test_box_slurm.py")
+SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_slurm.py", "test_box_day2.py")
 _shared: dict[str, Box] = {}
 
 

@@ -15,7 +15,7 @@ from tests.box.cloud import FLEET_CIDR, FleetBox, TAG_GROUP
 from tests.box.harness import BOX_AMI
 from tests.box.machine import box_namespaces, leftovers
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 # What the instances run: proof of who they are and where, read by the test from the node's own /etc/hpcc.
 USER_DATA = """#!/bin/bash
 set -eu

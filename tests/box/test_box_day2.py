@@ -1,19 +1,26 @@
 """Day 2 in one booted box (cpu profile, head + group `compute` of 2), its tests run in order: (a) the group's count
 is raised by one (the groups parameter, as `pulumi up` writes it) and the controller launches the node, (b) a compute
 node's instance is terminated and the controller replaces it under its name at a new IP, (c) a job started on two
-untouched nodes before (a) runs through both changes and finishes. The old nodes follow the membership the
-controller publishes through their agents."""
+untouched nodes before (a) runs through both changes and finishes, (d) Slurm has the added and the replaced node at
+their addresses and runs a job on them, (e) a node whose bootstrap fails never takes jobs and is replaced while the
+others stay idle. The old nodes follow the membership the controller publishes through their agents.
+
+In `make test-long` (pytest -m long): tests/box/test_box_fleet.py checks the same lifecycle on two groups."""
 
 import re
 import subprocess
+import time
 
 import pytest
 
-from tests.box.day2 import add_node, agent_pids, hosts_version, replace_node, seconds_until_listed
+from hpcc_node.controller.observe import slurm_nodes
+from tests.box.cloud import Fault
+from tests.box.day2 import add_node, agent_pids, hosts_version, named, replace_node, seconds_until_listed
 from tests.box.harness import Box, node_env
 from tests.box.test_box_cluster import assert_certified
+from tests.box.test_box_slurm import hostname, on_head, wait_states
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +82,6 @@ def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
 
 
 def wait_status(box: Box, node, version: int, timeout: float = 30) -> dict:
-    import time
-
     deadline = time.time() + timeout
     while True:
         status = box.status(node.name)
@@ -126,3 +131,29 @@ def test_c_a_job_on_untouched_nodes_runs_through_the_changes_and_finishes(day2):
     finished = sorted(line.split()[1] for line in out.splitlines() if line.startswith("finished "))
     hostnames = [n.run("hostname", check=True).stdout.strip() for n in (day2.head, day2.node("compute-000"))]
     assert finished == sorted(hostnames), out
+
+
+def test_d_the_nodes_day_2_added_and_replaced_are_in_slurm_at_their_addresses_and_run_a_job(day2):
+    added, replaced = day2.node("compute-002"), day2.node("compute-001")  # tests/box/test_box_day2.py
+    wait_states(day2, lambda s: all(s.get(n.name, ("",))[0] == "idle" for n in (added, replaced)), timeout=60)
+    nodes = slurm_nodes(on_head(day2, "scontrol", "show", "nodes", "--oneliner").stdout)
+    for node in (added, replaced):  # the controller set them (scontrol update NodeAddr=): day2.conf has none
+        assert nodes[node.name].addr == node.ip, nodes[node.name]
+    run = on_head(day2, "srun", "-w", f"{added.name},{replaced.name}", "hostname")
+    assert (run.returncode, sorted(run.stdout.split())) == (0, sorted([hostname(replaced), hostname(added)])), run.stderr
+
+
+def test_e_a_node_whose_bootstrap_failed_never_takes_jobs_and_is_replaced_while_the_others_stay_idle(day2):
+    fault = Fault("compute", times=1)
+    day2.faults.append(fault)
+    node, changed = add_node(day2)
+    assert node.bootstrap.wait(timeout=240) == 1
+    assert day2.status(node.instance_id)["step"] == "ssh"
+    others = [n.name for n in day2.compute if n.name != node.name]
+    states = wait_states(day2, lambda s: s.get(node.name, ("idle",))[0] != "idle" and all(
+        s.get(n, ("",))[0] == "idle" for n in others), timeout=60)  # the others untouched
+    new = named(day2, node.name, lambda n: n.instance_id != node.instance_id)
+    states = wait_states(day2, lambda s: all(s.get(n, ("",))[0] == "idle" for n in [*others, node.name]), timeout=300)
+    assert fault.hit == [node.instance_id] and new.bootstrap.wait(timeout=120) == 0, states
+    print(f"[slurm] {node.name}: its first instance failed at ssh, its replacement was idle "
+          f"{time.time() - changed:.1f} s after the count changed")

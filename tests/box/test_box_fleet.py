@@ -19,7 +19,7 @@ from tests.box.harness import node_env
 from tests.box.machine import box_namespaces, leftovers
 from tests.box.test_box_slurm import MPI_PROGRAM, sbatch
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 GROUPS = [{"name": "a", "count": 2}, {"name": "b", "count": 1}]
 SCHEDULER = "slurm"
 

@@ -18,7 +18,7 @@ from tests.box.harness import node_env
 from tests.box.machine import leftovers
 from tests.box.test_box_fleet import BUSY, settled, slurm, wait_for
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 INJECT_XID = Path(__file__).resolve().parent / "standins" / "inject-xid"
 NAMES = {"a-000", "a-001"}
 PERSON = "alice: fan noise, looking tomorrow"  # a person's reason: not hpcc's, never touched

@@ -65,6 +65,7 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
     wait_for(box, "the agents' first status", lambda s: s.get("agentVersion") == "1", timeout=60)
     before = {n.name: box.status(n.name) for n in box.nodes}
     old = before["head"]["bundle"]
+    hosts_before = {n.name: n.file("/etc/hpcc/hosts").read_text() for n in box.nodes}
     assert old == box.plan()["bundleSha256"] and all(s["bundle"] == old for s in before.values()), before
     c0, c1 = box.node("compute-000"), box.node("compute-001")
     job = subprocess.Popen(box.head.enter("mpirun", "--allow-run-as-root", "-H", f"{c0.ip}:1,{c1.ip}:1", "bash", "-c",
@@ -87,7 +88,9 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
     assert job.returncode == 0 and out.count("finished") == 2, err[-2000:]
     for n in box.nodes:
         assert n.file("/opt/hpcc/current").resolve().name == new
-        assert box.status(n.name)["drifted"] is None and box.status(n.name)["hostsVersion"] == before[n.name]["hostsVersion"]
+        # the membership carries the bundle pointer, so its generation moved on; the hosts did not
+        assert box.status(n.name)["drifted"] is None and box.status(n.name)["hostsVersion"] > before[n.name]["hostsVersion"]
+        assert n.file("/etc/hpcc/hosts").read_text() == hosts_before[n.name]
 
 
 def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_back(box):

@@ -441,7 +441,7 @@ wait_membership() {
       HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
       return 0
     fi
-    [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || log "warning: the membership in s3://$(state_bucket)/membership.json could not be read; the head starts alone"
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || log "warning: the membership in s3://$(state_bucket)/membership.json could not be used (see above); the head starts alone"
     parse_hosts "head $HPCC_IP" || fail "this head's own address is refused (see above)"
     HPCC_HOSTS_VERSION=0
     return 0
@@ -1129,7 +1129,7 @@ agent_env() {
     "AWS_DEFAULT_REGION=us-east-1" "AWS_PAGER=" "AWS_MAX_ATTEMPTS=1"
   if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
   if [ -n "${HPCC_SKIP_STEPS:-}" ] && [[ $HPCC_SKIP_STEPS =~ ^[a-z_,-]+$ ]]; then echo "HPCC_SKIP_STEPS=$HPCC_SKIP_STEPS"; fi
-  env | grep -E '^HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]$' || true
+  env | grep -E '^(HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]|HPCC_SLURMD_TIMEOUT=[0-9]{2,4})$' || true
 }
 
 agent_unit() {
