@@ -213,6 +213,7 @@ def test_client_config_trusts_exactly_the_clusters_hosts(tmp_path):
         assert option(ip, "stricthostkeychecking") == "true"  # verified against the cluster's CA line only
         assert option(ip, "userknownhostsfile") == option(ip, "globalknownhostsfile") == "/etc/ssh/ssh_known_hosts.hpcc"
         assert all(a.endswith("-cert-v01@openssh.com") for a in option(ip, "hostkeyalgorithms").split(","))
+        assert int(option(ip, "connectionattempts")) >= 3  # an sshd reloading (re-exec) refuses for an instant
     assert option("10.0.9.9", "userknownhostsfile") != "/etc/ssh/ssh_known_hosts.hpcc"  # not a cluster host
 
 
