@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.components.private_bucket import private_bucket
 from infra.naming import Paths, bundle_bucket, tags
 
 
@@ -56,16 +57,8 @@ class BundleStore(pulumi.ComponentResource):
         super().__init__("hpcc:cluster:BundleStore", name, None, opts)
         c, t = args.cluster, args.extra_tags
         child = pulumi.ResourceOptions(parent=self)
-        bucket = aws.s3.Bucket(f"{c}-bundles", bucket=pulumi.Output.from_input(args.account).apply(
-            lambda a: bundle_bucket(c, a)), force_destroy=True, tags=tags(c, "bundles", t), opts=child)
-        block = aws.s3.BucketPublicAccessBlock(
-            f"{c}-bundles-private", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=child)
-        aws.s3.BucketServerSideEncryptionConfiguration(
-            f"{c}-bundles-sse", bucket=bucket.id, opts=child,
-            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                apply_server_side_encryption_by_default=aws.s3.
-                BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(sse_algorithm="AES256"))])
+        bucket, block = private_bucket(f"{c}-bundles", pulumi.Output.from_input(args.account).apply(
+            lambda a: bundle_bucket(c, a)), tags(c, "bundles", t), child)
         versioning = aws.s3.BucketVersioning(
             f"{c}-bundles-versioning", bucket=bucket.id, opts=child,
             versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"))

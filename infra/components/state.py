@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from infra.components.private_bucket import private_bucket
 from infra.naming import CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
 
 # The instance's own ARN as IAM resolves it for a role session of an EC2 instance (IAM User Guide, "IAM policy
@@ -68,16 +69,8 @@ class ControllerState(pulumi.ComponentResource):
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             tags=tags(c, "ledger", t), opts=child)
-        bucket = aws.s3.Bucket(f"{c}-state", bucket=pulumi.Output.from_input(args.account).apply(
-            lambda a: state_bucket(c, a)), force_destroy=True, tags=tags(c, "state", t), opts=child)
-        block = aws.s3.BucketPublicAccessBlock(
-            f"{c}-state-private", bucket=bucket.id, block_public_acls=True, block_public_policy=True,
-            ignore_public_acls=True, restrict_public_buckets=True, opts=child)
-        aws.s3.BucketServerSideEncryptionConfiguration(
-            f"{c}-state-sse", bucket=bucket.id, opts=child,
-            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
-                apply_server_side_encryption_by_default=aws.s3.
-                BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(sse_algorithm="AES256"))])
+        bucket, block = private_bucket(f"{c}-state", pulumi.Output.from_input(args.account).apply(
+            lambda a: state_bucket(c, a)), tags(c, "state", t), child)
         aws.s3.BucketPolicy(
             f"{c}-state-policy", bucket=bucket.id,
             policy=pulumi.Output.all(bucket.bucket, args.role_arns["head"], args.role_arns["compute"]).apply(

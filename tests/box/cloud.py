@@ -134,19 +134,12 @@ class FleetBox(Box):
 
     # -- start: the cloud as `pulumi up` leaves it, then the head ------------------------------------------
     def start(self) -> FleetBox:
-        from tests.box.machine import BRIDGE, GATEWAY, TMP_PREFIX, cleanup_leftovers, sh
         import atexit
-        import tempfile
 
         self.lock.acquire()
         atexit.register(self.stop)
         try:
-            cleanup_leftovers()
-            self.workdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
-            self.workdir.chmod(0o755)
-            sh("ip", "link", "add", BRIDGE, "type", "bridge")
-            sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
-            sh("ip", "link", "set", BRIDGE, "up")
+            self._bridge_up()
             if not self.bare:
                 self.plan()
             self._start_moto()

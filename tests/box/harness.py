@@ -213,12 +213,7 @@ class Box:
         self.lock.acquire()
         atexit.register(self.stop)  # also when the test process is interrupted
         try:
-            cleanup_leftovers()
-            self.workdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
-            self.workdir.chmod(0o755)
-            sh("ip", "link", "add", BRIDGE, "type", "bridge")
-            sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
-            sh("ip", "link", "set", BRIDGE, "up")
+            self._bridge_up()
             self.plan()
             self._start_moto()
             names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count)]
@@ -229,6 +224,15 @@ class Box:
             self.stop()
             raise
         return self
+
+    def _bridge_up(self) -> None:
+        """A clean machine (a crashed box's leftovers gone), the box's work directory and its bridge."""
+        cleanup_leftovers()
+        self.workdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        self.workdir.chmod(0o755)
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+        sh("ip", "link", "set", BRIDGE, "up")
 
     def _mountpoint(self, path: Path) -> None:
         """A host directory to bind a node's private one onto; stays empty on the host, removed at cleanup."""

@@ -14,6 +14,7 @@ from hpcc_node.controller.model import Group
 from tests.box.cloud import FLEET_CIDR, FleetBox, TAG_GROUP
 from tests.box.harness import BOX_AMI
 from tests.box.machine import box_namespaces, leftovers
+from tests.box.test_box_fleet import wait_for as fleet_wait_for
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 # What the instances run: proof of who they are and where, read by the test from the node's own /etc/hpcc.
@@ -42,15 +43,8 @@ def launch(box: FleetBox, count: int, token: str) -> list[str]:
     return list(out.instance_ids)
 
 
-def wait_for(what, timeout: float = 60, every: float = 0.5):
-    deadline = time.time() + timeout
-    while True:
-        got = what()
-        if got:
-            return got
-        if time.time() > deadline:
-            raise AssertionError(f"not after {timeout} s: {what.__doc__ or what}")
-        time.sleep(every)
+def wait_for(what, timeout: float, box: FleetBox):
+    return fleet_wait_for(what, timeout, box, every=0.5)
 
 
 def booted(box: FleetBox, iid: str) -> str:
@@ -65,7 +59,7 @@ def test_a_every_instance_launched_boots_a_node_at_its_own_address_with_its_user
     ids = launch(cloud, 2, "box-cloud-a")
     moto = cloud.instances()
     for iid in ids:
-        line = wait_for(lambda: booted(cloud, iid), timeout=90)
+        line = wait_for(lambda: booted(cloud, iid), 90, cloud)
         ip = moto[iid]["PrivateIpAddress"]
         assert line == f"{iid} {ip} {ip}/24", line  # its id, the address moto gave it, on its own interface
         assert ip.startswith(FLEET_CIDR.rsplit(".", 1)[0]) and cloud.launched[iid].group == "t"
@@ -78,12 +72,12 @@ def test_b_a_terminated_instance_loses_its_node_and_the_next_launch_gets_a_new_a
     first = next(iter(cloud.launched.values()))
     ec2 = cloud.client("ec2")
     ec2.terminate_instances(InstanceIds=[first.instance_id])
-    wait_for(lambda: first.node.netns not in box_namespaces(), timeout=30)
+    wait_for(lambda: first.node.netns not in box_namespaces(), 30, cloud)
     assert not first.node.alive and first.stopped
     others = [s for s in cloud.launched.values() if s is not first]
     assert all(s.node.netns in box_namespaces() for s in others), "a termination stopped another node"
     (new,) = launch(cloud, 1, "box-cloud-b")
-    line = wait_for(lambda: booted(cloud, new), timeout=90)
+    line = wait_for(lambda: booted(cloud, new), 90, cloud)
     ip = cloud.instances()[new]["PrivateIpAddress"]
     assert ip != first.ip and ip not in {s.ip for s in others}, (ip, first.ip)
     assert line == f"{new} {ip} {ip}/24"
