@@ -214,3 +214,18 @@ def test_a_controller_whose_lease_expired_is_reported_not_running(f):
     text = " ".join(out.output.split())
     assert out.exit_code == 1 and "controller not running (its lease expired" in text
     assert "systemctl status hpcc-controller" in text
+
+
+def test_a_host_ca_rotation_in_progress_is_shown_with_its_phase(f):
+    from hpcc_node import certstore
+
+    assert status().rotation is None and "host CA rotation" not in status_cli().output
+    Aws(REGION).call("ssm", "put_parameter", Name=certstore.names(C).rotation, Type="String", Overwrite=True,
+                     Value=certstore.rotation_text(certstore.Rotation("20261124T190000Z", "switch")))
+    assert status().rotation == certstore.Rotation("20261124T190000Z", "switch")
+    text = " ".join(status_cli().output.split())
+    assert "host CA rotation 20261124T190000Z: phase switch (the new CA signs; the old one is still trusted)" in text
+    Aws(REGION).call("ssm", "put_parameter", Name=certstore.names(C).rotation, Type="String", Overwrite=True,
+                     Value="{not json")
+    out = status_cli()
+    assert out.exit_code == 0 and "reset it" in " ".join(out.output.split())  # a note, not a traceback

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 
 import hostlist
 
+from hpcc_node import certstore
 from hpcc_node.controller import model
 from hpcc_node.controller.ledger import Loaded
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.bootstrap_steps import STEP_NAMES
 from infra.naming import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
 from infra.node_settings import OPTIONAL_DEFAULTS
-from infra.ops import store
+from infra.ops import OpsError, rotate_keys, store
 from infra.ops.aws import Aws, tag_dict
 from infra.ops.terminal import plain
 
@@ -108,6 +109,7 @@ class ClusterStatus:
     notes: list[str] = field(default_factory=list)
     controller: str = ""  # who holds the ledger's lease ("" : nobody)
     lease_left: float = 0.0  # seconds the lease still runs; <= 0: expired, the controller is not running
+    rotation: certstore.Rotation | None = None  # the host CA's rotation (`hpcc rotate-keys`), as last stepped
 
     @property
     def controller_down(self) -> bool:
@@ -289,4 +291,8 @@ def cluster_status(aws: Aws, cluster: str, clock=time.time) -> ClusterStatus:
     out.notes += found.notes
     out.controller, until = store.lease(aws, where.table)
     out.lease_left = until - now
+    try:
+        out.rotation = rotate_keys.current(aws, cluster)
+    except OpsError as e:
+        out.notes.append(str(e))
     return out

@@ -170,6 +170,19 @@ def controller_line(status: ClusterStatus) -> Text:
                          "`systemctl status hpcc-controller`, /var/log/hpcc/controller.log")
 
 
+def rotation_line(status: ClusterStatus) -> str:
+    """The host CA's rotation as `hpcc rotate-keys` last stepped it (docs/security.md). Whether each node applied
+    the phase takes two reads a node; `hpcc rotate-keys --resume` makes them, shows them and carries on."""
+    r = status.rotation
+    if r is None:
+        return ""
+    what = {"add": "the new CA is trusted beside the old one; the old one still signs",
+            "switch": "the new CA signs; the old one is still trusted",
+            "retire": "the old CA is retired once every node applied it"}.get(r.phase, r.phase)
+    return (f"host CA rotation {r.id}: phase {r.phase} ({what}); `hpcc rotate-keys --resume` shows each node's "
+            "progress and carries it on")
+
+
 def show(console, status: ClusterStatus) -> None:
     """Everything `hpcc status` prints, in reading order."""
     console.print(controller_line(status), highlight=False)
@@ -182,4 +195,6 @@ def show(console, status: ClusterStatus) -> None:
     print_failures(console, status)
     for note in status.notes:
         console.print(Text("note: ") + node_text(note), style="yellow", highlight=False)
+    if status.rotation is not None:
+        console.print(rotation_line(status), highlight=False)
     console.print(summary(status), highlight=False)
