@@ -44,8 +44,9 @@ plan: $(VENV)/.runtime
 test: setup deps
 	$(PY) -m pytest -q -n 3 --dist loadgroup -m 'not long'
 
+# -s: the modules print what they measure (`[fleet] ...`, `[health] ...`, `[day 2] ...` lines)
 test-long: setup deps
-	$(PY) -m pytest -q -m long tests/box
+	$(PY) -m pytest -q -s -m long tests/box
 
 # Only the cluster-in-a-box tests (root and ip netns; about 7 minutes on 2 cores, day 2 included). See tests/box/README.md.
 box: setup deps
