@@ -55,6 +55,8 @@ box: setup deps
 bench: setup
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_day2.py
+	$(PY) scripts/bench_controller.py
+	$(PY) scripts/bench_ready.py
 
 # Re-render tests/golden/ from the templates; review the diff before committing.
 golden: setup

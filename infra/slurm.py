@@ -19,6 +19,12 @@ from infra.instance_facts import COMPUTE_FIELD, InstanceType
 # figure, and slurmd registering less memory than RealMemory would leave the node unusable.
 REAL_MEMORY_PERCENT = 95
 
+# slurm.conf's SlurmdTimeout: slurmctld pings every slurmd each SlurmdTimeout/3 and marks one that does not answer
+# NOT_RESPONDING, which is how the controller sees a dead node (hpcc_node/controller/assess.py). Slurm's 300 s
+# default leaves a dead node unseen for up to 100 s; ParallelCluster writes 180; 120 pings every 40 s, a ping of
+# 4,096 nodes through Slurm's tree fan-out being cheap (https://slurm.schedmd.com/slurm.conf.html#OPT_SlurmdTimeout).
+SLURMD_TIMEOUT_SECONDS = 120
+
 
 class SlurmFactsError(ValueError):
     """EC2's facts for the type lack what a Slurm node definition needs; `field` names the config field."""

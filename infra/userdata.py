@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import jinja2
 
-from infra import hosts_schema, node_settings, settings_schema
+from infra import hosts_schema, node_settings, settings_schema, slurm
 from infra.assets import asset
 from infra.bootstrap_steps import STEPS
 
@@ -81,7 +81,8 @@ def environment() -> jinja2.Environment:
     assert all("'" not in p for p in [*node_settings.PATTERNS.values(), *settings_schema.DENIED.values()])  # in '...' 
     env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
                        settings_optional=node_settings.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS,
-                       schema=settings_schema, hosts=hosts_schema, by_value=_by_value)
+                       schema=settings_schema, hosts=hosts_schema, by_value=_by_value,
+                       slurmd_timeout=slurm.SLURMD_TIMEOUT_SECONDS)
     return env
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcc_node import slurm
-from infra.slurm import SlurmNode
+from infra.slurm import SLURMD_TIMEOUT_SECONDS, SlurmNode
 from tests.bootstrap_shell import context, run
 from tests.test_bootstrap_steps import COMMON
 
@@ -65,10 +65,10 @@ def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_
     assert "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" in lines and "Prolog=/usr/local/sbin/hpcc-prolog" in lines
     assert [line for line in lines if line.startswith("SchedulerParameters=")] == ["SchedulerParameters=nohold_on_prolog_fail"]
     # a dead node is NOT_RESPONDING within a 40 s ping (SlurmdTimeout/3), not Slurm's default 100 s
-    assert "SlurmdTimeout=120" in lines
+    assert f"SlurmdTimeout={SLURMD_TIMEOUT_SECONDS}" in lines
     fast = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5)), "HPCC_SLURMD_TIMEOUT=30\n")
     odd = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5)), "HPCC_SLURMD_TIMEOUT='5; x'\n")
-    assert "SlurmdTimeout=30" in fast and "SlurmdTimeout=120" in odd
+    assert "SlurmdTimeout=30" in fast and f"SlurmdTimeout={SLURMD_TIMEOUT_SECONDS}" in odd
 
 
 def test_slurm_conf_follows_the_size_limits_only(tmp_path):
