@@ -16,7 +16,7 @@ from tests.box import bundles
 from tests.box.cloud import FleetBox
 from tests.box.harness import Box, node_env
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 
 VERSION = 'AGENT_VERSION = "{v}"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (PROTOCOL - 1, PROTOCOL)\n'
 FAILING_SELF_CHECK = ("    man = upgrade.manifest(here)\n",
