@@ -48,7 +48,7 @@ test: setup deps
 test-long: setup deps
 	$(PY) -m pytest -q -s -m long tests/box
 
-# Only the cluster-in-a-box tests (root and ip netns; about 7 minutes on 2 cores, day 2 included). See tests/box/README.md.
+# Only the cluster-in-a-box tests, the long ones included (root and ip netns; about 45 minutes on 2 cores). See tests/box/README.md.
 box: setup deps
 	$(PY) -m pytest -q -m box tests/box
 
