@@ -80,6 +80,7 @@ MUTATIONS = [
  ("hpcc_node/hosts.py", 'return any(n.get("name") == name and n.get("instance") == instance_id', 'return any(n.get("name") == name', M + " -k waits_for_its_name"),
  ("templates/steps/identify.sh.j2", 'if name=$(imds tags/instance/hpcc:node); then echo "$name"; return 0; fi', '', M + " -k instance_metadata"),
  ("templates/steps/identify.sh.j2", 'if [ "$HPCC_NODE" = head ]; then', 'if false; then', M + " -k head_starts_alone"),
+ ("templates/steps/identify.sh.j2", '    read_hosts || rc=$?\n    if [ "$rc" -eq 0 ] &&', '    rc=3\n    if [ "$rc" -eq 0 ] &&', M + " -k head_starts_alone"),
  ("templates/steps/status.sh.j2", 'instance/$HPCC_INSTANCE_ID.json"', 'instance/$HPCC_NODE.json"', M + " -k status_key"),
  ("templates/steps/status.sh.j2", '"${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION"', '"" "$HPCC_APPLIED_VERSION"', M + " -k status_names"),
  ("templates/steps/sync.sh.j2", 'if [ "$HPCC_READ_VERSION" = "$HPCC_APPLIED_VERSION" ] && ! settings_changed; then return 0; fi', '', M + " -k applies_a_change_once"),

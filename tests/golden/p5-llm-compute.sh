@@ -429,14 +429,20 @@ wait_settings() {
   done
 }
 
-wait_membership() {
-  local rc until="" tmp
+read_hosts() {
+  local rc=0 tmp
   tmp=$(mktemp)
+  read_membership "$tmp" || rc=$?
+  [ "$rc" -ne 0 ] || render_hosts "$tmp" || rc=$?
+  rm -f "$tmp"
+  return "$rc"
+}
+
+wait_membership() {
+  local rc until=""
   if [ "$HPCC_NODE" = head ]; then
     rc=0
-    read_membership "$tmp" || rc=$?
-    [ "$rc" -ne 0 ] || render_hosts "$tmp" || rc=$?
-    rm -f "$tmp"
+    read_hosts || rc=$?
     if [ "$rc" -eq 0 ] && parse_hosts "$HPCC_READ_HOSTS" && [ "${HPCC_HOSTS[0]}" = "$HPCC_IP" ]; then
       HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
       return 0
@@ -449,12 +455,10 @@ wait_membership() {
   until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
   while :; do
     rc=0
-    read_membership "$tmp" || rc=$?
-    [ "$rc" -ne 0 ] || render_hosts "$tmp" || rc=$?
+    read_hosts || rc=$?
     if [ "$rc" -eq 0 ]; then
       parse_hosts "$HPCC_READ_HOSTS" || fail "membership generation $HPCC_READ_VERSION is refused (see above)"
       HPCC_HOSTS_VERSION=$HPCC_READ_VERSION
-      rm -f "$tmp"
       [ "${HPCC_HOSTS[$(node_index "$HPCC_NODE")]}" = "$HPCC_IP" ] && return 0
       fail "membership generation $HPCC_HOSTS_VERSION lists $HPCC_NODE at ${HPCC_HOSTS[$(node_index "$HPCC_NODE")]}, not at this node's $HPCC_IP"
     fi
