@@ -163,9 +163,23 @@ def current_status(cluster, node, timeout: float = 60) -> dict:
         time.sleep(1)
 
 
+def settled(cluster, timeout: float = 120) -> None:
+    """Until the controller has marked every node ready (the membership carries each node's state, so a mark
+    is a new generation) and every node applied that generation: a rerun then has nothing new to apply."""
+    deadline = time.time() + timeout
+    while True:
+        doc = cluster.membership()
+        if all(n["state"] == "ready" for n in doc["nodes"]) and all(
+                f"HOSTS_VERSION={doc['generation']}" in n.file("/etc/hpcc/node").read_text() for n in cluster.nodes):
+            return
+        assert time.time() < deadline, (doc, cluster.diagnose())
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("which", ["head", "compute-001"])
 def test_running_the_bootstrap_again_changes_nothing(cluster, which):
     node = cluster.node(which)
+    settled(cluster)
     before = fingerprint(node, WRITTEN)
     assert any("/hpcc-" in p or p.endswith("id_hpcc") for p in before)  # what the bootstrap wrote is watched
     assert "/usr/local/sbin/hpcc-node" in before
