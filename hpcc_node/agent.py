@@ -15,7 +15,6 @@ is logged and retried next tick; the agent never fails its node.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import random
@@ -32,8 +31,6 @@ from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
 from hpcc_node.version import AGENT_VERSION
 
-LOCK = "/run/hpcc-sync.lock"  # held by the running agent for its whole life
-PID = "/run/hpcc-sync.pid"
 ROLLED_BACK = "rolled back: "  # a canary that ran the bundle fine; another canary refused it (not this node's report)
 
 
@@ -50,12 +47,14 @@ class Config(NamedTuple):
     run: str = "/run"
     opt: str = upgrade.OPT
     log: str = "/var/log/hpcc-bootstrap.log"
+    heartbeat_seconds: int = status.HEARTBEAT_SECONDS
 
     @classmethod
     def from_env(cls, env: Dict[str, str]) -> "Config":
         return cls(env["HPCC_ROLE"], env["HPCC_STATE_BUCKET"], env["HPCC_STATUS_KEY"], env["HPCC_SETTINGS_PARAMETER"],
                    env["HPCC_BUNDLE_PARAMETER"],
-                   vpc_cidr=env.get("HPCC_VPC_CIDR", cls._field_defaults["vpc_cidr"]), etc=env.get("HPCC_ETC", cls._field_defaults["etc"]), log=env.get("HPCC_LOG", cls._field_defaults["log"]))
+                   vpc_cidr=env.get("HPCC_VPC_CIDR", cls._field_defaults["vpc_cidr"]), etc=env.get("HPCC_ETC", cls._field_defaults["etc"]), log=env.get("HPCC_LOG", cls._field_defaults["log"]),
+                   heartbeat_seconds=status.heartbeat_seconds(env.get("HPCC_HEARTBEAT_SECONDS", "")))
 
     def path(self, name: str) -> str:
         return os.path.join(self.etc, name)
@@ -111,7 +110,8 @@ class Agent:
         if not self.record.boot_digest:  # the first agent of this node: the boot steps it booted with
             self.record = self.record._replace(boot_digest=upgrade.boot_digest(self.current_dir(), config.role))
             state.write_record(config.path("agent.json"), self.record)
-        self.written: Optional[tuple] = None  # what the last status write said
+        self.written: Optional[tuple] = None  # what the last status write said, its bytes, and when
+        self.written_body, self.written_at = b"", 0.0
         self.pointer_sha = ""  # the pointer's sha last tick
         self.verdict: Optional[rollout.Verdict] = None
         self.done_since: Dict[str, float] = {}
@@ -325,32 +325,25 @@ class Agent:
     def report(self) -> None:
         extra = self.extra()
         key = (self.node, self.message, self.running, repr(sorted(extra.items())))
-        if key == self.written:
+        if key == self.written:  # unchanged: the same bytes again each heartbeat (same ETag, a new LastModified)
+            if self.clock() - self.written_at >= self.c.heartbeat_seconds:
+                self.put_status(self.written_body)
             return
         identity = {"node": self.node.node, "ip": self.node.ip, "instanceId": self.node.instance_id,
                     "hostsVersion": self.node.hosts_version}
         tail = (state.read_text(self.c.log) or "").splitlines()
         body = status.status(identity, "ready", True, self.message, bundle=self.running, log_tail=tail,
                              now=self.clock(), extra=extra)
+        self.put_status(body.encode())
+        self.written = key
+
+    def put_status(self, body: bytes) -> None:
         try:
-            self.s3.put_object(Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body.encode(),
+            self.s3.put_object(Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body,
                                ContentType="application/json")
         except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
             raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
-        self.written = key
-
-
-def lock_or_exit(config: Config) -> Any:
-    lock = open(os.path.join(config.run, os.path.basename(LOCK)), "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        pid = state.read_text(os.path.join(config.run, os.path.basename(PID))) or "?"
-        print(f"hpcc node agent: already running (pid {pid.strip()})", file=sys.stderr)
-        sys.exit(0)
-    with open(os.path.join(config.run, os.path.basename(PID)), "w") as f:
-        f.write(f"{os.getpid()}\n")
-    return lock
+        self.written_body, self.written_at = body, self.clock()
 
 
 def main(argv: List[str]) -> int:
@@ -367,7 +360,7 @@ def main(argv: List[str]) -> int:
         print("usage: python3 -m hpcc_node.agent [--self-check]", file=sys.stderr)
         return 2
     os.environ.update({"AWS_PAGER": "", "AWS_MAX_ATTEMPTS": "1"})
-    lock = lock_or_exit(config)
+    lock = state.lock_or_exit(config.run)
     try:
         agent = Agent(config, Aws())
     except (state.StateError, SettingsError) as e:

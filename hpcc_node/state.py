@@ -5,10 +5,12 @@ line, never executed."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional, Tuple
+import sys
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from infra import hosts_schema
 
@@ -91,3 +93,21 @@ def read_text(path: str) -> Optional[str]:
             return f.read()
     except OSError:
         return None
+
+
+LOCK = "hpcc-sync.lock"  # in /run: held by the running agent for its whole life
+PID = "hpcc-sync.pid"
+
+
+def lock_or_exit(run: str) -> Any:
+    """The agent's lock, held until it exits or execs; a second agent exits 0 naming the first's pid."""
+    lock = open(os.path.join(run, LOCK), "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pid = read_text(os.path.join(run, PID)) or "?"
+        print(f"hpcc node agent: already running (pid {pid.strip()})", file=sys.stderr)
+        sys.exit(0)
+    with open(os.path.join(run, PID), "w") as f:
+        f.write(f"{os.getpid()}\n")
+    return lock

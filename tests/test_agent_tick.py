@@ -241,3 +241,31 @@ def test_with_the_controllers_settings_digest_a_settled_agent_makes_no_ssm_reque
         a.tick()
     assert ("object", f"bundles/{new}.tar.gz") in aws.calls and not [c for c in aws.calls if c[0] == "get"]
     assert running(a.c) == new
+
+
+def test_an_unchanged_status_is_written_again_each_heartbeat_with_the_same_bytes(tmp_path):
+    """The controller reads a status object's LastModified from its listing: a heartbeat that rewrote the body
+    (a new `at`) would change the ETag and make it fetch every node's status every loop."""
+    aws = FakeAws()
+    cluster(aws)
+    now = [1000.0]
+    a, _ = make_agent(tmp_path, aws, clock=lambda: now[0])
+    a.tick()
+    key = membership.status_key(ARN + instance_of("compute-001"))
+    first = aws.s3.objects[(STATE, key)]
+    puts = lambda: [c for c in aws.calls if c == ("s3-put", key)]  # noqa: E731
+    del aws.calls[:]
+    now[0] += a.c.heartbeat_seconds - 1
+    a.tick()
+    assert puts() == []  # unchanged, within the beat: nothing written
+    now[0] += 1
+    a.tick()
+    assert len(puts()) == 1 and aws.s3.objects[(STATE, key)] == first  # the beat: the same bytes again
+    a.tick()
+    assert len(puts()) == 1
+
+
+def test_the_heartbeat_override_is_a_bounded_number_of_seconds():
+    from hpcc_node import status
+    assert status.heartbeat_seconds("10") == 10
+    assert [status.heartbeat_seconds(t) for t in ("", "1", "99999", "-5", "ten")] == [status.HEARTBEAT_SECONDS] * 5

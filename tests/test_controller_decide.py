@@ -68,6 +68,25 @@ def test_each_failure_class_gets_its_action(case, breaks, expected):
     assert others == []
 
 
+def test_a_node_silent_past_the_heartbeat_timeout_is_drained_then_replaced_and_one_just_within_is_left():
+    """Its status object's LastModified (a change or the agent's heartbeat) is older than the timeout: its agent,
+    and its health checks, stopped. With Slurm it drains first (a running job finishes); without, it is replaced."""
+    from hpcc_node.controller.timers import DEFAULT
+    timeout = DEFAULT.heartbeat_timeout_seconds
+
+    def heard(s, ago):
+        return replace(s, reports={**s.reports, N1: replace(s.reports[N1], heard=NOW - ago)})
+    assert kinds(run(heard(cluster(), timeout - 5)), N1) == []
+    silent = run(heard(cluster(), timeout + 5))
+    assert kinds(silent, N1) == [DRAIN] and "no heartbeat" in by_kind(silent, DRAIN)[0].data["reason"]
+    assert kinds(run(heard(cluster(slurm=False), timeout + 5)), N1) == [REPLACE]
+    drained = with_slurm(with_slot(heard(cluster(), timeout + 5), N1, state=m.DRAINING), N1, {"IDLE", "DRAIN"},
+                         "hpcc: health: no heartbeat")
+    assert kinds(run(drained), N1) == [DOWN, REPLACE]
+    unknown = replace(cluster(), reports={**cluster().reports, N1: replace(cluster().reports[N1], heard=0.0)})
+    assert kinds(run(unknown), N1) == []  # no LastModified known (a report built elsewhere): no judgement
+
+
 def test_a_soft_failure_is_replaced_once_slurm_has_drained_the_node():
     s = with_slot(with_instance(cluster(), N1, events=("system-reboot",)), N1, state=m.DRAINING)
     busy = with_slurm(s, N1, {"MIXED", "DRAIN"}, "hpcc: instance: scheduled system-reboot")

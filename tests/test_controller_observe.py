@@ -89,6 +89,8 @@ def test_reports_are_fetched_only_where_they_changed():
             {"name": "gpu-000", "instance_id": "i-0a0", "ok": False, "failure": "health", "evidence": "xid 79"}))
         reps = observe.reports(Counting(), "hpcc-c", cache)
         assert gets[3:] == [membership.status_key(arn("i-0a0"))] and reps["gpu-000"].evidence == "xid 79"
+        listed = {o["Key"]: o["LastModified"].timestamp() for o in s3.list_objects_v2(Bucket="hpcc-c")["Contents"]}
+        assert reps["gpu-001"].heard == listed[membership.status_key(arn("i-0a1"))] > 0  # the heartbeat's time
 
 
 def test_a_report_counts_only_for_the_instance_its_key_names_and_once_it_is_a_verdict():

@@ -109,6 +109,10 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
         return Verdict("failure", report.failure or FailureClass.BOOTSTRAP.value, report.evidence or "reported failed")
     if snap.slurm is not None and inst.private_ip and (node is None or node.addr != inst.private_ip):
         return Verdict("set-address", evidence=f"slurm address for the instance at {inst.private_ip}")
+    if slot.state in (READY, DRAINING) and report is not None and report.heard and \
+            now - report.heard > timers.heartbeat_timeout_seconds:
+        return Verdict("failure", FailureClass.HEALTH.value, f"no heartbeat: its status unwritten for over "
+                       f"{timers.heartbeat_timeout_seconds} s (its agent, or the node, stopped)", hard=False)
     if slot.state == READY and node is not None and "NOT_RESPONDING" in node.states:
         return Verdict("failure", FailureClass.HEALTH.value, "slurmd not responding")
     if slot.state == BOOTING:

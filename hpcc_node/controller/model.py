@@ -111,6 +111,7 @@ class Report:
     check: str = ""
     action: str = ""
     remedy: str = ""
+    heard: float = 0.0  # the status object's LastModified: the agent's last write or heartbeat (0: not known)
 
 
 @dataclass(frozen=True)

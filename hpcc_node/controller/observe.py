@@ -130,20 +130,20 @@ def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]]
     ETag changed since `cache` (updated in place). A report counts only when the instance its key names is the one
     its body names (assess() then holds it to the ledger's); one still booting (ok, phase not ready) is no
     verdict yet."""
-    seen = set()
+    heard: Dict[str, float] = {}  # LastModified: a heartbeat rewrites the same bytes, so the ETag stays
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
             key, etag = obj["Key"], obj["ETag"]
-            seen.add(key)
+            heard[key] = _epoch(obj.get("LastModified"))
             if key in cache and cache[key][0] == etag:
                 continue
             cache[key] = (etag, verdict(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), key))
-    for key in set(cache) - seen:
+    for key in set(cache) - set(heard):
         del cache[key]
     out: Dict[str, Report] = {}
-    for _, r in cache.values():  # a name's predecessor and successor: the later report (the predecessor is gone)
+    for key, (_, r) in cache.items():  # a name's predecessor and successor: the later report (the predecessor is gone)
         if r is not None and (r.name not in out or r.at > out[r.name].at):
-            out[r.name] = r
+            out[r.name] = replace(r, heard=heard[key])
     return out
 
 

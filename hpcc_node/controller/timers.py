@@ -60,6 +60,10 @@ class Timers:
     # A named instance that EC2 does not list yet (describe is eventually consistent: EC2 API reference,
     # "Eventual consistency in the Amazon EC2 API") is not taken for terminated before this.
     describe_lag_seconds: int = 300
+    # A ready node whose status object has not been written (a change or the agent's heartbeat, every
+    # hpcc_node/status.py HEARTBEAT_SECONDS) for this long lost its agent, and its health checks with it; without
+    # Slurm's ping it may be the node itself. Five beats: one late tick under API pacing is not a death.
+    heartbeat_timeout_seconds: int = 600
     # Health (decide_health.py). A job that failed on a node within this many seconds of the node's fatal verdict
     # failed with it and is requeued; Slurm keeps a finished job listed for MinJobAge (300 s by default).
     requeue_window_seconds: int = 300

@@ -144,6 +144,8 @@ def node_env(node: Node) -> dict:
         "HPCC_SLURM_CGROUP": "0", "HPCC_SLURM_CONFIG_OVERRIDES": "1",
         # slurmctld pings every 10 s instead of 40: the box's fleet tests see a dead node within seconds
         "HPCC_SLURMD_TIMEOUT": "30",
+        # the agent writes its unchanged status every 10 s instead of 120 (the box controller's timeout is 90 s)
+        "HPCC_HEARTBEAT_SECONDS": "10",
     }
     if node.named_by_tag:
         del env["HPCC_NODE_NAME"]

@@ -709,11 +709,12 @@ step_efa() {
 }
 # --- health
 health_facts() {
-  local mount="" disk=${HPCC_HEALTH_DISK_MIN_FREE_GIB:-20} klog=${HPCC_KERNEL_LOG:-/var/log/kern.log}
+  local mount="" disk=${HPCC_HEALTH_DISK_MIN_FREE_GIB:-20} klog=${HPCC_KERNEL_LOG:-/var/log/kern.log} gpus=${HPCC_HEALTH_GPUS:-8}
+  [[ $gpus =~ ^[0-9]{1,2}$ ]] || fail "HPCC_HEALTH_GPUS='${gpus:0:20}' is not a number of GPUs"
   [[ $disk =~ ^[0-9]{1,4}$ ]] || fail "HPCC_HEALTH_DISK_MIN_FREE_GIB='${disk:0:20}' is not a number of GiB"
   [[ $klog =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "HPCC_KERNEL_LOG='${klog:0:80}' is not an absolute path"
   ! mountpoint -q "$HPCC_MOUNT_POINT" || mount=$HPCC_MOUNT_POINT
-  printf '%s\n' "GPUS=8" "EFA_DEVICES=32" "DCGM_LEVEL=$HPCC_HEALTH_DIAG_LEVEL" \
+  printf '%s\n' "GPUS=$gpus" "EFA_DEVICES=32" "DCGM_LEVEL=$HPCC_HEALTH_DIAG_LEVEL" \
     "DISK_MIN_FREE_GIB=$disk" "KERNEL_LOG=$klog" "SHARED_MOUNT=$mount"
 }
 
@@ -1133,7 +1134,7 @@ agent_env() {
     "AWS_DEFAULT_REGION=us-east-1" "AWS_PAGER=" "AWS_MAX_ATTEMPTS=1"
   if [[ ${AWS_ENDPOINT_URL:-} =~ ^https?://[A-Za-z0-9.:/-]+$ ]]; then echo "AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL"; fi
   if [ -n "${HPCC_SKIP_STEPS:-}" ] && [[ $HPCC_SKIP_STEPS =~ ^[a-z_,-]+$ ]]; then echo "HPCC_SKIP_STEPS=$HPCC_SKIP_STEPS"; fi
-  env | grep -E '^(HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]|HPCC_SLURMD_TIMEOUT=[0-9]{2,4})$' || true
+  env | grep -E '^(HPCC_SLURM_(CGROUP|CONFIG_OVERRIDES)=[01]|HPCC_(SLURMD_TIMEOUT|HEARTBEAT_SECONDS)=[0-9]{1,4})$' || true
 }
 
 agent_unit() {
