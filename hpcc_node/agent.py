@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -370,12 +371,17 @@ def main(argv: List[str]) -> int:
                                    config.role, agent.node.node, agent.node.ip,
                                    config.status_key[len(membership.STATUS_PREFIX):-len(".json")], log=agent.log)
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
-    health.start(agent.node.node, log=agent.log)  # its own thread, every verdict.INTERVAL_S (15 s)
+    verdict_changed = threading.Event()  # a changed health verdict is written at once, not at the next tick
+    health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set)  # every verdict.INTERVAL_S (15 s)
     while True:
         p = pacing(agent.settings)
         agent.aws.interval_ms, agent.aws.backoff_seconds, agent.aws.attempts = p.interval_ms, p.backoff_seconds, 1
-        time.sleep(tick_seconds(p.sync_seconds, random.random()))
+        woken = verdict_changed.wait(tick_seconds(p.sync_seconds, random.random()))
+        verdict_changed.clear()
         try:
+            if woken:
+                agent.report()  # the status alone, with the new verdict; the tick comes at its time
+                continue
             directory = agent.tick()
         except (AwsError, state.StateError, OSError, ValueError, subprocess.TimeoutExpired) as e:
             agent.log(f"error: {e}; next tick")

@@ -76,7 +76,12 @@ def test_the_heads_slurm_conf_carries_the_health_lines_and_nodes_get_the_scripts
     body = 'write_file() { cat >"$TMP/${1##*/}"; }\nimds() { return 1; }\nslurm_health_scripts'
     out = run(COMMON + ["health"], body, head_ctx(tmp_path), env={**os.environ, "TMP": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    assert "exec python3 -m hpcc_node.health prolog" in (tmp_path / "hpcc-prolog").read_text()
+    prolog = (tmp_path / "hpcc-prolog").read_text()
+    assert "exec python3 -m hpcc_node.health prolog" in prolog
+    # Slurm gives these no PATH: the script sets one that holds the DLAMI's and the EFA installer's tools
+    got = subprocess.run(["env", "-i", "/bin/sh", "-c", prolog.replace("exec python3", "echo $PATH #")],
+                         capture_output=True, text=True).stdout.strip().split(":")
+    assert {"/usr/bin", "/usr/local/bin", "/opt/amazon/efa/bin", "/opt/aws/neuron/bin"} <= set(got), got
     # outside EC2 (no IMDS, as in the box) the reboot program refuses: a namespace node never reboots its host
     assert "systemctl" not in (tmp_path / "hpcc-reboot").read_text()
     on_ec2 = run(COMMON + ["health"], body.replace("return 1", "echo i-0abc"), head_ctx(tmp_path),

@@ -23,7 +23,7 @@ DISK = ("disk_free", "/ has 3.1 GiB free, under 20 GiB", "drain", "none")
 OUT = "hpcc: xid: Xid 79 on PCI:0000:53:00: GPU has fallen off the bus"
 
 
-def with_verdict(snap, name, fault, at=NOW, ok=False):
+def with_verdict(snap, name, fault, at=NOW - 30, ok=False):  # past the settle time
     check, evidence, action, remedy = fault
     rep = Report(name, snap.slots[name].instance_id, ok, "" if ok else "health", evidence, at, check,
                  "none" if ok else action, "none" if ok else remedy)
@@ -80,7 +80,7 @@ def test_a_rebooted_node_waits_for_its_next_verdict_then_resumes_or_is_replaced(
     down = with_slurm(with_verdict(cluster(), N1, XID79, at=NOW - 120), N1, {"DOWN"}, OUT)
     waiting = rebooted(down, N1, NOW - 100)
     assert kinds(on_node(run(waiting))) == []  # the stale verdict predates the reboot
-    again = with_verdict(waiting, N1, XID79, at=NOW - 10)
+    again = with_verdict(waiting, N1, XID79, at=NOW - 25)
     assert kinds(on_node(run(again))) == [REPLACE]  # the same instance failed again: per instance, not per name
     silent = rebooted(with_verdict(down, N1, XID79, at=NOW - 1400), N1, NOW - 1300)
     replaced = by_kind(run(silent), REPLACE)
@@ -133,6 +133,21 @@ def test_xid_79_on_every_node_at_once_is_one_alert_and_no_node_touched():
     assert [a for a in actions if a.node] == []
     again = replace(snap, alerts=frozenset({alerts[0].data["key"]}))
     assert [a for a in run(again) if a.kind != m.PUBLISH] == []
+
+
+def test_a_fresh_verdict_settles_first_so_a_burst_arriving_over_a_health_period_is_seen_whole():
+    """The first node's Xid 79 reaches the controller a loop before the others': acting on it at once would take
+    one healthy node out of a systemic fault. It waits health_settle_seconds; the burst then shows."""
+    from hpcc_node.controller.timers import DEFAULT
+    settle = DEFAULT.health_settle_seconds
+    first = with_verdict(cluster(), N1, XID79, at=NOW - settle + 5)
+    assert on_node(run(first)) == []  # not yet
+    assert kinds(on_node(run(with_verdict(cluster(), N1, XID79, at=NOW - settle)))) == [DOWN]  # settled: acted on
+    burst = first
+    for name in sorted(set(first.slots) - {N1}):
+        burst = with_verdict(burst, name, XID79, at=NOW - 2)
+    actions = run(burst)
+    assert len(by_kind(actions, ALERT)) == 1 and [a for a in actions if a.node] == []
 
 
 def test_two_faults_on_two_nodes_of_a_large_cluster_are_not_systemic():
@@ -191,3 +206,19 @@ def test_the_health_rules_stay_linear_at_4096_nodes():
     actions = run(snap, groups=(big,))
     assert time.perf_counter() - started < 2.0  # a quadratic pass over the slots takes minutes here
     assert [a.data["nodes"] for a in by_kind(actions, SPARES)] == [[f"gpu-{i}" for i in range(4089, 4096)]]
+
+
+def test_a_job_requeued_off_a_node_hpcc_took_out_is_made_eligible_now_and_no_other():
+    """Slurm holds a requeued batch job until its EligibleTime (Reason=BeginTime, minutes on); one requeued off a
+    node the controller set DOWN starts now. A job a user set to begin later, or no DOWN of ours, is left alone."""
+    requeued = replace(job("43", "PENDING", restarts=1), reason="BeginTime", eligible=NOW + 110)
+    users = replace(job("44", "PENDING", restarts=1), reason="BeginTime", eligible=NOW + 3600)
+    fresh = replace(job("45", "PENDING"), reason="BeginTime", eligible=NOW + 60)  # never requeued: a user's --begin
+    ours = (Event(NOW - 20, DOWN, N1, "health", "health:xid: Xid_79", "start", "hpcc: xid: Xid 79"),)
+    snap = replace(cluster(), jobs=(requeued, users, fresh), events=ours)
+    started = by_kind(run(snap), m.START_NOW)
+    assert [a.data["job"] for a in started] == ["43"] and N1 in started[0].why.evidence
+    assert by_kind(run(replace(snap, events=())), m.START_NOW) == []
+    eligible = replace(snap, jobs=(replace(requeued, eligible=NOW - 1, reason="Resources"),))
+    assert by_kind(run(eligible), m.START_NOW) == []  # already eligible: nothing to do
+

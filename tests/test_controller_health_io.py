@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from hpcc_node.controller import observe, observe_health
 from hpcc_node.controller.act_health import HealthActs
-from hpcc_node.controller.model import REBOOT, REQUEUE, SPARES, Action, SlurmNode, Snapshot
+from hpcc_node.controller.model import REBOOT, REQUEUE, SPARES, START_NOW, Action, SlurmNode, Snapshot
 from tests.controller_cases import NOW
 
 FAILED_JOB = ("JobId=41 JobName=train UserId=ubuntu(1000) GroupId=ubuntu(1000) MCS_label=N/A Priority=4294901759 "
@@ -29,9 +29,15 @@ def test_jobs_are_read_with_their_nodes_restarts_end_and_requeue_flag():
     got = observe_health.jobs(f"{FAILED_JOB}\n{RUNNING_JOB}\n", parse_time=lambda v: 1e9 if v.startswith("2026")
                               else float(v))
     assert got[0] == observe_health.SlurmJob("41", "FAILED", frozenset({"gpu-000", "gpu-001", "gpu-007"}), 2, 1e9,
-                                             True)
+                                             True, "NonZeroExitCode", 1e9)
     assert (got[1].state, got[1].end, got[1].requeue, got[1].nodes) == ("RUNNING", 0.0, False, frozenset({"cpu-001"}))
     assert observe_health.jobs("No jobs in the system\n") == ()
+    requeued = ("JobId=43 JobName=train JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 "
+                "SubmitTime=2026-11-24T14:02:00 EligibleTime=2026-11-24T14:04:00 StartTime=2026-11-24T14:04:00 "
+                "EndTime=Unknown NodeList= BatchHost=gpu-000")
+    (job,) = observe_health.jobs(requeued, parse_time=observe_health.local_time)
+    assert (job.state, job.reason, job.restarts, job.nodes) == ("PENDING", "BeginTime", 1, frozenset())
+    assert job.eligible == observe_health.local_time("2026-11-24T14:04:00")
 
 
 def test_reservations_and_hostlists():
@@ -101,13 +107,15 @@ def test_each_health_action_runs_its_command():
     r._spares(Action(SPARES, group="gpu", data={"reservation": "hpcc-spares-gpu", "nodes": ["gpu-002"],
                                                 "exists": True}))
     r._spares(Action(SPARES, group="gpu", data={"reservation": "hpcc-spares-gpu", "nodes": [], "exists": True}))
+    r._start_now(Action(START_NOW, data={"job": "43"}))
     assert r.calls == [
         ["scontrol", "requeue", "41"],
         ["scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=hpcc: reboot for reset: x", "gpu-001"],
         ["scontrol", "create", "reservation", "ReservationName=hpcc-spares-gpu", "StartTime=now",
          "Duration=infinite", "Users=root", "Flags=MAINT,IGNORE_JOBS", "Nodes=gpu-003"],
         ["scontrol", "update", "ReservationName=hpcc-spares-gpu", "Nodes=gpu-002"],
-        ["scontrol", "delete", "ReservationName=hpcc-spares-gpu"]]
+        ["scontrol", "delete", "ReservationName=hpcc-spares-gpu"],
+        ["scontrol", "update", "JobId=43", "StartTime=now"]]
     ec2 = Recorder(slurm=False)
     ec2._reboot(Action(REBOOT, node="gpu-001", instance_id="i-1", data={"reason": "r", "via": "ec2"}))
     assert ec2.calls == [["ec2", "reboot-instances", "i-1"]]

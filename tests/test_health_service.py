@@ -170,3 +170,29 @@ def test_the_agents_status_carries_its_health_verdict(tmp_path):
     extra = a.extra()
     assert (extra["ok"], extra["class"], extra["check"], extra["action"], extra["remedy"]) == (
         False, "health", "xid", "down", "reboot")
+
+
+def test_the_health_thread_signals_a_changed_verdict_once_and_survives_a_failing_check():
+    """The agent writes its status when on_change fires (not at its next tick): once per change of status or
+    action, never for the same verdict again; a check that raises is logged and changes nothing."""
+    from hpcc_node.health.service import check_once
+    from hpcc_node.health.verdict import NodeVerdict
+
+    verdicts = [NodeVerdict("ok", "none", "none", "", 1), NodeVerdict("ok", "none", "none", "", 2),
+                NodeVerdict("fail", "down", "replace", "hpcc: xid: Xid 79", 3), RuntimeError("parser bug"),
+                NodeVerdict("fail", "down", "replace", "hpcc: xid: Xid 79", 4)]
+
+    class Monitor:
+        def boot_checked(self):
+            return True
+
+        def run(self, names):
+            v = verdicts.pop(0)
+            if isinstance(v, Exception):
+                raise v
+            return v
+    changes, logged, last = [], [], None
+    for _ in range(5):
+        last = check_once(Monitor(), last, logged.append, lambda: changes.append(len(verdicts)))
+    assert changes == [4, 2]  # the first verdict, then the failure; not its repeats nor the error
+    assert last == ("fail", "down") and any("parser bug" in line for line in logged)

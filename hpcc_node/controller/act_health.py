@@ -3,6 +3,8 @@ mixin of act.Executor, which records each action in the ledger before and after 
 
 Slurm commands (scontrol(1)):
 - `scontrol requeue <job>`: the job goes back to pending and keeps its id; SLURM_RESTART_COUNT rises.
+- `scontrol update JobId=<job> StartTime=now`: Slurm holds a requeued batch job until its EligibleTime, minutes
+  later (Reason=BeginTime); one requeued off a node hpcc took out may start at once, on a spare.
 - `scontrol reboot ASAP nextstate=DOWN reason=<r> <node>`: reboots the node through slurm.conf's RebootProgram
   once it is idle; it comes back DOWN with the reason, and the controller resumes it when its agent's next verdict
   is healthy (assess.py). A reboot resets every GPU, which covers the catalog's RESET_GPU too.
@@ -29,6 +31,10 @@ class HealthActs:
     def _requeue(self, a: Action) -> str:
         self._scontrol("requeue", a.data["job"])
         return f"job {a.data['job']} requeued (restart {a.data.get('restarts', 0) + 1})"
+
+    def _start_now(self, a: Action) -> str:
+        self._scontrol("update", f"JobId={a.data['job']}", "StartTime=now")
+        return f"job {a.data['job']} eligible now"
 
     def _reboot(self, a: Action) -> str:
         if a.data.get("via") == "ec2" or self.slurm is None:

@@ -27,8 +27,8 @@ from hpcc_node.taxonomy import FailureClass
 
 from .assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
 from .decide_failures import Failure, alert
-from .model import (BOOTING, DOWN, DRAIN, READY, REBOOT, REQUEUE, SPARES, Action, Group, Report, Slot, SlurmNode,
-                    Snapshot, Why)
+from .model import (BOOTING, DOWN, DRAIN, READY, REBOOT, REQUEUE, SPARES, START_NOW, Action, Group, Report, Slot,
+                    SlurmNode, Snapshot, Why)
 from .timers import Timers
 
 HEALTH = FailureClass.HEALTH.value
@@ -83,6 +83,21 @@ def _requeues(r: Report, name: str, snap: Snapshot, timers: Timers) -> List[Acti
             out.append(Action(REQUEUE, node=name, why=Why(HEALTH, f"job {job.job_id} failed on {name}: {r.evidence}"),
                               data={"job": job.job_id, "restarts": job.restarts}))
     return out
+
+
+def _start_now(snap: Snapshot, now: float, timers: Timers) -> List[Action]:
+    """Jobs Slurm requeued off a node hpcc took out (DOWN within the requeue window) wait for their EligibleTime
+    (Reason=BeginTime, about two minutes on): they may start at once, on a released spare. A job a user set to begin
+    later than the window is left alone."""
+    downs = sorted({e.node for e in snap.events if e.kind == DOWN and e.phase == "start"
+                    and now - e.at <= timers.requeue_window_seconds})
+    if not downs:
+        return []
+    return [Action(START_NOW, data={"job": j.job_id}, why=Why(
+                HEALTH, f"job {j.job_id} requeued off {', '.join(downs)}: eligible now, not in {j.eligible - now:.0f} s"))
+            for j in sorted(snap.jobs, key=lambda j: j.job_id)
+            if j.state == "PENDING" and j.restarts >= 1 and j.reason == "BeginTime"
+            and 0 < j.eligible - now <= timers.requeue_window_seconds]
 
 
 def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig: str) \
@@ -180,7 +195,7 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
         out += alert(f"systemic:{sig}", f"{n} node(s) failing the same health check ({sig}) within "
                      f"{timers.systemic_window_seconds} s: the cluster's fault, no node touched", snap, raised)
     for f, r, sig in sorted(verdicts, key=lambda v: (v[0].slot.group, v[0].slot.index)):
-        if sig in bursts:
+        if sig in bursts or now - r.at < timers.health_settle_seconds:
             continue
         acts, handed = _one(f, r, snap, now, timers, sig)
         out += acts
@@ -190,4 +205,6 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
                                           for g in groups}
     for group in groups:
         out += _spares(group, by_group[group.name], snap)
+    if snap.slurm is not None:
+        out += _start_now(snap, now, timers)
     return out, rest

@@ -132,6 +132,8 @@ class SlurmJob:
     restarts: int = 0
     end: float = 0.0  # epoch seconds; 0 while it runs
     requeue: bool = True  # Requeue=1: the job may be requeued
+    reason: str = ""  # why it is pending (Reason=BeginTime: waiting for its EligibleTime)
+    eligible: float = 0.0  # EligibleTime, epoch seconds (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,7 @@ WAIT_CAPACITY_BLOCK = "wait-for-capacity-block"
 REQUEUE = "requeue"  # scontrol requeue <job>: a job that failed with its node
 REBOOT = "reboot"  # scontrol reboot (EC2 RebootInstances without Slurm): the catalog's cheaper remedy
 SPARES = "spares"  # the group's spare reservation holds these nodes (none: deleted)
+START_NOW = "start-now"  # scontrol update JobId=<job> StartTime=now: a job requeued off a node hpcc took out
 
 
 @dataclass(frozen=True)

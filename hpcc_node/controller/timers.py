@@ -64,7 +64,12 @@ class Timers:
     # hpcc_node/status.py HEARTBEAT_SECONDS) for this long lost its agent, and its health checks with it; without
     # Slurm's ping it may be the node itself. Five beats: one late tick under API pacing is not a death.
     heartbeat_timeout_seconds: int = 600
-    # Health (decide_health.py). A job that failed on a node within this many seconds of the node's fatal verdict
+    # Health (decide_health.py). A failed verdict younger than this is not acted on yet: the same fault on many
+    # nodes at once (a driver, a parser, the file system's server) reaches their verdicts within one health period
+    # (15 s) and their statuses at once (the agent writes a changed verdict without waiting for its tick), so a
+    # systemic burst is seen whole before its first node would be taken out.
+    health_settle_seconds: int = 20
+    # A job that failed on a node within this many seconds of the node's fatal verdict
     # failed with it and is requeued; Slurm keeps a finished job listed for MinJobAge (300 s by default).
     requeue_window_seconds: int = 300
     # Requeues of one job before it is left failed: slurm.conf's MaxBatchRequeue (templates/steps/slurm.sh.j2

@@ -195,11 +195,29 @@ def status_fields(path: str = VERDICT, now: Optional[float] = None) -> Dict[str,
     return out
 
 
+def check_once(monitor: "Monitor", last: Optional[Tuple[str, str]], log: Callable[[str], None],
+               on_change: Callable[[], None]) -> Optional[Tuple[str, str]]:
+    """One period of the health thread: the boot checks once a boot, else the periodic ones; `on_change` when the
+    verdict's (status, action) differs from `last`. Returns the new (status, action)."""
+    try:
+        v = monitor.run(PERIODIC_CHECKS) if monitor.boot_checked() else monitor.boot()
+    except Exception as e:  # a bug here must not stop the agent; the stale verdict then fails Slurm's check
+        log(f"health check error: {type(e).__name__}: {e}")
+        return last
+    if v.status != "ok":
+        log(f"health: {v.status}: {v.reason}")
+    if (v.status, v.action) != last:
+        on_change()
+    return v.status, v.action
+
+
 def start(host: str, facts_path: str = HEALTH_ENV, interval_s: float = INTERVAL_S,
-          log: Callable[[str], None] = lambda line: None) -> Optional[threading.Thread]:
+          log: Callable[[str], None] = lambda line: None,
+          on_change: Callable[[], None] = lambda: None) -> Optional[threading.Thread]:
     """The agent's health thread: the boot checks where this boot has not had them (a node rebooted for a
-    remedy checks everything again), then the periodic checks every `interval_s`. None where the node has no
-    health.env (a node booted before the health step)."""
+    remedy checks everything again), then the periodic checks every `interval_s`; `on_change` when the verdict's
+    status or action changes (the agent writes its status then, not at its next tick). None where the node has
+    no health.env (a node booted before the health step)."""
     try:
         facts, kernel_log = load_facts(host, facts_path)
     except FactsError as e:
@@ -208,14 +226,10 @@ def start(host: str, facts_path: str = HEALTH_ENV, interval_s: float = INTERVAL_
 
     def loop() -> None:
         monitor = Monitor(facts, kernel_log)
+        last: Optional[Tuple[str, str]] = None
         while True:
             started = time.monotonic()
-            try:
-                v = monitor.run(PERIODIC_CHECKS) if monitor.boot_checked() else monitor.boot()
-                if v.status != "ok":
-                    log(f"health: {v.status}: {v.reason}")
-            except Exception as e:  # a bug here must not stop the agent; the stale verdict then fails Slurm's check
-                log(f"health check error: {type(e).__name__}: {e}")
+            last = check_once(monitor, last, log, on_change)
             time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
 
     thread = threading.Thread(target=loop, name="hpcc-health", daemon=True)

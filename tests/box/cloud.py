@@ -36,11 +36,12 @@ GONE = ("shutting-down", "terminated", "stopping", "stopped")
 # The controller's timers for the box only (hpcc_node/controller/timers.py fields, HPCC_CONTROLLER_<FIELD>):
 # a loop every 5 s instead of 60, a boot grace of 4 minutes instead of 30 (a box node boots in under one), two
 # bootstrap failures in a row protect a group, and the systemic window is short so one test's failures do not
-# count in the next test's window.
+# count in the next test's window; a node whose status is unwritten for 90 s (its agent beats every 10 s here,
+# harness.node_env) lost its agent.
 CONTROLLER_TIMERS = {"loop_seconds": 5, "boot_grace_seconds": 240, "orphan_timeout_seconds": 120,
                      "protected_failure_count": 2, "slot_attempt_cap": 3, "describe_lag_seconds": 30,
                      "launch_backoff_first_seconds": 5, "launch_backoff_max_seconds": 20, "lease_seconds": 30,
-                     "systemic_window_seconds": 30}
+                     "systemic_window_seconds": 30, "heartbeat_timeout_seconds": 90}
 
 
 def controller_env(timers: dict) -> dict[str, str]:
@@ -97,12 +98,15 @@ class FleetBox(Box):
     bare: bool = False  # only the network and the watcher: no plan, no program's resources, no head node
     lt_of_group: dict = field(default_factory=dict)
     gone: list = field(default_factory=list)  # nodes whose namespace died or whose instance was terminated
+    compute_env: dict = field(default_factory=dict)  # given to every compute node's bootstrap (faults add theirs)
+    prepare: object = None  # called with each compute node before its bootstrap (stand-ins, mounts)
 
     def config_map(self) -> dict:
         head_type, compute_type = PROFILES[self.profile]
         return {"aws:region": REGION, "hpcc:cluster": {
             "name": self.name, "headNode": {"instanceType": head_type},
-            "nodeGroups": [{"name": g["name"], "instanceType": compute_type, "count": g["count"]} for g in self.groups],
+            "nodeGroups": [{"name": g["name"], "instanceType": compute_type, "count": g["count"],
+                            **({"spares": g["spares"]} if g.get("spares") else {})} for g in self.groups],
             "scheduler": self.scheduler, **({"hooks": self.hooks} if self.hooks else {}),
             "bootstrap": {"timeoutMinutes": 5}}}
 
@@ -344,7 +348,10 @@ class FleetBox(Box):
         for fault in self.faults:
             if fault.group == group and not seen.fault:
                 seen.fault = fault.take(iid)
-        self.start_bootstrap(node, env=seen.fault, script=decode_user_data(self._user_data(iid)))
+        if self.prepare is not None:
+            self.prepare(node)
+        self.start_bootstrap(node, env={**self.compute_env, **seen.fault},
+                             script=decode_user_data(self._user_data(iid)))
         return seen
 
     def stop_instance(self, seen: Launched) -> None:

@@ -64,14 +64,16 @@ def slurm(box: FleetBox) -> dict:
     return slurm_nodes(on_head(box, "scontrol", "show", "nodes", "--oneliner").stdout)
 
 
-def settled(box: FleetBox, names: set[str]):
-    """Exactly these slots, every one ready in the ledger, its instance running with a live node at the instance's
-    address, and in Slurm at that address taking jobs (idle, or busy with one). Returns the slots, or None."""
+def settled(box: FleetBox, names: set[str], exact: bool = True):
+    """Exactly these slots (or at least them: `exact` False), every one ready in the ledger, its instance running
+    with a live node at the instance's address, and in Slurm at that address taking jobs (idle, or busy with
+    one). Returns the slots, or None."""
     slots = box.ledger().slots
-    if set(slots) != names or any(s.state != READY for s in slots.values()):
+    if (set(slots) != names if exact else not names <= set(slots)) or \
+            any(slots[n].state != READY for n in names if n in slots):
         return None
     instances, nodes = box.instances(), slurm(box) if box.scheduler == "slurm" else None
-    for s in slots.values():
+    for s in (slots[n] for n in names):
         inst, seen = instances.get(s.instance_id), box.launched.get(s.instance_id)
         if inst is None or inst["State"]["Name"] != "running" or seen is None or not seen.node.alive:
             return None

@@ -1,10 +1,13 @@
-"""The health checks on the fleet box (issue 20), with the real agent, controller and Slurm: a fatal Xid written
-to one node's kernel log (tests/box/standins/inject-xid, the driver's `NVRM: Xid` line) while a batch job runs
-there. The node's agent reads it (its health thread), its status object carries the failed verdict, the
-controller sets the node DOWN with `hpcc: xid: ...`, Slurm requeues the job, the controller replaces the instance
-under the same name, and the job runs again on the replacement. A person's drain on another node is left as it is.
+"""The health checks on the fleet box (issue 20), with the real agent, controller and Slurm. The compute nodes are
+CPU namespaces told they have 8 GPUs (HPCC_HEALTH_GPUS), so the checks run against the stand-in `nvidia-smi` and
+`dcgmi` (tests/box/standins, their state per node in /var/log/hpcc-standin); a Xid is a driver line written to the
+node's kernel-log source (standins/inject-xid); the shared mount is a real tmpfs at /fsx in each node's mount
+namespace (no Lustre server here), and its hang a real blocked open(2).
 
-Its own box (group a of 2 cpu nodes, Slurm). Printed: `[health] ...` with the measured seconds."""
+One box: group a of 3 nodes with `spares: 1`, group b of 1 node whose every instance is short of a GPU at boot.
+In order: (b) and (e) happen while the box boots; (a)+(h) a fatal Xid under a resumable job that restarts on the
+spare; (c) an agent that stops; (d) a hung mount; (g) a slowed link named by `hpcc check fabric`; (f) the same
+Xid on every node at once, last (a fatal Xid stays until the machine goes). Printed: `[health] ...` figures."""
 
 import subprocess
 import time
@@ -12,27 +15,51 @@ from pathlib import Path
 
 import pytest
 
-from hpcc_node.controller.model import DOWN, READY
-from tests.box.cloud import FleetBox
+from hpcc_node.controller.model import ALERT, DOWN, DRAIN, READY, REPLACE
+from hpcc_node.controller.observe_health import reservations
+from tests.box.cloud import Fault, FleetBox
 from tests.box.harness import node_env
 from tests.box.machine import leftovers
-from tests.box.test_box_fleet import BUSY, settled, slurm, wait_for
+from tests.box.test_box_fleet import BUSY, on_head, settled, slurm, wait_for
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
-INJECT_XID = Path(__file__).resolve().parent / "standins" / "inject-xid"
-NAMES = {"a-000", "a-001"}
+STANDINS = Path(__file__).resolve().parent / "standins"
+INJECT_XID = STANDINS / "inject-xid"
+MOUNT = "/fsx"  # the settings' default mount point (fsx.mountPoint)
+A = {"a-000", "a-001", "a-002"}
+SPARES = "hpcc-spares-a"
 PERSON = "alice: fan noise, looking tomorrow"  # a person's reason: not hpcc's, never touched
+
+
+def prepare(box: FleetBox):
+    """Each compute node before its bootstrap: the GPU stand-ins on its PATH and a tmpfs at the mount point."""
+    def on(node) -> None:
+        for tool in ("nvidia-smi", "dcgmi"):
+            wrapper = node.root / "usr/local/bin" / tool
+            wrapper.write_text(f"#!/bin/sh\n# box stand-in: tests/box/standins/{tool}, this node's state\n"
+                               f'HPCC_STANDIN_STATE="${{HPCC_STANDIN_STATE:-/var/log/hpcc-standin}}" '
+                               f'exec python3 {STANDINS / tool} "$@"\n')
+            wrapper.chmod(0o755)
+        box._mountpoint(Path(MOUNT))
+        node.run("mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "hpcc-box-shared", MOUNT, check=True)
+    return on
 
 
 @pytest.fixture(scope="module")
 def fleet(box_machine):
-    box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "a", "count": 2}])
+    box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "a", "count": 3, "spares": 1},
+                                                                {"name": "b", "count": 1}],
+                   compute_env={"HPCC_HEALTH_GPUS": "8"})
+    box.prepare = prepare(box)
     try:
         box.start()
+        short = box.workdir / "short-of-a-gpu"
+        short.mkdir()
+        (short / "gpus").write_text("7\n")
+        box.faults.append(Fault("b", times=0, env={"HPCC_STANDIN_STATE": str(short)}))
         code = box.boot_head(timeout=300)
         if code != 0:
             pytest.fail(f"the head did not boot ({code})\n{box.diagnose()}", pytrace=False)
-        box.start_controller()
         yield box
     finally:
         box.stop()
@@ -44,28 +71,70 @@ def job_fields(box: FleetBox, job: str) -> dict:
     return dict(f.split("=", 1) for f in out.split() if "=" in f)
 
 
-def test_a_fatal_xid_downs_the_node_requeues_its_job_and_replaces_it_and_a_persons_drain_is_left(fleet):
-    before = wait_for(lambda: settled(fleet, NAMES), 600, fleet, why="a-000, a-001 ready and idle")
-    victim = fleet.node("a-000")
-    verdict = victim.file("/run/hpcc-health.verdict")
-    assert verdict.exists() and "status=ok" in verdict.read_text(), "the agent's health thread wrote no verdict"
-    wait_for(lambda: fleet.status("a-000").get("health") == "ok", 60, fleet,
-             why="a-000's agent reporting its health verdict (its status follows the bootstrap's within a tick)")
+def held_spares(box: FleetBox) -> frozenset:
+    return reservations(on_head(box, "scontrol", "show", "reservation", "--oneliner").stdout).get(SPARES, frozenset())
 
-    person = fleet.head.run("scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")
+
+def events(box: FleetBox, kind: str, node: str = "", since: float = 0.0) -> list:
+    return [e for e in box.ledger().events if e.kind == kind and e.phase == "start" and e.at >= since
+            and (not node or e.node == node)]
+
+
+def test_b_a_node_short_of_a_gpu_at_boot_is_never_ready_and_is_replaced(fleet):
+    hit = wait_for(lambda: len(fleet.faults[0].hit) >= 2 and fleet.faults[0].hit, 600, fleet,
+                   why="b-000's first instance failed its boot checks and a second was launched")
+    first = hit[0]
+    status = fleet.status(first)
+    assert (status["ok"], status["phase"], status["step"], status.get("class")) == \
+        (False, "failed", "health", "health"), status
+    assert "7 GPU(s) visible, the instance type has 8" in status["evidence"], status
+    wait_for(lambda: fleet.instances()[first]["State"]["Name"] in ("shutting-down", "terminated"), 120, fleet,
+             why="the failed instance terminated")
+    replaced = [e for e in events(fleet, REPLACE, "b-000")]
+    assert replaced and "health check at boot" in replaced[0].detail and "7 GPU(s)" in replaced[0].detail, replaced
+
+
+def test_e_a_group_whose_nodes_fail_their_checks_every_time_ends_protected_with_the_reason(fleet):
+    groups = wait_for(lambda: (g := fleet.ledger().groups).get("b") and g["b"].protected and g, 600, fleet,
+                      why="group b protected")
+    reason = groups["b"].protected
+    print(f"[health] group b protected: {reason}")
+    assert "2 bootstrap failures in a row" in reason and "7 GPU(s) visible" in reason, reason
+    launched = len(fleet.faults[0].hit)
+    time.sleep(20)  # four loops: a protected group is not replaced again
+    assert len(fleet.faults[0].hit) == launched == 2
+    slot = fleet.ledger().slots["b-000"]
+    assert slot.state == "failed" and "group protected" in slot.reason, slot
+
+
+def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_checkpoint(fleet):
+    before = wait_for(lambda: settled(fleet, A, exact=False) and held_spares(fleet) == {"a-002"} and
+                      settled(fleet, A, exact=False), 600, fleet, why="a-000..a-002 ready, a-002 the held spare")
+    victim = fleet.node("a-000")
+    assert "status=ok" in victim.file("/run/hpcc-health.verdict").read_text(), "the health thread wrote no verdict"
+    wait_for(lambda: fleet.status("a-000").get("health") == "ok", 60, fleet, why="a-000 reporting its verdict")
+    person = on_head(fleet, "scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")
     assert person.returncode == 0, person.stderr
+
     work = fleet.workdir / "jobs"
     work.mkdir(exist_ok=True)
-    flag = work / "health-finish"
-    submit = subprocess.run(fleet.head.enter(
-        "sbatch", "--parsable", "--requeue", "-N", "1", "-w", "a-000", f"--output={work}/health-%j.out",
-        "--open-mode=append", "--wrap",
-        f"echo start-$SLURMD_NODENAME-${{SLURM_RESTART_COUNT:-0}}; while [ ! -e {flag} ]; do sleep 1; done; echo done"),
-        env=node_env(fleet.head), capture_output=True, text=True, timeout=60)
+    flag, ckpt = work / "finish", work / "checkpoint"
+    # The resumable convention (examples/slurm/train-resumable.sbatch): a step a second, each checkpointed
+    # atomically to the shared directory, resumed from the latest.
+    script = (f"s=$(cat {ckpt} 2>/dev/null || echo 0); echo start $SLURMD_NODENAME ${{SLURM_RESTART_COUNT:-0}} $s; "
+              f"while [ ! -e {flag} ]; do s=$((s+1)); echo $s > {ckpt}.tmp && mv {ckpt}.tmp {ckpt}; sleep 1; done; "
+              f"echo done $s")
+    submit = subprocess.run(fleet.head.enter("sbatch", "--parsable", "--requeue", "-N", "1", "-p", "a",
+                                             f"--output={work}/job-%j.out", "--open-mode=append", "--wrap", script),
+                            env=node_env(fleet.head), capture_output=True, text=True, timeout=60)
     assert submit.returncode == 0, submit.stderr
     job = submit.stdout.strip().split(";")[0]
-    wait_for(lambda: job_fields(fleet, job).get("JobState") == "RUNNING" and "a-000" in slurm(fleet) and
-             slurm(fleet)["a-000"].states & BUSY, 120, fleet, why=f"job {job} running on a-000")
+    try:
+        wait_for(lambda: job_fields(fleet, job).get("JobState") == "RUNNING" and slurm(fleet)["a-000"].states & BUSY
+                 and ckpt.exists() and int(ckpt.read_text() or 0) >= 3, 120, fleet,
+                 why=f"job {job} running on a-000 (a-001 drained by a person, a-002 the spare) and checkpointing")
+    except AssertionError as e:
+        raise AssertionError(f"{job_fields(fleet, job)}\n{slurm(fleet)}\n{e}") from None
 
     injected = time.time()
     run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "61")
@@ -73,28 +142,130 @@ def test_a_fatal_xid_downs_the_node_requeues_its_job_and_replaces_it_and_a_perso
     down = wait_for(lambda: (n := slurm(fleet).get("a-000")) and "DOWN" in n.states and
                     n.reason.startswith("hpcc: xid: Xid 61") and n, 180, fleet, every=0.5,
                     why="a-000 DOWN with hpcc's Xid reason")
-    print(f"[health] a-000 DOWN {time.time() - injected:.1f} s after the Xid: {down.reason}")
+    t_down = time.time() - injected
+    wait_for(lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1, 120, fleet, every=0.5,
+             why=f"job {job} requeued")
+    t_requeued = time.time() - injected
+    timeline = []
+
+    def running_again():
+        f = job_fields(fleet, job)
+        timeline.append((round(time.time() - injected, 1), f.get("JobState"), f.get("Reason"), f.get("BeginTime"),
+                         f.get("NodeList"), sorted(held_spares(fleet))))
+        return f.get("JobState") == "RUNNING" and f
+    again = wait_for(running_again, 300, fleet, every=0.5, why=f"job {job} running again")
+    t_again = time.time() - injected
+    assert again["NodeList"] == "a-002", \
+        f"the requeued job ran on {again['NodeList']}, not the spare a-002: {timeline[:3]} ... {timeline[-3:]}"
     status = fleet.status("a-000")
     assert (status["ok"], status["failure"], status["check"], status["action"], status["remedy"]) == \
         (False, "health", "xid", "down", "replace"), status
+    slots = fleet.ledger().slots
+    assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, \
+        "the replacement was ready before the job restarted: the spare was not used"
 
-    wait_for(lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1, 120, fleet, why=f"job {job} requeued")
     after = wait_for(lambda: (s := fleet.ledger().slots).get("a-000") and s["a-000"].state == READY and
                      s["a-000"].instance_id != before["a-000"].instance_id and s, 600, fleet,
                      why="a-000 replaced by a new instance, ready")
-    print(f"[health] a-000 replaced ({before['a-000'].instance_id} -> {after['a-000'].instance_id}) "
-          f"{time.time() - injected:.1f} s after the Xid")
+    t_replaced = time.time() - injected
+    print(f"[health] Xid 61 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
+          f"{t_requeued:.1f} s, running on the spare a-002 after {t_again:.1f} s; replacement ready after "
+          f"{t_replaced:.1f} s (targets: out of service <= 60 s, running again <= 30 s after that)")
     assert fleet.instances()[before["a-000"].instance_id]["State"]["Name"] in ("shutting-down", "terminated")
-    events = [e for e in fleet.ledger().events if e.node == "a-000" and e.kind == DOWN]
-    assert events and "Xid 61" in events[0].detail, fleet.ledger().events
+    downs = events(fleet, DOWN, "a-000")
+    assert downs and "Xid 61" in downs[0].detail, fleet.ledger().events
+    wait_for(lambda: held_spares(fleet) == {"a-000"}, 120, fleet, why="the replacement a-000 held as the new spare")
 
-    wait_for(lambda: job_fields(fleet, job).get("JobState") == "RUNNING", 300, fleet,
-             why=f"job {job} running again on the replacement")
+    resumed_from = int(ckpt.read_text())
     flag.touch()
     wait_for(lambda: job_fields(fleet, job).get("JobState") == "COMPLETED", 120, fleet, why=f"job {job} completed")
-    out = (work / f"health-{job}.out").read_text().split()
-    assert out[0] == "start-a-000-0" and "start-a-000-1" in out and out[-1] == "done", out
+    lines = (work / f"job-{job}.out").read_text().splitlines()
+    starts = [line.split() for line in lines if line.startswith("start ")]
+    assert starts[0][1:3] == ["a-000", "0"] and starts[1][1:3] == ["a-002", "1"], lines
+    assert int(starts[1][3]) >= 3, f"the restart did not resume from the checkpoint: {lines}"
+    assert lines[-1].startswith("done ") and int(lines[-1].split()[1]) >= resumed_from, lines
+    print(f"[health] job {job} resumed on a-002 from step {starts[1][3]} and finished")
 
     person_after = slurm(fleet)["a-001"]
     assert "DRAIN" in person_after.states and person_after.reason == PERSON, person_after
     assert fleet.ledger().slots["a-001"].instance_id == before["a-001"].instance_id  # not replaced, not resumed
+    on_head(fleet, "scontrol", "update", "nodename=a-001", "state=resume")  # the person is back
+
+
+def test_c_a_node_whose_agent_stops_is_found_by_its_heartbeat_drained_and_replaced(fleet):
+    before = wait_for(lambda: settled(fleet, A, exact=False), 600, fleet, why="group a settled")
+    node = fleet.node("a-001")
+    pid = int(node.file("/run/hpcc-sync.pid").read_text())
+    stopped = time.time()
+    node.run("kill", "-STOP", str(pid), check=True)  # its agent and health checks stop; slurmd still answers
+    drain = wait_for(lambda: (n := slurm(fleet).get("a-001")) and n.states & {"DRAIN", "DOWN"} and
+                     "no heartbeat" in n.reason and n, 300, fleet, why="a-001 out for its missing heartbeat")
+    t_out = time.time() - stopped
+    after = wait_for(lambda: (s := fleet.ledger().slots).get("a-001") and s["a-001"].state == READY and
+                     s["a-001"].instance_id != before["a-001"].instance_id and s, 600, fleet,
+                     why="a-001 replaced")
+    print(f"[health] a-001's agent stopped: out of service after {t_out:.1f} s ({drain.reason}); replaced "
+          f"({before['a-001'].instance_id} -> {after['a-001'].instance_id}) after {time.time() - stopped:.1f} s")
+    assert all(after[n].instance_id == before[n].instance_id for n in A - {"a-001"})
+
+
+def test_d_a_hung_mount_times_out_its_check_drains_the_node_and_it_returns_when_the_mount_answers(fleet):
+    wait_for(lambda: settled(fleet, A, exact=False), 600, fleet, why="group a settled")
+    name = "a-001"
+    node = fleet.node(name)
+    before = fleet.ledger().slots[name]
+    # The check writes .hpcc-health-<node> at the mount's root: a FIFO there blocks its open(2) as a hung Lustre
+    # server blocks a writer, and no reader ever comes.
+    fifo = f"{MOUNT}/.hpcc-health-{name}"
+    node.run("mkfifo", fifo, check=True)
+    hung = time.time()
+    drained = wait_for(lambda: (n := slurm(fleet).get(name)) and "DRAIN" in n.states and
+                       n.reason.startswith("hpcc: shared_mount") and n, 180, fleet, why=f"{name} drained")
+    print(f"[health] {name}'s mount hung: drained after {time.time() - hung:.1f} s ({drained.reason})")
+    assert "timed out" in drained.reason or "blocked" in drained.reason, drained.reason
+    verdict = node.file("/run/hpcc-health.verdict")
+    seen = verdict.stat().st_mtime
+    wait_for(lambda: verdict.stat().st_mtime > seen, 60, fleet, why="the agent's health thread still running")
+    node.run("rm", "-f", fifo, check=True)
+    back = wait_for(lambda: (n := slurm(fleet).get(name)) and not n.states & {"DRAIN", "DOWN"} and n, 180, fleet,
+                    why=f"{name} resumed once its mount answers")
+    print(f"[health] {name} resumed {time.time() - hung:.1f} s after the hang began: {sorted(back.states)}")
+    assert fleet.ledger().slots[name].instance_id == before.instance_id  # drained and resumed, never replaced
+
+
+def test_g_hpcc_check_fabric_names_the_node_whose_link_is_slowed(fleet):
+    wait_for(lambda: settled(fleet, A, exact=False), 600, fleet, why="group a settled")
+    slow = fleet.node("a-002")
+    # 1 Gbit/s: a veth pair here moves several GB/s, so the shaped node is far under 0.8 x the group's median;
+    # three rounds measure all three pairs of three nodes (two could miss the only fast pair).
+    shaped = slow.run("tc", "qdisc", "add", "dev", "eth0", "root", "netem", "rate", "1gbit")
+    assert shaped.returncode == 0, shaped.stderr
+    try:
+        run = on_head(fleet, "hpcc", "check", "fabric", "--cluster", fleet.name, "--region", "us-east-1",
+                      "--via", "env", "--provider", "tcp", "--rounds", "3", timeout=600)
+    finally:
+        slow.run("tc", "qdisc", "del", "dev", "eth0", "root")
+    print(f"[health] hpcc check fabric:\n{run.stdout}")
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    verdicts = run.stdout.split("below the floor or not judged", 1)[-1]
+    named = {line.split()[1] for line in verdicts.splitlines() if line.strip().startswith("│ a-")}
+    assert named == {"a-002"}, run.stdout
+
+
+def test_f_the_same_fatal_xid_on_every_node_at_once_is_one_systemic_alert_and_no_node_is_touched(fleet):
+    wait_for(lambda: settled(fleet, A, exact=False), 600, fleet, why="group a settled")
+    before = {n: (s.instance_id, s.state) for n, s in fleet.ledger().slots.items() if n in A}
+    states = {n: slurm(fleet)[n].states for n in A}
+    injected = time.time()
+    for name in sorted(A):
+        assert fleet.node(name).run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "79").returncode == 0
+    alert = wait_for(lambda: [e for e in events(fleet, ALERT, since=injected) if "systemic" in e.detail], 120, fleet,
+                     why="one systemic alert")
+    print(f"[health] Xid 79 on every node: alert after {time.time() - injected:.1f} s: {alert[0].detail}")
+    time.sleep(20)  # four loops
+    assert len([e for e in events(fleet, ALERT, since=injected) if "systemic" in e.detail]) == 1
+    assert not [e for e in fleet.ledger().events if e.at >= injected and e.node in A and
+                e.kind in (DOWN, DRAIN, REPLACE)], fleet.ledger().events
+    assert {n: (s.instance_id, s.state) for n, s in fleet.ledger().slots.items() if n in A} == before
+    now = slurm(fleet)
+    assert all(not (now[n].states - states[n]) & {"DOWN", "DRAIN"} for n in A), now

@@ -5,7 +5,7 @@
 # Outside EC2 (docs/bootstrap-contract.md): HPCC_INSTANCE_ID (the name: its hpcc:node tag), HPCC_NODE_IP, HPCC_ACCOUNT, HPCC_SKIP_STEPS=lustre,mount, AWS_ENDPOINT_URL.
 set -Eeuo pipefail
 umask 022
-export PATH="/opt/amazon/efa/bin:/opt/amazon/openmpi/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
+export PATH="/opt/amazon/efa/bin:/opt/amazon/openmpi/bin:/opt/aws/neuron/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
 export AWS_DEFAULT_REGION="us-east-1" AWS_PAGER="" AWS_MAX_ATTEMPTS=1  # one request per call: the script paces and retries
 HPCC_START=$(date +%s)
 HPCC_DEADLINE=$(( HPCC_START + 240 * 60 ))  # until the settings give the cluster's own
@@ -730,10 +730,12 @@ step_health() {
 }
 
 HPCC_SLURM_HEALTH_INTERVAL=30
+HPCC_HEALTH_PATH=/opt/amazon/efa/bin:/opt/aws/neuron/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 slurm_health_scripts() {
   local kind
   for kind in healthcheck prolog epilog; do
     printf '%s\n' "#!/bin/sh" "# hpcc: Slurm's ${kind} (python3 -m hpcc_node.health ${kind}, from the cluster's bundle)" \
+      "export PATH=$HPCC_HEALTH_PATH" \
       "cd / && PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} exec python3 -m hpcc_node.health ${kind}" |
       write_file "/usr/local/sbin/hpcc-${kind}" 0755
   done
