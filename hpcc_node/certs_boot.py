@@ -29,22 +29,35 @@ def instance_arn(status_key: str) -> str:
     return status_key[len(membership.STATUS_PREFIX):-len(".json")]
 
 
+# S3's answers that no retry changes (a role without the permission, a bucket that is not there): fail now.
+PERMANENT = {"AccessDenied", "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
+
+
 def wait_for_certificates(node: certs.Node, deadline: float, clock: Callable[[], float] = time.time,
                           sleep: Callable[[float], None] = time.sleep) -> List[str]:
-    """Publish, then poll the node's certs object until it holds certificates for its address and host keys."""
-    node.publish()
+    """Publish, then poll the node's certs object until it holds certificates for its address and host keys. A
+    transient S3 error (a timeout, throttling, a 5xx) is tried again until the deadline; one of PERMANENT fails."""
     key = node.names.certs(node.node)
+    published, issued, last_error = False, None, ""
     while True:
-        issued = node.fetch()
-        if issued and issued.ip == node.ip:
-            paths, _ = node.install(issued)
-            if paths:
+        try:
+            if not published:
                 node.publish()
-                return paths
+                published = True
+            issued = node.fetch()
+            if issued and issued.ip == node.ip:
+                paths, _ = node.install(issued)
+                if paths:
+                    node.publish()
+                    return paths
+        except (AwsError, awscli.ClientError) as e:
+            if getattr(e, "response", {}).get("Error", {}).get("Code") in PERMANENT:
+                raise
+            last_error = f"; the last S3 error: {e}"[:300]
         if clock() >= deadline:
             raise TimeoutError(f"the head has not signed this node's host keys (s3://{node.bucket}/{key} "
                                f"{'holds another address' if issued else 'is absent or unreadable'}): see the head's "
-                               "status and its agent's log")
+                               f"status and its agent's log{last_error}")
         sleep(5 + random.random() * 5)
 
 

@@ -77,6 +77,17 @@ def test_a_node_whose_measurements_fail_is_named():
     assert [f.node for f in report.slow] == ["compute-001"] and "failed" in report.slow[0].why
 
 
+def test_a_group_whose_every_pair_fails_names_every_node_never_a_clean_bill():
+    """No rate at all (the provider broken, a port blocked): a median of 0 would pass every node."""
+    group = nodes(3)
+    report = fabric.check_fabric({"p5": group}, Links(broken=set(group)), random.Random(2))
+    assert [f.node for f in report.slow] == group and all("every pair" in f.why for f in report.slow)
+    two_broken = fabric.check_fabric({"p5": nodes(6)}, Links(broken={"compute-001", "compute-004"}),
+                                     random.Random(5))
+    assert sorted(f.node for f in two_broken.slow) == ["compute-001", "compute-004"]
+    assert two_broken.medians["p5"] == GOOD  # the broken nodes do not drag the median down
+
+
 def test_each_group_is_held_to_its_own_median():
     speeds = {n: 12.0 for n in nodes(4, "cpu")}  # a slower type is not slow for its kind
     report = fabric.check_fabric({"cpu": nodes(4, "cpu"), "gpu": nodes(4, "gpu")}, Links(speeds=speeds),

@@ -94,6 +94,24 @@ def test_the_python_probes_run_as_children_through_the_runner(tmp_path):
     assert disk.status == "ok" and mount.status == "fail" and "is not mounted" in mount.evidence
 
 
+def test_a_hung_mount_fails_its_check_at_the_timeout_with_the_mount_named():
+    """A FIFO where the probe writes blocks its open(2), as a hung Lustre server blocks a writer (the box does
+    the same in a node's own tmpfs): the check fails at its timeout, naming the probe and the mount."""
+    from hpcc_node.health import checks
+    if not os.path.ismount("/dev/shm"):
+        pytest.skip("no tmpfs mounted at /dev/shm")
+    name = f"pytest-{os.getpid()}"
+    fifo = f"/dev/shm/{host.PROBE_FILE.format(host=name)}"
+    os.mkfifo(fifo)
+    try:
+        facts = checks.NodeFacts(name, shared_mount="/dev/shm")
+        (result,) = Runner(env={"PATH": os.environ["PATH"]}).run(checks.specs([verdict.SHARED_MOUNT], facts, 1))
+    finally:
+        os.unlink(fifo)
+    assert (result.status, result.action) == ("fail", "drain"), result
+    assert result.evidence.startswith("the mount probe of /dev/shm gave no answer within 1 s"), result.evidence
+
+
 # -- results and the verdict ------------------------------------------------------------------------
 
 def test_a_result_keeps_failure_and_taking_out_together():

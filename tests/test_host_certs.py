@@ -273,6 +273,29 @@ def test_the_bootstrap_publishes_at_its_status_keys_instance_and_installs_what_t
         certs_boot.wait_for_certificates(late, NOW, clock=lambda: NOW + 1, sleep=lambda _: None)
 
 
+def test_a_transient_s3_error_during_the_wait_is_tried_again_and_a_permanent_one_fails_at_once(tmp_path):
+    """A connect timeout (the AWS CLI's error, as the box's loaded S3 gave one) must not fail a node's boot."""
+    from hpcc_node import awscli, certs_boot
+    aws = FakeAws()
+    node = make_node(aws, tmp_path, "compute-000", HOSTS[1])
+    real, errors = node.fetch, [awscli.ClientError("CliError", 'Connect timeout on endpoint URL: "http://s3"',
+                                                   "get_object"), awscli.ClientError("SlowDown", "x", "get_object")]
+
+    def flaky():
+        if errors:
+            raise errors.pop(0)
+        return real()
+    node.fetch = flaky
+    signed = []
+    paths = certs_boot.wait_for_certificates(node, NOW + 600, clock=lambda: NOW,
+                                             sleep=lambda _: signed.append(make_head(aws).sign_pending(MEMBERS, NOW)))
+    assert len(paths) == 2 and errors == []
+    denied = make_node(aws, tmp_path, "compute-001", HOSTS[2])
+    denied.fetch = lambda: (_ for _ in ()).throw(awscli.ClientError("AccessDenied", "no", "get_object"))
+    with pytest.raises(awscli.ClientError, match="AccessDenied"):
+        certs_boot.wait_for_certificates(denied, NOW + 600, clock=lambda: NOW, sleep=lambda _: None)
+
+
 @pytest.mark.parametrize("code", ["NoSuchKey", "AccessDenied"])  # 403 without s3:ListBucket: a compute node's
 def test_a_missing_object_reads_as_none(code):
     from tests.cert_support import S3Error

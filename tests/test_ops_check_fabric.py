@@ -33,15 +33,18 @@ def test_a_rounds_output_is_read_per_pair_in_gb_per_s():
 
 @pytest.mark.skipif(shutil.which("fi_pingpong") is None, reason="needs libfabric's fi_pingpong")
 def test_the_rounds_script_measures_real_pairs_over_loopback(tmp_path):
-    ssh = tmp_path / "ssh"  # `ssh [options] HOST COMMAND` -> COMMAND here
-    ssh.write_text('#!/bin/bash\nwhile [ "${1:0:1}" = - ]; do shift 2; done\nshift\nexec bash -c "$1"\n')
+    ssh = tmp_path / "ssh"  # `ssh [options] HOST COMMAND` -> COMMAND here, HOST recorded
+    ssh.write_text(f'#!/bin/bash\nwhile [ "${{1:0:1}}" = - ]; do shift 2; done\necho "$1" >>{tmp_path}/hosts\n'
+                   'shift\nexec bash -c "$1"\n')
     ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
     pairs = [("gpu-000", "gpu-001"), ("gpu-002", "gpu-003")]
-    script = cf.pair_script(pairs, {n: "127.0.0.1" for n in NODES}, "tcp", size=1 << 20, iterations=20,
-                            ssh=f"{ssh} -o BatchMode=yes")
+    loopback = {n: f"127.0.0.{i + 1}" for i, n in enumerate(sorted(NODES))}
+    script = cf.pair_script(pairs, loopback, "tcp", size=1 << 20, iterations=20, ssh=f"{ssh} -o BatchMode=yes")
     out = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=120)
     got = cf.parse_round(out.stdout, pairs)
     assert all(v is not None and v > 0 for v in got.values()), out.stdout + out.stderr
+    # by address: node names do not resolve on the head
+    assert sorted((tmp_path / "hosts").read_text().split()) == sorted(loopback[n] for p in pairs for n in p)
 
 
 def fake_head(rates):
@@ -79,3 +82,21 @@ def test_the_command_prints_the_pairs_and_names_the_slow_node(monkeypatch):
 def test_bad_options_are_refused_naming_them():
     out = CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm", "--floor-fraction", "2"])
     assert out.exit_code == 2 and "--floor-fraction" in out.output
+
+
+def test_the_nodes_and_the_head_come_from_the_clusters_running_instances():
+    """The command's own AWS read (moto): running compute instances by their hpcc:node tag, the head's address;
+    a terminated instance and another cluster's are not measured."""
+    from moto import mock_aws
+
+    from infra.ops.aws import Aws
+    from tests.ops_fleet import C, REGION, fleet
+    with mock_aws():
+        f = fleet({"gpu": 3})
+        gone = f.ids["gpu-002"]
+        f.ec2.terminate_instances(InstanceIds=[gone])
+        fleet({"gpu": 1}, cluster="other")
+        nodes, head = cf.cluster_nodes(Aws(REGION), C)
+        found = {i["InstanceId"]: i for r in f.ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+    assert nodes == {n: found[f.ids[n]]["PrivateIpAddress"] for n in ("gpu-000", "gpu-001")}
+    assert head == (found[f.head].get("PublicIpAddress") or found[f.head]["PrivateIpAddress"])

@@ -38,7 +38,8 @@ class NodeFacts:
 
 def _probe(name: str, timeout_s: float, *args: str) -> CheckSpec:
     """A check run by hpcc_node.health.host in a child (a hung mount blocks the child, not the caller)."""
-    return CheckSpec(name, tuple(host.probe_argv(*args)), partial(host.parse_probe, check=name), timeout_s)
+    return CheckSpec(name, tuple(host.probe_argv(*args)), partial(host.parse_probe, check=name), timeout_s,
+                     label=f"the {args[0]} probe of {args[1]}")
 
 
 def specs(names: Sequence[str], facts: NodeFacts, timeout_s: Optional[float] = None) -> List[CheckSpec]:

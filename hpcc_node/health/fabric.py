@@ -118,11 +118,15 @@ def check_group(group: str, nodes: Sequence[str], measure: MeasureRound, rng, ro
         alone = [Finding(n, group, None, "not measured: alone in its group") for n in nodes]
         return FabricReport([], alone, 0, {})
     best = best_per_node(measured)
+    if not any(best.values()):  # not one pair gave a rate: no median to judge by, and no node is known good
+        return FabricReport([Finding(n, group, None, "every pair it was in failed (no rate measured)")
+                             for n in sorted(best)], [], len(measured), {})
     if len(best) < 3 and floor.absolute_gbps is None:
         why = ("not judged: two nodes share their only pair, a relative floor cannot tell them apart "
                "(set an absolute one)")
         return FabricReport([], [Finding(n, group, best[n], why) for n in sorted(best)], len(measured), {})
-    median = statistics.median(best.values())  # of the nodes' scores: a few slow pairs do not drag it down
+    # of the scores of the nodes with a rate: a few slow pairs, or nodes whose every pair failed, do not drag it down
+    median = statistics.median(v for v in best.values() if v > 0)
     limit = floor.value(median)
     suspects = sorted((n for n in best if best[n] < limit), key=lambda n: (best[n], n))
     references = sorted((n for n in best if best[n] >= limit), key=lambda n: (-best[n], n))

@@ -32,6 +32,11 @@ class CheckSpec:
     parse: Parse  # (stdout, exit code) -> result; stderr is appended to stdout when the exit code is not 0
     timeout_s: float = CHECK_TIMEOUT_S
     needed_on: str = "this node"  # why the tool must exist: "a GPU node", "an EFA node"
+    label: str = ""  # what a reason calls the command (default: the tool's name): "the write probe of /fsx"
+
+    @property
+    def what(self) -> str:
+        return self.label or os.path.basename(self.argv[0])
 
 
 def child_env(base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
@@ -65,7 +70,7 @@ class Runner:
         if proc.poll() is not None:
             del self.stuck[spec.name]
             return None
-        return fail(spec.name, f"{spec.argv[0]} still blocked {self.clock() - since:.0f} s after its timeout "
+        return fail(spec.name, f"{spec.what} still blocked {self.clock() - since:.0f} s after its timeout "
                     f"(pid {proc.pid}, not started again)", "drain")
 
     def _start(self, spec: CheckSpec):
@@ -115,7 +120,7 @@ class Runner:
                     out.close(), err.close()
                     if proc.poll() is None:  # in uninterruptible sleep: leave it, remember it
                         self.stuck[spec.name] = (proc, self.clock())
-                    results[i] = fail(spec.name, f"{os.path.basename(spec.argv[0])} gave no answer within "
+                    results[i] = fail(spec.name, f"{spec.what} gave no answer within "
                                       f"{spec.timeout_s:g} s (killed: a hung check is a failure)", "drain")
                 else:
                     continue

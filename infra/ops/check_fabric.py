@@ -43,7 +43,9 @@ def groups(nodes: Mapping[str, str]) -> Dict[str, List[str]]:
 
 def pair_script(pairs: Sequence[Pair], ips: Mapping[str, str], provider: str, size: int = SIZE,
                 iterations: int = ITERATIONS, ssh: str = "ssh -o BatchMode=yes") -> str:
-    """The bash script the head runs for one round: every pair at once, one PAIR line each."""
+    """The bash script the head runs for one round: every pair at once, one PAIR line each. Nodes are reached by
+    address: node names do not resolve on the head (no DNS or /etc/hosts entry for them), and the cluster's ssh
+    config trusts the nodes' addresses (templates/steps/ssh.sh.j2)."""
     opts = f"-p {shlex.quote(provider)} -e rdm -I {iterations} -S {size}"
     lines = ["set -u"]
     for i, (a, b) in enumerate(pairs):
@@ -51,8 +53,8 @@ def pair_script(pairs: Sequence[Pair], ips: Mapping[str, str], provider: str, si
         server = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -B {port}"
         client = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -P {port} {shlex.quote(ips[b])}"
         lines.append(
-            f"( {ssh} {shlex.quote(b)} {shlex.quote(server)} >/dev/null 2>&1 & srv=$!; sleep 2; "
-            f"out=$({ssh} {shlex.quote(a)} {shlex.quote(client)} 2>&1); "
+            f"( {ssh} {shlex.quote(ips[b])} {shlex.quote(server)} >/dev/null 2>&1 & srv=$!; sleep 2; "
+            f"out=$({ssh} {shlex.quote(ips[a])} {shlex.quote(client)} 2>&1); "
             f"rate=$(printf '%s\\n' \"$out\" | awk '$1 != \"bytes\" && NF >= 8 {{print $6; exit}}'); "
             f"echo \"PAIR {a} {b} ${{rate:-FAIL}}\"; wait $srv 2>/dev/null ) &")
     lines.append("wait")
@@ -107,10 +109,20 @@ def rows(report: FabricReport, measured: list) -> Tuple[List[Tuple[str, ...]], L
 
 
 def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
-    """(compute node -> private IP, the head's address: public if it has one), from the cluster's tags."""
-    from infra.ops.status import instances
+    """(compute node -> private IP, the head's address: public if it has one), from the cluster's running
+    instances and their tags (hpcc:role, hpcc:node)."""
+    from infra.naming import TAG_NODE, TAG_ROLE
+    from infra.ops.aws import tag_dict
+    from infra.ops.store import cluster_instances
 
-    live = [i for i in instances(aws, cluster) if i.state == "running"]
-    nodes = {i.node: i.private_ip for i in live if i.role == "compute" and i.private_ip}
-    head = next((i.public_ip or i.private_ip for i in live if i.role == "head"), None)
+    nodes: Dict[str, str] = {}
+    head = None
+    for i in cluster_instances(aws, cluster):
+        tags = tag_dict(i.get("Tags"))
+        if i.get("State", {}).get("Name") != "running":
+            continue
+        if tags.get(TAG_ROLE) == "head":
+            head = i.get("PublicIpAddress") or i.get("PrivateIpAddress") or head
+        elif tags.get(TAG_NODE) and i.get("PrivateIpAddress"):
+            nodes[tags[TAG_NODE]] = i["PrivateIpAddress"]
     return nodes, head

@@ -222,34 +222,38 @@ def test_d_a_hung_mount_times_out_its_check_drains_the_node_and_it_returns_when_
     drained = wait_for(lambda: (n := slurm(fleet).get(name)) and "DRAIN" in n.states and
                        n.reason.startswith("hpcc: shared_mount") and n, 180, fleet, why=f"{name} drained")
     print(f"[health] {name}'s mount hung: drained after {time.time() - hung:.1f} s ({drained.reason})")
-    assert "timed out" in drained.reason or "blocked" in drained.reason, drained.reason
+    assert "the mount probe of /fsx gave no answer within 10 s" in drained.reason, drained.reason
     verdict = node.file("/run/hpcc-health.verdict")
     seen = verdict.stat().st_mtime
     wait_for(lambda: verdict.stat().st_mtime > seen, 60, fleet, why="the agent's health thread still running")
     node.run("rm", "-f", fifo, check=True)
-    back = wait_for(lambda: (n := slurm(fleet).get(name)) and not n.states & {"DRAIN", "DOWN"} and n, 180, fleet,
-                    why=f"{name} resumed once its mount answers")
-    print(f"[health] {name} resumed {time.time() - hung:.1f} s after the hang began: {sorted(back.states)}")
+    wait_for(lambda: (n := slurm(fleet).get(name)) and not n.states & {"DRAIN", "DOWN"}, 180, fleet,
+             why=f"{name} resumed once its mount answers")
+    print(f"[health] {name} resumed {time.time() - hung:.1f} s after the hang began")
+    wait_for(lambda: settled(fleet, A, exact=False), 120, fleet, why="group a settled, a-001 taking jobs")
     assert fleet.ledger().slots[name].instance_id == before.instance_id  # drained and resumed, never replaced
 
 
 def test_g_hpcc_check_fabric_names_the_node_whose_link_is_slowed(fleet):
     wait_for(lambda: settled(fleet, A, exact=False), 600, fleet, why="group a settled")
     slow = fleet.node("a-002")
-    # 1 Gbit/s: a veth pair here moves several GB/s, so the shaped node is far under 0.8 x the group's median;
-    # three rounds measure all three pairs of three nodes (two could miss the only fast pair).
-    shaped = slow.run("tc", "qdisc", "add", "dev", "eth0", "root", "netem", "rate", "1gbit")
+    # 400 Mbit/s (0.05 GB/s): fi_pingpong's TCP provider moves about 0.2 GB/s over the box's veths (its CPUs are
+    # the limit), so the shaped node is far under 0.8 x the group's median;
+    # three rounds measure all three pairs of three nodes (two could miss the only fast pair). tc's token bucket
+    # (tc-tbf(8)): this machine's kernel has no sch_netem; `netem rate` would shape the same way.
+    shaped = slow.run("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "400mbit", "burst", "32kbit",
+                      "latency", "50ms")
     assert shaped.returncode == 0, shaped.stderr
     try:
         run = on_head(fleet, "hpcc", "check", "fabric", "--cluster", fleet.name, "--region", "us-east-1",
                       "--via", "env", "--provider", "tcp", "--rounds", "3", timeout=600)
     finally:
         slow.run("tc", "qdisc", "del", "dev", "eth0", "root")
-    print(f"[health] hpcc check fabric:\n{run.stdout}")
+    print(f"[health] hpcc check fabric:\n{run.stdout}{run.stderr}")
     assert run.returncode == 1, (run.stdout, run.stderr)
     verdicts = run.stdout.split("below the floor or not judged", 1)[-1]
     named = {line.split()[1] for line in verdicts.splitlines() if line.strip().startswith("│ a-")}
-    assert named == {"a-002"}, run.stdout
+    assert named == {"a-002"}, (run.stdout, run.stderr)
 
 
 def test_f_the_same_fatal_xid_on_every_node_at_once_is_one_systemic_alert_and_no_node_is_touched(fleet):
