@@ -17,8 +17,8 @@ from hpcc_node.taxonomy import FailureClass
 from . import fleet, membership
 from .act_health import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
-from .model import (ALERT, DOWN, DRAIN, LAUNCH, PROTECT, READY, REBOOT, REMOVE, REMOVING, REPLACE, REPLACING,
-                    REQUEUE, RESUME, SPARES, START_NOW, TAG_NODE, TERMINATE_ORPHAN, Action, Event, Group, GroupState, Slot,
+from .model import (ALERT, DOWN, DRAIN, LAUNCH, PROTECT, READY, REBOOT, REMOVE, REMOVING, REPLACE, REPLACING, REQUEUE,
+                    RESUME, SPARES, START_NOW, TAG_NODE, TERMINATE_ORPHAN, Action, Event, Group, GroupState, Slot,
                     Snapshot)
 from .timers import DEFAULT, Timers
 

@@ -93,8 +93,9 @@ def _start_now(snap: Snapshot, now: float, timers: Timers) -> List[Action]:
                     and now - e.at <= timers.requeue_window_seconds})
     if not downs:
         return []
-    return [Action(START_NOW, data={"job": j.job_id}, why=Why(
-                HEALTH, f"job {j.job_id} requeued off {', '.join(downs)}: eligible now, not in {j.eligible - now:.0f} s"))
+    return [Action(START_NOW, data={"job": j.job_id},
+                   why=Why(HEALTH, f"job {j.job_id} requeued off {', '.join(downs)}: eligible now, "
+                                   f"not in {j.eligible - now:.0f} s"))
             for j in sorted(snap.jobs, key=lambda j: j.job_id)
             if j.state == "PENDING" and j.restarts >= 1 and j.reason == "BeginTime"
             and 0 < j.eligible - now <= timers.requeue_window_seconds]
