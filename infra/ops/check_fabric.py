@@ -111,18 +111,16 @@ def rows(report: FabricReport, measured: list) -> Tuple[List[Tuple[str, ...]], L
 def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
     """(compute node -> private IP, the head's address: public if it has one), from the cluster's running
     instances and their tags (hpcc:role, hpcc:node)."""
-    from infra.naming import TAG_NODE, TAG_ROLE
+    from infra.naming import HEAD, TAG_NODE, TAG_ROLE
     from infra.ops.aws import tag_dict
+    from infra.ops.status import head_instance
     from infra.ops.store import cluster_instances
 
+    live = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]
     nodes: Dict[str, str] = {}
-    head = None
-    for i in cluster_instances(aws, cluster):
+    for i in live:
         tags = tag_dict(i.get("Tags"))
-        if i.get("State", {}).get("Name") != "running":
-            continue
-        if tags.get(TAG_ROLE) == "head":
-            head = i.get("PublicIpAddress") or i.get("PrivateIpAddress") or head
-        elif tags.get(TAG_NODE) and i.get("PrivateIpAddress"):
+        if tags.get(TAG_ROLE) != HEAD and tags.get(TAG_NODE) and i.get("PrivateIpAddress"):
             nodes[tags[TAG_NODE]] = i["PrivateIpAddress"]
-    return nodes, head
+    head = head_instance(live)  # the one rule for which instance is the head (status.py)
+    return nodes, (head.get("PublicIpAddress") or head.get("PrivateIpAddress")) if head else None

@@ -198,7 +198,7 @@ def _row(raw: dict, node: str, role: str) -> NodeStatus:
                       raw.get("PrivateIpAddress"), group=tag_dict(raw.get("Tags")).get(TAG_GROUP, ""))
 
 
-def _head(raw_instances: list[dict]) -> dict | None:
+def head_instance(raw_instances: list[dict]) -> dict | None:
     """The head's instance: a live one before a terminated one, then the latest launched."""
     heads = [i for i in raw_instances if tag_dict(i.get("Tags")).get(TAG_ROLE) == HEAD]
     return max(heads, key=lambda i: (i["State"]["Name"] != "terminated", _launched(i)), default=None)
@@ -209,7 +209,7 @@ def build(cluster: str, raw_instances: list[dict], loaded: Loaded, statuses: dic
     """The cluster's status from what was read; pure, so `hpcc status`, `hpcc up` and the tests share it."""
     out = ClusterStatus(cluster, generation=_int_or_none(loaded.membership.get("generation")) or None)
     by_id = {i["InstanceId"]: i for i in raw_instances}
-    head = _head(raw_instances)
+    head = head_instance(raw_instances)
     if head is not None:
         out.nodes.append(_row(head, HEAD, HEAD))
     named = set()
