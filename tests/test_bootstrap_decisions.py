@@ -119,3 +119,18 @@ def test_each_group_has_its_hostfiles_and_rendezvous_and_holes_take_no_rank():
     env = dict(line.split("=", 1) for line in env.splitlines())
     assert (env["MASTER_ADDR"], env["NNODES"], env["HPCC_HOSTFILE"]) == ("10.0.0.20", "2", "/etc/hpcc/groups/gpu/hostfile")
     assert "NODE_RANK=3" in node.splitlines() and "HPCC_GROUP=gpu" in node.splitlines()
+
+
+def test_the_launch_environment_of_2000_nodes_is_written_whole():
+    """2,000 compute nodes: every host function runs to its end under pipefail (a pipe into head failed it: 141)."""
+    count = 2000
+    names = "HPCC_NAMES=(head " + " ".join(f"compute-{i:03d}" for i in range(count)) + ")\n"
+    hosts = "HPCC_HOSTS=(10.0.0.4 " + " ".join(f"10.1.{i // 250}.{i % 250 + 1}" for i in range(count)) + ")\n"
+    out = run(["identify", "launch_env"], names + hosts + "ofi_nccl_dir() { :; }\ncluster_env; echo ---; "
+              "cluster_env compute; echo ---; hostfile openmpi 8 | wc -l")
+    assert out.returncode == 0, out.stderr
+    every, group, lines = out.stdout.split("---\n")
+    for text in (every, group):
+        env = dict(line.split("=", 1) for line in text.splitlines())
+        assert (env["MASTER_ADDR"], env["NNODES"]) == ("10.1.0.1", str(count))
+    assert int(lines) == count

@@ -910,7 +910,7 @@ ofi_nccl_dir() {
 cluster_env() {
   local ofi pair names="" first
   ofi=$(ofi_nccl_dir)
-  first=$(compute_hosts "${1:-}" | head -n 1)
+  first=$(compute_hosts "${1:-}" | awk 'NR == 1')
   echo "HPCC_CLUSTER=llm"
   echo "MASTER_ADDR=$first"
   echo "MASTER_PORT=$HPCC_MASTER_PORT"
@@ -932,7 +932,7 @@ node_env() {
   echo "HPCC_GROUP=$(group_of "$HPCC_NODE")"
   i=$(node_index "$HPCC_NODE")
   if [ "$i" -gt 0 ]; then echo "NODE_RANK=$(( i - 1 ))"; fi
-  ifname=$(ip -o -4 addr show 2>/dev/null | awk -v ip="$HPCC_IP" 'index($4, ip "/") == 1 {print $2; exit}')
+  ifname=$(ip -o -4 addr show 2>/dev/null | awk -v ip="$HPCC_IP" '!found && index($4, ip "/") == 1 {print $2; found = 1}')
   [ -z "$ifname" ] || echo "GLOO_SOCKET_IFNAME=$ifname"
 }
 
@@ -957,7 +957,7 @@ write_membership() {
   for d in /etc/hpcc/groups/*/; do
     [ -d "$d" ] || continue
     g=${d%/}; g=${g##*/}
-    printf '%s\n' ${groups[@]+"${groups[@]}"} | grep -qxF -- "$g" || rm -rf -- "$d"
+    printf '%s\n' ${groups[@]+"${groups[@]}"} | grep -xF -- "$g" >/dev/null || rm -rf -- "$d"
   done
   printf '%s\n' "$HPCC_MPIRUN_OPTIONS" | write_file /etc/hpcc/mpirun-options 0644
   mkdir -p /etc/ssh/ssh_config.d
