@@ -46,7 +46,7 @@ MUTATIONS = [
  ("templates/steps/lustre.sh.j2", "local codename=${HPCC_OS_CODENAME:-}", "local codename=", B + "::test_the_lustre_repo_is_the_releases_codename_without_lsb_release"),
  ("templates/steps/retry.sh.j2", '[ "$left" -gt 0 ] || return 124', 'true', S + "::test_commands_are_cut_at_their_bound_and_at_the_runs_deadline"),
  ("templates/steps/log.sh.j2", 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$1" "$line"', 'printf \'%s [%s] %s\\n\' "$(date -u +%FT%TZ)" "$HPCC_STEP" "$line"', S + "::test_every_log_line_carries_the_step_that_printed_it"),
- ("templates/steps/launch_env.sh.j2", 'first=$(compute_hosts "${1:-}" | head -n 1)', 'first=$(compute_hosts "${1:-}" | tail -n 1)', D + " -k launch_env_writes"),
+ ("templates/steps/launch_env.sh.j2", "first=$(compute_hosts \"${1:-}\" | awk 'NR == 1')", 'first=$(compute_hosts "${1:-}" | tail -n 1)', D + " -k launch_env_writes"),
  ("templates/steps/launch_env.sh.j2", '[ -z "${1:-}" ] || [ "${HPCC_NAMES[$i]%-*}" = "$1" ] || continue', 'true', D + " -k each_group"),
  ("templates/steps/launch_env.sh.j2", 'echo "NODE_RANK=$(( i - 1 ))"', 'echo "NODE_RANK=$i"', D + " -k launch_env_writes"),
  ("infra/userdata.py", "if len(packed) > LOADER_LIMIT or not within_limit(packed):", "if not within_limit(packed):", R + " -k bound"),
