@@ -61,6 +61,7 @@ def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_
     assert "SuspendExcNodes=gpu-[000-003],cpu-[000-999],cpu-[1000-1099]" in lines and "SuspendTime=INFINITE" in lines
     assert "GresTypes=gpu" in lines and "TreeWidth=65533" in lines and "ProctrackType=proctrack/linuxproc" in lines
     assert not any("NodeAddr" in line for line in lines)  # the controller and the registrations set addresses
+    assert "ReturnToService=1" in lines  # a node set DOWN (by the controller or a person) stays down on registering
     # the health checks' lines (health.sh.j2), one SchedulerParameters (Slurm keeps the last of a repeated key)
     assert "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" in lines and "Prolog=/usr/local/sbin/hpcc-prolog" in lines
     assert [line for line in lines if line.startswith("SchedulerParameters=")] == ["SchedulerParameters=nohold_on_prolog_fail"]

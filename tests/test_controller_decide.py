@@ -193,6 +193,16 @@ def test_a_persons_drain_is_never_undone():
     assert REPLACE in kinds(run(slurms), N1)
 
 
+def test_a_node_slurm_keeps_down_after_an_unexpected_reboot_is_resumed_once_its_agent_reports_healthy():
+    """ReturnToService=1: Slurm keeps it DOWN (with 2 it came back by itself, and so did a node hpcc set DOWN)."""
+    rebooted = with_slurm(cluster(), N1, {"DOWN"}, "Node unexpectedly rebooted [slurm@2026-11-25T01:02:03]")
+    assert kinds(run(rebooted), N1) == [RESUME]
+    failing = with_report(rebooted, N1, False, "health", "xid: Xid 79")
+    assert RESUME not in kinds(run(failing), N1)
+    persons = with_slurm(cluster(), N1, {"DOWN"}, "alice: rebooted it by hand, checking")
+    assert kinds(run(persons), N1) == []
+
+
 def test_hpcc_replace_is_done_without_spending_budget():
     s = with_slot(cluster(), N1, replace_requested=True)
     actions = run(s)

@@ -15,8 +15,11 @@ from hpcc_node.taxonomy import FailureClass
 from .model import BOOTING, DRAINING, GONE, READY, REASON_PREFIX, Group, Instance, Slot, SlurmNode, Snapshot
 from .timers import Timers
 
+# ReturnToService=1 (templates/steps/slurm.sh.j2) keeps such a node DOWN: its agent's next verdict (the boot checks
+# again: they run once a boot) decides.
+UNEXPECTED_REBOOT = "Node unexpectedly rebooted"
 # Reasons Slurm writes itself (slurmctld's own node reasons): not a person's, so they do not hold a node.
-SLURM_OWN_REASONS = ("Not responding", "Node unexpectedly rebooted", "Kill task failed", "Prolog error",
+SLURM_OWN_REASONS = ("Not responding", UNEXPECTED_REBOOT, "Kill task failed", "Prolog error",
                      "Epilog error", "batch job complete failure", "Low RealMemory", "Low socket*core*thread count",
                      "NO NETWORK ADDRESS FOUND", "Unexpected registration")
 HELD_STATES = frozenset({"DRAIN", "DOWN", "FAIL"})
@@ -126,6 +129,9 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
         return None
     if slot.state == READY and node is not None and node.states & HELD_STATES and hpcc_reason(node):
         return Verdict("resume", evidence=f"ready again (was: {node.reason})")
+    if slot.state == READY and node is not None and "DOWN" in node.states and \
+            node.reason.startswith(UNEXPECTED_REBOOT) and report is not None and report.ok:
+        return Verdict("resume", evidence=f"its checks pass after the reboot (was: {node.reason})")
     if slot.state == DRAINING:
         return None
     return None
