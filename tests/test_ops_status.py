@@ -203,6 +203,21 @@ def test_each_node_shows_its_health_verdict_with_the_check_and_the_controllers_a
     assert "health" not in headers([r for r in status().nodes if not r.health])  # no node runs the checks
 
 
+def test_each_node_shows_when_its_agent_was_last_heard_and_a_silent_one_stands_out(f):
+    """From the status object's LastModified (the agent's heartbeat rewrites it unchanged every 120 s): an agent
+    silent past the controller's heartbeat timeout is red, as the controller is about to take the node out."""
+    import time
+    from infra.ops.status_view import heard_cell
+    f.status(f.ids["gpu-001"], name="gpu-001", phase="ready")
+    written = time.time()
+    rows = cluster_status(Aws(REGION), C, clock=lambda: written + 30).rows()
+    assert 25 <= rows["gpu-001"].heard <= 35 and heard_cell(rows["gpu-001"]).plain.endswith(" s ago")
+    silent = cluster_status(Aws(REGION), C, clock=lambda: written + 700).rows()["gpu-001"]
+    assert heard_cell(silent).plain == "11 min ago" and "red" in str(heard_cell(silent).style)
+    line = next(x for x in status_cli().output.splitlines() if "gpu-001" in x and "i-" in x)
+    assert " s ago" in line
+
+
 def test_a_controller_whose_lease_expired_is_reported_not_running(f):
     out = status_cli()
     assert out.exit_code == 0 and "controller: head-1 holds the lease" in out.output

@@ -63,6 +63,7 @@ class NodeStatus:
     replace_requested: bool = False
     failure: str = ""  # the failure class the node reported (hpcc_node/taxonomy.py), "" when none
     health: str = ""  # its health verdict (hpcc_node/health/service.status_fields): `fail xid: drain`, `ok`; "": none
+    heard: float | None = None  # seconds since its agent last wrote its status (a change or its heartbeat)
 
     @property
     def replacing(self) -> bool:
@@ -205,7 +206,7 @@ def head_instance(raw_instances: list[dict]) -> dict | None:
 
 
 def build(cluster: str, raw_instances: list[dict], loaded: Loaded, statuses: dict[str, dict], groups: list[dict],
-          now: float, slurm_on: bool = False) -> ClusterStatus:
+          now: float, slurm_on: bool = False, heard: dict[str, float] | None = None) -> ClusterStatus:
     """The cluster's status from what was read; pure, so `hpcc status`, `hpcc up` and the tests share it."""
     out = ClusterStatus(cluster, generation=_int_or_none(loaded.membership.get("generation")) or None)
     by_id = {i["InstanceId"]: i for i in raw_instances}
@@ -232,6 +233,8 @@ def build(cluster: str, raw_instances: list[dict], loaded: Loaded, statuses: dic
         row.generation_target = out.generation
         if row.instance_id in statuses:
             apply_status(row, statuses[row.instance_id])
+            if heard and row.instance_id in heard:
+                row.heard = max(0.0, now - heard[row.instance_id])
         elif row.slot == model.BOOTING:
             row.phase = "pending"
         if row.role != HEAD and row.slot == model.READY:
@@ -287,7 +290,7 @@ def cluster_status(aws: Aws, cluster: str, clock=time.time) -> ClusterStatus:
     found = store.statuses(aws, where.bucket, {i["InstanceId"] for i in raw})
     now = clock()
     out = build(cluster, raw, loaded, found.by_instance, store.groups(aws, cluster), now,
-                scheduler(settings) == "slurm")
+                scheduler(settings) == "slurm", found.heard)
     out.notes += found.notes
     out.controller, until = store.lease(aws, where.table)
     out.lease_left = until - now

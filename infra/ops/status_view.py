@@ -51,15 +51,24 @@ def table(cluster: str, rows: list[NodeStatus]) -> Table:
     t = Table(title=Text(f"cluster {plain(cluster)}: nodes"), title_justify="left")
     for col in ("node", "group", "instance", "type", "state", "private ip", "ledger", "phase",
                 *(["slurm"] if slurm else []), *(["health"] if health else []), "step", "membership", "bundle",
-                "message", "updated"):
+                "message", "updated", "heard"):
         t.add_column(col, overflow="fold")
     for r in rows:
         table_row(t, r.node, r.group or ("-" if r.role != HEAD else "head"), r.instance_id, r.instance_type,
                   Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip, slot_cell(r),
                   Text(r.phase, style=phase_style(r.phase)), *([r.slurm] if slurm else []),
                   *([Text(r.health or "-", style=HEALTH_STYLE.get(r.health.split(" ")[0], "yellow"))] if health else []),
-                  r.step, generation_cell(r), bundle_cell(r), r.message or r.reason, r.updated)
+                  r.step, generation_cell(r), bundle_cell(r), r.message or r.reason, r.updated, heard_cell(r))
     return t
+
+
+def heard_cell(r: NodeStatus) -> Text:
+    """How long ago its agent last wrote its status (a change, or the heartbeat every 120 s); red past the
+    controller's heartbeat timeout, when it takes the node out."""
+    if r.heard is None:
+        return Text("-")
+    text = f"{int(r.heard)} s ago" if r.heard < 120 else f"{int(r.heard // 60)} min ago"
+    return Text(text, style="bold red" if r.heard > TIMERS.heartbeat_timeout_seconds else "")
 
 
 def group_table(cluster: str, groups: list[GroupRow]) -> Table:

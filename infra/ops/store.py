@@ -110,6 +110,7 @@ def read_membership(aws: Aws, bucket: str) -> dict:
 @dataclass
 class Statuses:
     by_instance: dict[str, dict] = field(default_factory=dict)  # instance id -> the status it wrote
+    heard: dict[str, float] = field(default_factory=dict)  # instance id -> its object's LastModified (epoch seconds)
     notes: list[str] = field(default_factory=list)
 
 
@@ -125,6 +126,8 @@ def statuses(aws: Aws, bucket: str, wanted: set[str] | None = None) -> Statuses:
             iid = membership.key_instance(obj["Key"])
             if iid and (wanted is None or iid in wanted):
                 keys.append((iid, obj["Key"]))
+                if hasattr(obj.get("LastModified"), "timestamp"):  # the agent's last write or heartbeat
+                    out.heard[iid] = obj["LastModified"].timestamp()
     except ClientError as e:
         if _missing(e):
             return out
