@@ -222,3 +222,31 @@ def test_a_job_requeued_off_a_node_hpcc_took_out_is_made_eligible_now_and_no_oth
     eligible = replace(snap, jobs=(replace(requeued, eligible=NOW - 1, reason="Resources"),))
     assert by_kind(run(eligible), m.START_NOW) == []  # already eligible: nothing to do
 
+
+
+def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_check_is_cancelled():
+    """Every Timers.spare_check_seconds, counted from the node's last deep check (its report's, else when it became
+    ready), as a job in the spares' reservation; never twice at once, never on a busy, drained or failing node."""
+    DEEP = m.DEEP_CHECK
+    holding = replace(cluster(SPARE), reservations={RES: frozenset({"gpu-003"})})  # ready an hour ago
+    due = by_kind(run(holding, groups=(SPARE,), spare_check_seconds=1800), DEEP)
+    assert [(a.node, a.data["reservation"], a.data["partition"]) for a in due] == [("gpu-003", RES, "gpu")]
+    assert "3600 s ago" in due[0].why.evidence
+    assert by_kind(run(holding, groups=(SPARE,), spare_check_seconds=7200), DEEP) == []  # not yet
+    assert by_kind(run(holding, groups=(SPARE,), spare_check_seconds=0), DEEP) == []  # turned off
+    reported = replace(holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"],
+                                                                                 deep_checked=NOW - 600)})
+    assert by_kind(run(reported, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report's time counts
+    check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check")
+    running = with_slurm(replace(holding, jobs=(check,)), "gpu-003", {"ALLOCATED"})
+    assert by_kind(run(running, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # one at a time
+    finished = replace(holding, jobs=(replace(check, state="COMPLETED", end=NOW - 20),))
+    assert by_kind(run(finished, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report comes next
+    drained = with_slurm(holding, "gpu-003", {"IDLE", "DRAIN"}, "alice: looking")
+    assert by_kind(run(drained, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
+    # a failure elsewhere in the group releases the spare: its running check is cancelled, no new one starts
+    failing = with_slurm(with_verdict(running, N1, XID79), N1, {"DOWN"}, OUT)
+    actions = run(failing, groups=(SPARE,), spare_check_seconds=1800)
+    release = by_kind(actions, SPARES)
+    assert [(a.data["nodes"], a.data["cancel"]) for a in release] == [([], ["77"])]
+    assert by_kind(actions, DEEP) == []

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from hpcc_node.controller import observe, observe_health
 from hpcc_node.controller.act_health import HealthActs
-from hpcc_node.controller.model import REBOOT, REQUEUE, SPARES, START_NOW, Action, SlurmNode, Snapshot
+from hpcc_node.controller.model import (DEEP_CHECK, REBOOT, REQUEUE, SPARES, START_NOW, Action, SlurmNode,
+                                        Snapshot)
 from tests.controller_cases import NOW
 
 FAILED_JOB = ("JobId=41 JobName=train UserId=ubuntu(1000) GroupId=ubuntu(1000) MCS_label=N/A Priority=4294901759 "
@@ -29,7 +30,7 @@ def test_jobs_are_read_with_their_nodes_restarts_end_and_requeue_flag():
     got = observe_health.jobs(f"{FAILED_JOB}\n{RUNNING_JOB}\n", parse_time=lambda v: 1e9 if v.startswith("2026")
                               else float(v))
     assert got[0] == observe_health.SlurmJob("41", "FAILED", frozenset({"gpu-000", "gpu-001", "gpu-007"}), 2, 1e9,
-                                             True, "NonZeroExitCode", 1e9)
+                                             True, "NonZeroExitCode", 1e9, "train")
     assert (got[1].state, got[1].end, got[1].requeue, got[1].nodes) == ("RUNNING", 0.0, False, frozenset({"cpu-001"}))
     assert observe_health.jobs("No jobs in the system\n") == ()
     requeued = ("JobId=43 JobName=train JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 "
@@ -74,6 +75,19 @@ def test_the_agents_status_object_carries_its_failed_verdict_to_the_controllers_
     assert rep.evidence == "Xid 79 GPU has fallen off the bus"
 
 
+def test_when_the_deep_checks_last_ran_goes_from_the_node_to_the_controllers_report(tmp_path):
+    from hpcc_node.health import service, verdict
+    path = str(tmp_path / "verdict")
+    verdict.write_verdict(path, verdict.node_verdict([verdict.ok("gpu_count")], NOW))
+    assert "deepChecked" not in service.status_fields(path, state_dir=str(tmp_path))  # never ran: not said
+    service._write_int(service.deep_checked_path(str(tmp_path)), int(NOW) - 60)
+    fields = service.status_fields(path, state_dir=str(tmp_path))
+    assert fields["deepChecked"] == int(NOW) - 60
+    body = {"name": "gpu-003", "instance_id": "i-1", "ok": True, "at": NOW, **fields}
+    assert observe_health.report_fields(body)["deep_checked"] == NOW - 60
+    assert observe_health.report_fields({**body, "deepChecked": "soon"})["deep_checked"] == 0.0  # malformed: unsaid
+
+
 def test_extras_are_read_only_where_slurm_runs():
     asked = []
 
@@ -116,6 +130,16 @@ def test_each_health_action_runs_its_command():
         ["scontrol", "update", "ReservationName=hpcc-spares-gpu", "Nodes=gpu-002"],
         ["scontrol", "delete", "ReservationName=hpcc-spares-gpu"],
         ["scontrol", "update", "JobId=43", "StartTime=now"]]
+    r.calls.clear()
+    r._spares(Action(SPARES, group="gpu", data={"reservation": "hpcc-spares-gpu", "nodes": [], "exists": True,
+                                                "cancel": ["77"]}))
+    r._deep_check(Action(DEEP_CHECK, group="gpu", node="gpu-003", data={"reservation": "hpcc-spares-gpu",
+                                                                        "partition": "gpu"}))
+    assert r.calls == [
+        ["scancel", "77"], ["scontrol", "delete", "ReservationName=hpcc-spares-gpu"],
+        ["sbatch", "--parsable", "--job-name=hpcc-deep-check", "--reservation=hpcc-spares-gpu", "--partition=gpu",
+         "--nodelist=gpu-003", "--nodes=1", "--exclusive", "--time=190", "--output=/var/log/hpcc-deep-check.log",
+         "--open-mode=append", "--no-requeue", "/usr/local/sbin/hpcc-deep"]]
     ec2 = Recorder(slurm=False)
     ec2._reboot(Action(REBOOT, node="gpu-001", instance_id="i-1", data={"reason": "r", "via": "ec2"}))
     assert ec2.calls == [["ec2", "reboot-instances", "i-1"]]

@@ -115,6 +115,29 @@ def test_the_status_fields_carry_the_failed_verdict_to_the_controller(node):
     assert service.status_fields(str(node.tmp / "none")) == {}
 
 
+def test_a_spares_deep_check_runs_the_boot_checks_and_a_failure_stays_until_the_next_boot(node):
+    """`deep` (the controller's job on a held spare): DCGM again; its failure stays in the agent's periodic verdicts
+    (they never run DCGM); a Xid already kept stays in the deep verdict; the time is kept for the controller."""
+    m = node.monitor()
+    m.boot()
+    booted = service.status_fields(node.env["HPCC_HEALTH_VERDICT"], state_dir=node.env["HPCC_HEALTH_STATE"])
+    assert booted["deepChecked"] >= time.time() - 60  # the boot checks are a deep check
+    passed = node.cli("deep")
+    assert passed.returncode == 0 and "dcgm_diag: ok" in passed.stdout and passed.stdout.endswith("passed\n")
+    (node.standin / "dcgm").write_text("fail:memory:3\n")
+    failed = node.cli("deep")
+    assert failed.returncode == 1 and failed.stdout.splitlines()[-1].startswith("hpcc: dcgm_diag: dcgmi diag failed")
+    assert not m.deep().healthy  # (the command's boot id is this machine's; the monitor's is the test's)
+    (node.standin / "dcgm").write_text("pass\n")  # the GPU is still bad: nothing runs DCGM until the next check
+    later = m.run(PERIODIC_CHECKS)
+    assert (later.status, later.action, later.remedy) == ("fail", "drain", "replace") and "dcgm_diag" in later.reason
+    node.boot_id.write_text("boot-2\n")
+    assert m.run(PERIODIC_CHECKS).healthy
+    node.inject("79")
+    m.run(PERIODIC_CHECKS)
+    assert "Xid 79" in m.deep().reason  # DCGM passes here, the kept Xid does not go
+
+
 def test_slurms_health_check_reads_the_verdict_only(node):
     missing = node.cli("healthcheck")
     assert missing.returncode == 1 and "no verdict" in missing.stdout

@@ -174,7 +174,7 @@ def build(env: Mapping[str, str], run: Callable[..., Any] = None, clock: Callabl
     slurm = env.get("HPCC_SCHEDULER") == "slurm"
     head = {"name": "head", "ip": env["HPCC_NODE_IP"], "instance": env["HPCC_INSTANCE_ID"]}
     step = loop.build_step(ec2, ddb, s3, cluster, table, bucket, groups_reader(ssm, cluster), env["HPCC_INSTANCE_ID"],
-                           clock, slurm_run=loop.scontrol if slurm else None,
+                           clock, slurm_run=loop.slurm_command if slurm else None,
                            slurm_read=loop.scontrol_nodes if slurm else None, bundle=follow_reader(ssm, cluster),
                            head=head, timers=timers)
     LOG.info("controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s", cluster,

@@ -1,7 +1,7 @@
 """Carrying out the health rules' actions (decide_health.py): requeue a job, reboot a node, hold the spares. A
 mixin of act.Executor, which records each action in the ledger before and after it runs.
 
-Slurm commands (scontrol(1)):
+Slurm commands (scontrol(1), sbatch(1), scancel(1)):
 - `scontrol requeue <job>`: the job goes back to pending and keeps its id; SLURM_RESTART_COUNT rises.
 - `scontrol update JobId=<job> StartTime=now`: Slurm holds a requeued batch job until its EligibleTime, minutes
   later (Reason=BeginTime); one requeued off a node hpcc took out may start at once, on a spare.
@@ -9,7 +9,10 @@ Slurm commands (scontrol(1)):
   once it is idle; it comes back DOWN with the reason, and the controller resumes it when its agent's next verdict
   is healthy (assess.py). A reboot resets every GPU, which covers the catalog's RESET_GPU too.
 - `scontrol create|update|delete reservation`: the spares' reservation, `Flags=MAINT,IGNORE_JOBS`, for root only,
-  so no user's job lands on a spare while it is held.
+  so no user's job lands on a spare while it is held; `scancel` a released spare's deep check.
+- `sbatch --reservation=<r> --nodelist=<node> --exclusive`: a held spare's deep check (sbatch(1)), the node's
+  /usr/local/sbin/hpcc-deep as its batch script (templates/steps/health.sh.j2 writes it); its output goes to the
+  node's /var/log/hpcc-deep-check.log. It reports through the node's verdict, like every other check.
 Without Slurm the reboot is EC2's RebootInstances.
 """
 
@@ -17,7 +20,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
+from hpcc_node.health.checks import DCGM_TIMEOUT_S
+
+from .decide_health import DEEP_CHECK_JOB
 from .model import Action
+
+DEEP_CHECK_PROGRAM = "/usr/local/sbin/hpcc-deep"
+DEEP_CHECK_LOG = "/var/log/hpcc-deep-check.log"
+# A bound for a check that hangs past its own deadlines: DCGM's longest level and ten minutes for the rest.
+DEEP_CHECK_MINUTES = max(DCGM_TIMEOUT_S.values()) // 60 + 10
 
 
 class HealthActs:
@@ -43,8 +54,21 @@ class HealthActs:
         self._scontrol("reboot", "ASAP", "nextstate=DOWN", f"reason={a.data['reason']}", a.node)
         return f"reboot of {a.node} once idle"
 
+    def _deep_check(self, a: Action) -> str:
+        if self.slurm is None:
+            return "no Slurm: no deep check"
+        out = self.slurm(["sbatch", "--parsable", f"--job-name={DEEP_CHECK_JOB}",
+                          f"--reservation={a.data['reservation']}", f"--partition={a.data['partition']}",
+                          f"--nodelist={a.node}", "--nodes=1", "--exclusive",
+                          f"--time={DEEP_CHECK_MINUTES}", f"--output={DEEP_CHECK_LOG}", "--open-mode=append",
+                          "--no-requeue", DEEP_CHECK_PROGRAM])
+        job = str(getattr(out, "stdout", "") or "").strip().split(";")[0]
+        return f"deep check of {a.node}: job {job}" if job else f"deep check of {a.node} submitted"
+
     def _spares(self, a: Action) -> str:
         name, nodes = a.data["reservation"], a.data["nodes"]
+        if a.data.get("cancel") and self.slurm is not None:
+            self.slurm(["scancel", *a.data["cancel"]])
         if not nodes:
             if a.data.get("exists"):
                 self._scontrol("delete", f"ReservationName={name}")

@@ -14,26 +14,30 @@ For each node whose report is a failed verdict:
 - a boot-time health failure (the bootstrap's health step) counts as a failed boot: repeated, it protects the group.
 With `spares: N` on a group, N idle healthy nodes are held by the Slurm reservation hpcc-spares-<group>; each node
 of the group out of service releases one, so a requeued job starts at once, and the replacement, once ready and
-idle, is held in its place (level-triggered: the reservation is recomputed every loop).
+idle, is held in its place (level-triggered: the reservation is recomputed every loop). A held spare runs the deep
+checks again every Timers.spare_check_seconds, as a Slurm job in the reservation (Slurm then sees it busy); a
+released spare's running check is cancelled, so the requeued job never waits for it. A failed deep check is a
+failed verdict like any other: the spare is drained and replaced, and another node is held.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hpcc_node.health.verdict import CheckResult, slurm_reason
 from hpcc_node.taxonomy import FailureClass
 
 from .assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
 from .decide_failures import Failure, alert
-from .model import (BOOTING, DOWN, DRAIN, READY, REBOOT, REQUEUE, SPARES, START_NOW, Action, Group, Report, Slot,
-                    SlurmNode, Snapshot, Why)
+from .model import (BOOTING, DEEP_CHECK, DOWN, DRAIN, READY, REBOOT, REQUEUE, SPARES, START_NOW, Action, Group,
+                    Report, Slot, SlurmNode, Snapshot, Why)
 from .timers import Timers
 
 HEALTH = FailureClass.HEALTH.value
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL")
 SPARES_PREFIX = "hpcc-spares-"
+DEEP_CHECK_JOB = "hpcc-deep-check"  # the JobName of a spare's deep check
 
 
 def spare_reservation(group: str) -> str:
@@ -148,7 +152,7 @@ def _systemic(verdicts: List[Tuple[Failure, Report, str]], snap: Snapshot, now: 
     return {sig for sig, names in nodes.items() if len(names) >= threshold and any(s == sig for _, _, s in verdicts)}
 
 
-def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]:
+def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
     """The group's reservation holds max(0, spares - nodes out of service) idle healthy nodes: those it holds
     already first, then the highest-numbered idle ones."""
     if group.spares <= 0 or snap.slurm is None:
@@ -168,12 +172,38 @@ def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]
             if s.name not in held and not (slurm[s.name].states & BUSY_STATES)]
     chosen = sorted((keep + idle)[:want])
     if set(chosen) == set(held):
-        return []
+        return _deep_checks(group, held, snap, now, timers)
     released = sorted(set(held) - set(chosen))
     text = (f"hold {', '.join(chosen)}" if chosen else "hold none") + (
         f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else "")
+    cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & set(released)
+                    and j.state in ("PENDING", "CONFIGURING", "RUNNING"))
     return [Action(SPARES, group=group.name, why=Why("", f"spares: {text}"),
-                   data={"reservation": name, "nodes": chosen, "exists": bool(held) or name in snap.reservations})]
+                   data={"reservation": name, "nodes": chosen, "exists": bool(held) or name in snap.reservations,
+                         "cancel": cancel})] + _deep_checks(group, frozenset(held) & set(chosen), snap, now, timers)
+
+
+def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
+    """A deep check for each held spare that is idle, healthy, and has had none for Timers.spare_check_seconds
+    (the last: its report's, else its boot's, when it became ready). One at a time per node: a check job still
+    listed (Slurm lists a finished job for MinJobAge, longer than the agent takes to report it) waits."""
+    if timers.spare_check_seconds <= 0 or snap.slurm is None:
+        return []
+    checking = {n for j in snap.jobs if j.name == DEEP_CHECK_JOB for n in j.nodes}
+    out = []
+    for name in sorted(held - checking):
+        slot, r, node = snap.slots.get(name), snap.reports.get(name), snap.slurm.get(name)
+        if slot is None or slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id \
+                or node is None or node.states & (BUSY_STATES | HELD_STATES | {"NOT_RESPONDING"}):
+            continue
+        last = r.deep_checked or slot.since
+        if now - last < timers.spare_check_seconds:
+            continue
+        out.append(Action(DEEP_CHECK, group=group.name, node=name, instance_id=slot.instance_id,
+                          why=Why("", f"held spare, its last deep check {int(now - last)} s ago "
+                                      f"(every {timers.spare_check_seconds} s)"),
+                          data={"reservation": spare_reservation(group.name), "partition": group.name}))
+    return out
 
 
 def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers,
@@ -205,7 +235,7 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
     by_group: Mapping[str, List[Slot]] = {g.name: [s for s in snap.slots.values() if s.group == g.name]
                                           for g in groups}
     for group in groups:
-        out += _spares(group, by_group[group.name], snap)
+        out += _spares(group, by_group[group.name], snap, now, timers)
     if snap.slurm is not None:
         out += _start_now(snap, now, timers)
     return out, rest

@@ -17,9 +17,10 @@ from .model import Group, Report
 from .timers import DEFAULT, Timers
 
 
-def scontrol(argv: List[str]) -> None:
-    """Runs one Slurm command; a failure is an exception (act logs it; the next loop tries again)."""
-    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
+def slurm_command(argv: List[str]) -> subprocess.CompletedProcess:
+    """Runs one Slurm command (scontrol, sbatch, scancel); a failure is an exception (act logs it; the next loop
+    tries again)."""
+    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
 
 
 def scontrol_nodes() -> str:

@@ -112,6 +112,7 @@ class Report:
     action: str = ""
     remedy: str = ""
     heard: float = 0.0  # the status object's LastModified: the agent's last write or heartbeat (0: not known)
+    deep_checked: float = 0.0  # when the node's deep checks last ran (at boot or as a spare; 0: not said)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class SlurmJob:
     requeue: bool = True  # Requeue=1: the job may be requeued
     reason: str = ""  # why it is pending (Reason=BeginTime: waiting for its EligibleTime)
     eligible: float = 0.0  # EligibleTime, epoch seconds (0: unknown)
+    name: str = ""  # JobName
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,7 @@ REQUEUE = "requeue"  # scontrol requeue <job>: a job that failed with its node
 REBOOT = "reboot"  # scontrol reboot (EC2 RebootInstances without Slurm): the catalog's cheaper remedy
 SPARES = "spares"  # the group's spare reservation holds these nodes (none: deleted)
 START_NOW = "start-now"  # scontrol update JobId=<job> StartTime=now: a job requeued off a node hpcc took out
+DEEP_CHECK = "deep-check"  # sbatch in the spares' reservation: a held spare's deep checks, on a timer
 
 
 @dataclass(frozen=True)

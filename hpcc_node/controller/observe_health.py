@@ -62,7 +62,7 @@ def jobs(text: str, parse_time: Callable[[str], float] = local_time) -> Tuple[Sl
         out.append(SlurmJob(f["JobId"].split()[0], f.get("JobState", "").split()[0] if f.get("JobState") else "",
                             hostnames(f.get("NodeList", "")), int(restarts) if restarts.isdigit() else 0,
                             _when(f.get("EndTime", ""), parse_time), f.get("Requeue", "1") == "1",
-                            f.get("Reason", ""), _when(f.get("EligibleTime", ""), parse_time)))
+                            f.get("Reason", ""), _when(f.get("EligibleTime", ""), parse_time), f.get("JobName", "")))
     return tuple(out)
 
 
@@ -77,7 +77,9 @@ def reservations(text: str) -> Dict[str, FrozenSet[str]]:
 
 def report_fields(doc: dict) -> dict:
     """A status body's health fields for model.Report (the node agent writes them: hpcc_node/health/service.py)."""
-    return {k: str(doc.get(k, ""))[:40] for k in ("check", "action", "remedy")}
+    deep = doc.get("deepChecked", 0)
+    return {**{k: str(doc.get(k, ""))[:40] for k in ("check", "action", "remedy")},
+            "deep_checked": float(deep) if isinstance(deep, (int, float)) and not isinstance(deep, bool) else 0.0}
 
 
 def with_slurm_extras(snap: Snapshot, read: Callable[[List[str]], str],

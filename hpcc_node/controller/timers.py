@@ -78,6 +78,11 @@ class Timers:
     # A rebooted node whose agent has not reported again within this long failed its remedy: it is replaced.
     # A p5's reboot with driver load and the boot checks (DCGM level 2 takes minutes) fits well within it.
     reboot_timeout_seconds: int = 1200
+    # A held spare runs the deep checks again (hpcc_node/health `deep`, DCGM at the settings' level) once it has
+    # sat this long since its last (at boot, or the last spare's): an idle node can rot, and the periodic checks
+    # only read (Xids, counters), they never exercise a GPU. Twice a day costs a few minutes of an idle node;
+    # 0 turns it off.
+    spare_check_seconds: int = 12 * 3600
     # Recent actions kept in the ledger for the breaker, the systemic window and `hpcc status`.
     event_keep_seconds: int = 24 * 3600
 

@@ -7,6 +7,9 @@
                (one alert, no node touched), which no single node can tell.
   prolog       Slurm's Prolog: remembers where the kernel log was at the job's start, then the fast pre-job checks
                and the agent's fresh verdict; exit 1 (Slurm drains the node and requeues the job) when either fails
+  deep         a held spare's periodic deep check, run by the controller as a Slurm job in the spares' reservation
+               (/usr/local/sbin/hpcc-deep): the boot checks again; a failure stays in the verdict until the machine
+               boots again (the controller then drains and replaces the spare); exit 1 with the reason
   epilog       Slurm's Epilog: the Xids logged since the job started go into the verdict at once, so the next
                job's Prolog refuses a bad GPU before the agent's next period; exit 0 (the controller acts)
 
@@ -49,6 +52,14 @@ def boot(env: dict) -> int:
         print(v.reason)
         return 1
     return 0
+
+
+def deep(env: dict) -> int:
+    v = _monitor(env).deep()
+    for r in v.results:
+        print(f"{r.check}: {r.status}{': ' + r.evidence if r.evidence else ''}")
+    print(v.reason if not v.healthy else "deep check passed")
+    return 0 if v.healthy else 1
 
 
 def healthcheck(env: dict) -> int:
@@ -100,7 +111,7 @@ def epilog(env: dict) -> int:
     return 0
 
 
-COMMANDS = {"boot": boot, "healthcheck": healthcheck, "prolog": prolog, "epilog": epilog}
+COMMANDS = {"boot": boot, "deep": deep, "healthcheck": healthcheck, "prolog": prolog, "epilog": epilog}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -112,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return COMMANDS[argv[0]](dict(os.environ))
     except service.FactsError as e:
         print(f"hpcc health {argv[0]}: {e}", file=sys.stderr)
-        return 1 if argv[0] == "boot" else 0  # a node from before the health step: no job is refused for it
+        return 1 if argv[0] in ("boot", "deep") else 0  # a node from before the health step: no job is refused for it
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class Monitor:
         return xid.check(lines, self.catalog), end
 
     # A fatal Xid is read once from the log but does not heal: it stays in every verdict until the machine
-    # boots again (the catalog's reset or reboot), kept per boot id on disk.
+    # boots again (the catalog's reset or reboot), kept per boot id on disk; so does a spare's failed deep check.
     def _sticky_path(self) -> str:
         return os.path.join(self.state_dir, f"xid-faults.{boot_id(self.boot_id_path)}")
 
@@ -167,6 +167,19 @@ class Monitor:
         verdict = self.run(BOOT_CHECKS + (XID,))
         with open(os.path.join(self.state_dir, "boot-checked"), "w") as f:
             f.write(boot_id(self.boot_id_path) + "\n")
+        _write_int(deep_checked_path(self.state_dir), int(verdict.written))
+        return verdict
+
+    def deep(self) -> NodeVerdict:
+        """A held spare's deep check (the controller runs it as a Slurm job inside the spares' reservation): the
+        boot checks again, DCGM at its deep level. What failed and the periodic checks never look at again (the
+        GPU count, DCGM, the devices) stays in every verdict until the machine boots again, as a fatal Xid does;
+        the verdict keeps those already kept, so a node taken out for a Xid never reads healthy in between."""
+        results = self.runner.run(checks.specs(BOOT_CHECKS, self.facts))
+        kept = self.add_sticky([r for r in results if r.check not in PERIODIC_CHECKS])
+        verdict = node_verdict(results + [r for r in kept if r not in results], self.clock())
+        write_verdict(self.verdict_path, verdict)
+        _write_int(deep_checked_path(self.state_dir), int(verdict.written))
         return verdict
 
     def run(self, names: Sequence[str], write: bool = True) -> NodeVerdict:
@@ -177,9 +190,14 @@ class Monitor:
         return verdict
 
 
-def status_fields(path: str = VERDICT, now: Optional[float] = None) -> Dict[str, object]:
+def deep_checked_path(state_dir: str = STATE_DIR) -> str:
+    return os.path.join(state_dir, "deep-checked")
+
+
+def status_fields(path: str = VERDICT, now: Optional[float] = None, state_dir: str = STATE_DIR) -> Dict[str, object]:
     """What the agent's status carries to the controller (observe_health.report_fields): ok false with class
-    health, the deciding check, its action and remedy, when the last verdict failed; its status otherwise."""
+    health, the deciding check, its action and remedy, when the last verdict failed; its status otherwise; when
+    the deep checks last ran (at boot, or a spare's), which tells the controller when a spare's is due."""
     try:
         with open(path) as f:
             v = parse_verdict(f.read())
@@ -187,6 +205,9 @@ def status_fields(path: str = VERDICT, now: Optional[float] = None) -> Dict[str,
         return {}
     top = next((r for r in v.results if r.status == v.status and r.action == v.action), None)
     out: Dict[str, object] = {"health": v.status}  # not its time: the agent writes its status on a change only
+    deep = _read_int(deep_checked_path(state_dir))
+    if deep:
+        out["deepChecked"] = deep
     if not v.healthy:
         out.update({"ok": False, "class": "health", "failure": "health", "check": top.check if top else "health",
                     "action": v.action, "remedy": v.remedy, "evidence": top.evidence[:300] if top else v.reason})

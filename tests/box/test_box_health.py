@@ -6,8 +6,9 @@ namespace (no Lustre server here), and its hang a real blocked open(2).
 
 One box: group a of 3 nodes with `spares: 1`, group b of 1 node whose every instance is short of a GPU at boot.
 In order: (b) and (e) happen while the box boots; (a)+(h) a fatal Xid under a resumable job that restarts on the
-spare; (c) an agent that stops; (d) a hung mount; (g) a slowed link named by `hpcc check fabric`; (f) the same
-Xid on every node at once, last (a fatal Xid stays until the machine goes). Printed: `[health] ...` figures."""
+spare; (i) a held spare's deep check, passing, then failing; (c) an agent that stops; (d) a hung mount; (g) a
+slowed link named by `hpcc check fabric`; (f) the same Xid on every node at once, last (a fatal Xid stays until
+the machine goes). Printed: `[health] ...` figures."""
 
 import subprocess
 import time
@@ -17,7 +18,7 @@ import pytest
 
 from hpcc_node.controller.model import ALERT, DOWN, DRAIN, READY, REPLACE
 from hpcc_node.controller.observe_health import reservations
-from tests.box.cloud import Fault, FleetBox
+from tests.box.cloud import CONTROLLER_TIMERS, Fault, FleetBox
 from tests.box.harness import node_env
 from tests.box.machine import leftovers
 from tests.box.test_box_fleet import BUSY, on_head, settled, slurm, wait_for
@@ -29,6 +30,7 @@ MOUNT = "/fsx"  # the settings' default mount point (fsx.mountPoint)
 A = {"a-000", "a-001", "a-002"}
 SPARES = "hpcc-spares-a"
 PERSON = "alice: fan noise, looking tomorrow"  # a person's reason: not hpcc's, never touched
+SPARE_CHECK = 60  # a held spare's deep check every minute (12 h on a cluster: Timers.spare_check_seconds)
 
 
 def prepare(box: FleetBox):
@@ -49,7 +51,8 @@ def prepare(box: FleetBox):
 def fleet(box_machine):
     box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "a", "count": 3, "spares": 1},
                                                                 {"name": "b", "count": 1}],
-                   compute_env={"HPCC_HEALTH_GPUS": "8"})
+                   compute_env={"HPCC_HEALTH_GPUS": "8"},
+                   timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK})
     box.prepare = prepare(box)
     try:
         box.start()
@@ -129,67 +132,106 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
                             env=node_env(fleet.head), capture_output=True, text=True, timeout=60)
     assert submit.returncode == 0, submit.stderr
     job = submit.stdout.strip().split(";")[0]
-    try:
-        wait_for(lambda: job_fields(fleet, job).get("JobState") == "RUNNING" and slurm(fleet)["a-000"].states & BUSY
-                 and ckpt.exists() and int(ckpt.read_text() or 0) >= 3, 120, fleet,
-                 why=f"job {job} running on a-000 (a-001 drained by a person, a-002 the spare) and checkpointing")
-    except AssertionError as e:
-        raise AssertionError(f"{job_fields(fleet, job)}\n{slurm(fleet)}\n{e}") from None
+    try:  # whatever fails below, the job must not loop on, nor a-001 stay drained, for the next tests
+        try:
+            wait_for(lambda: job_fields(fleet, job).get("JobState") == "RUNNING" and slurm(fleet)["a-000"].states & BUSY
+                     and ckpt.exists() and int(ckpt.read_text() or 0) >= 3, 120, fleet,
+                     why=f"job {job} running on a-000 (a-001 drained by a person, a-002 the spare) and checkpointing")
+        except AssertionError as e:
+            raise AssertionError(f"{job_fields(fleet, job)}\n{slurm(fleet)}\n{e}") from None
 
-    injected = time.time()
-    run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "61")
-    assert run.returncode == 0, run.stderr
-    down = wait_for(lambda: (n := slurm(fleet).get("a-000")) and "DOWN" in n.states and
-                    n.reason.startswith("hpcc: xid: Xid 61") and n, 180, fleet, every=0.5,
-                    why="a-000 DOWN with hpcc's Xid reason")
-    t_down = time.time() - injected
-    wait_for(lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1, 120, fleet, every=0.5,
-             why=f"job {job} requeued")
-    t_requeued = time.time() - injected
-    timeline = []
+        injected = time.time()
+        run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "61")
+        assert run.returncode == 0, run.stderr
+        down = wait_for(lambda: (n := slurm(fleet).get("a-000")) and "DOWN" in n.states and
+                        n.reason.startswith("hpcc: xid: Xid 61") and n, 180, fleet, every=0.5,
+                        why="a-000 DOWN with hpcc's Xid reason")
+        t_down = time.time() - injected
+        wait_for(lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1, 120, fleet, every=0.5,
+                 why=f"job {job} requeued")
+        t_requeued = time.time() - injected
+        timeline = []
 
-    def running_again():
-        f = job_fields(fleet, job)
-        timeline.append((round(time.time() - injected, 1), f.get("JobState"), f.get("Reason"), f.get("BeginTime"),
-                         f.get("NodeList"), sorted(held_spares(fleet))))
-        return f.get("JobState") == "RUNNING" and f
-    again = wait_for(running_again, 300, fleet, every=0.5, why=f"job {job} running again")
-    t_again = time.time() - injected
-    assert again["NodeList"] == "a-002", \
-        f"the requeued job ran on {again['NodeList']}, not the spare a-002: {timeline[:3]} ... {timeline[-3:]}"
-    status = fleet.status("a-000")
-    assert (status["ok"], status["failure"], status["check"], status["action"], status["remedy"]) == \
-        (False, "health", "xid", "down", "replace"), status
-    slots = fleet.ledger().slots
-    assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, \
-        "the replacement was ready before the job restarted: the spare was not used"
+        def running_again():
+            f = job_fields(fleet, job)
+            timeline.append((round(time.time() - injected, 1), f.get("JobState"), f.get("Reason"), f.get("BeginTime"),
+                             f.get("NodeList"), sorted(held_spares(fleet))))
+            return f.get("JobState") == "RUNNING" and f
+        again = wait_for(running_again, 300, fleet, every=0.5, why=f"job {job} running again")
+        t_again = time.time() - injected
+        assert again["NodeList"] == "a-002", \
+            f"the requeued job ran on {again['NodeList']}, not the spare a-002: {timeline[:3]} ... {timeline[-3:]}"
+        status = fleet.status("a-000")
+        assert (status["ok"], status["failure"], status["check"], status["action"], status["remedy"]) == \
+            (False, "health", "xid", "down", "replace"), status
+        slots = fleet.ledger().slots
+        assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, \
+            "the replacement was ready before the job restarted: the spare was not used"
 
-    after = wait_for(lambda: (s := fleet.ledger().slots).get("a-000") and s["a-000"].state == READY and
-                     s["a-000"].instance_id != before["a-000"].instance_id and s, 600, fleet,
-                     why="a-000 replaced by a new instance, ready")
-    t_replaced = time.time() - injected
-    print(f"[health] Xid 61 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
-          f"{t_requeued:.1f} s, running on the spare a-002 after {t_again:.1f} s; replacement ready after "
-          f"{t_replaced:.1f} s (targets: out of service <= 60 s, running again <= 30 s after that)")
-    assert fleet.instances()[before["a-000"].instance_id]["State"]["Name"] in ("shutting-down", "terminated")
-    downs = events(fleet, DOWN, "a-000")
-    assert downs and "Xid 61" in downs[0].detail, fleet.ledger().events
-    wait_for(lambda: held_spares(fleet) == {"a-000"}, 120, fleet, why="the replacement a-000 held as the new spare")
+        after = wait_for(lambda: (s := fleet.ledger().slots).get("a-000") and s["a-000"].state == READY and
+                         s["a-000"].instance_id != before["a-000"].instance_id and s, 600, fleet,
+                         why="a-000 replaced by a new instance, ready")
+        t_replaced = time.time() - injected
+        print(f"[health] Xid 61 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
+              f"{t_requeued:.1f} s, running on the spare a-002 after {t_again:.1f} s; replacement ready after "
+              f"{t_replaced:.1f} s (targets: out of service <= 60 s, running again <= 30 s after that)")
+        assert fleet.instances()[before["a-000"].instance_id]["State"]["Name"] in ("shutting-down", "terminated")
+        downs = events(fleet, DOWN, "a-000")
+        assert downs and "Xid 61" in downs[0].detail, fleet.ledger().events
+        wait_for(lambda: held_spares(fleet) == {"a-000"}, 120, fleet, why="the replacement a-000 held as the new spare")
 
-    resumed_from = int(ckpt.read_text())
-    flag.touch()
-    wait_for(lambda: job_fields(fleet, job).get("JobState") == "COMPLETED", 120, fleet, why=f"job {job} completed")
-    lines = (work / f"job-{job}.out").read_text().splitlines()
-    starts = [line.split() for line in lines if line.startswith("start ")]
-    assert starts[0][1:3] == ["a-000", "0"] and starts[1][1:3] == ["a-002", "1"], lines
-    assert int(starts[1][3]) >= 3, f"the restart did not resume from the checkpoint: {lines}"
-    assert lines[-1].startswith("done ") and int(lines[-1].split()[1]) >= resumed_from, lines
-    print(f"[health] job {job} resumed on a-002 from step {starts[1][3]} and finished")
+        resumed_from = int(ckpt.read_text())
+        flag.touch()
+        wait_for(lambda: job_fields(fleet, job).get("JobState") == "COMPLETED", 120, fleet, why=f"job {job} completed")
+        lines = (work / f"job-{job}.out").read_text().splitlines()
+        starts = [line.split() for line in lines if line.startswith("start ")]
+        assert starts[0][1:3] == ["a-000", "0"] and starts[1][1:3] == ["a-002", "1"], lines
+        assert int(starts[1][3]) >= 3, f"the restart did not resume from the checkpoint: {lines}"
+        assert lines[-1].startswith("done ") and int(lines[-1].split()[1]) >= resumed_from, lines
+        print(f"[health] job {job} resumed on a-002 from step {starts[1][3]} and finished")
 
-    person_after = slurm(fleet)["a-001"]
-    assert "DRAIN" in person_after.states and person_after.reason == PERSON, person_after
-    assert fleet.ledger().slots["a-001"].instance_id == before["a-001"].instance_id  # not replaced, not resumed
-    on_head(fleet, "scontrol", "update", "nodename=a-001", "state=resume")  # the person is back
+        person_after = slurm(fleet)["a-001"]
+        assert "DRAIN" in person_after.states and person_after.reason == PERSON, person_after
+        assert fleet.ledger().slots["a-001"].instance_id == before["a-001"].instance_id  # not replaced, not resumed
+    finally:
+        flag.touch()
+        if job_fields(fleet, job).get("JobState") not in ("COMPLETED", None):
+            on_head(fleet, "scancel", job)
+        on_head(fleet, "scontrol", "update", "nodename=a-001", "state=resume")  # the person is back
+
+
+def test_i_a_held_spares_deep_check_runs_on_its_timer_and_a_spare_that_fails_it_is_replaced(fleet):
+    """Spares rot: the controller runs the deep checks on a held spare as a Slurm job in its reservation. One that
+    passes changes nothing; one whose DCGM diagnostic fails takes the spare out and replaces it, and the group
+    holds a healthy spare again, with no job and no person involved."""
+    wait_for(lambda: settled(fleet, A, exact=False) and len(held_spares(fleet)) == 1, 600, fleet,
+             why="group a settled with one held spare")
+    (spare,) = held_spares(fleet)
+    node, before = fleet.node(spare), fleet.ledger().slots[spare]
+    since = time.time()
+    checked = wait_for(lambda: [e for e in events(fleet, "deep-check", spare, since)], 4 * SPARE_CHECK, fleet,
+                       why=f"a deep check of the held spare {spare}")
+    log = node.file("/var/log/hpcc-deep-check.log")
+    wait_for(lambda: log.exists() and "deep check passed" in log.read_text(), 120, fleet,
+             why=f"{spare}'s deep check passed (its job's output)")
+    print(f"[health] {spare}'s deep check: {checked[0].detail}")
+    assert fleet.ledger().slots[spare].instance_id == before.instance_id and held_spares(fleet) == {spare}
+
+    state = node.file("/var/log/hpcc-standin/dcgm")  # the stand-in's DCGM on this node: GPU 3 fails its memory test
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("fail:memory:3\n")
+    rotted = time.time()
+    out = wait_for(lambda: (n := slurm(fleet).get(spare)) and n.states & {"DRAIN", "DOWN"} and
+                   n.reason.startswith("hpcc: dcgm_diag") and n, 4 * SPARE_CHECK + 120, fleet,
+                   why=f"{spare} out for its failed deep check")
+    after = wait_for(lambda: (s := fleet.ledger().slots).get(spare) and s[spare].state == READY and
+                     s[spare].instance_id != before.instance_id and s, 600, fleet, why=f"{spare} replaced")
+    held = wait_for(lambda: len(h := held_spares(fleet)) == 1 and h, 120, fleet, why="a spare held again")
+    print(f"[health] {spare}'s DCGM failed: out after {time.time() - rotted:.1f} s ({out.reason}); replaced "
+          f"({before.instance_id} -> {after[spare].instance_id}); held: {sorted(held)}")
+    assert "memory" in out.reason and "GPU 3" in out.reason, out.reason
+    replaced = events(fleet, REPLACE, spare, rotted)
+    assert replaced and "dcgm" in replaced[0].detail, replaced
 
 
 def test_c_a_node_whose_agent_stops_is_found_by_its_heartbeat_drained_and_replaced(fleet):

@@ -733,8 +733,8 @@ HPCC_SLURM_HEALTH_INTERVAL=30
 HPCC_HEALTH_PATH=/opt/amazon/efa/bin:/opt/aws/neuron/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 slurm_health_scripts() {
   local kind
-  for kind in healthcheck prolog epilog; do
-    printf '%s\n' "#!/bin/sh" "# hpcc: Slurm's ${kind} (python3 -m hpcc_node.health ${kind}, from the cluster's bundle)" \
+  for kind in healthcheck prolog epilog deep; do
+    printf '%s\n' "#!/bin/sh" "# hpcc: Slurm runs it (python3 -m hpcc_node.health ${kind}, from the cluster's bundle)" \
       "export PATH=$HPCC_HEALTH_PATH" \
       "cd / && PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} exec python3 -m hpcc_node.health ${kind}" |
       write_file "/usr/local/sbin/hpcc-${kind}" 0755
