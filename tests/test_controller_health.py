@@ -242,6 +242,13 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
     assert by_kind(run(running, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # one at a time
     finished = replace(holding, jobs=(replace(check, state="COMPLETED", end=NOW - 20),))
     assert by_kind(run(finished, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report comes next
+    told = replace(reported, jobs=finished.jobs)  # the node reported it (NOW - 600) before the job ended (NOW - 20)
+    assert by_kind(run(told, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
+    later = replace(finished, reports={**reported.reports, "gpu-003": replace(reported.reports["gpu-003"],
+                                                                               deep_checked=NOW - 2000)})
+    # a check listed as finished before the node's last report is that report's: the next one is due again
+    assert [a.node for a in by_kind(run(replace(later, jobs=(replace(check, state="COMPLETED", end=NOW - 2100),)),
+                                        groups=(SPARE,), spare_check_seconds=1800), DEEP)] == ["gpu-003"]
     drained = with_slurm(holding, "gpu-003", {"IDLE", "DRAIN"}, "alice: looking")
     assert by_kind(run(drained, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
     # a failure elsewhere in the group releases the spare: its running check is cancelled, no new one starts
