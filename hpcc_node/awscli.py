@@ -42,6 +42,12 @@ class ClientError(Exception):
         super().__init__(f"An error occurred ({code}) when calling the {operation} operation: {message}")
 
 
+def error_code(e: BaseException) -> str:
+    """The AWS error code of a ClientError, this module's or botocore's (both carry `.response`); "" for others."""
+    response = getattr(e, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
 def parse_error(stderr: str, operation: str) -> ClientError:
     """The CLI's error text as a ClientError; anything else (a crash, no credentials) keeps its text whole."""
     found = ERROR.search(stderr)

@@ -51,7 +51,7 @@ def wait_for_certificates(node: certs.Node, deadline: float, clock: Callable[[],
                     node.publish()
                     return paths
         except (AwsError, awscli.ClientError) as e:
-            if getattr(e, "response", {}).get("Error", {}).get("Code") in PERMANENT:
+            if awscli.error_code(e) in PERMANENT:
                 raise
             last_error = f"; the last S3 error: {e}"[:300]
         if clock() >= deadline:

@@ -19,6 +19,8 @@ import json
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from hpcc_node.awscli import error_code
+
 NO_ROTATION = "none"  # what Pulumi creates the rotation parameter with
 HOSTKEYS_PREFIX = "hostkeys/"
 CERTS_PREFIX = "certs/"
@@ -167,20 +169,16 @@ def read_authority(text: str) -> Authority:
     return Authority(keys, signing, str(d.get("rotation", "")))
 
 
-def _code(e: Exception) -> str:
-    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
-
-
 def get(s3: Any, bucket: str, key: str, etag: str = "") -> Tuple[Optional[str], str]:
     """(text, ETag) of an object; (None, etag) when unchanged since `etag` (a conditional GET: 304) and (None, "")
     when there is none (S3 API reference, GetObject If-None-Match)."""
     try:
         out = s3.get_object(Bucket=bucket, Key=key, **({"IfNoneMatch": etag} if etag else {}))
     except Exception as e:  # noqa: BLE001 - botocore's or hpcc_node.awscli's ClientError: told apart by code
-        if _code(e) in ("304", "NotModified"):
+        if error_code(e) in ("304", "NotModified"):
             return None, etag
         # Without s3:ListBucket (a compute node), S3 answers a missing key with 403, not 404 (GetObject, "Permissions").
-        if _code(e) in ("NoSuchKey", "404", "NotFound", "AccessDenied", "403"):
+        if error_code(e) in ("NoSuchKey", "404", "NotFound", "AccessDenied", "403"):
             return None, ""
         raise
     return out["Body"].read().decode(), str(out.get("ETag", ""))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
+from hpcc_node.awscli import error_code
 from hpcc_node.taxonomy import FailureClass
 
 from . import fleet, membership
@@ -25,10 +26,6 @@ from .timers import DEFAULT, Timers
 LOG = logging.getLogger("hpcc.controller")
 RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME, REQUEUE, REBOOT,
             SPARES, START_NOW, DEEP_CHECK)  # in `hpcc status`
-
-
-def _code(e: Exception) -> str:
-    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
 
 
 class Executor(HealthActs):
@@ -83,7 +80,7 @@ class Executor(HealthActs):
         try:
             self.ec2.terminate_instances(InstanceIds=[iid])
         except Exception as e:
-            if _code(e) != "InvalidInstanceID.NotFound":
+            if error_code(e) != "InvalidInstanceID.NotFound":
                 raise
             return f"{iid} already gone"
         return f"terminating {iid}"

@@ -19,6 +19,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from hpcc_node.awscli import error_code
+
 from .model import Event, GroupState, LaunchRecord, Slot
 from .timers import DEFAULT, Timers
 
@@ -28,10 +30,6 @@ MEMBERSHIP = "membership"
 
 class LeaseLost(Exception):
     """This controller does not hold the lease (another head took it): it must stop writing."""
-
-
-def _error_code(e: Exception) -> str:
-    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def cancellation_reasons(e: Exception) -> List[str]:
@@ -98,7 +96,7 @@ class Ledger:
                 ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}})
             return True
         except Exception as e:  # botocore's or hpcc_node.awscli's ClientError: the same .response
-            if _error_code(e) != "ConditionalCheckFailedException":
+            if error_code(e) != "ConditionalCheckFailedException":
                 raise
             return False
 
@@ -132,7 +130,7 @@ class Ledger:
         try:
             self.client.transact_write_items(TransactItems=[self._lease_check(), *items])
         except Exception as e:
-            if _error_code(e) != "TransactionCanceledException":
+            if error_code(e) != "TransactionCanceledException":
                 raise
             reasons = cancellation_reasons(e)
             if reasons and reasons[0] == "ConditionalCheckFailed":

@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any, Dict, Optional, Tuple
 
+from hpcc_node.awscli import error_code
+
 KEY = "membership.json"
 FORMAT = 1
 # The nodes' verdicts about themselves: one small object per node, written on a change or a heartbeat, listed
@@ -23,10 +25,6 @@ STATUS_PREFIX = "status/"
 
 class Conflict(Exception):
     """The object changed since it was read (another writer): read it again before writing."""
-
-
-def _code(e: Exception) -> str:
-    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def encode(body: Dict[str, Any], generation: int) -> bytes:
@@ -70,7 +68,7 @@ def head(s3: Any, bucket: str, key: str = KEY) -> Tuple[int, str]:
     try:
         meta = s3.head_object(Bucket=bucket, Key=key)
     except Exception as e:
-        if _code(e) in ("404", "NoSuchKey", "NotFound"):
+        if error_code(e) in ("404", "NoSuchKey", "NotFound"):
             return 0, ""
         raise
     return int(meta.get("Metadata", {}).get("generation", "0")), meta["ETag"]
@@ -83,7 +81,7 @@ def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: s
         out = s3.put_object(Bucket=bucket, Key=key, Body=encode(body, generation), ContentType="application/json",
                             Metadata={"generation": str(generation)}, **cond)
     except Exception as e:
-        if _code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+        if error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
             raise Conflict(f"s3://{bucket}/{key} changed since generation {generation - 1} was read") from e
         raise
     return out["ETag"]
@@ -94,9 +92,9 @@ def read(s3: Any, bucket: str, etag: str = "", key: str = KEY) -> Tuple[Optional
     try:
         out = s3.get_object(Bucket=bucket, Key=key, **({"IfNoneMatch": etag} if etag else {}))
     except Exception as e:
-        if _code(e) in ("304", "NotModified"):
+        if error_code(e) in ("304", "NotModified"):
             return None, etag
-        if _code(e) in ("NoSuchKey", "404"):
+        if error_code(e) in ("NoSuchKey", "404"):
             return None, ""
         raise
     return json.loads(out["Body"].read()), out["ETag"]
