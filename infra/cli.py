@@ -168,6 +168,26 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
 
 
 @app.command()
+def events(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+           node: list[str] = typer.Option(None, "--node", help="only this node or group (repeatable)"),
+           kind: list[str] = typer.Option(None, "--kind", help="only this action: down, drain, replace, ... "
+                                          "(repeatable)"),
+           since: int = typer.Option(None, "--since-minutes", min=1, help="only the last N minutes (default: all "
+                                     "the ledger keeps, a day)"),
+           region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
+    """Every action the controller took and kept (a day): when, what, on which node or group, and why."""
+    from infra.ops.events import cluster_events
+    from infra.ops.status_view import events_table
+
+    found = _ops(lambda: cluster_events(_aws(region), cluster, since * 60 if since else None, node or (),
+                                        kind or ()))
+    if not found:
+        Console().print(f"no action of the controller recorded for {escape(cluster)} with these filters")
+        return
+    Console().print(events_table(found, "the controller's actions (ledger events, UTC)"))
+
+
+@app.command()
 def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
              fmt: str = typer.Option("openmpi", "--format", help=" | ".join(FORMATS)),
              group: list[str] = typer.Option(None, "--group", help="only this node group (repeatable; default: all)"),

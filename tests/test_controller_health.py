@@ -204,7 +204,7 @@ def test_the_health_rules_stay_linear_at_4096_nodes():
     snap = with_verdict(cluster(big), N1, XID79)
     started = time.perf_counter()
     actions = run(snap, groups=(big,))
-    assert time.perf_counter() - started < 2.0  # a quadratic pass over the slots takes minutes here
+    assert time.perf_counter() - started < 10.0  # 0.02 s alone; a quadratic pass over the slots takes minutes
     assert [a.data["nodes"] for a in by_kind(actions, SPARES)] == [[f"gpu-{i}" for i in range(4089, 4096)]]
 
 

@@ -18,14 +18,11 @@ from hpcc_node.taxonomy import FailureClass
 from . import fleet, membership
 from .act_health import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
-from .model import (ALERT, DEEP_CHECK, DOWN, DRAIN, LAUNCH, PROTECT, READY, REBOOT, REMOVE, REMOVING, REPLACE,
-                    REPLACING, REQUEUE, RESUME, SPARES, START_NOW, TAG_NODE, TERMINATE_ORPHAN, Action, Event, Group,
-                    GroupState, Slot, Snapshot)
+from .model import (READY, RECORDED, REMOVING, REPLACE, REPLACING, TAG_NODE, Action, Event, Group, GroupState, Slot,
+                    Snapshot)
 from .timers import DEFAULT, Timers
 
 LOG = logging.getLogger("hpcc.controller")
-RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME, REQUEUE, REBOOT,
-            SPARES, START_NOW, DEEP_CHECK)  # in `hpcc status`
 
 
 class Executor(HealthActs):

@@ -214,6 +214,9 @@ REBOOT = "reboot"  # scontrol reboot (EC2 RebootInstances without Slurm): the ca
 SPARES = "spares"  # the group's spare reservation holds these nodes (none: deleted)
 START_NOW = "start-now"  # scontrol update JobId=<job> StartTime=now: a job requeued off a node hpcc took out
 DEEP_CHECK = "deep-check"  # sbatch in the spares' reservation: a held spare's deep checks, on a timer
+# The actions recorded as ledger events (start, then done or failed): `hpcc status` and `hpcc events` show them.
+RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME, REQUEUE, REBOOT, SPARES,
+            START_NOW, DEEP_CHECK)
 
 
 @dataclass(frozen=True)

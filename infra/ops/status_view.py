@@ -86,8 +86,9 @@ def _when(at: float) -> str:
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def events_table(events: list[model.Event]) -> Table:
-    t = Table(title=Text("the controller's recent actions (ledger events, UTC)"), title_justify="left")
+def events_table(events: list[model.Event], title: str = "the controller's recent actions (ledger events, UTC)") \
+        -> Table:
+    t = Table(title=Text(title), title_justify="left")
     for col in ("at", "action", "node or group", "phase", "class", "reason or result"):
         t.add_column(col, overflow="fold")
     for e in events:
