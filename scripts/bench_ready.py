@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Issue 19's figures computed for AWS (`make bench`): seconds from a node's death to its replacement idle in
-Slurm, and from `hpcc up` to every node ready at 512 and 4,096 nodes with 0.1% of nodes failing at boot. The
+Slurm, and from `hpcc up` to every node ready at 512 and 4,096 nodes with 0.1% of nodes failing at boot; issue
+20's: from a fatal Xid logged to the node out of service (target 60 s). The
 box measures the same paths with namespace nodes that boot in about a minute (tests/box/test_box_fleet.py prints
 `[fleet]` lines); here the controller's own timers (hpcc_node/controller/timers.py) and Slurm's ping
 (infra/slurm.py's SlurmdTimeout) are combined with a p5's launch and boot, which no machine here
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hpcc_node.controller.timers import DEFAULT as TIMERS  # noqa: E402
+from hpcc_node.health.verdict import INTERVAL_S as HEALTH_PERIOD  # noqa: E402
 from infra.slurm import SLURMD_TIMEOUT_SECONDS as SLURMD_TIMEOUT  # noqa: E402
 
 # Assumptions (seconds), a p5.48xlarge from a DLAMI. EC2 documents no launch time; these are what operators
@@ -37,6 +39,18 @@ def death_to_idle() -> int:
     loop terminates it and, the same loop, launches the replacement under the name, which then boots."""
     seen = SLURMD_TIMEOUT // 3 + MESSAGE_TIMEOUT
     return seen + TIMERS.loop_seconds + boot()
+
+
+LOOP_WORK = 10  # a loop's own reads before it acts at 4,096 nodes (describe pages, the ledger scan, the listing)
+
+
+def xid_out_of_service(wake: bool = True) -> int:
+    """Worst case from a fatal Xid logged to the node DOWN: the agent reads it within a health period and writes
+    its status at once; the verdict is acted on once settled. With the status poll between loops, the loop runs
+    at the settle time (the poll sees it sooner); without it, a loop that saw it unsettled waits a whole loop."""
+    if wake:
+        return HEALTH_PERIOD + max(TIMERS.wake_poll_seconds, TIMERS.health_settle_seconds) + LOOP_WORK
+    return HEALTH_PERIOD + 2 * TIMERS.loop_seconds + LOOP_WORK
 
 
 def waves(nodes: int) -> int:
@@ -62,6 +76,9 @@ def main() -> None:
           f"SlurmdTimeout {SLURMD_TIMEOUT} s")
     print(f"a node's death to its replacement idle in Slurm: {death_to_idle()} s "
           f"(seen {SLURMD_TIMEOUT // 3 + MESSAGE_TIMEOUT} s, a loop {TIMERS.loop_seconds} s, launch and boot {boot()} s)")
+    print(f"a fatal Xid logged to its node DOWN: {xid_out_of_service()} s at most (target 60 s; health period "
+          f"{HEALTH_PERIOD} s, status poll {TIMERS.wake_poll_seconds} s, settle {TIMERS.health_settle_seconds} s, "
+          f"a loop's reads {LOOP_WORK} s); {xid_out_of_service(False)} s without the poll between loops")
     print(f"{'nodes':>6} {'waves':>6} {'P(a node fails)':>16} {'all ready, none fails':>22} {'one fails':>10}")
     for nodes in (512, 4096):
         clean, failed = all_ready(nodes)

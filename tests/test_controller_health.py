@@ -240,15 +240,18 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
     check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check")
     running = with_slurm(replace(holding, jobs=(check,)), "gpu-003", {"ALLOCATED"})
     assert by_kind(run(running, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # one at a time
-    finished = replace(holding, jobs=(replace(check, state="COMPLETED", end=NOW - 20),))
+    finished = replace(holding, jobs=(replace(check, state="COMPLETED", start=NOW - 25, end=NOW - 20),))
     assert by_kind(run(finished, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report comes next
-    told = replace(reported, jobs=finished.jobs)  # the node reported it (NOW - 600) before the job ended (NOW - 20)
-    assert by_kind(run(told, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
-    later = replace(finished, reports={**reported.reports, "gpu-003": replace(reported.reports["gpu-003"],
-                                                                               deep_checked=NOW - 2000)})
-    # a check listed as finished before the node's last report is that report's: the next one is due again
-    assert [a.node for a in by_kind(run(replace(later, jobs=(replace(check, state="COMPLETED", end=NOW - 2100),)),
-                                        groups=(SPARE,), spare_check_seconds=1800), DEEP)] == ["gpu-003"]
+    # the report (NOW - 2000) is older than the listed check (started NOW - 1990, ended a second after the check
+    # wrote its time): that check's report has not come yet
+    stale = replace(holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"],
+                                                                             deep_checked=NOW - 2000)})
+    listed = replace(check, state="COMPLETED", start=NOW - 1990, end=NOW - 1980)
+    assert by_kind(run(replace(stale, jobs=(listed,)), groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
+    # the node reported that check (NOW - 1985, before its job ended): the next one is due on the timer
+    told = replace(stale, jobs=(listed,), reports={**stale.reports, "gpu-003": replace(
+        stale.reports["gpu-003"], deep_checked=NOW - 1985)})
+    assert [a.node for a in by_kind(run(told, groups=(SPARE,), spare_check_seconds=1800), DEEP)] == ["gpu-003"]
     drained = with_slurm(holding, "gpu-003", {"IDLE", "DRAIN"}, "alice: looking")
     assert by_kind(run(drained, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
     # a failure elsewhere in the group releases the spare: its running check is cancelled, no new one starts

@@ -271,8 +271,44 @@ def test_the_process_loops_every_minute_and_survives_a_failed_loop(caplog):
         return {"lease": len(calls) != 3, "holder": "head-2", "until": 99}
     loops = forever(step, lambda: now[0], lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)),
                     stop=lambda: len(calls) >= 3)
-    assert loops == 3 and sleeps == [55.0, 55.0, 55.0] and calls == [0.0, 60.0, 120.0]
+    assert loops == 3 and calls == [0.0, 60.0, 120.0]
+    assert sleeps[:4] == [15.0, 15.0, 15.0, 10.0]  # the rest of the minute, in status polls (wake_poll_seconds)
     assert "S3 throttled" in caplog.text and "standing by: head-2" in caplog.text
+
+
+def test_a_new_failed_verdict_brings_the_next_loop_forward_to_its_settle_time_once(caplog):
+    """Between loops the controller polls the statuses (Timers.wake_poll_seconds); a failed verdict no loop acted on
+    runs the next loop once it is settled (its time + health_settle_seconds), not a whole loop later."""
+    from hpcc_node.controller.loop import forever
+    caplog.set_level("INFO", logger="hpcc.controller")
+    now, calls, fault = [0.0], [], {"at": None}
+
+    def step():
+        calls.append(now[0])
+        now[0] += 2
+        return {"lease": True}
+    step.due = lambda: None if fault["at"] is None or len(calls) > 1 else fault["at"] + 20
+
+    def sleep(s):
+        now[0] += s
+        if now[0] >= 17 and fault["at"] is None:
+            fault["at"] = 12.0  # the node's verdict, written at 12 s, seen by the poll at 17 s
+    forever(step, lambda: now[0], sleep, stop=lambda: len(calls) >= 3)
+    assert calls == [0.0, 32.0, 92.0]  # at 12 + 20 (settled), then the minute from there
+    assert "a node's new failed verdict: the next loop in 15 s, not 43 s" in caplog.text
+
+
+def test_which_failed_verdicts_are_new_to_the_loops():
+    from hpcc_node.controller.loop import failed_verdicts, wake_at
+    from hpcc_node.controller.timers import Timers
+    ok, bad = Report("gpu-000", "i-0", True, at=50.0), Report("gpu-001", "i-1", False, "health", "xid", at=100.0)
+    reports = {"gpu-000": ok, "gpu-001": bad}
+    assert failed_verdicts(reports) == {("gpu-001", "i-1", 100.0)}
+    assert failed_verdicts(reports, settled_by=99.0) == set()  # not settled when that loop read it
+    assert wake_at(reports, set(), Timers()) == 120.0
+    assert wake_at(reports, failed_verdicts(reports), Timers()) is None  # acted on: no early loop again
+    again = {**reports, "gpu-001": Report("gpu-001", "i-1", False, "health", "xid 48", at=300.0)}
+    assert wake_at(again, failed_verdicts(reports), Timers()) == 320.0  # the node's verdict changed
 
 
 def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(env):
@@ -289,6 +325,17 @@ def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(en
                                       membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
                                   Body=membership.status_body(name, iid, True, at=env.clock()))
     check_consistent(env, [GPU])
+    # a node's failed verdict in S3: the poll between loops asks for a loop once it is settled, and no more after
+    iid = sorted(env.ec2.live())[0]
+    name = read_name(env.ddb, TABLE, iid)
+    written = env.clock()
+    env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(
+                          membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
+                      Body=membership.status_body(name, iid, False, "health", "xid: Xid 79", at=written))
+    assert step.due() == written + 20
+    env.now[0] += 20
+    step()
+    assert step.due() is None
 
 
 def test_a_removed_node_slurm_no_longer_knows_is_terminated_all_the_same(env):

@@ -186,7 +186,8 @@ def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot, now: float, tim
 def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
     """A deep check for each held spare that is idle, healthy, and has had none for Timers.spare_check_seconds
     (the last: its report's, else its boot's, when it became ready). One at a time per node: not while a check
-    job runs, nor once it ended until the node's report says it ran (Slurm lists a finished job for MinJobAge)."""
+    job runs, nor once it ended until the node's report says one ran after it started (Slurm lists a finished job
+    for MinJobAge)."""
     if timers.spare_check_seconds <= 0 or snap.slurm is None:
         return []
     checks = [j for j in snap.jobs if j.name == DEEP_CHECK_JOB]
@@ -196,7 +197,7 @@ def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float,
         if slot is None or slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id \
                 or node is None or node.states & (BUSY_STATES | HELD_STATES | {"NOT_RESPONDING"}):
             continue
-        if any(name in j.nodes and (not j.end or j.end > r.deep_checked) for j in checks):
+        if any(name in j.nodes and (not j.end or j.start > r.deep_checked) for j in checks):
             continue
         last = r.deep_checked or slot.since
         if now - last < timers.spare_check_seconds:

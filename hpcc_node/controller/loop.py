@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import observe as obs
 from .observe_health import scontrol_read
@@ -38,21 +38,42 @@ def build_step(ec2: Any, ddb: Any, s3: Any, cluster: str, table: str, bucket: st
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured)."""
     ledger = Ledger(ddb, table, owner, clock, timers)
     cache: Dict[str, Tuple[str, Optional[Report]]] = {}
+    acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
+
+    def reports() -> Dict[str, Report]:
+        found = obs.reports(s3, bucket, cache)
+        acted.clear()
+        acted.update(failed_verdicts(found, clock() - timers.health_settle_seconds))
+        return found
 
     def step() -> Mapping[str, Any]:
         current = obs.capacity_blocks(ec2, list(groups()))
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log)
         return reconcile_once(
-            lambda: obs.observe(ec2, ledger, cluster, clock, lambda: obs.reports(s3, bucket, cache), slurm_read,
+            lambda: obs.observe(ec2, ledger, cluster, clock, reports, slurm_read,
                                 bundle(), head, scontrol_read if slurm_read is not None else None),
             lambda snap: decide(snap, current, snap.now, timers), executor, ledger)
+    step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]
     return step
+
+
+def failed_verdicts(reports: Mapping[str, Report], settled_by: float = float("inf")) -> Set[Tuple[str, str, float]]:
+    """The failed reports (each its name, instance and time) written no later than `settled_by`."""
+    return {(r.name, r.instance_id, r.at) for r in reports.values() if not r.ok and r.at <= settled_by}
+
+
+def wake_at(reports: Mapping[str, Report], acted: Set[Tuple[str, str, float]], timers: Timers) -> Optional[float]:
+    """When the next loop should run for a failed verdict no loop has acted on: once the first is settled."""
+    fresh = [at + timers.health_settle_seconds for key in failed_verdicts(reports) - acted for at in (key[2],)]
+    return min(fresh) if fresh else None
 
 
 def forever(step: Callable[[], Mapping[str, Any]], clock: Callable[[], float], sleep: Callable[[float], None],
             stop: Callable[[], bool] = lambda: False, timers: Timers = DEFAULT, log: logging.Logger = LOG) -> int:
-    """Loops until `stop()`; returns how many loops ran."""
+    """Loops until `stop()`; returns how many loops ran. Between loops, `step.due()` (where the step has one: a
+    poll of the nodes' statuses every Timers.wake_poll_seconds) may bring the next loop forward."""
     loops = 0
+    due: Callable[[], Optional[float]] = getattr(step, "due", lambda: None)
     while not stop():
         started = clock()
         loops += 1
@@ -64,5 +85,18 @@ def forever(step: Callable[[], Mapping[str, Any]], clock: Callable[[], float], s
             log.warning("lease lost mid-loop (%s): standing by", e)
         except Exception:  # the next loop reads everything again
             log.exception("loop %d failed; retrying in the next loop", loops)
-        sleep(max(0.0, timers.loop_seconds - (clock() - started)))
+        next_at = started + timers.loop_seconds
+        while clock() < next_at and not stop():
+            sleep(max(0.0, min(timers.wake_poll_seconds, next_at - clock())))
+            if clock() >= next_at:
+                break
+            try:
+                when = due()
+            except Exception as e:  # the next loop reads everything anyway
+                log.warning("between loops: the status poll failed (%s)", e)
+                continue
+            if when is not None and when < next_at:
+                log.info("a node's new failed verdict: the next loop in %.0f s, not %.0f s",
+                         max(0.0, when - clock()), next_at - clock())
+                next_at = when
     return loops

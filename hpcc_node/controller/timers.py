@@ -69,6 +69,11 @@ class Timers:
     # (15 s) and their statuses at once (the agent writes a changed verdict without waiting for its tick), so a
     # systemic burst is seen whole before its first node would be taken out.
     health_settle_seconds: int = 20
+    # Between loops the controller lists the status objects (one request per 1,000 nodes; only a changed ETag is
+    # fetched: a heartbeat keeps it) every this many seconds, and runs the next loop early, once a failed verdict
+    # no loop has acted on is settled: a fatal Xid is then out of service within one health period, this poll and
+    # the settle time (about 50 s), not a whole loop later (the target is 60 s).
+    wake_poll_seconds: int = 15
     # A job that failed on a node within this many seconds of the node's fatal verdict
     # failed with it and is requeued; Slurm keeps a finished job listed for MinJobAge (300 s by default).
     requeue_window_seconds: int = 300
