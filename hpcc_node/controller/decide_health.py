@@ -152,7 +152,7 @@ def _systemic(verdicts: List[Tuple[Failure, Report, str]], snap: Snapshot, now: 
     return {sig for sig, names in nodes.items() if len(names) >= threshold and any(s == sig for _, _, s in verdicts)}
 
 
-def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
+def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]:
     """The group's reservation holds max(0, spares - nodes out of service) idle healthy nodes: those it holds
     already first, then the highest-numbered idle ones."""
     if group.spares <= 0 or snap.slurm is None:
@@ -172,15 +172,14 @@ def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot, now: float, tim
             if s.name not in held and not (slurm[s.name].states & BUSY_STATES)]
     chosen = sorted((keep + idle)[:want])
     if set(chosen) == set(held):
-        return _deep_checks(group, held, snap, now, timers)
+        return []
     released = sorted(set(held) - set(chosen))
     text = (f"hold {', '.join(chosen)}" if chosen else "hold none") + (
         f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else "")
-    cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & set(released)
-                    and j.state in ("PENDING", "CONFIGURING", "RUNNING"))
+    cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & set(released) and not j.end)
     return [Action(SPARES, group=group.name, why=Why("", f"spares: {text}"),
                    data={"reservation": name, "nodes": chosen, "exists": bool(held) or name in snap.reservations,
-                         "cancel": cancel})] + _deep_checks(group, frozenset(held) & set(chosen), snap, now, timers)
+                         "cancel": cancel})]
 
 
 def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
@@ -238,7 +237,9 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
     by_group: Mapping[str, List[Slot]] = {g.name: [s for s in snap.slots.values() if s.group == g.name]
                                           for g in groups}
     for group in groups:
-        out += _spares(group, by_group[group.name], snap, now, timers)
+        spares = _spares(group, by_group[group.name], snap)
+        held = snap.reservations.get(spare_reservation(group.name), frozenset())
+        out += spares + _deep_checks(group, held & set(spares[0].data["nodes"]) if spares else held, snap, now, timers)
     if snap.slurm is not None:
         out += _start_now(snap, now, timers)
     return out, rest

@@ -64,7 +64,7 @@ def failed_verdicts(reports: Mapping[str, Report], settled_by: float = float("in
 
 def wake_at(reports: Mapping[str, Report], acted: Set[Tuple[str, str, float]], timers: Timers) -> Optional[float]:
     """When the next loop should run for a failed verdict no loop has acted on: once the first is settled."""
-    fresh = [at + timers.health_settle_seconds for key in failed_verdicts(reports) - acted for at in (key[2],)]
+    fresh = [at + timers.health_settle_seconds for _, _, at in failed_verdicts(reports) - acted]
     return min(fresh) if fresh else None
 
 
