@@ -237,16 +237,27 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
                                                "placement group or the file system"),
        update_image: bool = typer.Option(False, "--update-image",
                                          help="resolve the image again (replaces the image pin; new instances need "
-                                              "--allow-replace)")):
-    """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the hostfile."""
+                                              "--allow-replace)"),
+       check: bool = typer.Option(False, "--check", help="once every node is ready, `hpcc check fabric` over them "
+                                  "(exit 1 when it names a node)"),
+       check_provider: str = typer.Option("efa", "--check-provider", help="the check's libfabric provider: efa, or "
+                                          "tcp for nodes without EFA")):
+    """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the
+    hostfile; with --check, measure every node's link."""
+    from infra.ops.check_cli import PROVIDERS, run_fabric_check
     from infra.ops.up import up as run_up
 
+    if check_provider not in PROVIDERS:  # before anything runs
+        raise fail(f"--check-provider must be efa or tcp; got {check_provider!r}")
     stack = _stack(config, stack)
     report = _ops(lambda: run_up(config, stack, hostfile_path=hostfile_out, skip_preflight=skip_preflight,
                                  wait_seconds=None if wait_minutes is None else wait_minutes * 60,
                                  allow_replace=allow_replace, update_image=update_image))
     if not report.ok:
         raise typer.Exit(1)
+    if check:
+        Console().print(f"checking the fabric of {escape(report.cluster)} (hpcc check fabric)")
+        run_fabric_check(report.cluster, report.region, provider=check_provider)
 
 
 @app.command()

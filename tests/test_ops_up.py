@@ -181,6 +181,30 @@ def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, m
         assert ops(stack) == ["preview", "preview", "up"]
 
 
+def test_cli_up_check_measures_the_fabric_once_every_node_is_ready_and_names_a_slow_one(tmp_path, monkeypatch):
+    """`hpcc up --check`: the fabric check (hpcc check fabric) after the wait; a bad provider is refused first."""
+    from infra.ops import check_fabric as cf
+    from tests.test_ops_check_fabric import NODES, fake_head
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
+        monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
+        args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
+                "--hostfile", str(tmp_path / "hostfile"), "--check"]
+        bad = CliRunner().invoke(app, [*args, "--check-provider", "udp"])
+        assert bad.exit_code == 2 and "--check-provider must be efa or tcp" in bad.output and ops(stack) == []
+        all_ready(env)
+        rates, asked = {n: 12000.0 for n in NODES}, []
+        rates["gpu-002"] = 900.0
+        monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (asked.append(cluster) or NODES, "203.0.113.7"))
+        monkeypatch.setattr(cf, "ssh_runner", lambda via: fake_head(rates))
+        out = CliRunner().invoke(app, [*args, "--check-provider", "tcp"])
+        assert out.exit_code == 1 and "gpu-002" in out.output.split("below the floor")[1], out.output
+        assert asked == ["cpu-oneccl"] and ops(stack) == ["preview", "up"]  # the config's cluster, once up
+        rates["gpu-002"] = 12000.0
+        assert CliRunner().invoke(app, args).exit_code == 0
+
+
 def test_destroy_unprotects_the_file_system_first(tmp_path):
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()

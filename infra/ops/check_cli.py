@@ -13,6 +13,7 @@ from rich.table import Table
 
 from hpcc_node.health.fabric import FLOOR_FRACTION_DEFAULT, ROUNDS_DEFAULT, Floor
 
+PROVIDERS = ("efa", "tcp")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Acceptance checks of a running cluster.")
 
 
@@ -36,14 +37,23 @@ def fabric(cluster: str = typer.Option(..., "--cluster", help="cluster name (its
            seed: int = typer.Option(None, "--seed", help="the pairings' random seed (to repeat a run)")):
     """Measure every compute node's link in rounds of disjoint pairs (fi_pingpong, from the head), bisect the slow
     ones against a known-good node, and name the nodes under the floor."""
+    if rounds < 1 or not 0 < floor_fraction <= 1 or (floor_gbps is not None and floor_gbps <= 0):
+        raise _fail("--rounds must be 1 or more, --floor-fraction in (0, 1], --floor-gbps above 0", 2)
+    if provider not in PROVIDERS:
+        raise _fail(f"--provider must be efa or tcp; got {provider!r}", 2)
+    run_fabric_check(cluster, region, via=via, user=user, provider=provider, rounds=rounds,
+                     floor=Floor(floor_fraction, floor_gbps), seed=seed)
+
+
+def run_fabric_check(cluster: str, region: str | None, *, via: str | None = None, user: str = "ubuntu",
+                     provider: str = "efa", rounds: int = ROUNDS_DEFAULT, floor: Floor = Floor(),
+                     seed: int | None = None, out: Console | None = None) -> None:
+    """`hpcc check fabric` once its options are checked (also `hpcc up --check`): returns when no node is below
+    the floor; typer.Exit(1) naming the nodes otherwise, or when the cluster cannot be measured."""
     from infra.ops import OpsError
     from infra.ops.aws import Aws
     from infra.ops.check_fabric import check, cluster_nodes, rows, ssh_runner
 
-    if rounds < 1 or not 0 < floor_fraction <= 1 or (floor_gbps is not None and floor_gbps <= 0):
-        raise _fail("--rounds must be 1 or more, --floor-fraction in (0, 1], --floor-gbps above 0", 2)
-    if provider not in ("efa", "tcp"):
-        raise _fail(f"--provider must be efa or tcp; got {provider!r}", 2)
     try:
         nodes, head = cluster_nodes(Aws(region), cluster)
     except OpsError as e:
@@ -52,11 +62,11 @@ def fabric(cluster: str = typer.Option(..., "--cluster", help="cluster name (its
         raise _fail(f"hpcc:cluster={cluster} has {len(nodes)} running compute node(s); a pair needs two", 1)
     if via is None and head is None:
         raise _fail(f"no running head for hpcc:cluster={cluster}; give --via", 1)
-    out = Console()
+    out = out or Console()
     runner = ssh_runner(shlex.split(via) if via else ["ssh", "-o", "BatchMode=yes", f"{user}@{head}"])
     try:
-        report, measured = check(nodes, runner, provider, rounds, Floor(floor_fraction, floor_gbps),
-                                 random.Random(seed), log=lambda line: out.print(line, markup=False))
+        report, measured = check(nodes, runner, provider, rounds, floor, random.Random(seed),
+                                 log=lambda line: out.print(line, markup=False))
     except (RuntimeError, OSError) as e:
         raise _fail(str(e), 1) from None
     pairs, found = rows(report, measured)

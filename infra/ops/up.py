@@ -176,6 +176,7 @@ class UpReport:
     outputs: dict
     readiness: Readiness
     hostfile: Path | None
+    region: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -220,7 +221,7 @@ def wait_and_report(cfg: StackConfig, aws: Aws, outputs: dict, console: Console,
     if outputs.get("sshCommand"):
         console.print(f"log in: {outputs['sshCommand']}", highlight=False)
     console.print(summary_line(readiness), highlight=False)
-    return UpReport(cluster, outputs, readiness, written)
+    return UpReport(cluster, outputs, readiness, written, getattr(aws, "region", None))
 
 
 # -- up / destroy -----------------------------------------------------------------------------------------
