@@ -225,8 +225,9 @@ def test_a_job_requeued_off_a_node_hpcc_took_out_is_made_eligible_now_and_no_oth
 
 
 def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_check_is_cancelled():
-    """Every Timers.spare_check_seconds, counted from the node's last deep check (its report's, else when it became
-    ready), as a job in the spares' reservation; never twice at once, never on a busy, drained or failing node."""
+    """Every Timers.spare_check_seconds, counted from the node's last deep check (its report's, or the last asked,
+    else when it became ready), as a job in the spares' reservation; never twice at once, never on a busy, drained
+    or failing node."""
     DEEP = m.DEEP_CHECK
     holding = replace(cluster(SPARE), reservations={RES: frozenset({"gpu-003"})})  # ready an hour ago
     due = by_kind(run(holding, groups=(SPARE,), spare_check_seconds=1800), DEEP)
@@ -240,18 +241,13 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
     check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check")
     running = with_slurm(replace(holding, jobs=(check,)), "gpu-003", {"ALLOCATED"})
     assert by_kind(run(running, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # one at a time
-    finished = replace(holding, jobs=(replace(check, state="COMPLETED", start=NOW - 25, end=NOW - 20),))
-    assert by_kind(run(finished, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report comes next
-    # the report (NOW - 2000) is older than the listed check (started NOW - 1990, ended a second after the check
-    # wrote its time): that check's report has not come yet
-    stale = replace(holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"],
-                                                                             deep_checked=NOW - 2000)})
-    listed = replace(check, state="COMPLETED", start=NOW - 1990, end=NOW - 1980)
-    assert by_kind(run(replace(stale, jobs=(listed,)), groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
-    # the node reported that check (NOW - 1985, before its job ended): the next one is due on the timer
-    told = replace(stale, jobs=(listed,), reports={**stale.reports, "gpu-003": replace(
-        stale.reports["gpu-003"], deep_checked=NOW - 1985)})
-    assert [a.node for a in by_kind(run(told, groups=(SPARE,), spare_check_seconds=1800), DEEP)] == ["gpu-003"]
+    pending = replace(holding, jobs=(replace(check, state="PENDING"),))  # submitted, not started: the node idle
+    assert by_kind(run(pending, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
+    # a check asked 10 min ago that never reported (a node without the batch script): asked again on the timer only
+    asked = replace(holding, events=(m.Event(NOW - 600, DEEP, "gpu-003", "", "", "start", "held spare"),),
+                    jobs=(replace(check, state="FAILED", end=NOW - 599),))
+    assert by_kind(run(asked, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
+    assert [a.node for a in by_kind(run(asked, groups=(SPARE,), spare_check_seconds=500), DEEP)] == ["gpu-003"]
     drained = with_slurm(holding, "gpu-003", {"IDLE", "DRAIN"}, "alice: looking")
     assert by_kind(run(drained, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
     # a failure elsewhere in the group releases the spare: its running check is cancelled, no new one starts

@@ -30,7 +30,7 @@ def test_jobs_are_read_with_their_nodes_restarts_end_and_requeue_flag():
     got = observe_health.jobs(f"{FAILED_JOB}\n{RUNNING_JOB}\n", parse_time=lambda v: 1e9 if v.startswith("2026")
                               else float(v))
     assert got[0] == observe_health.SlurmJob("41", "FAILED", frozenset({"gpu-000", "gpu-001", "gpu-007"}), 2, 1e9,
-                                             True, "NonZeroExitCode", 1e9, "train", 1e9)
+                                             True, "NonZeroExitCode", 1e9, "train")
     assert (got[1].state, got[1].end, got[1].requeue, got[1].nodes) == ("RUNNING", 0.0, False, frozenset({"cpu-001"}))
     assert observe_health.jobs("No jobs in the system\n") == ()
     requeued = ("JobId=43 JobName=train JobState=PENDING Reason=BeginTime Dependency=(null) Requeue=1 Restarts=1 "

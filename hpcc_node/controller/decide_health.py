@@ -183,22 +183,23 @@ def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]
 
 
 def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
-    """A deep check for each held spare that is idle, healthy, and has had none for Timers.spare_check_seconds
-    (the last: its report's, else its boot's, when it became ready). One at a time per node: not while a check
-    job runs, nor once it ended until the node's report says one ran after it started (Slurm lists a finished job
-    for MinJobAge)."""
+    """A deep check for each held spare that is idle, healthy, and has had none for Timers.spare_check_seconds:
+    none reported (at boot, or a spare's) and none asked (a check that never reports, on a node booted before
+    /usr/local/sbin/hpcc-deep, is asked again on the timer, not every loop). Never while one runs."""
     if timers.spare_check_seconds <= 0 or snap.slurm is None:
         return []
-    checks = [j for j in snap.jobs if j.name == DEEP_CHECK_JOB]
+    running = {n for j in snap.jobs if j.name == DEEP_CHECK_JOB and not j.end for n in j.nodes}
+    asked: Dict[str, float] = {}
+    for e in snap.events:
+        if e.kind == DEEP_CHECK and e.phase == "start":
+            asked[e.node] = max(asked.get(e.node, 0.0), e.at)
     out = []
-    for name in sorted(held):
+    for name in sorted(held - running):
         slot, r, node = snap.slots.get(name), snap.reports.get(name), snap.slurm.get(name)
         if slot is None or slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id \
                 or node is None or node.states & (BUSY_STATES | HELD_STATES | {"NOT_RESPONDING"}):
             continue
-        if any(name in j.nodes and (not j.end or j.start > r.deep_checked) for j in checks):
-            continue
-        last = r.deep_checked or slot.since
+        last = max(r.deep_checked, asked.get(name, 0.0)) or slot.since
         if now - last < timers.spare_check_seconds:
             continue
         out.append(Action(DEEP_CHECK, group=group.name, node=name, instance_id=slot.instance_id,

@@ -136,7 +136,6 @@ class SlurmJob:
     reason: str = ""  # why it is pending (Reason=BeginTime: waiting for its EligibleTime)
     eligible: float = 0.0  # EligibleTime, epoch seconds (0: unknown)
     name: str = ""  # JobName
-    start: float = 0.0  # StartTime, epoch seconds (0: not started or unknown)
 
 
 @dataclass(frozen=True)

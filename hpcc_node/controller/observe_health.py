@@ -62,8 +62,7 @@ def jobs(text: str, parse_time: Callable[[str], float] = local_time) -> Tuple[Sl
         out.append(SlurmJob(f["JobId"].split()[0], f.get("JobState", "").split()[0] if f.get("JobState") else "",
                             hostnames(f.get("NodeList", "")), int(restarts) if restarts.isdigit() else 0,
                             _when(f.get("EndTime", ""), parse_time), f.get("Requeue", "1") == "1",
-                            f.get("Reason", ""), _when(f.get("EligibleTime", ""), parse_time), f.get("JobName", ""),
-                            _when(f.get("StartTime", ""), parse_time)))
+                            f.get("Reason", ""), _when(f.get("EligibleTime", ""), parse_time), f.get("JobName", "")))
     return tuple(out)
 
 
