@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcc_node.controller.model import ALERT, DOWN, DRAIN, READY, REPLACE
+from hpcc_node.controller.model import ALERT, DOWN, DRAIN, READY, REBOOT, REPLACE
 from hpcc_node.controller.observe_health import reservations
 from tests.box.cloud import CONTROLLER_TIMERS, Fault, FleetBox
 from tests.box.harness import node_env
@@ -31,6 +31,7 @@ A = {"a-000", "a-001", "a-002"}
 SPARES = "hpcc-spares-a"
 PERSON = "alice: fan noise, looking tomorrow"  # a person's reason: not hpcc's, never touched
 SPARE_CHECK = 60  # a held spare's deep check every minute (12 h on a cluster: Timers.spare_check_seconds)
+REBOOT_TIMEOUT = 45  # a rebooted node's verdict is awaited this long (20 min on a cluster): a box node never reboots
 
 
 def prepare(box: FleetBox):
@@ -52,7 +53,8 @@ def fleet(box_machine):
     box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "a", "count": 3, "spares": 1},
                                                                 {"name": "b", "count": 1}],
                    compute_env={"HPCC_HEALTH_GPUS": "8"},
-                   timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK})
+                   timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK,
+                           "reboot_timeout_seconds": REBOOT_TIMEOUT})
     box.prepare = prepare(box)
     try:
         box.start()
@@ -141,10 +143,10 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
             raise AssertionError(f"{job_fields(fleet, job)}\n{slurm(fleet)}\n{e}") from None
 
         injected = time.time()
-        run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "61")
+        run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "79")
         assert run.returncode == 0, run.stderr
         down = wait_for(lambda: (n := slurm(fleet).get("a-000")) and "DOWN" in n.states and
-                        n.reason.startswith("hpcc: xid: Xid 61") and n, 180, fleet, every=0.5,
+                        n.reason.startswith("hpcc: xid: Xid 79") and n, 180, fleet, every=0.5,
                         why="a-000 DOWN with hpcc's Xid reason")
         t_down = time.time() - injected
         wait_for(lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1, 120, fleet, every=0.5,
@@ -163,7 +165,7 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
             f"the requeued job ran on {again['NodeList']}, not the spare a-002: {timeline[:3]} ... {timeline[-3:]}"
         status = fleet.status("a-000")
         assert (status["ok"], status["failure"], status["check"], status["action"], status["remedy"]) == \
-            (False, "health", "xid", "down", "replace"), status
+            (False, "health", "xid", "down", "reboot"), status
         slots = fleet.ledger().slots
         assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, \
             "the replacement was ready before the job restarted: the spare was not used"
@@ -172,12 +174,19 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
                          s["a-000"].instance_id != before["a-000"].instance_id and s, 600, fleet,
                          why="a-000 replaced by a new instance, ready")
         t_replaced = time.time() - injected
-        print(f"[health] Xid 61 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
+        print(f"[health] Xid 79 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
               f"{t_requeued:.1f} s, running on the spare a-002 after {t_again:.1f} s; replacement ready after "
               f"{t_replaced:.1f} s (targets: out of service <= 60 s, running again <= 30 s after that)")
         assert fleet.instances()[before["a-000"].instance_id]["State"]["Name"] in ("shutting-down", "terminated")
         downs = events(fleet, DOWN, "a-000")
-        assert downs and "Xid 61" in downs[0].detail, fleet.ledger().events
+        assert downs and "Xid 79" in downs[0].detail, fleet.ledger().events
+        # the catalog's remedy (RESTART_BM) first: a reboot once idle, which a namespace node refuses (its
+        # RebootProgram is EC2's only), so no healthy verdict came within the reboot timeout: then replaced
+        reboots, replaced = events(fleet, REBOOT, "a-000", injected), events(fleet, REPLACE, "a-000", injected)
+        assert reboots and replaced and reboots[0].at < replaced[0].at, fleet.ledger().events
+        assert f"no verdict within {REBOOT_TIMEOUT} s of a reboot" in replaced[0].detail, replaced
+        print(f"[health] a-000: reboot asked {reboots[0].at - injected:.1f} s after the Xid, replaced "
+              f"{replaced[0].at - injected:.1f} s after it ({replaced[0].detail})")
         wait_for(lambda: held_spares(fleet) == {"a-000"}, 120, fleet, why="the replacement a-000 held as the new spare")
 
         resumed_from = int(ckpt.read_text())
