@@ -233,11 +233,13 @@ def test_i_a_held_spares_deep_check_runs_on_its_timer_and_a_spare_that_fails_it_
     out = wait_for(lambda: (n := slurm(fleet).get(spare)) and n.states & {"DRAIN", "DOWN"} and
                    n.reason.startswith("hpcc: dcgm_diag") and n, 4 * SPARE_CHECK + 120, fleet,
                    why=f"{spare} out for its failed deep check")
+    t_out = time.time() - rotted
     after = wait_for(lambda: (s := fleet.ledger().slots).get(spare) and s[spare].state == READY and
                      s[spare].instance_id != before.instance_id and s, 600, fleet, why=f"{spare} replaced")
     held = wait_for(lambda: len(h := held_spares(fleet)) == 1 and h, 120, fleet, why="a spare held again")
-    print(f"[health] {spare}'s DCGM failed: out after {time.time() - rotted:.1f} s ({out.reason}); replaced "
-          f"({before.instance_id} -> {after[spare].instance_id}); held: {sorted(held)}")
+    print(f"[health] {spare}'s DCGM failed: out after {t_out:.1f} s ({out.reason}); replaced "
+          f"({before.instance_id} -> {after[spare].instance_id}) after {time.time() - rotted:.1f} s; held: "
+          f"{sorted(held)}")
     assert "memory" in out.reason and "GPU 3" in out.reason, out.reason
     replaced = events(fleet, REPLACE, spare, rotted)
     assert replaced and "dcgm" in replaced[0].detail, replaced
