@@ -44,22 +44,25 @@ def _monitor(env: dict) -> service.Monitor:
                            env.get("HPCC_HEALTH_STATE", service.STATE_DIR), Runner())
 
 
-def boot(env: dict) -> int:
-    v = _monitor(env).boot()
+def _printed(v, passed: str = "") -> int:
+    """Each check's line, then the reason when the node is not healthy (the bootstrap's `fail` takes the last
+    line), else `passed`; the exit code."""
     for r in v.results:
         print(f"{r.check}: {r.status}{': ' + r.evidence if r.evidence else ''}")
     if not v.healthy:
         print(v.reason)
         return 1
+    if passed:
+        print(passed)
     return 0
 
 
+def boot(env: dict) -> int:
+    return _printed(_monitor(env).boot())
+
+
 def deep(env: dict) -> int:
-    v = _monitor(env).deep()
-    for r in v.results:
-        print(f"{r.check}: {r.status}{': ' + r.evidence if r.evidence else ''}")
-    print(v.reason if not v.healthy else "deep check passed")
-    return 0 if v.healthy else 1
+    return _printed(_monitor(env).deep(), "deep check passed")
 
 
 def healthcheck(env: dict) -> int:
