@@ -18,7 +18,7 @@ from tests.bootstrap_cases import configs, settings
 from tests.instance_data import offline_facts
 from tests.bootstrap_shell import context, run
 from tests.test_bootstrap_behaviour import private_run
-from tests.test_bootstrap_steps import COMMON, calls, ctx_for, fake, preamble, tool  # noqa: F401 - fake is a fixture
+from tests.test_bootstrap_steps import COMMON, calls, ctx_for, fake, preamble, record_pacer_turns, tool  # noqa: F401 - fake is a fixture
 
 HOSTS_PARAM, SETTINGS_PARAM = "/hpcc/llm/hosts", "/hpcc/llm/settings"
 SETTINGS = settings()["p5-llm"]
@@ -379,10 +379,7 @@ def test_two_processes_of_a_node_share_one_pacer(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "aws", "true\n")
     ctx = ctx_for(tmp_path, api_interval_ms=300)
-    # the times the pacer let each call through, read at once with builtins (a stamp the aws stand-in took after a
-    # fork under a box's load was late by more than the jitter this test allows)
-    record = (f'eval "paced_$(declare -f pace)"\n'
-              f'pace() {{ paced_pace; local t; read -r t <"$HPCC_PACE_FILE"; echo "$t" >>{tmp_path}/stamps; }}\n')
+    record = record_pacer_turns(tmp_path / "stamps")
     calls3 = "for i in 1 2 3; do aws_retry sts get-caller-identity >/dev/null; done"
     out = run(COMMON, preamble(tmp_path) + record + f"({calls3}) & ({calls3}) & wait", ctx, env=env)
     assert out.returncode == 0, out.stderr
