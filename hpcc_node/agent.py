@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from hpcc_node import awscli, hosts, rollout, slurm, state, status, upgrade
+from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
 from hpcc_node import certs as host_certs
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
@@ -369,7 +369,9 @@ def main(argv: List[str]) -> int:
         return 1
     agent.certs = host_certs.Certs(agent.aws, agent.s3, config.state_bucket, config.settings_parameter.split("/")[2],
                                    config.role, agent.node.node, agent.node.ip,
-                                   config.status_key[len(membership.STATUS_PREFIX):-len(".json")], log=agent.log)
+                                   config.status_key[len(membership.STATUS_PREFIX):-len(".json")], log=agent.log,
+                                   keys=cluster_keys.Keys(agent.aws, config.settings_parameter.split("/")[2],
+                                                          config.vpc_cidr, lambda: str(agent.settings.get("LOGIN_USER", ""))))
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     verdict_changed = threading.Event()  # a changed health verdict is written at once, not at the next tick
     health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set)  # every verdict.INTERVAL_S (15 s)

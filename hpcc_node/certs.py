@@ -12,17 +12,15 @@ Standard library only; ssh-keygen and sshd are run through an injected `run`."""
 
 from __future__ import annotations
 
-import base64
 import os
-import struct
 import subprocess
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from hpcc_node import certstore as store
-from hpcc_node import hosts
-from hpcc_node.aws import Aws, AwsError, NotFound
+from hpcc_node import cluster_keys, hosts
+from hpcc_node.aws import Aws, NotFound
 
 VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
 BATCH = 50  # nodes whose certificates the head looks up, then signs, in one tick: 4,096 nodes take 82 ticks
@@ -101,33 +99,6 @@ def phases_done(applied: str, rotation_id: str) -> int:
     return store.PHASES.index(phase) if rid == rotation_id and phase in store.PHASES else -1
 
 
-# -- the certificate blob: which host key a certificate is for (PROTOCOL.certkeys) -----------------------------
-_FIELDS = {"ssh-ed25519": 1, "ecdsa-sha2-nistp256": 2, "ecdsa-sha2-nistp384": 2, "ecdsa-sha2-nistp521": 2, "ssh-rsa": 2}
-
-
-def _string(blob: bytes, at: int) -> Tuple[bytes, int]:
-    (n,) = struct.unpack(">I", blob[at:at + 4])
-    if at + 4 + n > len(blob):
-        raise ValueError("truncated certificate")
-    return blob[at + 4:at + 4 + n], at + 4 + n
-
-
-def certified_key(cert: str) -> str:
-    """The plain public key line a certificate line certifies: its type without -cert-v01, then the key's fields
-    after the nonce (RSA: e, n; ECDSA: curve, Q; Ed25519: the key)."""
-    blob = base64.b64decode(store.key_line(cert).split()[1])
-    kind, at = _string(blob, 0)
-    plain = kind.decode().replace("-cert-v01@openssh.com", "")
-    if plain not in _FIELDS:
-        raise ValueError(f"not a certificate: {kind[:40]!r}")
-    _, at = _string(blob, at)  # the nonce
-    start = at
-    for _ in range(_FIELDS[plain]):
-        _, at = _string(blob, at)
-    out = struct.pack(">I", len(plain)) + plain.encode() + blob[start:at]
-    return f"{plain} {base64.b64encode(out).decode()}"
-
-
 # -- the head: signs what the nodes published ------------------------------------------------------------------
 class Member(NamedTuple):
     name: str
@@ -154,6 +125,7 @@ class Head:
         self.authority: Optional[store.Authority] = None
         self.cursor = 0  # where the next window of sign_pending starts
         self.legacy: Optional[Dict[str, str]] = None  # legacy_signer(): a cluster booted before the host CA
+        self.moved: List[str] = []  # what the last follow did to the cluster keys (Certs logs it)
 
     def read_authority(self) -> store.Authority:
         """The CA set, generated and stored at the first call (the secret is created empty, like the cluster key)."""
@@ -176,10 +148,16 @@ class Head:
                       "--secret-string", store.authority_text(a))
 
     def follow(self, rotation: Optional[store.Rotation]) -> store.Authority:
-        """The CA set, moved on to the rotation's phase (stored before anything is signed with it)."""
+        """The CA set, moved on to the rotation's phase (stored before anything is signed with it), after the
+        cluster keys' labels (hpcc_node/cluster_keys.py: each step safe to repeat, should the head stop between)."""
         a = self.authority or self.read_authority()
         moved = advance(a, rotation, lambda: new_key_pair(self.run))
         if moved != a:
+            if rotation:
+                for phase in store.PHASES[phases_done(a.rotation, rotation.id) + 1:store.PHASES.index(rotation.phase) + 1]:
+                    self.moved += [did for secret in (self.names.ssh_key_secret, self.names.user_key_secret)
+                                   if (did := cluster_keys.advance(self.aws, secret, phase, rotation.id,
+                                                                   f"hpcc-{self.cluster}", self.run))]
             self.put_authority(moved)
         self.authority = moved
         return moved
@@ -205,13 +183,13 @@ class Head:
             p = store.read_published(store.get(self.s3, self.bucket, key)[0])
             if p is None or p.ip != m.ip or not p.keys:
                 continue  # not published yet, or published for another address
-            if n in window and set(p.keys) <= {certified_key(c) for c in self.issued[n].certs}:  # type: ignore[union-attr]
+            if n in window and set(p.keys) <= {store.certified_key(c) for c in self.issued[n].certs}:  # type: ignore[union-attr]
                 continue
             start, end = now - SKEW, now - SKEW + VALIDITY
             key_id = f"{self.cluster}/{n}/{m.instance}"
             certs = [sign(a.signer["private"], k, key_id, principals(n, m.ip), start, end, self.run) for k in p.keys]
             issued = store.Issued(m.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end),
-                                  m.instance)
+                                  m.instance, a.rotation)
             store.put(self.s3, self.bucket, self.names.certs(n), store.issue_text(issued))
             self.issued[n] = issued
             signed.append(n)
@@ -236,6 +214,7 @@ class Node:
         self.arn, self.instance = arn, arn.rsplit("/", 1)[-1]
         self.known_hosts, self.sshd = known_hosts, sshd
         self.published: Optional[str] = None
+        self.login: Tuple[str, Dict[str, int]] = ("", {})  # the cluster keys applied: phase, user -> keys authorized
         self.etag = ""  # of certs/<node>.json as last read
         self.issued: Optional[store.Issued] = None
 
@@ -255,7 +234,8 @@ class Node:
                  if line.startswith("@cert-authority ")]
         served = [_read(path + "-cert.pub") for path, _ in self.host_keys()]
         text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
-                                                  next((self.signer_of(c) for c in served if c), ""), self.instance))
+                                                  next((self.signer_of(c) for c in served if c), ""), self.instance,
+                                                  *self.login))
         if text != self.published:
             store.put(self.s3, self.bucket, self.names.hostkeys(self.arn), text)
             self.published = text
@@ -284,7 +264,7 @@ class Node:
         by_key = {}
         for cert in issued.certs:
             try:
-                by_key[certified_key(cert)] = cert
+                by_key[store.certified_key(cert)] = cert
             except ValueError:
                 continue
         paths, changed = [], False
@@ -342,8 +322,10 @@ class Certs:
     what the head wrote for it and publishes what it applied."""
 
     def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, role: str, node: str, ip: str, arn: str,
-                 run: Run = subprocess.run, log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd):
-        self.aws = aws
+                 run: Run = subprocess.run, log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd,
+                 keys: Optional[cluster_keys.Keys] = None):
+        """keys: root's and the login user's cluster keys, installed again at each rotation phase (None: not here)."""
+        self.aws, self.keys = aws, keys
         self.head = Head(aws, s3, bucket, cluster, arn.rsplit("/", 1)[0] + "/", run) if role == "head" else None
         self.me = Node(s3, bucket, cluster, node, ip, arn, run)
         if self.head:
@@ -375,6 +357,9 @@ class Certs:
                 self.log("host certificates are signed by the cluster key (this cluster was booted before the host CA):"
                          " run `hpcc rotate-keys` once every node runs this bundle")
                 self.warned = True
+            for did in self.head.moved:
+                self.log(f"cluster keys: {did}")
+            self.head.moved.clear()
             if signed:
                 self.log(f"host certificates signed for {', '.join(signed[:10])}{' ...' if len(signed) > 10 else ''}")
             issued = self.head.issued.get("head")
@@ -382,4 +367,8 @@ class Certs:
             paths, changed = self.me.install(issued)
             if changed:
                 self.log(f"host certificates installed ({len(paths)}, valid to {_utc(issued.valid_to)}Z): {self.reload()}")
+            if self.keys and (users := self.keys.follow(issued.rotation)):
+                self.log(f"cluster keys installed for {', '.join(users)} (rotation {issued.rotation or 'none'})")
+            if self.keys:
+                self.me.login = (self.keys.rotation or "", {u: len(k.authorized) for u, k in self.keys.installed.items()})
         self.me.publish()

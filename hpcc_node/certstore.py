@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import re
+import struct
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from hpcc_node.awscli import error_code
@@ -33,6 +34,8 @@ ROTATION_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # when `hpcc rotate-keys` start
 class Names(NamedTuple):
     prefix: str  # /hpcc/<cluster>
     host_ca_secret: str
+    ssh_key_secret: str  # root's cluster key (hpcc_node/cluster_keys.py rotates it with the CA)
+    user_key_secret: str  # the login user's key
 
     def hostkeys(self, instance_arn: str) -> str:
         """The object key of the node's published host keys."""
@@ -48,7 +51,7 @@ class Names(NamedTuple):
 
 
 def names(cluster: str) -> Names:
-    return Names(f"/hpcc/{cluster}", f"hpcc/{cluster}/host-ca")
+    return Names(f"/hpcc/{cluster}", f"hpcc/{cluster}/host-ca", f"hpcc/{cluster}/ssh-key", f"hpcc/{cluster}/user-key")
 
 
 def key_line(text: str) -> str:
@@ -66,6 +69,34 @@ def fingerprint(line: str) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
+# -- the certificate blob: which host key a certificate is for (PROTOCOL.certkeys) -----------------------------
+_FIELDS = {"ssh-ed25519": 1, "ecdsa-sha2-nistp256": 2, "ecdsa-sha2-nistp384": 2, "ecdsa-sha2-nistp521": 2, "ssh-rsa": 2}
+
+
+def _string(blob: bytes, at: int) -> Tuple[bytes, int]:
+    (n,) = struct.unpack(">I", blob[at:at + 4])
+    if at + 4 + n > len(blob):
+        raise ValueError("truncated certificate")
+    return blob[at + 4:at + 4 + n], at + 4 + n
+
+
+def certified_key(cert: str) -> str:
+    """The plain public key line a certificate line certifies: its type without -cert-v01, then the key's fields
+    after the nonce (RSA: e, n; ECDSA: curve, Q; Ed25519: the key)."""
+    blob = base64.b64decode(key_line(cert).split()[1])
+    kind, at = _string(blob, 0)
+    plain = kind.decode().replace("-cert-v01@openssh.com", "")
+    if plain not in _FIELDS:
+        raise ValueError(f"not a certificate: {kind[:40]!r}")
+    _, at = _string(blob, at)  # the nonce
+    start = at
+    for _ in range(_FIELDS[plain]):
+        _, at = _string(blob, at)
+    out = struct.pack(">I", len(plain)) + plain.encode() + blob[start:at]
+    return f"{plain} {base64.b64encode(out).decode()}"
+
+
+
 class Published(NamedTuple):
     """What a node wrote to its hostkeys object."""
     ip: str
@@ -73,11 +104,13 @@ class Published(NamedTuple):
     trust: List[str]  # fingerprints of the CAs its known-hosts file lists
     cert_ca: str  # fingerprint of the CA of the certificates it serves ("" before it has any)
     instance: str = ""  # its instance id, for the certificate's key ID (a label: the principals are the head's)
+    login_keys: str = ""  # the rotation phase whose cluster keys it installed (hpcc_node/cluster_keys.py), "" none
+    authorized: Dict[str, int] = {}  # user (root, the login user) -> how many cluster keys it authorizes
 
 
 def publish_text(p: Published) -> str:
-    return json.dumps({"ip": p.ip, "keys": p.keys, "trust": p.trust, "certCa": p.cert_ca, "instance": p.instance},
-                      sort_keys=True)
+    return json.dumps({"ip": p.ip, "keys": p.keys, "trust": p.trust, "certCa": p.cert_ca, "instance": p.instance,
+                       "loginKeys": p.login_keys, "authorized": p.authorized}, sort_keys=True)
 
 
 def read_published(text: Optional[str]) -> Optional[Published]:
@@ -85,8 +118,11 @@ def read_published(text: Optional[str]) -> Optional[Published]:
     try:
         d = json.loads(text or "")
         instance = str(d.get("instance", ""))
+        counts = d.get("authorized") or {}
         return Published(str(d["ip"]), [key_line(k) for k in d["keys"]][:4], [str(f)[:60] for f in d["trust"]][:4],
-                         str(d.get("certCa", ""))[:60], instance if INSTANCE_ID.fullmatch(instance) else "")
+                         str(d.get("certCa", ""))[:60], instance if INSTANCE_ID.fullmatch(instance) else "",
+                         str(d.get("loginKeys", ""))[:40],
+                         {str(u)[:32]: int(n) for u, n in list(counts.items())[:2]})
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -100,18 +136,19 @@ class Issued(NamedTuple):
     valid_from: int
     valid_to: int
     instance: str = ""  # the instance whose published keys these certify (a replacement is signed at once)
+    rotation: str = ""  # the rotation phase applied when signed ("<id>:<phase>"): the nodes follow its cluster keys
 
 
 def issue_text(i: Issued) -> str:
     return json.dumps({"ip": i.ip, "certs": i.certs, "cas": i.cas, "ca": i.ca, "validFrom": i.valid_from,
-                       "validTo": i.valid_to, "instance": i.instance}, sort_keys=True)
+                       "validTo": i.valid_to, "instance": i.instance, "rotation": i.rotation}, sort_keys=True)
 
 
 def read_issued(text: Optional[str]) -> Optional[Issued]:
     try:
         d = json.loads(text or "")
         return Issued(str(d["ip"]), [key_line(c) for c in d["certs"]], [key_line(c) for c in d["cas"]], str(d["ca"]),
-                      int(d["validFrom"]), int(d["validTo"]), str(d.get("instance", "")))
+                      int(d["validFrom"]), int(d["validTo"]), str(d.get("instance", "")), str(d.get("rotation", "")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 

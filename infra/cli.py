@@ -323,7 +323,8 @@ def rotate_keys(cluster: str = typer.Option(..., "--cluster", help="cluster name
                 region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
                 resume: bool = typer.Option(False, "--resume", help="carry on the rotation that is running"),
                 timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="per phase, for every node")):
-    """A new host CA on the running cluster: add, switch, retire, waiting for every node between phases."""
+    """A new host CA and new SSH keys for root and the login user on the running cluster: add, switch, retire,
+    waiting for every node between phases."""
     from infra.ops.rotate_keys import rotate
 
     _ops(lambda: rotate(_aws(region), cluster, resume, timeout_minutes * 60, lambda line: Console().print(line, markup=False, highlight=False)))

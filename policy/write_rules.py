@@ -1,7 +1,7 @@
 """What the nodes' roles may write (issue 22 item 5): a node is root on itself only, so its role may change nothing
 that other nodes trust. Allowed: its own status (ssm:PutParameter under /hpcc/<cluster>/nodes/, only where the
 parameter's `hpcc:instance` tag is the caller's instance), the head's writes of the cluster's SSH, munge, login-user
-and host-CA secrets (secretsmanager:PutSecretValue), and instance or group changes only on resources tagged with its own
+and host-CA secrets (secretsmanager:PutSecretValue; the labels of the SSH and login-user keys, to rotate them), and instance or group changes only on resources tagged with its own
 cluster (a controller's scaling). Never: the settings, hosts or FSx parameters, any parameter's tags or labels,
 a secret's metadata or policy, an S3 object (the bundle) or IAM. All the role's policies together
 (infra/components/identity.py writes them).
@@ -24,6 +24,7 @@ else:  # loaded by the Pulumi engine as a script directory
 
 STATUS_WRITE = "ssm:PutParameter"
 SECRET_WRITE = "secretsmanager:PutSecretValue"
+KEY_LABELS = "secretsmanager:UpdateSecretVersionStage"  # the head's rotation of the cluster and login keys
 # Never allowed to a node role: rewriting what the others read, or the trust around it.
 NEVER = ("ssm:DeleteParameter", "ssm:DeleteParameters", "ssm:LabelParameterVersion", "ssm:UnlabelParameterVersion",
          "ssm:AddTagsToResource", "ssm:RemoveTagsFromResource",
@@ -110,6 +111,11 @@ def _secret_target(arn: str, cluster: str) -> bool:
                              r"(ssh-key|munge-key|host-ca|user-key)(-[A-Za-z0-9]{6})?", arn))
 
 
+def _key_target(arn: str, cluster: str) -> bool:
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{re.escape(cluster)}/"
+                             r"(ssh-key|user-key)(-[A-Za-z0-9]{6})?", arn))
+
+
 def _own_cluster_condition(condition: object, cluster: str) -> bool:
     return iam_rules.tag_scoped(condition, cluster)
 
@@ -131,7 +137,13 @@ def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
         if not head or bad:
             out.append(f"allows {SECRET_WRITE} on {', '.join(bad or targets)}: only the head writes, and only its "
                        f"cluster's own secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca, user-key)")
+    if _allows(statement, KEY_LABELS):
+        bad = [t for t in targets if not _key_target(t, cluster)]
+        if not head or bad:
+            out.append(f"allows {KEY_LABELS} on {', '.join(bad or targets)}: only the head moves the labels of its "
+                       f"cluster's SSH keys (secret:hpcc/{cluster}/ssh-key, user-key), to rotate them")
     store, allowed = store_problems(cluster, head, statement, targets)
+    allowed = set(allowed) | ({KEY_LABELS} if head and all(_key_target(t, cluster) for t in targets) else set())
     out += store
     never = [a for a in NEVER if _allows(statement, a) and a not in allowed]
     if never:

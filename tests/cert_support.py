@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import os
+import pwd
 import subprocess
 from pathlib import Path
 
-from hpcc_node import certs
-from hpcc_node.aws import NotFound
+from moto.core.exceptions import JsonRESTError
+from moto.secretsmanager.models import SecretsManagerBackend
+
+from hpcc_node import certs, cluster_keys
+from hpcc_node.aws import AwsError, NotFound
 
 
 BUCKET = "hpcc-llm-state-123456789012"
@@ -41,6 +47,10 @@ class FakeAws:
         self.objects: dict[str, str] = {}
         self.puts: list[str] = []
         self.gets: list[str] = []
+        # the SSH and login keys of cluster llm, created empty as Pulumi creates them (infra/components/identity.py)
+        self.keys = SecretsManagerBackend("us-east-1", "123456789012")
+        for secret in KEY_SECRETS:
+            self.keys.create_secret(f"hpcc/llm{secret}", None, None, None, None, None, None, [], False)
 
     def get_object(self, Bucket, Key, IfNoneMatch=""):
         assert Bucket == BUCKET
@@ -66,6 +76,8 @@ class FakeAws:
         self.puts.append(name)
 
     def call(self, *args):
+        if len(args) > 3 and args[3].endswith(KEY_SECRETS):
+            return self.key_call(args[1], _options(args[2:]))
         if args[:2] == ("secretsmanager", "get-secret-value"):
             if args[3] not in self.secrets:
                 raise NotFound("ResourceNotFoundException")
@@ -74,6 +86,35 @@ class FakeAws:
             self.secrets[args[3]] = args[5]
             return "{}"
         raise AssertionError(f"unexpected call {args}")
+
+    def key_call(self, operation: str, o: dict) -> str:
+        """The aws CLI's secretsmanager commands hpcc_node/cluster_keys.py makes, on moto's model of the labels."""
+        b, sid = self.keys, o["secret-id"]
+        try:
+            if operation == "get-secret-value":
+                return b.get_secret_value(sid, None, o.get("version-stage") or "AWSCURRENT")["SecretString"] + "\n"
+            if operation == "put-secret-value":
+                value = o["secret-string"]
+                if value.startswith("file://"):
+                    value = Path(value[len("file://"):]).read_text()
+                return b.put_secret_value(sid, value, None, o.get("client-request-token"),
+                                          o.get("version-stages", "AWSCURRENT").split())
+            if operation == "list-secret-version-ids":
+                return b.list_secret_version_ids(sid)
+            if operation == "update-secret-version-stage":
+                return json.dumps(b.update_secret_version_stage(sid, o["version-stage"], o.get("remove-from-version-id"),
+                                                                o.get("move-to-version-id")))
+        except JsonRESTError as e:
+            raise NotFound(str(e)) if e.code == 404 or "NotFound" in e.error_type else AwsError(str(e)) from None
+        raise AssertionError(f"unexpected call {operation} {o}")
+
+
+KEY_SECRETS = ("/ssh-key", "/user-key")  # their labels matter (cluster_keys.py): moto's Secrets Manager model holds them
+
+
+def _options(args) -> dict:
+    """`--name value` pairs of a CLI call (`--query X --output text` included)."""
+    return {args[i][2:]: args[i + 1] for i in range(0, len(args) - 1, 2)}
 
 
 def host_keys(directory: Path, types=("ed25519", "ecdsa")) -> list[Path]:
@@ -110,3 +151,22 @@ def make_head(aws: FakeAws, cluster: str = "llm") -> certs.Head:
 def cert_text(path: str | Path) -> str:
     return subprocess.run(["ssh-keygen", "-L", "-f", str(path)], capture_output=True, text=True, check=True,
                           env={"TZ": "UTC", "PATH": "/usr/bin:/bin"}).stdout
+
+
+def seed_keys(aws: FakeAws) -> dict[str, str]:
+    """Root's cluster key and the login user's key, as the head's first boot puts them (ssh.sh.j2 head_key)."""
+    out = {}
+    for secret in KEY_SECRETS:
+        out[secret] = cluster_keys.new_private_key("hpcc-llm")
+        aws.keys.put_secret_value(f"hpcc/llm{secret}", out[secret], None, None, ["AWSCURRENT"])
+    return out
+
+
+def node_keys(aws: FakeAws, tmp: Path, name: str) -> cluster_keys.Keys:
+    """A node's Keys with root's and the login user's (alice's) homes under tmp/name, as its bootstrap left them."""
+    homes = {"root": tmp / name / "root", "alice": tmp / name / "alice"}
+    for home in homes.values():
+        (home / ".ssh").mkdir(parents=True, exist_ok=True)
+        (home / ".ssh" / "id_hpcc").touch()
+    return cluster_keys.Keys(aws, "llm", "10.0.0.0/16", lambda: "alice", home_of=lambda user: pwd.struct_passwd(
+        (user, "x", os.getuid(), os.getgid(), "", str(homes[user]), "/bin/bash")))

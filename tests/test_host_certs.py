@@ -62,7 +62,7 @@ def test_the_python_fingerprint_and_certified_key_are_ssh_keygens(cluster, tmp_p
     for path, key in nodes["head"].host_keys():
         listed = subprocess.run(["ssh-keygen", "-lf", f"{path}.pub"], capture_output=True, text=True).stdout.split()[1]
         assert certstore.fingerprint(key) == listed
-    certified = {certs.certified_key(c) for c in issued(aws, "head").certs}
+    certified = {certstore.certified_key(c) for c in issued(aws, "head").certs}
     assert certified == {k for _, k in nodes["head"].host_keys()}
 
 

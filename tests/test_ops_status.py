@@ -234,12 +234,12 @@ def test_a_controller_whose_lease_expired_is_reported_not_running(f):
 def test_a_host_ca_rotation_in_progress_is_shown_with_its_phase(f):
     from hpcc_node import certstore
 
-    assert status().rotation is None and "host CA rotation" not in status_cli().output
+    assert status().rotation is None and "rotation 2026" not in status_cli().output
     Aws(REGION).call("ssm", "put_parameter", Name=certstore.names(C).rotation, Type="String", Overwrite=True,
                      Value=certstore.rotation_text(certstore.Rotation("20261124T190000Z", "switch")))
     assert status().rotation == certstore.Rotation("20261124T190000Z", "switch")
     text = " ".join(status_cli().output.split())
-    assert "host CA rotation 20261124T190000Z: phase switch (the new CA signs; the old one is still trusted)" in text
+    assert "host CA and cluster key rotation 20261124T190000Z: phase switch (the new CA signs and the new keys log in; the old ones are still trusted)" in text
     Aws(REGION).call("ssm", "put_parameter", Name=certstore.names(C).rotation, Type="String", Overwrite=True,
                      Value="{not json")
     out = status_cli()

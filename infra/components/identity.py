@@ -36,6 +36,9 @@ SESSION_MANAGER = ["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlCh
                    "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]
 SECRET_READ = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
 SECRET_WRITE = ["secretsmanager:PutSecretValue"]
+# The head rotates the cluster and login keys with their staging labels (hpcc_node/cluster_keys.py, Secrets Manager
+# User Guide, "Lambda rotation functions": what a rotation function does with these).
+KEY_ROTATION = ["secretsmanager:ListSecretVersionIds", "secretsmanager:UpdateSecretVersionStage"]
 
 
 @dataclass
@@ -122,6 +125,7 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
     bundles it may read (infra/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
     secret_actions = SECRET_READ + (SECRET_WRITE if role == "head" else [])
+    key_actions = secret_actions + (KEY_ROTATION if role == "head" else [])
     munge = [{"Sid": "ClusterMungeKey", "Effect": "Allow", "Action": secret_actions, "Resource": [munge_arn]}]
     return json.dumps({
         "Version": "2012-10-17",
@@ -129,13 +133,13 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
             {"Sid": "ReadClusterParameters", "Effect": "Allow",
              "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
              "Resource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"]},
-            {"Sid": "ClusterSshKey", "Effect": "Allow", "Action": secret_actions, "Resource": [secret_arn]},
+            {"Sid": "ClusterSshKey", "Effect": "Allow", "Action": key_actions, "Resource": [secret_arn]},
             *([{"Sid": "ClusterBundles", "Effect": "Allow", "Action": ["s3:GetObject"],
                 "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"]}] if cluster else []),
             *(munge if munge_arn else []),
             *([{"Sid": "HostCa", "Effect": "Allow", "Action": SECRET_READ + SECRET_WRITE, "Resource": [host_ca_arn]}]
               if host_ca_arn and role == "head" else []),
-            *([{"Sid": "LoginUserKey", "Effect": "Allow", "Action": secret_actions, "Resource": [user_key_arn]}]
+            *([{"Sid": "LoginUserKey", "Effect": "Allow", "Action": key_actions, "Resource": [user_key_arn]}]
               if user_key_arn else []),
             *((controller_statements(region, account, cluster) if role == "head" else
                node_state_statements(account, cluster)) if cluster else []),

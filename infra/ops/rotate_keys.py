@@ -1,4 +1,5 @@
-"""`hpcc rotate-keys --cluster C`: a new host CA on a running cluster, without breaking a running job's SSH.
+"""`hpcc rotate-keys --cluster C`: a new host CA, and new SSH keys for root and the login user, on a running
+cluster, without breaking a running job's SSH.
 
 The command steps `/hpcc/<c>/rotation` through three phases (hpcc_node/certs.py applies them on the head; every
 node's agent installs what the head wrote), and waits between phases until every node has applied the phase:
@@ -6,6 +7,8 @@ node's agent installs what the head wrote), and waits between phases until every
 - switch: the head signs every node's host keys with the new CA; both are still trusted, so a connection from a node
   that has not yet seen the new certificates, or to one still serving the old, is accepted;
 - retire: the old CA is dropped from the secret and from every known-hosts file.
+Root's cluster key and the login user's key move in the same phases (hpcc_node/cluster_keys.py): a new key
+authorized beside the old (add), logged in with (switch), the old one no longer authorized (retire).
 A node applied a phase when the certificates the head wrote for it (certs/<node>.json in the state bucket) are of the
 phase and the node's own report (hostkeys/<instance-arn>.json: the CAs it trusts, the CA of the certificates it
 serves) says it installed them; the nodes are those of the controller's membership.json (hpcc_node/certstore.py).
@@ -14,8 +17,7 @@ Open SSH sessions are never touched (their host key was checked at connect); new
 One rotation at a time: a rotation whose retire not every node has applied is still running; the command refuses to
 start another and `--resume` carries it on (re-running a phase changes nothing). The rotation parameter is Pulumi's
 (created "none", so `pulumi destroy` removes it); two operators starting a rotation in the same second are not
-told apart (SSM has no conditional write): the second one's id wins, and both wait for it.
-Not yet: rotating root's cluster key (hpcc/<c>/ssh-key), which the nodes read at boot only."""
+told apart (SSM has no conditional write): the second one's id wins, and both wait for it."""
 
 from __future__ import annotations
 
@@ -34,14 +36,18 @@ Clock = Callable[[], float]
 
 def applied(phase: str, issued: certstore.Issued | None, published: certstore.Published | None) -> bool:
     """Whether a node has applied a phase: the head's certificates for it are of the phase, and the node says it
-    trusts exactly those CAs and serves certificates by the one that signs."""
+    trusts exactly those CAs, serves certificates by the one that signs, and installed the cluster keys of the phase
+    (both keys authorized until retire, one after)."""
     if issued is None or published is None:
         return False
     trusted = [certstore.fingerprint(ca) for ca in issued.cas]
     of_phase = {"add": len(trusted) == 2 and issued.ca == trusted[0],
                 "switch": len(trusted) == 2 and issued.ca == trusted[1],
                 "retire": len(trusted) == 1 and issued.ca == trusted[0]}[phase]
-    return of_phase and published.trust == trusted and published.cert_ca == issued.ca and published.ip == issued.ip
+    keys = published.login_keys == issued.rotation and all(
+        n == (1 if phase == "retire" else 2) for n in published.authorized.values())
+    return (of_phase and keys and published.trust == trusted and published.cert_ca == issued.ca
+            and published.ip == issued.ip)
 
 
 def _parameters(aws: Aws, names: list[str]) -> dict[str, str]:
@@ -119,7 +125,8 @@ def wait_phase(c: Cluster, phase: str, timeout: float, say: Callable[[str], None
             return
         if clock() >= deadline:
             raise OpsError(f"phase {phase}: {', '.join(behind[:20])} did not apply it within {timeout / 60:.0f} min "
-                           "(check `hpcc status` and the nodes' log); nothing is broken: both CAs are trusted until "
+                           "(check `hpcc status` and the nodes' log); nothing is broken: both CAs and both keys are "
+                           "trusted until "
                            "retire. Run `hpcc rotate-keys --resume` to carry on")
         sleep(poll)
 
@@ -146,5 +153,6 @@ def rotate(aws: Aws, cluster: str, resume: bool, timeout: float, say: Callable[[
             running = certstore.Rotation(running.id, phase)
             put(aws, cluster, running)
         wait_phase(c, phase, timeout, say, clock, sleep)
-    say(f"rotation {running.id} done: every node trusts and serves the new host CA only")
+    say(f"rotation {running.id} done: every node trusts and serves the new host CA only, and logs in with and "
+        "accepts the new cluster keys only")
     return running.id

@@ -186,10 +186,10 @@ def rotation_line(status: ClusterStatus) -> str:
     r = status.rotation
     if r is None:
         return ""
-    what = {"add": "the new CA is trusted beside the old one; the old one still signs",
-            "switch": "the new CA signs; the old one is still trusted",
-            "retire": "the old CA is retired once every node applied it"}.get(r.phase, r.phase)
-    return (f"host CA rotation {r.id}: phase {r.phase} ({what}); `hpcc rotate-keys --resume` shows each node's "
+    what = {"add": "the new CA and keys are trusted beside the old ones; the old ones still sign and log in",
+            "switch": "the new CA signs and the new keys log in; the old ones are still trusted",
+            "retire": "the old CA and keys are retired once every node applied it"}.get(r.phase, r.phase)
+    return (f"host CA and cluster key rotation {r.id}: phase {r.phase} ({what}); `hpcc rotate-keys --resume` shows each node's "
             "progress and carries it on")
 
 

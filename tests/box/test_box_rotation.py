@@ -1,7 +1,8 @@
 """`hpcc rotate-keys` on a booted box, with SSH running across the nodes the whole time: an SSH session opened before
 the rotation (a job's long-lived ssh) lives through it, and a loop of new connections from the head to every compute
-node never fails, while the host CA is added, switched to and the old one retired. At the end every node trusts
-and serves the new CA only.
+node never fails, while the host CA and root's cluster key are added, switched to and the old ones retired. At the
+end every node trusts and serves the new CA only, logs in with the new cluster key, and refuses the old one. (The
+box's image has no login user: tests/test_rotate_keys.py rotates that key.)
 
 Self-contained: its own fleet box (the cpu profile, one group of two compute nodes the head's controller launches),
 only FleetBox/Node's public API (box.node, box.compute, node.run, node.enter, box.client), and the command's own
@@ -61,6 +62,10 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
     ips = [n.ip for n in computes]
     old = known_cas(head)
     assert len(old) == 1 and all(known_cas(n) == old for n in computes)
+    old_key = tmp_path / "old-cluster-key"  # root's cluster key before the rotation, as a copy kept would be
+    old_key.write_text(head.run("cat", "/root/.ssh/id_hpcc", check=True).stdout)
+    old_key.chmod(0o600)
+    old_public = head.run("cat", "/root/.ssh/id_hpcc.pub", check=True).stdout.split()[1]
     # a job's long-lived SSH session, opened before the rotation
     session = subprocess.Popen(head.enter("ssh", "-o", "BatchMode=yes", ips[0],
                                           "for i in $(seq 400); do echo tick; sleep 1; done"),
@@ -91,3 +96,16 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
         assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == n.ip
     assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"]["Value"] == \
         certstore.rotation_text(certstore.Rotation(rid, "retire"))
+    # root's cluster key: a new one on every node, the only cluster key any node accepts; the old one is refused
+    new_public = head.run("cat", "/root/.ssh/id_hpcc.pub", check=True).stdout.split()[1]
+    assert new_public != old_public
+    for n in box.nodes:
+        assert n.run("cat", "/root/.ssh/id_hpcc.pub", check=True).stdout.split()[1] == new_public
+        cluster_lines = [line for line in n.run("cat", "/root/.ssh/authorized_keys", check=True).stdout.splitlines()
+                         if line.endswith(f" hpcc-{box.name}")]
+        assert len(cluster_lines) == 1 and new_public in cluster_lines[0].split(), cluster_lines
+    # no config (its IdentityFile would offer the new key too) and no host check: only the old key is tried
+    refused = head.run("ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o",
+                       "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5",
+                       "-i", str(old_key), f"root@{ips[0]}", "true")
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused.stderr

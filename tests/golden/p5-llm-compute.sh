@@ -846,6 +846,13 @@ head_key() {
 
 compute_key() { from_head "$1" ssh "$2" read_key "$1"; }
 
+cluster_keys() {
+  local out
+  out=$(cd / && PYTHONPATH=$HPCC_CURRENT python3 -m hpcc_node.cluster_keys "llm" "$HPCC_VPC_CIDR" "$HPCC_LOGIN_USER") ||
+    fail "could not install the cluster keys from the secrets' labels (see above)"
+  log "cluster keys installed for $out"
+}
+
 step_ssh() {
   local home
   compute_key "hpcc/llm/ssh-key" "cluster key" || fail "could not read or store hpcc/llm/ssh-key (see above)"
@@ -861,6 +868,7 @@ step_ssh() {
   else
     log "no user $HPCC_LOGIN_USER on this image: the key is installed for root only"
   fi
+  cluster_keys
   grep -q '^Include /etc/ssh/ssh_config.d/' /etc/ssh/ssh_config 2>/dev/null ||
     sed -i '1i Include /etc/ssh/ssh_config.d/*.conf' /etc/ssh/ssh_config
   grep -q '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config ||
