@@ -19,14 +19,14 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from hpcc_node import certstore as store
-from hpcc_node import cluster_keys, hosts
+from hpcc_node import cluster_keys, hosts, sshkeys
 from hpcc_node.aws import Aws, NotFound
 
 VALIDITY = 7 * 86400  # a certificate's life: a copied host key and certificate answer for a node's IP a week at most
 BATCH = 50  # nodes whose certificates the head looks up, then signs, in one tick: 4,096 nodes take 82 ticks
 SKEW = 300  # valid from 5 min before signing: the nodes' clocks (chrony, Amazon Time Sync) differ by less
 KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts.hpcc"  # templates/steps/ssh.sh.j2's HPCC_KNOWN_HOSTS (a test runs both)
-Run = Callable[..., subprocess.CompletedProcess]
+Run = sshkeys.Run
 
 
 def principals(node: str, ip: str) -> List[str]:
@@ -47,13 +47,6 @@ def _utc(ts: float) -> str:
     return time.strftime("%Y%m%d%H%M%S", time.gmtime(ts))
 
 
-def _checked(run: Run, args: List[str]) -> str:
-    out = run(args, capture_output=True, text=True, timeout=60, env=dict(os.environ, TZ="UTC"))
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:2])}: {(out.stderr or '').strip()[-200:]}")
-    return out.stdout
-
-
 def sign(ca_private: str, key: str, key_id: str, names: Sequence[str], valid_from: float, valid_to: float,
          run: Run = subprocess.run) -> str:
     """A host certificate of KEY (a public key line) by the CA, in a private scratch directory."""
@@ -63,18 +56,15 @@ def sign(ca_private: str, key: str, key_id: str, names: Sequence[str], valid_fro
             f.write(ca_private.rstrip("\n") + "\n")
         with open(os.path.join(scratch, "key.pub"), "w") as f:
             f.write(store.key_line(key) + "\n")
-        _checked(run, ["ssh-keygen", "-q", "-s", ca, "-h", "-I", key_id, "-n", ",".join(names),
+        sshkeys.checked(run, ["ssh-keygen", "-q", "-s", ca, "-h", "-I", key_id, "-n", ",".join(names),
                        "-V", f"{_utc(valid_from)}:{_utc(valid_to)}", os.path.join(scratch, "key.pub")])
         with open(os.path.join(scratch, "key-cert.pub")) as f:
             return store.key_line(f.read())
 
 
 def new_key_pair(run: Run = subprocess.run) -> Dict[str, str]:
-    with tempfile.TemporaryDirectory() as scratch:
-        path = os.path.join(scratch, "ca")
-        _checked(run, ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hpcc-host-ca", "-f", path])
-        with open(path) as f, open(path + ".pub") as g:
-            return {"private": f.read(), "public": store.key_line(g.read())}
+    private, public = sshkeys.key_pair("hpcc-host-ca", run)
+    return {"private": private, "public": public}
 
 
 def advance(a: store.Authority, r: Optional[store.Rotation], pair: Callable[[], Dict[str, str]]) -> store.Authority:
@@ -199,10 +189,10 @@ class Head:
 def legacy_signer(known_hosts: str = KNOWN_HOSTS, key: str = "/root/.ssh/id_hpcc") -> Optional[Dict[str, str]]:
     """Root's cluster key as a CA pair, when this node's known-hosts file trusts it (its bootstrap predates the
     host CA, which ssh.sh.j2 now writes before the agent runs), else None."""
-    public = _read(key + ".pub")
+    public = sshkeys.read_text(key + ".pub")
     if not public or f"@cert-authority * {store.key_line(public)}" not in _lines(known_hosts):
         return None
-    return {"private": _read(key), "public": store.key_line(public)}
+    return {"private": sshkeys.read_text(key), "public": store.key_line(public)}
 
 
 # -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------
@@ -221,7 +211,7 @@ class Node:
     def host_keys(self) -> List[Tuple[str, str]]:
         """(private key path, public key line) of each host key sshd serves (`sshd -T`'s HostKey lines)."""
         out = []
-        for line in _checked(self.run, [self.sshd, "-T"]).splitlines():
+        for line in sshkeys.checked(self.run, [self.sshd, "-T"]).splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0] == "hostkey" and os.path.isfile(parts[1] + ".pub"):
                 with open(parts[1] + ".pub") as f:
@@ -232,7 +222,7 @@ class Node:
         """Its host keys and what it applied, written when that changed (its own parameter only)."""
         trust = [store.fingerprint(line.split(" ", 2)[2]) for line in _lines(self.known_hosts)
                  if line.startswith("@cert-authority ")]
-        served = [_read(path + "-cert.pub") for path, _ in self.host_keys()]
+        served = [sshkeys.read_text(path + "-cert.pub") for path, _ in self.host_keys()]
         text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
                                                   next((self.signer_of(c) for c in served if c), ""), self.instance,
                                                   *self.login))
@@ -253,7 +243,7 @@ class Node:
             path = os.path.join(scratch, "c-cert.pub")
             with open(path, "w") as f:
                 f.write(cert + "\n")
-            for line in _checked(self.run, ["ssh-keygen", "-L", "-f", path]).splitlines():
+            for line in sshkeys.checked(self.run, ["ssh-keygen", "-L", "-f", path]).splitlines():
                 if line.strip().startswith("Signing CA:"):
                     return line.split()[3]
         return ""
@@ -272,35 +262,19 @@ class Node:
             cert = by_key.get(key)
             if cert is None:
                 continue
-            if _read(path + "-cert.pub") != cert:
-                _write(path + "-cert.pub", cert + "\n")
+            if sshkeys.read_text(path + "-cert.pub") != cert:
+                sshkeys.replace_file(path + "-cert.pub", cert + "\n")
                 changed = True
             paths.append(path + "-cert.pub")
         lines = ["# hpcc: a node is who the cluster's host CA certified (principals: name, ip, ip-a-b-c-d)"]
         lines += [f"@cert-authority * {ca}" for ca in issued.cas]
         if _lines(self.known_hosts) != lines:
-            _write(self.known_hosts, "\n".join(lines) + "\n")
+            sshkeys.replace_file(self.known_hosts, "\n".join(lines) + "\n")
         return paths, changed
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def _lines(path: str) -> List[str]:
-    return _read(path).splitlines()
-
-
-def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    return sshkeys.read_text(path).splitlines()
 
 
 def reload_sshd(run: Run = subprocess.run, systemd: str = "/run/systemd/system", pid_file: str = "/run/sshd.pid") -> str:
@@ -308,9 +282,9 @@ def reload_sshd(run: Run = subprocess.run, systemd: str = "/run/systemd/system",
     if os.path.isdir(systemd):
         for unit in ("ssh", "sshd"):
             if run(["systemctl", "is-active", "--quiet", unit], capture_output=True, timeout=30).returncode == 0:
-                _checked(run, ["systemctl", "reload", unit])
+                sshkeys.checked(run, ["systemctl", "reload", unit])
                 return f"reloaded {unit}"
-    pid = _read(pid_file)
+    pid = sshkeys.read_text(pid_file)
     if pid.isdigit():
         os.kill(int(pid), 1)  # SIGHUP: sshd re-executes with the same listeners
         return f"sent HUP to sshd ({pid})"

@@ -25,12 +25,12 @@ import tempfile
 import uuid
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from hpcc_node import certstore
+from hpcc_node import certstore, sshkeys
 from hpcc_node.aws import Aws, AwsError, NotFound
 
 CURRENT, PENDING, PREVIOUS = "AWSCURRENT", "AWSPENDING", "AWSPREVIOUS"
 STAGES = (CURRENT, PENDING, PREVIOUS)
-Run = Callable[..., subprocess.CompletedProcess]
+Run = sshkeys.Run
 
 
 def token(secret: str, rotation_id: str) -> str:
@@ -39,28 +39,9 @@ def token(secret: str, rotation_id: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"hpcc:{secret}:{rotation_id}"))
 
 
-def _checked(run: Run, args: List[str], stdin: str = "") -> str:
-    out = run(args, input=stdin, capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(args[:2])}: {(out.stderr or '').strip()[-200:]}")
-    return out.stdout
-
-
-def new_private_key(comment: str, run: Run = subprocess.run) -> str:
-    with tempfile.TemporaryDirectory() as scratch:
-        path = os.path.join(scratch, "key")
-        _checked(run, ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path])
-        with open(path) as f:
-            return f.read()
-
-
 def public_of(private: str, comment: str, run: Run = subprocess.run) -> str:
-    """`type base64 comment` of a private key (ssh-keygen -y)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        path = os.path.join(scratch, "key")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(private.rstrip("\n") + "\n")
-        return f"{certstore.key_line(_checked(run, ['ssh-keygen', '-y', '-f', path]))} {comment}"
+    """`type base64 comment` of a private key: its authorized_keys and id_hpcc.pub line."""
+    return f"{sshkeys.public_of(private, run)} {comment}"
 
 
 # -- the head: moves the labels --------------------------------------------------------------------------------
@@ -89,7 +70,7 @@ def advance(aws: Aws, secret: str, phase: str, rotation_id: str, comment: str, r
         with tempfile.TemporaryDirectory() as scratch:
             path = os.path.join(scratch, "key")
             with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-                f.write(new_private_key(comment, run))
+                f.write(sshkeys.key_pair(comment, run)[0])
             aws.call("secretsmanager", "put-secret-value", "--secret-id", secret, "--client-request-token", new,
                      "--secret-string", f"file://{path}", "--version-stages", PENDING)
         return f"{secret}: a new key, {PENDING}"
@@ -135,24 +116,6 @@ def authorized_lines(existing: List[str], publics: List[str], cidr: str, comment
     return kept + [f'from="{cidr}" {p}' for p in publics]
 
 
-def _read_lines(path: str) -> List[str]:
-    try:
-        with open(path) as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def _write(path: str, text: str, mode: int, owner: int, group: int) -> None:
-    """Atomically: a connection that reads the key file at that instant reads the old or the new one whole."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.chown(tmp, owner, group)
-    os.replace(tmp, path)
-
-
 def install(home: str, uid: int, gid: int, keys: Dict[str, str], cidr: str, comment: str,
             run: Run = subprocess.run) -> Installed:
     """id_hpcc (AWSCURRENT), id_hpcc.pub and authorized_keys (every labelled key) under HOME/.ssh."""
@@ -160,11 +123,12 @@ def install(home: str, uid: int, gid: int, keys: Dict[str, str], cidr: str, comm
     os.makedirs(ssh, mode=0o700, exist_ok=True)
     publics = {stage: public_of(text, comment, run) for stage, text in keys.items()}
     trusted = list(dict.fromkeys(publics[s] for s in STAGES if s in publics))
-    existing, held = _read_lines(os.path.join(ssh, "authorized_keys")), _read_lines(os.path.join(ssh, "id_hpcc.pub"))
-    _write(os.path.join(ssh, "id_hpcc"), keys[CURRENT], 0o600, uid, gid)
-    _write(os.path.join(ssh, "id_hpcc.pub"), publics[CURRENT] + "\n", 0o644, uid, gid)
-    lines = authorized_lines(existing, trusted, cidr, comment, held[0] if held else "")
-    _write(os.path.join(ssh, "authorized_keys"), "\n".join(lines) + "\n", 0o600, uid, gid)
+    existing = sshkeys.read_text(os.path.join(ssh, "authorized_keys")).splitlines()
+    held = sshkeys.read_text(os.path.join(ssh, "id_hpcc.pub"))
+    sshkeys.replace_file(os.path.join(ssh, "id_hpcc"), keys[CURRENT], 0o600, uid, gid)
+    sshkeys.replace_file(os.path.join(ssh, "id_hpcc.pub"), publics[CURRENT] + "\n", 0o644, uid, gid)
+    lines = authorized_lines(existing, trusted, cidr, comment, held)
+    sshkeys.replace_file(os.path.join(ssh, "authorized_keys"), "\n".join(lines) + "\n", 0o600, uid, gid)
     return Installed(certstore.fingerprint(publics[CURRENT]), [certstore.fingerprint(p) for p in trusted])
 
 

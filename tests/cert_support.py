@@ -15,7 +15,7 @@ from pathlib import Path
 from moto.core.exceptions import JsonRESTError
 from moto.secretsmanager.models import SecretsManagerBackend
 
-from hpcc_node import certs, cluster_keys
+from hpcc_node import certs, cluster_keys, sshkeys
 from hpcc_node.aws import AwsError, NotFound
 
 
@@ -157,7 +157,7 @@ def seed_keys(aws: FakeAws) -> dict[str, str]:
     """Root's cluster key and the login user's key, as the head's first boot puts them (ssh.sh.j2 head_key)."""
     out = {}
     for secret in KEY_SECRETS:
-        out[secret] = cluster_keys.new_private_key("hpcc-llm")
+        out[secret] = sshkeys.key_pair("hpcc-llm")[0]
         aws.keys.put_secret_value(f"hpcc/llm{secret}", out[secret], None, None, ["AWSCURRENT"])
     return out
 

@@ -9,10 +9,10 @@ import os
 import pwd
 from pathlib import Path
 
-from hpcc_node import certstore, cluster_keys
+from hpcc_node import certstore, cluster_keys, sshkeys
 from tests.bootstrap_shell import partial
 from tests.cert_support import FakeAws, node_keys, seed_keys
-from tests.test_bootstrap_steps import ctx_for
+from tests.test_bootstrap_steps import COMMON, ctx_for, fake, preamble  # noqa: F401 - fake is a fixture
 
 SECRET = "hpcc/llm/ssh-key"
 RID = "20261125T050000Z"
@@ -134,3 +134,28 @@ def test_only_the_head_may_move_its_own_key_secrets_labels():
 
 def test_the_command_line_entry_says_its_usage():
     assert cluster_keys.main(["cluster_keys"]) == 2
+
+
+def test_the_bootstraps_install_key_and_the_python_install_leave_the_same_files(fake, tmp_path):
+    """The ssh step writes the keys in bash first (install_key), then hpcc_node.cluster_keys installs what the
+    labels say: outside a rotation the Python install changes none of what bash wrote, and a second run of either
+    changes nothing."""
+    from tests.bootstrap_shell import run
+
+    _, _, env = fake
+    private, _ = sshkeys.key_pair("hpcc-llm")
+    (tmp_path / "k").write_text(private)
+    bash_home, py_home = tmp_path / "bash", tmp_path / "py"
+    for home in (bash_home, py_home):
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMine ec2-keypair\n")
+    script = preamble(tmp_path) + f'HPCC_KEY=$(cat {tmp_path / "k"})\ninstall_key {bash_home} "$(id -un)"'
+    out = run(COMMON + ["ssh"], script, ctx_for(tmp_path), env=env)
+    assert out.returncode == 0, out.stderr
+    for _ in range(2):
+        cluster_keys.install(str(py_home), os.getuid(), os.getgid(), {"AWSCURRENT": private}, "10.0.0.0/16", "hpcc-llm")
+    for name in ("id_hpcc", "id_hpcc.pub", "authorized_keys"):
+        assert (py_home / ".ssh" / name).read_text() == (bash_home / ".ssh" / name).read_text(), name
+        assert (py_home / ".ssh" / name).stat().st_mode & 0o777 == (bash_home / ".ssh" / name).stat().st_mode & 0o777
+    cluster_keys.install(str(bash_home), os.getuid(), os.getgid(), {"AWSCURRENT": private}, "10.0.0.0/16", "hpcc-llm")
+    assert (bash_home / ".ssh" / "authorized_keys").read_text() == (py_home / ".ssh" / "authorized_keys").read_text()
