@@ -6,6 +6,7 @@ Standard library only."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import tempfile
 from typing import Callable, List, Tuple
@@ -51,8 +52,17 @@ def read_text(path: str) -> str:
         return ""
 
 
-def replace_file(path: str, text: str, mode: int = 0o644, uid: int = -1, gid: int = -1) -> None:
-    """Write TEXT to PATH whole (a rename), with MODE and, given, an owner."""
+def replace_file(path: str, text: str, mode: int = 0o644, uid: int = -1, gid: int = -1) -> bool:
+    """Write TEXT to PATH whole (a rename), with MODE and, given, an owner; a file that already is so is left as it
+    is, so that a second run changes nothing (not even its time). Whether it wrote."""
+    try:
+        held = os.stat(path)
+        with open(path) as f:
+            if (f.read() == text and stat.S_IMODE(held.st_mode) == mode and uid in (-1, held.st_uid)
+                    and gid in (-1, held.st_gid)):
+                return False
+    except (OSError, UnicodeDecodeError):
+        pass
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
         f.write(text)
@@ -60,3 +70,4 @@ def replace_file(path: str, text: str, mode: int = 0o644, uid: int = -1, gid: in
     if uid != -1 or gid != -1:
         os.chown(tmp, uid, gid)
     os.replace(tmp, path)
+    return True

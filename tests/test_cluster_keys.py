@@ -7,6 +7,7 @@ tests/box/test_box_rotation.py with real sshd and a job's SSH."""
 import json
 import os
 import pwd
+import time
 from pathlib import Path
 
 from hpcc_node import certstore, cluster_keys, sshkeys
@@ -152,8 +153,11 @@ def test_the_bootstraps_install_key_and_the_python_install_leave_the_same_files(
     script = preamble(tmp_path) + f'HPCC_KEY=$(cat {tmp_path / "k"})\ninstall_key {bash_home} "$(id -un)"'
     out = run(COMMON + ["ssh"], script, ctx_for(tmp_path), env=env)
     assert out.returncode == 0, out.stderr
-    for _ in range(2):
-        cluster_keys.install(str(py_home), os.getuid(), os.getgid(), {"AWSCURRENT": private}, "10.0.0.0/16", "hpcc-llm")
+    cluster_keys.install(str(py_home), os.getuid(), os.getgid(), {"AWSCURRENT": private}, "10.0.0.0/16", "hpcc-llm")
+    times = {f.name: f.stat().st_mtime_ns for f in (py_home / ".ssh").iterdir()}
+    time.sleep(0.05)
+    cluster_keys.install(str(py_home), os.getuid(), os.getgid(), {"AWSCURRENT": private}, "10.0.0.0/16", "hpcc-llm")
+    assert {f.name: f.stat().st_mtime_ns for f in (py_home / ".ssh").iterdir()} == times  # a rerun writes nothing
     for name in ("id_hpcc", "id_hpcc.pub", "authorized_keys"):
         assert (py_home / ".ssh" / name).read_text() == (bash_home / ".ssh" / name).read_text(), name
         assert (py_home / ".ssh" / name).stat().st_mode & 0o777 == (bash_home / ".ssh" / name).stat().st_mode & 0o777
