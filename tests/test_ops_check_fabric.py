@@ -4,11 +4,14 @@ the command's table and exit code."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shutil
 import stat
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -100,3 +103,68 @@ def test_the_nodes_and_the_head_come_from_the_clusters_running_instances():
         found = {i["InstanceId"]: i for r in f.ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     assert nodes == {n: found[f.ids[n]]["PrivateIpAddress"] for n in ("gpu-000", "gpu-001")}
     assert head == (found[f.head].get("PublicIpAddress") or found[f.head]["PrivateIpAddress"])
+
+
+# -- one ring all-reduce per group ---------------------------------------------------------------------------------
+
+ALLREDUCE_PY = str(Path(__file__).resolve().parent.parent / "hpcc_node" / "health" / "allreduce.py")
+
+
+def stand_in_ssh(tmp_path, fail_on: str = ""):
+    """`ssh [options] HOST COMMAND` -> COMMAND run here; on `fail_on` the node's torchrun is a command that
+    dies as a broken node's would."""
+    ssh = tmp_path / "ssh"
+    ssh.write_text(f'#!/bin/bash\nwhile [ "${{1:0:1}}" = - ]; do shift 2; done\n'
+                   f'if [ "$1" = "{fail_on}" ]; then echo "RuntimeError: Connection reset by peer" >&2; exit 1; fi\n'
+                   'shift\nexec bash -c "$1"\n')
+    ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
+    return f"{ssh} -o BatchMode=yes"
+
+
+def test_a_groups_all_reduce_runs_for_real_and_reports_its_bus_bandwidth(tmp_path):
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("needs torch's torchrun in the test environment (requirements-dev.txt)")
+    names = ["gpu-000", "gpu-001"]
+    ips = {"gpu-000": "127.0.0.1", "gpu-001": "127.0.0.1"}
+    script = cf.allreduce_script(names, ips, torchrun, procs=1, nbytes=1 << 20, ssh=stand_in_ssh(tmp_path),
+                                 script=ALLREDUCE_PY)
+    out = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    got = cf.parse_allreduce(out.stdout, "gpu", names)
+    assert got.status == "ok" and got.ranks == 2 and got.busbw > 0, out.stdout + out.stderr
+    broken = cf.allreduce_script(names, ips, torchrun, procs=1, ssh=stand_in_ssh(tmp_path, fail_on="127.0.0.1"))
+    out = subprocess.run(["bash", "-s"], input=broken, capture_output=True, text=True, timeout=300)
+    got = cf.parse_allreduce(out.stdout, "gpu", names)
+    assert got.status == "failed" and got.failed == tuple(names) and "Connection reset" in got.why, out.stdout
+
+
+def test_the_all_reduce_result_names_the_nodes_that_failed_and_why():
+    names = ["a-000", "a-001", "a-002"]
+    ok = "NODE a-000 0 \nNODE a-002 0 done\nALLREDUCE ranks=3 bytes=16777216 algbw=1.500 busbw=2.000\nNODE a-001 0 \n"
+    assert cf.parse_allreduce(ok, "a", names) == cf.Collective("a", "ok", 3, 2.0)
+    bad = "NODE a-000 124 \nNODE a-001 1 ALLREDUCE-WRONG rank=1 got=5.0 want=6.0\n"
+    got = cf.parse_allreduce(bad, "a", names)
+    assert got.status == "failed" and got.failed == ("a-000", "a-001", "a-002") and got.why == "a-000: exit 124: "
+    silent = "NODE a-000 0 \nNODE a-001 0 \nNODE a-002 0 \n"
+    assert cf.parse_allreduce(silent, "a", names).status == "failed"
+    assert cf.run_allreduce("a", names[:1], {}, None, "torchrun").status == "not run"
+    assert "--torchrun" in cf.run_allreduce("a", names, {}, None, None).why
+
+
+def test_the_command_fails_when_a_groups_all_reduce_fails(monkeypatch):
+    rates = {n: 12000.0 for n in NODES}
+
+    def head(script: str) -> str:
+        if script.startswith("command -v torchrun"):
+            return "/opt/pytorch/bin/torchrun\n"
+        if "--master-port" in script:
+            assert "/opt/pytorch/bin/torchrun --nnodes 6 --node-rank 5" in script
+            return "".join(f"NODE {n} {1 if n == 'gpu-002' else 0} NCCL WARN NET/OFI\n" for n in NODES)
+        return fake_head(rates)(script)
+    monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7"))
+    monkeypatch.setattr(cf, "ssh_runner", lambda via: head)
+    monkeypatch.setattr("infra.ops.aws.Aws", lambda region: None)
+    out = CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm"])
+    assert out.exit_code == 1 and "gpu-002: exit 1: NCCL WARN NET/OFI" in " ".join(out.output.split()), out.output
+    assert CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm", "--no-allreduce"]).exit_code == 0

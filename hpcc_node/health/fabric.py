@@ -16,7 +16,7 @@ as a function that runs one round's pairs together. Pure otherwise.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 Pair = Tuple[str, str]
@@ -49,12 +49,25 @@ class Finding:
     why: str
 
 
+@dataclass(frozen=True)
+class Collective:
+    """One group's ring all-reduce (hpcc_node/health/allreduce.py): its bus bandwidth, or why it failed and on
+    which nodes, or why it did not run (a group of one node; no torchrun)."""
+    group: str
+    status: str  # "ok", "failed" or "not run"
+    ranks: int = 0
+    busbw: Optional[float] = None  # GB/s
+    failed: Tuple[str, ...] = ()  # the nodes whose part exited non-zero
+    why: str = ""
+
+
 @dataclass
 class FabricReport:
     slow: List[Finding]
     unmeasured: List[Finding]
     pairs_measured: int
     medians: Dict[str, float]
+    collectives: List[Collective] = field(default_factory=list)
 
 
 def _key(a: str, b: str) -> Pair:

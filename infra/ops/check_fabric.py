@@ -6,6 +6,11 @@ One pair is libfabric's own `fi_pingpong` (shipped with the EFA installer and De
 the second node, the client on the first, `-e rdm` with `-p efa` on EFA nodes (`-p tcp` elsewhere), one large
 transfer size; its `MB/sec` column (bytes per microsecond) is the pair's bandwidth. A round's pairs run at once
 (disjoint: no node serves two). The output is one `PAIR a b MB/sec` line per pair, or `PAIR a b FAIL`.
+
+Then one ring all-reduce per group of two nodes or more (hpcc_node/health/allreduce.py, from the bundle on every
+node): torchrun on each node with a static rank, NCCL on GPUs (one rank a GPU), gloo on CPU (one rank a node). The
+launcher is the head's torchrun (`--torchrun`, as hpcc-torchrun picks it: the same image on every node). The output
+is one `NODE name exit-code last-line` line per node and rank 0's `ALLREDUCE ...` line.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ import subprocess
 from collections import defaultdict
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from hpcc_node.health.fabric import FabricReport, Floor, Pair, check_fabric
+from hpcc_node.health.fabric import Collective, FabricReport, Floor, Pair, check_fabric
 
 PORT_BASE = 47600  # fi_pingpong's control port is 47592; one port per pair of a round above it
 SIZE = 1 << 22  # 4 MiB transfers: past the small-message regime, where a link's bandwidth shows
 ITERATIONS = 100
 PAIR_TIMEOUT_S = 120
+ALLREDUCE = "/opt/hpcc/current/hpcc_node/health/allreduce.py"  # the bundle's copy, on every node
+ALLREDUCE_PORT = 47700  # torchrun's rendezvous on the group's first node
+ALLREDUCE_BYTES = 16 << 20
+ALLREDUCE_TIMEOUT_S = 300
+_ALLREDUCE = re.compile(r"^ALLREDUCE ranks=(\d+) bytes=\d+ algbw=[0-9.]+ busbw=([0-9.]+)$")
 _NODE = re.compile(r"^(?P<group>[a-z][a-z0-9]{0,11})-[0-9]{3,4}$")
 
 RunOnHead = Callable[[str], str]  # a bash script run on the head -> its stdout
@@ -76,9 +86,64 @@ def parse_round(out: str, pairs: Sequence[Pair]) -> Dict[Pair, Optional[float]]:
     return got
 
 
+def allreduce_script(names: Sequence[str], ips: Mapping[str, str], torchrun: str, procs: Optional[int] = None,
+                     nbytes: int = ALLREDUCE_BYTES, ssh: str = "ssh -o BatchMode=yes", script: str = ALLREDUCE) -> str:
+    """The bash script the head runs for one group's all-reduce: torchrun on every node at once, NODE_RANK its
+    place in `names`. `procs` ranks a node, or (None) one a GPU and one on a node without GPUs."""
+    count = (str(procs) if procs else
+             '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)')
+    lines = ["set -u"]
+    for rank, name in enumerate(names):
+        remote = (f"set -a; . /etc/hpcc/env; set +a; procs={count}; [ \"$procs\" -gt 0 ] || procs=1; "
+                  f"exec timeout {ALLREDUCE_TIMEOUT_S} {torchrun} --nnodes {len(names)} --node-rank {rank} "
+                  f"--master-addr {shlex.quote(ips[names[0]])} --master-port {ALLREDUCE_PORT} "
+                  f"--nproc-per-node \"$procs\" {shlex.quote(script)} --bytes {nbytes}")
+        lines.append(
+            f"( out=$({ssh} {shlex.quote(ips[name])} {shlex.quote(remote)} </dev/null 2>&1); rc=$?; "
+            f"why=$(printf '%s\\n' \"$out\" | grep -m1 '^ALLREDUCE-WRONG' || printf '%s\\n' \"$out\" | "
+            f"grep -v '^ALLREDUCE ' | grep . | tail -n 1); "
+            f"echo \"NODE {name} $rc ${{why:0:300}}\"; printf '%s\\n' \"$out\" | grep '^ALLREDUCE ' ) &")
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def parse_allreduce(out: str, group: str, names: Sequence[str]) -> Collective:
+    """The group's result: ok with rank 0's bus bandwidth; failed naming every node whose part exited non-zero
+    (a node that never printed its line counts as failed) and the first one's last line."""
+    exits: Dict[str, Tuple[int, str]] = {}
+    busbw, ranks = None, 0
+    for line in out.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3 and parts[0] == "NODE" and parts[1] in names and parts[2].lstrip("-").isdigit():
+            exits[parts[1]] = (int(parts[2]), parts[3].strip() if len(parts) > 3 else "")
+        m = _ALLREDUCE.match(line.strip())
+        if m:
+            ranks, busbw = int(m.group(1)), float(m.group(2))
+    failed = tuple(n for n in names if exits.get(n, (1, ""))[0] != 0)
+    if failed:
+        code, last = exits.get(failed[0], (None, "no result"))
+        why = f"{failed[0]}: exit {code}: {last}" if code is not None else f"{failed[0]}: no result"
+        return Collective(group, "failed", ranks, None, failed, why)
+    if busbw is None:
+        return Collective(group, "failed", 0, None, (), "every node exited 0 but rank 0 printed no ALLREDUCE line")
+    return Collective(group, "ok", ranks, busbw)
+
+
+def run_allreduce(group: str, names: Sequence[str], ips: Mapping[str, str], run_on_head: RunOnHead,
+                  torchrun: Optional[str], procs: Optional[int] = None) -> Collective:
+    if len(names) < 2:
+        return Collective(group, "not run", why="one node: no ring")
+    if not torchrun:
+        return Collective(group, "not run", why="no torchrun on the head (give --torchrun, the command that runs "
+                                                "torchrun on every node, or --no-allreduce)")
+    return parse_allreduce(run_on_head(allreduce_script(names, ips, torchrun, procs)), group, names)
+
+
 def check(nodes: Mapping[str, str], run_on_head: RunOnHead, provider: str, rounds: int, floor: Floor,
-          rng: random.Random, log: Callable[[str], None] = lambda line: None) -> Tuple[FabricReport, list]:
-    """Every group's nodes measured; returns the report and every measured pair (group, a, b, GB/s)."""
+          rng: random.Random, log: Callable[[str], None] = lambda line: None, allreduce: bool = False,
+          torchrun: Optional[str] = None, procs: Optional[int] = None) -> Tuple[FabricReport, list]:
+    """Every group's nodes measured, then (allreduce) each group's ring; returns the report and every measured
+    pair (group, a, b, GB/s)."""
     measured: list = []
 
     def measure(pairs: List[Pair]) -> Dict[Pair, Optional[float]]:
@@ -87,7 +152,19 @@ def check(nodes: Mapping[str, str], run_on_head: RunOnHead, provider: str, round
             measured.append((group_of(a), a, b, gbps))
             log(f"{a} <-> {b}: {'failed' if gbps is None else f'{gbps:.2f} GB/s'}")
         return got
-    return check_fabric(groups(nodes), measure, rng, rounds, floor), measured
+    report = check_fabric(groups(nodes), measure, rng, rounds, floor)
+    for group, names in sorted(groups(nodes).items()) if allreduce else ():
+        c = run_allreduce(group, names, nodes, run_on_head, torchrun, procs)
+        log(f"{group} all-reduce over {len(names)} node(s): "
+            + (f"{c.busbw:.2f} GB/s bus bandwidth, {c.ranks} ranks" if c.status == "ok" else f"{c.status}: {c.why}"))
+        report.collectives.append(c)
+    return report, measured
+
+
+def find_torchrun(run_on_head: RunOnHead) -> Optional[str]:
+    """torchrun on the head's PATH, by its full path (ssh gives the nodes sshd's default PATH); None if absent."""
+    found = run_on_head("command -v torchrun || true\n").strip()
+    return shlex.quote(found) if found else None
 
 
 def ssh_runner(via: Sequence[str], timeout_s: float = 30 * 60) -> RunOnHead:
