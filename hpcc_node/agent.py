@@ -119,6 +119,7 @@ class Agent:
         self.rollout_note: Optional[str] = None  # the head's report of a halted rollout
         self.slurm_states: Optional[Dict[str, str]] = None
         self.message = "membership agent running"
+        self.refused = -1  # the last membership generation not applied because it does not list this node
         self.certs: Optional[host_certs.Certs] = None  # the host certificates' part (main() sets it)
 
     def current_dir(self) -> str:
@@ -207,7 +208,9 @@ class Agent:
             self.log(f"{e}: refused, the applied membership stays")
             return
         if not hosts.lists(doc, self.node.node, self.node.instance_id):
-            self.log(f"membership generation {version} does not list {self.node.node} as {self.node.instance_id}: not applied")
+            if version != self.refused:  # once a generation: a node out of service reads it every tick
+                self.refused = version
+                self.log(f"membership generation {version} {hosts.unlisted_why(doc, self.node.node, self.node.instance_id)}: not applied")
             return
         self.apply_membership(version, text, settings_text)
 

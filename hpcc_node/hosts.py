@@ -15,7 +15,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from infra import hosts_schema
 
 # The nodes a hosts text lists: those with an instance of their own that boot, run or drain. A booting node must
-# find itself there; a failed one (kept for its log, not replaced) and one being replaced or removed are left out.
+# find itself there; a failed one (kept for its log, not replaced) and one being replaced or removed are left out,
+# and so is one whose health verdict took it out of service on a cluster without Slurm (its entry's `out`: the
+# hostfiles are what launches read there), until its checks pass again.
 LISTED = ("booting", "ready", "draining")
 
 
@@ -33,7 +35,8 @@ def listed(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
     nodes = doc.get("nodes")
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
         raise MembershipError("membership.json has no list of nodes")
-    return sorted((n for n in nodes if n.get("state") in LISTED and n.get("ip")), key=lambda n: name_key(str(n["name"])))
+    return sorted((n for n in nodes if n.get("state") in LISTED and n.get("ip") and not n.get("out")),
+                  key=lambda n: name_key(str(n["name"])))
 
 
 def hosts_text(doc: Dict[str, Any]) -> str:
@@ -51,6 +54,14 @@ def lists(doc: Dict[str, Any], name: str, instance_id: str) -> bool:
         head = doc.get("head") or {}
         return head.get("instance") == instance_id
     return any(n.get("name") == name and n.get("instance") == instance_id for n in listed(doc))
+
+
+def unlisted_why(doc: Dict[str, Any], name: str, instance_id: str) -> str:
+    """Why the membership does not list `name` as `instance_id`, in the words of the node's log."""
+    for n in doc.get("nodes") or ():
+        if isinstance(n, dict) and n.get("name") == name and n.get("instance") == instance_id and n.get("out"):
+            return f"takes {name} out of the hostfiles ({str(n['out'])[:200]})"
+    return f"does not list {name} as {instance_id}"
 
 
 def generation(doc: Dict[str, Any]) -> int:

@@ -44,6 +44,28 @@ def test_a_change_is_applied_once_then_nothing_and_each_change_reported_once(tmp
     assert not any(c[0] == "put" for c in aws.calls)  # no status parameter: S3 alone
 
 
+def test_a_node_taken_out_of_the_hostfiles_keeps_its_files_and_says_why_once_a_generation(tmp_path):
+    aws = FakeAws()
+    cluster(aws)
+    a, _ = make_agent(tmp_path, aws)
+    a.tick()
+    assert len(a.run.calls) == 1
+    doc = membership_doc(FOUR, 2)
+    doc["nodes"][1]["out"] = "hpcc: shared_mount: /fsx did not answer within 10 s"  # compute-001, no Slurm
+    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    for _ in range(3):
+        a.tick()
+    log = (tmp_path / "compute-001/log").read_text()
+    assert len(a.run.calls) == 1 and a.node.hosts_version == 1  # the files stay as they were
+    assert log.count("membership generation 2 takes compute-001 out of the hostfiles (hpcc: shared_mount: /fsx did "
+                     "not answer within 10 s): not applied") == 1, log
+    del doc["nodes"][1]["out"]
+    doc["generation"] = 3
+    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    a.tick()
+    assert len(a.run.calls) == 2 and a.node.hosts_version == 3  # listed again: applied
+
+
 def test_the_hosts_text_applied_is_the_membership_rendered_by_the_one_renderer(tmp_path):
     from hpcc_node import hosts
 

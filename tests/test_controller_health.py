@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from hpcc_node import hosts
 from hpcc_node.controller import model as m
 from hpcc_node.controller.decide_health import health_signature, spare_reservation
 from hpcc_node.controller.model import (ALERT, DOWN, DRAIN, MARK, PROTECT, REBOOT, REPLACE, REQUEUE, RESUME, SPARES,
@@ -100,6 +101,36 @@ def test_without_slurm_the_remedy_is_an_ec2_reboot():
     snap = with_verdict(cluster(slurm=False), N1, XID79)
     reboot = by_kind(run(snap), REBOOT)
     assert [(a.node, a.data["via"]) for a in reboot] == [(N1, "ec2")]
+
+
+def listed(actions):
+    """The node names the loop's published membership lists in the hostfiles."""
+    return [n["name"] for n in hosts.listed(by_kind(actions, m.PUBLISH)[0].data["body"])]
+
+
+def test_without_slurm_a_node_out_of_service_leaves_the_hostfiles_until_its_checks_pass():
+    snap = with_verdict(cluster(slurm=False), N1, DISK)
+    actions = run(snap)
+    drain = by_kind(actions, DRAIN)
+    assert [(a.node, a.data["via"]) for a in drain] == [(N1, "hostfiles")] and N1 not in listed(actions)
+    assert len(listed(actions)) == 3
+    recorded = replace(snap, events=(Event(NOW - 10, DRAIN, N1, "health", drain[0].data["signature"]),))
+    actions = run(recorded)  # level-triggered: still out, the DRAIN recorded once per verdict
+    assert by_kind(actions, DRAIN) == [] and N1 not in listed(actions)
+    healthy = with_verdict(recorded, N1, DISK, ok=True, at=NOW - 5)
+    actions = run(healthy)
+    assert kinds(on_node(actions)) == [RESUME] and N1 in listed(actions)
+    assert on_node(run(replace(healthy, events=healthy.events + (Event(NOW - 2, RESUME, N1),)))) == []
+    fatal = run(with_verdict(cluster(slurm=False), N1, XID79))  # out of the hostfiles and the catalog's reboot
+    assert kinds(on_node(fatal)) == [DOWN, REBOOT] and N1 not in listed(fatal)
+
+
+def test_without_slurm_a_systemic_burst_takes_no_node_out_of_the_hostfiles():
+    snap = cluster(slurm=False)
+    for name in snap.slots:
+        snap = with_verdict(snap, name, XID79)
+    actions = run(snap)
+    assert len(by_kind(actions, ALERT)) == 1 and len(listed(actions)) == len(snap.slots)
 
 
 def job(job_id, state="FAILED", restarts=0, end=NOW - 5, requeue=True, nodes=("gpu-000", N1)):

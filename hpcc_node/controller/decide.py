@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
@@ -165,15 +165,18 @@ def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: T
     return out
 
 
-def membership_body(slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[Group]) -> Dict:
-    """What every node follows: each named node with its group, address and state, the groups' sizes, and the
-    bundle pointer. Sorted, so the same cluster always gives the same bytes."""
+def membership_body(slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[Group],
+                    unlisted: Optional[Mapping[str, str]] = None) -> Dict:
+    """What every node follows: each named node with its group, address and state (and `out`, why, when its health
+    verdict took it out of service without Slurm: hosts.py leaves it out of the hostfiles), the groups' sizes, and
+    the bundle pointer. Sorted, so the same cluster always gives the same bytes."""
     nodes = []
     for s in sorted(slots.values(), key=lambda s: s.name):
         if s.state in (BOOTING, READY, DRAINING, FAILED) and s.instance_id:
             inst = snap.instances.get(s.instance_id)
             nodes.append({"name": s.name, "group": s.group, "ip": inst.private_ip if inst else "",
-                          "instance": s.instance_id, "state": s.state})
+                          "instance": s.instance_id, "state": s.state,
+                          **({"out": unlisted[s.name]} if unlisted and s.name in unlisted else {})})
     body = {"nodes": nodes, "groups": {g.name: g.count for g in groups}, "bundle": dict(snap.bundle)}
     if snap.head:  # the head the nodes join (the controller's own); a replaced head publishes its address
         body["head"] = dict(snap.head)
@@ -228,7 +231,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             elif s.state != ENDED:
                 out.append(Action(REMOVE, group=name, node=s.name, instance_id=s.instance_id,
                                   why=Why("", f"{SHRINK}: group {name} is no longer configured")))
-    health, failures = health_actions(failures, snap, groups, now, timers, cluster_nodes, raised)
+    health, failures, unlisted = health_actions(failures, snap, groups, now, timers, cluster_nodes, raised)
     out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
     taken: Set[str] = set()
@@ -244,7 +247,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
         if s.state in ACTIVE_STATES and inst is not None and inst.state in LIVE and inst.name_tag != s.name:
             out.append(Action(TAG, group=s.group, node=s.name, instance_id=s.instance_id,
                               why=Why("", f"its tag says {inst.name_tag or 'nothing'}; the ledger says {s.name}")))
-    body = membership_body(project(snap.slots, out, now), snap, groups)
+    body = membership_body(project(snap.slots, out, now), snap, groups, unlisted)
     sha = digest(body)
     if sha != snap.membership_digest:
         out.append(Action(PUBLISH, why=Why("", "membership changed"), data={"body": body, "digest": sha}))

@@ -12,6 +12,9 @@ For each node whose report is a failed verdict:
   every GPU), once per instance; the node's next verdict decides: healthy -> resumed (assess.py), failing again
   or silent past the reboot timeout -> replaced, as is a `replace` remedy (contact support, a hardware fault);
 - a boot-time health failure (the bootstrap's health step) counts as a failed boot: repeated, it protects the group.
+Without Slurm, out of service means out of the hostfiles: the DOWN or DRAIN is recorded once per verdict, the
+membership leaves the node out while its verdict fails (hosts.py), and a RESUME is recorded when it passes again;
+the remedy is EC2's reboot, and replacement as above.
 With `spares: N` on a group, N idle healthy nodes are held by the Slurm reservation hpcc-spares-<group>; each node
 of the group out of service releases one, so a requeued job starts at once, and the replacement, once ready and
 idle, is held in its place (level-triggered: the reservation is recomputed every loop). A held spare runs the deep
@@ -30,8 +33,8 @@ from hpcc_node.taxonomy import FailureClass
 
 from .assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
 from .decide_failures import Failure, alert
-from .model import (BOOTING, DEEP_CHECK, DOWN, DRAIN, READY, REBOOT, REQUEUE, SPARES, START_NOW, Action, Group,
-                    Report, Slot, SlurmNode, Snapshot, Why)
+from .model import (BOOTING, DEEP_CHECK, DOWN, DRAIN, READY, REBOOT, REQUEUE, RESUME, SPARES, START_NOW, Action,
+                    Group, Report, Slot, SlurmNode, Snapshot, Why)
 from .timers import Timers
 
 HEALTH = FailureClass.HEALTH.value
@@ -75,6 +78,29 @@ def _rebooted_at(snap: Snapshot, instance_id: str) -> Optional[float]:
     times = [e.at for e in snap.events if e.kind == REBOOT and e.signature == _reboot_sig(instance_id)
              and e.phase == "start"]
     return max(times) if times else None
+
+
+def _out_since(snap: Snapshot, name: str) -> Tuple[float, float]:
+    """(the last time the node was taken out of service, the last time it was put back): a cluster without Slurm
+    keeps no node state but these events."""
+    out = [e.at for e in snap.events if e.node == name and e.phase == "start" and e.kind in (DOWN, DRAIN)]
+    back = [e.at for e in snap.events if e.node == name and e.phase == "start" and e.kind == RESUME]
+    return max(out, default=0.0), max(back, default=0.0)
+
+
+def _back_in_service(snap: Snapshot) -> List[Action]:
+    """Without Slurm: a ready node taken out of the hostfiles whose own instance now reports healthy is listed
+    again (the membership follows the verdict); the RESUME records it."""
+    out = []
+    for name, slot in sorted(snap.slots.items()):
+        r = snap.reports.get(name)
+        if slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id:
+            continue
+        taken, back = _out_since(snap, name)
+        if taken > max(back, slot.since):
+            out.append(Action(RESUME, group=slot.group, node=name, instance_id=slot.instance_id,
+                              why=Why("", "its checks pass again: back in the hostfiles")))
+    return out
 
 
 def _requeues(r: Report, name: str, snap: Snapshot, timers: Timers) -> List[Action]:
@@ -122,6 +148,9 @@ def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig:
         out += _requeues(r, name, snap, timers)
         if out or not drained(node) or (node is not None and node.states & BUSY_STATES):
             return out, None  # a running job finishes (drain) or is requeued by Slurm (down) first
+    elif r.action in ("down", "drain") and _out_since(snap, name)[0] < r.at:  # once per verdict
+        out.append(Action(DOWN if r.action == "down" else DRAIN, data={"reason": _reason(r), "signature": sig,
+                                                                        "via": "hostfiles"}, **common))
     rebooted = _rebooted_at(snap, slot.instance_id)
     if rebooted is not None:
         if r.at <= rebooted and now - rebooted <= timers.reboot_timeout_seconds:
@@ -210,10 +239,12 @@ def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float,
 
 
 def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers,
-                   cluster_nodes: int, raised: set) -> Tuple[List[Action], List[Failure]]:
-    """(the health rules' actions, the failures left for decide_failures: replacements and everything else)."""
+                   cluster_nodes: int, raised: set) -> Tuple[List[Action], List[Failure], Dict[str, str]]:
+    """(the health rules' actions, the failures left for decide_failures: replacements and everything else, and
+    without Slurm the nodes out of service: name -> reason, for the membership)."""
     out: List[Action] = []
     rest: List[Failure] = []
+    unlisted: Dict[str, str] = {}
     verdicts: List[Tuple[Failure, Report, str]] = []
     for f in failures:
         r = _verdict(snap, f)
@@ -235,6 +266,8 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
         out += acts
         if handed is not None:
             rest.append(handed)
+        if snap.slurm is None and r.action in ("down", "drain"):
+            unlisted[f.slot.name] = _reason(r)
     by_group: Mapping[str, List[Slot]] = {g.name: [s for s in snap.slots.values() if s.group == g.name]
                                           for g in groups}
     for group in groups:
@@ -243,4 +276,6 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
         out += spares + _deep_checks(group, held & set(spares[0].data["nodes"]) if spares else held, snap, now, timers)
     if snap.slurm is not None:
         out += _start_now(snap, now, timers)
-    return out, rest
+    else:
+        out += _back_in_service(snap)
+    return out, rest, unlisted
