@@ -107,7 +107,7 @@ def test_the_nodes_and_the_head_come_from_the_clusters_running_instances():
 
 # -- one ring all-reduce per group ---------------------------------------------------------------------------------
 
-ALLREDUCE_PY = str(Path(__file__).resolve().parent.parent / "hpcc_node" / "health" / "allreduce.py")
+ALLREDUCE_PY = str(Path(__file__).resolve().parent.parent / "hpcc_node" / "jobs" / "allreduce.py")
 
 
 def stand_in_ssh(tmp_path, fail_on: str = ""):

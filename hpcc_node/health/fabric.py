@@ -51,7 +51,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class Collective:
-    """One group's ring all-reduce (hpcc_node/health/allreduce.py): its bus bandwidth, or why it failed and on
+    """One group's ring all-reduce (hpcc_node/jobs/allreduce.py): its bus bandwidth, or why it failed and on
     which nodes, or why it did not run (a group of one node; no torchrun)."""
     group: str
     status: str  # "ok", "failed" or "not run"

@@ -7,7 +7,7 @@ the second node, the client on the first, `-e rdm` with `-p efa` on EFA nodes (`
 transfer size; its `MB/sec` column (bytes per microsecond) is the pair's bandwidth. A round's pairs run at once
 (disjoint: no node serves two). The output is one `PAIR a b MB/sec` line per pair, or `PAIR a b FAIL`.
 
-Then one ring all-reduce per group of two nodes or more (hpcc_node/health/allreduce.py, from the bundle on every
+Then one ring all-reduce per group of two nodes or more (hpcc_node/jobs/allreduce.py, from the bundle on every
 node): torchrun on each node with a static rank, NCCL on GPUs (one rank a GPU), gloo on CPU (one rank a node). The
 launcher is the head's torchrun (`--torchrun`, as hpcc-torchrun picks it: the same image on every node). The output
 is one `NODE name exit-code last-line` line per node and rank 0's `ALLREDUCE ...` line.
@@ -28,7 +28,7 @@ PORT_BASE = 47600  # fi_pingpong's control port is 47592; one port per pair of a
 SIZE = 1 << 22  # 4 MiB transfers: past the small-message regime, where a link's bandwidth shows
 ITERATIONS = 100
 PAIR_TIMEOUT_S = 120
-ALLREDUCE = "/opt/hpcc/current/hpcc_node/health/allreduce.py"  # the bundle's copy, on every node
+ALLREDUCE = "/opt/hpcc/current/hpcc_node/jobs/allreduce.py"  # the bundle's copy, on every node
 ALLREDUCE_PORT = 47700  # torchrun's rendezvous on the group's first node
 ALLREDUCE_BYTES = 16 << 20
 ALLREDUCE_TIMEOUT_S = 300

@@ -1,6 +1,6 @@
 """One ring all-reduce over a node group, run by `hpcc check fabric` under torchrun on every node of the group
 (static ranks): NCCL where the node has GPUs, gloo on CPU. Standalone (torch and the standard library), so
-torchrun runs it by path from the bundle, /opt/hpcc/current/hpcc_node/health/allreduce.py.
+torchrun runs it by path from the bundle, /opt/hpcc/current/hpcc_node/jobs/allreduce.py.
 
 The pairs of the fabric check measure links; this one collective shows the group works as a whole (every rank
 reaches the ring, the backend and the fabric variables in /etc/hpcc/env are usable, the sum is right). Rank 0
