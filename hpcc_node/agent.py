@@ -69,12 +69,6 @@ def membership_due(applied_generation: int, applied_settings: str, doc: Optional
     return membership.newer(applied_generation, doc) or read_settings.rstrip("\n") != applied_settings.rstrip("\n")
 
 
-def line_holds(pairs: List[Tuple[str, str]], node: str, ip: str) -> Optional[str]:
-    """None when the hosts text lists this node at its IP; else what it lists there (then it is not applied)."""
-    at = dict(pairs).get(node, "nothing")
-    return None if at == ip else at
-
-
 def arn_prefix(status_key: str) -> str:
     """status/arn:<partition>:ec2:<region>:<account>:instance/ of this node's own key: every node's ARN but its id."""
     return status_key[len(membership.STATUS_PREFIX):].rsplit("/", 1)[0] + "/"
@@ -225,7 +219,7 @@ class Agent:
         except state.StateError as e:
             self.log(f"{e}: membership generation {version} refused, the applied membership stays")
             return
-        at = line_holds(pairs, self.node.node, self.node.ip)
+        at = hosts.line_holds(pairs, self.node.node, self.node.ip)
         if at is not None:
             self.log(f"membership generation {version} lists {at} as {self.node.node}, not this node's {self.node.ip}: not applied")
             return

@@ -56,6 +56,13 @@ def lists(doc: Dict[str, Any], name: str, instance_id: str) -> bool:
     return any(n.get("name") == name and n.get("instance") == instance_id for n in listed(doc))
 
 
+def line_holds(pairs: List[Tuple[str, str]], node: str, ip: str) -> Optional[str]:
+    """None when a hosts text's (name, ip) pairs list this node at its IP; else what they list there (then the
+    agent does not apply it)."""
+    at = dict(pairs).get(node, "nothing")
+    return None if at == ip else at
+
+
 def unlisted_why(doc: Dict[str, Any], name: str, instance_id: str) -> str:
     """Why the membership does not list `name` as `instance_id`, in the words of the node's log."""
     for n in doc.get("nodes") or ():

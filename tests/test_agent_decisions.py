@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hpcc_node import agent, rollout, slurm, status
+from hpcc_node import agent, hosts, rollout, slurm, status
 from hpcc_node.aws import pace_wait_ms
 from hpcc_node.settings import pacing, parse
 from hpcc_node.state import StateError, parse_hosts, parse_state
@@ -25,10 +25,10 @@ def test_membership_is_applied_only_for_a_newer_generation_or_changed_settings()
 
 
 def test_a_hosts_text_is_applied_only_with_this_node_at_its_own_address():
-    hosts = parse_hosts("head 10.0.0.4\ncompute-000 10.0.0.5\ncompute-001 10.0.0.6\n", "10.0.0.0/16")
-    assert agent.line_holds(hosts, "compute-001", "10.0.0.6") is None
-    assert agent.line_holds(hosts, "compute-001", "10.0.0.7") == "10.0.0.6"
-    assert agent.line_holds(hosts, "compute-002", "10.0.0.7") == "nothing"
+    pairs = parse_hosts("head 10.0.0.4\ncompute-000 10.0.0.5\ncompute-001 10.0.0.6\n", "10.0.0.0/16")
+    assert hosts.line_holds(pairs, "compute-001", "10.0.0.6") is None
+    assert hosts.line_holds(pairs, "compute-001", "10.0.0.7") == "10.0.0.6"
+    assert hosts.line_holds(pairs, "compute-002", "10.0.0.7") == "nothing"
     # The bootstrap's rules (infra/hosts_schema.py): names and addresses of the VPC only, none twice.
     for bad in ("head 10.0.0.4\ncompute-000 $(reboot)\n", "head 10.0.0.4\ncompute-000 169.254.169.254\n",
                 "head 10.0.0.4\ncompute-000 10.0.0.4\n", "head 10.0.0.4\ncompute-000 10.0.0.256\n",
