@@ -11,6 +11,12 @@ A node logs in with AWSCURRENT and authorizes every key that has a label (one ou
 in the middle of one (a replacement) is at once in step with the others. The head moves the labels before it moves
 the CA set (hpcc_node/certs.py), every step safe to repeat; the nodes follow when the certificates the head writes
 them name a new phase, and say which they applied in their hostkeys object, which `hpcc rotate-keys` waits for.
+ssh(1) reads an identity's public half when it starts and its private half again to sign (OpenSSH's
+identity_sign: "private key ... contents do not match public" when the file changed in between), so a key file
+rewritten under a launching ssh fails that login. The keys ssh offers (the client config's IdentityFile lines,
+templates/steps/ssh.sh.j2) are therefore two slots, id_hpcc_a and id_hpcc_b, each rewritten only when the key it
+holds has no label any more: a key keeps its slot from add to retire, and a retired key's slot is emptied.
+id_hpcc and id_hpcc.pub are the current key's copies, for people (`ssh -i`) and tools.
 The private keys go from the secret to the key files only, through scratch files (never a command line).
 Standard library only; `aws` and `ssh-keygen` through hpcc_node.aws.Aws and an injected `run`."""
 
@@ -30,6 +36,7 @@ from hpcc_node.aws import Aws, AwsError, NotFound
 
 CURRENT, PENDING, PREVIOUS = "AWSCURRENT", "AWSPENDING", "AWSPREVIOUS"
 STAGES = (CURRENT, PENDING, PREVIOUS)
+SLOTS = ("id_hpcc_a", "id_hpcc_b")  # the identity files ssh offers, in this order (client_config in ssh.sh.j2)
 Run = sshkeys.Run
 
 
@@ -116,15 +123,46 @@ def authorized_lines(existing: List[str], publics: List[str], cidr: str, comment
     return kept + [f'from="{cidr}" {p}' for p in publics]
 
 
+def assign_slots(held: Dict[str, str], keys: List[str]) -> Dict[str, str]:
+    """slot -> the private key it should hold: a key already in a slot stays there; a new one takes a slot holding
+    no labelled key. `keys` in the order they are offered (AWSCURRENT first); as many as there are slots."""
+    wanted = list(dict.fromkeys(k.strip() for k in keys))[:len(SLOTS)]
+    out = {slot: text for slot, text in held.items() if slot in SLOTS and text.strip() in wanted}
+    free = [slot for slot in SLOTS if slot not in out]
+    for key in wanted:
+        if key not in (t.strip() for t in out.values()):
+            out[free.pop(0)] = key
+    return out
+
+
+def _offered(ssh: str, keys: Dict[str, str], publics: Dict[str, str], uid: int, gid: int) -> None:
+    """The slots ssh offers: each labelled key in its slot (written only when the slot held another key), the
+    slot of a key with no label left emptied."""
+    order = [keys[s] for s in STAGES if s in keys]
+    public = {keys[s].strip(): publics[s] for s in keys}
+    plan = assign_slots({slot: sshkeys.read_text(os.path.join(ssh, slot)) for slot in SLOTS}, order)
+    for slot in SLOTS:
+        path = os.path.join(ssh, slot)
+        if slot in plan:
+            sshkeys.replace_file(path + ".pub", public[plan[slot].strip()] + "\n", 0o644, uid, gid)
+            sshkeys.replace_file(path, plan[slot].strip() + "\n", 0o600, uid, gid)
+        else:
+            for stale in (path, path + ".pub"):
+                if os.path.exists(stale):
+                    os.unlink(stale)
+
+
 def install(home: str, uid: int, gid: int, keys: Dict[str, str], cidr: str, comment: str,
             run: Run = subprocess.run) -> Installed:
-    """id_hpcc (AWSCURRENT), id_hpcc.pub and authorized_keys (every labelled key) under HOME/.ssh."""
+    """The slots ssh offers (every labelled key), id_hpcc and id_hpcc.pub (AWSCURRENT's copies) and
+    authorized_keys (every labelled key) under HOME/.ssh."""
     ssh = os.path.join(home, ".ssh")
     os.makedirs(ssh, mode=0o700, exist_ok=True)
     publics = {stage: public_of(text, comment, run) for stage, text in keys.items()}
     trusted = list(dict.fromkeys(publics[s] for s in STAGES if s in publics))
     existing = sshkeys.read_text(os.path.join(ssh, "authorized_keys")).splitlines()
     held = sshkeys.read_text(os.path.join(ssh, "id_hpcc.pub"))
+    _offered(ssh, keys, publics, uid, gid)
     sshkeys.replace_file(os.path.join(ssh, "id_hpcc"), keys[CURRENT], 0o600, uid, gid)
     sshkeys.replace_file(os.path.join(ssh, "id_hpcc.pub"), publics[CURRENT] + "\n", 0o644, uid, gid)
     lines = authorized_lines(existing, trusted, cidr, comment, held)

@@ -223,6 +223,12 @@ def test_client_config_trusts_exactly_the_clusters_hosts(tmp_path):
         assert all(a.endswith("-cert-v01@openssh.com") for a in option(ip, "hostkeyalgorithms").split(","))
         assert int(option(ip, "connectionattempts")) >= 3  # an sshd reloading (re-exec) refuses for an instant
     assert option("10.0.9.9", "userknownhostsfile") != "/etc/ssh/ssh_known_hosts.hpcc"  # not a cluster host
+    # the identities offered: the slots the Python install keeps stable through a rotation, then the current copy
+    from hpcc_node.cluster_keys import SLOTS
+    effective = subprocess.run(["ssh", "-G", "-F", str(conf), ips[0]], capture_output=True, text=True).stdout
+    offered = [line.split(None, 1)[1].rsplit("/", 1)[-1] for line in effective.splitlines()
+               if line.startswith("identityfile ")]
+    assert offered == [*SLOTS, "id_hpcc"], offered
 
 
 def test_sshd_drop_in_allows_keys_only_and_comes_first(tmp_path):

@@ -84,6 +84,31 @@ def test_a_node_logs_in_with_the_current_key_and_authorizes_every_labelled_one(t
     assert (ssh / "authorized_keys").read_text().splitlines()[1:] == [f'from="10.0.0.0/16" {cluster_keys.public_of(new, "hpcc-llm")}']
 
 
+def test_the_key_files_ssh_offers_are_never_rewritten_while_their_key_has_a_label(tmp_path):
+    """ssh reads an identity's public half at start and its private half to sign: a slot rewritten in between
+    fails that login (the box's rotation saw it). Each key keeps its slot from add to retire."""
+    aws = FakeAws()
+    seed_keys(aws)
+    keys = node_keys(aws, tmp_path, "compute-000")
+    ssh = tmp_path / "compute-000" / "root" / ".ssh"
+    keys.follow("")
+    old = cluster_keys.staged(aws, SECRET)["AWSCURRENT"]
+    a, b = (ssh / slot for slot in cluster_keys.SLOTS)
+    assert a.read_text() == old and not b.exists() and oct(a.stat().st_mode)[-3:] == "600"
+    assert (ssh / "id_hpcc_a.pub").read_text() == cluster_keys.public_of(old, "hpcc-llm") + "\n"
+    held = a.stat().st_ino
+    for phase in certstore.PHASES:
+        cluster_keys.advance(aws, SECRET, phase, RID, "hpcc-llm")
+        keys.follow(f"{RID}:{phase}")
+        new = cluster_keys.staged(aws, SECRET).get("AWSPENDING") or cluster_keys.staged(aws, SECRET)["AWSCURRENT"]
+        if phase != "retire":  # the old key in its slot, the very same file; the new one beside it
+            assert a.read_text() == old and a.stat().st_ino == held and b.read_text() == new, phase
+    assert not a.exists() and not (ssh / "id_hpcc_a.pub").exists() and b.read_text() == new  # the old key gone
+    assert (ssh / "id_hpcc").read_text() == new
+    assert cluster_keys.assign_slots({"id_hpcc_a": "", "id_hpcc_b": new}, ["k3", new]) == {"id_hpcc_b": new,
+                                                                                          "id_hpcc_a": "k3"}
+
+
 def test_a_node_booting_during_a_switch_lets_in_both_the_switched_nodes_and_the_others(tmp_path):
     """A replacement of a node that died in the middle of a rotation: it boots after the switch began."""
     aws = FakeAws()
