@@ -80,23 +80,29 @@ def _rebooted_at(snap: Snapshot, instance_id: str) -> Optional[float]:
     return max(times) if times else None
 
 
-def _out_since(snap: Snapshot, name: str) -> Tuple[float, float]:
-    """(the last time the node was taken out of service, the last time it was put back): a cluster without Slurm
-    keeps no node state but these events."""
-    out = [e.at for e in snap.events if e.node == name and e.phase == "start" and e.kind in (DOWN, DRAIN)]
-    back = [e.at for e in snap.events if e.node == name and e.phase == "start" and e.kind == RESUME]
-    return max(out, default=0.0), max(back, default=0.0)
+OutTimes = Dict[str, Tuple[float, float]]
 
 
-def _back_in_service(snap: Snapshot) -> List[Action]:
+def _out_times(snap: Snapshot) -> OutTimes:
+    """node -> (the last time it was taken out of service, the last time it was put back), in one pass over the
+    events: a cluster without Slurm keeps no node state but these."""
+    times: OutTimes = {}
+    for e in snap.events:
+        if e.phase == "start" and e.kind in (DOWN, DRAIN, RESUME):
+            taken, back = times.get(e.node, (0.0, 0.0))
+            times[e.node] = (max(taken, e.at), back) if e.kind != RESUME else (taken, max(back, e.at))
+    return times
+
+
+def _back_in_service(snap: Snapshot, outs: OutTimes) -> List[Action]:
     """Without Slurm: a ready node taken out of the hostfiles whose own instance now reports healthy is listed
     again (the membership follows the verdict); the RESUME records it."""
     out = []
-    for name, slot in sorted(snap.slots.items()):
-        r = snap.reports.get(name)
-        if slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id:
+    for name in sorted(outs):
+        slot, r = snap.slots.get(name), snap.reports.get(name)
+        if slot is None or slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id:
             continue
-        taken, back = _out_since(snap, name)
+        taken, back = outs[name]
         if taken > max(back, slot.since):
             out.append(Action(RESUME, group=slot.group, node=name, instance_id=slot.instance_id,
                               why=Why("", "its checks pass again: back in the hostfiles")))
@@ -131,7 +137,7 @@ def _start_now(snap: Snapshot, now: float, timers: Timers) -> List[Action]:
             and 0 < j.eligible - now <= timers.requeue_window_seconds]
 
 
-def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig: str) \
+def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig: str, outs: OutTimes) \
         -> Tuple[List[Action], Optional[Failure]]:
     """The actions for one node's failed verdict, and the failure to hand on to replacement (None: not yet)."""
     slot, name = f.slot, f.slot.name
@@ -148,7 +154,7 @@ def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig:
         out += _requeues(r, name, snap, timers)
         if out or not drained(node) or (node is not None and node.states & BUSY_STATES):
             return out, None  # a running job finishes (drain) or is requeued by Slurm (down) first
-    elif r.action in ("down", "drain") and _out_since(snap, name)[0] < r.at:  # once per verdict
+    elif r.action in ("down", "drain") and outs.get(name, (0.0, 0.0))[0] < r.at:  # once per verdict
         out.append(Action(DOWN if r.action == "down" else DRAIN, data={"reason": _reason(r), "signature": sig,
                                                                         "via": "hostfiles"}, **common))
     rebooted = _rebooted_at(snap, slot.instance_id)
@@ -255,6 +261,7 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
         else:
             rest.append(f)
     bursts = _systemic(verdicts, snap, now, timers, cluster_nodes)
+    outs = _out_times(snap) if snap.slurm is None else {}
     for sig in sorted(bursts):
         n = sum(1 for _, _, s in verdicts if s == sig)
         out += alert(f"systemic:{sig}", f"{n} node(s) failing the same health check ({sig}) within "
@@ -262,7 +269,7 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
     for f, r, sig in sorted(verdicts, key=lambda v: (v[0].slot.group, v[0].slot.index)):
         if sig in bursts or now - r.at < timers.health_settle_seconds:
             continue
-        acts, handed = _one(f, r, snap, now, timers, sig)
+        acts, handed = _one(f, r, snap, now, timers, sig, outs)
         out += acts
         if handed is not None:
             rest.append(handed)
@@ -277,5 +284,5 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
     if snap.slurm is not None:
         out += _start_now(snap, now, timers)
     else:
-        out += _back_in_service(snap)
+        out += _back_in_service(snap, outs)
     return out, rest, unlisted
