@@ -59,7 +59,7 @@ def test_the_nodes_refuse_what_the_config_would_refuse_and_both_sides_agree():
     texts = [with_value(k, v) for k, v in cases]  # bash: the example's text with the case in it, whole
     assert [settings_schema.text_problem(t) is None for t in texts] == python
     out = run(["settings"], "".join(f"apply_settings {shlex.quote(t)} 2>/dev/null && echo ok || echo refused\n"
-                                    for t in texts), context())
+                                    for t in texts), context(), timeout=600)  # ~15 s alone; a loaded CI is slower
     assert [line == "ok" for line in out.stdout.splitlines()] == python, out.stderr
 
 

@@ -787,7 +787,8 @@ client_config() {
     echo "Host $hosts"
     printf '  %s\n' "StrictHostKeyChecking yes" "UserKnownHostsFile $HPCC_KNOWN_HOSTS" \
       "GlobalKnownHostsFile $HPCC_KNOWN_HOSTS" "HostKeyAlgorithms $HPCC_HOST_CERT_ALGORITHMS" \
-      "IdentityFile ~/.ssh/id_hpcc" "ConnectionAttempts 3"
+      "IdentityFile ~/.ssh/id_hpcc_a" "IdentityFile ~/.ssh/id_hpcc_b" "IdentityFile ~/.ssh/id_hpcc" \
+      "ConnectionAttempts 3"
   done
 }
 
