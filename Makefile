@@ -39,7 +39,7 @@ plan: $(VENV)/.runtime
 	$(VENV)/bin/hpcc plan $(EXAMPLE) --out plan
 
 # Three workers on two cores: the box's tests (mostly waiting on its nodes) together on one, in order.
-# The box modules marked `long` (the fleet, health with and without Slurm, the cloud, day 2, upgrades: about 35 minutes of booting and replacing nodes) do not
+# The box modules marked `long` (the fleet, health with and without Slurm, the cloud, day 2, upgrades, key rotation: about 40 minutes of booting and replacing nodes) do not
 # fit make test's 20 minutes: make test-long runs them, and CI (.ci/run) runs both.
 test: setup deps
 	$(PY) -m pytest -q -n 3 --dist loadgroup -m 'not long'

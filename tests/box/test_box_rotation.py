@@ -22,7 +22,7 @@ from infra.ops import rotate_keys, store
 from tests.box.cloud import FleetBox
 from tests.box.harness import REGION
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 
 
 class BoxAws:
