@@ -152,8 +152,9 @@ def check(nodes: Mapping[str, str], run_on_head: RunOnHead, provider: str, round
             measured.append((group_of(a), a, b, gbps))
             log(f"{a} <-> {b}: {'failed' if gbps is None else f'{gbps:.2f} GB/s'}")
         return got
-    report = check_fabric(groups(nodes), measure, rng, rounds, floor)
-    for group, names in sorted(groups(nodes).items()) if allreduce else ():
+    by_group = groups(nodes)
+    report = check_fabric(by_group, measure, rng, rounds, floor)
+    for group, names in sorted(by_group.items()) if allreduce else ():
         c = run_allreduce(group, names, nodes, run_on_head, torchrun, procs)
         log(f"{group} all-reduce over {len(names)} node(s): "
             + (f"{c.busbw:.2f} GB/s bus bandwidth, {c.ranks} ranks" if c.status == "ok" else f"{c.status}: {c.why}"))
