@@ -167,7 +167,7 @@ def test_c_a_dead_node_is_replaced_under_its_name_at_a_new_address_and_a_job_els
     assert sorted((fleet.workdir / "jobs" / "c.out").read_text().split()) == ["done-a-000", "done-b-000"]
 
 
-def test_d_a_group_grown_3_to_4_nodes_then_shrunk_to_2_loses_the_nodes_the_controller_chose(fleet):
+def test_d_a_group_grown_2_to_3_nodes_then_shrunk_to_1_loses_the_nodes_the_controller_chose(fleet):
     fleet.resize("a", 3)
     grown = wait_for(lambda: settled(fleet, {"a-000", "a-001", "a-002", "b-000"}), 600, fleet)
     ips = {n: ip_of(fleet, s.instance_id) for n, s in grown.items()}
@@ -179,8 +179,11 @@ def test_d_a_group_grown_3_to_4_nodes_then_shrunk_to_2_loses_the_nodes_the_contr
     assert "b-000" in kept and len(kept & {"a-000", "a-001", "a-002"}) == 1, kept
     removed = set(grown) - kept
     events = fleet.ledger().events
-    chosen = {e.node for e in events if e.kind == "remove" and e.phase == "done"}
-    assert chosen == removed, (chosen, removed)
+    # The controller's choice is the remove it starts. One whose call failed (a slow EC2 answer, the instance
+    # terminated all the same) records no `done`: a later loop forgets the slot once the instance is gone.
+    chosen = {e.node for e in events if e.kind == "remove" and e.phase == "start"}
+    history = [(round(e.at), e.kind, e.node, e.phase, e.detail) for e in events if e.node in removed]
+    assert chosen == removed, (chosen, removed, history)
     instances = fleet.instances()
     for name in removed:
         assert instances[grown[name].instance_id]["State"]["Name"] in ("shutting-down", "terminated"), name
