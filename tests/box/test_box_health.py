@@ -10,6 +10,7 @@ spare; (i) a held spare's deep check, passing, then failing; (c) an agent that s
 slowed link named by `hpcc check fabric`; (f) the same Xid on every node at once, last (a fatal Xid stays until
 the machine goes). Printed: `[health] ...` figures."""
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ INJECT_XID = STANDINS / "inject-xid"
 MOUNT = "/fsx"  # the settings' default mount point (fsx.mountPoint)
 A = {"a-000", "a-001", "a-002"}
 SPARES = "hpcc-spares-a"
+SYSTEMIC_FAULT = re.compile(r"failing the same health check \((.*)\) within ")  # decide_health's alert text
 PERSON = "alice: fan noise, looking tomorrow"  # a person's reason: not hpcc's, never touched
 SPARE_CHECK = 60  # a held spare's deep check every minute (12 h on a cluster: Timers.spare_check_seconds)
 REBOOT_TIMEOUT = 45  # a rebooted node's verdict is awaited this long (20 min on a cluster): a box node never reboots
@@ -332,8 +334,8 @@ def test_f_the_same_fatal_xid_on_every_node_at_once_is_one_systemic_alert_and_no
     # One alert per fault (its signature, in the alert's text): raised once, not again on the loops after.
     alerts = [(round(e.at - injected, 1), e.detail) for e in events(fleet, ALERT, since=injected)
               if "systemic" in e.detail]
-    faults = [detail.split("health check (", 1)[-1].rsplit(") within", 1)[0] for _, detail in alerts]
-    assert len(faults) == len(set(faults)) >= 1, alerts
+    faults = [m.group(1) for _, detail in alerts if (m := SYSTEMIC_FAULT.search(detail))]
+    assert len(faults) == len(alerts) >= 1 and len(set(faults)) == len(faults), alerts
     assert not [e for e in fleet.ledger().events if e.at >= injected and e.node in A and
                 e.kind in (DOWN, DRAIN, REPLACE)], fleet.ledger().events
     assert {n: (s.instance_id, s.state) for n, s in fleet.ledger().slots.items() if n in A} == before
