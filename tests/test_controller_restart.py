@@ -355,3 +355,34 @@ def test_a_removed_node_slurm_no_longer_knows_is_terminated_all_the_same(env):
                  Snapshot(now=env.clock(), slots={"gpu-003": slot}))
     assert env.ec2.instances[iid]["state"] == "shutting-down"
     assert ledger.load().slots["gpu-003"].state == "removing"
+
+
+def test_a_loop_slower_than_the_lease_still_writes_what_it_decided_and_stops_once_another_holds_it(env):
+    """Each Slurm call waits out a long timeout (slurmctld restarting): the loop outlives its lease. The actions
+    after the lease's end are still written (the lease renewed between actions), unless another controller took
+    the lease meanwhile: then the loop stops at its next action."""
+    from hpcc_node.controller.ledger import LeaseLost
+    from hpcc_node.controller.model import DOWN, MARK, Action, Slot, Snapshot, Why
+    ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+    assert ledger.acquire()
+    slots = {f"gpu-00{i}": ledger.put_slot(Slot(f"gpu-00{i}", "gpu", i, f"i-{i}"), state="booting") for i in range(3)}
+
+    def slow_slurm(argv):
+        env.now[0] += TIMERS.lease_seconds * 0.4  # each scontrol call gives up after a long timeout
+    executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, slow_slurm)
+    why = Why("health", "xid: Xid 79")
+    actions = [a for n in slots for a in (Action(DOWN, "gpu", n, slots[n].instance_id, why, {"reason": "hpcc: x"}),
+                                          Action(MARK, "gpu", n, slots[n].instance_id, why, {"state": "failed"}))]
+    executor.run(actions, Snapshot(now=env.clock(), slots=slots))
+    assert env.clock() - 1_000_000.0 > TIMERS.lease_seconds  # the loop outlived the lease it started with
+    assert {n: s.state for n, s in Ledger(env.ddb, TABLE, "r", env.clock).load().slots.items()} == \
+        {n: "failed" for n in slots}
+
+    other = Ledger(env.ddb, TABLE, "head-2", env.clock)
+    env.now[0] += TIMERS.lease_seconds + 1  # head-1 stalled past its lease; head-2 takes over
+    assert other.acquire()
+    later = Ledger(env.ddb, TABLE, "r", env.clock).load().slots
+    with pytest.raises(LeaseLost):
+        executor.run([Action(MARK, "gpu", "gpu-000", "i-0", why, {"state": "ready"})], Snapshot(now=env.clock(),
+                                                                                                 slots=later))
+    assert Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-000"].state == "failed"

@@ -4,7 +4,8 @@ Each step is in the ledger before it acts and after: a replacement marks the slo
 attempt) before terminating, a launch records its ClientToken before CreateFleet and the instance ids after, a
 name is claimed in the ledger before the tag follows. A controller killed between any two steps finds the
 record on its restart, and decide() finishes the step without repeating the counted part. Every write goes
-through the lease: a controller that lost it stops at its first write (LeaseLost), before touching EC2.
+through the lease: a controller that lost it stops at its first write (LeaseLost), before touching EC2; a slow
+loop renews it between actions (Ledger.keep), so its last actions are not refused for its own slowness.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Executor(HealthActs):
             self.log.info(line)
             lines.append(line)
             try:
+                self.ledger.keep()
                 self._record(a, "start")
                 detail = getattr(self, "_" + a.kind.replace("-", "_"))(a) or ""
                 self._record(a, "done", detail)

@@ -80,6 +80,7 @@ def read_name(client: Any, table: str, instance_id: str) -> Optional[str]:
 class Ledger:
     def __init__(self, client: Any, table: str, owner: str, clock: Callable[[], float], timers: Timers = DEFAULT):
         self.client, self.table, self.owner, self.clock, self.timers = client, table, owner, clock, timers
+        self.renewed: Optional[float] = None  # when this controller last took or renewed the lease
 
     # The lease.
     def acquire(self) -> bool:
@@ -94,11 +95,21 @@ class Ledger:
                 ConditionExpression="attribute_not_exists(pk) OR #o = :me OR expires < :now",
                 ExpressionAttributeNames={"#o": "owner"},
                 ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}})
+            self.renewed = now
             return True
         except Exception as e:  # botocore's or hpcc_node.awscli's ClientError: the same .response
             if error_code(e) != "ConditionalCheckFailedException":
                 raise
             return False
+
+    def keep(self) -> None:
+        """Mid-loop, before each action: renew a lease this controller took once half of it has passed, so a slow
+        loop (Slurm or EC2 calls waiting out their timeouts) still writes what it decided instead of losing every
+        write after the lease's end, loop after loop; LeaseLost when another controller holds it now."""
+        if self.renewed is None or self.clock() - self.renewed < self.timers.lease_seconds / 2:
+            return
+        if not self.acquire():
+            raise LeaseLost(f"{self.holder()[0]} took the lease during a slow loop")
 
     def holder(self) -> Tuple[str, float]:
         item = self.client.get_item(TableName=self.table, Key={"pk": {"S": LEASE}}, ConsistentRead=True).get("Item")

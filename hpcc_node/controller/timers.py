@@ -54,8 +54,9 @@ class Timers:
     # block ending, neither a failure nor replaced.
     capacity_block_warning_seconds: int = 40 * 60
     capacity_block_termination_seconds: int = 30 * 60
-    # The controller's lease in the ledger: renewed every loop, so three missed loops hand the cluster to
-    # another head; a controller that cannot renew stops writing (the ledger's conditions refuse it anyway).
+    # The controller's lease in the ledger: renewed every loop, and between a slow loop's actions once half of it
+    # has passed, so three missed loops hand the cluster to another head; a controller that cannot renew stops
+    # writing (the ledger's conditions refuse it anyway).
     lease_seconds: int = 180
     # A named instance that EC2 does not list yet (describe is eventually consistent: EC2 API reference,
     # "Eventual consistency in the Amazon EC2 API") is not taken for terminated before this.
