@@ -16,6 +16,7 @@ import pytest
 
 from tests.box.cloud import FleetBox
 from tests.box.harness import Box, can_run
+from tests.box.settle import settle
 
 SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_slurm.py", "test_box_day2.py")
 _shared: dict[str, Box] = {}
@@ -83,4 +84,6 @@ def cluster(box_machine):
         diagnosis = box.diagnose()
         stop_shared_box()
         pytest.fail(f"the shared box did not boot: {codes}\n{diagnosis}", pytrace=False)
+    took = settle(box)  # the agents' first ticks done: the tests see the cluster a user gets
+    print(f"[box] the shared box settled {took:.0f} s after its bootstraps ended")
     return box

@@ -15,6 +15,7 @@ import pytest
 from tests.box.cloud import FLEET_CIDR
 from tests.box.day2 import agent_pids
 from tests.box.harness import VENV_BIN, fingerprint, node_env
+from tests.box.settle import WRITTEN, settle
 
 pytestmark = pytest.mark.box
 
@@ -96,16 +97,28 @@ def _names(output: str) -> list[str]:
     return sorted(line.split("=", 1)[1] for line in output.splitlines() if line.startswith("HPCC_NODE="))
 
 
+def on_head(cluster, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """A launch from the head; one that hangs fails with what it printed so far and every node's and the
+    controller's log tail (a node the controller replaced or reconfigured meanwhile shows there)."""
+    try:
+        return cluster.head.run(*cmd, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s; printed {len(out.splitlines())} "
+                             f"line(s), stderr: {err[-2000:]}\n{cluster.diagnose()}") from None
+
+
 def test_mpirun_with_the_emitted_hostfile_runs_on_every_node(cluster):
-    run = cluster.head.run("mpirun", "--allow-run-as-root", "--hostfile", "/etc/hpcc/hostfile", "--map-by",
-                           "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=120)
+    run = on_head(cluster, "mpirun", "--allow-run-as-root", "--hostfile", "/etc/hpcc/hostfile", "--map-by",
+                  "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env")
     assert run.returncode == 0, run.stderr
     assert "ERROR" not in run.stderr, run.stderr  # e.g. PMIx when nodes cannot be told apart
     assert _names(run.stdout) == [n.name for n in cluster.compute]
 
 
 def test_hpcc_mpirun_runs_every_slot_on_every_node(cluster):
-    run = cluster.head.run("hpcc-mpirun", "grep", "^HPCC_NODE=", "/etc/hpcc/env", timeout=120)
+    run = on_head(cluster, "hpcc-mpirun", "grep", "^HPCC_NODE=", "/etc/hpcc/env")
     assert run.returncode == 0, run.stderr
     assert "ERROR" not in run.stderr, run.stderr
     assert _names(run.stdout) == sorted([n.name for n in cluster.compute] * cluster.slots)
@@ -145,9 +158,6 @@ def test_torchrun_all_reduce_across_every_node_from_the_emitted_environment(clus
     assert lines == expected
 
 
-WRITTEN = ["/etc/hpcc", "/root", "/etc/ssh", "/etc/profile.d", "/usr/local/bin", "/usr/local/sbin"]
-
-
 def cluster_hosts_version(cluster) -> int:
     """The membership generation the controller published last (nodes report the one they applied)."""
     return cluster.membership_generation()
@@ -163,30 +173,20 @@ def current_status(cluster, node, timeout: float = 60) -> dict:
         time.sleep(1)
 
 
-def settled(cluster, timeout: float = 120) -> None:
-    """Until the controller has marked every node ready (the membership carries each node's state, so a mark
-    is a new generation) and every node applied that generation: a rerun then has nothing new to apply."""
-    deadline = time.time() + timeout
-    while True:
-        doc = cluster.membership()
-        if all(n["state"] == "ready" for n in doc["nodes"]) and all(
-                f"HOSTS_VERSION={doc['generation']}" in n.file("/etc/hpcc/node").read_text() for n in cluster.nodes):
-            return
-        assert time.time() < deadline, (doc, cluster.diagnose())
-        time.sleep(1)
-
-
 @pytest.mark.parametrize("which", ["head", "compute-001"])
 def test_running_the_bootstrap_again_changes_nothing(cluster, which):
     node = cluster.node(which)
-    settled(cluster)
+    settle(cluster, quiet=13)  # no agent tick (10-12.5 s) left with work: a rerun has nothing new to apply
     before = fingerprint(node, WRITTEN)
     assert any("/hpcc-" in p or p.endswith("id_hpcc") for p in before)  # what the bootstrap wrote is watched
     assert "/usr/local/sbin/hpcc-node" in before
     running = agent_pids(node)
     assert len(running) == 1, running
     assert cluster.rerun(node) == 0, cluster.diagnose()
-    assert fingerprint(node, WRITTEN) == before
+    after = fingerprint(node, WRITTEN)
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    assert not changed, (changed, cluster.membership()["generation"], cluster.log(node)[-3000:],
+                         cluster.controller_log()[-2000:])
     assert agent_pids(node) == running  # no second agent, the first one untouched
     assert cluster.status(node.name)["phase"] == "ready"
     run = cluster.head.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", cluster.compute[0].ip, "true")
