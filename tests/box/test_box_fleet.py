@@ -41,13 +41,15 @@ def fleet(box_machine):
 
 
 # -- reading the cluster as the controller left it ------------------------------------------------------------
-def wait_for(what, timeout: float, box: FleetBox, every: float = 1.0, why: str = ""):
+def wait_for(what, timeout: float, box: FleetBox, every: float = 1.0, why=""):
+    """what() until it is truthy (returned); `why`, a text or a function giving one, says what was awaited."""
     deadline = time.time() + timeout
     while True:
         got = what()
         if got:
             return got
         if time.time() > deadline:
+            why = why() if callable(why) else why  # read when it fails: the state at that moment
             raise AssertionError(f"not after {timeout} s: {why or what.__doc__}\n{box.diagnose()}")
         time.sleep(every)
 
