@@ -387,3 +387,19 @@ def test_the_controllers_tag_keys_are_the_programs():
 
 def test_slot_defaults_are_what_a_new_name_needs():
     assert Slot("gpu-000", "gpu", 0).state == m.BOOTING and m.node_name("gpu", 7) == "gpu-007"
+
+
+def test_a_node_drained_for_a_soft_failure_that_cleared_goes_back_to_service():
+    """Drained for no heartbeat (an agent's long tick); its agent reports again before the drain ends in a
+    replacement: the slot is ready again and Slurm resumes it. A shrink's drain and a person's stay."""
+    drained = with_slurm(with_slot(cluster(), N1, state=m.DRAINING, reason="health: no heartbeat: ..."), N1,
+                         {"IDLE", "DRAIN"}, "hpcc: health: no heartbeat: ...")
+    actions = run(drained)
+    assert kinds(actions, N1) == [MARK, RESUME] and by_kind(actions, MARK)[0].data["state"] == m.READY
+    assert "cleared while it drained" in by_kind(actions, MARK)[0].why.evidence
+    still = with_instance(drained, N1, events=("instance-retirement",))  # the failure is still there
+    assert kinds(run(still), N1) == [DOWN, REPLACE]
+    shrinking = with_slot(drained, N1, state=m.DRAINING, reason="shrink: the group's count went down")
+    assert kinds(run(shrinking), N1) == []
+    person = with_slurm(drained, N1, {"IDLE", "DRAIN"}, "alice: looking at it")
+    assert kinds(run(person), N1) == []

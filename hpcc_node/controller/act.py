@@ -19,8 +19,8 @@ from hpcc_node.taxonomy import FailureClass
 from . import fleet, membership
 from .act_health import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
-from .model import (READY, RECORDED, REMOVING, REPLACE, REPLACING, TAG_NODE, Action, Event, Group, GroupState, Slot,
-                    Snapshot)
+from .model import (BOOTING, READY, RECORDED, REMOVING, REPLACE, REPLACING, TAG_NODE, Action, Event, Group,
+                    GroupState, Slot, Snapshot)
 from .timers import DEFAULT, Timers
 
 LOG = logging.getLogger("hpcc.controller")
@@ -133,8 +133,8 @@ class Executor(HealthActs):
         self.slots[a.node] = self.ledger.put_slot(slot, state=a.data["state"], reason=a.data.get("reason", ""),
                                                   since=self.clock())
         gs = self._group(a.group)
-        if a.data["state"] == READY and (gs.consecutive_failures or gs.protected):
-            self._put_group(a.group, consecutive_failures=0, protected="")  # any success resets protected mode
+        if a.data["state"] == READY and slot.state == BOOTING and (gs.consecutive_failures or gs.protected):
+            self._put_group(a.group, consecutive_failures=0, protected="")  # any boot that succeeds resets them
         return a.data["state"]
 
     def _replace(self, a: Action) -> str:

@@ -12,7 +12,8 @@ from typing import Mapping, Optional
 
 from hpcc_node.taxonomy import FailureClass
 
-from .model import BOOTING, DRAINING, GONE, READY, REASON_PREFIX, Group, Instance, Slot, SlurmNode, Snapshot
+from .model import (BOOTING, DRAINING, GONE, READY, REASON_PREFIX, SHRINK, Group, Instance, Slot, SlurmNode,
+                    Snapshot)
 from .timers import Timers
 
 # ReturnToService=1 (templates/steps/slurm.sh.j2) keeps such a node DOWN: its agent's next verdict (the boot checks
@@ -30,7 +31,7 @@ SCHEDULED_EVENTS = ("instance-retirement", "instance-stop", "instance-reboot", "
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # "ready" | "failure" | "ended" | "resume" | "set-address" | "cb-drain"
+    kind: str  # "ready" | "failure" | "ended" | "resume" | "undrain" | "set-address" | "cb-drain"
     failure: str = ""
     evidence: str = ""
     hard: bool = True
@@ -132,6 +133,8 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
     if slot.state == READY and node is not None and "DOWN" in node.states and \
             node.reason.startswith(UNEXPECTED_REBOOT) and report is not None and report.ok:
         return Verdict("resume", evidence=f"its checks pass after the reboot (was: {node.reason})")
-    if slot.state == DRAINING:
-        return None
+    if slot.state == DRAINING and not slot.reason.startswith(SHRINK) and report is not None and report.ok:
+        # A soft failure drains first and is replaced once drained; found again no more (a long tick's heartbeat
+        # came late, an event cancelled), the node goes back to service instead of staying drained for no one.
+        return Verdict("undrain", evidence=f"its failure cleared while it drained (was: {slot.reason})")
     return None

@@ -17,11 +17,10 @@ from .decide_failures import Failure, down_and_replace, failure_actions, slurm_r
 from .decide_health import health_actions
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
                     PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
-                    WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
+                    SHRINK, WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
 from .fleet import client_token
 from .timers import DEFAULT, Timers
 
-SHRINK = "shrink"
 
 
 def predecessor_gone(slot: Slot, snap: Snapshot, now: float, timers: Timers) -> bool:
@@ -99,6 +98,9 @@ def _slot_actions(slot: Slot, group: Group, snap: Snapshot, now: float, timers: 
         return out
     if verdict.kind == "resume":
         return [Action(RESUME, **common)]
+    if verdict.kind == "undrain":
+        out = [Action(MARK, data={"state": READY, "reason": verdict.evidence}, **common)]
+        return out + ([Action(RESUME, **common)] if node is not None and node.states & {"DOWN", "DRAIN"} else [])
     if verdict.kind == "set-address":
         ip = snap.instances[slot.instance_id].private_ip
         return [Action(SET_ADDR, data={"addr": ip, "hostname": slot.name}, **common)]

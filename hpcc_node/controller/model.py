@@ -26,6 +26,7 @@ DRAINING = "draining"  # a soft failure or a shrink: waiting for Slurm to drain 
 REPLACING = "replacing"  # the predecessor is being terminated; the name moves once it is shutting down
 FAILED = "failed"  # kept failed, not replaced (bundle/hook, attempt cap, protected): reported
 REMOVING = "removing"  # shrink: terminating, then the slot is forgotten (a hole in the names)
+SHRINK = "shrink"  # the reason a shrink gives the slots it drains and removes
 ENDED = "ended"  # its Capacity Block ended: neither a failure nor replaced
 ACTIVE_STATES = (BOOTING, READY, DRAINING, REPLACING, FAILED)
 
