@@ -107,6 +107,7 @@ class Agent:
             state.write_record(config.path("agent.json"), self.record)
         self.written: Optional[tuple] = None  # what the last status write said, its bytes, and when
         self.written_body, self.written_at = b"", 0.0
+        self.status_lock = threading.RLock()  # the tick's status writes and the heartbeat thread's, in order
         self.pointer_sha = ""  # the pointer's sha last tick
         self.verdict: Optional[rollout.Verdict] = None
         self.done_since: Dict[str, float] = {}
@@ -335,13 +336,32 @@ class Agent:
         self.put_status(body.encode())
         self.written = key
 
+    def beat(self) -> None:
+        """The heartbeat thread's: the last status again once it is heartbeat_seconds old, whatever the tick is
+        doing, so a tick that takes minutes (an apply-membership waiting on a restarting slurmctld) is not taken
+        for a dead agent (the controller's Timers.heartbeat_timeout_seconds)."""
+        with self.status_lock:
+            if self.written_body and self.clock() - self.written_at >= self.c.heartbeat_seconds:
+                self.put_status(self.written_body)
+
     def put_status(self, body: bytes) -> None:
+        with self.status_lock:
+            try:
+                self.s3.put_object(Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body,
+                                   ContentType="application/json")
+            except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
+                raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
+            self.written_body, self.written_at = body, self.clock()
+
+
+def heartbeat(agent: Agent, sleep: Callable[[float], None] = time.sleep) -> None:
+    """The heartbeat thread: Agent.beat every half beat, for as long as the agent runs."""
+    while True:
+        sleep(max(1.0, agent.c.heartbeat_seconds / 2))
         try:
-            self.s3.put_object(Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body,
-                               ContentType="application/json")
-        except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
-            raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
-        self.written_body, self.written_at = body, self.clock()
+            agent.beat()
+        except AwsError as e:
+            agent.log(f"heartbeat: {e}; again in {agent.c.heartbeat_seconds // 2} s")
 
 
 def main(argv: List[str]) -> int:
@@ -372,6 +392,7 @@ def main(argv: List[str]) -> int:
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     verdict_changed = threading.Event()  # a changed health verdict is written at once, not at the next tick
     health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set)  # every verdict.INTERVAL_S (15 s)
+    threading.Thread(target=heartbeat, args=(agent,), name="hpcc-heartbeat", daemon=True).start()
     while True:
         p = pacing(agent.settings)
         agent.aws.interval_ms, agent.aws.backoff_seconds, agent.aws.attempts = p.interval_ms, p.backoff_seconds, 1

@@ -291,3 +291,29 @@ def test_the_heartbeat_override_is_a_bounded_number_of_seconds():
     from hpcc_node import status
     assert status.heartbeat_seconds("10") == 10
     assert [status.heartbeat_seconds(t) for t in ("", "1", "99999", "-5", "ten")] == [status.HEARTBEAT_SECONDS] * 5
+
+
+def test_the_heartbeat_thread_writes_the_last_status_while_the_tick_is_stuck(tmp_path):
+    """A tick that takes minutes (apply-membership waiting on a restarting slurmctld) writes no status; the
+    heartbeat thread does, the same bytes each beat, so the controller does not take the node for dead."""
+    from hpcc_node.agent import heartbeat
+    aws = FakeAws()
+    cluster(aws)
+    now = [1000.0]
+    a, _ = make_agent(tmp_path, aws, clock=lambda: now[0])
+    a.tick()
+    key = membership.status_key(ARN + instance_of("compute-001"))
+    first = aws.s3.objects[(STATE, key)]
+    del aws.calls[:]
+    slept = []
+
+    def sleep(seconds):  # the tick meanwhile is stuck: no tick() below
+        if len(slept) == 4:
+            raise StopIteration
+        slept.append(seconds)
+        now[0] += seconds
+    with pytest.raises(StopIteration):
+        heartbeat(a, sleep)
+    assert slept == [a.c.heartbeat_seconds / 2] * 4
+    assert [c for c in aws.calls if c == ("s3-put", key)] == [("s3-put", key)] * 2  # at 1 and 2 beats, not between
+    assert aws.s3.objects[(STATE, key)] == first
