@@ -22,7 +22,6 @@ from .fleet import client_token
 from .timers import DEFAULT, Timers
 
 
-
 def predecessor_gone(slot: Slot, snap: Snapshot, now: float, timers: Timers) -> bool:
     """A name moves only once its instance is shutting down or terminated (or long gone from EC2's answers)."""
     inst = snap.instances.get(slot.instance_id)
