@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
+from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node import certs as host_certs
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
@@ -32,7 +33,6 @@ from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
 from hpcc_node.version import AGENT_VERSION
 
-ROLLED_BACK = "rolled back: "  # a canary that ran the bundle fine; another canary refused it (not this node's report)
 
 
 class Config(NamedTuple):
@@ -89,7 +89,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent:
+class Agent(BundleFollowing):
     def __init__(self, config: Config, aws: Aws, clock: Callable[[], float] = time.time,
                  run: Callable = subprocess.run, rand: Callable[[], float] = random.random, s3: Any = None):
         self.c, self.aws, self.clock, self.run, self.rand = config, aws, clock, run, rand
@@ -248,65 +248,6 @@ class Agent:
             with open(os.path.join(self.c.run, "hpcc-slurm.json"), "w") as f:
                 f.write(slurm.states_file_text(states))
             self.slurm_states = states
-
-    def follow_bundle(self, read: Dict[str, Any]) -> Optional[str]:
-        pointer = None
-        if self.c.bundle_parameter in read:
-            try:
-                pointer = rollout.parse_pointer(read[self.c.bundle_parameter][1])
-            except ValueError as e:
-                self.log(f"{self.c.bundle_parameter} refused: {e}")
-        self.pointer_sha = pointer.sha256 if pointer else ""
-        seen = {n: self.node_status(n) for n in self.canaries()} if pointer and self.rollout_on() else {}
-        if pointer and any(v is not None for v in seen.values()):
-            if rollout.is_canary(self.node.node, self.canary_names()):  # its own part: it runs the target, or refused it
-                seen[self.node.node] = {"bundle": self.running, "phase": "ready", "ok": True,
-                                        "refused": self.refused_field()}
-            self.verdict = rollout.canary_verdict(pointer.sha256, seen)
-            if self.verdict.state == "done":
-                self.done_since.setdefault(pointer.sha256, self.clock())
-        elif not self.rollout_on():
-            self.verdict = None
-        move = rollout.next_move(self.node.node, self.running, pointer, self.record.refused, self.verdict,
-                                 self.done_since.get(pointer.sha256) if pointer else None, self.clock(),
-                                 self.record.previous, self.canary_names())
-        self.rollout_note = move.reason if move.action == "halted" and self.node.node == "head" else None
-        if move.action == "switch" and pointer:
-            return self.switch(pointer)
-        if move.action == "rollback" and pointer:
-            return self.roll_back(pointer.sha256, move.reason)
-        return None
-
-    def refused_field(self) -> Optional[Dict[str, str]]:
-        if self.pointer_sha in self.record.refused and not self.record.refused[self.pointer_sha].startswith(ROLLED_BACK):
-            return {"sha256": self.pointer_sha, "reason": self.record.refused[self.pointer_sha]}
-        return None
-
-    def switch(self, pointer: rollout.Pointer) -> Optional[str]:
-        try:
-            directory = upgrade.fetch(self.aws.get_object, pointer.bucket, pointer.key, pointer.sha256, self.c.opt)
-            upgrade.self_check(directory, self.run)
-        except upgrade.BundleError as e:
-            self.log(f"bundle {pointer.sha256[:12]} refused, staying on {self.running[:12]}: {e}")
-            self.record = self.record._replace(refused={**self.record.refused, pointer.sha256: str(e)[:300]})
-            state.write_record(self.c.path("agent.json"), self.record)
-            return None
-        return self.move_to(pointer.sha256, directory, "switched")
-
-    def roll_back(self, sha: str, reason: str) -> Optional[str]:
-        directory = upgrade.bundle_dir(self.record.previous, self.c.opt)
-        self.record = self.record._replace(refused={**self.record.refused, sha: f"{ROLLED_BACK}{reason}"[:300]})
-        return self.move_to(self.record.previous, directory, "rolled back")
-
-    def move_to(self, sha: str, directory: str, verb: str) -> str:
-        drifted = rollout.drift(self.record.boot_digest, upgrade.boot_digest(directory, self.c.role), sha)
-        self.record = self.record._replace(drifted=drifted, previous=self.running)
-        state.write_record(self.c.path("agent.json"), self.record)
-        upgrade.switch(sha, self.c.opt)
-        upgrade.prune({sha, self.running}, self.c.opt)
-        self.log(f"{verb} to bundle {sha[:12]} from {self.running[:12] or 'none'}; "
-                 + (f"drifted: {drifted}" if drifted else "boot steps unchanged") + "; nothing restarted")
-        return directory
 
     # -- the status ---------------------------------------------------------------------------------
     def extra(self) -> Dict[str, Any]:
