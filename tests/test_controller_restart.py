@@ -386,3 +386,24 @@ def test_a_loop_slower_than_the_lease_still_writes_what_it_decided_and_stops_onc
         executor.run([Action(MARK, "gpu", "gpu-000", "i-0", why, {"state": "ready"})], Snapshot(now=env.clock(),
                                                                                                  slots=later))
     assert Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-000"].state == "failed"
+
+
+def test_one_action_whose_cloud_call_outlives_the_lease_still_records_its_result(env):
+    """A CreateFleet that answers after the lease's end (an API slowed down, a loaded head): the launch's result
+    and its event are still written, the lease renewed by the write itself, so the next loop names the
+    instances instead of standing by and launching again."""
+    from hpcc_node.controller.model import LAUNCH, Action, Snapshot, Why
+    ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+    assert ledger.acquire()
+    fake_create = env.ec2.create_fleet
+
+    def slow_create_fleet(**req):
+        env.now[0] += TIMERS.lease_seconds + 5
+        return fake_create(**req)
+    env.ec2.create_fleet = slow_create_fleet
+    executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, None)
+    executor.run([Action(LAUNCH, "gpu", "", "", Why("missing", "2 node(s) missing"), {"count": 2, "token": "t-1"})],
+                 Snapshot(now=env.clock()))
+    loaded = Ledger(env.ddb, TABLE, "r", env.clock).load()
+    assert [len(r.instance_ids or ()) for r in loaded.launches] == [2]
+    assert [e.phase for e in loaded.events if e.kind == LAUNCH] == ["start", "done"]

@@ -103,9 +103,9 @@ class Ledger:
             return False
 
     def keep(self) -> None:
-        """Mid-loop, before each action: renew a lease this controller took once half of it has passed, so a slow
-        loop (Slurm or EC2 calls waiting out their timeouts) still writes what it decided instead of losing every
-        write after the lease's end, loop after loop; LeaseLost when another controller holds it now."""
+        """Mid-loop, before each action and each write: renew a lease this controller took once half of it has
+        passed, so a slow loop (Slurm or EC2 calls waiting out their timeouts) still writes what it decided instead
+        of losing every write after the lease's end, loop after loop; LeaseLost when another controller holds it."""
         if self.renewed is None or self.clock() - self.renewed < self.timers.lease_seconds / 2:
             return
         if not self.acquire():
@@ -138,6 +138,7 @@ class Ledger:
                            "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
 
     def _transact(self, *items: Dict) -> None:
+        self.keep()  # a write after a slow call (a CreateFleet answering late) renews the lease it needs first
         try:
             self.client.transact_write_items(TransactItems=[self._lease_check(), *items])
         except Exception as e:
