@@ -42,7 +42,7 @@ def booted(tmp_path_factory):
                           "onNodeReady": [str(hooks_dir / "ready-check.sh")]})
     box.start()
     try:
-        codes = box.boot(timeout=240)
+        codes = box.boot(timeout=420)  # a loaded CI machine: the head, then the controller's launch and two boots
         yield box, codes
     finally:
         box.stop()

@@ -30,7 +30,7 @@ def test_efa_nodes_without_a_device_retry_after_modprobe_then_report_the_efa_ste
     compute role runs the same efa step)."""
     box = FleetBox(profile="efa", groups=[{"name": "compute", "count": 2}]).start()
     try:
-        codes = box.boot(timeout=180)
+        codes = box.boot(timeout=300)
         assert codes == {"head": 1}, f"{codes}\n{box.diagnose()}"
         assert box.controller is None and box.instances() == {}
         for node in box.nodes:
