@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import hashlib
 import ipaddress
 import json
 import os
@@ -464,16 +463,3 @@ class Box:
     def diagnose(self) -> str:
         """The tail of every node's log, for assertion messages."""
         return "\n".join(f"--- {n.name}\n" + "\n".join(self.log(n).splitlines()[-25:]) for n in self.nodes)
-
-
-def fingerprint(node: Node, paths: list[str]) -> dict[str, tuple[str, int, int]]:
-    """Content hash, mode and mtime of every file under the given node paths."""
-    out = {}
-    for p in paths:
-        base = node.file(p)
-        files = [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file())
-        for f in files:
-            st = f.stat()
-            out[p if base.is_file() else f"{p}/{f.relative_to(base)}"] = (
-                hashlib.sha256(f.read_bytes()).hexdigest(), st.st_mode, st.st_mtime_ns)
-    return out

@@ -5,26 +5,46 @@ head signs the certificates again: a test that launches or fingerprints in that 
 
 from __future__ import annotations
 
+import hashlib
 import time
+from pathlib import Path
+from typing import Iterator
 
 from tests.box.cloud import FleetBox
 from tests.box.harness import Node
 
-# What the bootstrap and the agents write on a node (tests/box/test_box_cluster.py fingerprints the same).
+# What the bootstrap and the agents write on a node.
 WRITTEN = ["/etc/hpcc", "/root", "/etc/ssh", "/etc/profile.d", "/usr/local/bin", "/usr/local/sbin"]
 
 
-def mtimes(node: Node, paths: list[str] = WRITTEN) -> dict[str, int]:
-    """Each file's modification time under the node's paths (a stat, no read: cheap to repeat)."""
-    out = {}
+def node_files(node: Node, paths: list[str] = WRITTEN) -> Iterator[tuple[str, Path]]:
+    """Each file under the node's paths, named as on the node (/etc/hpcc/env), in order."""
     for p in paths:
         base = node.file(p)
-        files = [base] if base.is_file() else (f for f in base.rglob("*") if f.is_file())
-        for f in files:
-            try:
-                out[str(f)] = f.stat().st_mtime_ns
-            except FileNotFoundError:  # replaced between the listing and the stat: changing, as far as we care
-                out[str(f)] = -1
+        if base.is_file():
+            yield p, base
+        elif base.is_dir():
+            for f in sorted(f for f in base.rglob("*") if f.is_file()):
+                yield f"{p}/{f.relative_to(base)}", f
+
+
+def mtimes(node: Node, paths: list[str] = WRITTEN) -> dict[str, int]:
+    """Each file's modification time (a stat, no read: cheap to repeat)."""
+    out = {}
+    for name, f in node_files(node, paths):
+        try:
+            out[name] = f.stat().st_mtime_ns
+        except FileNotFoundError:  # replaced between the listing and the stat: changing, as far as we care
+            out[name] = -1
+    return out
+
+
+def fingerprint(node: Node, paths: list[str] = WRITTEN) -> dict[str, tuple[str, int, int]]:
+    """Each file's content hash, mode and modification time."""
+    out = {}
+    for name, f in node_files(node, paths):
+        st = f.stat()
+        out[name] = (hashlib.sha256(f.read_bytes()).hexdigest(), st.st_mode, st.st_mtime_ns)
     return out
 
 

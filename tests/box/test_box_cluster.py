@@ -14,8 +14,8 @@ import pytest
 
 from tests.box.cloud import FLEET_CIDR
 from tests.box.day2 import agent_pids
-from tests.box.harness import VENV_BIN, fingerprint, node_env
-from tests.box.settle import WRITTEN, settle
+from tests.box.harness import VENV_BIN, node_env
+from tests.box.settle import WRITTEN, fingerprint, settle
 
 pytestmark = pytest.mark.box
 
