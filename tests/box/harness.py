@@ -451,6 +451,17 @@ class Box:
                               capture_output=True, check=False,
                               stdin=subprocess.DEVNULL, timeout=300).returncode
 
+    def on_head(self, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """A command on the head; one that hangs fails with what it printed so far and every node's and the
+        controller's log tail (a node the controller replaced or reconfigured meanwhile shows there)."""
+        try:
+            return self.head.run(*cmd, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s; printed {len(out.splitlines())} "
+                                 f"line(s), stderr: {err[-2000:]}\n{self.diagnose()}") from None
+
     def status(self, node_name: str) -> dict:
         """A node's status as the operator's tools read it: the SSM parameter the node writes."""
         value = self.client("ssm").get_parameter(Name=Paths(self.name).node(node_name))["Parameter"]["Value"]

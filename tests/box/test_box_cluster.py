@@ -97,20 +97,8 @@ def _names(output: str) -> list[str]:
     return sorted(line.split("=", 1)[1] for line in output.splitlines() if line.startswith("HPCC_NODE="))
 
 
-def on_head(cluster, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """A launch from the head; one that hangs fails with what it printed so far and every node's and the
-    controller's log tail (a node the controller replaced or reconfigured meanwhile shows there)."""
-    try:
-        return cluster.head.run(*cmd, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s; printed {len(out.splitlines())} "
-                             f"line(s), stderr: {err[-2000:]}\n{cluster.diagnose()}") from None
-
-
 def test_mpirun_with_the_emitted_hostfile_runs_on_every_node(cluster):
-    run = on_head(cluster, "mpirun", "--allow-run-as-root", "--hostfile", "/etc/hpcc/hostfile", "--map-by",
+    run = cluster.on_head("mpirun", "--allow-run-as-root", "--hostfile", "/etc/hpcc/hostfile", "--map-by",
                   "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env")
     assert run.returncode == 0, run.stderr
     assert "ERROR" not in run.stderr, run.stderr  # e.g. PMIx when nodes cannot be told apart
@@ -118,7 +106,7 @@ def test_mpirun_with_the_emitted_hostfile_runs_on_every_node(cluster):
 
 
 def test_hpcc_mpirun_runs_every_slot_on_every_node(cluster):
-    run = on_head(cluster, "hpcc-mpirun", "grep", "^HPCC_NODE=", "/etc/hpcc/env")
+    run = cluster.on_head("hpcc-mpirun", "grep", "^HPCC_NODE=", "/etc/hpcc/env")
     assert run.returncode == 0, run.stderr
     assert "ERROR" not in run.stderr, run.stderr
     assert _names(run.stdout) == sorted([n.name for n in cluster.compute] * cluster.slots)

@@ -18,7 +18,7 @@ from tests.box.cloud import Fault
 from tests.box.day2 import add_node, agent_pids, hosts_version, named, replace_node, seconds_until_listed
 from tests.box.harness import Box, node_env
 from tests.box.test_box_cluster import assert_certified
-from tests.box.test_box_slurm import hostname, on_head, wait_states
+from tests.box.test_box_slurm import hostname, wait_states
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
@@ -134,10 +134,10 @@ def test_c_a_job_on_untouched_nodes_runs_through_the_changes_and_finishes(day2):
 def test_d_the_nodes_day_2_added_and_replaced_are_in_slurm_at_their_addresses_and_run_a_job(day2):
     added, replaced = day2.node("compute-002"), day2.node("compute-001")  # tests/box/test_box_day2.py
     wait_states(day2, lambda s: all(s.get(n.name, ("",))[0] == "idle" for n in (added, replaced)), timeout=60)
-    nodes = slurm_nodes(on_head(day2, "scontrol", "show", "nodes", "--oneliner").stdout)
+    nodes = slurm_nodes(day2.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
     for node in (added, replaced):  # the controller set them (scontrol update NodeAddr=): day2.conf has none
         assert nodes[node.name].addr == node.ip, nodes[node.name]
-    run = on_head(day2, "srun", "-w", f"{added.name},{replaced.name}", "hostname")
+    run = day2.on_head("srun", "-w", f"{added.name},{replaced.name}", "hostname")
     assert (run.returncode, sorted(run.stdout.split())) == (0, sorted([hostname(replaced), hostname(added)])), run.stderr
 
 

@@ -57,13 +57,9 @@ def wait_for(what, timeout: float, box: FleetBox, every: float = 1.0, why=""):
 BUSY = {"ALLOCATED", "MIXED"}  # a job on some of a node's CPUs leaves it MIXED
 
 
-def on_head(box: FleetBox, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return box.head.run(*cmd, timeout=timeout)
-
-
 def slurm(box: FleetBox) -> dict:
     """Slurm's nodes (states, reason, address), from the head."""
-    return slurm_nodes(on_head(box, "scontrol", "show", "nodes", "--oneliner").stdout)
+    return slurm_nodes(box.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
 
 
 def settled(box: FleetBox, names: set[str], exact: bool = True):
@@ -104,7 +100,7 @@ def ip_of(box: FleetBox, instance_id: str) -> str:
 
 def request_replace(box: FleetBox, name: str) -> None:
     """`hpcc replace NAME` run on the head (it records replace_requested in the ledger; the controller acts)."""
-    run = on_head(box, "hpcc", "replace", "--cluster", box.name, "--region", "us-east-1", name)
+    run = box.on_head("hpcc", "replace", "--cluster", box.name, "--region", "us-east-1", name)
     assert run.returncode == 0, (run.stdout, run.stderr)
 
 

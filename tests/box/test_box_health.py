@@ -22,7 +22,7 @@ from hpcc_node.controller.observe_health import reservations
 from tests.box.cloud import CONTROLLER_TIMERS, Fault, FleetBox
 from tests.box.harness import node_env
 from tests.box.machine import leftovers
-from tests.box.test_box_fleet import BUSY, on_head, settled, slurm, wait_for
+from tests.box.test_box_fleet import BUSY, settled, slurm, wait_for
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -79,7 +79,7 @@ def job_fields(box: FleetBox, job: str) -> dict:
 
 
 def held_spares(box: FleetBox) -> frozenset:
-    return reservations(on_head(box, "scontrol", "show", "reservation", "--oneliner").stdout).get(SPARES, frozenset())
+    return reservations(box.on_head("scontrol", "show", "reservation", "--oneliner").stdout).get(SPARES, frozenset())
 
 
 def events(box: FleetBox, kind: str, node: str = "", since: float = 0.0) -> list:
@@ -129,7 +129,7 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
     victim = fleet.node("a-000")
     assert "status=ok" in victim.file("/run/hpcc-health.verdict").read_text(), "the health thread wrote no verdict"
     wait_for(lambda: fleet.status("a-000").get("health") == "ok", 60, fleet, why="a-000 reporting its verdict")
-    person = on_head(fleet, "scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")
+    person = fleet.on_head("scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")
     assert person.returncode == 0, person.stderr
 
     work = fleet.workdir / "jobs"
@@ -217,8 +217,8 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
     finally:
         flag.touch()
         if job_fields(fleet, job).get("JobState") not in ("COMPLETED", None):
-            on_head(fleet, "scancel", job)
-        on_head(fleet, "scontrol", "update", "nodename=a-001", "state=resume")  # the person is back
+            fleet.on_head("scancel", job)
+        fleet.on_head("scontrol", "update", "nodename=a-001", "state=resume")  # the person is back
 
 
 def test_i_a_held_spares_deep_check_runs_on_its_timer_and_a_spare_that_fails_it_is_replaced(fleet):
@@ -311,7 +311,7 @@ def test_g_hpcc_check_fabric_names_the_node_whose_link_is_slowed(fleet):
     assert shaped.returncode == 0, shaped.stderr
     try:
         # one gloo rank a node for the group's all-reduce: the stand-in nvidia-smi says 8 GPUs, torch sees none
-        run = on_head(fleet, "hpcc", "check", "fabric", "--cluster", fleet.name, "--region", "us-east-1",
+        run = fleet.on_head("hpcc", "check", "fabric", "--cluster", fleet.name, "--region", "us-east-1",
                       "--via", "env", "--provider", "tcp", "--rounds", "3", "--allreduce-procs", "1", timeout=600)
     finally:
         slow.run("tc", "qdisc", "del", "dev", "eth0", "root")

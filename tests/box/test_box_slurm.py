@@ -52,12 +52,8 @@ def hostname(node) -> str:
     return node.run("hostname", check=True).stdout.strip()
 
 
-def on_head(box: Box, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return box.head.run(*cmd, timeout=timeout)
-
-
 def node_states(box: Box) -> dict[str, tuple[str, str]]:
-    out = on_head(box, "sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout
+    out = box.on_head("sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout
     return {n: (s, r) for n, s, r in (line.split("|", 2) for line in out.splitlines() if line)}
 
 
@@ -91,7 +87,7 @@ def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
 def test_a_every_compute_node_is_idle_and_srun_runs_once_on_each(slurm):
     names = sorted(n.name for n in slurm.compute)
     wait_states(slurm, lambda s: sorted(s) == names and all(v[0] == "idle" for v in s.values()))
-    run = on_head(slurm, "srun", "-N", str(len(names)), "hostname")
+    run = slurm.on_head("srun", "-N", str(len(names)), "hostname")
     assert run.returncode == 0, run.stderr
     assert sorted(run.stdout.split()) == sorted(hostname(n) for n in slurm.compute)
     deadline = time.time() + 40  # the head's agent puts Slurm's view into its status within a tick
