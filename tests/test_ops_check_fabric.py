@@ -111,12 +111,12 @@ ALLREDUCE_PY = str(Path(__file__).resolve().parent.parent / "hpcc_node" / "jobs"
 
 
 def stand_in_ssh(tmp_path, fail_on: str = ""):
-    """`ssh [options] HOST COMMAND` -> COMMAND run here; on `fail_on` the node's torchrun is a command that
-    dies as a broken node's would."""
+    """`ssh [options] HOST COMMAND` -> COMMAND run here; where HOST is `fail_on` or COMMAND contains it, the node's
+    torchrun is a command that dies as a broken node's would."""
     ssh = tmp_path / "ssh"
-    ssh.write_text(f'#!/bin/bash\nwhile [ "${{1:0:1}}" = - ]; do shift 2; done\n'
-                   f'if [ "$1" = "{fail_on}" ]; then echo "RuntimeError: Connection reset by peer" >&2; exit 1; fi\n'
-                   'shift\nexec bash -c "$1"\n')
+    broken = (f'if [ "$1" = "{fail_on}" ] || [[ "$2" == *"{fail_on}"* ]]; then '
+              'echo "RuntimeError: Connection reset by peer" >&2; exit 1; fi\n') if fail_on else ""
+    ssh.write_text('#!/bin/bash\nwhile [ "${1:0:1}" = - ]; do shift 2; done\n' + broken + 'shift\nexec bash -c "$1"\n')
     ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
     return f"{ssh} -o BatchMode=yes"
 
@@ -168,3 +168,21 @@ def test_the_command_fails_when_a_groups_all_reduce_fails(monkeypatch):
     out = CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm"])
     assert out.exit_code == 1 and "gpu-002: exit 1: NCCL WARN NET/OFI" in " ".join(out.output.split()), out.output
     assert CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm", "--no-allreduce"]).exit_code == 0
+
+
+def test_a_group_whose_first_node_dies_names_every_node_instead_of_waiting_out_the_run(tmp_path):
+    """The first node hosts the rendezvous: when its part dies, the others give up after the join timeout,
+    each named with why, rather than waiting out the whole run's timeout."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("needs torch's torchrun in the test environment (requirements-dev.txt)")
+    names = ["gpu-000", "gpu-001"]
+    ips = {"gpu-000": "127.0.0.1", "gpu-001": "127.0.0.1"}
+    script = cf.allreduce_script(names, ips, torchrun, procs=1, nbytes=1 << 10, script=ALLREDUCE_PY, join_timeout=5,
+                                 ssh=stand_in_ssh(tmp_path, fail_on="--node-rank 0"))
+    out = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=150,
+                         env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    got = cf.parse_allreduce(out.stdout, "gpu", names)
+    assert got.status == "failed" and got.failed == tuple(names) and "Connection reset" in got.why, out.stdout
+    second = next(line for line in out.stdout.splitlines() if line.startswith("NODE gpu-001 "))
+    assert "timed out" in second, out.stdout

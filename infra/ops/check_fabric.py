@@ -24,14 +24,18 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_node.health.fabric import Collective, FabricReport, Floor, Pair, check_fabric
 
-PORT_BASE = 47600  # fi_pingpong's control port is 47592; one port per pair of a round above it
+# The check's ports sit below Linux's ephemeral range (32768-60999 by default, net.ipv4.ip_local_port_range:
+# https://docs.kernel.org/networking/ip-sysctl.html), where any outbound connection of the node may hold a port a
+# listener then cannot bind, and away from torchrun's defaults (29400, 29500) that a user's job listens on.
+ALLREDUCE_PORT = 30000  # torchrun's rendezvous on the group's first node
+PORT_BASE = 30100  # fi_pingpong's control ports: one per pair of a round, up to MAX_NODES / 2 of them
 SIZE = 1 << 22  # 4 MiB transfers: past the small-message regime, where a link's bandwidth shows
 ITERATIONS = 100
 PAIR_TIMEOUT_S = 120
 ALLREDUCE = "/opt/hpcc/current/hpcc_node/jobs/allreduce.py"  # the bundle's copy, on every node
-ALLREDUCE_PORT = 47700  # torchrun's rendezvous on the group's first node
 ALLREDUCE_BYTES = 16 << 20
 ALLREDUCE_TIMEOUT_S = 300
+ALLREDUCE_JOIN_TIMEOUT_S = 120  # a node whose group's first node died gives up then, named, instead of waiting it out
 _ALLREDUCE = re.compile(r"^ALLREDUCE ranks=(\d+) bytes=\d+ algbw=[0-9.]+ busbw=([0-9.]+)$")
 _NODE = re.compile(r"^(?P<group>[a-z][a-z0-9]{0,11})-[0-9]{3,4}$")
 
@@ -87,16 +91,18 @@ def parse_round(out: str, pairs: Sequence[Pair]) -> Dict[Pair, Optional[float]]:
 
 
 def allreduce_script(names: Sequence[str], ips: Mapping[str, str], torchrun: str, procs: Optional[int] = None,
-                     nbytes: int = ALLREDUCE_BYTES, ssh: str = "ssh -o BatchMode=yes", script: str = ALLREDUCE) -> str:
+                     nbytes: int = ALLREDUCE_BYTES, ssh: str = "ssh -o BatchMode=yes", script: str = ALLREDUCE,
+                     join_timeout: int = ALLREDUCE_JOIN_TIMEOUT_S) -> str:
     """The bash script the head runs for one group's all-reduce: torchrun on every node at once, NODE_RANK its
-    place in `names`. `procs` ranks a node, or (None) one a GPU and one on a node without GPUs."""
+    place in `names`. `procs` ranks a node, or (None) one a GPU and one on a node without GPUs. The static
+    rendezvous' store gives up after `join_timeout` (torchrun's `--rdzv-conf timeout=`)."""
     count = (str(procs) if procs else
              '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)')
     lines = ["set -u"]
     for rank, name in enumerate(names):
         remote = (f"set -a; . /etc/hpcc/env; set +a; procs={count}; [ \"$procs\" -gt 0 ] || procs=1; "
                   f"exec timeout {ALLREDUCE_TIMEOUT_S} {torchrun} --nnodes {len(names)} --node-rank {rank} "
-                  f"--master-addr {shlex.quote(ips[names[0]])} --master-port {ALLREDUCE_PORT} "
+                  f"--master-addr {shlex.quote(ips[names[0]])} --master-port {ALLREDUCE_PORT} --rdzv-conf timeout={join_timeout} "
                   f"--nproc-per-node \"$procs\" {shlex.quote(script)} --bytes {nbytes}")
         lines.append(
             f"( out=$({ssh} {shlex.quote(ips[name])} {shlex.quote(remote)} </dev/null 2>&1); rc=$?; "
