@@ -25,14 +25,13 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
-from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node import certs as host_certs
+from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
 from hpcc_node.version import AGENT_VERSION
-
 
 
 class Config(NamedTuple):

@@ -4,7 +4,7 @@ pointer read from SSM, the canaries' statuses while a rollout is on, and the mov
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from hpcc_node import rollout, state, upgrade
 
