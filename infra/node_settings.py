@@ -18,7 +18,6 @@ carries it until they are replaced, so a key a cluster does not use is left out 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from infra.bootstrap_pacing import pacing_for, sync_seconds

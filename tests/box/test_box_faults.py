@@ -2,7 +2,6 @@
 tests/box/conftest.py stops the shared box first). A node that never boots no longer fails the others (nodes wait
 for the head only): tests/box/test_box_fleet.py checks that the others are ready and the bad one replaced."""
 
-import re
 
 import pytest
 

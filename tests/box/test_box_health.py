@@ -181,7 +181,7 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
         assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, \
             "the replacement was ready before the job restarted: the spare was not used"
 
-        after = wait_for(lambda: (s := fleet.ledger().slots).get("a-000") and s["a-000"].state == READY and
+        wait_for(lambda: (s := fleet.ledger().slots).get("a-000") and s["a-000"].state == READY and
                          s["a-000"].instance_id != before["a-000"].instance_id and s, 600, fleet,
                          why="a-000 replaced by a new instance, ready")
         t_replaced = time.time() - injected

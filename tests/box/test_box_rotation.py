@@ -12,7 +12,6 @@ certificates from the state bucket."""
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
