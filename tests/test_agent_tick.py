@@ -26,7 +26,6 @@ def test_a_change_is_applied_once_then_nothing_and_each_change_reported_once(tmp
     a, sha = make_agent(tmp_path, aws)
     assert a.tick() is None
     assert [c[0] for c in a.run.calls] == ["bash"] and a.run.calls[0][-1] == "apply-membership"
-    applied = a.run.calls[0]
     st = aws.status("compute-001")
     assert st["hostsVersion"] == 1 and st["bundle"] == sha and st["instance_id"] == instance_of("compute-001")
     assert st["name"] == "compute-001" and st["ok"] is True and st["phase"] == "ready"

@@ -12,7 +12,7 @@ from hpcc_node.controller import model as m
 from hpcc_node.controller.decide_health import health_signature, spare_reservation
 from hpcc_node.controller.model import (ALERT, DOWN, DRAIN, MARK, PROTECT, REBOOT, REPLACE, REQUEUE, RESUME, SPARES,
                                         Event, Group, GroupState, Report, SlurmJob)
-from tests.controller_cases import GPU, NOW, by_kind, cluster, kinds, run, with_slot, with_slurm
+from tests.controller_cases import NOW, by_kind, cluster, kinds, run, with_slot, with_slurm
 
 N1 = "gpu-001"
 XID79 = ("xid", "Xid 79 on PCI:0000:53:00: GPU has fallen off the bus (catalog RESTART_BM): GPU has fallen off "

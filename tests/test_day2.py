@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest

@@ -5,7 +5,6 @@ so a change to one side that the other does not follow fails here."""
 from __future__ import annotations
 
 import base64
-import gzip
 import ipaddress
 
 import pytest

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
 
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight import preflight

@@ -3,7 +3,6 @@ destroy's leftover check run for real against moto (the wait itself: tests/test_
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from rich.console import Console
@@ -11,7 +10,7 @@ from typer.testing import CliRunner
 
 from infra.cli import app
 from infra.ops import OpsError
-from infra.ops.aws import Aws, Backoff
+from infra.ops.aws import Aws
 from infra.ops.up import destroy, up
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file

@@ -15,29 +15,27 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.naming import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
 from infra.plan.aws_rules import decode_user_data
-from tests.box.harness import BOX_AMI, PROFILES, REGION, Box, Node, node_env
+from tests.box.harness import BOX_AMI, PROFILES, Box
+from tests.box.node import REGION, Node, node_env
 from tests.box.machine import SUBNET
+from tests.box.watcher import Watcher
 
 TAG_GROUP = "hpcc:group"  # contract19: set at launch by the group's launch template
 VPC_BLOCK = f"{SUBNET}.0/24"  # the bridge's network
 FLEET_CIDR = f"{SUBNET}.32/27"  # the box's subnet in moto: moto gives .36-.62 (4 reserved); never the host's .1
 ACCOUNT = "123456789012"  # moto's account
-LIVE = ("pending", "running")
-GONE = ("shutting-down", "terminated", "stopping", "stopped")
 
 # The controller's timers for the box only (hpcc_node/controller/timers.py fields, HPCC_CONTROLLER_<FIELD>):
 # a loop every 5 s instead of 60, a boot grace of 4 minutes instead of 30 (a box node boots in under one), two
 # bootstrap failures in a row protect a group, and the systemic window is short so one test's failures do not
 # count in the next test's window; a node whose status is unwritten for 90 s (its agent beats every 10 s here,
-# harness.node_env) lost its agent.
+# node.node_env) lost its agent.
 CONTROLLER_TIMERS = {"loop_seconds": 5, "boot_grace_seconds": 240, "orphan_timeout_seconds": 120,
                      "protected_failure_count": 2, "slot_attempt_cap": 3, "describe_lag_seconds": 30,
                      "launch_backoff_first_seconds": 5, "launch_backoff_max_seconds": 20, "lease_seconds": 30,
@@ -397,42 +395,3 @@ class FleetBox(Box):
         watcher = "\n".join(self.watcher.errors[-5:]) if self.watcher else ""
         return (super().diagnose() + f"\n--- controller\n{self.controller_log()[-4000:]}"
                 + (f"\n--- watcher errors\n{watcher}" if watcher else ""))
-
-
-class Watcher(threading.Thread):
-    """EC2 below the API: each second, DescribeInstances for the cluster's compute instances; a new live one gets a
-    namespace node, a terminated one loses it. A node whose namespace died is left dead (its instance runs on)."""
-
-    def __init__(self, box: FleetBox, period: float = 1.0):
-        super().__init__(name="box-ec2", daemon=True)
-        self.box, self.period = box, period
-        self.halted = threading.Event()
-        self.errors: list[str] = []
-
-    def run(self) -> None:
-        while not self.halted.is_set():
-            try:
-                self.tick()
-            except Exception:  # a failed tick is retried; its trace is kept for diagnose()
-                self.errors.append(traceback.format_exc(limit=3))
-            self.halted.wait(self.period)
-
-    def tick(self) -> None:
-        for iid, inst in self.box.instances().items():
-            if self.halted.is_set():
-                return
-            state, seen = inst["State"]["Name"], self.box.launched.get(iid)
-            if seen is None and state in LIVE:
-                self.box.boot_instance(inst)
-            elif seen is not None and state in GONE and not seen.stopped:
-                self.box.stop_instance(seen)
-            if seen is not None and seen.node is not None:
-                name = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}.get(TAG_NODE)
-                if name and seen.node.name != name:
-                    seen.node.name = name  # the controller named it (tags follow the ledger)
-
-    def halt(self) -> None:
-        self.halted.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout=30)
-

@@ -15,7 +15,8 @@ import signal
 import pytest
 
 from tests.box.cloud import FleetBox
-from tests.box.harness import Box, can_run
+from tests.box.harness import Box
+from tests.box.node import can_run
 from tests.box.settle import settle
 
 SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_slurm.py", "test_box_day2.py")

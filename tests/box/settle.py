@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tests.box.cloud import FleetBox
-from tests.box.harness import Node
+from tests.box.node import Node
 
 # What the bootstrap and the agents write on a node.
 WRITTEN = ["/etc/hpcc", "/root", "/etc/ssh", "/etc/profile.d", "/usr/local/bin", "/usr/local/sbin"]

@@ -14,7 +14,7 @@ import pytest
 
 from tests.box.cloud import FLEET_CIDR
 from tests.box.day2 import agent_pids
-from tests.box.harness import VENV_BIN, node_env
+from tests.box.node import VENV_BIN, node_env
 from tests.box.settle import WRITTEN, fingerprint, settle
 
 pytestmark = pytest.mark.box

@@ -15,7 +15,7 @@ import pytest
 from hpcc_node.controller.model import READY, REPLACING
 from hpcc_node.controller.observe import slurm_nodes
 from tests.box.cloud import Fault, FleetBox
-from tests.box.harness import node_env
+from tests.box.node import node_env
 from tests.box.machine import box_namespaces, leftovers
 from tests.box.test_box_slurm import MPI_PROGRAM, sbatch
 

@@ -20,7 +20,7 @@ import pytest
 from hpcc_node.controller.model import ALERT, DOWN, DRAIN, READY, REBOOT, REPLACE
 from hpcc_node.controller.observe_health import reservations
 from tests.box.cloud import CONTROLLER_TIMERS, Fault, FleetBox
-from tests.box.harness import node_env
+from tests.box.node import node_env
 from tests.box.machine import leftovers
 from tests.box.test_box_fleet import BUSY, settled, slurm, wait_for
 

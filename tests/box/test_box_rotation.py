@@ -19,7 +19,7 @@ from hpcc_node import certstore
 from infra.naming import Paths
 from infra.ops import rotate_keys, store
 from tests.box.cloud import FleetBox
-from tests.box.harness import REGION
+from tests.box.node import REGION
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 

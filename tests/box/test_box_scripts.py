@@ -12,7 +12,7 @@ from infra.node_settings import settings_value
 from infra.roles import role_contexts
 from infra.userdata import render, render_loader
 from tests.box.cloud import ACCOUNT, FleetBox
-from tests.box.harness import REGION
+from tests.box.node import REGION
 from tests.instance_data import offline_facts
 
 pytestmark = pytest.mark.box

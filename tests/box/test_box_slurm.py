@@ -14,7 +14,8 @@ import hostlist
 import pytest
 
 from infra.naming import Paths
-from tests.box.harness import Box, node_env
+from tests.box.harness import Box
+from tests.box.node import node_env
 from tests.box.test_box_cluster import ALL_REDUCE
 
 pytestmark = pytest.mark.box

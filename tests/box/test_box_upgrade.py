@@ -14,7 +14,8 @@ import pytest
 from infra.naming import bundle_key
 from tests.box import bundles
 from tests.box.cloud import FleetBox
-from tests.box.harness import Box, node_env
+from tests.box.harness import Box
+from tests.box.node import node_env
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
