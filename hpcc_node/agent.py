@@ -1,6 +1,6 @@
 """The node agent: `python3 -m hpcc_node.agent` (PYTHONPATH=/opt/hpcc/current), one per node, started by the
 bootstrap's sync step (templates/steps/sync.sh.j2). It keeps the node on the cluster's membership and settings,
-follows Slurm on the head, and moves the node to the bundle the pointer names (hpcc_node/rollout.py).
+follows Slurm on the head, and moves the node to the bundle the pointer names (hpcc_node/agent_bundle.py).
 
 Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE conditional GET of the state
 bucket's membership.json (304 while it is unchanged: hpcc_node/controller/membership.py), which carries the bundle

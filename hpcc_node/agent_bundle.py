@@ -12,7 +12,7 @@ ROLLED_BACK = "rolled back: "  # a canary that ran the bundle fine; another cana
 
 
 class BundleFollowing:
-    """Agent's bundle methods. What they use of the agent: its config `c`, `clock`, `run`, `log`, `node`,
+    """Agent's bundle methods. What they use of the agent: its config `c`, `aws`, `clock`, `run`, `log`, `node`,
     `record` (the agent's state file), `running` (the bundle it runs) and the rollout fields set in Agent.__init__."""
 
     def follow_bundle(self, read: Dict[str, Any]) -> Optional[str]:
