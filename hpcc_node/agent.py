@@ -265,8 +265,7 @@ class Agent(BundleFollowing):
         extra = self.extra()
         key = (self.node, self.message, self.running, repr(sorted(extra.items())))
         if key == self.written:  # unchanged: the same bytes again each heartbeat (same ETag, a new LastModified)
-            if self.clock() - self.written_at >= self.c.heartbeat_seconds:
-                self.put_status(self.written_body)
+            self.beat()
             return
         identity = {"node": self.node.node, "ip": self.node.ip, "instanceId": self.node.instance_id,
                     "hostsVersion": self.node.hosts_version}
