@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hpcc_node.controller.model import node_name
 from tests.box.cloud import FleetBox
-from tests.box.harness import sh
+from tests.box.machine import sh
 from tests.box.node import Node
 
 AGENT = "hpcc_node.agent"  # python3 -m hpcc_node.agent

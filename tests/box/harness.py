@@ -30,8 +30,8 @@ import boto3
 from tests.instance_data import facts_for as lookup
 from infra.config import parse
 from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
-from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX,  # noqa: F401
-                               VETH, Lock, cleanup_leftovers, leftovers, sh)
+from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX, VETH, Lock,
+                               cleanup_leftovers, sh)
 from tests.box.node import ENDPOINT, PRIVATE, REGION, VPC_CIDR, Node, node_env, shared_under_root
 from tests.box.planned import plan
 

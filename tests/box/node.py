@@ -112,3 +112,9 @@ def node_env(node: Node) -> dict:
     if node.named_by_tag:
         del env["HPCC_NODE_NAME"]
     return env
+
+
+def hostname(node: Node) -> str:
+    """A node's hostname (the box names its namespace's UTS after the instance it boots, before the controller
+    names the node, as EC2's ip-a-b-c-d hostnames are not the node names either)."""
+    return node.run("hostname", check=True).stdout.strip()

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.box.cloud import FleetBox
-from tests.box.harness import leftovers
+from tests.box.machine import leftovers
 
 pytestmark = pytest.mark.box
 

@@ -17,9 +17,9 @@ from hpcc_node.controller.observe import slurm_nodes
 from tests.box.cloud import Fault
 from tests.box.day2 import add_node, agent_pids, hosts_version, named, replace_node, seconds_until_listed
 from tests.box.harness import Box
-from tests.box.node import node_env
+from tests.box.node import hostname, node_env
 from tests.box.test_box_cluster import assert_certified
-from tests.box.test_box_slurm import hostname, wait_states
+from tests.box.test_box_slurm import wait_states
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 

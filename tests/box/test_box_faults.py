@@ -6,7 +6,8 @@ for the head only): tests/box/test_box_fleet.py checks that the others are ready
 import pytest
 
 from tests.box.cloud import FleetBox
-from tests.box.harness import Box, leftovers
+from tests.box.harness import Box
+from tests.box.machine import leftovers
 
 pytestmark = pytest.mark.box
 

@@ -17,7 +17,8 @@ from hpcc_node.controller.observe import slurm_nodes
 from tests.box.cloud import Fault, FleetBox
 from tests.box.node import node_env
 from tests.box.machine import box_namespaces, leftovers
-from tests.box.test_box_slurm import MPI_PROGRAM, sbatch
+from tests.box.jobs import mpi_hello, mpi_ranks
+from tests.box.test_box_slurm import sbatch
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 GROUPS = [{"name": "a", "count": 2}, {"name": "b", "count": 1}]
@@ -122,16 +123,10 @@ def test_a_two_groups_boot_and_a_node_whose_bootstrap_fails_delays_no_other_and_
 
 
 def test_b_an_mpi_job_runs_across_both_groups(fleet):
-    work = fleet.workdir / "jobs"
-    work.mkdir(exist_ok=True)
-    (work / "mpi_hello.c").write_text(MPI_PROGRAM)
-    subprocess.run(["mpicc", "-o", str(work / "mpi_hello"), str(work / "mpi_hello.c")], check=True, timeout=120)
     names = ["a-000", "a-001", "b-000"]
     out = sbatch(fleet, "mpi.sbatch", "-N", "3", "-w", ",".join(names), "--ntasks-per-node", "2", "--",
-                 str(work / "mpi_hello"))
-    ranks = [line for line in out.splitlines() if line.startswith("rank ")]
-    assert sorted(line.split()[6] for line in ranks) == sorted(names * 2), out
-    assert all(" of 6 " in line and line.endswith("sum 21") for line in ranks), out
+                 str(mpi_hello(fleet.workdir / "jobs")))
+    assert mpi_ranks(out, world=6) == sorted(names * 2), out
 
 
 def test_c_a_dead_node_is_replaced_under_its_name_at_a_new_address_and_a_job_elsewhere_runs_on(fleet):

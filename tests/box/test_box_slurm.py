@@ -7,7 +7,6 @@ import json
 import pwd
 import stat
 import subprocess
-import textwrap
 import time
 
 import hostlist
@@ -15,42 +14,15 @@ import pytest
 
 from infra.naming import Paths
 from tests.box.harness import Box
-from tests.box.node import node_env
-from tests.box.test_box_cluster import ALL_REDUCE
+from tests.box.node import hostname, node_env
+from tests.box.jobs import ALL_REDUCE, mpi_hello, mpi_ranks
 
 pytestmark = pytest.mark.box
 HEAD_EXAMPLES = "/opt/hpcc/current/examples/slurm"  # the bundle ships examples/slurm/ (infra/bundle.py)
-MPI_PROGRAM = textwrap.dedent("""
-    #include <mpi.h>
-    #include <stdio.h>
-    #include <stdlib.h>
-    #include <unistd.h>
-    int main(int argc, char **argv) {
-        int rank, size, sum = 0, one;
-        char host[256];
-        MPI_Init(&argc, &argv);
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-        one = rank + 1;
-        MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-        gethostname(host, sizeof host);
-        printf("rank %d of %d on %s %s sum %d\\n", rank, size, host, getenv("HPCC_NODE"), sum);
-        MPI_Finalize();
-        return sum == size * (size + 1) / 2 ? 0 : 1;
-    }
-""")
-
-
 @pytest.fixture(scope="module")
 def slurm(cluster):
     """The shared box (tests/box/conftest.py), before day 2 changes its membership."""
     return cluster
-
-
-def hostname(node) -> str:
-    """A node's hostname (the box names its namespace's UTS after the instance it boots, before the controller
-    names the node, as EC2's ip-a-b-c-d hostnames are not the node names either)."""
-    return node.run("hostname", check=True).stdout.strip()
 
 
 def node_states(box: Box) -> dict[str, tuple[str, str]]:
@@ -102,17 +74,10 @@ def test_a_every_compute_node_is_idle_and_srun_runs_once_on_each(slurm):
 
 
 def test_b_sbatch_runs_an_mpi_program_across_every_compute_node(slurm):
-    work = slurm.workdir / "jobs"
-    work.mkdir(exist_ok=True)
-    (work / "mpi_hello.c").write_text(MPI_PROGRAM)
-    subprocess.run(["mpicc", "-o", str(work / "mpi_hello"), str(work / "mpi_hello.c")], check=True, timeout=120)
     nodes = len(slurm.compute)
-    out = sbatch(slurm, "mpi.sbatch", "-N", str(nodes), "--ntasks-per-node", "2", "--", str(work / "mpi_hello"))
-    ranks = sorted(line.split()[6] for line in out.splitlines() if line.startswith("rank "))
-    world = 2 * nodes
-    assert ranks == sorted([n.name for n in slurm.compute] * 2), out
-    assert all(f"of {world} " in line and line.endswith(f"sum {world * (world + 1) // 2}")
-               for line in out.splitlines() if line.startswith("rank ")), out
+    out = sbatch(slurm, "mpi.sbatch", "-N", str(nodes), "--ntasks-per-node", "2", "--",
+                 str(mpi_hello(slurm.workdir / "jobs")))
+    assert mpi_ranks(out, world=2 * nodes) == sorted([n.name for n in slurm.compute] * 2), out
 
 
 def test_c_sbatch_runs_torchrun_all_reduce_across_every_compute_node(slurm):
