@@ -15,9 +15,9 @@ import pytest
 from hpcc_node.controller.model import READY, REPLACING
 from hpcc_node.controller.observe import slurm_nodes
 from tests.box.cloud import Fault, FleetBox
-from tests.box.node import node_env
-from tests.box.machine import box_namespaces, leftovers
 from tests.box.jobs import mpi_hello, mpi_ranks
+from tests.box.machine import box_namespaces, leftovers
+from tests.box.node import node_env
 from tests.box.test_box_slurm import sbatch
 
 pytestmark = [pytest.mark.box, pytest.mark.long]

@@ -14,8 +14,8 @@ import pytest
 
 from infra.naming import Paths
 from tests.box.harness import Box
-from tests.box.node import hostname, node_env
 from tests.box.jobs import ALL_REDUCE, mpi_hello, mpi_ranks
+from tests.box.node import hostname, node_env
 
 pytestmark = pytest.mark.box
 HEAD_EXAMPLES = "/opt/hpcc/current/examples/slurm"  # the bundle ships examples/slurm/ (infra/bundle.py)
