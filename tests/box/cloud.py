@@ -36,10 +36,19 @@ ACCOUNT = "123456789012"  # moto's account
 # bootstrap failures in a row protect a group, and the systemic window is short so one test's failures do not
 # count in the next test's window; a node whose status is unwritten for 90 s (its agent beats every 10 s here,
 # node.node_env) lost its agent.
-CONTROLLER_TIMERS = {"loop_seconds": 5, "boot_grace_seconds": 240, "orphan_timeout_seconds": 120,
-                     "protected_failure_count": 2, "slot_attempt_cap": 3, "describe_lag_seconds": 30,
-                     "launch_backoff_first_seconds": 5, "launch_backoff_max_seconds": 20, "lease_seconds": 30,
-                     "systemic_window_seconds": 30, "heartbeat_timeout_seconds": 90}
+CONTROLLER_TIMERS = {
+    "loop_seconds": 5,
+    "boot_grace_seconds": 240,
+    "orphan_timeout_seconds": 120,
+    "protected_failure_count": 2,
+    "slot_attempt_cap": 3,
+    "describe_lag_seconds": 30,
+    "launch_backoff_first_seconds": 5,
+    "launch_backoff_max_seconds": 20,
+    "lease_seconds": 30,
+    "systemic_window_seconds": 30,
+    "heartbeat_timeout_seconds": 90,
+}
 
 
 def controller_env(timers: dict) -> dict[str, str]:
@@ -56,6 +65,7 @@ class Fault:
     """A bootstrap fault the box puts on instances of `group` as they boot: the first `times` of them (0: every
     one) boot with `env`. The default fails the `ssh` step (an unusable VPC CIDR override), as
     tests/box/test_box_slurm.py's failing node does."""
+
     group: str
     times: int = 1
     env: dict = field(default_factory=lambda: {"HPCC_VPC_CIDR": "not-a-cidr"})
@@ -71,6 +81,7 @@ class Fault:
 @dataclass
 class Launched:
     """What the watcher saw of one instance: when it appeared, booted, and stopped."""
+
     instance_id: str
     group: str
     ip: str
@@ -101,17 +112,31 @@ class FleetBox(Box):
 
     def config_map(self) -> dict:
         head_type, compute_type = PROFILES[self.profile]
-        return {"aws:region": REGION, "hpcc:cluster": {
-            "name": self.name, "headNode": {"instanceType": head_type},
-            "nodeGroups": [{"name": g["name"], "instanceType": compute_type, "count": g["count"],
-                            **({"spares": g["spares"]} if g.get("spares") else {})} for g in self.groups],
-            "scheduler": self.scheduler, **({"hooks": self.hooks} if self.hooks else {}),
-            "bootstrap": {"timeoutMinutes": 5}}}
+        return {
+            "aws:region": REGION,
+            "hpcc:cluster": {
+                "name": self.name,
+                "headNode": {"instanceType": head_type},
+                "nodeGroups": [
+                    {
+                        "name": g["name"],
+                        "instanceType": compute_type,
+                        "count": g["count"],
+                        **({"spares": g["spares"]} if g.get("spares") else {}),
+                    }
+                    for g in self.groups
+                ],
+                "scheduler": self.scheduler,
+                **({"hooks": self.hooks} if self.hooks else {}),
+                "bootstrap": {"timeoutMinutes": 5},
+            },
+        }
 
     def plan(self) -> dict:
         key = tuple((g["name"], g["count"]) for g in self.groups)
         if key not in self.plans:
             from tests.box.planned import plan
+
             self.plans[key] = plan(self.config_map())
         return self.plans[key]
 
@@ -149,8 +174,11 @@ class FleetBox(Box):
             if not self.bare:
                 self._seed_fleet_cloud()
                 head = self._launch_head()
-                self.nodes.append(self._start_node(0, HEAD, ip=head["PrivateIpAddress"],
-                                                   instance_id=head["InstanceId"], vpc_cidr=FLEET_CIDR))
+                self.nodes.append(
+                    self._start_node(
+                        0, HEAD, ip=head["PrivateIpAddress"], instance_id=head["InstanceId"], vpc_cidr=FLEET_CIDR
+                    )
+                )
             self.watcher = Watcher(self)
             self.watcher.start()
         except BaseException:
@@ -169,14 +197,21 @@ class FleetBox(Box):
         planned, ec2, paths = self.plan(), self.client("ec2"), Paths(self.name)
         missing = [k for k in ("groups", "ledgerTable", "stateBucket") if not planned.get(k)]
         if missing:
-            raise RuntimeError(f"the program's plan has no {', '.join(missing)}: the fleet box needs a program that "
-                               "plans node groups (issue 19)")
+            raise RuntimeError(
+                f"the program's plan has no {', '.join(missing)}: the fleet box needs a program that "
+                "plans node groups (issue 19)"
+            )
         group_names = {g["name"] for g in self.groups}
         lt_of_group = {}
         for t in planned["launchTemplates"].values():
             tags = {TAG_CLUSTER: self.name, **t["tags"]}
-            data = {"ImageId": BOX_AMI, "UserData": t["userData"], "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]}
+            data = {
+                "ImageId": BOX_AMI,
+                "UserData": t["userData"],
+                "TagSpecifications": [
+                    {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+                ],
+            }
             ec2.create_launch_template(LaunchTemplateName=t["name"], LaunchTemplateData=data)
             if tags.get(TAG_GROUP) in group_names:
                 lt_of_group[tags[TAG_GROUP]] = t["name"]
@@ -184,8 +219,11 @@ class FleetBox(Box):
         self.publish_bundle()
         ssm = self.client("ssm")
         ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
-        ssm.put_parameter(Name=paths.fsx, Type="String",
-                          Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}))
+        ssm.put_parameter(
+            Name=paths.fsx,
+            Type="String",
+            Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}),
+        )
         # Created empty, as identity.py does: the head writes each (the login user's key, the host CA) at its boot.
         for secret in (paths.ssh_secret, paths.user_secret, paths.host_ca_secret):
             self.client("secretsmanager").create_secret(Name=secret, Description="box")
@@ -194,6 +232,7 @@ class FleetBox(Box):
         # The host-key rotation, as compute.py creates it ("none" until `hpcc rotate-keys`).
         ssm.put_parameter(Name=paths.rotation, Type="String", Value=NO_ROTATION)
         from hpcc_node.controller.ledger import table_definition
+
         self.client("dynamodb").create_table(**table_definition(planned["ledgerTable"]))
         self.client("s3").create_bucket(Bucket=planned["stateBucket"])
         self.lt_of_group = lt_of_group
@@ -206,8 +245,9 @@ class FleetBox(Box):
         for g in doc["groups"]:
             g["launch_template"] = lt_of_group.get(g["name"], g.get("launch_template", ""))
             g["subnet_id"] = self.subnet_id
-        self.client("ssm").put_parameter(Name=f"/hpcc/{self.name}/groups", Type="String", Value=json.dumps(doc),
-                                         Overwrite=True)
+        self.client("ssm").put_parameter(
+            Name=f"/hpcc/{self.name}/groups", Type="String", Value=json.dumps(doc), Overwrite=True
+        )
 
     def resize(self, group: str, count: int) -> None:
         """`pulumi up` at a new count: the groups parameter's value changes in place (contract19), nothing else."""
@@ -220,16 +260,21 @@ class FleetBox(Box):
         tags = {TAG_CLUSTER: self.name, TAG_NODE: HEAD, TAG_ROLE: "head", "Name": f"{self.name}-{HEAD}"}
         template = self.plan()["launchTemplates"][f"{self.name}-head-lt"]
         return self.client("ec2").run_instances(
-            ImageId=BOX_AMI, MinCount=1, MaxCount=1, InstanceType=head_type, SubnetId=self.subnet_id,
+            ImageId=BOX_AMI,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=head_type,
+            SubnetId=self.subnet_id,
             UserData=base64.b64decode(template["userData"]),  # boto3 encodes it again
-            TagSpecifications=[{"ResourceType": "instance",
-                                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])["Instances"][0]
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        )["Instances"][0]
 
     # -- the head and its controller ---------------------------------------------------------------------
     def boot_head(self, timeout: float = 300) -> int:
         head = self.head  # its role script starts the controller, passing on the box's HPCC_CONTROLLER_* timers
-        self.start_bootstrap(head, env=controller_env(self.timers),
-                             script=decode_user_data(self._user_data(head.instance_id)))
+        self.start_bootstrap(
+            head, env=controller_env(self.timers), script=decode_user_data(self._user_data(head.instance_id))
+        )
         try:
             return head.bootstrap.wait(timeout=timeout)
         except Exception:
@@ -246,6 +291,7 @@ class FleetBox(Box):
             return codes
         self.start_controller()
         from hpcc_node.controller.model import node_name
+
         names = [node_name(g["name"], i) for g in self.groups for i in range(g["count"])]
         names = [n for n in names if wait is None or n in wait]
         while True:
@@ -265,17 +311,31 @@ class FleetBox(Box):
         head = self.head
         if self.controller_pids():
             return
-        env = {**node_env(head), "HPCC_CLUSTER": self.name, "HPCC_ACCOUNT": ACCOUNT, "HPCC_SCHEDULER": self.scheduler,
-               "PYTHONPATH": "/opt/hpcc/current", **self._env_file(head, "/etc/hpcc/controller.env"),
-               **controller_env(self.timers)}
+        env = {
+            **node_env(head),
+            "HPCC_CLUSTER": self.name,
+            "HPCC_ACCOUNT": ACCOUNT,
+            "HPCC_SCHEDULER": self.scheduler,
+            "PYTHONPATH": "/opt/hpcc/current",
+            **self._env_file(head, "/etc/hpcc/controller.env"),
+            **controller_env(self.timers),
+        }
         out = open(self.workdir / "controller.out", "a")
         import subprocess
-        self.controller = subprocess.Popen(head.enter("python3", "-m", "hpcc_node.controller"), env=env, cwd="/",
-                                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        self.controller = subprocess.Popen(
+            head.enter("python3", "-m", "hpcc_node.controller"),
+            env=env,
+            cwd="/",
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
     def controller_pids(self) -> list[int]:
         """The controller processes in the head's namespace (the box's or the role script's)."""
         from tests.box.machine import sh
+
         pids = []
         for pid in sh("ip", "netns", "pids", self.head.netns, check=False).stdout.split():
             try:
@@ -290,6 +350,7 @@ class FleetBox(Box):
         """SIGKILL: a controller dies at any point, in the middle of a replacement too."""
         import os
         import signal
+
         for pid in self.controller_pids():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -304,7 +365,9 @@ class FleetBox(Box):
         f = node.file(path)
         if not f.exists():
             return {}
-        return dict(line.split("=", 1) for line in f.read_text().splitlines() if "=" in line and not line.startswith("#"))
+        return dict(
+            line.split("=", 1) for line in f.read_text().splitlines() if "=" in line and not line.startswith("#")
+        )
 
     def controller_log(self) -> str:
         parts = []
@@ -339,8 +402,15 @@ class FleetBox(Box):
         seen = Launched(iid, group, inst["PrivateIpAddress"], time.time())
         self.launched[iid] = seen
         index, self.next_index = self.next_index, self.next_index + 1
-        node = self._start_node(index, tags.get(TAG_NODE) or iid, ip=seen.ip, instance_id=iid, vpc_cidr=FLEET_CIDR,
-                                named_by_tag=True, group=group)
+        node = self._start_node(
+            index,
+            tags.get(TAG_NODE) or iid,
+            ip=seen.ip,
+            instance_id=iid,
+            vpc_cidr=FLEET_CIDR,
+            named_by_tag=True,
+            group=group,
+        )
         self.nodes.append(node)
         seen.node = node
         for fault in self.faults:
@@ -348,8 +418,9 @@ class FleetBox(Box):
                 seen.fault = fault.take(iid)
         if self.prepare is not None:
             self.prepare(node)
-        self.start_bootstrap(node, env={**self.compute_env, **seen.fault},
-                             script=decode_user_data(self._user_data(iid)))
+        self.start_bootstrap(
+            node, env={**self.compute_env, **seen.fault}, script=decode_user_data(self._user_data(iid))
+        )
         return seen
 
     def stop_instance(self, seen: Launched) -> None:
@@ -358,16 +429,24 @@ class FleetBox(Box):
         if seen.node is not None and seen.node.alive:
             self.kill(seen.node)
         seen.stopped = time.time()
-        self.client("ec2").create_network_interface(SubnetId=self.subnet_id, PrivateIpAddress=seen.ip,
-                                                    Description=f"box: {seen.instance_id}'s address, held")
+        self.client("ec2").create_network_interface(
+            SubnetId=self.subnet_id, PrivateIpAddress=seen.ip, Description=f"box: {seen.instance_id}'s address, held"
+        )
 
     # -- what the tests read -----------------------------------------------------------------------------
     def instances(self) -> dict[str, dict]:
         """The cluster's compute instances in moto, by id."""
         out = {}
-        pages = self.client("ec2").get_paginator("describe_instances").paginate(
-            Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.name]},
-                     {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]}])
+        pages = (
+            self.client("ec2")
+            .get_paginator("describe_instances")
+            .paginate(
+                Filters=[
+                    {"Name": f"tag:{TAG_CLUSTER}", "Values": [self.name]},
+                    {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]},
+                ]
+            )
+        )
         for page in pages:
             for res in page["Reservations"]:
                 for inst in res["Instances"]:
@@ -378,8 +457,11 @@ class FleetBox(Box):
         """A node's status as it wrote it: s3://<state bucket>/status/<instance arn>.json (contract19); `node` is
         an instance id or the name of a live node."""
         instance_id = node if node.startswith("i-") else self.node(node).instance_id
-        body = self.client("s3").get_object(Bucket=self.plan()["stateBucket"],
-                                            Key=f"status/{instance_arn(instance_id)}.json")["Body"].read()
+        body = (
+            self.client("s3")
+            .get_object(Bucket=self.plan()["stateBucket"], Key=f"status/{instance_arn(instance_id)}.json")["Body"]
+            .read()
+        )
         return json.loads(body)
 
     def membership(self) -> dict:
@@ -389,9 +471,13 @@ class FleetBox(Box):
     def ledger(self):
         """The ledger's slots, groups and events as the controller wrote them (hpcc_node/controller/ledger.py)."""
         from hpcc_node.controller.ledger import Ledger
+
         return Ledger(self.client("dynamodb"), self.plan()["ledgerTable"], "box-reader", time.time).load()
 
     def diagnose(self) -> str:
         watcher = "\n".join(self.watcher.errors[-5:]) if self.watcher else ""
-        return (super().diagnose() + f"\n--- controller\n{self.controller_log()[-4000:]}"
-                + (f"\n--- watcher errors\n{watcher}" if watcher else ""))
+        return (
+            super().diagnose()
+            + f"\n--- controller\n{self.controller_log()[-4000:]}"
+            + (f"\n--- watcher errors\n{watcher}" if watcher else "")
+        )

@@ -26,6 +26,7 @@ _shared: dict[str, Box] = {}
 def pytest_collection_modifyitems(items):
     """Box tests that use the shared box first, module by module in SHARED_BOX_MODULES order; everything else
     (other box tests, and every test outside tests/box) keeps its place."""
+
     def rank(item) -> int:
         name = item.path.name
         return SHARED_BOX_MODULES.index(name) if name in SHARED_BOX_MODULES else len(SHARED_BOX_MODULES)

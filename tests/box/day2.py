@@ -51,8 +51,9 @@ def hosts_version(box: FleetBox) -> int:
     return box.membership_generation()
 
 
-def seconds_until_listed(box: FleetBox, ip: str, since: float, nodes: list[Node] | None = None,
-                         timeout: float = 300) -> float:
+def seconds_until_listed(
+    box: FleetBox, ip: str, since: float, nodes: list[Node] | None = None, timeout: float = 300
+) -> float:
     """Seconds from `since` (the hosts change) until the hostfile of every node (or of `nodes`) lists `ip`."""
     deadline = time.time() + timeout
     while True:
@@ -60,8 +61,9 @@ def seconds_until_listed(box: FleetBox, ip: str, since: float, nodes: list[Node]
         if not missing:
             return time.time() - since
         if time.time() > deadline:
-            raise AssertionError(f"after {timeout} s, {ip} is still missing from the hostfile of {missing}\n"
-                                 f"{box.diagnose()}")
+            raise AssertionError(
+                f"after {timeout} s, {ip} is still missing from the hostfile of {missing}\n{box.diagnose()}"
+            )
         time.sleep(0.5)
 
 
@@ -76,6 +78,7 @@ def _lines(node: Node, path: str) -> list[str]:
 def agent_pids(node: Node) -> list[int]:
     """The membership agents running on a node: processes in its namespace running `python3 -m hpcc_node.agent` whose
     parent does not (the agent's own subshells and labellers share its command line)."""
+
     def cmdline(pid: int) -> list[bytes]:
         try:
             return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -30,12 +30,29 @@ import boto3
 from tests.instance_data import facts_for as lookup
 from infra.config import parse
 from infra.naming import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
-from tests.box.machine import (BRIDGE, GATEWAY, MOTO_PORT, MOUNTPOINTS_MADE, PREFIX, SUBNET, TMP_PREFIX, VETH, Lock,
-                               cleanup_leftovers, sh)
+from tests.box.machine import (
+    BRIDGE,
+    GATEWAY,
+    MOTO_PORT,
+    MOUNTPOINTS_MADE,
+    PREFIX,
+    SUBNET,
+    TMP_PREFIX,
+    VETH,
+    Lock,
+    cleanup_leftovers,
+    sh,
+)
 from tests.box.node import ENDPOINT, PRIVATE, REGION, VPC_CIDR, Node, node_env, shared_under_root
 from tests.box.planned import plan
 
-COPIED = ("etc/ssh", "etc/profile.d", "usr/local/bin", "usr/local/sbin", "etc/slurm")  # start as the host's, then diverge
+COPIED = (
+    "etc/ssh",
+    "etc/profile.d",
+    "usr/local/bin",
+    "usr/local/sbin",
+    "etc/slurm",
+)  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
 
 
@@ -73,11 +90,17 @@ class Box:
     # -- the cluster's config, as a user would write it, and the program's plan of it ------------------
     def config_map(self) -> dict:
         head_type, compute_type = PROFILES[self.profile]
-        return {"aws:region": REGION, "hpcc:cluster": {
-            "name": self.name, "headNode": {"instanceType": head_type},
-            "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
-            "scheduler": self.scheduler, **({"hooks": self.hooks} if self.hooks else {}),
-            "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes}}}
+        return {
+            "aws:region": REGION,
+            "hpcc:cluster": {
+                "name": self.name,
+                "headNode": {"instanceType": head_type},
+                "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
+                "scheduler": self.scheduler,
+                **({"hooks": self.hooks} if self.hooks else {}),
+                "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes},
+            },
+        }
 
     def config(self):
         m = self.config_map()
@@ -145,8 +168,14 @@ class Box:
 
     def _start_node(self, index: int, name: str, ip: str = "", instance_id: str = "", **fields) -> Node:
         """A namespace node at `ip` (default .<10 + index>), registered as an instance unless it is one already."""
-        node = Node(name, index, ip or f"{SUBNET}.{10 + index}", self.workdir / f"{name}.{index}",
-                    instance_id=instance_id, **fields)
+        node = Node(
+            name,
+            index,
+            ip or f"{SUBNET}.{10 + index}",
+            self.workdir / f"{name}.{index}",
+            instance_id=instance_id,
+            **fields,
+        )
         ns, veth = node.netns, f"{VETH}{index}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -164,8 +193,11 @@ class Box:
         (node.root / "run/sshd").mkdir()
         ssh_dir = node.root / "etc/ssh"
         # The node's own host keys, and none of the host's (or an earlier bootstrap's) hpcc drop-ins.
-        for stale in [*ssh_dir.glob("ssh_host_*"), *ssh_dir.glob("ssh_config.d/*hpcc*"),
-                      *ssh_dir.glob("sshd_config.d/*hpcc*")]:
+        for stale in [
+            *ssh_dir.glob("ssh_host_*"),
+            *ssh_dir.glob("ssh_config.d/*hpcc*"),
+            *ssh_dir.glob("sshd_config.d/*hpcc*"),
+        ]:
             stale.unlink(missing_ok=True)
         for stale in ("hpcc-mpirun", "hpcc-torchrun"):
             (node.root / "usr/local/bin" / stale).unlink(missing_ok=True)
@@ -174,8 +206,9 @@ class Box:
         standin.write_text(MODPROBE_STANDIN)
         standin.chmod(0o755)
         # Its own hostname too (UTS namespace): Open MPI and PMIx tell nodes apart by hostname.
-        node.holder = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation",
-                                        "private", "sleep", "infinity"])
+        node.holder = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private", "sleep", "infinity"]
+        )
         deadline = time.time() + 10
         while Path(f"/proc/{node.holder.pid}/comm").read_text().strip() != "sleep":  # unshare has exec'd
             if time.time() > deadline or node.holder.poll() is not None:
@@ -217,8 +250,12 @@ class Box:
         head_type, compute_type = PROFILES[self.profile]
         tags = {TAG_CLUSTER: self.name, TAG_NODE: node.name, TAG_ROLE: role, "Name": f"{self.name}-{node.name}"}
         out = self.client("ec2").run_instances(
-            ImageId=BOX_AMI, MinCount=1, MaxCount=1, InstanceType=head_type if role == "head" else compute_type,
-            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}])
+            ImageId=BOX_AMI,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=head_type if role == "head" else compute_type,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        )
         return out["Instances"][0]["InstanceId"]
 
     def _start_moto(self) -> None:
@@ -236,8 +273,13 @@ class Box:
         requests.post(f"{ENDPOINT}/moto-api/reset", timeout=10).raise_for_status()
 
     def client(self, service: str):
-        return boto3.client(service, region_name=REGION, endpoint_url=ENDPOINT,
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            service,
+            region_name=REGION,
+            endpoint_url=ENDPOINT,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def ghost_ips(self) -> list[str]:
         """Addresses no node has, at the top of the box's "VPC" (the nodes accept only addresses inside it)."""
@@ -256,8 +298,15 @@ class Box:
         bucket = planned["bundleBucket"]
         if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
             s3.create_bucket(Bucket=bucket)
-            s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
-                "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True})
+            s3.put_public_access_block(
+                Bucket=bucket,
+                PublicAccessBlockConfiguration={
+                    "BlockPublicAcls": True,
+                    "IgnorePublicAcls": True,
+                    "BlockPublicPolicy": True,
+                    "RestrictPublicBuckets": True,
+                },
+            )
             s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
             s3.put_bucket_policy(Bucket=bucket, Policy=planned["bucketPolicy"])
         pointer = pointer or planned["bundlePointer"]
@@ -285,8 +334,11 @@ class Box:
         paths = Paths(self.name)
         ssm = self.client("ssm")
         self.publish()
-        ssm.put_parameter(Name=paths.fsx, Type="String",
-                          Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}))
+        ssm.put_parameter(
+            Name=paths.fsx,
+            Type="String",
+            Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}),
+        )
         names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
         for name in names:
             ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
@@ -343,14 +395,24 @@ class Box:
         path.write_text(script if script is not None else self.scripts()[node.role])
         node.boot_env = dict(env or {})
         with open(self.workdir / f"{node.script}.out", "w") as out:
-            node.bootstrap = subprocess.Popen(node.enter("bash", str(path)), env={**node_env(node), **(env or {})},
-                                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            node.bootstrap = subprocess.Popen(
+                node.enter("bash", str(path)),
+                env={**node_env(node), **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     def rerun(self, node: Node) -> int:
         path = self.workdir / node.script
-        return subprocess.run(node.enter("bash", str(path)), env={**node_env(node), **node.boot_env},
-                              capture_output=True, check=False,
-                              stdin=subprocess.DEVNULL, timeout=300).returncode
+        return subprocess.run(
+            node.enter("bash", str(path)),
+            env={**node_env(node), **node.boot_env},
+            capture_output=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        ).returncode
 
     def on_head(self, *cmd: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """A command on the head; one that hangs fails with what it printed so far and every node's and the
@@ -360,8 +422,10 @@ class Box:
         except subprocess.TimeoutExpired as e:
             out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
             err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-            raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s; printed {len(out.splitlines())} "
-                                 f"line(s), stderr: {err[-2000:]}\n{self.diagnose()}") from None
+            raise AssertionError(
+                f"{' '.join(cmd)} still running after {timeout} s; printed {len(out.splitlines())} "
+                f"line(s), stderr: {err[-2000:]}\n{self.diagnose()}"
+            ) from None
 
     def status(self, node_name: str) -> dict:
         """A node's status as the operator's tools read it: the SSM parameter the node writes."""

@@ -67,8 +67,11 @@ def _links(prefix: str) -> list[str]:
 
 
 def box_namespaces() -> list[str]:
-    return [line.split()[0] for line in sh("ip", "netns", "list", check=False).stdout.splitlines()
-            if line.split() and line.split()[0].startswith(PREFIX)]
+    return [
+        line.split()[0]
+        for line in sh("ip", "netns", "list", check=False).stdout.splitlines()
+        if line.split() and line.split()[0].startswith(PREFIX)
+    ]
 
 
 def cleanup_leftovers() -> None:

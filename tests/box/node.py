@@ -16,10 +16,22 @@ ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
 VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never the host's bridge address
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
-PRIVATE = ("root", "etc/hpcc", "etc/ssh", "etc/profile.d", "run", "var/log", "usr/local/bin", "usr/local/sbin",
-           "etc/munge", "etc/slurm", "var/lib/munge", "var/lib/slurm",  # Slurm and munge keep per-host state there
-           "opt/hpcc",  # the bundles the loader unpacks and /opt/hpcc/current
-           "var/lib/hpcc")  # the health checks' state (kernel-log offset, fatal Xids kept until a reboot)
+PRIVATE = (
+    "root",
+    "etc/hpcc",
+    "etc/ssh",
+    "etc/profile.d",
+    "run",
+    "var/log",
+    "usr/local/bin",
+    "usr/local/sbin",
+    "etc/munge",
+    "etc/slurm",
+    "var/lib/munge",
+    "var/lib/slurm",  # Slurm and munge keep per-host state there
+    "opt/hpcc",  # the bundles the loader unpacks and /opt/hpcc/current
+    "var/lib/hpcc",
+)  # the health checks' state (kernel-log offset, fatal Xids kept until a reboot)
 
 
 def shared_under_root() -> list[Path]:
@@ -79,8 +91,9 @@ class Node:
         return f"bootstrap-{self.netns}.sh"
 
     def run(self, *cmd: str, check: bool = False, timeout: float = 120, env: dict | None = None):
-        return subprocess.run(self.enter(*cmd), capture_output=True, text=True, check=check, timeout=timeout,
-                              env=env or node_env(self))
+        return subprocess.run(
+            self.enter(*cmd), capture_output=True, text=True, check=check, timeout=timeout, env=env or node_env(self)
+        )
 
     def file(self, path: str) -> Path:
         """A node's file as the host sees it (e.g. /etc/hpcc/hostfile)."""
@@ -95,15 +108,21 @@ def node_env(node: Node) -> dict:
     """What the box gives a node's bootstrap: the contract's overrides and a local AWS."""
     env = {
         "PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": "/root", "LANG": "C.UTF-8",
-        "HPCC_NODE_NAME": node.name, "HPCC_INSTANCE_ID": node.instance_id,  # what IMDS would tell an instance
-        "HPCC_NODE_IP": node.ip, "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "HPCC_NODE_NAME": node.name,
+        "HPCC_INSTANCE_ID": node.instance_id,  # what IMDS would tell an instance
+        "HPCC_NODE_IP": node.ip,
+        "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
         "HPCC_VPC_CIDR": node.vpc_cidr or VPC_CIDR,  # the box's "VPC": its nodes' addresses, not the bridge's host
-        "AWS_ENDPOINT_URL": ENDPOINT, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_ENDPOINT_URL": ENDPOINT,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
         # No cgroups and 2 CPUs here, not the planned 64 (docs/bootstrap-contract.md): Slurm without cgroup plugins,
         # and slurmd reporting the planned CPUs and memory (SlurmdParameters=config_overrides).
-        "HPCC_SLURM_CGROUP": "0", "HPCC_SLURM_CONFIG_OVERRIDES": "1",
+        "HPCC_SLURM_CGROUP": "0",
+        "HPCC_SLURM_CONFIG_OVERRIDES": "1",
         # slurmctld pings every 10 s instead of 40: the box's fleet tests see a dead node within seconds
         "HPCC_SLURMD_TIMEOUT": "30",
         # the agent writes its unchanged status every 10 s instead of 120 (the box controller's timeout is 90 s)

@@ -32,25 +32,45 @@ def plan_in_process(config_map: dict) -> dict:
                 for inst in reservation["Instances"]:
                     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
                     node_of_ip[inst["PrivateIpAddress"]] = tags.get(TAG_NODE, "")
-        params = {r["inputs"].get("name"): r["inputs"].get("value") for r in planned.of_type("aws:ssm/parameter:Parameter")}
+        params = {
+            r["inputs"].get("name"): r["inputs"].get("value") for r in planned.of_type("aws:ssm/parameter:Parameter")
+        }
         hosts = (params.get(f"/hpcc/{c}/hosts") or "").splitlines()
         bundle = planned.of_type("aws:s3/bucketObjectv2:BucketObjectv2")[0]["inputs"]
-        templates = {r["name"]: {"name": r["inputs"].get("name") or r["name"], "userData": r["inputs"]["userData"],
-                                 "tags": _template_tags(r["inputs"])}
-                     for r in planned.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+        templates = {
+            r["name"]: {
+                "name": r["inputs"].get("name") or r["name"],
+                "userData": r["inputs"]["userData"],
+                "tags": _template_tags(r["inputs"]),
+            }
+            for r in planned.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+        }
         tables = [r["inputs"].get("name") for r in planned.of_type("aws:dynamodb/table:Table")]
-        buckets = [r["inputs"].get("bucket") or "" for r in planned.resources if r["type"].startswith("aws:s3/bucket")
-                   and "-state-" in (r["inputs"].get("bucket") or "")]
-        return {"userData": {role: planned.user_data[f"{c}-{role}-lt"] for role in ("head", "compute")
-                             if f"{c}-{role}-lt" in planned.user_data},
-                "launchTemplates": templates, "groups": params.get(f"/hpcc/{c}/groups"),
-                "ledgerTable": tables[0] if tables else "", "stateBucket": buckets[0] if buckets else "",
-                "roleScripts": planned.role_scripts(), "bundleSha256": planned.bundle_sha256,
-                "bundle": bundle["contentBase64"], "bundleKey": bundle["key"], "bundleBucket": bundle["bucket"],
-                "bundlePointer": planned.named(f"{c}-bundle-param")["inputs"]["value"],
-                "bucketPolicy": planned.named(f"{c}-bundles-policy")["inputs"]["policy"],
-                "settings": planned.named(f"{c}-settings-param")["inputs"]["value"],
-                "hostsNodes": [node_of_ip[ip] for ip in hosts]}
+        buckets = [
+            r["inputs"].get("bucket") or ""
+            for r in planned.resources
+            if r["type"].startswith("aws:s3/bucket") and "-state-" in (r["inputs"].get("bucket") or "")
+        ]
+        return {
+            "userData": {
+                role: planned.user_data[f"{c}-{role}-lt"]
+                for role in ("head", "compute")
+                if f"{c}-{role}-lt" in planned.user_data
+            },
+            "launchTemplates": templates,
+            "groups": params.get(f"/hpcc/{c}/groups"),
+            "ledgerTable": tables[0] if tables else "",
+            "stateBucket": buckets[0] if buckets else "",
+            "roleScripts": planned.role_scripts(),
+            "bundleSha256": planned.bundle_sha256,
+            "bundle": bundle["contentBase64"],
+            "bundleKey": bundle["key"],
+            "bundleBucket": bundle["bucket"],
+            "bundlePointer": planned.named(f"{c}-bundle-param")["inputs"]["value"],
+            "bucketPolicy": planned.named(f"{c}-bundles-policy")["inputs"]["policy"],
+            "settings": planned.named(f"{c}-settings-param")["inputs"]["value"],
+            "hostsNodes": [node_of_ip[ip] for ip in hosts],
+        }
 
 
 def _template_tags(inputs: dict) -> dict[str, str]:
@@ -62,8 +82,15 @@ def _template_tags(inputs: dict) -> dict[str, str]:
 
 
 def plan(config_map: dict) -> dict:
-    run = subprocess.run([sys.executable, "-m", "tests.box.planned"], input=json.dumps(config_map), cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.box.planned"],
+        input=json.dumps(config_map),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if run.returncode != 0:
         raise RuntimeError(f"planning the box config failed:\n{run.stderr[-3000:]}")
     return json.loads(run.stdout)

@@ -57,8 +57,11 @@ def settle(box: FleetBox, timeout: float = 240, quiet: float = 25, every: float 
     still_since = time.time()
     while True:
         doc = box.membership()
-        applied = all(f"HOSTS_VERSION={doc['generation']}" in n.file("/etc/hpcc/node").read_text()
-                      for n in box.nodes if n.file("/etc/hpcc/node").exists())
+        applied = all(
+            f"HOSTS_VERSION={doc['generation']}" in n.file("/etc/hpcc/node").read_text()
+            for n in box.nodes
+            if n.file("/etc/hpcc/node").exists()
+        )
         now = {f"{n.name}:{path}": t for n in box.nodes for path, t in mtimes(n).items()}
         if now != seen:
             seen, still_since = now, time.time()
@@ -67,6 +70,8 @@ def settle(box: FleetBox, timeout: float = 240, quiet: float = 25, every: float 
             return time.time() - started
         if time.time() - started > timeout:
             changing = sorted(k for k, t in now.items() if t >= int((time.time() - quiet) * 1e9))
-            raise AssertionError(f"the box did not settle in {timeout} s: ready={ready}, applied={applied}, "
-                                 f"files changed in the last {quiet} s: {changing[:20]}\n{doc}\n{box.diagnose()}")
+            raise AssertionError(
+                f"the box did not settle in {timeout} s: ready={ready}, applied={applied}, "
+                f"files changed in the last {quiet} s: {changing[:20]}\n{doc}\n{box.diagnose()}"
+            )
         time.sleep(every)

@@ -37,9 +37,11 @@ def booted(tmp_path_factory):
     (hooks_dir / "ready-check.sh").write_text(READY_HOOK)
     for f in hooks_dir.iterdir():
         f.chmod(0o644)  # the bundle makes them executable, not the user's files
-    box = FleetBox(profile="cpu", groups=[{"name": "compute", "count": 2}],
-                   hooks={"onNodeStart": [str(hooks_dir / "start-env.sh")],
-                          "onNodeReady": [str(hooks_dir / "ready-check.sh")]})
+    box = FleetBox(
+        profile="cpu",
+        groups=[{"name": "compute", "count": 2}],
+        hooks={"onNodeStart": [str(hooks_dir / "start-env.sh")], "onNodeReady": [str(hooks_dir / "ready-check.sh")]},
+    )
     box.start()
     try:
         codes = box.boot(timeout=420)  # a loaded CI machine: the head, then the controller's launch and two boots
@@ -67,8 +69,10 @@ def test_nodes_boot_from_the_bundle_the_program_stored(booted):
         log = box.log(node)
         found = re.search(rf"\[loader\] bundle {sha} fetched and checked: (\d+) bytes in (\d+) ms", log)
         assert found, log[:2000]
-        print(f"[bundle] {name}: pointer read, {found.group(1)} bytes fetched, checked and unpacked in "
-              f"{int(found.group(2)) / 1000:.2f} s; loader {len(box.scripts()[node.role])} bytes")
+        print(
+            f"[bundle] {name}: pointer read, {found.group(1)} bytes fetched, checked and unpacked in "
+            f"{int(found.group(2)) / 1000:.2f} s; loader {len(box.scripts()[node.role])} bytes"
+        )
         assert log.index("[loader]") < log.index("[identify]")  # the loader ran first, then the bundle's script
 
 
@@ -76,8 +80,9 @@ def test_hooks_run_from_the_bundle_with_a_clean_environment(booted):
     box, _ = booted
     for name in ("head", "compute-000"):
         node = box.node(name)
-        env = dict(line.split("=", 1) for line in node.file("/etc/hpcc/hook-start.env").read_text().splitlines()
-                   if "=" in line)
+        env = dict(
+            line.split("=", 1) for line in node.file("/etc/hpcc/hook-start.env").read_text().splitlines() if "=" in line
+        )
         assert (env["HPCC_NODE"], env["HPCC_HOOK"], env["HPCC_CLUSTER"]) == (name, "onNodeStart", "box"), env
         # env -i: nothing of the bootstrap's own environment (the box's AWS endpoint and keys among it)
         assert not {"AWS_ENDPOINT_URL", "AWS_SECRET_ACCESS_KEY", "HPCC_SKIP_STEPS"} & set(env), sorted(env)
@@ -91,7 +96,11 @@ def test_a_failing_ready_hook_fails_only_its_node_with_the_hook_named(booted):
     assert codes == {"head": 0, "compute-000": 0, "compute-001": 1}, f"{codes}\n{box.diagnose()}"
     status = box.status("compute-001")
     assert (status["phase"], status["ok"], status["class"], status["step"]) == (
-        "failed", False, "hook", "hook:ready-check.sh"), status
+        "failed",
+        False,
+        "hook",
+        "hook:ready-check.sh",
+    ), status
     assert "onNodeReady hook ready-check.sh failed (exit 3)" in status["message"], status
     assert any("boom: compute-001 fails its own check" in line for line in status["logTail"]), status["logTail"]
     assert not box.node("compute-001").file("/etc/hpcc/hook-ready.done").exists()
@@ -115,8 +124,10 @@ def test_a_bundle_whose_hash_does_not_match_is_refused_and_never_run(booted):
         assert box.rerun(node) == 1
         status = box.status(node.name)
         assert (status["phase"], status["ok"], status["class"], status["step"]) == ("failed", False, "bundle", "bundle")
-        assert f"bundles/{claimed}.tar.gz refused: expected sha256 {claimed}, got " \
-               f"{hashlib.sha256(tampered).hexdigest()}" in status["message"], status
+        assert (
+            f"bundles/{claimed}.tar.gz refused: expected sha256 {claimed}, got "
+            f"{hashlib.sha256(tampered).hexdigest()}" in status["message"]
+        ), status
         assert not node.file(f"/opt/hpcc/bundles/{claimed}").exists()
         assert os.readlink(node.file("/opt/hpcc/current")) == f"/opt/hpcc/bundles/{good}"  # still the good one
         assert not node.file("/etc/hpcc/tampered-ran").exists()

@@ -28,9 +28,14 @@ printf '%s %s %s\\n' "$HPCC_INSTANCE_ID" "$HPCC_NODE_IP" "$(ip -4 -o addr show d
 def cloud(box_machine):
     box = FleetBox(bare=True, name="cloudbox")
     box.start()
-    box.client("ec2").create_launch_template(LaunchTemplateName="cloudbox-t-lt", LaunchTemplateData={
-        "ImageId": BOX_AMI, "UserData": base64.b64encode(USER_DATA.encode()).decode(),
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": TAG_GROUP, "Value": "t"}]}]})
+    box.client("ec2").create_launch_template(
+        LaunchTemplateName="cloudbox-t-lt",
+        LaunchTemplateData={
+            "ImageId": BOX_AMI,
+            "UserData": base64.b64encode(USER_DATA.encode()).decode(),
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": [{"Key": TAG_GROUP, "Value": "t"}]}],
+        },
+    )
     yield box
     box.stop()
     assert leftovers() == [], "the box left these behind"

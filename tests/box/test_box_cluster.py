@@ -34,9 +34,13 @@ def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
 
 
 # What each step logs, and the label every one of its lines must carry.
-STEP_LINES = {"os": "OS: debian-", "lustre": "skipped: HPCC_SKIP_STEPS names lustre",
-              "mount": "skipped: HPCC_SKIP_STEPS names mount", "efa": "EFA is not in use",
-              "join": {"head": "the head: the nodes join it", "compute": ") accepts SSH"}}
+STEP_LINES = {
+    "os": "OS: debian-",
+    "lustre": "skipped: HPCC_SKIP_STEPS names lustre",
+    "mount": "skipped: HPCC_SKIP_STEPS names mount",
+    "efa": "EFA is not in use",
+    "join": {"head": "the head: the nodes join it", "compute": ") accepts SSH"},
+}
 
 
 def test_every_log_line_names_the_step_it_came_from(cluster):
@@ -51,7 +55,9 @@ def test_every_log_line_names_the_step_it_came_from(cluster):
 def assert_certified(run, cluster_name: str, b) -> None:
     """`ssh -v` to node `b` verified its host certificate, the one `b` made at its boot (key ID
     <cluster>/<node>/<instance>), against the cluster key: not a plain key, no prompt."""
-    assert re.search(rf"Host '{re.escape(b.ip)}' is known and matches the \S+-CERT host certificate", run.stderr), run.stderr
+    assert re.search(rf"Host '{re.escape(b.ip)}' is known and matches the \S+-CERT host certificate", run.stderr), (
+        run.stderr
+    )
     assert f'ID "{cluster_name}/{b.name}/{b.instance_id}"' in run.stderr, run.stderr
 
 
@@ -70,8 +76,9 @@ def test_every_node_reaches_every_other_by_ssh_with_no_password_or_prompt(cluste
 def test_sshd_refuses_password_login(cluster):
     head = cluster.head
     for target in cluster.compute:
-        run = head.run("ssh", "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no", "-o", "ConnectTimeout=5",
-                       target.ip, "true")
+        run = head.run(
+            "ssh", "-o", "BatchMode=yes", "-o", "PubkeyAuthentication=no", "-o", "ConnectTimeout=5", target.ip, "true"
+        )
         # The methods the server still offers once the key is refused: publickey only.
         assert run.returncode == 255 and "Permission denied (publickey)." in run.stderr, (target.name, run.stderr)
         effective = target.run("/usr/sbin/sshd", "-T").stdout.lower().splitlines()
@@ -85,8 +92,11 @@ def test_hostfiles_list_every_compute_node_once_with_its_slots(cluster):
         assert node.file("/etc/hpcc/hostfile").read_text().splitlines() == [f"{ip} slots={slots}" for ip in compute]
         assert node.file("/etc/hpcc/hostfile.mpich").read_text().splitlines() == [f"{ip}:{slots}" for ip in compute]
         assert node.file("/etc/hpcc/hosts").read_text().splitlines() == compute
-        env = dict(line.split("=", 1) for line in node.file("/etc/hpcc/env").read_text().splitlines()
-                   if "=" in line and not line.startswith("#"))
+        env = dict(
+            line.split("=", 1)
+            for line in node.file("/etc/hpcc/env").read_text().splitlines()
+            if "=" in line and not line.startswith("#")
+        )
         assert (env["MASTER_ADDR"], env["NNODES"], env["NPROC_PER_NODE"]) == (compute[0], "2", str(slots))
         assert env["HPCC_HOSTS"] == ",".join(f"{ip}:{slots}" for ip in compute)
         assert env["FI_PROVIDER"] == "tcp"
@@ -99,8 +109,17 @@ def _names(output: str) -> list[str]:
 
 
 def test_mpirun_with_the_emitted_hostfile_runs_on_every_node(cluster):
-    run = cluster.on_head("mpirun", "--allow-run-as-root", "--hostfile", "/etc/hpcc/hostfile", "--map-by",
-                  "ppr:1:node", "grep", "^HPCC_NODE=", "/etc/hpcc/env")
+    run = cluster.on_head(
+        "mpirun",
+        "--allow-run-as-root",
+        "--hostfile",
+        "/etc/hpcc/hostfile",
+        "--map-by",
+        "ppr:1:node",
+        "grep",
+        "^HPCC_NODE=",
+        "/etc/hpcc/env",
+    )
     assert run.returncode == 0, run.stderr
     assert "ERROR" not in run.stderr, run.stderr  # e.g. PMIx when nodes cannot be told apart
     assert _names(run.stdout) == [n.name for n in cluster.compute]
@@ -137,9 +156,16 @@ def test_torchrun_all_reduce_across_every_node_from_the_emitted_environment(clus
     # As a user would: activate the environment that has PyTorch (here, the project's venv), then launch.
     # The compute nodes get sshd's default PATH, so this checks that hpcc-torchrun finds torchrun for them.
     # 2 ranks per node, not the 32 slots of a c6i.16xlarge: 64 PyTorch processes would not fit 2 cores.
-    run = subprocess.run(cluster.head.enter("bash", "-lc", f"cd {work} && PATH={VENV_BIN}:$PATH hpcc-torchrun "
-                                                           "--nproc-per-node 2 all_reduce.py"),
-                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    run = subprocess.run(
+        cluster.head.enter(
+            "bash", "-lc", f"cd {work} && PATH={VENV_BIN}:$PATH hpcc-torchrun --nproc-per-node 2 all_reduce.py"
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
     world = 2 * len(cluster.compute)
     assert sorted(p.name for p in results.iterdir()) == [f"rank-{r}" for r in range(world)]
@@ -170,7 +196,9 @@ def test_running_the_bootstrap_again_changes_nothing(cluster):
     settle(cluster, quiet=13)  # no agent tick (10-12.5 s) left with work: a rerun has nothing new to apply
     before = {n.name: fingerprint(n, WRITTEN) for n in nodes}
     for n in nodes:
-        assert any("/hpcc-" in p or p.endswith("id_hpcc") for p in before[n.name])  # what the bootstrap wrote is watched
+        assert any(
+            "/hpcc-" in p or p.endswith("id_hpcc") for p in before[n.name]
+        )  # what the bootstrap wrote is watched
         assert "/usr/local/sbin/hpcc-node" in before[n.name]
     running = {n.name: agent_pids(n) for n in nodes}
     assert all(len(pids) == 1 for pids in running.values()), running
@@ -180,8 +208,13 @@ def test_running_the_bootstrap_again_changes_nothing(cluster):
     for n in nodes:
         after = fingerprint(n, WRITTEN)
         changed = sorted(p for p in before[n.name].keys() | after.keys() if before[n.name].get(p) != after.get(p))
-        assert not changed, (n.name, changed, cluster.membership()["generation"], cluster.log(n)[-3000:],
-                             cluster.controller_log()[-2000:])
+        assert not changed, (
+            n.name,
+            changed,
+            cluster.membership()["generation"],
+            cluster.log(n)[-3000:],
+            cluster.controller_log()[-2000:],
+        )
         assert agent_pids(n) == running[n.name]  # no second agent, the first one untouched
         assert cluster.status(n.name)["phase"] == "ready"
     run = cluster.head.run("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", cluster.compute[0].ip, "true")
@@ -195,8 +228,22 @@ def test_the_cluster_key_logs_in_from_inside_the_vpc_only(cluster, tmp_path):
     key.write_bytes(cluster.head.file("/root/.ssh/id_hpcc").read_bytes())
     key.chmod(0o600)
     target = cluster.compute[0]
-    options = ["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
-               "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5", "-i", str(key)]
+    options = [
+        "-F",
+        "/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "ConnectTimeout=5",
+        "-i",
+        str(key),
+    ]
     outside = subprocess.run(["ssh", *options, f"root@{target.ip}", "true"], capture_output=True, text=True, timeout=30)
     assert outside.returncode == 255 and "Permission denied" in outside.stderr, outside.stderr
     inside = cluster.head.run("ssh", *options[:-1], "/root/.ssh/id_hpcc", f"root@{target.ip}", "true")

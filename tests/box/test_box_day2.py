@@ -31,10 +31,23 @@ def day2(cluster):
     try:
         # (c)'s job: one rank on the head, one on compute-000 (neither changes), until told to stop.
         stop = box.workdir / "stop-job"
-        job = ["mpirun", "--allow-run-as-root", "-H", f"{box.head.ip}:1,{box.node('compute-000').ip}:1", "bash", "-c",
-               f"while [ ! -e {stop} ] && [ $SECONDS -lt 900 ]; do sleep 1; done; echo \"finished $(hostname) $SECONDS\""]
-        box.job = subprocess.Popen(box.head.enter(*job), env=node_env(box.head), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        job = [
+            "mpirun",
+            "--allow-run-as-root",
+            "-H",
+            f"{box.head.ip}:1,{box.node('compute-000').ip}:1",
+            "bash",
+            "-c",
+            f"while [ ! -e {stop} ] && [ $SECONDS -lt 900 ]; do sleep 1; done; echo \"finished $(hostname) $SECONDS\"",
+        ]
+        box.job = subprocess.Popen(
+            box.head.enter(*job),
+            env=node_env(box.head),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         box.stop_job = stop
         yield box
     finally:
@@ -43,8 +56,11 @@ def day2(cluster):
 
 
 def env_of(node) -> dict:
-    return dict(line.split("=", 1) for line in node.file("/etc/hpcc/env").read_text().splitlines()
-                if "=" in line and not line.startswith("#"))
+    return dict(
+        line.split("=", 1)
+        for line in node.file("/etc/hpcc/env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
 
 
 def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
@@ -53,7 +69,9 @@ def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
     every compute node; every node reports the live instance and the current hosts version."""
     compute = [n.ip for n in sorted(box.compute, key=lambda n: n.name)]
     for node in box.nodes:
-        assert node.file("/etc/hpcc/hostfile").read_text().splitlines() == [f"{ip} slots={box.slots}" for ip in compute], node.name
+        assert node.file("/etc/hpcc/hostfile").read_text().splitlines() == [
+            f"{ip} slots={box.slots}" for ip in compute
+        ], node.name
         assert node.file("/etc/hpcc/hosts").read_text().splitlines() == compute, node.name
         env = env_of(node)
         assert (env["NNODES"], env["MASTER_ADDR"]) == (str(len(compute)), compute[0]), node.name
@@ -63,7 +81,12 @@ def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
         trusted = node.file("/etc/ssh/ssh_config.d/50-hpcc.conf").read_text()
         assert all(n.ip in trusted.split() for n in box.nodes), (node.name, trusted)
         if gone_ip:
-            for path in ("/etc/hpcc/hostfile", "/etc/hpcc/hosts", "/etc/hpcc/env", "/etc/ssh/ssh_config.d/50-hpcc.conf"):
+            for path in (
+                "/etc/hpcc/hostfile",
+                "/etc/hpcc/hosts",
+                "/etc/hpcc/env",
+                "/etc/ssh/ssh_config.d/50-hpcc.conf",
+            ):
                 assert not re.search(rf"\b{re.escape(gone_ip)}\b", node.file(path).read_text()), (node.name, path)
     for other in box.nodes:
         if other is changed:
@@ -94,9 +117,11 @@ def wait_status(box: Box, node, version: int, timeout: float = 30) -> dict:
 
 def report(capsys, what: str, agents: float, seconds: float) -> None:
     with capsys.disabled():
-        print(f"\n[day 2] {what}: from the change (count raised, instance terminated), {agents:.1f} s until the "
-              f"other nodes' hostfiles list it (the controller's launch and their agents), {seconds:.1f} s until every "
-              "node's does (its own bootstrap included)")
+        print(
+            f"\n[day 2] {what}: from the change (count raised, instance terminated), {agents:.1f} s until the "
+            f"other nodes' hostfiles list it (the controller's launch and their agents), {seconds:.1f} s until every "
+            "node's does (its own bootstrap included)"
+        )
 
 
 def test_a_added_node_is_listed_trusted_and_used_by_every_node(day2, capsys):
@@ -139,7 +164,9 @@ def test_d_the_nodes_day_2_added_and_replaced_are_in_slurm_at_their_addresses_an
     for node in (added, replaced):  # the controller set them (scontrol update NodeAddr=): day2.conf has none
         assert nodes[node.name].addr == node.ip, nodes[node.name]
     run = day2.on_head("srun", "-w", f"{added.name},{replaced.name}", "hostname")
-    assert (run.returncode, sorted(run.stdout.split())) == (0, sorted([hostname(replaced), hostname(added)])), run.stderr
+    assert (run.returncode, sorted(run.stdout.split())) == (0, sorted([hostname(replaced), hostname(added)])), (
+        run.stderr
+    )
 
 
 def test_e_a_node_whose_bootstrap_failed_never_takes_jobs_and_is_replaced_while_the_others_stay_idle(day2):
@@ -149,10 +176,15 @@ def test_e_a_node_whose_bootstrap_failed_never_takes_jobs_and_is_replaced_while_
     assert node.bootstrap.wait(timeout=240) == 1
     assert day2.status(node.instance_id)["step"] == "ssh"
     others = [n.name for n in day2.compute if n.name != node.name]
-    states = wait_states(day2, lambda s: s.get(node.name, ("idle",))[0] != "idle" and all(
-        s.get(n, ("",))[0] == "idle" for n in others), timeout=60)  # the others untouched
+    states = wait_states(
+        day2,
+        lambda s: s.get(node.name, ("idle",))[0] != "idle" and all(s.get(n, ("",))[0] == "idle" for n in others),
+        timeout=60,
+    )  # the others untouched
     new = named(day2, node.name, lambda n: n.instance_id != node.instance_id)
     states = wait_states(day2, lambda s: all(s.get(n, ("",))[0] == "idle" for n in [*others, node.name]), timeout=300)
     assert fault.hit == [node.instance_id] and new.bootstrap.wait(timeout=120) == 0, states
-    print(f"[slurm] {node.name}: its first instance failed at ssh, its replacement was idle "
-          f"{time.time() - changed:.1f} s after the count changed")
+    print(
+        f"[slurm] {node.name}: its first instance failed at ssh, its replacement was idle "
+        f"{time.time() - changed:.1f} s after the count changed"
+    )

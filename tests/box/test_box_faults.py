@@ -2,7 +2,6 @@
 tests/box/conftest.py stops the shared box first). A node that never boots no longer fails the others (nodes wait
 for the head only): tests/box/test_box_fleet.py checks that the others are ready and the bad one replaced."""
 
-
 import pytest
 
 from tests.box.cloud import FleetBox
@@ -36,7 +35,11 @@ def test_efa_nodes_without_a_device_retry_after_modprobe_then_report_the_efa_ste
         for node in box.nodes:
             status = box.status(node.name)
             assert (status["node"], status["phase"], status["step"], status["ok"]) == (
-                node.name, "failed", "efa", False), status
+                node.name,
+                "failed",
+                "efa",
+                False,
+            ), status
             assert "no EFA device" in status["message"] and "modprobe ib_uverbs" in status["message"], status
             assert "c5n.18xlarge" in status["message"]
             _check_log_tail(box, node, status)

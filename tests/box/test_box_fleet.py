@@ -68,8 +68,9 @@ def settled(box: FleetBox, names: set[str], exact: bool = True):
     with a live node at the instance's address, and in Slurm at that address taking jobs (idle, or busy with
     one). Returns the slots, or None."""
     slots = box.ledger().slots
-    if (set(slots) != names if exact else not names <= set(slots)) or \
-            any(slots[n].state != READY for n in names if n in slots):
+    if (set(slots) != names if exact else not names <= set(slots)) or any(
+        slots[n].state != READY for n in names if n in slots
+    ):
         return None
     instances, nodes = box.instances(), slurm(box) if box.scheduler == "slurm" else None
     for s in (slots[n] for n in names):
@@ -79,8 +80,12 @@ def settled(box: FleetBox, names: set[str], exact: bool = True):
         if nodes is None:
             continue
         node = nodes.get(s.name)
-        if node is None or node.addr != inst["PrivateIpAddress"] or node.states & {"DRAIN", "DOWN", "NOT_RESPONDING"} \
-                or not node.states & ({"IDLE"} | BUSY):
+        if (
+            node is None
+            or node.addr != inst["PrivateIpAddress"]
+            or node.states & {"DRAIN", "DOWN", "NOT_RESPONDING"}
+            or not node.states & ({"IDLE"} | BUSY)
+        ):
             return None
     return slots
 
@@ -118,14 +123,26 @@ def test_a_two_groups_boot_and_a_node_whose_bootstrap_fails_delays_no_other_and_
     a_ready = max(slots[n].since for n in ("a-000", "a-001"))
     assert a_ready < b.since, "group a's readiness waited for group b's failed node"
     t0 = fleet.controller_started
-    print(f"[fleet] a-000, a-001 ready {a_ready - t0:.1f} s after the controller started; b-000's first instance "
-          f"failed at ssh and its replacement was ready {b.since - t0:.1f} s after")
+    print(
+        f"[fleet] a-000, a-001 ready {a_ready - t0:.1f} s after the controller started; b-000's first instance "
+        f"failed at ssh and its replacement was ready {b.since - t0:.1f} s after"
+    )
 
 
 def test_b_an_mpi_job_runs_across_both_groups(fleet):
     names = ["a-000", "a-001", "b-000"]
-    out = sbatch(fleet, "mpi.sbatch", "-N", "3", "-w", ",".join(names), "--ntasks-per-node", "2", "--",
-                 str(mpi_hello(fleet.workdir / "jobs")))
+    out = sbatch(
+        fleet,
+        "mpi.sbatch",
+        "-N",
+        "3",
+        "-w",
+        ",".join(names),
+        "--ntasks-per-node",
+        "2",
+        "--",
+        str(mpi_hello(fleet.workdir / "jobs")),
+    )
     assert mpi_ranks(out, world=6) == sorted(names * 2), out
 
 
@@ -133,18 +150,39 @@ def test_c_a_dead_node_is_replaced_under_its_name_at_a_new_address_and_a_job_els
     before = wait_for(lambda: settled(fleet, {"a-000", "a-001", "b-000"}), 600, fleet, why="a-000..b-000 ready")
     (fleet.workdir / "jobs").mkdir(exist_ok=True)  # the job's output, on the host's /tmp every node shares
     flag = fleet.workdir / "jobs" / "c-finish"
-    job = subprocess.Popen(fleet.head.enter(
-        "sbatch", "--wait", "--parsable", "-N", "2", "-w", "a-000,b-000", f"--output={fleet.workdir}/jobs/c.out",
-        "--wrap", f"srun bash -c 'while [ ! -e {flag} ]; do sleep 1; done; echo done-$SLURMD_NODENAME'"),
-        env=node_env(fleet.head), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: job.poll() is None and all(slurm(fleet)[n].states & BUSY for n in ("a-000", "b-000")), 120,
-             fleet, why="the job running on a-000 and b-000")
+    job = subprocess.Popen(
+        fleet.head.enter(
+            "sbatch",
+            "--wait",
+            "--parsable",
+            "-N",
+            "2",
+            "-w",
+            "a-000,b-000",
+            f"--output={fleet.workdir}/jobs/c.out",
+            "--wrap",
+            f"srun bash -c 'while [ ! -e {flag} ]; do sleep 1; done; echo done-$SLURMD_NODENAME'",
+        ),
+        env=node_env(fleet.head),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(
+        lambda: job.poll() is None and all(slurm(fleet)[n].states & BUSY for n in ("a-000", "b-000")),
+        120,
+        fleet,
+        why="the job running on a-000 and b-000",
+    )
     victim = fleet.node("a-001")
     old_iid, old_ip = before["a-001"].instance_id, victim.ip
     died = time.time()
     fleet.kill(victim)  # nothing else: the controller must see it on its own
-    after = wait_for(lambda: (s := settled(fleet, {"a-000", "a-001", "b-000"})) and
-                     s["a-001"].instance_id != old_iid and s, 600, fleet)
+    after = wait_for(
+        lambda: (s := settled(fleet, {"a-000", "a-001", "b-000"})) and s["a-001"].instance_id != old_iid and s,
+        600,
+        fleet,
+    )
     seconds = time.time() - died
     new_ip = ip_of(fleet, after["a-001"].instance_id)
     assert "IDLE" in slurm(fleet)["a-001"].states
@@ -166,8 +204,11 @@ def test_d_a_group_grown_2_to_3_nodes_then_shrunk_to_1_loses_the_nodes_the_contr
     ips = {n: ip_of(fleet, s.instance_id) for n, s in grown.items()}
     wait_for(lambda: followed(fleet, set(ips.values())), 120, fleet)
     fleet.resize("a", 1)
-    shrunk = wait_for(lambda: (s := fleet.ledger().slots) and len(s) == 2 and all(x.state == READY for x in s.values())
-                      and s, 600, fleet)
+    shrunk = wait_for(
+        lambda: (s := fleet.ledger().slots) and len(s) == 2 and all(x.state == READY for x in s.values()) and s,
+        600,
+        fleet,
+    )
     kept = set(shrunk)
     assert "b-000" in kept and len(kept & {"a-000", "a-001", "a-002"}) == 1, kept
     removed = set(grown) - kept
@@ -189,8 +230,11 @@ def test_d_a_group_grown_2_to_3_nodes_then_shrunk_to_1_loses_the_nodes_the_contr
 def test_e_hpcc_replace_on_the_head_replaces_the_node_under_its_name(fleet):
     before = fleet.ledger().slots["b-000"]
     request_replace(fleet, "b-000")
-    after = wait_for(lambda: (s := settled(fleet, set(fleet.ledger().slots))) and
-                     s["b-000"].instance_id != before.instance_id and s, 600, fleet)
+    after = wait_for(
+        lambda: (s := settled(fleet, set(fleet.ledger().slots))) and s["b-000"].instance_id != before.instance_id and s,
+        600,
+        fleet,
+    )
     assert fleet.instances()[before.instance_id]["State"]["Name"] in ("shutting-down", "terminated")
     assert ip_of(fleet, after["b-000"].instance_id) != ip_of(fleet, before.instance_id)
 
@@ -206,10 +250,15 @@ def test_f_a_controller_killed_mid_replacement_finishes_it_once_after_its_restar
     fleet.stop_controller()  # killed (SIGKILL) with the slot marked replacing
     mid = fleet.ledger().slots[target]
     # its supervisor starts it again 10 s later (systemd's Restart=always on EC2): a new process finishes the work
-    wait_for(lambda: (pids := fleet.controller_pids()) and not set(pids) & set(killed), 60, fleet,
-             why="the controller restarted by its supervisor")
-    after = wait_for(lambda: (s := settled(fleet, names)) and s[target].instance_id != before.instance_id and s,
-                     600, fleet)
+    wait_for(
+        lambda: (pids := fleet.controller_pids()) and not set(pids) & set(killed),
+        60,
+        fleet,
+        why="the controller restarted by its supervisor",
+    )
+    after = wait_for(
+        lambda: (s := settled(fleet, names)) and s[target].instance_id != before.instance_id and s, 600, fleet
+    )
     new = set(fleet.launched) - launched_before
     assert new == {after[target].instance_id}, f"launched {new} for one replacement"
     assert after[target].attempts == mid.attempts, "the restart counted the replacement again"

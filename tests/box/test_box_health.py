@@ -38,25 +38,31 @@ REBOOT_TIMEOUT = 45  # a rebooted node's verdict is awaited this long (20 min on
 
 def prepare(box: FleetBox):
     """Each compute node before its bootstrap: the GPU stand-ins on its PATH and a tmpfs at the mount point."""
+
     def on(node) -> None:
         for tool in ("nvidia-smi", "dcgmi"):
             wrapper = node.root / "usr/local/bin" / tool
-            wrapper.write_text(f"#!/bin/sh\n# box stand-in: tests/box/standins/{tool}, this node's state\n"
-                               f'HPCC_STANDIN_STATE="${{HPCC_STANDIN_STATE:-/var/log/hpcc-standin}}" '
-                               f'exec python3 {STANDINS / tool} "$@"\n')
+            wrapper.write_text(
+                f"#!/bin/sh\n# box stand-in: tests/box/standins/{tool}, this node's state\n"
+                f'HPCC_STANDIN_STATE="${{HPCC_STANDIN_STATE:-/var/log/hpcc-standin}}" '
+                f'exec python3 {STANDINS / tool} "$@"\n'
+            )
             wrapper.chmod(0o755)
         box._mountpoint(Path(MOUNT))
         node.run("mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "hpcc-box-shared", MOUNT, check=True)
+
     return on
 
 
 @pytest.fixture(scope="module")
 def fleet(box_machine):
-    box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "a", "count": 3, "spares": 1},
-                                                                {"name": "b", "count": 1}],
-                   compute_env={"HPCC_HEALTH_GPUS": "8"},
-                   timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK,
-                           "reboot_timeout_seconds": REBOOT_TIMEOUT})
+    box = FleetBox(
+        profile="cpu",
+        scheduler="slurm",
+        groups=[{"name": "a", "count": 3, "spares": 1}, {"name": "b", "count": 1}],
+        compute_env={"HPCC_HEALTH_GPUS": "8"},
+        timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK, "reboot_timeout_seconds": REBOOT_TIMEOUT},
+    )
     box.prepare = prepare(box)
     try:
         box.start()
@@ -83,27 +89,43 @@ def held_spares(box: FleetBox) -> frozenset:
 
 
 def events(box: FleetBox, kind: str, node: str = "", since: float = 0.0) -> list:
-    return [e for e in box.ledger().events if e.kind == kind and e.phase == "start" and e.at >= since
-            and (not node or e.node == node)]
+    return [
+        e
+        for e in box.ledger().events
+        if e.kind == kind and e.phase == "start" and e.at >= since and (not node or e.node == node)
+    ]
 
 
 def test_b_a_node_short_of_a_gpu_at_boot_is_never_ready_and_is_replaced(fleet):
-    hit = wait_for(lambda: len(fleet.faults[0].hit) >= 2 and fleet.faults[0].hit, 600, fleet,
-                   why="b-000's first instance failed its boot checks and a second was launched")
+    hit = wait_for(
+        lambda: len(fleet.faults[0].hit) >= 2 and fleet.faults[0].hit,
+        600,
+        fleet,
+        why="b-000's first instance failed its boot checks and a second was launched",
+    )
     first = hit[0]
     status = fleet.status(first)
-    assert (status["ok"], status["phase"], status["step"], status.get("class")) == \
-        (False, "failed", "health", "health"), status
+    assert (status["ok"], status["phase"], status["step"], status.get("class")) == (
+        False,
+        "failed",
+        "health",
+        "health",
+    ), status
     assert "7 GPU(s) visible, the instance type has 8" in status["evidence"], status
-    wait_for(lambda: fleet.instances()[first]["State"]["Name"] in ("shutting-down", "terminated"), 120, fleet,
-             why="the failed instance terminated")
+    wait_for(
+        lambda: fleet.instances()[first]["State"]["Name"] in ("shutting-down", "terminated"),
+        120,
+        fleet,
+        why="the failed instance terminated",
+    )
     replaced = [e for e in events(fleet, REPLACE, "b-000")]
     assert replaced and "health check at boot" in replaced[0].detail and "7 GPU(s)" in replaced[0].detail, replaced
 
 
 def test_e_a_group_whose_nodes_fail_their_checks_every_time_ends_protected_with_the_reason(fleet):
-    groups = wait_for(lambda: (g := fleet.ledger().groups).get("b") and g["b"].protected and g, 600, fleet,
-                      why="group b protected")
+    groups = wait_for(
+        lambda: (g := fleet.ledger().groups).get("b") and g["b"].protected and g, 600, fleet, why="group b protected"
+    )
     reason = groups["b"].protected
     print(f"[health] group b protected: {reason}")
     assert "2 bootstrap failures in a row" in reason and "7 GPU(s) visible" in reason, reason
@@ -111,10 +133,15 @@ def test_e_a_group_whose_nodes_fail_their_checks_every_time_ends_protected_with_
 
     def history():
         return [(round(e.at), e.kind, e.phase, e.detail) for e in fleet.ledger().events if e.node in ("b", "b-000")]
+
     # Marked in the loop that protects the group; a loop cut short after the protection (its lease lost in a slow
     # loop) leaves the mark to the next one, so it is awaited, with the ledger's story if it never comes.
-    slot = wait_for(lambda: (s := fleet.ledger().slots["b-000"]).state == "failed" and s, 120, fleet,
-                    why=lambda: f"b-000 left failed: {fleet.ledger().slots['b-000']}, {history()}")
+    slot = wait_for(
+        lambda: (s := fleet.ledger().slots["b-000"]).state == "failed" and s,
+        120,
+        fleet,
+        why=lambda: f"b-000 left failed: {fleet.ledger().slots['b-000']}, {history()}",
+    )
     assert "group protected" in slot.reason, slot
     time.sleep(20)  # four loops: a protected group is not replaced again
     # Two failed boots protect the group (the box's protected_failure_count); an instance that never reached its
@@ -124,8 +151,12 @@ def test_e_a_group_whose_nodes_fail_their_checks_every_time_ends_protected_with_
 
 
 def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_checkpoint(fleet):
-    before = wait_for(lambda: settled(fleet, A, exact=False) and held_spares(fleet) == {"a-002"} and
-                      settled(fleet, A, exact=False), 600, fleet, why="a-000..a-002 ready, a-002 the held spare")
+    before = wait_for(
+        lambda: settled(fleet, A, exact=False) and held_spares(fleet) == {"a-002"} and settled(fleet, A, exact=False),
+        600,
+        fleet,
+        why="a-000..a-002 ready, a-002 the held spare",
+    )
     victim = fleet.node("a-000")
     assert "status=ok" in victim.file("/run/hpcc-health.verdict").read_text(), "the health thread wrote no verdict"
     wait_for(lambda: fleet.status("a-000").get("health") == "ok", 60, fleet, why="a-000 reporting its verdict")
@@ -137,58 +168,124 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
     flag, ckpt = work / "finish", work / "checkpoint"
     # The resumable convention (examples/slurm/train-resumable.sbatch): a step a second, each checkpointed
     # atomically to the shared directory, resumed from the latest.
-    script = (f"s=$(cat {ckpt} 2>/dev/null || echo 0); echo start $SLURMD_NODENAME ${{SLURM_RESTART_COUNT:-0}} $s; "
-              f"while [ ! -e {flag} ]; do s=$((s+1)); echo $s > {ckpt}.tmp && mv {ckpt}.tmp {ckpt}; sleep 1; done; "
-              f"echo done $s")
-    submit = subprocess.run(fleet.head.enter("sbatch", "--parsable", "--requeue", "-N", "1", "-p", "a",
-                                             f"--output={work}/job-%j.out", "--open-mode=append", "--wrap", script),
-                            env=node_env(fleet.head), capture_output=True, text=True, timeout=60)
+    script = (
+        f"s=$(cat {ckpt} 2>/dev/null || echo 0); echo start $SLURMD_NODENAME ${{SLURM_RESTART_COUNT:-0}} $s; "
+        f"while [ ! -e {flag} ]; do s=$((s+1)); echo $s > {ckpt}.tmp && mv {ckpt}.tmp {ckpt}; sleep 1; done; "
+        f"echo done $s"
+    )
+    submit = subprocess.run(
+        fleet.head.enter(
+            "sbatch",
+            "--parsable",
+            "--requeue",
+            "-N",
+            "1",
+            "-p",
+            "a",
+            f"--output={work}/job-%j.out",
+            "--open-mode=append",
+            "--wrap",
+            script,
+        ),
+        env=node_env(fleet.head),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert submit.returncode == 0, submit.stderr
     job = submit.stdout.strip().split(";")[0]
     try:  # whatever fails below, the job must not loop on, nor a-001 stay drained, for the next tests
         try:
-            wait_for(lambda: job_fields(fleet, job).get("JobState") == "RUNNING" and slurm(fleet)["a-000"].states & BUSY
-                     and ckpt.exists() and int(ckpt.read_text() or 0) >= 3, 120, fleet,
-                     why=f"job {job} running on a-000 (a-001 drained by a person, a-002 the spare) and checkpointing")
+            wait_for(
+                lambda: (
+                    job_fields(fleet, job).get("JobState") == "RUNNING"
+                    and slurm(fleet)["a-000"].states & BUSY
+                    and ckpt.exists()
+                    and int(ckpt.read_text() or 0) >= 3
+                ),
+                120,
+                fleet,
+                why=f"job {job} running on a-000 (a-001 drained by a person, a-002 the spare) and checkpointing",
+            )
         except AssertionError as e:
             raise AssertionError(f"{job_fields(fleet, job)}\n{slurm(fleet)}\n{e}") from None
 
         injected = time.time()
         run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "79")
         assert run.returncode == 0, run.stderr
-        down = wait_for(lambda: (n := slurm(fleet).get("a-000")) and "DOWN" in n.states and
-                        n.reason.startswith("hpcc: xid: Xid 79") and n, 180, fleet, every=0.5,
-                        why="a-000 DOWN with hpcc's Xid reason")
+        down = wait_for(
+            lambda: (
+                (n := slurm(fleet).get("a-000"))
+                and "DOWN" in n.states
+                and n.reason.startswith("hpcc: xid: Xid 79")
+                and n
+            ),
+            180,
+            fleet,
+            every=0.5,
+            why="a-000 DOWN with hpcc's Xid reason",
+        )
         t_down = time.time() - injected
-        wait_for(lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1, 120, fleet, every=0.5,
-                 why=f"job {job} requeued")
+        wait_for(
+            lambda: int(job_fields(fleet, job).get("Restarts", "0")) >= 1,
+            120,
+            fleet,
+            every=0.5,
+            why=f"job {job} requeued",
+        )
         t_requeued = time.time() - injected
         timeline = []
 
         def running_again():
             f = job_fields(fleet, job)
-            timeline.append((round(time.time() - injected, 1), f.get("JobState"), f.get("Reason"), f.get("BeginTime"),
-                             f.get("NodeList"), sorted(held_spares(fleet))))
+            timeline.append(
+                (
+                    round(time.time() - injected, 1),
+                    f.get("JobState"),
+                    f.get("Reason"),
+                    f.get("BeginTime"),
+                    f.get("NodeList"),
+                    sorted(held_spares(fleet)),
+                )
+            )
             return f.get("JobState") == "RUNNING" and f
+
         again = wait_for(running_again, 300, fleet, every=0.5, why=f"job {job} running again")
         t_again = time.time() - injected
-        assert again["NodeList"] == "a-002", \
+        assert again["NodeList"] == "a-002", (
             f"the requeued job ran on {again['NodeList']}, not the spare a-002: {timeline[:3]} ... {timeline[-3:]}"
+        )
         status = fleet.status("a-000")
-        assert (status["ok"], status["failure"], status["check"], status["action"], status["remedy"]) == \
-            (False, "health", "xid", "down", "reboot"), status
+        assert (status["ok"], status["failure"], status["check"], status["action"], status["remedy"]) == (
+            False,
+            "health",
+            "xid",
+            "down",
+            "reboot",
+        ), status
         slots = fleet.ledger().slots
-        assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, \
+        assert slots["a-000"].instance_id == before["a-000"].instance_id or slots["a-000"].state != READY, (
             "the replacement was ready before the job restarted: the spare was not used"
+        )
 
-        wait_for(lambda: (s := fleet.ledger().slots).get("a-000") and s["a-000"].state == READY and
-                         s["a-000"].instance_id != before["a-000"].instance_id and s, 600, fleet,
-                         why="a-000 replaced by a new instance, ready")
+        wait_for(
+            lambda: (
+                (s := fleet.ledger().slots).get("a-000")
+                and s["a-000"].state == READY
+                and s["a-000"].instance_id != before["a-000"].instance_id
+                and s
+            ),
+            600,
+            fleet,
+            why="a-000 replaced by a new instance, ready",
+        )
         t_replaced = time.time() - injected
-        print(f"[health] Xid 79 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
-              f"{t_requeued:.1f} s, running on the spare a-002 after {t_again:.1f} s (the job's time lost, fault to "
-              f"resumed step, {t_again:.1f} s); replacement ready after {t_replaced:.1f} s (targets: out of service "
-              f"<= 60 s, running again <= 30 s after that)")
+        print(
+            f"[health] Xid 79 on a-000: DOWN after {t_down:.1f} s ({down.reason}); job {job} requeued after "
+            f"{t_requeued:.1f} s, running on the spare a-002 after {t_again:.1f} s (the job's time lost, fault to "
+            f"resumed step, {t_again:.1f} s); replacement ready after {t_replaced:.1f} s (targets: out of service "
+            f"<= 60 s, running again <= 30 s after that)"
+        )
         assert fleet.instances()[before["a-000"].instance_id]["State"]["Name"] in ("shutting-down", "terminated")
         downs = events(fleet, DOWN, "a-000")
         assert downs and "Xid 79" in downs[0].detail, fleet.ledger().events
@@ -197,8 +294,10 @@ def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_c
         reboots, replaced = events(fleet, REBOOT, "a-000", injected), events(fleet, REPLACE, "a-000", injected)
         assert reboots and replaced and reboots[0].at < replaced[0].at, fleet.ledger().events
         assert f"no verdict within {REBOOT_TIMEOUT} s of a reboot" in replaced[0].detail, replaced
-        print(f"[health] a-000: reboot asked {reboots[0].at - injected:.1f} s after the Xid, replaced "
-              f"{replaced[0].at - injected:.1f} s after it ({replaced[0].detail})")
+        print(
+            f"[health] a-000: reboot asked {reboots[0].at - injected:.1f} s after the Xid, replaced "
+            f"{replaced[0].at - injected:.1f} s after it ({replaced[0].detail})"
+        )
         wait_for(lambda: held_spares(fleet) == {"a-000"}, 120, fleet, why="the replacement a-000 held as the new spare")
 
         resumed_from = int(ckpt.read_text())
@@ -225,16 +324,28 @@ def test_i_a_held_spares_deep_check_runs_on_its_timer_and_a_spare_that_fails_it_
     """Spares rot: the controller runs the deep checks on a held spare as a Slurm job in its reservation. One that
     passes changes nothing; one whose DCGM diagnostic fails takes the spare out and replaces it, and the group
     holds a healthy spare again, with no job and no person involved."""
-    wait_for(lambda: settled(fleet, A, exact=False) and len(held_spares(fleet)) == 1, 600, fleet,
-             why="group a settled with one held spare")
+    wait_for(
+        lambda: settled(fleet, A, exact=False) and len(held_spares(fleet)) == 1,
+        600,
+        fleet,
+        why="group a settled with one held spare",
+    )
     (spare,) = held_spares(fleet)
     node, before = fleet.node(spare), fleet.ledger().slots[spare]
     since = time.time()
-    checked = wait_for(lambda: [e for e in events(fleet, "deep-check", spare, since)], 4 * SPARE_CHECK, fleet,
-                       why=f"a deep check of the held spare {spare}")
+    checked = wait_for(
+        lambda: [e for e in events(fleet, "deep-check", spare, since)],
+        4 * SPARE_CHECK,
+        fleet,
+        why=f"a deep check of the held spare {spare}",
+    )
     log = node.file("/var/log/hpcc-deep-check.log")
-    wait_for(lambda: log.exists() and "deep check passed" in log.read_text(), 120, fleet,
-             why=f"{spare}'s deep check passed (its job's output)")
+    wait_for(
+        lambda: log.exists() and "deep check passed" in log.read_text(),
+        120,
+        fleet,
+        why=f"{spare}'s deep check passed (its job's output)",
+    )
     print(f"[health] {spare}'s deep check: {checked[0].detail}")
     assert fleet.ledger().slots[spare].instance_id == before.instance_id and held_spares(fleet) == {spare}
 
@@ -242,16 +353,35 @@ def test_i_a_held_spares_deep_check_runs_on_its_timer_and_a_spare_that_fails_it_
     state.parent.mkdir(parents=True, exist_ok=True)
     state.write_text("fail:memory:3\n")
     rotted = time.time()
-    out = wait_for(lambda: (n := slurm(fleet).get(spare)) and n.states & {"DRAIN", "DOWN"} and
-                   n.reason.startswith("hpcc: dcgm_diag") and n, 4 * SPARE_CHECK + 120, fleet,
-                   why=f"{spare} out for its failed deep check")
+    out = wait_for(
+        lambda: (
+            (n := slurm(fleet).get(spare))
+            and n.states & {"DRAIN", "DOWN"}
+            and n.reason.startswith("hpcc: dcgm_diag")
+            and n
+        ),
+        4 * SPARE_CHECK + 120,
+        fleet,
+        why=f"{spare} out for its failed deep check",
+    )
     t_out = time.time() - rotted
-    after = wait_for(lambda: (s := fleet.ledger().slots).get(spare) and s[spare].state == READY and
-                     s[spare].instance_id != before.instance_id and s, 600, fleet, why=f"{spare} replaced")
+    after = wait_for(
+        lambda: (
+            (s := fleet.ledger().slots).get(spare)
+            and s[spare].state == READY
+            and s[spare].instance_id != before.instance_id
+            and s
+        ),
+        600,
+        fleet,
+        why=f"{spare} replaced",
+    )
     held = wait_for(lambda: len(h := held_spares(fleet)) == 1 and h, 120, fleet, why="a spare held again")
-    print(f"[health] {spare}'s DCGM failed: out after {t_out:.1f} s ({out.reason}); replaced "
-          f"({before.instance_id} -> {after[spare].instance_id}) after {time.time() - rotted:.1f} s; held: "
-          f"{sorted(held)}")
+    print(
+        f"[health] {spare}'s DCGM failed: out after {t_out:.1f} s ({out.reason}); replaced "
+        f"({before.instance_id} -> {after[spare].instance_id}) after {time.time() - rotted:.1f} s; held: "
+        f"{sorted(held)}"
+    )
     assert "memory" in out.reason and "GPU 3" in out.reason, out.reason
     replaced = events(fleet, REPLACE, spare, rotted)
     assert replaced and "dcgm" in replaced[0].detail, replaced
@@ -263,14 +393,28 @@ def test_c_a_node_whose_agent_stops_is_found_by_its_heartbeat_drained_and_replac
     pid = int(node.file("/run/hpcc-sync.pid").read_text())
     stopped = time.time()
     node.run("kill", "-STOP", str(pid), check=True)  # its agent and health checks stop; slurmd still answers
-    drain = wait_for(lambda: (n := slurm(fleet).get("a-001")) and n.states & {"DRAIN", "DOWN"} and
-                     "no heartbeat" in n.reason and n, 300, fleet, why="a-001 out for its missing heartbeat")
+    drain = wait_for(
+        lambda: (n := slurm(fleet).get("a-001")) and n.states & {"DRAIN", "DOWN"} and "no heartbeat" in n.reason and n,
+        300,
+        fleet,
+        why="a-001 out for its missing heartbeat",
+    )
     t_out = time.time() - stopped
-    after = wait_for(lambda: (s := fleet.ledger().slots).get("a-001") and s["a-001"].state == READY and
-                     s["a-001"].instance_id != before["a-001"].instance_id and s, 600, fleet,
-                     why="a-001 replaced")
-    print(f"[health] a-001's agent stopped: out of service after {t_out:.1f} s ({drain.reason}); replaced "
-          f"({before['a-001'].instance_id} -> {after['a-001'].instance_id}) after {time.time() - stopped:.1f} s")
+    after = wait_for(
+        lambda: (
+            (s := fleet.ledger().slots).get("a-001")
+            and s["a-001"].state == READY
+            and s["a-001"].instance_id != before["a-001"].instance_id
+            and s
+        ),
+        600,
+        fleet,
+        why="a-001 replaced",
+    )
+    print(
+        f"[health] a-001's agent stopped: out of service after {t_out:.1f} s ({drain.reason}); replaced "
+        f"({before['a-001'].instance_id} -> {after['a-001'].instance_id}) after {time.time() - stopped:.1f} s"
+    )
     assert all(after[n].instance_id == before[n].instance_id for n in A - {"a-001"})
 
 
@@ -284,16 +428,26 @@ def test_d_a_hung_mount_times_out_its_check_drains_the_node_and_it_returns_when_
     fifo = f"{MOUNT}/.hpcc-health-{name}"
     node.run("mkfifo", fifo, check=True)
     hung = time.time()
-    drained = wait_for(lambda: (n := slurm(fleet).get(name)) and "DRAIN" in n.states and
-                       n.reason.startswith("hpcc: shared_mount") and n, 180, fleet, why=f"{name} drained")
+    drained = wait_for(
+        lambda: (
+            (n := slurm(fleet).get(name)) and "DRAIN" in n.states and n.reason.startswith("hpcc: shared_mount") and n
+        ),
+        180,
+        fleet,
+        why=f"{name} drained",
+    )
     print(f"[health] {name}'s mount hung: drained after {time.time() - hung:.1f} s ({drained.reason})")
     assert "the mount probe of /fsx gave no answer within 10 s" in drained.reason, drained.reason
     verdict = node.file("/run/hpcc-health.verdict")
     seen = verdict.stat().st_mtime
     wait_for(lambda: verdict.stat().st_mtime > seen, 60, fleet, why="the agent's health thread still running")
     node.run("rm", "-f", fifo, check=True)
-    wait_for(lambda: (n := slurm(fleet).get(name)) and not n.states & {"DRAIN", "DOWN"}, 180, fleet,
-             why=f"{name} resumed once its mount answers")
+    wait_for(
+        lambda: (n := slurm(fleet).get(name)) and not n.states & {"DRAIN", "DOWN"},
+        180,
+        fleet,
+        why=f"{name} resumed once its mount answers",
+    )
     print(f"[health] {name} resumed {time.time() - hung:.1f} s after the hang began")
     wait_for(lambda: settled(fleet, A, exact=False), 120, fleet, why="group a settled, a-001 taking jobs")
     assert fleet.ledger().slots[name].instance_id == before.instance_id  # drained and resumed, never replaced
@@ -306,13 +460,30 @@ def test_g_hpcc_check_fabric_names_the_node_whose_link_is_slowed(fleet):
     # the limit), so the shaped node is far under 0.8 x the group's median;
     # three rounds measure all three pairs of three nodes (two could miss the only fast pair). tc's token bucket
     # (tc-tbf(8)): this machine's kernel has no sch_netem; `netem rate` would shape the same way.
-    shaped = slow.run("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "400mbit", "burst", "32kbit",
-                      "latency", "50ms")
+    shaped = slow.run(
+        "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "400mbit", "burst", "32kbit", "latency", "50ms"
+    )
     assert shaped.returncode == 0, shaped.stderr
     try:
         # one gloo rank a node for the group's all-reduce: the stand-in nvidia-smi says 8 GPUs, torch sees none
-        run = fleet.on_head("hpcc", "check", "fabric", "--cluster", fleet.name, "--region", "us-east-1",
-                      "--via", "env", "--provider", "tcp", "--rounds", "3", "--allreduce-procs", "1", timeout=600)
+        run = fleet.on_head(
+            "hpcc",
+            "check",
+            "fabric",
+            "--cluster",
+            fleet.name,
+            "--region",
+            "us-east-1",
+            "--via",
+            "env",
+            "--provider",
+            "tcp",
+            "--rounds",
+            "3",
+            "--allreduce-procs",
+            "1",
+            timeout=600,
+        )
     finally:
         slow.run("tc", "qdisc", "del", "dev", "eth0", "root")
     print(f"[health] hpcc check fabric:\n{run.stdout}{run.stderr}")
@@ -321,8 +492,11 @@ def test_g_hpcc_check_fabric_names_the_node_whose_link_is_slowed(fleet):
     named = {line.split()[1] for line in verdicts.splitlines() if line.strip().startswith("│ a-")}
     assert named == {"a-002"}, (run.stdout, run.stderr)
     # the group's ring ran over its three nodes (real torchrun and gloo over the nodes' veths), slow link and all
-    ring = [line.split("│") for line in run.stdout.split("one ring all-reduce per group", 1)[-1].splitlines()
-            if line.strip().startswith("│ a ")]
+    ring = [
+        line.split("│")
+        for line in run.stdout.split("one ring all-reduce per group", 1)[-1].splitlines()
+        if line.strip().startswith("│ a ")
+    ]
     assert ring and ring[0][2].strip() == "3" and float(ring[0][3]) > 0 and ring[0][4].strip() == "ok", run.stdout
 
 
@@ -332,18 +506,26 @@ def test_f_the_same_fatal_xid_on_every_node_at_once_is_one_systemic_alert_and_no
     states = {n: slurm(fleet)[n].states for n in A}
     injected = time.time()
     for name in sorted(A):
-        assert fleet.node(name).run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "79").returncode == 0
-    alert = wait_for(lambda: [e for e in events(fleet, ALERT, since=injected) if "systemic" in e.detail], 120, fleet,
-                     why="one systemic alert")
+        assert (
+            fleet.node(name).run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "79").returncode == 0
+        )
+    alert = wait_for(
+        lambda: [e for e in events(fleet, ALERT, since=injected) if "systemic" in e.detail],
+        120,
+        fleet,
+        why="one systemic alert",
+    )
     print(f"[health] Xid 79 on every node: alert after {time.time() - injected:.1f} s: {alert[0].detail}")
     time.sleep(20)  # four loops
     # One alert per fault (its signature, in the alert's text): raised once, not again on the loops after.
-    alerts = [(round(e.at - injected, 1), e.detail) for e in events(fleet, ALERT, since=injected)
-              if "systemic" in e.detail]
+    alerts = [
+        (round(e.at - injected, 1), e.detail) for e in events(fleet, ALERT, since=injected) if "systemic" in e.detail
+    ]
     faults = [m.group(1) for _, detail in alerts if (m := SYSTEMIC_FAULT.search(detail))]
     assert len(faults) == len(alerts) >= 1 and len(set(faults)) == len(faults), alerts
-    assert not [e for e in fleet.ledger().events if e.at >= injected and e.node in A and
-                e.kind in (DOWN, DRAIN, REPLACE)], fleet.ledger().events
+    assert not [
+        e for e in fleet.ledger().events if e.at >= injected and e.node in A and e.kind in (DOWN, DRAIN, REPLACE)
+    ], fleet.ledger().events
     assert {n: (s.instance_id, s.state) for n, s in fleet.ledger().slots.items() if n in A} == before
     now = slurm(fleet)
     assert all(not (now[n].states - states[n]) & {"DOWN", "DRAIN"} for n in A), now

@@ -49,8 +49,12 @@ def ready(box: FleetBox) -> dict:
 def test_a_node_whose_mount_hangs_leaves_the_hostfiles_and_returns_when_it_answers(fleet):
     before = wait_for(lambda: ready(fleet), 300, fleet, why="a-000..a-002 ready")
     name, ip = "a-001", fleet.node("a-001").ip
-    wait_for(lambda: all(ip in listed_by(fleet, r) for r in ("head", "a-000", "a-002")), 120, fleet,
-             why=f"{name} in every hostfile")
+    wait_for(
+        lambda: all(ip in listed_by(fleet, r) for r in ("head", "a-000", "a-002")),
+        120,
+        fleet,
+        why=f"{name} in every hostfile",
+    )
     node = fleet.node(name)
     fifo = f"{MOUNT}/.hpcc-health-{name}"
     node.run("mkfifo", fifo, check=True)
@@ -58,20 +62,34 @@ def test_a_node_whose_mount_hangs_leaves_the_hostfiles_and_returns_when_it_answe
     try:
         out = wait_for(lambda: events(fleet, DRAIN, name, hung), 240, fleet, why=f"{name} taken out (DRAIN)")
         assert out[0].detail.startswith("health: shared_mount: "), out
-        wait_for(lambda: all(ip not in listed_by(fleet, r) for r in ("head", "a-000", "a-002")), 120, fleet,
-                 why=f"{name} out of every other node's hostfile")
+        wait_for(
+            lambda: all(ip not in listed_by(fleet, r) for r in ("head", "a-000", "a-002")),
+            120,
+            fleet,
+            why=f"{name} out of every other node's hostfile",
+        )
         t_out = time.time() - hung
         assert ip in listed_by(fleet, name), "the node out of service rewrote its own files"
         log = node.file("/var/log/hpcc-bootstrap.log")  # the agent logs there, as [sync] lines
-        wait_for(lambda: log.exists() and f"takes {name} out of the hostfiles (hpcc: shared_mount" in log.read_text(),
-                 60, fleet, why=f"{name}'s agent saying why it applies no membership")
+        wait_for(
+            lambda: log.exists() and f"takes {name} out of the hostfiles (hpcc: shared_mount" in log.read_text(),
+            60,
+            fleet,
+            why=f"{name}'s agent saying why it applies no membership",
+        )
     finally:
         node.run("rm", "-f", fifo, check=True)
     back = time.time()
     wait_for(lambda: events(fleet, RESUME, name, back), 240, fleet, why=f"{name} back in service (RESUME)")
-    wait_for(lambda: all(ip in listed_by(fleet, r) for r in ("head", "a-000", "a-002")), 120, fleet,
-             why=f"{name} in every hostfile again")
-    print(f"[no slurm] {name}'s mount hung: out of every hostfile after {t_out:.1f} s ({out[0].detail}); listed "
-          f"again {time.time() - back:.1f} s after it answered")
+    wait_for(
+        lambda: all(ip in listed_by(fleet, r) for r in ("head", "a-000", "a-002")),
+        120,
+        fleet,
+        why=f"{name} in every hostfile again",
+    )
+    print(
+        f"[no slurm] {name}'s mount hung: out of every hostfile after {t_out:.1f} s ({out[0].detail}); listed "
+        f"again {time.time() - back:.1f} s after it answered"
+    )
     after = fleet.ledger().slots
     assert {n: after[n].instance_id for n in A} == {n: before[n].instance_id for n in A}  # nothing replaced

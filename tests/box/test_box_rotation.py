@@ -66,15 +66,27 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
     old_key.chmod(0o600)
     old_public = head.run("cat", "/root/.ssh/id_hpcc.pub", check=True).stdout.split()[1]
     # a job's long-lived SSH session, opened before the rotation
-    session = subprocess.Popen(head.enter("ssh", "-o", "BatchMode=yes", ips[0],
-                                          "for i in $(seq 400); do echo tick; sleep 1; done"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    session = subprocess.Popen(
+        head.enter("ssh", "-o", "BatchMode=yes", ips[0], "for i in $(seq 400); do echo tick; sleep 1; done"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # new connections all through it, as mpirun's launches would make
     done = tmp_path / "rotation-done"  # the host's /tmp is the nodes' too
-    loop = subprocess.Popen(head.enter("bash", "-c", f"while [ ! -e {done} ]; do for ip in "
-                                       + " ".join(ips) + "; do ssh -o BatchMode=yes -o ConnectTimeout=5 $ip true "
-                                       "&& echo ok || echo FAILED $ip; done; sleep 1; done"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    loop = subprocess.Popen(
+        head.enter(
+            "bash",
+            "-c",
+            f"while [ ! -e {done} ]; do for ip in "
+            + " ".join(ips)
+            + "; do ssh -o BatchMode=yes -o ConnectTimeout=5 $ip true "
+            "&& echo ok || echo FAILED $ip; done; sleep 1; done",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     said: list[str] = []
     try:
         rid = rotate_keys.rotate(BoxAws(box), box.name, False, 300, said.append)
@@ -91,20 +103,42 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
     assert len(new) == 1 and new != old and all(known_cas(n) == new for n in computes)
     bucket = store.names(BoxAws(box), box.name).bucket
     for n in box.nodes:  # what each node serves: certificates by the new CA, for its own address
-        issued = certstore.read_issued(certstore.get(box.client("s3"), bucket, certstore.names(box.name).certs(n.name))[0])
+        issued = certstore.read_issued(
+            certstore.get(box.client("s3"), bucket, certstore.names(box.name).certs(n.name))[0]
+        )
         assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == n.ip
-    assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"]["Value"] == \
-        certstore.rotation_text(certstore.Rotation(rid, "retire"))
+    assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"][
+        "Value"
+    ] == certstore.rotation_text(certstore.Rotation(rid, "retire"))
     # root's cluster key: a new one on every node, the only cluster key any node accepts; the old one is refused
     new_public = head.run("cat", "/root/.ssh/id_hpcc.pub", check=True).stdout.split()[1]
     assert new_public != old_public
     for n in box.nodes:
         assert n.run("cat", "/root/.ssh/id_hpcc.pub", check=True).stdout.split()[1] == new_public
-        cluster_lines = [line for line in n.run("cat", "/root/.ssh/authorized_keys", check=True).stdout.splitlines()
-                         if line.endswith(f" hpcc-{box.name}")]
+        cluster_lines = [
+            line
+            for line in n.run("cat", "/root/.ssh/authorized_keys", check=True).stdout.splitlines()
+            if line.endswith(f" hpcc-{box.name}")
+        ]
         assert len(cluster_lines) == 1 and new_public in cluster_lines[0].split(), cluster_lines
     # no config (its IdentityFile would offer the new key too) and no host check: only the old key is tried
-    refused = head.run("ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o",
-                       "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5",
-                       "-i", str(old_key), f"root@{ips[0]}", "true")
+    refused = head.run(
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "ConnectTimeout=5",
+        "-i",
+        str(old_key),
+        f"root@{ips[0]}",
+        "true",
+    )
     assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused.stderr

@@ -32,7 +32,12 @@ def test_box_scripts_are_the_renderers_output_and_survive_a_resize(profile):
     after = box.plan()
     assert after["userData"] == before["userData"]  # byte for byte, both roles
     assert after["bundle"] == before["bundle"] and after["bundlePointer"] == before["bundlePointer"]
-    changed = {line.split("=", 1)[0] for line in set(after["settings"].splitlines()) ^ set(before["settings"].splitlines())}
-    assert changed <= {"NODE_COUNT", "API_INTERVAL_MS", "POLL_SECONDS", "API_BACKOFF_SECONDS", "API_ATTEMPTS",
-                       "SYNC_SECONDS"} and "NODE_COUNT" in changed, changed
+    changed = {
+        line.split("=", 1)[0] for line in set(after["settings"].splitlines()) ^ set(before["settings"].splitlines())
+    }
+    assert (
+        changed
+        <= {"NODE_COUNT", "API_INTERVAL_MS", "POLL_SECONDS", "API_BACKOFF_SECONDS", "API_ATTEMPTS", "SYNC_SECONDS"}
+        and "NODE_COUNT" in changed
+    ), changed
     assert [(g["name"], g["count"]) for g in json.loads(after["groups"])["groups"]] == [("compute", 3)]

@@ -19,6 +19,8 @@ from tests.box.node import hostname, node_env
 
 pytestmark = pytest.mark.box
 HEAD_EXAMPLES = "/opt/hpcc/current/examples/slurm"  # the bundle ships examples/slurm/ (infra/bundle.py)
+
+
 @pytest.fixture(scope="module")
 def slurm(cluster):
     """The shared box (tests/box/conftest.py), before day 2 changes its membership."""
@@ -45,12 +47,27 @@ def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
     """`sbatch --wait OPTIONS... /opt/hpcc/current/examples/slurm/SCRIPT PROGRAM...` on the head, as a user there
     would (the bundle put the examples there); the job's output.
     `args`: sbatch options, then "--", then the script's arguments."""
-    options, program = (args[:args.index("--")], args[args.index("--") + 1:]) if "--" in args else (args, ())
+    options, program = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, ())
     work = box.workdir / "jobs"
     work.mkdir(exist_ok=True)
-    run = subprocess.run(box.head.enter("sbatch", "--wait", "--parsable", f"--export={export}", f"--chdir={work}",
-                                        f"--output={work}/%j.out", *options, f"{HEAD_EXAMPLES}/{script}", *program),
-                         env=node_env(box.head), capture_output=True, text=True, timeout=240, check=False)
+    run = subprocess.run(
+        box.head.enter(
+            "sbatch",
+            "--wait",
+            "--parsable",
+            f"--export={export}",
+            f"--chdir={work}",
+            f"--output={work}/%j.out",
+            *options,
+            f"{HEAD_EXAMPLES}/{script}",
+            *program,
+        ),
+        env=node_env(box.head),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     job = run.stdout.strip().split(";")[0]
     output = (work / f"{job}.out").read_text() if job and (work / f"{job}.out").exists() else ""
     assert run.returncode == 0, (run.stdout, run.stderr, output[-3000:])
@@ -75,8 +92,9 @@ def test_a_every_compute_node_is_idle_and_srun_runs_once_on_each(slurm):
 
 def test_b_sbatch_runs_an_mpi_program_across_every_compute_node(slurm):
     nodes = len(slurm.compute)
-    out = sbatch(slurm, "mpi.sbatch", "-N", str(nodes), "--ntasks-per-node", "2", "--",
-                 str(mpi_hello(slurm.workdir / "jobs")))
+    out = sbatch(
+        slurm, "mpi.sbatch", "-N", str(nodes), "--ntasks-per-node", "2", "--", str(mpi_hello(slurm.workdir / "jobs"))
+    )
     assert mpi_ranks(out, world=2 * nodes) == sorted([n.name for n in slurm.compute] * 2), out
 
 

@@ -20,8 +20,10 @@ from tests.box.node import node_env
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
 VERSION = 'AGENT_VERSION = "{v}"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (PROTOCOL - 1, PROTOCOL)\n'
-FAILING_SELF_CHECK = ("    man = upgrade.manifest(here)\n",
-                      "    raise RuntimeError('this bundle cannot run here')\n")  # first line of agent.self_check
+FAILING_SELF_CHECK = (
+    "    man = upgrade.manifest(here)\n",
+    "    raise RuntimeError('this bundle cannot run here')\n",
+)  # first line of agent.self_check
 
 
 def publish(box: Box, packed: bytes, sha: str) -> float:
@@ -44,9 +46,14 @@ def wait_for(box: Box, what: str, check, timeout: float) -> dict[str, float]:
             if n.name not in first and check(box.status(n.name)):
                 first[n.name] = time.time()
         if time.time() > deadline:
-            pytest.fail(f"{what}: only {sorted(first)} after {timeout} s\n"
-                        + "\n".join(json.dumps({k: v for k, v in box.status(n.name).items() if k != 'logTail'})
-                                    for n in box.nodes) + "\n" + box.diagnose())
+            pytest.fail(
+                f"{what}: only {sorted(first)} after {timeout} s\n"
+                + "\n".join(
+                    json.dumps({k: v for k, v in box.status(n.name).items() if k != 'logTail'}) for n in box.nodes
+                )
+                + "\n"
+                + box.diagnose()
+            )
         time.sleep(1)
     return first
 
@@ -69,19 +76,34 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
     hosts_before = {n.name: n.file("/etc/hpcc/hosts").read_text() for n in box.nodes}
     assert old == box.plan()["bundleSha256"] and all(s["bundle"] == old for s in before.values()), before
     c0, c1 = box.node("compute-000"), box.node("compute-001")
-    job = subprocess.Popen(box.head.enter("mpirun", "--allow-run-as-root", "-H", f"{c0.ip}:1,{c1.ip}:1", "bash", "-c",
-                                          'sleep 150; echo "finished $(hostname)"'),
-                           env=node_env(box.head), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           stdin=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        box.head.enter(
+            "mpirun",
+            "--allow-run-as-root",
+            "-H",
+            f"{c0.ip}:1,{c1.ip}:1",
+            "bash",
+            "-c",
+            'sleep 150; echo "finished $(hostname)"',
+        ),
+        env=node_env(box.head),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     time.sleep(5)
     packed, new = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="2")})
     published = publish(box, packed, new)
-    reached = wait_for(box, "agent 2 everywhere", lambda s: s.get("bundle") == new and s.get("agentVersion") == "2",
-                       timeout=200)
+    reached = wait_for(
+        box, "agent 2 everywhere", lambda s: s.get("bundle") == new and s.get("agentVersion") == "2", timeout=200
+    )
     seconds = max(reached.values()) - published
     record_property("upgrade_seconds", round(seconds, 1))
-    print(f"\nbundle {new[:12]} on every node {seconds:.1f} s after publishing; "
-          + ", ".join(f"{k} {v - published:.1f} s" for k, v in sorted(reached.items(), key=lambda kv: kv[1])))
+    print(
+        f"\nbundle {new[:12]} on every node {seconds:.1f} s after publishing; "
+        + ", ".join(f"{k} {v - published:.1f} s" for k, v in sorted(reached.items(), key=lambda kv: kv[1]))
+    )
     assert seconds <= 180
     assert max(reached["head"], reached["compute-000"]) <= reached["compute-001"]  # canaries first
     assert job.poll() is None  # the job runs on through the switch
@@ -90,7 +112,10 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
     for n in box.nodes:
         assert n.file("/opt/hpcc/current").resolve().name == new
         # the membership carries the bundle pointer, so its generation moved on; the hosts did not
-        assert box.status(n.name)["drifted"] is None and box.status(n.name)["hostsVersion"] > before[n.name]["hostsVersion"]
+        assert (
+            box.status(n.name)["drifted"] is None
+            and box.status(n.name)["hostsVersion"] > before[n.name]["hostsVersion"]
+        )
         assert n.file("/etc/hpcc/hosts").read_text() == hosts_before[n.name]
 
 
@@ -98,10 +123,18 @@ def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_bac
     good = box.status("compute-001")["bundle"]
     agent_py = (bundles.ROOT / "hpcc_node/agent.py").read_text().replace(*FAILING_SELF_CHECK)
     assert "this bundle cannot run here" in agent_py
-    packed, bad = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py})
+    packed, bad = bundles.build(
+        role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py}
+    )
     publish(box, packed, bad)
-    wait_for(box, "the head reporting the halt",
-             lambda s: s["node"] != "head" or s.get("rollout", "").startswith(f"halted: bundle {bad[:12]} refused on canary"), 120)
+    wait_for(
+        box,
+        "the head reporting the halt",
+        lambda s: (
+            s["node"] != "head" or s.get("rollout", "").startswith(f"halted: bundle {bad[:12]} refused on canary")
+        ),
+        120,
+    )
     refusals = [box.status(n)["refused"] for n in ("head", "compute-000") if box.status(n).get("refused")]
     assert refusals and all(r["sha256"] == bad and "this bundle cannot run here" in r["reason"] for r in refusals)
     assert "this bundle cannot run here" in box.status("head")["rollout"]

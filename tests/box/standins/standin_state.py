@@ -4,8 +4,16 @@ own, so a test switches one node's GPUs without touching the others). A missing 
 import os
 import time
 
-DEFAULTS = {"gpus": "8", "ecc": "", "remap_pending": "", "remap_failed": "", "recovery": "", "dcgm": "pass",
-            "hang": "", "off_bus": ""}
+DEFAULTS = {
+    "gpus": "8",
+    "ecc": "",
+    "remap_pending": "",
+    "remap_failed": "",
+    "recovery": "",
+    "dcgm": "pass",
+    "hang": "",
+    "off_bus": "",
+}
 
 
 def state(name: str) -> str:
