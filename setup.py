@@ -22,7 +22,7 @@ def tree_packages(tree: str) -> dict[str, str]:
 
 mapped = {k: v for tree in TREES for k, v in tree_packages(tree).items()}
 setup(
-    packages=find_packages(include=["infra", "infra.*", "hpcc_node", "hpcc_node.*"]) + sorted(mapped),
+    packages=find_packages(include=["infra", "infra.*", "hpcc_contract", "hpcc_node", "hpcc_node.*"]) + sorted(mapped),
     package_dir=mapped,
     package_data={name: ["*"] for name in mapped},
     exclude_package_data={name: ["*.pyc"] for name in mapped},

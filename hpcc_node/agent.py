@@ -31,7 +31,7 @@ from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, SettingsError, pacing, parse
-from hpcc_node.version import AGENT_VERSION
+from hpcc_contract.version import AGENT_VERSION
 
 
 class Config(NamedTuple):

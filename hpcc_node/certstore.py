@@ -8,7 +8,7 @@ without touching the signing or the installing. Nothing per node is a Pulumi res
 - `certs/<node>.json` (written by the head only): the node's certificates and the CAs every node trusts.
 Besides: `hpcc/<c>/host-ca` (Secrets Manager, head only): the CA private keys, which one signs, the rotation applied;
 `/hpcc/<c>/rotation` (SSM, a Pulumi resource created "none", set by the operator's `hpcc rotate-keys`): the rotation
-the head is to apply. Standard library only (shipped in the bundle); infra/naming.py makes the same names (a test
+the head is to apply. Standard library only (shipped in the bundle); hpcc_contract/names.py makes the same names (a test
 runs both)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The hosts text a node applies, rendered from the controller's membership.json (hpcc_node/controller/membership.py)
 in this one place: `<name> <ip>` a line, the head first, then the nodes in name order (group, then number), holes
 left as they are. The bootstrap (templates/steps/identify.sh.j2, `apply-membership`) and the node agent consume it;
-infra/hosts_schema.py judges it.
+hpcc_contract/hosts.py judges it.
 
 `python3 -m hpcc_node.hosts FILE NAME INSTANCE` prints the generation, then the hosts text; exit 3 when FILE does
 not list NAME with INSTANCE (not named yet, or the previous membership), 2 when FILE is no membership."""
@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from infra import hosts_schema
+from hpcc_contract.hosts import HEAD
 
 # The nodes a hosts text lists: those with an instance of their own that boot, run or drain. A booting node must
 # find itself there; a failed one (kept for its log, not replaced) and one being replaced or removed are left out,
@@ -44,13 +44,13 @@ def hosts_text(doc: Dict[str, Any]) -> str:
     head = doc.get("head")
     if not isinstance(head, dict) or not head.get("ip"):
         raise MembershipError("membership.json names no head with an address")
-    lines = [f"{hosts_schema.HEAD} {head['ip']}"] + [f"{n['name']} {n['ip']}" for n in listed(doc)]
+    lines = [f"{HEAD} {head['ip']}"] + [f"{n['name']} {n['ip']}" for n in listed(doc)]
     return "".join(line + "\n" for line in lines)
 
 
 def lists(doc: Dict[str, Any], name: str, instance_id: str) -> bool:
     """Whether the membership names `name` as the node of `instance_id` (the head: its head entry)."""
-    if name == hosts_schema.HEAD:
+    if name == HEAD:
         head = doc.get("head") or {}
         return head.get("instance") == instance_id
     return any(n.get("name") == name and n.get("instance") == instance_id for n in listed(doc))

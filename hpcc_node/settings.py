@@ -1,11 +1,11 @@
 """The settings text the nodes apply, parsed as the bootstrap's apply_settings does (templates/steps/settings.sh.j2),
-with infra/settings_schema.py's patterns: a test runs both on the same texts. Also the pacing the text gives."""
+with hpcc_contract/settings.py's patterns: a test runs both on the same texts. Also the pacing the text gives."""
 
 from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Tuple, Union
 
-from infra.settings_schema import OPTIONAL_DEFAULTS, REPEATED, SettingsError, parse_text  # noqa: F401 (SettingsError: the agent's)
+from hpcc_contract.settings import OPTIONAL_DEFAULTS, REPEATED, SettingsError, parse_text  # noqa: F401 (SettingsError: the agent's)
 
 Settings = Dict[str, Union[str, List[str]]]
 
@@ -37,7 +37,7 @@ def pacing(settings: Settings) -> Pacing:
 
 def state_names(text: str, cluster: str, account: str) -> Tuple[str, str]:
     """(state bucket, ledger table): the settings' STATE_BUCKET and LEDGER_TABLE, else the program's names for them
-    (infra/naming.py: hpcc-<cluster>-state-<account>, hpcc-<cluster>-ledger). Read from the text's lines alone, so
+    (hpcc_contract/names.py: hpcc-<cluster>-state-<account>, hpcc-<cluster>-ledger). Read from the text's lines alone, so
     a settings text this bundle's schema does not know yet still names them. identify.sh.j2's state_bucket is the
     bash side (a test runs both)."""
     found: Dict[str, str] = {}

@@ -12,7 +12,7 @@ import re
 import sys
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from infra import hosts_schema
+from hpcc_contract import hosts
 
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{1,40}")  # as identify.sh.j2 checks it
 IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
@@ -30,8 +30,8 @@ class NodeState(NamedTuple):
 
 
 def valid_name(name: str) -> bool:
-    """head or <group>-NNN, one spelling a name (infra/hosts_schema.py)."""
-    return hosts_schema.valid_name(name)
+    """head or <group>-NNN, one spelling a name (hpcc_contract/hosts.py)."""
+    return hosts.valid_name(name)
 
 
 def parse_state(text: str) -> NodeState:
@@ -51,10 +51,10 @@ def parse_state(text: str) -> NodeState:
 
 
 def parse_hosts(text: str, vpc_cidr: str) -> List[Tuple[str, str]]:
-    """The hosts text's (name, address) pairs, with the rules the bootstrap keeps (infra/hosts_schema.py)."""
+    """The hosts text's (name, address) pairs, with the rules the bootstrap keeps (hpcc_contract/hosts.py)."""
     try:
-        return hosts_schema.parse_hosts(text, vpc_cidr)
-    except hosts_schema.HostsError as e:
+        return hosts.parse_hosts(text, vpc_cidr)
+    except hosts.HostsError as e:
         raise StateError(f"hosts: {e}") from None
 
 

@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any, Dict, List, Optional
 
-from hpcc_node.version import ACCEPTED_PROTOCOLS, AGENT_VERSION, PROTOCOL
+from hpcc_contract.version import ACCEPTED_PROTOCOLS, AGENT_VERSION, PROTOCOL
 
 LIMIT = 4000  # bytes: one small object a node (it was a Standard parameter, 4 KB)
 TAIL_LINES = 15

@@ -2,8 +2,7 @@
 
 Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
 (infra/userdata.render, what the user data held before the loader); the node package `hpcc_node/` and the
-stdlib-only program modules it imports (`infra/__init__.py`, `infra/hosts_schema.py`, `infra/settings_schema.py`); `hooks/<name>`, the
-user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
+contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
 0755 only, gzip header without name or time. Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/components/bundle.py)
@@ -22,13 +21,13 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from infra.naming import bundle_key
+from hpcc_contract.names import bundle_key
 
 FORMAT = 1
 ROOT = Path(__file__).resolve().parent.parent
-NODE_PACKAGE = "hpcc_node"
-NODE_SUFFIXES = (".py", ".json")  # its code and its data files (hpcc_node/health/xid_catalog.json)
-SHARED_MODULES = ("infra/__init__.py", "infra/hosts_schema.py", "infra/settings_schema.py")  # stdlib only; hpcc_node imports them
+# The packages a node runs, whole: the node package and the contract it imports (both standard library only).
+NODE_PACKAGES = ("hpcc_node", "hpcc_contract")
+NODE_SUFFIXES = (".py", ".json")  # code and data files (hpcc_node/health/xid_catalog.json)
 EXECUTABLE = ("roles/", "hooks/")  # mode 0755; everything else 0644
 
 
@@ -62,7 +61,7 @@ def hpcc_version() -> str:
 
 
 def agent_version() -> str:
-    from hpcc_node.version import AGENT_VERSION
+    from hpcc_contract.version import AGENT_VERSION
 
     return AGENT_VERSION
 
@@ -76,13 +75,11 @@ def example_files() -> dict[str, bytes]:
 
 
 def node_files(root: Path = ROOT) -> dict[str, bytes]:
-    """The node package's Python files and data (the health checks' Xid catalog), and the program modules it
-    shares, by path inside the bundle."""
-    paths = sorted(p for p in (root / NODE_PACKAGE).rglob("*") if p.suffix in NODE_SUFFIXES
-                   and "__pycache__" not in p.parts)
-    out = {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
-    out.update({rel: (root / rel).read_bytes() for rel in SHARED_MODULES})
-    return out
+    """The node package's and the contract's Python files and data (the health checks' Xid catalog), by path
+    inside the bundle."""
+    paths = sorted(p for package in NODE_PACKAGES for p in (root / package).rglob("*")
+                   if p.suffix in NODE_SUFFIXES and "__pycache__" not in p.parts)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
 
 
 def manifest(cluster: str, scripts: dict[str, str], hooks: dict[str, list[str]], hpcc: str, agent: str) -> bytes:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from infra.config import ConfigError
-from infra.hostfile import FORMATS
+from hpcc_contract.hostfile import FORMATS
 from infra.ops.check_cli import app as check_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -52,7 +52,7 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
     from infra.plan.runner import PlanError, plan_stack_file, plan_update_image
     from infra.plan.summary import print_changes, print_summary
 
-    from infra.naming import image_pin
+    from hpcc_contract.names import image_pin
     from infra.project import stack_from_file
     from infra.stackfile import load, read_raw
 

@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from infra import settings_schema
+from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS, account_problem
 from infra.config_nodes import (GROUP_NAME, LEGACY_GROUP, MAX_GROUPS, MAX_NODES, RESERVED_GROUP_NAMES,  # noqa: F401
                                 ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of, root_volume)
 from infra.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
@@ -53,7 +53,7 @@ DLAMI_OWNER = "898082745236"
 # The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/slurm.py).
 Scheduler = Literal["none", "slurm"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
-assert SCHEDULERS == settings_schema.SCHEDULERS  # the nodes' copy (infra/settings_schema.py)
+assert SCHEDULERS == NODE_SCHEDULERS  # the nodes' copy (hpcc_contract/settings.py)
 
 
 _Model = ConfigModel  # the base of every config model (unknown keys are errors)
@@ -71,7 +71,7 @@ class Image(_Model):
         if v == "root":
             raise ValueError("root is refused: people log in as the image's user (ubuntu, ec2-user) with their own keys "
                              "(cluster.ssh.authorizedKeys); root logins are only the cluster's own, inside the VPC")
-        problem = v and settings_schema.account_problem(v)  # the nodes refuse it too (LOGIN_USER)
+        problem = v and account_problem(v)  # the nodes refuse it too (LOGIN_USER)
         if problem:
             raise ValueError(problem)
         return v
@@ -206,8 +206,8 @@ class Security(_Model):
                                  "at most 32, not starting with a digit or '-')")
             if user == "root":
                 raise ValueError(f"[{i}] root always reaches the instance metadata service; list only other users")
-            if settings_schema.account_problem(user):  # the nodes refuse it too (IMDS_USER)
-                raise ValueError(f"[{i}] {settings_schema.account_problem(user)}: it would read the node role's "
+            if account_problem(user):  # the nodes refuse it too (IMDS_USER)
+                raise ValueError(f"[{i}] {account_problem(user)}: it would read the node role's "
                                  "secrets, the cluster key among them")
             if user in v[:i]:
                 raise ValueError(f"[{i}] {user!r} is listed twice")

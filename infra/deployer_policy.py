@@ -2,7 +2,7 @@
 
 Each Pulumi type maps to the API calls the AWS provider makes to create, update, tag and delete it (terraform-
 provider-aws, which pulumi-aws wraps); IAM, SSM and Secrets Manager writes are scoped to hpcc's own names
-(infra/naming.py: roles and profiles `hpcc-*`, parameters `/hpcc/*`, secrets `hpcc/*`), PassRole to EC2 only.
+(hpcc_contract/names.py: roles and profiles `hpcc-*`, parameters `/hpcc/*`, secrets `hpcc/*`), PassRole to EC2 only.
 Reads (Describe*, the public DLAMI parameters, prices, quotas) cannot be scoped by resource in IAM and are
 read-only. Shipped as policy/deployer-policy.json (`hpcc deployer-policy` prints it); tests/test_deployer_policy.py
 checks the file against this function and every type the plan creates. IAM's JSON grammar:
@@ -90,7 +90,7 @@ OPERATOR_WRITES = ("ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface", "
 # hpcc prints (a shell as the login user, SSH over SSM); a user may end or resume only their own sessions.
 LOGIN_DOCUMENTS = ["arn:aws:ssm:*::document/AWS-StartInteractiveCommand", "arn:aws:ssm:*::document/AWS-StartSSHSession",
                    "arn:aws:ssm:*:*:document/SSM-SessionManagerRunShell"]
-# Where a service's writes may land: hpcc's own names (infra/naming.py). Services not listed: any resource.
+# Where a service's writes may land: hpcc's own names (hpcc_contract/names.py). Services not listed: any resource.
 SCOPES: dict[str, list[str]] = {
     "iam": ["arn:aws:iam::*:role/hpcc-*", "arn:aws:iam::*:instance-profile/hpcc-*"],
     "ssm": ["arn:aws:ssm:*:*:parameter/hpcc/*"],

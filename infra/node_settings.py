@@ -9,7 +9,7 @@ launch-template version, which either replaces every instance (terraform-provide
 Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
 (one `NAME=value` launch variable each, in order), as do `AUTHORIZED_KEY` and `IMDS_USER`; the OPTIONAL keys
 (Slurm's) are given with `scheduler: slurm` only, and a missing `SCHEDULER` means `none` (OPTIONAL_DEFAULTS).
-The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns (infra/settings_schema.py), and
+The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns (hpcc_contract/settings.py), and
 never evaluates or sources it: the values end up in files that shells source (/etc/hpcc/env), so the character
 sets leave out everything a shell would expand or split on. A node refuses a whole text with a key it does not
 know and keeps the settings it has: nodes booted before a key was added here follow no settings change that
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from infra.bootstrap_pacing import pacing_for, sync_seconds
 from infra.config import ClusterConfig
 from infra.fabric import fabric_env, mpirun_options
-from infra.naming import ledger_table, state_bucket
+from hpcc_contract.names import ledger_table, state_bucket
 from infra.roles import resolve_role
 from infra.slurm import slurm_node
-from infra.settings_schema import (MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
+from hpcc_contract.settings import (MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
                                    SETTINGS_LIMIT, SLURM_KEYS, SettingsError, check, check_scheduler, parse_text)
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from infra.components.compute import Compute
 from infra.components.storage import Storage
 from infra.config import StackConfig
 from infra.components.state import ControllerState
-from infra.naming import node_name
+from hpcc_contract.names import node_name
 from infra.estimates import hourly_cost
 
 

@@ -12,7 +12,7 @@ from infra.bootstrap_pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
 from infra.config import ClusterConfig, NodeGroup
 from infra.efa import InterfaceSpec, efa_device_count, interface_layout
 from infra.instance_facts import HEAD_FIELD, InstanceType
-from infra.naming import Paths
+from hpcc_contract.names import Paths
 
 ROLES = ("head", "compute")
 

@@ -17,7 +17,8 @@ from functools import lru_cache
 
 import jinja2
 
-from infra import hosts_schema, node_settings, settings_schema, slurm
+from hpcc_contract import hosts as hosts_schema, settings as settings_schema
+from infra import node_settings, slurm
 from infra.assets import asset
 from infra.bootstrap_steps import STEPS
 

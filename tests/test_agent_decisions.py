@@ -29,7 +29,7 @@ def test_a_hosts_text_is_applied_only_with_this_node_at_its_own_address():
     assert hosts.line_holds(pairs, "compute-001", "10.0.0.6") is None
     assert hosts.line_holds(pairs, "compute-001", "10.0.0.7") == "10.0.0.6"
     assert hosts.line_holds(pairs, "compute-002", "10.0.0.7") == "nothing"
-    # The bootstrap's rules (infra/hosts_schema.py): names and addresses of the VPC only, none twice.
+    # The bootstrap's rules (hpcc_contract/hosts.py): names and addresses of the VPC only, none twice.
     for bad in ("head 10.0.0.4\ncompute-000 $(reboot)\n", "head 10.0.0.4\ncompute-000 169.254.169.254\n",
                 "head 10.0.0.4\ncompute-000 10.0.0.4\n", "head 10.0.0.4\ncompute-000 10.0.0.256\n",
                 "head 10.0.0.4\n$(reboot) 10.0.0.5\n"):

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from infra.bundle import SHARED_MODULES
-
 from hpcc_node.settings import SettingsError, parse
 from tests.agent_support import SETTINGS
 from tests.bootstrap_cases import settings
 from tests.bootstrap_shell import context, run
 
 ROOT = Path(__file__).resolve().parent.parent
-NODE_SIDE = sorted((ROOT / "hpcc_node").glob("*.py")) + [ROOT / "infra/settings_schema.py"]
+NODE_SIDE = sorted((ROOT / "hpcc_node").glob("*.py")) + sorted((ROOT / "hpcc_contract").glob("*.py"))
 
 
 def bash_accepts(text: str) -> bool:
@@ -65,15 +63,12 @@ def test_python_refuses_slurm_keys_without_slurm_which_the_program_never_writes(
 def test_the_node_side_is_python_3_8_and_standard_library_only(path):
     tree = ast.parse(path.read_text(), feature_version=(3, 8))
     stdlib = set(sys.stdlib_module_names)
-    # The program modules the bundle carries beside hpcc_node (infra/bundle.py), as import names.
-    shipped = {m.removesuffix(".py").replace("/", ".") for m in SHARED_MODULES} - {"infra.__init__"}
     for node in ast.walk(tree):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            ([f"infra.{a.name}" for a in node.names] if node.module == "infra" else [node.module]) \
-            if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
         for name in names:
             top = name.split(".")[0]
-            assert top in stdlib or top == "hpcc_node" or name in shipped, \
+            assert top in stdlib or top in ("hpcc_node", "hpcc_contract"), \
                 f"{path.name} imports {name}: the node side ships with the standard library only"
     assert "removeprefix(" not in path.read_text() and "removesuffix(" not in path.read_text()  # 3.9
 

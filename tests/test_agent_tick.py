@@ -130,7 +130,7 @@ def test_canaries_move_first_then_the_others_in_waves(tmp_path):
     agents, old = booted(tmp_path, aws)
     for a in agents.values():
         a.clock = lambda: now[0]
-    packed, new = bundles.build(SCRIPTS, {"hpcc_node/version.py": 'AGENT_VERSION = "2"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (0, 1)\n'})
+    packed, new = bundles.build(SCRIPTS, {"hpcc_contract/version.py": 'AGENT_VERSION = "2"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (0, 1)\n'})
     aws.publish(packed, new)
     tick_all(agents)
     tick_all(agents)

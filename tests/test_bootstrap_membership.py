@@ -278,8 +278,8 @@ def test_the_hosts_renderer_lists_the_head_then_the_nodes_in_name_order_with_hol
 
 
 def hosts_schema_ok(text: str) -> bool:
-    from infra import hosts_schema
-    return hosts_schema.hosts_problem(text, "10.0.0.0/16") is None
+    from hpcc_contract.hosts import hosts_problem
+    return hosts_problem(text, "10.0.0.0/16") is None
 
 
 # -- apply-membership: the role script's part of the node agent (hpcc_node/agent.py decides when) ---------

@@ -65,7 +65,7 @@ def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
     assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
     key_step = "head_key" if ctx.role == "head" else "compute_key"
     assert f'  {key_step} "{ctx.ssh_secret_id}" "cluster key" || fail' in script
-    user_secret = ctx.ssh_secret_id.replace("/ssh-key", "/user-key")  # infra.naming.Paths.user_secret
+    user_secret = ctx.ssh_secret_id.replace("/ssh-key", "/user-key")  # hpcc_contract.names.Paths.user_secret
     assert f'    {key_step} "{user_secret}" "login user\'s key" || fail' in script
     assert ("\n  launch_helpers\n" in script) == (ctx.role == "head")
     if ctx.efa_enabled:

@@ -12,7 +12,7 @@ import tarfile
 import pytest
 
 from infra import bundle as bundle_mod
-from infra.bundle import build, pack, unpack
+from infra.bundle import ROOT, build, pack, unpack
 from infra.config import parse
 from tests.instance_data import offline_facts
 
@@ -40,11 +40,12 @@ def test_the_archive_is_deterministic_sorted_owned_by_root_with_two_modes_and_no
 def test_the_bundle_holds_the_role_scripts_the_node_package_and_a_manifest_naming_their_digests():
     b = _build()
     manifest = b.manifest()
-    assert {"manifest.json", "roles/head.sh", "roles/compute.sh", "hpcc_node/__init__.py", "hpcc_node/taxonomy.py",
-            "hpcc_node/version.py", "infra/__init__.py", "infra/hosts_schema.py", "infra/settings_schema.py",
+    contract = {p.relative_to(ROOT).as_posix() for p in (ROOT / "hpcc_contract").glob("*.py")}
+    assert {"manifest.json", "roles/head.sh", "roles/compute.sh", "hpcc_node/__init__.py", "hpcc_contract/taxonomy.py",
+            "hpcc_contract/version.py", "hpcc_contract/hosts.py", "hpcc_contract/settings.py",
             "examples/slurm/mpi.sbatch", "examples/slurm/torchrun.sbatch",
-            "hpcc_node/health/xid_catalog.json"} <= set(b.files)  # data the node package reads at run time
-    assert not [p for p in b.files if p.startswith("infra/") and p not in bundle_mod.SHARED_MODULES]
+            "hpcc_node/health/xid_catalog.json"} | contract <= set(b.files)  # data the node package reads at run time
+    assert not [p for p in b.files if p.startswith("infra/")]  # the contract whole, nothing of the program
     assert (manifest["format"], manifest["cluster"], manifest["agentVersion"]) == (1, "bndl", "1")
     assert manifest["hpccVersion"] == bundle_mod.hpcc_version() and manifest["hooks"] == {"onNodeStart": [], "onNodeReady": []}
     for role in ("head", "compute"):
@@ -152,7 +153,7 @@ def test_the_plans_s3_refuses_what_s3_would_and_moto_does_not():
 
 def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
     """A deliberate copy: policy/ imports nothing from infra, so both sides run on the same names here."""
-    from infra.naming import bundle_bucket
+    from hpcc_contract.names import bundle_bucket
     from policy import bucket_rules
 
     for cluster in ("ab1", "a" * 32, "x-y-z"):

@@ -381,8 +381,8 @@ def test_tags_follow_the_ledger_never_lead_it():
 
 
 def test_the_controllers_tag_keys_are_the_programs():
-    from infra import naming
-    assert (m.TAG_CLUSTER, m.TAG_ROLE, m.TAG_NODE) == (naming.TAG_CLUSTER, naming.TAG_ROLE, naming.TAG_NODE)
+    from hpcc_contract import names as contract_names
+    assert (m.TAG_CLUSTER, m.TAG_ROLE, m.TAG_NODE) == (contract_names.TAG_CLUSTER, contract_names.TAG_ROLE, contract_names.TAG_NODE)
 
 
 def test_slot_defaults_are_what_a_new_name_needs():

@@ -21,5 +21,5 @@ def test_the_controller_imports_only_the_standard_library_and_its_own_package(pa
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
         outside += [n for n in names if n.split(".")[0] not in sys.stdlib_module_names and
-                    n.split(".")[0] not in ("hpcc_node", "__future__")]
+                    n.split(".")[0] not in ("hpcc_node", "hpcc_contract", "__future__")]
     assert not outside, f"{path.name} imports {outside}: inject the client instead"

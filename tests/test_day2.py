@@ -15,7 +15,7 @@ import yaml
 
 from infra.changes import guarded
 from infra.config import IMAGE_FAMILIES
-from infra.naming import image_pin
+from hpcc_contract.names import image_pin
 from infra.plan.embedded_aws import embedded_aws, publish_dlami
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import PlanError, plan_config

@@ -6,7 +6,7 @@ import pytest
 from moto import mock_aws
 
 from infra.components.groups import GroupProvider, group_instances, terminate_group
-from infra.naming import TAG_CLUSTER, TAG_GROUP
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
 
 REGION = "us-east-1"
 IMAGE = "ami-12c6146b"  # one of moto's built-in images

@@ -203,6 +203,6 @@ def test_the_health_package_imports_only_the_standard_library_and_itself():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ("hpcc_node", "__future__"):
+                if top not in sys.stdlib_module_names and top not in ("hpcc_node", "hpcc_contract", "__future__"):
                     outside[path.name] = name
     assert not outside, outside

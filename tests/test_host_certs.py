@@ -153,14 +153,14 @@ def test_whatever_a_node_wrote_that_is_not_keys_is_nothing(text):
 
 
 def test_the_node_and_the_program_name_the_same_secret_parameter_and_objects():
-    from infra import naming
-    paths, names = naming.Paths("llm"), certstore.names("llm")
+    from hpcc_contract import names as contract_names
+    paths, names = contract_names.Paths("llm"), certstore.names("llm")
     assert (paths.host_ca_secret, paths.rotation) == (names.host_ca_secret, names.rotation)
-    assert (naming.HOSTKEYS_PREFIX, naming.CERTS_PREFIX, naming.NO_ROTATION) == \
+    assert (contract_names.HOSTKEYS_PREFIX, contract_names.CERTS_PREFIX, contract_names.NO_ROTATION) == \
         (certstore.HOSTKEYS_PREFIX, certstore.CERTS_PREFIX, certstore.NO_ROTATION)
     assert names.hostkeys(ARN_PREFIX + "i-0abc") == f"hostkeys/{ARN_PREFIX}i-0abc.json"
     assert names.certs("gpu-1000") == "certs/gpu-1000.json"
-    assert certstore.read_rotation(naming.NO_ROTATION) is None  # what Pulumi creates it with
+    assert certstore.read_rotation(contract_names.NO_ROTATION) is None  # what Pulumi creates it with
 
 
 def doc_of(members):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from hpcc_node import certs, certstore
-from infra.naming import Paths
+from hpcc_contract.names import Paths
 from tests.bootstrap_shell import partial, settings_shell
 from tests.cert_support import FakeAws, host_keys, make_head, make_node, member
 from tests.test_bootstrap_steps import COMMON, ctx_for, preamble

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from infra.naming import role_name
+from hpcc_contract.names import role_name
 from infra.plan.runner import plan_config
 from infra.stackfile import read_raw
 from tests.ops_support import EXAMPLES

@@ -18,7 +18,7 @@ from infra.assets import SHIPPED
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the build reads: the packages, the mapped trees, the build files (copied, so no build/ dir is reused).
-BUILD_INPUTS = ("infra", "hpcc_node", *SHIPPED, "setup.py", "pyproject.toml", "requirements.txt")
+BUILD_INPUTS = ("infra", "hpcc_contract", "hpcc_node", *SHIPPED, "setup.py", "pyproject.toml", "requirements.txt")
 MARKER = "true  # hpcc-installed-copy"
 
 
@@ -59,7 +59,7 @@ def _clean_env() -> dict:
 
 def test_the_wheel_holds_the_program_templates_policy_pack_examples_and_node_package(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for required in ("infra/__main__.py", "infra/settings_schema.py", "hpcc_node/__init__.py",
+    for required in ("infra/__main__.py", "hpcc_contract/settings.py", "hpcc_node/__init__.py",
                      "infra/templates/bootstrap.sh.j2", "infra/policy/PulumiPolicy.yaml", "infra/policy/__main__.py",
                      "infra/examples/p5-llm.yaml", "infra/examples/slurm/torchrun.sbatch"):
         assert required in names, f"{required} is not in {wheel.name}"

@@ -1,5 +1,5 @@
 """Nodes trust nothing the config would refuse (issue 22 items 2, 3, 7, 8): the settings values, the hosts text,
-the node names and the FSx endpoint are judged by one definition (infra/settings_schema.py, infra/hosts_schema.py),
+the node names and the FSx endpoint are judged by one definition (hpcc_contract/settings.py, hpcc_contract/hosts.py),
 which the program calls and the bootstrap renders; each test runs both sides on the same cases."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import shlex
 
 import pytest
 
-from infra import hosts_schema, settings_schema
+from hpcc_contract import hosts as contract_hosts, settings as contract_settings
 from infra.config import ConfigError, parse
 from infra.node_settings import parse as parse_settings, render
-from infra.settings_schema import SettingsError, value_problem
+from hpcc_contract.settings import SettingsError, value_problem
 from tests.bootstrap_cases import settings
 from tests.bootstrap_shell import context, run
 
@@ -57,7 +57,7 @@ def test_the_nodes_refuse_what_the_config_would_refuse_and_both_sides_agree():
     python = [value_problem(k, v) is None for k, v in cases]
     assert python == [False] * len(REFUSED) + [True] * len(ACCEPTED), [c for c, ok in zip(cases, python)]
     texts = [with_value(k, v) for k, v in cases]  # bash: the example's text with the case in it, whole
-    assert [settings_schema.text_problem(t) is None for t in texts] == python
+    assert [contract_settings.text_problem(t) is None for t in texts] == python
     out = run(["settings"], "".join(f"apply_settings {shlex.quote(t)} 2>/dev/null && echo ok || echo refused\n"
                                     for t in texts), context(), timeout=600)  # ~15 s alone; a loaded CI is slower
     assert [line == "ok" for line in out.stdout.splitlines()] == python, out.stderr
@@ -69,12 +69,12 @@ def test_a_text_the_program_would_never_write_is_refused_whole_by_bash_and_pytho
         text = with_value(key, value)
         with pytest.raises(SettingsError, match=key):
             parse_settings(text)
-        assert settings_schema.text_problem(text) and key in settings_schema.text_problem(text)
+        assert contract_settings.text_problem(text) and key in contract_settings.text_problem(text)
         out = run(["settings"], f"old=$HPCC_LOGIN_USER\nif apply_settings {shlex.quote(text)}; then echo accepted; fi\n"
                   '[ "$HPCC_LOGIN_USER" = "$old" ] && echo kept', context())
         assert out.stdout.split() == ["kept"] and f"settings: {key}" in out.stderr, (key, out.stdout, out.stderr)
     extra = base + "FABRIC=LD_PRELOAD=/tmp/x.so\n"
-    assert settings_schema.text_problem(extra)
+    assert contract_settings.text_problem(extra)
     assert "FABRIC" in run(["settings"], f"apply_settings {shlex.quote(extra)} || echo refused", context()).stderr
 
 
@@ -110,7 +110,7 @@ ADDRESSES = ["10.0.16.9", "10.0.0.1", "10.0.255.254", "0.0.0.0", "999.999.999.99
 
 @pytest.mark.parametrize("vpc", [VPC, "10.200.0.8/29"])  # the program's, the box's
 def test_the_hosts_addresses_are_judged_alike_on_both_sides(vpc):
-    python = [hosts_schema.address_problem(ip, vpc) is None for ip in ADDRESSES]
+    python = [contract_hosts.address_problem(ip, vpc) is None for ip in ADDRESSES]
     assert python == [vpc == VPC] * 3 + [False] * (len(ADDRESSES) - 3)
     calls = [(ip,) for ip in ADDRESSES]
     out = run(["identify"], f"HPCC_VPC_CIDR={vpc}\n" + "".join(
@@ -124,8 +124,8 @@ def test_no_reserved_range_can_be_inside_the_clusters_vpc():
     from infra.components.network import VPC_CIDR
     from tests.box.node import VPC_CIDR as BOX_VPC
 
-    assert hosts_schema.vpc_problem(VPC_CIDR) is None and hosts_schema.vpc_problem(BOX_VPC) is None
-    assert hosts_schema.vpc_problem("169.254.0.0/16") and hosts_schema.vpc_problem("0.0.0.0/0")
+    assert contract_hosts.vpc_problem(VPC_CIDR) is None and contract_hosts.vpc_problem(BOX_VPC) is None
+    assert contract_hosts.vpc_problem("169.254.0.0/16") and contract_hosts.vpc_problem("0.0.0.0/0")
 
 
 @pytest.mark.parametrize("text,ok", [
@@ -148,11 +148,11 @@ def test_no_reserved_range_can_be_inside_the_clusters_vpc():
     ("", False),
 ])
 def test_the_hosts_text_is_judged_alike_on_both_sides(text, ok):
-    assert (hosts_schema.hosts_problem(text, VPC) is None) == ok
+    assert (contract_hosts.hosts_problem(text, VPC) is None) == ok
     out = run(["identify"], f"HPCC_VPC_CIDR={VPC}\nif parse_hosts {shlex.quote(text)}; then echo ok "
               '"${HPCC_NAMES[*]}" "${HPCC_HOSTS[*]}"; else echo refused; fi', context())
     if ok:
-        pairs = hosts_schema.parse_hosts(text, VPC)
+        pairs = contract_hosts.parse_hosts(text, VPC)
         assert out.stdout.split() == ["ok"] + [n for n, _ in pairs] + [a for _, a in pairs], out.stderr
     else:
         assert out.stdout.split() == ["refused"], out.stderr
@@ -162,11 +162,11 @@ def test_every_node_name_has_one_spelling_on_both_sides():
     names = ["head", "compute-000", "compute-511", "gpu-999", "gpu-1000", "a-000", "abcdefghijkl-123", "compute-0000",
              "compute-00", "gpu-01000", "gpu-10000", "Head", "compute-0x1", "abcdefghijklm-000", "1gpu-000", "gpu_a-000",
              "gpu-", "-000"]
-    python = [hosts_schema.valid_name(n) for n in names]
+    python = [contract_hosts.valid_name(n) for n in names]
     assert python == [True] * 7 + [False] * (len(names) - 7)
     out = run(["identify"], "".join(f"valid_name {shlex.quote(n)} && echo yes || echo no\n" for n in names), context())
     assert out.stdout.split() == ["yes" if ok else "no" for ok in python]
-    groups = [hosts_schema.group_of(n) for n in names[:7]]
+    groups = [contract_hosts.group_of(n) for n in names[:7]]
     out = run(["identify"], "".join(f"echo \"[$(group_of {n})]\"\n" for n in names[:7]), context())
     assert out.stdout.split() == [f"[{g}]" for g in groups] and groups[:2] == ["", "compute"]
 
@@ -176,7 +176,7 @@ def test_the_node_names_are_the_controllers_names():
     from hpcc_node.controller.model import node_name
 
     for group, index in [("gpu", 0), ("gpu", 999), ("gpu", 1000), ("gpu", 4095), ("abcdefghijkl", 7)]:
-        assert hosts_schema.valid_name(node_name(group, index)) and hosts_schema.group_of(node_name(group, index)) == group
+        assert contract_hosts.valid_name(node_name(group, index)) and contract_hosts.group_of(node_name(group, index)) == group
 
 
 @pytest.mark.parametrize("dns,mount,ok", [
@@ -189,7 +189,7 @@ def test_the_node_names_are_the_controllers_names():
     ("fs-1.fsx.us-east-1.amazonaws.com", "a/b", False),
 ])
 def test_the_fsx_endpoint_must_be_a_file_system_of_fsx_in_the_clusters_region(dns, mount, ok):
-    assert (hosts_schema.fsx_endpoint_problem(dns, mount, "us-east-1") is None) == ok
+    assert (contract_hosts.fsx_endpoint_problem(dns, mount, "us-east-1") is None) == ok
     out = run(["mount"], f"if fsx_endpoint_ok {shlex.quote(dns)} {shlex.quote(mount)}; then echo ok; else echo refused; fi",
               context())
     assert out.stdout.split() == (["ok"] if ok else ["refused"]), out.stderr
@@ -201,15 +201,15 @@ def test_the_denied_expressions_say_what_the_worded_rules_say():
              "/lost+found", "/fsx/", "//fsx", "/fsx/.", "/fsx/..", "/fsx/../etc", "/fsx/..x", "/fsx/.x", "/a/./b", "/mnt",
              "/mnt/data", "/opt/dlami/nvme", "/home", "/srv/x", "/usr/local/x"]
     for path in paths:
-        denied = re.fullmatch(settings_schema.DENIED["MOUNT_POINT"], path) is not None
-        assert denied == bool(settings_schema.mount_point_problems(path)), path
+        denied = re.fullmatch(contract_settings.DENIED["MOUNT_POINT"], path) is not None
+        assert denied == bool(contract_settings.mount_point_problems(path)), path
     for user in ["root", "nobody", "ubuntu", "alice", "sshd", "munge", "slurmx"]:
-        assert (re.fullmatch(settings_schema.DENIED["LOGIN_USER"], user) is not None) == bool(
-            settings_schema.account_problem(user)), user
+        assert (re.fullmatch(contract_settings.DENIED["LOGIN_USER"], user) is not None) == bool(
+            contract_settings.account_problem(user)), user
     for pair in ["FI_PROVIDER=efa", "FI_PROVIDER_PATH=x", "NCCL_NET_PLUGIN=x", "I_MPI_OFI_LIBRARY_INTERNAL=0",
                  "NCCL_TOPO_FILE=x", "CCL_WORKER_COUNT=1"]:
         refused = value_problem("FABRIC", pair) is not None
-        assert refused == bool(settings_schema.fabric_problem(pair)), pair
+        assert refused == bool(contract_settings.fabric_problem(pair)), pair
 
 
 def test_lustre_is_mounted_nosuid_and_nodev_now_and_at_boot():

@@ -12,7 +12,7 @@ import pytest
 from infra.components.security import LUSTRE_PORTS
 from infra.plan import aws_rules
 from infra.plan.aws_rules import AwsRejected
-from infra.settings_schema import SETTINGS_LIMIT
+from hpcc_contract.settings import SETTINGS_LIMIT
 from infra.subnets import PRIVATE_CIDRS, RESERVED_PER_SUBNET
 from infra.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
 from policy import node_rules
@@ -77,7 +77,7 @@ def test_the_program_and_the_plans_aws_agree_on_a_subnets_usable_addresses(cidr)
 
 
 def test_the_settings_limit_is_what_the_settings_parameters_tier_holds():
-    """infra/settings_schema.py bounds the settings text for its Intelligent-Tiering parameter (compute.py)."""
+    """hpcc_contract/settings.py bounds the settings text for its Intelligent-Tiering parameter (compute.py)."""
     aws_rules.check_parameter("settings", {"value": "x" * SETTINGS_LIMIT, "tier": "Intelligent-Tiering"}, [])
     with pytest.raises(AwsRejected, match="ValidationException"):
         aws_rules.check_parameter("settings", {"value": "x" * (SETTINGS_LIMIT + 1), "tier": "Intelligent-Tiering"}, [])

@@ -146,7 +146,7 @@ def test_cli_exit_status(tmp_path):
 
 
 def _keep_az(aws, cluster: str, zone: str) -> None:
-    from infra.naming import Paths
+    from hpcc_contract.names import Paths
 
     aws.client("ssm").put_parameter(Name=Paths(cluster).pinned_az, Value=zone, Type="String")
 

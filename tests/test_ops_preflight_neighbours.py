@@ -6,7 +6,7 @@ import boto3
 import pytest
 
 from infra.bootstrap_pacing import SSM_REQUESTS_PER_SECOND
-from infra.naming import HEAD, TAG_CLUSTER, Paths, compute_node_name
+from hpcc_contract.names import HEAD, TAG_CLUSTER, Paths, compute_node_name
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight import preflight
 from infra.ops.preflight_neighbours import boot_rate, other_clusters, steady_rate

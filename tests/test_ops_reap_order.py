@@ -5,7 +5,7 @@ injected responses so their deletes are in the sequence too."""
 
 from __future__ import annotations
 
-from infra.naming import TAG_CLUSTER
+from hpcc_contract.names import TAG_CLUSTER
 from infra.ops.aws import Aws, Backoff
 from infra.ops.reap import Waits, inventory, reap
 from infra.plan.embedded_aws import embedded_aws

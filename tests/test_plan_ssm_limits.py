@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.hostfile import hosts_parameter_value
+from hpcc_contract.hostfile import hosts_parameter_value
 from infra.plan.aws_rules import AwsRejected, check_parameter
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.instance_data import facts_for as lookup
 from infra.efa import efa_device_count, interface_layout
-from infra.naming import TAG_CLUSTER
+from hpcc_contract.names import TAG_CLUSTER
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"

@@ -18,7 +18,7 @@ from tests.instance_data import MOTO_ACCOUNT
 from infra.cli import app
 from infra.config import parse
 from infra.instance_facts import DescribedFacts, from_description
-from infra.naming import Paths, role_name
+from hpcc_contract.names import Paths, role_name
 from infra.node_settings import OPTIONAL, PATTERNS, SETTINGS_LIMIT, SettingsError, check, render
 from infra.node_settings import parse as parse_settings
 from infra.node_settings import node_settings, settings_value

@@ -14,7 +14,7 @@ import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from hpcc_node.awscli import error_code
-from hpcc_node.taxonomy import FailureClass
+from hpcc_contract.taxonomy import FailureClass
 
 from . import fleet, membership
 from .act_health import HealthActs

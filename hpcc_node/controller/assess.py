@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from hpcc_node.taxonomy import FailureClass
+from hpcc_contract.taxonomy import FailureClass
 
 from .model import (BOOTING, DRAINING, GONE, READY, REASON_PREFIX, SHRINK, Group, Instance, Slot, SlurmNode,
                     Snapshot)

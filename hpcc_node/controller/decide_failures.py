@@ -1,4 +1,4 @@
-"""From failed slots to actions, by the one taxonomy (hpcc_node/taxonomy.py) and the budget rules: systemic bursts
+"""From failed slots to actions, by the one taxonomy (hpcc_contract/taxonomy.py) and the budget rules: systemic bursts
 alert and touch nothing; bundle and hook failures are reported only; protected groups, the per-slot attempt cap
 and the circuit breaker stop replacements; soft failures drain first, hard ones go DOWN; then replace. Pure."""
 
@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
-from hpcc_node.taxonomy import FailureClass, policy
+from hpcc_contract.taxonomy import FailureClass, policy
 
 from .assess import drained, hpcc_reason, signature
 from .model import (ALERT, DOWN, DRAIN, DRAINING, FAILED, MARK, PROTECT, REASON_PREFIX, REPLACE, Action, GroupState,

@@ -29,7 +29,7 @@ import re
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hpcc_node.health.verdict import CheckResult, slurm_reason
-from hpcc_node.taxonomy import FailureClass
+from hpcc_contract.taxonomy import FailureClass
 
 from .assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
 from .decide_failures import Failure, alert

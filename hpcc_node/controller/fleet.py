@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from hpcc_node.taxonomy import FailureClass
+from hpcc_contract.taxonomy import FailureClass
 
 from .model import TAG_CLUSTER, TAG_GROUP, TAG_ROLE, Group
 

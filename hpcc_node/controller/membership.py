@@ -51,7 +51,7 @@ def key_instance(key: str) -> str:
 
 def status_body(name: str, instance_id: str, ok: bool, failure: str = "", evidence: str = "", at: float = 0.0) \
         -> bytes:
-    """What a node writes at status_key(its ARN) (besides the operator's fields): its verdict, with a hpcc_node.taxonomy class when not ok."""
+    """What a node writes at status_key(its ARN) (besides the operator's fields): its verdict, with a hpcc_contract.taxonomy class when not ok."""
     return json.dumps({"name": name, "instance_id": instance_id, "ok": ok, "failure": failure,
                        "evidence": evidence[:300], "at": at}, sort_keys=True).encode()
 

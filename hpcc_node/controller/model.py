@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
-# Tag keys the controller reads and writes on instances; the same strings as infra/naming.py (the node side may
+# Tag keys the controller reads and writes on instances; the same strings as hpcc_contract/names.py (the node side may
 # not import the program: tests/test_controller_decide.py checks both agree).
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"
@@ -104,7 +104,7 @@ class Report:
     name: str
     instance_id: str
     ok: bool
-    failure: str = ""  # a hpcc_node.taxonomy.FailureClass value when not ok
+    failure: str = ""  # a hpcc_contract.taxonomy.FailureClass value when not ok
     evidence: str = ""  # e.g. "step efa failed", "bundle sha256 mismatch"
     at: float = 0.0
     # A health verdict's deciding check and what it asks (hpcc_node/health/verdict.py ACTIONS, REMEDIES); empty

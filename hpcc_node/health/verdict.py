@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Tuple
 
-from hpcc_node.taxonomy import FailureClass
+from hpcc_contract.taxonomy import FailureClass
 
 STATUSES = ("ok", "warn", "unknown", "fail")  # in rising severity
 ACTIONS = ("none", "drain", "down")  # drain: no new jobs, the running one finishes; down: Slurm requeues it

@@ -22,7 +22,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.components.private_bucket import private_bucket
-from infra.naming import Paths, bundle_bucket, tags
+from hpcc_contract.names import Paths, bundle_bucket, tags
 
 
 @dataclass
@@ -44,7 +44,7 @@ def bucket_policy(bucket: str, reader_arns: list[str]) -> str:
 
 
 def pointer_value(bucket: str, sha256: str) -> str:
-    from infra.naming import bundle_key
+    from hpcc_contract.names import bundle_key
 
     return json.dumps({"sha256": sha256, "bucket": bucket, "key": bundle_key(sha256)}, sort_keys=True)
 

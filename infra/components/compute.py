@@ -19,7 +19,7 @@ from infra.config import NodeGroup
 from infra.groups_param import group_entry, groups_value
 from infra.instance_facts import InstanceType
 from infra.lookups import ImageInfo
-from infra.naming import (HEAD, NO_ROTATION, TAG_INTERFACES, Paths, group_resource, launch_template_name,
+from hpcc_contract.names import (HEAD, NO_ROTATION, TAG_INTERFACES, Paths, group_resource, launch_template_name,
                           placement_group_name, tags)
 from infra.node_settings import settings_value
 from infra.roles import RoleSpec, bootstrap_context, resolve_role

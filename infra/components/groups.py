@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dynamic
 
-from infra.naming import TAG_CLUSTER, TAG_GROUP
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
 
 # Every state but terminated: a stopped or stopping instance still holds its volumes and interfaces.
 NOT_TERMINATED = ["pending", "running", "shutting-down", "stopping", "stopped"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.naming import (CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, TAG_CLUSTER, TAG_NODE, Paths, bundle_bucket, ledger_table,
+from hpcc_contract.names import (CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, TAG_CLUSTER, TAG_NODE, Paths, bundle_bucket, ledger_table,
                           role_name, state_bucket, tags)
 
 # What SSM Agent needs for Session Manager and nothing else (Systems Manager User Guide, "Step 2: Verify or add

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.naming import tags
+from hpcc_contract.names import tags
 from infra.subnets import PRIVATE_CIDRS
 
 VPC_CIDR = "10.0.0.0/16"

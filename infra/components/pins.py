@@ -25,7 +25,7 @@ import pulumi_aws as aws
 from infra import lookups
 from infra.config import ClusterConfig
 from infra.lookups import ImageInfo
-from infra.naming import Paths, image_pin, tags
+from hpcc_contract.names import Paths, image_pin, tags
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.naming import tags
+from hpcc_contract.names import tags
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 

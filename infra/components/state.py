@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.components.private_bucket import private_bucket
-from infra.naming import CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
+from hpcc_contract.names import CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
 
 # The instance's own ARN as IAM resolves it for a role session of an EC2 instance (IAM User Guide, "IAM policy
 # elements: Variables and tags"; the key is ec2:SourceInstanceARN).

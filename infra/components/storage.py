@@ -10,7 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.config import Fsx
-from infra.naming import Paths, tags
+from hpcc_contract.names import Paths, tags
 
 
 @dataclass

@@ -114,7 +114,7 @@ class Aws:
 
 
 def tag_filter(cluster: str) -> list[dict]:
-    from infra.naming import TAG_CLUSTER
+    from hpcc_contract.names import TAG_CLUSTER
 
     return [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}]
 

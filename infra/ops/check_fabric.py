@@ -195,7 +195,7 @@ def rows(report: FabricReport, measured: list) -> Tuple[List[Tuple[str, ...]], L
 def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
     """(compute node -> private IP, the head's address: public if it has one), from the cluster's running
     instances and their tags (hpcc:role, hpcc:node)."""
-    from infra.naming import HEAD, TAG_NODE, TAG_ROLE
+    from hpcc_contract.names import HEAD, TAG_NODE, TAG_ROLE
     from infra.ops.aws import tag_dict
     from infra.ops.status import head_instance
     from infra.ops.store import cluster_instances

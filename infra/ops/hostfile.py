@@ -1,14 +1,14 @@
 """`hpcc hostfile`: the ready compute nodes' hostfile, from the membership the controller published
 (`membership.json` in the state bucket: hpcc_node/controller/membership.py), all groups or some.
 
-Order is deterministic (by name: gpu-000, gpu-001, ..., holes left as they are) and formats are infra/hostfile.py's,
+Order is deterministic (by name: gpu-000, gpu-001, ..., holes left as they are) and formats are hpcc_contract/hostfile.py's,
 the same the nodes' /etc/hpcc files use. Slots per node come from the group's instance type (the groups parameter)
 through EC2's DescribeInstanceTypes, once per type.
 """
 
 from __future__ import annotations
 
-from infra.hostfile import FORMATS, HostEntry
+from hpcc_contract.hostfile import FORMATS, HostEntry
 from infra.instance_facts import from_description
 from infra.ops import OpsError, store
 from infra.ops.aws import Aws

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from infra import prices
 from infra.az import first_az
 from infra.config import DLAMI_OWNER, StackConfig
-from infra.naming import Paths
+from hpcc_contract.names import Paths
 from infra.ops.aws import Aws, error_code
 
 HEAD_FIELD = "cluster.headNode.instanceType"

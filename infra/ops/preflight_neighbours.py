@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from infra.bootstrap_pacing import SSM_REQUESTS_PER_SECOND, agent_requests_per_second, pacing_for
-from infra.naming import TAG_CLUSTER, Paths
+from hpcc_contract.names import TAG_CLUSTER, Paths
 from infra.ops.aws import Aws
 from infra.validators import WARNING, Finding
 

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from hpcc_node.controller import model
-from infra.naming import HEAD
+from hpcc_contract.names import HEAD
 from infra.ops.aws import Aws
 from infra.ops.status import ClusterStatus, GroupRow, NodeStatus, cluster_status
 from infra.ops.status_view import controller_line, node_text, print_failures, what_controller_does

@@ -3,7 +3,7 @@
 For when `pulumi destroy` failed half-way or the stack's state is gone. Tags are the source of truth;
 resources inside the cluster's own VPC (found by its tag) belong to the cluster too, since the VPC cannot
 go while they exist. Every filter is re-checked on our side, so nothing of another cluster is touched.
-IAM, the parameters and the secret are found by their names (infra/naming.py) and deleted only when their
+IAM, the parameters and the secret are found by their names (hpcc_contract/names.py) and deleted only when their
 `hpcc:cluster` tag (where they carry one) names this cluster.
 
 KINDS below is the whole procedure, one row per kind in deletion order (each kind only after everything
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from infra.naming import Paths, placement_group_name
+from hpcc_contract.names import Paths, placement_group_name
 from infra.ops import reap_kinds as k
 from infra.ops import reap_special as special
 from infra.ops import reap_stores as stores

@@ -10,7 +10,7 @@ from typing import Callable, Union
 
 from botocore.exceptions import ClientError
 
-from infra.naming import TAG_CLUSTER
+from hpcc_contract.names import TAG_CLUSTER
 from infra.ops.aws import Aws, error_code, error_message, tag_dict, tag_filter
 from infra.ops.aws import WaitFailed, pages, waiter_done
 

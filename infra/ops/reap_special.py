@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from infra.naming import TAG_CLUSTER, Paths, role_name
+from hpcc_contract.names import TAG_CLUSTER, Paths, role_name
 from infra.ops.aws import Aws
 from infra.ops.aws import pages, waiter_done
 from infra.ops.reap_kinds import (Find, Found, Item, Waits, each, missing, owned, records, unless_missing,

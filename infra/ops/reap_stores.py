@@ -1,6 +1,6 @@
 """What reap adds for a controller-run cluster: the head (the controller) terminated and gone before the compute
 instances are listed again and terminated, so nothing is launched behind reap's back; the ledger table and the
-state and bundle buckets, found by their names (infra/ops/store.py, infra/naming.py) and deleted only when tagged
+state and bundle buckets, found by their names (infra/ops/store.py, hpcc_contract/names.py) and deleted only when tagged
 `hpcc:cluster=<cluster>` (untagged: left alone, with a note), the buckets emptied first (S3 refuses to delete a
 bucket that holds objects: S3 API reference, DeleteBucket)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from infra.naming import TAG_CLUSTER, TAG_ROLE, bundle_bucket, ledger_table, state_bucket
+from hpcc_contract.names import TAG_CLUSTER, TAG_ROLE, bundle_bucket, ledger_table, state_bucket
 from infra.ops import store
 from infra.ops.aws import Aws, pages, tag_dict, tag_filter, waiter_done
 from infra.ops.reap_kinds import Found, Item, Waits, each, fail, missing, wait

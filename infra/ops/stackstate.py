@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.naming import resource_name
+from hpcc_contract.names import resource_name
 from infra.ops.preview import resource_name as urn_name
 
 INSTANCE = "aws:ec2/instance:Instance"

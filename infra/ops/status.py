@@ -25,7 +25,7 @@ from hpcc_node.controller import model
 from hpcc_node.controller.ledger import Loaded
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.bootstrap_steps import STEP_NAMES
-from infra.naming import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
+from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
 from infra.node_settings import OPTIONAL_DEFAULTS
 from infra.ops import OpsError, rotate_keys, store
 from infra.ops.aws import Aws, tag_dict
@@ -61,7 +61,7 @@ class NodeStatus:
     reason: str = ""  # the ledger's reason for that state
     attempts: int = 0
     replace_requested: bool = False
-    failure: str = ""  # the failure class the node reported (hpcc_node/taxonomy.py), "" when none
+    failure: str = ""  # the failure class the node reported (hpcc_contract/taxonomy.py), "" when none
     health: str = ""  # its health verdict (hpcc_node/health/service.status_fields): `fail xid: drain`, `ok`; "": none
     heard: float | None = None  # seconds since its agent last wrote its status (a change or its heartbeat)
 

@@ -11,8 +11,8 @@ from rich.text import Text
 
 from hpcc_node.controller import model
 from hpcc_node.controller.timers import DEFAULT as TIMERS
-from hpcc_node.taxonomy import policy
-from infra.naming import HEAD
+from hpcc_contract.taxonomy import policy
+from hpcc_contract.names import HEAD
 from infra.ops.status import DEAD_STATES, ClusterStatus, GroupRow, NodeStatus
 from infra.ops.terminal import cell, plain, row as table_row
 
@@ -117,7 +117,7 @@ def what_controller_does(r: NodeStatus, protected: str = "") -> str:
     if r.slot == model.FAILED:
         return f"left failed ({r.reason or 'see the ledger'}); fix the cause, then `hpcc replace {r.node}`"
     rule = failure_policy(r.failure)
-    if rule is not None and not rule.replace:  # the one taxonomy (hpcc_node/taxonomy.py) says: reported only
+    if rule is not None and not rule.replace:  # the one taxonomy (hpcc_contract/taxonomy.py) says: reported only
         return f"a {r.failure} failure, not replaced: {rule.why}; once fixed, `hpcc replace {r.node}`"
     if protected:
         return f"not replaced: group {r.group} is protected ({protected}); a node of the group becoming ready resets it"

@@ -2,7 +2,7 @@
 the state bucket (membership.json and the nodes' `status/<instance-arn>.json`), the groups parameter and EC2 by tag.
 
 Names come from the settings parameter (STATE_BUCKET, LEDGER_TABLE: what the nodes are told), else from
-infra/naming.py (`ledger_table`, `state_bucket` with the caller's account), so a half-created or half-destroyed cluster is
+hpcc_contract/names.py (`ledger_table`, `state_bucket` with the caller's account), so a half-created or half-destroyed cluster is
 still found. Every read is shaped for 4,096 nodes: DescribeInstances filtered on the cluster's tag in pages of 1,000
 (EC2 API reference, DescribeInstances: MaxResults 5-1000), ListObjectsV2 pages of 1,000 (S3 API reference), one
 Scan of the ledger (pages of 1 MB), and the statuses fetched on a few threads.
@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from hpcc_node.controller import membership
 from hpcc_node.controller.ledger import Ledger, Loaded
-from infra.naming import Paths, ledger_table, state_bucket
+from hpcc_contract.names import Paths, ledger_table, state_bucket
 from infra.ops.aws import Aws, error_code, tag_filter
 
 READER = "hpcc-ops (read only)"  # the Ledger's owner when ops only reads: it never takes the lease

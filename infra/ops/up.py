@@ -25,7 +25,7 @@ from rich.console import Console
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.config import StackConfig
 from infra.estimates import ready_timeout_minutes
-from infra.naming import resource_name
+from hpcc_contract.names import resource_name
 from infra.ops import OpsError
 from infra.ops import hostfile as ops_hostfile
 from infra.ops import preview as ops_preview
@@ -237,7 +237,7 @@ def image_kept_and_newest(aws: Aws, cfg: StackConfig) -> tuple[str | None, str |
 
     from botocore.exceptions import ClientError
 
-    from infra.naming import Paths
+    from hpcc_contract.names import Paths
     from infra.ops.preflight_context import Context
 
     try:

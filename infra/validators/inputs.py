@@ -10,7 +10,7 @@ import ipaddress
 import re
 import unicodedata
 
-from infra.settings_schema import (MOUNT_POINT_MAX, PUBLIC_KEY, SYSTEM_ROOTS, SYSTEM_TREES,  # noqa: F401
+from hpcc_contract.settings import (MOUNT_POINT_MAX, PUBLIC_KEY, SYSTEM_ROOTS, SYSTEM_TREES,  # noqa: F401
                                    account_problem, canonical_path, mount_point_problems)
 
 # --- tag keys ---------------------------------------------------------------------------------------------------
@@ -33,7 +33,7 @@ def tag_key_problem(key: str) -> str | None:
 
 
 # --- SSH public keys (ssh.authorizedKeys) --------------------------------------------------------------------
-# One OpenSSH public key line (infra/settings_schema.py: the settings text carries them to the nodes).
+# One OpenSSH public key line (hpcc_contract/settings.py: the settings text carries them to the nodes).
 PUBLIC_KEY_CHARS = 1600
 PUBLIC_KEYS_BYTES = 5000  # all of them: they share the nodes' 8 KB settings parameter (infra/node_settings.py)
 
@@ -95,7 +95,7 @@ def s3_path_problems(path: str) -> list[str]:
 
 
 # --- FSx mount point --------------------------------------------------------------------------------------------
-# The nodes' rule, MOUNT_POINT's in infra/settings_schema.py (mount_point_problems, imported above): a node refuses
+# The nodes' rule, MOUNT_POINT's in hpcc_contract/settings.py (mount_point_problems, imported above): a node refuses
 # a settings text that breaks it.
 
 

@@ -19,7 +19,7 @@ def build(scripts: dict[str, str], patches: dict[str, str] | None = None, cluste
     """The archive's bytes and sha256; patches: node-package file -> text replacing (or adding) it."""
     node = node_files()
     node.update({name: text.encode() for name, text in (patches or {}).items()})
-    agent = re.search(r'AGENT_VERSION = "([^"]+)"', node["hpcc_node/version.py"].decode()).group(1)
+    agent = re.search(r'AGENT_VERSION = "([^"]+)"', node["hpcc_contract/version.py"].decode()).group(1)
     packed = pack(bundle_files(cluster, scripts, NO_HOOKS, {}, node, hpcc_version(), agent))
     return packed, hashlib.sha256(packed).hexdigest()
 

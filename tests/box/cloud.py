@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.naming import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
+from hpcc_contract.names import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
 from infra.plan.aws_rules import decode_user_data
 from tests.box.harness import BOX_AMI, PROFILES, Box
 from tests.box.node import REGION, Node, node_env

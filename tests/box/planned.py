@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra.naming import TAG_NODE
+from hpcc_contract.names import TAG_NODE
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from hpcc_node import certstore
-from infra.naming import Paths
+from hpcc_contract.names import Paths
 from infra.ops import rotate_keys, store
 from tests.box.cloud import FleetBox
 from tests.box.node import REGION

@@ -12,7 +12,7 @@ import time
 import hostlist
 import pytest
 
-from infra.naming import Paths
+from hpcc_contract.names import Paths
 from tests.box.harness import Box
 from tests.box.jobs import ALL_REDUCE, mpi_hello, mpi_ranks
 from tests.box.node import hostname, node_env

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from infra.naming import bundle_key
+from hpcc_contract.names import bundle_key
 from tests.box import bundles
 from tests.box.cloud import FleetBox
 from tests.box.harness import Box
@@ -93,7 +93,7 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
         stdin=subprocess.DEVNULL,
     )
     time.sleep(5)
-    packed, new = bundles.build(role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="2")})
+    packed, new = bundles.build(role_scripts(box), {"hpcc_contract/version.py": VERSION.format(v="2")})
     published = publish(box, packed, new)
     reached = wait_for(
         box, "agent 2 everywhere", lambda s: s.get("bundle") == new and s.get("agentVersion") == "2", timeout=200
@@ -124,7 +124,7 @@ def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_bac
     agent_py = (bundles.ROOT / "hpcc_node/agent.py").read_text().replace(*FAILING_SELF_CHECK)
     assert "this bundle cannot run here" in agent_py
     packed, bad = bundles.build(
-        role_scripts(box), {"hpcc_node/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py}
+        role_scripts(box), {"hpcc_contract/version.py": VERSION.format(v="3"), "hpcc_node/agent.py": agent_py}
     )
     publish(box, packed, bad)
     wait_for(
@@ -152,7 +152,7 @@ def test_a_bundle_changing_a_boot_step_marks_nodes_drifted_and_reruns_nothing(bo
     scripts = role_scripts(box)
     changed = {**scripts, "compute": scripts["compute"].replace("# --- ssh", "# --- ssh\nHPCC_NEW_BOOT_STEP=1", 1)}
     assert changed["compute"] != scripts["compute"]
-    packed, new = bundles.build(changed, {"hpcc_node/version.py": VERSION.format(v="4")})
+    packed, new = bundles.build(changed, {"hpcc_contract/version.py": VERSION.format(v="4")})
     publish(box, packed, new)
     wait_for(box, "bundle 4 everywhere", lambda s: s.get("bundle") == new, 200)
     for n in box.nodes:

@@ -7,7 +7,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING
 
-from infra.naming import TAG_NODE
+from hpcc_contract.names import TAG_NODE
 
 if TYPE_CHECKING:
     from tests.box.cloud import FleetBox

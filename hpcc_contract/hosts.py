@@ -2,7 +2,7 @@
 the hosts text (one `<name> <ip>` pair a line, the head first, then the nodes in name order with holes allowed:
 rendered from the controller's membership.json by hpcc_node/hosts.py), the node names, and the FSx endpoint
 (`/hpcc/<cluster>/fsx`). Standard library only, Python >= 3.8, like
-infra/settings_schema.py: the program, the bootstrap (templates/steps/identify.sh.j2 and mount.sh.j2 render the
+hpcc_contract/settings.py: the program, the bootstrap (templates/steps/identify.sh.j2 and mount.sh.j2 render the
 same rules) and the node agent read these definitions; tests run both sides on the same cases."""
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ PATTERNS: Dict[str, str] = {
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
     # cluster.health.bootDiagLevel: the `dcgmi diag -r` level of the boot checks, 0 for none (hpcc_node/health)
     "HEALTH_DIAG_LEVEL": r"[0-4]",
-    # The controller's state (infra/naming.py): the bucket of membership.json and the nodes' status objects (S3
+    # The controller's state (hpcc_contract/names.py): the bucket of membership.json and the nodes' status objects (S3
     # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.
     "STATE_BUCKET": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
     "LEDGER_TABLE": r"[A-Za-z0-9_.-]{3,255}",
