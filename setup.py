@@ -1,12 +1,12 @@
 """Package data without moving anything: templates/, policy/ and examples/ stay at the checkout's root and are
-installed as infra/templates, infra/policy and infra/examples (infra/assets.py finds them either way)."""
+installed as infra/templates, infra/policy and infra/examples (infra/render/assets.py finds them either way)."""
 
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).resolve().parent
-TREES = ("templates", "policy", "examples")  # infra.assets.SHIPPED
+TREES = ("templates", "policy", "examples")  # infra.render.assets.SHIPPED
 
 
 def tree_packages(tree: str) -> dict[str, str]:

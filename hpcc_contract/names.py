@@ -96,8 +96,8 @@ class Paths:
         self.prefix = f"/hpcc/{cluster}"
         self.fsx = f"{self.prefix}/fsx"  # JSON {"dnsName", "mountName"}: written once the file system exists
         self.hosts = f"{self.prefix}/hosts"  # no longer written: membership is the state bucket's membership.json
-        self.groups = f"{self.prefix}/groups"  # JSON: the node groups the controller keeps (infra/groups_param.py)
-        self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/node_settings.py)
+        self.groups = f"{self.prefix}/groups"  # JSON: the node groups the controller keeps (infra/render/groups_param.py)
+        self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/render/node_settings.py)
         self.nodes = f"{self.prefix}/nodes"  # no longer written: statuses are the state bucket's status/ objects
         self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
@@ -106,7 +106,7 @@ class Paths:
         self.host_ca_secret = f"hpcc/{cluster}/host-ca"  # Secrets Manager: the head's alone
         self.user_secret = f"hpcc/{cluster}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
         self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys` (Pulumi's)
-        # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/bundle.py); not a settings
+        # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/render/bundle.py); not a settings
         # key, because nodes booted before it refuse unknown settings keys.
         self.bundle = f"{self.prefix}/bundle"
         self.pinned_image = f"{self.prefix}/pinned/image"  # JSON ImageInfo, resolved at the first up and kept

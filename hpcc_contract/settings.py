@@ -1,7 +1,7 @@
 """The settings text's schema: the keys the nodes accept in `/hpcc/<cluster>/settings`, each value's pattern, the
 rules beyond the characters (`value_problem`: who may log in, where the file system may go, which launch variables
 and mpirun options), and the rules a whole text must keep (`text_problem`, `parse_text`). Standard library only,
-Python >= 3.8: the program (infra/node_settings.py renders the text; the config's validators call the same rules),
+Python >= 3.8: the program (infra/render/node_settings.py renders the text; the config's validators call the same rules),
 the bootstrap (templates/steps/settings.sh.j2, rendered from these definitions) and the node side (hpcc_node/,
 shipped in the bundle) read the same definitions, so a node refuses exactly what the program would never write.
 Whoever can write the parameter is root on every node (docs/security.md): these rules are what a node still
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-# The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/slurm.py).
+# The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/facts/slurm.py).
 SCHEDULERS: Tuple[str, ...] = ("none", "slurm")
 # One OpenSSH public key line: a key type sshd accepts, its base64 blob, and an optional comment without spaces
 # (sshd(8), "AUTHORIZED_KEYS FILE FORMAT"). No options: the keys are the users' own, for their own logins.
@@ -22,11 +22,11 @@ PUBLIC_KEY = (r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecd
 
 # Launch variables go into /etc/hpcc/env, which every login shell sources (root's too) and hpcc-mpirun exports to
 # every rank: only the fabric libraries' own prefixes (libfabric, NCCL, oneCCL, Intel MPI's OFI choice;
-# infra/fabric.py), within them nothing that names a library, plugin, file or program to load or run, and no '/'.
+# infra/facts/fabric.py), within them nothing that names a library, plugin, file or program to load or run, and no '/'.
 # So never LD_*, PATH, BASH_ENV, ENV, PROMPT_COMMAND or PYTHON* (tests/test_node_rules.py tries each).
 FABRIC_NAMES = r"(FI|NCCL|CCL)_[A-Z0-9_]+|I_MPI_OFI_PROVIDER|I_MPI_OFI_LIBRARY_INTERNAL"
 FABRIC_DENIED = r"[A-Z0-9_]*(PATH|PLUGIN|FILE|EXEC|AGENT|PRELOAD)[A-Z0-9_]*|[A-Z0-9_]*_LIBRARY"
-# hpcc-mpirun passes these to every launch: the options infra/fabric.py gives and their kin, one space apart. Not -x
+# hpcc-mpirun passes these to every launch: the options infra/facts/fabric.py gives and their kin, one space apart. Not -x
 # (exports), a launch agent (--launch-agent, plm_rsh_agent), --prefix, parameter files (--tune, --am) or any other.
 MPIRUN_OPTION = (r"--mca (pml|btl|mtl|btl_tcp_if_(in|ex)clude|mtl_ofi_provider_(in|ex)clude) [A-Za-z0-9_.,:^+-]+"
                  r"|--(bind-to|map-by|rank-by) [A-Za-z0-9:=,]+|--report-bindings|--tag-output")
@@ -50,7 +50,7 @@ PATTERNS: Dict[str, str] = {
     "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
     "IMDS_USER": r"[a-z_][a-z0-9_-]{0,31}",  # security.imdsForUsers: one user each (templates/steps/imds.sh.j2)
     "SCHEDULER": "|".join(SCHEDULERS),
-    # slurm.conf node attributes of the compute type (infra/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
+    # slurm.conf node attributes of the compute type (infra/facts/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
     "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
     # cluster.health.bootDiagLevel: the `dcgmi diag -r` level of the boot checks, 0 for none (hpcc_node/health)

@@ -1,6 +1,6 @@
 """The agent's AWS calls: the AWS CLI the images carry, through a subprocess, paced and retried as the bootstrap's
 aws_retry is (templates/steps/retry.sh.j2), through the same pacer file, so the node's bootstrap and its agent
-together keep one call per interval (infra/bootstrap_pacing.py).
+together keep one call per interval (infra/render/pacing.py).
 
 Why the CLI and not boto3: the bootstrap already depends on it (every image has it), it finds the instance's
 IMDSv2 credentials and AWS_ENDPOINT_URL by itself, and boto3 would put ~15 MB of botocore into every bundle.

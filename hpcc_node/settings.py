@@ -22,7 +22,7 @@ def parse(text: str) -> Settings:
 
 
 class Pacing(NamedTuple):
-    """What the settings say about the node's AWS calls (infra/bootstrap_pacing.py explains the arithmetic)."""
+    """What the settings say about the node's AWS calls (infra/render/pacing.py explains the arithmetic)."""
 
     interval_ms: int  # least time between two AWS calls of this node
     backoff_seconds: int  # first retry delay; doubles, at most 60 s

@@ -46,7 +46,7 @@ def hostlist(group: str, size: int) -> str:
 
 
 def node_attributes(slurm: Mapping[str, Any], default: str = "") -> str:
-    """A group's slurm.conf node attributes (infra/slurm.py's SlurmNode.attributes words) from its "slurm" object;
+    """A group's slurm.conf node attributes (infra/facts/slurm.py's SlurmNode.attributes words) from its "slurm" object;
     `default` (the settings' SLURM_NODE) for a group without one."""
     if not slurm:
         return default

@@ -2,21 +2,21 @@
 
 import pulumi
 
-from infra.bundle import build as build_bundle
-from infra.components.bundle import BundleArgs, BundleStore
-from infra.components.compute import Compute, ComputeArgs
-from infra.components.identity import Identity, IdentityArgs
-from infra.components.network import Network, NetworkArgs
-from infra.components.pins import Pins, PinsArgs
-from infra.components.security import Security, SecurityArgs
-from infra.components.state import ControllerState, StateArgs
-from infra.components.storage import Storage, StorageArgs
-from infra.config import ConfigError, from_pulumi_config
-from infra.instance_facts import ec2_facts
-from infra.outputs import stack_outputs
-from infra.subnets import private_cidr
-from infra.validators import check_config
-from infra.validators.type_rules import cluster_architecture, resolve_types
+from infra.render.bundle import build as build_bundle
+from infra.program.components.bundle import BundleArgs, BundleStore
+from infra.program.components.compute import Compute, ComputeArgs
+from infra.program.components.identity import Identity, IdentityArgs
+from infra.program.components.network import Network, NetworkArgs
+from infra.program.components.pins import Pins, PinsArgs
+from infra.program.components.security import Security, SecurityArgs
+from infra.program.components.state import ControllerState, StateArgs
+from infra.program.components.storage import Storage, StorageArgs
+from infra.config.model import ConfigError, from_pulumi_config
+from infra.facts.instance_types import ec2_facts
+from infra.program.outputs import stack_outputs
+from infra.facts.subnets import private_cidr
+from infra.config.validators import check_config
+from infra.config.validators.type_rules import cluster_architecture, resolve_types
 
 try:
     cfg = from_pulumi_config()
@@ -42,7 +42,7 @@ security = Security("security", SecurityArgs(cluster.name, network.vpc_id, clust
 identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler))
 storage = Storage("storage", StorageArgs(cluster.name, cluster.fsx, network.private_subnet_id, security.lustre_sg_id,
                                          security.lustre_rules, extra_tags))
-# What the nodes run (infra/bundle.py), stored where they fetch it; the user data is only its loader.
+# What the nodes run (infra/render/bundle.py), stored where they fetch it; the user data is only its loader.
 bundle = build_bundle(cluster, cfg.region, facts)
 store = BundleStore("bundle", BundleArgs(cluster.name, identity.account, bundle.archive, bundle.sha256,
                                          list(identity.role_arns.values()), extra_tags))

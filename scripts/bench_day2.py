@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 from infra.plan.previous import PreviousPlan  # noqa: E402
 from infra.plan.runner import plan_config  # noqa: E402
-from infra.stackfile import read_raw  # noqa: E402
+from infra.config.stackfile import read_raw  # noqa: E402
 
 NODES = 64
 INSTANCE = "aws:ec2/instance:Instance"

@@ -68,7 +68,7 @@ def _facts_without_aws() -> None:
     copy once, before the clock starts, and hand the program those facts."""
     import boto3
 
-    import infra.instance_facts as instance_facts
+    import infra.facts.instance_types as instance_facts
     from infra.plan.embedded_aws import embedded_aws
 
     region = config(1)["aws:region"]
@@ -86,7 +86,7 @@ def child_bare(nodes: int) -> dict:
 
     from infra.plan.internals import fresh_stack, run_program
     from infra.plan.runner import PROGRAM
-    from infra.stackfile import as_pulumi_config
+    from infra.config.stackfile import as_pulumi_config
 
     class Echo(pulumi.runtime.Mocks):
         def new_resource(self, args):

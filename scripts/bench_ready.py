@@ -4,7 +4,7 @@ Slurm, and from `hpcc up` to every node ready at 512 and 4,096 nodes with 0.1% o
 20's: from a fatal Xid logged to the node out of service (target 60 s). The
 box measures the same paths with namespace nodes that boot in about a minute (tests/box/test_box_fleet.py prints
 `[fleet]` lines); here the controller's own timers (hpcc_node/controller/timers.py) and Slurm's ping
-(infra/slurm.py's SlurmdTimeout) are combined with a p5's launch and boot, which no machine here
+(infra/facts/slurm.py's SlurmdTimeout) are combined with a p5's launch and boot, which no machine here
 can measure: they are the assumptions below, stated so they can be replaced by a real cluster's figures.
 """
 
@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from hpcc_node.controller.timers import DEFAULT as TIMERS  # noqa: E402
 from hpcc_node.health.verdict import INTERVAL_S as HEALTH_PERIOD  # noqa: E402
-from infra.slurm import SLURMD_TIMEOUT_SECONDS as SLURMD_TIMEOUT  # noqa: E402
+from infra.facts.slurm import SLURMD_TIMEOUT_SECONDS as SLURMD_TIMEOUT  # noqa: E402
 
 # Assumptions (seconds), a p5.48xlarge from a DLAMI. EC2 documents no launch time; these are what operators
 # report and what ParallelCluster's 30-minute boot grace is sized above.

@@ -3,10 +3,10 @@
 from pathlib import Path
 
 from tests.instance_data import MOTO_ACCOUNT
-from infra.node_settings import settings_value
-from infra.roles import role_contexts
-from infra.stackfile import load
-from infra.userdata import render
+from infra.render.node_settings import settings_value
+from infra.render.roles import role_contexts
+from infra.config.stackfile import load
+from infra.render.userdata import render
 from tests.instance_data import offline_facts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def planned_scripts(example: str = GOLDEN_EXAMPLE) -> dict[str, str]:
     """role -> the script the loader runs on that role's nodes, read from the bundle the offline plan of the
     example stores (the program's own output, not a second rendering)."""
     from infra.plan.runner import plan_config
-    from infra.stackfile import read_raw
+    from infra.config.stackfile import read_raw
 
     return plan_config(read_raw(ROOT / "examples" / f"{example}.yaml")).role_scripts()
 

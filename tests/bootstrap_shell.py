@@ -5,8 +5,8 @@ import shlex
 import subprocess
 from dataclasses import dataclass, replace
 
-from infra.node_settings import REPEATED, NodeSettings, parse
-from infra.userdata import BootstrapContext, environment
+from infra.render.node_settings import REPEATED, NodeSettings, parse
+from infra.render.userdata import BootstrapContext, environment
 from tests.bootstrap_cases import contexts, settings
 
 SETTING_FIELDS = {f.name for f in dataclasses.fields(NodeSettings)}

@@ -5,7 +5,7 @@ import hypothesis  # noqa: F401 - imported before any plan: CPython 3.11.7's ast
 # state by the plans' worker threads, and hypothesis's pytest plugin would otherwise import (and parse) it at the end.
 import pytest
 
-from infra.stackfile import read_raw
+from infra.config.stackfile import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -30,7 +30,7 @@ def as_launch_template(layout) -> dict:
 @lru_cache(maxsize=1)
 def offline_facts():
     """Instance facts as the offline plan gets them (moto's data, snapshot prices), with no AWS call per use."""
-    from infra.instance_facts import DescribedFacts
+    from infra.facts.instance_types import DescribedFacts
 
     return DescribedFacts(all_descriptions(), REGION)
 

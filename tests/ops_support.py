@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import yaml
 
-from infra.stackfile import read_raw
+from infra.config.stackfile import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -1,4 +1,4 @@
-"""Plans above the config's node cap, for tests of limits that only bind there: the cap (infra/config.py,
+"""Plans above the config's node cap, for tests of limits that only bind there: the cap (infra/config/model.py,
 MAX_NODES, ComputeNodes.count and NodeGroup.count) lifted for the duration."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import contextlib
 
 from annotated_types import Le
 
-from infra import config
+from infra.config import model as config
 
 
 MODELS = (config.ComputeNodes, config.NodeGroup, config.ClusterConfig, config.StackConfig)

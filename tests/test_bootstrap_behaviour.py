@@ -297,7 +297,7 @@ def test_a_rendered_script_runs_exactly_the_step_list_in_order(role):
     """main() runs infra/bootstrap_steps.STEPS, each step's function defined in the script, and nothing else."""
     import re
 
-    from infra.bootstrap_steps import STEPS
+    from infra.render.steps import STEPS
     from tests.bootstrap_cases import cases
     script = dict(cases())[f"p5-llm-{role}"]
     assert re.findall(r"^  run_step (\S+) (\S+)$", script, flags=re.MULTILINE) == [tuple(s) for s in STEPS]

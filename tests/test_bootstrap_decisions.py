@@ -3,9 +3,9 @@
 import pytest
 
 from tests.instance_data import facts_for as lookup
-from infra.fabric import fabric_env, mpirun_options
+from infra.facts.fabric import fabric_env, mpirun_options
 from hpcc_contract.hostfile import FORMATS, HostEntry
-from infra.node_settings import parse
+from infra.render.node_settings import parse
 from tests.bootstrap_cases import contexts, settings
 from tests.bootstrap_shell import run
 

@@ -111,7 +111,7 @@ def test_hpcc_torchrun_elastic_uses_the_rendezvous_so_a_spare_can_join(fake):
 
 
 def test_boot_diag_level_is_checked_and_reaches_the_settings_only_when_not_the_default():
-    from infra.node_settings import settings_value
+    from infra.render.node_settings import settings_value
     from tests.bootstrap_cases import configs
     from tests.instance_data import MOTO_ACCOUNT, offline_facts
     from tests.test_config_rules import problems

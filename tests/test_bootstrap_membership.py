@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.instance_data import MOTO_ACCOUNT
-from infra.node_settings import OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, SLURM_KEYS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
+from infra.render.node_settings import OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, SLURM_KEYS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
 from tests.bootstrap_cases import configs, settings
 from tests.instance_data import offline_facts
 from tests.bootstrap_shell import context, run

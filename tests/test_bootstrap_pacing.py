@@ -3,12 +3,12 @@
 
 import pytest
 
-from infra.bootstrap_pacing import (CALLS_PER_NODE, CONVERGENCE_TARGET_SECONDS, FIRST_CALL_NODES, MAX_COMPUTE_NODES,
+from infra.render.pacing import (CALLS_PER_NODE, CONVERGENCE_TARGET_SECONDS, FIRST_CALL_NODES, MAX_COMPUTE_NODES,
                                     MIN_INTERVAL_MS, MIN_POLL_SECONDS, MIN_SYNC_SECONDS, SSM_REQUESTS_PER_SECOND, SSM_READS, STATUS_WRITES, TARGET_SHARE,
                                     agent_requests_per_second, convergence_seconds, first_call_pacing, pacing_for,
                                     sync_seconds)
-from infra.bootstrap_steps import STEPS
-from infra.node_settings import parse
+from infra.render.steps import STEPS
+from infra.render.node_settings import parse
 from tests.bootstrap_cases import configs, contexts, settings
 
 BUDGET = SSM_REQUESTS_PER_SECOND * TARGET_SHARE

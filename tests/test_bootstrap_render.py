@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.instance_data import MOTO_ACCOUNT
-from infra.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
+from infra.render.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
 from tests.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
 
 CASES = dict(cases())
@@ -35,10 +35,10 @@ def test_the_user_data_is_the_loader_within_4096_bytes_gzipped(name, ctx):
 
 
 def test_a_loader_beyond_its_bound_is_refused_by_the_program(monkeypatch):
-    import infra.userdata
+    import infra.render.userdata
 
     ctx = dict(contexts())["p5-llm-compute"]
-    monkeypatch.setattr(infra.userdata, "render_loader", lambda c: CASES["p5-llm-compute"])  # the old user data
+    monkeypatch.setattr(infra.render.userdata, "render_loader", lambda c: CASES["p5-llm-compute"])  # the old user data
     with pytest.raises(ValueError, match="the loader's bound is 4096"):
         user_data(ctx)
 
@@ -85,14 +85,14 @@ EARLY_EXIT = re.compile(r"\|\s*(head\b|grep\s[^|]*-[a-zA-Z]*[qm]|awk\s[^|]*\bexi
 
 
 def test_no_pipe_ends_in_a_reader_that_stops_early():
-    from infra.userdata import TEMPLATES
+    from infra.render.userdata import TEMPLATES
     found = [f"{part.name}:{n}: {line.strip()}" for part in sorted(TEMPLATES.rglob("*.j2"))
              for n, line in enumerate(part.read_text().splitlines(), 1) if EARLY_EXIT.search(line)]
     assert not found, "\n".join(found)
 
 
 def test_every_partial_is_included_once():
-    from infra.userdata import TEMPLATES
+    from infra.render.userdata import TEMPLATES
     for script in CASES.values():
         for part in sorted((TEMPLATES / "steps").glob("*.sh.j2")):
             header = part.read_text().splitlines()[0].split("{{")[0]  # "# --- step: ..."
@@ -127,10 +127,10 @@ def _merged(base: dict, change: dict) -> dict:
 
 def _planned(change: dict) -> tuple[dict, str, object]:
     """(role -> the loader's user data, the settings value, the bundle) the program makes for BASE + change."""
-    from infra.bundle import build
-    from infra.config import parse
-    from infra.node_settings import settings_value
-    from infra.roles import role_contexts
+    from infra.render.bundle import build
+    from infra.config.model import parse
+    from infra.render.node_settings import settings_value
+    from infra.render.roles import role_contexts
     from tests.instance_data import offline_facts
 
     cfg = parse("us-east-1", _merged(BASE, change)).cluster
@@ -168,7 +168,7 @@ def test_the_user_data_holds_no_settings_value():
 
 
 def test_comment_only_lines_are_left_out_but_the_header_titles_shebangs_and_directives_stay():
-    from infra.userdata import without_comments
+    from infra.render.userdata import without_comments
     script = ("#!/bin/bash\n# header: what this is\nset -e\n# why the next line\n  # indented why\n"
               "# --- ssh: the step's title\n# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
               "cat <<'SH'\n#!/bin/bash\n# a written script's usage\nSH\n")

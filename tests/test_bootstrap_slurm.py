@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcc_node import slurm
-from infra.slurm import SLURMD_TIMEOUT_SECONDS, SlurmNode
+from infra.facts.slurm import SLURMD_TIMEOUT_SECONDS, SlurmNode
 from tests.bootstrap_shell import context, run
 from tests.test_bootstrap_steps import COMMON
 

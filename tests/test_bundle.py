@@ -1,4 +1,4 @@
-"""The bundle (infra/bundle.py) and its store (infra/components/bundle.py): deterministic bytes, what changes it and
+"""The bundle (infra/render/bundle.py) and its store (infra/components/bundle.py): deterministic bytes, what changes it and
 what does not, what the plan writes, and who may read it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import tarfile
 
 import pytest
 
-from infra import bundle as bundle_mod
-from infra.bundle import ROOT, build, pack, unpack
-from infra.config import parse
+from infra.render import bundle as bundle_mod
+from infra.render.bundle import ROOT, build, pack, unpack
+from infra.config.model import parse
 from tests.instance_data import offline_facts
 
 BASE = {"name": "bndl", "headNode": {"instanceType": "c5n.18xlarge"}, "compute": {"instanceType": "p5.48xlarge", "count": 4}}
@@ -61,7 +61,7 @@ def test_a_count_only_change_leaves_the_bundle_alone_and_a_template_change_does_
     # a template edited: a copy of templates/ with one line more in a step
     import shutil
 
-    from infra import userdata
+    from infra.render import userdata
 
     shutil.copytree(userdata.TEMPLATES, tmp_path / "templates")
     step = tmp_path / "templates" / "steps" / "efa.sh.j2"

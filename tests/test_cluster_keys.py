@@ -142,7 +142,7 @@ def test_the_bootstrap_installs_through_the_agents_own_code_after_its_keys():
 
 
 def test_only_the_head_may_move_its_own_key_secrets_labels():
-    from infra.components.identity import node_policy
+    from infra.program.components.identity import node_policy
     from hpcc_contract.names import Paths
     from policy import write_rules
 

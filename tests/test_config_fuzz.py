@@ -1,6 +1,6 @@
 """Property-based input fuzzing of the stack config.
 
-- 1,000 generated stack configs per run through `infra.config.parse` (what `pulumi up` and `hpcc plan` both
+- 1,000 generated stack configs per run through `infra.config.model.parse` (what `pulumi up` and `hpcc plan` both
   call): valid ones, and ones with wrong types, unknown keys, 0 or 10,000 nodes, negative or absurd capacities,
   names AWS would reject and odd unicode. Each is accepted, or rejected with a ConfigError whose every problem
   names a field path and says what is wrong; nothing else may escape. An accepted config must also give names
@@ -8,7 +8,7 @@
   tag), not against config.py's. The test also checks that the run saw plenty of both outcomes, so a generator
   that drifted to all-valid or all-junk fails.
 - 300 stack files (YAML dumps of generated configs, corrupted copies of a valid file, raw text) through
-  `infra.stackfile.load`, with the same contract.
+  `infra.config.stackfile.load`, with the same contract.
 - The `hpcc plan` CLI on a handful of bad files, as a subprocess: exit code 2, a message naming the field,
   no traceback.
 - A full offline plan costs about a second, so only a small sample of accepted configs (10, with 1-3 small
@@ -29,8 +29,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.config import ConfigError, parse
-from infra.stackfile import load
+from infra.config.model import ConfigError, parse
+from infra.config.stackfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELD_ROOTS = ("cluster", "aws:region", "hpcc:cluster")
@@ -299,7 +299,7 @@ def test_cli_rejects_bad_files_with_exit_2_and_no_traceback(tmp_path):
     cases = [(p, field) for p, (_, _, field) in zip(files, CLI_CASES)] + [(malformed, str(malformed))]
     env = dict(os.environ, COLUMNS="400")  # keep rich from wrapping a field path across lines
     for path, field in cases:
-        run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", str(path), "--out", str(tmp_path / "out")],
+        run = subprocess.run([sys.executable, "-m", "infra.ops.cli", "plan", str(path), "--out", str(tmp_path / "out")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         output = run.stdout + run.stderr
         assert run.returncode == 2, (path.name, run.returncode, output)

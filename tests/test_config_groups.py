@@ -3,9 +3,9 @@ one group named compute."""
 
 import pytest
 
-from infra.config import MAX_NODES, ConfigError, parse
+from infra.config.model import MAX_NODES, ConfigError, parse
 from hpcc_contract.names import compute_node_name, node_name
-from infra.validators import check_config
+from infra.config.validators import check_config
 from tests.instance_data import offline_facts
 
 GPU = {"name": "gpu", "instanceType": "p4d.24xlarge", "count": 2}
@@ -44,7 +44,7 @@ def test_compute_is_one_group_named_compute():
 def test_spares_are_part_of_the_count_and_reach_the_controllers_group():
     """`spares` of `count` are launched with it; /hpcc/<c>/groups carries them to Group.spares."""
     from hpcc_node.controller.__main__ import parse_groups
-    from infra.groups_param import group_entry, groups_value
+    from infra.render.groups_param import group_entry, groups_value
 
     cfg = parse("us-east-1", groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm")).cluster
     assert cfg.node_count == 8 and [g.spares for g in cfg.node_groups] == [1, 0]

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from infra.config import ConfigError, parse
-from infra.stackfile import load
-from infra.validators import CONFIG_RULES, TYPE_RULES, check_config
+from infra.config.model import ConfigError, parse
+from infra.config.stackfile import load
+from infra.config.validators import CONFIG_RULES, TYPE_RULES, check_config
 from tests.instance_data import offline_facts
 
 BASE = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
@@ -155,14 +155,14 @@ def test_examples_are_valid():
 def test_cli_rejects_bad_files_with_a_message_and_no_traceback(tmp_path, text, field):
     path = tmp_path / "Pulumi.bad.yaml"
     path.write_text(text)
-    run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", str(path), "--out", str(tmp_path / "out")],
+    run = subprocess.run([sys.executable, "-m", "infra.ops.cli", "plan", str(path), "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     assert field in " ".join(run.stderr.split()) and "Traceback" not in run.stderr + run.stdout
 
 
 def test_cli_plans_an_example_and_writes_the_files(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", "examples/c6i-oneccl.yaml", "--out", str(tmp_path)],
+    run = subprocess.run([sys.executable, "-m", "infra.ops.cli", "plan", "examples/c6i-oneccl.yaml", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert {p.name for p in tmp_path.iterdir()} == {"resources.json", "outputs.json", "user-data", "bundle", "bundle.sha256"}

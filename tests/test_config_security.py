@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config import ConfigError, parse
-from infra.validators.inputs import canonical_path
+from infra.config.model import ConfigError, parse
+from infra.config.validators.inputs import canonical_path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"}, "compute": {"instanceType": "c6i.16xlarge", "count": 2}}
@@ -137,7 +137,7 @@ def test_deletions_reach_the_bucket_only_when_asked(export_deletions, events):
 
 
 def test_export_deletions_without_a_link_is_a_warning():
-    from infra.validators import check_config
+    from infra.config.validators import check_config
 
     cfg = parse("us-east-1", dict(BASE, fsx={"exportDeletions": True}))
     assert [(f.severity, f.field) for f in check_config(cfg)] == [("warning", "cluster.fsx.exportDeletions")]
@@ -159,7 +159,7 @@ def test_cli_refuses_each_reproduction_with_exit_2(tmp_path):
     for name, sections, field in CLI_CASES:
         path = tmp_path / f"Pulumi.{name}.yaml"
         path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1", "hpcc:cluster": dict(BASE, **sections)}}))
-        run = subprocess.run([sys.executable, "-m", "infra.cli", "plan", str(path), "--out", str(tmp_path / "out")],
+        run = subprocess.run([sys.executable, "-m", "infra.ops.cli", "plan", str(path), "--out", str(tmp_path / "out")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         output = run.stdout + run.stderr
         assert run.returncode == 2, (name, output)
@@ -189,8 +189,8 @@ def test_a_public_key_that_is_not_one_plain_key_line_is_refused(key, index):
 
 
 def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_parameter():
-    from infra.node_settings import SETTINGS_LIMIT, SettingsError, parse as parse_settings
-    from infra.node_settings import settings_value as with_facts
+    from infra.render.node_settings import SETTINGS_LIMIT, SettingsError, parse as parse_settings
+    from infra.render.node_settings import settings_value as with_facts
     from tests.instance_data import offline_facts
 
     facts = offline_facts()
@@ -207,7 +207,7 @@ def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_paramet
     many = parse("us-east-1", dict(BASE, ssh={"authorizedKeys": [rsa] * 3})).cluster
     assert len(settings_value(many, "us-east-1").encode()) <= SETTINGS_LIMIT  # the config's bound keeps it within
     with pytest.raises(SettingsError, match=f"the parameter holds {SETTINGS_LIMIT}: give fewer or shorter"):
-        from infra.node_settings import node_settings, render
+        from infra.render.node_settings import node_settings, render
         from dataclasses import replace
         render(replace(node_settings(many, "us-east-1", facts, "123456789012"), authorized_keys=(rsa,) * 6))
 
@@ -217,7 +217,7 @@ def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_paramet
 def test_a_pattern_in_a_message_is_printed_as_it_is(tmp_path):
     from typer.testing import CliRunner
 
-    from infra.cli import app
+    from infra.ops.cli import app
 
     path = tmp_path / "Pulumi.demo.yaml"
     path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1",
@@ -231,7 +231,7 @@ def test_a_pattern_in_a_message_is_printed_as_it_is(tmp_path):
 def test_markup_in_a_name_filter_is_an_error_message_not_a_traceback(tmp_path, image):
     from typer.testing import CliRunner
 
-    from infra.cli import app
+    from infra.ops.cli import app
 
     path = tmp_path / "Pulumi.demo.yaml"
     path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1", "hpcc:cluster": dict(BASE, image=image)}}))

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.changes import guarded
-from infra.config import IMAGE_FAMILIES
+from infra.plan.guard import guarded
+from infra.config.model import IMAGE_FAMILIES
 from hpcc_contract.names import image_pin
 from infra.plan.embedded_aws import embedded_aws, publish_dlami
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import PlanError, plan_config
-from infra.stackfile import read_raw
+from infra.config.stackfile import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
@@ -61,7 +61,7 @@ def test_the_same_config_again_changes_nothing(first_up):
 
 def test_growing_by_one_node_updates_the_groups_parameter_in_place_and_nothing_else(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(count=9))
-    # The settings carry the count and its pacing for the nodes (infra/node_settings.py): a value, in place too.
+    # The settings carry the count and its pacing for the nodes (infra/render/node_settings.py): a value, in place too.
     assert {(c.name, c.action) for c in result.changes} == {("bert-groups-param", "update"),
                                                             ("bert-settings-param", "update")}
     assert guarded(result.changes) == []  # `hpcc up` goes ahead without --allow-replace
@@ -196,7 +196,7 @@ def test_a_deployment_type_change_would_replace_the_file_system_and_is_stopped(f
 def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first_up, tmp_path):
     from typer.testing import CliRunner
 
-    from infra.cli import app
+    from infra.ops.cli import app
 
     config = tmp_path / "Pulumi.bert.yaml"  # the config first_up planned (an image family, not the example's filter)
     config.write_text(yaml.safe_dump({"config": BASE}))
@@ -371,7 +371,7 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
     from typer.testing import CliRunner
 
     import yaml
-    from infra.cli import app
+    from infra.ops.cli import app
     config = copy.deepcopy(BASE)
     config["hpcc:cluster"]["compute"]["placementGroup"] = "reserved-pg"
     stack = tmp_path / "Pulumi.bert.yaml"

@@ -2,9 +2,9 @@
 
 import pytest
 
-from infra.efa import InterfaceSpec, efa_device_count, interface_layout
-from infra.fabric import fabric_env
-from infra.instance_facts import from_description
+from infra.facts.efa import InterfaceSpec, efa_device_count, interface_layout
+from infra.facts.fabric import fabric_env
+from infra.facts.instance_types import from_description
 from infra.plan import aws_rules
 from infra.plan.aws_rules import AwsRejected
 from tests.instance_data import all_descriptions, as_launch_template, efa_type_names

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from infra.deployer_policy import WRITES, planned_types, render, shipped
+from infra.ops.deployer_policy import WRITES, planned_types, render, shipped
 from infra.plan.summary import print_summary
-from infra.project import DEFAULT_EXAMPLE
-from infra.stackfile import load
+from infra.ops.project import DEFAULT_EXAMPLE
+from infra.config.stackfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -46,7 +46,7 @@ def test_the_default_example_is_a_current_gpu_type():
 def test_the_shipped_deployer_policy_is_the_one_generated_from_what_the_examples_create(plans):
     types = planned_types(plans.values())
     assert {t for t in types if t.startswith("aws:")} <= set(WRITES)  # every created type has its IAM actions
-    assert shipped() == render(types), "policy/deployer-policy.json is stale: python -m infra.deployer_policy"
+    assert shipped() == render(types), "policy/deployer-policy.json is stale: python -m infra.ops.deployer_policy"
     # IAM: a managed policy is at most 6,144 characters, whitespace not counted.
     assert len(json.dumps(json.loads(shipped()), separators=(",", ":"))) <= 6144
 

@@ -5,7 +5,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.components.groups import GroupProvider, group_instances, terminate_group
+from infra.program.components.groups import GroupProvider, group_instances, terminate_group
 from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
 
 REGION = "us-east-1"

@@ -1,4 +1,4 @@
-"""User hooks (infra/hooks.py, templates/steps/hooks.sh.j2): checked with findings naming the field and the fix,
+"""User hooks (infra/config/hooks.py, templates/steps/hooks.sh.j2): checked with findings naming the field and the fix,
 pinned in the bundle, run with a clean environment and a timeout, and a failing one fails the node as class hook."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from infra.bundle import build
-from infra.config import ConfigError, parse
-from infra.hooks import MAX_BYTES
-from infra.stackfile import load
+from infra.render.bundle import build
+from infra.config.model import ConfigError, parse
+from infra.config.hooks import MAX_BYTES
+from infra.config.stackfile import load
 from tests.bootstrap_shell import context, run
 from tests.instance_data import offline_facts
 from tests.test_bootstrap_steps import COMMON

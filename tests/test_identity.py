@@ -8,7 +8,7 @@ import pytest
 
 from hpcc_contract.names import role_name
 from infra.plan.runner import plan_config
-from infra.stackfile import read_raw
+from infra.config.stackfile import read_raw
 from tests.ops_support import EXAMPLES
 
 ROLE_POLICY, PROFILE = "aws:iam/rolePolicy:RolePolicy", "aws:iam/instanceProfile:InstanceProfile"

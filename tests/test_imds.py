@@ -20,12 +20,12 @@ import pytest
 from tests import ops_support
 
 from tests.instance_data import MOTO_ACCOUNT
-from infra.components.compute import metadata_options
-from infra.config import ConfigError, parse
-from infra.node_settings import parse as parse_settings, settings_value
+from infra.program.components.compute import metadata_options
+from infra.config.model import ConfigError, parse
+from infra.render.node_settings import parse as parse_settings, settings_value
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import plan_config
-from infra.stackfile import read_raw
+from infra.config.stackfile import read_raw
 from tests.bootstrap_cases import settings
 from tests.bootstrap_shell import context, partial, run, settings_shell
 from tests.instance_data import offline_facts
@@ -95,7 +95,7 @@ def test_listed_users_reach_the_nodes_through_the_settings_and_an_unlisted_clust
 
 
 def test_the_bootstrap_applies_the_rule_after_identify_and_before_anyones_key_is_installed():
-    from infra.userdata import render
+    from infra.render.userdata import render
     main = render(context()).split("\nmain() {", 1)[1]
     order = [main.index(s) for s in ("identify_node", "run_step os ", "run_step imds ", "run_step ssh ",
                                      "run_step launch-env ", "run_step sync ")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.assets import SHIPPED
+from infra.render.assets import SHIPPED
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the build reads: the packages, the mapped trees, the build files (copied, so no build/ dir is reused).
@@ -70,7 +70,7 @@ def test_the_wheel_holds_the_program_templates_policy_pack_examples_and_node_pac
 def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(venv, tmp_path):
     py, hpcc = venv / "bin" / "python", venv / "bin" / "hpcc"
     env = _clean_env()
-    where = _run(py, "-c", "from infra.assets import asset, installed; print(asset('templates')); "
+    where = _run(py, "-c", "from infra.render.assets import asset, installed; print(asset('templates')); "
                  "print(asset('policy')); print(installed())", cwd=tmp_path, env=env).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in where[:2]) and where[2] == "True", where
     # A line only the installed copies have: the plan's user data (the loader) and the bundle's role scripts
@@ -90,8 +90,8 @@ def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(ven
     assert len(roles) == 2 and all(MARKER in p.read_text() for p in roles)
 
     # The project's policy pack runs the installed pack: the shim's path, and the pack's policies load from it.
-    pack = _run(py, "-c", "import runpy, sys; from infra.project import policy_pack; from pathlib import Path; "
-                "shim = policy_pack(Path('.')); print(shim.resolve()); from infra.assets import asset; "
+    pack = _run(py, "-c", "import runpy, sys; from infra.ops.project import policy_pack; from pathlib import Path; "
+                "shim = policy_pack(Path('.')); print(shim.resolve()); from infra.render.assets import asset; "
                 "sys.path.insert(0, str(asset('policy'))); import pack; print(pack.__file__); print(len(pack.policies()))",
                 cwd=proj, env=env).stdout.split()
     assert Path(pack[0]) == (proj / "hpcc" / "policy").resolve()

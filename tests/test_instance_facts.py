@@ -3,7 +3,7 @@
 import boto3
 import pytest
 
-from infra.instance_facts import COMPUTE_FIELD, HEAD_FIELD, InstanceFacts, UnknownInstanceType, from_description
+from infra.facts.instance_types import COMPUTE_FIELD, HEAD_FIELD, InstanceFacts, UnknownInstanceType, from_description
 from tests.instance_data import REGION, all_descriptions
 
 

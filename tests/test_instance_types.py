@@ -8,15 +8,15 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.instance_data import MOTO_ACCOUNT
-from infra.cli import app
-from infra.config import parse
-from infra.efa import efa_device_count
-from infra.node_settings import node_settings
+from infra.ops.cli import app
+from infra.config.model import parse
+from infra.facts.efa import efa_device_count
+from infra.render.node_settings import node_settings
 from infra.plan import aws_rules
 from infra.plan.runner import PlanError, plan_config
 from infra.plan.summary import cost_line
-from infra.roles import resolve_role
-from infra.validators import check_config
+from infra.render.roles import resolve_role
+from infra.config.validators import check_config
 from tests.instance_data import all_descriptions, as_launch_template, offline_facts
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -45,6 +45,6 @@ def test_no_source_file_is_over_400_lines():
 
 
 def test_the_table_row_of_a_folder_entry_matches_a_folder():
-    """Folder rows (`infra/components/`, `templates/steps/`, ...) name folders that exist."""
+    """Folder rows (`infra/program/components/`, `templates/steps/`, ...) name folders that exist."""
     folders = set(re.findall(r"`([a-z_/]+/)`", _layout_table()))
     assert folders and all((ROOT / f).is_dir() for f in folders), folders

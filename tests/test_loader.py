@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.bundle import pack
-from infra.userdata import render_loader
+from infra.render.bundle import pack
+from infra.render.userdata import render_loader
 from tests.bootstrap_shell import context
 from tests.test_bootstrap_steps import tool
 

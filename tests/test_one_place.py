@@ -9,12 +9,12 @@ import ipaddress
 
 import pytest
 
-from infra.components.security import LUSTRE_PORTS
+from infra.program.components.security import LUSTRE_PORTS
 from infra.plan import aws_rules
 from infra.plan.aws_rules import AwsRejected
 from hpcc_contract.settings import SETTINGS_LIMIT
-from infra.subnets import PRIVATE_CIDRS, RESERVED_PER_SUBNET
-from infra.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
+from infra.facts.subnets import PRIVATE_CIDRS, RESERVED_PER_SUBNET
+from infra.render.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
 from policy import node_rules
 from policy.records import LT
 from tests.bootstrap_cases import contexts
@@ -70,7 +70,7 @@ def test_user_data_that_is_not_base64_is_refused_by_the_plans_aws():
 
 @pytest.mark.parametrize("cidr", PRIVATE_CIDRS)
 def test_the_program_and_the_plans_aws_agree_on_a_subnets_usable_addresses(cidr):
-    usable = ipaddress.ip_network(cidr).num_addresses - RESERVED_PER_SUBNET  # infra/subnets.py's reading
+    usable = ipaddress.ip_network(cidr).num_addresses - RESERVED_PER_SUBNET  # infra/facts/subnets.py's reading
     aws_rules.check_free_address("n", cidr, usable - 1)
     with pytest.raises(AwsRejected, match="InsufficientFreeAddressesInSubnet"):
         aws_rules.check_free_address("n", cidr, usable)

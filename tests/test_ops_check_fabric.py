@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hpcc_node.health.fabric import Floor
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops import check_fabric as cf
 
 NODES = {f"gpu-00{i}": f"10.0.0.{10 + i}" for i in range(6)}

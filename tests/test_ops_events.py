@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from hpcc_node.controller import model
 from hpcc_node.controller.model import Event
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops.events import select
 from tests.ops_fleet import C, REGION, fleet
 

@@ -8,7 +8,7 @@ from moto import mock_aws
 from typer.testing import CliRunner
 
 from hpcc_node.controller import model
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops import OpsError
 from infra.ops.aws import Aws
 from infra.ops.hostfile import entries, render

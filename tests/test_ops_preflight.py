@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight import has_errors, preflight
 from infra.plan.embedded_aws import embedded_aws
-from infra.stackfile import load
-from infra.validators import ERROR, INFO, WARNING
+from infra.config.stackfile import load
+from infra.config.validators import ERROR, INFO, WARNING
 from tests.ops_support import EXAMPLES, inject_errors, inject_response, edit_response, stack_file
 
 

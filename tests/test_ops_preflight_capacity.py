@@ -11,8 +11,8 @@ import pytest
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight import preflight
 from infra.plan.embedded_aws import embedded_aws
-from infra.stackfile import load
-from infra.validators import ERROR, INFO, WARNING
+from infra.config.stackfile import load
+from infra.config.validators import ERROR, INFO, WARNING
 from tests.ops_support import EXAMPLES, inject_response, stack_file
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)

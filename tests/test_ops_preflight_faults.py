@@ -8,8 +8,8 @@ import pytest
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight import has_errors, preflight
 from infra.plan.embedded_aws import embedded_aws
-from infra.stackfile import load
-from infra.validators import INFO, WARNING
+from infra.config.stackfile import load
+from infra.config.validators import INFO, WARNING
 from tests.ops_support import EXAMPLES, inject_errors
 
 CPU = EXAMPLES / "c6i-oneccl.yaml"

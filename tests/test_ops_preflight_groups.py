@@ -13,8 +13,8 @@ from infra.ops.preflight_groups import launch_rate
 from infra.plan.embedded_aws import embedded_aws
 import yaml
 
-from infra.stackfile import load, read_raw
-from infra.validators import INFO, WARNING
+from infra.config.stackfile import load, read_raw
+from infra.config.validators import INFO, WARNING
 from tests.ops_support import EXAMPLES
 from tests.test_ops_preflight_neighbours import seed_cluster
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from infra.bootstrap_pacing import SSM_REQUESTS_PER_SECOND
+from infra.render.pacing import SSM_REQUESTS_PER_SECOND
 from hpcc_contract.names import HEAD, TAG_CLUSTER, Paths, compute_node_name
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight import preflight
 from infra.ops.preflight_neighbours import boot_rate, other_clusters, steady_rate
 from infra.plan.embedded_aws import embedded_aws
-from infra.stackfile import load
-from infra.validators import WARNING
+from infra.config.stackfile import load
+from infra.config.validators import WARNING
 from tests.ops_support import EXAMPLES
 
 CONFIG = EXAMPLES / "c6i-oneccl.yaml"  # cluster cpu-oneccl, 4 compute nodes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from infra.changes import Change
+from infra.plan.guard import Change
 from infra.ops import OpsError
 from infra.ops.preview import ChangeCollector, blocking, check, print_summary, step_change
 from tests.ops_support import pre_event, replacement_events

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops.aws import Aws, Backoff
 from infra.ops.reap import Waits, inventory, reap
 from infra.plan.embedded_aws import embedded_aws

@@ -12,7 +12,7 @@ from hpcc_node.controller import model, observe
 from hpcc_node.controller.act import Executor, reconcile_once
 from hpcc_node.controller.decide import decide
 from hpcc_node.controller.model import Group, Report
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops.replace import UnknownNodes, request
 from tests.ops_fleet import C, REGION, TABLE, fleet
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from hpcc_node.controller import model
 from hpcc_node.controller.model import Event, GroupState
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops.aws import Aws
 from infra.ops.status import cluster_status
 from infra.ops.status_view import table

@@ -8,7 +8,7 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops.aws import Aws
 from infra.ops.status import cluster_status, slurm_states
 from tests.ops_fleet import C, REGION, fleet

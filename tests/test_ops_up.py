@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from infra.cli import app
+from infra.ops.cli import app
 from infra.ops import OpsError
 from infra.ops.aws import Aws
 from infra.ops.up import destroy, up

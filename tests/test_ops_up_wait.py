@@ -9,11 +9,11 @@ from rich.console import Console
 
 from hpcc_node.controller import model
 from hpcc_node.controller.model import GroupState
-from infra.estimates import launch_minutes, ready_timeout_minutes
+from infra.config.estimates import launch_minutes, ready_timeout_minutes
 from infra.ops.aws import Aws
 from infra.ops.up import up, wait_timeout
 from infra.plan.embedded_aws import embedded_aws
-from infra.stackfile import load
+from infra.config.stackfile import load
 from tests.ops_fleet import fleet
 from tests.ops_support import EXAMPLES, FakeStack
 

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from infra.changes import guarded
-from infra.cli import app
+from infra.plan.guard import guarded
+from infra.ops.cli import app
 from infra.plan import runner
 from infra.plan.changes import plan_changes, refused
 from infra.plan.previous import PreviousPlan, PreviousPlanError
@@ -25,7 +25,7 @@ PARAM = "aws:ssm/parameter:Parameter"
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory, request):
     """c6i-oneccl (SCRATCH_2, 1200 GiB) planned once, written as a previous plan."""
-    from infra.stackfile import read_raw
+    from infra.config.stackfile import read_raw
     config = read_raw(request.config.rootpath / "examples" / "c6i-oneccl.yaml")
     out = tmp_path_factory.mktemp("baseline")
     result = plan_config(config)

@@ -87,7 +87,7 @@ def test_the_ledger_and_state_bucket_are_created_and_named_in_the_settings(large
 
 def test_the_tier_check_covers_the_groups_parameter(monkeypatch):
     """A groups value over 8 KB is refused by the plan naming the field that sizes it."""
-    from infra.components import compute
+    from infra.program.components import compute
 
     monkeypatch.setattr(compute, "groups_value", lambda entries: json.dumps({"groups": entries, "pad": "x" * 8192}))
     with pytest.raises(PlanError, match=r"groups-groups-param: ValidationException: .*Intelligent-Tiering tier holds "
@@ -96,7 +96,7 @@ def test_the_tier_check_covers_the_groups_parameter(monkeypatch):
 
 
 def test_the_most_groups_fit_the_parameter():
-    from infra.config import MAX_GROUPS
+    from infra.config.model import MAX_GROUPS
 
     groups = [{"name": f"gpugroup{i:02d}xx", "instanceType": "p5.48xlarge", "count": 256, "market": "capacity-block",
                "capacityReservationId": "cr-0123456789abcdef0", "placementGroup": "x" * 60}

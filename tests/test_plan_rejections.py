@@ -42,7 +42,7 @@ def test_lustre_group_without_port_988_is_refused():
 
 
 def test_file_system_created_without_lustre_rules_is_refused(example_config, monkeypatch):
-    from infra.components import security
+    from infra.program.components import security
 
     monkeypatch.setattr(security, "LUSTRE_PORTS", ((1018, 1023),))
     with pytest.raises(PlanError, match="Lustre LNET network traffic on port\\(s\\) 988"):
@@ -50,7 +50,7 @@ def test_file_system_created_without_lustre_rules_is_refused(example_config, mon
 
 
 def test_data_repository_on_scratch_1_is_refused_by_config_before_aws(example_config):
-    from infra.config import ConfigError
+    from infra.config.model import ConfigError
 
     config = example_config("c6i-oneccl")
     config["hpcc:cluster"]["fsx"].update(deploymentType="SCRATCH_1", dataRepositoryPath="s3://bucket/data")
@@ -76,7 +76,7 @@ def unit_mocks():
 @pulumi.runtime.test
 def test_security_component_wires_lustre_rules_to_its_groups(unit_mocks):
     """Asserts inside Outputs, so it runs under @pulumi.runtime.test with the moto-backed mocks."""
-    from infra.components.security import Security, SecurityArgs
+    from infra.program.components.security import Security, SecurityArgs
 
     sec = Security("security", SecurityArgs("unit", unit_mocks, ["198.51.100.0/24"]))
 
@@ -92,7 +92,7 @@ def test_security_component_wires_lustre_rules_to_its_groups(unit_mocks):
 def test_an_instance_moto_refuses_names_the_node_and_ec2_s_reason(example_config, monkeypatch):
     # Instances are created straight in moto's EC2 backend (not through boto3): its refusals still become
     # AWS's answer for the named resource, not a traceback.
-    from infra.components import compute
+    from infra.program.components import compute
 
     real = compute.aws.ec2.InstanceLaunchTemplateArgs
     monkeypatch.setattr(compute.aws.ec2, "InstanceLaunchTemplateArgs", lambda id, version: real(id=id, version="7"))
@@ -101,7 +101,7 @@ def test_an_instance_moto_refuses_names_the_node_and_ec2_s_reason(example_config
 
 
 def test_a_request_boto3_gets_refused_names_the_resource_and_the_error_code(example_config, monkeypatch):
-    from infra.components import compute
+    from infra.program.components import compute
 
     # SSM reserves names under /aws/: PutParameter there is refused (a ClientError from boto3).
     class ReservedGroups(compute.Paths):
@@ -115,8 +115,8 @@ def test_a_request_boto3_gets_refused_names_the_resource_and_the_error_code(exam
 
 
 def test_a_kept_az_that_does_not_offer_a_new_type_is_an_error_naming_both():
-    from infra.config import parse
-    from infra.lookups import LookupFailed, check_kept_az, first_az
+    from infra.config.model import parse
+    from infra.program.lookups import LookupFailed, check_kept_az, first_az
 
     cluster = parse("us-east-1", {"name": "kept", "compute": {"instanceType": "p3dn.24xlarge", "count": 2}}).cluster
     offered = {"m6i.2xlarge": {"us-east-1a", "us-east-1c"}, "p3dn.24xlarge": {"us-east-1c", "us-east-1d"}}

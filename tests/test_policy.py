@@ -54,7 +54,7 @@ def test_removing_the_deny_reopens_the_ssm_core_reach(planned):
 
 
 def test_the_nodes_session_manager_permissions_are_the_documented_minimum_and_nothing_is_attached(planned):
-    from infra.components.identity import SESSION_MANAGER
+    from infra.program.components.identity import SESSION_MANAGER
 
     graph = planned_graph(planned)
     assert not [r for r in graph if r["type"] == records.ATTACHMENT]
@@ -234,7 +234,7 @@ def _ssh_graph(planned, cidrs):
 
 @pytest.mark.parametrize("cidrs,refused", SSH_CASES, ids=[",".join(c)[:40] for c, _ in SSH_CASES])
 def test_config_and_pack_refuse_the_same_ssh_sources(planned, cidrs, refused):
-    from infra.config import ConfigError, parse
+    from infra.config.model import ConfigError, parse
 
     cluster = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
                "compute": {"instanceType": "c6i.16xlarge", "count": 1}, "ssh": {"allowedCidrs": cidrs}}
@@ -249,7 +249,7 @@ def test_config_and_pack_refuse_the_same_ssh_sources(planned, cidrs, refused):
 
 
 def test_config_and_pack_share_one_limit():
-    from infra.validators.inputs import SSH_MAX_IPV4_ADDRESSES
+    from infra.config.validators.inputs import SSH_MAX_IPV4_ADDRESSES
 
     assert network_rules.MAX_INGRESS_ADDRESSES[4] == SSH_MAX_IPV4_ADDRESSES
 

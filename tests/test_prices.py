@@ -6,7 +6,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from infra.prices import price_list_filters, price_list_price, snapshot_price
+from infra.facts.prices import price_list_filters, price_list_price, snapshot_price
 
 
 def _product(usd: str, unit: str = "Hrs") -> str:

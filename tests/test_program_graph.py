@@ -7,7 +7,7 @@ from policy import iam_rules
 import pytest
 
 from tests.instance_data import facts_for as lookup
-from infra.efa import efa_device_count, interface_layout
+from infra.facts.efa import efa_device_count, interface_layout
 from hpcc_contract.names import TAG_CLUSTER
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from infra.config import ClusterConfig, ConfigError, parse
+from infra.config.model import ClusterConfig, ConfigError, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 

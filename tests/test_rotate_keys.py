@@ -167,7 +167,7 @@ def test_a_node_applied_a_phase_only_when_it_serves_and_trusts_what_the_head_wro
 
 
 def test_the_command_reports_a_malformed_rotation_parameter_without_a_traceback(monkeypatch, tmp_path):
-    from infra import cli
+    from infra.ops import cli
 
     c = Cluster(tmp_path)
     c.store.params["/hpcc/llm/rotation"] = (1, "not json")
@@ -178,7 +178,7 @@ def test_the_command_reports_a_malformed_rotation_parameter_without_a_traceback(
 
 
 def test_a_cluster_with_no_membership_is_named_without_a_traceback(monkeypatch, tmp_path):
-    from infra import cli
+    from infra.ops import cli
 
     c = Cluster(tmp_path)
     del c.store.objects["membership.json"]

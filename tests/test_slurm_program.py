@@ -1,4 +1,4 @@
-"""Slurm, the program side: the compute type's Slurm node (infra/slurm.py) in the settings, the munge-key secret
+"""Slurm, the program side: the compute type's Slurm node (infra/facts/slurm.py) in the settings, the munge-key secret
 and its IAM, the refusal on Amazon Linux, and turning Slurm on for a running cluster (a second `pulumi up`
 against the first plan: examples/p3dn-bert.yaml without, then with, `scheduler: slurm`)."""
 
@@ -15,19 +15,19 @@ from tests import ops_support
 from typer.testing import CliRunner
 
 from tests.instance_data import MOTO_ACCOUNT
-from infra.cli import app
-from infra.config import parse
-from infra.instance_facts import DescribedFacts, from_description
+from infra.ops.cli import app
+from infra.config.model import parse
+from infra.facts.instance_types import DescribedFacts, from_description
 from hpcc_contract.names import Paths, role_name
-from infra.node_settings import OPTIONAL, PATTERNS, SETTINGS_LIMIT, SettingsError, check, render
-from infra.node_settings import parse as parse_settings
-from infra.node_settings import node_settings, settings_value
+from infra.render.node_settings import OPTIONAL, PATTERNS, SETTINGS_LIMIT, SettingsError, check, render
+from infra.render.node_settings import parse as parse_settings
+from infra.render.node_settings import node_settings, settings_value
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import plan_config
-from infra.slurm import REAL_MEMORY_PERCENT, SlurmFactsError, gres_gpus, slurm_node
-from infra.stackfile import read_raw
-from infra.validators import check_config
-from infra.validators.inputs import PUBLIC_KEYS_BYTES
+from infra.facts.slurm import REAL_MEMORY_PERCENT, SlurmFactsError, gres_gpus, slurm_node
+from infra.config.stackfile import read_raw
+from infra.config.validators import check_config
+from infra.config.validators.inputs import PUBLIC_KEYS_BYTES
 from tests.instance_data import all_descriptions, facts_for, offline_facts
 from tests.ops_support import EXAMPLES, stack_file
 

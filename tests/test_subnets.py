@@ -1,4 +1,4 @@
-"""The private subnet is sized for the node count (infra/subnets.py) and never moves under an existing cluster
+"""The private subnet is sized for the node count (infra/facts/subnets.py) and never moves under an existing cluster
 whose count today's subnet holds."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import ipaddress
 
 import pytest
 
-from infra.components.network import PUBLIC_CIDR, VPC_CIDR
-from infra.config import ConfigError, parse
+from infra.program.components.network import PUBLIC_CIDR, VPC_CIDR
+from infra.config.model import ConfigError, parse
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import PlanError, plan_config
-from infra.subnets import (FSX_INTERFACE_ALLOWANCE, HEAD_ADDRESSES, PRIVATE_CIDRS, RESERVED_PER_SUBNET,
+from infra.facts.subnets import (FSX_INTERFACE_ALLOWANCE, HEAD_ADDRESSES, PRIVATE_CIDRS, RESERVED_PER_SUBNET,
                            addresses_needed, largest_count, private_cidr)
 from tests.plan_scale import node_cap
 
@@ -65,9 +65,9 @@ def test_the_plans_aws_refuses_more_nodes_than_the_subnet_holds_whatever_the_pro
                                                                                            monkeypatch):
     """aws_rules plays EC2's part on its own: a program that sized the subnet too small for the groups the
     controller will launch into it still fails the plan."""
-    import infra.subnets
+    import infra.facts.subnets
 
-    monkeypatch.setattr(infra.subnets, "private_cidr", lambda count: "10.0.16.0/28")  # 16 - 5 = 11 usable
+    monkeypatch.setattr(infra.facts.subnets, "private_cidr", lambda count: "10.0.16.0/28")  # 16 - 5 = 11 usable
     config = example_config("c6i-oneccl")  # its head is in the private subnet too (no SSH opened)
     config["hpcc:cluster"]["compute"]["count"] = 12
     with pytest.raises(PlanError, match=r"groups-param: InsufficientFreeAddressesInSubnet: the groups launch 12 nodes "

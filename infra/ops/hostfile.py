@@ -9,7 +9,7 @@ through EC2's DescribeInstanceTypes, once per type.
 from __future__ import annotations
 
 from hpcc_contract.hostfile import FORMATS, HostEntry
-from infra.instance_facts import from_description
+from infra.facts.instance_types import from_description
 from infra.ops import OpsError, store
 from infra.ops.aws import Aws
 from infra.ops.status import status_ip

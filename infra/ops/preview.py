@@ -1,4 +1,4 @@
-"""What `pulumi preview` says an update will do, as `infra.changes.Change`s, and hpcc's guard on it.
+"""What `pulumi preview` says an update will do, as `infra.plan.guard.Change`s, and hpcc's guard on it.
 
 The engine emits a ResourcePreEvent per step (pulumi.automation.events.StepEventMetadata: `op`, `urn`,
 `type`, `keys` = the properties forcing a replacement, `diffs` = the properties that changed). A replacement
@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from rich.console import Console
 from rich.text import Text
 
-from infra.changes import ACTIONS, GUARDED_TYPES, Change, guard_message, guarded
+from infra.plan.guard import ACTIONS, GUARDED_TYPES, Change, guard_message, guarded
 
 # Engine step op -> hpcc action (pulumi.automation.events.OpType values).
 OP_ACTIONS = {

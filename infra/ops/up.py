@@ -23,8 +23,8 @@ from typing import Any, Callable, Protocol
 from rich.console import Console
 
 from hpcc_node.controller.timers import DEFAULT as TIMERS
-from infra.config import StackConfig
-from infra.estimates import ready_timeout_minutes
+from infra.config.model import StackConfig
+from infra.config.estimates import ready_timeout_minutes
 from hpcc_contract.names import resource_name
 from infra.ops import OpsError
 from infra.ops import hostfile as ops_hostfile
@@ -36,8 +36,8 @@ from infra.ops.aws import Aws
 from infra.ops.preflight import has_errors, preflight, print_findings
 from infra.ops.preflight_groups import groups_of, per_minute
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
-from infra.project import ProjectError, find_project, policy_pack, project_for, stale_environment
-from infra.stackfile import as_pulumi_config, load, read_raw
+from infra.ops.project import ProjectError, find_project, policy_pack, project_for, stale_environment
+from infra.config.stackfile import as_pulumi_config, load, read_raw
 
 INSTALL_HINT = ("the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
                 "https://www.pulumi.com/docs/install/ (e.g. `curl -fsSL https://get.pulumi.com | sh`), "
@@ -63,7 +63,7 @@ def require_pulumi(which: Callable[[str], str | None] = shutil.which) -> str:
 
 
 def local_stack(stack_name: str, project: Path) -> StackLike:
-    """The stack in the user's own project (infra/project.py), never in hpcc's installed tree."""
+    """The stack in the user's own project (infra/ops/project.py), never in hpcc's installed tree."""
     from pulumi import automation as auto
 
     require_pulumi()
@@ -140,7 +140,7 @@ def _project(config_path: Path) -> Path:
 
 
 def pack_for(config_path: Path) -> Path:
-    """The policy pack for the project around the config file (infra/project.py)."""
+    """The policy pack for the project around the config file (infra/ops/project.py)."""
     try:
         return policy_pack(_project(config_path))
     except ProjectError as e:
@@ -189,7 +189,7 @@ def asked_groups(cfg: StackConfig) -> dict[str, int]:
 
 
 def wait_timeout(cfg: StackConfig, asked: dict[str, int]) -> float:
-    """Seconds `hpcc up` waits (infra/estimates.py): grows with the count through the controller's launch waves."""
+    """Seconds `hpcc up` waits (infra/config/estimates.py): grows with the count through the controller's launch waves."""
     return 60 * ready_timeout_minutes(cfg.cluster.bootstrap.timeout_minutes, sum(asked.values()), per_minute(),
                                       TIMERS.boot_grace_seconds // 60)
 

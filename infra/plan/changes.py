@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from graphlib import TopologicalSorter
 
-from infra.changes import Change
+from infra.plan.guard import Change
 from infra.plan.paths import MISSING, covers, get_path, leaf_differences, parse_path
 from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_outputs
 from infra.plan.symbols import normalised, referenced

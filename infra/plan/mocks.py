@@ -21,7 +21,7 @@ from infra.plan.recorder import plain
 
 # Parameters whose size a config field sets, and the fix (the groups value: one entry per node group).
 PARAMETER_FIELDS = {
-    "-groups-param": lambda _fits: "cluster.nodeGroups sets its size (one entry per group, infra/groups_param.py): "
+    "-groups-param": lambda _fits: "cluster.nodeGroups sets its size (one entry per group, infra/render/groups_param.py): "
                                    "give fewer groups",
 }
 

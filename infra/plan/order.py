@@ -14,7 +14,7 @@ import ipaddress
 from dataclasses import dataclass
 from graphlib import TopologicalSorter
 
-from infra.changes import Change
+from infra.plan.guard import Change
 from infra.plan.paths import parse_path
 
 SUBNET = "aws:ec2/subnet:Subnet"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pulumi
 
-from infra.bundle import role_script, unpack, write_unpacked
-from infra.changes import Change
-from infra.config import StackConfig, parse
-from infra.instance_facts import ec2_facts
+from infra.render.bundle import role_script, unpack, write_unpacked
+from infra.plan.guard import Change
+from infra.config.model import StackConfig, parse
+from infra.facts.instance_types import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
 from infra.plan.changes import launch_template_notes, plan_changes, refused, region_change
 from infra.plan.order import refusals as order_refusals, update_steps
@@ -26,8 +26,8 @@ from infra.plan.internals import event_loop, fresh_stack, root_resource, run_pro
 from infra.plan.mocks import MotoMocks
 from infra.plan.previous import PreviousPlan
 from infra.plan.recorder import RecordingMonitor
-from infra.stackfile import as_pulumi_config, read_raw
-from infra.validators import Finding, check_config
+from infra.config.stackfile import as_pulumi_config, read_raw
+from infra.config.validators import Finding, check_config
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 PROJECT = "hpcc"
@@ -50,7 +50,7 @@ class PlanResult:
     steps: list = field(default_factory=list)  # the order the update would take (infra/plan/order.py)
     aws_refusals: list[str] = field(default_factory=list)  # what AWS would refuse on the way
     notes: list[str] = field(default_factory=list)  # what the counts alone would not tell the user
-    facts: object = None  # the embedded AWS's instance facts (infra/instance_facts.py), for the summary
+    facts: object = None  # the embedded AWS's instance facts (infra/facts/instance_types.py), for the summary
     bundle_files: dict[str, bytes] = field(default_factory=dict)  # the bundle the program stores, unpacked
     bundle_sha256: str = ""
 

@@ -12,11 +12,11 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from infra.changes import ACTIONS, guarded
-from infra.estimates import minutes_to_ready, unpriced
-from infra.instance_facts import HEAD_FIELD
+from infra.plan.guard import ACTIONS, guarded
+from infra.config.estimates import minutes_to_ready, unpriced
+from infra.facts.instance_types import HEAD_FIELD
 from infra.ops.terminal import row
-from infra.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
+from infra.facts.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 
 def group_types(result) -> list:
     """Each group's instance type's facts, in the order of cluster.node_groups."""

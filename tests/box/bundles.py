@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from hpcc_node import upgrade
-from infra.bundle import ROOT, bundle_files, hpcc_version, node_files, pack
+from infra.render.bundle import ROOT, bundle_files, hpcc_version, node_files, pack
 
 __all__ = ["ROOT", "build", "install"]
 NO_HOOKS = {"onNodeStart": [], "onNodeReady": []}

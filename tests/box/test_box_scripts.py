@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from infra.node_settings import settings_value
-from infra.roles import role_contexts
-from infra.userdata import render, render_loader
+from infra.render.node_settings import settings_value
+from infra.render.roles import role_contexts
+from infra.render.userdata import render, render_loader
 from tests.box.cloud import ACCOUNT, FleetBox
 from tests.box.node import REGION
 from tests.instance_data import offline_facts

@@ -1,0 +1,164 @@
+"""The cluster's bundle: everything a node runs that its image does not have, in one deterministic tar.gz.
+
+Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
+(infra/userdata.render, what the user data held before the loader); the node package `hpcc_node/` and the
+contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
+0755 only, gzip header without name or time. Nothing here is secret: the scripts read secrets at run time.
+
+The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/components/bundle.py)
+and points `/hpcc/<cluster>/bundle` at it; the loader (templates/loader.sh.j2) checks the hash before it runs
+anything. `hpcc plan --out DIR` writes the files unpacked under DIR/bundle/ and the hash to DIR/bundle.sha256.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hpcc_contract.names import bundle_key
+
+FORMAT = 1
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages): hpcc_node/ and hpcc_contract/ are there
+# The packages a node runs, whole: the node package and the contract it imports (both standard library only).
+NODE_PACKAGES = ("hpcc_node", "hpcc_contract")
+NODE_SUFFIXES = (".py", ".json")  # code and data files (hpcc_node/health/xid_catalog.json)
+EXECUTABLE = ("roles/", "hooks/")  # mode 0755; everything else 0644
+
+
+@dataclass(frozen=True)
+class Bundle:
+    files: dict[str, bytes]  # path inside the archive -> content
+    archive: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.archive).hexdigest()
+
+    @property
+    def key(self) -> str:
+        return bundle_key(self.sha256)
+
+    def manifest(self) -> dict:
+        return json.loads(self.files["manifest.json"])
+
+
+def hpcc_version() -> str:
+    """The program's version: pyproject.toml's where the repository is at hand, else the installed package's."""
+    pyproject = ROOT / "pyproject.toml"
+    if pyproject.is_file():
+        found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', pyproject.read_text())
+        if found:
+            return found.group(1)
+    from importlib.metadata import version
+
+    return version("hpcc")
+
+
+def agent_version() -> str:
+    from hpcc_contract.version import AGENT_VERSION
+
+    return AGENT_VERSION
+
+
+def example_files() -> dict[str, bytes]:
+    """The Slurm job examples (examples/slurm/), so every node has them at /opt/hpcc/current/examples/slurm/ and
+    they follow hpcc's upgrades; the README runs them from there."""
+    from infra.render.assets import asset
+
+    return {f"examples/slurm/{p.name}": p.read_bytes() for p in sorted((asset("examples") / "slurm").glob("*.sbatch"))}
+
+
+def node_files(root: Path = ROOT) -> dict[str, bytes]:
+    """The node package's and the contract's Python files and data (the health checks' Xid catalog), by path
+    inside the bundle."""
+    paths = sorted(p for package in NODE_PACKAGES for p in (root / package).rglob("*")
+                   if p.suffix in NODE_SUFFIXES and "__pycache__" not in p.parts)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
+
+
+def manifest(cluster: str, scripts: dict[str, str], hooks: dict[str, list[str]], hpcc: str, agent: str) -> bytes:
+    roles = {role: {"script": f"roles/{role}.sh", "bootDigest": hashlib.sha256(script.encode()).hexdigest()}
+             for role, script in sorted(scripts.items())}
+    return json.dumps({"format": FORMAT, "cluster": cluster, "hpccVersion": hpcc, "agentVersion": agent,
+                       "roles": roles, "hooks": hooks}, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def bundle_files(cluster: str, scripts: dict[str, str], hook_names: dict[str, list[str]],
+                 hook_bytes: dict[str, bytes], node: dict[str, bytes], hpcc: str, agent: str) -> dict[str, bytes]:
+    files = {"manifest.json": manifest(cluster, scripts, hook_names, hpcc, agent)}
+    files.update({f"roles/{role}.sh": script.encode() for role, script in scripts.items()})
+    files.update(node)
+    files.update({f"hooks/{name}": content for name, content in hook_bytes.items()})
+    return files
+
+
+def mode_of(path: str) -> int:
+    return 0o755 if path.startswith(EXECUTABLE) else 0o644
+
+
+def pack(files: dict[str, bytes]) -> bytes:
+    """The deterministic tar.gz of `files` (regular files only; tar makes the directories)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for path in sorted(files):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(files[path]), mode_of(path), 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(files[path]))
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+def unpack(archive: bytes) -> dict[str, bytes]:
+    """The files of an archive `pack` made; refuses anything else (links, devices, paths leaving the root)."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        for info in tar.getmembers():
+            path = PurePosixPath(info.name)
+            if not info.isfile() or path.is_absolute() or ".." in path.parts:
+                raise ValueError(f"bundle entry {info.name!r} is not a plain relative file")
+            out[info.name] = tar.extractfile(info).read()
+    return out
+
+
+def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
+    """The bundle of a cluster config (ClusterConfig): the rendered role scripts, the node package, the hooks.
+    Only what the role scripts hold and the hooks change it: a resize (the settings) leaves it as it is."""
+    from infra.config.hooks import hook_files
+    from infra.render.roles import role_contexts
+    from infra.render.userdata import render
+
+    scripts = {role: render(ctx) for role, ctx in role_contexts(cfg, region, facts).items()}
+    names, hooks = hook_files(cfg, base)
+    files = bundle_files(cfg.name, scripts, names, hooks, {**node_files(), **example_files()}, hpcc_version(),
+                         agent_version())
+    return Bundle(files, pack(files))
+
+
+def role_script(files: dict[str, bytes], role: str) -> str:
+    """The bootstrap a node of `role` runs, read from a bundle's files: the plan, the goldens and the box all
+    read it here."""
+    return files[f"roles/{role}.sh"].decode()
+
+
+def write_unpacked(bundle_files_: dict[str, bytes], sha256: str, out: Path) -> None:
+    """`hpcc plan --out`: the bundle's files under out/bundle/ (with their modes) and its hash in out/bundle.sha256."""
+    import shutil
+
+    target = Path(out) / "bundle"
+    shutil.rmtree(target, ignore_errors=True)
+    for path, content in sorted(bundle_files_.items()):
+        dest = target / path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(content)
+        dest.chmod(mode_of(path))
+    (Path(out) / "bundle.sha256").write_text(f"{sha256}  {bundle_key(sha256)}\n")

@@ -1,0 +1,46 @@
+"""`/hpcc/<cluster>/groups`: the node groups the controller keeps, as JSON it reads every loop and turns into
+hpcc_node.controller.model.Group values (`Group(**fields)`, snake_case). Written by Pulumi: a count change is an
+in-place update of this value and nothing else, so resizing a group never touches an instance through Pulumi.
+
+Each group carries what the controller cannot know by itself: its launch template, the subnet and AZ EC2 Fleet's
+override supplies (the template's interfaces carry no subnet), its placement group, and its Slurm node definition
+(infra/facts/slurm.py) for the fixed node range it declares."""
+
+from __future__ import annotations
+
+import json
+
+from infra.config.model import ClusterConfig, NodeGroup
+from infra.facts.instance_types import InstanceType
+from infra.facts.slurm import slurm_node
+
+FORMAT = 1
+# The parameter's tier takes 8 KB (Intelligent-Tiering moves it to Advanced above 4 KB); a group's entry is about
+# 450 bytes, so MAX_GROUPS (infra/config/model.py) keeps the value well inside it, and the plan checks it (aws_rules).
+GROUPS_LIMIT = 8192
+
+
+def slurm_fields(itype: InstanceType, field: str) -> dict:
+    """The node definition of a group's type, as the controller's slurm.conf writer takes it."""
+    node = slurm_node(itype, field)
+    return {"cpus": node.cpus, "sockets_per_board": node.sockets_per_board, "cores_per_socket": node.cores_per_socket,
+            "threads_per_core": node.threads_per_core, "real_memory": node.real_memory_mib,
+            "gres": f"gpu:{node.gpus}" if node.gpus else ""}
+
+
+def group_entry(cfg: ClusterConfig, index: int, group: NodeGroup, itype: InstanceType, launch_template: str,
+                subnet_id: str, availability_zone: str, placement_group: str | None) -> dict:
+    """One group's fields (hpcc_node.controller.model.Group) plus its `slurm` definition (with scheduler slurm)."""
+    entry = {"name": group.name, "instance_type": group.instance_type, "count": group.count,
+             "launch_template": launch_template, "subnet_id": subnet_id, "availability_zone": availability_zone,
+             "market": group.market, "capacity_reservation_id": group.capacity_reservation_id or "",
+             "placement_group": placement_group or "", "efa": group.efa is not False and itype.efa_supported,
+             "max_count": 0, "spares": group.spares}
+    if cfg.scheduler == "slurm":
+        entry["slurm"] = slurm_fields(itype, cfg.group_field(index, "instanceType"))
+    return entry
+
+
+def groups_value(entries: list[dict]) -> str:
+    """The parameter's value: compact, keys sorted, so the same config writes the same bytes (no diff)."""
+    return json.dumps({"format": FORMAT, "groups": entries}, sort_keys=True, separators=(",", ":"))

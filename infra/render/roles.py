@@ -1,0 +1,87 @@
+"""One resolver from a node role to everything the program and the tests derive from it: the instance type's
+facts, the interface layout (infra/facts/efa.py), the EFA device count, the market and reservation, and the
+bootstrap context its user data is rendered from. Pure given `facts` (anything with `.get(name, field)`:
+infra.facts.instance_types.InstanceFacts under `pulumi up` and `hpcc plan`, DescribedFacts in tests): compute.py,
+tests/bootstrap_cases.py and the box all call it instead of repeating the derivation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from infra.render.pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
+from infra.config.model import ClusterConfig, NodeGroup
+from infra.facts.efa import InterfaceSpec, efa_device_count, interface_layout
+from infra.facts.instance_types import HEAD_FIELD, InstanceType
+from hpcc_contract.names import Paths
+
+ROLES = ("head", "compute")
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    role: str  # head | compute
+    itype: InstanceType
+    efa_wanted: bool  # the head always asks for EFA where its type has it; compute unless `compute.efa: false`
+    layout: tuple[InterfaceSpec, ...]
+    efa_devices: int
+    market: str  # on-demand | spot | capacity-block
+    capacity_reservation_id: str | None
+    root_volume_gib: int
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.efa_devices > 0
+
+
+def resolve_role(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None) -> RoleSpec:
+    """`facts` answers for `region` (an unknown type raises UnknownInstanceType naming the field). `group`: which
+    node group a compute role is (default the first)."""
+    del region
+    if role == "head":
+        itype, efa, market, reservation = (facts.get(cfg.head_node.instance_type, HEAD_FIELD),
+                                           True, "on-demand", None)
+        root = cfg.head_node.root_volume_gib
+    elif role == "compute":
+        index, g = group_index(cfg, group)
+        itype = facts.get(g.instance_type, cfg.group_field(index, "instanceType"))
+        efa, market, reservation = g.efa is not False, g.market, g.capacity_reservation_id
+        root = g.root_volume_gib
+    else:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}; got {role!r}")
+    layout = tuple(interface_layout(itype, efa))
+    return RoleSpec(role, itype, efa, layout, efa_device_count(list(layout)), market, reservation, root)
+
+
+def group_index(cfg: ClusterConfig, group: str | None) -> tuple[int, NodeGroup]:
+    """(index, group) of the group named `group`, or of the first group."""
+    for i, g in enumerate(cfg.node_groups):
+        if group is None or g.name == group:
+            return i, g
+    raise ValueError(f"no node group named {group!r}; the groups are {', '.join(g.name for g in cfg.node_groups)}")
+
+
+def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None):
+    """The user data's values for a role: nothing that a resize, a retune or another compute type changes
+    (those are in the settings parameter, infra/render/node_settings.py)."""
+    from infra.program.components.network import VPC_CIDR
+    from infra.render.userdata import BootstrapContext  # userdata imports node_settings, which imports this module
+
+    from infra.config.hooks import name_of
+
+    spec = resolve_role(cfg, region, role, facts, group)
+    paths, first = Paths(cfg.name), first_call_pacing()
+    return BootstrapContext(
+        cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,
+        efa_enabled=spec.efa_enabled, efa_devices=spec.efa_devices,
+        gpudirect_rdma=spec.itype.gpudirect_rdma and spec.efa_enabled, fsx_parameter=paths.fsx,
+        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes,
+        ssh_secret_id=paths.ssh_secret, munge_secret_id=paths.munge_secret, first_interval_ms=first.api_interval_ms,
+        first_poll_seconds=first.poll_seconds, api_backoff_seconds=first.api_backoff_seconds,
+        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR,
+        bundle_parameter=paths.bundle, hooks_start=tuple(name_of(p) for p in cfg.hooks.on_node_start),
+        hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready), hook_timeout_minutes=cfg.hooks.timeout_minutes)
+
+
+def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict:
+    """role -> BootstrapContext, for every role."""
+    return {role: bootstrap_context(cfg, region, role, facts) for role in ROLES}

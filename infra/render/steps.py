@@ -1,0 +1,28 @@
+"""The bootstrap's steps, in order: the one list the template's main() runs (rendered by infra/render/userdata.py),
+`hpcc status` shows (infra/ops/status.py) and the pacing counts (one status write per step,
+infra/render/pacing.py). Each step is a bash function of templates/steps/<partial>.sh.j2."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Step(NamedTuple):
+    name: str  # the status parameter's phase/step and the log's [label]; HPCC_SKIP_STEPS names it
+    function: str  # the bash function that runs it
+
+
+STEPS: tuple[Step, ...] = (
+    Step("os", "step_os"),
+    Step("imds", "step_imds"),  # before anyone's key is installed (ssh, launch-env): only root reaches IMDS
+    Step("lustre", "step_lustre"),
+    Step("mount", "step_mount"),
+    Step("efa", "step_efa"),
+    Step("health", "step_health"),  # after the devices and the mount it checks, before slurmd can take jobs
+    Step("ssh", "step_ssh"),
+    Step("join", "step_join"),
+    Step("launch-env", "step_launch_env"),
+    Step("slurm", "step_slurm"),  # after launch-env: the head's slurm.conf follows the same membership
+    Step("sync", "step_sync"),
+)
+STEP_NAMES: tuple[str, ...] = tuple(step.name for step in STEPS)

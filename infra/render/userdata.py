@@ -1,0 +1,134 @@
+"""Render a node role's bootstrap script (the bundle's roles/<role>.sh) and its user data, the loader, from the
+Jinja templates in templates/.
+
+The user data is only the loader (templates/loader.sh.j2): it fetches the cluster's bundle (infra/render/bundle.py),
+checks its hash and runs the role's script from it. The script holds only what needs a new bundle when it
+changes: the role, its instance type and that type's facts, the cluster's names, the hooks. Whatever changes over
+a cluster's life reaches the nodes at run time through the settings parameter (infra/render/node_settings.py), so a
+resize or a new timeout leaves the bundle, and every node, as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jinja2
+
+from hpcc_contract import hosts as hosts_schema, settings as settings_schema
+from infra.facts import slurm
+from infra.render import node_settings
+from infra.render.assets import asset
+from infra.render.steps import STEPS
+
+TEMPLATES = asset("templates")
+# EC2: "limited to 16 KB, in raw form, before it is base64-encoded" (here: the gzip bytes):
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
+USER_DATA_LIMIT = 16 * 1024
+LOADER_LIMIT = 4 * 1024  # hpcc's own bound on the loader (gzip bytes): what grows goes into the bundle
+AGENT_PATH = "/usr/local/sbin/hpcc-node"  # the role script installs itself here (to run the bootstrap again)
+
+
+@dataclass(frozen=True)
+class BootstrapContext:
+    """Every value the user data holds; nothing secret and nothing a resize or retune changes."""
+
+    cluster: str
+    region: str
+    role: str  # head | compute
+    instance_type: str
+    gpus: int
+    efa_enabled: bool
+    efa_devices: int  # EFA devices launched on this role (efa + efa-only interfaces)
+    gpudirect_rdma: bool
+    fsx_parameter: str
+    hosts_parameter: str
+    settings_parameter: str
+    nodes_parameter: str
+    ssh_secret_id: str
+    munge_secret_id: str  # always named; the secret exists with scheduler: slurm (the settings say which)
+    # Until the settings are read (infra/bootstrap_pacing.first_call_pacing): the largest cluster's pacing.
+    first_interval_ms: int
+    first_poll_seconds: int
+    api_backoff_seconds: int
+    api_attempts: int
+    max_timeout_minutes: int
+    vpc_cidr: str  # the cluster key is accepted only from here (infra/components/network.py)
+    bundle_parameter: str  # the pointer the loader follows (infra/render/bundle.py)
+    hooks_start: tuple[str, ...] = ()  # hooks.onNodeStart's names in the bundle (infra/config/hooks.py)
+    hooks_ready: tuple[str, ...] = ()  # hooks.onNodeReady's
+    hook_timeout_minutes: int = 10
+    log_path: str = "/var/log/hpcc-bootstrap.log"
+    agent_path: str = AGENT_PATH
+
+    def as_vars(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        comment_start_string="{##",  # bash's ${#array[@]} would open a Jinja comment
+        comment_end_string="##}",
+    )
+    # The settings parser's rules: the same patterns the program renders the parameter with.
+    assert all("'" not in p for p in [*node_settings.PATTERNS.values(), *settings_schema.DENIED.values()])  # in '...' 
+    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
+                       settings_optional=node_settings.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS,
+                       schema=settings_schema, hosts=hosts_schema, by_value=_by_value,
+                       slurmd_timeout=slurm.SLURMD_TIMEOUT_SECONDS)
+    return env
+
+
+def _by_value(mapping: dict) -> list[tuple[str, str]]:
+    """("KEY1|KEY2", value) for the keys sharing each value, in first-key order: one bash `case` branch each."""
+    keys: dict[str, list[str]] = {}
+    for key, value in mapping.items():
+        keys.setdefault(value, []).append(key)
+    return [("|".join(names), value) for value, names in keys.items()]
+
+
+def without_comments(script: str) -> str:
+    """The script minus its comment-only lines after the header: EC2 takes 16 KB of user data, even gzipped
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), and the templates explain themselves
+    at length. Kept: the header (what the node's `hpcc-node` says it is), each step's `# ---` title, `#!` lines (also those of the scripts
+    it writes) and shellcheck directives."""
+    lines = script.splitlines(keepends=True)
+    header = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "".join(lines[:header] + [line for line in lines[header:] if not _comment_only(line)])
+
+
+def _comment_only(line: str) -> bool:
+    text = line.lstrip()
+    return text.startswith("#") and not text.startswith(("#!", "# shellcheck", "# ---"))
+
+
+def render(ctx: BootstrapContext) -> str:
+    """The script the node runs: the templates rendered, comment-only lines left out."""
+    return without_comments(environment().get_template("bootstrap.sh.j2").render(**ctx.as_vars()))
+
+
+def render_loader(ctx: BootstrapContext) -> str:
+    """The loader: what the user data runs."""
+    return without_comments(environment().get_template("loader.sh.j2").render(**ctx.as_vars()))
+
+
+def within_limit(packed: bytes) -> bool:
+    """Whether EC2 takes these raw user-data bytes (the plan's AWS checks the same on its own side)."""
+    return len(packed) <= USER_DATA_LIMIT
+
+
+def user_data(ctx: BootstrapContext) -> bytes:
+    """What EC2 gets: the loader gzip-compressed (cloud-init unpacks it), within hpcc's 4 KB (EC2 takes 16 KB)."""
+    packed = gzip.compress(render_loader(ctx).encode(), mtime=0)
+    if len(packed) > LOADER_LIMIT or not within_limit(packed):
+        raise ValueError(f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; the loader's bound is {LOADER_LIMIT}")
+    return packed
