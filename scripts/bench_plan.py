@@ -64,7 +64,7 @@ def child_plan(nodes: int) -> dict:
 
 
 def _facts_without_aws() -> None:
-    """The program asks EC2 for instance facts (infra/instance_facts.ec2_facts); the bare run has no EC2: read moto's
+    """The program asks EC2 for instance facts (infra/facts/instance_types.py ec2_facts); the bare run has no EC2: read moto's
     copy once, before the clock starts, and hand the program those facts."""
     import boto3
 

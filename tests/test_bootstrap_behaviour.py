@@ -294,7 +294,7 @@ def test_sshd_takes_the_whole_cluster_connecting_at_once(tmp_path):
 
 @pytest.mark.parametrize("role", ["head", "compute"])
 def test_a_rendered_script_runs_exactly_the_step_list_in_order(role):
-    """main() runs infra/bootstrap_steps.STEPS, each step's function defined in the script, and nothing else."""
+    """main() runs infra/render/steps.py STEPS, each step's function defined in the script, and nothing else."""
     import re
 
     from infra.render.steps import STEPS

@@ -78,7 +78,7 @@ def test_the_heads_slurm_conf_carries_the_health_lines_and_nodes_get_the_scripts
     assert out.returncode == 0, out.stderr
     prolog = (tmp_path / "hpcc-prolog").read_text()
     assert "exec python3 -m hpcc_node.health prolog" in prolog
-    from hpcc_node.controller.act_health import DEEP_CHECK_PROGRAM  # the batch script of the spares' deep check
+    from hpcc_node.controller.health.act import DEEP_CHECK_PROGRAM  # the batch script of the spares' deep check
     assert "exec python3 -m hpcc_node.health deep" in (tmp_path / DEEP_CHECK_PROGRAM.rsplit("/", 1)[1]).read_text()
     # Slurm gives these no PATH: the script sets one that holds the DLAMI's and the EFA installer's tools
     got = subprocess.run(["env", "-i", "/bin/sh", "-c", prolog.replace("exec python3", "echo $PATH #")],

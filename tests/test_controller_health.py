@@ -1,4 +1,4 @@
-"""decide()'s health rules (hpcc_node/controller/decide_health.py) with plain values: a table of verdicts and Slurm
+"""decide()'s health rules (hpcc_node/controller/health/decide.py) with plain values: a table of verdicts and Slurm
 states -> actions, then requeue, the reboot-once-per-instance remedy, systemic bursts, boot failures and spares."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from hpcc_node import hosts
 from hpcc_node.controller import model as m
-from hpcc_node.controller.decide_health import health_signature, spare_reservation
+from hpcc_node.controller.health.decide import health_signature, spare_reservation
 from hpcc_node.controller.model import (ALERT, DOWN, DRAIN, MARK, PROTECT, REBOOT, REPLACE, REQUEUE, RESUME, SPARES,
                                         Event, Group, GroupState, Report, SlurmJob)
 from tests.controller_cases import NOW, by_kind, cluster, kinds, run, with_slot, with_slurm

@@ -1,13 +1,14 @@
-"""The health rules' reads (observe_health.py: scontrol's jobs and reservations, the status body's health fields)
-and writes (act_health.py: the scontrol and EC2 commands), with recorded commands instead of a cluster."""
+"""The health rules' reads (health/observe.py: scontrol's jobs and reservations, the status body's health fields)
+and writes (health/act.py: the scontrol and EC2 commands), with recorded commands instead of a cluster."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
 
-from hpcc_node.controller import observe, observe_health
-from hpcc_node.controller.act_health import HealthActs
+from hpcc_node.controller import observe
+from hpcc_node.controller.health import observe as observe_health
+from hpcc_node.controller.health.act import HealthActs
 from hpcc_node.controller.model import (DEEP_CHECK, REBOOT, REQUEUE, SPARES, START_NOW, Action, SlurmNode,
                                         Snapshot)
 from tests.controller_cases import NOW

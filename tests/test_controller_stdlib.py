@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = sorted((ROOT / "hpcc_node" / "controller").glob("*.py"))
+FILES = sorted((ROOT / "hpcc_node" / "controller").rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -8,7 +8,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from infra.ops.aws import Aws, Backoff
-from infra.ops.status import cluster_status
+from infra.ops.status.cluster import cluster_status
 from tests.ops_fleet import C, REGION, fleet
 from tests.ops_support import inject_errors
 

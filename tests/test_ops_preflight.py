@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from infra.ops.cli import app
 from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight import has_errors, preflight
+from infra.ops.preflight.rules import has_errors, preflight
 from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
 from infra.config.validators import ERROR, INFO, WARNING

@@ -1,4 +1,4 @@
-"""Preflight on reserved capacity (infra/ops/capacity.py): a Capacity Block's type, AZ, free count, start and end,
+"""Preflight on reserved capacity (infra/ops/preflight/capacity.py): a Capacity Block's type, AZ, free count, start and end,
 the reclaim warning, and the placement-group rules for reservations, against the embedded AWS with the
 reservation injected (moto does not model capacity reservations) and the clock injected."""
 
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight import preflight
+from infra.ops.preflight.rules import preflight
 from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
 from infra.config.validators import ERROR, INFO, WARNING

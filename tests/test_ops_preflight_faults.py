@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight import has_errors, preflight
+from infra.ops.preflight.rules import has_errors, preflight
 from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
 from infra.config.validators import INFO, WARNING

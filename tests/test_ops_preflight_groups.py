@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 
 from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight import preflight
-from infra.ops.preflight_groups import launch_rate
+from infra.ops.preflight.rules import preflight
+from infra.ops.preflight.groups import launch_rate
 from infra.plan.embedded_aws import embedded_aws
 import yaml
 

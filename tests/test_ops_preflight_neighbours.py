@@ -8,8 +8,8 @@ import pytest
 from infra.render.pacing import SSM_REQUESTS_PER_SECOND
 from hpcc_contract.names import HEAD, TAG_CLUSTER, Paths, compute_node_name
 from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight import preflight
-from infra.ops.preflight_neighbours import boot_rate, other_clusters, steady_rate
+from infra.ops.preflight.rules import preflight
+from infra.ops.preflight.neighbours import boot_rate, other_clusters, steady_rate
 from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
 from infra.config.validators import WARNING

@@ -8,7 +8,7 @@ import pytest
 from moto import mock_aws
 
 from infra.ops.aws import Aws
-from infra.ops.reap import ORDER, Waits, inventory, reap
+from infra.ops.reap.run import ORDER, Waits, inventory, reap
 from tests.ops_fleet import C, REGION, fleet
 
 

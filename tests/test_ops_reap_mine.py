@@ -5,7 +5,7 @@ filters, and the other cluster is left whole."""
 from __future__ import annotations
 
 from infra.ops.aws import Aws, Backoff
-from infra.ops.reap import Waits, inventory, reap
+from infra.ops.reap.run import Waits, inventory, reap
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
 from tests.ops_support import EXAMPLES, stack_file

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hpcc_contract.names import TAG_CLUSTER
 from infra.ops.aws import Aws, Backoff
-from infra.ops.reap import Waits, inventory, reap
+from infra.ops.reap.run import Waits, inventory, reap
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
 from tests.ops_support import EXAMPLES, inject_response

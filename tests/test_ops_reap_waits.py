@@ -11,7 +11,7 @@ import pytest
 
 from infra.ops.aws import Aws, Backoff
 from infra.ops.aws import pages
-from infra.ops.reap import DELETERS, Item, Waits
+from infra.ops.reap.run import DELETERS, Item, Waits
 
 REGION = "us-east-1"
 

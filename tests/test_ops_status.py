@@ -13,8 +13,8 @@ from hpcc_node.controller import model
 from hpcc_node.controller.model import Event, GroupState
 from infra.ops.cli import app
 from infra.ops.aws import Aws
-from infra.ops.status import cluster_status
-from infra.ops.status_view import table
+from infra.ops.status.cluster import cluster_status
+from infra.ops.status.view import table
 from hpcc_node.controller.membership import key_instance as instance_id_of_key
 from tests.ops_fleet import BUCKET, C, REGION, arn, fleet
 
@@ -148,7 +148,7 @@ def test_a_4096_node_status_is_built_in_well_under_a_second_per_thousand():
 
     from hpcc_node.controller.ledger import Loaded
     from hpcc_node.controller.model import Slot
-    from infra.ops.status import build
+    from infra.ops.status.cluster import build
 
     raw, slots, statuses = [], {}, {}
     for g in ("gpu", "cpu"):
@@ -207,7 +207,7 @@ def test_each_node_shows_when_its_agent_was_last_heard_and_a_silent_one_stands_o
     """From the status object's LastModified (the agent's heartbeat rewrites it unchanged every 120 s): an agent
     silent past the controller's heartbeat timeout is red, as the controller is about to take the node out."""
     import time
-    from infra.ops.status_view import heard_cell
+    from infra.ops.status.view import heard_cell
     f.status(f.ids["gpu-001"], name="gpu-001", phase="ready")
     written = time.time()
     rows = cluster_status(Aws(REGION), C, clock=lambda: written + 30).rows()

@@ -7,7 +7,7 @@ import pytest
 from moto import mock_aws
 
 from infra.ops.aws import Aws
-from infra.ops.status import cluster_status
+from infra.ops.status.cluster import cluster_status
 from tests.ops_fleet import C, REGION, fleet
 from tests.test_ops_status import status_cli
 

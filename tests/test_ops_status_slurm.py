@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from infra.ops.cli import app
 from infra.ops.aws import Aws
-from infra.ops.status import cluster_status, slurm_states
+from infra.ops.status.cluster import cluster_status, slurm_states
 from tests.ops_fleet import C, REGION, fleet
 
 

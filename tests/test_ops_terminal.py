@@ -11,10 +11,10 @@ from rich.table import Table
 
 from hpcc_node.controller import model
 from hpcc_node.controller.model import Event, GroupState
-from infra.ops.reap_kinds import Inventory, Item
-from infra.ops.reap_report import table as reap_table
-from infra.ops.status import GroupRow, NodeStatus, apply_status
-from infra.ops.status_view import events_table, group_table, table
+from infra.ops.reap.kinds import Inventory, Item
+from infra.ops.reap.report import table as reap_table
+from infra.ops.status.cluster import GroupRow, NodeStatus, apply_status
+from infra.ops.status.view import events_table, group_table, table
 from infra.ops.terminal import row
 from tests.ops_fleet import fleet
 from tests.test_ops_status import status_cli

@@ -53,13 +53,13 @@ def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
         aws = Aws(REGION)
 
         def half_destroy():  # Pulumi removed everything but an interface it never knew about
-            from infra.ops.reap import reap
+            from infra.ops.reap.run import reap
             eni = ec2.create_network_interface(SubnetId=subnet, TagSpecifications=[{"ResourceType": "network-interface",
                 "Tags": [{"Key": "hpcc:cluster", "Value": "cpu-oneccl"}]}])["NetworkInterface"]["NetworkInterfaceId"]
             inv = reap(aws, "cpu-oneccl")
             for kind in ("network-interface", "subnet", "vpc"):
                 inv.items = [i for i in inv.items if i.kind != kind]
-            from infra.ops.reap import DELETERS, ORDER, Waits
+            from infra.ops.reap.run import DELETERS, ORDER, Waits
             for kind in ORDER:
                 if inv.of(kind):
                     DELETERS[kind](aws, inv.of(kind), Waits(poll=0, timeout=5))

@@ -1,6 +1,6 @@
 """The health checks' Slurm side against a real slurmctld (Debian's slurm-wlm, on loopback, auth/none, no slurmd):
 slurm.conf's health lines as the template renders them are accepted, and the controller's health commands
-(act_health.py: the spares' reservation, scontrol reboot, requeue) do what the rules expect. Skipped where
+(health/act.py: the spares' reservation, scontrol reboot, requeue) do what the rules expect. Skipped where
 slurmctld is not installed or the tests do not run as root."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from hpcc_node.controller.act_health import HealthActs
+from hpcc_node.controller.health.act import HealthActs
 from hpcc_node.controller.model import REBOOT, SPARES, Action
-from hpcc_node.controller.observe_health import JOBS, RESERVATIONS, reservations
+from hpcc_node.controller.health.observe import JOBS, RESERVATIONS, reservations
 from tests.bootstrap_shell import context, run
 from tests.test_bootstrap_steps import COMMON
 

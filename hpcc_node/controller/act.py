@@ -17,7 +17,7 @@ from hpcc_node.awscli import error_code
 from hpcc_contract.taxonomy import FailureClass
 
 from . import fleet, membership
-from .act_health import HealthActs
+from .health.act import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
 from .model import (BOOTING, READY, RECORDED, REMOVING, REPLACE, REPLACING, TAG_NODE, Action, Event, Group,
                     GroupState, Slot, Snapshot)

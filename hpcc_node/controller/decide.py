@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
-from .decide_health import health_actions
+from .health.decide import health_actions
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
                     PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
                     SHRINK, WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)

@@ -9,7 +9,7 @@ import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import observe as obs
-from .observe_health import scontrol_read
+from .health.observe import scontrol_read
 from .act import LOG, Executor, reconcile_once
 from .decide import decide
 from .ledger import LeaseLost, Ledger

@@ -63,7 +63,7 @@ class Group:
     efa: bool = False
     max_count: int = 0  # the size of its fixed Slurm node range; 0: the count
     capacity_block: Optional[CapacityBlock] = None
-    spares: int = 0  # of `count`, healthy nodes held idle by the reservation hpcc-spares-<group> (decide_health.py)
+    spares: int = 0  # of `count`, healthy nodes held idle by the reservation hpcc-spares-<group> (health/decide.py)
 
     @property
     def size_limit(self) -> int:
@@ -189,7 +189,7 @@ class Snapshot:
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
     head: Mapping[str, Any] = field(default_factory=dict)  # the controller's own head: name, ip, instance
-    jobs: Tuple[SlurmJob, ...] = ()  # Slurm's jobs, for the health rules' requeue (decide_health.py)
+    jobs: Tuple[SlurmJob, ...] = ()  # Slurm's jobs, for the health rules' requeue (health/decide.py)
     reservations: Mapping[str, FrozenSet[str]] = field(default_factory=dict)  # Slurm reservation -> its nodes
 
 

@@ -17,7 +17,7 @@ from .membership import STATUS_PREFIX, key_instance
 from .model import (TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, CapacityBlock, Group, Instance, Report, SlurmNode,
                     Snapshot)
 from .assess import SCHEDULED_EVENTS
-from .observe_health import report_fields, with_slurm_extras
+from .health.observe import report_fields, with_slurm_extras
 
 PAGE = {"PageSize": 1000}
 STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "terminated"]

@@ -65,7 +65,7 @@ class Timers:
     # hpcc_node/status.py HEARTBEAT_SECONDS) for this long lost its agent, and its health checks with it; without
     # Slurm's ping it may be the node itself. Five beats: one late tick under API pacing is not a death.
     heartbeat_timeout_seconds: int = 600
-    # Health (decide_health.py). A failed verdict younger than this is not acted on yet: the same fault on many
+    # Health (health/decide.py). A failed verdict younger than this is not acted on yet: the same fault on many
     # nodes at once (a driver, a parser, the file system's server) reaches their verdicts within one health period
     # (15 s) and their statuses at once (the agent writes a changed verdict without waiting for its tick), so a
     # systemic burst is seen whole before its first node would be taken out.

@@ -195,7 +195,7 @@ def deep_checked_path(state_dir: str = STATE_DIR) -> str:
 
 
 def status_fields(path: str = VERDICT, now: Optional[float] = None, state_dir: str = STATE_DIR) -> Dict[str, object]:
-    """What the agent's status carries to the controller (observe_health.report_fields): ok false with class
+    """What the agent's status carries to the controller (controller/health/observe.py report_fields): ok false with class
     health, the deciding check, its action and remedy, when the last verdict failed; its status otherwise; when
     the deep checks last ran (at boot, or a spare's), which tells the controller when a spare's is due."""
     try:

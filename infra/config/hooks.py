@@ -1,7 +1,7 @@
 """The user's hook scripts (`hooks.onNodeStart`, `hooks.onNodeReady`): checked here, put into the bundle by
 infra/render/bundle.py (so their hash is pinned with it) and run by templates/steps/hooks.sh.j2 at that point of the
 bootstrap. A path is relative to the stack file's directory: the program's working directory under `pulumi up`,
-and infra/stackfile.read_raw makes it absolute for `hpcc plan` and `hpcc up`."""
+and infra/config/stackfile.py read_raw makes it absolute for `hpcc plan` and `hpcc up`."""
 
 from __future__ import annotations
 

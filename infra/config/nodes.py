@@ -52,7 +52,7 @@ class NodeGroup(ComputeNodes):
     name: str
     count: int = Field(ge=0, le=MAX_NODES)
     # Of `count` (launched with it): healthy nodes kept idle by the Slurm reservation hpcc-spares-<name>, taken
-    # when a node fails (hpcc_node/controller/decide_health.py). With `scheduler: slurm` only.
+    # when a node fails (hpcc_node/controller/health/decide.py). With `scheduler: slurm` only.
     spares: int = Field(0, ge=0, le=MAX_NODES)
 
     @field_validator("name")

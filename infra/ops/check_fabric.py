@@ -197,7 +197,7 @@ def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
     instances and their tags (hpcc:role, hpcc:node)."""
     from hpcc_contract.names import HEAD, TAG_NODE, TAG_ROLE
     from infra.ops.aws import tag_dict
-    from infra.ops.status import head_instance
+    from infra.ops.status.cluster import head_instance
     from infra.ops.store import cluster_instances
 
     live = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]

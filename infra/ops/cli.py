@@ -130,7 +130,7 @@ def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi
               emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead")):
     """Check quotas, capacity, AZ offerings, EFA, placement and the image before anything is created."""
     from infra.ops.aws import Aws
-    from infra.ops.preflight import has_errors, preflight as run_preflight, print_findings
+    from infra.ops.preflight.rules import has_errors, preflight as run_preflight, print_findings
     from infra.config.stackfile import load
 
     cfg = _ops(lambda: load(config))
@@ -155,8 +155,8 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
     """Per group asked/launched/ready/failed/being replaced/protected, the controller's recent actions and alerts,
     and each node's instance, ledger state, bootstrap phase and membership generation."""
-    from infra.ops.status import cluster_status
-    from infra.ops.status_view import show
+    from infra.ops.status.cluster import cluster_status
+    from infra.ops.status.view import show
 
     name, region = _stack_cluster(stack, cluster, region)
     found = _ops(lambda: cluster_status(_aws(region), name))
@@ -177,7 +177,7 @@ def events(cluster: str = typer.Option(..., "--cluster", help="cluster name (its
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
     """Every action the controller took and kept (a day): when, what, on which node or group, and why."""
     from infra.ops.events import cluster_events
-    from infra.ops.status_view import events_table
+    from infra.ops.status.view import events_table
 
     found = _ops(lambda: cluster_events(_aws(region), cluster, since * 60 if since else None, node or (),
                                         kind or ()))
@@ -211,8 +211,8 @@ def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its h
          region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
          yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)")):
     """Delete everything tagged for a cluster, in dependency order (for when `pulumi destroy` cannot)."""
-    from infra.ops.reap import reap as run_reap
-    from infra.ops.reap_report import print_notes, table
+    from infra.ops.reap.run import reap as run_reap
+    from infra.ops.reap.report import print_notes, table
 
     out = Console()
     inv = _ops(lambda: run_reap(_aws(region), cluster, yes=yes,

@@ -81,7 +81,7 @@ WRITES: dict[str, tuple[str, ...]] = {
     # A group's resource (infra/components/groups.py): its delete terminates the instances the controller launched.
     DYNAMIC: ("ec2:TerminateInstances",),
 }
-# Calls of the operator commands themselves: reap deletes what a failed destroy left (infra/ops/reap_kinds.py).
+# Calls of the operator commands themselves: reap deletes what a failed destroy left (infra/ops/reap/kinds.py).
 # `hpcc replace` and `hpcc status` read and mark a slot in the ledger (scoped to hpcc's tables below); status
 # and `up`'s wait read the whole ledger in one Scan (infra/ops/store.py).
 OPERATOR_WRITES = ("ec2:DetachNetworkInterface", "ec2:DeleteNetworkInterface", "dynamodb:GetItem", "dynamodb:Query",

@@ -12,7 +12,7 @@ from hpcc_contract.hostfile import FORMATS, HostEntry
 from infra.facts.instance_types import from_description
 from infra.ops import OpsError, store
 from infra.ops.aws import Aws
-from infra.ops.status import status_ip
+from infra.ops.status.cluster import status_ip
 
 IN_HOSTFILE = ("ready",)  # membership states whose nodes take ranks: booting, draining and failed ones do not
 

@@ -1,7 +1,7 @@
 """Waiting until a controller-run cluster is ready: the head, and in every group as many ready nodes as asked,
 each on the current membership generation, replacements included.
 
-`hpcc up` and `hpcc replace --wait-minutes` wait here; each poll reads `infra.ops.status.cluster_status`, the one
+`hpcc up` and `hpcc replace --wait-minutes` wait here; each poll reads `infra.ops.status.cluster.cluster_status`, the one
 place that decides a node's state. Readiness is per node (the controller marks a slot ready; no node waits for its
 peers), so progress is shown per group. The wait ends early when what is left cannot come on its own: a node the
 controller left failed (attempt cap, a bundle or hook failure) or a group in protected mode.
@@ -20,8 +20,8 @@ from rich.text import Text
 from hpcc_node.controller import model
 from hpcc_contract.names import HEAD
 from infra.ops.aws import Aws
-from infra.ops.status import ClusterStatus, GroupRow, NodeStatus, cluster_status
-from infra.ops.status_view import controller_line, node_text, print_failures, what_controller_does
+from infra.ops.status.cluster import ClusterStatus, GroupRow, NodeStatus, cluster_status
+from infra.ops.status.view import controller_line, node_text, print_failures, what_controller_does
 
 LOG_TAIL_LINES = 10
 

@@ -29,12 +29,12 @@ from hpcc_contract.names import resource_name
 from infra.ops import OpsError
 from infra.ops import hostfile as ops_hostfile
 from infra.ops import preview as ops_preview
-from infra.ops import reap as ops_reap
-from infra.ops import reap_report
+from infra.ops.reap import run as ops_reap
+from infra.ops.reap import report as reap_report
 from infra.ops import stackstate
 from infra.ops.aws import Aws
-from infra.ops.preflight import has_errors, preflight, print_findings
-from infra.ops.preflight_groups import groups_of, per_minute
+from infra.ops.preflight.rules import has_errors, preflight, print_findings
+from infra.ops.preflight.groups import groups_of, per_minute
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
 from infra.ops.project import ProjectError, find_project, policy_pack, project_for, stale_environment
 from infra.config.stackfile import as_pulumi_config, load, read_raw
@@ -184,7 +184,7 @@ class UpReport:
 
 
 def asked_groups(cfg: StackConfig) -> dict[str, int]:
-    """Each node group's count (preflight_groups.groups_of: `nodeGroups`, or the `compute` block's one group)."""
+    """Each node group's count (preflight/groups.py groups_of: `nodeGroups`, or the `compute` block's one group)."""
     return {g.name: g.count for g in groups_of(cfg)}
 
 
@@ -238,7 +238,7 @@ def image_kept_and_newest(aws: Aws, cfg: StackConfig) -> tuple[str | None, str |
     from botocore.exceptions import ClientError
 
     from hpcc_contract.names import Paths
-    from infra.ops.preflight_context import Context
+    from infra.ops.preflight.context import Context
 
     try:
         kept = json.loads(aws.call("ssm", "get_parameter", Name=Paths(cfg.cluster.name).pinned_image)

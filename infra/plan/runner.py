@@ -55,7 +55,7 @@ class PlanResult:
     bundle_sha256: str = ""
 
     def role_scripts(self) -> dict[str, str]:
-        """role -> the bootstrap the loader runs, read from the planned bundle (infra/bundle.role_script)."""
+        """role -> the bootstrap the loader runs, read from the planned bundle (infra/render/bundle.py role_script)."""
         roles = json.loads(self.bundle_files["manifest.json"])["roles"]
         return {role: role_script(self.bundle_files, role) for role in roles}
 

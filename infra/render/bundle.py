@@ -1,7 +1,7 @@
 """The cluster's bundle: everything a node runs that its image does not have, in one deterministic tar.gz.
 
 Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
-(infra/userdata.render, what the user data held before the loader); the node package `hpcc_node/` and the
+(infra/render/userdata.py render, what the user data held before the loader); the node package `hpcc_node/` and the
 contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
 0755 only, gzip header without name or time. Nothing here is secret: the scripts read secrets at run time.
 

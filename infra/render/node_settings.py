@@ -102,7 +102,7 @@ def settings_value(cfg: ClusterConfig, region: str, facts, account: str) -> str:
 
 
 def parse(text: str) -> NodeSettings:
-    """The inverse of render, with the nodes' rules (infra/settings_schema.parse_text; for tests and tools)."""
+    """The inverse of render, with the nodes' rules (hpcc_contract/settings.py parse_text; for tests and tools)."""
     found = parse_text(text)
     fields = NodeSettings.__dataclass_fields__
     values = {f: (int(found[f.upper()][0]) if fields[f].type.startswith("int") else found[f.upper()][0])

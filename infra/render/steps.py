@@ -1,5 +1,5 @@
 """The bootstrap's steps, in order: the one list the template's main() runs (rendered by infra/render/userdata.py),
-`hpcc status` shows (infra/ops/status.py) and the pacing counts (one status write per step,
+`hpcc status` shows (infra/ops/status/cluster.py) and the pacing counts (one status write per step,
 infra/render/pacing.py). Each step is a bash function of templates/steps/<partial>.sh.j2."""
 
 from __future__ import annotations

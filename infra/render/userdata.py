@@ -49,7 +49,7 @@ class BootstrapContext:
     nodes_parameter: str
     ssh_secret_id: str
     munge_secret_id: str  # always named; the secret exists with scheduler: slurm (the settings say which)
-    # Until the settings are read (infra/bootstrap_pacing.first_call_pacing): the largest cluster's pacing.
+    # Until the settings are read (infra/render/pacing.py first_call_pacing): the largest cluster's pacing.
     first_interval_ms: int
     first_poll_seconds: int
     api_backoff_seconds: int

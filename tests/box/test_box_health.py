@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hpcc_node.controller.model import ALERT, DOWN, DRAIN, READY, REBOOT, REPLACE
-from hpcc_node.controller.observe_health import reservations
+from hpcc_node.controller.health.observe import reservations
 from tests.box.cloud import CONTROLLER_TIMERS, Fault, FleetBox
 from tests.box.node import node_env
 from tests.box.machine import leftovers

@@ -1,4 +1,4 @@
-"""Carrying out the health rules' actions (decide_health.py): requeue a job, reboot a node, hold the spares. A
+"""Carrying out the health rules' actions (health/decide.py): requeue a job, reboot a node, hold the spares. A
 mixin of act.Executor, which records each action in the ledger before and after it runs.
 
 Slurm commands (scontrol(1), sbatch(1), scancel(1)):
@@ -22,8 +22,8 @@ from typing import Any, Callable, List, Optional
 
 from hpcc_node.health.checks import DCGM_TIMEOUT_S
 
-from .decide_health import DEEP_CHECK_JOB
-from .model import Action
+from .decide import DEEP_CHECK_JOB
+from ..model import Action
 
 DEEP_CHECK_PROGRAM = "/usr/local/sbin/hpcc-deep"
 DEEP_CHECK_LOG = "/var/log/hpcc-deep-check.log"

@@ -31,11 +31,11 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tupl
 from hpcc_node.health.verdict import CheckResult, slurm_reason
 from hpcc_contract.taxonomy import FailureClass
 
-from .assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
-from .decide_failures import Failure, alert
-from .model import (BOOTING, DEEP_CHECK, DOWN, DRAIN, READY, REBOOT, REQUEUE, RESUME, SPARES, START_NOW, Action,
+from ..assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
+from ..decide_failures import Failure, alert
+from ..model import (BOOTING, DEEP_CHECK, DOWN, DRAIN, READY, REBOOT, REQUEUE, RESUME, SPARES, START_NOW, Action,
                     Group, Report, Slot, SlurmNode, Snapshot, Why)
-from .timers import Timers
+from ..timers import Timers
 
 HEALTH = FailureClass.HEALTH.value
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL")

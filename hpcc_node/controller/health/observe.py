@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, List, Tuple
 
-from .model import SlurmJob, Snapshot
+from ..model import SlurmJob, Snapshot
 
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z:/]*)=")
 JOBS = ["scontrol", "show", "jobs", "--oneliner"]

@@ -2,7 +2,7 @@
 
 `config_rules` need only the config (parsing runs them, with no AWS); `type_rules` need the instance types'
 facts, so they run only when `facts` is given (the program, preflight, tests). The AWS-backed checks
-(preflight, in infra/ops/preflight.py) use the same Finding type so every report looks alike.
+(preflight, in infra/ops/preflight/rules.py) use the same Finding type so every report looks alike.
 """
 
 from infra.config.validators.findings import ERROR, INFO, WARNING, Finding

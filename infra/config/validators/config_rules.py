@@ -111,7 +111,7 @@ def group_names_unique(cfg):
 
 
 def spares_need_slurm(cfg):
-    """A group's spares are held idle by a Slurm reservation (hpcc_node/controller/decide_health.py)."""
+    """A group's spares are held idle by a Slurm reservation (hpcc_node/controller/health/decide.py)."""
     c = cfg.cluster
     for i, group in enumerate(c.node_groups):
         if group.spares and c.scheduler != "slurm":

@@ -1,6 +1,6 @@
 """What preflight knows about the region: a `Context` that asks AWS each question once (types, offerings, the
 kept AZ, the image, prices, the reservation), the node roles it checks, and the vCPU quota table. The rules that
-read it are in infra/ops/preflight.py."""
+read it are in infra/ops/preflight/rules.py."""
 
 from __future__ import annotations
 

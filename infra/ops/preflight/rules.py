@@ -1,7 +1,7 @@
 """`hpcc preflight`: checks against the region, before anything is created.
 
 One small rule per check, each yielding `infra.config.validators.Finding`s (severity, config field, what to do),
-like the config rules. Rules share a `Context` (infra/ops/preflight_context.py) that asks AWS each question once. Nothing is created:
+like the config rules. Rules share a `Context` (infra/ops/preflight/context.py) that asks AWS each question once. Nothing is created:
 the only write-shaped call is RunInstances with DryRun=True.
 """
 
@@ -18,12 +18,12 @@ from infra.config.model import StackConfig
 from infra.ops.aws import Aws, error_code, error_message
 from infra.facts import prices
 from infra.facts.instance_types import DescribedFacts
-from infra.ops.capacity import capacity_reservation
-from infra.ops.preflight_groups import launch_rate
-from infra.ops.preflight_neighbours import shared_ssm_throughput
+from infra.ops.preflight.capacity import capacity_reservation
+from infra.ops.preflight.groups import launch_rate
+from infra.ops.preflight.neighbours import shared_ssm_throughput
 from infra.config.validators import ERROR, INFO, WARNING, Finding, check_config
 from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
-from infra.ops.preflight_context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
+from infra.ops.preflight.context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
 
 HEAD_FIELD = "cluster.headNode.instanceType"
 COMPUTE_FIELD = "cluster.compute.instanceType"

@@ -1,6 +1,6 @@
 """What reap works with: the items it finds, and the declarative description of one resource kind (how to
 list it, how to tell it is the cluster's, how to delete it and what to wait for), with the one generic
-finder and deleter that read such a description. The table itself is in infra/ops/reap.py."""
+finder and deleter that read such a description. The table itself is in infra/ops/reap/run.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How `hpcc reap` and `hpcc destroy` show an inventory (infra/ops/reap.py finds and deletes; it never prints)."""
+"""How `hpcc reap` and `hpcc destroy` show an inventory (infra/ops/reap/run.py finds and deletes; it never prints)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from infra.ops.reap_kinds import Inventory
+from infra.ops.reap.kinds import Inventory
 from infra.ops.terminal import row
 
 

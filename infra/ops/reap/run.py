@@ -8,10 +8,10 @@ IAM, the parameters and the secret are found by their names (hpcc_contract/names
 
 KINDS below is the whole procedure, one row per kind in deletion order (each kind only after everything
 before it is gone): how it is listed and re-checked, how it is deleted, what is waited for. The generic
-finder and deleter are in infra/ops/reap_kinds.py, the few special cases in infra/ops/reap_special.py.
+finder and deleter are in infra/ops/reap/kinds.py, the few special cases in infra/ops/reap/special.py.
 Controller-launched instances carry the cluster's tag like the rest; the head (the controller) is terminated first,
-and the ledger table and the buckets come last (infra/ops/reap_stores.py). `inventory()` only reads; `reap(..., yes=False)` is the dry run. Showing the result is
-infra/ops/reap_report.py's, for the CLI and `hpcc destroy`.
+and the ledger table and the buckets come last (infra/ops/reap/stores.py). `inventory()` only reads; `reap(..., yes=False)` is the dry run. Showing the result is
+infra/ops/reap/report.py's, for the CLI and `hpcc destroy`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 from typing import Callable
 
 from hpcc_contract.names import Paths, placement_group_name
-from infra.ops import reap_kinds as k
-from infra.ops import reap_special as special
-from infra.ops import reap_stores as stores
+from infra.ops.reap import kinds as k
+from infra.ops.reap import special
+from infra.ops.reap import stores
 from infra.ops.aws import Aws
-from infra.ops.reap_kinds import Delete, Find, Found, Inventory, Item, Kind, Waits, unless_missing
+from infra.ops.reap.kinds import Delete, Find, Found, Inventory, Item, Kind, Waits, unless_missing
 
 __all__ = ["DELETERS", "KINDS", "ORDER", "Inventory", "Item", "Waits", "inventory", "reap"]
 

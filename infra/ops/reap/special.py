@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError
 from hpcc_contract.names import TAG_CLUSTER, Paths, role_name
 from infra.ops.aws import Aws
 from infra.ops.aws import pages, waiter_done
-from infra.ops.reap_kinds import (Find, Found, Item, Waits, each, missing, owned, records, unless_missing,
+from infra.ops.reap.kinds import (Find, Found, Item, Waits, each, missing, owned, records, unless_missing,
                                   why)
 
 FILE_SYSTEMS = Find("describe_file_systems", "FileSystemId", service="fsx", by_tag=False,

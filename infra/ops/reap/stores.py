@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 from hpcc_contract.names import TAG_CLUSTER, TAG_ROLE, bundle_bucket, ledger_table, state_bucket
 from infra.ops import store
 from infra.ops.aws import Aws, pages, tag_dict, tag_filter, waiter_done
-from infra.ops.reap_kinds import Found, Item, Waits, each, fail, missing, wait
+from infra.ops.reap.kinds import Found, Item, Waits, each, fail, missing, wait
 
 LIVE = ("pending", "running", "stopping", "stopped", "shutting-down")
 

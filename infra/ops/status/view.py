@@ -13,7 +13,7 @@ from hpcc_node.controller import model
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from hpcc_contract.taxonomy import policy
 from hpcc_contract.names import HEAD
-from infra.ops.status import DEAD_STATES, ClusterStatus, GroupRow, NodeStatus
+from infra.ops.status.cluster import DEAD_STATES, ClusterStatus, GroupRow, NodeStatus
 from infra.ops.terminal import cell, plain, row as table_row
 
 node_text = cell  # node-written text for rich: escapes stripped, a Text so `[/]` is printed, not parsed

@@ -70,7 +70,7 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
     table = f"arn:aws:dynamodb:{region}:{account}:table/{ledger_table(cluster)}"
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
-        # The cluster's launch templates, subnets and security groups all carry hpcc:cluster (infra/naming.tags).
+        # The cluster's launch templates, subnets and security groups all carry hpcc:cluster (hpcc_contract/names.py tags).
         {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": LAUNCH,
          "Resource": [f"{ec2}:launch-template/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*"], "Condition": own},
         {"Sid": "LaunchTaggedWithCluster", "Effect": "Allow", "Action": LAUNCH, "Resource": created,
@@ -86,7 +86,7 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
          "Condition": {**own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}}},
         {"Sid": "TerminateClusterInstances", "Effect": "Allow", "Action": ["ec2:TerminateInstances"],
          "Resource": [f"{ec2}:instance/*"], "Condition": own},
-        # The health rules' remedy without Slurm (hpcc_node/controller/act_health.py; with Slurm, scontrol reboot).
+        # The health rules' remedy without Slurm (hpcc_node/controller/health/act.py; with Slurm, scontrol reboot).
         {"Sid": "RebootClusterInstances", "Effect": "Allow", "Action": ["ec2:RebootInstances"],
          "Resource": [f"{ec2}:instance/*"], "Condition": own},
         {"Sid": "ControllerReads", "Effect": "Allow", "Action": CONTROLLER_DESCRIBE, "Resource": "*"},
