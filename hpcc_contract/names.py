@@ -62,7 +62,7 @@ def ledger_table(cluster: str) -> str:
 
 
 def group_resource(cluster: str, group: str) -> str:
-    """The Pulumi name of a group's resource whose deletion terminates its instances (infra/components/groups.py)."""
+    """The Pulumi name of a group's resource whose deletion terminates its instances (infra/program/components/groups.py)."""
     return resource_name(cluster, f"group-{group}")
 
 
@@ -78,7 +78,7 @@ def bundle_key(sha256: str) -> str:
 
 
 def image_pin(cluster: str) -> str:
-    """The Pulumi name of the resource that keeps the image (infra/components/pins.py); `--update-image` replaces it."""
+    """The Pulumi name of the resource that keeps the image (infra/program/components/pins.py); `--update-image` replaces it."""
     return resource_name(cluster, "image-pin")
 
 

@@ -23,7 +23,7 @@ PUBLIC_KEY = (r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecd
 # Launch variables go into /etc/hpcc/env, which every login shell sources (root's too) and hpcc-mpirun exports to
 # every rank: only the fabric libraries' own prefixes (libfabric, NCCL, oneCCL, Intel MPI's OFI choice;
 # infra/facts/fabric.py), within them nothing that names a library, plugin, file or program to load or run, and no '/'.
-# So never LD_*, PATH, BASH_ENV, ENV, PROMPT_COMMAND or PYTHON* (tests/test_node_rules.py tries each).
+# So never LD_*, PATH, BASH_ENV, ENV, PROMPT_COMMAND or PYTHON* (tests/contract/test_node_rules.py tries each).
 FABRIC_NAMES = r"(FI|NCCL|CCL)_[A-Z0-9_]+|I_MPI_OFI_PROVIDER|I_MPI_OFI_LIBRARY_INTERNAL"
 FABRIC_DENIED = r"[A-Z0-9_]*(PATH|PLUGIN|FILE|EXEC|AGENT|PRELOAD)[A-Z0-9_]*|[A-Z0-9_]*_LIBRARY"
 # hpcc-mpirun passes these to every launch: the options infra/facts/fabric.py gives and their kin, one space apart. Not -x

@@ -1,6 +1,6 @@
 """hpcc's policy pack: `pulumi up --policy-pack policy`. Every policy is mandatory; the rule table is rules.py
 (checks in node_rules.py, network_rules.py and iam_rules.py, over records.py's records), and the same rules run
-offline over `hpcc plan`'s graph too (tests/test_policy.py)."""
+offline over `hpcc plan`'s graph too (tests/policy/test_policy.py)."""
 
 import sys
 from pathlib import Path

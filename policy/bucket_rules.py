@@ -1,4 +1,4 @@
-"""S3 rules for the cluster's bundle bucket (infra/components/bundle.py): its policy lets only the cluster's own
+"""S3 rules for the cluster's bundle bucket (infra/program/components/bundle.py): its policy lets only the cluster's own
 node roles read bundles, and nobody outside the account; every bucket blocks all public access. Standalone like
 the other rule modules: the bucket's name pattern is repeated here (tests/test_one_place.py runs both)."""
 
@@ -87,7 +87,7 @@ def _policy_doc(inputs: dict):
 
 
 def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
-    """The state bucket (infra/components/state.py): only the cluster's roles; the compute role reads
+    """The state bucket (infra/program/components/state.py): only the cluster's roles; the compute role reads
     membership.json, the statuses (a rollout waits on its canaries') and the host certificates (certs/*) and writes
     its own status and host-keys objects only; the head gets, puts and lists; nobody else."""
     if rtype != BUCKET_POLICY:

@@ -24,7 +24,7 @@ READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPat
                 "secretsmanager:GetSecretValue")
 ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
 # Session Manager's documented minimal instance permissions: on "*", which is all they can take
-# (infra/components/identity.py SESSION_MANAGER; the pack keeps its own copy, a test checks they agree).
+# (infra/program/components/identity.py SESSION_MANAGER; the pack keeps its own copy, a test checks they agree).
 SESSION_MANAGER = frozenset({"ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
                              "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
                              "ssmmessages:OpenDataChannel"})

@@ -14,8 +14,8 @@ else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it 
 
 ALL_PROTOCOLS = ("-1", "all")
 # The most addresses a security group may admit from, all its ingress rules together (overlaps once): a /16's worth
-# of IPv4, a /48's of IPv6. Why: docs/security.md. infra/validators/inputs.py holds the same IPv4 number for the
-# config; the pack keeps its own so it runs without hpcc installed (tests/test_policy.py checks they agree).
+# of IPv4, a /48's of IPv6. Why: docs/security.md. infra/config/validators/inputs.py holds the same IPv4 number for the
+# config; the pack keeps its own so it runs without hpcc installed (tests/policy/test_policy.py checks they agree).
 MAX_INGRESS_ADDRESSES = {4: 2**16, 6: 2**80}
 PREFIX_OF_LIMIT = {4: "/16", 6: "/48"}  # user-chosen keys: never renamed by normalise()
 PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"

@@ -16,7 +16,7 @@ if __package__:  # imported as the package `policy` (the tests)
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import records  # type: ignore[no-redef]
 
-IMDS_HOP_LIMIT_MAX = 2  # a bridge-networked container is one hop past the node (infra/components/compute.py)
+IMDS_HOP_LIMIT_MAX = 2  # a bridge-networked container is one hop past the node (infra/program/components/compute.py)
 # Every FSx for Lustre deployment type is encrypted at rest (scratch: FSx-managed keys; persistent: KMS).
 LUSTRE_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 

@@ -4,7 +4,7 @@ parameter's `hpcc:instance` tag is the caller's instance), the head's writes of 
 and host-CA secrets (secretsmanager:PutSecretValue; the labels of the SSH and login-user keys, to rotate them), and instance or group changes only on resources tagged with its own
 cluster (a controller's scaling). Never: the settings, hosts or FSx parameters, any parameter's tags or labels,
 a secret's metadata or policy, an S3 object (the bundle) or IAM. All the role's policies together
-(infra/components/identity.py writes them).
+(infra/program/components/identity.py writes them).
 
 The controller's store (issue 19): a compute node writes only its own status object in the state bucket
 (`status/${ec2:SourceInstanceARN}.json`) and its own host public keys (`hostkeys/` likewise), and nothing in

@@ -16,13 +16,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(ROOT / ".venv" / "bin" / "python")
-S = "tests/test_bootstrap_steps.py"
-D = "tests/test_bootstrap_decisions.py"
-B = "tests/test_bootstrap_behaviour.py"
-M = "tests/test_bootstrap_membership.py"
-R = "tests/test_bootstrap_render.py"
-P = "tests/test_bootstrap_pacing.py"
-L = "tests/test_loader.py"
+S = "tests/render/test_bootstrap_steps.py"
+D = "tests/render/test_bootstrap_decisions.py"
+B = "tests/render/test_bootstrap_behaviour.py"
+M = "tests/render/test_bootstrap_membership.py"
+R = "tests/render/test_bootstrap_render.py"
+P = "tests/render/test_bootstrap_pacing.py"
+L = "tests/render/test_loader.py"
 
 # (file, text, replacement, tests that must then fail)
 MUTATIONS = [
@@ -34,7 +34,7 @@ MUTATIONS = [
  ("templates/steps/launch_env.sh.j2", '{print $1 " slots=" s}', '{print $1 " slots=" s+1}', D + " -k hostfile_lines"),
  ("templates/steps/launch_env.sh.j2", 'awk -v s="$2" \'{print $1 ":" s}\'', 'awk -v s="$2" \'{print $1 " " s}\'', D + " -k hostfile_lines"),
  ("templates/steps/status.sh.j2", '"${#json}" -le 4000', '"${#json}" -le 40000', S + "::test_status_json_follows_the_contract_and_fits_in_4_kb"),
- ("infra/render/pacing.py", "TARGET_SHARE = 0.75", "TARGET_SHARE = 1.5", "tests/test_bootstrap_pacing.py"),
+ ("infra/render/pacing.py", "TARGET_SHARE = 0.75", "TARGET_SHARE = 1.5", "tests/render/test_bootstrap_pacing.py"),
  ("templates/steps/efa.sh.j2", "modprobe ib_uverbs ||", "true ||", S + "::test_efa_step_retries_after_modprobe_then_fails_naming_the_type"),
  ("templates/steps/ssh.sh.j2", '"PasswordAuthentication no"', '"PasswordAuthentication yes"', S + "::test_sshd_drop_in_allows_keys_only_and_comes_first"),
  ("templates/steps/ssh.sh.j2", '"StrictHostKeyChecking no"', '"StrictHostKeyChecking ask"', S + "::test_client_config_trusts_exactly_the_clusters_hosts"),
@@ -98,16 +98,16 @@ MUTATIONS = [
  ("templates/loader.sh.j2", '[ "$K" != "bundles/$SHA.tar.gz" ]', '[ -z "$K" ]', L + " -k malformed"),
  ("templates/loader.sh.j2", 'if [ "$n" -ge 8 ]; then', 'if [ "$n" -ge 9 ]; then', L + " -k unreachable"),
  ("templates/loader.sh.j2", '$DIR"\n  rm -rf "$TMP"\n', '$DIR"\n', L + " -k matching"),
- ("infra/render/bundle.py", "info.uid = info.gid = 0", "info.uid = info.gid = 1000", "tests/test_bundle.py -k deterministic"),
- ("infra/render/bundle.py", "fileobj=out, mtime=0,", "fileobj=out,", "tests/test_bundle.py -k deterministic"),
- ("templates/steps/hooks.sh.j2", "      HPCC_FAIL_CLASS=hook\n", "", "tests/test_hooks.py -k failing"),
+ ("infra/render/bundle.py", "info.uid = info.gid = 0", "info.uid = info.gid = 1000", "tests/render/test_bundle.py -k deterministic"),
+ ("infra/render/bundle.py", "fileobj=out, mtime=0,", "fileobj=out,", "tests/render/test_bundle.py -k deterministic"),
+ ("templates/steps/hooks.sh.j2", "      HPCC_FAIL_CLASS=hook\n", "", "tests/config/test_hooks.py -k failing"),
  # the host CA, the login user's key (hpcc_node/certs.py, templates/steps/ssh.sh.j2)
- ("templates/steps/ssh.sh.j2", '"{{ user_secret_id }}" "login user\'s key"', '"{{ ssh_secret_id }}" "login user\'s key"', "tests/test_host_keys.py -k login"),
- ("hpcc_node/certs.py", "now >= (issued.valid_from + issued.valid_to) / 2", "now >= issued.valid_to", "tests/test_host_certs.py -k half_life"),
- ("hpcc_node/certs.py", 'a = store.Authority([a.signer], 0, f"{r.id}:retire")', 'a = store.Authority(a.keys, a.signing, f"{r.id}:retire")', "tests/test_host_keys.py -k rotation"),
- ("hpcc_node/certs.py", "if p is None or p.ip != m.ip or not p.keys:", "if p is None or not p.keys:", "tests/test_host_certs.py -k another_address"),
- ("hpcc_node/certs.py", "(bool(instance) and issued.instance != instance)", "False", "tests/test_host_certs.py -k due_for_another_instance"),
- ("templates/steps/hooks.sh.j2", "within \"$HPCC_HOOK_SECONDS\" env -i", "within \"$HPCC_HOOK_SECONDS\" env", "tests/test_hooks.py -k clean"),
+ ("templates/steps/ssh.sh.j2", '"{{ user_secret_id }}" "login user\'s key"', '"{{ ssh_secret_id }}" "login user\'s key"', "tests/node/test_host_keys.py -k login"),
+ ("hpcc_node/certs.py", "now >= (issued.valid_from + issued.valid_to) / 2", "now >= issued.valid_to", "tests/node/test_host_certs.py -k half_life"),
+ ("hpcc_node/certs.py", 'a = store.Authority([a.signer], 0, f"{r.id}:retire")', 'a = store.Authority(a.keys, a.signing, f"{r.id}:retire")', "tests/node/test_host_keys.py -k rotation"),
+ ("hpcc_node/certs.py", "if p is None or p.ip != m.ip or not p.keys:", "if p is None or not p.keys:", "tests/node/test_host_certs.py -k another_address"),
+ ("hpcc_node/certs.py", "(bool(instance) and issued.instance != instance)", "False", "tests/node/test_host_certs.py -k due_for_another_instance"),
+ ("templates/steps/hooks.sh.j2", "within \"$HPCC_HOOK_SECONDS\" env -i", "within \"$HPCC_HOOK_SECONDS\" env", "tests/config/test_hooks.py -k clean"),
 ]
 EQUIVALENT = {"printf '%s [%s] %s\\n' \"$(date -u +%FT%TZ)\" \"$HPCC_STEP\" \"$line\""}
 

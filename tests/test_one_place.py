@@ -17,7 +17,7 @@ from infra.facts.subnets import PRIVATE_CIDRS, RESERVED_PER_SUBNET
 from infra.render.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
 from policy import node_rules
 from policy.records import LT
-from tests.bootstrap_cases import contexts
+from tests.render.bootstrap_cases import contexts
 
 CONTEXTS = dict(contexts())
 SOME = sorted(CONTEXTS)[:2]  # a head and a compute script of one example

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 # Tag keys the controller reads and writes on instances; the same strings as hpcc_contract/names.py (the node side may
-# not import the program: tests/test_controller_decide.py checks both agree).
+# not import the program: tests/node/test_controller_decide.py checks both agree).
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"
 TAG_NODE = "hpcc:node"

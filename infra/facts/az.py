@@ -1,4 +1,4 @@
-"""Which availability zone a cluster lives in: one rule for the program (infra/components/pins.py via
+"""Which availability zone a cluster lives in: one rule for the program (infra/program/components/pins.py via
 infra/program/lookups.py) and for preflight. Every node and the file system share one AZ, because EFA traffic does not
 cross AZs or subnets (EC2 User Guide, "Elastic Fabric Adapter": "EFA traffic can't cross Availability Zones or VPCs")."""
 

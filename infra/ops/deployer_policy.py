@@ -4,7 +4,7 @@ Each Pulumi type maps to the API calls the AWS provider makes to create, update,
 provider-aws, which pulumi-aws wraps); IAM, SSM and Secrets Manager writes are scoped to hpcc's own names
 (hpcc_contract/names.py: roles and profiles `hpcc-*`, parameters `/hpcc/*`, secrets `hpcc/*`), PassRole to EC2 only.
 Reads (Describe*, the public DLAMI parameters, prices, quotas) cannot be scoped by resource in IAM and are
-read-only. Shipped as policy/deployer-policy.json (`hpcc deployer-policy` prints it); tests/test_deployer_policy.py
+read-only. Shipped as policy/deployer-policy.json (`hpcc deployer-policy` prints it); tests/ops/test_examples.py
 checks the file against this function and every type the plan creates. IAM's JSON grammar:
 https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_grammar.html
 """
@@ -66,7 +66,7 @@ WRITES: dict[str, tuple[str, ...]] = {
                                          "secretsmanager:UntagResource"),
     "aws:ssm/parameter:Parameter": ("ssm:PutParameter", "ssm:DeleteParameter", "ssm:AddTagsToResource",
                                     "ssm:RemoveTagsFromResource"),
-    # The bundle store (infra/components/bundle.py): force_destroy empties the bucket's versions on delete.
+    # The bundle store (infra/program/components/bundle.py): force_destroy empties the bucket's versions on delete.
     "aws:s3/bucket:Bucket": ("s3:CreateBucket", "s3:DeleteBucket", "s3:PutBucketTagging", "s3:ListBucketVersions",
                              "s3:DeleteObjectVersion", "s3:DeleteObject"),
     "aws:s3/bucketPolicy:BucketPolicy": ("s3:PutBucketPolicy", "s3:DeleteBucketPolicy"),
@@ -75,10 +75,10 @@ WRITES: dict[str, tuple[str, ...]] = {
         "s3:PutEncryptionConfiguration",),
     "aws:s3/bucketVersioning:BucketVersioning": ("s3:PutBucketVersioning",),
     "aws:s3/bucketObjectv2:BucketObjectv2": ("s3:PutObject", "s3:PutObjectTagging"),
-    # The controller's ledger (infra/components/state.py).
+    # The controller's ledger (infra/program/components/state.py).
     "aws:dynamodb/table:Table": ("dynamodb:CreateTable", "dynamodb:DeleteTable", "dynamodb:UpdateTable",
                                  "dynamodb:UpdateContinuousBackups", "dynamodb:TagResource", "dynamodb:UntagResource"),
-    # A group's resource (infra/components/groups.py): its delete terminates the instances the controller launched.
+    # A group's resource (infra/program/components/groups.py): its delete terminates the instances the controller launched.
     DYNAMIC: ("ec2:TerminateInstances",),
 }
 # Calls of the operator commands themselves: reap deletes what a failed destroy left (infra/ops/reap/kinds.py).
@@ -110,7 +110,7 @@ READS = (
     "s3:ListBucket", "dynamodb:DescribeTable", "dynamodb:DescribeContinuousBackups", "dynamodb:DescribeTimeToLive",
     "dynamodb:ListTagsOfResource", "pricing:GetProducts", "servicequotas:GetServiceQuota", "sts:GetCallerIdentity",
 )
-# The managed policy the nodes' roles get (infra/components/identity.py): the SSM agent's.
+# The managed policy the nodes' roles get (infra/program/components/identity.py): the SSM agent's.
 ATTACHABLE = ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"]
 # FSx creates its own service-linked roles on first use, and for an S3 link gives its S3 role a policy (as the
 # managed policy AmazonFSxFullAccess allows: https://docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonFSxFullAccess.html).

@@ -231,7 +231,7 @@ def _load(config_path: Path) -> StackConfig:
 
 
 def image_kept_and_newest(aws: Aws, cfg: StackConfig) -> tuple[str | None, str | None]:
-    """The AMI the cluster's image pin keeps (infra/components/pins.py) and the one the config resolves to today
+    """The AMI the cluster's image pin keeps (infra/program/components/pins.py) and the one the config resolves to today
     (preflight's resolution: the family's parameter, the newest match of a filter), each None when unknown."""
     import json
 

@@ -13,7 +13,7 @@ import gzip
 import ipaddress
 import zlib
 
-# Deliberate copies of facts the program also holds (infra/render/userdata.py, infra/components/security.py): these
+# Deliberate copies of facts the program also holds (infra/render/userdata.py, infra/program/components/security.py): these
 # rules play AWS's part and check the program independently, so they never import what they check.
 # tests/test_one_place.py runs both sides on the same cases.
 # "User data is limited to 16 KB, in raw form, before it is base64-encoded":

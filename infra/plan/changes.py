@@ -140,12 +140,12 @@ def region_change(old_records: list[dict], new_records: list[dict]) -> str:
             f"`hpcc destroy` this one")
 
 
-GROUP_RESOURCE = "pulumi-python:dynamic:Resource"  # infra/components/groups.py
+GROUP_RESOURCE = "pulumi-python:dynamic:Resource"  # infra/program/components/groups.py
 
 
 def launch_template_notes(changes: list[Change], new_records: list[dict]) -> list[str]:
     """A launch template updated in place is a new version that only nodes launched afterwards get: running nodes
-    ignore it (`ignore_changes` on launchTemplate.version, infra/components/compute.py). Say so, per template,
+    ignore it (`ignore_changes` on launchTemplate.version, infra/program/components/compute.py). Say so, per template,
     with the command that applies it to a running node."""
     by_name = {c.name: c for c in changes}
     notes = []

@@ -2,7 +2,7 @@
 
 The plan runs the real program under Pulumi's mock runtime against moto, in one process. Public APIs cover most
 of it; what is here is what seeding a region and the plan's speed need, and neither project promises to keep it.
-tests/test_plan_internals.py checks each one still exists and behaves as used here, and names the package and
+tests/plan/test_internals.py checks each one still exists and behaves as used here, and names the package and
 version when one does not, so an upgrade fails there, plainly, rather than in the middle of a plan.
 """
 

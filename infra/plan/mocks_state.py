@@ -1,6 +1,6 @@
 """The plan's controller store and node groups: the ledger table created in moto's DynamoDB as the program asks
 (and as hpcc_node/controller/ledger.py's table_definition says it must be), and the groups' dynamic resources
-(infra/components/groups.py), which create nothing in AWS: only their inputs are recorded."""
+(infra/program/components/groups.py), which create nothing in AWS: only their inputs are recorded."""
 
 from __future__ import annotations
 

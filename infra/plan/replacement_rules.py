@@ -165,7 +165,7 @@ RULES: dict[str, Rule] = {
         _lustre),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": Rule(
         ("dataRepositoryPath", "fileSystemId", "fileSystemPath"), TF + "fsx/data_repository_association.go ForceNew"),
-    # S3 (terraform-provider-aws internal/service/s3): the bundle store (infra/components/bundle.py).
+    # S3 (terraform-provider-aws internal/service/s3): the bundle store (infra/program/components/bundle.py).
     "aws:s3/bucket:Bucket": Rule(("bucket", "bucketPrefix", "objectLockEnabled"), TF + "s3/bucket.go ForceNew"),
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": Rule(
         ("bucket",), TF + "s3/bucket_public_access_block.go ForceNew"),
@@ -176,11 +176,11 @@ RULES: dict[str, Rule] = {
     "aws:s3/bucketPolicy:BucketPolicy": Rule(("bucket",), TF + "s3/bucket_policy.go ForceNew"),
     "aws:s3/bucketObjectv2:BucketObjectv2": Rule(("bucket", "key"),
                                                  TF + "s3/object.go ForceNew (content updates in place)"),
-    # The controller's ledger (infra/components/state.py).
+    # The controller's ledger (infra/program/components/state.py).
     "aws:dynamodb/table:Table": Rule(("name", "hashKey", "rangeKey"), TF + "dynamodb/table.go ForceNew"),
     # A group's resource: its provider replaces it for another cluster, group, region, subnet or security group.
     "pulumi-python:dynamic:Resource": Rule(("cluster", "group", "region", "subnet_id", "security_group_id"),
-                                           "infra/components/groups.py GroupProvider.diff"),
+                                           "infra/program/components/groups.py GroupProvider.diff"),
     "aws:ec2/launchTemplate:LaunchTemplate": Rule(
         (), EC2 + "ec2_launch_template.go: every edit is a new version in place; "
                   "CustomizeDiff ComputedIf(latest_version, default_version)",

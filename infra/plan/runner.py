@@ -195,7 +195,7 @@ def _ami(pin_value) -> str | None:
 
 
 def planned_bundle(resources: list[dict]) -> tuple[dict[str, bytes], str]:
-    """The bundle object the program stores (infra/components/bundle.py): its files and its archive's sha256."""
+    """The bundle object the program stores (infra/program/components/bundle.py): its files and its archive's sha256."""
     objects = [r for r in resources if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2"]
     if not objects:
         return {}, ""

@@ -1,6 +1,6 @@
 """Read-only questions the program asks AWS before it creates anything: which AZ offers the node types,
 which image a family or name filter names. What is decided from the answers, and kept, is in
-`infra/components/pins.py`."""
+`infra/program/components/pins.py`."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role
 contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
 0755 only, gzip header without name or time. Nothing here is secret: the scripts read secrets at run time.
 
-The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/components/bundle.py)
+The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)
 and points `/hpcc/<cluster>/bundle` at it; the loader (templates/loader.sh.j2) checks the hash before it runs
 anything. `hpcc plan --out DIR` writes the files unpacked under DIR/bundle/ and the hash to DIR/bundle.sha256.
 """

@@ -2,7 +2,7 @@
 facts, the interface layout (infra/facts/efa.py), the EFA device count, the market and reservation, and the
 bootstrap context its user data is rendered from. Pure given `facts` (anything with `.get(name, field)`:
 infra.facts.instance_types.InstanceFacts under `pulumi up` and `hpcc plan`, DescribedFacts in tests): compute.py,
-tests/bootstrap_cases.py and the box all call it instead of repeating the derivation."""
+tests/render/bootstrap_cases.py and the box all call it instead of repeating the derivation."""
 
 from __future__ import annotations
 

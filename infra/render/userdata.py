@@ -55,7 +55,7 @@ class BootstrapContext:
     api_backoff_seconds: int
     api_attempts: int
     max_timeout_minutes: int
-    vpc_cidr: str  # the cluster key is accepted only from here (infra/components/network.py)
+    vpc_cidr: str  # the cluster key is accepted only from here (infra/program/components/network.py)
     bundle_parameter: str  # the pointer the loader follows (infra/render/bundle.py)
     hooks_start: tuple[str, ...] = ()  # hooks.onNodeStart's names in the bundle (infra/config/hooks.py)
     hooks_ready: tuple[str, ...] = ()  # hooks.onNodeReady's

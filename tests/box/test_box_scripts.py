@@ -13,7 +13,7 @@ from infra.render.roles import role_contexts
 from infra.render.userdata import render, render_loader
 from tests.box.cloud import ACCOUNT, FleetBox
 from tests.box.node import REGION
-from tests.instance_data import offline_facts
+from tests.facts.instance_data import offline_facts
 
 pytestmark = pytest.mark.box
 

@@ -146,7 +146,7 @@ def ssh_not_open_to_world(cfg):
 
 
 def ssh_ipv4_only(cfg):
-    """The VPC has no IPv6 block (infra/components/network.py), so an IPv6 source could never connect."""
+    """The VPC has no IPv6 block (infra/program/components/network.py), so an IPv6 source could never connect."""
     for i, cidr in enumerate(cfg.cluster.ssh.allowed_cidrs):
         net = ipaddress.ip_network(cidr)
         if net.version == 6 and net.prefixlen > 0:  # ::/0 is reported as the whole internet

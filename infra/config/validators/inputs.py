@@ -101,7 +101,7 @@ def s3_path_problems(path: str) -> list[str]:
 
 # --- SSH source networks ----------------------------------------------------------------------------------------
 # At most a /16's worth of IPv4 addresses in all, overlaps counted once (why: docs/security.md). policy/network_rules.py
-# keeps the same number for the policy pack, which must run without hpcc installed; tests/test_policy.py checks
+# keeps the same number for the policy pack, which must run without hpcc installed; tests/policy/test_policy.py checks
 # that both agree on the same cases.
 SSH_MAX_IPV4_ADDRESSES = 65_536
 

@@ -47,7 +47,7 @@ def cluster_architecture(types: dict[str, InstanceType]) -> str | None:
 
 
 def architecture(cfg, types: dict[str, InstanceType]):
-    """One image (infra/components/pins.py) serves head and compute: they run one architecture, one the image
+    """One image (infra/program/components/pins.py) serves head and compute: they run one architecture, one the image
     source has a build for."""
     from infra.config.model import image_name_pattern
 
@@ -104,7 +104,7 @@ def market_supported(cfg, types: dict[str, InstanceType]):
 
 
 def cluster_placement(cfg, types: dict[str, InstanceType]):
-    """Every node launches into one cluster placement group (infra/components/compute.py)."""
+    """Every node launches into one cluster placement group (infra/program/components/compute.py)."""
     for field, itype in types.items():
         if itype.placement_strategies and not itype.cluster_placement_supported:
             yield Finding(ERROR, field, f"{itype.name} cannot join a cluster placement group (EC2 lists only "

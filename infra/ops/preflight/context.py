@@ -122,7 +122,7 @@ class Context:
 
     @cached_property
     def kept_az(self) -> str | None:
-        """The AZ an earlier `pulumi up` of this cluster pinned (infra/components/pins.py), if there was one."""
+        """The AZ an earlier `pulumi up` of this cluster pinned (infra/program/components/pins.py), if there was one."""
         try:
             return self.aws.call("ssm", "get_parameter", Name=Paths(self.cluster.name).pinned_az)["Parameter"]["Value"]
         except ClientError as e:
@@ -138,7 +138,7 @@ class Context:
 
     @cached_property
     def architecture(self) -> str:
-        """The compute nodes' architecture, which the image is resolved for (infra/validators/type_rules.py)."""
+        """The compute nodes' architecture, which the image is resolved for (infra/config/validators/type_rules.py)."""
         info = self.type_info.get(self.cluster.compute.instance_type) or {}
         archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
         return next((a for a in ("x86_64", "arm64") if a in archs), "x86_64")

@@ -81,7 +81,7 @@ def delete_security_groups(aws: Aws, items: list[Item], waits: Waits) -> None:
     each(revoked, lambda it: aws.call("ec2", "delete_security_group", GroupId=it.id))
 
 
-# -- IAM: one role per node role, and its instance profile of the same name (infra/components/identity.py)
+# -- IAM: one role per node role, and its instance profile of the same name (infra/program/components/identity.py)
 
 def _get(aws: Aws, op: str, key: str, **kw) -> dict | None:
     try:

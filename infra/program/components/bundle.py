@@ -3,7 +3,7 @@
 
 - Private: every public access blocked, SSE-S3 by default, versioned, readable through the bucket policy only by
   the cluster's two node roles (and by nobody outside the account: the policy names no one else). Nodes reach it
-  through the VPC's S3 gateway endpoint (infra/components/network.py), with no internet.
+  through the VPC's S3 gateway endpoint (infra/program/components/network.py), with no internet.
 - Create-once: the key is the archive's hash, so a key never holds two bundles. Neither S3 nor this program's
   provider sends `If-None-Match: *` (pulumi-aws 7's BucketObjectv2 has no such input), so a writer with
   s3:PutObject on the bucket could still overwrite one; versioning keeps what was there, and the loader's hash
@@ -31,7 +31,7 @@ class BundleArgs:
     account: pulumi.Input[str]
     archive: bytes  # infra/render/bundle.py's pack(): deterministic, so its hash is the key
     sha256: str
-    reader_role_arns: list[pulumi.Input[str]]  # the node roles (infra/components/identity.py)
+    reader_role_arns: list[pulumi.Input[str]]  # the node roles (infra/program/components/identity.py)
     extra_tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -51,7 +51,7 @@ def pointer_value(bucket: str, sha256: str) -> str:
 
 class BundleStore(pulumi.ComponentResource):
     bucket: pulumi.Output[str]
-    pointer: aws.ssm.Parameter  # the instances boot after it exists (infra/components/compute.py)
+    pointer: aws.ssm.Parameter  # the instances boot after it exists (infra/program/components/compute.py)
 
     def __init__(self, name: str, args: BundleArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("hpcc:cluster:BundleStore", name, None, opts)

@@ -1,6 +1,6 @@
 """The nodes: a cluster placement group, one launch template for the head and one per node group (EFA layout,
 IMDSv2, encrypted root volume, the loader as user data), the head instance, one resource per group whose deletion
-terminates the group's instances (infra/components/groups.py), and the parameters the nodes and the controller
+terminates the group's instances (infra/program/components/groups.py), and the parameters the nodes and the controller
 read: settings and groups. Compute instances are launched by the controller on the head (EC2 Fleet, from the
 group's launch template), never one by one by Pulumi."""
 
@@ -38,7 +38,7 @@ class ComputeArgs:
     subnet_azs: dict[bool, pulumi.Input[str]]  # public? -> AZ
     nodes_sg_id: pulumi.Input[str]
     head_ssh_sg_id: pulumi.Input[str] | None
-    instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/components/identity.py)
+    instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/program/components/identity.py)
     account: pulumi.Input[str]  # names the state bucket in the settings
     extra_tags: dict[str, str] = field(default_factory=dict)
     boot_after: list[pulumi.Resource] = field(default_factory=list)  # the bundle pointer the loader reads

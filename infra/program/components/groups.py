@@ -7,7 +7,7 @@ until EC2 says they are terminated (botocore's `instance_terminated` waiter), so
 launch template deleted after it are free. The head instance depends on these resources: destroy removes the head
 (the controller) first, then each group's instances, so no controller relaunches what is being removed.
 
-`terminate_group` is a plain function over an injected boto3 EC2 client (tests/test_groups_resource.py runs it
+`terminate_group` is a plain function over an injected boto3 EC2 client (tests/program/test_groups_resource.py runs it
 against moto)."""
 
 from __future__ import annotations

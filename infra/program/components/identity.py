@@ -122,7 +122,7 @@ def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: 
                 munge_arn: str | None = None, cluster: str | None = None, host_ca_arn: str | None = None,
                 user_key_arn: str | None = None) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
-    bundles it may read (infra/components/bundle.py); the bucket's policy allows the same roles only."""
+    bundles it may read (infra/program/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
     secret_actions = SECRET_READ + (SECRET_WRITE if role == "head" else [])
     key_actions = secret_actions + (KEY_ROTATION if role == "head" else [])

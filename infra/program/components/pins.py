@@ -32,7 +32,7 @@ from hpcc_contract.names import Paths, image_pin, tags
 class PinsArgs:
     config: ClusterConfig
     extra_tags: dict[str, str] = field(default_factory=dict)
-    architecture: str = "x86_64"  # the node types' (infra/validators/type_rules.cluster_architecture)
+    architecture: str = "x86_64"  # the node types' (infra/config/validators/type_rules.cluster_architecture)
     region: str | None = None  # the stack's: a kept AZ from another region means the region changed
 
 

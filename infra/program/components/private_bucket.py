@@ -1,4 +1,4 @@
-"""A private S3 bucket as the cluster's stores use it (infra/components/bundle.py, state.py): every public access
+"""A private S3 bucket as the cluster's stores use it (infra/program/components/bundle.py, state.py): every public access
 blocked, SSE-S3 by default, removed with its objects by `pulumi destroy` (force_destroy). The resource names are
 `<name>`, `<name>-private` and `<name>-sse`, the names the stores have always had (a rename would replace them)."""
 

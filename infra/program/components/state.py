@@ -1,6 +1,6 @@
 """The controller's store: the ledger (a DynamoDB table, hpcc_node/controller/ledger.py `table_definition`: one
 string hash key `pk`, on demand) and the state bucket (`membership.json`, written by the head's role only, and
-`status/<instance-arn>.json`, each written by its own node only: infra/components/identity.py).
+`status/<instance-arn>.json`, each written by its own node only: infra/program/components/identity.py).
 
 The bucket is private as the bundle bucket is: every public access blocked, SSE-S3, and a policy naming only the
 cluster's two node roles with exactly what each may do (policy rule `state-bucket-private`). `pulumi destroy`
@@ -34,7 +34,7 @@ class StateArgs:
 def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
     """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host certificates, and
     writes its own status and host public keys only.
-    No Deny and no wildcard principal (as the bundle bucket, infra/components/bundle.py)."""
+    No Deny and no wildcard principal (as the bundle bucket, infra/program/components/bundle.py)."""
     arn = f"arn:aws:s3:::{bucket}"
     return json.dumps({"Version": "2012-10-17", "Statement": [
         {"Sid": "HeadKeepsState", "Effect": "Allow", "Principal": {"AWS": [head_arn]},

@@ -1,0 +1,126 @@
+"""Node groups (`nodeGroups:`): names, the cap, per-group rules naming the group's own field, and `compute:` as the
+one group named compute."""
+
+import pytest
+
+from infra.config.model import MAX_NODES, ConfigError, parse
+from hpcc_contract.names import compute_node_name, node_name
+from infra.config.validators import check_config
+from tests.facts.instance_data import offline_facts
+
+GPU = {"name": "gpu", "instanceType": "p4d.24xlarge", "count": 2}
+CPU = {"name": "cpu", "instanceType": "c6i.16xlarge", "count": 3}
+
+
+def groups(*gs, **extra):
+    return {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"}, "nodeGroups": list(gs), **extra}
+
+
+def problems(cluster):
+    try:
+        cfg = parse("us-east-1", cluster)
+    except ConfigError as e:
+        return e.problems
+    return [(f.field, f.message) for f in check_config(cfg, offline_facts()) if f.is_error]
+
+
+def test_groups_parse_in_order_with_their_counts():
+    cfg = parse("us-east-1", groups(GPU, CPU)).cluster
+    assert [(g.name, g.instance_type, g.count) for g in cfg.node_groups] == [("gpu", "p4d.24xlarge", 2),
+                                                                           ("cpu", "c6i.16xlarge", 3)]
+    assert cfg.node_count == 5
+    assert cfg.group_field(1, "count") == "cluster.nodeGroups[1].count"
+    assert not problems(groups(GPU, CPU))
+
+
+def test_compute_is_one_group_named_compute():
+    cfg = parse("us-east-1", {"name": "demo", "compute": {"instanceType": "c6i.16xlarge", "count": 4,
+                                                           "market": "spot"}}).cluster
+    [group] = cfg.node_groups
+    assert (group.name, group.count, group.market) == ("compute", 4, "spot")
+    assert cfg.group_field(0, "market") == "cluster.compute.market"
+
+
+def test_spares_are_part_of_the_count_and_reach_the_controllers_group():
+    """`spares` of `count` are launched with it; /hpcc/<c>/groups carries them to Group.spares."""
+    from hpcc_node.controller.__main__ import parse_groups
+    from infra.render.groups_param import group_entry, groups_value
+
+    cfg = parse("us-east-1", groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm")).cluster
+    assert cfg.node_count == 8 and [g.spares for g in cfg.node_groups] == [1, 0]
+    assert not problems(groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm"))
+    entry = group_entry(cfg, 0, cfg.node_groups[0], offline_facts().get("p4d.24xlarge"), "lt-1", "subnet-1",
+                        "us-east-1a", None)
+    [group] = parse_groups(groups_value([entry]), "/hpcc/demo/groups")  # as the controller reads it each loop
+    assert (group.count, group.spares) == (5, 1)
+
+
+def test_a_group_may_be_empty():
+    assert parse("us-east-1", groups({**CPU, "count": 0})).cluster.node_count == 0
+
+
+CASES = [
+    # (cluster, field, words)
+    (groups(GPU, {**CPU, "name": "head"}), "cluster.nodeGroups[1].name", "the head node's name"),
+    (groups({**GPU, "name": "Gpu"}), "cluster.nodeGroups[0].name", "lower-case letters and digits"),
+    (groups({**GPU, "name": "gpu-a"}), "cluster.nodeGroups[0].name", "lower-case letters and digits"),
+    (groups({**GPU, "name": "abcdefghijklm"}), "cluster.nodeGroups[0].name", "1-12"),
+    (groups(GPU, {**CPU, "name": "gpu"}), "cluster.nodeGroups[1].name", "also the name of cluster.nodeGroups[0]"),
+    (groups({**GPU, "count": 4000}, {**CPU, "count": 97}), "cluster.nodeGroups", f"at most {MAX_NODES}"),
+    (groups({**GPU, "count": MAX_NODES + 1}), "cluster.nodeGroups[0].count", f"less than or equal to {MAX_NODES}"),
+    (groups({**GPU, "count": -1}), "cluster.nodeGroups[0].count", "greater than or equal to 0"),
+    (groups({**GPU, "count": 2, "spares": 1}), "cluster.nodeGroups[0].spares", "give cluster.scheduler: slurm"),
+    (groups(GPU, {**CPU, "efa": True}), "cluster.nodeGroups[1].efa", "has no EFA"),
+    (groups(GPU, {**CPU, "instanceType": "hpc7a.96xlarge", "market": "spot"}), "cluster.nodeGroups[1].market",
+     "on-demand only"),
+    (groups(GPU, {**CPU, "instanceType": "p9.huge"}), "cluster.nodeGroups[1].instanceType",
+     "DescribeInstanceTypes does not list it"),
+    (groups(GPU, {**CPU, "instanceType": "vt1.24xlarge"}), "cluster.nodeGroups[1].instanceType",
+     "cannot join a cluster placement group"),
+    (groups(GPU, {**CPU, "market": "capacity-block"}), "cluster.nodeGroups[1].capacityReservationId", "give its id"),
+    (groups(GPU, {**CPU, "instanceType": "hpc7g.16xlarge"}), "cluster.headNode.instanceType",
+     "cluster.nodeGroups[1].instanceType hpc7g.16xlarge runs arm64"),
+    (groups(GPU, {**CPU, "gpus": 8}), "cluster.nodeGroups[1].gpus", "unknown key"),
+    (groups(), "cluster.nodeGroups", "at least 1 item"),
+    ({**groups(GPU), "compute": {"instanceType": "c6i.16xlarge", "count": 1}}, "cluster",
+     "either compute (one group named compute) or nodeGroups, not both"),
+    ({"name": "demo"}, "cluster", "nodeGroups is required"),
+    (groups({**GPU, "spares": 3}, scheduler="slurm"), "cluster.nodeGroups[0]", "give count >= spares"),
+    (groups(GPU, {**CPU, "spares": 1}), "cluster.nodeGroups[1].spares", "give cluster.scheduler: slurm"),
+    (groups({**GPU, "spares": -1}, scheduler="slurm"), "cluster.nodeGroups[0].spares", "greater than or equal to 0"),
+]
+
+
+@pytest.mark.parametrize("cluster,field,words", CASES, ids=[f"{c[1]}:{c[2][:24]}" for c in CASES])
+def test_bad_group_is_named_with_the_fix(cluster, field, words):
+    found = problems(cluster)
+    assert any(path == field and words in msg for path, msg in found), found
+
+
+def test_node_names_have_three_digits_below_a_thousand_and_plain_digits_above():
+    assert [node_name("gpu", i) for i in (0, 7, 999, 1000, 4095)] == ["gpu-000", "gpu-007", "gpu-999", "gpu-1000",
+                                                                      "gpu-4095"]
+    assert compute_node_name(12) == "compute-012"
+
+
+def test_node_names_agree_with_the_controllers():
+    from hpcc_node.controller import model
+
+    from hpcc_contract import names as contract_names
+
+    for i in (0, 5, 999, 1000, 4095):
+        assert contract_names.node_name("a1", i) == model.node_name("a1", i)
+    assert (contract_names.TAG_GROUP, contract_names.TAG_NODE, contract_names.TAG_CLUSTER, contract_names.TAG_ROLE) == (
+        model.TAG_GROUP, model.TAG_NODE, model.TAG_CLUSTER, model.TAG_ROLE)
+
+
+def test_the_store_names_agree_with_the_controller_and_the_policy_pack():
+    from hpcc_node.controller import membership
+
+    from hpcc_contract import names as contract_names
+    from policy import bucket_rules
+
+    assert (contract_names.MEMBERSHIP_KEY, contract_names.STATUS_PREFIX) == (membership.KEY, membership.STATUS_PREFIX)
+    m = bucket_rules.STATE_BUCKET.match(contract_names.state_bucket("my-cluster", "123456789012"))
+    assert m and (m.group("cluster"), m.group("account")) == ("my-cluster", "123456789012")
+    assert not bucket_rules.STATE_BUCKET.match(contract_names.bundle_bucket("my-cluster", "123456789012"))

@@ -1,0 +1,140 @@
+"""observe(): Slurm's node lines parsed (reasons, not-responding marks), instances read by the cluster's tag in
+pages from moto, status checks and scheduled events from a fake EC2, and the agents' reports fetched only where
+their ETag changed."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+from moto import mock_aws
+
+from hpcc_node.controller import fleet, membership, observe
+from hpcc_node.controller.model import Group
+from tests.node.controller_fakes import FakeEC2, moto_launch_template
+
+SCONTROL = """\
+NodeName=gpu-000 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 NodeAddr=10.0.0.4 NodeHostName=gpu-000 State=IDLE+CLOUD Partitions=gpu,all
+NodeName=gpu-001 Arch=x86_64 NodeAddr=10.0.0.5 NodeHostName=gpu-001 State=DOWN*+CLOUD Reason=Not responding [slurm@2026-11-24T10:00:00]
+NodeName=gpu-002 NodeAddr=10.0.0.6 NodeHostName=gpu-002 State=MIXED+DRAIN Reason=hpcc: instance: scheduled instance-retirement [root@2026-11-24T10:01:00] Comment=(null)
+NodeName=gpu-003 NodeAddr=gpu-003 NodeHostName=gpu-003 State=IDLE+DRAIN Reason=alice: bad GPU 3, see ticket 12 [alice@2026-11-24T09:00:00]
+"""
+
+
+def test_slurm_node_lines_give_states_reasons_and_addresses():
+    nodes = observe.slurm_nodes(SCONTROL)
+    assert nodes["gpu-000"].states == frozenset({"IDLE", "CLOUD"}) and nodes["gpu-000"].reason == ""
+    assert nodes["gpu-000"].addr == "10.0.0.4"
+    assert nodes["gpu-001"].states == frozenset({"DOWN", "NOT_RESPONDING", "CLOUD"})
+    assert nodes["gpu-001"].reason == "Not responding"
+    assert nodes["gpu-002"].reason == "hpcc: instance: scheduled instance-retirement"
+    assert nodes["gpu-003"].reason == "alice: bad GPU 3, see ticket 12"
+
+
+def test_instances_are_read_by_the_clusters_tag_with_their_group_and_address():
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        made = moto_launch_template(ec2, "hpcc-c-gpu", {})
+        subnet, image = made["subnet"], made["image"]
+        group = Group("gpu", "t3.micro", 3, launch_template="hpcc-c-gpu", subnet_id=subnet)
+        mine = fleet.launch(ec2, fleet.request(group, 3, "a", "c")).instance_ids
+        fleet.launch(ec2, fleet.request(group, 2, "b", "other-cluster"))
+        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1)  # no tag at all
+        found = observe.instances(ec2, "c")
+        assert sorted(found) == sorted(mine)
+        assert {i.group for i in found.values()} == {"gpu"} and all(i.private_ip for i in found.values())
+        assert all(i.state in ("pending", "running") and i.launch_time > 0 for i in found.values())
+
+
+def test_status_checks_and_scheduled_events_come_from_filtered_reads():
+    ec2 = FakeEC2(lambda: 100.0)
+    ids = ec2.create_fleet(ClientToken="t", TargetCapacitySpecification={"TotalTargetCapacity": 3},
+                           TagSpecifications=[{"Tags": [{"Key": "hpcc:cluster", "Value": "c"},
+                                                        {"Key": "hpcc:role", "Value": "compute"}]}])
+    ids = sorted(ids["Instances"][0]["InstanceIds"])
+    ec2.tick()
+    ec2.instances[ids[0]]["status_ok"] = False
+    ec2.instances[ids[1]]["events"] = ["instance-retirement"]
+    found = observe.health(ec2, ids)
+    assert found == {ids[0]: (False, ()), ids[1]: (None, ("instance-retirement",))}
+    merged = observe.with_health(observe.instances(ec2, "c"), found)
+    assert merged[ids[0]].status_ok is False and merged[ids[1]].events == ("instance-retirement",)
+    assert merged[ids[2]].status_ok is None and merged[ids[2]].events == ()
+
+
+def arn(iid: str) -> str:
+    return membership.instance_arn("aws", "us-east-1", "123456789012", iid)
+
+
+def test_reports_are_fetched_only_where_they_changed():
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="hpcc-c")
+        for name, iid, ok in (("gpu-000", "i-0a0", True), ("gpu-001", "i-0a1", False)):
+            s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn(iid)), Body=membership.status_body(
+                name, iid, ok, "" if ok else "hook", "" if ok else "hook x exited 1", 5))
+        s3.put_object(Bucket="hpcc-c", Key="status/junk.json", Body=b"not json")
+        gets = []
+
+        class Counting:
+            def __getattr__(self, name):
+                if name == "get_object":
+                    return lambda **kw: (gets.append(kw["Key"]), s3.get_object(**kw))[1]
+                return getattr(s3, name)
+        cache = {}
+        reps = observe.reports(Counting(), "hpcc-c", cache)
+        assert reps["gpu-000"].ok and not reps["gpu-001"].ok and reps["gpu-001"].failure == "hook"
+        assert len(gets) == 3
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0a0")), Body=json.dumps(
+            {"name": "gpu-000", "instance_id": "i-0a0", "ok": False, "failure": "health", "evidence": "xid 79"}))
+        reps = observe.reports(Counting(), "hpcc-c", cache)
+        assert gets[3:] == [membership.status_key(arn("i-0a0"))] and reps["gpu-000"].evidence == "xid 79"
+        listed = {o["Key"]: o["LastModified"].timestamp() for o in s3.list_objects_v2(Bucket="hpcc-c")["Contents"]}
+        assert reps["gpu-001"].heard == listed[membership.status_key(arn("i-0a1"))] > 0  # the heartbeat's time
+
+
+def test_a_report_counts_only_for_the_instance_its_key_names_and_once_it_is_a_verdict():
+    """A node may write only status/<its ARN>.json (IAM); a body naming another instance there is no report, and
+    a bootstrap still running (ok, phase running) is no verdict yet."""
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="hpcc-c")
+        forged = dict(json.loads(membership.status_body("gpu-002", "i-0b2", False, "bootstrap", "x")))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b9")), Body=json.dumps(forged))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b3")), Body=json.dumps(
+            {"name": "gpu-003", "instance_id": "i-0b3", "ok": True, "phase": "running", "step": "efa"}))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b4")), Body=json.dumps(
+            {"name": "gpu-004", "instance_id": "i-0b4", "ok": True, "phase": "ready", "at": 7}))
+        # a predecessor's last word and its successor's: the later one is the name's report
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b5")), Body=membership.status_body(
+            "gpu-005", "i-0b5", False, "instance", "gone", at=10))
+        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b6")), Body=membership.status_body(
+            "gpu-005", "i-0b6", True, at=20))
+        reps = observe.reports(s3, "hpcc-c", {})
+        assert set(reps) == {"gpu-004", "gpu-005"} and reps["gpu-005"].instance_id == "i-0b6", reps
+
+
+def test_capacity_block_windows_come_from_one_describe_call():
+    from datetime import datetime, timezone
+    from dataclasses import replace
+    start, end = datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc), datetime(2026, 12, 8, 11, 30, tzinfo=timezone.utc)
+    calls = []
+
+    class EC2:
+        def get_paginator(self, name):
+            assert name == "describe_capacity_reservations"
+
+            class Pages:
+                def paginate(self, **kw):
+                    calls.append(kw)
+                    return [{"CapacityReservations": [
+                        {"CapacityReservationId": "cr-b", "ReservationType": "capacity-block", "StartDate": start,
+                         "EndDate": end},
+                        {"CapacityReservationId": "cr-o", "ReservationType": "default"}]}]
+            return Pages()
+    gpu = Group("gpu", "p5.48xlarge", 4, market="capacity-block", capacity_reservation_id="cr-b")
+    odcr = Group("cpu", "c7i.48xlarge", 2, capacity_reservation_id="cr-o")
+    out = observe.capacity_blocks(EC2(), [gpu, odcr])
+    assert out[0].capacity_block.start == start.timestamp() and out[0].capacity_block.end == end.timestamp()
+    assert out[1] == odcr and calls == [{"CapacityReservationIds": ["cr-b"]}]
+    assert observe.capacity_blocks(EC2(), [replace(gpu, market="on-demand")]) == [replace(gpu, market="on-demand")]

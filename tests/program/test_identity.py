@@ -1,0 +1,69 @@
+"""The nodes' IAM, as planned: a role per node role, the SSH key written only by the head, and each node's status
+object in the state bucket writable only by the instance it names. (No IAM evaluator runs offline: these check the documents
+and the tags the conditions depend on; AWS evaluates `${ec2:SourceInstanceARN}` and `aws:ResourceTag`.)"""
+
+import json
+
+import pytest
+
+from hpcc_contract.names import role_name
+from infra.plan.runner import plan_config
+from infra.config.stackfile import read_raw
+from tests.ops.support import EXAMPLES
+
+ROLE_POLICY, PROFILE = "aws:iam/rolePolicy:RolePolicy", "aws:iam/instanceProfile:InstanceProfile"
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return plan_config(read_raw(EXAMPLES / "c6i-oneccl.yaml"))
+
+
+def statements(result, role: str) -> dict[str, dict]:
+    [policy] = [r for r in result.of_type(ROLE_POLICY) if r["inputs"]["role"] == role_name("cpu-oneccl", role)]
+    return {s["Sid"]: s for s in json.loads(policy["inputs"]["policy"])["Statement"]}
+
+
+def test_only_the_head_can_write_the_ssh_key(planned):
+    head, compute = statements(planned, "head"), statements(planned, "compute")
+    assert "secretsmanager:PutSecretValue" in head["ClusterSshKey"]["Action"]
+    assert compute["ClusterSshKey"]["Action"] == ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
+    every_action = {a for s in compute.values() if s["Effect"] == "Allow" for a in s["Action"]}
+    assert not {a for a in every_action if a.startswith("secretsmanager:") and not a.startswith(("secretsmanager:Get",
+                                                                                              "secretsmanager:Describe"))}
+
+
+def test_a_compute_node_writes_only_its_own_status_object_and_no_parameter(planned):
+    stmts = statements(planned, "compute")
+    allowed = [s for s in stmts.values() if s["Effect"] == "Allow"]
+    assert not [s for s in allowed if "ssm:PutParameter" in s["Action"]]
+    writes = [s for s in allowed if any(a.startswith("s3:Put") for a in s["Action"])]
+    # The policy variable is the caller's own instance ARN: another node's key, or any other, does not match.
+    assert writes == [stmts["ReportOwnStatus"], stmts["PublishOwnHostKeys"]]
+    assert [(w["Action"], w["Resource"]) for w in writes] == [
+        (["s3:PutObject"], [f"arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/{what}/${{ec2:SourceInstanceARN}}.json"])
+        for what in ("status", "hostkeys")]
+    # The certificates the head signed: read, never written (a node's root must not certify itself).
+    assert stmts["ReadHostCertificates"]["Action"] == ["s3:GetObject"]
+    assert stmts["ReadHostCertificates"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/certs/*"]
+
+
+def test_the_head_writes_the_state_bucket_and_the_ledger_only(planned):
+    stmts = statements(planned, "head")
+    assert not [s for s in stmts.values() if s["Effect"] == "Allow" and "ssm:PutParameter" in s["Action"]]
+    assert stmts["StateObjects"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/*"]
+    assert stmts["Ledger"]["Resource"] == ["arn:aws:dynamodb:us-east-1:123456789012:table/hpcc-cpu-oneccl-ledger"]
+
+
+def test_only_the_head_reads_the_host_ca(planned):
+    [ca] = [r for r in planned.of_type("aws:secretsmanager/secret:Secret") if r["inputs"]["name"] == "hpcc/cpu-oneccl/host-ca"]
+    reads = {role: [s["Sid"] for s in statements(planned, role).values()
+                    if s["Effect"] == "Allow" and ca["outputs"]["arn"] in s.get("Resource", [])] for role in ("head", "compute")}
+    assert reads == {"head": ["HostCa"], "compute": []}
+
+
+def test_each_role_launches_with_its_own_profile(planned):
+    profiles = {r["inputs"]["name"]: r["outputs"]["arn"] for r in planned.of_type(PROFILE)}
+    lts = {r["inputs"]["name"]: r["inputs"]["iamInstanceProfile"]["arn"] for r in planned.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    assert lts == {"hpcc-cpu-oneccl-head": profiles[role_name("cpu-oneccl", "head")],
+                   "hpcc-cpu-oneccl-compute": profiles[role_name("cpu-oneccl", "compute")]}
