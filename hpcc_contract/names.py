@@ -1,10 +1,15 @@
 """Names, tags and parameter paths that tie AWS resources to a cluster.
 
 Tags are the source of truth for what belongs to a cluster (status, hostfile and reap find
-resources by `hpcc:cluster`), so every name and tag is made here and nowhere else.
+resources by `hpcc:cluster`), so every name and tag is made here and nowhere else: the program, the operator's
+commands, the policy pack and the nodes call these functions (tests/test_architecture.py fails on a spelling
+anywhere else). The bootstrap's bash repeats a few of them; tests run both.
 """
 
 from __future__ import annotations
+
+import hashlib
+from typing import Dict, Optional
 
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"  # head | compute
@@ -16,8 +21,8 @@ HEAD = "head"
 
 
 def node_name(group: str, index: int) -> str:
-    """`<group>-NNN`: three digits below 1000, plain digits above (gpu-999, gpu-1000, never gpu-0000); the same
-    as hpcc_node.controller.model.node_name (tests/test_naming.py holds both to it)."""
+    """`<group>-NNN`: three digits below 1000, plain digits above (gpu-999, gpu-1000, never gpu-0000); names are
+    never compacted (a removed node leaves a hole)."""
     return f"{group}-{index:03d}"
 
 
@@ -49,11 +54,34 @@ def state_bucket(cluster: str, account: str) -> str:
     return f"hpcc-{cluster}-state-{account}"
 
 
-MEMBERSHIP_KEY = "membership.json"  # hpcc_node/controller/membership.py KEY
-STATUS_PREFIX = "status/"  # hpcc_node/controller/membership.py STATUS_PREFIX: status/<instance-arn>.json
+MEMBERSHIP_KEY = "membership.json"  # the controller's membership (hpcc_node/controller/membership.py)
+STATUS_PREFIX = "status/"  # the nodes' statuses: status/<instance-arn>.json, each node its own
 HOSTKEYS_PREFIX = "hostkeys/"  # hpcc_node/certstore.py: hostkeys/<instance-arn>.json, each node its own
 CERTS_PREFIX = "certs/"  # hpcc_node/certstore.py: certs/<node>.json, written by the head only
-NO_ROTATION = "none"  # hpcc_node/certstore.py NO_ROTATION: the rotation parameter before `hpcc rotate-keys`
+NO_ROTATION = "none"  # the rotation parameter as Pulumi creates it, before `hpcc rotate-keys`
+
+
+def hostkeys_key(instance_arn: str) -> str:
+    """The state-bucket key of a node's published host keys (written by that instance only)."""
+    return f"{HOSTKEYS_PREFIX}{instance_arn}.json"
+
+
+def certs_key(node: str) -> str:
+    """The state-bucket key of the certificates the head wrote for a node."""
+    return f"{CERTS_PREFIX}{node}.json"
+
+
+def key_comment(cluster: str) -> str:
+    """The comment of the cluster's SSH keys (root's cluster key, the login user's), as ssh-keygen -C gets it."""
+    return f"hpcc-{cluster}"
+
+
+def fleet_client_token(cluster: str, group: str, now: float, batch: int) -> str:
+    """CreateFleet's ClientToken: unique in the account (other clusters launch too), at most 64 ASCII characters
+    (EC2 API reference, "Ensuring idempotency"), the same for the same loop's batch."""
+    tag = hashlib.sha256(cluster.encode()).hexdigest()[:10]
+    return f"hpcc-{tag}-{group[:24]}-{int(now)}-{batch}"
+
 
 
 def ledger_table(cluster: str) -> str:
@@ -72,9 +100,12 @@ def bundle_bucket(cluster: str, account: str) -> str:
     return f"hpcc-{cluster}-bundles-{account}"
 
 
+BUNDLES_PREFIX = "bundles/"  # the bundle bucket's objects the nodes may read
+
+
 def bundle_key(sha256: str) -> str:
     """Content-addressed: a bundle's key is its archive's sha256, so one key never holds two bundles."""
-    return f"bundles/{sha256}.tar.gz"
+    return f"{BUNDLES_PREFIX}{sha256}.tar.gz"
 
 
 def image_pin(cluster: str) -> str:
@@ -82,7 +113,7 @@ def image_pin(cluster: str) -> str:
     return resource_name(cluster, "image-pin")
 
 
-def tags(cluster: str, what: str, extra: dict[str, str] | None = None, **hpcc: str) -> dict[str, str]:
+def tags(cluster: str, what: str, extra: Optional[Dict[str, str]] = None, **hpcc: str) -> Dict[str, str]:
     out = dict(extra or {})
     out.update({"Name": resource_name(cluster, what), TAG_CLUSTER: cluster})
     out.update({f"hpcc:{k}": v for k, v in hpcc.items()})
@@ -94,17 +125,18 @@ class Paths:
 
     def __init__(self, cluster: str):
         self.prefix = f"/hpcc/{cluster}"
+        self.secret_prefix = f"hpcc/{cluster}"  # Secrets Manager names have no leading '/'
         self.fsx = f"{self.prefix}/fsx"  # JSON {"dnsName", "mountName"}: written once the file system exists
         self.hosts = f"{self.prefix}/hosts"  # no longer written: membership is the state bucket's membership.json
         self.groups = f"{self.prefix}/groups"  # JSON: the node groups the controller keeps (infra/render/groups_param.py)
         self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/render/node_settings.py)
         self.nodes = f"{self.prefix}/nodes"  # no longer written: statuses are the state bucket's status/ objects
-        self.ssh_secret = f"hpcc/{cluster}/ssh-key"  # Secrets Manager: the cluster's SSH private key
-        self.munge_secret = f"hpcc/{cluster}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
+        self.ssh_secret = f"{self.secret_prefix}/ssh-key"  # Secrets Manager: the cluster's SSH private key
+        self.munge_secret = f"{self.secret_prefix}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
         # the host CA and the rotation (hpcc_node/certstore.py makes the same names; keys and certificates are
         # state-bucket objects: HOSTKEYS_PREFIX, CERTS_PREFIX)
-        self.host_ca_secret = f"hpcc/{cluster}/host-ca"  # Secrets Manager: the head's alone
-        self.user_secret = f"hpcc/{cluster}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
+        self.host_ca_secret = f"{self.secret_prefix}/host-ca"  # Secrets Manager: the head's alone
+        self.user_secret = f"{self.secret_prefix}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
         self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys` (Pulumi's)
         # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/render/bundle.py); not a settings
         # key, because nodes booted before it refuse unknown settings keys.

@@ -12,6 +12,19 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
+# health.bootDiagLevel: the DCGM diagnostic level of the boot checks (`dcgmi diag -r N`; 0: none, DCGM's levels
+# 1-4), defined once for all its spellings: the config's `health.bootDiagLevel` (infra/config/model.py Health), the
+# settings' HEALTH_DIAG_LEVEL (left out at the default), the bootstrap's $HPCC_HEALTH_DIAG_LEVEL, health.env's
+# DCGM_LEVEL and the checks' NodeFacts.dcgm_level (hpcc_node/health/).
+BOOT_DIAG_LEVEL_DEFAULT = 2  # at boot and after a remedy's reboot; a level is minutes of exclusive GPU use
+BOOT_DIAG_LEVEL_MAX = 4
+
+
+def boot_diag_level_problem(level: int) -> Optional[str]:
+    """Why `level` is not a boot diagnostic level; None when it is one."""
+    return None if 0 <= level <= BOOT_DIAG_LEVEL_MAX else f"{level} is not 0-{BOOT_DIAG_LEVEL_MAX}"
+
+
 # The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/facts/slurm.py).
 SCHEDULERS: Tuple[str, ...] = ("none", "slurm")
 # One OpenSSH public key line: a key type sshd accepts, its base64 blob, and an optional comment without spaces
@@ -53,8 +66,7 @@ PATTERNS: Dict[str, str] = {
     # slurm.conf node attributes of the compute type (infra/facts/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
     "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
-    # cluster.health.bootDiagLevel: the `dcgmi diag -r` level of the boot checks, 0 for none (hpcc_node/health)
-    "HEALTH_DIAG_LEVEL": r"[0-4]",
+    "HEALTH_DIAG_LEVEL": f"[0-{BOOT_DIAG_LEVEL_MAX}]",  # cluster.health.bootDiagLevel (BOOT_DIAG_LEVEL_DEFAULT)
     # The controller's state (hpcc_contract/names.py): the bucket of membership.json and the nodes' status objects (S3
     # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.
     "STATE_BUCKET": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
@@ -63,7 +75,7 @@ PATTERNS: Dict[str, str] = {
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
 SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
 # Keys a text may leave out, and what the nodes take then (a text from before Slurm has none of them).
-OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": "", "HEALTH_DIAG_LEVEL": "2"}
+OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": "", "HEALTH_DIAG_LEVEL": str(BOOT_DIAG_LEVEL_DEFAULT)}
 OPTIONAL = frozenset(OPTIONAL_DEFAULTS)
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
 MASTER_PORT = 29500  # torch.distributed's usual rendezvous port

@@ -30,7 +30,9 @@ from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
-from hpcc_node.settings import Settings, SettingsError, pacing, parse
+from hpcc_node.settings import Settings, pacing, parse
+from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
+from hpcc_contract.settings import SettingsError
 from hpcc_contract.version import AGENT_VERSION
 
 
@@ -70,7 +72,7 @@ def membership_due(applied_generation: int, applied_settings: str, doc: Optional
 
 def arn_prefix(status_key: str) -> str:
     """status/arn:<partition>:ec2:<region>:<account>:instance/ of this node's own key: every node's ARN but its id."""
-    return status_key[len(membership.STATUS_PREFIX):].rsplit("/", 1)[0] + "/"
+    return status_key[len(STATUS_PREFIX):].rsplit("/", 1)[0] + "/"
 
 
 def tick_seconds(sync_seconds: int, rand: float) -> float:
@@ -157,7 +159,7 @@ class Agent(BundleFollowing):
         try:
             doc, self.etag = membership.read(self.s3, self.c.state_bucket, self.etag)
         except Exception as e:  # noqa: BLE001 - S3 unreachable: the applied membership stays
-            raise AwsError(f"s3://{self.c.state_bucket}/{membership.KEY}: {e}") from None
+            raise AwsError(f"s3://{self.c.state_bucket}/{MEMBERSHIP_KEY}: {e}") from None
         if doc is not None:
             self.doc = doc
 
@@ -325,7 +327,7 @@ def main(argv: List[str]) -> int:
         return 1
     agent.certs = host_certs.Certs(agent.aws, agent.s3, config.state_bucket, config.settings_parameter.split("/")[2],
                                    config.role, agent.node.node, agent.node.ip,
-                                   config.status_key[len(membership.STATUS_PREFIX):-len(".json")], log=agent.log,
+                                   config.status_key[len(STATUS_PREFIX):-len(".json")], log=agent.log,
                                    keys=cluster_keys.Keys(agent.aws, config.settings_parameter.split("/")[2],
                                                           config.vpc_cidr, lambda: str(agent.settings.get("LOGIN_USER", ""))))
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")

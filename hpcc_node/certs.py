@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from hpcc_contract.names import Paths, certs_key, hostkeys_key, key_comment
 from hpcc_node import certstore as store
 from hpcc_node import cluster_keys, hosts, sshkeys
 from hpcc_node.aws import Aws, NotFound
@@ -110,7 +111,7 @@ class Head:
     def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, arn_prefix: str, run: Run = subprocess.run):
         """arn_prefix: `arn:<partition>:ec2:<region>:<account>:instance/`, a member's instance id completes it."""
         self.aws, self.s3, self.bucket, self.cluster, self.run = aws, s3, bucket, cluster, run
-        self.names, self.arn_prefix = store.names(cluster), arn_prefix
+        self.names, self.arn_prefix = Paths(cluster), arn_prefix
         self.issued: Dict[str, Optional[store.Issued]] = {}
         self.authority: Optional[store.Authority] = None
         self.cursor = 0  # where the next window of sign_pending starts
@@ -145,9 +146,9 @@ class Head:
         if moved != a:
             if rotation:
                 for phase in store.PHASES[phases_done(a.rotation, rotation.id) + 1:store.PHASES.index(rotation.phase) + 1]:
-                    self.moved += [did for secret in (self.names.ssh_key_secret, self.names.user_key_secret)
+                    self.moved += [did for secret in (self.names.ssh_secret, self.names.user_secret)
                                    if (did := cluster_keys.advance(self.aws, secret, phase, rotation.id,
-                                                                   f"hpcc-{self.cluster}", self.run))]
+                                                                   key_comment(self.cluster), self.run))]
             self.put_authority(moved)
         self.authority = moved
         return moved
@@ -158,7 +159,7 @@ class Head:
         a = self.follow(rotation)
         by_name = {m.name: m for m in nodes if m.instance}
         for n in [n for n in by_name if n not in self.issued][:BATCH]:
-            self.issued[n] = store.read_issued(store.get(self.s3, self.bucket, self.names.certs(n))[0])
+            self.issued[n] = store.read_issued(store.get(self.s3, self.bucket, certs_key(n))[0])
         pending = [n for n in by_name if n in self.issued and due(self.issued[n], by_name[n].ip, a, now,
                                                                           by_name[n].instance)][:BATCH]
         # Up to 10 others a tick, in turn: a node whose keys changed at the same address (a replacement that got
@@ -169,7 +170,7 @@ class Head:
         signed = []
         for n in pending + window:
             m = by_name[n]
-            key = self.names.hostkeys(self.arn_prefix + m.instance)
+            key = hostkeys_key(self.arn_prefix + m.instance)
             p = store.read_published(store.get(self.s3, self.bucket, key)[0])
             if p is None or p.ip != m.ip or not p.keys:
                 continue  # not published yet, or published for another address
@@ -180,7 +181,7 @@ class Head:
             certs = [sign(a.signer["private"], k, key_id, principals(n, m.ip), start, end, self.run) for k in p.keys]
             issued = store.Issued(m.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end),
                                   m.instance, a.rotation)
-            store.put(self.s3, self.bucket, self.names.certs(n), store.issue_text(issued))
+            store.put(self.s3, self.bucket, certs_key(n), store.issue_text(issued))
             self.issued[n] = issued
             signed.append(n)
         return signed
@@ -200,7 +201,7 @@ class Node:
     def __init__(self, s3: Any, bucket: str, cluster: str, node: str, ip: str, arn: str, run: Run = subprocess.run,
                  known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd"):
         """arn: this instance's ARN, the key it publishes at (the only one its role may write)."""
-        self.s3, self.bucket, self.names, self.node, self.ip, self.run = s3, bucket, store.names(cluster), node, ip, run
+        self.s3, self.bucket, self.names, self.node, self.ip, self.run = s3, bucket, Paths(cluster), node, ip, run
         self.arn, self.instance = arn, arn.rsplit("/", 1)[-1]
         self.known_hosts, self.sshd = known_hosts, sshd
         self.published: Optional[str] = None
@@ -227,12 +228,12 @@ class Node:
                                                   next((self.signer_of(c) for c in served if c), ""), self.instance,
                                                   *self.login))
         if text != self.published:
-            store.put(self.s3, self.bucket, self.names.hostkeys(self.arn), text)
+            store.put(self.s3, self.bucket, hostkeys_key(self.arn), text)
             self.published = text
 
     def fetch(self) -> Optional[store.Issued]:
         """What the head wrote for this node (a conditional GET: unchanged costs a 304)."""
-        text, self.etag = store.get(self.s3, self.bucket, self.names.certs(self.node), self.etag)
+        text, self.etag = store.get(self.s3, self.bucket, certs_key(self.node), self.etag)
         if text is not None or not self.etag:
             self.issued = store.read_issued(text)
         return self.issued
@@ -305,7 +306,7 @@ class Certs:
         if self.head:
             self.head.legacy = legacy_signer()
         self.warned = False
-        self.names_, self.log, self.reload = store.names(cluster), log, reload
+        self.names_, self.log, self.reload = Paths(cluster), log, reload
 
     def tick(self, doc: Optional[Dict[str, Any]], now: float) -> None:
         """One tick's part (doc: the membership applied); an error is logged, the rest of the tick goes on."""

@@ -19,6 +19,7 @@ from typing import Callable, List
 
 from hpcc_node import awscli, certs
 from hpcc_node.aws import Aws, AwsError
+from hpcc_contract.names import STATUS_PREFIX, certs_key
 from hpcc_node.controller import membership
 
 
@@ -26,7 +27,7 @@ def instance_arn(status_key: str) -> str:
     """The ARN in status/<arn>.json (membership.status_key's inverse); ValueError for anything else."""
     if not membership.key_instance(status_key):
         raise ValueError(f"{status_key[:120]!r} is not status/<instance ARN>.json")
-    return status_key[len(membership.STATUS_PREFIX):-len(".json")]
+    return status_key[len(STATUS_PREFIX):-len(".json")]
 
 
 # S3's answers that no retry changes (a role without the permission, a bucket that is not there): fail now.
@@ -37,7 +38,7 @@ def wait_for_certificates(node: certs.Node, deadline: float, clock: Callable[[],
                           sleep: Callable[[float], None] = time.sleep) -> List[str]:
     """Publish, then poll the node's certs object until it holds certificates for its address and host keys. A
     transient S3 error (a timeout, throttling, a 5xx) is tried again until the deadline; one of PERMANENT fails."""
-    key = node.names.certs(node.node)
+    key = certs_key(node.node)
     published, issued, last_error = False, None, ""
     while True:
         try:

@@ -8,8 +8,7 @@ without touching the signing or the installing. Nothing per node is a Pulumi res
 - `certs/<node>.json` (written by the head only): the node's certificates and the CAs every node trusts.
 Besides: `hpcc/<c>/host-ca` (Secrets Manager, head only): the CA private keys, which one signs, the rotation applied;
 `/hpcc/<c>/rotation` (SSM, a Pulumi resource created "none", set by the operator's `hpcc rotate-keys`): the rotation
-the head is to apply. Standard library only (shipped in the bundle); hpcc_contract/names.py makes the same names (a test
-runs both)."""
+the head is to apply. Standard library only (shipped in the bundle); the names are hpcc_contract/names.py's."""
 
 from __future__ import annotations
 
@@ -20,38 +19,15 @@ import re
 import struct
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+from hpcc_contract.names import NO_ROTATION
 from hpcc_node.awscli import error_code
 
-NO_ROTATION = "none"  # what Pulumi creates the rotation parameter with
-HOSTKEYS_PREFIX = "hostkeys/"
-CERTS_PREFIX = "certs/"
 PHASES = ("add", "switch", "retire")  # hpcc rotate-keys, in order
 KEY_LINE = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa)(-cert-v01@openssh\.com)? [A-Za-z0-9+/]+={0,3}")
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 ROTATION_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # when `hpcc rotate-keys` started it (UTC)
 
 
-class Names(NamedTuple):
-    prefix: str  # /hpcc/<cluster>
-    host_ca_secret: str
-    ssh_key_secret: str  # root's cluster key (hpcc_node/cluster_keys.py rotates it with the CA)
-    user_key_secret: str  # the login user's key
-
-    def hostkeys(self, instance_arn: str) -> str:
-        """The object key of the node's published host keys."""
-        return f"{HOSTKEYS_PREFIX}{instance_arn}.json"
-
-    def certs(self, node: str) -> str:
-        """The object key of the certificates the head wrote for the node."""
-        return f"{CERTS_PREFIX}{node}.json"
-
-    @property
-    def rotation(self) -> str:
-        return f"{self.prefix}/rotation"
-
-
-def names(cluster: str) -> Names:
-    return Names(f"/hpcc/{cluster}", f"hpcc/{cluster}/host-ca", f"hpcc/{cluster}/ssh-key", f"hpcc/{cluster}/user-key")
 
 
 def key_line(text: str) -> str:

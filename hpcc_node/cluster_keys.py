@@ -31,6 +31,7 @@ import tempfile
 import uuid
 from typing import Callable, Dict, List, NamedTuple, Optional
 
+from hpcc_contract.names import Paths, key_comment
 from hpcc_node import certstore, sshkeys
 from hpcc_node.aws import Aws, AwsError, NotFound
 
@@ -177,8 +178,8 @@ class Holder(NamedTuple):
 
 
 def holders(cluster: str, login_user: str) -> List[Holder]:
-    names = certstore.names(cluster)
-    return [Holder(names.ssh_key_secret, "root")] + ([Holder(names.user_key_secret, login_user)] if login_user else [])
+    paths = Paths(cluster)
+    return [Holder(paths.ssh_secret, "root")] + ([Holder(paths.user_secret, login_user)] if login_user else [])
 
 
 class Keys:
@@ -197,7 +198,7 @@ class Keys:
         keys were installed. A holder without a key file (no login key on this node) is passed over."""
         if rotation == self.rotation:
             return []
-        done, comment = [], f"hpcc-{self.cluster}"
+        done, comment = [], key_comment(self.cluster)
         for h in holders(self.cluster, self.login_user()):
             try:
                 who = self.home_of(h.user)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Tuple, Union
 
-from hpcc_contract.settings import OPTIONAL_DEFAULTS, REPEATED, SettingsError, parse_text  # noqa: F401 (SettingsError: the agent's)
+from hpcc_contract.names import ledger_table, state_bucket
+from hpcc_contract.settings import OPTIONAL_DEFAULTS, REPEATED, parse_text
 
 Settings = Dict[str, Union[str, List[str]]]
 
@@ -37,7 +38,7 @@ def pacing(settings: Settings) -> Pacing:
 
 def state_names(text: str, cluster: str, account: str) -> Tuple[str, str]:
     """(state bucket, ledger table): the settings' STATE_BUCKET and LEDGER_TABLE, else the program's names for them
-    (hpcc_contract/names.py: hpcc-<cluster>-state-<account>, hpcc-<cluster>-ledger). Read from the text's lines alone, so
+    (hpcc_contract/names.py state_bucket, ledger_table). Read from the text's lines alone, so
     a settings text this bundle's schema does not know yet still names them. identify.sh.j2's state_bucket is the
     bash side (a test runs both)."""
     found: Dict[str, str] = {}
@@ -45,5 +46,4 @@ def state_names(text: str, cluster: str, account: str) -> Tuple[str, str]:
         key, sep, value = line.partition("=")
         if sep and key in ("STATE_BUCKET", "LEDGER_TABLE") and value:
             found[key] = value
-    return (found.get("STATE_BUCKET", f"hpcc-{cluster}-state-{account}"),
-            found.get("LEDGER_TABLE", f"hpcc-{cluster}-ledger"))
+    return found.get("STATE_BUCKET", state_bucket(cluster, account)), found.get("LEDGER_TABLE", ledger_table(cluster))

@@ -12,15 +12,16 @@ or the node's own registration (SlurmctldParameters=cloud_reg_addrs)."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from hpcc_contract import groups as groups_format
+
 SUMMARY = ["sinfo", "-h", "-o", "%T %N"]
 DEFAULT_PARTITION = "all"
 # Hostlist ranges: Slurm pads a range's numbers to the width of its first bound, so 000-999 and 1000-... are two
-# ranges, the names hpcc_node.controller.model.node_name gives (gpu-999, gpu-1000).
+# ranges, the names hpcc_contract/names.py node_name gives (gpu-999, gpu-1000).
 PAD_LIMIT = 1000
 
 
@@ -68,12 +69,11 @@ def size_limit(group: Mapping[str, Any]) -> int:
 
 def parse_groups(text: str) -> List[Dict[str, Any]]:
     try:
-        doc = json.loads(text)
-        groups = doc["groups"]
+        groups = groups_format.loads(text)
         for g in groups:
             if not isinstance(g["name"], str) or size_limit(g) < 0:
                 raise ValueError(g)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as e:  # GroupsFormatError is a ValueError
         raise GroupsError(f"not the program's groups JSON ({str(e)[:80]})") from None
     return groups
 

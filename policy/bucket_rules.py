@@ -1,12 +1,14 @@
 """S3 rules for the cluster's bundle bucket (infra/program/components/bundle.py): its policy lets only the cluster's own
-node roles read bundles, and nobody outside the account; every bucket blocks all public access. Standalone like
-the other rule modules: the bucket's name pattern is repeated here (tests/test_one_place.py runs both)."""
+node roles read bundles, and nobody outside the account; every bucket blocks all public access. The buckets' and
+roles' names are the contract's (hpcc_contract/names.py), matched as patterns."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Mapping
+
+from hpcc_contract import names
 
 if __package__:  # imported as the package `policy` (the tests)
     from . import records
@@ -17,9 +19,9 @@ BUCKET = "aws:s3/bucket:Bucket"
 BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
 PUBLIC_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BLOCK_FLAGS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
-BUNDLE_BUCKET = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-bundles-(?P<account>\d{12})$")
+BUNDLE_BUCKET = re.compile(f"^{names.bundle_bucket(records.CLUSTER, records.ACCOUNT)}$")
 READ_ACTIONS = ("s3:GetObject",)
-STATE_BUCKET = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-state-(?P<account>\d{12})$")
+STATE_BUCKET = re.compile(f"^{names.state_bucket(records.CLUSTER, records.ACCOUNT)}$")
 HEAD_STATE_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:ListBucket")
 
 
@@ -38,7 +40,8 @@ def bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = 
     if not m:
         return []
     cluster, account = m.group("cluster"), m.group("account")
-    readers = {f"arn:aws:iam::{account}:role/hpcc-{cluster}-node", f"arn:aws:iam::{account}:role/hpcc-{cluster}-head"}
+    node, head = names.role_name(cluster, "compute"), names.role_name(cluster, "head")
+    readers = {f"arn:aws:iam::{account}:role/{node}", f"arn:aws:iam::{account}:role/{head}"}
     try:
         doc = json.loads(inputs.get("policy")) if isinstance(inputs.get("policy"), str) else inputs.get("policy")
     except ValueError:
@@ -49,8 +52,8 @@ def bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = 
             continue
         for p in _principals(s):
             if p not in readers:
-                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles (hpcc-{cluster}-node, "
-                           f"hpcc-{cluster}-head of account {account}) may read its bundles")
+                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles ({node}, "
+                           f"{head} of account {account}) may read its bundles")
         actions = [str(a) for a in records.as_list(s.get("Action"))]
         if "NotAction" in s or any(a not in READ_ACTIONS for a in actions):
             out.append(f"Statement[{n}] allows {', '.join(actions) or 'NotAction'}: the nodes only read bundles "
@@ -97,12 +100,14 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
     if not m:
         return []
     cluster, account = m.group("cluster"), m.group("account")
-    head, node = f"arn:aws:iam::{account}:role/hpcc-{cluster}-head", f"arn:aws:iam::{account}:role/hpcc-{cluster}-node"
+    head_role, node_role = names.role_name(cluster, "head"), names.role_name(cluster, "compute")
+    head, node = f"arn:aws:iam::{account}:role/{head_role}", f"arn:aws:iam::{account}:role/{node_role}"
     arn = f"arn:aws:s3:::{bucket}"
-    node_grants = {("s3:GetObject", f"{arn}/membership.json"), ("s3:GetObject", f"{arn}/status/*"),
-                   ("s3:GetObject", f"{arn}/certs/*"),
-                   ("s3:PutObject", f"{arn}/status/${{ec2:SourceInstanceARN}}.json"),
-                   ("s3:PutObject", f"{arn}/hostkeys/${{ec2:SourceInstanceARN}}.json")}
+    own = "${ec2:SourceInstanceARN}.json"
+    node_grants = {("s3:GetObject", f"{arn}/{names.MEMBERSHIP_KEY}"), ("s3:GetObject", f"{arn}/{names.STATUS_PREFIX}*"),
+                   ("s3:GetObject", f"{arn}/{names.CERTS_PREFIX}*"),
+                   ("s3:PutObject", f"{arn}/{names.STATUS_PREFIX}{own}"),
+                   ("s3:PutObject", f"{arn}/{names.HOSTKEYS_PREFIX}{own}")}
     doc = _policy_doc(inputs)
     if doc is None:
         return ["policy is not a JSON policy document"]
@@ -130,6 +135,6 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
                                f"only its own status and host keys ({arn}/status/${{ec2:SourceInstanceARN}}.json, "
                                "hostkeys/ likewise)")
             else:
-                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles (hpcc-{cluster}-head, "
-                           f"hpcc-{cluster}-node of account {account}) reach its state bucket")
+                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles ({head_role}, "
+                           f"{node_role} of account {account}) reach its state bucket")
     return out

@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hpcc_contract import names
+
 if __package__:  # imported as the package `policy` (the tests)
     from . import records
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
@@ -28,7 +30,20 @@ ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
 SESSION_MANAGER = frozenset({"ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
                              "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
                              "ssmmessages:OpenDataChannel"})
-NODE_ROLE = re.compile(r"^hpcc-(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])-(?:node|head)$")  # compute nodes' and head's
+
+
+class _NodeRole:
+    """A node role's name, the compute nodes' or the head's (hpcc_contract/names.py role_name): `match(name)` gives
+    the match with the cluster's name as group "cluster", or None."""
+
+    def __init__(self) -> None:
+        self.patterns = [re.compile(f"^{names.role_name(records.CLUSTER, role)}$") for role in ("compute", "head")]
+
+    def match(self, name: str) -> re.Match | None:
+        return next((m for m in (p.match(name) for p in self.patterns) if m), None)
+
+
+NODE_ROLE = _NodeRole()
 
 
 def _statements(doc: Any) -> list[dict] | None:
@@ -58,7 +73,7 @@ def _cluster_of(policy_inputs: dict, resources: list[dict] | None) -> str | None
         return m.group("cluster")
     for r in resources or []:
         if r["type"] == records.ROLE and role in (r["inputs"].get("name"), r["name"]):
-            return (r["inputs"].get("tags") or {}).get("hpcc:cluster")
+            return (r["inputs"].get("tags") or {}).get(names.TAG_CLUSTER)
     return None
 
 
@@ -66,13 +81,14 @@ def _own_resource(arn: str, cluster: str) -> bool:
     """The cluster's parameters and secrets, its bundles (hpcc-<cluster>-bundles-<account>/bundles/*), and the
     controller's store: the state bucket (hpcc-<cluster>-state-<account>), the ledger table (hpcc-<cluster>-ledger)
     and the compute role it passes to the instances it launches."""
-    c = re.escape(cluster)
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{c}(?:/[^*]*\*?)?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{c}/[^*]+\*?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{c}-bundles-\d{{12}}/bundles/\*", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{c}-state-\d{{12}}(/.*)?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/hpcc-{c}-ledger", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/hpcc-{c}-node", arn))
+    c, paths = re.escape(cluster), records.escaped_paths(cluster)
+    bundles = f"{names.bundle_bucket(c, records.ANY_ACCOUNT)}/{names.BUNDLES_PREFIX}\\*"
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter{paths.prefix}(?:/[^*]*\*?)?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:{paths.secret_prefix}/[^*]+\*?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::{bundles}", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::{names.state_bucket(c, records.ANY_ACCOUNT)}(/.*)?", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/{names.ledger_table(c)}", arn)
+                or re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/{names.role_name(c, 'compute')}", arn))
 
 
 # The controller's EC2 reads: metadata of instances, reservations and templates, on "*" (these actions take no
@@ -140,7 +156,8 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
                 for t in records.as_list(s.get("Resource")):
                     if not _own_resource(str(t), cluster):
                         out.append(f"Statement[{n}] reaches {t}: the nodes may read only cluster {cluster}'s own "
-                                   f"parameters (parameter/hpcc/{cluster}/...) and secrets (secret:hpcc/{cluster}/...)")
+                                   f"parameters (parameter{names.Paths(cluster).prefix}/...) and secrets "
+                                   f"(secret:{names.Paths(cluster).secret_prefix}/...)")
     if rtype == records.ATTACHMENT:
         arn = str(inputs.get("policyArn") or "")
         if arn.rsplit("/", 1)[-1] in ADMIN_MANAGED:
@@ -214,7 +231,8 @@ def node_role_reach_graph(resources: list[dict]) -> list[str]:
         for (source, target), actions in reach.items():
             out.append(f"{role['name']}: the nodes' role can {', '.join(actions)} on {target} through {source}; "
                        f"they may read only cluster {cluster}'s own parameters and secrets: add a Deny of these "
-                       f"actions with NotResource [parameter/hpcc/{cluster}, parameter/hpcc/{cluster}/*]")
+                       f"actions with NotResource [parameter{names.Paths(cluster).prefix}, "
+                       f"parameter{names.Paths(cluster).prefix}/*]")
     return out
 
 

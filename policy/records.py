@@ -12,6 +12,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hpcc_contract import names
+
+# The cluster's names as the rules match them: hpcc_contract/names.py's functions given these patterns for a part.
+CLUSTER = r"(?P<cluster>[a-z][a-z0-9-]*[a-z0-9])"
+ACCOUNT = r"(?P<account>\d{12})"
+ANY_ACCOUNT = r"\d{12}"
+
+
+def escaped_paths(cluster: str) -> names.Paths:
+    """The cluster's parameter and secret names with the cluster escaped: each one a pattern of itself."""
+    return names.Paths(re.escape(cluster))
+
+
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
 EBS_VOLUME = "aws:ebs/volume:Volume"
@@ -103,8 +116,8 @@ def as_list(v: Any) -> list:
 
 def role_tag(inputs: dict) -> str | None:
     """The node role (head | compute) of an instance or of the instances a launch template makes."""
-    tag = (inputs.get("tags") or {}).get("hpcc:role")
+    tag = (inputs.get("tags") or {}).get(names.TAG_ROLE)
     for spec in inputs.get("tagSpecifications") or []:
         if spec.get("resourceType") == "instance":
-            tag = tag or (spec.get("tags") or {}).get("hpcc:role")
+            tag = tag or (spec.get("tags") or {}).get(names.TAG_ROLE)
     return tag

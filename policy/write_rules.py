@@ -16,6 +16,8 @@ from __future__ import annotations
 import fnmatch
 import re
 
+from hpcc_contract import names
+
 if __package__:
     from . import iam_rules, records
 else:  # loaded by the Pulumi engine as a script directory
@@ -53,16 +55,17 @@ LEDGER_WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem
 
 def _own_status_object(arn: str, cluster: str) -> bool:
     """Its status, or its host public keys (hpcc_node/certstore.py): both only at its own instance's key."""
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{re.escape(cluster)}-state-\d{{12}}/(status|hostkeys)/"
-                             r"\$\{ec2:SourceInstanceARN\}\.json", arn))
+    bucket = names.state_bucket(re.escape(cluster), records.ANY_ACCOUNT)
+    prefixes = "|".join(re.escape(p) for p in (names.STATUS_PREFIX, names.HOSTKEYS_PREFIX))
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::{bucket}/({prefixes})\$\{{ec2:SourceInstanceARN\}}\.json", arn))
 
 
 def _state_object(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::hpcc-{re.escape(cluster)}-state-\d{{12}}/.+", arn))
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:s3:::{names.state_bucket(re.escape(cluster), records.ANY_ACCOUNT)}/.+", arn))
 
 
 def _ledger(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/hpcc-{re.escape(cluster)}-ledger", arn))
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/{names.ledger_table(re.escape(cluster))}", arn))
 
 
 def store_problems(cluster: str, head: bool, statement: dict, targets: list[str]) -> tuple[list[str], set[str]]:
@@ -74,17 +77,19 @@ def store_problems(cluster: str, head: bool, statement: dict, targets: list[str]
             allowed.add(OBJECT_WRITE)
         elif not head and any(_state_object(t, cluster) for t in targets):
             out.append(f"allows {OBJECT_WRITE} on {', '.join(targets)}: a compute node writes only its own status "
-                       f"and host keys (hpcc-{cluster}-state-<account>/status/${{ec2:SourceInstanceARN}}.json, "
+                       f"and host keys ({names.state_bucket(cluster, '<account>')}/{names.STATUS_PREFIX}"
+                       "${ec2:SourceInstanceARN}.json, "
                        "hostkeys/ likewise)")
     if _allows(statement, PASS_ROLE) and head:
         passed = (statement.get("Condition") or {}).get("StringEquals", {}).get("iam:PassedToService")
-        if all(re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/hpcc-{re.escape(cluster)}-node", t) for t in targets) \
+        node_role = names.role_name(re.escape(cluster), "compute")
+        if all(re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/{node_role}", t) for t in targets) \
                 and passed == "ec2.amazonaws.com":
             allowed.add(PASS_ROLE)
     writes = [a for a in LEDGER_WRITES if _allows(statement, a)]
     if writes and (not head or not all(_ledger(t, cluster) for t in targets)):
         out.append(f"allows {', '.join(writes)} on {', '.join(targets)}: only the head's controller writes, and only "
-                   f"its cluster's ledger (table/hpcc-{cluster}-ledger)")
+                   f"its cluster's ledger (table/{names.ledger_table(cluster)})")
     return out, allowed
 
 
@@ -103,17 +108,19 @@ def _targets(statement: dict) -> list[str]:
 
 
 def _status_target(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter/hpcc/{re.escape(cluster)}/nodes/\*", arn))
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter{records.escaped_paths(cluster).nodes}/\*", arn))
 
 
 def _secret_target(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{re.escape(cluster)}/"
-                             r"(ssh-key|munge-key|host-ca|user-key)(-[A-Za-z0-9]{6})?", arn))
+    p = records.escaped_paths(cluster)
+    secrets = "|".join((p.ssh_secret, p.munge_secret, p.host_ca_secret, p.user_secret))
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:({secrets})(-[A-Za-z0-9]{{6}})?", arn))
 
 
 def _key_target(arn: str, cluster: str) -> bool:
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:hpcc/{re.escape(cluster)}/"
-                             r"(ssh-key|user-key)(-[A-Za-z0-9]{6})?", arn))
+    p = records.escaped_paths(cluster)
+    return bool(re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:({p.ssh_secret}|{p.user_secret})"
+                             r"(-[A-Za-z0-9]{6})?", arn))
 
 
 def _own_cluster_condition(condition: object, cluster: str) -> bool:
@@ -129,19 +136,19 @@ def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
         if bad or statement.get("Condition") != OWN_INSTANCE:
             out.append(f"allows {STATUS_WRITE} on {', '.join(bad or targets)}"
                        f"{'' if statement.get('Condition') == OWN_INSTANCE else ' without the hpcc:instance condition'}: "
-                       f"a node may write only its own status (parameter/hpcc/{cluster}/nodes/*, where the tag "
+                       f"a node may write only its own status (parameter{names.Paths(cluster).nodes}/*, where the tag "
                        "hpcc:instance is ${ec2:SourceInstanceARN}); the settings, hosts and FSx parameters are root on "
                        "every node")
     if _allows(statement, SECRET_WRITE):
         bad = [t for t in targets if not _secret_target(t, cluster)]
         if not head or bad:
             out.append(f"allows {SECRET_WRITE} on {', '.join(bad or targets)}: only the head writes, and only its "
-                       f"cluster's own secrets (secret:hpcc/{cluster}/ssh-key, munge-key, host-ca, user-key)")
+                       f"cluster's own secrets (secret:{names.Paths(cluster).secret_prefix}/ssh-key, munge-key, host-ca, user-key)")
     if _allows(statement, KEY_LABELS):
         bad = [t for t in targets if not _key_target(t, cluster)]
         if not head or bad:
             out.append(f"allows {KEY_LABELS} on {', '.join(bad or targets)}: only the head moves the labels of its "
-                       f"cluster's SSH keys (secret:hpcc/{cluster}/ssh-key, user-key), to rotate them")
+                       f"cluster's SSH keys (secret:{names.Paths(cluster).secret_prefix}/ssh-key, user-key), to rotate them")
     store, allowed = store_problems(cluster, head, statement, targets)
     allowed = set(allowed) | ({KEY_LABELS} if head and all(_key_target(t, cluster) for t in targets) else set())
     out += store
@@ -185,7 +192,7 @@ def host_ca_graph(resources: list[dict]) -> list[str]:
             if _allows(statement, "secretsmanager:GetSecretValue") and (
                     "NotResource" in statement or any(_covers(t, m.group("cluster")) for t in _targets(statement))):
                 out.append(f"{role['name']}: {source} lets the compute nodes read the host CA "
-                           f"(secret:hpcc/{m.group('cluster')}/host-ca): only the head's role may")
+                           f"(secret:{names.Paths(m.group('cluster')).host_ca_secret}): only the head's role may")
     return out
 
 
@@ -196,4 +203,4 @@ def _covers(pattern: str, cluster: str) -> bool:
     if pattern == "*" or len(parts) < 6:
         return pattern == "*"
     return fnmatch.fnmatchcase("secretsmanager", parts[2]) and \
-        fnmatch.fnmatchcase(f"secret:hpcc/{cluster}/host-ca-AbCdEf", parts[5])
+        fnmatch.fnmatchcase(f"secret:{names.Paths(cluster).host_ca_secret}-AbCdEf", parts[5])

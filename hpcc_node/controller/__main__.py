@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from hpcc_contract import groups as groups_format
+from hpcc_contract.names import Paths
 from hpcc_node import awscli
 from hpcc_node.settings import state_names
 
@@ -30,7 +32,6 @@ from .model import Group
 from .timers import Timers
 
 LOG_PATH = "/var/log/hpcc/controller.log"
-GROUP_FIELDS = {f.name for f in dataclasses.fields(Group)} - {"capacity_block"}  # the block's window is EC2's
 
 
 class ConfigError(ValueError):
@@ -55,22 +56,23 @@ def timers_from_env(env: Mapping[str, str]) -> Timers:
 
 
 def parse_groups(text: str, parameter: str, log: logging.Logger = LOG) -> List[Group]:
-    """The groups parameter's JSON: {"format": 1, "groups": [{Group's fields, snake_case, "slurm": {...}}]}."""
+    """The groups parameter's JSON (hpcc_contract/groups.py): each group's FIELDS as a Group, its "slurm" left to
+    hpcc_node/slurm.py."""
     try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise ConfigError(f"{parameter} is not JSON ({e}); run pulumi up to write it again") from None
-    if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("groups"), list):
-        raise ConfigError(f'{parameter} is not {{"format": 1, "groups": [...]}}; run pulumi up with this bundle\'s program')
+        raw_groups = groups_format.loads(text)
+    except groups_format.NotJson as e:
+        raise ConfigError(f"{parameter} {e}; run pulumi up to write it again") from None
+    except groups_format.GroupsFormatError as e:
+        raise ConfigError(f"{parameter} {e}; run pulumi up with this bundle's program") from None
     out = []
-    for i, raw in enumerate(doc["groups"]):
+    for i, raw in enumerate(raw_groups):
         if not isinstance(raw, dict):
             raise ConfigError(f"{parameter}: groups[{i}] is not an object")
-        unknown = sorted(set(raw) - GROUP_FIELDS - {"slurm"})
+        unknown = sorted(set(raw) - set(groups_format.FIELDS) - {groups_format.SLURM})
         if unknown:
             log.debug("%s: groups[%d]: fields this controller does not use: %s", parameter, i, ", ".join(unknown))
         try:
-            out.append(Group(**{k: v for k, v in raw.items() if k in GROUP_FIELDS}))
+            out.append(Group(**{k: v for k, v in raw.items() if k in groups_format.FIELDS}))
         except TypeError as e:
             raise ConfigError(f"{parameter}: groups[{i}]: {e}") from None
         if not isinstance(out[-1].count, int) or out[-1].count < 0:
@@ -88,11 +90,11 @@ def read_parameter(ssm: Any, name: str) -> Optional[str]:
 
 
 def settings_text(ssm: Any, cluster: str) -> str:
-    return read_parameter(ssm, f"/hpcc/{cluster}/settings") or ""
+    return read_parameter(ssm, Paths(cluster).settings) or ""
 
 
 def groups_reader(ssm: Any, cluster: str) -> Callable[[], Sequence[Group]]:
-    parameter = f"/hpcc/{cluster}/groups"
+    parameter = Paths(cluster).groups
 
     def groups() -> Sequence[Group]:
         text = read_parameter(ssm, parameter)
@@ -119,7 +121,8 @@ def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
     """Each loop: ONE GetParameters of the bundle pointer and the settings. A read that fails (throttled, timed
     out) gives the last one read, never an empty pointer: that would publish a new membership generation to
     every node, and another when the read works again."""
-    names = [f"/hpcc/{cluster}/bundle", f"/hpcc/{cluster}/settings"]
+    paths = Paths(cluster)
+    names = [paths.bundle, paths.settings]
     last: Dict[str, Any] = {}
 
     def read() -> Mapping[str, Any]:

@@ -14,12 +14,13 @@ import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from hpcc_node.awscli import error_code
+from hpcc_contract.names import TAG_NODE, resource_name
 from hpcc_contract.taxonomy import FailureClass
 
 from . import fleet, membership
 from .health.act import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
-from .model import (BOOTING, READY, RECORDED, REMOVING, REPLACE, REPLACING, TAG_NODE, Action, Event, Group,
+from .model import (BOOTING, READY, RECORDED, REMOVING, REPLACE, REPLACING, Action, Event, Group,
                     GroupState, Slot, Snapshot)
 from .timers import DEFAULT, Timers
 
@@ -125,7 +126,7 @@ class Executor(HealthActs):
 
     def _tag(self, a: Action) -> str:
         self.ec2.create_tags(Resources=[a.instance_id], Tags=[
-            {"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": f"{self.cluster}-{a.node}"}])
+            {"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": resource_name(self.cluster, a.node)}])
         return a.node
 
     def _mark(self, a: Action) -> str:

@@ -12,13 +12,14 @@ import hashlib
 import json
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from hpcc_contract.names import fleet_client_token, node_name
+
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
 from .health.decide import health_actions
 from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
                     PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
-                    SHRINK, WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why, node_name)
-from .fleet import client_token
+                    SHRINK, WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why)
 from .timers import DEFAULT, Timers
 
 
@@ -160,7 +161,7 @@ def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: T
     while budget > 0:
         count = min(budget, timers.launch_batch_size)
         out.append(Action(LAUNCH, group=group.name, why=Why("", f"{missing} node(s) missing"),
-                          data={"count": count, "token": client_token(snap.cluster, group.name, now, batch)}))
+                          data={"count": count, "token": fleet_client_token(snap.cluster, group.name, now, batch)}))
         budget -= count
         batch += 1
     return out

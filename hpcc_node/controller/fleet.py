@@ -11,13 +11,13 @@ aws-parallelcluster-node's fleet_manager.py (`_evaluate_launch_params`), for one
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP, TAG_ROLE
 from hpcc_contract.taxonomy import FailureClass
 
-from .model import TAG_CLUSTER, TAG_GROUP, TAG_ROLE, Group
+from .model import Group
 
 # CreateFleet/RunInstances error codes for which EC2 had no capacity (or no room in a quota) for now: the launch
 # class, back off and retry (EC2 API reference, "Error codes for the Amazon EC2 API").
@@ -30,12 +30,6 @@ THROTTLE_CODES = ("RequestLimitExceeded", "Throttling")
 # CreateFleet reports an override left unfulfilled because another failed with this exact pair: not a cause.
 UNFULFILLED = ("UnfulfillableCapacity", "Failed to fulfill capacity. Please review errors in the response.")
 
-
-def client_token(cluster: str, group: str, now: float, batch: int) -> str:
-    """CreateFleet's ClientToken: unique in the account (other clusters launch too), at most 64 ASCII characters
-    (EC2 API reference, "Ensuring idempotency"), the same for the same loop's batch."""
-    tag = hashlib.sha256(cluster.encode()).hexdigest()[:10]
-    return f"hpcc-{tag}-{group[:24]}-{int(now)}-{batch}"
 
 
 def target_capacity_type(group: Group) -> str:

@@ -70,6 +70,30 @@ def _key(kind: str, name: str) -> str:
     return f"{kind}#{name}"
 
 
+def read_slot(client: Any, table: str, name: str) -> Tuple[Optional[Dict[str, Any]], int]:
+    """A slot's document and version, read consistently; (None, 0) when the name is not in the ledger."""
+    item = client.get_item(TableName=table, Key={"pk": {"S": _key("slot", name)}}, ConsistentRead=True).get("Item")
+    return (json.loads(item["doc"]["S"]), int(item["v"]["N"])) if item else (None, 0)
+
+
+def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], version: int) -> bool:
+    """`hpcc replace`'s write, the one ledger write not made by the controller holding the lease: the slot's `doc`
+    (as read_slot gave it) with `replace_requested` set, at version+1 if the slot is still at `version`. False
+    when it changed since (the controller wrote it meanwhile): read it again. Nothing else of the slot changes, and
+    a controller that read it before loses its own write of it (Conflict) and reads again next loop."""
+    try:
+        client.update_item(
+            TableName=table, Key={"pk": {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
+            ConditionExpression="v = :v", ExpressionAttributeNames={"#d": "doc"},
+            ExpressionAttributeValues={":doc": {"S": json.dumps({**doc, "replace_requested": True}, sort_keys=True)},
+                                       ":next": {"N": str(version + 1)}, ":v": {"N": str(version)}})
+    except Exception as e:  # botocore's or hpcc_node.awscli's ClientError: the same .response
+        if error_code(e) != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
+
+
 def read_name(client: Any, table: str, instance_id: str) -> Optional[str]:
     """What a node agent calls (it waits until this returns a name): its name by its instance id."""
     item = client.get_item(TableName=table, Key={"pk": {"S": _key("iid", instance_id)}},

@@ -14,13 +14,12 @@ import json
 import re
 from typing import Any, Dict, Optional, Tuple
 
+from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
 from hpcc_node.awscli import error_code
 
-KEY = "membership.json"
 FORMAT = 1
-# The nodes' verdicts about themselves: one small object per node, written on a change or a heartbeat, listed
-# by the controller each loop (observe.reports) and fetched only where its ETag changed.
-STATUS_PREFIX = "status/"
+# The nodes' verdicts about themselves (STATUS_PREFIX): one small object per node, written on a change or a
+# heartbeat, listed by the controller each loop (observe.reports) and fetched only where its ETag changed.
 
 
 class Conflict(Exception):
@@ -63,7 +62,7 @@ def newer(current: Optional[int], read: Optional[Dict[str, Any]]) -> bool:
     return current is None or read["generation"] > current
 
 
-def head(s3: Any, bucket: str, key: str = KEY) -> Tuple[int, str]:
+def head(s3: Any, bucket: str, key: str = MEMBERSHIP_KEY) -> Tuple[int, str]:
     """(generation, ETag) of the published object; (0, "") when there is none."""
     try:
         meta = s3.head_object(Bucket=bucket, Key=key)
@@ -74,7 +73,7 @@ def head(s3: Any, bucket: str, key: str = KEY) -> Tuple[int, str]:
     return int(meta.get("Metadata", {}).get("generation", "0")), meta["ETag"]
 
 
-def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: str, key: str = KEY) -> str:
+def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: str, key: str = MEMBERSHIP_KEY) -> str:
     """Write generation `generation` over the object whose ETag is `etag` ("" : create it); returns the new ETag."""
     cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
     try:
@@ -87,7 +86,7 @@ def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: s
     return out["ETag"]
 
 
-def read(s3: Any, bucket: str, etag: str = "", key: str = KEY) -> Tuple[Optional[Dict[str, Any]], str]:
+def read(s3: Any, bucket: str, etag: str = "", key: str = MEMBERSHIP_KEY) -> Tuple[Optional[Dict[str, Any]], str]:
     """The membership and its ETag, or (None, etag) when it is unchanged since `etag` (304) or absent."""
     try:
         out = s3.get_object(Bucket=bucket, Key=key, **({"IfNoneMatch": etag} if etag else {}))

@@ -9,13 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
-# Tag keys the controller reads and writes on instances; the same strings as hpcc_contract/names.py (the node side may
-# not import the program: tests/node/test_controller_decide.py checks both agree).
-TAG_CLUSTER = "hpcc:cluster"
-TAG_ROLE = "hpcc:role"
-TAG_NODE = "hpcc:node"
-TAG_GROUP = "hpcc:group"
-
 # The prefix of every Slurm drain/down reason the controller writes: it acts only on nodes whose reason starts so.
 REASON_PREFIX = "hpcc:"
 
@@ -34,10 +27,6 @@ ACTIVE_STATES = (BOOTING, READY, DRAINING, REPLACING, FAILED)
 GONE = ("shutting-down", "terminated", "stopping", "stopped")
 LIVE = ("pending", "running")
 
-
-def node_name(group: str, index: int) -> str:
-    """`<group>-NNN`, three digits at least; names are never compacted (a removed node leaves a hole)."""
-    return f"{group}-{index:03d}"
 
 
 @dataclass(frozen=True)

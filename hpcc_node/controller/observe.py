@@ -13,8 +13,10 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .ledger import Loaded
-from .membership import STATUS_PREFIX, key_instance
-from .model import (TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE, CapacityBlock, Group, Instance, Report, SlurmNode,
+from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE
+
+from .membership import key_instance
+from .model import (CapacityBlock, Group, Instance, Report, SlurmNode,
                     Snapshot)
 from .assess import SCHEDULED_EVENTS
 from .health.observe import report_fields, with_slurm_extras

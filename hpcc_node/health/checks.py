@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import List, Optional, Sequence
 
+from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT
 from hpcc_node.health import devices, gpu, host
 from hpcc_node.health.runner import CheckSpec
 from hpcc_node.health.verdict import (CHECK_TIMEOUT_S, DCGM_DIAG, DISK_FREE, EFA_COUNTERS, EFA_DEVICES, GPU_COUNT,
@@ -31,7 +32,7 @@ class NodeFacts:
     efa_devices: int = 0  # EFA interfaces it was launched with
     neuron_devices: int = 0
     shared_mount: Optional[str] = None  # the Lustre mount point, when the cluster has one
-    dcgm_level: int = gpu.DCGM_LEVEL_DEFAULT  # 0: no DCGM diagnostic
+    dcgm_level: int = BOOT_DIAG_LEVEL_DEFAULT  # 0: no DCGM diagnostic (hpcc_contract/settings.py)
     disk_path: str = "/"
     disk_min_free_gib: float = host.DISK_MIN_FREE_GIB
 

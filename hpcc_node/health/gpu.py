@@ -30,7 +30,6 @@ QUERY_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", 
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader")
 NVIDIA_SMI_LIST = ("nvidia-smi", "-L")
 NVIDIA_SMI_RECOVERY = ("nvidia-smi", "--query-gpu=index,pci.bus_id,gpu_recovery_action", "--format=csv,noheader")
-DCGM_LEVEL_DEFAULT = 2  # at boot, on spares and on demand; a level is minutes of exclusive GPU use, never per job
 
 
 def dcgmi_argv(level: int) -> Tuple[str, ...]:

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, boot_diag_level_problem
 from hpcc_node.health import checks, devices, xid
 from hpcc_node.health.runner import Runner
 from hpcc_node.health.verdict import (BOOT_CHECKS, EFA_COUNTERS, INTERVAL_S, PERIODIC_CHECKS, XID, CheckResult,
@@ -48,9 +49,10 @@ def parse_facts(text: str, host: str) -> Tuple[checks.NodeFacts, str]:
             raise FactsError(f"health.env: {key}={value[:40]!r} is not a {FACT_KEYS[key].__name__}") from None
         if FACT_KEYS[key] is str and value and not value.startswith("/"):
             raise FactsError(f"health.env: {key}={value[:40]!r} is not an absolute path")
-    level = int(found.get("DCGM_LEVEL", 0))
-    if level not in (0, 1, 2, 3, 4):
-        raise FactsError(f"health.env: DCGM_LEVEL={level} is not 0-4")
+    level = int(found.get("DCGM_LEVEL", BOOT_DIAG_LEVEL_DEFAULT))
+    problem = boot_diag_level_problem(level)
+    if problem:
+        raise FactsError(f"health.env: DCGM_LEVEL={problem}")
     facts = checks.NodeFacts(host, gpus=int(found.get("GPUS", 0)), efa_devices=int(found.get("EFA_DEVICES", 0)),
                              neuron_devices=int(found.get("NEURON_DEVICES", 0)),
                              shared_mount=str(found.get("SHARED_MOUNT") or "") or None, dcgm_level=level,

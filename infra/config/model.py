@@ -14,7 +14,8 @@ from typing import Any, Literal, get_args
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS, account_problem
+from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, account_problem
+from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS
 from infra.config.nodes import (GROUP_NAME, LEGACY_GROUP, MAX_GROUPS, MAX_NODES, RESERVED_GROUP_NAMES,  # noqa: F401
                                 ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of, root_volume)
 from infra.config.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
@@ -228,7 +229,7 @@ class Health(_Model):
     ready (`dcgmi diag -r N`; 1 takes seconds, 2 a few minutes, 3 and 4 up to hours), 0 for none. Only at boot and
     after a remedy's reboot, never per job: it takes the GPUs."""
 
-    boot_diag_level: int = Field(2, ge=0, le=4)
+    boot_diag_level: int = Field(BOOT_DIAG_LEVEL_DEFAULT, ge=0, le=BOOT_DIAG_LEVEL_MAX)
 
 
 class ClusterConfig(_Model):

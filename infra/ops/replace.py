@@ -1,6 +1,7 @@
 """`hpcc replace NODE...`: ask the controller for a new instance under each named node, with no Pulumi run.
 
-It records `replace_requested` on each node's slot in the ledger (hpcc_node/controller/ledger.py); the controller
+It records `replace_requested` on each node's slot in the ledger (hpcc_node/controller/ledger.py
+`request_replace`, which owns the item's shape); the controller
 reads it at its next loop and does the rest (decide.py `down_and_replace`: DOWN in Slurm with an `hpcc:` reason,
 terminate, and once the instance is shutting down the name moves to a newly launched one, not counted against the
 group's budget). This is the one ledger write not made by the controller: it holds no lease, so it is a single
@@ -14,12 +15,11 @@ client and uses the standard library only, so the node side can call the same fu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
 from hpcc_node.controller import model
-from hpcc_node.controller.ledger import _key
+from hpcc_node.controller.ledger import read_slot, request_replace
 
 RETRIES = 5  # a controller writing the same slot at that moment: read again, at most this often
 
@@ -41,11 +41,6 @@ class Requested:
     already: str = ""  # why nothing was written: already requested, already being replaced
 
 
-def _read(ddb: Any, table: str, name: str):
-    item = ddb.get_item(TableName=table, Key={"pk": {"S": _key("slot", name)}}, ConsistentRead=True).get("Item")
-    return (json.loads(item["doc"]["S"]), int(item["v"]["N"])) if item else (None, 0)
-
-
 def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> List[str]:
     """The wanted names in the order given, once each; unknown ones raise UnknownNodes listing the known."""
     if not wanted:
@@ -65,21 +60,14 @@ def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Seq
     out = []
     for name in names:
         for _ in range(RETRIES):
-            doc, version = _read(ddb, table, name)
+            doc, version = read_slot(ddb, table, name)
             if doc is None:
                 raise UnknownNodes(f"{name} left the ledger while asking (the controller removed it): nothing to do")
             if doc.get("state") == model.REPLACING or doc.get("replace_requested"):
                 why = "being replaced already" if doc.get("state") == model.REPLACING else "requested already"
                 out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc["state"], why))
                 break
-            try:
-                ddb.update_item(  # the ledger's item shape (ledger.py `_put`): doc at version v+1 if still at v
-                    TableName=table, Key={"pk": {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
-                    ConditionExpression="v = :v", ExpressionAttributeNames={"#d": "doc"},
-                    ExpressionAttributeValues={":doc": {"S": json.dumps({**doc, "replace_requested": True},
-                                                                        sort_keys=True)},
-                                               ":next": {"N": str(version + 1)}, ":v": {"N": str(version)}})
-            except ddb.exceptions.ConditionalCheckFailedException:
+            if not request_replace(ddb, table, name, doc, version):
                 continue  # the controller wrote it meanwhile: read again
             out.append(Requested(name, doc.get("group", ""), doc.get("instance_id", ""), doc.get("state", "")))
             break

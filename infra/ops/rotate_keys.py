@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from hpcc_contract.names import MEMBERSHIP_KEY, NO_ROTATION, Paths, certs_key, hostkeys_key
 from hpcc_node import certstore
 from hpcc_node.certs import members
 from hpcc_node.controller import membership
@@ -75,7 +76,7 @@ class Cluster:
         try:
             listed = members(doc)  # the head's own list: the nodes it signs for
         except ValueError as e:
-            raise OpsError(f"s3://{self.bucket}/{membership.KEY}: {e}") from None
+            raise OpsError(f"s3://{self.bucket}/{MEMBERSHIP_KEY}: {e}") from None
         return {m.name: membership.instance_arn(self.partition, self.aws.region, self.account, m.instance)
                 for m in listed if m.instance}
 
@@ -85,12 +86,12 @@ class Cluster:
 
 def lagging(c: Cluster, phase: str) -> tuple[list[str], int]:
     """The nodes that have not applied the phase yet, and how many nodes there are."""
-    names, nodes = certstore.names(c.cluster), c.nodes()
+    nodes = c.nodes()
 
     def check(item: tuple[str, str]) -> bool:
         node, arn = item
-        return applied(phase, certstore.read_issued(c.read(names.certs(node))),
-                       certstore.read_published(c.read(names.hostkeys(arn))))
+        return applied(phase, certstore.read_issued(c.read(certs_key(node))),
+                       certstore.read_published(c.read(hostkeys_key(arn))))
 
     with ThreadPoolExecutor(store.FETCH_THREADS) as pool:
         done = list(pool.map(check, nodes.items()))
@@ -98,16 +99,16 @@ def lagging(c: Cluster, phase: str) -> tuple[list[str], int]:
 
 
 def current(aws: Aws, cluster: str) -> certstore.Rotation | None:
-    name = certstore.names(cluster).rotation
+    name = Paths(cluster).rotation
     try:
         return certstore.read_rotation(_parameters(aws, [name]).get(name))
     except ValueError as e:
-        raise OpsError(f"{name}: {e}; reset it (aws ssm put-parameter --overwrite --name {name} --value {certstore.NO_ROTATION}) to "
+        raise OpsError(f"{name}: {e}; reset it (aws ssm put-parameter --overwrite --name {name} --value {NO_ROTATION}) to "
                        "start again") from None
 
 
 def put(aws: Aws, cluster: str, rotation: certstore.Rotation) -> None:
-    aws.call("ssm", "put_parameter", Name=certstore.names(cluster).rotation, Type="String",
+    aws.call("ssm", "put_parameter", Name=Paths(cluster).rotation, Type="String",
              Value=certstore.rotation_text(rotation), Overwrite=True)
 
 

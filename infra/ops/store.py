@@ -19,7 +19,8 @@ from botocore.exceptions import ClientError
 
 from hpcc_node.controller import membership
 from hpcc_node.controller.ledger import Ledger, Loaded
-from hpcc_contract.names import Paths, ledger_table, state_bucket
+from hpcc_contract import groups as groups_format
+from hpcc_contract.names import STATUS_PREFIX, Paths, ledger_table, state_bucket
 from infra.ops.aws import Aws, error_code, tag_filter
 
 READER = "hpcc-ops (read only)"  # the Ledger's owner when ops only reads: it never takes the lease
@@ -82,7 +83,7 @@ def lease(aws: Aws, table: str) -> tuple[str, float]:
 
 
 def groups(aws: Aws, cluster: str) -> list[dict]:
-    """The groups the program wrote to `/hpcc/<c>/groups` ({"format": 1, "groups": [...]}); [] when absent."""
+    """The groups the program wrote to `/hpcc/<c>/groups` (hpcc_contract/groups.py); [] when absent or of another format."""
     try:
         value = aws.call("ssm", "get_parameter", Name=groups_parameter(cluster))["Parameter"]["Value"]
     except ClientError as e:
@@ -90,10 +91,10 @@ def groups(aws: Aws, cluster: str) -> list[dict]:
             return []
         raise
     try:
-        doc = json.loads(value)
-        return [g for g in doc.get("groups", []) if isinstance(g, dict) and isinstance(g.get("name"), str)]
-    except (ValueError, AttributeError):
+        found = groups_format.loads(value)
+    except groups_format.GroupsFormatError:
         return []
+    return [g for g in found if isinstance(g, dict) and isinstance(g.get("name"), str)]
 
 
 def read_membership(aws: Aws, bucket: str) -> dict:
@@ -121,7 +122,7 @@ def statuses(aws: Aws, bucket: str, wanted: set[str] | None = None) -> Statuses:
     s3 = aws.client("s3")
     keys = []
     try:
-        for obj in aws.pages("s3", "list_objects_v2", "Contents", Bucket=bucket, Prefix=membership.STATUS_PREFIX,
+        for obj in aws.pages("s3", "list_objects_v2", "Contents", Bucket=bucket, Prefix=STATUS_PREFIX,
                              PaginationConfig=PAGE):
             iid = membership.key_instance(obj["Key"])
             if iid and (wanted is None or iid in wanted):

@@ -389,7 +389,7 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
             return internals.run_instance(
                 self.account, self.region, image_id=lt["imageId"], instance_type=lt["instanceType"], nic=nic,
                 tags=tags, launch_template={"LaunchTemplateId": ref["id"], "Version": str(ref.get("version", "$Latest"))},
-                http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"), client_token=f"hpcc-{name}")
+                http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"), client_token=f"plan-{name}")  # moto's idempotency token
         except internals.moto_errors() as exc:
             raise AwsRejected(name, *internals.moto_error(exc)) from None
         except StopIteration:  # moto's subnet ran out of addresses; escaping a coroutine, it would hang the plan

@@ -8,13 +8,11 @@ override supplies (the template's interfaces carry no subnet), its placement gro
 
 from __future__ import annotations
 
-import json
-
+from hpcc_contract import groups
 from infra.config.model import ClusterConfig, NodeGroup
 from infra.facts.instance_types import InstanceType
 from infra.facts.slurm import slurm_node
 
-FORMAT = 1
 # The parameter's tier takes 8 KB (Intelligent-Tiering moves it to Advanced above 4 KB); a group's entry is about
 # 450 bytes, so MAX_GROUPS (infra/config/model.py) keeps the value well inside it, and the plan checks it (aws_rules).
 GROUPS_LIMIT = 8192
@@ -30,7 +28,7 @@ def slurm_fields(itype: InstanceType, field: str) -> dict:
 
 def group_entry(cfg: ClusterConfig, index: int, group: NodeGroup, itype: InstanceType, launch_template: str,
                 subnet_id: str, availability_zone: str, placement_group: str | None) -> dict:
-    """One group's fields (hpcc_node.controller.model.Group) plus its `slurm` definition (with scheduler slurm)."""
+    """One group's fields (hpcc_contract/groups.py FIELDS) plus its `slurm` definition (with scheduler slurm)."""
     entry = {"name": group.name, "instance_type": group.instance_type, "count": group.count,
              "launch_template": launch_template, "subnet_id": subnet_id, "availability_zone": availability_zone,
              "market": group.market, "capacity_reservation_id": group.capacity_reservation_id or "",
@@ -42,5 +40,5 @@ def group_entry(cfg: ClusterConfig, index: int, group: NodeGroup, itype: Instanc
 
 
 def groups_value(entries: list[dict]) -> str:
-    """The parameter's value: compact, keys sorted, so the same config writes the same bytes (no diff)."""
-    return json.dumps({"format": FORMAT, "groups": entries}, sort_keys=True, separators=(",", ":"))
+    """The parameter's value (hpcc_contract/groups.py): the same config writes the same bytes (no diff)."""
+    return groups.dumps(entries)

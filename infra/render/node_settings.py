@@ -26,7 +26,7 @@ from infra.facts.fabric import fabric_env, mpirun_options
 from hpcc_contract.names import ledger_table, state_bucket
 from infra.render.roles import resolve_role
 from infra.facts.slurm import slurm_node
-from hpcc_contract.settings import (MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
+from hpcc_contract.settings import (BOOT_DIAG_LEVEL_DEFAULT, MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
                                    SETTINGS_LIMIT, SLURM_KEYS, SettingsError, check, check_scheduler, parse_text)
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class NodeSettings:
     scheduler: str | None = None  # "slurm", or None: left out (none)
     slurm_node: str | None = None  # with scheduler slurm only
     slurm_gpus: int | None = None  # likewise
-    health_diag_level: int | None = None  # left out at its default (2): nodes from before the key accept the text
+    health_diag_level: int | None = None  # left out at its default: nodes from before the key accept the text
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
@@ -80,8 +80,7 @@ def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeS
         imds_users=tuple(cfg.security.imds_for_users),
         scheduler="slurm" if slurm else None, slurm_node=slurm.attributes() if slurm else None,
         slurm_gpus=slurm.gpus if slurm else None,
-        health_diag_level=None if str(cfg.health.boot_diag_level) == OPTIONAL_DEFAULTS["HEALTH_DIAG_LEVEL"]
-        else cfg.health.boot_diag_level)
+        health_diag_level=None if cfg.health.boot_diag_level == BOOT_DIAG_LEVEL_DEFAULT else cfg.health.boot_diag_level)
 
 
 def render(settings: NodeSettings) -> str:

@@ -290,7 +290,7 @@ class FleetBox(Box):
         if codes[HEAD] != 0:
             return codes
         self.start_controller()
-        from hpcc_node.controller.model import node_name
+        from hpcc_contract.names import node_name
 
         names = [node_name(g["name"], i) for g in self.groups for i in range(g["count"])]
         names = [n for n in names if wait is None or n in wait]

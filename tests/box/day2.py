@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from hpcc_node.controller.model import node_name
+from hpcc_contract.names import node_name
 from tests.box.cloud import FleetBox
 from tests.box.machine import sh
 from tests.box.node import Node

@@ -29,6 +29,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hpcc_contract import names
 from infra.config.model import ConfigError, parse
 from infra.config.stackfile import load
 
@@ -136,10 +137,10 @@ def assert_names_fields(err: ConfigError, roots=FIELD_ROOTS):
 # SSM PutParameter, Secrets Manager CreateSecret) and for tags on the services that restrict them. Tag keys also
 # follow EC2's rule for instances with instance metadata tags enabled (EC2 User Guide, "View tags for your EC2
 # instances using instance metadata"): a-z A-Z 0-9 and + - = . , _ : @ only, not ".", ".." or "_index".
-AWS_NAMES = [("IAM role", lambda c: f"hpcc-{c}-node", r"[\w+=,.@-]{1,64}"),
-             ("launch template", lambda c: f"hpcc-{c}-compute", r"[a-zA-Z0-9().\-/_]{3,128}"),
-             ("SSM parameter", lambda c: f"/hpcc/{c}/nodes/compute-000", r"[a-zA-Z0-9_.\-/]{1,1011}"),
-             ("secret", lambda c: f"hpcc/{c}/ssh-key", r"[a-zA-Z0-9/_+=.@-]{1,512}")]
+AWS_NAMES = [("IAM role", lambda c: names.role_name(c, "compute"), r"[\w+=,.@-]{1,64}"),
+             ("launch template", lambda c: names.launch_template_name(c, "compute"), r"[a-zA-Z0-9().\-/_]{3,128}"),
+             ("SSM parameter", lambda c: names.Paths(c).node("compute-000"), r"[a-zA-Z0-9_.\-/]{1,1011}"),
+             ("secret", lambda c: names.Paths(c).ssh_secret, r"[a-zA-Z0-9/_+=.@-]{1,512}")]
 AWS_TAG = regex.compile(r"[\p{L}\p{Z}\p{N}_.:/=+\-@]*")
 IMDS_TAG_KEY = re.compile(r"[a-zA-Z0-9+\-=.,_:@]+")
 

@@ -103,24 +103,10 @@ def test_node_names_have_three_digits_below_a_thousand_and_plain_digits_above():
     assert compute_node_name(12) == "compute-012"
 
 
-def test_node_names_agree_with_the_controllers():
-    from hpcc_node.controller import model
-
-    from hpcc_contract import names as contract_names
-
-    for i in (0, 5, 999, 1000, 4095):
-        assert contract_names.node_name("a1", i) == model.node_name("a1", i)
-    assert (contract_names.TAG_GROUP, contract_names.TAG_NODE, contract_names.TAG_CLUSTER, contract_names.TAG_ROLE) == (
-        model.TAG_GROUP, model.TAG_NODE, model.TAG_CLUSTER, model.TAG_ROLE)
-
-
-def test_the_store_names_agree_with_the_controller_and_the_policy_pack():
-    from hpcc_node.controller import membership
-
+def test_the_state_bucket_name_is_the_one_the_policy_pack_recognises():
     from hpcc_contract import names as contract_names
     from policy import bucket_rules
 
-    assert (contract_names.MEMBERSHIP_KEY, contract_names.STATUS_PREFIX) == (membership.KEY, membership.STATUS_PREFIX)
     m = bucket_rules.STATE_BUCKET.match(contract_names.state_bucket("my-cluster", "123456789012"))
     assert m and (m.group("cluster"), m.group("account")) == ("my-cluster", "123456789012")
     assert not bucket_rules.STATE_BUCKET.match(contract_names.bundle_bucket("my-cluster", "123456789012"))

@@ -172,8 +172,8 @@ def test_every_node_name_has_one_spelling_on_both_sides():
 
 
 def test_the_node_names_are_the_controllers_names():
-    """The controller names slots (hpcc_node.controller.model.node_name); the nodes accept exactly those."""
-    from hpcc_node.controller.model import node_name
+    """The controller names slots (hpcc_contract/names.py node_name); the nodes accept exactly those."""
+    from hpcc_contract.names import node_name
 
     for group, index in [("gpu", 0), ("gpu", 999), ("gpu", 1000), ("gpu", 4095), ("abcdefghijkl", 7)]:
         assert contract_hosts.valid_name(node_name(group, index)) and contract_hosts.group_of(node_name(group, index)) == group

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from hpcc_node import agent, awscli, upgrade
+from hpcc_contract.names import MEMBERSHIP_KEY
 from hpcc_node.controller import membership
 from tests.render.bootstrap_cases import settings
 from tests.box import bundles
@@ -81,7 +82,7 @@ class FakeAws:
     def members(self, hosts: str) -> None:
         """The controller publishes the next generation."""
         self.generation += 1
-        self.s3.objects[(STATE, membership.KEY)] = json.dumps(membership_doc(hosts, self.generation)).encode()
+        self.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(membership_doc(hosts, self.generation)).encode()
 
     def put(self, name: str, value: str) -> None:
         version = self.params.get(name, (0, ""))[0] + 1

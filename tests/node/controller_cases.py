@@ -8,8 +8,8 @@ from dataclasses import replace
 from typing import Dict, Iterable, List, Optional
 
 from hpcc_node.controller.decide import decide
-from hpcc_node.controller.model import (READY, Action, Group, Instance, Report, Slot, SlurmNode, Snapshot,
-                                        node_name)
+from hpcc_contract.names import node_name
+from hpcc_node.controller.model import READY, Action, Group, Instance, Report, Slot, SlurmNode, Snapshot
 
 NOW = 1_000_000.0
 GPU = Group("gpu", "p5.48xlarge", 4, launch_template="lt-gpu", subnet_id="subnet-1")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Dict, List, Optional
 
-from hpcc_node.controller.model import TAG_CLUSTER, TAG_GROUP
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
 
 
 class Killed(BaseException):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcc_node.settings import SettingsError, parse
+from hpcc_contract.settings import SettingsError
+from hpcc_node.settings import parse
 from tests.node.agent_support import SETTINGS
 from tests.render.bootstrap_cases import settings
 from tests.render.bootstrap_shell import context, run

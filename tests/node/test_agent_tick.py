@@ -7,6 +7,7 @@ import json
 import pytest
 
 from hpcc_node import upgrade
+from hpcc_contract.names import MEMBERSHIP_KEY
 from hpcc_node.controller import membership
 from tests.node.agent_support import (ARN, CONFIG, P, SCRIPTS, SETTINGS, STATE, FakeAws, FakeRun, instance_of, make_agent,
                                  membership_doc, node, running)
@@ -32,7 +33,7 @@ def test_a_change_is_applied_once_then_nothing_and_each_change_reported_once(tmp
     del aws.calls[:]
     a.tick()
     assert len(a.run.calls) == 1  # nothing new: a 304, nothing applied, nothing written
-    assert aws.calls == [("s3-get", membership.KEY), ("get", (f"{P}/settings", f"{P}/bundle"))]
+    assert aws.calls == [("s3-get", MEMBERSHIP_KEY), ("get", (f"{P}/settings", f"{P}/bundle"))]
     aws.members(FOUR + "\n10.0.0.8")
     a.tick()
     assert len(a.run.calls) == 2 and aws.status("compute-001")["hostsVersion"] == 2
@@ -51,7 +52,7 @@ def test_a_node_taken_out_of_the_hostfiles_keeps_its_files_and_says_why_once_a_g
     assert len(a.run.calls) == 1
     doc = membership_doc(FOUR, 2)
     doc["nodes"][1]["out"] = "hpcc: shared_mount: /fsx did not answer within 10 s"  # compute-001, no Slurm
-    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
     for _ in range(3):
         a.tick()
     log = (tmp_path / "compute-001/log").read_text()
@@ -60,7 +61,7 @@ def test_a_node_taken_out_of_the_hostfiles_keeps_its_files_and_says_why_once_a_g
                      "not answer within 10 s): not applied") == 1, log
     del doc["nodes"][1]["out"]
     doc["generation"] = 3
-    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
     a.tick()
     assert len(a.run.calls) == 2 and a.node.hosts_version == 3  # listed again: applied
 
@@ -89,12 +90,12 @@ def test_an_older_generation_or_a_list_without_this_node_or_refused_settings_are
     assert "lists 10.0.0.9 as compute-001, not this node's 10.0.0.6: not applied" in (tmp_path / "compute-001/log").read_text()
     doc = membership_doc(FOUR, 1)
     doc["nodes"][1]["instance"] = "i-0fffffff"  # compute-001's name on another instance (its successor)
-    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+    aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
     a.tick()
     assert a.run.calls == [] and f"does not list compute-001 as {instance_of('compute-001')}" in (
         tmp_path / "compute-001/log").read_text()
     b, _ = make_agent(tmp_path / "b", aws, version=5)  # a node that applied generation 5
-    aws.s3.objects[(STATE, membership.KEY)] = json.dumps(membership_doc(FOUR, 4)).encode()
+    aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(membership_doc(FOUR, 4)).encode()
     b.tick()
     assert b.run.calls == [] and b.node.hosts_version == 5
     cluster(aws, settings=SETTINGS + "REBOOT=1\n")
@@ -240,7 +241,7 @@ def test_with_the_controllers_settings_digest_a_settled_agent_makes_no_ssm_reque
         aws.generation += 1
         doc = membership_doc(FOUR, aws.generation)
         doc["bundle"] = follow(pointer, settings_text)
-        aws.s3.objects[(STATE, membership.KEY)] = json.dumps(doc).encode()
+        aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
     publish(SETTINGS)
     a, sha = make_agent(tmp_path, aws, "compute-000", ip="10.0.0.5")  # a canary: it moves first
     a.tick()

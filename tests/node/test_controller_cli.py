@@ -5,7 +5,6 @@ head, and accepts a node's status only from the key of its own instance."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -13,6 +12,8 @@ from pathlib import Path
 import boto3
 import pytest
 
+from hpcc_contract import groups as groups_format
+from hpcc_contract.names import Paths, ledger_table, state_bucket
 from hpcc_node import awscli
 from hpcc_node.controller import __main__ as main_mod
 from hpcc_node.controller import membership
@@ -21,7 +22,7 @@ from hpcc_node.settings import state_names
 from tests.node.controller_fakes import moto_launch_template
 
 CLUSTER, ACCOUNT, REGION = "c", "123456789012", "us-east-1"
-BUCKET, TABLE = f"hpcc-{CLUSTER}-state-{ACCOUNT}", f"hpcc-{CLUSTER}-ledger"
+BUCKET, TABLE = state_bucket(CLUSTER, ACCOUNT), ledger_table(CLUSTER)
 
 
 def test_the_clis_error_text_is_botocores_error_code():
@@ -97,10 +98,10 @@ def test_s3s_conditional_requests_work_through_the_cli(server):
 
 
 def groups_value(subnet: str, count: int) -> str:
-    return json.dumps({"format": 1, "groups": [
+    return groups_format.dumps([
         {"name": "gpu", "instance_type": "p5.48xlarge", "count": count, "launch_template": "hpcc-c-gpu-lt",
          "subnet_id": subnet, "market": "on-demand", "efa": False, "root_volume_gib": 200,
-         "slurm": {"cpus": 192, "real_memory": 1000, "gres": "gpu:8"}}]})
+         "slurm": {"cpus": 192, "real_memory": 1000, "gres": "gpu:8"}}])
 
 
 def controller_env(**extra: str) -> dict:
@@ -113,8 +114,8 @@ def test_the_controller_process_launches_names_and_publishes_with_the_head(serve
     boto("dynamodb", server).create_table(**table_definition(TABLE))
     boto("s3", server).create_bucket(Bucket=BUCKET)
     subnet = moto_launch_template(ec2, "hpcc-c-gpu-lt", {"InstanceType": "p5.48xlarge"})["subnet"]
-    ssm.put_parameter(Name=f"/hpcc/{CLUSTER}/groups", Type="String", Value=groups_value(subnet, 2))
-    ssm.put_parameter(Name=f"/hpcc/{CLUSTER}/settings", Type="String", Value="SCHEDULER=none\n")
+    ssm.put_parameter(Name=Paths(CLUSTER).groups, Type="String", Value=groups_value(subnet, 2))
+    ssm.put_parameter(Name=Paths(CLUSTER).settings, Type="String", Value="SCHEDULER=none\n")
     env = controller_env(HPCC_CONTROLLER_ORPHAN_TIMEOUT_SECONDS="3600")
     assert main_mod.main(["--once"], env) == 0  # launches 2
     assert main_mod.main(["--once"], env) == 0  # names them, tags them, publishes
@@ -158,8 +159,8 @@ def test_a_malformed_groups_parameter_is_named_with_its_fix():
     with pytest.raises(main_mod.ConfigError, match="/hpcc/c/groups is not JSON"):
         main_mod.parse_groups("{", "/hpcc/c/groups")
     with pytest.raises(main_mod.ConfigError, match=r"groups\[0\] \(gpu\): count"):
-        main_mod.parse_groups(json.dumps({"format": 1, "groups": [
-            {"name": "gpu", "instance_type": "t3.micro", "count": -1}]}), "/hpcc/c/groups")
+        main_mod.parse_groups(groups_format.dumps([{"name": "gpu", "instance_type": "t3.micro", "count": -1}]),
+                              "/hpcc/c/groups")
     with pytest.raises(main_mod.ConfigError, match="HPCC_CONTROLLER_LOOP_SECONDS"):
         main_mod.timers_from_env({"HPCC_CONTROLLER_LOOP_SECONDS": "soon"})
     assert main_mod.timers_from_env({"HPCC_CONTROLLER_LOOP_SECONDS": "5"}).loop_seconds == 5

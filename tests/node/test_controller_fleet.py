@@ -10,7 +10,8 @@ import pytest
 from moto import mock_aws
 
 from hpcc_node.controller import fleet
-from hpcc_node.controller.model import TAG_CLUSTER, TAG_GROUP, Group
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
+from hpcc_node.controller.model import Group
 from tests.node.controller_fakes import moto_launch_template
 
 GPU = Group("gpu", "p5.48xlarge", 4, launch_template="hpcc-c-compute", subnet_id="subnet-1")

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from hpcc_contract.names import NO_ROTATION, certs_key, hostkeys_key
 from hpcc_node import certs, certstore
 from tests.node.cert_support import ARN_PREFIX, BUCKET, FakeAws, cert_text, instance_of, make_head, make_node, member
 
@@ -25,11 +26,11 @@ def cluster(tmp_path):
 
 
 def issued(aws, node):
-    return certstore.read_issued(aws.objects[certstore.names("llm").certs(node)])
+    return certstore.read_issued(aws.objects[certs_key(node)])
 
 
 def published_by(aws, node):
-    return certstore.read_published(aws.objects[certstore.names("llm").hostkeys(ARN_PREFIX + instance_of(node))])
+    return certstore.read_published(aws.objects[hostkeys_key(ARN_PREFIX + instance_of(node))])
 
 
 def test_the_head_signs_each_published_host_key_for_the_principals_it_knows(cluster):
@@ -152,15 +153,8 @@ def test_whatever_a_node_wrote_that_is_not_keys_is_nothing(text):
     assert certstore.read_published(text) is None
 
 
-def test_the_node_and_the_program_name_the_same_secret_parameter_and_objects():
-    from hpcc_contract import names as contract_names
-    paths, names = contract_names.Paths("llm"), certstore.names("llm")
-    assert (paths.host_ca_secret, paths.rotation) == (names.host_ca_secret, names.rotation)
-    assert (contract_names.HOSTKEYS_PREFIX, contract_names.CERTS_PREFIX, contract_names.NO_ROTATION) == \
-        (certstore.HOSTKEYS_PREFIX, certstore.CERTS_PREFIX, certstore.NO_ROTATION)
-    assert names.hostkeys(ARN_PREFIX + "i-0abc") == f"hostkeys/{ARN_PREFIX}i-0abc.json"
-    assert names.certs("gpu-1000") == "certs/gpu-1000.json"
-    assert certstore.read_rotation(contract_names.NO_ROTATION) is None  # what Pulumi creates it with
+def test_the_rotation_parameter_as_pulumi_creates_it_is_no_rotation():
+    assert certstore.read_rotation(NO_ROTATION) is None  # what Pulumi creates it with
 
 
 def doc_of(members):

@@ -12,14 +12,16 @@ from typing import Dict, List
 
 import boto3
 
+from hpcc_contract import groups as groups_format
+from hpcc_contract.names import Paths, ledger_table, node_name, state_bucket
 from hpcc_node.controller import membership, model
 from hpcc_node.controller.ledger import Ledger, table_definition
 
 REGION = "us-east-1"
 C = "fleet"
 ACCOUNT = "123456789012"  # moto's
-TABLE = f"hpcc-{C}-ledger"
-BUCKET = f"hpcc-{C}-state-{ACCOUNT}"
+TABLE = ledger_table(C)
+BUCKET = state_bucket(C, ACCOUNT)
 TYPES = {"gpu": "c6i.large", "cpu": "c6i.xlarge", "compute": "c6i.16xlarge"}  # moto knows these; slots come from their vCPUs
 
 
@@ -42,11 +44,11 @@ class Fleet:
 
     @property
     def table(self) -> str:
-        return f"hpcc-{self.cluster}-ledger"
+        return ledger_table(self.cluster)
 
     @property
     def bucket(self) -> str:
-        return f"hpcc-{self.cluster}-state-{ACCOUNT}"
+        return state_bucket(self.cluster, ACCOUNT)
 
     def clock(self) -> float:
         return self.now[0]
@@ -106,8 +108,8 @@ class Fleet:
         return generation + 1
 
     def groups(self, counts: Dict[str, int]) -> None:
-        value = {"format": 1, "groups": [{"name": g, "instance_type": TYPES[g], "count": n} for g, n in counts.items()]}
-        self.ssm.put_parameter(Name=f"/hpcc/{self.cluster}/groups", Value=json.dumps(value), Type="String", Overwrite=True)
+        value = groups_format.dumps([{"name": g, "instance_type": TYPES[g], "count": n} for g, n in counts.items()])
+        self.ssm.put_parameter(Name=Paths(self.cluster).groups, Value=value, Type="String", Overwrite=True)
 
 
 def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = True, cluster: str = C,
@@ -125,7 +127,7 @@ def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = Tru
     if f.bucket not in [b["Name"] for b in f.s3.list_buckets()["Buckets"]]:
         f.s3.create_bucket(Bucket=f.bucket)
     if settings:
-        name = f"/hpcc/{cluster}/settings"
+        name = Paths(cluster).settings
         try:
             text = f.ssm.get_parameter(Name=name)["Parameter"]["Value"]
         except f.ssm.exceptions.ParameterNotFound:
@@ -140,7 +142,7 @@ def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = Tru
     f.head = heads[0] if heads else f.launch("head")  # a planned stack's head is the head
     for group, n in counts.items():
         for i in range(n):
-            f.name(model.node_name(group, i), group, i, model.READY if ready else model.BOOTING)
+            f.name(node_name(group, i), group, i, model.READY if ready else model.BOOTING)
     generation = f.publish()
     f.status(f.head, name="head", phase="ready", step="sync", generation=generation)
     for node, iid in f.ids.items():

@@ -9,6 +9,7 @@ from moto import mock_aws
 from rich.console import Console
 from typer.testing import CliRunner
 
+from hpcc_contract.names import Paths, node_name
 from hpcc_node.controller import model
 from hpcc_node.controller.model import Event, GroupState
 from infra.ops.cli import app
@@ -153,7 +154,7 @@ def test_a_4096_node_status_is_built_in_well_under_a_second_per_thousand():
     raw, slots, statuses = [], {}, {}
     for g in ("gpu", "cpu"):
         for i in range(2048):
-            name, iid = model.node_name(g, i), f"i-{g}{i:05d}"
+            name, iid = node_name(g, i), f"i-{g}{i:05d}"
             raw.append({"InstanceId": iid, "State": {"Name": "running"}, "InstanceType": "p5.48xlarge",
                         "PrivateIpAddress": f"10.0.{i // 250}.{i % 250}",
                         "Tags": [{"Key": "hpcc:role", "Value": "compute"}, {"Key": "hpcc:group", "Value": g}]})
@@ -235,12 +236,12 @@ def test_a_host_ca_rotation_in_progress_is_shown_with_its_phase(f):
     from hpcc_node import certstore
 
     assert status().rotation is None and "rotation 2026" not in status_cli().output
-    Aws(REGION).call("ssm", "put_parameter", Name=certstore.names(C).rotation, Type="String", Overwrite=True,
+    Aws(REGION).call("ssm", "put_parameter", Name=Paths(C).rotation, Type="String", Overwrite=True,
                      Value=certstore.rotation_text(certstore.Rotation("20261124T190000Z", "switch")))
     assert status().rotation == certstore.Rotation("20261124T190000Z", "switch")
     text = " ".join(status_cli().output.split())
     assert "host CA and cluster key rotation 20261124T190000Z: phase switch (the new CA signs and the new keys log in; the old ones are still trusted)" in text
-    Aws(REGION).call("ssm", "put_parameter", Name=certstore.names(C).rotation, Type="String", Overwrite=True,
+    Aws(REGION).call("ssm", "put_parameter", Name=Paths(C).rotation, Type="String", Overwrite=True,
                      Value="{not json")
     out = status_cli()
     assert out.exit_code == 0 and "reset it" in " ".join(out.output.split())  # a note, not a traceback

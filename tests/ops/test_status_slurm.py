@@ -8,6 +8,7 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
+from hpcc_contract.names import Paths
 from infra.ops.cli import app
 from infra.ops.aws import Aws
 from infra.ops.status.cluster import cluster_status, slurm_states
@@ -22,7 +23,7 @@ def cluster():
 
 def set_scheduler(f, scheduler: str) -> None:
     """The settings parameter's SCHEDULER line (the only line that matters here)."""
-    name = f"/hpcc/{C}/settings"
+    name = Paths(C).settings
     text = f.ssm.get_parameter(Name=name)["Parameter"]["Value"]
     lines = [f"SCHEDULER={scheduler}" if line.startswith("SCHEDULER=") else line for line in text.splitlines()]
     f.ssm.put_parameter(Name=name, Value="\n".join(lines) + "\n", Type="String", Overwrite=True)

@@ -59,12 +59,14 @@ def test_each_group_has_its_template_without_a_subnet_and_a_resource_that_termin
 
 
 def test_the_groups_parameter_is_what_the_controller_builds_groups_from(large):
+    from hpcc_contract import groups as groups_format
     from hpcc_node.controller.model import Group
 
     value = json.loads(large.named("groups-groups-param")["inputs"]["value"])
-    assert value["format"] == 1
+    assert value[groups_format.FORMAT_KEY] == groups_format.FORMAT
     built = []
-    for entry in value["groups"]:
+    for entry in value[groups_format.GROUPS_KEY]:
+        assert set(entry) == set(groups_format.FIELDS) | {groups_format.SLURM}  # the contract's fields, all of them
         slurm = entry.pop("slurm")
         built.append(Group(**entry))
         assert slurm["cpus"] > 0 and slurm["real_memory"] > 0

@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 
+from hpcc_contract import names
 from policy import bucket_rules, records
 from tests.policy.breaks import cluster_name, edit_policy, first, launch_template, ssm_core_attachment
 
@@ -26,7 +27,7 @@ def iam_other_clusters_parameters(g):
 def iam_prefix_lookalike(g):
     c = cluster_name(g)
     edit_policy(g, lambda d: d["Statement"][0]["Resource"].append(
-        f"arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/{c}2/*"))
+        f"arn:aws:ssm:us-east-1:123456789012:parameter{names.Paths(c + '2').prefix}/*"))
 
 
 def iam_every_secret(g):
@@ -73,7 +74,7 @@ def _add_statement(g, statement, role="node"):
 
 
 def _own_parameter(g, path):
-    return f"arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/{cluster_name(g)}/{path}"
+    return f"arn:aws:ssm:us-east-1:123456789012:parameter{names.Paths(cluster_name(g)).prefix}/{path}"
 
 
 def node_rewrites_the_settings(g):
@@ -94,7 +95,7 @@ def node_writes_every_status(g):
 
 def node_writes_the_ledger(g):
     _add_statement(g, {"Effect": "Allow", "Action": ["dynamodb:PutItem"],
-                       "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/hpcc-{cluster_name(g)}-ledger"})
+                       "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/{names.ledger_table(cluster_name(g))}"})
 
 
 def node_launches_instances(g):
@@ -163,7 +164,7 @@ def controller_terminates_any_instance(g):
 
 def compute_node_reads_the_host_ca(g):
     _add_statement(g, {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
-                       "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:hpcc/{cluster_name(g)}/host-*"})
+                       "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{names.Paths(cluster_name(g)).secret_prefix}/host-*"})
 
 
 def compute_node_writes_host_certificates(g):

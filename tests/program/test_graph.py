@@ -8,6 +8,7 @@ import pytest
 
 from tests.facts.instance_data import facts_for as lookup
 from infra.facts.efa import efa_device_count, interface_layout
+from hpcc_contract import names
 from hpcc_contract.names import TAG_CLUSTER
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -61,7 +62,7 @@ def test_nodes_and_file_system_share_one_subnet_and_az(planned):
                  for r in reservations for i in r["Instances"]}
     assert list(instances) == ["head"]
     private = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": [f"{cluster.name}-private"]}])["Subnets"][0]
-    groups = json.loads(env.client("ssm").get_parameter(Name=f"/hpcc/{cluster.name}/groups")["Parameter"]["Value"])
+    groups = json.loads(env.client("ssm").get_parameter(Name=names.Paths(cluster.name).groups)["Parameter"]["Value"])
     assert {(g["subnet_id"], g["availability_zone"]) for g in groups["groups"]} == {
         (private["SubnetId"], result.outputs["availabilityZone"])}
     assert instances["head"]["Placement"]["AvailabilityZone"] == result.outputs["availabilityZone"]
@@ -152,18 +153,19 @@ def test_every_taggable_resource_is_tagged_with_the_cluster(planned):
 def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     result, env = planned
     c = result.config.cluster.name
-    doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-node", PolicyName="hpcc-cluster-access")["PolicyDocument"]
+    doc = env.client("iam").get_role_policy(RoleName=names.role_name(c, "compute"), PolicyName="hpcc-cluster-access")["PolicyDocument"]
     doc = json.loads(doc) if isinstance(doc, str) else doc
     resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" and s.get("Sid") != "SessionManager"
                  for r in s["Resource"]]
     slurm = result.config.cluster.scheduler == "slurm"
-    secrets = (f"secret:hpcc/{c}/ssh-key", f"secret:hpcc/{c}/user-key") + ((f"secret:hpcc/{c}/munge-key",) if slurm else ())
-    bundles = f"arn:aws:s3:::hpcc-{c}-bundles-{env.account}/bundles/*"  # the bundles only, read-only
-    state = f"arn:aws:s3:::hpcc-{c}-state-{env.account}"
+    paths = names.Paths(c)
+    secrets = (f"secret:{paths.ssh_secret}", f"secret:{paths.user_secret}") + ((f"secret:{paths.munge_secret}",) if slurm else ())
+    bundles = f"arn:aws:s3:::{names.bundle_bucket(c, env.account)}/{names.BUNDLES_PREFIX}*"  # the bundles only, read-only
+    state = f"arn:aws:s3:::{names.state_bucket(c, env.account)}"
     own_status, membership = state + "/status/${ec2:SourceInstanceARN}.json", state + "/membership.json"
     own_keys, certificates = state + "/hostkeys/${ec2:SourceInstanceARN}.json", state + "/certs/*"
     statuses = state + "/status/*"  # read-only: a rollout waits on the canaries' statuses
-    assert all(f"parameter/hpcc/{c}" in r or any(s in r for s in secrets)
+    assert all(f"parameter{paths.prefix}" in r or any(s in r for s in secrets)
                or r in (bundles, own_status, membership, statuses, own_keys, certificates) for r in resources), resources
     assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]
     for written in (own_status, own_keys):
@@ -174,8 +176,8 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     assert slurm == any("munge-key" in r for r in resources)
     assert not any("host-ca" in r for r in resources)  # the head's alone
     deny = next(s for s in doc["Statement"] if s["Effect"] == "Deny")  # narrows any managed policy's reads
-    assert "ssm:GetParameter" in deny["Action"] and all(f"parameter/hpcc/{c}" in r for r in deny["NotResource"])
-    attached = env.client("iam").list_attached_role_policies(RoleName=f"hpcc-{c}-node")["AttachedPolicies"]
+    assert "ssm:GetParameter" in deny["Action"] and all(f"parameter{paths.prefix}" in r for r in deny["NotResource"])
+    attached = env.client("iam").list_attached_role_policies(RoleName=names.role_name(c, "compute"))["AttachedPolicies"]
     assert attached == []  # no AmazonSSMManagedInstanceCore: Session Manager's minimal permissions are inline
     session = next(s for s in doc["Statement"] if s.get("Sid") == "SessionManager")
     assert set(session["Action"]) == iam_rules.SESSION_MANAGER and session["Resource"] == "*"
@@ -184,7 +186,7 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
 def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
     result, env = planned
     c = result.config.cluster.name
-    doc = env.client("iam").get_role_policy(RoleName=f"hpcc-{c}-head", PolicyName="hpcc-cluster-access")["PolicyDocument"]
+    doc = env.client("iam").get_role_policy(RoleName=names.role_name(c, "head"), PolicyName="hpcc-cluster-access")["PolicyDocument"]
     doc = json.loads(doc) if isinstance(doc, str) else doc
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
     own = {"StringEquals": {"aws:ResourceTag/hpcc:cluster": c}}
@@ -195,8 +197,8 @@ def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
     assert by_sid["LaunchFromClusterTemplates"]["Condition"] == own
     assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {"StringEquals": {"aws:RequestTag/hpcc:cluster": c}}
     assert by_sid["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["hpcc:node"]}
-    assert by_sid["Ledger"]["Resource"] == [f"arn:aws:dynamodb:{result.config.region}:{env.account}:table/hpcc-{c}-ledger"]
-    assert by_sid["PassComputeRole"]["Resource"] == [f"arn:aws:iam::{env.account}:role/hpcc-{c}-node"]
+    assert by_sid["Ledger"]["Resource"] == [f"arn:aws:dynamodb:{result.config.region}:{env.account}:table/{names.ledger_table(c)}"]
+    assert by_sid["PassComputeRole"]["Resource"] == [f"arn:aws:iam::{env.account}:role/{names.role_name(c, 'compute')}"]
     unconditioned = [s for s in doc["Statement"] if s["Effect"] == "Allow" and "Condition" not in s
                      and any(a.startswith("ec2:") for a in s["Action"])]
     assert {s["Sid"] for s in unconditioned} == {"ControllerReads", "LaunchInputs"}
@@ -213,8 +215,8 @@ def test_stack_outputs(planned):
         (g.name, g.count, f"{g.name}-000..{g.name}-{g.count - 1:03d}") for g in cluster.node_groups]
     itype = lookup(cluster.node_groups[0].instance_type)
     assert out["nodeGroups"][0]["slots"] == itype.slots
-    assert out["stateBucket"] == f"hpcc-{cluster.name}-state-{env.account}"
-    assert out["ledgerTable"] == f"hpcc-{cluster.name}-ledger"
+    assert out["stateBucket"] == names.state_bucket(cluster.name, env.account)
+    assert out["ledgerTable"] == names.ledger_table(cluster.name)
     env.client("dynamodb").describe_table(TableName=out["ledgerTable"])  # created in the embedded AWS
     env.client("s3").head_bucket(Bucket=out["stateBucket"])
     fs = env.client("fsx").describe_file_systems(FileSystemIds=[out["fsx"]["id"]])["FileSystems"][0]
@@ -228,14 +230,15 @@ def test_fsx_and_groups_parameters_are_what_the_nodes_and_controller_read(planne
     result, env = planned
     c = result.config.cluster.name
     ssm = env.client("ssm")
-    fsx = json.loads(ssm.get_parameter(Name=f"/hpcc/{c}/fsx")["Parameter"]["Value"])
+    paths = names.Paths(c)
+    fsx = json.loads(ssm.get_parameter(Name=paths.fsx)["Parameter"]["Value"])
     assert fsx == {"dnsName": result.outputs["fsx"]["dnsName"], "mountName": result.outputs["fsx"]["mountName"]}
-    groups = json.loads(ssm.get_parameter(Name=f"/hpcc/{c}/groups")["Parameter"]["Value"])
+    groups = json.loads(ssm.get_parameter(Name=paths.groups)["Parameter"]["Value"])
     assert [(g["name"], g["count"], g["launch_template"]) for g in groups["groups"]] == [
-        (g.name, g.count, f"hpcc-{c}-{g.name}") for g in result.config.cluster.node_groups]
+        (g.name, g.count, names.launch_template_name(c, g.name)) for g in result.config.cluster.node_groups]
     # No hosts or status parameters any more: membership and statuses are the state bucket's.
-    names = {p["Name"] for p in ssm.get_parameters_by_path(Path=f"/hpcc/{c}", Recursive=True)["Parameters"]}
-    assert f"/hpcc/{c}/hosts" not in names and not any(n.startswith(f"/hpcc/{c}/nodes/") for n in names)
+    found = {p["Name"] for p in ssm.get_parameters_by_path(Path=paths.prefix, Recursive=True)["Parameters"]}
+    assert paths.hosts not in found and not any(n.startswith(paths.nodes + "/") for n in found)
 
 
 def test_user_data_is_rendered_per_role_and_holds_no_key(planned):

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from hpcc_contract.names import state_bucket
 from tests.facts.instance_data import MOTO_ACCOUNT
 from infra.render.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
 from tests.render.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
@@ -60,7 +61,7 @@ def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
     assert script.splitlines()[1].startswith(f"# hpcc node script: cluster {ctx.cluster}, {ctx.role} node ({ctx.instance_type}).")
     for path in (ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
         assert f'"{path}"' in script, path
-    assert f"hpcc-{ctx.cluster}-state-" in script  # the state bucket's name, when the settings give none
+    assert state_bucket(ctx.cluster, "") in script  # the state bucket's name (bash repeats it), when the settings give none
     assert ("python3 -m hpcc_node.controller" in script) == (ctx.role == "head")
     assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
     key_step = "head_key" if ctx.role == "head" else "compute_key"

@@ -4,7 +4,6 @@ real slurmctld of this machine (Debian 12: Slurm 22.05) reads it (the box runs t
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcc_contract import groups as groups_format
 from hpcc_node import slurm
 from infra.facts.slurm import SLURMD_TIMEOUT_SECONDS, SlurmNode
 from tests.render.bootstrap_shell import context, run
@@ -27,9 +27,9 @@ C6I = SlurmNode(cpus=4, sockets_per_board=1, cores_per_socket=2, threads_per_cor
 
 
 def groups_json(*groups: tuple) -> str:
-    return json.dumps({"format": 1, "groups": [
+    return groups_format.dumps([
         {"name": n, "instance_type": t, "count": c, "max_count": m, "slurm": s.group_fields() if s else None}
-        for n, t, c, m, s in groups]})
+        for n, t, c, m, s in groups])
 
 
 def head_ctx(tmp_path, **changes):
@@ -108,7 +108,7 @@ def test_the_groups_slurm_fields_render_back_to_the_programs_node_attributes():
 
 
 def test_every_name_the_controller_gives_is_in_its_groups_range():
-    from hpcc_node.controller.model import node_name
+    from hpcc_contract.names import node_name
 
     def expand(hostlist: str) -> list[str]:
         out = []

@@ -11,6 +11,7 @@ import tarfile
 
 import pytest
 
+from hpcc_contract.names import BUNDLES_PREFIX, bundle_bucket, role_name
 from infra.render import bundle as bundle_mod
 from infra.render.bundle import ROOT, build, pack, unpack
 from infra.config.model import parse
@@ -118,16 +119,16 @@ def test_the_bucket_is_private_encrypted_versioned_and_readable_only_by_the_node
     result, env = planned
     c = result.config.cluster.name
     s3 = env.client("s3")
-    bucket = f"hpcc-{c}-bundles-{env.account}"
+    bucket = bundle_bucket(c, env.account)
     assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True}
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
     rules = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
     assert rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
-    roles = sorted(env.client("iam").get_role(RoleName=f"hpcc-{c}-{r}")["Role"]["Arn"] for r in ("head", "node"))
+    roles = sorted(env.client("iam").get_role(RoleName=role_name(c, r))["Role"]["Arn"] for r in ("head", "compute"))
     assert [(s["Effect"], sorted(s["Principal"]["AWS"]), s["Action"], s["Resource"]) for s in policy["Statement"]] == [
-        ("Allow", roles, ["s3:GetObject"], [f"arn:aws:s3:::{bucket}/bundles/*"])]
+        ("Allow", roles, ["s3:GetObject"], [f"arn:aws:s3:::{bucket}/{BUNDLES_PREFIX}*"])]
     assert all(f":{env.account}:" in arn for arn in roles)  # nobody outside the account
     body = s3.get_object(Bucket=bucket, Key=f"bundles/{result.bundle_sha256}.tar.gz")["Body"].read()
     assert hashlib.sha256(body).hexdigest() == result.bundle_sha256
@@ -152,8 +153,7 @@ def test_the_plans_s3_refuses_what_s3_would_and_moto_does_not():
 
 
 def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
-    """A deliberate copy: policy/ imports nothing from infra, so both sides run on the same names here."""
-    from hpcc_contract.names import bundle_bucket
+    """The pack reads the contract's names as patterns (policy/records.py): every name the program gives parses."""
     from policy import bucket_rules
 
     for cluster in ("ab1", "a" * 32, "x-y-z"):

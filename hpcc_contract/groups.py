@@ -1,0 +1,45 @@
+"""`/hpcc/<cluster>/groups`: the node groups as the program writes them (infra/render/groups_param.py) and the head
+reads them, its controller every loop (hpcc_node/controller/__main__.py) and its Slurm step (hpcc_node/slurm.py).
+One definition of the format: its number, the document's keys, each group's fields and its Slurm node definition's.
+
+`{"format": FORMAT, "groups": [{FIELDS..., "slurm": {SLURM_FIELDS...}}]}`, compact with sorted keys. A reader
+refuses a document of another format; within a group it takes the fields it knows and leaves the others."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Sequence
+
+FORMAT = 1
+FORMAT_KEY = "format"
+GROUPS_KEY = "groups"
+# Each group's fields: hpcc_node.controller.model.Group's (snake_case), but its Capacity Block's window (EC2's).
+FIELDS = ("name", "instance_type", "count", "launch_template", "subnet_id", "availability_zone", "market",
+          "capacity_reservation_id", "placement_group", "efa", "max_count", "spares")
+SLURM = "slurm"  # the group's Slurm node definition, with scheduler slurm only
+SLURM_FIELDS = ("cpus", "sockets_per_board", "cores_per_socket", "threads_per_core", "real_memory", "gres")
+
+
+class GroupsFormatError(ValueError):
+    """The text is not a groups document of this format."""
+
+
+class NotJson(GroupsFormatError):
+    """The text is not JSON at all."""
+
+
+def dumps(groups: Sequence[Dict[str, Any]]) -> str:
+    """The parameter's value: compact, keys sorted, so the same groups write the same bytes (no diff)."""
+    return json.dumps({FORMAT_KEY: FORMAT, GROUPS_KEY: list(groups)}, sort_keys=True, separators=(",", ":"))
+
+
+def loads(text: str) -> List[Any]:
+    """The groups of a document of this format, unchecked within (each reader checks what it takes);
+    GroupsFormatError (NotJson when it is not JSON) otherwise."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise NotJson(f"is not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get(FORMAT_KEY) != FORMAT or not isinstance(doc.get(GROUPS_KEY), list):
+        raise GroupsFormatError(f'is not {{"{FORMAT_KEY}": {FORMAT}, "{GROUPS_KEY}": [...]}}')
+    return doc[GROUPS_KEY]
