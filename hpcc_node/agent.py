@@ -44,7 +44,7 @@ class Config(NamedTuple):
     status_key: str  # status/<this instance's ARN>.json
     settings_parameter: str
     bundle_parameter: str
-    vpc_cidr: str = "10.0.0.0/16"  # every hosts address lies in it (infra/program/components/network.py)
+    vpc_cidr: str = "10.0.0.0/16"  # every hosts address lies in it (infra/facts/subnets.py VPC_CIDR)
     etc: str = "/etc/hpcc"
     run: str = "/run"
     opt: str = upgrade.OPT

@@ -11,15 +11,15 @@ from infra.program.components.pins import Pins, PinsArgs
 from infra.program.components.security import Security, SecurityArgs
 from infra.program.components.state import ControllerState, StateArgs
 from infra.program.components.storage import Storage, StorageArgs
-from infra.config.model import ConfigError, from_pulumi_config
+from infra.config.parse import ConfigError, parse
 from infra.facts.instance_types import ec2_facts
 from infra.program.outputs import stack_outputs
 from infra.facts.subnets import private_cidr
-from infra.config.validators import check_config
+from infra.config.validators.check import check_config
 from infra.config.validators.type_rules import cluster_architecture, resolve_types
 
-try:
-    cfg = from_pulumi_config()
+try:  # the running stack's config, as `pulumi up` or the plan's mock runtime hands it over
+    cfg = parse(pulumi.Config("aws").get("region"), pulumi.Config("hpcc").get_object("cluster"))
 except ConfigError as err:
     raise pulumi.RunError(f"invalid stack config:\n{err}") from None
 

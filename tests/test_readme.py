@@ -9,7 +9,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from infra.config.model import ClusterConfig, ConfigError, parse
+from infra.config.model import ClusterConfig
+from infra.config.parse import ConfigError, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ so one name holds one instance and one instance one name. DynamoDB Developer Gui
 "Amazon DynamoDB Transactions"; ParallelCluster keeps its instance names in DynamoDB the same way
 (aws-parallelcluster-node, instance_manager.py `_store_assigned_hostnames`).
 
-Items: pk (S), v (N), doc (S, JSON); the lease also has `owner` (S) and `expires` (N) for its condition. The
+Items: pk (S, hpcc_contract/ledger.py KEY), v (N), doc (S, JSON); the lease also has `owner` (S) and `expires` (N) for its condition. The
 client is a boto3 DynamoDB client, injected.
 """
 
@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from hpcc_contract.ledger import KEY
 from hpcc_node.awscli import error_code
 
 from .model import Event, GroupState, LaunchRecord, Slot
@@ -59,12 +60,6 @@ class Loaded:
     stale: List[str] = field(default_factory=list)  # old events and launch records, for prune()
 
 
-def table_definition(name: str) -> Dict[str, Any]:
-    """CreateTable's arguments for the ledger (the program creates it the same way: one string hash key, on
-    demand so a 4,096-node boot is not throttled by a provisioned rate)."""
-    return {"TableName": name, "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-            "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}], "BillingMode": "PAY_PER_REQUEST"}
-
 
 def _key(kind: str, name: str) -> str:
     return f"{kind}#{name}"
@@ -72,7 +67,7 @@ def _key(kind: str, name: str) -> str:
 
 def read_slot(client: Any, table: str, name: str) -> Tuple[Optional[Dict[str, Any]], int]:
     """A slot's document and version, read consistently; (None, 0) when the name is not in the ledger."""
-    item = client.get_item(TableName=table, Key={"pk": {"S": _key("slot", name)}}, ConsistentRead=True).get("Item")
+    item = client.get_item(TableName=table, Key={KEY: {"S": _key("slot", name)}}, ConsistentRead=True).get("Item")
     return (json.loads(item["doc"]["S"]), int(item["v"]["N"])) if item else (None, 0)
 
 
@@ -83,7 +78,7 @@ def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], ver
     a controller that read it before loses its own write of it (Conflict) and reads again next loop."""
     try:
         client.update_item(
-            TableName=table, Key={"pk": {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
+            TableName=table, Key={KEY: {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
             ConditionExpression="v = :v", ExpressionAttributeNames={"#d": "doc"},
             ExpressionAttributeValues={":doc": {"S": json.dumps({**doc, "replace_requested": True}, sort_keys=True)},
                                        ":next": {"N": str(version + 1)}, ":v": {"N": str(version)}})
@@ -96,7 +91,7 @@ def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], ver
 
 def read_name(client: Any, table: str, instance_id: str) -> Optional[str]:
     """What a node agent calls (it waits until this returns a name): its name by its instance id."""
-    item = client.get_item(TableName=table, Key={"pk": {"S": _key("iid", instance_id)}},
+    item = client.get_item(TableName=table, Key={KEY: {"S": _key("iid", instance_id)}},
                            ConsistentRead=True).get("Item")
     return json.loads(item["doc"]["S"])["name"] if item else None
 
@@ -113,7 +108,7 @@ class Ledger:
         try:
             self.client.put_item(
                 TableName=self.table,
-                Item={"pk": {"S": LEASE}, "owner": {"S": self.owner},
+                Item={KEY: {"S": LEASE}, "owner": {"S": self.owner},
                       "expires": {"N": str(now + self.timers.lease_seconds)}, "v": {"N": "0"},
                       "doc": {"S": json.dumps({"owner": self.owner, "at": now})}},
                 ConditionExpression="attribute_not_exists(pk) OR #o = :me OR expires < :now",
@@ -136,12 +131,12 @@ class Ledger:
             raise LeaseLost(f"{self.holder()[0]} took the lease during a slow loop")
 
     def holder(self) -> Tuple[str, float]:
-        item = self.client.get_item(TableName=self.table, Key={"pk": {"S": LEASE}}, ConsistentRead=True).get("Item")
+        item = self.client.get_item(TableName=self.table, Key={KEY: {"S": LEASE}}, ConsistentRead=True).get("Item")
         return (item["owner"]["S"], float(item["expires"]["N"])) if item else ("", 0.0)
 
     def _lease_check(self) -> Dict:
         return {"ConditionCheck": {
-            "TableName": self.table, "Key": {"pk": {"S": LEASE}},
+            "TableName": self.table, "Key": {KEY: {"S": LEASE}},
             "ConditionExpression": "#o = :me AND expires > :now",
             "ExpressionAttributeNames": {"#o": "owner"},
             "ExpressionAttributeValues": {":me": {"S": self.owner}, ":now": {"N": str(self.clock())}}}}
@@ -149,7 +144,7 @@ class Ledger:
     def _put(self, pk: str, doc: Dict, version: int) -> Dict:
         """A Put of `doc` at version+1 if the item is still at `version` (0: it must not exist)."""
         put: Dict[str, Any] = {"TableName": self.table,
-                               "Item": {"pk": {"S": pk}, "v": {"N": str(version + 1)},
+                               "Item": {KEY: {"S": pk}, "v": {"N": str(version + 1)},
                                         "doc": {"S": json.dumps(doc, sort_keys=True)}}}
         if version == 0:
             put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -158,7 +153,7 @@ class Ledger:
         return {"Put": put}
 
     def _delete(self, pk: str, version: int) -> Dict:
-        return {"Delete": {"TableName": self.table, "Key": {"pk": {"S": pk}}, "ConditionExpression": "v = :v",
+        return {"Delete": {"TableName": self.table, "Key": {KEY: {"S": pk}}, "ConditionExpression": "v = :v",
                            "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
 
     def _transact(self, *items: Dict) -> None:
@@ -179,7 +174,7 @@ class Ledger:
         now = self.clock()
         for page in self.client.get_paginator("scan").paginate(TableName=self.table, ConsistentRead=True):
             for item in page.get("Items", []):
-                pk, v = item["pk"]["S"], int(item["v"]["N"])
+                pk, v = item[KEY]["S"], int(item["v"]["N"])
                 doc = json.loads(item["doc"]["S"])
                 kind, _, name = pk.partition("#")
                 out.versions[pk] = v
@@ -252,7 +247,7 @@ class Ledger:
             self._transact(self._delete(pk, v))
 
     def _version(self, pk: str) -> int:
-        item = self.client.get_item(TableName=self.table, Key={"pk": {"S": pk}}, ConsistentRead=True).get("Item")
+        item = self.client.get_item(TableName=self.table, Key={KEY: {"S": pk}}, ConsistentRead=True).get("Item")
         return int(item["v"]["N"]) if item else 0
 
     # The log of actions (status, the breaker and systemic windows) and raised alerts.

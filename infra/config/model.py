@@ -1,7 +1,9 @@
-"""The stack config: one structured key `hpcc:cluster`, validated into a typed model.
+"""The stack config: one structured key `hpcc:cluster`, as a typed model.
 
-Shape and types are pydantic's job (unknown keys are errors); rules that relate several fields
-live in `infra.config.validators`, one small function each, so every message is found in one place.
+Shape and types are pydantic's job (unknown keys are errors); rules that relate several fields live in
+`infra/config/validators/`, one small function each, so every message is found in one place; `parse`
+(infra/config/parse.py) validates the model, then runs them. The rules read the model and the facts below it
+(infra/facts/), never this module's names for them.
 """
 
 from __future__ import annotations
@@ -9,16 +11,18 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, account_problem
 from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS
-from infra.config.nodes import (GROUP_NAME, LEGACY_GROUP, MAX_GROUPS, MAX_NODES, RESERVED_GROUP_NAMES,  # noqa: F401
-                                ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of, root_volume)
-from infra.config.validators.inputs import MOUNT_POINT_MAX, s3_path_problems, tag_key_problem
+from infra.config.nodes import ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of
+from infra.config.validators.inputs import (MOUNT_POINT_MAX, PUBLIC_KEYS_BYTES, public_key_problem, s3_path_problems,
+                                            tag_key_problem)
+from infra.facts.images import IMAGE_FAMILIES
+from infra.facts.limits import MAX_GROUPS
 
 CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{1,30}[a-z0-9]")  # fullmatch: `$` would let a trailing newline in
 # Tag value characters every tagged service accepts (IAM, FSx and Secrets Manager refuse the rest; EC2 takes
@@ -30,27 +34,6 @@ def _tag_text_ok(text: str) -> bool:
     return all(ch in TAG_PUNCTUATION or unicodedata.category(ch)[0] in "LNZ" for ch in text)
 
 
-IMAGE_FAMILIES = {
-    # family -> (SSM parameter path segment, login user, image name pattern)
-    "base-oss-nvidia-driver-gpu-ubuntu-22.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"),
-    "base-oss-nvidia-driver-gpu-ubuntu-24.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *"),
-    "base-oss-nvidia-driver-gpu-amazon-linux-2023": ("ec2-user", "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"),
-}
-# Families AWS also builds for arm64 (Graviton: G5g, P6e-GB200; DLAMI release notes, "Deep Learning ARM64 Base OSS
-# Nvidia Driver GPU AMI (Ubuntu 22.04 / 24.04)"), with their image names; the public parameters take the
-# architecture in the path (/aws/service/deeplearning/ami/<arch>/<family>/latest/ami-id).
-ARM64_IMAGE_NAMES = {
-    "base-oss-nvidia-driver-gpu-ubuntu-22.04": "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *",
-    "base-oss-nvidia-driver-gpu-ubuntu-24.04": "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *",
-}
-
-
-def image_name_pattern(family: str, arch: str) -> str | None:
-    """The DLAMI name pattern of a family for an architecture; None where AWS builds none."""
-    return IMAGE_FAMILIES[family][1] if arch == "x86_64" else ARM64_IMAGE_NAMES.get(family) if arch == "arm64" else None
-
-
-DLAMI_OWNER = "898082745236"
 # The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/facts/slurm.py).
 Scheduler = Literal["none", "slurm"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
@@ -149,10 +132,6 @@ class Ssh(_Model):
     @field_validator("authorized_keys")
     @classmethod
     def _keys(cls, v: list[str]) -> list[str]:
-        from infra.config.validators.inputs import public_key_problem
-
-        from infra.config.validators.inputs import PUBLIC_KEYS_BYTES
-
         for i, key in enumerate(v):
             problem = public_key_problem(key)
             if problem:
@@ -317,68 +296,3 @@ class StackConfig(_Model):
 
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     cluster: ClusterConfig
-
-
-class ConfigError(Exception):
-    """Invalid stack config: `problems` are (field path, message) pairs, ready to print."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__("\n".join(f"{path}: {msg}" for path, msg in problems))
-
-
-def _path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _shown(value: Any, limit: int = 80) -> str:
-    """The bad input as the message shows it: repr (so control characters are escaped), cut when long."""
-    if isinstance(value, str) and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value)} characters)"
-    return repr(value)
-
-
-def _pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
-    problems = []
-    for e in err.errors():
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        path = _path(loc)
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling against examples/ and the README's config reference)"
-        elif e["type"] == "missing":
-            msg = "is required"
-        elif e["type"] == "literal_error":
-            msg = f"{msg}; got {e.get('input')!r}"
-        elif "input" in e and not isinstance(e["input"], (dict, list)) and "got " not in msg:
-            msg = f"{msg}; got {_shown(e['input'])}"
-        problems.append(("aws:region" if path == "region" else path, msg))
-    return problems
-
-
-def parse(region: Any, cluster: Any) -> StackConfig:
-    """Validate raw config values; raise ConfigError naming every bad field."""
-    from infra.config.validators import check_config
-
-    if cluster is None:
-        raise ConfigError([("hpcc:cluster", "is required: the stack config has no cluster (see examples/)")])
-    if region is None:
-        raise ConfigError([("aws:region", "is required, e.g. aws:region: us-east-1")])
-    try:
-        cfg = StackConfig.model_validate({"region": region, "cluster": cluster})
-    except ValidationError as err:
-        raise ConfigError(_pydantic_problems(err)) from None
-    errors = [(f.field, f.message) for f in check_config(cfg) if f.is_error]
-    if errors:
-        raise ConfigError(errors)
-    return cfg
-
-
-def from_pulumi_config() -> StackConfig:
-    """Read the running stack's config (under `pulumi up` or the mock runtime)."""
-    import pulumi
-
-    return parse(pulumi.Config("aws").get("region"), pulumi.Config("hpcc").get_object("cluster"))

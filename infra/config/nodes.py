@@ -1,12 +1,14 @@
-"""The stack config's node models: the head node, `compute:` and `nodeGroups:` (infra/config/model.py composes them)."""
+"""The stack config's node models: the head node, `compute:` and `nodeGroups:` (infra/config/model.py composes them;
+their limits and name rules are infra/facts/limits.py's)."""
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
+from infra.facts.limits import GROUP_NAME, LEGACY_GROUP, MAX_NODES, RESERVED_GROUP_NAMES
 
 
 class ConfigModel(BaseModel):
@@ -23,15 +25,6 @@ def root_volume(default: int = 200):
 class HeadNode(ConfigModel):
     instance_type: str = "m6i.2xlarge"
     root_volume_gib: int = root_volume()
-
-
-# The most compute nodes a cluster holds, across its groups: what bounds it is in the README ("4,096 nodes").
-MAX_NODES = 4096
-# A group's name starts its nodes' names (`<group>-NNN`), Slurm's node ranges and partitions, and Pulumi names.
-GROUP_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
-RESERVED_GROUP_NAMES = ("head",)  # the head's node name
-LEGACY_GROUP = "compute"  # what `compute:` means: one group of this name
-MAX_GROUPS = 16  # each group is an entry of /hpcc/<c>/groups, whose 8 KB hold 16 (infra/render/groups_param.py)
 
 
 class ComputeNodes(ConfigModel):

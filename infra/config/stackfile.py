@@ -7,7 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from infra.config.model import ConfigError, StackConfig, parse
+from infra.config.parse import ConfigError, parse
+from infra.config.model import StackConfig
+from infra.config.hooks import absolute
 
 
 def read_raw(path: str | Path) -> dict:
@@ -34,7 +36,6 @@ def read_raw(path: str | Path) -> dict:
                      (str(k).startswith("hpcc:") and k != "hpcc:cluster"))
     if unknown:
         raise ConfigError([(str(k), "unknown key; hpcc reads aws:region and hpcc:cluster") for k in unknown])
-    from infra.config.hooks import absolute
 
     return absolute(config, p.resolve().parent)
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 
+VPC_CIDR = "10.0.0.0/16"  # the cluster's VPC (infra/program/components/network.py); its nodes' addresses lie in it
+PUBLIC_CIDR = "10.0.0.0/24"  # the public subnet: NAT, and the head when SSH is opened
 RESERVED_PER_SUBNET = 5
 # FSx for Lustre puts "one or more" interfaces in the subnet (FileSystem.NetworkInterfaceIds, FSx API reference),
 # more as storage grows, with no published formula: an allowance, generous for the capacities hpcc configures.

@@ -32,6 +32,7 @@ from botocore.paginate import Paginator
 from botocore.waiter import SingleWaiterConfig, WaiterModel
 
 from infra.ops import OpsError
+from hpcc_contract.names import TAG_CLUSTER
 
 THROTTLING = frozenset({
     "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled", "RequestThrottledException",
@@ -114,8 +115,6 @@ class Aws:
 
 
 def tag_filter(cluster: str) -> list[dict]:
-    from hpcc_contract.names import TAG_CLUSTER
-
     return [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}]
 
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hpcc_node.health.fabric import FLOOR_FRACTION_DEFAULT, ROUNDS_DEFAULT, Floor
+from infra.ops import OpsError
 
 PROVIDERS = ("efa", "tcp")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Acceptance checks of a running cluster.")
@@ -62,9 +63,8 @@ def run_fabric_check(cluster: str, region: str | None, *, via: str | None = None
     """`hpcc check fabric` once its options are checked (also `hpcc up --check`): returns when no node is below
     the floor and no group's all-reduce failed; typer.Exit(1) naming them otherwise, or when the cluster cannot
     be measured."""
-    from infra.ops import OpsError
-    from infra.ops.aws import Aws
-    from infra.ops.check_fabric import check, cluster_nodes, find_torchrun, rows, ssh_runner
+    from infra.ops.aws import Aws  # lazy: boto3 loads when the check runs, not with every hpcc command
+    from infra.ops.check_fabric import check, cluster_nodes, find_torchrun, rows, ssh_runner  # lazy, likewise
 
     try:
         nodes, head = cluster_nodes(Aws(region), cluster)

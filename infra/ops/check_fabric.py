@@ -23,6 +23,10 @@ from collections import defaultdict
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_node.health.fabric import Collective, FabricReport, Floor, Pair, check_fabric
+from hpcc_contract.names import HEAD, TAG_NODE, TAG_ROLE
+from infra.ops.aws import tag_dict
+from infra.ops.status.cluster import head_instance
+from infra.ops.store import cluster_instances
 
 # The check's ports sit below Linux's ephemeral range (32768-60999 by default, net.ipv4.ip_local_port_range:
 # https://docs.kernel.org/networking/ip-sysctl.html), where any outbound connection of the node may hold a port a
@@ -195,11 +199,6 @@ def rows(report: FabricReport, measured: list) -> Tuple[List[Tuple[str, ...]], L
 def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
     """(compute node -> private IP, the head's address: public if it has one), from the cluster's running
     instances and their tags (hpcc:role, hpcc:node)."""
-    from hpcc_contract.names import HEAD, TAG_NODE, TAG_ROLE
-    from infra.ops.aws import tag_dict
-    from infra.ops.status.cluster import head_instance
-    from infra.ops.store import cluster_instances
-
     live = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]
     nodes: Dict[str, str] = {}
     for i in live:

@@ -1,4 +1,7 @@
-"""`hpcc`: the offline plan and the operator commands. Bad input exits non-zero with a message, never a traceback."""
+"""`hpcc`: the offline plan and the operator commands. Bad input exits non-zero with a message, never a traceback.
+
+Each command imports the modules that load boto3, pulumi or moto when it runs (the imports marked `# lazy`): all of
+them take some 2 s to load, which `hpcc --help` or a mistyped option should not wait for (0.7 s without)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from infra.config.model import ConfigError
 from hpcc_contract.hostfile import FORMATS
+from hpcc_contract.names import image_pin
+from infra.config.parse import ConfigError
+from infra.config.stackfile import load, read_raw
+from infra.ops import OpsError
+from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
+from infra.ops.project import ProjectError, init_project, stack_from_file, stack_name
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Provision and operate multi-node ML training clusters on AWS.")
@@ -48,13 +56,10 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
          update_image: bool = typer.Option(False, "--update-image", help="with --previous: resolve the image again "
                                            "(as `hpcc up --update-image`), not keep the one the earlier plan had")):
     """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
-    from infra.plan.previous import PreviousPlan, PreviousPlanError
-    from infra.plan.runner import PlanError, plan_stack_file, plan_update_image
-    from infra.plan.summary import print_changes, print_summary
+    from infra.plan.previous import PreviousPlan, PreviousPlanError  # lazy: pulumi, moto
+    from infra.plan.runner import PlanError, plan_stack_file, plan_update_image  # lazy: pulumi, moto
+    from infra.ops.plan_summary import print_changes, print_summary  # lazy: pulumi, moto
 
-    from hpcc_contract.names import image_pin
-    from infra.ops.project import stack_from_file
-    from infra.config.stackfile import load, read_raw
 
     if update_image and previous is None:
         raise fail("--update-image compares with an earlier plan: give --previous DIR too")
@@ -84,7 +89,6 @@ def _ops(fn):
     """Run an operator command; known failures become a message and a non-zero exit, never a traceback."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from infra.ops import OpsError
 
     try:
         return fn()
@@ -100,8 +104,6 @@ def _ops(fn):
 
 def _stack(config: Path, given: str | None) -> str:
     """--stack, else the file's own stack (Pulumi.<stack>.yaml); a usage error (exit 2) when neither says."""
-    from infra.ops.project import ProjectError, stack_name
-
     try:
         return stack_name(config, given)
     except ProjectError as e:
@@ -109,7 +111,7 @@ def _stack(config: Path, given: str | None) -> str:
 
 
 def _aws(region: str | None):
-    from infra.ops.aws import Aws
+    from infra.ops.aws import Aws  # lazy: boto3
 
     return Aws(region)
 
@@ -119,7 +121,7 @@ def _stack_cluster(stack: str | None, cluster: str | None, region: str | None) -
         raise fail("give exactly one of --cluster NAME or --stack NAME")
     if cluster:
         return cluster, region
-    from infra.ops.up import stack_outputs
+    from infra.ops.up import stack_outputs  # lazy: boto3
 
     outputs = _ops(lambda: stack_outputs(stack))
     return outputs["clusterName"], region or outputs.get("region")
@@ -129,15 +131,14 @@ def _stack_cluster(stack: str | None, cluster: str | None, region: str | None) -
 def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
               emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead")):
     """Check quotas, capacity, AZ offerings, EFA, placement and the image before anything is created."""
-    from infra.ops.aws import Aws
-    from infra.ops.preflight.rules import has_errors, preflight as run_preflight, print_findings
-    from infra.config.stackfile import load
+    from infra.ops.aws import Aws  # lazy: boto3
+    from infra.ops.preflight.rules import has_errors, preflight as run_preflight, print_findings  # lazy: boto3
 
     cfg = _ops(lambda: load(config))
 
     def run():
         if emulate:
-            from infra.plan.embedded_aws import embedded_aws
+            from infra.plan.embedded_aws import embedded_aws  # lazy: pulumi, moto
 
             with embedded_aws(cfg.region):
                 return run_preflight(Aws(cfg.region), cfg)
@@ -155,8 +156,8 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
     """Per group asked/launched/ready/failed/being replaced/protected, the controller's recent actions and alerts,
     and each node's instance, ledger state, bootstrap phase and membership generation."""
-    from infra.ops.status.cluster import cluster_status
-    from infra.ops.status.view import show
+    from infra.ops.status.cluster import cluster_status  # lazy: boto3
+    from infra.ops.status.view import show  # lazy: boto3
 
     name, region = _stack_cluster(stack, cluster, region)
     found = _ops(lambda: cluster_status(_aws(region), name))
@@ -176,8 +177,8 @@ def events(cluster: str = typer.Option(..., "--cluster", help="cluster name (its
                                      "the ledger keeps, a day)"),
            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
     """Every action the controller took and kept (a day): when, what, on which node or group, and why."""
-    from infra.ops.events import cluster_events
-    from infra.ops.status.view import events_table
+    from infra.ops.events import cluster_events  # lazy: boto3
+    from infra.ops.status.view import events_table  # lazy: boto3
 
     found = _ops(lambda: cluster_events(_aws(region), cluster, since * 60 if since else None, node or (),
                                         kind or ()))
@@ -194,7 +195,7 @@ def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (i
              region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
              out: Path = typer.Option(None, "--out", help="write here instead of stdout")):
     """The ready compute nodes' hostfile, from the membership the controller published (all groups, or --group)."""
-    from infra.ops.hostfile import format_problem, render
+    from infra.ops.hostfile import format_problem, render  # lazy: boto3
 
     problem = format_problem(fmt)
     if problem:  # a usage error (exit 2), found before any AWS call
@@ -211,8 +212,8 @@ def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its h
          region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
          yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)")):
     """Delete everything tagged for a cluster, in dependency order (for when `pulumi destroy` cannot)."""
-    from infra.ops.reap.run import reap as run_reap
-    from infra.ops.reap.report import print_notes, table
+    from infra.ops.reap.run import reap as run_reap  # lazy: boto3
+    from infra.ops.reap.report import print_notes, table  # lazy: boto3
 
     out = Console()
     inv = _ops(lambda: run_reap(_aws(region), cluster, yes=yes,
@@ -244,8 +245,7 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
                                           "tcp for nodes without EFA")):
     """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the
     hostfile; with --check, measure every node's link."""
-    from infra.ops.check_cli import PROVIDERS, run_fabric_check
-    from infra.ops.up import up as run_up
+    from infra.ops.up import up as run_up  # lazy: boto3
 
     if check_provider not in PROVIDERS:  # before anything runs
         raise fail(f"--check-provider must be efa or tcp; got {check_provider!r}")
@@ -269,7 +269,7 @@ def replace(nodes: list[str] = typer.Argument(..., metavar="NODE...", help="node
                                                "on new instances (default: do not wait)")):
     """Ask the cluster's controller for new instances under the named nodes (recorded in its ledger; no Pulumi run).
     Works with the deployer's credentials, or on the head with its instance role."""
-    from infra.ops.replace_run import UnknownNodes, run_replace
+    from infra.ops.replace_run import UnknownNodes, run_replace  # lazy: boto3
 
     name, region = _stack_cluster(stack, cluster, region)
 
@@ -290,7 +290,7 @@ def replace(nodes: list[str] = typer.Argument(..., metavar="NODE...", help="node
 def destroy(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
             stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)")):
     """`pulumi destroy` (streamed), then list anything still tagged for the cluster."""
-    from infra.ops.up import destroy as run_destroy
+    from infra.ops.up import destroy as run_destroy  # lazy: boto3
 
     stack = _stack(config, stack)
     left = _ops(lambda: run_destroy(config, stack))
@@ -306,8 +306,6 @@ def init(directory: Path = typer.Argument(..., help="the new project's directory
          refresh: bool = typer.Option(False, "--refresh", help="only point an existing project's program and "
                                       "policy pack at this hpcc (after installing it elsewhere)")):
     """Write a Pulumi project of your own that runs this installed hpcc: Pulumi.yaml, a stack file, a README."""
-    from infra.ops.project import ProjectError, init_project
-
     try:
         written = init_project(directory, example, stack, refresh=refresh)
     except ProjectError as e:
@@ -325,7 +323,7 @@ def rotate_keys(cluster: str = typer.Option(..., "--cluster", help="cluster name
                 timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="per phase, for every node")):
     """A new host CA and new SSH keys for root and the login user on the running cluster: add, switch, retire,
     waiting for every node between phases."""
-    from infra.ops.rotate_keys import rotate
+    from infra.ops.rotate_keys import rotate  # lazy: boto3
 
     _ops(lambda: rotate(_aws(region), cluster, resume, timeout_minutes * 60, lambda line: Console().print(line, markup=False, highlight=False)))
 
@@ -333,7 +331,7 @@ def rotate_keys(cluster: str = typer.Option(..., "--cluster", help="cluster name
 @app.command("deployer-policy")
 def deployer_policy() -> None:
     """Print the least-privilege IAM policy for whoever runs `hpcc up` (attach it to your deploying user or role)."""
-    from infra.ops.deployer_policy import shipped
+    from infra.ops.deployer_policy import shipped  # lazy: pulumi, moto
 
     sys.stdout.write(shipped())
 

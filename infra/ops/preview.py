@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from infra.plan.guard import ACTIONS, GUARDED_TYPES, Change, guard_message, guarded
+from infra.ops import OpsError
 
 # Engine step op -> hpcc action (pulumi.automation.events.OpType values).
 OP_ACTIONS = {
@@ -109,8 +110,6 @@ def print_summary(console: Console, changes: list[Change]) -> None:
 def check(changes: list[Change], allow_replace: bool, allowed_replacements: Iterable[str] = (),
           on_stop: Callable[[str], Exception] | None = None) -> None:
     """Raise (OpsError by default) with guard_message when a guarded change is not allowed."""
-    from infra.ops import OpsError
-
     stop = blocking(changes, allowed_replacements)
     if stop and not allow_replace:
         raise (on_stop or OpsError)(guard_message(stop))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.render.assets import asset, example_names, installed
+from infra.config.stackfile import load
 
 PROJECT_NAME = "hpcc"  # as the checkout's Pulumi.yaml and the offline plan (infra/plan/runner.py)
 DEFAULT_EXAMPLE = "p5-llm"
@@ -195,6 +196,4 @@ def init_project(directory: Path, example: str = DEFAULT_EXAMPLE, stack: str | N
 
 
 def _cluster_name(example: str) -> str:
-    from infra.config.stackfile import load
-
     return load(asset("examples") / f"{example}.yaml").cluster.name

@@ -38,6 +38,10 @@ from infra.ops.preflight.groups import groups_of, per_minute
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
 from infra.ops.project import ProjectError, find_project, policy_pack, project_for, stale_environment
 from infra.config.stackfile import as_pulumi_config, load, read_raw
+import json
+from botocore.exceptions import ClientError
+from hpcc_contract.names import Paths
+from infra.ops.preflight.context import Context
 
 INSTALL_HINT = ("the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
                 "https://www.pulumi.com/docs/install/ (e.g. `curl -fsSL https://get.pulumi.com | sh`), "
@@ -233,13 +237,6 @@ def _load(config_path: Path) -> StackConfig:
 def image_kept_and_newest(aws: Aws, cfg: StackConfig) -> tuple[str | None, str | None]:
     """The AMI the cluster's image pin keeps (infra/program/components/pins.py) and the one the config resolves to today
     (preflight's resolution: the family's parameter, the newest match of a filter), each None when unknown."""
-    import json
-
-    from botocore.exceptions import ClientError
-
-    from hpcc_contract.names import Paths
-    from infra.ops.preflight.context import Context
-
     try:
         kept = json.loads(aws.call("ssm", "get_parameter", Name=Paths(cfg.cluster.name).pinned_image)
                           ["Parameter"]["Value"]).get("ami_id")

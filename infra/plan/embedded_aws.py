@@ -12,7 +12,7 @@ from functools import lru_cache
 from datetime import datetime, timezone
 from typing import Iterator
 
-from infra.config.model import DLAMI_OWNER, IMAGE_FAMILIES, image_name_pattern
+from infra.facts.images import DLAMI_OWNER, IMAGE_FAMILIES, image_name_pattern
 from infra.plan import internals
 
 ACCOUNT = "123456789012"

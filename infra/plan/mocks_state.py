@@ -1,11 +1,12 @@
 """The plan's controller store and node groups: the ledger table created in moto's DynamoDB as the program asks
-(and as hpcc_node/controller/ledger.py's table_definition says it must be), and the groups' dynamic resources
+(and as hpcc_contract/ledger.py's table_definition says it must be), and the groups' dynamic resources
 (infra/program/components/groups.py), which create nothing in AWS: only their inputs are recorded."""
 
 from __future__ import annotations
 
 import boto3
 
+from hpcc_contract.ledger import table_definition
 from infra.plan.aws_rules import AwsRejected
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -15,14 +16,12 @@ class StateMocks:
     """Mixed into MotoMocks: needs its `region` and `account`."""
 
     def _table(self, name, i):
-        from hpcc_node.controller.ledger import table_definition
-
         want = table_definition(i["name"])
         keys = [{"AttributeName": i.get("hashKey"), "KeyType": "HASH"}]
         attributes = [{"AttributeName": a["name"], "AttributeType": a["type"]} for a in i.get("attributes") or []]
         if (keys, attributes, i.get("billingMode")) != (want["KeySchema"], want["AttributeDefinitions"],
                                                         want["BillingMode"]):
-            raise AwsRejected(name, "LedgerSchema", f"the ledger table must be {want} (hpcc_node/controller/ledger.py); "
+            raise AwsRejected(name, "LedgerSchema", f"the ledger table must be {want} (hpcc_contract/ledger.py); "
                                                     f"the program asks for hash key {i.get('hashKey')!r}, "
                                                     f"attributes {attributes}, billing {i.get('billingMode')!r}")
         client = boto3.client("dynamodb", region_name=self.region)

@@ -16,7 +16,8 @@ import pulumi
 
 from infra.render.bundle import role_script, unpack, write_unpacked
 from infra.plan.guard import Change
-from infra.config.model import StackConfig, parse
+from infra.config.model import StackConfig
+from infra.config.parse import parse
 from infra.facts.instance_types import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
 from infra.plan.changes import launch_template_notes, plan_changes, refused, region_change
@@ -27,7 +28,8 @@ from infra.plan.mocks import MotoMocks
 from infra.plan.previous import PreviousPlan
 from infra.plan.recorder import RecordingMonitor
 from infra.config.stackfile import as_pulumi_config, read_raw
-from infra.config.validators import Finding, check_config
+from infra.config.validators.findings import Finding
+from infra.config.validators.check import check_config
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 PROJECT = "hpcc"

@@ -11,7 +11,8 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.facts import az
-from infra.config.model import DLAMI_OWNER, ClusterConfig
+from infra.facts.images import DLAMI_OWNER
+from infra.config.model import ClusterConfig
 
 
 class LookupFailed(pulumi.RunError):

@@ -22,6 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from hpcc_contract.names import bundle_key
+from hpcc_contract.version import AGENT_VERSION
+from infra.render.assets import asset
+from infra.config.hooks import hook_files
+from infra.render.roles import role_contexts
+from infra.render.userdata import render
 
 FORMAT = 1
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages): hpcc_node/ and hpcc_contract/ are there
@@ -61,16 +66,12 @@ def hpcc_version() -> str:
 
 
 def agent_version() -> str:
-    from hpcc_contract.version import AGENT_VERSION
-
     return AGENT_VERSION
 
 
 def example_files() -> dict[str, bytes]:
     """The Slurm job examples (examples/slurm/), so every node has them at /opt/hpcc/current/examples/slurm/ and
     they follow hpcc's upgrades; the README runs them from there."""
-    from infra.render.assets import asset
-
     return {f"examples/slurm/{p.name}": p.read_bytes() for p in sorted((asset("examples") / "slurm").glob("*.sbatch"))}
 
 
@@ -133,10 +134,6 @@ def unpack(archive: bytes) -> dict[str, bytes]:
 def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
     """The bundle of a cluster config (ClusterConfig): the rendered role scripts, the node package, the hooks.
     Only what the role scripts hold and the hooks change it: a resize (the settings) leaves it as it is."""
-    from infra.config.hooks import hook_files
-    from infra.render.roles import role_contexts
-    from infra.render.userdata import render
-
     scripts = {role: render(ctx) for role, ctx in role_contexts(cfg, region, facts).items()}
     names, hooks = hook_files(cfg, base)
     files = bundle_files(cfg.name, scripts, names, hooks, {**node_files(), **example_files()}, hpcc_version(),

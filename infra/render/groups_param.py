@@ -9,7 +9,8 @@ override supplies (the template's interfaces carry no subnet), its placement gro
 from __future__ import annotations
 
 from hpcc_contract import groups
-from infra.config.model import ClusterConfig, NodeGroup
+from infra.config.model import ClusterConfig
+from infra.config.nodes import NodeGroup
 from infra.facts.instance_types import InstanceType
 from infra.facts.slurm import slurm_node
 

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.render.pacing import pacing_for, sync_seconds
+from hpcc_contract.names import ledger_table, state_bucket
+from hpcc_contract.settings import (BOOT_DIAG_LEVEL_DEFAULT, MASTER_PORT, SETTINGS_LIMIT, SettingsError, check,
+                                    check_scheduler, parse_text)
 from infra.config.model import ClusterConfig
 from infra.facts.fabric import fabric_env, mpirun_options
-from hpcc_contract.names import ledger_table, state_bucket
-from infra.render.roles import resolve_role
 from infra.facts.slurm import slurm_node
-from hpcc_contract.settings import (BOOT_DIAG_LEVEL_DEFAULT, MASTER_PORT, OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, REPEATED,  # noqa: F401
-                                   SETTINGS_LIMIT, SLURM_KEYS, SettingsError, check, check_scheduler, parse_text)
+from infra.render.pacing import pacing_for, sync_seconds
+from infra.render.roles import resolve_role
+
 
 @dataclass(frozen=True)
 class NodeSettings:

@@ -33,7 +33,8 @@ import math
 from dataclasses import dataclass
 
 from infra.render.steps import STEPS
-from infra.config.model import Bootstrap, ComputeNodes
+from infra.config.model import Bootstrap
+from infra.config.nodes import ComputeNodes
 
 SSM_REQUESTS_PER_SECOND = 40  # default Parameter Store throughput, shared by GetParameter(s) and PutParameter
 TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tools (status, hostfile)

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.render.pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
-from infra.config.model import ClusterConfig, NodeGroup
+from hpcc_contract.names import Paths
+from infra.config.hooks import name_of
+from infra.config.model import ClusterConfig
+from infra.config.nodes import NodeGroup
 from infra.facts.efa import InterfaceSpec, efa_device_count, interface_layout
 from infra.facts.instance_types import HEAD_FIELD, InstanceType
-from hpcc_contract.names import Paths
+from infra.facts.subnets import VPC_CIDR
+from infra.render.pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
+from infra.render.userdata import BootstrapContext
 
 ROLES = ("head", "compute")
 
@@ -60,14 +64,9 @@ def group_index(cfg: ClusterConfig, group: str | None) -> tuple[int, NodeGroup]:
     raise ValueError(f"no node group named {group!r}; the groups are {', '.join(g.name for g in cfg.node_groups)}")
 
 
-def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None):
+def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None) -> BootstrapContext:
     """The user data's values for a role: nothing that a resize, a retune or another compute type changes
     (those are in the settings parameter, infra/render/node_settings.py)."""
-    from infra.program.components.network import VPC_CIDR
-    from infra.render.userdata import BootstrapContext  # userdata imports node_settings, which imports this module
-
-    from infra.config.hooks import name_of
-
     spec = resolve_role(cfg, region, role, facts, group)
     paths, first = Paths(cfg.name), first_call_pacing()
     return BootstrapContext(
@@ -82,6 +81,6 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready), hook_timeout_minutes=cfg.hooks.timeout_minutes)
 
 
-def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict:
+def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict[str, BootstrapContext]:
     """role -> BootstrapContext, for every role."""
     return {role: bootstrap_context(cfg, region, role, facts) for role in ROLES}

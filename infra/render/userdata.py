@@ -17,9 +17,9 @@ from functools import lru_cache
 
 import jinja2
 
-from hpcc_contract import hosts as hosts_schema, settings as settings_schema
+from hpcc_contract import hosts as hosts_schema
+from hpcc_contract import settings as settings_schema
 from infra.facts import slurm
-from infra.render import node_settings
 from infra.render.assets import asset
 from infra.render.steps import STEPS
 
@@ -55,7 +55,7 @@ class BootstrapContext:
     api_backoff_seconds: int
     api_attempts: int
     max_timeout_minutes: int
-    vpc_cidr: str  # the cluster key is accepted only from here (infra/program/components/network.py)
+    vpc_cidr: str  # the cluster key is accepted only from here (infra/facts/subnets.py VPC_CIDR)
     bundle_parameter: str  # the pointer the loader follows (infra/render/bundle.py)
     hooks_start: tuple[str, ...] = ()  # hooks.onNodeStart's names in the bundle (infra/config/hooks.py)
     hooks_ready: tuple[str, ...] = ()  # hooks.onNodeReady's
@@ -80,9 +80,9 @@ def environment() -> jinja2.Environment:
         comment_end_string="##}",
     )
     # The settings parser's rules: the same patterns the program renders the parameter with.
-    assert all("'" not in p for p in [*node_settings.PATTERNS.values(), *settings_schema.DENIED.values()])  # in '...' 
-    env.globals.update(settings_patterns=node_settings.PATTERNS, settings_repeated=sorted(node_settings.REPEATED),
-                       settings_optional=node_settings.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS,
+    assert all("'" not in p for p in [*settings_schema.PATTERNS.values(), *settings_schema.DENIED.values()])  # in '...'
+    env.globals.update(settings_patterns=settings_schema.PATTERNS, settings_repeated=sorted(settings_schema.REPEATED),
+                       settings_optional=settings_schema.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS,
                        schema=settings_schema, hosts=hosts_schema, by_value=_by_value,
                        slurmd_timeout=slurm.SLURMD_TIMEOUT_SECONDS)
     return env

@@ -231,7 +231,7 @@ class FleetBox(Box):
             self.client("secretsmanager").create_secret(Name=paths.munge_secret, Description="box")
         # The host-key rotation, as compute.py creates it ("none" until `hpcc rotate-keys`).
         ssm.put_parameter(Name=paths.rotation, Type="String", Value=NO_ROTATION)
-        from hpcc_node.controller.ledger import table_definition
+        from hpcc_contract.ledger import table_definition
 
         self.client("dynamodb").create_table(**table_definition(planned["ledgerTable"]))
         self.client("s3").create_bucket(Bucket=planned["stateBucket"])

@@ -28,7 +28,7 @@ from pathlib import Path
 import boto3
 
 from tests.facts.instance_data import facts_for as lookup
-from infra.config.model import parse
+from infra.config.parse import parse
 from hpcc_contract.names import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
 from tests.box.machine import (
     BRIDGE,

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcc_contract import names
-from infra.config.model import ConfigError, parse
+from infra.config.parse import ConfigError, parse
 from infra.config.stackfile import load
 
 ROOT = Path(__file__).resolve().parents[2]

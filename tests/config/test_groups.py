@@ -3,9 +3,10 @@ one group named compute."""
 
 import pytest
 
-from infra.config.model import MAX_NODES, ConfigError, parse
+from infra.facts.limits import MAX_NODES
+from infra.config.parse import ConfigError, parse
 from hpcc_contract.names import compute_node_name, node_name
-from infra.config.validators import check_config
+from infra.config.validators.check import check_config
 from tests.facts.instance_data import offline_facts
 
 GPU = {"name": "gpu", "instanceType": "p4d.24xlarge", "count": 2}

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from infra.render.bundle import build
-from infra.config.model import ConfigError, parse
+from infra.config.parse import ConfigError, parse
 from infra.config.hooks import MAX_BYTES
 from infra.config.stackfile import load
 from tests.render.bootstrap_shell import context, run

@@ -9,14 +9,14 @@ from typer.testing import CliRunner
 
 from tests.facts.instance_data import MOTO_ACCOUNT
 from infra.ops.cli import app
-from infra.config.model import parse
+from infra.config.parse import parse
 from infra.facts.efa import efa_device_count
 from infra.render.node_settings import node_settings
 from infra.plan import aws_rules
 from infra.plan.runner import PlanError, plan_config
-from infra.plan.summary import cost_line
+from infra.ops.plan_summary import cost_line
 from infra.render.roles import resolve_role
-from infra.config.validators import check_config
+from infra.config.validators.check import check_config
 from tests.facts.instance_data import all_descriptions, as_launch_template, offline_facts
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

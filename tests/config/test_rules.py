@@ -5,9 +5,10 @@ import sys
 
 import pytest
 
-from infra.config.model import ConfigError, parse
+from infra.config.parse import ConfigError, parse
 from infra.config.stackfile import load
-from infra.config.validators import CONFIG_RULES, TYPE_RULES, check_config
+from infra.config.validators.check import CONFIG_RULES, check_config
+from infra.config.validators.type_rules import TYPE_RULES
 from tests.facts.instance_data import offline_facts
 
 BASE = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.config.model import ConfigError, parse
+from infra.config.parse import ConfigError, parse
 from infra.config.validators.inputs import canonical_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def test_deletions_reach_the_bucket_only_when_asked(export_deletions, events):
 
 
 def test_export_deletions_without_a_link_is_a_warning():
-    from infra.config.validators import check_config
+    from infra.config.validators.check import check_config
 
     cfg = parse("us-east-1", dict(BASE, fsx={"exportDeletions": True}))
     assert [(f.severity, f.field) for f in check_config(cfg)] == [("warning", "cluster.fsx.exportDeletions")]
@@ -189,7 +189,8 @@ def test_a_public_key_that_is_not_one_plain_key_line_is_refused(key, index):
 
 
 def test_the_users_keys_reach_the_nodes_through_the_settings_and_fit_the_parameter():
-    from infra.render.node_settings import SETTINGS_LIMIT, SettingsError, parse as parse_settings
+    from hpcc_contract.settings import SETTINGS_LIMIT, SettingsError
+    from infra.render.node_settings import parse as parse_settings
     from infra.render.node_settings import settings_value as with_facts
     from tests.facts.instance_data import offline_facts
 

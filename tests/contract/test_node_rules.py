@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from hpcc_contract import hosts as contract_hosts, settings as contract_settings
-from infra.config.model import ConfigError, parse
+from infra.config.parse import ConfigError, parse
 from infra.render.node_settings import parse as parse_settings, render
 from hpcc_contract.settings import SettingsError, value_problem
 from tests.render.bootstrap_cases import settings
@@ -121,7 +121,7 @@ def test_the_hosts_addresses_are_judged_alike_on_both_sides(vpc):
 
 def test_no_reserved_range_can_be_inside_the_clusters_vpc():
     """Inside the VPC is the whole address rule because the VPC overlaps no reserved range (AWS allows none)."""
-    from infra.program.components.network import VPC_CIDR
+    from infra.facts.subnets import VPC_CIDR
     from tests.box.node import VPC_CIDR as BOX_VPC
 
     assert contract_hosts.vpc_problem(VPC_CIDR) is None and contract_hosts.vpc_problem(BOX_VPC) is None

@@ -1,5 +1,5 @@
-"""Plans above the config's node cap, for tests of limits that only bind there: the cap (infra/config/model.py,
-MAX_NODES, ComputeNodes.count and NodeGroup.count) lifted for the duration."""
+"""Plans above the config's node cap, for tests of limits that only bind there: the cap (infra/facts/limits.py
+MAX_NODES, and the models' ComputeNodes.count and NodeGroup.count) lifted for the duration."""
 
 from __future__ import annotations
 
@@ -8,19 +8,21 @@ import contextlib
 from annotated_types import Le
 
 from infra.config import model as config
+from infra.config import nodes
+from infra.facts import limits
 
 
-MODELS = (config.ComputeNodes, config.NodeGroup, config.ClusterConfig, config.StackConfig)
+MODELS = (nodes.ComputeNodes, nodes.NodeGroup, config.ClusterConfig, config.StackConfig)
 
 
 @contextlib.contextmanager
 def node_cap(cap: int):
-    fields = [config.ComputeNodes.model_fields["count"], config.NodeGroup.model_fields["count"]]
+    fields = [nodes.ComputeNodes.model_fields["count"], nodes.NodeGroup.model_fields["count"]]
     kept = [list(f.metadata) for f in fields]
-    kept_cap = config.MAX_NODES
+    kept_cap = limits.MAX_NODES
     for field, metadata in zip(fields, kept):
         field.metadata[:] = [Le(cap) if isinstance(m, Le) else m for m in metadata]
-    config.MAX_NODES = cap
+    limits.MAX_NODES = cap
     try:
         for model in MODELS:
             model.model_rebuild(force=True)
@@ -28,6 +30,6 @@ def node_cap(cap: int):
     finally:
         for field, metadata in zip(fields, kept):
             field.metadata[:] = metadata
-        config.MAX_NODES = kept_cap
+        limits.MAX_NODES = kept_cap
         for model in MODELS:
             model.model_rebuild(force=True)

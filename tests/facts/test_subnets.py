@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from infra.program.components.network import PUBLIC_CIDR, VPC_CIDR
-from infra.config.model import ConfigError, parse
+from infra.facts.subnets import PUBLIC_CIDR, VPC_CIDR
+from infra.config.parse import ConfigError, parse
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import PlanError, plan_config
 from infra.facts.subnets import (FSX_INTERFACE_ALLOWANCE, HEAD_ADDRESSES, PRIVATE_CIDRS, RESERVED_PER_SUBNET,

@@ -17,7 +17,8 @@ from hpcc_contract.names import Paths, ledger_table, state_bucket
 from hpcc_node import awscli
 from hpcc_node.controller import __main__ as main_mod
 from hpcc_node.controller import membership
-from hpcc_node.controller.ledger import read_name, table_definition
+from hpcc_contract.ledger import table_definition
+from hpcc_node.controller.ledger import read_name
 from hpcc_node.settings import state_names
 from tests.node.controller_fakes import moto_launch_template
 

@@ -7,7 +7,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from hpcc_node.controller.ledger import Conflict, Ledger, LeaseLost, read_name, table_definition
+from hpcc_contract.ledger import table_definition
+from hpcc_node.controller.ledger import Conflict, Ledger, LeaseLost, read_name
 from hpcc_node.controller.model import Event, GroupState, Slot
 from hpcc_node.controller.timers import Timers
 

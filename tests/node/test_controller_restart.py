@@ -15,7 +15,8 @@ from moto import mock_aws
 from hpcc_node.controller import membership, observe
 from hpcc_node.controller.act import Executor, reconcile_once
 from hpcc_node.controller.decide import decide
-from hpcc_node.controller.ledger import Ledger, read_name, table_definition
+from hpcc_contract.ledger import table_definition
+from hpcc_node.controller.ledger import Ledger, read_name
 from hpcc_node.controller.model import READY, Group, Report
 from hpcc_node.controller.timers import Timers
 from tests.node.controller_fakes import FakeEC2, Killed, Killer

@@ -15,7 +15,8 @@ import boto3
 from hpcc_contract import groups as groups_format
 from hpcc_contract.names import Paths, ledger_table, node_name, state_bucket
 from hpcc_node.controller import membership, model
-from hpcc_node.controller.ledger import Ledger, table_definition
+from hpcc_contract.ledger import table_definition
+from hpcc_node.controller.ledger import Ledger
 
 REGION = "us-east-1"
 C = "fleet"

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from infra.ops.deployer_policy import WRITES, planned_types, render, shipped
-from infra.plan.summary import print_summary
+from infra.ops.plan_summary import print_summary
 from infra.ops.project import DEFAULT_EXAMPLE
 from infra.config.stackfile import load
 

@@ -12,7 +12,7 @@ from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight.rules import preflight
 from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
-from infra.config.validators import ERROR, INFO, WARNING
+from infra.config.validators.findings import ERROR, INFO, WARNING
 from tests.ops.support import EXAMPLES, inject_response, stack_file
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)

@@ -14,7 +14,7 @@ from infra.plan.embedded_aws import embedded_aws
 import yaml
 
 from infra.config.stackfile import load, read_raw
-from infra.config.validators import INFO, WARNING
+from infra.config.validators.findings import INFO, WARNING
 from tests.ops.support import EXAMPLES
 from tests.ops.test_preflight_neighbours import seed_cluster
 

@@ -12,7 +12,7 @@ from infra.ops.preflight.rules import preflight
 from infra.ops.preflight.neighbours import boot_rate, other_clusters, steady_rate
 from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
-from infra.config.validators import WARNING
+from infra.config.validators.findings import WARNING
 from tests.ops.support import EXAMPLES
 
 CONFIG = EXAMPLES / "c6i-oneccl.yaml"  # cluster cpu-oneccl, 4 compute nodes

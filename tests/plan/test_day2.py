@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from infra.plan.guard import guarded
-from infra.config.model import IMAGE_FAMILIES
+from infra.facts.images import IMAGE_FAMILIES
 from hpcc_contract.names import image_pin
 from infra.plan.embedded_aws import embedded_aws, publish_dlami
 from infra.plan.previous import PreviousPlan

@@ -98,7 +98,7 @@ def test_the_tier_check_covers_the_groups_parameter(monkeypatch):
 
 
 def test_the_most_groups_fit_the_parameter():
-    from infra.config.model import MAX_GROUPS
+    from infra.facts.limits import MAX_GROUPS
 
     groups = [{"name": f"gpugroup{i:02d}xx", "instanceType": "p5.48xlarge", "count": 256, "market": "capacity-block",
                "capacityReservationId": "cr-0123456789abcdef0", "placementGroup": "x" * 60}

@@ -50,7 +50,7 @@ def test_file_system_created_without_lustre_rules_is_refused(example_config, mon
 
 
 def test_data_repository_on_scratch_1_is_refused_by_config_before_aws(example_config):
-    from infra.config.model import ConfigError
+    from infra.config.parse import ConfigError
 
     config = example_config("c6i-oneccl")
     config["hpcc:cluster"]["fsx"].update(deploymentType="SCRATCH_1", dataRepositoryPath="s3://bucket/data")
@@ -115,7 +115,7 @@ def test_a_request_boto3_gets_refused_names_the_resource_and_the_error_code(exam
 
 
 def test_a_kept_az_that_does_not_offer_a_new_type_is_an_error_naming_both():
-    from infra.config.model import parse
+    from infra.config.parse import parse
     from infra.program.lookups import LookupFailed, check_kept_az, first_az
 
     cluster = parse("us-east-1", {"name": "kept", "compute": {"instanceType": "p3dn.24xlarge", "count": 2}}).cluster

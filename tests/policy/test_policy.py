@@ -234,7 +234,7 @@ def _ssh_graph(planned, cidrs):
 
 @pytest.mark.parametrize("cidrs,refused", SSH_CASES, ids=[",".join(c)[:40] for c, _ in SSH_CASES])
 def test_config_and_pack_refuse_the_same_ssh_sources(planned, cidrs, refused):
-    from infra.config.model import ConfigError, parse
+    from infra.config.parse import ConfigError, parse
 
     cluster = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
                "compute": {"instanceType": "c6i.16xlarge", "count": 1}, "ssh": {"allowedCidrs": cidrs}}

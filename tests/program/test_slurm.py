@@ -16,17 +16,18 @@ from typer.testing import CliRunner
 
 from tests.facts.instance_data import MOTO_ACCOUNT
 from infra.ops.cli import app
-from infra.config.model import parse
+from infra.config.parse import parse
 from infra.facts.instance_types import DescribedFacts, from_description
 from hpcc_contract.names import Paths, role_name
-from infra.render.node_settings import OPTIONAL, PATTERNS, SETTINGS_LIMIT, SettingsError, check, render
+from hpcc_contract.settings import OPTIONAL, PATTERNS, SETTINGS_LIMIT, SettingsError, check
+from infra.render.node_settings import render
 from infra.render.node_settings import parse as parse_settings
 from infra.render.node_settings import node_settings, settings_value
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import plan_config
 from infra.facts.slurm import REAL_MEMORY_PERCENT, SlurmFactsError, gres_gpus, slurm_node
 from infra.config.stackfile import read_raw
-from infra.config.validators import check_config
+from infra.config.validators.check import check_config
 from infra.config.validators.inputs import PUBLIC_KEYS_BYTES
 from tests.facts.instance_data import all_descriptions, facts_for, offline_facts
 from tests.ops.support import EXAMPLES, stack_file

@@ -5,7 +5,8 @@ import shlex
 import subprocess
 from dataclasses import dataclass, replace
 
-from infra.render.node_settings import REPEATED, NodeSettings, parse
+from hpcc_contract.settings import REPEATED
+from infra.render.node_settings import NodeSettings, parse
 from infra.render.userdata import BootstrapContext, environment
 from tests.render.bootstrap_cases import contexts, settings
 

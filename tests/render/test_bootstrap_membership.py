@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.facts.instance_data import MOTO_ACCOUNT
-from infra.render.node_settings import OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, SLURM_KEYS, REPEATED, NodeSettings, SettingsError, parse, render, settings_value
+from hpcc_contract.settings import OPTIONAL, OPTIONAL_DEFAULTS, PATTERNS, SLURM_KEYS, REPEATED, SettingsError
+from infra.render.node_settings import NodeSettings, parse, render, settings_value
 from tests.render.bootstrap_cases import configs, settings
 from tests.facts.instance_data import offline_facts
 from tests.render.bootstrap_shell import context, run

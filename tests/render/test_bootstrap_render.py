@@ -129,7 +129,7 @@ def _merged(base: dict, change: dict) -> dict:
 def _planned(change: dict) -> tuple[dict, str, object]:
     """(role -> the loader's user data, the settings value, the bundle) the program makes for BASE + change."""
     from infra.render.bundle import build
-    from infra.config.model import parse
+    from infra.config.parse import parse
     from infra.render.node_settings import settings_value
     from infra.render.roles import role_contexts
     from tests.facts.instance_data import offline_facts

@@ -14,7 +14,7 @@ import pytest
 from hpcc_contract.names import BUNDLES_PREFIX, bundle_bucket, role_name
 from infra.render import bundle as bundle_mod
 from infra.render.bundle import ROOT, build, pack, unpack
-from infra.config.model import parse
+from infra.config.parse import parse
 from tests.facts.instance_data import offline_facts
 
 BASE = {"name": "bndl", "headNode": {"instanceType": "c5n.18xlarge"}, "compute": {"instanceType": "p5.48xlarge", "count": 4}}

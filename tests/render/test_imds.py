@@ -21,7 +21,7 @@ from tests.ops import support as ops_support
 
 from tests.facts.instance_data import MOTO_ACCOUNT
 from infra.program.components.compute import metadata_options
-from infra.config.model import ConfigError, parse
+from infra.config.parse import ConfigError, parse
 from infra.render.node_settings import parse as parse_settings, settings_value
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import plan_config

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from infra.config.hooks import hook_findings
+from infra.facts import limits
 from infra.facts.subnets import PRIVATE_CIDRS, addresses_needed, largest_count, private_cidr
 from infra.config.validators.findings import ERROR, WARNING, Finding
 from infra.config.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count, mount_point_problems
@@ -120,14 +122,13 @@ def spares_need_slurm(cfg):
 
 
 def node_cap(cfg):
-    """At most MAX_NODES compute nodes across the groups (the README says what bounds it)."""
-    from infra.config.model import MAX_NODES
-
+    """At most MAX_NODES compute nodes across the groups (the README says what bounds it); read from its module
+    at each call, so a test can lift the cap (tests/facts/plan_scale.py)."""
     c = cfg.cluster
-    if c.node_count > MAX_NODES:
+    if c.node_count > limits.MAX_NODES:
         counts = " + ".join(str(g.count) for g in c.node_groups)
         yield Finding(ERROR, c.count_field, f"the groups hold {counts} = {c.node_count} nodes; a cluster holds at most "
-                                             f"{MAX_NODES}: lower the counts, or split the work over two clusters")
+                                             f"{limits.MAX_NODES}: lower the counts, or split the work over two clusters")
 
 
 def az_in_region(cfg):
@@ -193,9 +194,7 @@ def slurm_has_a_package(cfg):
 
 
 def hook_files(cfg):
-    from infra.config.hooks import hook_findings  # checks files on disk: the paths are the user's project's
-
-    yield from hook_findings(cfg)
+    yield from hook_findings(cfg)  # checks files on disk: the paths are the user's project's
 
 
 def subnet_holds_the_nodes(cfg):

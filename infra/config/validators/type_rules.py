@@ -10,7 +10,9 @@ InstanceTypeInfo): `SupportedUsageClasses` (the markets a type is sold in: some 
 
 from __future__ import annotations
 
+from infra.facts.images import image_name_pattern
 from infra.facts.instance_types import HEAD_FIELD, InstanceType, UnknownInstanceType
+from infra.facts.slurm import SlurmFactsError, slurm_node
 from infra.config.validators.findings import ERROR, WARNING, Finding
 
 IMAGE_FIELD = "cluster.image"
@@ -49,8 +51,6 @@ def cluster_architecture(types: dict[str, InstanceType]) -> str | None:
 def architecture(cfg, types: dict[str, InstanceType]):
     """One image (infra/program/components/pins.py) serves head and compute: they run one architecture, one the image
     source has a build for."""
-    from infra.config.model import image_name_pattern
-
     for field, itype in types.items():
         if not _archs(itype):
             yield Finding(ERROR, field, f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}; hpcc "
@@ -122,8 +122,6 @@ def head_public_needs_single_interface(cfg, types: dict[str, InstanceType]):
 
 def slurm_node_defined(cfg, types: dict[str, InstanceType]):
     """With Slurm, each group's type's facts must make a node definition (infra/facts/slurm.py)."""
-    from infra.facts.slurm import SlurmFactsError, slurm_node
-
     if cfg.cluster.scheduler != "slurm":
         return
     for i, _group, itype in group_types(cfg, types):

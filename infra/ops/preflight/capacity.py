@@ -22,7 +22,7 @@ from typing import Iterable
 from botocore.exceptions import ClientError
 
 from infra.ops.aws import error_code, error_message
-from infra.config.validators import ERROR, INFO, WARNING, Finding
+from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
 
 RESERVATION_FIELD = "cluster.compute.capacityReservationId"
 MARKET_FIELD = "cluster.compute.market"

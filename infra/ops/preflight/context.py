@@ -13,7 +13,8 @@ from botocore.exceptions import ClientError
 
 from infra.facts import prices
 from infra.facts.az import first_az
-from infra.config.model import DLAMI_OWNER, StackConfig
+from infra.facts.images import DLAMI_OWNER
+from infra.config.model import StackConfig
 from hpcc_contract.names import Paths
 from infra.ops.aws import Aws, error_code
 

@@ -10,7 +10,7 @@ from typing import Iterable
 
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.config.estimates import RUN_INSTANCES_BUCKET, RUN_INSTANCES_REFILL_PER_SECOND, launch_minutes
-from infra.config.validators import INFO, WARNING, Finding
+from infra.config.validators.findings import INFO, WARNING, Finding
 
 
 @dataclass(frozen=True)

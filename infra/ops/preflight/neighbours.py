@@ -12,7 +12,7 @@ from typing import Iterable
 from infra.render.pacing import SSM_REQUESTS_PER_SECOND, agent_requests_per_second, pacing_for
 from hpcc_contract.names import TAG_CLUSTER, Paths
 from infra.ops.aws import Aws
-from infra.config.validators import WARNING, Finding
+from infra.config.validators.findings import WARNING, Finding
 
 FIELD = "cluster.name"
 PREFIX = "/hpcc/"

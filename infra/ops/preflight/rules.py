@@ -21,7 +21,8 @@ from infra.facts.instance_types import DescribedFacts
 from infra.ops.preflight.capacity import capacity_reservation
 from infra.ops.preflight.groups import launch_rate
 from infra.ops.preflight.neighbours import shared_ssm_throughput
-from infra.config.validators import ERROR, INFO, WARNING, Finding, check_config
+from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
+from infra.config.validators.check import check_config
 from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
 from infra.ops.preflight.context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
 

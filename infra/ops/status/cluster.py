@@ -26,7 +26,7 @@ from hpcc_node.controller.ledger import Loaded
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.render.steps import STEP_NAMES
 from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
-from infra.render.node_settings import OPTIONAL_DEFAULTS
+from hpcc_contract.settings import OPTIONAL_DEFAULTS
 from infra.ops import OpsError, rotate_keys, store
 from infra.ops.aws import Aws, tag_dict
 from infra.ops.terminal import plain

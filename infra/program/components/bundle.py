@@ -23,6 +23,7 @@ import pulumi_aws as aws
 
 from infra.program.components.private_bucket import private_bucket
 from hpcc_contract.names import Paths, bundle_bucket, tags
+from hpcc_contract.names import bundle_key
 
 
 @dataclass
@@ -44,8 +45,6 @@ def bucket_policy(bucket: str, reader_arns: list[str]) -> str:
 
 
 def pointer_value(bucket: str, sha256: str) -> str:
-    from hpcc_contract.names import bundle_key
-
     return json.dumps({"sha256": sha256, "bucket": bucket, "key": bundle_key(sha256)}, sort_keys=True)
 
 

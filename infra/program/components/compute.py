@@ -15,7 +15,7 @@ import pulumi_aws as aws
 from infra.config.model import ClusterConfig
 from infra.facts.efa import InterfaceSpec
 from infra.program.components.groups import GroupInstances
-from infra.config.model import NodeGroup
+from infra.config.nodes import NodeGroup
 from infra.render.groups_param import group_entry, groups_value
 from infra.facts.instance_types import InstanceType
 from infra.program.lookups import ImageInfo

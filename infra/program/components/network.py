@@ -9,10 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 from hpcc_contract.names import tags
-from infra.facts.subnets import PRIVATE_CIDRS
-
-VPC_CIDR = "10.0.0.0/16"
-PUBLIC_CIDR = "10.0.0.0/24"
+from infra.facts.subnets import PRIVATE_CIDRS, PUBLIC_CIDR, VPC_CIDR
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The controller's store: the ledger (a DynamoDB table, hpcc_node/controller/ledger.py `table_definition`: one
+"""The controller's store: the ledger (a DynamoDB table, hpcc_contract/ledger.py `table_definition`: one
 string hash key `pk`, on demand) and the state bucket (`membership.json`, written by the head's role only, and
 `status/<instance-arn>.json`, each written by its own node only: infra/program/components/identity.py).
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from hpcc_contract import ledger
 from infra.program.components.private_bucket import private_bucket
 from hpcc_contract.names import CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
 
@@ -64,8 +65,8 @@ class ControllerState(pulumi.ComponentResource):
         c, t = args.cluster, args.extra_tags
         child = pulumi.ResourceOptions(parent=self)
         table = aws.dynamodb.Table(
-            f"{c}-ledger", name=ledger_table(c), hash_key="pk", billing_mode="PAY_PER_REQUEST",
-            attributes=[aws.dynamodb.TableAttributeArgs(name="pk", type="S")],
+            f"{c}-ledger", name=ledger_table(c), hash_key=ledger.KEY, billing_mode=ledger.BILLING_MODE,
+            attributes=[aws.dynamodb.TableAttributeArgs(name=ledger.KEY, type="S")],
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             tags=tags(c, "ledger", t), opts=child)

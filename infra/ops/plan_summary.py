@@ -1,5 +1,6 @@
 """The human side of `hpcc plan`: resource tree, nodes, cost, time to ready, warnings; with --previous,
-what a second `pulumi up` would change."""
+what a second `pulumi up` would change. The operator's side of the plan (infra/plan/ makes it; this prints it, every
+cell through infra/ops/terminal.py)."""
 
 from __future__ import annotations
 
