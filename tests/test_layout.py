@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("infra", "hpcc_node", "policy", "scripts", "templates")
+SOURCES = ("hpcc_contract", "infra", "hpcc_node", "policy", "scripts", "templates")
 MAX_LINES = 400
 
 
@@ -39,7 +39,7 @@ def test_the_layout_table_names_every_source_file():
 
 
 def test_no_source_file_is_over_400_lines():
-    long = {f: n for f in _tracked("infra", "hpcc_node", "policy", "scripts") if f.endswith(".py")
+    long = {f: n for f in _tracked("hpcc_contract", "infra", "hpcc_node", "policy", "scripts") if f.endswith(".py")
             and (n := len((ROOT / f).read_text().splitlines())) > MAX_LINES}
     assert not long, f"over {MAX_LINES} lines, split by concern: {long}"
 

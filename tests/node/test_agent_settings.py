@@ -1,9 +1,7 @@
 """The node agent's settings parser and the bootstrap's (templates/steps/settings.sh.j2) read the same texts the
-same way, and the node package is plain Python 3.8 with the standard library only."""
+same way (that the node package is plain Python 3.8 with the standard library only: tests/test_architecture.py)."""
 
-import ast
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ from tests.render.bootstrap_cases import settings
 from tests.render.bootstrap_shell import context, run
 
 ROOT = Path(__file__).resolve().parents[2]
-NODE_SIDE = sorted((ROOT / "hpcc_node").glob("*.py")) + sorted((ROOT / "hpcc_contract").glob("*.py"))
 
 
 def bash_accepts(text: str) -> bool:
@@ -58,20 +55,6 @@ def test_python_takes_the_optional_defaults_and_lists_the_repeated_keys():
 def test_python_refuses_slurm_keys_without_slurm_which_the_program_never_writes():
     with pytest.raises(SettingsError, match="go with slurm only"):
         parse(SETTINGS.replace("SCHEDULER=slurm", "SCHEDULER=none"))
-
-
-@pytest.mark.parametrize("path", NODE_SIDE, ids=lambda p: p.name)
-def test_the_node_side_is_python_3_8_and_standard_library_only(path):
-    tree = ast.parse(path.read_text(), feature_version=(3, 8))
-    stdlib = set(sys.stdlib_module_names)
-    for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
-        for name in names:
-            top = name.split(".")[0]
-            assert top in stdlib or top in ("hpcc_node", "hpcc_contract"), \
-                f"{path.name} imports {name}: the node side ships with the standard library only"
-    assert "removeprefix(" not in path.read_text() and "removesuffix(" not in path.read_text()  # 3.9
 
 
 PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python")

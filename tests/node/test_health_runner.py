@@ -189,20 +189,3 @@ def test_the_timer_and_the_lists_are_stated():
     assert verdict.INTERVAL_S + verdict.CHECK_TIMEOUT_S < 60  # leaves the controller time for the 60 s target
     assert verdict.DCGM_DIAG in verdict.BOOT_CHECKS and verdict.DCGM_DIAG not in verdict.PERIODIC_CHECKS
     assert verdict.XID in verdict.PERIODIC_CHECKS and verdict.EPILOG_CHECKS == (verdict.XID,)
-
-
-def test_the_health_package_imports_only_the_standard_library_and_itself():
-    """It ships in the bundle and runs on the node's own Python (>= 3.8), next to no installed package."""
-    import ast
-    import pathlib
-    root = pathlib.Path(PACKAGE_ROOT) / "hpcc_node" / "health"
-    outside = {}
-    for path in root.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), feature_version=(3, 8))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-            for name in names:
-                top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in ("hpcc_node", "hpcc_contract", "__future__"):
-                    outside[path.name] = name
-    assert not outside, outside
