@@ -58,6 +58,17 @@ test-ci-long: setup deps
 box: setup deps
 	$(PY) -m pytest -q -m box tests/box
 
+# ruff (lint and format, pyproject.toml's [tool.ruff]) and mypy ([tool.mypy]); installs both into .venv itself.
+.PHONY: lint
+$(VENV)/.lint: $(VENV)/.runtime requirements-lint.txt
+	$(PY) -m pip install --quiet -r requirements-lint.txt
+	touch $@
+
+lint: $(VENV)/.lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 bench: setup
 	$(PY) scripts/bench_plan.py
 	$(PY) scripts/bench_day2.py

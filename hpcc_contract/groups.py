@@ -14,8 +14,20 @@ FORMAT = 1
 FORMAT_KEY = "format"
 GROUPS_KEY = "groups"
 # Each group's fields: hpcc_node.controller.model.Group's (snake_case), but its Capacity Block's window (EC2's).
-FIELDS = ("name", "instance_type", "count", "launch_template", "subnet_id", "availability_zone", "market",
-          "capacity_reservation_id", "placement_group", "efa", "max_count", "spares")
+FIELDS = (
+    "name",
+    "instance_type",
+    "count",
+    "launch_template",
+    "subnet_id",
+    "availability_zone",
+    "market",
+    "capacity_reservation_id",
+    "placement_group",
+    "efa",
+    "max_count",
+    "spares",
+)
 SLURM = "slurm"  # the group's Slurm node definition, with scheduler slurm only
 SLURM_FIELDS = ("cpus", "sockets_per_board", "cores_per_socket", "threads_per_core", "real_memory", "gres")
 

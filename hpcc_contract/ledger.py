@@ -13,5 +13,9 @@ BILLING_MODE = "PAY_PER_REQUEST"
 
 def table_definition(name: str) -> Dict[str, Any]:
     """CreateTable's arguments for the ledger table `name`."""
-    return {"TableName": name, "KeySchema": [{"AttributeName": KEY, "KeyType": "HASH"}],
-            "AttributeDefinitions": [{"AttributeName": KEY, "AttributeType": "S"}], "BillingMode": BILLING_MODE}
+    return {
+        "TableName": name,
+        "KeySchema": [{"AttributeName": KEY, "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": KEY, "AttributeType": "S"}],
+        "BillingMode": BILLING_MODE,
+    }

@@ -83,14 +83,14 @@ def fleet_client_token(cluster: str, group: str, now: float, batch: int) -> str:
     return f"hpcc-{tag}-{group[:24]}-{int(now)}-{batch}"
 
 
-
 def ledger_table(cluster: str) -> str:
     """The controller's DynamoDB ledger (hpcc_node/controller/ledger.py)."""
     return f"hpcc-{cluster}-ledger"
 
 
 def group_resource(cluster: str, group: str) -> str:
-    """The Pulumi name of a group's resource whose deletion terminates its instances (infra/program/components/groups.py)."""
+    """The Pulumi name of a group's resource whose deletion terminates its instances
+    (infra/program/components/groups.py)."""
     return resource_name(cluster, f"group-{group}")
 
 
@@ -109,7 +109,8 @@ def bundle_key(sha256: str) -> str:
 
 
 def image_pin(cluster: str) -> str:
-    """The Pulumi name of the resource that keeps the image (infra/program/components/pins.py); `--update-image` replaces it."""
+    """The Pulumi name of the resource that keeps the image (infra/program/components/pins.py); `--update-image`
+    replaces it."""
     return resource_name(cluster, "image-pin")
 
 
@@ -128,18 +129,24 @@ class Paths:
         self.secret_prefix = f"hpcc/{cluster}"  # Secrets Manager names have no leading '/'
         self.fsx = f"{self.prefix}/fsx"  # JSON {"dnsName", "mountName"}: written once the file system exists
         self.hosts = f"{self.prefix}/hosts"  # no longer written: membership is the state bucket's membership.json
-        self.groups = f"{self.prefix}/groups"  # JSON: the node groups the controller keeps (infra/render/groups_param.py)
-        self.settings = f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/render/node_settings.py)
+        self.groups = (
+            f"{self.prefix}/groups"  # JSON: the node groups the controller keeps (infra/render/groups_param.py)
+        )
+        self.settings = (
+            f"{self.prefix}/settings"  # KEY=VALUE lines the nodes read at run time (infra/render/node_settings.py)
+        )
         self.nodes = f"{self.prefix}/nodes"  # no longer written: statuses are the state bucket's status/ objects
         self.ssh_secret = f"{self.secret_prefix}/ssh-key"  # Secrets Manager: the cluster's SSH private key
         self.munge_secret = f"{self.secret_prefix}/munge-key"  # Secrets Manager: Slurm's munge key (scheduler: slurm)
         # the host CA and the rotation (hpcc_node/certstore.py makes the same names; keys and certificates are
         # state-bucket objects: HOSTKEYS_PREFIX, CERTS_PREFIX)
         self.host_ca_secret = f"{self.secret_prefix}/host-ca"  # Secrets Manager: the head's alone
-        self.user_secret = f"{self.secret_prefix}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
+        self.user_secret = (
+            f"{self.secret_prefix}/user-key"  # Secrets Manager: the login user's key (not root's), by the head
+        )
         self.rotation = f"{self.prefix}/rotation"  # the key rotation the head follows, by `hpcc rotate-keys` (Pulumi's)
-        # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/render/bundle.py); not a settings
-        # key, because nodes booted before it refuse unknown settings keys.
+        # JSON {"sha256", "bucket", "key"}: the bundle nodes boot from and follow (infra/render/bundle.py); not a
+        # settings key, because nodes booted before it refuse unknown settings keys.
         self.bundle = f"{self.prefix}/bundle"
         self.pinned_image = f"{self.prefix}/pinned/image"  # JSON ImageInfo, resolved at the first up and kept
         self.pinned_az = f"{self.prefix}/pinned/availability-zone"  # likewise

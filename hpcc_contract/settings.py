@@ -1,11 +1,11 @@
 """The settings text's schema: the keys the nodes accept in `/hpcc/<cluster>/settings`, each value's pattern, the
 rules beyond the characters (`value_problem`: who may log in, where the file system may go, which launch variables
 and mpirun options), and the rules a whole text must keep (`text_problem`, `parse_text`). Standard library only,
-Python >= 3.8: the program (infra/render/node_settings.py renders the text; the config's validators call the same rules),
-the bootstrap (templates/steps/settings.sh.j2, rendered from these definitions) and the node side (hpcc_node/,
-shipped in the bundle) read the same definitions, so a node refuses exactly what the program would never write.
-Whoever can write the parameter is root on every node (docs/security.md): these rules are what a node still
-refuses from such a writer."""
+Python >= 3.8: the program (infra/render/node_settings.py renders the text; the config's validators call the same
+rules), the bootstrap (templates/steps/settings.sh.j2, rendered from these definitions) and the node side (hpcc_node/,
+shipped in the bundle) read the same definitions, so a node refuses exactly what the program would never write. Whoever
+can write the parameter is root on every node (docs/security.md): these rules are what a node still refuses from such a
+writer."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ def boot_diag_level_problem(level: int) -> Optional[str]:
 SCHEDULERS: Tuple[str, ...] = ("none", "slurm")
 # One OpenSSH public key line: a key type sshd accepts, its base64 blob, and an optional comment without spaces
 # (sshd(8), "AUTHORIZED_KEYS FILE FORMAT"). No options: the keys are the users' own, for their own logins.
-PUBLIC_KEY = (r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|"
-              r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}"
-              r"( [A-Za-z0-9@._+-]{1,100})?")
+PUBLIC_KEY = (
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|"
+    r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{40,1400}={0,3}"
+    r"( [A-Za-z0-9@._+-]{1,100})?"
+)
 
 # Launch variables go into /etc/hpcc/env, which every login shell sources (root's too) and hpcc-mpirun exports to
 # every rank: only the fabric libraries' own prefixes (libfabric, NCCL, oneCCL, Intel MPI's OFI choice;
@@ -39,10 +41,12 @@ PUBLIC_KEY = (r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecd
 # So never LD_*, PATH, BASH_ENV, ENV, PROMPT_COMMAND or PYTHON* (tests/contract/test_node_rules.py tries each).
 FABRIC_NAMES = r"(FI|NCCL|CCL)_[A-Z0-9_]+|I_MPI_OFI_PROVIDER|I_MPI_OFI_LIBRARY_INTERNAL"
 FABRIC_DENIED = r"[A-Z0-9_]*(PATH|PLUGIN|FILE|EXEC|AGENT|PRELOAD)[A-Z0-9_]*|[A-Z0-9_]*_LIBRARY"
-# hpcc-mpirun passes these to every launch: the options infra/facts/fabric.py gives and their kin, one space apart. Not -x
-# (exports), a launch agent (--launch-agent, plm_rsh_agent), --prefix, parameter files (--tune, --am) or any other.
-MPIRUN_OPTION = (r"--mca (pml|btl|mtl|btl_tcp_if_(in|ex)clude|mtl_ofi_provider_(in|ex)clude) [A-Za-z0-9_.,:^+-]+"
-                 r"|--(bind-to|map-by|rank-by) [A-Za-z0-9:=,]+|--report-bindings|--tag-output")
+# hpcc-mpirun passes these to every launch: the options infra/facts/fabric.py gives and their kin, one space apart. Not
+# -x (exports), a launch agent (--launch-agent, plm_rsh_agent), --prefix, parameter files (--tune, --am) or any other.
+MPIRUN_OPTION = (
+    r"--mca (pml|btl|mtl|btl_tcp_if_(in|ex)clude|mtl_ofi_provider_(in|ex)clude) [A-Za-z0-9_.,:^+-]+"
+    r"|--(bind-to|map-by|rank-by) [A-Za-z0-9:=,]+|--report-bindings|--tag-output"
+)
 MPIRUN_OPTIONS = f"(({MPIRUN_OPTION})( |$))*"
 POSITIVE = r"[1-9][0-9]{0,5}"  # no 0 (divisors, bounds) and no leading zero: bash arithmetic reads 08 as bad octal
 PATTERNS: Dict[str, str] = {
@@ -63,7 +67,8 @@ PATTERNS: Dict[str, str] = {
     "AUTHORIZED_KEY": PUBLIC_KEY,  # ssh.authorizedKeys: one key line each
     "IMDS_USER": r"[a-z_][a-z0-9_-]{0,31}",  # security.imdsForUsers: one user each (templates/steps/imds.sh.j2)
     "SCHEDULER": "|".join(SCHEDULERS),
-    # slurm.conf node attributes of the compute type (infra/facts/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294 Gres=gpu:8`
+    # slurm.conf node attributes of the compute type (infra/facts/slurm.py), e.g. `CPUs=192 ... RealMemory=1992294
+    # Gres=gpu:8`
     "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
     "HEALTH_DIAG_LEVEL": f"[0-{BOOT_DIAG_LEVEL_MAX}]",  # cluster.health.bootDiagLevel (BOOT_DIAG_LEVEL_DEFAULT)
@@ -75,7 +80,12 @@ PATTERNS: Dict[str, str] = {
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
 SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
 # Keys a text may leave out, and what the nodes take then (a text from before Slurm has none of them).
-OPTIONAL_DEFAULTS = {"SCHEDULER": "none", "SLURM_NODE": "", "SLURM_GPUS": "", "HEALTH_DIAG_LEVEL": str(BOOT_DIAG_LEVEL_DEFAULT)}
+OPTIONAL_DEFAULTS = {
+    "SCHEDULER": "none",
+    "SLURM_NODE": "",
+    "SLURM_GPUS": "",
+    "HEALTH_DIAG_LEVEL": str(BOOT_DIAG_LEVEL_DEFAULT),
+}
 OPTIONAL = frozenset(OPTIONAL_DEFAULTS)
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
 MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
@@ -91,17 +101,21 @@ class SettingsError(ValueError):
 # read the node role's secrets, so either one being `nobody` or `sshd` hands that to whatever runs as it. The node
 # also refuses any account whose uid is outside REGULAR_UID_MIN..REGULAR_UID_MAX (templates/steps/ssh.sh.j2,
 # imds.sh.j2): the image may have system accounts this list does not name (nobody is 65534, Debian's slurm 64030).
-SYSTEM_ACCOUNTS = frozenset("""
+SYSTEM_ACCOUNTS = frozenset(
+    """
     root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats nobody _apt syslog
     systemd-network systemd-resolve systemd-timesync messagebus sshd ec2-instance-connect adm dbus munge slurm
-""".split())
+""".split()
+)
 REGULAR_UID_MIN, REGULAR_UID_MAX = 1000, 60000  # login.defs(5) UID_MIN and UID_MAX on Ubuntu and Amazon Linux
 
 
 def account_problem(user: str) -> Optional[str]:
     if user in SYSTEM_ACCOUNTS:
-        return (f"{user} is a system account; name a person's login user (the image's ubuntu or ec2-user, or "
-                f"one with uid {REGULAR_UID_MIN} or more)")
+        return (
+            f"{user} is a system account; name a person's login user (the image's ubuntu or ec2-user, or "
+            f"one with uid {REGULAR_UID_MIN} or more)"
+        )
     return None
 
 
@@ -110,9 +124,33 @@ MOUNT_POINT_MAX = 128
 # Mounting over one of these hides what the OS, the DLAMI (EFA, Open MPI and aws-ofi-nccl under /opt/amazon or
 # /opt/aws-ofi-nccl, the Neuron SDK under /opt/aws, CUDA tools under /opt/nvidia, conda under /opt/conda, instance
 # storage at /opt/dlami/nvme), the bootstrap (/etc/hpcc, /var/log) or the logins keep.
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found",
-                "/proc", "/root", "/run", "/sbin", "/snap", "/sys", "/tmp", "/usr", "/var",
-                "/opt/amazon", "/opt/aws", "/opt/aws-ofi-nccl", "/opt/conda", "/opt/dlami", "/opt/nvidia")
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/lost+found",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/snap",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/var",
+    "/opt/amazon",
+    "/opt/aws",
+    "/opt/aws-ofi-nccl",
+    "/opt/conda",
+    "/opt/dlami",
+    "/opt/nvidia",
+)
 # Existing directories that hold other mounts or software: refused themselves, a new directory under them is fine.
 SYSTEM_ROOTS = ("/", "/mnt", "/media", "/opt", "/srv")
 
@@ -143,11 +181,15 @@ def mount_point_problems(path: str) -> List[str]:
         out.append(f"{path!r} has '.', '..', empty or trailing components; write it as {canon!r}")
     tree = next((t for t in SYSTEM_TREES if _within(canon, t)), None)
     if tree is not None:
-        out.append(f"{canon} is in {tree}, a system, DLAMI or login directory: mounting there would hide what it "
-                   "holds; use a new directory such as /fsx")
+        out.append(
+            f"{canon} is in {tree}, a system, DLAMI or login directory: mounting there would hide what it "
+            "holds; use a new directory such as /fsx"
+        )
     elif canon in SYSTEM_ROOTS:
-        out.append(f"{canon} already holds other mounts or software that the file system would hide; use a new "
-                   f"directory such as /fsx{'' if canon == '/' else ' or ' + canon + '/fsx'}")
+        out.append(
+            f"{canon} already holds other mounts or software that the file system would hide; use a new "
+            f"directory such as /fsx{'' if canon == '/' else ' or ' + canon + '/fsx'}"
+        )
     return out
 
 
@@ -171,13 +213,23 @@ def _escaped(path: str) -> str:
 # (POSIX ERE) read alike: value_problem and the bootstrap's apply_settings refuse a value that matches in full. The
 # functions above say why in words, for the config's messages; tests check that they agree with these.
 ACCOUNTS_DENIED = "|".join(sorted(SYSTEM_ACCOUNTS))
-MOUNT_POINT_DENIED = "|".join([f"({'|'.join(_escaped(t) for t in SYSTEM_TREES)})(/.*)?"]
-                              + [_escaped(r) for r in SYSTEM_ROOTS]
-                              + [r".*//.*", r".*/\.\.?(/.*)?", r".+/"])  # not canonical: //, . or .., a trailing /
-DENIED: Dict[str, str] = {"LOGIN_USER": ACCOUNTS_DENIED, "IMDS_USER": ACCOUNTS_DENIED,
-                          "MOUNT_POINT": MOUNT_POINT_DENIED, "FABRIC": f"({FABRIC_DENIED})=.*"}
-WHY = {"LOGIN_USER": account_problem, "IMDS_USER": account_problem, "FABRIC": fabric_problem,
-       "MOUNT_POINT": lambda v: "; ".join(mount_point_problems(v))}
+MOUNT_POINT_DENIED = "|".join(
+    [f"({'|'.join(_escaped(t) for t in SYSTEM_TREES)})(/.*)?"]
+    + [_escaped(r) for r in SYSTEM_ROOTS]
+    + [r".*//.*", r".*/\.\.?(/.*)?", r".+/"]
+)  # not canonical: //, . or .., a trailing /
+DENIED: Dict[str, str] = {
+    "LOGIN_USER": ACCOUNTS_DENIED,
+    "IMDS_USER": ACCOUNTS_DENIED,
+    "MOUNT_POINT": MOUNT_POINT_DENIED,
+    "FABRIC": f"({FABRIC_DENIED})=.*",
+}
+WHY = {
+    "LOGIN_USER": account_problem,
+    "IMDS_USER": account_problem,
+    "FABRIC": fabric_problem,
+    "MOUNT_POINT": lambda v: "; ".join(mount_point_problems(v)),
+}
 
 
 def value_problem(key: str, value: str) -> Optional[str]:
@@ -237,4 +289,6 @@ def check_scheduler(keys: Set[str], scheduler: Optional[str]) -> None:
     if scheduler == "slurm" and given != SLURM_KEYS:
         raise SettingsError(f"settings with SCHEDULER=slurm lack {', '.join(sorted(SLURM_KEYS - given))}")
     if scheduler != "slurm" and given:
-        raise SettingsError(f"settings with SCHEDULER={scheduler} give {', '.join(sorted(given))}, which go with slurm only")
+        raise SettingsError(
+            f"settings with SCHEDULER={scheduler} give {', '.join(sorted(given))}, which go with slurm only"
+        )

@@ -24,6 +24,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
+from hpcc_contract.settings import SettingsError
+from hpcc_contract.version import AGENT_VERSION
 from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
 from hpcc_node import certs as host_certs
 from hpcc_node.agent_bundle import BundleFollowing
@@ -31,9 +34,6 @@ from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
 from hpcc_node.settings import Settings, pacing, parse
-from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
-from hpcc_contract.settings import SettingsError
-from hpcc_contract.version import AGENT_VERSION
 
 
 class Config(NamedTuple):
@@ -52,18 +52,26 @@ class Config(NamedTuple):
     heartbeat_seconds: int = status.HEARTBEAT_SECONDS
 
     @classmethod
-    def from_env(cls, env: Dict[str, str]) -> "Config":
-        return cls(env["HPCC_ROLE"], env["HPCC_STATE_BUCKET"], env["HPCC_STATUS_KEY"], env["HPCC_SETTINGS_PARAMETER"],
-                   env["HPCC_BUNDLE_PARAMETER"],
-                   vpc_cidr=env.get("HPCC_VPC_CIDR", cls._field_defaults["vpc_cidr"]), etc=env.get("HPCC_ETC", cls._field_defaults["etc"]), log=env.get("HPCC_LOG", cls._field_defaults["log"]),
-                   heartbeat_seconds=status.heartbeat_seconds(env.get("HPCC_HEARTBEAT_SECONDS", "")))
+    def from_env(cls, env: Dict[str, str]) -> Config:
+        return cls(
+            env["HPCC_ROLE"],
+            env["HPCC_STATE_BUCKET"],
+            env["HPCC_STATUS_KEY"],
+            env["HPCC_SETTINGS_PARAMETER"],
+            env["HPCC_BUNDLE_PARAMETER"],
+            vpc_cidr=env.get("HPCC_VPC_CIDR", cls._field_defaults["vpc_cidr"]),
+            etc=env.get("HPCC_ETC", cls._field_defaults["etc"]),
+            log=env.get("HPCC_LOG", cls._field_defaults["log"]),
+            heartbeat_seconds=status.heartbeat_seconds(env.get("HPCC_HEARTBEAT_SECONDS", "")),
+        )
 
     def path(self, name: str) -> str:
         return os.path.join(self.etc, name)
 
 
-def membership_due(applied_generation: int, applied_settings: str, doc: Optional[Dict[str, Any]],
-                   read_settings: str) -> bool:
+def membership_due(
+    applied_generation: int, applied_settings: str, doc: Optional[Dict[str, Any]], read_settings: str
+) -> bool:
     """Apply a newer membership generation (membership.newer), or the same one when the settings text changed."""
     if doc is None:
         return False
@@ -72,7 +80,7 @@ def membership_due(applied_generation: int, applied_settings: str, doc: Optional
 
 def arn_prefix(status_key: str) -> str:
     """status/arn:<partition>:ec2:<region>:<account>:instance/ of this node's own key: every node's ARN but its id."""
-    return status_key[len(STATUS_PREFIX):].rsplit("/", 1)[0] + "/"
+    return status_key[len(STATUS_PREFIX) :].rsplit("/", 1)[0] + "/"
 
 
 def tick_seconds(sync_seconds: int, rand: float) -> float:
@@ -91,8 +99,15 @@ def self_check(config: Config, here: str) -> None:
 
 
 class Agent(BundleFollowing):
-    def __init__(self, config: Config, aws: Aws, clock: Callable[[], float] = time.time,
-                 run: Callable = subprocess.run, rand: Callable[[], float] = random.random, s3: Any = None):
+    def __init__(
+        self,
+        config: Config,
+        aws: Aws,
+        clock: Callable[[], float] = time.time,
+        run: Callable = subprocess.run,
+        rand: Callable[[], float] = random.random,
+        s3: Any = None,
+    ):
         self.c, self.aws, self.clock, self.run, self.rand = config, aws, clock, run, rand
         self.s3 = s3 if s3 is not None else awscli.client("s3", before=aws.pace)  # paced with the node's calls
         self.doc: Optional[Dict[str, Any]] = None  # the membership last read, and its ETag
@@ -128,8 +143,13 @@ class Agent(BundleFollowing):
 
     # -- what to read -------------------------------------------------------------------------------
     def rollout_on(self) -> bool:
-        return bool(self.pointer_sha) and (self.pointer_sha != self.running or (
-            rollout.is_canary(self.node.node, self.canary_names()) and (self.verdict is None or self.verdict.state != "done")))
+        return bool(self.pointer_sha) and (
+            self.pointer_sha != self.running
+            or (
+                rollout.is_canary(self.node.node, self.canary_names())
+                and (self.verdict is None or self.verdict.state != "done")
+            )
+        )
 
     def canary_names(self) -> Tuple[str, ...]:
         """The head and the membership's first compute node (rollout.canaries_of)."""
@@ -145,8 +165,11 @@ class Agent(BundleFollowing):
 
     def node_status(self, name: str) -> Optional[Dict[str, Any]]:
         """Another node's status, by its instance in the membership (None: unlisted, unread or unreadable)."""
-        instance = ((self.doc or {}).get("head") or {}).get("instance") if name == "head" else next(
-            (n.get("instance") for n in (self.doc or {}).get("nodes", []) if n.get("name") == name), None)
+        instance = (
+            ((self.doc or {}).get("head") or {}).get("instance")
+            if name == "head"
+            else next((n.get("instance") for n in (self.doc or {}).get("nodes", []) if n.get("name") == name), None)
+        )
         if not instance:
             return None
         key = membership.status_key(arn_prefix(self.c.status_key) + str(instance))
@@ -185,7 +208,9 @@ class Agent(BundleFollowing):
         if self.c.settings_parameter not in read:
             raise AwsError(f"{self.c.settings_parameter} is missing; next tick")
         settings_text = read[self.c.settings_parameter][1]
-        if membership_due(self.node.hosts_version, state.read_text(self.c.path("settings")) or "", self.doc, settings_text):
+        if membership_due(
+            self.node.hosts_version, state.read_text(self.c.path("settings")) or "", self.doc, settings_text
+        ):
             self.apply_doc(self.doc, settings_text)
         if self.certs:
             self.certs.tick(self.doc, self.clock())
@@ -206,7 +231,10 @@ class Agent(BundleFollowing):
         if not hosts.lists(doc, self.node.node, self.node.instance_id):
             if version != self.refused:  # once a generation: a node out of service reads it every tick
                 self.refused = version
-                self.log(f"membership generation {version} {hosts.unlisted_why(doc, self.node.node, self.node.instance_id)}: not applied")
+                self.log(
+                    f"membership generation {version} "
+                    f"{hosts.unlisted_why(doc, self.node.node, self.node.instance_id)}: not applied"
+                )
             return
         self.apply_membership(version, text, settings_text)
 
@@ -223,13 +251,27 @@ class Agent(BundleFollowing):
             return
         at = hosts.line_holds(pairs, self.node.node, self.node.ip)
         if at is not None:
-            self.log(f"membership generation {version} lists {at} as {self.node.node}, not this node's {self.node.ip}: not applied")
+            self.log(
+                f"membership generation {version} lists {at} as {self.node.node}, not this node's {self.node.ip}: not "
+                "applied"
+            )
             return
         script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
-        env = dict(os.environ, HPCC_APPLY_VERSION=str(version), HPCC_APPLY_HOSTS=hosts_text, HPCC_APPLY_SETTINGS=settings_text,
-                   HPCC_BUNDLE=self.running)  # the loader's export names the bundle the node booted with
-        out = self.run(["bash", script, "apply-membership"], env=env, stdin=subprocess.DEVNULL,
-                       capture_output=True, text=True, timeout=900)
+        env = dict(
+            os.environ,
+            HPCC_APPLY_VERSION=str(version),
+            HPCC_APPLY_HOSTS=hosts_text,
+            HPCC_APPLY_SETTINGS=settings_text,
+            HPCC_BUNDLE=self.running,
+        )  # the loader's export names the bundle the node booted with
+        out = self.run(
+            ["bash", script, "apply-membership"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if out.returncode != 0:
             self.log(f"apply-membership of membership generation {version} failed (exit {out.returncode}); next tick")
             return
@@ -243,6 +285,7 @@ class Agent(BundleFollowing):
             if out.returncode != 0:
                 raise AwsError(f"{args[0]}: {out.stderr.strip()[-200:]}")
             return out.stdout
+
         # Slurm's node states are the controller's to write (hpcc_node/controller/act.py); the agent only reports them.
         states = slurm.summary(cmd(*slurm.SUMMARY))
         if states != self.slurm_states:
@@ -269,11 +312,16 @@ class Agent(BundleFollowing):
         if key == self.written:  # unchanged: the same bytes again each heartbeat (same ETag, a new LastModified)
             self.beat()
             return
-        identity = {"node": self.node.node, "ip": self.node.ip, "instanceId": self.node.instance_id,
-                    "hostsVersion": self.node.hosts_version}
+        identity = {
+            "node": self.node.node,
+            "ip": self.node.ip,
+            "instanceId": self.node.instance_id,
+            "hostsVersion": self.node.hosts_version,
+        }
         tail = (state.read_text(self.c.log) or "").splitlines()
-        body = status.status(identity, "ready", True, self.message, bundle=self.running, log_tail=tail,
-                             now=self.clock(), extra=extra)
+        body = status.status(
+            identity, "ready", True, self.message, bundle=self.running, log_tail=tail, now=self.clock(), extra=extra
+        )
         self.put_status(body.encode())
         self.written = key
 
@@ -288,8 +336,9 @@ class Agent(BundleFollowing):
     def put_status(self, body: bytes) -> None:
         with self.status_lock:
             try:
-                self.s3.put_object(Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body,
-                                   ContentType="application/json")
+                self.s3.put_object(
+                    Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body, ContentType="application/json"
+                )
             except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
                 raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
             self.written_body, self.written_at = body, self.clock()
@@ -325,11 +374,23 @@ def main(argv: List[str]) -> int:
     except (state.StateError, SettingsError) as e:
         print(f"hpcc node agent: the applied state is malformed ({e}): run the bootstrap again", file=sys.stderr)
         return 1
-    agent.certs = host_certs.Certs(agent.aws, agent.s3, config.state_bucket, config.settings_parameter.split("/")[2],
-                                   config.role, agent.node.node, agent.node.ip,
-                                   config.status_key[len(STATUS_PREFIX):-len(".json")], log=agent.log,
-                                   keys=cluster_keys.Keys(agent.aws, config.settings_parameter.split("/")[2],
-                                                          config.vpc_cidr, lambda: str(agent.settings.get("LOGIN_USER", ""))))
+    agent.certs = host_certs.Certs(
+        agent.aws,
+        agent.s3,
+        config.state_bucket,
+        config.settings_parameter.split("/")[2],
+        config.role,
+        agent.node.node,
+        agent.node.ip,
+        config.status_key[len(STATUS_PREFIX) : -len(".json")],
+        log=agent.log,
+        keys=cluster_keys.Keys(
+            agent.aws,
+            config.settings_parameter.split("/")[2],
+            config.vpc_cidr,
+            lambda: str(agent.settings.get("LOGIN_USER", "")),
+        ),
+    )
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     verdict_changed = threading.Event()  # a changed health verdict is written at once, not at the next tick
     health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set)  # every verdict.INTERVAL_S (15 s)

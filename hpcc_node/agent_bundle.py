@@ -25,17 +25,31 @@ class BundleFollowing:
         self.pointer_sha = pointer.sha256 if pointer else ""
         seen = {n: self.node_status(n) for n in self.canaries()} if pointer and self.rollout_on() else {}
         if pointer and any(v is not None for v in seen.values()):
-            if rollout.is_canary(self.node.node, self.canary_names()):  # its own part: it runs the target, or refused it
-                seen[self.node.node] = {"bundle": self.running, "phase": "ready", "ok": True,
-                                        "refused": self.refused_field()}
+            if rollout.is_canary(
+                self.node.node, self.canary_names()
+            ):  # its own part: it runs the target, or refused it
+                seen[self.node.node] = {
+                    "bundle": self.running,
+                    "phase": "ready",
+                    "ok": True,
+                    "refused": self.refused_field(),
+                }
             self.verdict = rollout.canary_verdict(pointer.sha256, seen)
             if self.verdict.state == "done":
                 self.done_since.setdefault(pointer.sha256, self.clock())
         elif not self.rollout_on():
             self.verdict = None
-        move = rollout.next_move(self.node.node, self.running, pointer, self.record.refused, self.verdict,
-                                 self.done_since.get(pointer.sha256) if pointer else None, self.clock(),
-                                 self.record.previous, self.canary_names())
+        move = rollout.next_move(
+            self.node.node,
+            self.running,
+            pointer,
+            self.record.refused,
+            self.verdict,
+            self.done_since.get(pointer.sha256) if pointer else None,
+            self.clock(),
+            self.record.previous,
+            self.canary_names(),
+        )
         self.rollout_note = move.reason if move.action == "halted" and self.node.node == "head" else None
         if move.action == "switch" and pointer:
             return self.switch(pointer)
@@ -44,7 +58,9 @@ class BundleFollowing:
         return None
 
     def refused_field(self) -> Optional[Dict[str, str]]:
-        if self.pointer_sha in self.record.refused and not self.record.refused[self.pointer_sha].startswith(ROLLED_BACK):
+        if self.pointer_sha in self.record.refused and not self.record.refused[self.pointer_sha].startswith(
+            ROLLED_BACK
+        ):
             return {"sha256": self.pointer_sha, "reason": self.record.refused[self.pointer_sha]}
         return None
 
@@ -70,6 +86,9 @@ class BundleFollowing:
         state.write_record(self.c.path("agent.json"), self.record)
         upgrade.switch(sha, self.c.opt)
         upgrade.prune({sha, self.running}, self.c.opt)
-        self.log(f"{verb} to bundle {sha[:12]} from {self.running[:12] or 'none'}; "
-                 + (f"drifted: {drifted}" if drifted else "boot steps unchanged") + "; nothing restarted")
+        self.log(
+            f"{verb} to bundle {sha[:12]} from {self.running[:12] or 'none'}; "
+            + (f"drifted: {drifted}" if drifted else "boot steps unchanged")
+            + "; nothing restarted"
+        )
         return directory

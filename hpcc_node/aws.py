@@ -45,10 +45,17 @@ def pace_wait_ms(last_ms: int, now_ms: int, interval_ms: int, rand: float) -> in
 class Aws:
     """One node's AWS caller; the clock, sleep, randomness, subprocess and pacer file are injected for tests."""
 
-    def __init__(self, interval_ms: int = 100, backoff_seconds: int = 2, attempts: int = 6,
-                 run: Callable = subprocess.run, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, rand: Callable[[], float] = random.random,
-                 pace_file: str = PACE_FILE):
+    def __init__(
+        self,
+        interval_ms: int = 100,
+        backoff_seconds: int = 2,
+        attempts: int = 6,
+        run: Callable = subprocess.run,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+        pace_file: str = PACE_FILE,
+    ):
         self.interval_ms, self.backoff_seconds, self.attempts = interval_ms, backoff_seconds, attempts
         self.run, self.clock, self.sleep, self.rand, self.pace_file = run, clock, sleep, rand, pace_file
 
@@ -92,7 +99,7 @@ class Aws:
         """name -> (Version, Value) of those that exist; at most 10 names a call."""
         found: Dict[str, Tuple[int, str]] = {}
         for i in range(0, len(names), GET_PARAMETERS_MAX):
-            out = self.call("ssm", "get-parameters", "--names", *names[i:i + GET_PARAMETERS_MAX], "--output", "json")
+            out = self.call("ssm", "get-parameters", "--names", *names[i : i + GET_PARAMETERS_MAX], "--output", "json")
             for p in json.loads(out or "{}").get("Parameters", []):
                 found[p["Name"]] = (int(p["Version"]), p["Value"])
         return found
@@ -103,4 +110,3 @@ class Aws:
     def get_object(self, bucket: str, key: str, dest: str) -> None:
         """S3 GetObject into dest (through the VPC's S3 gateway endpoint on EC2)."""
         self.call("s3api", "get-object", "--bucket", bucket, "--key", key, dest)
-

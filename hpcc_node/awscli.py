@@ -17,8 +17,9 @@ import subprocess
 import tempfile
 from typing import Any, Callable, Dict, Iterator, Optional
 
-ERROR = re.compile(r"An error occurred \(([^)]*)\) when calling the (\w+) operation(?: \(reached max retries: \d+\))?: ?(.*)",
-                   re.S)
+ERROR = re.compile(
+    r"An error occurred \(([^)]*)\) when calling the (\w+) operation(?: \(reached max retries: \d+\))?: ?(.*)", re.S
+)
 # Each paginated operation the node side uses: (request token, answer token, page size parameter). Answers that
 # carry no next token are the last page (the services' API references, "Pagination").
 PAGES = {
@@ -76,7 +77,7 @@ class _Body:
 
 
 class Paginator:
-    def __init__(self, client: "Client", operation: str):
+    def __init__(self, client: Client, operation: str):
         self.client, self.operation = client, operation
         self.tokens = PAGES[(client.service, operation)]
 
@@ -98,20 +99,34 @@ class Client:
     """One service's client; `run` (subprocess.run's shape) and `before` (a pacer, called before each call) are
     injected."""
 
-    def __init__(self, service: str, run: Callable[..., Any] = subprocess.run, aws: str = "aws",
-                 before: Optional[Callable[[], None]] = None, timeout: float = 120):
+    def __init__(
+        self,
+        service: str,
+        run: Callable[..., Any] = subprocess.run,
+        aws: str = "aws",
+        before: Optional[Callable[[], None]] = None,
+        timeout: float = 120,
+    ):
         self.service, self.run, self.aws, self.before, self.timeout = service, run, aws, before, timeout
 
     def _call(self, operation: str, params: Optional[Dict[str, Any]], *extra: str) -> str:
         if self.before:
             self.before()
-        argv = [self.aws, CLI_SERVICE.get(self.service, self.service), cli_name(operation),
-                *(["--cli-input-json", json.dumps(params)] if params is not None else []), "--output", "json", *extra]
+        argv = [
+            self.aws,
+            CLI_SERVICE.get(self.service, self.service),
+            cli_name(operation),
+            *(["--cli-input-json", json.dumps(params)] if params is not None else []),
+            "--output",
+            "json",
+            *extra,
+        ]
         try:
             out = self.run(argv, capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            raise ClientError("RequestTimeout", f"aws {argv[1]} {argv[2]} took over {self.timeout:.0f} s",
-                              operation) from None
+            raise ClientError(
+                "RequestTimeout", f"aws {argv[1]} {argv[2]} took over {self.timeout:.0f} s", operation
+            ) from None
         if out.returncode != 0:
             raise parse_error(out.stderr or out.stdout, operation)
         return out.stdout

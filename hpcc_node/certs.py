@@ -1,8 +1,9 @@
 """Host certificates by the cluster's host CA (issue 22 item 4), a key of its own that only the head can read
 (`hpcc/<c>/host-ca`), not root's cluster key. Each node publishes its host public keys (its own hostkeys object,
-hpcc_node/certstore.py); the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<instance> -n <principals> -V from:to`, ssh-keygen(1)
-"CERTIFICATES") for 7 days and re-signs at half-life; each node installs what the head wrote for it, and its
-known-hosts file lists one `@cert-authority` line per CA the head says is trusted (two during `hpcc rotate-keys`).
+hpcc_node/certstore.py); the head signs them (`ssh-keygen -s CA -h -I <cluster>/<node>/<instance> -n <principals> -V
+from:to`, ssh-keygen(1) "CERTIFICATES") for 7 days and re-signs at half-life; each node installs what the head wrote for
+it, and its known-hosts file lists one `@cert-authority` line per CA the head says is trusted (two during `hpcc
+rotate-keys`).
 
 Principals are what the head knows, never what a node says: the node's name and address from the controller's
 membership and EC2's IP-based host name (ip-a-b-c-d), so a node's root cannot get a certificate for another node's
@@ -39,17 +40,29 @@ def principals(node: str, ip: str) -> List[str]:
 def due(issued: Optional[store.Issued], ip: str, authority: store.Authority, now: float, instance: str = "") -> bool:
     """Sign again: none yet, another address or instance (a replacement), past half its life, or the CAs changed (a
     rotation's phase)."""
-    return (issued is None or issued.ip != ip or (bool(instance) and issued.instance != instance)
-            or now >= (issued.valid_from + issued.valid_to) / 2
-            or issued.cas != authority.trusted or issued.ca != store.fingerprint(authority.signer["public"]))
+    return (
+        issued is None
+        or issued.ip != ip
+        or (bool(instance) and issued.instance != instance)
+        or now >= (issued.valid_from + issued.valid_to) / 2
+        or issued.cas != authority.trusted
+        or issued.ca != store.fingerprint(authority.signer["public"])
+    )
 
 
 def _utc(ts: float) -> str:
     return time.strftime("%Y%m%d%H%M%S", time.gmtime(ts))
 
 
-def sign(ca_private: str, key: str, key_id: str, names: Sequence[str], valid_from: float, valid_to: float,
-         run: Run = subprocess.run) -> str:
+def sign(
+    ca_private: str,
+    key: str,
+    key_id: str,
+    names: Sequence[str],
+    valid_from: float,
+    valid_to: float,
+    run: Run = subprocess.run,
+) -> str:
     """A host certificate of KEY (a public key line) by the CA, in a private scratch directory."""
     with tempfile.TemporaryDirectory() as scratch:
         ca = os.path.join(scratch, "ca")
@@ -57,8 +70,23 @@ def sign(ca_private: str, key: str, key_id: str, names: Sequence[str], valid_fro
             f.write(ca_private.rstrip("\n") + "\n")
         with open(os.path.join(scratch, "key.pub"), "w") as f:
             f.write(store.key_line(key) + "\n")
-        sshkeys.checked(run, ["ssh-keygen", "-q", "-s", ca, "-h", "-I", key_id, "-n", ",".join(names),
-                       "-V", f"{_utc(valid_from)}:{_utc(valid_to)}", os.path.join(scratch, "key.pub")])
+        sshkeys.checked(
+            run,
+            [
+                "ssh-keygen",
+                "-q",
+                "-s",
+                ca,
+                "-h",
+                "-I",
+                key_id,
+                "-n",
+                ",".join(names),
+                "-V",
+                f"{_utc(valid_from)}:{_utc(valid_to)}",
+                os.path.join(scratch, "key.pub"),
+            ],
+        )
         with open(os.path.join(scratch, "key-cert.pub")) as f:
             return store.key_line(f.read())
 
@@ -74,7 +102,7 @@ def advance(a: store.Authority, r: Optional[store.Rotation], pair: Callable[[], 
     if r is None:
         return a
     done = phases_done(a.rotation, r.id)
-    for phase in store.PHASES[done + 1:store.PHASES.index(r.phase) + 1]:
+    for phase in store.PHASES[done + 1 : store.PHASES.index(r.phase) + 1]:
         if phase == "add":
             a = store.Authority([a.signer, pair()], 0, f"{r.id}:add")
         elif phase == "switch":
@@ -121,22 +149,39 @@ class Head:
     def read_authority(self) -> store.Authority:
         """The CA set, generated and stored at the first call (the secret is created empty, like the cluster key)."""
         try:
-            text = self.aws.call("secretsmanager", "get-secret-value", "--secret-id", self.names.host_ca_secret,
-                                 "--query", "SecretString", "--output", "text")
+            text = self.aws.call(
+                "secretsmanager",
+                "get-secret-value",
+                "--secret-id",
+                self.names.host_ca_secret,
+                "--query",
+                "SecretString",
+                "--output",
+                "text",
+            )
         except NotFound:
             text = ""
         if text.strip() and text.strip() != "None":
             return store.read_authority(text)
         # A cluster booted before the host CA: its nodes trust root's cluster key as their CA, and those on the old
         # bundle keep only that: it signs on (the new CA trusted beside it) until `hpcc rotate-keys` retires it.
-        a = store.Authority([self.legacy, new_key_pair(self.run)] if self.legacy else [new_key_pair(self.run)], 0,
-                            "legacy" if self.legacy else "")
+        a = store.Authority(
+            [self.legacy, new_key_pair(self.run)] if self.legacy else [new_key_pair(self.run)],
+            0,
+            "legacy" if self.legacy else "",
+        )
         self.put_authority(a)
         return a
 
     def put_authority(self, a: store.Authority) -> None:
-        self.aws.call("secretsmanager", "put-secret-value", "--secret-id", self.names.host_ca_secret,
-                      "--secret-string", store.authority_text(a))
+        self.aws.call(
+            "secretsmanager",
+            "put-secret-value",
+            "--secret-id",
+            self.names.host_ca_secret,
+            "--secret-string",
+            store.authority_text(a),
+        )
 
     def follow(self, rotation: Optional[store.Rotation]) -> store.Authority:
         """The CA set, moved on to the rotation's phase (stored before anything is signed with it), after the
@@ -145,10 +190,18 @@ class Head:
         moved = advance(a, rotation, lambda: new_key_pair(self.run))
         if moved != a:
             if rotation:
-                for phase in store.PHASES[phases_done(a.rotation, rotation.id) + 1:store.PHASES.index(rotation.phase) + 1]:
-                    self.moved += [did for secret in (self.names.ssh_secret, self.names.user_secret)
-                                   if (did := cluster_keys.advance(self.aws, secret, phase, rotation.id,
-                                                                   key_comment(self.cluster), self.run))]
+                for phase in store.PHASES[
+                    phases_done(a.rotation, rotation.id) + 1 : store.PHASES.index(rotation.phase) + 1
+                ]:
+                    self.moved += [
+                        did
+                        for secret in (self.names.ssh_secret, self.names.user_secret)
+                        if (
+                            did := cluster_keys.advance(
+                                self.aws, secret, phase, rotation.id, key_comment(self.cluster), self.run
+                            )
+                        )
+                    ]
             self.put_authority(moved)
         self.authority = moved
         return moved
@@ -160,12 +213,13 @@ class Head:
         by_name = {m.name: m for m in nodes if m.instance}
         for n in [n for n in by_name if n not in self.issued][:BATCH]:
             self.issued[n] = store.read_issued(store.get(self.s3, self.bucket, certs_key(n))[0])
-        pending = [n for n in by_name if n in self.issued and due(self.issued[n], by_name[n].ip, a, now,
-                                                                          by_name[n].instance)][:BATCH]
+        pending = [
+            n for n in by_name if n in self.issued and due(self.issued[n], by_name[n].ip, a, now, by_name[n].instance)
+        ][:BATCH]
         # Up to 10 others a tick, in turn: a node whose keys changed at the same address (a replacement that got
         # its predecessor's IP, under its own instance's key) is signed again.
         others = [n for n in by_name if n in self.issued and n not in pending]
-        window = (others[self.cursor % len(others):] + others[:self.cursor % len(others)])[:10] if others else []
+        window = (others[self.cursor % len(others) :] + others[: self.cursor % len(others)])[:10] if others else []
         self.cursor += len(window)
         signed = []
         for n in pending + window:
@@ -179,8 +233,16 @@ class Head:
             start, end = now - SKEW, now - SKEW + VALIDITY
             key_id = f"{self.cluster}/{n}/{m.instance}"
             certs = [sign(a.signer["private"], k, key_id, principals(n, m.ip), start, end, self.run) for k in p.keys]
-            issued = store.Issued(m.ip, certs, a.trusted, store.fingerprint(a.signer["public"]), int(start), int(end),
-                                  m.instance, a.rotation)
+            issued = store.Issued(
+                m.ip,
+                certs,
+                a.trusted,
+                store.fingerprint(a.signer["public"]),
+                int(start),
+                int(end),
+                m.instance,
+                a.rotation,
+            )
             store.put(self.s3, self.bucket, certs_key(n), store.issue_text(issued))
             self.issued[n] = issued
             signed.append(n)
@@ -198,8 +260,18 @@ def legacy_signer(known_hosts: str = KNOWN_HOSTS, key: str = "/root/.ssh/id_hpcc
 
 # -- every node: publishes its host keys, installs its certificates and the CAs ---------------------------------
 class Node:
-    def __init__(self, s3: Any, bucket: str, cluster: str, node: str, ip: str, arn: str, run: Run = subprocess.run,
-                 known_hosts: str = KNOWN_HOSTS, sshd: str = "sshd"):
+    def __init__(
+        self,
+        s3: Any,
+        bucket: str,
+        cluster: str,
+        node: str,
+        ip: str,
+        arn: str,
+        run: Run = subprocess.run,
+        known_hosts: str = KNOWN_HOSTS,
+        sshd: str = "sshd",
+    ):
         """arn: this instance's ARN, the key it publishes at (the only one its role may write)."""
         self.s3, self.bucket, self.names, self.node, self.ip, self.run = s3, bucket, Paths(cluster), node, ip, run
         self.arn, self.instance = arn, arn.rsplit("/", 1)[-1]
@@ -221,12 +293,22 @@ class Node:
 
     def publish(self) -> None:
         """Its host keys and what it applied, written when that changed (its own parameter only)."""
-        trust = [store.fingerprint(line.split(" ", 2)[2]) for line in _lines(self.known_hosts)
-                 if line.startswith("@cert-authority ")]
+        trust = [
+            store.fingerprint(line.split(" ", 2)[2])
+            for line in _lines(self.known_hosts)
+            if line.startswith("@cert-authority ")
+        ]
         served = [sshkeys.read_text(path + "-cert.pub") for path, _ in self.host_keys()]
-        text = store.publish_text(store.Published(self.ip, [k for _, k in self.host_keys()], trust,
-                                                  next((self.signer_of(c) for c in served if c), ""), self.instance,
-                                                  *self.login))
+        text = store.publish_text(
+            store.Published(
+                self.ip,
+                [k for _, k in self.host_keys()],
+                trust,
+                next((self.signer_of(c) for c in served if c), ""),
+                self.instance,
+                *self.login,
+            )
+        )
         if text != self.published:
             store.put(self.s3, self.bucket, hostkeys_key(self.arn), text)
             self.published = text
@@ -278,7 +360,9 @@ def _lines(path: str) -> List[str]:
     return sshkeys.read_text(path).splitlines()
 
 
-def reload_sshd(run: Run = subprocess.run, systemd: str = "/run/systemd/system", pid_file: str = "/run/sshd.pid") -> str:
+def reload_sshd(
+    run: Run = subprocess.run, systemd: str = "/run/systemd/system", pid_file: str = "/run/sshd.pid"
+) -> str:
     """sshd reads its host certificates again (templates/steps/ssh.sh.j2's reload_sshd; running sessions stay)."""
     if os.path.isdir(systemd):
         for unit in ("ssh", "sshd"):
@@ -296,9 +380,21 @@ class Certs:
     """The agent's part, each tick: the head signs what is due (following /hpcc/<c>/rotation); every node installs
     what the head wrote for it and publishes what it applied."""
 
-    def __init__(self, aws: Aws, s3: Any, bucket: str, cluster: str, role: str, node: str, ip: str, arn: str,
-                 run: Run = subprocess.run, log: Callable[[str], None] = print, reload: Callable[[], str] = reload_sshd,
-                 keys: Optional[cluster_keys.Keys] = None):
+    def __init__(
+        self,
+        aws: Aws,
+        s3: Any,
+        bucket: str,
+        cluster: str,
+        role: str,
+        node: str,
+        ip: str,
+        arn: str,
+        run: Run = subprocess.run,
+        log: Callable[[str], None] = print,
+        reload: Callable[[], str] = reload_sshd,
+        keys: Optional[cluster_keys.Keys] = None,
+    ):
         """keys: root's and the login user's cluster keys, installed again at each rotation phase (None: not here)."""
         self.aws, self.keys = aws, keys
         self.head = Head(aws, s3, bucket, cluster, arn.rsplit("/", 1)[0] + "/", run) if role == "head" else None
@@ -329,8 +425,10 @@ class Certs:
             nodes = members(doc) or [Member("head", self.me.ip, self.me.instance)]
             signed = self.head.sign_pending(nodes, now, rotation)
             if self.head.authority and self.head.authority.rotation == "legacy" and not self.warned:
-                self.log("host certificates are signed by the cluster key (this cluster was booted before the host CA):"
-                         " run `hpcc rotate-keys` once every node runs this bundle")
+                self.log(
+                    "host certificates are signed by the cluster key (this cluster was booted before the host CA):"
+                    " run `hpcc rotate-keys` once every node runs this bundle"
+                )
                 self.warned = True
             for did in self.head.moved:
                 self.log(f"cluster keys: {did}")
@@ -341,9 +439,14 @@ class Certs:
         if issued and issued.ip == self.me.ip:
             paths, changed = self.me.install(issued)
             if changed:
-                self.log(f"host certificates installed ({len(paths)}, valid to {_utc(issued.valid_to)}Z): {self.reload()}")
+                self.log(
+                    f"host certificates installed ({len(paths)}, valid to {_utc(issued.valid_to)}Z): {self.reload()}"
+                )
             if self.keys and (users := self.keys.follow(issued.rotation)):
                 self.log(f"cluster keys installed for {', '.join(users)} (rotation {issued.rotation or 'none'})")
             if self.keys:
-                self.me.login = (self.keys.rotation or "", {u: len(k.authorized) for u, k in self.keys.installed.items()})
+                self.me.login = (
+                    self.keys.rotation or "",
+                    {u: len(k.authorized) for u, k in self.keys.installed.items()},
+                )
         self.me.publish()

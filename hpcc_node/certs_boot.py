@@ -17,9 +17,9 @@ import sys
 import time
 from typing import Callable, List
 
+from hpcc_contract.names import STATUS_PREFIX, certs_key
 from hpcc_node import awscli, certs
 from hpcc_node.aws import Aws, AwsError
-from hpcc_contract.names import STATUS_PREFIX, certs_key
 from hpcc_node.controller import membership
 
 
@@ -27,15 +27,19 @@ def instance_arn(status_key: str) -> str:
     """The ARN in status/<arn>.json (membership.status_key's inverse); ValueError for anything else."""
     if not membership.key_instance(status_key):
         raise ValueError(f"{status_key[:120]!r} is not status/<instance ARN>.json")
-    return status_key[len(STATUS_PREFIX):-len(".json")]
+    return status_key[len(STATUS_PREFIX) : -len(".json")]
 
 
 # S3's answers that no retry changes (a role without the permission, a bucket that is not there): fail now.
 PERMANENT = {"AccessDenied", "NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled"}
 
 
-def wait_for_certificates(node: certs.Node, deadline: float, clock: Callable[[], float] = time.time,
-                          sleep: Callable[[float], None] = time.sleep) -> List[str]:
+def wait_for_certificates(
+    node: certs.Node,
+    deadline: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> List[str]:
     """Publish, then poll the node's certs object until it holds certificates for its address and host keys. A
     transient S3 error (a timeout, throttling, a 5xx) is tried again until the deadline; one of PERMANENT fails."""
     key = certs_key(node.node)
@@ -56,9 +60,11 @@ def wait_for_certificates(node: certs.Node, deadline: float, clock: Callable[[],
                 raise
             last_error = f"; the last S3 error: {e}"[:300]
         if clock() >= deadline:
-            raise TimeoutError(f"the head has not signed this node's host keys (s3://{node.bucket}/{key} "
-                               f"{'holds another address' if issued else 'is absent or unreadable'}): see the head's "
-                               f"status and its agent's log{last_error}")
+            raise TimeoutError(
+                f"the head has not signed this node's host keys (s3://{node.bucket}/{key} "
+                f"{'holds another address' if issued else 'is absent or unreadable'}): see the head's "
+                f"status and its agent's log{last_error}"
+            )
         sleep(5 + random.random() * 5)
 
 

@@ -1,7 +1,8 @@
 """Where host keys, host certificates and the host CA live (issue 22 item 4): one small module, so the storage can move
 without touching the signing or the installing. Nothing per node is a Pulumi resource (issue 19): the state bucket
 `hpcc-<c>-state-<account>` holds
-- `hostkeys/<instance-arn>.json` (written by that instance only: IAM resource `.../hostkeys/${ec2:SourceInstanceARN}.json`,
+- `hostkeys/<instance-arn>.json` (written by that instance only: IAM resource
+`.../hostkeys/${ec2:SourceInstanceARN}.json`,
   the status object's pattern): the node's host public keys, the address it publishes them for, and what it applied
   (the CAs it trusts, the CA of the certificates it serves) so that `hpcc rotate-keys` can wait for every node. Not
   inside its status object: the bootstrap's status step rewrites that whole object at every step.
@@ -23,11 +24,11 @@ from hpcc_contract.names import NO_ROTATION
 from hpcc_node.awscli import error_code
 
 PHASES = ("add", "switch", "retire")  # hpcc rotate-keys, in order
-KEY_LINE = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa)(-cert-v01@openssh\.com)? [A-Za-z0-9+/]+={0,3}")
+KEY_LINE = re.compile(
+    r"(ssh-ed25519|ecdsa-sha2-nistp(256|384|521)|ssh-rsa)(-cert-v01@openssh\.com)? [A-Za-z0-9+/]+={0,3}"
+)
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8,17}")
 ROTATION_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z")  # when `hpcc rotate-keys` started it (UTC)
-
-
 
 
 def key_line(text: str) -> str:
@@ -50,10 +51,10 @@ _FIELDS = {"ssh-ed25519": 1, "ecdsa-sha2-nistp256": 2, "ecdsa-sha2-nistp384": 2,
 
 
 def _string(blob: bytes, at: int) -> Tuple[bytes, int]:
-    (n,) = struct.unpack(">I", blob[at:at + 4])
+    (n,) = struct.unpack(">I", blob[at : at + 4])
     if at + 4 + n > len(blob):
         raise ValueError("truncated certificate")
-    return blob[at + 4:at + 4 + n], at + 4 + n
+    return blob[at + 4 : at + 4 + n], at + 4 + n
 
 
 def certified_key(cert: str) -> str:
@@ -72,9 +73,9 @@ def certified_key(cert: str) -> str:
     return f"{plain} {base64.b64encode(out).decode()}"
 
 
-
 class Published(NamedTuple):
     """What a node wrote to its hostkeys object."""
+
     ip: str
     keys: List[str]
     trust: List[str]  # fingerprints of the CAs its known-hosts file lists
@@ -85,8 +86,18 @@ class Published(NamedTuple):
 
 
 def publish_text(p: Published) -> str:
-    return json.dumps({"ip": p.ip, "keys": p.keys, "trust": p.trust, "certCa": p.cert_ca, "instance": p.instance,
-                       "loginKeys": p.login_keys, "authorized": p.authorized}, sort_keys=True)
+    return json.dumps(
+        {
+            "ip": p.ip,
+            "keys": p.keys,
+            "trust": p.trust,
+            "certCa": p.cert_ca,
+            "instance": p.instance,
+            "loginKeys": p.login_keys,
+            "authorized": p.authorized,
+        },
+        sort_keys=True,
+    )
 
 
 def read_published(text: Optional[str]) -> Optional[Published]:
@@ -95,16 +106,22 @@ def read_published(text: Optional[str]) -> Optional[Published]:
         d = json.loads(text or "")
         instance = str(d.get("instance", ""))
         counts = d.get("authorized") or {}
-        return Published(str(d["ip"]), [key_line(k) for k in d["keys"]][:4], [str(f)[:60] for f in d["trust"]][:4],
-                         str(d.get("certCa", ""))[:60], instance if INSTANCE_ID.fullmatch(instance) else "",
-                         str(d.get("loginKeys", ""))[:40],
-                         {str(u)[:32]: int(n) for u, n in list(counts.items())[:2]})
+        return Published(
+            str(d["ip"]),
+            [key_line(k) for k in d["keys"]][:4],
+            [str(f)[:60] for f in d["trust"]][:4],
+            str(d.get("certCa", ""))[:60],
+            instance if INSTANCE_ID.fullmatch(instance) else "",
+            str(d.get("loginKeys", ""))[:40],
+            {str(u)[:32]: int(n) for u, n in list(counts.items())[:2]},
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 class Issued(NamedTuple):
     """What the head wrote to a node's certs object."""
+
     ip: str
     certs: List[str]
     cas: List[str]  # the CA public keys every node trusts now (two during a rotation)
@@ -116,15 +133,34 @@ class Issued(NamedTuple):
 
 
 def issue_text(i: Issued) -> str:
-    return json.dumps({"ip": i.ip, "certs": i.certs, "cas": i.cas, "ca": i.ca, "validFrom": i.valid_from,
-                       "validTo": i.valid_to, "instance": i.instance, "rotation": i.rotation}, sort_keys=True)
+    return json.dumps(
+        {
+            "ip": i.ip,
+            "certs": i.certs,
+            "cas": i.cas,
+            "ca": i.ca,
+            "validFrom": i.valid_from,
+            "validTo": i.valid_to,
+            "instance": i.instance,
+            "rotation": i.rotation,
+        },
+        sort_keys=True,
+    )
 
 
 def read_issued(text: Optional[str]) -> Optional[Issued]:
     try:
         d = json.loads(text or "")
-        return Issued(str(d["ip"]), [key_line(c) for c in d["certs"]], [key_line(c) for c in d["cas"]], str(d["ca"]),
-                      int(d["validFrom"]), int(d["validTo"]), str(d.get("instance", "")), str(d.get("rotation", "")))
+        return Issued(
+            str(d["ip"]),
+            [key_line(c) for c in d["certs"]],
+            [key_line(c) for c in d["cas"]],
+            str(d["ca"]),
+            int(d["validFrom"]),
+            int(d["validTo"]),
+            str(d.get("instance", "")),
+            str(d.get("rotation", "")),
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -149,13 +185,16 @@ def read_rotation(text: Optional[str]) -> Optional[Rotation]:
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"the rotation parameter is not {{\"id\", \"phase\"}} JSON ({e})") from None
     if not ROTATION_ID.fullmatch(r.id) or r.phase not in PHASES:
-        raise ValueError(f"the rotation parameter names id {r.id[:20]!r} phase {r.phase[:10]!r}: expected a "
-                         f"YYYYMMDDTHHMMSSZ id and one of {', '.join(PHASES)}")
+        raise ValueError(
+            f"the rotation parameter names id {r.id[:20]!r} phase {r.phase[:10]!r}: expected a "
+            f"YYYYMMDDTHHMMSSZ id and one of {', '.join(PHASES)}"
+        )
     return r
 
 
 class Authority(NamedTuple):
     """The host-ca secret's value: the CA key pairs (private, public), the one that signs, the rotation applied."""
+
     keys: List[Dict[str, str]]
     signing: int
     rotation: str  # "<id>:<phase>" last applied, "" before any

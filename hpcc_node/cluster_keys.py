@@ -55,15 +55,25 @@ def public_of(private: str, comment: str, run: Run = subprocess.run) -> str:
 # -- the head: moves the labels --------------------------------------------------------------------------------
 def versions(aws: Aws, secret: str) -> Dict[str, List[str]]:
     """version id -> its labels, of the versions that have one."""
-    out = json.loads(aws.call("secretsmanager", "list-secret-version-ids", "--secret-id", secret, "--output", "json")
-                     or "{}")
-    return {v["VersionId"]: list(v.get("VersionStages") or []) for v in out.get("Versions", [])
-            if v.get("VersionStages")}
+    out = json.loads(
+        aws.call("secretsmanager", "list-secret-version-ids", "--secret-id", secret, "--output", "json") or "{}"
+    )
+    return {
+        v["VersionId"]: list(v.get("VersionStages") or []) for v in out.get("Versions", []) if v.get("VersionStages")
+    }
 
 
 def _move(aws: Aws, secret: str, stage: str, to: str = "", off: str = "") -> None:
-    aws.call("secretsmanager", "update-secret-version-stage", "--secret-id", secret, "--version-stage", stage,
-             *(["--move-to-version-id", to] if to else []), *(["--remove-from-version-id", off] if off else []))
+    aws.call(
+        "secretsmanager",
+        "update-secret-version-stage",
+        "--secret-id",
+        secret,
+        "--version-stage",
+        stage,
+        *(["--move-to-version-id", to] if to else []),
+        *(["--remove-from-version-id", off] if off else []),
+    )
 
 
 def advance(aws: Aws, secret: str, phase: str, rotation_id: str, comment: str, run: Run = subprocess.run) -> str:
@@ -79,8 +89,18 @@ def advance(aws: Aws, secret: str, phase: str, rotation_id: str, comment: str, r
             path = os.path.join(scratch, "key")
             with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
                 f.write(sshkeys.key_pair(comment, run)[0])
-            aws.call("secretsmanager", "put-secret-value", "--secret-id", secret, "--client-request-token", new,
-                     "--secret-string", f"file://{path}", "--version-stages", PENDING)
+            aws.call(
+                "secretsmanager",
+                "put-secret-value",
+                "--secret-id",
+                secret,
+                "--client-request-token",
+                new,
+                "--secret-string",
+                f"file://{path}",
+                "--version-stages",
+                PENDING,
+            )
         return f"{secret}: a new key, {PENDING}"
     if phase == "switch" and current != new and new in held:
         _move(aws, secret, CURRENT, to=new, off=current)  # Secrets Manager labels the old version AWSPREVIOUS
@@ -106,8 +126,18 @@ def staged(aws: Aws, secret: str) -> Dict[str, str]:
     out = {}
     for stage in STAGES:
         try:
-            text = aws.call("secretsmanager", "get-secret-value", "--secret-id", secret, "--version-stage", stage,
-                            "--query", "SecretString", "--output", "text")
+            text = aws.call(
+                "secretsmanager",
+                "get-secret-value",
+                "--secret-id",
+                secret,
+                "--version-stage",
+                stage,
+                "--query",
+                "SecretString",
+                "--output",
+                "text",
+            )
         except NotFound:
             continue
         if text.strip() and text.strip() != "None":
@@ -119,15 +149,18 @@ def authorized_lines(existing: List[str], publics: List[str], cidr: str, comment
     """authorized_keys with the cluster's keys (comment `comment`, or the key `held` the node logged in with)
     replaced by `publics`, each accepted only from inside the VPC (`from=`, sshd(8)); other lines stay as they are."""
     blob = held.split()[1] if len(held.split()) > 1 else None
-    kept = [line for line in existing
-            if not line.rstrip().endswith(" " + comment) and (blob is None or blob not in line.split())]
+    kept = [
+        line
+        for line in existing
+        if not line.rstrip().endswith(" " + comment) and (blob is None or blob not in line.split())
+    ]
     return kept + [f'from="{cidr}" {p}' for p in publics]
 
 
 def assign_slots(held: Dict[str, str], keys: List[str]) -> Dict[str, str]:
     """slot -> the private key it should hold: a key already in a slot stays there; a new one takes a slot holding
     no labelled key. `keys` in the order they are offered (AWSCURRENT first); as many as there are slots."""
-    wanted = list(dict.fromkeys(k.strip() for k in keys))[:len(SLOTS)]
+    wanted = list(dict.fromkeys(k.strip() for k in keys))[: len(SLOTS)]
     out = {slot: text for slot, text in held.items() if slot in SLOTS and text.strip() in wanted}
     free = [slot for slot in SLOTS if slot not in out]
     for key in wanted:
@@ -153,8 +186,9 @@ def _offered(ssh: str, keys: Dict[str, str], publics: Dict[str, str], uid: int, 
                     os.unlink(stale)
 
 
-def install(home: str, uid: int, gid: int, keys: Dict[str, str], cidr: str, comment: str,
-            run: Run = subprocess.run) -> Installed:
+def install(
+    home: str, uid: int, gid: int, keys: Dict[str, str], cidr: str, comment: str, run: Run = subprocess.run
+) -> Installed:
     """The slots ssh offers (every labelled key), id_hpcc and id_hpcc.pub (AWSCURRENT's copies) and
     authorized_keys (every labelled key) under HOME/.ssh."""
     ssh = os.path.join(home, ".ssh")
@@ -173,6 +207,7 @@ def install(home: str, uid: int, gid: int, keys: Dict[str, str], cidr: str, comm
 
 class Holder(NamedTuple):
     """Whose key a secret is: root's cluster key, or the login user's."""
+
     secret: str
     user: str
 
@@ -186,8 +221,15 @@ class Keys:
     """The agent's part: install the keys again when the head's certificates name a phase this node has not applied
     (and once at start). `applied` is what the node reports: "<rotation id>:<phase>" and each holder's Installed."""
 
-    def __init__(self, aws: Aws, cluster: str, cidr: str, login_user: Callable[[], str],
-                 run: Run = subprocess.run, home_of: Callable[[str], pwd.struct_passwd] = pwd.getpwnam):
+    def __init__(
+        self,
+        aws: Aws,
+        cluster: str,
+        cidr: str,
+        login_user: Callable[[], str],
+        run: Run = subprocess.run,
+        home_of: Callable[[str], pwd.struct_passwd] = pwd.getpwnam,
+    ):
         self.aws, self.cluster, self.cidr, self.login_user = aws, cluster, cidr, login_user
         self.run, self.home_of = run, home_of
         self.rotation: Optional[str] = None  # the phase applied; None before the first install

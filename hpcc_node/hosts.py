@@ -35,8 +35,10 @@ def listed(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
     nodes = doc.get("nodes")
     if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
         raise MembershipError("membership.json has no list of nodes")
-    return sorted((n for n in nodes if n.get("state") in LISTED and n.get("ip") and not n.get("out")),
-                  key=lambda n: name_key(str(n["name"])))
+    return sorted(
+        (n for n in nodes if n.get("state") in LISTED and n.get("ip") and not n.get("out")),
+        key=lambda n: name_key(str(n["name"])),
+    )
 
 
 def hosts_text(doc: Dict[str, Any]) -> str:

@@ -47,7 +47,9 @@ def is_canary(node: str, canaries: Sequence[str] = CANARIES) -> bool:
 def canaries_of(names: Sequence[str]) -> Tuple[str, ...]:
     """The head and the first compute node in name order (group, then number) of a membership: every cluster has
     both, whatever its groups are called."""
-    nodes = sorted((n for n in names if n != "head"), key=lambda n: (n.rpartition("-")[0], int(n.rpartition("-")[2] or 0)))
+    nodes = sorted(
+        (n for n in names if n != "head"), key=lambda n: (n.rpartition("-")[0], int(n.rpartition("-")[2] or 0))
+    )
     return ("head",) + tuple(nodes[:1])
 
 
@@ -82,13 +84,27 @@ class Move(NamedTuple):
     reason: str = ""
 
 
-def next_move(node: str, running: str, target: Optional[Pointer], refused: Mapping[str, str],
-              verdict: Optional[Verdict], done_since: Optional[float], now: float, previous: str = "",
-              canaries: Sequence[str] = CANARIES) -> Move:
+def next_move(
+    node: str,
+    running: str,
+    target: Optional[Pointer],
+    refused: Mapping[str, str],
+    verdict: Optional[Verdict],
+    done_since: Optional[float],
+    now: float,
+    previous: str = "",
+    canaries: Sequence[str] = CANARIES,
+) -> Move:
     """What this node does this tick. verdict: the canaries' (None when their statuses were not read this tick);
     done_since: when this node first saw them all done (None if not yet)."""
     if target is None or target.sha256 == running:
-        if target is not None and is_canary(node, canaries) and verdict is not None and verdict.state == "halt" and previous:
+        if (
+            target is not None
+            and is_canary(node, canaries)
+            and verdict is not None
+            and verdict.state == "halt"
+            and previous
+        ):
             return Move("rollback", verdict.reason)
         return Move("stay")
     if verdict is not None and verdict.state == "halt":

@@ -32,8 +32,12 @@ class Pacing(NamedTuple):
 
 
 def pacing(settings: Settings) -> Pacing:
-    return Pacing(int(str(settings["API_INTERVAL_MS"])), int(str(settings["API_BACKOFF_SECONDS"])),
-                  int(str(settings["API_ATTEMPTS"])), int(str(settings["SYNC_SECONDS"])))
+    return Pacing(
+        int(str(settings["API_INTERVAL_MS"])),
+        int(str(settings["API_BACKOFF_SECONDS"])),
+        int(str(settings["API_ATTEMPTS"])),
+        int(str(settings["SYNC_SECONDS"])),
+    )
 
 
 def state_names(text: str, cluster: str, account: str) -> Tuple[str, str]:

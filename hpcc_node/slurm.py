@@ -52,8 +52,12 @@ def node_attributes(slurm: Mapping[str, Any], default: str = "") -> str:
     if not slurm:
         return default
     words = [f"CPUs={int(slurm['cpus'])}"]
-    for key, word in (("boards", "Boards"), ("sockets_per_board", "SocketsPerBoard"),
-                      ("cores_per_socket", "CoresPerSocket"), ("threads_per_core", "ThreadsPerCore")):
+    for key, word in (
+        ("boards", "Boards"),
+        ("sockets_per_board", "SocketsPerBoard"),
+        ("cores_per_socket", "CoresPerSocket"),
+        ("threads_per_core", "ThreadsPerCore"),
+    ):
         if slurm.get(key):
             words.append(f"{word}={int(slurm[key])}")
     words.append(f"RealMemory={int(slurm['real_memory'])}")
@@ -103,14 +107,24 @@ def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "", vers
         if size <= 0:
             continue
         names = hostlist(g["name"], size)
-        nodes.append(f"NodeName={names} State=CLOUD Feature={g['name']} {node_attributes(g.get('slurm') or {}, default_node)}".rstrip())
+        nodes.append(
+            f"NodeName={names} State=CLOUD Feature={g['name']} "
+            f"{node_attributes(g.get('slurm') or {}, default_node)}".rstrip()
+        )
         if g["name"] != DEFAULT_PARTITION:
             parts.append(f"PartitionName={g['name']} Nodes={names} MaxTime=INFINITE State=UP")
     if not nodes:
         return cloud_parameters(version)
     every = ",".join(hostlist(g["name"], size_limit(g)) for g in groups if size_limit(g) > 0)
-    return cloud_parameters(version) + nodes + parts + [f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-                            f"SuspendExcNodes={every}"]
+    return (
+        cloud_parameters(version)
+        + nodes
+        + parts
+        + [
+            f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            f"SuspendExcNodes={every}",
+        ]
+    )
 
 
 def gres_gpus(g: Mapping[str, Any], default_gpus: int = 0) -> int:
@@ -157,7 +171,9 @@ def main(argv: List[str], out: Any = sys.stdout, err: Any = sys.stderr) -> int:
     except (OSError, GroupsError) as e:
         err.write(f"{argv[1]}: {e}\n")
         return 2
-    lines: Optional[List[str]] = conf_lines(groups, default_node, version) if argv[0] == "conf" else gres_lines(groups, default_gpus)
+    lines: Optional[List[str]] = (
+        conf_lines(groups, default_node, version) if argv[0] == "conf" else gres_lines(groups, default_gpus)
+    )
     out.write("".join(line + "\n" for line in lines or []))
     return 0
 

@@ -58,8 +58,12 @@ def replace_file(path: str, text: str, mode: int = 0o644, uid: int = -1, gid: in
     try:
         held = os.stat(path)
         with open(path) as f:
-            if (f.read() == text and stat.S_IMODE(held.st_mode) == mode and uid in (-1, held.st_uid)
-                    and gid in (-1, held.st_gid)):
+            if (
+                f.read() == text
+                and stat.S_IMODE(held.st_mode) == mode
+                and uid in (-1, held.st_uid)
+                and gid in (-1, held.st_gid)
+            ):
                 return False
     except (OSError, UnicodeDecodeError):
         pass

@@ -42,8 +42,12 @@ def parse_state(text: str) -> NodeState:
             raise StateError(f"unexpected line {line[:60]!r}")
         fields[key] = value
     try:
-        if not valid_name(fields["HPCC_NODE"]) or not INSTANCE_ID.fullmatch(fields["HPCC_INSTANCE_ID"]) or not IPV4.fullmatch(fields["HPCC_IP"]) \
-                or not fields["HOSTS_VERSION"].isdigit():
+        if (
+            not valid_name(fields["HPCC_NODE"])
+            or not INSTANCE_ID.fullmatch(fields["HPCC_INSTANCE_ID"])
+            or not IPV4.fullmatch(fields["HPCC_IP"])
+            or not fields["HOSTS_VERSION"].isdigit()
+        ):
             raise StateError("a malformed value")
     except KeyError as e:
         raise StateError(f"{e.args[0]} is missing") from None
@@ -74,13 +78,23 @@ def read_record(path: str) -> AgentRecord:
             data = json.load(f)
     except (OSError, ValueError):
         return AgentRecord()
-    return AgentRecord(str(data.get("bootDigest", "")), data.get("drifted"), dict(data.get("refused", {})),
-                       data.get("halted"), str(data.get("previous", "")))
+    return AgentRecord(
+        str(data.get("bootDigest", "")),
+        data.get("drifted"),
+        dict(data.get("refused", {})),
+        data.get("halted"),
+        str(data.get("previous", "")),
+    )
 
 
 def write_record(path: str, record: AgentRecord) -> None:
-    data = {"bootDigest": record.boot_digest, "drifted": record.drifted, "refused": record.refused,
-            "halted": record.halted, "previous": record.previous}
+    data = {
+        "bootDigest": record.boot_digest,
+        "drifted": record.drifted,
+        "refused": record.refused,
+        "halted": record.halted,
+        "previous": record.previous,
+    }
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         json.dump(data, f, sort_keys=True)

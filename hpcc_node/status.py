@@ -30,8 +30,18 @@ def _clean(line: str, width: int) -> str:
     return "".join(c for c in line[-width:] if c == "\t" or c >= " ")
 
 
-def status(identity: Dict[str, Any], phase: str, ok: bool, message: str, *, bundle: str, log_tail: List[str],
-           now: Optional[float] = None, step: str = "sync", extra: Optional[Dict[str, Any]] = None) -> str:
+def status(
+    identity: Dict[str, Any],
+    phase: str,
+    ok: bool,
+    message: str,
+    *,
+    bundle: str,
+    log_tail: List[str],
+    now: Optional[float] = None,
+    step: str = "sync",
+    extra: Optional[Dict[str, Any]] = None,
+) -> str:
     """identity: node, ip, instanceId, hostsVersion. extra: drifted, class, refused, rollout, slurm. As many of
     the log's last lines as fit in LIMIT bytes."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
@@ -39,12 +49,27 @@ def status(identity: Dict[str, Any], phase: str, ok: bool, message: str, *, bund
     while True:
         at = time.time() if now is None else now
         text_message = _clean(message.replace("\n", " "), 500)
-        doc = {"name": identity["node"], "node": identity["node"], "ip": identity["ip"],
-               "instance_id": identity["instanceId"], "instanceId": identity["instanceId"],
-               "hostsVersion": identity["hostsVersion"], "phase": phase, "step": step, "ok": ok, "failure": "",
-               "evidence": text_message, "at": at,
-               "message": text_message, "updated": stamp, "logTail": lines,
-               "protocol": PROTOCOL, "agentVersion": AGENT_VERSION, "bundle": bundle, "drifted": None}
+        doc = {
+            "name": identity["node"],
+            "node": identity["node"],
+            "ip": identity["ip"],
+            "instance_id": identity["instanceId"],
+            "instanceId": identity["instanceId"],
+            "hostsVersion": identity["hostsVersion"],
+            "phase": phase,
+            "step": step,
+            "ok": ok,
+            "failure": "",
+            "evidence": text_message,
+            "at": at,
+            "message": text_message,
+            "updated": stamp,
+            "logTail": lines,
+            "protocol": PROTOCOL,
+            "agentVersion": AGENT_VERSION,
+            "bundle": bundle,
+            "drifted": None,
+        }
         doc.update(extra or {})
         text = json.dumps(doc)
         if len(text.encode()) <= LIMIT or not lines:

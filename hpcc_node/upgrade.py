@@ -112,14 +112,23 @@ def self_check(directory: str, run: Callable = subprocess.run, env: Optional[Dic
     """The new bundle's agent, from its own directory, checks itself against this node's applied state."""
     env = dict(os.environ if env is None else env, PYTHONPATH=directory)
     try:
-        out = run([sys.executable, "-m", "hpcc_node.agent", "--self-check"], cwd=directory, env=env,
-                  capture_output=True, text=True, timeout=SELF_CHECK_SECONDS)
+        out = run(
+            [sys.executable, "-m", "hpcc_node.agent", "--self-check"],
+            cwd=directory,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SELF_CHECK_SECONDS,
+        )
     except subprocess.TimeoutExpired:
-        raise BundleError(f"self-check of {os.path.basename(directory)[:12]} did not finish in {SELF_CHECK_SECONDS} s") \
-            from None
+        raise BundleError(
+            f"self-check of {os.path.basename(directory)[:12]} did not finish in {SELF_CHECK_SECONDS} s"
+        ) from None
     if out.returncode != 0:
         tail = (out.stderr or out.stdout or "").strip().splitlines()[-1:] or ["no output"]
-        raise BundleError(f"self-check of {os.path.basename(directory)[:12]} failed (exit {out.returncode}): {tail[0][:300]}")
+        raise BundleError(
+            f"self-check of {os.path.basename(directory)[:12]} failed (exit {out.returncode}): {tail[0][:300]}"
+        )
 
 
 def switch(sha: str, opt: str = OPT) -> None:

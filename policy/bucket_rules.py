@@ -52,12 +52,16 @@ def bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = 
             continue
         for p in _principals(s):
             if p not in readers:
-                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles ({node}, "
-                           f"{head} of account {account}) may read its bundles")
+                out.append(
+                    f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles ({node}, "
+                    f"{head} of account {account}) may read its bundles"
+                )
         actions = [str(a) for a in records.as_list(s.get("Action"))]
         if "NotAction" in s or any(a not in READ_ACTIONS for a in actions):
-            out.append(f"Statement[{n}] allows {', '.join(actions) or 'NotAction'}: the nodes only read bundles "
-                       "(s3:GetObject); nothing but the program writes them")
+            out.append(
+                f"Statement[{n}] allows {', '.join(actions) or 'NotAction'}: the nodes only read bundles "
+                "(s3:GetObject); nothing but the program writes them"
+            )
         for r in map(str, records.as_list(s.get("Resource"))):
             if r != f"arn:aws:s3:::{bucket}/bundles/*":
                 out.append(f"Statement[{n}] reaches {r}: allow arn:aws:s3:::{bucket}/bundles/* only")
@@ -104,10 +108,13 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
     head, node = f"arn:aws:iam::{account}:role/{head_role}", f"arn:aws:iam::{account}:role/{node_role}"
     arn = f"arn:aws:s3:::{bucket}"
     own = "${ec2:SourceInstanceARN}.json"
-    node_grants = {("s3:GetObject", f"{arn}/{names.MEMBERSHIP_KEY}"), ("s3:GetObject", f"{arn}/{names.STATUS_PREFIX}*"),
-                   ("s3:GetObject", f"{arn}/{names.CERTS_PREFIX}*"),
-                   ("s3:PutObject", f"{arn}/{names.STATUS_PREFIX}{own}"),
-                   ("s3:PutObject", f"{arn}/{names.HOSTKEYS_PREFIX}{own}")}
+    node_grants = {
+        ("s3:GetObject", f"{arn}/{names.MEMBERSHIP_KEY}"),
+        ("s3:GetObject", f"{arn}/{names.STATUS_PREFIX}*"),
+        ("s3:GetObject", f"{arn}/{names.CERTS_PREFIX}*"),
+        ("s3:PutObject", f"{arn}/{names.STATUS_PREFIX}{own}"),
+        ("s3:PutObject", f"{arn}/{names.HOSTKEYS_PREFIX}{own}"),
+    }
     doc = _policy_doc(inputs)
     if doc is None:
         return ["policy is not a JSON policy document"]
@@ -125,16 +132,22 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
                 bad = [a for a in actions if a not in HEAD_STATE_ACTIONS]
                 far = [t for t in targets if t not in (arn, f"{arn}/*")]
                 if bad or far:
-                    out.append(f"Statement[{n}] lets the head {', '.join(bad or actions)} on {', '.join(far or targets)}:"
-                               f" the head gets, puts and lists {arn} only")
+                    out.append(
+                        f"Statement[{n}] lets the head {', '.join(bad or actions)} on {', '.join(far or targets)}:"
+                        f" the head gets, puts and lists {arn} only"
+                    )
             elif p == node:
                 extra = sorted({(a, t) for a in actions for t in targets} - node_grants)
                 if extra:
-                    out.append(f"Statement[{n}] lets the compute nodes {', '.join(f'{a} on {t}' for a, t in extra)}: "
-                               f"a compute node reads {arn}/membership.json, the statuses and certs/*, and writes "
-                               f"only its own status and host keys ({arn}/status/${{ec2:SourceInstanceARN}}.json, "
-                               "hostkeys/ likewise)")
+                    out.append(
+                        f"Statement[{n}] lets the compute nodes {', '.join(f'{a} on {t}' for a, t in extra)}: "
+                        f"a compute node reads {arn}/membership.json, the statuses and certs/*, and writes "
+                        f"only its own status and host keys ({arn}/status/${{ec2:SourceInstanceARN}}.json, "
+                        "hostkeys/ likewise)"
+                    )
             else:
-                out.append(f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles ({head_role}, "
-                           f"{node_role} of account {account}) reach its state bucket")
+                out.append(
+                    f"Statement[{n}] lets {p} in: only cluster {cluster}'s node roles ({head_role}, "
+                    f"{node_role} of account {account}) reach its state bucket"
+                )
     return out

@@ -22,14 +22,25 @@ SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # AmazonSSMManagedInstanceCore (ssmmessages, ec2messages, inventory, associations) reads no parameter or secret.
 # Copied from the policy's current version (moto 5.2.5 ships the same document).
 MANAGED_READS = {SSM_CORE: [{"Effect": "Allow", "Action": ["ssm:GetParameter", "ssm:GetParameters"], "Resource": "*"}]}
-READ_ACTIONS = ("ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory",
-                "secretsmanager:GetSecretValue")
+READ_ACTIONS = (
+    "ssm:GetParameter",
+    "ssm:GetParameters",
+    "ssm:GetParametersByPath",
+    "ssm:GetParameterHistory",
+    "secretsmanager:GetSecretValue",
+)
 ADMIN_MANAGED = ("AdministratorAccess", "PowerUserAccess", "IAMFullAccess")
 # Session Manager's documented minimal instance permissions: on "*", which is all they can take
 # (infra/program/components/identity.py SESSION_MANAGER; the pack keeps its own copy, a test checks they agree).
-SESSION_MANAGER = frozenset({"ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
-                             "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel",
-                             "ssmmessages:OpenDataChannel"})
+SESSION_MANAGER = frozenset(
+    {
+        "ssm:UpdateInstanceInformation",
+        "ssmmessages:CreateControlChannel",
+        "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel",
+        "ssmmessages:OpenDataChannel",
+    }
+)
 
 
 class _NodeRole:
@@ -61,8 +72,11 @@ def _policy_documents(rtype: str, inputs: dict) -> list[tuple[str, Any]]:
     if rtype in (records.ROLE_POLICY, records.MANAGED_POLICY):
         return [("policy", inputs.get("policy"))]
     if rtype == records.ROLE:
-        return [(f"inlinePolicies[{i}].policy", p.get("policy"))
-                for i, p in enumerate(inputs.get("inlinePolicies") or []) if p.get("policy")]
+        return [
+            (f"inlinePolicies[{i}].policy", p.get("policy"))
+            for i, p in enumerate(inputs.get("inlinePolicies") or [])
+            if p.get("policy")
+        ]
     return []
 
 
@@ -83,24 +97,37 @@ def _own_resource(arn: str, cluster: str) -> bool:
     and the compute role it passes to the instances it launches."""
     c, paths = re.escape(cluster), records.escaped_paths(cluster)
     bundles = f"{names.bundle_bucket(c, records.ANY_ACCOUNT)}/{names.BUNDLES_PREFIX}\\*"
-    return bool(re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter{paths.prefix}(?:/[^*]*\*?)?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:{paths.secret_prefix}/[^*]+\*?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::{bundles}", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:s3:::{names.state_bucket(c, records.ANY_ACCOUNT)}(/.*)?", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/{names.ledger_table(c)}", arn)
-                or re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/{names.role_name(c, 'compute')}", arn))
+    return bool(
+        re.fullmatch(rf"arn:aws[a-z-]*:ssm:[a-z0-9-]*:\d*:parameter{paths.prefix}(?:/[^*]*\*?)?", arn)
+        or re.fullmatch(rf"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]*:\d*:secret:{paths.secret_prefix}/[^*]+\*?", arn)
+        or re.fullmatch(rf"arn:aws[a-z-]*:s3:::{bundles}", arn)
+        or re.fullmatch(rf"arn:aws[a-z-]*:s3:::{names.state_bucket(c, records.ANY_ACCOUNT)}(/.*)?", arn)
+        or re.fullmatch(rf"arn:aws[a-z-]*:dynamodb:[a-z0-9-]*:\d*:table/{names.ledger_table(c)}", arn)
+        or re.fullmatch(rf"arn:aws[a-z-]*:iam::\d*:role/{names.role_name(c, 'compute')}", arn)
+    )
 
 
 # The controller's EC2 reads: metadata of instances, reservations and templates, on "*" (these actions take no
 # resource ARN: Service Authorization Reference, Amazon EC2, "Actions defined by Amazon EC2").
-EC2_DESCRIBE = frozenset({"ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeCapacityReservations",
-                          "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions"})
+EC2_DESCRIBE = frozenset(
+    {
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceStatus",
+        "ec2:DescribeCapacityReservations",
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeLaunchTemplateVersions",
+    }
+)
 LAUNCH = frozenset({"ec2:RunInstances", "ec2:CreateFleet"})
 # What a launch reads and does not change, and which carries no cluster tag (a public image, the account's own
 # placement group or reservation): allowed to the launch actions without a tag condition.
 LAUNCH_INPUT = re.compile(r"arn:aws[a-z-]*:ec2:[a-z0-9-]*:\d*:(image|placement-group|capacity-reservation)/\*")
-CLUSTER_TAG_KEYS = ("aws:ResourceTag/hpcc:cluster", "aws:RequestTag/hpcc:cluster", "ec2:ResourceTag/hpcc:cluster",
-                    "autoscaling:ResourceTag/hpcc:cluster")
+CLUSTER_TAG_KEYS = (
+    "aws:ResourceTag/hpcc:cluster",
+    "aws:RequestTag/hpcc:cluster",
+    "ec2:ResourceTag/hpcc:cluster",
+    "autoscaling:ResourceTag/hpcc:cluster",
+)
 
 
 def tag_scoped(condition: object, cluster: str) -> bool:
@@ -136,36 +163,45 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
             actions = [str(a) for a in records.as_list(s.get("Action"))]
             targets = [str(t) for t in records.as_list(s.get("Resource"))]
             if "NotAction" in s or "NotResource" in s:
-                out.append(f"{where} Statement[{n}] allows with NotAction/NotResource, which grants everything "
-                           "not listed; list the actions and resources instead")
+                out.append(
+                    f"{where} Statement[{n}] allows with NotAction/NotResource, which grants everything "
+                    "not listed; list the actions and resources instead"
+                )
             if "*" in actions and "*" in targets:
                 out.append(f"{where} Statement[{n}] grants every action on every resource (\"*\" on \"*\")")
             elif any(a == "*" or a.endswith(":*") for a in actions):
-                out.append(f"{where} Statement[{n}] grants a service's every action ({', '.join(actions)}); "
-                           "list the actions")
+                out.append(
+                    f"{where} Statement[{n}] grants a service's every action ({', '.join(actions)}); list the actions"
+                )
     if rtype == records.ROLE_POLICY:
         cluster = _cluster_of(inputs, graph)
         stmts = _statements(inputs.get("policy")) or []
         if cluster is None:
-            out.append(f"role {inputs.get('role')!r} is not a cluster's node role (hpcc-<cluster>-node or -head), so its "
-                       "reach cannot be checked against one cluster's parameters and secrets")
+            out.append(
+                f"role {inputs.get('role')!r} is not a cluster's node role (hpcc-<cluster>-node or -head), so its "
+                "reach cannot be checked against one cluster's parameters and secrets"
+            )
         else:
             for n, s in enumerate(stmts):
                 if s.get("Effect") != "Allow" or _session_manager_only(s) or controller_statement(s, cluster):
                     continue
                 for t in records.as_list(s.get("Resource")):
                     if not _own_resource(str(t), cluster):
-                        out.append(f"Statement[{n}] reaches {t}: the nodes may read only cluster {cluster}'s own "
-                                   f"parameters (parameter{names.Paths(cluster).prefix}/...) and secrets "
-                                   f"(secret:{names.Paths(cluster).secret_prefix}/...)")
+                        out.append(
+                            f"Statement[{n}] reaches {t}: the nodes may read only cluster {cluster}'s own "
+                            f"parameters (parameter{names.Paths(cluster).prefix}/...) and secrets "
+                            f"(secret:{names.Paths(cluster).secret_prefix}/...)"
+                        )
     if rtype == records.ATTACHMENT:
         arn = str(inputs.get("policyArn") or "")
         if arn.rsplit("/", 1)[-1] in ADMIN_MANAGED:
             out.append(f"attaches {arn}, an administrative policy; the nodes need only AmazonSSMManagedInstanceCore")
         elif NODE_ROLE.match(str(inputs.get("role") or "")):
-            out.append(f"attaches {arn} to the nodes' role; they need no managed policy: the inline cluster policy "
-                       "holds Session Manager's minimal permissions (AmazonSSMManagedInstanceCore would let every "
-                       "node read every SSM document of the account)")
+            out.append(
+                f"attaches {arn} to the nodes' role; they need no managed policy: the inline cluster policy "
+                "holds Session Manager's minimal permissions (AmazonSSMManagedInstanceCore would let every "
+                "node read every SSM document of the account)"
+            )
     if rtype == records.ROLE:
         for arn in records.as_list(inputs.get("managedPolicyArns")):
             if str(arn).rsplit("/", 1)[-1] in ADMIN_MANAGED:
@@ -229,10 +265,12 @@ def node_role_reach_graph(resources: list[dict]) -> list[str]:
                         continue
                     reach.setdefault((source, target), []).append(action)
         for (source, target), actions in reach.items():
-            out.append(f"{role['name']}: the nodes' role can {', '.join(actions)} on {target} through {source}; "
-                       f"they may read only cluster {cluster}'s own parameters and secrets: add a Deny of these "
-                       f"actions with NotResource [parameter{names.Paths(cluster).prefix}, "
-                       f"parameter{names.Paths(cluster).prefix}/*]")
+            out.append(
+                f"{role['name']}: the nodes' role can {', '.join(actions)} on {target} through {source}; "
+                f"they may read only cluster {cluster}'s own parameters and secrets: add a Deny of these "
+                f"actions with NotResource [parameter{names.Paths(cluster).prefix}, "
+                f"parameter{names.Paths(cluster).prefix}/*]"
+            )
     return out
 
 

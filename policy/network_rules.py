@@ -45,7 +45,9 @@ def _ports(inputs: dict) -> str:
     if proto in ALL_PROTOCOLS:
         return "every port"
     # the engine sends numbers as protobuf doubles: 22.0 is port 22
-    low, high = (int(v) if isinstance(v, float) and v.is_integer() else v for v in (inputs.get("fromPort"), inputs.get("toPort")))
+    low, high = (
+        int(v) if isinstance(v, float) and v.is_integer() else v for v in (inputs.get("fromPort"), inputs.get("toPort"))
+    )
     return f"{proto} {low}" if low == high else f"{proto} {low}-{high}"
 
 
@@ -55,23 +57,35 @@ def _ingress_sources(rtype: str, inputs: dict) -> list[tuple[str, Any, dict]]:
     if rtype == records.INGRESS:
         return [(f"{key} {inputs[key]}", inputs[key], inputs) for key in ("cidrIpv4", "cidrIpv6") if inputs.get(key)]
     if rtype == records.SG_RULE and inputs.get("type") == "ingress":
-        return [(f"ingress from {c}", c, inputs)
-                for c in records.as_list(inputs.get("cidrBlocks")) + records.as_list(inputs.get("ipv6CidrBlocks"))]
+        return [
+            (f"ingress from {c}", c, inputs)
+            for c in records.as_list(inputs.get("cidrBlocks")) + records.as_list(inputs.get("ipv6CidrBlocks"))
+        ]
     if rtype == records.SG:
-        return [(f"ingress[{i}] from {c}", c, rule) for i, rule in enumerate(inputs.get("ingress") or [])
-                for c in records.as_list(rule.get("cidrBlocks")) + records.as_list(rule.get("ipv6CidrBlocks"))]
+        return [
+            (f"ingress[{i}] from {c}", c, rule)
+            for i, rule in enumerate(inputs.get("ingress") or [])
+            for c in records.as_list(rule.get("cidrBlocks")) + records.as_list(rule.get("ipv6CidrBlocks"))
+        ]
     return []
 
 
 def _prefix_lists(rtype: str, inputs: dict) -> list[tuple[str, Any, dict]]:
     """(how the source is written, prefix list id, the rule) for every managed prefix list source of an ingress rule."""
     if rtype == records.INGRESS:
-        return [(f"prefixListId {inputs['prefixListId']}", inputs["prefixListId"], inputs)] if inputs.get("prefixListId") else []
+        return (
+            [(f"prefixListId {inputs['prefixListId']}", inputs["prefixListId"], inputs)]
+            if inputs.get("prefixListId")
+            else []
+        )
     if rtype == records.SG_RULE and inputs.get("type") == "ingress":
         return [(f"ingress from prefix list {p}", p, inputs) for p in records.as_list(inputs.get("prefixListIds"))]
     if rtype == records.SG:
-        return [(f"ingress[{i}] from prefix list {p}", p, rule) for i, rule in enumerate(inputs.get("ingress") or [])
-                for p in records.as_list(rule.get("prefixListIds"))]
+        return [
+            (f"ingress[{i}] from prefix list {p}", p, rule)
+            for i, rule in enumerate(inputs.get("ingress") or [])
+            for p in records.as_list(rule.get("prefixListIds"))
+        ]
     return []
 
 
@@ -84,8 +98,11 @@ def _source_groups(rtype: str, inputs: dict) -> list[tuple[str, str, dict]]:
         g = inputs.get("sourceSecurityGroupId")
         return [(f"ingress from group {g}", str(g), inputs)] if g else []
     if rtype == records.SG:
-        return [(f"ingress[{i}] from group {g}", str(g), rule) for i, rule in enumerate(inputs.get("ingress") or [])
-                for g in records.as_list(rule.get("securityGroups"))]
+        return [
+            (f"ingress[{i}] from group {g}", str(g), rule)
+            for i, rule in enumerate(inputs.get("ingress") or [])
+            for g in records.as_list(rule.get("securityGroups"))
+        ]
     return []
 
 
@@ -108,20 +125,27 @@ def world_ingress_resource(rtype: str, inputs: dict, graph: list[dict] | None = 
     out = []
     for source, group, rule in _source_groups(rtype, inputs):
         if "/" in group:  # <account>/sg-...: a group of another account (a peered VPC's)
-            out.append(f"{source} admits {_ports(rule)} from a security group of another account, whose members "
-                       "this stack cannot see; name your own networks")
+            out.append(
+                f"{source} admits {_ports(rule)} from a security group of another account, whose members "
+                "this stack cannot see; name your own networks"
+            )
     for source, cidr, rule in _ingress_sources(rtype, inputs):
         if _network(cidr) is None:
-            out.append(f"{source} is not an address or network the pack can judge; write it in CIDR form like "
-                       "203.0.113.0/24")
+            out.append(
+                f"{source} is not an address or network the pack can judge; write it in CIDR form like 203.0.113.0/24"
+            )
         elif _is_world(cidr):
-            out.append(f"{source} opens {_ports(rule)} to the whole internet; name your own network "
-                       "(or use SSM Session Manager)")
+            out.append(
+                f"{source} opens {_ports(rule)} to the whole internet; name your own network "
+                "(or use SSM Session Manager)"
+            )
         elif _too_wide(cidr):
             net = _network(cidr)
-            out.append(f"{source} opens {_ports(rule)} to {net.num_addresses:,} addresses; a group may admit at most "
-                       f"{MAX_INGRESS_ADDRESSES[net.version]:,} (a {PREFIX_OF_LIMIT[net.version]}) in all: name your "
-                       "own, narrower networks")
+            out.append(
+                f"{source} opens {_ports(rule)} to {net.num_addresses:,} addresses; a group may admit at most "
+                f"{MAX_INGRESS_ADDRESSES[net.version]:,} (a {PREFIX_OF_LIMIT[net.version]}) in all: name your "
+                "own, narrower networks"
+            )
     return out
 
 
@@ -135,8 +159,11 @@ def _vpc_has_ipv6(resources: list[dict]) -> bool | None:
     if not vpcs:
         return None
     return any(r["type"] == records.VPC_IPV6 for r in resources) or any(
-        r["inputs"].get("ipv6CidrBlock") or records.is_true(r["inputs"].get("assignGeneratedIpv6CidrBlock"))
-        or r["inputs"].get("ipv6IpamPoolId") for r in vpcs)
+        r["inputs"].get("ipv6CidrBlock")
+        or records.is_true(r["inputs"].get("assignGeneratedIpv6CidrBlock"))
+        or r["inputs"].get("ipv6IpamPoolId")
+        for r in vpcs
+    )
 
 
 def world_ingress_graph(resources: list[dict]) -> list[str]:
@@ -150,14 +177,22 @@ def world_ingress_graph(resources: list[dict]) -> list[str]:
         sources = list(_ingress_sources(r["type"], r["inputs"]))
         for source, pl, rule in _prefix_lists(r["type"], r["inputs"]):
             if str(pl) not in lists:
-                out.append(f"{r['name']}: {source} opens {_ports(rule)} to a prefix list this stack does not define, "
-                           "whose entries cannot be judged; define the list in the stack or name the networks")
+                out.append(
+                    f"{r['name']}: {source} opens {_ports(rule)} to a prefix list this stack does not define, "
+                    "whose entries cannot be judged; define the list in the stack or name the networks"
+                )
                 continue
             sources += [(f"{source} entry {c}", c, rule) for c in lists[str(pl)]]
-            out += [f"{r['name']}: {source} entry {c!r} is not a network the pack can judge"
-                    for c in lists[str(pl)] if _network(c) is None]
-            out += [f"{r['name']}: {source} entry {c} opens {_ports(rule)} to the whole internet"
-                    for c in lists[str(pl)] if _is_world(c)]
+            out += [
+                f"{r['name']}: {source} entry {c!r} is not a network the pack can judge"
+                for c in lists[str(pl)]
+                if _network(c) is None
+            ]
+            out += [
+                f"{r['name']}: {source} entry {c} opens {_ports(rule)} to the whole internet"
+                for c in lists[str(pl)]
+                if _is_world(c)
+            ]
         for source, cidr, _ in sources:
             net = _network(cidr)
             if net is None or net.prefixlen == 0:
@@ -167,14 +202,18 @@ def world_ingress_graph(resources: list[dict]) -> list[str]:
                 names.append(r["name"])
             nets.append(net)
             if net.version == 6 and ipv6 is False:
-                out.append(f"{r['name']}: {source} is an IPv6 source, but no VPC of the stack has IPv6 "
-                           "addresses; remove it, or give the VPC an IPv6 block first")
+                out.append(
+                    f"{r['name']}: {source} is an IPv6 source, but no VPC of the stack has IPv6 "
+                    "addresses; remove it, or give the VPC an IPv6 block first"
+                )
     for (group, version), (names, nets) in by_group.items():
         total = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
         if total > MAX_INGRESS_ADDRESSES[version]:
-            out.append(f"{names[0]}: group {group}'s ingress rules ({', '.join(names)}) together admit {total:,} IPv{version} "
-                       f"addresses; at most {MAX_INGRESS_ADDRESSES[version]:,} (a {PREFIX_OF_LIMIT[version]}) in all: "
-                       "name your own, narrower networks")
+            out.append(
+                f"{names[0]}: group {group}'s ingress rules ({', '.join(names)}) together admit {total:,} IPv{version} "
+                f"addresses; at most {MAX_INGRESS_ADDRESSES[version]:,} (a {PREFIX_OF_LIMIT[version]}) in all: "
+                "name your own, narrower networks"
+            )
     return out
 
 
@@ -191,10 +230,15 @@ def private_compute_resource(rtype: str, inputs: dict, graph: list[dict] | None 
             if records.is_true(nic.get("associatePublicIpAddress")):
                 out.append(f"networkInterfaces[{i}].associatePublicIpAddress is true: compute nodes get no public IP")
         if not any(_primary(n) and str(n.get("associatePublicIpAddress")).lower() == "false" for n in nics):
-            out.append("the primary interface (card 0, device 0) must set associatePublicIpAddress false, "
-                       "or the subnet's default decides")
-    elif rtype == records.INSTANCE and records.role_tag(inputs) != "head" \
-            and records.is_true(inputs.get("associatePublicIpAddress")):
+            out.append(
+                "the primary interface (card 0, device 0) must set associatePublicIpAddress false, "
+                "or the subnet's default decides"
+            )
+    elif (
+        rtype == records.INSTANCE
+        and records.role_tag(inputs) != "head"
+        and records.is_true(inputs.get("associatePublicIpAddress"))
+    ):
         out.append("associatePublicIpAddress is true: compute nodes get no public IP")
     elif rtype == records.SUBNET and records.is_true(inputs.get("mapPublicIpOnLaunch")):
         out.append("mapPublicIpOnLaunch is true: nodes launched here would get a public IP; set it false")
@@ -205,10 +249,12 @@ def private_compute_graph(resources: list[dict]) -> list[str]:
     """Under `pulumi up` the stack policy sees outputs: an instance that got a public IP anyway (a subnet default,
     a template edited outside the stack) is caught here. Offline records carry inputs only, so this finds nothing
     there unless a record says publicIp."""
-    return [f"{r['name']}: has public IP {r['inputs']['publicIp']}; compute nodes get no public IP (launch them in "
-            "the private subnet with associatePublicIpAddress false)"
-            for r in resources
-            if r["type"] == records.INSTANCE and records.role_tag(r["inputs"]) != "head" and r["inputs"].get("publicIp")]
+    return [
+        f"{r['name']}: has public IP {r['inputs']['publicIp']}; compute nodes get no public IP (launch them in "
+        "the private subnet with associatePublicIpAddress false)"
+        for r in resources
+        if r["type"] == records.INSTANCE and records.role_tag(r["inputs"]) != "head" and r["inputs"].get("publicIp")
+    ]
 
 
 def _self_all_groups(resources: list[dict], direction: str) -> set[str]:
@@ -217,11 +263,19 @@ def _self_all_groups(resources: list[dict], direction: str) -> set[str]:
     groups = set()
     for r in resources:
         i = r["inputs"]
-        if r["type"] == token and str(i.get("ipProtocol")) in ALL_PROTOCOLS \
-                and i.get("referencedSecurityGroupId") and i.get("referencedSecurityGroupId") == i.get("securityGroupId"):
+        if (
+            r["type"] == token
+            and str(i.get("ipProtocol")) in ALL_PROTOCOLS
+            and i.get("referencedSecurityGroupId")
+            and i.get("referencedSecurityGroupId") == i.get("securityGroupId")
+        ):
             groups.add(i["securityGroupId"])
-        elif r["type"] == records.SG_RULE and i.get("type") == direction and str(i.get("protocol")) in ALL_PROTOCOLS \
-                and (records.is_true(i.get("self")) or i.get("sourceSecurityGroupId") == i.get("securityGroupId")):
+        elif (
+            r["type"] == records.SG_RULE
+            and i.get("type") == direction
+            and str(i.get("protocol")) in ALL_PROTOCOLS
+            and (records.is_true(i.get("self")) or i.get("sourceSecurityGroupId") == i.get("securityGroupId"))
+        ):
             groups.add(i.get("securityGroupId"))
         elif r["type"] == records.SG and i.get("id"):
             for rule in i.get(direction) or []:
@@ -234,14 +288,18 @@ def _self_all_groups(resources: list[dict], direction: str) -> set[str]:
 def efa_group_graph(resources: list[dict]) -> list[str]:
     groups = _self_all_groups(resources, "ingress") & _self_all_groups(resources, "egress")
     if not groups:
-        return ["no security group allows all traffic both from and to itself (ingress and egress, protocol -1): "
-                "EFA needs both directions, and egress to 0.0.0.0/0 does not cover it"]
+        return [
+            "no security group allows all traffic both from and to itself (ingress and egress, protocol -1): "
+            "EFA needs both directions, and egress to 0.0.0.0/0 does not cover it"
+        ]
     out = []
     for r in resources:
         if r["type"] != records.LT:
             continue
         for i, nic in enumerate(r["inputs"].get("networkInterfaces") or []):
             if not set(records.as_list(nic.get("securityGroups"))) & groups:
-                out.append(f"{r['name']}: networkInterfaces[{i}] is not in the self-referencing EFA group "
-                           f"({', '.join(sorted(groups))})")
+                out.append(
+                    f"{r['name']}: networkInterfaces[{i}] is not in the self-referencing EFA group "
+                    f"({', '.join(sorted(groups))})"
+                )
     return out

@@ -23,9 +23,13 @@ LUSTRE_TYPES = ("SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2")
 SECRET_PATTERNS = [
     ("a private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
     ("an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])")),
-    ("an AWS secret access key", re.compile(
-        r"(?i)(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\"']?[\s:=\"']+"
-        r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")),
+    (
+        "an AWS secret access key",
+        re.compile(
+            r"(?i)(?:aws_?secret_?access_?key|secret_?access_?key|aws_?secret_?key)[\"']?[\s:=\"']+"
+            r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+        ),
+    ),
 ]
 
 
@@ -67,11 +71,15 @@ def imds_reach(rtype: str, inputs: dict) -> list[str]:
     hops, ipv6 = options.get("httpPutResponseHopLimit"), options.get("httpProtocolIpv6")
     out = []
     if isinstance(hops, (int, float)) and hops > IMDS_HOP_LIMIT_MAX:
-        out.append(f"metadataOptions.httpPutResponseHopLimit is {hops}; at most {IMDS_HOP_LIMIT_MAX} (1 keeps "
-                   "containers out, 2 is cluster.security.imdsForContainers)")
+        out.append(
+            f"metadataOptions.httpPutResponseHopLimit is {hops}; at most {IMDS_HOP_LIMIT_MAX} (1 keeps "
+            "containers out, 2 is cluster.security.imdsForContainers)"
+        )
     if ipv6 == "enabled":
-        out.append("metadataOptions.httpProtocolIpv6 is 'enabled'; keep it disabled: the nodes' root-only rule "
-                   "covers 169.254.169.254, not fd00:ec2::254")
+        out.append(
+            "metadataOptions.httpProtocolIpv6 is 'enabled'; keep it disabled: the nodes' root-only rule "
+            "covers 169.254.169.254, not fd00:ec2::254"
+        )
     return out
 
 
@@ -90,8 +98,10 @@ def imdsv2_graph(resources: list[dict]) -> list[str]:
             continue
         if ref.get("id") in ids or ref.get("name") in lt_names or names & set(r.get("dependsOn") or []):
             continue
-        out.append(f"{r['name']}: launches from a template outside this stack ({ref.get('id') or ref.get('name')}), "
-                   "whose IMDS setting cannot be checked; set metadataOptions.httpTokens to 'required' on the instance")
+        out.append(
+            f"{r['name']}: launches from a template outside this stack ({ref.get('id') or ref.get('name')}), "
+            "whose IMDS setting cannot be checked; set metadataOptions.httpTokens to 'required' on the instance"
+        )
     return out
 
 
@@ -100,12 +110,16 @@ def ebs_encrypted_resource(rtype: str, inputs: dict, graph: list[dict] | None = 
     if rtype == records.LT:
         mappings = [m for m in inputs.get("blockDeviceMappings") or [] if m.get("ebs") is not None]
         if not mappings:
-            out.append("no EBS block device mapping: the root volume would keep the AMI snapshot's encryption; "
-                       "map the root device with ebs.encrypted true")
+            out.append(
+                "no EBS block device mapping: the root volume would keep the AMI snapshot's encryption; "
+                "map the root device with ebs.encrypted true"
+            )
         for i, m in enumerate(inputs.get("blockDeviceMappings") or []):
             if m.get("ebs") is not None and not records.is_true(m["ebs"].get("encrypted")):
-                out.append(f"blockDeviceMappings[{i}].ebs.encrypted is {m['ebs'].get('encrypted')!r}; "
-                           "it must be true (encrypted at rest)")
+                out.append(
+                    f"blockDeviceMappings[{i}].ebs.encrypted is {m['ebs'].get('encrypted')!r}; "
+                    "it must be true (encrypted at rest)"
+                )
     elif rtype == records.INSTANCE:
         root = inputs.get("rootBlockDevice")
         if root is None and not inputs.get("launchTemplate"):
@@ -128,11 +142,15 @@ def file_system_encrypted_resource(rtype: str, inputs: dict, graph: list[dict] |
         return []
     dep = inputs.get("deploymentType") or "SCRATCH_1"
     if dep not in LUSTRE_TYPES:
-        return [f"deploymentType {dep!r} is not one hpcc knows to be encrypted at rest; use one of "
-                f"{', '.join(LUSTRE_TYPES)}"]
+        return [
+            f"deploymentType {dep!r} is not one hpcc knows to be encrypted at rest; use one of "
+            f"{', '.join(LUSTRE_TYPES)}"
+        ]
     if inputs.get("kmsKeyId") and dep.startswith("SCRATCH"):
-        return [f"kmsKeyId is set on a {dep} file system, which is always encrypted with an FSx-managed key; "
-                "use a PERSISTENT type for a customer key, or drop kmsKeyId"]
+        return [
+            f"kmsKeyId is set on a {dep} file system, which is always encrypted with an FSx-managed key; "
+            "use a PERSISTENT type for a customer key, or drop kmsKeyId"
+        ]
     return []
 
 
@@ -146,13 +164,17 @@ def secrets_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) 
             continue
         texts = _decoded_texts(value)
         if texts is None:
-            out.append(f"{key} is gzip that does not decompress: cloud-init could not run it and it cannot be "
-                       "checked for secrets; give the gzip of the whole script")
+            out.append(
+                f"{key} is gzip that does not decompress: cloud-init could not run it and it cannot be "
+                "checked for secrets; give the gzip of the whole script"
+            )
             continue
         for what, pattern in SECRET_PATTERNS:
             if any(pattern.search(t) for t in texts):
-                out.append(f"{key} holds {what}; keep secrets in Secrets Manager (hpcc/<cluster>/...) and fetch "
-                           "them at boot with the node role")
+                out.append(
+                    f"{key} holds {what}; keep secrets in Secrets Manager (hpcc/<cluster>/...) and fetch "
+                    "them at boot with the node role"
+                )
     return out
 
 
@@ -161,5 +183,7 @@ def secret_values_resource(rtype: str, inputs: dict, graph: list[dict] | None = 
     instead no secret value may enter the stack at all. A SecretVersion's value is kept in Pulumi's state."""
     if rtype != records.SECRET_VERSION:
         return []
-    return [f"a secret version for {inputs.get('secretId') or 'a secret'} puts the secret's value into Pulumi state; "
-            "create the secret empty and let the node that generates the key write it (PutSecretValue)"]
+    return [
+        f"a secret version for {inputs.get('secretId') or 'a secret'} puts the secret's value into Pulumi state; "
+        "create the secret empty and let the node that generates the key write it (PutSecretValue)"
+    ]

@@ -23,10 +23,14 @@ else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it 
 
 def record(resource) -> dict:
     """A pulumi-policy PolicyResource as the rules' record."""
-    return {"type": resource.resource_type, "name": resource.name, "urn": resource.urn,
-            "parent": resource.parent.name if getattr(resource, "parent", None) is not None else None,
-            "dependsOn": [d.name for d in getattr(resource, "dependencies", None) or []],
-            "inputs": records.normalise(resource.props)}
+    return {
+        "type": resource.resource_type,
+        "name": resource.name,
+        "urn": resource.urn,
+        "parent": resource.parent.name if getattr(resource, "parent", None) is not None else None,
+        "dependsOn": [d.name for d in getattr(resource, "dependencies", None) or []],
+        "inputs": records.normalise(resource.props),
+    }
 
 
 def _resource_policy(rule: rules.Rule) -> ResourceValidationPolicy:
@@ -34,8 +38,9 @@ def _resource_policy(rule: rules.Rule) -> ResourceValidationPolicy:
         for message in rule.resource_check(args.resource_type, records.normalise(args.props)):
             report_violation(message)
 
-    return ResourceValidationPolicy(name=rule.name, description=rule.description, validate=validate,
-                                    enforcement_level=EnforcementLevel.MANDATORY)
+    return ResourceValidationPolicy(
+        name=rule.name, description=rule.description, validate=validate, enforcement_level=EnforcementLevel.MANDATORY
+    )
 
 
 def _stack_policy(rule: rules.Rule) -> StackValidationPolicy:
@@ -45,8 +50,12 @@ def _stack_policy(rule: rules.Rule) -> StackValidationPolicy:
         for message in rule.graph_check(graph):
             report_violation(message, urns.get(message.split(":", 1)[0]))
 
-    return StackValidationPolicy(name=f"{rule.name}-graph", description=rule.description, validate=validate,
-                                 enforcement_level=EnforcementLevel.MANDATORY)
+    return StackValidationPolicy(
+        name=f"{rule.name}-graph",
+        description=rule.description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+    )
 
 
 def policies() -> list:

@@ -9,8 +9,8 @@ network_rules.py (ingress, public IPs, the EFA group), iam_rules.py (least privi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 if __package__:  # imported as the package `policy` (the tests)
     from . import bucket_rules, iam_rules, network_rules, node_rules, write_rules
@@ -41,39 +41,81 @@ class Rule:
 
 
 RULES = [
-    Rule("imdsv2-required", "IMDSv2 (httpTokens required), a hop limit of at most 2 and no IPv6 endpoint on every "
-         "launch template and instance",
-         node_rules.imdsv2_resource, node_rules.imdsv2_graph),
+    Rule(
+        "imdsv2-required",
+        "IMDSv2 (httpTokens required), a hop limit of at most 2 and no IPv6 endpoint on every "
+        "launch template and instance",
+        node_rules.imdsv2_resource,
+        node_rules.imdsv2_graph,
+    ),
     Rule("ebs-encrypted", "Root and data EBS volumes are encrypted at rest", node_rules.ebs_encrypted_resource),
-    Rule("file-system-encrypted", "The FSx for Lustre file system is of a type encrypted at rest",
-         node_rules.file_system_encrypted_resource),
-    Rule("no-world-ingress", "No port (SSH or any other) is open to 0.0.0.0/0 or ::/0, nor to more than a /16 of "
-         "IPv4 (a /48 of IPv6) counting all of a group's rules; no IPv6 source while the VPC has none",
-         network_rules.world_ingress_resource, network_rules.world_ingress_graph),
-    Rule("compute-nodes-private", "Compute nodes get no public IP; no subnet assigns one by default",
-         network_rules.private_compute_resource, network_rules.private_compute_graph),
-    Rule("efa-group-self-referencing", "A group allows all traffic from and to itself, and every node interface "
-         "is in it", None, network_rules.efa_group_graph),
-    Rule("iam-least-privilege", "No '*' on '*', no service-wide actions; the nodes' role reaches only its "
-         "cluster's parameters and secrets, all its policies together",
-         iam_rules.iam_resource, iam_rules.node_role_reach_graph),
-    Rule("bundle-bucket-private", "The bundle bucket blocks all public access, and its policy lets only the "
-         "cluster's own node roles read bundles (nobody outside the account, nothing but s3:GetObject)",
-         bucket_rules.bucket_policy_resource, bucket_rules.public_block_graph),
-    Rule("state-bucket-private", "The controller's state bucket blocks all public access (bundle-bucket-private "
-         "checks every bucket's block), and its policy lets only the cluster's roles in: the head gets, puts and "
-         "lists; a compute node reads membership.json and writes only its own status object",
-         bucket_rules.state_bucket_policy_resource),
-    Rule("node-writes-own-only", "The nodes' roles write only their own status, the head the cluster's empty "
-         "secrets once, and the head's controller only its own cluster's instances (under a hpcc:cluster tag "
-         "condition), ledger, state bucket and compute role: never the settings, hosts, FSx or bundle, a parameter's "
-         "tags, a secret's metadata, or IAM; a compute node never launches, tags or terminates",
-         None, write_rules.node_writes_graph),
-    Rule("host-ca-head-only", "Only the head's role reads the host CA (secret:hpcc/<cluster>/host-ca): a compute "
-         "node that could would certify any host", None, write_rules.host_ca_graph),
+    Rule(
+        "file-system-encrypted",
+        "The FSx for Lustre file system is of a type encrypted at rest",
+        node_rules.file_system_encrypted_resource,
+    ),
+    Rule(
+        "no-world-ingress",
+        "No port (SSH or any other) is open to 0.0.0.0/0 or ::/0, nor to more than a /16 of "
+        "IPv4 (a /48 of IPv6) counting all of a group's rules; no IPv6 source while the VPC has none",
+        network_rules.world_ingress_resource,
+        network_rules.world_ingress_graph,
+    ),
+    Rule(
+        "compute-nodes-private",
+        "Compute nodes get no public IP; no subnet assigns one by default",
+        network_rules.private_compute_resource,
+        network_rules.private_compute_graph,
+    ),
+    Rule(
+        "efa-group-self-referencing",
+        "A group allows all traffic from and to itself, and every node interface is in it",
+        None,
+        network_rules.efa_group_graph,
+    ),
+    Rule(
+        "iam-least-privilege",
+        "No '*' on '*', no service-wide actions; the nodes' role reaches only its "
+        "cluster's parameters and secrets, all its policies together",
+        iam_rules.iam_resource,
+        iam_rules.node_role_reach_graph,
+    ),
+    Rule(
+        "bundle-bucket-private",
+        "The bundle bucket blocks all public access, and its policy lets only the "
+        "cluster's own node roles read bundles (nobody outside the account, nothing but s3:GetObject)",
+        bucket_rules.bucket_policy_resource,
+        bucket_rules.public_block_graph,
+    ),
+    Rule(
+        "state-bucket-private",
+        "The controller's state bucket blocks all public access (bundle-bucket-private "
+        "checks every bucket's block), and its policy lets only the cluster's roles in: the head gets, puts and "
+        "lists; a compute node reads membership.json and writes only its own status object",
+        bucket_rules.state_bucket_policy_resource,
+    ),
+    Rule(
+        "node-writes-own-only",
+        "The nodes' roles write only their own status, the head the cluster's empty "
+        "secrets once, and the head's controller only its own cluster's instances (under a hpcc:cluster tag "
+        "condition), ledger, state bucket and compute role: never the settings, hosts, FSx or bundle, a parameter's "
+        "tags, a secret's metadata, or IAM; a compute node never launches, tags or terminates",
+        None,
+        write_rules.node_writes_graph,
+    ),
+    Rule(
+        "host-ca-head-only",
+        "Only the head's role reads the host CA (secret:hpcc/<cluster>/host-ca): a compute "
+        "node that could would certify any host",
+        None,
+        write_rules.host_ca_graph,
+    ),
     Rule("no-secrets-in-user-data", "No private key or AWS key in user data (decoded)", node_rules.secrets_resource),
-    Rule("no-secret-values-in-state", "No secret value in the stack: the secrets are created empty and written by "
-         "the nodes", node_rules.secret_values_resource),
+    Rule(
+        "no-secret-values-in-state",
+        "No secret value in the stack: the secrets are created empty and written by the nodes",
+        node_rules.secret_values_resource,
+    ),
 ]
 
 

@@ -53,8 +53,10 @@ def main() -> None:
         groups, failing, bad = cluster(nodes, 0.001)
         busy, actions = timed(groups, failing)
         replaced = sum(1 for a in actions if a.kind == "replace")
-        print(f"{nodes:>6} {quiet * 1000:>12.1f} ms {busy * 1000:>19.1f} ms {replaced:>4}/{bad:<4} "
-              f"{len(encode(body, 1)) / 1024:>8.0f} KB")
+        print(
+            f"{nodes:>6} {quiet * 1000:>12.1f} ms {busy * 1000:>19.1f} ms {replaced:>4}/{bad:<4} "
+            f"{len(encode(body, 1)) / 1024:>8.0f} KB"
+        )
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from infra.config.stackfile import read_raw  # noqa: E402
 from infra.plan.previous import PreviousPlan  # noqa: E402
 from infra.plan.runner import plan_config  # noqa: E402
-from infra.config.stackfile import read_raw  # noqa: E402
 
 NODES = 64
 INSTANCE = "aws:ec2/instance:Instance"
@@ -34,7 +34,7 @@ def main() -> None:
     base = copy.deepcopy(read_raw(ROOT / "examples" / "c6i-oneccl.yaml"))
     base["hpcc:cluster"]["compute"]["count"] = NODES
     print(f"{NODES} compute nodes + head (examples/c6i-oneccl.yaml): what the next `pulumi up` does to the instances")
-    print(f"| edit | instances created | replaced | deleted | updated in place | other changes | diff s |")
+    print("| edit | instances created | replaced | deleted | updated in place | other changes | diff s |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as first:
         plan_config(base).write(Path(first))
@@ -47,8 +47,10 @@ def main() -> None:
             seconds = time.perf_counter() - started
             nodes = Counter(c.action for c in result.changes if c.type == INSTANCE)
             other = Counter(c.action for c in result.changes if c.type != INSTANCE)
-            print(f"| {label} | {nodes['create']} | {nodes['replace']} | {nodes['delete']} | {nodes['update']} | "
-                  f"{', '.join(f'{n} {a}' for a, n in sorted(other.items())) or '-'} | {seconds:.1f} |")
+            print(
+                f"| {label} | {nodes['create']} | {nodes['replace']} | {nodes['delete']} | {nodes['update']} | "
+                f"{', '.join(f'{n} {a}' for a, n in sorted(other.items())) or '-'} | {seconds:.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`make bench`: time `hpcc plan` at 64, 512, 2,048 and 4,096 compute nodes in two groups (p5.48xlarge and
-c6i.16xlarge, half each), next to registering the same number of bare resources under Pulumi's mock runtime. Each run is a fresh process, so peak memory is its own;
-each figure is the best of REPEATS runs (the machine is shared, and noise only ever adds time).
+c6i.16xlarge, half each), next to registering the same number of bare resources under Pulumi's mock runtime. Each run is
+a fresh process, so peak memory is its own; each figure is the best of REPEATS runs (the machine is shared, and noise
+only ever adds time).
 
 Two baselines:
 - `bare`: the same program, so the same resources with the same inputs, under mocks that do nothing (no moto,
@@ -33,11 +34,18 @@ REPEATS = 3
 
 
 def config(nodes: int) -> dict:
-    return {"aws:region": "us-east-1", "hpcc:cluster": {
-        "name": "bench", "headNode": {"instanceType": "c5n.18xlarge"},
-        "nodeGroups": [{"name": "gpu", "instanceType": "p5.48xlarge", "count": nodes // 2},
-                       {"name": "cpu", "instanceType": "c6i.16xlarge", "count": nodes - nodes // 2}],
-        "fsx": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 2400}}}
+    return {
+        "aws:region": "us-east-1",
+        "hpcc:cluster": {
+            "name": "bench",
+            "headNode": {"instanceType": "c5n.18xlarge"},
+            "nodeGroups": [
+                {"name": "gpu", "instanceType": "p5.48xlarge", "count": nodes // 2},
+                {"name": "cpu", "instanceType": "c6i.16xlarge", "count": nodes - nodes // 2},
+            ],
+            "fsx": {"deploymentType": "SCRATCH_2", "storageCapacityGiB": 2400},
+        },
+    }
 
 
 def _preload() -> float:
@@ -45,7 +53,16 @@ def _preload() -> float:
     sys.path.insert(0, str(ROOT))
     import pulumi_aws  # noqa: F401 - imports are not what is timed
 
-    for lazy in ("dynamodb", "ec2", "fsx", "iam", "s3", "secretsmanager", "ssm", "vpc"):  # pulumi_aws loads these on first use
+    for lazy in (
+        "dynamodb",
+        "ec2",
+        "fsx",
+        "iam",
+        "s3",
+        "secretsmanager",
+        "ssm",
+        "vpc",
+    ):  # pulumi_aws loads these on first use
         hasattr(getattr(pulumi_aws, lazy), "__all__")
     from infra.plan.embedded_aws import embedded_aws
 
@@ -64,8 +81,8 @@ def child_plan(nodes: int) -> dict:
 
 
 def _facts_without_aws() -> None:
-    """The program asks EC2 for instance facts (infra/facts/instance_types.py ec2_facts); the bare run has no EC2: read moto's
-    copy once, before the clock starts, and hand the program those facts."""
+    """The program asks EC2 for instance facts (infra/facts/instance_types.py ec2_facts); the bare run has no EC2: read
+    moto's copy once, before the clock starts, and hand the program those facts."""
     import boto3
 
     import infra.facts.instance_types as instance_facts
@@ -84,20 +101,31 @@ def child_bare(nodes: int) -> dict:
     _preload()
     import pulumi
 
+    from infra.config.stackfile import as_pulumi_config
     from infra.plan.internals import fresh_stack, run_program
     from infra.plan.runner import PROGRAM
-    from infra.config.stackfile import as_pulumi_config
 
     class Echo(pulumi.runtime.Mocks):
         def new_resource(self, args):
-            return f"{args.name}-id", {"arn": f"arn:aws:iam::123456789012:role/{args.name}", "name": args.name,
-                                       **args.inputs, "privateIp": "10.0.16.9", "latestVersion": 1,
-                                       "rootDeviceName": "/dev/sda1"}
+            return f"{args.name}-id", {
+                "arn": f"arn:aws:iam::123456789012:role/{args.name}",
+                "name": args.name,
+                **args.inputs,
+                "privateIp": "10.0.16.9",
+                "latestVersion": 1,
+                "rootDeviceName": "/dev/sda1",
+            }
 
         def call(self, args):
-            return {"instanceTypes": ["p5.48xlarge", "c5n.18xlarge", "c6i.16xlarge"], "locations": ["us-east-1a"] * 3,
-                    "value": "ami-0", "id": "ami-0", "architecture": "x86_64", "rootDeviceName": "/dev/sda1",
-                    "accountId": "123456789012"}
+            return {
+                "instanceTypes": ["p5.48xlarge", "c5n.18xlarge", "c6i.16xlarge"],
+                "locations": ["us-east-1a"] * 3,
+                "value": "ami-0",
+                "id": "ami-0",
+                "architecture": "x86_64",
+                "rootDeviceName": "/dev/sda1",
+                "accountId": "123456789012",
+            }
 
     _facts_without_aws()
     fresh_stack()
@@ -137,38 +165,53 @@ def run(kind: str, n: int) -> dict:
     """The best of REPEATS fresh processes; peak memory from the same run."""
     runs = []
     for _ in range(REPEATS):
-        out = subprocess.run([sys.executable, __file__, "--child", kind, str(n)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", kind, str(n)], capture_output=True, text=True, check=True
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return min(runs, key=lambda r: r["seconds"])
 
 
 def main() -> int:
-    print(f"{'nodes':>6} {'resources':>9} {'startup':>8} {'plan s':>7} {'MiB':>5} {'bare s':>7} {'x bare':>7} "
-          f"{'minimal s':>9} {'x minimal':>9} {'s/node':>7}")
+    print(
+        f"{'nodes':>6} {'resources':>9} {'startup':>8} {'plan s':>7} {'MiB':>5} {'bare s':>7} {'x bare':>7} "
+        f"{'minimal s':>9} {'x minimal':>9} {'s/node':>7}"
+    )
     rows = []
     for n in SIZES:
         plan = run("plan", n)
         bare = run("bare", n)
         minimal = run("minimal", plan["resources"])
         rows.append((n, plan, bare, minimal))
-        print(f"{n:>6} {plan['resources']:>9} {plan['startup']:>8.2f} {plan['seconds']:>7.2f} {plan['peak_mib']:>5.0f} "
-              f"{bare['seconds']:>7.2f} {plan['seconds'] / bare['seconds']:>7.2f} {minimal['seconds']:>9.2f} "
-              f"{plan['seconds'] / minimal['seconds']:>9.2f} {plan['seconds'] / n:>7.3f}")
+        print(
+            f"{n:>6} {plan['resources']:>9} {plan['startup']:>8.2f} {plan['seconds']:>7.2f} {plan['peak_mib']:>5.0f} "
+            f"{bare['seconds']:>7.2f} {plan['seconds'] / bare['seconds']:>7.2f} {minimal['seconds']:>9.2f} "
+            f"{plan['seconds'] / minimal['seconds']:>9.2f} {plan['seconds'] / n:>7.3f}"
+        )
     n0, p0, _, _ = rows[0]
     n2, p2, b2, m2 = rows[-1]
     checks = [
-        (f"{n2} nodes planned in {p2['seconds']:.1f} s, {p2['seconds'] / p0['seconds']:.2f}x the {n0}-node "
-         f"{p0['seconds']:.1f} s (target <= 1.5x)", p2["seconds"] <= 1.5 * p0["seconds"]),
-        (f"{p2['resources']} resources at {n2} nodes, {p0['resources']} at {n0} (target: the same)",
-         p2["resources"] == p0["resources"]),
-        (f"{n2} nodes at {p2['seconds'] / b2['seconds']:.2f}x the bare registration of the same "
-         f"{p2['resources']} resources (target <= 3x)", p2["seconds"] / b2["seconds"] <= 3),
+        (
+            f"{n2} nodes planned in {p2['seconds']:.1f} s, {p2['seconds'] / p0['seconds']:.2f}x the {n0}-node "
+            f"{p0['seconds']:.1f} s (target <= 1.5x)",
+            p2["seconds"] <= 1.5 * p0["seconds"],
+        ),
+        (
+            f"{p2['resources']} resources at {n2} nodes, {p0['resources']} at {n0} (target: the same)",
+            p2["resources"] == p0["resources"],
+        ),
+        (
+            f"{n2} nodes at {p2['seconds'] / b2['seconds']:.2f}x the bare registration of the same "
+            f"{p2['resources']} resources (target <= 3x)",
+            p2["seconds"] / b2["seconds"] <= 3,
+        ),
     ]
     for text, ok in checks:
         print(("PASS " if ok else "MISS ") + text)
-    print(f"INFO pulumi_aws's classes cost {b2['seconds'] / m2['seconds']:.1f}x one-input CustomResources before any "
-          f"mock work (bare / minimal at {n2} nodes); the plan is {p2['seconds'] / m2['seconds']:.1f}x them")
+    print(
+        f"INFO pulumi_aws's classes cost {b2['seconds'] / m2['seconds']:.1f}x one-input CustomResources before any "
+        f"mock work (bare / minimal at {n2} nodes); the plan is {p2['seconds'] / m2['seconds']:.1f}x them"
+    )
     return 0 if all(ok for _, ok in checks) else 1
 
 

@@ -71,20 +71,28 @@ def p_failure(nodes: int, failing: float = FAILING) -> float:
 
 
 def main() -> None:
-    print(f"assumed p5.48xlarge: {P5_PENDING} s to running, {P5_BOOTSTRAP} s bootstrap; controller loop "
-          f"{TIMERS.loop_seconds} s, launches {TIMERS.launch_batch_size} x {TIMERS.launch_batches_per_loop} a loop; "
-          f"SlurmdTimeout {SLURMD_TIMEOUT} s")
-    print(f"a node's death to its replacement idle in Slurm: {death_to_idle()} s "
-          f"(seen {SLURMD_TIMEOUT // 3 + MESSAGE_TIMEOUT} s, a loop {TIMERS.loop_seconds} s, launch and boot {boot()} s)")
-    print(f"a fatal Xid logged to its node DOWN: {xid_out_of_service()} s at most (target 60 s; health period "
-          f"{HEALTH_PERIOD} s, status poll {TIMERS.wake_poll_seconds} s, settle {TIMERS.health_settle_seconds} s, "
-          f"a loop's reads {LOOP_WORK} s); {xid_out_of_service(False)} s without the poll between loops")
+    print(
+        f"assumed p5.48xlarge: {P5_PENDING} s to running, {P5_BOOTSTRAP} s bootstrap; controller loop "
+        f"{TIMERS.loop_seconds} s, launches {TIMERS.launch_batch_size} x {TIMERS.launch_batches_per_loop} a loop; "
+        f"SlurmdTimeout {SLURMD_TIMEOUT} s"
+    )
+    print(
+        f"a node's death to its replacement idle in Slurm: {death_to_idle()} s "
+        f"(seen {SLURMD_TIMEOUT // 3 + MESSAGE_TIMEOUT} s, a loop {TIMERS.loop_seconds} s, launch and boot {boot()} s)"
+    )
+    print(
+        f"a fatal Xid logged to its node DOWN: {xid_out_of_service()} s at most (target 60 s; health period "
+        f"{HEALTH_PERIOD} s, status poll {TIMERS.wake_poll_seconds} s, settle {TIMERS.health_settle_seconds} s, "
+        f"a loop's reads {LOOP_WORK} s); {xid_out_of_service(False)} s without the poll between loops"
+    )
     print(f"{'nodes':>6} {'waves':>6} {'P(a node fails)':>16} {'all ready, none fails':>22} {'one fails':>10}")
     for nodes in (512, 4096):
         clean, failed = all_ready(nodes)
         print(f"{nodes:>6} {waves(nodes):>6} {p_failure(nodes):>15.0%} {clean / 60:>18.1f} min {failed / 60:>6.1f} min")
-    print("with 0.1% failing, a failed node costs one loop and one more boot; every other node is ready on its own "
-          "time (no node waits for its peers: the box's fleet test asserts it)")
+    print(
+        "with 0.1% failing, a failed node costs one loop and one more boot; every other node is ready on its own "
+        "time (no node waits for its peers: the box's fleet test asserts it)"
+    )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 import copy
 from pathlib import Path
 
-import hypothesis  # noqa: F401 - imported before any plan: CPython 3.11.7's ast module can be left in a bad
-# state by the plans' worker threads, and hypothesis's pytest plugin would otherwise import (and parse) it at the end.
+# hypothesis is imported before any plan: CPython 3.11.7's ast module can be left in a bad state by the plans' worker
+# threads, and hypothesis's pytest plugin would otherwise import (and parse) it at the end.
+import hypothesis  # noqa: F401 - imported for that side effect alone
 import pytest
 
 from infra.config.stackfile import read_raw
 
 ROOT = Path(__file__).resolve().parent.parent
+# Fixtures shared across folders: `fake` (a scripted `aws` on PATH) for the render and node tests.
+pytest_plugins = ["tests.render.bootstrap_fixtures"]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
@@ -26,4 +29,3 @@ def planned(request):
 def example_config():
     """A fresh, mutable copy of an example's config map."""
     return lambda name: copy.deepcopy(read_raw(ROOT / "examples" / f"{name}.yaml"))
-

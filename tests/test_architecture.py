@@ -49,8 +49,9 @@ NODE_JOBS, JOBS_THIRD_PARTY = "hpcc_node.jobs", {"torch"}
 
 
 def _modules() -> dict[str, Path]:
-    files = subprocess.run(["git", "ls-files", "--", *PACKAGES], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--", *PACKAGES], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     out = {}
     for f in files:
         if f.endswith(".py") and (ROOT / f).is_file():
@@ -118,9 +119,12 @@ def test_every_module_has_a_layer():
 
 
 def test_no_module_imports_a_layer_above_its_own():
-    wrong = [f"{s} ({layer(s)}) imports {t} ({layer(t)}) at {MODULES[s].relative_to(ROOT)}:{line}"
-             for s, targets in edges().items() for t, line in targets.items()
-             if t != "infra" and not allowed(layer(s), layer(t))]
+    wrong = [
+        f"{s} ({layer(s)}) imports {t} ({layer(t)}) at {MODULES[s].relative_to(ROOT)}:{line}"
+        for s, targets in edges().items()
+        for t, line in targets.items()
+        if t != "infra" and not allowed(layer(s), layer(t))
+    ]
     assert not wrong, "upward or sideways imports:\n" + "\n".join(sorted(wrong))
 
 
@@ -163,8 +167,9 @@ def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
 def test_no_import_cycle():
     graph = edges()
     cycles = _cycles(graph)
-    named = ["; ".join(f"{a} -> {b} (line {graph[a][b]})" for a in c for b in c if b in graph.get(a, {}))
-             for c in cycles]
+    named = [
+        "; ".join(f"{a} -> {b} (line {graph[a][b]})" for a in c for b in c if b in graph.get(a, {})) for c in cycles
+    ]
     assert not cycles, "import cycles:\n" + "\n".join(named)
 
 
@@ -191,10 +196,15 @@ def test_the_contract_and_the_node_package_are_python_3_8_and_the_standard_libra
             text = path.read_text()
             ast.parse(text, feature_version=(3, 8))  # a SyntaxError names the file and the line
             wrong += [f"{module}: str.{m}) is Python 3.9" for m in ("removeprefix(", "removesuffix(") if m in text]
-        ok = stdlib | (POLICY_THIRD_PARTY | own_policy if where == "policy" else set()) | \
-            (JOBS_THIRD_PARTY if module.startswith(NODE_JOBS + ".") else set())
+        ok = (
+            stdlib
+            | (POLICY_THIRD_PARTY | own_policy if where == "policy" else set())
+            | (JOBS_THIRD_PARTY if module.startswith(NODE_JOBS + ".") else set())
+        )
         if where in STDLIB_ONLY or where == "policy":
-            wrong += [f"{module}:{line} imports {name}" for name, line in imports(module) if name.split(".")[0] not in ok]
+            wrong += [
+                f"{module}:{line} imports {name}" for name, line in imports(module) if name.split(".")[0] not in ok
+            ]
     assert not wrong, "\n".join(wrong)
     importers = [s for s, targets in edges().items() for t in targets if t.startswith(NODE_JOBS) and s != t]
     assert not [s for s in importers if not s.startswith(NODE_JOBS)], f"{NODE_JOBS} is run, not imported: {importers}"
@@ -205,8 +215,10 @@ def test_the_contract_and_the_node_package_are_python_3_8_and_the_standard_libra
 # A cluster's resource names, as code would spell them around a variable; and the groups document's format
 # number (a literal `format` beside `groups`, or compared with a number).
 SPELLINGS = re.compile(r"/hpcc/\{|hpcc-\{|hpcc/\{")
-GROUPS_FORMAT = re.compile(r"""["']format["']\s*:\s*\d+\s*,\s*["']groups["']|"""
-                           r"""(?:get\(\s*["']format["']\s*\)|\[\s*["']format["']\s*\])\s*[!=]=\s*\d""")
+GROUPS_FORMAT = re.compile(
+    r"""["']format["']\s*:\s*\d+\s*,\s*["']groups["']|"""
+    r"""(?:get\(\s*["']format["']\s*\)|\[\s*["']format["']\s*\])\s*[!=]=\s*\d"""
+)
 # Where a spelling may stand: the contract itself, and the contract's own tests, which pin each name as running
 # clusters carry it. The bootstrap's bash (templates/) repeats a few names and is run against the contract's by
 # tests (tests/render/); tests/box/ is left to its own rewrite (its names are the ones the box's nodes use).
@@ -214,14 +226,20 @@ SPELLED_IN = ("hpcc_contract/", "tests/contract/", "tests/box/", "tests/test_arc
 
 
 def _python_files() -> list[str]:
-    out = subprocess.run(["git", "ls-files", "*.py", "scripts/hpcc"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        ["git", "ls-files", "*.py", "scripts/hpcc"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     return [f for f in out if (ROOT / f).is_file()]
 
 
 def _spelled(pattern: re.Pattern) -> list[str]:
-    return [f"{f}:{n}: {line.strip()}" for f in _python_files() if not f.startswith(SPELLED_IN)
-            for n, line in enumerate((ROOT / f).read_text().splitlines(), 1) if pattern.search(line)]
+    return [
+        f"{f}:{n}: {line.strip()}"
+        for f in _python_files()
+        if not f.startswith(SPELLED_IN)
+        for n, line in enumerate((ROOT / f).read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
 
 
 def test_no_cluster_name_is_spelled_outside_the_contract():

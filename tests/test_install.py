@@ -33,9 +33,24 @@ def wheel(tmp_path_factory) -> Path:
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     for name in BUILD_INPUTS:
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(
-            ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}))
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "-w", out, src, cwd=src)
+            ROOT / name,
+            src / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / name).is_dir() else {}),
+        )
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-w",
+        out,
+        src,
+        cwd=src,
+    )
     return next(out.glob("hpcc-*.whl"))
 
 
@@ -46,9 +61,22 @@ def venv(wheel, tmp_path_factory) -> Path:
     env = tmp_path_factory.mktemp("venv") / "v"
     _run(sys.executable, "-m", "venv", "--without-pip", env, cwd=env.parent)
     py = env / "bin" / "python"
-    _run(sys.executable, "-m", "pip", "--python", py, "install", "--quiet", "--no-deps", "--no-index", wheel,
-         cwd=env.parent)
-    site = Path(_run(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=env.parent).stdout.strip())
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        py,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        cwd=env.parent,
+    )
+    site = Path(
+        _run(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=env.parent).stdout.strip()
+    )
     (site / "hpcc-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return env
 
@@ -59,9 +87,16 @@ def _clean_env() -> dict:
 
 def test_the_wheel_holds_the_program_templates_policy_pack_examples_and_node_package(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for required in ("infra/__main__.py", "hpcc_contract/settings.py", "hpcc_node/__init__.py",
-                     "infra/templates/bootstrap.sh.j2", "infra/policy/PulumiPolicy.yaml", "infra/policy/__main__.py",
-                     "infra/examples/p5-llm.yaml", "infra/examples/slurm/torchrun.sbatch"):
+    for required in (
+        "infra/__main__.py",
+        "hpcc_contract/settings.py",
+        "hpcc_node/__init__.py",
+        "infra/templates/bootstrap.sh.j2",
+        "infra/policy/PulumiPolicy.yaml",
+        "infra/policy/__main__.py",
+        "infra/examples/p5-llm.yaml",
+        "infra/examples/slurm/torchrun.sbatch",
+    ):
         assert required in names, f"{required} is not in {wheel.name}"
     steps = {p.name for p in (ROOT / "templates" / "steps").glob("*.j2")}
     assert steps <= {Path(n).name for n in names if n.startswith("infra/templates/steps/")}
@@ -70,8 +105,14 @@ def test_the_wheel_holds_the_program_templates_policy_pack_examples_and_node_pac
 def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(venv, tmp_path):
     py, hpcc = venv / "bin" / "python", venv / "bin" / "hpcc"
     env = _clean_env()
-    where = _run(py, "-c", "from infra.render.assets import asset, installed; print(asset('templates')); "
-                 "print(asset('policy')); print(installed())", cwd=tmp_path, env=env).stdout.split()
+    where = _run(
+        py,
+        "-c",
+        "from infra.render.assets import asset, installed; print(asset('templates')); "
+        "print(asset('policy')); print(installed())",
+        cwd=tmp_path,
+        env=env,
+    ).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in where[:2]) and where[2] == "True", where
     # A line only the installed copies have: the plan's user data (the loader) and the bundle's role scripts
     # (the bootstrap) must carry it.
@@ -90,10 +131,15 @@ def test_installed_hpcc_inits_a_project_and_plans_from_the_installed_package(ven
     assert len(roles) == 2 and all(MARKER in p.read_text() for p in roles)
 
     # The project's policy pack runs the installed pack: the shim's path, and the pack's policies load from it.
-    pack = _run(py, "-c", "import runpy, sys; from infra.ops.project import policy_pack; from pathlib import Path; "
-                "shim = policy_pack(Path('.')); print(shim.resolve()); from infra.render.assets import asset; "
-                "sys.path.insert(0, str(asset('policy'))); import pack; print(pack.__file__); print(len(pack.policies()))",
-                cwd=proj, env=env).stdout.split()
+    pack = _run(
+        py,
+        "-c",
+        "import runpy, sys; from infra.ops.project import policy_pack; from pathlib import Path; "
+        "shim = policy_pack(Path('.')); print(shim.resolve()); from infra.render.assets import asset; "
+        "sys.path.insert(0, str(asset('policy'))); import pack; print(pack.__file__); print(len(pack.policies()))",
+        cwd=proj,
+        env=env,
+    ).stdout.split()
     assert Path(pack[0]) == (proj / "hpcc" / "policy").resolve()
     assert Path(pack[1]).is_relative_to(venv)
     sys.path.insert(0, str(ROOT / "policy"))

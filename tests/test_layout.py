@@ -14,8 +14,11 @@ MAX_LINES = 400
 
 def _tracked(*folders: str) -> list[str]:
     out = subprocess.run(["git", "ls-files", "--", *folders], cwd=ROOT, capture_output=True, text=True, check=True)
-    return [line for line in out.stdout.splitlines()
-            if not line.endswith(("__init__.py", "requirements.txt")) and (ROOT / line).is_file()]
+    return [
+        line
+        for line in out.stdout.splitlines()
+        if not line.endswith(("__init__.py", "requirements.txt")) and (ROOT / line).is_file()
+    ]
 
 
 def _layout_table() -> str:
@@ -28,8 +31,12 @@ def _named(path: str, table: str) -> bool:
     """By its path, its name (rows shorten `infra/plan/x.py, y.py`), or a step by its name in the steps' row."""
     p = Path(path)
     step = p.name.removesuffix(".sh.j2")
-    return path in table or f"`{p.name}`" in table or (p.parent.name == "steps" and f"`{step}`" in table) \
-        or (p.name == "__main__.py" and p.parent.name == "policy")  # the pack's entry point, named as policy/
+    return (
+        path in table
+        or f"`{p.name}`" in table
+        or (p.parent.name == "steps" and f"`{step}`" in table)
+        or (p.name == "__main__.py" and p.parent.name == "policy")
+    )  # the pack's entry point, named as policy/
 
 
 def test_the_layout_table_names_every_source_file():
@@ -39,8 +46,11 @@ def test_the_layout_table_names_every_source_file():
 
 
 def test_no_source_file_is_over_400_lines():
-    long = {f: n for f in _tracked("hpcc_contract", "infra", "hpcc_node", "policy", "scripts") if f.endswith(".py")
-            and (n := len((ROOT / f).read_text().splitlines())) > MAX_LINES}
+    long = {
+        f: n
+        for f in _tracked("hpcc_contract", "infra", "hpcc_node", "policy", "scripts")
+        if f.endswith(".py") and (n := len((ROOT / f).read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"over {MAX_LINES} lines, split by concern: {long}"
 
 

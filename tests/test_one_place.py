@@ -9,11 +9,11 @@ import ipaddress
 
 import pytest
 
-from infra.program.components.security import LUSTRE_PORTS
-from infra.plan import aws_rules
-from infra.plan.aws_rules import AwsRejected
 from hpcc_contract.settings import SETTINGS_LIMIT
 from infra.facts.subnets import PRIVATE_CIDRS, RESERVED_PER_SUBNET
+from infra.plan import aws_rules
+from infra.plan.aws_rules import AwsRejected
+from infra.program.components.security import LUSTRE_PORTS
 from infra.render.userdata import USER_DATA_LIMIT, render_loader, user_data, within_limit
 from policy import node_rules
 from policy.records import LT
@@ -25,8 +25,10 @@ SOME = sorted(CONTEXTS)[:2]  # a head and a compute script of one example
 
 def _program_ingress(group: str) -> list[dict]:
     """The Lustre rules security.py opens on the file system's group, as DescribeSecurityGroups lists them."""
-    return [{"IpProtocol": "tcp", "FromPort": low, "ToPort": high, "UserIdGroupPairs": [{"GroupId": group}]}
-            for low, high in LUSTRE_PORTS]
+    return [
+        {"IpProtocol": "tcp", "FromPort": low, "ToPort": high, "UserIdGroupPairs": [{"GroupId": group}]}
+        for low, high in LUSTRE_PORTS
+    ]
 
 
 def test_the_lustre_ports_the_program_opens_are_the_ones_fsx_requires():

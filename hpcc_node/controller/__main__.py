@@ -101,6 +101,7 @@ def groups_reader(ssm: Any, cluster: str) -> Callable[[], Sequence[Group]]:
         if text is None:
             raise ConfigError(f"{parameter} does not exist; the program writes it (pulumi up)")
         return parse_groups(text, parameter)
+
     return groups
 
 
@@ -133,6 +134,7 @@ def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
         last.clear()
         last.update(follow(found.get(names[0], ""), found.get(names[1], "")))
         return dict(last)
+
     return read
 
 
@@ -176,13 +178,32 @@ def build(env: Mapping[str, str], run: Callable[..., Any] = None, clock: Callabl
     timers = timers_from_env(env)
     slurm = env.get("HPCC_SCHEDULER") == "slurm"
     head = {"name": "head", "ip": env["HPCC_NODE_IP"], "instance": env["HPCC_INSTANCE_ID"]}
-    step = loop.build_step(ec2, ddb, s3, cluster, table, bucket, groups_reader(ssm, cluster), env["HPCC_INSTANCE_ID"],
-                           clock, slurm_run=loop.slurm_command if slurm else None,
-                           slurm_read=loop.scontrol_nodes if slurm else None, bundle=follow_reader(ssm, cluster),
-                           head=head, timers=timers)
-    LOG.info("controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s", cluster,
-             env["HPCC_INSTANCE_ID"], env["HPCC_NODE_IP"], table, bucket, timers.loop_seconds,
-             ", Slurm node states" if slurm else "")
+    step = loop.build_step(
+        ec2,
+        ddb,
+        s3,
+        cluster,
+        table,
+        bucket,
+        groups_reader(ssm, cluster),
+        env["HPCC_INSTANCE_ID"],
+        clock,
+        slurm_run=loop.slurm_command if slurm else None,
+        slurm_read=loop.scontrol_nodes if slurm else None,
+        bundle=follow_reader(ssm, cluster),
+        head=head,
+        timers=timers,
+    )
+    LOG.info(
+        "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s",
+        cluster,
+        env["HPCC_INSTANCE_ID"],
+        env["HPCC_NODE_IP"],
+        table,
+        bucket,
+        timers.loop_seconds,
+        ", Slurm node states" if slurm else "",
+    )
     return step, timers
 
 

@@ -13,24 +13,46 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from hpcc_node.awscli import error_code
 from hpcc_contract.names import TAG_NODE, resource_name
 from hpcc_contract.taxonomy import FailureClass
+from hpcc_node.awscli import error_code
 
 from . import fleet, membership
 from .health.act import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
-from .model import (BOOTING, READY, RECORDED, REMOVING, REPLACE, REPLACING, Action, Event, Group,
-                    GroupState, Slot, Snapshot)
+from .model import (
+    BOOTING,
+    READY,
+    RECORDED,
+    REMOVING,
+    REPLACE,
+    REPLACING,
+    Action,
+    Event,
+    Group,
+    GroupState,
+    Slot,
+    Snapshot,
+)
 from .timers import DEFAULT, Timers
 
 LOG = logging.getLogger("hpcc.controller")
 
 
 class Executor(HealthActs):
-    def __init__(self, ec2: Any, ledger: Ledger, s3: Any, bucket: str, cluster: str, groups: Sequence[Group],
-                 clock: Callable[[], float], slurm: Optional[Callable[[List[str]], Any]] = None,
-                 timers: Timers = DEFAULT, log: logging.Logger = LOG):
+    def __init__(
+        self,
+        ec2: Any,
+        ledger: Ledger,
+        s3: Any,
+        bucket: str,
+        cluster: str,
+        groups: Sequence[Group],
+        clock: Callable[[], float],
+        slurm: Optional[Callable[[List[str]], Any]] = None,
+        timers: Timers = DEFAULT,
+        log: logging.Logger = LOG,
+    ):
         self.ec2, self.ledger, self.s3, self.bucket, self.cluster = ec2, ledger, s3, bucket, cluster
         self.groups = {g.name: g for g in groups}
         self.clock, self.slurm, self.timers, self.log = clock, slurm, timers, log
@@ -66,9 +88,18 @@ class Executor(HealthActs):
             return
         self.seq += 1
         counted = a.kind != REPLACE or a.data.get("counted", True)
-        self.ledger.event(Event(self.clock(), a.kind, a.node or a.group, a.why.failure if counted else "",
-                                a.data.get("signature", "") if counted else "", phase, detail or a.why.text()),
-                          self.seq)
+        self.ledger.event(
+            Event(
+                self.clock(),
+                a.kind,
+                a.node or a.group,
+                a.why.failure if counted else "",
+                a.data.get("signature", "") if counted else "",
+                phase,
+                detail or a.why.text(),
+            ),
+            self.seq,
+        )
 
     def _slurm(self, *args: str) -> None:
         if self.slurm is not None:
@@ -111,8 +142,9 @@ class Executor(HealthActs):
         self.ledger.drop_launch(token)
         if not out.transient:
             self.ledger.alert(f"launch:{group.name}:{out.code}", now)
-        self.log.warning("launch %s: %s; %s, retry in %d s; no budget spent", group.name, out.failure,
-                         out.evidence, wait)
+        self.log.warning(
+            "launch %s: %s; %s, retry in %d s; no budget spent", group.name, out.failure, out.evidence, wait
+        )
         return f"{out.failure}: {out.evidence}; retry in {wait} s"
 
     def _name(self, a: Action) -> str:
@@ -125,14 +157,17 @@ class Executor(HealthActs):
         return f"{a.instance_id} is {a.node}"
 
     def _tag(self, a: Action) -> str:
-        self.ec2.create_tags(Resources=[a.instance_id], Tags=[
-            {"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": resource_name(self.cluster, a.node)}])
+        self.ec2.create_tags(
+            Resources=[a.instance_id],
+            Tags=[{"Key": TAG_NODE, "Value": a.node}, {"Key": "Name", "Value": resource_name(self.cluster, a.node)}],
+        )
         return a.node
 
     def _mark(self, a: Action) -> str:
         slot = self._slot(a)
-        self.slots[a.node] = self.ledger.put_slot(slot, state=a.data["state"], reason=a.data.get("reason", ""),
-                                                  since=self.clock())
+        self.slots[a.node] = self.ledger.put_slot(
+            slot, state=a.data["state"], reason=a.data.get("reason", ""), since=self.clock()
+        )
         gs = self._group(a.group)
         if a.data["state"] == READY and slot.state == BOOTING and (gs.consecutive_failures or gs.protected):
             self._put_group(a.group, consecutive_failures=0, protected="")  # any boot that succeeds resets them
@@ -143,8 +178,13 @@ class Executor(HealthActs):
         if slot.state != REPLACING or slot.instance_id != a.instance_id:
             counted = a.data.get("counted", True) and bool(a.why.failure)
             self.slots[a.node] = self.ledger.put_slot(
-                slot, state=REPLACING, since=self.clock(), reason=a.why.text(), replace_requested=False,
-                attempts=slot.attempts + (1 if counted else 0))
+                slot,
+                state=REPLACING,
+                since=self.clock(),
+                reason=a.why.text(),
+                replace_requested=False,
+                attempts=slot.attempts + (1 if counted else 0),
+            )
             if counted and a.why.failure == FailureClass.BOOTSTRAP.value:
                 self._put_group(a.group, consecutive_failures=self._group(a.group).consecutive_failures + 1)
         return self._terminate(a.instance_id)
@@ -169,8 +209,12 @@ class Executor(HealthActs):
 
     def _drain(self, a: Action) -> str:
         if a.data.get("slot_state"):
-            self.slots[a.node] = self.ledger.put_slot(self._slot(a), state=a.data["slot_state"], since=self.clock(),
-                                                      reason=a.data.get("slot_reason", a.why.text()))
+            self.slots[a.node] = self.ledger.put_slot(
+                self._slot(a),
+                state=a.data["slot_state"],
+                since=self.clock(),
+                reason=a.data.get("slot_reason", a.why.text()),
+            )
         self._slurm(f"NodeName={a.node}", "State=DRAIN", f"Reason={a.data['reason']}")
         return "draining"
 
@@ -207,8 +251,9 @@ class Executor(HealthActs):
         return a.data["status"] or "active"
 
 
-def reconcile_once(observe: Callable[[], Any], decide: Callable[[Snapshot], Sequence[Action]], executor: Executor,
-                   ledger: Ledger) -> Mapping[str, Any]:
+def reconcile_once(
+    observe: Callable[[], Any], decide: Callable[[Snapshot], Sequence[Action]], executor: Executor, ledger: Ledger
+) -> Mapping[str, Any]:
     """One loop: the lease, then observe -> decide -> act; a controller without the lease only watches."""
     if not ledger.acquire():
         owner, until = ledger.holder()

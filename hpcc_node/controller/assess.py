@@ -12,17 +12,25 @@ from typing import Mapping, Optional
 
 from hpcc_contract.taxonomy import FailureClass
 
-from .model import (BOOTING, DRAINING, GONE, READY, REASON_PREFIX, SHRINK, Group, Instance, Slot, SlurmNode,
-                    Snapshot)
+from .model import BOOTING, DRAINING, GONE, READY, REASON_PREFIX, SHRINK, Group, Instance, Slot, SlurmNode, Snapshot
 from .timers import Timers
 
 # ReturnToService=1 (templates/steps/slurm.sh.j2) keeps such a node DOWN: its agent's next verdict (the boot checks
 # again: they run once a boot) decides.
 UNEXPECTED_REBOOT = "Node unexpectedly rebooted"
 # Reasons Slurm writes itself (slurmctld's own node reasons): not a person's, so they do not hold a node.
-SLURM_OWN_REASONS = ("Not responding", UNEXPECTED_REBOOT, "Kill task failed", "Prolog error",
-                     "Epilog error", "batch job complete failure", "Low RealMemory", "Low socket*core*thread count",
-                     "NO NETWORK ADDRESS FOUND", "Unexpected registration")
+SLURM_OWN_REASONS = (
+    "Not responding",
+    UNEXPECTED_REBOOT,
+    "Kill task failed",
+    "Prolog error",
+    "Epilog error",
+    "batch job complete failure",
+    "Low RealMemory",
+    "Low socket*core*thread count",
+    "NO NETWORK ADDRESS FOUND",
+    "Unexpected registration",
+)
 HELD_STATES = frozenset({"DRAIN", "DOWN", "FAIL"})
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 # EC2 scheduled events (DescribeInstanceStatus `Events[].Code`): each needs the instance gone or rebooted by AWS.
@@ -56,8 +64,11 @@ def drained(node: Optional[SlurmNode]) -> bool:
 
 def registered(node: Optional[SlurmNode], inst: Instance) -> bool:
     """slurmd registered from this instance: Slurm knows its address and hears from it."""
-    return node is not None and node.addr == inst.private_ip and not (
-        node.states & {"NOT_RESPONDING", "POWERED_DOWN", "FUTURE", "INVALID_REG"})
+    return (
+        node is not None
+        and node.addr == inst.private_ip
+        and not (node.states & {"NOT_RESPONDING", "POWERED_DOWN", "FUTURE", "INVALID_REG"})
+    )
 
 
 def signature(failure: str, evidence: str) -> str:
@@ -113,10 +124,19 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
         return Verdict("failure", report.failure or FailureClass.BOOTSTRAP.value, report.evidence or "reported failed")
     if snap.slurm is not None and inst.private_ip and (node is None or node.addr != inst.private_ip):
         return Verdict("set-address", evidence=f"slurm address for the instance at {inst.private_ip}")
-    if slot.state in (READY, DRAINING) and report is not None and report.heard and \
-            now - report.heard > timers.heartbeat_timeout_seconds:
-        return Verdict("failure", FailureClass.HEALTH.value, f"no heartbeat: its status unwritten for over "
-                       f"{timers.heartbeat_timeout_seconds} s (its agent, or the node, stopped)", hard=False)
+    if (
+        slot.state in (READY, DRAINING)
+        and report is not None
+        and report.heard
+        and now - report.heard > timers.heartbeat_timeout_seconds
+    ):
+        return Verdict(
+            "failure",
+            FailureClass.HEALTH.value,
+            f"no heartbeat: its status unwritten for over "
+            f"{timers.heartbeat_timeout_seconds} s (its agent, or the node, stopped)",
+            hard=False,
+        )
     if slot.state == READY and node is not None and "NOT_RESPONDING" in node.states:
         return Verdict("failure", FailureClass.HEALTH.value, "slurmd not responding")
     if slot.state == BOOTING:
@@ -125,13 +145,20 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
             return Verdict("ready", evidence="bootstrap passed" + ("" if snap.slurm is None else ", slurmd registered"))
         if now - slot.since > timers.boot_grace_seconds:
             what = "slurmd never registered" if up else "no ready report"
-            return Verdict("failure", FailureClass.BOOTSTRAP.value,
-                           f"{what} within the boot grace ({timers.boot_grace_seconds} s)")
+            return Verdict(
+                "failure", FailureClass.BOOTSTRAP.value, f"{what} within the boot grace ({timers.boot_grace_seconds} s)"
+            )
         return None
     if slot.state == READY and node is not None and node.states & HELD_STATES and hpcc_reason(node):
         return Verdict("resume", evidence=f"ready again (was: {node.reason})")
-    if slot.state == READY and node is not None and "DOWN" in node.states and \
-            node.reason.startswith(UNEXPECTED_REBOOT) and report is not None and report.ok:
+    if (
+        slot.state == READY
+        and node is not None
+        and "DOWN" in node.states
+        and node.reason.startswith(UNEXPECTED_REBOOT)
+        and report is not None
+        and report.ok
+    ):
         return Verdict("resume", evidence=f"its checks pass after the reboot (was: {node.reason})")
     if slot.state == DRAINING and not slot.reason.startswith(SHRINK) and report is not None and report.ok:
         # A soft failure drains first and is replaced once drained; found again no more (a long tick's heartbeat

@@ -17,9 +17,38 @@ from hpcc_contract.names import fleet_client_token, node_name
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
 from .health.decide import health_actions
-from .model import (ACTIVE_STATES, BOOTING, DRAIN, DRAINING, ENDED, FAILED, FORGET, GONE, LAUNCH, LIVE, MARK, NAME,
-                    PUBLISH, READY, REMOVE, REMOVING, REPLACE, REPLACING, RESUME, SET_ADDR, TAG, TERMINATE_ORPHAN,
-                    SHRINK, WAIT_CAPACITY_BLOCK, Action, Group, GroupState, Slot, Snapshot, Why)
+from .model import (
+    ACTIVE_STATES,
+    BOOTING,
+    DRAIN,
+    DRAINING,
+    ENDED,
+    FAILED,
+    FORGET,
+    GONE,
+    LAUNCH,
+    LIVE,
+    MARK,
+    NAME,
+    PUBLISH,
+    READY,
+    REMOVE,
+    REMOVING,
+    REPLACE,
+    REPLACING,
+    RESUME,
+    SET_ADDR,
+    SHRINK,
+    TAG,
+    TERMINATE_ORPHAN,
+    WAIT_CAPACITY_BLOCK,
+    Action,
+    Group,
+    GroupState,
+    Slot,
+    Snapshot,
+    Why,
+)
 from .timers import DEFAULT, Timers
 
 
@@ -53,32 +82,72 @@ def _shrink_actions(victims: List[Slot], snap: Snapshot, now: float, timers: Tim
         if s.state == REPLACING and predecessor_gone(s, snap, now, timers):
             out.append(Action(FORGET, group=s.group, node=s.name, why=why))
         elif s.state == READY and snap.slurm is not None and not drained(slurm.get(s.name)):
-            out.append(Action(DRAIN, group=s.group, node=s.name, instance_id=s.instance_id, why=why,
-                              data={"reason": slurm_reason(why), "slot_state": DRAINING, "slot_reason": why.evidence}))
+            out.append(
+                Action(
+                    DRAIN,
+                    group=s.group,
+                    node=s.name,
+                    instance_id=s.instance_id,
+                    why=why,
+                    data={"reason": slurm_reason(why), "slot_state": DRAINING, "slot_reason": why.evidence},
+                )
+            )
         elif s.state == DRAINING and not drained(slurm.get(s.name)):
             if "DRAIN" not in getattr(slurm.get(s.name), "states", {"DRAIN"}):  # killed between ledger and scontrol
-                out.append(Action(DRAIN, group=s.group, node=s.name, instance_id=s.instance_id, why=why,
-                                  data={"reason": slurm_reason(why)}))
+                out.append(
+                    Action(
+                        DRAIN,
+                        group=s.group,
+                        node=s.name,
+                        instance_id=s.instance_id,
+                        why=why,
+                        data={"reason": slurm_reason(why)},
+                    )
+                )
         else:
-            out.append(Action(REMOVE, group=s.group, node=s.name, instance_id=s.instance_id, why=why,
-                              data={"reason": slurm_reason(why)}))
+            out.append(
+                Action(
+                    REMOVE,
+                    group=s.group,
+                    node=s.name,
+                    instance_id=s.instance_id,
+                    why=why,
+                    data={"reason": slurm_reason(why)},
+                )
+            )
     return out
 
 
-def _slot_actions(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers,
-                  failures: List[Failure]) -> List[Action]:
+def _slot_actions(
+    slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers, failures: List[Failure]
+) -> List[Action]:
     """Routine work on one slot; failures are collected for the budget rules."""
     node = (snap.slurm or {}).get(slot.name)
     if slot.state == REMOVING:
         if predecessor_gone(slot, snap, now, timers):
             return [Action(FORGET, group=slot.group, node=slot.name, why=Why("", "removed; its instance is gone"))]
-        return [Action(REMOVE, group=slot.group, node=slot.name, instance_id=slot.instance_id,
-                       why=Why("", slot.reason or SHRINK))]
+        return [
+            Action(
+                REMOVE,
+                group=slot.group,
+                node=slot.name,
+                instance_id=slot.instance_id,
+                why=Why("", slot.reason or SHRINK),
+            )
+        ]
     if slot.state == REPLACING:
         if predecessor_gone(slot, snap, now, timers):
             return []  # vacant: the name goes to the next launched instance
-        return [Action(REPLACE, group=slot.group, node=slot.name, instance_id=slot.instance_id,
-                       why=Why("", "finishing the recorded replacement"), data={"counted": False})]
+        return [
+            Action(
+                REPLACE,
+                group=slot.group,
+                node=slot.name,
+                instance_id=slot.instance_id,
+                why=Why("", "finishing the recorded replacement"),
+                data={"counted": False},
+            )
+        ]
     if slot.replace_requested and not (slot.state == ENDED):
         return down_and_replace(slot, Why("", "requested by hpcc replace"), node, snap, counted=False)
     if slot.state in (ENDED, FAILED) or held_by_person(node):
@@ -114,8 +183,11 @@ def _slot_actions(slot: Slot, group: Group, snap: Snapshot, now: float, timers: 
 def _unnamed(group: Group, snap: Snapshot, named: Set[str], now: float, timers: Timers) -> List[Tuple[float, str]]:
     """Live instances of the group that no slot holds, oldest first: from EC2 and from launches recorded in the
     ledger that EC2 does not list yet."""
-    seen = {i.instance_id: (i.launch_time, i.instance_id) for i in snap.instances.values()
-            if i.group == group.name and i.state in LIVE and i.instance_id not in named}
+    seen = {
+        i.instance_id: (i.launch_time, i.instance_id)
+        for i in snap.instances.values()
+        if i.group == group.name and i.state in LIVE and i.instance_id not in named
+    }
     for rec in snap.launches:
         if rec.group == group.name and rec.instance_ids and now - rec.at <= timers.orphan_timeout_seconds:
             for iid in rec.instance_ids:
@@ -124,8 +196,9 @@ def _unnamed(group: Group, snap: Snapshot, named: Set[str], now: float, timers: 
     return sorted(seen.values())
 
 
-def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: Timers, named: Set[str],
-          taken: Set[str]) -> List[Action]:
+def _fill(
+    group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: Timers, named: Set[str], taken: Set[str]
+) -> List[Action]:
     """Names for unnamed instances (vacated names first, then new ones at the lowest free index) and launches for
     whatever is still missing."""
     gs = snap.group_states.get(group.name) or GroupState(group.name)
@@ -133,26 +206,46 @@ def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: T
     out: List[Action] = []
     waiting = f"waiting for capacity block {group.capacity_block.reservation_id}" if phase == "before" else ""
     if group.capacity_block is not None and gs.status != waiting:
-        out.append(Action(WAIT_CAPACITY_BLOCK, group=group.name, why=Why("", waiting or "capacity block active"),
-                          data={"status": waiting}))
+        out.append(
+            Action(
+                WAIT_CAPACITY_BLOCK,
+                group=group.name,
+                why=Why("", waiting or "capacity block active"),
+                data={"status": waiting},
+            )
+        )
     active = [s for s in slots if s.state in ACTIVE_STATES]
-    vacant = sorted((s for s in active if s.state == REPLACING and predecessor_gone(s, snap, now, timers)),
-                    key=lambda s: s.index)
+    vacant = sorted(
+        (s for s in active if s.state == REPLACING and predecessor_gone(s, snap, now, timers)), key=lambda s: s.index
+    )
     used = {s.index for s in slots if s.state != ENDED}  # a Capacity Block's ended names are taken again
-    fresh = [i for i in range(group.size_limit) if i not in used][:max(0, group.count - len(active))]
+    fresh = [i for i in range(group.size_limit) if i not in used][: max(0, group.count - len(active))]
     targets = [(s.name, s.index) for s in vacant] + [(node_name(group.name, i), i) for i in fresh]
     unnamed = _unnamed(group, snap, named, now, timers)
     for (name, index), (_, iid) in zip(targets, unnamed):
         inst = snap.instances.get(iid)
-        out.append(Action(NAME, group=group.name, node=name, instance_id=iid,
-                          why=Why("", "replacement" if name in snap.slots else "new node"),
-                          data={"index": index, "ip": inst.private_ip if inst else ""}))
+        out.append(
+            Action(
+                NAME,
+                group=group.name,
+                node=name,
+                instance_id=iid,
+                why=Why("", "replacement" if name in snap.slots else "new node"),
+                data={"index": index, "ip": inst.private_ip if inst else ""},
+            )
+        )
         taken.add(iid)
     missing = len(targets) - len(unnamed)
     pending = [r for r in snap.launches if r.group == group.name and r.instance_ids is None]
     for rec in pending:  # a launch whose result was never recorded: the same token gets the same fleet
-        out.append(Action(LAUNCH, group=group.name, why=Why("", "retrying a recorded launch"),
-                          data={"count": rec.count, "token": rec.token}))
+        out.append(
+            Action(
+                LAUNCH,
+                group=group.name,
+                why=Why("", "retrying a recorded launch"),
+                data={"count": rec.count, "token": rec.token},
+            )
+        )
         missing -= rec.count
     if missing <= 0 or phase != "active" or gs.protected or now < gs.backoff_until:
         return out
@@ -160,15 +253,22 @@ def _fill(group: Group, slots: List[Slot], snap: Snapshot, now: float, timers: T
     batch = 0
     while budget > 0:
         count = min(budget, timers.launch_batch_size)
-        out.append(Action(LAUNCH, group=group.name, why=Why("", f"{missing} node(s) missing"),
-                          data={"count": count, "token": fleet_client_token(snap.cluster, group.name, now, batch)}))
+        out.append(
+            Action(
+                LAUNCH,
+                group=group.name,
+                why=Why("", f"{missing} node(s) missing"),
+                data={"count": count, "token": fleet_client_token(snap.cluster, group.name, now, batch)},
+            )
+        )
         budget -= count
         batch += 1
     return out
 
 
-def membership_body(slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[Group],
-                    unlisted: Optional[Mapping[str, str]] = None) -> Dict:
+def membership_body(
+    slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[Group], unlisted: Optional[Mapping[str, str]] = None
+) -> Dict:
     """What every node follows: each named node with its group, address and state (and `out`, why, when its health
     verdict took it out of service without Slurm: hosts.py leaves it out of the hostfiles), the groups' sizes, and
     the bundle pointer. Sorted, so the same cluster always gives the same bytes."""
@@ -176,9 +276,16 @@ def membership_body(slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[
     for s in sorted(slots.values(), key=lambda s: s.name):
         if s.state in (BOOTING, READY, DRAINING, FAILED) and s.instance_id:
             inst = snap.instances.get(s.instance_id)
-            nodes.append({"name": s.name, "group": s.group, "ip": inst.private_ip if inst else "",
-                          "instance": s.instance_id, "state": s.state,
-                          **({"out": unlisted[s.name]} if unlisted and s.name in unlisted else {})})
+            nodes.append(
+                {
+                    "name": s.name,
+                    "group": s.group,
+                    "ip": inst.private_ip if inst else "",
+                    "instance": s.instance_id,
+                    "state": s.state,
+                    **({"out": unlisted[s.name]} if unlisted and s.name in unlisted else {}),
+                }
+            )
     body = {"nodes": nodes, "groups": {g.name: g.count for g in groups}, "bundle": dict(snap.bundle)}
     if snap.head:  # the head the nodes join (the controller's own); a replaced head publishes its address
         body["head"] = dict(snap.head)
@@ -196,15 +303,17 @@ def project(slots: Mapping[str, Slot], actions: Sequence[Action], now: float) ->
         s = out.get(a.node)
         if a.kind == NAME:
             prior = out.get(a.node)
-            out[a.node] = Slot(a.node, a.group, a.data["index"], a.instance_id, BOOTING, now,
-                               prior.attempts if prior else 0)
+            out[a.node] = Slot(
+                a.node, a.group, a.data["index"], a.instance_id, BOOTING, now, prior.attempts if prior else 0
+            )
         elif s is None:
             continue
         elif a.kind == MARK:
             out[a.node] = Slot(s.name, s.group, s.index, s.instance_id, a.data["state"], now, s.attempts)
         elif a.kind in (REPLACE, REMOVE):
-            out[a.node] = Slot(s.name, s.group, s.index, s.instance_id, REPLACING if a.kind == REPLACE else REMOVING,
-                               now, s.attempts)
+            out[a.node] = Slot(
+                s.name, s.group, s.index, s.instance_id, REPLACING if a.kind == REPLACE else REMOVING, now, s.attempts
+            )
         elif a.kind == FORGET:
             del out[a.node]
     return out
@@ -231,8 +340,15 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             if s.state == REMOVING and predecessor_gone(s, snap, now, timers):
                 out.append(Action(FORGET, group=name, node=s.name, why=Why("", "removed; its instance is gone")))
             elif s.state != ENDED:
-                out.append(Action(REMOVE, group=name, node=s.name, instance_id=s.instance_id,
-                                  why=Why("", f"{SHRINK}: group {name} is no longer configured")))
+                out.append(
+                    Action(
+                        REMOVE,
+                        group=name,
+                        node=s.name,
+                        instance_id=s.instance_id,
+                        why=Why("", f"{SHRINK}: group {name} is no longer configured"),
+                    )
+                )
     health, failures, unlisted = health_actions(failures, snap, groups, now, timers, cluster_nodes, raised)
     out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
@@ -240,15 +356,32 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
     for group in groups:
         out += _fill(group, by_group[group.name], snap, now, timers, named, taken)
     for inst in sorted(snap.instances.values(), key=lambda i: i.instance_id):
-        if inst.state in LIVE and inst.instance_id not in named and inst.instance_id not in taken \
-                and now - inst.launch_time > timers.orphan_timeout_seconds:
-            out.append(Action(TERMINATE_ORPHAN, group=inst.group, instance_id=inst.instance_id,
-                              why=Why("", f"cluster instance with no name after {timers.orphan_timeout_seconds} s")))
+        if (
+            inst.state in LIVE
+            and inst.instance_id not in named
+            and inst.instance_id not in taken
+            and now - inst.launch_time > timers.orphan_timeout_seconds
+        ):
+            out.append(
+                Action(
+                    TERMINATE_ORPHAN,
+                    group=inst.group,
+                    instance_id=inst.instance_id,
+                    why=Why("", f"cluster instance with no name after {timers.orphan_timeout_seconds} s"),
+                )
+            )
     for s in sorted(snap.slots.values(), key=lambda s: s.name):  # tags follow the ledger, for people and IAM
         inst = snap.instances.get(s.instance_id)
         if s.state in ACTIVE_STATES and inst is not None and inst.state in LIVE and inst.name_tag != s.name:
-            out.append(Action(TAG, group=s.group, node=s.name, instance_id=s.instance_id,
-                              why=Why("", f"its tag says {inst.name_tag or 'nothing'}; the ledger says {s.name}")))
+            out.append(
+                Action(
+                    TAG,
+                    group=s.group,
+                    node=s.name,
+                    instance_id=s.instance_id,
+                    why=Why("", f"its tag says {inst.name_tag or 'nothing'}; the ledger says {s.name}"),
+                )
+            )
     body = membership_body(project(snap.slots, out, now), snap, groups, unlisted)
     sha = digest(body)
     if sha != snap.membership_digest:

@@ -11,8 +11,23 @@ from typing import Dict, List, Mapping, Optional
 from hpcc_contract.taxonomy import FailureClass, policy
 
 from .assess import drained, hpcc_reason, signature
-from .model import (ALERT, DOWN, DRAIN, DRAINING, FAILED, MARK, PROTECT, REASON_PREFIX, REPLACE, Action, GroupState,
-                    Slot, SlurmNode, Snapshot, Why)
+from .model import (
+    ALERT,
+    DOWN,
+    DRAIN,
+    DRAINING,
+    FAILED,
+    MARK,
+    PROTECT,
+    REASON_PREFIX,
+    REPLACE,
+    Action,
+    GroupState,
+    Slot,
+    SlurmNode,
+    Snapshot,
+    Why,
+)
 from .timers import Timers
 
 
@@ -41,8 +56,14 @@ def alert(key: str, text: str, snap: Snapshot, raised: set, group: str = "") -> 
     if key in snap.alerts or key in raised:
         return []
     raised.add(key)
-    return [Action(ALERT, group=group, why=Why(FailureClass.SYSTEMIC.value if key.startswith("systemic") else "",
-                                                text), data={"key": key})]
+    return [
+        Action(
+            ALERT,
+            group=group,
+            why=Why(FailureClass.SYSTEMIC.value if key.startswith("systemic") else "", text),
+            data={"key": key},
+        )
+    ]
 
 
 def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int) -> set:
@@ -55,24 +76,37 @@ def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers
     for f in failures:
         nodes.setdefault(f.signature, set()).add(f.slot.name)
     threshold = timers.systemic_threshold(cluster_nodes)
-    return {sig for sig, names in nodes.items() if len(names) >= threshold and
-            any(f.signature == sig for f in failures)}
+    return {
+        sig for sig, names in nodes.items() if len(names) >= threshold and any(f.signature == sig for f in failures)
+    }
 
 
 def replacements_in_window(snap: Snapshot, now: float, timers: Timers) -> int:
-    return sum(1 for e in snap.events if e.kind == REPLACE and e.phase == "start" and e.failure
-               and now - e.at <= timers.breaker_window_seconds)
+    return sum(
+        1
+        for e in snap.events
+        if e.kind == REPLACE and e.phase == "start" and e.failure and now - e.at <= timers.breaker_window_seconds
+    )
 
 
 def _mark_failed(f: Failure, reason: str) -> List[Action]:
     if f.slot.state == FAILED and f.slot.reason == reason:
         return []
-    return [Action(MARK, group=f.slot.group, node=f.slot.name, instance_id=f.slot.instance_id, why=f.why,
-                   data={"state": FAILED, "reason": reason})]
+    return [
+        Action(
+            MARK,
+            group=f.slot.group,
+            node=f.slot.name,
+            instance_id=f.slot.instance_id,
+            why=f.why,
+            data={"state": FAILED, "reason": reason},
+        )
+    ]
 
 
-def failure_actions(failures: List[Failure], snap: Snapshot, now: float, timers: Timers,
-                    cluster_nodes: int, raised: set) -> List[Action]:
+def failure_actions(
+    failures: List[Failure], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int, raised: set
+) -> List[Action]:
     out: List[Action] = []
     slurm: Mapping[str, SlurmNode] = snap.slurm or {}
     bursts = systemic(failures, snap, now, timers, cluster_nodes)
@@ -97,8 +131,13 @@ def failure_actions(failures: List[Failure], snap: Snapshot, now: float, timers:
             continue
         if slot.attempts >= timers.slot_attempt_cap:
             out += _mark_failed(f, f"{why.text()} (attempt cap {timers.slot_attempt_cap} reached)")
-            out += alert(f"cap:{slot.name}", f"{slot.name} failed {slot.attempts + 1} times; left failed",
-                         snap, raised, slot.group)
+            out += alert(
+                f"cap:{slot.name}",
+                f"{slot.name} failed {slot.attempts + 1} times; left failed",
+                snap,
+                raised,
+                slot.group,
+            )
             continue
         if f.failure == FailureClass.BOOTSTRAP.value:
             n = gs.consecutive_failures + bootstrap_now[slot.group] + 1
@@ -109,14 +148,27 @@ def failure_actions(failures: List[Failure], snap: Snapshot, now: float, timers:
                 out += _mark_failed(f, f"{why.text()} (group protected: {reason})")
                 continue
         if budget <= 0:
-            out += alert("breaker", f"circuit breaker open: {timers.breaker_limit(cluster_nodes)} replacements "
-                         f"within {timers.breaker_window_seconds} s; no more until the window passes", snap, raised)
+            out += alert(
+                "breaker",
+                f"circuit breaker open: {timers.breaker_limit(cluster_nodes)} replacements "
+                f"within {timers.breaker_window_seconds} s; no more until the window passes",
+                snap,
+                raised,
+            )
             continue
         node = slurm.get(slot.name)
         if not f.hard and snap.slurm is not None and not (slot.state == DRAINING and drained(node)):
             if slot.state != DRAINING or not (node and "DRAIN" in node.states):
-                out.append(Action(DRAIN, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
-                                  data={"reason": slurm_reason(why), "slot_state": DRAINING}))
+                out.append(
+                    Action(
+                        DRAIN,
+                        group=slot.group,
+                        node=slot.name,
+                        instance_id=slot.instance_id,
+                        why=why,
+                        data={"reason": slurm_reason(why), "slot_state": DRAINING},
+                    )
+                )
             continue  # replaced once Slurm has drained it
         if f.failure == FailureClass.BOOTSTRAP.value:
             bootstrap_now[slot.group] += 1
@@ -125,14 +177,31 @@ def failure_actions(failures: List[Failure], snap: Snapshot, now: float, timers:
     return out
 
 
-def down_and_replace(slot: Slot, why: Why, node: Optional[SlurmNode], snap: Snapshot,
-                     counted: bool = True) -> List[Action]:
+def down_and_replace(
+    slot: Slot, why: Why, node: Optional[SlurmNode], snap: Snapshot, counted: bool = True
+) -> List[Action]:
     """DOWN in Slurm (jobs on it are requeued or fail now, not at the next timeout), then REPLACE: the ledger marks
     the slot replacing and the instance is terminated; the name moves once EC2 shows it shutting down."""
     out: List[Action] = []
     if snap.slurm is not None and not (node and "DOWN" in node.states and hpcc_reason(node)):
-        out.append(Action(DOWN, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
-                          data={"reason": slurm_reason(why)}))
-    out.append(Action(REPLACE, group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why,
-                      data={"counted": counted, "signature": signature(why.failure, why.evidence)}))
+        out.append(
+            Action(
+                DOWN,
+                group=slot.group,
+                node=slot.name,
+                instance_id=slot.instance_id,
+                why=why,
+                data={"reason": slurm_reason(why)},
+            )
+        )
+    out.append(
+        Action(
+            REPLACE,
+            group=slot.group,
+            node=slot.name,
+            instance_id=slot.instance_id,
+            why=why,
+            data={"counted": counted, "signature": signature(why.failure, why.evidence)},
+        )
+    )
     return out

@@ -21,15 +21,22 @@ from .model import Group
 
 # CreateFleet/RunInstances error codes for which EC2 had no capacity (or no room in a quota) for now: the launch
 # class, back off and retry (EC2 API reference, "Error codes for the Amazon EC2 API").
-CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity",
-                  "InsufficientCapacity", "InsufficientCapacityOnOutpost", "ReservationCapacityExceeded",
-                  "UnfulfillableCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
-                  "InsufficientFreeAddressesInSubnet")
+CAPACITY_CODES = (
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity",
+    "InsufficientCapacity",
+    "InsufficientCapacityOnOutpost",
+    "ReservationCapacityExceeded",
+    "UnfulfillableCapacity",
+    "SpotMaxPriceTooLow",
+    "MaxSpotInstanceCountExceeded",
+    "InsufficientFreeAddressesInSubnet",
+)
 QUOTA_CODES = ("InstanceLimitExceeded", "VcpuLimitExceeded", "MaxFleetCountExceeded", "TargetCapacityLimitExceeded")
 THROTTLE_CODES = ("RequestLimitExceeded", "Throttling")
 # CreateFleet reports an override left unfulfilled because another failed with this exact pair: not a cause.
 UNFULFILLED = ("UnfulfillableCapacity", "Failed to fulfill capacity. Please review errors in the response.")
-
 
 
 def target_capacity_type(group: Group) -> str:
@@ -39,13 +46,13 @@ def target_capacity_type(group: Group) -> str:
 def request(group: Group, count: int, token: str, cluster: str) -> Dict[str, Any]:
     """The CreateFleet parameters for `count` instances of one group, all-or-nothing."""
     template: Dict[str, Any] = {"Version": "$Latest"}
-    template["LaunchTemplateId" if group.launch_template.startswith("lt-") else "LaunchTemplateName"] = \
+    template["LaunchTemplateId" if group.launch_template.startswith("lt-") else "LaunchTemplateName"] = (
         group.launch_template
+    )
     override: Dict[str, Any] = {"InstanceType": group.instance_type}
     if group.subnet_id:
         override["SubnetId"] = group.subnet_id  # the launch template's interfaces carry no subnet: the fleet's
-    options: Dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True,
-                               "MinTargetCapacity": count}
+    options: Dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True, "MinTargetCapacity": count}
     kind = target_capacity_type(group)
     if kind == "spot":
         market = {"SpotOptions": options}
@@ -53,12 +60,19 @@ def request(group: Group, count: int, token: str, cluster: str) -> Dict[str, Any
         if group.capacity_reservation_id or kind == "capacity-block":
             options["CapacityReservationOptions"] = {"UsageStrategy": "use-capacity-reservations-first"}
         market = {"OnDemandOptions": options}
-    tags = [{"Key": TAG_CLUSTER, "Value": cluster}, {"Key": TAG_ROLE, "Value": "compute"},
-            {"Key": TAG_GROUP, "Value": group.name}]
-    return {"Type": "instant", "ClientToken": token,
-            "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": template, "Overrides": [override]}],
-            "TargetCapacitySpecification": {"TotalTargetCapacity": count, "DefaultTargetCapacityType": kind},
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}], **market}
+    tags = [
+        {"Key": TAG_CLUSTER, "Value": cluster},
+        {"Key": TAG_ROLE, "Value": "compute"},
+        {"Key": TAG_GROUP, "Value": group.name},
+    ]
+    return {
+        "Type": "instant",
+        "ClientToken": token,
+        "LaunchTemplateConfigs": [{"LaunchTemplateSpecification": template, "Overrides": [override]}],
+        "TargetCapacitySpecification": {"TotalTargetCapacity": count, "DefaultTargetCapacityType": kind},
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+        **market,
+    }
 
 
 @dataclass(frozen=True)
@@ -74,8 +88,15 @@ def classify(code: str, message: str) -> Outcome:
     """Every launch error is the launch class (EC2 gave no instance; no node to blame): capacity, quotas and
     throttling pass by themselves, anything else is the configuration's and is alerted."""
     transient = code.startswith(CAPACITY_CODES + QUOTA_CODES + THROTTLE_CODES)
-    what = "insufficient capacity" if code.startswith(CAPACITY_CODES) else "quota" if code.startswith(QUOTA_CODES) \
-        else "throttled" if code.startswith(THROTTLE_CODES) else "refused"
+    what = (
+        "insufficient capacity"
+        if code.startswith(CAPACITY_CODES)
+        else "quota"
+        if code.startswith(QUOTA_CODES)
+        else "throttled"
+        if code.startswith(THROTTLE_CODES)
+        else "refused"
+    )
     return Outcome((), FailureClass.LAUNCH.value, code, f"{what}: {code}: {message}"[:300], transient)
 
 
@@ -85,8 +106,9 @@ def parse(response: Dict[str, Any]) -> Outcome:
     ids = tuple(i for entry in response.get("Instances", []) for i in entry.get("InstanceIds", []))
     if ids:
         return Outcome(ids)
-    errors: List[Tuple[str, str]] = [(e.get("ErrorCode", ""), e.get("ErrorMessage", ""))
-                                     for e in response.get("Errors", [])]
+    errors: List[Tuple[str, str]] = [
+        (e.get("ErrorCode", ""), e.get("ErrorMessage", "")) for e in response.get("Errors", [])
+    ]
     real = [e for e in errors if e != UNFULFILLED] or errors
     if not real:
         return classify("UnfulfillableCapacity", "no instance and no error in the response")

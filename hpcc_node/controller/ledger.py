@@ -8,9 +8,8 @@ so one name holds one instance and one instance one name. DynamoDB Developer Gui
 "Amazon DynamoDB Transactions"; ParallelCluster keeps its instance names in DynamoDB the same way
 (aws-parallelcluster-node, instance_manager.py `_store_assigned_hostnames`).
 
-Items: pk (S, hpcc_contract/ledger.py KEY), v (N), doc (S, JSON); the lease also has `owner` (S) and `expires` (N) for its condition. The
-client is a boto3 DynamoDB client, injected.
-"""
+Items: pk (S, hpcc_contract/ledger.py KEY), v (N), doc (S, JSON); the lease also has `owner` (S) and `expires` (N) for
+its condition. The client is a boto3 DynamoDB client, injected."""
 
 from __future__ import annotations
 
@@ -60,7 +59,6 @@ class Loaded:
     stale: List[str] = field(default_factory=list)  # old events and launch records, for prune()
 
 
-
 def _key(kind: str, name: str) -> str:
     return f"{kind}#{name}"
 
@@ -78,10 +76,17 @@ def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], ver
     a controller that read it before loses its own write of it (Conflict) and reads again next loop."""
     try:
         client.update_item(
-            TableName=table, Key={KEY: {"S": _key("slot", name)}}, UpdateExpression="SET #d = :doc, v = :next",
-            ConditionExpression="v = :v", ExpressionAttributeNames={"#d": "doc"},
-            ExpressionAttributeValues={":doc": {"S": json.dumps({**doc, "replace_requested": True}, sort_keys=True)},
-                                       ":next": {"N": str(version + 1)}, ":v": {"N": str(version)}})
+            TableName=table,
+            Key={KEY: {"S": _key("slot", name)}},
+            UpdateExpression="SET #d = :doc, v = :next",
+            ConditionExpression="v = :v",
+            ExpressionAttributeNames={"#d": "doc"},
+            ExpressionAttributeValues={
+                ":doc": {"S": json.dumps({**doc, "replace_requested": True}, sort_keys=True)},
+                ":next": {"N": str(version + 1)},
+                ":v": {"N": str(version)},
+            },
+        )
     except Exception as e:  # botocore's or hpcc_node.awscli's ClientError: the same .response
         if error_code(e) != "ConditionalCheckFailedException":
             raise
@@ -91,8 +96,7 @@ def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], ver
 
 def read_name(client: Any, table: str, instance_id: str) -> Optional[str]:
     """What a node agent calls (it waits until this returns a name): its name by its instance id."""
-    item = client.get_item(TableName=table, Key={KEY: {"S": _key("iid", instance_id)}},
-                           ConsistentRead=True).get("Item")
+    item = client.get_item(TableName=table, Key={KEY: {"S": _key("iid", instance_id)}}, ConsistentRead=True).get("Item")
     return json.loads(item["doc"]["S"])["name"] if item else None
 
 
@@ -108,12 +112,17 @@ class Ledger:
         try:
             self.client.put_item(
                 TableName=self.table,
-                Item={KEY: {"S": LEASE}, "owner": {"S": self.owner},
-                      "expires": {"N": str(now + self.timers.lease_seconds)}, "v": {"N": "0"},
-                      "doc": {"S": json.dumps({"owner": self.owner, "at": now})}},
+                Item={
+                    KEY: {"S": LEASE},
+                    "owner": {"S": self.owner},
+                    "expires": {"N": str(now + self.timers.lease_seconds)},
+                    "v": {"N": "0"},
+                    "doc": {"S": json.dumps({"owner": self.owner, "at": now})},
+                },
                 ConditionExpression="attribute_not_exists(pk) OR #o = :me OR expires < :now",
                 ExpressionAttributeNames={"#o": "owner"},
-                ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}})
+                ExpressionAttributeValues={":me": {"S": self.owner}, ":now": {"N": str(now)}},
+            )
             self.renewed = now
             return True
         except Exception as e:  # botocore's or hpcc_node.awscli's ClientError: the same .response
@@ -135,17 +144,22 @@ class Ledger:
         return (item["owner"]["S"], float(item["expires"]["N"])) if item else ("", 0.0)
 
     def _lease_check(self) -> Dict:
-        return {"ConditionCheck": {
-            "TableName": self.table, "Key": {KEY: {"S": LEASE}},
-            "ConditionExpression": "#o = :me AND expires > :now",
-            "ExpressionAttributeNames": {"#o": "owner"},
-            "ExpressionAttributeValues": {":me": {"S": self.owner}, ":now": {"N": str(self.clock())}}}}
+        return {
+            "ConditionCheck": {
+                "TableName": self.table,
+                "Key": {KEY: {"S": LEASE}},
+                "ConditionExpression": "#o = :me AND expires > :now",
+                "ExpressionAttributeNames": {"#o": "owner"},
+                "ExpressionAttributeValues": {":me": {"S": self.owner}, ":now": {"N": str(self.clock())}},
+            }
+        }
 
     def _put(self, pk: str, doc: Dict, version: int) -> Dict:
         """A Put of `doc` at version+1 if the item is still at `version` (0: it must not exist)."""
-        put: Dict[str, Any] = {"TableName": self.table,
-                               "Item": {KEY: {"S": pk}, "v": {"N": str(version + 1)},
-                                        "doc": {"S": json.dumps(doc, sort_keys=True)}}}
+        put: Dict[str, Any] = {
+            "TableName": self.table,
+            "Item": {KEY: {"S": pk}, "v": {"N": str(version + 1)}, "doc": {"S": json.dumps(doc, sort_keys=True)}},
+        }
         if version == 0:
             put["ConditionExpression"] = "attribute_not_exists(pk)"
         else:
@@ -153,8 +167,14 @@ class Ledger:
         return {"Put": put}
 
     def _delete(self, pk: str, version: int) -> Dict:
-        return {"Delete": {"TableName": self.table, "Key": {KEY: {"S": pk}}, "ConditionExpression": "v = :v",
-                           "ExpressionAttributeValues": {":v": {"N": str(version)}}}}
+        return {
+            "Delete": {
+                "TableName": self.table,
+                "Key": {KEY: {"S": pk}},
+                "ConditionExpression": "v = :v",
+                "ExpressionAttributeValues": {":v": {"N": str(version)}},
+            }
+        }
 
     def _transact(self, *items: Dict) -> None:
         self.keep()  # a write after a slow call (a CreateFleet answering late) renews the lease it needs first
@@ -186,8 +206,11 @@ class Ledger:
                     out.stale.append(pk)  # its unnamed instances are orphans by now
                 elif kind == "launch":
                     ids = doc.get("instance_ids")
-                    out.launches.append(LaunchRecord(doc["token"], doc["group"], doc["count"], doc["at"],
-                                                     tuple(ids) if ids is not None else None))
+                    out.launches.append(
+                        LaunchRecord(
+                            doc["token"], doc["group"], doc["count"], doc["at"], tuple(ids) if ids is not None else None
+                        )
+                    )
                 elif kind == "event" and now - doc["at"] > self.timers.event_keep_seconds:
                     out.stale.append(pk)
                 elif kind == "event":
@@ -212,8 +235,10 @@ class Ledger:
         new = replace(slot, instance_id=instance_id, state="booting", since=now, reason="", replace_requested=False)
         doc = asdict(new)
         doc.pop("version")
-        self._transact(self._put(_key("iid", instance_id), {"name": slot.name, "at": now}, 0),
-                       self._put(_key("slot", slot.name), doc, slot.version))
+        self._transact(
+            self._put(_key("iid", instance_id), {"name": slot.name, "at": now}, 0),
+            self._put(_key("slot", slot.name), doc, slot.version),
+        )
         return replace(new, version=slot.version + 1)
 
     def forget(self, slot: Slot) -> None:
@@ -229,16 +254,24 @@ class Ledger:
     # Launches: recorded before CreateFleet (token) and after (instance ids).
     def launch_intent(self, token: str, group: str, count: int, now: float) -> None:
         try:
-            self._transact(self._put(_key("launch", token), {"token": token, "group": group, "count": count,
-                                                             "at": now, "instance_ids": None}, 0))
+            self._transact(
+                self._put(
+                    _key("launch", token),
+                    {"token": token, "group": group, "count": count, "at": now, "instance_ids": None},
+                    0,
+                )
+            )
         except Conflict:
             pass  # recorded by the run that was killed: the retry uses the same token
 
     def launch_result(self, token: str, group: str, count: int, at: float, instance_ids: List[str]) -> None:
         pk = _key("launch", token)
         v = self._version(pk)
-        self._transact(self._put(pk, {"token": token, "group": group, "count": count, "at": at,
-                                      "instance_ids": list(instance_ids)}, v))
+        self._transact(
+            self._put(
+                pk, {"token": token, "group": group, "count": count, "at": at, "instance_ids": list(instance_ids)}, v
+            )
+        )
 
     def drop_launch(self, token: str) -> None:
         pk = _key("launch", token)
@@ -263,8 +296,9 @@ class Ledger:
         self._transact(self._put(pk, {"at": now}, self._version(pk)))
 
     def set_membership(self, generation: int, digest: str, etag: str) -> None:
-        self._transact(self._put(MEMBERSHIP, {"generation": generation, "digest": digest, "etag": etag},
-                                 self._version(MEMBERSHIP)))
+        self._transact(
+            self._put(MEMBERSHIP, {"generation": generation, "digest": digest, "etag": etag}, self._version(MEMBERSHIP))
+        )
 
     def prune(self, loaded: Loaded) -> int:
         """Delete the events and launch records past their use (the load marked them stale); returns how many."""

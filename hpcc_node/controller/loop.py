@@ -9,9 +9,9 @@ import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import observe as obs
-from .health.observe import scontrol_read
 from .act import LOG, Executor, reconcile_once
 from .decide import decide
+from .health.observe import scontrol_read
 from .ledger import LeaseLost, Ledger
 from .model import Group, Report
 from .timers import DEFAULT, Timers
@@ -24,17 +24,28 @@ def slurm_command(argv: List[str]) -> subprocess.CompletedProcess:
 
 
 def scontrol_nodes() -> str:
-    return subprocess.run(["scontrol", "show", "nodes", "--oneliner"], check=True, capture_output=True, text=True,
-                          timeout=60).stdout
+    return subprocess.run(
+        ["scontrol", "show", "nodes", "--oneliner"], check=True, capture_output=True, text=True, timeout=60
+    ).stdout
 
 
-def build_step(ec2: Any, ddb: Any, s3: Any, cluster: str, table: str, bucket: str,
-               groups: Callable[[], Sequence[Group]], owner: str, clock: Callable[[], float],
-               slurm_run: Optional[Callable[[List[str]], Any]] = None,
-               slurm_read: Optional[Callable[[], str]] = None,
-               bundle: Callable[[], Mapping[str, Any]] = dict, head: Optional[Mapping[str, Any]] = None,
-               timers: Timers = DEFAULT,
-               log: logging.Logger = LOG) -> Callable[[], Mapping[str, Any]]:
+def build_step(
+    ec2: Any,
+    ddb: Any,
+    s3: Any,
+    cluster: str,
+    table: str,
+    bucket: str,
+    groups: Callable[[], Sequence[Group]],
+    owner: str,
+    clock: Callable[[], float],
+    slurm_run: Optional[Callable[[List[str]], Any]] = None,
+    slurm_read: Optional[Callable[[], str]] = None,
+    bundle: Callable[[], Mapping[str, Any]] = dict,
+    head: Optional[Mapping[str, Any]] = None,
+    timers: Timers = DEFAULT,
+    log: logging.Logger = LOG,
+) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured)."""
     ledger = Ledger(ddb, table, owner, clock, timers)
     cache: Dict[str, Tuple[str, Optional[Report]]] = {}
@@ -50,9 +61,22 @@ def build_step(ec2: Any, ddb: Any, s3: Any, cluster: str, table: str, bucket: st
         current = obs.capacity_blocks(ec2, list(groups()))
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log)
         return reconcile_once(
-            lambda: obs.observe(ec2, ledger, cluster, clock, reports, slurm_read,
-                                bundle(), head, scontrol_read if slurm_read is not None else None),
-            lambda snap: decide(snap, current, snap.now, timers), executor, ledger)
+            lambda: obs.observe(
+                ec2,
+                ledger,
+                cluster,
+                clock,
+                reports,
+                slurm_read,
+                bundle(),
+                head,
+                scontrol_read if slurm_read is not None else None,
+            ),
+            lambda snap: decide(snap, current, snap.now, timers),
+            executor,
+            ledger,
+        )
+
     step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]
     return step
 
@@ -68,8 +92,14 @@ def wake_at(reports: Mapping[str, Report], acted: Set[Tuple[str, str, float]], t
     return min(fresh) if fresh else None
 
 
-def forever(step: Callable[[], Mapping[str, Any]], clock: Callable[[], float], sleep: Callable[[float], None],
-            stop: Callable[[], bool] = lambda: False, timers: Timers = DEFAULT, log: logging.Logger = LOG) -> int:
+def forever(
+    step: Callable[[], Mapping[str, Any]],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    stop: Callable[[], bool] = lambda: False,
+    timers: Timers = DEFAULT,
+    log: logging.Logger = LOG,
+) -> int:
     """Loops until `stop()`; returns how many loops ran. Between loops, `step.due()` (where the step has one: a
     poll of the nodes' statuses every Timers.wake_poll_seconds) may bring the next loop forward."""
     loops = 0
@@ -96,7 +126,10 @@ def forever(step: Callable[[], Mapping[str, Any]], clock: Callable[[], float], s
                 log.warning("between loops: the status poll failed (%s)", e)
                 continue
             if when is not None and when < next_at:
-                log.info("a node's new failed verdict: the next loop in %.0f s, not %.0f s",
-                         max(0.0, when - clock()), next_at - clock())
+                log.info(
+                    "a node's new failed verdict: the next loop in %.0f s, not %.0f s",
+                    max(0.0, when - clock()),
+                    next_at - clock(),
+                )
                 next_at = when
     return loops

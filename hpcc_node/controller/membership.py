@@ -44,15 +44,19 @@ def status_key(arn: str) -> str:
 
 def key_instance(key: str) -> str:
     """The instance id a status key names ("" when it names none)."""
-    found = re.fullmatch(re.escape(STATUS_PREFIX) + r"arn:[a-z-]+:ec2:[a-z0-9-]+:[0-9]{12}:instance/(i-[0-9a-f]+)\.json", key)
+    found = re.fullmatch(
+        re.escape(STATUS_PREFIX) + r"arn:[a-z-]+:ec2:[a-z0-9-]+:[0-9]{12}:instance/(i-[0-9a-f]+)\.json", key
+    )
     return found.group(1) if found else ""
 
 
-def status_body(name: str, instance_id: str, ok: bool, failure: str = "", evidence: str = "", at: float = 0.0) \
-        -> bytes:
-    """What a node writes at status_key(its ARN) (besides the operator's fields): its verdict, with a hpcc_contract.taxonomy class when not ok."""
-    return json.dumps({"name": name, "instance_id": instance_id, "ok": ok, "failure": failure,
-                       "evidence": evidence[:300], "at": at}, sort_keys=True).encode()
+def status_body(name: str, instance_id: str, ok: bool, failure: str = "", evidence: str = "", at: float = 0.0) -> bytes:
+    """What a node writes at status_key(its ARN) (besides the operator's fields): its verdict, with a
+    hpcc_contract.taxonomy class when not ok."""
+    return json.dumps(
+        {"name": name, "instance_id": instance_id, "ok": ok, "failure": failure, "evidence": evidence[:300], "at": at},
+        sort_keys=True,
+    ).encode()
 
 
 def newer(current: Optional[int], read: Optional[Dict[str, Any]]) -> bool:
@@ -77,8 +81,14 @@ def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: s
     """Write generation `generation` over the object whose ETag is `etag` ("" : create it); returns the new ETag."""
     cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
     try:
-        out = s3.put_object(Bucket=bucket, Key=key, Body=encode(body, generation), ContentType="application/json",
-                            Metadata={"generation": str(generation)}, **cond)
+        out = s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=encode(body, generation),
+            ContentType="application/json",
+            Metadata={"generation": str(generation)},
+            **cond,
+        )
     except Exception as e:
         if error_code(e) in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
             raise Conflict(f"s3://{bucket}/{key} changed since generation {generation - 1} was read") from e

@@ -28,10 +28,10 @@ GONE = ("shutting-down", "terminated", "stopping", "stopped")
 LIVE = ("pending", "running")
 
 
-
 @dataclass(frozen=True)
 class CapacityBlock:
     """A Capacity Block's window (DescribeCapacityReservations `StartDate`/`EndDate`)."""
+
     reservation_id: str
     start: float
     end: float
@@ -40,6 +40,7 @@ class CapacityBlock:
 @dataclass(frozen=True)
 class Group:
     """One node group as configured (`nodeGroups:`), with what the program created for it."""
+
     name: str
     instance_type: str
     count: int
@@ -62,6 +63,7 @@ class Group:
 @dataclass(frozen=True)
 class Instance:
     """One EC2 instance with the cluster's tag, as DescribeInstances (and DescribeInstanceStatus) show it."""
+
     instance_id: str
     state: str  # pending | running | shutting-down | terminated | stopping | stopped
     launch_time: float
@@ -75,6 +77,7 @@ class Instance:
 @dataclass(frozen=True)
 class Slot:
     """One name in the ledger and the instance it holds."""
+
     name: str
     group: str
     index: int
@@ -90,6 +93,7 @@ class Slot:
 @dataclass(frozen=True)
 class Report:
     """A node agent's verdict about its own instance (one write per change or heartbeat)."""
+
     name: str
     instance_id: str
     ok: bool
@@ -108,6 +112,7 @@ class Report:
 @dataclass(frozen=True)
 class SlurmNode:
     """One line of `scontrol show nodes` / `sinfo`: its states (DOWN, DRAIN, IDLE, NOT_RESPONDING...)."""
+
     name: str
     states: FrozenSet[str]
     reason: str = ""
@@ -117,6 +122,7 @@ class SlurmNode:
 @dataclass(frozen=True)
 class SlurmJob:
     """One job of `scontrol show jobs --oneliner` (finished jobs stay listed for MinJobAge, 300 s by default)."""
+
     job_id: str
     state: str  # RUNNING, PENDING, FAILED, NODE_FAIL, COMPLETED, ...
     nodes: FrozenSet[str] = frozenset()
@@ -131,6 +137,7 @@ class SlurmJob:
 @dataclass(frozen=True)
 class GroupState:
     """What the controller keeps per group in the ledger."""
+
     name: str
     consecutive_failures: int = 0  # bootstrap failures in a row; any ready node resets it
     protected: str = ""  # why the group is protected; empty when it is not
@@ -144,6 +151,7 @@ class GroupState:
 class LaunchRecord:
     """A launch recorded before CreateFleet is called (token) and after (its instance ids): a controller killed
     in between retries it with the same ClientToken, which EC2 answers with the same fleet."""
+
     token: str
     group: str
     count: int
@@ -154,6 +162,7 @@ class LaunchRecord:
 @dataclass(frozen=True)
 class Event:
     """A past action, for the circuit breaker, the systemic window and `hpcc status`."""
+
     at: float
     kind: str
     node: str = ""
@@ -205,8 +214,22 @@ SPARES = "spares"  # the group's spare reservation holds these nodes (none: dele
 START_NOW = "start-now"  # scontrol update JobId=<job> StartTime=now: a job requeued off a node hpcc took out
 DEEP_CHECK = "deep-check"  # sbatch in the spares' reservation: a held spare's deep checks, on a timer
 # The actions recorded as ledger events (start, then done or failed): `hpcc status` and `hpcc events` show them.
-RECORDED = (LAUNCH, REPLACE, REMOVE, TERMINATE_ORPHAN, PROTECT, ALERT, DRAIN, DOWN, RESUME, REQUEUE, REBOOT, SPARES,
-            START_NOW, DEEP_CHECK)
+RECORDED = (
+    LAUNCH,
+    REPLACE,
+    REMOVE,
+    TERMINATE_ORPHAN,
+    PROTECT,
+    ALERT,
+    DRAIN,
+    DOWN,
+    RESUME,
+    REQUEUE,
+    REBOOT,
+    SPARES,
+    START_NOW,
+    DEEP_CHECK,
+)
 
 
 @dataclass(frozen=True)

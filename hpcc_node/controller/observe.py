@@ -12,14 +12,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .ledger import Loaded
 from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE
 
-from .membership import key_instance
-from .model import (CapacityBlock, Group, Instance, Report, SlurmNode,
-                    Snapshot)
 from .assess import SCHEDULED_EVENTS
 from .health.observe import report_fields, with_slurm_extras
+from .ledger import Loaded
+from .membership import key_instance
+from .model import CapacityBlock, Group, Instance, Report, SlurmNode, Snapshot
 
 PAGE = {"PageSize": 1000}
 STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "terminated"]
@@ -40,16 +39,25 @@ def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
     """The cluster's compute instances, every state (a terminated one tells a name it may move)."""
     out: Dict[str, Instance] = {}
     pages = ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
-                 {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]},
-                 {"Name": "instance-state-name", "Values": STATES}], PaginationConfig=PAGE)
+        Filters=[
+            {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+            {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]},
+            {"Name": "instance-state-name", "Values": STATES},
+        ],
+        PaginationConfig=PAGE,
+    )
     for page in pages:
         for res in page.get("Reservations", []):
             for i in res.get("Instances", []):
                 tags = _tags(i.get("Tags"))
-                out[i["InstanceId"]] = Instance(i["InstanceId"], i["State"]["Name"], _epoch(i.get("LaunchTime")),
-                                                tags.get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""),
-                                                name_tag=tags.get(TAG_NODE, ""))
+                out[i["InstanceId"]] = Instance(
+                    i["InstanceId"],
+                    i["State"]["Name"],
+                    _epoch(i.get("LaunchTime")),
+                    tags.get(TAG_GROUP, ""),
+                    i.get("PrivateIpAddress", ""),
+                    name_tag=tags.get(TAG_NODE, ""),
+                )
     return out
 
 
@@ -59,43 +67,53 @@ def health(ec2: Any, ids: Iterable[str]) -> Dict[str, Tuple[Optional[bool], Tupl
     `event.code`), kept for `ids`."""
     wanted = set(ids)
     out: Dict[str, Tuple[Optional[bool], Tuple[str, ...]]] = {}
-    queries = [[{"Name": "instance-status.status", "Values": ["impaired"]}],
-               [{"Name": "system-status.status", "Values": ["impaired"]}],
-               [{"Name": "event.code", "Values": list(SCHEDULED_EVENTS)}]]
+    queries = [
+        [{"Name": "instance-status.status", "Values": ["impaired"]}],
+        [{"Name": "system-status.status", "Values": ["impaired"]}],
+        [{"Name": "event.code", "Values": list(SCHEDULED_EVENTS)}],
+    ]
     for filters in queries:
         for page in ec2.get_paginator("describe_instance_status").paginate(Filters=filters, PaginationConfig=PAGE):
             for st in page.get("InstanceStatuses", []):
                 iid = st["InstanceId"]
                 if iid not in wanted:
                     continue
-                impaired = "impaired" in (st.get("InstanceStatus", {}).get("Status"),
-                                          st.get("SystemStatus", {}).get("Status"))
-                events = tuple(e["Code"] for e in st.get("Events", [])
-                               if not e.get("Description", "").startswith("[Completed]"))
+                impaired = "impaired" in (
+                    st.get("InstanceStatus", {}).get("Status"),
+                    st.get("SystemStatus", {}).get("Status"),
+                )
+                events = tuple(
+                    e["Code"] for e in st.get("Events", []) if not e.get("Description", "").startswith("[Completed]")
+                )
                 ok, evs = out.get(iid, (None, ()))
                 out[iid] = (False if impaired else ok, tuple(sorted(set(evs + events))))
     return out
 
 
-def with_health(insts: Dict[str, Instance], found: Mapping[str, Tuple[Optional[bool], Tuple[str, ...]]]) \
-        -> Dict[str, Instance]:
-    return {iid: (replace(i, status_ok=found[iid][0], events=found[iid][1]) if iid in found else i)
-            for iid, i in insts.items()}
+def with_health(
+    insts: Dict[str, Instance], found: Mapping[str, Tuple[Optional[bool], Tuple[str, ...]]]
+) -> Dict[str, Instance]:
+    return {
+        iid: (replace(i, status_ok=found[iid][0], events=found[iid][1]) if iid in found else i)
+        for iid, i in insts.items()
+    }
 
 
 def capacity_blocks(ec2: Any, groups: Sequence[Group]) -> List[Group]:
     """The groups with their Capacity Block's window, from DescribeCapacityReservations (`ReservationType`
     capacity-block, `StartDate`, `EndDate`; EC2 User Guide, capacity-blocks-monitor), one call for all groups."""
-    ids = sorted({g.capacity_reservation_id for g in groups if g.market == "capacity-block"
-                  and g.capacity_reservation_id})
+    ids = sorted(
+        {g.capacity_reservation_id for g in groups if g.market == "capacity-block" and g.capacity_reservation_id}
+    )
     if not ids:
         return list(groups)
     found = {}
     for page in ec2.get_paginator("describe_capacity_reservations").paginate(CapacityReservationIds=ids):
         for r in page.get("CapacityReservations", []):
             if r.get("ReservationType") == "capacity-block":
-                found[r["CapacityReservationId"]] = CapacityBlock(r["CapacityReservationId"], _epoch(r["StartDate"]),
-                                                                  _epoch(r["EndDate"]))
+                found[r["CapacityReservationId"]] = CapacityBlock(
+                    r["CapacityReservationId"], _epoch(r["StartDate"]), _epoch(r["EndDate"])
+                )
     return [replace(g, capacity_block=found.get(g.capacity_reservation_id, g.capacity_block)) for g in groups]
 
 
@@ -109,8 +127,10 @@ def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
     out: Dict[str, SlurmNode] = {}
     for line in scontrol_oneliner.splitlines():
         marks = list(_FIELD.finditer(line))
-        fields = {m.group(1): line[m.end():(marks[k + 1].start() if k + 1 < len(marks) else len(line))].strip()
-                  for k, m in enumerate(marks)}
+        fields = {
+            m.group(1): line[m.end() : (marks[k + 1].start() if k + 1 < len(marks) else len(line))].strip()
+            for k, m in enumerate(marks)
+        }
         if "NodeName" not in fields:
             continue
         states = set()
@@ -121,13 +141,18 @@ def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
                 states.add(part.strip("*~#%$@^-!"))
         reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", "")).strip()
         name = fields["NodeName"].split()[0]
-        out[name] = SlurmNode(name, frozenset(states), "" if reason == "(null)" else reason,
-                              fields.get("NodeAddr", "").split()[0] if fields.get("NodeAddr") else "")
+        out[name] = SlurmNode(
+            name,
+            frozenset(states),
+            "" if reason == "(null)" else reason,
+            fields.get("NodeAddr", "").split()[0] if fields.get("NodeAddr") else "",
+        )
     return out
 
 
-def reports(s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]], prefix: str = STATUS_PREFIX) \
-        -> Dict[str, Report]:
+def reports(
+    s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]], prefix: str = STATUS_PREFIX
+) -> Dict[str, Report]:
     """The nodes' verdicts (membership.status_body at status_key(arn)): listed every loop, fetched only where the
     ETag changed since `cache` (updated in place). A report counts only when the instance its key names is the one
     its body names (assess() then holds it to the ledger's); one still booting (ok, phase not ready) is no
@@ -156,26 +181,57 @@ def verdict(body: bytes, key: str) -> Optional[Report]:
         doc = json.loads(body)
         if str(doc["instance_id"]) != key_instance(key) or (doc["ok"] and doc.get("phase", "ready") != "ready"):
             return None
-        return Report(str(doc["name"]), str(doc["instance_id"]), bool(doc["ok"]), str(doc.get("failure", "")),
-                      str(doc.get("evidence", ""))[:300], float(doc.get("at", 0)), **report_fields(doc))
+        return Report(
+            str(doc["name"]),
+            str(doc["instance_id"]),
+            bool(doc["ok"]),
+            str(doc.get("failure", "")),
+            str(doc.get("evidence", ""))[:300],
+            float(doc.get("at", 0)),
+            **report_fields(doc),
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def snapshot(cluster: str, now: float, loaded: Loaded, insts: Mapping[str, Instance], reps: Mapping[str, Report],
-             slurm: Optional[Mapping[str, SlurmNode]], bundle: Optional[Mapping[str, Any]] = None,
-             head: Optional[Mapping[str, Any]] = None) -> Snapshot:
-    return Snapshot(now=now, cluster=cluster, slots=dict(loaded.slots), instances=dict(insts), reports=dict(reps),
-                    slurm=slurm, head=dict(head or {}),
-                    group_states=dict(loaded.groups), launches=tuple(loaded.launches), events=tuple(loaded.events),
-                    alerts=frozenset(loaded.alerts), membership_digest=loaded.membership.get("digest", ""),
-                    bundle=dict(bundle or {}))
+def snapshot(
+    cluster: str,
+    now: float,
+    loaded: Loaded,
+    insts: Mapping[str, Instance],
+    reps: Mapping[str, Report],
+    slurm: Optional[Mapping[str, SlurmNode]],
+    bundle: Optional[Mapping[str, Any]] = None,
+    head: Optional[Mapping[str, Any]] = None,
+) -> Snapshot:
+    return Snapshot(
+        now=now,
+        cluster=cluster,
+        slots=dict(loaded.slots),
+        instances=dict(insts),
+        reports=dict(reps),
+        slurm=slurm,
+        head=dict(head or {}),
+        group_states=dict(loaded.groups),
+        launches=tuple(loaded.launches),
+        events=tuple(loaded.events),
+        alerts=frozenset(loaded.alerts),
+        membership_digest=loaded.membership.get("digest", ""),
+        bundle=dict(bundle or {}),
+    )
 
 
-def observe(ec2: Any, ledger: Any, cluster: str, clock: Callable[[], float],
-            read_reports: Callable[[], Mapping[str, Report]], read_slurm: Optional[Callable[[], str]],
-            bundle: Optional[Mapping[str, Any]] = None, head: Optional[Mapping[str, Any]] = None,
-            read_extras: Optional[Callable[[List[str]], str]] = None) -> Tuple[Snapshot, Loaded]:
+def observe(
+    ec2: Any,
+    ledger: Any,
+    cluster: str,
+    clock: Callable[[], float],
+    read_reports: Callable[[], Mapping[str, Report]],
+    read_slurm: Optional[Callable[[], str]],
+    bundle: Optional[Mapping[str, Any]] = None,
+    head: Optional[Mapping[str, Any]] = None,
+    read_extras: Optional[Callable[[List[str]], str]] = None,
+) -> Tuple[Snapshot, Loaded]:
     """Everything decide() needs, read once (`read_extras`: Slurm's jobs and reservations, for the health rules)."""
     loaded = ledger.load()
     insts = instances(ec2, cluster)

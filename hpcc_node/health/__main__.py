@@ -26,8 +26,14 @@ from typing import List, Optional
 
 from hpcc_node.health import service, xid
 from hpcc_node.health.runner import Runner
-from hpcc_node.health.verdict import (PROLOG_CHECKS, VERDICT_MAX_AGE_S, node_verdict, parse_verdict, read_verdict,
-                                      write_verdict)
+from hpcc_node.health.verdict import (
+    PROLOG_CHECKS,
+    VERDICT_MAX_AGE_S,
+    node_verdict,
+    parse_verdict,
+    read_verdict,
+    write_verdict,
+)
 
 
 def _host() -> str:
@@ -40,8 +46,13 @@ def _job_offset_path(state_dir: str, job: str) -> str:
 
 def _monitor(env: dict) -> service.Monitor:
     facts, kernel_log = service.load_facts(_host(), env.get("HPCC_HEALTH_ENV", service.HEALTH_ENV))
-    return service.Monitor(facts, kernel_log, env.get("HPCC_HEALTH_VERDICT", service.VERDICT),
-                           env.get("HPCC_HEALTH_STATE", service.STATE_DIR), Runner())
+    return service.Monitor(
+        facts,
+        kernel_log,
+        env.get("HPCC_HEALTH_VERDICT", service.VERDICT),
+        env.get("HPCC_HEALTH_STATE", service.STATE_DIR),
+        Runner(),
+    )
 
 
 def _printed(v, passed: str = "") -> int:

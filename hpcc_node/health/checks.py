@@ -17,8 +17,19 @@ from typing import List, Optional, Sequence
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT
 from hpcc_node.health import devices, gpu, host
 from hpcc_node.health.runner import CheckSpec
-from hpcc_node.health.verdict import (CHECK_TIMEOUT_S, DCGM_DIAG, DISK_FREE, EFA_COUNTERS, EFA_DEVICES, GPU_COUNT,
-                                      GPU_MEMORY, GPU_RECOVERY, NEURON_DEVICES, SHARED_MOUNT, XID)
+from hpcc_node.health.verdict import (
+    CHECK_TIMEOUT_S,
+    DCGM_DIAG,
+    DISK_FREE,
+    EFA_COUNTERS,
+    EFA_DEVICES,
+    GPU_COUNT,
+    GPU_MEMORY,
+    GPU_RECOVERY,
+    NEURON_DEVICES,
+    SHARED_MOUNT,
+    XID,
+)
 
 IN_PROCESS = (XID, EFA_COUNTERS)
 # DCGM's levels run from seconds (1) to hours (4): each gets its own deadline, not the periodic one.
@@ -39,8 +50,13 @@ class NodeFacts:
 
 def _probe(name: str, timeout_s: float, *args: str) -> CheckSpec:
     """A check run by hpcc_node.health.host in a child (a hung mount blocks the child, not the caller)."""
-    return CheckSpec(name, tuple(host.probe_argv(*args)), partial(host.parse_probe, check=name), timeout_s,
-                     label=f"the {args[0]} probe of {args[1]}")
+    return CheckSpec(
+        name,
+        tuple(host.probe_argv(*args)),
+        partial(host.parse_probe, check=name),
+        timeout_s,
+        label=f"the {args[0]} probe of {args[1]}",
+    )
 
 
 def specs(names: Sequence[str], facts: NodeFacts, timeout_s: Optional[float] = None) -> List[CheckSpec]:
@@ -51,8 +67,9 @@ def specs(names: Sequence[str], facts: NodeFacts, timeout_s: Optional[float] = N
         if name in IN_PROCESS:
             continue
         if name == GPU_COUNT and facts.gpus:
-            out.append(CheckSpec(name, gpu.NVIDIA_SMI_LIST, partial(gpu.parse_list, expected=facts.gpus), t,
-                                 "a GPU node"))
+            out.append(
+                CheckSpec(name, gpu.NVIDIA_SMI_LIST, partial(gpu.parse_list, expected=facts.gpus), t, "a GPU node")
+            )
         elif name == GPU_MEMORY and facts.gpus:
             out.append(CheckSpec(name, gpu.NVIDIA_SMI_QUERY, gpu.parse_query, t, "a GPU node"))
         elif name == GPU_RECOVERY and facts.gpus:
@@ -61,11 +78,25 @@ def specs(names: Sequence[str], facts: NodeFacts, timeout_s: Optional[float] = N
             deadline = DCGM_TIMEOUT_S[facts.dcgm_level] if timeout_s is None else timeout_s
             out.append(CheckSpec(name, gpu.dcgmi_argv(facts.dcgm_level), gpu.parse_dcgm, deadline, "a GPU node"))
         elif name == EFA_DEVICES and facts.efa_devices:
-            out.append(CheckSpec(name, devices.FI_INFO_EFA, partial(devices.parse_fi_info,
-                                                                    expected=facts.efa_devices), t, "an EFA node"))
+            out.append(
+                CheckSpec(
+                    name,
+                    devices.FI_INFO_EFA,
+                    partial(devices.parse_fi_info, expected=facts.efa_devices),
+                    t,
+                    "an EFA node",
+                )
+            )
         elif name == NEURON_DEVICES and facts.neuron_devices:
-            out.append(CheckSpec(name, devices.NEURON_LS, partial(devices.parse_neuron_ls,
-                                                                  expected=facts.neuron_devices), t, "a Neuron node"))
+            out.append(
+                CheckSpec(
+                    name,
+                    devices.NEURON_LS,
+                    partial(devices.parse_neuron_ls, expected=facts.neuron_devices),
+                    t,
+                    "a Neuron node",
+                )
+            )
         elif name == SHARED_MOUNT and facts.shared_mount:
             out.append(_probe(name, t, "mount", facts.shared_mount, facts.host))
         elif name == DISK_FREE:

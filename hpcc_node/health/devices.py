@@ -32,21 +32,31 @@ REMOTE_ERROR_COUNTERS = ("unresponsive_remote_events", "impaired_remote_conn_eve
 
 
 def fi_info_domains(out: str) -> List[str]:
-    return sorted({line.split(None, 1)[1].strip() for line in out.splitlines()
-                   if line.strip().startswith("domain:") and len(line.split(None, 1)) == 2})
+    return sorted(
+        {
+            line.split(None, 1)[1].strip()
+            for line in out.splitlines()
+            if line.strip().startswith("domain:") and len(line.split(None, 1)) == 2
+        }
+    )
 
 
 def parse_fi_info(out: str, rc: int, expected: int) -> CheckResult:
     if rc != 0:
         first = next((line.strip() for line in out.splitlines() if line.strip()), "no output")
-        return fail(EFA_DEVICES, f"fi_info -p efa failed (exit {rc}): {first[:120]}; the node was launched with "
-                    f"{expected} EFA interface(s)", "drain", "replace")
+        return fail(
+            EFA_DEVICES,
+            f"fi_info -p efa failed (exit {rc}): {first[:120]}; the node was launched with {expected} EFA interface(s)",
+            "drain",
+            "replace",
+        )
     if "provider:" not in out:
         return unknown(EFA_DEVICES, f"fi_info printed no provider block: {out.strip()[:120]}")
     found = len(fi_info_domains(out))
     if found != expected:
-        return fail(EFA_DEVICES, f"{found} EFA device(s) by fi_info; the node was launched with {expected}",
-                    "drain", "replace")
+        return fail(
+            EFA_DEVICES, f"{found} EFA device(s) by fi_info; the node was launched with {expected}", "drain", "replace"
+        )
     return ok(EFA_DEVICES, f"{found} EFA device(s)")
 
 
@@ -72,8 +82,12 @@ def parse_neuron_ls(out: str, rc: int, expected: int) -> CheckResult:
     if devices is None:
         return unknown(NEURON_DEVICES, f"neuron-ls printed JSON this parser does not read: {out.strip()[:120]}")
     if len(devices) != expected:
-        return fail(NEURON_DEVICES, f"{len(devices)} Neuron device(s) visible, the instance type has {expected}",
-                    "drain", "replace")
+        return fail(
+            NEURON_DEVICES,
+            f"{len(devices)} Neuron device(s) visible, the instance type has {expected}",
+            "drain",
+            "replace",
+        )
     return ok(NEURON_DEVICES, f"{len(devices)} Neuron device(s)")
 
 
@@ -96,19 +110,29 @@ def read_efa_counters(root: str = SYSFS_INFINIBAND) -> Counters:
     return out
 
 
-def compare_efa(before: Mapping[Tuple[str, str, str], int], after: Mapping[Tuple[str, str, str], int],
-                expected_devices: int) -> CheckResult:
+def compare_efa(
+    before: Mapping[Tuple[str, str, str], int], after: Mapping[Tuple[str, str, str], int], expected_devices: int
+) -> CheckResult:
     """Error counters between two reads one period apart."""
     devices = {d for d, _, _ in after}
     if expected_devices and not after:
-        return fail(EFA_COUNTERS, f"no EFA counters readable; the node was launched with {expected_devices} "
-                    "EFA interface(s)", "drain", "replace")
+        return fail(
+            EFA_COUNTERS,
+            f"no EFA counters readable; the node was launched with {expected_devices} EFA interface(s)",
+            "drain",
+            "replace",
+        )
     rises = {k: after[k] - before[k] for k in after if k in before and after[k] > before[k]}
-    local = [f"{d} port {p} {n} +{r}" for (d, p, n), r in sorted(rises.items())
-             if n in LOCAL_ERROR_LIMITS and r >= LOCAL_ERROR_LIMITS[n]]
+    local = [
+        f"{d} port {p} {n} +{r}"
+        for (d, p, n), r in sorted(rises.items())
+        if n in LOCAL_ERROR_LIMITS and r >= LOCAL_ERROR_LIMITS[n]
+    ]
     if local:
         return fail(EFA_COUNTERS, "EFA errors rising: " + ", ".join(local), "drain", "replace")
     if rises:
-        return warn(EFA_COUNTERS, "EFA counters rising: " + ", ".join(
-            f"{d} port {p} {n} +{r}" for (d, p, n), r in sorted(rises.items())))
+        return warn(
+            EFA_COUNTERS,
+            "EFA counters rising: " + ", ".join(f"{d} port {p} {n} +{r}" for (d, p, n), r in sorted(rises.items())),
+        )
     return ok(EFA_COUNTERS, f"{len(devices)} EFA device(s), no error counter rising")

@@ -53,6 +53,7 @@ class Finding:
 class Collective:
     """One group's ring all-reduce (hpcc_node/jobs/allreduce.py): its bus bandwidth, or why it failed and on
     which nodes, or why it did not run (a group of one node; no torchrun)."""
+
     group: str
     status: str  # "ok", "failed" or "not run"
     ranks: int = 0
@@ -116,13 +117,14 @@ def bisect_rounds(suspects: Sequence[str], references: Sequence[str]) -> List[Li
         return []
     out, todo = [], list(suspects)
     while todo:
-        batch, todo = todo[: len(references)], todo[len(references):]
+        batch, todo = todo[: len(references)], todo[len(references) :]
         out.append([(s, r) for s, r in zip(batch, references)])
     return out
 
 
-def check_group(group: str, nodes: Sequence[str], measure: MeasureRound, rng, rounds: int = ROUNDS_DEFAULT,
-                floor: Floor = Floor()) -> FabricReport:
+def check_group(
+    group: str, nodes: Sequence[str], measure: MeasureRound, rng, rounds: int = ROUNDS_DEFAULT, floor: Floor = Floor()
+) -> FabricReport:
     measured: Dict[Pair, Optional[float]] = {}
     for pairs in pair_rounds(nodes, rounds, rng):
         got = measure(pairs)
@@ -132,11 +134,16 @@ def check_group(group: str, nodes: Sequence[str], measure: MeasureRound, rng, ro
         return FabricReport([], alone, 0, {})
     best = best_per_node(measured)
     if not any(best.values()):  # not one pair gave a rate: no median to judge by, and no node is known good
-        return FabricReport([Finding(n, group, None, "every pair it was in failed (no rate measured)")
-                             for n in sorted(best)], [], len(measured), {})
+        return FabricReport(
+            [Finding(n, group, None, "every pair it was in failed (no rate measured)") for n in sorted(best)],
+            [],
+            len(measured),
+            {},
+        )
     if len(best) < 3 and floor.absolute_gbps is None:
-        why = ("not judged: two nodes share their only pair, a relative floor cannot tell them apart "
-               "(set an absolute one)")
+        why = (
+            "not judged: two nodes share their only pair, a relative floor cannot tell them apart (set an absolute one)"
+        )
         return FabricReport([], [Finding(n, group, best[n], why) for n in sorted(best)], len(measured), {})
     # of the scores of the nodes with a rate: a few slow pairs, or nodes whose every pair failed, do not drag it down
     median = statistics.median(v for v in best.values() if v > 0)
@@ -147,8 +154,15 @@ def check_group(group: str, nodes: Sequence[str], measure: MeasureRound, rng, ro
     rule = floor.describe(median)
     if suspects and not references:
         for n in suspects:
-            slow.append(Finding(n, group, best[n], f"best pair {best[n]:.1f} GB/s under the {rule}; no node of the "
-                                                   "group is above it to tell which side is slow"))
+            slow.append(
+                Finding(
+                    n,
+                    group,
+                    best[n],
+                    f"best pair {best[n]:.1f} GB/s under the {rule}; no node of the "
+                    "group is above it to tell which side is slow",
+                )
+            )
         return FabricReport(slow, [], len(measured), {group: median})
     checked: Dict[Pair, Optional[float]] = {}
     for pairs in bisect_rounds(suspects, references):
@@ -156,16 +170,29 @@ def check_group(group: str, nodes: Sequence[str], measure: MeasureRound, rng, ro
         checked.update({p: got.get(p) for p in pairs})
     for (s, ref), gbps in sorted(checked.items()):
         if gbps is None:
-            slow.append(Finding(s, group, None, f"the measurement with {ref} (known good, {best[ref]:.1f} GB/s) "
-                                                f"failed; best pair before {best[s]:.1f} GB/s, {rule}"))
+            slow.append(
+                Finding(
+                    s,
+                    group,
+                    None,
+                    f"the measurement with {ref} (known good, {best[ref]:.1f} GB/s) "
+                    f"failed; best pair before {best[s]:.1f} GB/s, {rule}",
+                )
+            )
         elif gbps < limit:
-            slow.append(Finding(s, group, gbps, f"{gbps:.1f} GB/s with {ref} (known good, {best[ref]:.1f} GB/s); "
-                                                f"{rule}"))
+            slow.append(
+                Finding(s, group, gbps, f"{gbps:.1f} GB/s with {ref} (known good, {best[ref]:.1f} GB/s); {rule}")
+            )
     return FabricReport(slow, [], len(measured) + len(checked), {group: median})
 
 
-def check_fabric(groups: Mapping[str, Sequence[str]], measure: MeasureRound, rng, rounds: int = ROUNDS_DEFAULT,
-                 floor: Floor = Floor()) -> FabricReport:
+def check_fabric(
+    groups: Mapping[str, Sequence[str]],
+    measure: MeasureRound,
+    rng,
+    rounds: int = ROUNDS_DEFAULT,
+    floor: Floor = Floor(),
+) -> FabricReport:
     """Every group on its own (its own median: one type's link is not another's)."""
     total = FabricReport([], [], 0, {})
     for group in sorted(groups):

@@ -22,11 +22,25 @@ import json
 import re
 from typing import List, Optional, Tuple
 
-from hpcc_node.health.verdict import (DCGM_DIAG, GPU_COUNT, GPU_MEMORY, GPU_RECOVERY, CheckResult, fail, ok, unknown,
-                                      warn)
+from hpcc_node.health.verdict import (
+    DCGM_DIAG,
+    GPU_COUNT,
+    GPU_MEMORY,
+    GPU_RECOVERY,
+    CheckResult,
+    fail,
+    ok,
+    unknown,
+    warn,
+)
 
-QUERY_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending",
-                "remapped_rows.failure")
+QUERY_FIELDS = (
+    "index",
+    "pci.bus_id",
+    "ecc.errors.uncorrected.volatile.total",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+)
 NVIDIA_SMI_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader")
 NVIDIA_SMI_LIST = ("nvidia-smi", "-L")
 NVIDIA_SMI_RECOVERY = ("nvidia-smi", "--query-gpu=index,pci.bus_id,gpu_recovery_action", "--format=csv,noheader")
@@ -68,8 +82,9 @@ def _flag(value: str) -> Optional[bool]:
     return None
 
 
-def parse_query_rows(out: str) -> Tuple[List[Tuple[str, str, Optional[int], Optional[bool], Optional[bool]]],
-                                        List[str]]:
+def parse_query_rows(
+    out: str,
+) -> Tuple[List[Tuple[str, str, Optional[int], Optional[bool], Optional[bool]]], List[str]]:
     """Rows of `--query-gpu=<QUERY_FIELDS> --format=csv,noheader`: (index, bus, ecc, pending, failure) with None
     where the GPU does not report the field; and the lines that could not be read."""
     rows, bad = [], []
@@ -166,8 +181,13 @@ def _diag_tests(doc: dict) -> Optional[list]:
     body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
     if not isinstance(body, dict) or not isinstance(body.get("test_categories"), list):
         return None
-    return [t for cat in body["test_categories"] if isinstance(cat, dict)
-            for t in cat.get("tests", []) if isinstance(t, dict)]
+    return [
+        t
+        for cat in body["test_categories"]
+        if isinstance(cat, dict)
+        for t in cat.get("tests", [])
+        if isinstance(t, dict)
+    ]
 
 
 def _result_text(result: dict) -> str:

@@ -42,7 +42,7 @@ def probe_mount(path: str, host: str, is_mount: Callable[[str], bool] = os.path.
 
 def probe_disk(path: str, min_free_gib: float = DISK_MIN_FREE_GIB) -> CheckResult:
     usage = shutil.disk_usage(path)
-    free_gib = usage.free / 2 ** 30
+    free_gib = usage.free / 2**30
     if free_gib < min_free_gib:
         return fail(DISK_FREE, f"{path} has {free_gib:.1f} GiB free, under {min_free_gib:g} GiB", "drain", "none")
     return ok(DISK_FREE, f"{path} has {free_gib:.0f} GiB free")

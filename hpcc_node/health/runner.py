@@ -56,9 +56,14 @@ def _kill_group(pid: int, sig: int) -> None:
 
 
 class Runner:
-    def __init__(self, env: Optional[Mapping[str, str]] = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, kill: Callable[[int, int], None] = _kill_group,
-                 poll_s: float = 0.05):
+    def __init__(
+        self,
+        env: Optional[Mapping[str, str]] = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        kill: Callable[[int, int], None] = _kill_group,
+        poll_s: float = 0.05,
+    ):
         self.env = child_env(env)
         self.clock, self.sleep, self.kill, self.poll_s = clock, sleep, kill, poll_s
         self.stuck: Dict[str, Tuple[subprocess.Popen, float]] = {}  # check -> (abandoned child, since)
@@ -70,8 +75,12 @@ class Runner:
         if proc.poll() is not None:
             del self.stuck[spec.name]
             return None
-        return fail(spec.name, f"{spec.what} still blocked {self.clock() - since:.0f} s after its timeout "
-                    f"(pid {proc.pid}, not started again)", "drain")
+        return fail(
+            spec.name,
+            f"{spec.what} still blocked {self.clock() - since:.0f} s after its timeout "
+            f"(pid {proc.pid}, not started again)",
+            "drain",
+        )
 
     def _start(self, spec: CheckSpec):
         tool = spec.argv[0]
@@ -79,12 +88,14 @@ class Runner:
             return fail(spec.name, f"{os.path.basename(tool)} missing on {spec.needed_on}", "drain")
         out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         try:
-            proc = subprocess.Popen(list(spec.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=self.env, start_new_session=True)
+            proc = subprocess.Popen(
+                list(spec.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=self.env, start_new_session=True
+            )
         except OSError as e:
             out.close(), err.close()
-            return fail(spec.name, f"{os.path.basename(tool)} cannot run on {spec.needed_on}: {e.strerror or e}",
-                        "drain")
+            return fail(
+                spec.name, f"{os.path.basename(tool)} cannot run on {spec.needed_on}: {e.strerror or e}", "drain"
+            )
         return proc, out, err, self.clock() + spec.timeout_s
 
     def _finish(self, spec: CheckSpec, rc: int, out, err) -> CheckResult:
@@ -120,8 +131,11 @@ class Runner:
                     out.close(), err.close()
                     if proc.poll() is None:  # in uninterruptible sleep: leave it, remember it
                         self.stuck[spec.name] = (proc, self.clock())
-                    results[i] = fail(spec.name, f"{spec.what} gave no answer within "
-                                      f"{spec.timeout_s:g} s (killed: a hung check is a failure)", "drain")
+                    results[i] = fail(
+                        spec.name,
+                        f"{spec.what} gave no answer within {spec.timeout_s:g} s (killed: a hung check is a failure)",
+                        "drain",
+                    )
                 else:
                     continue
                 del running[i]

@@ -17,8 +17,18 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, boot_diag_level_problem
 from hpcc_node.health import checks, devices, xid
 from hpcc_node.health.runner import Runner
-from hpcc_node.health.verdict import (BOOT_CHECKS, EFA_COUNTERS, INTERVAL_S, PERIODIC_CHECKS, XID, CheckResult,
-                                      NodeVerdict, node_verdict, parse_verdict, write_verdict)
+from hpcc_node.health.verdict import (
+    BOOT_CHECKS,
+    EFA_COUNTERS,
+    INTERVAL_S,
+    PERIODIC_CHECKS,
+    XID,
+    CheckResult,
+    NodeVerdict,
+    node_verdict,
+    parse_verdict,
+    write_verdict,
+)
 
 HEALTH_ENV = "/etc/hpcc/health.env"
 VERDICT_NAME = "hpcc-health.verdict"
@@ -26,8 +36,15 @@ VERDICT = f"/run/{VERDICT_NAME}"
 STATE_DIR = "/var/lib/hpcc/health"  # survives a reboot: the Xid offset, the jobs' start offsets
 BOOT_ID = "/proc/sys/kernel/random/boot_id"  # changes at every boot (proc(5))
 KERNEL_LOG = "/var/log/kern.log"  # rsyslog's kernel facility on Ubuntu; the box points it at its stand-in
-FACT_KEYS = {"GPUS": int, "EFA_DEVICES": int, "NEURON_DEVICES": int, "DCGM_LEVEL": int, "DISK_MIN_FREE_GIB": float,
-             "SHARED_MOUNT": str, "KERNEL_LOG": str}
+FACT_KEYS = {
+    "GPUS": int,
+    "EFA_DEVICES": int,
+    "NEURON_DEVICES": int,
+    "DCGM_LEVEL": int,
+    "DISK_MIN_FREE_GIB": float,
+    "SHARED_MOUNT": str,
+    "KERNEL_LOG": str,
+}
 
 
 class FactsError(ValueError):
@@ -53,10 +70,15 @@ def parse_facts(text: str, host: str) -> Tuple[checks.NodeFacts, str]:
     problem = boot_diag_level_problem(level)
     if problem:
         raise FactsError(f"health.env: DCGM_LEVEL={problem}")
-    facts = checks.NodeFacts(host, gpus=int(found.get("GPUS", 0)), efa_devices=int(found.get("EFA_DEVICES", 0)),
-                             neuron_devices=int(found.get("NEURON_DEVICES", 0)),
-                             shared_mount=str(found.get("SHARED_MOUNT") or "") or None, dcgm_level=level,
-                             disk_min_free_gib=float(found.get("DISK_MIN_FREE_GIB", checks.host.DISK_MIN_FREE_GIB)))
+    facts = checks.NodeFacts(
+        host,
+        gpus=int(found.get("GPUS", 0)),
+        efa_devices=int(found.get("EFA_DEVICES", 0)),
+        neuron_devices=int(found.get("NEURON_DEVICES", 0)),
+        shared_mount=str(found.get("SHARED_MOUNT") or "") or None,
+        dcgm_level=level,
+        disk_min_free_gib=float(found.get("DISK_MIN_FREE_GIB", checks.host.DISK_MIN_FREE_GIB)),
+    )
     return facts, str(found.get("KERNEL_LOG") or KERNEL_LOG)
 
 
@@ -102,9 +124,17 @@ def log_end(path: str) -> int:
 class Monitor:
     """One node's checks: `run(names)` runs them, writes the verdict file and returns the verdict."""
 
-    def __init__(self, facts: checks.NodeFacts, kernel_log: str, verdict_path: str = VERDICT,
-                 state_dir: str = STATE_DIR, runner: Optional[Runner] = None, clock: Callable[[], float] = time.time,
-                 efa_root: str = devices.SYSFS_INFINIBAND, boot_id_path: str = BOOT_ID):
+    def __init__(
+        self,
+        facts: checks.NodeFacts,
+        kernel_log: str,
+        verdict_path: str = VERDICT,
+        state_dir: str = STATE_DIR,
+        runner: Optional[Runner] = None,
+        clock: Callable[[], float] = time.time,
+        efa_root: str = devices.SYSFS_INFINIBAND,
+        boot_id_path: str = BOOT_ID,
+    ):
         self.boot_id_path = boot_id_path
         self.facts, self.kernel_log, self.verdict_path, self.state_dir = facts, kernel_log, verdict_path, state_dir
         self.runner = runner or Runner()
@@ -197,8 +227,8 @@ def deep_checked_path(state_dir: str = STATE_DIR) -> str:
 
 
 def status_fields(path: str = VERDICT, now: Optional[float] = None, state_dir: str = STATE_DIR) -> Dict[str, object]:
-    """What the agent's status carries to the controller (controller/health/observe.py report_fields): ok false with class
-    health, the deciding check, its action and remedy, when the last verdict failed; its status otherwise; when
+    """What the agent's status carries to the controller (controller/health/observe.py report_fields): ok false with
+    class health, the deciding check, its action and remedy, when the last verdict failed; its status otherwise; when
     the deep checks last ran (at boot, or a spare's), which tells the controller when a spare's is due."""
     try:
         with open(path) as f:
@@ -211,15 +241,25 @@ def status_fields(path: str = VERDICT, now: Optional[float] = None, state_dir: s
     if deep:
         out["deepChecked"] = deep
     if not v.healthy:
-        out.update({"ok": False, "class": "health", "failure": "health", "check": top.check if top else "health",
-                    "action": v.action, "remedy": v.remedy, "evidence": top.evidence[:300] if top else v.reason})
+        out.update(
+            {
+                "ok": False,
+                "class": "health",
+                "failure": "health",
+                "check": top.check if top else "health",
+                "action": v.action,
+                "remedy": v.remedy,
+                "evidence": top.evidence[:300] if top else v.reason,
+            }
+        )
     elif v.reason:
         out["healthNote"] = v.reason
     return out
 
 
-def check_once(monitor: "Monitor", last: Optional[Tuple[str, str]], log: Callable[[str], None],
-               on_change: Callable[[], None]) -> Optional[Tuple[str, str]]:
+def check_once(
+    monitor: Monitor, last: Optional[Tuple[str, str]], log: Callable[[str], None], on_change: Callable[[], None]
+) -> Optional[Tuple[str, str]]:
     """One period of the health thread: the boot checks once a boot, else the periodic ones; `on_change` when the
     verdict's (status, action) differs from `last`. Returns the new (status, action)."""
     try:
@@ -234,9 +274,13 @@ def check_once(monitor: "Monitor", last: Optional[Tuple[str, str]], log: Callabl
     return v.status, v.action
 
 
-def start(host: str, facts_path: str = HEALTH_ENV, interval_s: float = INTERVAL_S,
-          log: Callable[[str], None] = lambda line: None,
-          on_change: Callable[[], None] = lambda: None) -> Optional[threading.Thread]:
+def start(
+    host: str,
+    facts_path: str = HEALTH_ENV,
+    interval_s: float = INTERVAL_S,
+    log: Callable[[str], None] = lambda line: None,
+    on_change: Callable[[], None] = lambda: None,
+) -> Optional[threading.Thread]:
     """The agent's health thread: the boot checks where this boot has not had them (a node rebooted for a
     remedy checks everything again), then the periodic checks every `interval_s`; `on_change` when the verdict's
     status or action changes (the agent writes its status then, not at its next tick). None where the node has

@@ -66,8 +66,10 @@ class CheckResult:
         _rank(self.action, ACTIONS, "action")
         _rank(self.remedy, REMEDIES, "remedy")
         if (self.status == "fail") != (self.action != "none"):
-            raise ValueError(f"{self.check}: a failure takes the node out and nothing else does "
-                             f"(status {self.status}, action {self.action})")
+            raise ValueError(
+                f"{self.check}: a failure takes the node out and nothing else does "
+                f"(status {self.status}, action {self.action})"
+            )
         if " " in self.check or not self.check:
             raise ValueError(f"check name {self.check!r}: one word")
 
@@ -128,11 +130,19 @@ def node_verdict(results: Iterable[CheckResult], now: float) -> NodeVerdict:
 # -- the verdict file: line-oriented `key=value`, so Slurm's HealthCheckProgram reads it in a few milliseconds
 # (a shell `read` loop or read_verdict below) without starting a check itself.
 
+
 def format_verdict(v: NodeVerdict) -> str:
-    lines = [VERDICT_FORMAT, f"written={v.written}", f"status={v.status}", f"action={v.action}",
-             f"remedy={v.remedy}", f"reason={v.reason}"]
-    lines += [f"check={r.check} {r.status} {r.action} {r.remedy} {' '.join(r.evidence.split())}".rstrip()
-              for r in v.results]
+    lines = [
+        VERDICT_FORMAT,
+        f"written={v.written}",
+        f"status={v.status}",
+        f"action={v.action}",
+        f"remedy={v.remedy}",
+        f"reason={v.reason}",
+    ]
+    lines += [
+        f"check={r.check} {r.status} {r.action} {r.remedy} {' '.join(r.evidence.split())}".rstrip() for r in v.results
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -149,8 +159,9 @@ def parse_verdict(text: str) -> NodeVerdict:
         else:
             head[key] = value
     try:
-        return NodeVerdict(head["status"], head["action"], head["remedy"], head["reason"], int(head["written"]),
-                           results)
+        return NodeVerdict(
+            head["status"], head["action"], head["remedy"], head["reason"], int(head["written"]), results
+        )
     except (KeyError, ValueError) as e:
         raise ValueError(f"verdict file incomplete or damaged: {e}") from None
 

@@ -24,8 +24,10 @@ CATALOG_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xid_cat
 
 # The NVIDIA driver's line, after whatever the log source put in front (syslog host and tag, dmesg's
 # `[ 966.503025]`, kmsg's `6,1234,5678,-;`). Older drivers print the bus without `PCI:`.
-_XID_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
-                       r"(?P<xid>\d+),\s*(?P<text>.*?)\s*$")
+_XID_LINE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
+    r"(?P<xid>\d+),\s*(?P<text>.*?)\s*$"
+)
 _NVRM_XID = re.compile(r"NVRM: Xid\b")
 
 
@@ -42,23 +44,33 @@ BUCKET_RULES: Dict[str, Rule] = {
     "RESTART_APP": Rule("warn", "none", "none", "the application's fault; the GPU stays usable"),
     "CHECK_APP/CUDA": Rule("warn", "none", "none", "the application's fault; the GPU stays usable"),
     "IGNORE": Rule("warn", "none", "none", "the catalog says no action; recorded for the morning's status"),
-    "WORKFLOW_XID_45": Rule("warn", "none", "none",
-                            "preemptive cleanup after another fault: the other Xid decides"),
+    "WORKFLOW_XID_45": Rule("warn", "none", "none", "preemptive cleanup after another fault: the other Xid decides"),
     "RESET_GPU": Rule("fail", "down", "reset", "the GPU stopped serving the job; a reset may bring it back"),
     "RESTART_BM": Rule("fail", "down", "reboot", "the GPU is gone until the machine restarts"),
     "RESTART_VM": Rule("fail", "down", "reboot", "the GPU is gone until the machine restarts"),
-    "WORKFLOW_XID_48": Rule("fail", "down", "reset",
-                            "an uncorrectable ECC error killed the job; the row is remapped at the next GPU reset"),
+    "WORKFLOW_XID_48": Rule(
+        "fail", "down", "reset", "an uncorrectable ECC error killed the job; the row is remapped at the next GPU reset"
+    ),
     "CONTACT_SUPPORT": Rule("fail", "down", "replace", "nothing on the node fixes it: a new instance does"),
     "CHECK_MECHANICALS": Rule("fail", "drain", "replace", "a hardware fault on the host: a new instance avoids it"),
 }
 
 # Xids whose catalog bucket says less than a cluster must do, each with why.
 XID_RULES: Dict[int, Rule] = {
-    63: Rule("fail", "drain", "reset", "a row was marked for remapping, effective only after a GPU reset "
-             "(NVIDIA, A100 GPU memory error management: the pending flag); the running job continues"),
-    64: Rule("fail", "drain", "reset", "a row remapping failed (catalog: RESET_GPU, then CONTACT_SUPPORT); the "
-             "running job continues, a recurrence after the reset replaces the node"),
+    63: Rule(
+        "fail",
+        "drain",
+        "reset",
+        "a row was marked for remapping, effective only after a GPU reset "
+        "(NVIDIA, A100 GPU memory error management: the pending flag); the running job continues",
+    ),
+    64: Rule(
+        "fail",
+        "drain",
+        "reset",
+        "a row remapping failed (catalog: RESET_GPU, then CONTACT_SUPPORT); the "
+        "running job continues, a recurrence after the reset replaces the node",
+    ),
 }
 
 

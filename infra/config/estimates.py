@@ -10,11 +10,17 @@ NAT_GATEWAY_HOURLY = 0.045
 HOURS_PER_MONTH = 730
 # USD per GB-month, by (deployment type, storage type, throughput per TiB)
 FSX_GB_MONTH = {
-    ("SCRATCH_1", "SSD", None): 0.140, ("SCRATCH_2", "SSD", None): 0.140,
-    ("PERSISTENT_1", "SSD", 50): 0.145, ("PERSISTENT_1", "SSD", 100): 0.210, ("PERSISTENT_1", "SSD", 200): 0.290,
-    ("PERSISTENT_1", "HDD", 12): 0.025, ("PERSISTENT_1", "HDD", 40): 0.083,
-    ("PERSISTENT_2", "SSD", 125): 0.145, ("PERSISTENT_2", "SSD", 250): 0.210,
-    ("PERSISTENT_2", "SSD", 500): 0.340, ("PERSISTENT_2", "SSD", 1000): 0.600,
+    ("SCRATCH_1", "SSD", None): 0.140,
+    ("SCRATCH_2", "SSD", None): 0.140,
+    ("PERSISTENT_1", "SSD", 50): 0.145,
+    ("PERSISTENT_1", "SSD", 100): 0.210,
+    ("PERSISTENT_1", "SSD", 200): 0.290,
+    ("PERSISTENT_1", "HDD", 12): 0.025,
+    ("PERSISTENT_1", "HDD", 40): 0.083,
+    ("PERSISTENT_2", "SSD", 125): 0.145,
+    ("PERSISTENT_2", "SSD", 250): 0.210,
+    ("PERSISTENT_2", "SSD", 500): 0.340,
+    ("PERSISTENT_2", "SSD", 1000): 0.600,
 }
 
 
@@ -70,4 +76,6 @@ def ready_timeout_minutes(bootstrap_minutes: int, nodes: int, launches_per_minut
     one replacement round (a hung boot is seen at the boot grace, then a new instance boots), and 5 minutes of
     margin. It grows with the count only through the launches: each node boots on its own, never waiting for its
     peers."""
-    return launch_minutes(nodes, launches_per_minute) + max(bootstrap_minutes, boot_grace_minutes) + bootstrap_minutes + 5
+    return (
+        launch_minutes(nodes, launches_per_minute) + max(bootstrap_minutes, boot_grace_minutes) + bootstrap_minutes + 5
+    )

@@ -39,8 +39,10 @@ def _file_problem(p: Path) -> str | None:
     if not os.access(p, os.R_OK):
         return f"{p} is not readable; chmod a+r it"
     if p.stat().st_size > MAX_BYTES:
-        return (f"{p} is {p.stat().st_size} bytes, more than {MAX_BYTES}; keep hooks small and put what they "
-                "install on the file system or in the image")
+        return (
+            f"{p} is {p.stat().st_size} bytes, more than {MAX_BYTES}; keep hooks small and put what they "
+            "install on the file system or in the image"
+        )
     return None
 
 
@@ -53,8 +55,14 @@ def hook_findings(cfg, base: Path | None = None) -> list[Finding]:
             field, name, p = f"cluster.hooks.{point}[{i}]", name_of(path), _resolve(path, base)
             if not NAME.fullmatch(name):
                 shown = f"{name[:64]!r}..." if len(name) > 64 else repr(name)
-                out.append(Finding(ERROR, field, f"the file name {shown} must be 1-64 of A-Z a-z 0-9 . _ - and "
-                                                 "start with a letter or digit; give a script's path, renamed so"))
+                out.append(
+                    Finding(
+                        ERROR,
+                        field,
+                        f"the file name {shown} must be 1-64 of A-Z a-z 0-9 . _ - and "
+                        "start with a letter or digit; give a script's path, renamed so",
+                    )
+                )
                 continue
             try:
                 problem = _file_problem(p)
@@ -64,8 +72,14 @@ def hook_findings(cfg, base: Path | None = None) -> list[Finding]:
                 out.append(Finding(ERROR, field, problem))
                 continue
             if name in seen and seen[name].resolve() != p.resolve():
-                out.append(Finding(ERROR, field, f"another hook is also named {name!r} ({seen[name]}); hooks are "
-                                                 "named by their file name in the bundle: rename one"))
+                out.append(
+                    Finding(
+                        ERROR,
+                        field,
+                        f"another hook is also named {name!r} ({seen[name]}); hooks are "
+                        "named by their file name in the bundle: rename one",
+                    )
+                )
             seen.setdefault(name, p)
     return out
 
@@ -86,6 +100,7 @@ def absolute(config: dict, base: Path) -> dict:
     fixed = dict(hooks)
     for point in POINTS:
         if isinstance(hooks.get(point), list):
-            fixed[point] = [str(base / p) if isinstance(p, str) and p and not Path(p).is_absolute() else p
-                            for p in hooks[point]]
+            fixed[point] = [
+                str(base / p) if isinstance(p, str) and p and not Path(p).is_absolute() else p for p in hooks[point]
+            ]
     return {**config, "hpcc:cluster": {**cluster, "hooks": fixed}}

@@ -19,8 +19,13 @@ from pydantic.alias_generators import to_camel
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, account_problem
 from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS
 from infra.config.nodes import ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of
-from infra.config.validators.inputs import (MOUNT_POINT_MAX, PUBLIC_KEYS_BYTES, public_key_problem, s3_path_problems,
-                                            tag_key_problem)
+from infra.config.validators.inputs import (
+    MOUNT_POINT_MAX,
+    PUBLIC_KEYS_BYTES,
+    public_key_problem,
+    s3_path_problems,
+    tag_key_problem,
+)
 from infra.facts.images import IMAGE_FAMILIES
 from infra.facts.limits import MAX_GROUPS
 
@@ -53,20 +58,20 @@ class Image(_Model):
     @classmethod
     def _not_root(cls, v: str | None) -> str | None:
         if v == "root":
-            raise ValueError("root is refused: people log in as the image's user (ubuntu, ec2-user) with their own keys "
-                             "(cluster.ssh.authorizedKeys); root logins are only the cluster's own, inside the VPC")
+            raise ValueError(
+                "root is refused: people log in as the image's user (ubuntu, ec2-user) with their own keys "
+                "(cluster.ssh.authorizedKeys); root logins are only the cluster's own, inside the VPC"
+            )
         problem = v and account_problem(v)  # the nodes refuse it too (LOGIN_USER)
         if problem:
             raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
-    def _one_source(self) -> "Image":
+    def _one_source(self) -> Image:
         given = [k for k in ("family", "ami_id", "name_filter") if getattr(self, k)]
         if len(given) > 1:
-            raise ValueError(
-                f"give one of family, amiId or nameFilter, not {' and '.join(to_camel(g) for g in given)}"
-            )
+            raise ValueError(f"give one of family, amiId or nameFilter, not {' and '.join(to_camel(g) for g in given)}")
         if self.family is not None and self.family not in IMAGE_FAMILIES:
             raise ValueError(f"family must be one of {', '.join(sorted(IMAGE_FAMILIES))}; got {self.family!r}")
         return self
@@ -137,8 +142,10 @@ class Ssh(_Model):
             if problem:
                 raise ValueError(f"[{i}] {problem}")
         if sum(len(k) + 1 for k in v) > PUBLIC_KEYS_BYTES:
-            raise ValueError(f"the keys take {sum(len(k) + 1 for k in v)} bytes; at most {PUBLIC_KEYS_BYTES} fit the "
-                             "settings parameter the nodes read: give fewer keys, or ed25519 keys (about 100 bytes each)")
+            raise ValueError(
+                f"the keys take {sum(len(k) + 1 for k in v)} bytes; at most {PUBLIC_KEYS_BYTES} fit the "
+                "settings parameter the nodes read: give fewer keys, or ed25519 keys (about 100 bytes each)"
+            )
         return v
 
     @field_validator("allowed_cidrs")
@@ -150,8 +157,9 @@ class Ssh(_Model):
             except ValueError:
                 pass
             else:  # EC2 wants the prefix length, and a bare address is most likely meant as one host
-                raise ValueError(f"[{i}] {cidr!r} has no prefix length; write {address}/{address.max_prefixlen} "
-                                 "for that one address")
+                raise ValueError(
+                    f"[{i}] {cidr!r} has no prefix length; write {address}/{address.max_prefixlen} for that one address"
+                )
             try:
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError as e:
@@ -182,13 +190,16 @@ class Security(_Model):
     def _users(cls, v: list[str]) -> list[str]:
         for i, user in enumerate(v):
             if not re.fullmatch(LINUX_USER, user):
-                raise ValueError(f"[{i}] {user!r} is not a Linux user name (lower-case letters, digits, '_' and '-', "
-                                 "at most 32, not starting with a digit or '-')")
+                raise ValueError(
+                    f"[{i}] {user!r} is not a Linux user name (lower-case letters, digits, '_' and '-', "
+                    "at most 32, not starting with a digit or '-')"
+                )
             if user == "root":
                 raise ValueError(f"[{i}] root always reaches the instance metadata service; list only other users")
             if account_problem(user):  # the nodes refuse it too (IMDS_USER)
-                raise ValueError(f"[{i}] {account_problem(user)}: it would read the node role's "
-                                 "secrets, the cluster key among them")
+                raise ValueError(
+                    f"[{i}] {account_problem(user)}: it would read the node role's secrets, the cluster key among them"
+                )
             if user in v[:i]:
                 raise ValueError(f"[{i}] {user!r} is listed twice")
         return v
@@ -196,7 +207,8 @@ class Security(_Model):
 
 class Hooks(_Model):
     """The user's own scripts (paths relative to the stack file's directory), run as root at that point of every
-    node's bootstrap from the cluster's bundle, each bounded by `timeoutMinutes` (infra/config/hooks.py checks the files)."""
+    node's bootstrap from the cluster's bundle, each bounded by `timeoutMinutes` (infra/config/hooks.py checks the
+    files)."""
 
     on_node_start: list[str] = Field(default_factory=list, max_length=10)
     on_node_ready: list[str] = Field(default_factory=list, max_length=10)
@@ -241,13 +253,17 @@ class ClusterConfig(_Model):
         return v
 
     @model_validator(mode="after")
-    def _groups(self) -> "ClusterConfig":
+    def _groups(self) -> ClusterConfig:
         if self.compute is not None and self.given_groups is not None:
-            raise ValueError("give either compute (one group named compute) or nodeGroups, not both: move compute's "
-                             "fields into nodeGroups as `- name: compute`")
+            raise ValueError(
+                "give either compute (one group named compute) or nodeGroups, not both: move compute's "
+                "fields into nodeGroups as `- name: compute`"
+            )
         if self.compute is None and self.given_groups is None:
-            raise ValueError("nodeGroups is required: a list of groups, each with a name, instanceType and count "
-                             "(or compute: for one group; see examples/)")
+            raise ValueError(
+                "nodeGroups is required: a list of groups, each with a name, instanceType and count "
+                "(or compute: for one group; see examples/)"
+            )
         return self
 
     @property
@@ -286,8 +302,10 @@ class ClusterConfig(_Model):
             if len(value) > 256:
                 raise ValueError(f"value of {key!r} is {len(value)} characters; AWS allows 256")
             if not _tag_text_ok(value):
-                raise ValueError(f"{key!r}: {value!r}: tag values may hold only letters, digits, spaces and "
-                                 f"{' '.join(TAG_PUNCTUATION)} (IAM, FSx and Secrets Manager refuse other characters)")
+                raise ValueError(
+                    f"{key!r}: {value!r}: tag values may hold only letters, digits, spaces and "
+                    f"{' '.join(TAG_PUNCTUATION)} (IAM, FSx and Secrets Manager refuse other characters)"
+                )
         return v
 
 

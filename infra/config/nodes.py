@@ -18,8 +18,13 @@ class ConfigModel(BaseModel):
 def root_volume(default: int = 200):
     """`rootVolumeGiB` as the README spells it (like `storageCapacityGiB`), and `rootVolumeGib`, the spelling
     this key was first read with: both are accepted; giving both is an unknown key."""
-    return Field(default, ge=35, le=16384, validation_alias=AliasChoices("rootVolumeGiB", "rootVolumeGib"),
-                 serialization_alias="rootVolumeGiB")
+    return Field(
+        default,
+        ge=35,
+        le=16384,
+        validation_alias=AliasChoices("rootVolumeGiB", "rootVolumeGib"),
+        serialization_alias="rootVolumeGiB",
+    )
 
 
 class HeadNode(ConfigModel):
@@ -52,17 +57,21 @@ class NodeGroup(ComputeNodes):
     @classmethod
     def _group_name(cls, v: str) -> str:
         if not GROUP_NAME.fullmatch(v):
-            raise ValueError("must be 1-12 lower-case letters and digits, starting with a letter (it begins its "
-                             f"nodes' names, <group>-000, and its Slurm partition); got {v!r}")
+            raise ValueError(
+                "must be 1-12 lower-case letters and digits, starting with a letter (it begins its "
+                f"nodes' names, <group>-000, and its Slurm partition); got {v!r}"
+            )
         if v in RESERVED_GROUP_NAMES:
             raise ValueError(f"{v!r} is the head node's name; call the group something else, e.g. {v}s or gpu")
         return v
 
     @model_validator(mode="after")
-    def _spares_within_count(self) -> "NodeGroup":
+    def _spares_within_count(self) -> NodeGroup:
         if self.spares > self.count:
-            raise ValueError(f"spares ({self.spares}) are part of count ({self.count}), which launches them: give "
-                             "count >= spares (the nodes in use are count - spares)")
+            raise ValueError(
+                f"spares ({self.spares}) are part of count ({self.count}), which launches them: give "
+                "count >= spares (the nodes in use are count - spares)"
+            )
         return self
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from infra.config.parse import ConfigError, parse
-from infra.config.model import StackConfig
 from infra.config.hooks import absolute
+from infra.config.model import StackConfig
+from infra.config.parse import ConfigError, parse
 
 
 def read_raw(path: str | Path) -> dict:
@@ -30,10 +30,15 @@ def read_raw(path: str | Path) -> dict:
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         raise ConfigError([(str(p), f"is not valid YAML{at}: {getattr(e, 'problem', None) or e}")]) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
-        raise ConfigError([(str(p), "needs a top-level `config:` map with aws:region and hpcc:cluster, as in examples/")])
+        raise ConfigError(
+            [(str(p), "needs a top-level `config:` map with aws:region and hpcc:cluster, as in examples/")]
+        )
     config = doc["config"]
-    unknown = sorted(k for k in config if not str(k).startswith(("aws:", "hpcc:")) or
-                     (str(k).startswith("hpcc:") and k != "hpcc:cluster"))
+    unknown = sorted(
+        k
+        for k in config
+        if not str(k).startswith(("aws:", "hpcc:")) or (str(k).startswith("hpcc:") and k != "hpcc:cluster")
+    )
     if unknown:
         raise ConfigError([(str(k), "unknown key; hpcc reads aws:region and hpcc:cluster") for k in unknown])
 

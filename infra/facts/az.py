@@ -1,6 +1,7 @@
 """Which availability zone a cluster lives in: one rule for the program (infra/program/components/pins.py via
 infra/program/lookups.py) and for preflight. Every node and the file system share one AZ, because EFA traffic does not
-cross AZs or subnets (EC2 User Guide, "Elastic Fabric Adapter": "EFA traffic can't cross Availability Zones or VPCs")."""
+cross AZs or subnets (EC2 User Guide, "Elastic Fabric Adapter": "EFA traffic can't cross Availability Zones or VPCs").
+"""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ def first_az(offered: dict[str, set[str]], types: list[str]) -> str | None:
 
 
 def no_common_az(types: list[str]) -> tuple[str, str]:
-    return AZ_FIELD, (f"no availability zone in this region offers all of {', '.join(types)}; "
-                      "choose other instance types or another aws:region")
+    return AZ_FIELD, (
+        f"no availability zone in this region offers all of {', '.join(types)}; "
+        "choose other instance types or another aws:region"
+    )
 
 
 REGION_FIELD = "aws:region"
@@ -45,12 +48,19 @@ def moved_region_problem(az: str, region: str) -> tuple[str, str] | None:
         f"cannot move to {region}: a region change is a new cluster. Every resource but the IAM roles would be "
         f"replaced, the file system with its data (refused while it is protected), and the image resolved in {old} "
         f"does not exist in {region}. Create a new stack for {region} (`pulumi stack init`, then `hpcc up`), copy "
-        f"the data, then `hpcc destroy` this one; or set {REGION_FIELD} back to {old}")
+        f"the data, then `hpcc destroy` this one; or set {REGION_FIELD} back to {old}"
+    )
 
 
-def kept_az_problem(az: str, offered: dict[str, set[str]], head_type: str, compute_type: str,
-                    configured: bool, region: str | None = None,
-                    compute_field: str = COMPUTE_FIELD) -> tuple[str, str] | None:
+def kept_az_problem(
+    az: str,
+    offered: dict[str, set[str]],
+    head_type: str,
+    compute_type: str,
+    configured: bool,
+    region: str | None = None,
+    compute_field: str = COMPUTE_FIELD,
+) -> tuple[str, str] | None:
     """(field, message) when `az` is in another region than the stack's, or lacks a node type. A cluster never
     moves by itself: a new AZ means a new subnet, and with it a new file system."""
     moved = moved_region_problem(az, region) if region else None
@@ -61,9 +71,13 @@ def kept_az_problem(az: str, offered: dict[str, set[str]], head_type: str, compu
             continue
         where = ", ".join(sorted(offered.get(itype, ()))) or "no AZ of this region"
         if configured:
-            return field, (f"{itype} is not offered in {az} ({AZ_FIELD}; offered in: {where}); "
-                           "choose another type or another availability zone")
-        return field, (f"{itype} is not offered in {az}, the availability zone this cluster has used since its first "
-                       f"`pulumi up` (offered in: {where}). Choose a type offered in {az}, or set {AZ_FIELD} to move "
-                       "the cluster, which replaces its subnets and file system")
+            return field, (
+                f"{itype} is not offered in {az} ({AZ_FIELD}; offered in: {where}); "
+                "choose another type or another availability zone"
+            )
+        return field, (
+            f"{itype} is not offered in {az}, the availability zone this cluster has used since its first "
+            f"`pulumi up` (offered in: {where}). Choose a type offered in {az}, or set {AZ_FIELD} to move "
+            "the cluster, which replaces its subnets and file system"
+        )
     return None

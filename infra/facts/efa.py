@@ -9,7 +9,8 @@ https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html):
 So a p5.48xlarge gets 32 EFA devices on one subnet IP (the page's run-instances example: "32 EFA devices
 and one ENA device"; aws-parallelcluster PR #7262 made it ParallelCluster's default), and a
 p6-b300.48xlarge, whose card 0 lists only `interface` (aws-parallelcluster issue #7143), gets 16, none on
-card 0. EFA devices stop at the type's MaximumEfaInterfaces. Two cases the guidance leaves open, decided from the card data:
+card 0. EFA devices stop at the type's MaximumEfaInterfaces. Two cases the guidance leaves open, decided from the card
+data:
 - one network card: a single `efa` (ENA + EFA) on card 0 device 0, as EC2's single-EFA examples launch;
 - card 0 takes only one interface (hpc6id.32xlarge): the primary itself is `efa` (ENA + EFA), which AWS's
   EFA-only announcement allows ("the primary interface being either EFA coupled with ENA or just ENA",

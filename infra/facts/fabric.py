@@ -16,7 +16,7 @@ TCP_MPIRUN = "--mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to n
 
 
 def accelerator_of(itype: InstanceType) -> str:
-    """"nvidia" | "neuron" | "none"; a row without the field (the old catalog) is read from its GPU count."""
+    """ "nvidia" | "neuron" | "none"; a row without the field (the old catalog) is read from its GPU count."""
     return getattr(itype, "accelerator", None) or ("nvidia" if itype.gpus else "none")
 
 
@@ -33,8 +33,12 @@ def fabric_env(itype: InstanceType, efa_enabled: bool) -> tuple[tuple[str, str],
     if accelerator == "nvidia":
         env += [("NCCL_SOCKET_IFNAME", "^lo,docker"), ("NCCL_DEBUG", "WARN")]
     elif accelerator == "none":  # CPU clusters: oneCCL over libfabric, with Intel MPI pointed at the same provider
-        env += [("CCL_ATL_TRANSPORT", "ofi"), ("CCL_WORKER_COUNT", "1"), ("I_MPI_OFI_LIBRARY_INTERNAL", "0"),
-                ("I_MPI_OFI_PROVIDER", "efa" if efa_enabled else "tcp")]
+        env += [
+            ("CCL_ATL_TRANSPORT", "ofi"),
+            ("CCL_WORKER_COUNT", "1"),
+            ("I_MPI_OFI_LIBRARY_INTERNAL", "0"),
+            ("I_MPI_OFI_PROVIDER", "efa" if efa_enabled else "tcp"),
+        ]
     return tuple(env)
 
 

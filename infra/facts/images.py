@@ -7,9 +7,18 @@ from __future__ import annotations
 DLAMI_OWNER = "898082745236"
 IMAGE_FAMILIES = {
     # family -> (SSM parameter path segment, login user, image name pattern)
-    "base-oss-nvidia-driver-gpu-ubuntu-22.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"),
-    "base-oss-nvidia-driver-gpu-ubuntu-24.04": ("ubuntu", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *"),
-    "base-oss-nvidia-driver-gpu-amazon-linux-2023": ("ec2-user", "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"),
+    "base-oss-nvidia-driver-gpu-ubuntu-22.04": (
+        "ubuntu",
+        "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *",
+    ),
+    "base-oss-nvidia-driver-gpu-ubuntu-24.04": (
+        "ubuntu",
+        "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04) *",
+    ),
+    "base-oss-nvidia-driver-gpu-amazon-linux-2023": (
+        "ec2-user",
+        "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *",
+    ),
 }
 # Families AWS also builds for arm64 (Graviton: G5g, P6e-GB200; DLAMI release notes, "Deep Learning ARM64 Base OSS
 # Nvidia Driver GPU AMI (Ubuntu 22.04 / 24.04)"), with their image names; the public parameters take the

@@ -8,8 +8,8 @@ hand, each fact in one place: GPUDirect RDMA families below, on-demand prices in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from infra.facts import prices
 
@@ -18,10 +18,22 @@ from infra.facts import prices
 # columns), the AWS Neuron guide "setup-trn1-multi-node-execution" (Trainium sets it), and
 # awsome-distributed-training's 1.architectures/efa-cheatsheet.md (p4d/p4de/p5*, never p3dn).
 # A family missing here runs without the flag: slower, never broken.
-GPUDIRECT_RDMA_FAMILIES = frozenset({
-    "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200",
-    "trn1", "trn1n", "trn2", "trn2u",
-})
+GPUDIRECT_RDMA_FAMILIES = frozenset(
+    {
+        "p4d",
+        "p4de",
+        "p5",
+        "p5e",
+        "p5en",
+        "p6-b200",
+        "p6-b300",
+        "p6e-gb200",
+        "trn1",
+        "trn1n",
+        "trn2",
+        "trn2u",
+    }
+)
 
 COMPUTE_FIELD = "cluster.compute.instanceType"
 HEAD_FIELD = "cluster.headNode.instanceType"
@@ -91,8 +103,10 @@ class UnknownInstanceType(ValueError):
 
     def __init__(self, field: str, name: str, region: str):
         self.field, self.name, self.region = field, name, region
-        super().__init__(f"{field}: EC2 in {region} has no instance type {name!r} (DescribeInstanceTypes does not list it); "
-                         f"set it to a type that `aws ec2 describe-instance-types --region {region}` lists")
+        super().__init__(
+            f"{field}: EC2 in {region} has no instance type {name!r} (DescribeInstanceTypes does not list it); "
+            f"set it to a type that `aws ec2 describe-instance-types --region {region}` lists"
+        )
 
 
 def _primary_arch(architectures: tuple[str, ...]) -> str:
@@ -114,8 +128,12 @@ def _neuron(info: dict) -> tuple[int, str | None]:
 
 
 def _cards(net: dict) -> tuple[NetworkCard, ...]:
-    cards = [NetworkCard(c["NetworkCardIndex"], c["MaximumNetworkInterfaces"], tuple(c.get("InterfaceTypes", ("interface",))))
-             for c in net.get("NetworkCards", [])]
+    cards = [
+        NetworkCard(
+            c["NetworkCardIndex"], c["MaximumNetworkInterfaces"], tuple(c.get("InterfaceTypes", ("interface",)))
+        )
+        for c in net.get("NetworkCards", [])
+    ]
     return tuple(sorted(cards, key=lambda c: c.index))
 
 
@@ -130,16 +148,24 @@ def from_description(d: dict, price: float | None = None) -> InstanceType:
     architectures = tuple(d["ProcessorInfo"]["SupportedArchitectures"])
     name = d["InstanceType"]
     return InstanceType(
-        name=name, vcpus=vcpu["DefaultVCpus"], cores=vcpu.get("DefaultCores", vcpu["DefaultVCpus"]),
-        memory_gib=_memory_gib(d["MemoryInfo"]["SizeInMiB"]), arch=_primary_arch(architectures), gpus=gpus,
+        name=name,
+        vcpus=vcpu["DefaultVCpus"],
+        cores=vcpu.get("DefaultCores", vcpu["DefaultVCpus"]),
+        memory_gib=_memory_gib(d["MemoryInfo"]["SizeInMiB"]),
+        arch=_primary_arch(architectures),
+        gpus=gpus,
         gpu_model=gpu_list[0]["Name"] if gpu_list else None,
         efa_max_interfaces=(net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0,
         network_cards=net.get("MaximumNetworkCards", len(cards) or 1),
         interfaces_per_card=cards[0].max_interfaces if cards else net.get("MaximumNetworkInterfaces", 1),
         gpudirect_rdma=name.split(".", 1)[0] in GPUDIRECT_RDMA_FAMILIES and bool(net.get("EfaSupported")),
-        hourly_usd=price, architectures=architectures, threads_per_core=vcpu.get("DefaultThreadsPerCore", 1),
-        neuron_cores=neuron_cores, neuron_model=neuron_model,
-        accelerator="nvidia" if nvidia else "neuron" if neuron_cores else "none", cards=cards,
+        hourly_usd=price,
+        architectures=architectures,
+        threads_per_core=vcpu.get("DefaultThreadsPerCore", 1),
+        neuron_cores=neuron_cores,
+        neuron_model=neuron_model,
+        accelerator="nvidia" if nvidia else "neuron" if neuron_cores else "none",
+        cards=cards,
         usage_classes=tuple(d.get("SupportedUsageClasses", ())),
         placement_strategies=tuple((d.get("PlacementGroupInfo") or {}).get("SupportedStrategies", ())),
     )
@@ -181,8 +207,12 @@ class DescribedFacts:
     """Facts from DescribeInstanceTypes entries already in hand (preflight's answers, tests' copy of moto's data):
     the same `.get(name, field)` as InstanceFacts, without a client. `region` only words the error."""
 
-    def __init__(self, descriptions: dict[str, dict], region: str,
-                 price_of: Callable[[str], float | None] = prices.snapshot_price):
+    def __init__(
+        self,
+        descriptions: dict[str, dict],
+        region: str,
+        price_of: Callable[[str], float | None] = prices.snapshot_price,
+    ):
         self._descriptions, self._region, self._price_of = descriptions, region, price_of
 
     def get(self, name: str, field: str = COMPUTE_FIELD) -> InstanceType:

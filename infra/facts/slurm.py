@@ -45,17 +45,28 @@ class SlurmNode:
 
     def attributes(self) -> str:
         """The node's slurm.conf attributes, space-separated (the SLURM_NODE setting)."""
-        words = [f"CPUs={self.cpus}", "Boards=1", f"SocketsPerBoard={self.sockets_per_board}",
-                 f"CoresPerSocket={self.cores_per_socket}", f"ThreadsPerCore={self.threads_per_core}",
-                 f"RealMemory={self.real_memory_mib}"]
+        words = [
+            f"CPUs={self.cpus}",
+            "Boards=1",
+            f"SocketsPerBoard={self.sockets_per_board}",
+            f"CoresPerSocket={self.cores_per_socket}",
+            f"ThreadsPerCore={self.threads_per_core}",
+            f"RealMemory={self.real_memory_mib}",
+        ]
         return " ".join(words + ([f"Gres=gpu:{self.gpus}"] if self.gpus else []))
 
     def group_fields(self) -> dict:
         """The group's "slurm" object in /hpcc/<cluster>/groups, which the head renders back into these attributes
         (hpcc_node/slurm.py node_attributes; a test holds the two to the same words)."""
-        return {"cpus": self.cpus, "boards": 1, "sockets_per_board": self.sockets_per_board,
-                "cores_per_socket": self.cores_per_socket, "threads_per_core": self.threads_per_core,
-                "real_memory": self.real_memory_mib, "gres": f"gpu:{self.gpus}" if self.gpus else ""}
+        return {
+            "cpus": self.cpus,
+            "boards": 1,
+            "sockets_per_board": self.sockets_per_board,
+            "cores_per_socket": self.cores_per_socket,
+            "threads_per_core": self.threads_per_core,
+            "real_memory": self.real_memory_mib,
+            "gres": f"gpu:{self.gpus}" if self.gpus else "",
+        }
 
 
 def real_memory_mib(memory_mib: int) -> int:
@@ -76,14 +87,28 @@ def slurm_node(itype: InstanceType, field: str = COMPUTE_FIELD) -> SlurmNode:
     fix = "choose a compute type whose DescribeInstanceTypes entry has it, or set cluster.scheduler: none"
     memory_mib = round(itype.memory_gib * 1024)
     if itype.vcpus <= 0 or itype.cores <= 0 or itype.threads_per_core <= 0:
-        raise SlurmFactsError(field, f"EC2's facts for {itype.name} give no vCPU, core or thread count "
-                                     f"(VCpuInfo), which Slurm's node definition needs; {fix}")
+        raise SlurmFactsError(
+            field,
+            f"EC2's facts for {itype.name} give no vCPU, core or thread count "
+            f"(VCpuInfo), which Slurm's node definition needs; {fix}",
+        )
     if itype.cores * itype.threads_per_core != itype.vcpus:
-        raise SlurmFactsError(field, f"EC2's facts for {itype.name} do not add up: {itype.cores} cores x "
-                                     f"{itype.threads_per_core} threads is not {itype.vcpus} vCPUs; {fix}")
+        raise SlurmFactsError(
+            field,
+            f"EC2's facts for {itype.name} do not add up: {itype.cores} cores x "
+            f"{itype.threads_per_core} threads is not {itype.vcpus} vCPUs; {fix}",
+        )
     if memory_mib <= 0:
-        raise SlurmFactsError(field, f"EC2's facts for {itype.name} give no memory size (MemoryInfo.SizeInMiB), "
-                                     f"which Slurm's RealMemory needs; {fix}")
-    return SlurmNode(cpus=itype.vcpus, sockets_per_board=1, cores_per_socket=itype.cores,
-                     threads_per_core=itype.threads_per_core, real_memory_mib=real_memory_mib(memory_mib),
-                     gpus=gres_gpus(itype))
+        raise SlurmFactsError(
+            field,
+            f"EC2's facts for {itype.name} give no memory size (MemoryInfo.SizeInMiB), "
+            f"which Slurm's RealMemory needs; {fix}",
+        )
+    return SlurmNode(
+        cpus=itype.vcpus,
+        sockets_per_board=1,
+        cores_per_socket=itype.cores,
+        threads_per_core=itype.threads_per_core,
+        real_memory_mib=real_memory_mib(memory_mib),
+        gpus=gres_gpus(itype),
+    )

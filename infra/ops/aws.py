@@ -18,29 +18,49 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
-
-from functools import lru_cache, partial
+from functools import cache, partial
+from typing import Any
 
 import boto3
 import botocore.session
 from botocore import xform_name
 from botocore.config import Config
-from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
+from botocore.exceptions import ClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.paginate import Paginator
 from botocore.waiter import SingleWaiterConfig, WaiterModel
 
-from infra.ops import OpsError
 from hpcc_contract.names import TAG_CLUSTER
+from infra.ops import OpsError
 
-THROTTLING = frozenset({
-    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled", "RequestThrottledException",
-    "RequestLimitExceeded", "TooManyRequestsException", "SlowDown", "PriorRequestNotComplete",
-    "ProvisionedThroughputExceededException", "BandwidthLimitExceeded", "EC2ThrottledException",
-})
-TRANSIENT = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "RequestTimeout",
-                       "RequestTimeoutException", "Unavailable"})
+THROTTLING = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "ProvisionedThroughputExceededException",
+        "BandwidthLimitExceeded",
+        "EC2ThrottledException",
+    }
+)
+TRANSIENT = frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "Unavailable",
+    }
+)
 NO_BOTOCORE_RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 1})
 
 
@@ -69,7 +89,7 @@ class Backoff:
     slept: list[float] = field(default_factory=list)  # delays taken, for reports and tests
 
     def delay(self, attempt: int) -> float:
-        return self.rand() * min(self.cap, self.base * 2 ** attempt)
+        return self.rand() * min(self.cap, self.base * 2**attempt)
 
     def run(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
         for attempt in range(self.attempts):
@@ -92,7 +112,9 @@ class Aws:
     """One region's clients. `call` and `pages` absorb throttling; writes go through `call` too (retrying a
     throttled delete is safe: it was refused, not half-done)."""
 
-    def __init__(self, region: str | None = None, backoff: Backoff | None = None, session: boto3.session.Session | None = None):
+    def __init__(
+        self, region: str | None = None, backoff: Backoff | None = None, session: boto3.session.Session | None = None
+    ):
         region = region or default_region()
         if not region:
             raise OpsError("no AWS region: pass --region, or set AWS_REGION")
@@ -127,19 +149,54 @@ def tag_dict(tags: list[dict] | None) -> dict[str, str]:
 # Waiters botocore does not ship (FSx has none; EC2 has none for a deleted interface), in its own format:
 # https://github.com/boto/botocore/blob/develop/botocore/data/ec2/2016-11-15/waiters-2.json
 CUSTOM = {
-    "fsx": WaiterModel({"version": 2, "waiters": {"FileSystemDeleted": {
-        "operation": "DescribeFileSystems", "delay": 30, "maxAttempts": 60,
-        "acceptors": [
-            {"matcher": "error", "expected": "FileSystemNotFound", "state": "success"},
-            {"matcher": "path", "argument": "length(FileSystems) == `0`", "expected": True, "state": "success"},
-            {"matcher": "pathAny", "argument": "FileSystems[].Lifecycle", "expected": "FAILED", "state": "failure"},
-        ]}}}),
-    "ec2": WaiterModel({"version": 2, "waiters": {"NetworkInterfaceDeleted": {
-        "operation": "DescribeNetworkInterfaces", "delay": 5, "maxAttempts": 40,
-        "acceptors": [
-            {"matcher": "error", "expected": "InvalidNetworkInterfaceID.NotFound", "state": "success"},
-            {"matcher": "path", "argument": "length(NetworkInterfaces) == `0`", "expected": True, "state": "success"},
-        ]}}}),
+    "fsx": WaiterModel(
+        {
+            "version": 2,
+            "waiters": {
+                "FileSystemDeleted": {
+                    "operation": "DescribeFileSystems",
+                    "delay": 30,
+                    "maxAttempts": 60,
+                    "acceptors": [
+                        {"matcher": "error", "expected": "FileSystemNotFound", "state": "success"},
+                        {
+                            "matcher": "path",
+                            "argument": "length(FileSystems) == `0`",
+                            "expected": True,
+                            "state": "success",
+                        },
+                        {
+                            "matcher": "pathAny",
+                            "argument": "FileSystems[].Lifecycle",
+                            "expected": "FAILED",
+                            "state": "failure",
+                        },
+                    ],
+                }
+            },
+        }
+    ),
+    "ec2": WaiterModel(
+        {
+            "version": 2,
+            "waiters": {
+                "NetworkInterfaceDeleted": {
+                    "operation": "DescribeNetworkInterfaces",
+                    "delay": 5,
+                    "maxAttempts": 40,
+                    "acceptors": [
+                        {"matcher": "error", "expected": "InvalidNetworkInterfaceID.NotFound", "state": "success"},
+                        {
+                            "matcher": "path",
+                            "argument": "length(NetworkInterfaces) == `0`",
+                            "expected": True,
+                            "state": "success",
+                        },
+                    ],
+                }
+            },
+        }
+    ),
 }
 
 
@@ -147,7 +204,7 @@ class WaitFailed(RuntimeError):
     """A waiter's failure acceptor matched: waiting longer would not help."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _paginator_config(service: str, api_name: str) -> dict:
     return botocore.session.get_session().get_paginator_model(service).get_paginator(api_name)
 
@@ -162,8 +219,11 @@ def pages(aws: Aws, service: str, op: str, records: str | None = None, **kwargs)
         yield from _token_pages(aws, service, op, records, **kwargs)
         return
     api_name = client.meta.method_to_api_mapping[op]
-    paginator = Paginator(partial(aws.call, service, op), _paginator_config(service, api_name),
-                          client.meta.service_model.operation_model(api_name))
+    paginator = Paginator(
+        partial(aws.call, service, op),
+        _paginator_config(service, api_name),
+        client.meta.service_model.operation_model(api_name),
+    )
     expression = records or paginator.result_keys[0].expression
     for item in paginator.paginate(**kwargs).search(expression):
         if item is not None:
@@ -209,5 +269,3 @@ def waiter_done(aws: Aws, service: str, name: str, **kwargs) -> Callable[[], boo
     """A `done()` for `Waits.until`: true once the waiter's success acceptor matches."""
     config = waiter_config(aws, service, name)
     return lambda: waiter_state(aws, service, config, **kwargs) == "success"
-
-

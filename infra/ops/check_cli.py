@@ -25,24 +25,37 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 @app.command()
-def fabric(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-           region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-           via: str = typer.Option(None, "--via", help="the command that reaches the head, e.g. 'ssh ubuntu@HEAD' "
-                                   "(default: ssh USER@<the head's public address>)"),
-           user: str = typer.Option("ubuntu", "--user", help="the head's login user for the default --via"),
-           provider: str = typer.Option("efa", "--provider", help="libfabric provider: efa, or tcp on nodes without EFA"),
-           rounds: int = typer.Option(ROUNDS_DEFAULT, "--rounds", help="random pairings per group (each node in one "
-                                      "pair a round)"),
-           floor_fraction: float = typer.Option(FLOOR_FRACTION_DEFAULT, "--floor-fraction",
-                                                help="a node is slow below this fraction of its group's median"),
-           floor_gbps: float = typer.Option(None, "--floor-gbps", help="an absolute floor in GB/s instead"),
-           seed: int = typer.Option(None, "--seed", help="the pairings' random seed (to repeat a run)"),
-           allreduce: bool = typer.Option(True, "--allreduce/--no-allreduce", help="then one ring all-reduce per "
-                                          "group (torch: NCCL on GPUs, gloo on CPU)"),
-           torchrun: str = typer.Option(None, "--torchrun", help="the command that runs torchrun on every node "
-                                        "(default: torchrun on the head's PATH, by its full path)"),
-           allreduce_procs: int = typer.Option(None, "--allreduce-procs", help="all-reduce ranks a node "
-                                               "(default: one a GPU, one on a node without GPUs)")):
+def fabric(
+    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+    via: str = typer.Option(
+        None,
+        "--via",
+        help="the command that reaches the head, e.g. 'ssh ubuntu@HEAD' "
+        "(default: ssh USER@<the head's public address>)",
+    ),
+    user: str = typer.Option("ubuntu", "--user", help="the head's login user for the default --via"),
+    provider: str = typer.Option("efa", "--provider", help="libfabric provider: efa, or tcp on nodes without EFA"),
+    rounds: int = typer.Option(
+        ROUNDS_DEFAULT, "--rounds", help="random pairings per group (each node in one pair a round)"
+    ),
+    floor_fraction: float = typer.Option(
+        FLOOR_FRACTION_DEFAULT, "--floor-fraction", help="a node is slow below this fraction of its group's median"
+    ),
+    floor_gbps: float = typer.Option(None, "--floor-gbps", help="an absolute floor in GB/s instead"),
+    seed: int = typer.Option(None, "--seed", help="the pairings' random seed (to repeat a run)"),
+    allreduce: bool = typer.Option(
+        True, "--allreduce/--no-allreduce", help="then one ring all-reduce per group (torch: NCCL on GPUs, gloo on CPU)"
+    ),
+    torchrun: str = typer.Option(
+        None,
+        "--torchrun",
+        help="the command that runs torchrun on every node (default: torchrun on the head's PATH, by its full path)",
+    ),
+    allreduce_procs: int = typer.Option(
+        None, "--allreduce-procs", help="all-reduce ranks a node (default: one a GPU, one on a node without GPUs)"
+    ),
+):
     """Measure every compute node's link in rounds of disjoint pairs (fi_pingpong, from the head), bisect the slow
     ones against a known-good node, and name the nodes under the floor; then one ring all-reduce per group."""
     if rounds < 1 or not 0 < floor_fraction <= 1 or (floor_gbps is not None and floor_gbps <= 0):
@@ -51,15 +64,36 @@ def fabric(cluster: str = typer.Option(..., "--cluster", help="cluster name (its
         raise _fail(f"--provider must be efa or tcp; got {provider!r}", 2)
     if allreduce_procs is not None and allreduce_procs < 1:
         raise _fail(f"--allreduce-procs must be 1 or more; got {allreduce_procs}", 2)
-    run_fabric_check(cluster, region, via=via, user=user, provider=provider, rounds=rounds,
-                     floor=Floor(floor_fraction, floor_gbps), seed=seed, allreduce=allreduce, torchrun=torchrun,
-                     allreduce_procs=allreduce_procs)
+    run_fabric_check(
+        cluster,
+        region,
+        via=via,
+        user=user,
+        provider=provider,
+        rounds=rounds,
+        floor=Floor(floor_fraction, floor_gbps),
+        seed=seed,
+        allreduce=allreduce,
+        torchrun=torchrun,
+        allreduce_procs=allreduce_procs,
+    )
 
 
-def run_fabric_check(cluster: str, region: str | None, *, via: str | None = None, user: str = "ubuntu",
-                     provider: str = "efa", rounds: int = ROUNDS_DEFAULT, floor: Floor = Floor(),
-                     seed: int | None = None, out: Console | None = None, allreduce: bool = True,
-                     torchrun: str | None = None, allreduce_procs: int | None = None) -> None:
+def run_fabric_check(
+    cluster: str,
+    region: str | None,
+    *,
+    via: str | None = None,
+    user: str = "ubuntu",
+    provider: str = "efa",
+    rounds: int = ROUNDS_DEFAULT,
+    floor: Floor = Floor(),
+    seed: int | None = None,
+    out: Console | None = None,
+    allreduce: bool = True,
+    torchrun: str | None = None,
+    allreduce_procs: int | None = None,
+) -> None:
     """`hpcc check fabric` once its options are checked (also `hpcc up --check`): returns when no node is below
     the floor and no group's all-reduce failed; typer.Exit(1) naming them otherwise, or when the cluster cannot
     be measured."""
@@ -79,9 +113,18 @@ def run_fabric_check(cluster: str, region: str | None, *, via: str | None = None
     try:
         if allreduce and not torchrun:
             torchrun = find_torchrun(runner)
-        report, measured = check(nodes, runner, provider, rounds, floor, random.Random(seed),
-                                 log=lambda line: out.print(line, markup=False), allreduce=allreduce,
-                                 torchrun=torchrun, procs=allreduce_procs)
+        report, measured = check(
+            nodes,
+            runner,
+            provider,
+            rounds,
+            floor,
+            random.Random(seed),
+            log=lambda line: out.print(line, markup=False),
+            allreduce=allreduce,
+            torchrun=torchrun,
+            procs=allreduce_procs,
+        )
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         raise _fail(str(e), 1) from None
     pairs, found = rows(report, measured)
@@ -99,8 +142,17 @@ def run_fabric_check(cluster: str, region: str | None, *, via: str | None = None
     if report.collectives:
         rings = Table("group", "ranks", "bus GB/s", "result", title="one ring all-reduce per group")
         for c in report.collectives:
-            rings.add_row(*map(escape, (c.group, str(c.ranks or "-"), "-" if c.busbw is None else f"{c.busbw:.2f}",
-                                        c.status + (f": {c.why}" if c.why else ""))))
+            rings.add_row(
+                *map(
+                    escape,
+                    (
+                        c.group,
+                        str(c.ranks or "-"),
+                        "-" if c.busbw is None else f"{c.busbw:.2f}",
+                        c.status + (f": {c.why}" if c.why else ""),
+                    ),
+                )
+            )
         out.print(rings)
     if report.slow or any(c.status == "failed" for c in report.collectives):
         raise typer.Exit(1)

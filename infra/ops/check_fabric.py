@@ -20,10 +20,10 @@ import re
 import shlex
 import subprocess
 from collections import defaultdict
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
 
-from hpcc_node.health.fabric import Collective, FabricReport, Floor, Pair, check_fabric
 from hpcc_contract.names import HEAD, TAG_NODE, TAG_ROLE
+from hpcc_node.health.fabric import Collective, FabricReport, Floor, Pair, check_fabric
 from infra.ops.aws import tag_dict
 from infra.ops.status.cluster import head_instance
 from infra.ops.store import cluster_instances
@@ -51,16 +51,22 @@ def group_of(name: str) -> str:
     return m.group("group") if m else "compute"
 
 
-def groups(nodes: Mapping[str, str]) -> Dict[str, List[str]]:
+def groups(nodes: Mapping[str, str]) -> dict[str, list[str]]:
     """Node names by group (`<group>-NNN`, contract of issue 19)."""
-    out: Dict[str, List[str]] = defaultdict(list)
+    out: dict[str, list[str]] = defaultdict(list)
     for name in sorted(nodes):
         out[group_of(name)].append(name)
     return dict(out)
 
 
-def pair_script(pairs: Sequence[Pair], ips: Mapping[str, str], provider: str, size: int = SIZE,
-                iterations: int = ITERATIONS, ssh: str = "ssh -o BatchMode=yes") -> str:
+def pair_script(
+    pairs: Sequence[Pair],
+    ips: Mapping[str, str],
+    provider: str,
+    size: int = SIZE,
+    iterations: int = ITERATIONS,
+    ssh: str = "ssh -o BatchMode=yes",
+) -> str:
     """The bash script the head runs for one round: every pair at once, one PAIR line each. Nodes are reached by
     address: node names do not resolve on the head (no DNS or /etc/hosts entry for them), and the cluster's ssh
     config trusts the nodes' addresses (templates/steps/ssh.sh.j2)."""
@@ -74,14 +80,15 @@ def pair_script(pairs: Sequence[Pair], ips: Mapping[str, str], provider: str, si
             f"( {ssh} {shlex.quote(ips[b])} {shlex.quote(server)} >/dev/null 2>&1 & srv=$!; sleep 2; "
             f"out=$({ssh} {shlex.quote(ips[a])} {shlex.quote(client)} 2>&1); "
             f"rate=$(printf '%s\\n' \"$out\" | awk '$1 != \"bytes\" && NF >= 8 {{print $6; exit}}'); "
-            f"echo \"PAIR {a} {b} ${{rate:-FAIL}}\"; wait $srv 2>/dev/null ) &")
+            f"echo \"PAIR {a} {b} ${{rate:-FAIL}}\"; wait $srv 2>/dev/null ) &"
+        )
     lines.append("wait")
     return "\n".join(lines) + "\n"
 
 
-def parse_round(out: str, pairs: Sequence[Pair]) -> Dict[Pair, Optional[float]]:
+def parse_round(out: str, pairs: Sequence[Pair]) -> dict[Pair, float | None]:
     """GB/s per pair (fi_pingpong's MB/sec / 1000); None for a pair that failed or printed nothing."""
-    got: Dict[Pair, Optional[float]] = {p: None for p in pairs}
+    got: dict[Pair, float | None] = {p: None for p in pairs}
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 4 and parts[0] == "PAIR":
@@ -94,25 +101,35 @@ def parse_round(out: str, pairs: Sequence[Pair]) -> Dict[Pair, Optional[float]]:
     return got
 
 
-def allreduce_script(names: Sequence[str], ips: Mapping[str, str], torchrun: str, procs: Optional[int] = None,
-                     nbytes: int = ALLREDUCE_BYTES, ssh: str = "ssh -o BatchMode=yes", script: str = ALLREDUCE,
-                     join_timeout: int = ALLREDUCE_JOIN_TIMEOUT_S) -> str:
+def allreduce_script(
+    names: Sequence[str],
+    ips: Mapping[str, str],
+    torchrun: str,
+    procs: int | None = None,
+    nbytes: int = ALLREDUCE_BYTES,
+    ssh: str = "ssh -o BatchMode=yes",
+    script: str = ALLREDUCE,
+    join_timeout: int = ALLREDUCE_JOIN_TIMEOUT_S,
+) -> str:
     """The bash script the head runs for one group's all-reduce: torchrun on every node at once, NODE_RANK its
     place in `names`. `procs` ranks a node, or (None) one a GPU and one on a node without GPUs. The static
     rendezvous' store gives up after `join_timeout` (torchrun's `--rdzv-conf timeout=`)."""
-    count = (str(procs) if procs else
-             '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)')
+    count = str(procs) if procs else '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)'
     lines = ["set -u"]
     for rank, name in enumerate(names):
-        remote = (f"set -a; . /etc/hpcc/env; set +a; procs={count}; [ \"$procs\" -gt 0 ] || procs=1; "
-                  f"exec timeout {ALLREDUCE_TIMEOUT_S} {torchrun} --nnodes {len(names)} --node-rank {rank} "
-                  f"--master-addr {shlex.quote(ips[names[0]])} --master-port {ALLREDUCE_PORT} --rdzv-conf timeout={join_timeout} "
-                  f"--nproc-per-node \"$procs\" {shlex.quote(script)} --bytes {nbytes}")
+        remote = (
+            f"set -a; . /etc/hpcc/env; set +a; procs={count}; [ \"$procs\" -gt 0 ] || procs=1; "
+            f"exec timeout {ALLREDUCE_TIMEOUT_S} {torchrun} --nnodes {len(names)} --node-rank {rank} "
+            f"--master-addr {shlex.quote(ips[names[0]])} --master-port {ALLREDUCE_PORT} --rdzv-conf "
+            f"timeout={join_timeout} "
+            f"--nproc-per-node \"$procs\" {shlex.quote(script)} --bytes {nbytes}"
+        )
         lines.append(
             f"( out=$({ssh} {shlex.quote(ips[name])} {shlex.quote(remote)} </dev/null 2>&1); rc=$?; "
             f"why=$(printf '%s\\n' \"$out\" | grep -m1 '^ALLREDUCE-WRONG' || printf '%s\\n' \"$out\" | "
             f"grep -v '^ALLREDUCE ' | grep . | tail -n 1); "
-            f"echo \"NODE {name} $rc ${{why:0:300}}\"; printf '%s\\n' \"$out\" | grep '^ALLREDUCE ' ) &")
+            f"echo \"NODE {name} $rc ${{why:0:300}}\"; printf '%s\\n' \"$out\" | grep '^ALLREDUCE ' ) &"
+        )
     lines.append("wait")
     return "\n".join(lines) + "\n"
 
@@ -120,7 +137,7 @@ def allreduce_script(names: Sequence[str], ips: Mapping[str, str], torchrun: str
 def parse_allreduce(out: str, group: str, names: Sequence[str]) -> Collective:
     """The group's result: ok with rank 0's bus bandwidth; failed naming every node whose part exited non-zero
     (a node that never printed its line counts as failed) and the first one's last line."""
-    exits: Dict[str, Tuple[int, str]] = {}
+    exits: dict[str, tuple[int, str]] = {}
     busbw, ranks = None, 0
     for line in out.splitlines():
         parts = line.split(" ", 3)
@@ -139,40 +156,62 @@ def parse_allreduce(out: str, group: str, names: Sequence[str]) -> Collective:
     return Collective(group, "ok", ranks, busbw)
 
 
-def run_allreduce(group: str, names: Sequence[str], ips: Mapping[str, str], run_on_head: RunOnHead,
-                  torchrun: Optional[str], procs: Optional[int] = None) -> Collective:
+def run_allreduce(
+    group: str,
+    names: Sequence[str],
+    ips: Mapping[str, str],
+    run_on_head: RunOnHead,
+    torchrun: str | None,
+    procs: int | None = None,
+) -> Collective:
     if len(names) < 2:
         return Collective(group, "not run", why="one node: no ring")
     if not torchrun:
-        return Collective(group, "not run", why="no torchrun on the head (give --torchrun, the command that runs "
-                                                "torchrun on every node, or --no-allreduce)")
+        return Collective(
+            group,
+            "not run",
+            why="no torchrun on the head (give --torchrun, the command that runs "
+            "torchrun on every node, or --no-allreduce)",
+        )
     return parse_allreduce(run_on_head(allreduce_script(names, ips, torchrun, procs)), group, names)
 
 
-def check(nodes: Mapping[str, str], run_on_head: RunOnHead, provider: str, rounds: int, floor: Floor,
-          rng: random.Random, log: Callable[[str], None] = lambda line: None, allreduce: bool = False,
-          torchrun: Optional[str] = None, procs: Optional[int] = None) -> Tuple[FabricReport, list]:
+def check(
+    nodes: Mapping[str, str],
+    run_on_head: RunOnHead,
+    provider: str,
+    rounds: int,
+    floor: Floor,
+    rng: random.Random,
+    log: Callable[[str], None] = lambda line: None,
+    allreduce: bool = False,
+    torchrun: str | None = None,
+    procs: int | None = None,
+) -> tuple[FabricReport, list]:
     """Every group's nodes measured, then (allreduce) each group's ring; returns the report and every measured
     pair (group, a, b, GB/s)."""
     measured: list = []
 
-    def measure(pairs: List[Pair]) -> Dict[Pair, Optional[float]]:
+    def measure(pairs: list[Pair]) -> dict[Pair, float | None]:
         got = parse_round(run_on_head(pair_script(pairs, nodes, provider)), pairs)
         for (a, b), gbps in sorted(got.items()):
             measured.append((group_of(a), a, b, gbps))
             log(f"{a} <-> {b}: {'failed' if gbps is None else f'{gbps:.2f} GB/s'}")
         return got
+
     by_group = groups(nodes)
     report = check_fabric(by_group, measure, rng, rounds, floor)
     for group, names in sorted(by_group.items()) if allreduce else ():
         c = run_allreduce(group, names, nodes, run_on_head, torchrun, procs)
-        log(f"{group} all-reduce over {len(names)} node(s): "
-            + (f"{c.busbw:.2f} GB/s bus bandwidth, {c.ranks} ranks" if c.status == "ok" else f"{c.status}: {c.why}"))
+        log(
+            f"{group} all-reduce over {len(names)} node(s): "
+            + (f"{c.busbw:.2f} GB/s bus bandwidth, {c.ranks} ranks" if c.status == "ok" else f"{c.status}: {c.why}")
+        )
         report.collectives.append(c)
     return report, measured
 
 
-def find_torchrun(run_on_head: RunOnHead) -> Optional[str]:
+def find_torchrun(run_on_head: RunOnHead) -> str | None:
     """torchrun on the head's PATH, by its full path (ssh gives the nodes sshd's default PATH); None if absent."""
     found = run_on_head("command -v torchrun || true\n").strip()
     return shlex.quote(found) if found else None
@@ -180,27 +219,30 @@ def find_torchrun(run_on_head: RunOnHead) -> Optional[str]:
 
 def ssh_runner(via: Sequence[str], timeout_s: float = 30 * 60) -> RunOnHead:
     """`via` is the command that reaches the head (e.g. ssh ubuntu@203.0.113.7); the script goes on stdin."""
+
     def run(script: str) -> str:
         out = subprocess.run([*via, "bash", "-s"], input=script, capture_output=True, text=True, timeout=timeout_s)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(via)} failed (exit {out.returncode}): {out.stderr.strip()[-300:]}")
         return out.stdout
+
     return run
 
 
-def rows(report: FabricReport, measured: list) -> Tuple[List[Tuple[str, ...]], List[Tuple[str, ...]]]:
+def rows(report: FabricReport, measured: list) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     """(the pairs' table: group, pair, GB/s; the verdicts: node, group, GB/s, why)."""
     pairs = [(g, f"{a} <-> {b}", "failed" if v is None else f"{v:.2f}") for g, a, b, v in measured]
-    found = [(f.node, f.group, "-" if f.gbps is None else f"{f.gbps:.2f}", f.why)
-             for f in report.slow + report.unmeasured]
+    found = [
+        (f.node, f.group, "-" if f.gbps is None else f"{f.gbps:.2f}", f.why) for f in report.slow + report.unmeasured
+    ]
     return pairs, found
 
 
-def cluster_nodes(aws, cluster: str) -> Tuple[Dict[str, str], Optional[str]]:
+def cluster_nodes(aws, cluster: str) -> tuple[dict[str, str], str | None]:
     """(compute node -> private IP, the head's address: public if it has one), from the cluster's running
     instances and their tags (hpcc:role, hpcc:node)."""
     live = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]
-    nodes: Dict[str, str] = {}
+    nodes: dict[str, str] = {}
     for i in live:
         tags = tag_dict(i.get("Tags"))
         if tags.get(TAG_ROLE) != HEAD and tags.get(TAG_NODE) and i.get("PrivateIpAddress"):

@@ -21,8 +21,12 @@ from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
 from infra.ops.project import ProjectError, init_project, stack_from_file, stack_name
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Provision and operate multi-node ML training clusters on AWS.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Provision and operate multi-node ML training clusters on AWS.",
+)
 err = Console(stderr=True)
 
 
@@ -34,32 +38,44 @@ def _group() -> None:
     """Provision and operate multi-node ML training clusters on AWS (see `hpcc COMMAND --help`)."""
 
 
-def fail(message: str, code: int = 2) -> "typer.Exit":
+def fail(message: str, code: int = 2) -> typer.Exit:
     # Messages carry the user's text (filters, tags, patterns like [a-z_]): never read them as rich markup.
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
-def config_error(e: ConfigError) -> "typer.Exit":
+def config_error(e: ConfigError) -> typer.Exit:
     for path, msg in e.problems:
         err.print(f"[bold red]error:[/] {escape(path)}: {escape(msg)}", highlight=False)
     return typer.Exit(2)
 
 
 @app.command()
-def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-         out: Path = typer.Option(Path("plan"), "--out", help="directory for resources.json, outputs.json, user-data/"),
-         stack: str = typer.Option(None, "--stack", help="stack name to plan as (default: <stack> of a "
-                                   "Pulumi.<stack>.yaml file, else dev: offline it only names the URNs)"),
-         previous: Path | None = typer.Option(None, "--previous", help="an earlier plan's --out directory: also "
-                                              "write changes.json, what a second `pulumi up` would do"),
-         update_image: bool = typer.Option(False, "--update-image", help="with --previous: resolve the image again "
-                                           "(as `hpcc up --update-image`), not keep the one the earlier plan had")):
+def plan(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    out: Path = typer.Option(Path("plan"), "--out", help="directory for resources.json, outputs.json, user-data/"),
+    stack: str = typer.Option(
+        None,
+        "--stack",
+        help="stack name to plan as (default: <stack> of a "
+        "Pulumi.<stack>.yaml file, else dev: offline it only names the URNs)",
+    ),
+    previous: Path | None = typer.Option(
+        None,
+        "--previous",
+        help="an earlier plan's --out directory: also write changes.json, what a second `pulumi up` would do",
+    ),
+    update_image: bool = typer.Option(
+        False,
+        "--update-image",
+        help="with --previous: resolve the image again "
+        "(as `hpcc up --update-image`), not keep the one the earlier plan had",
+    ),
+):
     """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
+    from infra.ops.plan_summary import print_changes, print_summary  # lazy: pulumi, moto
     from infra.plan.previous import PreviousPlan, PreviousPlanError  # lazy: pulumi, moto
     from infra.plan.runner import PlanError, plan_stack_file, plan_update_image  # lazy: pulumi, moto
-    from infra.ops.plan_summary import print_changes, print_summary  # lazy: pulumi, moto
-
 
     if update_image and previous is None:
         raise fail("--update-image compares with an earlier plan: give --previous DIR too")
@@ -82,13 +98,12 @@ def plan(config: Path = typer.Argument(..., help="stack config file (Pulumi.<sta
         print_changes(result, out, str(previous))
 
 
-
 # -- operator commands (infra/ops) --------------------------------------------------------------------------
+
 
 def _ops(fn):
     """Run an operator command; known failures become a message and a non-zero exit, never a traceback."""
     from botocore.exceptions import BotoCoreError, ClientError
-
 
     try:
         return fn()
@@ -128,11 +143,14 @@ def _stack_cluster(stack: str | None, cluster: str | None, region: str | None) -
 
 
 @app.command()
-def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-              emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead")):
+def preflight(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead"),
+):
     """Check quotas, capacity, AZ offerings, EFA, placement and the image before anything is created."""
     from infra.ops.aws import Aws  # lazy: boto3
-    from infra.ops.preflight.rules import has_errors, preflight as run_preflight, print_findings  # lazy: boto3
+    from infra.ops.preflight.rules import has_errors, print_findings  # lazy: boto3
+    from infra.ops.preflight.rules import preflight as run_preflight
 
     cfg = _ops(lambda: load(config))
 
@@ -151,9 +169,11 @@ def preflight(config: Path = typer.Argument(..., help="stack config file (Pulumi
 
 
 @app.command()
-def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
-           stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
-           region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
+def status(
+    cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+):
     """Per group asked/launched/ready/failed/being replaced/protected, the controller's recent actions and alerts,
     and each node's instance, ledger state, bootstrap phase and membership generation."""
     from infra.ops.status.cluster import cluster_status  # lazy: boto3
@@ -169,19 +189,20 @@ def status(cluster: str = typer.Option(None, "--cluster", help="cluster name (it
 
 
 @app.command()
-def events(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-           node: list[str] = typer.Option(None, "--node", help="only this node or group (repeatable)"),
-           kind: list[str] = typer.Option(None, "--kind", help="only this action: down, drain, replace, ... "
-                                          "(repeatable)"),
-           since: int = typer.Option(None, "--since-minutes", min=1, help="only the last N minutes (default: all "
-                                     "the ledger keeps, a day)"),
-           region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)")):
+def events(
+    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    node: list[str] = typer.Option(None, "--node", help="only this node or group (repeatable)"),
+    kind: list[str] = typer.Option(None, "--kind", help="only this action: down, drain, replace, ... (repeatable)"),
+    since: int = typer.Option(
+        None, "--since-minutes", min=1, help="only the last N minutes (default: all the ledger keeps, a day)"
+    ),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+):
     """Every action the controller took and kept (a day): when, what, on which node or group, and why."""
     from infra.ops.events import cluster_events  # lazy: boto3
     from infra.ops.status.view import events_table  # lazy: boto3
 
-    found = _ops(lambda: cluster_events(_aws(region), cluster, since * 60 if since else None, node or (),
-                                        kind or ()))
+    found = _ops(lambda: cluster_events(_aws(region), cluster, since * 60 if since else None, node or (), kind or ()))
     if not found:
         Console().print(f"no action of the controller recorded for {escape(cluster)} with these filters")
         return
@@ -189,11 +210,13 @@ def events(cluster: str = typer.Option(..., "--cluster", help="cluster name (its
 
 
 @app.command()
-def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-             fmt: str = typer.Option("openmpi", "--format", help=" | ".join(FORMATS)),
-             group: list[str] = typer.Option(None, "--group", help="only this node group (repeatable; default: all)"),
-             region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-             out: Path = typer.Option(None, "--out", help="write here instead of stdout")):
+def hostfile(
+    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    fmt: str = typer.Option("openmpi", "--format", help=" | ".join(FORMATS)),
+    group: list[str] = typer.Option(None, "--group", help="only this node group (repeatable; default: all)"),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+    out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
+):
     """The ready compute nodes' hostfile, from the membership the controller published (all groups, or --group)."""
     from infra.ops.hostfile import format_problem, render  # lazy: boto3
 
@@ -208,16 +231,24 @@ def hostfile(cluster: str = typer.Option(..., "--cluster", help="cluster name (i
 
 
 @app.command()
-def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-         region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-         yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)")):
+def reap(
+    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+    yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)"),
+):
     """Delete everything tagged for a cluster, in dependency order (for when `pulumi destroy` cannot)."""
-    from infra.ops.reap.run import reap as run_reap  # lazy: boto3
     from infra.ops.reap.report import print_notes, table  # lazy: boto3
+    from infra.ops.reap.run import reap as run_reap  # lazy: boto3
 
     out = Console()
-    inv = _ops(lambda: run_reap(_aws(region), cluster, yes=yes,
-                                on_step=lambda kind, items: out.print(f"deleting {len(items)} {kind}(s)", highlight=False)))
+    inv = _ops(
+        lambda: run_reap(
+            _aws(region),
+            cluster,
+            yes=yes,
+            on_step=lambda kind, items: out.print(f"deleting {len(items)} {kind}(s)", highlight=False),
+        )
+    )
     if inv.empty:
         out.print(f"nothing tagged hpcc:cluster={cluster} in {inv.region}", highlight=False)
     else:
@@ -228,21 +259,33 @@ def reap(cluster: str = typer.Option(..., "--cluster", help="cluster name (its h
 
 
 @app.command()
-def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-       stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"),
-       hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
-       wait_minutes: float = typer.Option(None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"),
-       skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first"),
-       allow_replace: bool = typer.Option(False, "--allow-replace",
-                                          help="go ahead when the preview replaces or deletes an instance, subnet, "
-                                               "placement group or the file system"),
-       update_image: bool = typer.Option(False, "--update-image",
-                                         help="resolve the image again (replaces the image pin; new instances need "
-                                              "--allow-replace)"),
-       check: bool = typer.Option(False, "--check", help="once every node is ready, `hpcc check fabric` over them "
-                                  "(exit 1 when it names a node)"),
-       check_provider: str = typer.Option("efa", "--check-provider", help="the check's libfabric provider: efa, or "
-                                          "tcp for nodes without EFA")):
+def up(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    stack: str = typer.Option(
+        None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"
+    ),
+    hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
+    wait_minutes: float = typer.Option(
+        None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"
+    ),
+    skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first"),
+    allow_replace: bool = typer.Option(
+        False,
+        "--allow-replace",
+        help="go ahead when the preview replaces or deletes an instance, subnet, placement group or the file system",
+    ),
+    update_image: bool = typer.Option(
+        False,
+        "--update-image",
+        help="resolve the image again (replaces the image pin; new instances need --allow-replace)",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="once every node is ready, `hpcc check fabric` over them (exit 1 when it names a node)"
+    ),
+    check_provider: str = typer.Option(
+        "efa", "--check-provider", help="the check's libfabric provider: efa, or tcp for nodes without EFA"
+    ),
+):
     """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the
     hostfile; with --check, measure every node's link."""
     from infra.ops.up import up as run_up  # lazy: boto3
@@ -250,9 +293,17 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
     if check_provider not in PROVIDERS:  # before anything runs
         raise fail(f"--check-provider must be efa or tcp; got {check_provider!r}")
     stack = _stack(config, stack)
-    report = _ops(lambda: run_up(config, stack, hostfile_path=hostfile_out, skip_preflight=skip_preflight,
-                                 wait_seconds=None if wait_minutes is None else wait_minutes * 60,
-                                 allow_replace=allow_replace, update_image=update_image))
+    report = _ops(
+        lambda: run_up(
+            config,
+            stack,
+            hostfile_path=hostfile_out,
+            skip_preflight=skip_preflight,
+            wait_seconds=None if wait_minutes is None else wait_minutes * 60,
+            allow_replace=allow_replace,
+            update_image=update_image,
+        )
+    )
     if not report.ok:
         raise typer.Exit(1)
     if check:
@@ -261,12 +312,15 @@ def up(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack
 
 
 @app.command()
-def replace(nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: gpu-001 ..."),
-            cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
-            stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
-            region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-            wait_minutes: float = typer.Option(0, "--wait-minutes", help="wait this long for the nodes to be ready "
-                                               "on new instances (default: do not wait)")):
+def replace(
+    nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: gpu-001 ..."),
+    cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+    wait_minutes: float = typer.Option(
+        0, "--wait-minutes", help="wait this long for the nodes to be ready on new instances (default: do not wait)"
+    ),
+):
     """Ask the cluster's controller for new instances under the named nodes (recorded in its ledger; no Pulumi run).
     Works with the deployer's credentials, or on the head with its instance role."""
     from infra.ops.replace_run import UnknownNodes, run_replace  # lazy: boto3
@@ -287,8 +341,12 @@ def replace(nodes: list[str] = typer.Argument(..., metavar="NODE...", help="node
 
 
 @app.command()
-def destroy(config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-            stack: str = typer.Option(None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)")):
+def destroy(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    stack: str = typer.Option(
+        None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"
+    ),
+):
     """`pulumi destroy` (streamed), then list anything still tagged for the cluster."""
     from infra.ops.up import destroy as run_destroy  # lazy: boto3
 
@@ -299,12 +357,20 @@ def destroy(config: Path = typer.Argument(..., help="stack config file (Pulumi.<
 
 
 @app.command()
-def init(directory: Path = typer.Argument(..., help="the new project's directory (created if missing)"),
-         example: str = typer.Option("p5-llm", "--example", help="the example the stack file starts from: "
-                                     "p5-llm, p5-capacity-block, p3dn-bert, c6i-oneccl"),
-         stack: str = typer.Option(None, "--stack", help="stack name (default: the example's cluster name)"),
-         refresh: bool = typer.Option(False, "--refresh", help="only point an existing project's program and "
-                                      "policy pack at this hpcc (after installing it elsewhere)")):
+def init(
+    directory: Path = typer.Argument(..., help="the new project's directory (created if missing)"),
+    example: str = typer.Option(
+        "p5-llm",
+        "--example",
+        help="the example the stack file starts from: p5-llm, p5-capacity-block, p3dn-bert, c6i-oneccl",
+    ),
+    stack: str = typer.Option(None, "--stack", help="stack name (default: the example's cluster name)"),
+    refresh: bool = typer.Option(
+        False,
+        "--refresh",
+        help="only point an existing project's program and policy pack at this hpcc (after installing it elsewhere)",
+    ),
+):
     """Write a Pulumi project of your own that runs this installed hpcc: Pulumi.yaml, a stack file, a README."""
     try:
         written = init_project(directory, example, stack, refresh=refresh)
@@ -317,15 +383,25 @@ def init(directory: Path = typer.Argument(..., help="the new project's directory
 
 
 @app.command("rotate-keys")
-def rotate_keys(cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-                region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-                resume: bool = typer.Option(False, "--resume", help="carry on the rotation that is running"),
-                timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="per phase, for every node")):
+def rotate_keys(
+    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
+    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+    resume: bool = typer.Option(False, "--resume", help="carry on the rotation that is running"),
+    timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="per phase, for every node"),
+):
     """A new host CA and new SSH keys for root and the login user on the running cluster: add, switch, retire,
     waiting for every node between phases."""
     from infra.ops.rotate_keys import rotate  # lazy: boto3
 
-    _ops(lambda: rotate(_aws(region), cluster, resume, timeout_minutes * 60, lambda line: Console().print(line, markup=False, highlight=False)))
+    _ops(
+        lambda: rotate(
+            _aws(region),
+            cluster,
+            resume,
+            timeout_minutes * 60,
+            lambda line: Console().print(line, markup=False, highlight=False),
+        )
+    )
 
 
 @app.command("deployer-policy")

@@ -1,10 +1,9 @@
 """`hpcc hostfile`: the ready compute nodes' hostfile, from the membership the controller published
 (`membership.json` in the state bucket: hpcc_node/controller/membership.py), all groups or some.
 
-Order is deterministic (by name: gpu-000, gpu-001, ..., holes left as they are) and formats are hpcc_contract/hostfile.py's,
-the same the nodes' /etc/hpcc files use. Slots per node come from the group's instance type (the groups parameter)
-through EC2's DescribeInstanceTypes, once per type.
-"""
+Order is deterministic (by name: gpu-000, gpu-001, ..., holes left as they are) and formats are
+hpcc_contract/hostfile.py's, the same the nodes' /etc/hpcc files use. Slots per node come from the group's instance type
+(the groups parameter) through EC2's DescribeInstanceTypes, once per type."""
 
 from __future__ import annotations
 
@@ -33,8 +32,10 @@ def entries(aws: Aws, cluster: str, groups: list[str] | None = None) -> list[Hos
     known = sorted({str(n.get("group")) for n in nodes} | set(types))
     unknown = [g for g in groups or [] if g not in known]
     if unknown:
-        raise OpsError(f"--group {', '.join(unknown)}: not a group of cluster {cluster}; its groups are: "
-                       f"{', '.join(known) or 'none yet'}")
+        raise OpsError(
+            f"--group {', '.join(unknown)}: not a group of cluster {cluster}; its groups are: "
+            f"{', '.join(known) or 'none yet'}"
+        )
     cache: dict[str, int] = {}
     out = []
     for n in nodes:
@@ -42,8 +43,10 @@ def entries(aws: Aws, cluster: str, groups: list[str] | None = None) -> list[Hos
             continue
         itype = types.get(n.get("group"))
         if not itype:
-            raise OpsError(f"group {n.get('group')} of {n.get('name')} is not in {store.groups_parameter(cluster)}: "
-                           "its instance type (and slots) are unknown; run `hpcc up` to write the parameter")
+            raise OpsError(
+                f"group {n.get('group')} of {n.get('name')} is not in {store.groups_parameter(cluster)}: "
+                "its instance type (and slots) are unknown; run `hpcc up` to write the parameter"
+            )
         out.append(HostEntry(str(n["name"]), str(n["ip"]), slots_for(aws, itype, cache)))
     return sorted(out, key=lambda e: e.name)
 
@@ -60,6 +63,8 @@ def render(aws: Aws, cluster: str, fmt: str = "openmpi", groups: list[str] | Non
     found = entries(aws, cluster, groups)
     if not found:
         which = f" in group {', '.join(groups)}" if groups else ""
-        raise OpsError(f"no ready compute node{which} in cluster {cluster}'s membership ({aws.region}); "
-                       f"`hpcc status --cluster {cluster}` shows where they are")
+        raise OpsError(
+            f"no ready compute node{which} in cluster {cluster}'s membership ({aws.region}); "
+            f"`hpcc status --cluster {cluster}` shows where they are"
+        )
     return FORMATS[fmt](found)

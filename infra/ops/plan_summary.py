@@ -13,17 +13,20 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from infra.plan.guard import ACTIONS, guarded
 from infra.config.estimates import minutes_to_ready, unpriced
 from infra.facts.instance_types import HEAD_FIELD
-from infra.ops.terminal import row
 from infra.facts.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
+from infra.ops.terminal import row
+from infra.plan.guard import ACTIONS, guarded
+
 
 def group_types(result) -> list:
     """Each group's instance type's facts, in the order of cluster.node_groups."""
     cluster = result.config.cluster
-    return [result.facts.get(g.instance_type, cluster.group_field(i, "instanceType"))
-            for i, g in enumerate(cluster.node_groups)]
+    return [
+        result.facts.get(g.instance_type, cluster.group_field(i, "instanceType"))
+        for i, g in enumerate(cluster.node_groups)
+    ]
 
 
 def cost_line(result) -> str:
@@ -31,8 +34,10 @@ def cost_line(result) -> str:
     cost, cluster = result.outputs.get("estimatedHourlyCostUsd"), result.config.cluster
     if cost is None:
         missing = unpriced(result.facts.get(cluster.head_node.instance_type, HEAD_FIELD), *group_types(result))
-        return (f"[bold]price unknown[/] ({', '.join(missing)} not in the price snapshot of {SNAPSHOT_DATE}; "
-                "`hpcc preflight` asks the AWS Price List API)")
+        return (
+            f"[bold]price unknown[/] ({', '.join(missing)} not in the price snapshot of {SNAPSHOT_DATE}; "
+            "`hpcc preflight` asks the AWS Price List API)"
+        )
     return f"[bold]${cost:,.2f}/hour[/] (on-demand prices, {SNAPSHOT_REGION}, snapshot of {SNAPSHOT_DATE})"
 
 
@@ -44,8 +49,10 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     children: dict[str | None, list[dict]] = defaultdict(list)
     for r in result.resources:
         children[r["parent"]].append(r)
-    tree = Tree(f"[bold]{cluster.name}[/] ({result.config.region}, {outputs.get('availabilityZone')}) - "
-                f"{len(result.resources)} resources")
+    tree = Tree(
+        f"[bold]{cluster.name}[/] ({result.config.region}, {outputs.get('availabilityZone')}) - "
+        f"{len(result.resources)} resources"
+    )
     for comp in children[None]:
         branch = tree.add(f"[cyan]{comp['name']}[/] {comp['type']}")
         for token, n in sorted(Counter(r["type"] for r in children[comp["name"]]).items()):
@@ -61,24 +68,43 @@ def print_summary(result, out: Path, console: Console | None = None) -> None:
     row(nodes, "head", cluster.head_node.instance_type, 1, "head", "", "-", "on-demand")
     for group in outputs["nodeGroups"]:
         first, _, last = group["nodes"].partition("..")
-        row(nodes, group["name"], group["instanceType"], group["count"], first or "(none)", last or "", group["slots"],
-            group["market"])
+        row(
+            nodes,
+            group["name"],
+            group["instanceType"],
+            group["count"],
+            first or "(none)",
+            last or "",
+            group["slots"],
+            group["market"],
+        )
     console.print(nodes)
-    console.print(f"Head: {head['privateIp']}" + (f" (public {head['publicIp']})" if head.get("publicIp") else "")
-                  + ". The controller on the head launches each group (EC2 Fleet) and names its nodes; EC2 picks "
-                  "their addresses at launch.")
+    console.print(
+        f"Head: {head['privateIp']}"
+        + (f" (public {head['publicIp']})" if head.get("publicIp") else "")
+        + ". The controller on the head launches each group (EC2 Fleet) and names its nodes; EC2 picks "
+        "their addresses at launch."
+    )
 
     fsx = outputs["fsx"]
-    console.print(f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "
-                  f"{fsx['dnsName']}@tcp:/{fsx['mountName']} on {fsx['mountPoint']}")
+    console.print(
+        f"FSx for Lustre {cluster.fsx.deployment_type} {cluster.fsx.storage_capacity} GiB: "
+        f"{fsx['dnsName']}@tcp:/{fsx['mountName']} on {fsx['mountPoint']}"
+    )
     console.print(f"Log in: {outputs['sshCommand']}")
-    console.print(f"Estimated cost: {cost_line(result)}; ready in about "
-                  f"{minutes_to_ready(cluster, *group_types(result))} minutes after `pulumi up` starts")
+    console.print(
+        f"Estimated cost: {cost_line(result)}; ready in about "
+        f"{minutes_to_ready(cluster, *group_types(result))} minutes after `pulumi up` starts"
+    )
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(w.field)}: {escape(w.message)}", highlight=False)
-    console.print(escape(f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
-                         f"{out}/user-data/ ({len(result.user_data)} loaders), {out}/bundle/ "
-                         f"({len(result.bundle_files)} files, sha256 {result.bundle_sha256[:12]}... in {out}/bundle.sha256)"))
+    console.print(
+        escape(
+            f"Planned offline in {result.seconds:.1f}s; wrote {out}/resources.json, {out}/outputs.json, "
+            f"{out}/user-data/ ({len(result.user_data)} loaders), {out}/bundle/ "
+            f"({len(result.bundle_files)} files, sha256 {result.bundle_sha256[:12]}... in {out}/bundle.sha256)"
+        )
+    )
 
 
 def print_changes(result, out: Path, previous: str, console: Console | None = None) -> None:
@@ -107,17 +133,26 @@ def print_changes(result, out: Path, previous: str, console: Console | None = No
         for col in ("action", "resource", "type", "because of", "flag"):
             table.add_column(col, overflow="fold")
         for c in destructive:
-            flags = Text("; ").join([Text("protected", "bold red")] * ((c.name, c.type) in refused)
-                                    + [Text("guarded", "yellow")] * ((c.name, c.type) in stopping))
+            flags = Text("; ").join(
+                [Text("protected", "bold red")] * ((c.name, c.type) in refused)
+                + [Text("guarded", "yellow")] * ((c.name, c.type) in stopping)
+            )
             row(table, c.action, c.name, c.type.split(":")[-1], ", ".join(c.properties) or "-", flags)
         console.print(table)
     if refused:
-        console.print(f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "
-                      "protected resource; remove `protect` first if that is really wanted", highlight=False)
+        console.print(
+            f"[bold red]protected:[/] Pulumi refuses {len(refused)} of these: it never replaces or deletes a "
+            "protected resource; remove `protect` first if that is really wanted",
+            highlight=False,
+        )
     for problem in result.aws_refusals:
-        console.print(f"[bold red]AWS would refuse:[/] {escape(problem)} (the update would stop there, half done)",
-                      highlight=False)
+        console.print(
+            f"[bold red]AWS would refuse:[/] {escape(problem)} (the update would stop there, half done)",
+            highlight=False,
+        )
     if stopping:
-        console.print(f"[yellow]guarded:[/] `hpcc up` stops before {len(stopping)} of these unless run with "
-                      "--allow-replace", highlight=False)
+        console.print(
+            f"[yellow]guarded:[/] `hpcc up` stops before {len(stopping)} of these unless run with --allow-replace",
+            highlight=False,
+        )
     console.print(f"Wrote {out}/changes.json")

@@ -3,19 +3,20 @@
 The engine emits a ResourcePreEvent per step (pulumi.automation.events.StepEventMetadata: `op`, `urn`,
 `type`, `keys` = the properties forcing a replacement, `diffs` = the properties that changed). A replacement
 is several steps on one URN (create-replacement, replace, delete-replaced; create before delete by default:
-https://www.pulumi.com/docs/iac/concepts/options/deletebeforereplace/); they collapse into one `replace`. Reads, refreshes and `same` steps change nothing and are left out.
-"""
+https://www.pulumi.com/docs/iac/concepts/options/deletebeforereplace/); they collapse into one `replace`. Reads,
+refreshes and `same` steps change nothing and are left out."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-from infra.plan.guard import ACTIONS, GUARDED_TYPES, Change, guard_message, guarded
 from infra.ops import OpsError
+from infra.plan.guard import ACTIONS, GUARDED_TYPES, Change, guard_message, guarded
 
 # Engine step op -> hpcc action (pulumi.automation.events.OpType values).
 OP_ACTIONS = {
@@ -107,8 +108,12 @@ def print_summary(console: Console, changes: list[Change]) -> None:
         console.print(Text(line), highlight=False)
 
 
-def check(changes: list[Change], allow_replace: bool, allowed_replacements: Iterable[str] = (),
-          on_stop: Callable[[str], Exception] | None = None) -> None:
+def check(
+    changes: list[Change],
+    allow_replace: bool,
+    allowed_replacements: Iterable[str] = (),
+    on_stop: Callable[[str], Exception] | None = None,
+) -> None:
     """Raise (OpsError by default) with guard_message when a guarded change is not allowed."""
     stop = blocking(changes, allowed_replacements)
     if stop and not allow_replace:

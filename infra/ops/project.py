@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.render.assets import asset, example_names, installed
 from infra.config.stackfile import load
+from infra.render.assets import asset, example_names, installed
 
 PROJECT_NAME = "hpcc"  # as the checkout's Pulumi.yaml and the offline plan (infra/plan/runner.py)
 DEFAULT_EXAMPLE = "p5-llm"
@@ -42,8 +42,10 @@ def stack_name(config: Path, given: str | None) -> str:
         return given
     if own:
         return own
-    raise ProjectError(f"{config}: cannot tell the stack from this file name; name the file Pulumi.<stack>.yaml "
-                       "(as `hpcc init` does) or give --stack NAME")
+    raise ProjectError(
+        f"{config}: cannot tell the stack from this file name; name the file Pulumi.<stack>.yaml "
+        "(as `hpcc init` does) or give --stack NAME"
+    )
 
 
 def find_project(start: Path) -> Path | None:
@@ -59,8 +61,9 @@ def project_for(config: Path) -> Path:
     """The Pulumi project a stack config belongs to: the one around the file."""
     found = find_project(Path(config).resolve().parent)
     if found is None:
-        raise ProjectError(f"{config}: no Pulumi.yaml in its directory or above; run `hpcc init DIR` and keep "
-                           "the stack file there")
+        raise ProjectError(
+            f"{config}: no Pulumi.yaml in its directory or above; run `hpcc init DIR` and keep the stack file there"
+        )
     return found
 
 
@@ -72,8 +75,10 @@ def policy_pack(project: Path) -> Path:
         return shim
     if not installed():
         return asset("policy")
-    raise ProjectError(f"{project}: no {POLICY_DIR}/PulumiPolicy.yaml (hpcc's mandatory policy pack); run "
-                       f"`hpcc init {project}` to write it")
+    raise ProjectError(
+        f"{project}: no {POLICY_DIR}/PulumiPolicy.yaml (hpcc's mandatory policy pack); run "
+        f"`hpcc init {project}` to write it"
+    )
 
 
 def stale_environment(project: Path, venv: str | None = None) -> str | None:
@@ -88,8 +93,10 @@ def stale_environment(project: Path, venv: str | None = None) -> str | None:
     has = next((line + "\n" for line in text.splitlines() if line.strip().startswith("virtualenv:")), None)
     if has == want:
         return None
-    return (f"{project}/Pulumi.yaml runs the hpcc in {has.split(':', 1)[1].strip() if has else 'the python3 on PATH'}, "
-            f"not this one ({venv or 'the python3 on PATH'}): run `hpcc init {project} --refresh`")
+    return (
+        f"{project}/Pulumi.yaml runs the hpcc in {has.split(':', 1)[1].strip() if has else 'the python3 on PATH'}, "
+        f"not this one ({venv or 'the python3 on PATH'}): run `hpcc init {project} --refresh`"
+    )
 
 
 def environment(prefix: str | None = None) -> str | None:
@@ -108,34 +115,41 @@ INIT_MARK = "# Written by `hpcc init`"
 
 def pulumi_yaml(venv: str | None) -> str:
     where = f"the Python environment {venv}" if venv else "the python3 on PATH"
-    return (f"{INIT_MARK}: your own Pulumi project. Its program runs the hpcc installed in {where}.\n"
-            f"name: {PROJECT_NAME}\n"
-            "description: Multi-node ML training clusters on AWS (hpcc)\n"
-            f"{_runtime(venv)}main: {PROGRAM_DIR.as_posix()}/\n")
+    return (
+        f"{INIT_MARK}: your own Pulumi project. Its program runs the hpcc installed in {where}.\n"
+        f"name: {PROJECT_NAME}\n"
+        "description: Multi-node ML training clusters on AWS (hpcc)\n"
+        f"{_runtime(venv)}main: {PROGRAM_DIR.as_posix()}/\n"
+    )
 
 
-PROGRAM_SHIM = ('"""The hpcc Pulumi program installed with hpcc (written by `hpcc init`)."""\n'
-                "import runpy\n\n"
-                'runpy.run_module("infra.__main__", run_name="__main__")\n')
+PROGRAM_SHIM = (
+    '"""The hpcc Pulumi program installed with hpcc (written by `hpcc init`)."""\n'
+    "import runpy\n\n"
+    'runpy.run_module("infra.__main__", run_name="__main__")\n'
+)
 
-POLICY_SHIM = ('"""hpcc\'s mandatory policy pack, run from the installed hpcc (written by `hpcc init`)."""\n'
-               "import runpy\n\n"
-               "from infra.render.assets import asset\n\n"
-               'runpy.run_path(str(asset("policy") / "__main__.py"), run_name="__main__")\n')
+POLICY_SHIM = (
+    '"""hpcc\'s mandatory policy pack, run from the installed hpcc (written by `hpcc init`)."""\n'
+    "import runpy\n\n"
+    "from infra.render.assets import asset\n\n"
+    'runpy.run_path(str(asset("policy") / "__main__.py"), run_name="__main__")\n'
+)
 
 
 def policy_yaml(venv: str | None) -> str:
-    return (f"{_runtime(venv)}description: hpcc's mandatory security rules (the installed pack; docs/security.md)\n")
+    return f"{_runtime(venv)}description: hpcc's mandatory security rules (the installed pack; docs/security.md)\n"
 
 
 def stack_text(example: str, stack: str) -> str:
     """The example, its usage line replaced by how to use it in this project."""
     body = (asset("examples") / f"{example}.yaml").read_text()
     body = "".join(line for line in body.splitlines(keepends=True) if not line.startswith("# Use:"))
-    return (f"# Stack `{stack}`, from hpcc's example {example}. Every key: hpcc's README, \"Config reference\".\n"
-            f"# Edit region, sizes and tags, then: hpcc plan Pulumi.{stack}.yaml; hpcc preflight Pulumi.{stack}.yaml;\n"
-            f"# hpcc up Pulumi.{stack}.yaml. Changes after the first up: README \"Changing a running cluster\".\n"
-            + body)
+    return (
+        f"# Stack `{stack}`, from hpcc's example {example}. Every key: hpcc's README, \"Config reference\".\n"
+        f"# Edit region, sizes and tags, then: hpcc plan Pulumi.{stack}.yaml; hpcc preflight Pulumi.{stack}.yaml;\n"
+        f"# hpcc up Pulumi.{stack}.yaml. Changes after the first up: README \"Changing a running cluster\".\n" + body
+    )
 
 
 def readme(stack: str) -> str:
@@ -167,8 +181,14 @@ class Written:
     files: list[Path]
 
 
-def init_project(directory: Path, example: str = DEFAULT_EXAMPLE, stack: str | None = None, *,
-                 refresh: bool = False, venv: str | None = None) -> Written:
+def init_project(
+    directory: Path,
+    example: str = DEFAULT_EXAMPLE,
+    stack: str | None = None,
+    *,
+    refresh: bool = False,
+    venv: str | None = None,
+) -> Written:
     """Write a user project (or, with refresh, only the files that name the environment). Never overwrites
     a stack file or an existing project unless refreshing."""
     if example not in example_names():
@@ -176,12 +196,18 @@ def init_project(directory: Path, example: str = DEFAULT_EXAMPLE, stack: str | N
     d = Path(directory)
     venv = venv if venv is not None else environment()
     stack = stack or _cluster_name(example)
-    generated = {Path("Pulumi.yaml"): pulumi_yaml(venv), PROGRAM_DIR / "__main__.py": PROGRAM_SHIM,
-                 POLICY_DIR / "PulumiPolicy.yaml": policy_yaml(venv), POLICY_DIR / "__main__.py": POLICY_SHIM}
+    generated = {
+        Path("Pulumi.yaml"): pulumi_yaml(venv),
+        PROGRAM_DIR / "__main__.py": PROGRAM_SHIM,
+        POLICY_DIR / "PulumiPolicy.yaml": policy_yaml(venv),
+        POLICY_DIR / "__main__.py": POLICY_SHIM,
+    }
     if not refresh:
         if (d / "Pulumi.yaml").exists():
-            raise ProjectError(f"{d}/Pulumi.yaml exists: pick a new directory, or `hpcc init {d} --refresh` to "
-                               "point its program and policy pack at this hpcc")
+            raise ProjectError(
+                f"{d}/Pulumi.yaml exists: pick a new directory, or `hpcc init {d} --refresh` to "
+                "point its program and policy pack at this hpcc"
+            )
         generated[Path(f"Pulumi.{stack}.yaml")] = stack_text(example, stack)
         generated[Path("README.md")] = readme(stack)
         generated[Path("deployer-policy.json")] = (asset("policy") / "deployer-policy.json").read_text()

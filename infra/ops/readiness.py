@@ -1,24 +1,23 @@
 """Waiting until a controller-run cluster is ready: the head, and in every group as many ready nodes as asked,
 each on the current membership generation, replacements included.
 
-`hpcc up` and `hpcc replace --wait-minutes` wait here; each poll reads `infra.ops.status.cluster.cluster_status`, the one
-place that decides a node's state. Readiness is per node (the controller marks a slot ready; no node waits for its
+`hpcc up` and `hpcc replace --wait-minutes` wait here; each poll reads `infra.ops.status.cluster.cluster_status`, the
+one place that decides a node's state. Readiness is per node (the controller marks a slot ready; no node waits for its
 peers), so progress is shown per group. The wait ends early when what is left cannot come on its own: a node the
-controller left failed (attempt cap, a bundle or hook failure) or a group in protected mode.
-"""
+controller left failed (attempt cap, a bundle or hook failure) or a group in protected mode."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from hpcc_node.controller import model
 from hpcc_contract.names import HEAD
+from hpcc_node.controller import model
 from infra.ops.aws import Aws
 from infra.ops.status.cluster import ClusterStatus, GroupRow, NodeStatus, cluster_status
 from infra.ops.status.view import controller_line, node_text, print_failures, what_controller_does
@@ -59,8 +58,11 @@ class Readiness:
         """Nodes nothing will fix without a person: left failed by the controller, or in a protected group, or
         a dead head."""
         protected = {g.name for g in self.status.groups if g.protected}
-        out = [r for r in self.status.nodes if r.role != HEAD and (r.slot == model.FAILED or
-               (r.group in protected and r.failed))]
+        out = [
+            r
+            for r in self.status.nodes
+            if r.role != HEAD and (r.slot == model.FAILED or (r.group in protected and r.failed))
+        ]
         return ([self.head] if self.head.failed else []) + out
 
     @property
@@ -70,8 +72,9 @@ class Readiness:
     @property
     def waiting(self) -> list[NodeStatus]:
         stuck = {r.node for r in self.stuck}  # once, not per node: 4,096 nodes
-        return [r for r in self.status.nodes if (r.role == HEAD or kept(r)) and not self.done(r)
-                and r.node not in stuck]
+        return [
+            r for r in self.status.nodes if (r.role == HEAD or kept(r)) and not self.done(r) and r.node not in stuck
+        ]
 
     @property
     def ok(self) -> bool:
@@ -85,18 +88,33 @@ class Readiness:
         return bool(self.stuck or self.protected)
 
 
-def wait_ready(aws: Aws, cluster: str, asked: dict[str, int], timeout: float, poll: float = 15.0,
-               console: Console | None = None, sleep: Callable[[float], None] = time.sleep,
-               clock: Callable[[], float] = time.monotonic, replaced: dict[str, str] | None = None,
-               read: Callable[[], ClusterStatus] | None = None) -> Readiness:
+def wait_ready(
+    aws: Aws,
+    cluster: str,
+    asked: dict[str, int],
+    timeout: float,
+    poll: float = 15.0,
+    console: Console | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    replaced: dict[str, str] | None = None,
+    read: Callable[[], ClusterStatus] | None = None,
+) -> Readiness:
     """Poll until ready, hopeless, or `timeout` passes; `asked` is each group's count. `replaced` maps nodes to
     the instance id each is leaving: until its live instance differs, a node is not done."""
     console = console or Console()
     read = read or (lambda: cluster_status(aws, cluster))
     deadline = clock() + timeout
     result = Readiness(asked=dict(asked), replaced=dict(replaced or {}))
-    with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[note]}"), console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description:>14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=console,
+        transient=False,
+    ) as progress:
         tasks = {HEAD: progress.add_task(HEAD, total=1, note="")}
         tasks.update({g: progress.add_task(g, total=n, note="") for g, n in asked.items()})
         seen: set[tuple[str, str | None]] = set()
@@ -110,8 +128,11 @@ def wait_ready(aws: Aws, cluster: str, asked: dict[str, int], timeout: float, po
             rows = {g.name: g for g in result.status.groups}
             for g in asked:
                 row = rows.get(g, GroupRow(g))
-                note = (f"launched {row.launched}, failed {row.failed}, being replaced {row.replacing}"
-                        + (f", PROTECTED: {row.protected}" if row.protected else "") + (f", {row.note}" if row.note else ""))
+                note = (
+                    f"launched {row.launched}, failed {row.failed}, being replaced {row.replacing}"
+                    + (f", PROTECTED: {row.protected}" if row.protected else "")
+                    + (f", {row.note}" if row.note else "")
+                )
                 progress.update(tasks[g], completed=min(result.ready_in(g), asked[g]), note=note)
             if result.ok or result.hopeless:
                 return result
@@ -130,8 +151,13 @@ def why_waiting(result: Readiness, r: NodeStatus) -> Text:
         return Text(f"{r.node} ready but not on membership generation {r.generation_target} (has {have})")
     step = f" (step {r.step})" if r.step and r.step != r.phase else ""
     ledger = f", ledger {r.slot}" if r.slot else ""
-    return Text.assemble(f"{r.node} not ready: instance {r.state}{ledger}, bootstrap phase ", node_text(r.phase),
-                         node_text(step), ("; " if r.message else ""), node_text(r.message))
+    return Text.assemble(
+        f"{r.node} not ready: instance {r.state}{ledger}, bootstrap phase ",
+        node_text(r.phase),
+        node_text(step),
+        ("; " if r.message else ""),
+        node_text(r.message),
+    )
 
 
 def report_failures(console: Console, result: Readiness) -> None:
@@ -140,12 +166,19 @@ def report_failures(console: Console, result: Readiness) -> None:
         console.print(controller_line(result.status), highlight=False)
     for r in result.status.nodes:
         if r.failed:
-            console.print(Text.assemble(node_text(f"{r.node} is failed: ", "bold red"), node_text(r.message or r.reason)),
-                          highlight=False)
+            console.print(
+                Text.assemble(node_text(f"{r.node} is failed: ", "bold red"), node_text(r.message or r.reason)),
+                highlight=False,
+            )
     for g in result.protected:
-        console.print(Text.assemble(node_text(f"group {g.name} is protected: ", "bold red"), node_text(g.protected),
-                                    "; the controller stops replacing its nodes until one becomes ready"),
-                      highlight=False)
+        console.print(
+            Text.assemble(
+                node_text(f"group {g.name} is protected: ", "bold red"),
+                node_text(g.protected),
+                "; the controller stops replacing its nodes until one becomes ready",
+            ),
+            highlight=False,
+        )
     short = {g: n - result.ready_in(g) for g, n in result.asked.items() if result.ready_in(g) < n}
     if result.timed_out or result.hopeless:
         for r in result.waiting:

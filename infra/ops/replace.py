@@ -5,8 +5,8 @@ It records `replace_requested` on each node's slot in the ledger (hpcc_node/cont
 reads it at its next loop and does the rest (decide.py `down_and_replace`: DOWN in Slurm with an `hpcc:` reason,
 terminate, and once the instance is shutting down the name moves to a newly launched one, not counted against the
 group's budget). This is the one ledger write not made by the controller: it holds no lease, so it is a single
-conditional UpdateItem at the version it read (DynamoDB Developer Guide, "Condition expressions"), changing nothing but the
-flag; a controller that read the slot before loses its own write of it (Conflict) and reads again next loop.
+conditional UpdateItem at the version it read (DynamoDB Developer Guide, "Condition expressions"), changing nothing but
+the flag; a controller that read the slot before loses its own write of it (Conflict) and reads again next loop.
 
 It needs only DynamoDB on the cluster's table: the deployer's credentials on the operator's machine, or the head's
 instance role on the head (`hpcc replace --cluster C --region R NODE` there). The core below takes a boto3-shaped
@@ -15,8 +15,9 @@ client and uses the standard library only, so the node side can call the same fu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 from hpcc_node.controller import model
 from hpcc_node.controller.ledger import read_slot, request_replace
@@ -41,20 +42,23 @@ class Requested:
     already: str = ""  # why nothing was written: already requested, already being replaced
 
 
-def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> List[str]:
+def check_names(known: Sequence[str], wanted: Sequence[str], cluster: str) -> list[str]:
     """The wanted names in the order given, once each; unknown ones raise UnknownNodes listing the known."""
     if not wanted:
         raise UnknownNodes("name at least one node to replace, e.g. gpu-001")
     unknown = [n for n in wanted if n not in known]
     if unknown:
         listed = ", ".join(sorted(known)) or "none (the controller has named no node yet)"
-        head = (" (the head is Pulumi's, not the controller's: `pulumi up --replace <the head's URN>` replaces it)"
-                if "head" in unknown else "")
+        head = (
+            " (the head is Pulumi's, not the controller's: `pulumi up --replace <the head's URN>` replaces it)"
+            if "head" in unknown
+            else ""
+        )
         raise UnknownNodes(f"not a node of cluster {cluster!r}: {', '.join(unknown)}{head}; its nodes are: {listed}")
     return list(dict.fromkeys(wanted))
 
 
-def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Sequence[str]) -> List[Requested]:
+def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Sequence[str]) -> list[Requested]:
     """Record the request on each named slot; names are checked first, so a typo writes nothing."""
     names = check_names(known, nodes, cluster)
     out = []
@@ -76,7 +80,7 @@ def request(ddb: Any, table: str, cluster: str, nodes: Sequence[str], known: Seq
     return out
 
 
-def plan_text(done: Sequence[Requested], cluster: str, loop_seconds: int) -> List[str]:
+def plan_text(done: Sequence[Requested], cluster: str, loop_seconds: int) -> list[str]:
     """What the controller will do, and where to watch it."""
     lines = []
     for r in done:
@@ -85,14 +89,16 @@ def plan_text(done: Sequence[Requested], cluster: str, loop_seconds: int) -> Lis
             continue
         lines.append(f"{r.node} ({r.instance_id or 'no instance'}, {r.state}): replacement requested in the ledger")
     if any(not r.already for r in done):
-        lines += [f"the controller on the head acts at its next loop (within {loop_seconds} s): it marks each node "
-                  "DOWN in Slurm (reason `hpcc: requested by hpcc replace`), terminates its instance, and once EC2 "
-                  "shows it shutting down gives the name to a new instance of the same group (launched from the "
-                  "group's launch template); not counted against the group's replacement budget",
-                  f"watch: `hpcc status --cluster {cluster}` (per group, and the controller's actions), or on the "
-                  "head `journalctl -u hpcc-controller -f` (also /var/log/hpcc/controller.log)"]
+        lines += [
+            f"the controller on the head acts at its next loop (within {loop_seconds} s): it marks each node "
+            "DOWN in Slurm (reason `hpcc: requested by hpcc replace`), terminates its instance, and once EC2 "
+            "shows it shutting down gives the name to a new instance of the same group (launched from the "
+            "group's launch template); not counted against the group's replacement budget",
+            f"watch: `hpcc status --cluster {cluster}` (per group, and the controller's actions), or on the "
+            "head `journalctl -u hpcc-controller -f` (also /var/log/hpcc/controller.log)",
+        ]
     return lines
 
 
-def known_names(loaded_slots: Dict[str, Any]) -> List[str]:
+def known_names(loaded_slots: dict[str, Any]) -> list[str]:
     return sorted(loaded_slots)

@@ -4,22 +4,29 @@ do, and optionally wait until each named node is ready on a new instance."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
 from hpcc_node.controller.timers import DEFAULT as TIMERS
-from infra.ops import store
+from infra.ops import OpsError, store
 from infra.ops.aws import Aws
 from infra.ops.readiness import report_failures, summary_line, wait_ready
-from infra.ops import OpsError
 from infra.ops.replace import Busy, UnknownNodes, check_names, known_names, plan_text, request
 
 __all__ = ["UnknownNodes", "run_replace"]
 
 
-def run_replace(aws: Aws, cluster: str, nodes: Sequence[str], console: Console, *, wait_seconds: float = 0,
-                poll: float = 15.0, sleep: Callable[[float], None] = time.sleep) -> bool:
+def run_replace(
+    aws: Aws,
+    cluster: str,
+    nodes: Sequence[str],
+    console: Console,
+    *,
+    wait_seconds: float = 0,
+    poll: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
     """True when the requests are recorded (and, with a wait, every named node is ready on a new instance)."""
     where = store.names(aws, cluster)
     loaded = store.load_ledger(aws, where.table)
@@ -34,8 +41,16 @@ def run_replace(aws: Aws, cluster: str, nodes: Sequence[str], console: Console, 
         return True
     counts = {g["name"]: int(g.get("count") or 0) for g in store.groups(aws, cluster)}
     asked = {r.group: counts.get(r.group, sum(s.group == r.group for s in loaded.slots.values())) for r in done}
-    result = wait_ready(aws, cluster, asked, wait_seconds, poll=poll, console=console, sleep=sleep,
-                        replaced={r.node: r.instance_id for r in done if r.instance_id})
+    result = wait_ready(
+        aws,
+        cluster,
+        asked,
+        wait_seconds,
+        poll=poll,
+        console=console,
+        sleep=sleep,
+        replaced={r.node: r.instance_id for r in done if r.instance_id},
+    )
     report_failures(console, result)
     console.print(summary_line(result), highlight=False)
     return result.ok

@@ -2,11 +2,10 @@
 the state bucket (membership.json and the nodes' `status/<instance-arn>.json`), the groups parameter and EC2 by tag.
 
 Names come from the settings parameter (STATE_BUCKET, LEDGER_TABLE: what the nodes are told), else from
-hpcc_contract/names.py (`ledger_table`, `state_bucket` with the caller's account), so a half-created or half-destroyed cluster is
-still found. Every read is shaped for 4,096 nodes: DescribeInstances filtered on the cluster's tag in pages of 1,000
-(EC2 API reference, DescribeInstances: MaxResults 5-1000), ListObjectsV2 pages of 1,000 (S3 API reference), one
-Scan of the ledger (pages of 1 MB), and the statuses fetched on a few threads.
-"""
+hpcc_contract/names.py (`ledger_table`, `state_bucket` with the caller's account), so a half-created or half-destroyed
+cluster is still found. Every read is shaped for 4,096 nodes: DescribeInstances filtered on the cluster's tag in pages
+of 1,000 (EC2 API reference, DescribeInstances: MaxResults 5-1000), ListObjectsV2 pages of 1,000 (S3 API reference), one
+Scan of the ledger (pages of 1 MB), and the statuses fetched on a few threads."""
 
 from __future__ import annotations
 
@@ -17,10 +16,10 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
-from hpcc_node.controller import membership
-from hpcc_node.controller.ledger import Ledger, Loaded
 from hpcc_contract import groups as groups_format
 from hpcc_contract.names import STATUS_PREFIX, Paths, ledger_table, state_bucket
+from hpcc_node.controller import membership
+from hpcc_node.controller.ledger import Ledger, Loaded
 from infra.ops.aws import Aws, error_code, tag_filter
 
 READER = "hpcc-ops (read only)"  # the Ledger's owner when ops only reads: it never takes the lease
@@ -33,8 +32,14 @@ def groups_parameter(cluster: str) -> str:
 
 
 def _missing(e: ClientError) -> bool:
-    return error_code(e) in ("ParameterNotFound", "ResourceNotFoundException", "NoSuchBucket", "NoSuchKey", "404",
-                             "NotFound")
+    return error_code(e) in (
+        "ParameterNotFound",
+        "ResourceNotFoundException",
+        "NoSuchBucket",
+        "NoSuchKey",
+        "404",
+        "NotFound",
+    )
 
 
 @dataclass
@@ -83,7 +88,8 @@ def lease(aws: Aws, table: str) -> tuple[str, float]:
 
 
 def groups(aws: Aws, cluster: str) -> list[dict]:
-    """The groups the program wrote to `/hpcc/<c>/groups` (hpcc_contract/groups.py); [] when absent or of another format."""
+    """The groups the program wrote to `/hpcc/<c>/groups` (hpcc_contract/groups.py); [] when absent or of another
+    format."""
     try:
         value = aws.call("ssm", "get_parameter", Name=groups_parameter(cluster))["Parameter"]["Value"]
     except ClientError as e:
@@ -122,8 +128,9 @@ def statuses(aws: Aws, bucket: str, wanted: set[str] | None = None) -> Statuses:
     s3 = aws.client("s3")
     keys = []
     try:
-        for obj in aws.pages("s3", "list_objects_v2", "Contents", Bucket=bucket, Prefix=STATUS_PREFIX,
-                             PaginationConfig=PAGE):
+        for obj in aws.pages(
+            "s3", "list_objects_v2", "Contents", Bucket=bucket, Prefix=STATUS_PREFIX, PaginationConfig=PAGE
+        ):
             iid = membership.key_instance(obj["Key"])
             if iid and (wanted is None or iid in wanted):
                 keys.append((iid, obj["Key"]))
@@ -157,5 +164,12 @@ def statuses(aws: Aws, bucket: str, wanted: set[str] | None = None) -> Statuses:
 
 def cluster_instances(aws: Aws, cluster: str) -> list[dict]:
     """Every instance tagged for the cluster (head and compute, every state), pages of 1,000."""
-    return list(aws.pages("ec2", "describe_instances", "Reservations[].Instances[]", Filters=tag_filter(cluster),
-                          PaginationConfig=PAGE))
+    return list(
+        aws.pages(
+            "ec2",
+            "describe_instances",
+            "Reservations[].Instances[]",
+            Filters=tag_filter(cluster),
+            PaginationConfig=PAGE,
+        )
+    )

@@ -9,10 +9,12 @@ import re
 from rich.table import Table
 from rich.text import Text
 
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves, screen clears)
-                      r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks, clipboard)
-                      r"|\x1b[@-Z\\-_]"  # other two-byte escapes
-                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # remaining control characters (tab kept)
+_ESCAPES = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves, screen clears)
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks, clipboard)
+    r"|\x1b[@-Z\\-_]"  # other two-byte escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)  # remaining control characters (tab kept)
 
 
 def plain(value: object) -> str:

@@ -14,39 +14,40 @@ this project (needs the Pulumi CLI). Tests pass a fake; everything before and af
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
 from rich.console import Console
 
+from hpcc_contract.names import Paths, resource_name
 from hpcc_node.controller.timers import DEFAULT as TIMERS
-from infra.config.model import StackConfig
 from infra.config.estimates import ready_timeout_minutes
-from hpcc_contract.names import resource_name
-from infra.ops import OpsError
+from infra.config.model import StackConfig
+from infra.config.stackfile import as_pulumi_config, load, read_raw
+from infra.ops import OpsError, stackstate
 from infra.ops import hostfile as ops_hostfile
 from infra.ops import preview as ops_preview
-from infra.ops.reap import run as ops_reap
-from infra.ops.reap import report as reap_report
-from infra.ops import stackstate
 from infra.ops.aws import Aws
-from infra.ops.preflight.rules import has_errors, preflight, print_findings
-from infra.ops.preflight.groups import groups_of, per_minute
-from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
-from infra.ops.project import ProjectError, find_project, policy_pack, project_for, stale_environment
-from infra.config.stackfile import as_pulumi_config, load, read_raw
-import json
-from botocore.exceptions import ClientError
-from hpcc_contract.names import Paths
 from infra.ops.preflight.context import Context
+from infra.ops.preflight.groups import groups_of, per_minute
+from infra.ops.preflight.rules import has_errors, preflight, print_findings
+from infra.ops.project import ProjectError, find_project, policy_pack, project_for, stale_environment
+from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
+from infra.ops.reap import report as reap_report
+from infra.ops.reap import run as ops_reap
 
-INSTALL_HINT = ("the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
-                "https://www.pulumi.com/docs/install/ (e.g. `curl -fsSL https://get.pulumi.com | sh`), "
-                "then `pulumi login` and `pulumi plugin install resource aws`. "
-                "`hpcc plan CONFIG` works without it")
+INSTALL_HINT = (
+    "the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
+    "https://www.pulumi.com/docs/install/ (e.g. `curl -fsSL https://get.pulumi.com | sh`), "
+    "then `pulumi login` and `pulumi plugin install resource aws`. "
+    "`hpcc plan CONFIG` works without it"
+)
 
 
 class StackLike(Protocol):
@@ -74,8 +75,9 @@ def local_stack(stack_name: str, project: Path) -> StackLike:
     return auto.create_or_select_stack(stack_name=stack_name, work_dir=str(project))
 
 
-def stack_outputs(stack_name: str, which: Callable[[str], str | None] = shutil.which,
-                  project: Path | None = None) -> dict:
+def stack_outputs(
+    stack_name: str, which: Callable[[str], str | None] = shutil.which, project: Path | None = None
+) -> dict:
     """A stack's outputs as plain values (for `status --stack`, run in the project's directory): needs the CLI."""
     from pulumi import automation as auto
 
@@ -120,8 +122,12 @@ def _pulumi(action: str, fn: Callable[[], Any]) -> Any:
         raise OpsError(f"pulumi {action} failed: {_last_lines(str(e))}") from None
 
 
-def select(config_path: Path, stack_name: str, stack_factory: Callable[[str], StackLike] | None,
-           which: Callable[[str], str | None] = shutil.which) -> StackLike:
+def select(
+    config_path: Path,
+    stack_name: str,
+    stack_factory: Callable[[str], StackLike] | None,
+    which: Callable[[str], str | None] = shutil.which,
+) -> StackLike:
     """The stack, given the config file's values."""
     project = _project(config_path)
     if stack_factory is None:
@@ -158,8 +164,16 @@ def state(stack: StackLike) -> list[dict]:
 
 # -- preview, guard, up, wait: shared by `hpcc up` and `hpcc replace` ------------------------------------
 
-def guarded_update(stack: StackLike, console: Console, *, replace: list[str], allow_replace: bool,
-                   policy_pack: Path, allowed_replacements: tuple[str, ...] = ()) -> dict:
+
+def guarded_update(
+    stack: StackLike,
+    console: Console,
+    *,
+    replace: list[str],
+    allow_replace: bool,
+    policy_pack: Path,
+    allowed_replacements: tuple[str, ...] = (),
+) -> dict:
     """Preview (summarised); stop on a guarded change that was not allowed; else `pulumi up`, streamed, with
     the same options and hpcc's policy pack (mandatory). Returns the stack's outputs as plain values."""
     kwargs: dict = {"replace": list(replace)} if replace else {}
@@ -169,8 +183,12 @@ def guarded_update(stack: StackLike, console: Console, *, replace: list[str], al
     ops_preview.check(changes, allow_replace, allowed_replacements)
     if ops_preview.blocking(changes, allowed_replacements):
         console.print("--allow-replace given: going ahead with the guarded changes above", highlight=False)
-    result = _pulumi("up", lambda: stack.up(
-        on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False), **kwargs))
+    result = _pulumi(
+        "up",
+        lambda: stack.up(
+            on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False), **kwargs
+        ),
+    )
     return {k: getattr(v, "value", v) for k, v in (getattr(result, "outputs", None) or {}).items()}
 
 
@@ -193,22 +211,36 @@ def asked_groups(cfg: StackConfig) -> dict[str, int]:
 
 
 def wait_timeout(cfg: StackConfig, asked: dict[str, int]) -> float:
-    """Seconds `hpcc up` waits (infra/config/estimates.py): grows with the count through the controller's launch waves."""
-    return 60 * ready_timeout_minutes(cfg.cluster.bootstrap.timeout_minutes, sum(asked.values()), per_minute(),
-                                      TIMERS.boot_grace_seconds // 60)
+    """Seconds `hpcc up` waits (infra/config/estimates.py): grows with the count through the controller's launch
+    waves."""
+    return 60 * ready_timeout_minutes(
+        cfg.cluster.bootstrap.timeout_minutes, sum(asked.values()), per_minute(), TIMERS.boot_grace_seconds // 60
+    )
 
 
-def wait_and_report(cfg: StackConfig, aws: Aws, outputs: dict, console: Console, *, hostfile_path: Path,
-                    wait_seconds: float | None, poll: float, sleep: Callable[[float], None],
-                    replaced: dict[str, str] | None = None) -> UpReport:
+def wait_and_report(
+    cfg: StackConfig,
+    aws: Aws,
+    outputs: dict,
+    console: Console,
+    *,
+    hostfile_path: Path,
+    wait_seconds: float | None,
+    poll: float,
+    sleep: Callable[[float], None],
+    replaced: dict[str, str] | None = None,
+) -> UpReport:
     """Wait for the head and every group (as many nodes ready as asked, on the current membership, replacements
     included), name what failed and what the controller does about it, write the hostfile, print how to log in."""
     cluster = outputs.get("clusterName") or cfg.cluster.name
     asked = asked_groups(cfg)
     timeout = wait_seconds if wait_seconds is not None else wait_timeout(cfg, asked)
-    console.print(f"waiting for the head and {sum(asked.values())} nodes in {len(asked)} group(s) "
-                  f"({', '.join(f'{g}: {n}' for g, n in asked.items())}) to be ready; the controller on the head "
-                  f"launches and replaces them (up to {timeout / 60:.0f} min)", highlight=False)
+    console.print(
+        f"waiting for the head and {sum(asked.values())} nodes in {len(asked)} group(s) "
+        f"({', '.join(f'{g}: {n}' for g, n in asked.items())}) to be ready; the controller on the head "
+        f"launches and replaces them (up to {timeout / 60:.0f} min)",
+        highlight=False,
+    )
     readiness = wait_ready(aws, cluster, asked, timeout, poll=poll, console=console, sleep=sleep, replaced=replaced)
     report_failures(console, readiness)
 
@@ -220,8 +252,11 @@ def wait_and_report(cfg: StackConfig, aws: Aws, outputs: dict, console: Console,
     if text:
         hostfile_path.write_text(text)
         written = hostfile_path
-        console.print(f"hostfile: {hostfile_path} ({len(text.splitlines())} ready compute nodes; per group: "
-                      f"`hpcc hostfile --cluster {cluster} --group NAME`)", highlight=False)
+        console.print(
+            f"hostfile: {hostfile_path} ({len(text.splitlines())} ready compute nodes; per group: "
+            f"`hpcc hostfile --cluster {cluster} --group NAME`)",
+            highlight=False,
+        )
     if outputs.get("sshCommand"):
         console.print(f"log in: {outputs['sshCommand']}", highlight=False)
     console.print(summary_line(readiness), highlight=False)
@@ -229,6 +264,7 @@ def wait_and_report(cfg: StackConfig, aws: Aws, outputs: dict, console: Console,
 
 
 # -- up / destroy -----------------------------------------------------------------------------------------
+
 
 def _load(config_path: Path) -> StackConfig:
     return load(config_path)
@@ -238,20 +274,31 @@ def image_kept_and_newest(aws: Aws, cfg: StackConfig) -> tuple[str | None, str |
     """The AMI the cluster's image pin keeps (infra/program/components/pins.py) and the one the config resolves to today
     (preflight's resolution: the family's parameter, the newest match of a filter), each None when unknown."""
     try:
-        kept = json.loads(aws.call("ssm", "get_parameter", Name=Paths(cfg.cluster.name).pinned_image)
-                          ["Parameter"]["Value"]).get("ami_id")
+        kept = json.loads(
+            aws.call("ssm", "get_parameter", Name=Paths(cfg.cluster.name).pinned_image)["Parameter"]["Value"]
+        ).get("ami_id")
     except (ClientError, ValueError, AttributeError):
         kept = None
     newest = Context(aws, cfg).image
     return kept, (newest or {}).get("ImageId")
 
 
-def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
-       stack_factory: Callable[[str], StackLike] | None = None, console: Console | None = None,
-       hostfile_path: Path = Path("hostfile"), wait_seconds: float | None = None, poll: float = 15.0,
-       skip_preflight: bool = False, which: Callable[[str], str | None] = shutil.which,
-       sleep: Callable[[float], None] = time.sleep, allow_replace: bool = False,
-       update_image: bool = False) -> UpReport:
+def up(
+    config_path: Path,
+    stack_name: str,
+    *,
+    aws: Aws | None = None,
+    stack_factory: Callable[[str], StackLike] | None = None,
+    console: Console | None = None,
+    hostfile_path: Path = Path("hostfile"),
+    wait_seconds: float | None = None,
+    poll: float = 15.0,
+    skip_preflight: bool = False,
+    which: Callable[[str], str | None] = shutil.which,
+    sleep: Callable[[float], None] = time.sleep,
+    allow_replace: bool = False,
+    update_image: bool = False,
+) -> UpReport:
     console = console or Console()
     cfg = _load(config_path)
     if stack_factory is None:
@@ -269,24 +316,37 @@ def up(config_path: Path, stack_name: str, *, aws: Aws | None = None,
         pin = resource_name(cfg.cluster.name, "image-pin")
         urn = stackstate.find_urn(state(stack), stackstate.PARAMETER, pin)
         if urn is None:
-            raise OpsError(f"--update-image: stack {stack_name!r} has no {pin} ({stackstate.PARAMETER}) yet; "
-                           "the first `hpcc up` resolves the image itself: run it without --update-image")
+            raise OpsError(
+                f"--update-image: stack {stack_name!r} has no {pin} ({stackstate.PARAMETER}) yet; "
+                "the first `hpcc up` resolves the image itself: run it without --update-image"
+            )
         kept, newest = image_kept_and_newest(aws, cfg)
         if kept and kept == newest:
-            console.print(f"--update-image: no newer image; {kept} is still what the config resolves to, so the "
-                          "nodes keep it and nothing is replaced", highlight=False)
+            console.print(
+                f"--update-image: no newer image; {kept} is still what the config resolves to, so the "
+                "nodes keep it and nothing is replaced",
+                highlight=False,
+            )
         else:
             console.print(f"--update-image: replacing {pin}, so the program resolves the image again", highlight=False)
             replace = [urn]
-    outputs = guarded_update(stack, console, replace=replace, allow_replace=allow_replace,
-                             policy_pack=pack_for(config_path))
-    return wait_and_report(cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds,
-                           poll=poll, sleep=sleep)
+    outputs = guarded_update(
+        stack, console, replace=replace, allow_replace=allow_replace, policy_pack=pack_for(config_path)
+    )
+    return wait_and_report(
+        cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds, poll=poll, sleep=sleep
+    )
 
 
-def destroy(config_path: Path, stack_name: str, *, aws: Aws | None = None,
-            stack_factory: Callable[[str], StackLike] | None = None, console: Console | None = None,
-            which: Callable[[str], str | None] = shutil.which) -> ops_reap.Inventory:
+def destroy(
+    config_path: Path,
+    stack_name: str,
+    *,
+    aws: Aws | None = None,
+    stack_factory: Callable[[str], StackLike] | None = None,
+    console: Console | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+) -> ops_reap.Inventory:
     """Unprotect the file system, `pulumi destroy`, then what is still tagged for the cluster (empty when all
     went). The program protects the file system so no update can replace or delete it; destroy is the one
     command meant to, so it clears the flag in the state first."""
@@ -300,19 +360,27 @@ def destroy(config_path: Path, stack_name: str, *, aws: Aws | None = None,
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
     fsx = resource_name(cfg.cluster.name, "fsx")
     if _pulumi("state unprotect", lambda: stackstate.unprotect(stack, stackstate.FILE_SYSTEM, fsx)):
-        console.print(f"unprotected {fsx} in the stack's state (as `pulumi state unprotect` does), so destroy "
-                      "deletes the file system and its data", highlight=False)
+        console.print(
+            f"unprotected {fsx} in the stack's state (as `pulumi state unprotect` does), so destroy "
+            "deletes the file system and its data",
+            highlight=False,
+        )
     failure = None
     try:
-        _pulumi("destroy", lambda: stack.destroy(
-            on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False)))
+        _pulumi(
+            "destroy",
+            lambda: stack.destroy(
+                on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False)
+            ),
+        )
     except OpsError as e:
         failure = e  # still list what is left: that is what the operator needs next
     left = ops_reap.inventory(aws, cfg.cluster.name)
     if left.items:
         console.print(reap_report.table(left, f"still tagged hpcc:cluster={cfg.cluster.name} in {aws.region}"))
-        console.print(f"remove them with: hpcc reap --cluster {cfg.cluster.name} --region {aws.region} --yes",
-                      highlight=False)
+        console.print(
+            f"remove them with: hpcc reap --cluster {cfg.cluster.name} --region {aws.region} --yes", highlight=False
+        )
     else:
         console.print(f"nothing tagged hpcc:cluster={cfg.cluster.name} is left in {aws.region}", highlight=False)
     reap_report.print_notes(console, left)

@@ -13,11 +13,10 @@ import gzip
 import ipaddress
 import zlib
 
-# Deliberate copies of facts the program also holds (infra/render/userdata.py, infra/program/components/security.py): these
-# rules play AWS's part and check the program independently, so they never import what they check.
-# tests/test_one_place.py runs both sides on the same cases.
-# "User data is limited to 16 KB, in raw form, before it is base64-encoded":
-# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
+# Deliberate copies of facts the program also holds (infra/render/userdata.py, infra/program/components/security.py):
+# these rules play AWS's part and check the program independently, so they never import what they check.
+# tests/test_one_place.py runs both sides on the same cases. "User data is limited to 16 KB, in raw form, before it is
+# base64-encoded": https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html
 USER_DATA_LIMIT = 16 * 1024
 # "allow inbound traffic on ports 988 and 1018-1023":
 # https://docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html
@@ -38,47 +37,82 @@ def check_launch_template(name: str, inputs: dict, type_info: dict) -> None:
     cards = {c["NetworkCardIndex"]: c for c in net.get("NetworkCards", [])}
     interfaces = inputs.get("networkInterfaces") or []
     if interfaces and inputs.get("vpcSecurityGroupIds"):
-        raise AwsRejected(name, "InvalidParameterCombination",
-                          "Network interfaces and an instance-level security groups may not be specified on the same request")
+        raise AwsRejected(
+            name,
+            "InvalidParameterCombination",
+            "Network interfaces and an instance-level security groups may not be specified on the same request",
+        )
     seen: set[tuple[int, int]] = set()
     per_card: dict[int, int] = {}
     efa = 0
     for i, nic in enumerate(interfaces):
-        card, dev, kind = nic.get("networkCardIndex", 0), nic.get("deviceIndex"), nic.get("interfaceType") or "interface"
+        card, dev, kind = (
+            nic.get("networkCardIndex", 0),
+            nic.get("deviceIndex"),
+            nic.get("interfaceType") or "interface",
+        )
         where = f"networkInterfaces[{i}] (card {card}, device {dev})"
         if dev is None:
             raise AwsRejected(name, "InvalidParameterValue", f"{where}: DeviceIndex is required")
         if (card, dev) in seen:
-            raise AwsRejected(name, "InvalidParameterValue", f"{where}: two interfaces on the same card and device index")
+            raise AwsRejected(
+                name, "InvalidParameterValue", f"{where}: two interfaces on the same card and device index"
+            )
         seen.add((card, dev))
         if card not in cards:
-            raise AwsRejected(name, "InvalidParameterValue",
-                              f"{where}: {type_info['InstanceType']} has {len(cards)} network card(s), indices 0-{len(cards) - 1}")
+            raise AwsRejected(
+                name,
+                "InvalidParameterValue",
+                f"{where}: {type_info['InstanceType']} has {len(cards)} network card(s), indices 0-{len(cards) - 1}",
+            )
         if kind not in cards[card].get("InterfaceTypes", ["interface"]):
-            raise AwsRejected(name, "InvalidParameterValue",
-                              f"{where}: interface type {kind!r} is not supported on this card of {type_info['InstanceType']}")
+            raise AwsRejected(
+                name,
+                "InvalidParameterValue",
+                f"{where}: interface type {kind!r} is not supported on this card of {type_info['InstanceType']}",
+            )
         per_card[card] = per_card.get(card, 0) + 1
         if per_card[card] > cards[card]["MaximumNetworkInterfaces"]:
-            raise AwsRejected(name, "InvalidParameterValue", f"{where}: card {card} takes at most "
-                                                             f"{cards[card]['MaximumNetworkInterfaces']} interfaces")
+            raise AwsRejected(
+                name,
+                "InvalidParameterValue",
+                f"{where}: card {card} takes at most {cards[card]['MaximumNetworkInterfaces']} interfaces",
+            )
         if kind in ("efa", "efa-only"):
             efa += 1
         if (card, dev) == (0, 0) and kind == "efa-only":
-            raise AwsRejected(name, "InvalidParameterValue", f"{where}: an efa-only interface cannot be the primary interface")
+            raise AwsRejected(
+                name, "InvalidParameterValue", f"{where}: an efa-only interface cannot be the primary interface"
+            )
         if str(nic.get("associatePublicIpAddress")).lower() == "true" and len(interfaces) > 1:
-            raise AwsRejected(name, "InvalidParameterCombination",
-                              "The associatePublicIPAddress parameter cannot be specified when launching with multiple network interfaces")
+            raise AwsRejected(
+                name,
+                "InvalidParameterCombination",
+                "The associatePublicIPAddress parameter cannot be specified when launching with multiple network "
+                "interfaces",
+            )
     if len(interfaces) > net.get("MaximumNetworkInterfaces", len(interfaces)):
-        raise AwsRejected(name, "InvalidParameterValue", f"{len(interfaces)} network interfaces requested; "
-                                                         f"{type_info['InstanceType']} takes at most {net['MaximumNetworkInterfaces']}")
+        raise AwsRejected(
+            name,
+            "InvalidParameterValue",
+            f"{len(interfaces)} network interfaces requested; "
+            f"{type_info['InstanceType']} takes at most {net['MaximumNetworkInterfaces']}",
+        )
     if interfaces and (0, 0) not in seen:
         raise AwsRejected(name, "InvalidParameterValue", "no primary interface (network card 0, device index 0)")
     max_efa = (net.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
     if efa > max_efa:
-        raise AwsRejected(name, "InvalidParameterValue",
-                          f"{efa} EFA interfaces requested; {type_info['InstanceType']} supports {max_efa}")
+        raise AwsRejected(
+            name,
+            "InvalidParameterValue",
+            f"{efa} EFA interfaces requested; {type_info['InstanceType']} supports {max_efa}",
+        )
     if len({nic.get("subnetId") for nic in interfaces}) > 1:
-        raise AwsRejected(name, "InvalidParameterValue", "all interfaces of an instance must be in one subnet here (EFA does not cross subnets)")
+        raise AwsRejected(
+            name,
+            "InvalidParameterValue",
+            "all interfaces of an instance must be in one subnet here (EFA does not cross subnets)",
+        )
     check_market(name, inputs, type_info)
     if inputs.get("userData"):
         decode_user_data(inputs["userData"], name)
@@ -90,12 +124,18 @@ def check_market(name: str, inputs: dict, type_info: dict) -> None:
     market = (inputs.get("instanceMarketOptions") or {}).get("marketType") or "on-demand"
     classes = type_info.get("SupportedUsageClasses") or []
     if classes and market not in classes:
-        raise AwsRejected(name, "Unsupported", f"{type_info['InstanceType']} is not offered as {market} "
-                                               f"(supported usage classes: {', '.join(classes)})")
-    target = ((inputs.get("capacityReservationSpecification") or {}).get("capacityReservationTarget") or {})
+        raise AwsRejected(
+            name,
+            "Unsupported",
+            f"{type_info['InstanceType']} is not offered as {market} (supported usage classes: {', '.join(classes)})",
+        )
+    target = (inputs.get("capacityReservationSpecification") or {}).get("capacityReservationTarget") or {}
     if market == "capacity-block" and not target.get("capacityReservationId"):
-        raise AwsRejected(name, "InvalidParameterCombination",
-                          "market type capacity-block needs a capacity reservation target (the Capacity Block's id)")
+        raise AwsRejected(
+            name,
+            "InvalidParameterCombination",
+            "market type capacity-block needs a capacity reservation target (the Capacity Block's id)",
+        )
 
 
 def decode_user_data(b64: str, name: str = "userData") -> str:
@@ -107,20 +147,25 @@ def decode_user_data(b64: str, name: str = "userData") -> str:
     except (binascii.Error, ValueError):
         raise AwsRejected(name, "InvalidParameterValue", "Invalid BASE64 encoding of user data") from None
     if len(raw) > USER_DATA_LIMIT:
-        raise AwsRejected(name, "InvalidParameterValue", f"user data is {len(raw)} bytes; the limit is {USER_DATA_LIMIT}")
+        raise AwsRejected(
+            name, "InvalidParameterValue", f"user data is {len(raw)} bytes; the limit is {USER_DATA_LIMIT}"
+        )
     if raw[:2] == GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error):
-            raise AwsRejected(name, "InvalidParameterValue", "user data is gzip that does not decompress: "
-                                                             "cloud-init could not run it") from None
+            raise AwsRejected(
+                name, "InvalidParameterValue", "user data is gzip that does not decompress: cloud-init could not run it"
+            ) from None
     return raw.decode("utf-8", errors="replace")
 
 
 def check_placement_group(name: str, inputs: dict, existing: set[str]) -> None:
     strategy = inputs.get("strategy")
     if strategy not in ("cluster", "spread", "partition"):
-        raise AwsRejected(name, "InvalidParameterValue", f"placement strategy {strategy!r}: use cluster, spread or partition")
+        raise AwsRejected(
+            name, "InvalidParameterValue", f"placement strategy {strategy!r}: use cluster, spread or partition"
+        )
     group = inputs.get("name")
     if not group or len(group) > 255:
         raise AwsRejected(name, "InvalidParameterValue", "placement group name must be 1-255 characters")
@@ -128,14 +173,22 @@ def check_placement_group(name: str, inputs: dict, existing: set[str]) -> None:
         raise AwsRejected(name, "InvalidPlacementGroup.Duplicate", f"the placement group {group!r} already exists")
 
 
-def check_instance_launch(name: str, inputs: dict, lt: dict, groups: dict[str, str], subnet_az: str,
-                          offered_azs: set[str]) -> None:
+def check_instance_launch(
+    name: str, inputs: dict, lt: dict, groups: dict[str, str], subnet_az: str, offered_azs: set[str]
+) -> None:
     if lt.get("networkInterfaces") and (inputs.get("subnetId") or inputs.get("vpcSecurityGroupIds")):
-        raise AwsRejected(name, "InvalidParameterCombination",
-                          "Network interfaces and an instance-level subnet ID or security groups may not be specified on the same request")
+        raise AwsRejected(
+            name,
+            "InvalidParameterCombination",
+            "Network interfaces and an instance-level subnet ID or security groups may not be specified on the same "
+            "request",
+        )
     if inputs.get("availabilityZone") not in (None, subnet_az):
-        raise AwsRejected(name, "InvalidParameterValue",
-                          f"the instance's AZ {inputs['availabilityZone']} differs from its subnet's AZ {subnet_az}")
+        raise AwsRejected(
+            name,
+            "InvalidParameterValue",
+            f"the instance's AZ {inputs['availabilityZone']} differs from its subnet's AZ {subnet_az}",
+        )
     placement = lt.get("placement") or {}
     group = placement.get("groupName")
     if group is not None:
@@ -143,17 +196,25 @@ def check_instance_launch(name: str, inputs: dict, lt: dict, groups: dict[str, s
             raise AwsRejected(name, "InvalidPlacementGroup.Unknown", f"the placement group {group!r} is unknown")
         az = placement.get("availabilityZone")
         if az and az != subnet_az:
-            raise AwsRejected(name, "InvalidParameterValue",
-                              f"placement AZ {az} differs from the subnet's AZ {subnet_az}")
+            raise AwsRejected(
+                name, "InvalidParameterValue", f"placement AZ {az} differs from the subnet's AZ {subnet_az}"
+            )
     if subnet_az not in offered_azs:
-        raise AwsRejected(name, "Unsupported", f"{lt.get('instanceType')} is not offered in {subnet_az}; "
-                                               f"offered in {', '.join(sorted(offered_azs)) or 'no AZ of this region'}")
+        raise AwsRejected(
+            name,
+            "Unsupported",
+            f"{lt.get('instanceType')} is not offered in {subnet_az}; "
+            f"offered in {', '.join(sorted(offered_azs)) or 'no AZ of this region'}",
+        )
 
 
 def lustre_ports_missing(ingress: list[dict], own_groups: set[str]) -> list[int]:
     """Required Lustre ports that no ingress rule admits from the file system's own groups."""
-    return [port for port in LUSTRE_REQUIRED_PORTS
-            if not any(_admits(rule, port, group) for rule in ingress for group in own_groups)]
+    return [
+        port
+        for port in LUSTRE_REQUIRED_PORTS
+        if not any(_admits(rule, port, group) for rule in ingress for group in own_groups)
+    ]
 
 
 def _admits(perm: dict, port: int, source_group: str) -> bool:
@@ -168,7 +229,9 @@ def _admits(perm: dict, port: int, source_group: str) -> bool:
 def check_data_repository(name: str, inputs: dict, fs: dict, existing: int) -> None:
     lustre = fs.get("LustreConfiguration", {})
     if lustre.get("DeploymentType") == "SCRATCH_1":
-        raise AwsRejected(name, "BadRequest", "data repository associations are not supported on SCRATCH_1 file systems")
+        raise AwsRejected(
+            name, "BadRequest", "data repository associations are not supported on SCRATCH_1 file systems"
+        )
     if fs.get("_version") == "2.10":
         raise AwsRejected(name, "BadRequest", "data repository associations need Lustre 2.12 or later")
     if existing >= 8:
@@ -197,8 +260,13 @@ BUCKET_SUFFIXES_REFUSED = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3
 def check_bucket_name(name: str, bucket: str) -> None:
     import re
 
-    if (not re.fullmatch(BUCKET_NAME, bucket or "") or ".." in bucket or bucket.startswith(BUCKET_PREFIXES_REFUSED)
-            or bucket.endswith(BUCKET_SUFFIXES_REFUSED) or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket)):
+    if (
+        not re.fullmatch(BUCKET_NAME, bucket or "")
+        or ".." in bucket
+        or bucket.startswith(BUCKET_PREFIXES_REFUSED)
+        or bucket.endswith(BUCKET_SUFFIXES_REFUSED)
+        or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket)
+    ):
         raise AwsRejected(name, "InvalidBucketName", f"{bucket!r} breaks S3's bucket naming rules")
 
 
@@ -219,7 +287,9 @@ def check_bucket_policy(name: str, policy: dict, known_principals: set[str], blo
             if principal == "*" or principal.startswith("arn:aws:iam::*"):
                 if blocks_public and statement.get("Effect") == "Allow" and not statement.get("Condition"):
                     raise AwsRejected(name, "AccessDenied", "the bucket blocks public policies (BlockPublicPolicy)")
-            elif principal.startswith("arn:aws:iam::") and ":root" not in principal and principal not in known_principals:
+            elif (
+                principal.startswith("arn:aws:iam::") and ":root" not in principal and principal not in known_principals
+            ):
                 raise AwsRejected(name, "MalformedPolicy", f"Invalid principal in policy: {principal}")
 
 
@@ -231,8 +301,11 @@ def check_bucket_policy(name: str, policy: dict, known_principals: set[str], blo
 # Counted in UTF-8 bytes, never fewer than characters: the stricter reading.
 SSM_STANDARD_LIMIT = 4 * 1024
 SSM_ADVANCED_LIMIT = 8 * 1024
-SSM_VALUE_LIMITS = {"Standard": SSM_STANDARD_LIMIT, "Advanced": SSM_ADVANCED_LIMIT,
-                    "Intelligent-Tiering": SSM_ADVANCED_LIMIT}
+SSM_VALUE_LIMITS = {
+    "Standard": SSM_STANDARD_LIMIT,
+    "Advanced": SSM_ADVANCED_LIMIT,
+    "Intelligent-Tiering": SSM_ADVANCED_LIMIT,
+}
 
 
 def widest_address(cidr: str) -> int:
@@ -278,8 +351,11 @@ def check_parameter(name: str, inputs: dict, subnet_cidrs: list[str]) -> None:
     if size > limit:
         only_addresses = addresses == value.count("\n") + 1
         shown = f"{size} bytes once EC2 assigns its {addresses} addresses" if addresses else f"{size} bytes"
-        raise ValueTooLarge(name, f"the parameter value is {shown}; the {tier} tier holds at most {limit} bytes",
-                            (limit + 1) // (widest + 1) if only_addresses else None)
+        raise ValueTooLarge(
+            name,
+            f"the parameter value is {shown}; the {tier} tier holds at most {limit} bytes",
+            (limit + 1) // (widest + 1) if only_addresses else None,
+        )
 
 
 # "The first four IP addresses and the last IP address in each subnet CIDR block are not available for your use"
@@ -291,8 +367,11 @@ def check_free_address(name: str, subnet_cidr: str, in_use: int) -> None:
     """A launch needs a free address in its subnet; moto hands out addresses past the end."""
     usable = ipaddress.ip_network(subnet_cidr).num_addresses - SUBNET_RESERVED_ADDRESSES
     if in_use >= usable:
-        raise AwsRejected(name, "InsufficientFreeAddressesInSubnet",
-                          f"subnet {subnet_cidr} has {usable} usable addresses and all are in use")
+        raise AwsRejected(
+            name,
+            "InsufficientFreeAddressesInSubnet",
+            f"subnet {subnet_cidr} has {usable} usable addresses and all are in use",
+        )
 
 
 def check_group_addresses(name: str, value: str, subnet_cidrs: dict[str, str], in_use: dict[str, int]) -> None:
@@ -307,9 +386,14 @@ def check_group_addresses(name: str, value: str, subnet_cidrs: dict[str, str], i
     for subnet, count in wanted.items():
         cidr = subnet_cidrs.get(subnet)
         if cidr is None:
-            raise AwsRejected(name, "InvalidSubnetID.NotFound", f"the groups name subnet {subnet}, which does not exist")
+            raise AwsRejected(
+                name, "InvalidSubnetID.NotFound", f"the groups name subnet {subnet}, which does not exist"
+            )
         usable = ipaddress.ip_network(cidr).num_addresses - SUBNET_RESERVED_ADDRESSES
         if count + in_use.get(subnet, 0) > usable:
-            raise AwsRejected(name, "InsufficientFreeAddressesInSubnet",
-                              f"the groups launch {count} nodes into subnet {cidr}, which has {usable} usable "
-                              f"addresses and {in_use.get(subnet, 0)} in use")
+            raise AwsRejected(
+                name,
+                "InsufficientFreeAddressesInSubnet",
+                f"the groups launch {count} nodes into subnet {cidr}, which has {usable} usable "
+                f"addresses and {in_use.get(subnet, 0)} in use",
+            )

@@ -19,7 +19,6 @@ from infra.plan.paths import MISSING, covers, get_path, leaf_differences, parse_
 from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_outputs
 from infra.plan.symbols import normalised, referenced
 
-
 LAUNCH_TEMPLATE, INSTANCE = "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"
 
 
@@ -75,7 +74,9 @@ def _order(new: dict[tuple[str, str], dict]) -> list[tuple[str, str]]:
     return list(TopologicalSorter(graph).static_order())
 
 
-def plan_changes(old_records: list[dict], new_records: list[dict], replace: frozenset[str] = frozenset()) -> list[Change]:
+def plan_changes(
+    old_records: list[dict], new_records: list[dict], replace: frozenset[str] = frozenset()
+) -> list[Change]:
     """The changes, sorted by name, that turn the old plan's resources into the new plan's; `replace` names
     resources replaced on request (`pulumi up --replace`), whatever their inputs."""
     old, new = _custom(old_records), _custom(new_records)
@@ -92,8 +93,11 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
             continue
         before = old[key]
         options = record.get("options") or {}
-        changed = [p for p in leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
-                   if not _computed_before(raw_old.get(key), raw_new.get(key), p)]
+        changed = [
+            p
+            for p in leaf_differences(before.get("inputs") or {}, record.get("inputs") or {})
+            if not _computed_before(raw_old.get(key), raw_new.get(key), p)
+        ]
         changed += unknown_paths(record, status, recomputed)
         ignored = options.get("ignoreChanges") or []
         changed = sorted({p for p in changed if not any(i == "*" or covers(i, p) for i in ignored)})
@@ -103,7 +107,9 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
             continue
         if not changed:
             continue
-        forced = _replaces_on_change(options, changed) or forcing_paths(token, changed, before["inputs"], record["inputs"])
+        forced = _replaces_on_change(options, changed) or forcing_paths(
+            token, changed, before["inputs"], record["inputs"]
+        )
         action = "replace" if forced else "update"
         status[name] = action
         if action == "update":
@@ -116,11 +122,16 @@ def plan_changes(old_records: list[dict], new_records: list[dict], replace: froz
 def refused(changes: list[Change], old_records: list[dict], new_records: list[dict]) -> list[Change]:
     """What Pulumi itself refuses: deleting a resource protected in the old state, replacing one protected
     in both (step.go DeleteStep; step_generator.go "unable to replace resource ... marked for protection")."""
+
     def protected(records, c):
         return any(_key(r) == (c.name, c.type) and (r.get("options") or {}).get("protect") for r in records)
-    return [c for c in changes
-            if (c.action == "delete" and protected(old_records, c))
-            or (c.action == "replace" and protected(old_records, c) and protected(new_records, c))]
+
+    return [
+        c
+        for c in changes
+        if (c.action == "delete" and protected(old_records, c))
+        or (c.action == "replace" and protected(old_records, c) and protected(new_records, c))
+    ]
 
 
 def regions(records: list[dict]) -> set[str]:
@@ -133,11 +144,13 @@ def region_change(old_records: list[dict], new_records: list[dict]) -> str:
     if not before or not after or before == after:
         return ""
     old, new = ", ".join(sorted(before)), ", ".join(sorted(after))
-    return (f"aws:region changed from {old} to {new}: this is a new cluster, not an update. Every resource but the "
-            f"IAM roles is replaced, the file system with its data (Pulumi refuses while it is protected), and an "
-            f"AMI is regional: the image kept from the first `pulumi up` (or image.amiId) must exist in {new}. "
-            f"Create a new stack for {new} instead (`pulumi stack init`, then `hpcc up`), copy the data, then "
-            f"`hpcc destroy` this one")
+    return (
+        f"aws:region changed from {old} to {new}: this is a new cluster, not an update. Every resource but the "
+        f"IAM roles is replaced, the file system with its data (Pulumi refuses while it is protected), and an "
+        f"AMI is regional: the image kept from the first `pulumi up` (or image.amiId) must exist in {new}. "
+        f"Create a new stack for {new} instead (`pulumi stack init`, then `hpcc up`), copy the data, then "
+        f"`hpcc destroy` this one"
+    )
 
 
 GROUP_RESOURCE = "pulumi-python:dynamic:Resource"  # infra/program/components/groups.py
@@ -152,20 +165,34 @@ def launch_template_notes(changes: list[Change], new_records: list[dict]) -> lis
     for c in changes:
         if c.type != LAUNCH_TEMPLATE or c.action != "update":
             continue
-        nodes = sorted(r["name"] for r in new_records if r["type"] == INSTANCE
-                       and c.name in (r.get("propertyDependencies") or {}).get("launchTemplate", ())
-                       and by_name.get(r["name"], Change("", "", "update")).action not in ("create", "replace"))
+        nodes = sorted(
+            r["name"]
+            for r in new_records
+            if r["type"] == INSTANCE
+            and c.name in (r.get("propertyDependencies") or {}).get("launchTemplate", ())
+            and by_name.get(r["name"], Change("", "", "update")).action not in ("create", "replace")
+        )
         what = ", ".join(sorted({str(parse_path(p)[0]) for p in c.properties}))
-        group = next((r["inputs"].get("group") for r in new_records if r["type"] == GROUP_RESOURCE
-                      and c.name in (r.get("propertyDependencies") or {}).get("launch_template_id", ())), None)
+        group = next(
+            (
+                r["inputs"].get("group")
+                for r in new_records
+                if r["type"] == GROUP_RESOURCE
+                and c.name in (r.get("propertyDependencies") or {}).get("launch_template_id", ())
+            ),
+            None,
+        )
         if group:  # the controller launches this group's nodes: the plan does not know which are running
-            notes.append(f"{c.name}: a new launch-template version ({what}) reaches only the nodes the controller "
-                         f"launches from now on (growth and replacements); group {group}'s running nodes keep the "
-                         "old setting until replaced: `hpcc replace NODE` for each")
+            notes.append(
+                f"{c.name}: a new launch-template version ({what}) reaches only the nodes the controller "
+                f"launches from now on (growth and replacements); group {group}'s running nodes keep the "
+                "old setting until replaced: `hpcc replace NODE` for each"
+            )
         elif nodes:
-            notes.append(f"{c.name}: a new launch-template version ({what}) reaches only nodes launched from now on; "
-                         f"the {len(nodes)} running node(s) that use it ({', '.join(nodes[:3])}"
-                         f"{', ...' if len(nodes) > 3 else ''}) keep the old setting until replaced: "
-                         "`hpcc replace CONFIG --stack STACK NODE` for each")
+            notes.append(
+                f"{c.name}: a new launch-template version ({what}) reaches only nodes launched from now on; "
+                f"the {len(nodes)} running node(s) that use it ({', '.join(nodes[:3])}"
+                f"{', ...' if len(nodes) > 3 else ''}) keep the old setting until replaced: "
+                "`hpcc replace CONFIG --stack STACK NODE` for each"
+            )
     return notes
-

@@ -6,11 +6,11 @@ Seeded with what a real region has and moto lacks: Deep Learning AMIs and their 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
-from datetime import datetime, timezone
-from typing import Iterator
 
 from infra.facts.images import DLAMI_OWNER, IMAGE_FAMILIES, image_name_pattern
 from infra.plan import internals
@@ -47,10 +47,23 @@ def _managed_policies() -> dict:
 
 def _dlami(ec2, family: str, ami_id: str, name: str, arch: str, root_device: str, date: str):
     return internals.ami(
-        ec2, ami_id=ami_id, name=name, description=f"hpcc offline stand-in for {family}",
-        owner_id=DLAMI_OWNER, owner_alias="amazon", public=True, virtualization_type="hvm", architecture=arch,
-        state="available", image_type="machine", hypervisor="xen", root_device_name=root_device, root_device_type="ebs",
-        sriov="simple", creation_date=datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=timezone.utc))
+        ec2,
+        ami_id=ami_id,
+        name=name,
+        description=f"hpcc offline stand-in for {family}",
+        owner_id=DLAMI_OWNER,
+        owner_alias="amazon",
+        public=True,
+        virtualization_type="hvm",
+        architecture=arch,
+        state="available",
+        image_type="machine",
+        hypervisor="xen",
+        root_device_name=root_device,
+        root_device_type="ebs",
+        sriov="simple",
+        creation_date=datetime(int(date[:4]), int(date[4:6]), int(date[6:]), tzinfo=UTC),
+    )
 
 
 # DLAMIs without a family parameter hpcc knows, found by name (image.nameFilter): the proprietary-driver one the
@@ -67,14 +80,23 @@ def _seed(region: str) -> None:
             if pattern is None:
                 continue
             ami_id = stable_ami_id(family if arch == "x86_64" else f"{family}-{arch}")
-            ec2.amis[ami_id] = _dlami(ec2, family, ami_id, pattern.replace("*", DLAMI_DATE), arch,
-                                      "/dev/xvda" if "amazon-linux" in family else "/dev/sda1", DLAMI_DATE)
-            internals.seed_public_parameter(ACCOUNT, region, f"/aws/service/deeplearning/ami/{arch}/{family}/latest/ami-id",
-                                            ami_id, "aws:ec2:image")
+            ec2.amis[ami_id] = _dlami(
+                ec2,
+                family,
+                ami_id,
+                pattern.replace("*", DLAMI_DATE),
+                arch,
+                "/dev/xvda" if "amazon-linux" in family else "/dev/sda1",
+                DLAMI_DATE,
+            )
+            internals.seed_public_parameter(
+                ACCOUNT, region, f"/aws/service/deeplearning/ami/{arch}/{family}/latest/ami-id", ami_id, "aws:ec2:image"
+            )
     for pattern in NAMED_DLAMIS:
         ami_id = stable_ami_id(pattern)
-        ec2.amis[ami_id] = _dlami(ec2, pattern, ami_id, pattern.replace("*", DLAMI_DATE), "x86_64", "/dev/sda1",
-                                  DLAMI_DATE)
+        ec2.amis[ami_id] = _dlami(
+            ec2, pattern, ami_id, pattern.replace("*", DLAMI_DATE), "x86_64", "/dev/sda1", DLAMI_DATE
+        )
 
 
 def publish_dlami(region: str, family: str, date: str, account: str = ACCOUNT) -> str:
@@ -83,10 +105,12 @@ def publish_dlami(region: str, family: str, date: str, account: str = ACCOUNT) -
     ec2 = internals.ec2_backend(account, region)
     old = ec2.amis[stable_ami_id(family)]
     ami_id = stable_ami_id(f"{family}-{date}")
-    ec2.amis[ami_id] = _dlami(ec2, family, ami_id, IMAGE_FAMILIES[family][1].replace("*", date), old.architecture,
-                              old.root_device_name, date)
-    internals.seed_public_parameter(account, region, f"/aws/service/deeplearning/ami/x86_64/{family}/latest/ami-id",
-                                    ami_id, "aws:ec2:image")
+    ec2.amis[ami_id] = _dlami(
+        ec2, family, ami_id, IMAGE_FAMILIES[family][1].replace("*", date), old.architecture, old.root_device_name, date
+    )
+    internals.seed_public_parameter(
+        account, region, f"/aws/service/deeplearning/ami/x86_64/{family}/latest/ami-id", ami_id, "aws:ec2:image"
+    )
     return ami_id
 
 

@@ -32,8 +32,10 @@ class Change:
 
 def guarded(changes: list[Change]) -> list[Change]:
     """The changes that replace or delete an instance, a subnet, the placement group or the file system."""
-    return sorted((c for c in changes if c.type in GUARDED_TYPES and c.action in ("replace", "delete")),
-                  key=lambda c: (c.type, c.name))
+    return sorted(
+        (c for c in changes if c.type in GUARDED_TYPES and c.action in ("replace", "delete")),
+        key=lambda c: (c.type, c.name),
+    )
 
 
 def guard_message(changes: list[Change]) -> str:
@@ -41,7 +43,12 @@ def guard_message(changes: list[Change]) -> str:
     found = guarded(changes)
     if not found:
         return ""
-    lines = [f"  {c.action} {GUARDED_TYPES[c.type]} {c.name}" + (f" ({', '.join(c.properties)})" if c.properties else "")
-             for c in found]
-    return ("this update would destroy what a running cluster needs:\n" + "\n".join(lines) +
-            "\nnothing was changed; run again with --allow-replace if that is what you want")
+    lines = [
+        f"  {c.action} {GUARDED_TYPES[c.type]} {c.name}" + (f" ({', '.join(c.properties)})" if c.properties else "")
+        for c in found
+    ]
+    return (
+        "this update would destroy what a running cluster needs:\n"
+        + "\n".join(lines)
+        + "\nnothing was changed; run again with --allow-replace if that is what you want"
+    )

@@ -10,9 +10,23 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-__all__ = ["secret_signature", "add_managed_policies", "ami", "ec2_backend", "event_loop", "fresh_stack",
-           "managed_policy_documents", "mock_monitor", "moto_error", "moto_errors", "root_resource", "run_instance", "run_program",
-           "seed_public_parameter", "versions"]
+__all__ = [
+    "secret_signature",
+    "add_managed_policies",
+    "ami",
+    "ec2_backend",
+    "event_loop",
+    "fresh_stack",
+    "managed_policy_documents",
+    "mock_monitor",
+    "moto_error",
+    "moto_errors",
+    "root_resource",
+    "run_instance",
+    "run_program",
+    "seed_public_parameter",
+    "versions",
+]
 
 # Each name is imported where it is used, so that importing this module pulls in neither package (the embedded
 # AWS alone, for `hpcc preflight --emulate`, needs no Pulumi; moto reads its settings when first imported).
@@ -23,6 +37,7 @@ def versions() -> str:
 
 
 # -- Pulumi -----------------------------------------------------------------------------------------------
+
 
 def secret_signature() -> tuple[str, str]:
     """A secret on the wire is {key: signature, "value": ...}: the recorder unwraps it to read the inputs."""
@@ -75,6 +90,7 @@ def root_resource():
 
 # -- moto -------------------------------------------------------------------------------------------------
 
+
 def moto_errors() -> tuple[type[BaseException], ...]:
     """What moto's backends raise for a request AWS would refuse (its API layer turns them into AWS's errors)."""
     from moto.core.exceptions import ServiceException, _RESTError
@@ -103,9 +119,20 @@ def seed_public_parameter(account: str, region: str, name: str, value: str, data
     from moto.ssm.models import Parameter, ssm_backends
 
     history = ssm_backends[account][region]._parameters[name]
-    history.append(Parameter(account_id=account, name=name, value=value, parameter_type="String", description=None,
-                             allowed_pattern=None, keyid=None, last_modified_date=0, version=len(history) + 1,
-                             data_type=data_type))
+    history.append(
+        Parameter(
+            account_id=account,
+            name=name,
+            value=value,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=0,
+            version=len(history) + 1,
+            data_type=data_type,
+        )
+    )
     return len(history)
 
 
@@ -128,21 +155,51 @@ def managed_policy_documents() -> dict[str, dict]:
     return json.loads(aws_managed_policies_data)
 
 
-def run_instance(account: str, region: str, *, image_id: str, instance_type: str, nic: dict, tags: dict,
-                 launch_template: dict, http_tokens: str, client_token: str):
+def run_instance(
+    account: str,
+    region: str,
+    *,
+    image_id: str,
+    instance_type: str,
+    nic: dict,
+    tags: dict,
+    launch_template: dict,
+    http_tokens: str,
+    client_token: str,
+):
     """RunInstances for one instance straight into moto's EC2 backend, with the arguments its API layer would
     pass (moto's private signature). The instance is the one boto3 reads back; what is skipped is only the XML
     round trip, ~7 of the ~9 ms a call costs, which at hundreds of nodes was a third of the plan."""
     reservation = ec2_backend(account, region).run_instances(
-        image_id, 1, None, [], instance_type=instance_type, is_instance_type_default=False,
-        placement=None, placement_hostid=None, region_name=region, subnet_id=None, key_name=None,
-        security_group_ids=[], nics=[nic], private_ip=None, associate_public_ip=None,
+        image_id,
+        1,
+        None,
+        [],
+        instance_type=instance_type,
+        is_instance_type_default=False,
+        placement=None,
+        placement_hostid=None,
+        region_name=region,
+        subnet_id=None,
+        key_name=None,
+        security_group_ids=[],
+        nics=[nic],
+        private_ip=None,
+        associate_public_ip=None,
         tags={rt: dict(sorted(tags.items())) for rt in ("instance", "volume", "network-interface")},
-        ebs_optimized=False, disable_api_stop=False, instance_market_options={},
-        instance_initiated_shutdown_behavior=None, launch_template=launch_template,
-        hibernation_options={}, iam_instance_profile_name=None, iam_instance_profile_arn=None,
-        monitoring_state="disabled", ipv6_address_count=None, metadata_options={"HttpTokens": http_tokens},
-        client_token=client_token)
+        ebs_optimized=False,
+        disable_api_stop=False,
+        instance_market_options={},
+        instance_initiated_shutdown_behavior=None,
+        launch_template=launch_template,
+        hibernation_options={},
+        iam_instance_profile_name=None,
+        iam_instance_profile_arn=None,
+        monitoring_state="disabled",
+        ipv6_address_count=None,
+        metadata_options={"HttpTokens": http_tokens},
+        client_token=client_token,
+    )
     return reservation.instances[0]
 
 

@@ -18,11 +18,11 @@ from infra.plan.mocks_s3 import S3Mocks
 from infra.plan.mocks_state import StateMocks
 from infra.plan.recorder import plain
 
-
 # Parameters whose size a config field sets, and the fix (the groups value: one entry per node group).
 PARAMETER_FIELDS = {
-    "-groups-param": lambda _fits: "cluster.nodeGroups sets its size (one entry per group, infra/render/groups_param.py): "
-                                   "give fewer groups",
+    "-groups-param": lambda _fits: (
+        "cluster.nodeGroups sets its size (one entry per group, infra/render/groups_param.py): give fewer groups"
+    ),
 }
 
 
@@ -90,18 +90,32 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
 
     def _offerings_call(self, args):
         filters = [{"Name": f["name"], "Values": f["values"]} for f in args.get("filters") or []]
-        found = self.ec2.describe_instance_type_offerings(LocationType=args.get("locationType", "region"), Filters=filters)
+        found = self.ec2.describe_instance_type_offerings(
+            LocationType=args.get("locationType", "region"), Filters=filters
+        )
         items = sorted(found["InstanceTypeOfferings"], key=lambda o: (o["Location"], o["InstanceType"]))
-        return {"id": self.region, "instanceTypes": [o["InstanceType"] for o in items],
-                "locations": [o["Location"] for o in items], "locationTypes": [o["LocationType"] for o in items]}
+        return {
+            "id": self.region,
+            "instanceTypes": [o["InstanceType"] for o in items],
+            "locations": [o["Location"] for o in items],
+            "locationTypes": [o["LocationType"] for o in items],
+        }
 
     def _get_parameter(self, args):
         try:
             p = self.ssm.get_parameter(Name=args["name"], WithDecryption=bool(args.get("withDecryption")))["Parameter"]
         except self.ssm.exceptions.ParameterNotFound:
             raise AwsRejected(args["name"], "ParameterNotFound", "no such SSM parameter in this region") from None
-        return {"id": p["Name"], "name": p["Name"], "value": p["Value"], "type": p["Type"], "arn": p["ARN"],
-                "version": p["Version"], "insecureValue": p["Value"], "withDecryption": bool(args.get("withDecryption"))}
+        return {
+            "id": p["Name"],
+            "name": p["Name"],
+            "value": p["Value"],
+            "type": p["Type"],
+            "arn": p["ARN"],
+            "version": p["Version"],
+            "insecureValue": p["Value"],
+            "withDecryption": bool(args.get("withDecryption")),
+        }
 
     def _get_ami(self, args):
         filters = [{"Name": f["name"], "Values": f["values"]} for f in args.get("filters") or []]
@@ -111,13 +125,23 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         images = self.ec2.describe_images(**kwargs)["Images"]
         if not images:
             wanted = "; ".join(f"{f['Name']}={','.join(f['Values'])}" for f in filters)
-            raise AwsRejected("cluster.image", "InvalidAMIID.NotFound",
-                              f"no image matches {wanted} in {self.region}; check cluster.image")
+            raise AwsRejected(
+                "cluster.image",
+                "InvalidAMIID.NotFound",
+                f"no image matches {wanted} in {self.region}; check cluster.image",
+            )
         img = max(images, key=lambda i: i.get("CreationDate", ""))
-        return {"id": img["ImageId"], "imageId": img["ImageId"], "name": img["Name"],
-                "architecture": img["Architecture"], "rootDeviceName": img["RootDeviceName"],
-                "rootDeviceType": img["RootDeviceType"], "ownerId": img["OwnerId"],
-                "creationDate": img.get("CreationDate"), "virtualizationType": img["VirtualizationType"]}
+        return {
+            "id": img["ImageId"],
+            "imageId": img["ImageId"],
+            "name": img["Name"],
+            "architecture": img["Architecture"],
+            "rootDeviceName": img["RootDeviceName"],
+            "rootDeviceType": img["RootDeviceType"],
+            "ownerId": img["OwnerId"],
+            "creationDate": img.get("CreationDate"),
+            "virtualizationType": img["VirtualizationType"],
+        }
 
     # -- resources -----------------------------------------------------------------------------
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -149,19 +173,29 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
                 self.ec2.modify_vpc_attribute(VpcId=vpc["VpcId"], **{attr[0].upper() + attr[1:]: {"Value": True}})
         self._tag(vpc["VpcId"], i)
         rt = self.ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["RouteTables"][0]
-        sg = self.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["SecurityGroups"][0]
-        return vpc["VpcId"], {"arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc/{vpc['VpcId']}",
-                              "mainRouteTableId": rt["RouteTableId"], "defaultSecurityGroupId": sg["GroupId"]}
+        sg = self.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])[
+            "SecurityGroups"
+        ][0]
+        return vpc["VpcId"], {
+            "arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc/{vpc['VpcId']}",
+            "mainRouteTableId": rt["RouteTableId"],
+            "defaultSecurityGroupId": sg["GroupId"],
+        }
 
     def _subnet(self, name, i):
         aws_rules.check_cidr(name, i.get("cidrBlock"))
-        sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])["Subnet"]
+        sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])[
+            "Subnet"
+        ]
         self._subnet_az[sn["SubnetId"]] = sn["AvailabilityZone"]
         self._subnet_cidrs.append(sn["CidrBlock"])
         self._subnet_cidr[sn["SubnetId"]] = sn["CidrBlock"]
         self._tag(sn["SubnetId"], i)
-        return sn["SubnetId"], {"arn": sn.get("SubnetArn", ""), "availabilityZone": sn["AvailabilityZone"],
-                                "availabilityZoneId": sn.get("AvailabilityZoneId", "")}
+        return sn["SubnetId"], {
+            "arn": sn.get("SubnetArn", ""),
+            "availabilityZone": sn["AvailabilityZone"],
+            "availabilityZoneId": sn.get("AvailabilityZoneId", ""),
+        }
 
     def _internetGateway(self, name, i):
         igw = self.ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
@@ -175,8 +209,11 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         return eip["AllocationId"], {"allocationId": eip["AllocationId"], "publicIp": eip["PublicIp"]}
 
     def _natGateway(self, name, i):
-        nat = self.ec2.create_nat_gateway(SubnetId=i["subnetId"], AllocationId=i["allocationId"],
-                                          TagSpecifications=[{"ResourceType": "natgateway", "Tags": _tags(i)}])["NatGateway"]
+        nat = self.ec2.create_nat_gateway(
+            SubnetId=i["subnetId"],
+            AllocationId=i["allocationId"],
+            TagSpecifications=[{"ResourceType": "natgateway", "Tags": _tags(i)}],
+        )["NatGateway"]
         addr = (nat.get("NatGatewayAddresses") or [{}])[0]
         return nat["NatGatewayId"], {"publicIp": addr.get("PublicIp", ""), "privateIp": addr.get("PrivateIp", "")}
 
@@ -195,18 +232,26 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         return assoc["AssociationId"], {}
 
     def _vpcEndpoint(self, name, i):
-        ep = self.ec2.create_vpc_endpoint(VpcId=i["vpcId"], ServiceName=i["serviceName"],
-                                          VpcEndpointType=i.get("vpcEndpointType", "Gateway"),
-                                          RouteTableIds=i.get("routeTableIds") or [])["VpcEndpoint"]
+        ep = self.ec2.create_vpc_endpoint(
+            VpcId=i["vpcId"],
+            ServiceName=i["serviceName"],
+            VpcEndpointType=i.get("vpcEndpointType", "Gateway"),
+            RouteTableIds=i.get("routeTableIds") or [],
+        )["VpcEndpoint"]
         self._tag(ep["VpcEndpointId"], i)
-        return ep["VpcEndpointId"], {"arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc-endpoint/{ep['VpcEndpointId']}"}
+        return ep["VpcEndpointId"], {
+            "arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc-endpoint/{ep['VpcEndpointId']}"
+        }
 
     def _securityGroup(self, name, i):
         group_name = i.get("name") or f"{name}-{_short(name)[:7]}"
-        sg = self.ec2.create_security_group(GroupName=group_name, Description=i.get("description") or "Managed by Pulumi",
-                                            VpcId=i["vpcId"])["GroupId"]
+        sg = self.ec2.create_security_group(
+            GroupName=group_name, Description=i.get("description") or "Managed by Pulumi", VpcId=i["vpcId"]
+        )["GroupId"]
         # pulumi-aws removes AWS's default allow-all egress from groups it manages; do the same.
-        self.ec2.revoke_security_group_egress(GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+        self.ec2.revoke_security_group_egress(
+            GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
+        )
         self._tag(sg, i)
         return sg, {"name": group_name, "arn": f"arn:aws:ec2:{self.region}:{self.account}:security-group/{sg}"}
 
@@ -217,7 +262,9 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         if i["ipProtocol"] != "-1":
             perm.update(FromPort=int(i["fromPort"]), ToPort=int(i["toPort"]))
         if i.get("referencedSecurityGroupId"):
-            perm["UserIdGroupPairs"] = [{"GroupId": i["referencedSecurityGroupId"], "Description": i.get("description", "")}]
+            perm["UserIdGroupPairs"] = [
+                {"GroupId": i["referencedSecurityGroupId"], "Description": i.get("description", "")}
+            ]
         if i.get("cidrIpv4"):
             perm["IpRanges"] = [{"CidrIp": i["cidrIpv4"], "Description": i.get("description", "")}]
         if i.get("cidrIpv6"):
@@ -227,27 +274,38 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         return perm
 
     def _securityGroupIngressRule(self, name, i):
-        out = self.ec2.authorize_security_group_ingress(GroupId=i["securityGroupId"], IpPermissions=[self._permission(name, i)],
-                                                        TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}])
+        out = self.ec2.authorize_security_group_ingress(
+            GroupId=i["securityGroupId"],
+            IpPermissions=[self._permission(name, i)],
+            TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}],
+        )
         return out["SecurityGroupRules"][0]["SecurityGroupRuleId"], {}
 
     def _securityGroupEgressRule(self, name, i):
-        out = self.ec2.authorize_security_group_egress(GroupId=i["securityGroupId"], IpPermissions=[self._permission(name, i)],
-                                                       TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}])
+        out = self.ec2.authorize_security_group_egress(
+            GroupId=i["securityGroupId"],
+            IpPermissions=[self._permission(name, i)],
+            TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}],
+        )
         return out["SecurityGroupRules"][0]["SecurityGroupRuleId"], {}
 
     def _placementGroup(self, name, i):
         aws_rules.check_placement_group(name, i, set(self.placement_groups))
         pg_id = f"pg-{_short(i['name'])}"
         self.placement_groups[i["name"]] = i["strategy"]
-        return i["name"], {"placementGroupId": pg_id, "arn": f"arn:aws:ec2:{self.region}:{self.account}:placement-group/{i['name']}"}
+        return i["name"], {
+            "placementGroupId": pg_id,
+            "arn": f"arn:aws:ec2:{self.region}:{self.account}:placement-group/{i['name']}",
+        }
 
     def _secret(self, name, i):
         arn = self.secrets.create_secret(Name=i["name"], Description=i.get("description", ""), Tags=_tags(i))["ARN"]
         return arn, {"arn": arn}
 
     def _role(self, name, i):
-        role = self.iam.create_role(RoleName=i["name"], AssumeRolePolicyDocument=i["assumeRolePolicy"], Tags=_tags(i))["Role"]
+        role = self.iam.create_role(RoleName=i["name"], AssumeRolePolicyDocument=i["assumeRolePolicy"], Tags=_tags(i))[
+            "Role"
+        ]
         return role["RoleName"], {"arn": role["Arn"], "uniqueId": role["RoleId"]}
 
     def _rolePolicyAttachment(self, name, i):
@@ -276,32 +334,59 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         value = i["insecureValue"] if i.get("insecureValue") is not None else i["value"]
         if name.endswith("-groups-param"):  # where the controller will launch every group's nodes
             aws_rules.check_group_addresses(name, value, self._subnet_cidr, self._subnet_used)
-        self.ssm.put_parameter(Name=i["name"], Value=value, Type=i.get("type", "String"),
-                               Tier=i.get("tier", "Standard"), Description=i.get("description", ""), Tags=_tags(i))
+        self.ssm.put_parameter(
+            Name=i["name"],
+            Value=value,
+            Type=i.get("type", "String"),
+            Tier=i.get("tier", "Standard"),
+            Description=i.get("description", ""),
+            Tags=_tags(i),
+        )
         return i["name"], {"arn": f"arn:aws:ssm:{self.region}:{self.account}:parameter{i['name']}", "version": 1}
 
     def _lustreFileSystem(self, name, i):
         groups = i.get("securityGroupIds") or []
-        ingress = [p for g in self.ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"] for p in g["IpPermissions"]]
+        ingress = [
+            p for g in self.ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"] for p in g["IpPermissions"]
+        ]
         # FSx refuses a file system whose groups do not admit Lustre LNET traffic between its own servers.
         missing = aws_rules.lustre_ports_missing(ingress, set(groups))
         if missing:
-            raise AwsRejected(name, "BadRequest", "the file system's security groups do not permit Lustre LNET network "
-                                                  f"traffic on port(s) {', '.join(map(str, missing))} from themselves")
+            raise AwsRejected(
+                name,
+                "BadRequest",
+                "the file system's security groups do not permit Lustre LNET network "
+                f"traffic on port(s) {', '.join(map(str, missing))} from themselves",
+            )
         lustre = {"DeploymentType": i.get("deploymentType", "SCRATCH_1")}
         if i.get("perUnitStorageThroughput"):
             lustre["PerUnitStorageThroughput"] = int(i["perUnitStorageThroughput"])
         subnet = i["subnetIds"]
         fs = self.fsx.create_file_system(
-            FileSystemType="LUSTRE", StorageCapacity=int(i["storageCapacity"]), StorageType=i.get("storageType", "SSD"),
-            SubnetIds=[subnet] if isinstance(subnet, str) else subnet, SecurityGroupIds=groups,
-            LustreConfiguration=lustre, FileSystemTypeVersion=i.get("fileSystemTypeVersion", "2.10"), Tags=_tags(i),
+            FileSystemType="LUSTRE",
+            StorageCapacity=int(i["storageCapacity"]),
+            StorageType=i.get("storageType", "SSD"),
+            SubnetIds=[subnet] if isinstance(subnet, str) else subnet,
+            SecurityGroupIds=groups,
+            LustreConfiguration=lustre,
+            FileSystemTypeVersion=i.get("fileSystemTypeVersion", "2.10"),
+            Tags=_tags(i),
         )["FileSystem"]
         # moto returns no MountName: SCRATCH_1 has "fsx", every other type a unique string.
         mount = "fsx" if lustre["DeploymentType"] == "SCRATCH_1" else _short(fs["FileSystemId"])[:8]
-        self.file_systems[fs["FileSystemId"]] = {**fs, "LustreConfiguration": lustre, "_version": i.get("fileSystemTypeVersion")}
-        return fs["FileSystemId"], {"arn": fs["ResourceARN"], "dnsName": fs["DNSName"], "mountName": mount,
-                                    "networkInterfaceIds": [], "vpcId": fs.get("VpcId", ""), "ownerId": self.account}
+        self.file_systems[fs["FileSystemId"]] = {
+            **fs,
+            "LustreConfiguration": lustre,
+            "_version": i.get("fileSystemTypeVersion"),
+        }
+        return fs["FileSystemId"], {
+            "arn": fs["ResourceARN"],
+            "dnsName": fs["DNSName"],
+            "mountName": mount,
+            "networkInterfaceIds": [],
+            "vpcId": fs.get("VpcId", ""),
+            "ownerId": self.account,
+        }
 
     def _dataRepositoryAssociation(self, name, i):
         fs = self.file_systems.get(i["fileSystemId"])
@@ -310,15 +395,18 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         aws_rules.check_data_repository(name, i, fs, self.associations.get(i["fileSystemId"], 0))
         self.associations[i["fileSystemId"]] = self.associations.get(i["fileSystemId"], 0) + 1
         dra = f"dra-{_short(i['fileSystemId'], i['fileSystemPath'])}"
-        return dra, {"arn": f"arn:aws:fsx:{self.region}:{self.account}:association/{i['fileSystemId']}/{dra}",
-                     "associationId": dra}
+        return dra, {
+            "arn": f"arn:aws:fsx:{self.region}:{self.account}:association/{i['fileSystemId']}/{dra}",
+            "associationId": dra,
+        }
 
     def _type(self, itype: str) -> dict:
         if itype not in self._type_info:
             found = self.ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
             self._type_info[itype] = found[0]
             offers = self.ec2.describe_instance_type_offerings(
-                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [itype]}])
+                LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [itype]}]
+            )
             self._offerings[itype] = {o["Location"] for o in offers["InstanceTypeOfferings"]}
         return self._type_info[itype]
 
@@ -326,44 +414,77 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         try:
             info = self._type(i["instanceType"])
         except ClientError as exc:  # EC2's answer (InvalidInstanceType), as every other refusal here
-            raise AwsRejected(name, exc.response["Error"]["Code"], f"unknown instance type {i.get('instanceType')!r}: "
-                                                                   f"{exc.response['Error']['Message']}") from None
+            raise AwsRejected(
+                name,
+                exc.response["Error"]["Code"],
+                f"unknown instance type {i.get('instanceType')!r}: {exc.response['Error']['Message']}",
+            ) from None
         aws_rules.check_launch_template(name, i, info)
-        data = {"InstanceType": i["instanceType"], "ImageId": i["imageId"],
-                "MetadataOptions": {"HttpTokens": i.get("metadataOptions", {}).get("httpTokens", "optional"),
-                                    "HttpEndpoint": i.get("metadataOptions", {}).get("httpEndpoint", "enabled")},
-                "NetworkInterfaces": [{"NetworkCardIndex": n.get("networkCardIndex", 0), "DeviceIndex": n["deviceIndex"],
-                                       "InterfaceType": n.get("interfaceType", "interface"),
-                                       # a group's template names no subnet: EC2 Fleet's override gives it
-                                       **({"SubnetId": n["subnetId"]} if n.get("subnetId") else {}),
-                                       "Groups": n.get("securityGroups", [])} for n in i.get("networkInterfaces") or []],
-                "UserData": i.get("userData", "")}
+        data = {
+            "InstanceType": i["instanceType"],
+            "ImageId": i["imageId"],
+            "MetadataOptions": {
+                "HttpTokens": i.get("metadataOptions", {}).get("httpTokens", "optional"),
+                "HttpEndpoint": i.get("metadataOptions", {}).get("httpEndpoint", "enabled"),
+            },
+            "NetworkInterfaces": [
+                {
+                    "NetworkCardIndex": n.get("networkCardIndex", 0),
+                    "DeviceIndex": n["deviceIndex"],
+                    "InterfaceType": n.get("interfaceType", "interface"),
+                    # a group's template names no subnet: EC2 Fleet's override gives it
+                    **({"SubnetId": n["subnetId"]} if n.get("subnetId") else {}),
+                    "Groups": n.get("securityGroups", []),
+                }
+                for n in i.get("networkInterfaces") or []
+            ],
+            "UserData": i.get("userData", ""),
+        }
         if i.get("placement"):
-            placement = {"GroupName": i["placement"].get("groupName"), "AvailabilityZone": i["placement"].get("availabilityZone")}
+            placement = {
+                "GroupName": i["placement"].get("groupName"),
+                "AvailabilityZone": i["placement"].get("availabilityZone"),
+            }
             data["Placement"] = {k: v for k, v in placement.items() if v is not None}  # no group: a reservation's nodes
-        lt = self.ec2.create_launch_template(LaunchTemplateName=i["name"], LaunchTemplateData=data,
-                                             TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tags(i)}])
+        lt = self.ec2.create_launch_template(
+            LaunchTemplateName=i["name"],
+            LaunchTemplateData=data,
+            TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tags(i)}],
+        )
         lt_id = lt["LaunchTemplate"]["LaunchTemplateId"]
         self.launch_templates[lt_id] = i
-        return lt_id, {"arn": f"arn:aws:ec2:{self.region}:{self.account}:launch-template/{lt_id}",
-                       "latestVersion": 1, "defaultVersion": 1}
+        return lt_id, {
+            "arn": f"arn:aws:ec2:{self.region}:{self.account}:launch-template/{lt_id}",
+            "latestVersion": 1,
+            "defaultVersion": 1,
+        }
 
     def _instance(self, name, i):
         ref = i.get("launchTemplate") or {}
         lt = self.launch_templates.get(ref.get("id"))
         if lt is None:
-            raise AwsRejected(name, "InvalidLaunchTemplateId.NotFound", f"launch template {ref.get('id')} does not exist")
-        primary = next(n for n in lt["networkInterfaces"] if n.get("networkCardIndex", 0) == 0 and n["deviceIndex"] == 0)
+            raise AwsRejected(
+                name, "InvalidLaunchTemplateId.NotFound", f"launch template {ref.get('id')} does not exist"
+            )
+        primary = next(
+            n for n in lt["networkInterfaces"] if n.get("networkCardIndex", 0) == 0 and n["deviceIndex"] == 0
+        )
         subnet_az = self._subnet_az.get(primary["subnetId"])
         if subnet_az is None:
             raise AwsRejected(name, "InvalidSubnetID.NotFound", f"subnet {primary['subnetId']} does not exist")
         # Instance-level values override the launch template's, as in RunInstances.
-        lt = {**lt, "instanceType": i.get("instanceType") or lt["instanceType"], "imageId": i.get("ami") or lt["imageId"]}
+        lt = {
+            **lt,
+            "instanceType": i.get("instanceType") or lt["instanceType"],
+            "imageId": i.get("ami") or lt["imageId"],
+        }
         self._type(lt["instanceType"])
-        aws_rules.check_instance_launch(name, i, lt, self.placement_groups, subnet_az,
-                                        self._offerings[lt["instanceType"]])
-        aws_rules.check_free_address(name, self._subnet_cidr[primary["subnetId"]],
-                                     self._subnet_used.get(primary["subnetId"], 0))
+        aws_rules.check_instance_launch(
+            name, i, lt, self.placement_groups, subnet_az, self._offerings[lt["instanceType"]]
+        )
+        aws_rules.check_free_address(
+            name, self._subnet_cidr[primary["subnetId"]], self._subnet_used.get(primary["subnetId"], 0)
+        )
         self._subnet_used[primary["subnetId"]] = self._subnet_used.get(primary["subnetId"], 0) + 1
         tags = {}
         for spec in lt.get("tagSpecifications") or []:
@@ -371,15 +492,24 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
                 tags.update(spec.get("tags") or {})
         tags.update(i.get("tags") or {})
         # moto ignores a launch template's interfaces and placement, so pass the primary interface explicitly.
-        nic = {"DeviceIndex": 0, "SubnetId": primary["subnetId"], "Groups": primary.get("securityGroups", []),
-               "AssociatePublicIpAddress": str(primary.get("associatePublicIpAddress")).lower() == "true"}
+        nic = {
+            "DeviceIndex": 0,
+            "SubnetId": primary["subnetId"],
+            "Groups": primary.get("securityGroups", []),
+            "AssociatePublicIpAddress": str(primary.get("associatePublicIpAddress")).lower() == "true",
+        }
         inst = self._run_instance(name, lt, ref, nic, tags)
         return inst.id, {
             "arn": f"arn:aws:ec2:{self.region}:{self.account}:instance/{inst.id}",
-            "privateIp": inst.private_ip, "publicIp": inst.public_ip or "",
-            "availabilityZone": subnet_az, "instanceType": lt["instanceType"],
-            "subnetId": primary["subnetId"], "primaryNetworkInterfaceId": inst.nics[0].id,
-            "ami": lt["imageId"], "instanceState": "running", "tagsAll": tags,
+            "privateIp": inst.private_ip,
+            "publicIp": inst.public_ip or "",
+            "availabilityZone": subnet_az,
+            "instanceType": lt["instanceType"],
+            "subnetId": primary["subnetId"],
+            "primaryNetworkInterfaceId": inst.nics[0].id,
+            "ami": lt["imageId"],
+            "instanceState": "running",
+            "tagsAll": tags,
         }
 
     def _run_instance(self, name: str, lt: dict, ref: dict, nic: dict, tags: dict):
@@ -387,9 +517,16 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         become AWS's answer for the named resource."""
         try:
             return internals.run_instance(
-                self.account, self.region, image_id=lt["imageId"], instance_type=lt["instanceType"], nic=nic,
-                tags=tags, launch_template={"LaunchTemplateId": ref["id"], "Version": str(ref.get("version", "$Latest"))},
-                http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"), client_token=f"plan-{name}")  # moto's idempotency token
+                self.account,
+                self.region,
+                image_id=lt["imageId"],
+                instance_type=lt["instanceType"],
+                nic=nic,
+                tags=tags,
+                launch_template={"LaunchTemplateId": ref["id"], "Version": str(ref.get("version", "$Latest"))},
+                http_tokens=lt.get("metadataOptions", {}).get("httpTokens", "optional"),
+                client_token=f"plan-{name}",
+            )  # moto's idempotency token
         except internals.moto_errors() as exc:
             raise AwsRejected(name, *internals.moto_error(exc)) from None
         except StopIteration:  # moto's subnet ran out of addresses; escaping a coroutine, it would hang the plan

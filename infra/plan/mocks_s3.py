@@ -16,26 +16,44 @@ class S3Mocks:
     def _bucket(self, name, i):
         bucket = i["bucket"]
         aws_rules.check_bucket_name(name, bucket)
-        kwargs = {} if self.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": self.region}}
+        kwargs = (
+            {} if self.region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": self.region}}
+        )
         self.s3.create_bucket(Bucket=bucket, **kwargs)
         if i.get("tags"):
-            self.s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": k, "Value": v}
-                                                                          for k, v in sorted(i["tags"].items())]})
-        return bucket, {"arn": f"arn:aws:s3:::{bucket}", "bucket": bucket, "region": self.region,
-                        "bucketDomainName": f"{bucket}.s3.amazonaws.com"}
+            self.s3.put_bucket_tagging(
+                Bucket=bucket, Tagging={"TagSet": [{"Key": k, "Value": v} for k, v in sorted(i["tags"].items())]}
+            )
+        return bucket, {
+            "arn": f"arn:aws:s3:::{bucket}",
+            "bucket": bucket,
+            "region": self.region,
+            "bucketDomainName": f"{bucket}.s3.amazonaws.com",
+        }
 
     def _bucketPublicAccessBlock(self, name, i):
-        config = {k: bool(i.get(w)) for k, w in (("BlockPublicAcls", "blockPublicAcls"),
-                                                  ("IgnorePublicAcls", "ignorePublicAcls"),
-                                                  ("BlockPublicPolicy", "blockPublicPolicy"),
-                                                  ("RestrictPublicBuckets", "restrictPublicBuckets"))}
+        config = {
+            k: bool(i.get(w))
+            for k, w in (
+                ("BlockPublicAcls", "blockPublicAcls"),
+                ("IgnorePublicAcls", "ignorePublicAcls"),
+                ("BlockPublicPolicy", "blockPublicPolicy"),
+                ("RestrictPublicBuckets", "restrictPublicBuckets"),
+            )
+        }
         self.s3.put_public_access_block(Bucket=i["bucket"], PublicAccessBlockConfiguration=config)
         self.s3_blocks[i["bucket"]] = config
         return i["bucket"], {}
 
     def _bucketServerSideEncryptionConfiguration(self, name, i):
-        rules = [{"ApplyServerSideEncryptionByDefault": {
-            "SSEAlgorithm": r["applyServerSideEncryptionByDefault"]["sseAlgorithm"]}} for r in i["rules"]]
+        rules = [
+            {
+                "ApplyServerSideEncryptionByDefault": {
+                    "SSEAlgorithm": r["applyServerSideEncryptionByDefault"]["sseAlgorithm"]
+                }
+            }
+            for r in i["rules"]
+        ]
         self.s3.put_bucket_encryption(Bucket=i["bucket"], ServerSideEncryptionConfiguration={"Rules": rules})
         return i["bucket"], {}
 
@@ -53,9 +71,21 @@ class S3Mocks:
         return i["bucket"], {}
 
     def _bucketObjectv2(self, name, i):
-        body = base64.b64decode(i["contentBase64"], validate=True) if i.get("contentBase64") else i.get("content", "").encode()
-        out = self.s3.put_object(Bucket=i["bucket"], Key=i["key"], Body=body, IfNoneMatch="*",
-                                 ContentType=i.get("contentType") or "binary/octet-stream")
+        body = (
+            base64.b64decode(i["contentBase64"], validate=True)
+            if i.get("contentBase64")
+            else i.get("content", "").encode()
+        )
+        out = self.s3.put_object(
+            Bucket=i["bucket"],
+            Key=i["key"],
+            Body=body,
+            IfNoneMatch="*",
+            ContentType=i.get("contentType") or "binary/octet-stream",
+        )
         etag = hashlib.md5(body).hexdigest()  # noqa: S324 - S3's ETag of a single-part object
-        return f"{i['bucket']}/{i['key']}", {"etag": etag, "versionId": out.get("VersionId", ""),
-                                             "arn": f"arn:aws:s3:::{i['bucket']}/{i['key']}"}
+        return f"{i['bucket']}/{i['key']}", {
+            "etag": etag,
+            "versionId": out.get("VersionId", ""),
+            "arn": f"arn:aws:s3:::{i['bucket']}/{i['key']}",
+        }

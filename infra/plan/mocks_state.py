@@ -19,13 +19,22 @@ class StateMocks:
         want = table_definition(i["name"])
         keys = [{"AttributeName": i.get("hashKey"), "KeyType": "HASH"}]
         attributes = [{"AttributeName": a["name"], "AttributeType": a["type"]} for a in i.get("attributes") or []]
-        if (keys, attributes, i.get("billingMode")) != (want["KeySchema"], want["AttributeDefinitions"],
-                                                        want["BillingMode"]):
-            raise AwsRejected(name, "LedgerSchema", f"the ledger table must be {want} (hpcc_contract/ledger.py); "
-                                                    f"the program asks for hash key {i.get('hashKey')!r}, "
-                                                    f"attributes {attributes}, billing {i.get('billingMode')!r}")
+        if (keys, attributes, i.get("billingMode")) != (
+            want["KeySchema"],
+            want["AttributeDefinitions"],
+            want["BillingMode"],
+        ):
+            raise AwsRejected(
+                name,
+                "LedgerSchema",
+                f"the ledger table must be {want} (hpcc_contract/ledger.py); "
+                f"the program asks for hash key {i.get('hashKey')!r}, "
+                f"attributes {attributes}, billing {i.get('billingMode')!r}",
+            )
         client = boto3.client("dynamodb", region_name=self.region)
-        table = client.create_table(**want, Tags=[{"Key": k, "Value": v} for k, v in sorted((i.get("tags") or {}).items())])
+        table = client.create_table(
+            **want, Tags=[{"Key": k, "Value": v} for k, v in sorted((i.get("tags") or {}).items())]
+        )
         desc = table["TableDescription"]
         return i["name"], {"arn": desc["TableArn"], "streamArn": "", "streamLabel": ""}
 

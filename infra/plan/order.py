@@ -51,8 +51,7 @@ def _dependents(records: list[dict]) -> dict[str, set[str]]:
     return out
 
 
-def _dependent_replacements(root: str, old: dict[str, dict], by_name: dict[str, Change],
-                            order: list[str]) -> list[str]:
+def _dependent_replacements(root: str, old: dict[str, dict], by_name: dict[str, Change], order: list[str]) -> list[str]:
     """The replaced resources whose replacement comes from reading `root` (or another of these): deleted first."""
     below, todo = set(), [root]
     dependents = _dependents(list(old.values()))
@@ -138,7 +137,9 @@ def _group(record: dict, sides: dict[str, dict], side: str, replaced: set[str]) 
     if record["type"] != INSTANCE:
         return None
     name = ((_launch_template(record, sides[side]).get("inputs") or {}).get("placement") or {}).get("groupName")
-    owner = next((r["name"] for r in sides[side].values() if r["type"] == PLACEMENT and r["inputs"].get("name") == name), "")
+    owner = next(
+        (r["name"] for r in sides[side].values() if r["type"] == PLACEMENT and r["inputs"].get("name") == name), ""
+    )
     return (name, side if owner in replaced else "") if name else None
 
 
@@ -158,27 +159,42 @@ def refusals(steps: list[Step], changes: list[Change], old_records: list[dict], 
         if step.op == "delete":
             live.pop((side, step.name), None)
             if record["type"] == SECURITY_GROUP:
-                users = sorted(f"{n} ({s})" for (s, n), r in live.items() if record.get("id") in _groups_of(r, sides[s]))
+                users = sorted(
+                    f"{n} ({s})" for (s, n), r in live.items() if record.get("id") in _groups_of(r, sides[s])
+                )
                 if users:
                     problems.append(f"delete {step.name}: DependencyViolation, in use by {', '.join(users)}")
             if record["type"] == SUBNET:
-                holders = sorted(f"{n} ({s})" for (s, n), r in live.items() if _subnet_of(r, sides[s]) == record.get("id"))
+                holders = sorted(
+                    f"{n} ({s})" for (s, n), r in live.items() if _subnet_of(r, sides[s]) == record.get("id")
+                )
                 if holders:
                     problems.append(f"delete {step.name}: DependencyViolation, {', '.join(holders)} still in it")
             continue
         if record["type"] == SUBNET:
             cidr = ipaddress.ip_network(record["inputs"]["cidrBlock"])
             for (s, n), other in live.items():
-                if other["type"] == SUBNET and _vpc(other, replaced, s) == _vpc(record, replaced, side) \
-                        and ipaddress.ip_network(other["inputs"]["cidrBlock"]).overlaps(cidr):
+                if (
+                    other["type"] == SUBNET
+                    and _vpc(other, replaced, s) == _vpc(record, replaced, side)
+                    and ipaddress.ip_network(other["inputs"]["cidrBlock"]).overlaps(cidr)
+                ):
                     problems.append(f"create {step.name}: InvalidSubnet.Conflict, {cidr} overlaps {n} ({s})")
         group = _group(record, sides, side, replaced)
         if group:
             az = (record.get("outputs") or {}).get("availabilityZone")
-            others = sorted({(r.get("outputs") or {}).get("availabilityZone") for (s, n), r in live.items()
-                             if _group(r, sides, s, replaced) == group} - {None, az})
+            others = sorted(
+                {
+                    (r.get("outputs") or {}).get("availabilityZone")
+                    for (s, n), r in live.items()
+                    if _group(r, sides, s, replaced) == group
+                }
+                - {None, az}
+            )
             if az and others:
-                problems.append(f"create {step.name}: the cluster placement group {group[0]} has nodes in "
-                                f"{', '.join(others)}, not {az}")
+                problems.append(
+                    f"create {step.name}: the cluster placement group {group[0]} has nodes in "
+                    f"{', '.join(others)}, not {az}"
+                )
         live[(side, step.name)] = record
     return problems

@@ -83,7 +83,7 @@ def leaf_differences(old, new, prefix: tuple = ()) -> list[str]:
         return out
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         out = []
-        for i, (a, b) in enumerate(zip(old, new)):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
             out += leaf_differences(a, b, prefix + (i,))
         return out
     return [] if old == new else [format_path(list(prefix))]
@@ -103,5 +103,5 @@ def covers(outer: str, inner: str) -> bool:
     """Is `inner` at, or inside, `outer`? (`tags.*` covers every tag)"""
     out, inn = normal(outer), normal(inner)
     if out[-1:] == ("*",):
-        return len(inn) > len(out) - 1 and inn[:len(out) - 1] == out[:-1]
-    return inn[:len(out)] == out
+        return len(inn) > len(out) - 1 and inn[: len(out) - 1] == out[:-1]
+    return inn[: len(out)] == out

@@ -35,7 +35,7 @@ class PreviousPlan:
         self._new_values: dict[str, str] = {}  # symbol -> value, from the new plan's records read so far
         self._read = 0
 
-    def replacing(self, names: list[str] | tuple[str, ...]) -> "PreviousPlan":
+    def replacing(self, names: list[str] | tuple[str, ...]) -> PreviousPlan:
         """The same earlier plan, with these resources replaced on request, as `pulumi up --replace` does."""
         unknown = sorted(set(names) - {r["name"] for r in self.resources})
         if unknown:
@@ -43,7 +43,7 @@ class PreviousPlan:
         return PreviousPlan(self.resources, self.where, frozenset(names))
 
     @classmethod
-    def load(cls, directory: str | Path) -> "PreviousPlan":
+    def load(cls, directory: str | Path) -> PreviousPlan:
         root = Path(directory)
         hint = "give the --out directory of an earlier `hpcc plan`"
         if not root.is_dir():
@@ -55,21 +55,29 @@ class PreviousPlan:
             resources = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise PreviousPlanError(f"--previous {path}: not readable as JSON ({exc}); {hint}") from None
-        if not isinstance(resources, list) or not all(isinstance(r, dict) for r in resources) \
-                or not all(isinstance(r.get("type"), str) and isinstance(r.get("name"), str) for r in resources):
+        if (
+            not isinstance(resources, list)
+            or not all(isinstance(r, dict) for r in resources)
+            or not all(isinstance(r.get("type"), str) and isinstance(r.get("name"), str) for r in resources)
+        ):
             raise PreviousPlanError(f"--previous {path}: not a list of resources with type and name; {hint}")
         old_format = [r["name"] for r in resources if any(k not in r for k in RECORD_KEYS)]
         if old_format:
             raise PreviousPlanError(
                 f"--previous {path}: {old_format[0]} has no id, outputs or options (written by an older hpcc "
-                "plan); plan the old config again with this hpcc (hpcc plan OLD.yaml --out DIR) and compare with that")
-        no_region = [r["name"] for r in resources if r.get("custom", True) and regional(r["type"])
-                     and "region" not in (r.get("inputs") or {})]
+                "plan); plan the old config again with this hpcc (hpcc plan OLD.yaml --out DIR) and compare with that"
+            )
+        no_region = [
+            r["name"]
+            for r in resources
+            if r.get("custom", True) and regional(r["type"]) and "region" not in (r.get("inputs") or {})
+        ]
         if no_region:
             raise PreviousPlanError(
                 f"--previous {path}: {no_region[0]} has no region (written by an older hpcc plan, before pulumi-aws 7 "
                 "gave every regional resource one); plan the old config again with this hpcc (hpcc plan OLD.yaml "
-                "--out DIR) and compare with that")
+                "--out DIR) and compare with that"
+            )
         return cls(resources, str(root))
 
     def kept_inputs(self, type_token: str, name: str, ignored: list[str], so_far: list[dict]) -> dict | None:
@@ -80,7 +88,7 @@ class PreviousPlan:
         if old is None or name in self.replace:
             return None
         with self._lock:  # the records only grow: read each once
-            for record in so_far[self._read:]:
+            for record in so_far[self._read :]:
                 for value, symbol in generated_values(record).items():
                     self._new_values[symbol] = value
             self._read = max(self._read, len(so_far))

@@ -10,7 +10,7 @@ resource downstream sees the kept value (pulumi/pulumi pkg/resource/deploy/step_
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from pulumi.runtime import rpc
 
@@ -46,10 +46,13 @@ KeptInputs = Callable[[str, str, list[str], list[dict]], "dict[str, object] | No
 
 def options_of(request) -> dict:
     """The resource options the engine acts on in an update, as the RegisterResource request carries them."""
-    return {"protect": bool(request.protect), "ignoreChanges": list(request.ignoreChanges),
-            "replaceOnChanges": list(request.replaceOnChanges),
-            "deleteBeforeReplace": bool(request.deleteBeforeReplace),
-            "retainOnDelete": bool(request.retainOnDelete)}
+    return {
+        "protect": bool(request.protect),
+        "ignoreChanges": list(request.ignoreChanges),
+        "replaceOnChanges": list(request.replaceOnChanges),
+        "deleteBeforeReplace": bool(request.deleteBeforeReplace),
+        "retainOnDelete": bool(request.retainOnDelete),
+    }
 
 
 def keep_ignored(struct, kept: dict) -> None:
@@ -69,8 +72,11 @@ def keep_ignored(struct, kept: dict) -> None:
 
 
 def _is_secret(value) -> bool:
-    return hasattr(value, "fields") and value.fields.get(SECRET_SIG_KEY) is not None and \
-        value[SECRET_SIG_KEY] == SECRET_SIG
+    return (
+        hasattr(value, "fields")
+        and value.fields.get(SECRET_SIG_KEY) is not None
+        and value[SECRET_SIG_KEY] == SECRET_SIG
+    )
 
 
 class RecordingMonitor(MockMonitor):
@@ -97,25 +103,37 @@ class RecordingMonitor(MockMonitor):
         for deps in request.propertyDependencies.values():
             urns.update(deps.urns)
         # The mocks already deserialized these; decoding the request again would double the cost.
-        inputs = self.mocks.inputs.pop((request.type, request.name), None) if hasattr(self.mocks, "inputs") \
+        inputs = (
+            self.mocks.inputs.pop((request.type, request.name), None)
+            if hasattr(self.mocks, "inputs")
             else plain(rpc.deserialize_properties(request.object))
-        outputs = self.mocks.outputs.pop((request.type, request.name), {}) if hasattr(self.mocks, "outputs") \
+        )
+        outputs = (
+            self.mocks.outputs.pop((request.type, request.name), {})
+            if hasattr(self.mocks, "outputs")
             else self._generated(request, inputs or {})
+        )
         if request.custom and hasattr(self.mocks, "region") and regional(request.type) and inputs is not None:
-            # pulumi-aws 7 gives every regional resource a `region` input, the provider's unless set (pulumi/pulumi-aws#5521)
+            # pulumi-aws 7 gives every regional resource a `region` input, the provider's unless set
+            # (pulumi/pulumi-aws#5521)
             inputs = {**inputs, "region": inputs.get("region") or self.mocks.region}
         record = {
             "type": request.type,
             "name": request.name,
-            "parent": None if not request.parent or "::pulumi:pulumi:Stack::" in request.parent else _name(request.parent),
+            "parent": None
+            if not request.parent or "::pulumi:pulumi:Stack::" in request.parent
+            else _name(request.parent),
             "dependsOn": sorted({_name(u) for u in urns}),
             "inputs": inputs,
             "custom": bool(request.custom),
             "id": response.id or None,
             "outputs": outputs,
             "options": options_of(request),
-            "propertyDependencies": {prop: sorted({_name(u) for u in deps.urns})
-                                     for prop, deps in sorted(request.propertyDependencies.items()) if deps.urns},
+            "propertyDependencies": {
+                prop: sorted({_name(u) for u in deps.urns})
+                for prop, deps in sorted(request.propertyDependencies.items())
+                if deps.urns
+            },
         }
         with self._lock:
             self.records.append(record)

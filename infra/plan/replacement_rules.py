@@ -8,8 +8,8 @@ those. Paths are Pulumi wire names as in resources.json; a block with MaxItems 1
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from infra.plan.paths import covers, parse_path
 
@@ -117,89 +117,159 @@ EC2 = TF + "ec2/"
 RULES: dict[str, Rule] = {
     "aws:ec2/vpc:Vpc": Rule(("cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength"), EC2 + "vpc_.go ForceNew"),
     "aws:ec2/subnet:Subnet": Rule(
-        ("availabilityZone", "availabilityZoneId", "cidrBlock", "ipv4IpamPoolId", "ipv4NetmaskLength",
-         "ipv6IpamPoolId", "ipv6Native", "ipv6NetmaskLength", "outpostArn", "vpcId"),
-        EC2 + "vpc_subnet.go ForceNew; CustomizeDiff ForceNewIf(ipv6_cidr_block)", _subnet_ipv6),
+        (
+            "availabilityZone",
+            "availabilityZoneId",
+            "cidrBlock",
+            "ipv4IpamPoolId",
+            "ipv4NetmaskLength",
+            "ipv6IpamPoolId",
+            "ipv6Native",
+            "ipv6NetmaskLength",
+            "outpostArn",
+            "vpcId",
+        ),
+        EC2 + "vpc_subnet.go ForceNew; CustomizeDiff ForceNewIf(ipv6_cidr_block)",
+        _subnet_ipv6,
+    ),
     "aws:ec2/internetGateway:InternetGateway": Rule((), EC2 + "vpc_internet_gateway.go (vpc_id detaches/attaches)"),
-    "aws:ec2/eip:Eip": Rule(("address", "domain", "ipamPoolId", "networkBorderGroup", "publicIpv4Pool"),
-                            EC2 + "ec2_eip.go ForceNew"),
+    "aws:ec2/eip:Eip": Rule(
+        ("address", "domain", "ipamPoolId", "networkBorderGroup", "publicIpv4Pool"), EC2 + "ec2_eip.go ForceNew"
+    ),
     "aws:ec2/natGateway:NatGateway": Rule(
         ("allocationId", "connectivityType", "privateIp", "secondaryPrivateIpAddressCount", "subnetId"),
-        EC2 + "vpc_nat_gateway.go ForceNew"),
+        EC2 + "vpc_nat_gateway.go ForceNew",
+    ),
     "aws:ec2/routeTable:RouteTable": Rule(("vpcId",), EC2 + "vpc_route_table.go ForceNew"),
     "aws:ec2/route:Route": Rule(
         ("routeTableId", "destinationCidrBlock", "destinationIpv6CidrBlock", "destinationPrefixListId"),
-        EC2 + "vpc_route.go ForceNew (targets use ReplaceRoute)"),
+        EC2 + "vpc_route.go ForceNew (targets use ReplaceRoute)",
+    ),
     "aws:ec2/routeTableAssociation:RouteTableAssociation": Rule(
-        ("gatewayId", "subnetId"), EC2 + "vpc_route_table_association.go ForceNew (route_table_id updates)"),
+        ("gatewayId", "subnetId"), EC2 + "vpc_route_table_association.go ForceNew (route_table_id updates)"
+    ),
     "aws:ec2/vpcEndpoint:VpcEndpoint": Rule(
-        ("dnsOptions.privateDnsPreference", "dnsOptions.privateDnsSpecifiedDomains", "resourceConfigurationArn",
-         "serviceName", "serviceNetworkArn", "serviceRegion", "vpcEndpointType", "vpcId"),
+        (
+            "dnsOptions.privateDnsPreference",
+            "dnsOptions.privateDnsSpecifiedDomains",
+            "resourceConfigurationArn",
+            "serviceName",
+            "serviceNetworkArn",
+            "serviceRegion",
+            "vpcEndpointType",
+            "vpcId",
+        ),
         EC2 + "vpc_endpoint.go ForceNew; CustomizeDiff ForceNew(private_dns_enabled) unless Interface",
-        _endpoint_private_dns),
-    "aws:ec2/securityGroup:SecurityGroup": Rule(("description", "name", "namePrefix", "vpcId"),
-                                                EC2 + "vpc_security_group.go ForceNew"),
+        _endpoint_private_dns,
+    ),
+    "aws:ec2/securityGroup:SecurityGroup": Rule(
+        ("description", "name", "namePrefix", "vpcId"), EC2 + "vpc_security_group.go ForceNew"
+    ),
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": Rule(
-        ("securityGroupId",), EC2 + "vpc_security_group_ingress_rule.go RequiresReplace; ModifyPlan source type",
-        _rule_source_kind),
+        ("securityGroupId",),
+        EC2 + "vpc_security_group_ingress_rule.go RequiresReplace; ModifyPlan source type",
+        _rule_source_kind,
+    ),
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": Rule(
-        ("securityGroupId",), EC2 + "vpc_security_group_egress_rule.go (shares the ingress rule's schema)",
-        _rule_source_kind),
-    "aws:ec2/placementGroup:PlacementGroup": Rule(("name", "partitionCount", "spreadLevel", "strategy"),
-                                                  EC2 + "ec2_placement_group.go ForceNew (tags only update)"),
+        ("securityGroupId",),
+        EC2 + "vpc_security_group_egress_rule.go (shares the ingress rule's schema)",
+        _rule_source_kind,
+    ),
+    "aws:ec2/placementGroup:PlacementGroup": Rule(
+        ("name", "partitionCount", "spreadLevel", "strategy"),
+        EC2 + "ec2_placement_group.go ForceNew (tags only update)",
+    ),
     "aws:secretsmanager/secret:Secret": Rule(("name", "namePrefix"), TF + "secretsmanager/secret.go ForceNew"),
     "aws:iam/role:Role": Rule(("name", "namePrefix", "path"), TF + "iam/role.go ForceNew"),
     "aws:iam/rolePolicy:RolePolicy": Rule(("name", "namePrefix", "role"), TF + "iam/role_policy.go ForceNew"),
-    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": Rule(("policyArn", "role"),
-                                                              TF + "iam/role_policy_attachment.go ForceNew"),
-    "aws:iam/instanceProfile:InstanceProfile": Rule(("name", "namePrefix", "path"),
-                                                    TF + "iam/instance_profile.go ForceNew (role updates)"),
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": Rule(
+        ("policyArn", "role"), TF + "iam/role_policy_attachment.go ForceNew"
+    ),
+    "aws:iam/instanceProfile:InstanceProfile": Rule(
+        ("name", "namePrefix", "path"), TF + "iam/instance_profile.go ForceNew (role updates)"
+    ),
     "aws:ssm/parameter:Parameter": Rule(
-        ("dataType", "name"), TF + "ssm/parameter.go ForceNew; ForceNewIfChange(tier Advanced->Standard)",
-        _parameter_tier, _parameter_version),
+        ("dataType", "name"),
+        TF + "ssm/parameter.go ForceNew; ForceNewIfChange(tier Advanced->Standard)",
+        _parameter_tier,
+        _parameter_version,
+    ),
     "aws:fsx/lustreFileSystem:LustreFileSystem": Rule(
-        tuple(LUSTRE_FORCE_NEW), "; ".join(f"{k}: {v}" for k, v in LUSTRE_FORCE_NEW.items()) +
-        "; storageCapacity: " + LUSTRE_FSX + " CustomizeDiff (decrease, or any change on SCRATCH_1); "
+        tuple(LUSTRE_FORCE_NEW),
+        "; ".join(f"{k}: {v}" for k, v in LUSTRE_FORCE_NEW.items())
+        + "; storageCapacity: "
+        + LUSTRE_FSX
+        + " CustomizeDiff (decrease, or any change on SCRATCH_1); "
         "fileSystemTypeVersion: " + PULUMI_AWS + " (higher upgrades in place, lower replaces); "
-        "perUnitStorageThroughput: updated in place since hashicorp/terraform-provider-aws#34932 (FSx UpdateFileSystem)",
-        _lustre),
+        "perUnitStorageThroughput: updated in place since hashicorp/terraform-provider-aws#34932 (FSx "
+        "UpdateFileSystem)",
+        _lustre,
+    ),
     "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": Rule(
-        ("dataRepositoryPath", "fileSystemId", "fileSystemPath"), TF + "fsx/data_repository_association.go ForceNew"),
+        ("dataRepositoryPath", "fileSystemId", "fileSystemPath"), TF + "fsx/data_repository_association.go ForceNew"
+    ),
     # S3 (terraform-provider-aws internal/service/s3): the bundle store (infra/program/components/bundle.py).
     "aws:s3/bucket:Bucket": Rule(("bucket", "bucketPrefix", "objectLockEnabled"), TF + "s3/bucket.go ForceNew"),
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": Rule(
-        ("bucket",), TF + "s3/bucket_public_access_block.go ForceNew"),
+        ("bucket",), TF + "s3/bucket_public_access_block.go ForceNew"
+    ),
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": Rule(
-        ("bucket", "expectedBucketOwner"), TF + "s3/bucket_server_side_encryption_configuration.go ForceNew"),
-    "aws:s3/bucketVersioning:BucketVersioning": Rule(("bucket", "expectedBucketOwner"),
-                                                     TF + "s3/bucket_versioning.go ForceNew"),
+        ("bucket", "expectedBucketOwner"), TF + "s3/bucket_server_side_encryption_configuration.go ForceNew"
+    ),
+    "aws:s3/bucketVersioning:BucketVersioning": Rule(
+        ("bucket", "expectedBucketOwner"), TF + "s3/bucket_versioning.go ForceNew"
+    ),
     "aws:s3/bucketPolicy:BucketPolicy": Rule(("bucket",), TF + "s3/bucket_policy.go ForceNew"),
-    "aws:s3/bucketObjectv2:BucketObjectv2": Rule(("bucket", "key"),
-                                                 TF + "s3/object.go ForceNew (content updates in place)"),
+    "aws:s3/bucketObjectv2:BucketObjectv2": Rule(
+        ("bucket", "key"), TF + "s3/object.go ForceNew (content updates in place)"
+    ),
     # The controller's ledger (infra/program/components/state.py).
     "aws:dynamodb/table:Table": Rule(("name", "hashKey", "rangeKey"), TF + "dynamodb/table.go ForceNew"),
     # A group's resource: its provider replaces it for another cluster, group, region, subnet or security group.
-    "pulumi-python:dynamic:Resource": Rule(("cluster", "group", "region", "subnet_id", "security_group_id"),
-                                           "infra/program/components/groups.py GroupProvider.diff"),
+    "pulumi-python:dynamic:Resource": Rule(
+        ("cluster", "group", "region", "subnet_id", "security_group_id"),
+        "infra/program/components/groups.py GroupProvider.diff",
+    ),
     "aws:ec2/launchTemplate:LaunchTemplate": Rule(
-        (), EC2 + "ec2_launch_template.go: every edit is a new version in place; "
-                  "CustomizeDiff ComputedIf(latest_version, default_version)",
-        recomputed=_launch_template_versions),
+        (),
+        EC2 + "ec2_launch_template.go: every edit is a new version in place; "
+        "CustomizeDiff ComputedIf(latest_version, default_version)",
+        recomputed=_launch_template_versions,
+    ),
     "aws:ec2/instance:Instance": Rule(
-        ("ami", "associatePublicIpAddress", "availabilityZone", "ebsOptimized", "hibernation", "hostId",
-         "instanceMarketOptions", "ipv6Addresses", "keyName", "launchTemplate.id", "launchTemplate.name",
-         "placementGroup", "placementPartitionNumber", "privateIp", "securityGroups", "subnetId", "tenancy"),
+        (
+            "ami",
+            "associatePublicIpAddress",
+            "availabilityZone",
+            "ebsOptimized",
+            "hibernation",
+            "hostId",
+            "instanceMarketOptions",
+            "ipv6Addresses",
+            "keyName",
+            "launchTemplate.id",
+            "launchTemplate.name",
+            "placementGroup",
+            "placementPartitionNumber",
+            "privateIp",
+            "securityGroups",
+            "subnetId",
+            "tenancy",
+        ),
         EC2 + "ec2_instance.go ForceNew; CustomizeDiff ForceNew(launch_template.0.version), "
-              "ForceNewIf(user_data*, user_data_replace_on_change)",
-        _instance),
+        "ForceNewIf(user_data*, user_data_replace_on_change)",
+        _instance,
+    ),
 }
 
 
 # pulumi-aws 7 bridges terraform-provider-aws 6, whose "enhanced region support" gives every regional resource a
 # top-level `region` argument (pulumi-aws injects the provider's region when it is not set: pulumi/pulumi-aws#5521);
 # a resource cannot move between regions, so a new region is a new resource. IAM is global: no `region`.
-REGION_SOURCE = ("terraform-provider-aws 6 enhanced region support (hashicorp.github.io/terraform-provider-aws/"
-                 "enhanced-region-support); pulumi/pulumi-aws#5521 (v7 injects `region`)")
+REGION_SOURCE = (
+    "terraform-provider-aws 6 enhanced region support (hashicorp.github.io/terraform-provider-aws/"
+    "enhanced-region-support); pulumi/pulumi-aws#5521 (v7 injects `region`)"
+)
 GLOBAL_SERVICES = ("aws:iam/",)
 
 

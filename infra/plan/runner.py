@@ -7,29 +7,30 @@ import base64
 import hashlib
 import json
 import runpy
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
 
-from infra.render.bundle import role_script, unpack, write_unpacked
-from infra.plan.guard import Change
 from infra.config.model import StackConfig
 from infra.config.parse import parse
+from infra.config.stackfile import as_pulumi_config, read_raw
+from infra.config.validators.check import check_config
+from infra.config.validators.findings import Finding
 from infra.facts.instance_types import ec2_facts
 from infra.plan.aws_rules import AwsRejected, decode_user_data
 from infra.plan.changes import launch_template_notes, plan_changes, refused, region_change
-from infra.plan.order import refusals as order_refusals, update_steps
 from infra.plan.embedded_aws import EmbeddedAws, embedded_aws
+from infra.plan.guard import Change
 from infra.plan.internals import event_loop, fresh_stack, root_resource, run_program
 from infra.plan.mocks import MotoMocks
+from infra.plan.order import refusals as order_refusals
+from infra.plan.order import update_steps
 from infra.plan.previous import PreviousPlan
 from infra.plan.recorder import RecordingMonitor
-from infra.config.stackfile import as_pulumi_config, read_raw
-from infra.config.validators.findings import Finding
-from infra.config.validators.check import check_config
+from infra.render.bundle import role_script, unpack, write_unpacked
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 PROJECT = "hpcc"
@@ -95,8 +96,9 @@ def _root_cause(exc: BaseException) -> BaseException | None:
     return None
 
 
-def _execute(config_map: dict, cfg: StackConfig, stack: str,
-             previous: PreviousPlan | None = None) -> tuple[list[dict], dict]:
+def _execute(
+    config_map: dict, cfg: StackConfig, stack: str, previous: PreviousPlan | None = None
+) -> tuple[list[dict], dict]:
     mocks = MotoMocks(cfg.region)
     for group in cfg.cluster.node_groups:  # the account's placement group: offline it is taken to exist (preflight)
         if group.placement_group:
@@ -145,8 +147,9 @@ def _type_warnings(cfg: StackConfig):
     return facts, [f for f in check_config(cfg, facts) if not f.is_error]
 
 
-def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None,
-                previous: PreviousPlan | None = None) -> PlanResult:
+def plan_config(
+    config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = None, previous: PreviousPlan | None = None
+) -> PlanResult:
     """Plan a stack config map ({"aws:region": ..., "hpcc:cluster": {...}}). Inside an active
     `embedded_aws` block (pass it as `aws`) the created resources stay readable with boto3. With an
     earlier plan (`previous`), ignored inputs keep its values and `changes` says what an update would do."""
@@ -159,9 +162,12 @@ def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = 
     else:
         resources, outputs = _execute(config_map, cfg, stack, previous)
         facts, warnings = _type_warnings(cfg)
-    user_data = {r["name"]: decode_user_data(r["inputs"]["userData"]) for r in resources
-                 if r["type"] in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance")
-                 and r["inputs"].get("userData")}
+    user_data = {
+        r["name"]: decode_user_data(r["inputs"]["userData"])
+        for r in resources
+        if r["type"] in ("aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance")
+        and r["inputs"].get("userData")
+    }
     result = PlanResult(cfg, resources, outputs, warnings, time.perf_counter() - started, user_data, facts=facts)
     result.bundle_files, result.bundle_sha256 = planned_bundle(resources)
     if previous is not None:
@@ -169,13 +175,15 @@ def plan_config(config_map: dict, stack: str = "dev", aws: EmbeddedAws | None = 
         result.refused = refused(result.changes, previous.resources, resources)
         result.steps = update_steps(result.changes, previous.resources, resources)
         result.aws_refusals = order_refusals(result.steps, result.changes, previous.resources, resources)
-        result.notes = [n for n in (region_change(previous.resources, resources),) if n] + \
-            launch_template_notes(result.changes, resources)
+        result.notes = [n for n in (region_change(previous.resources, resources),) if n] + launch_template_notes(
+            result.changes, resources
+        )
     return result
 
 
-def plan_update_image(config_map: dict, previous: PreviousPlan, pin: str, stack: str = "dev",
-                      aws: EmbeddedAws | None = None) -> PlanResult:
+def plan_update_image(
+    config_map: dict, previous: PreviousPlan, pin: str, stack: str = "dev", aws: EmbeddedAws | None = None
+) -> PlanResult:
     """`--update-image`: the image resolved again first; when it is the one the earlier plan kept, nothing is
     replaced (replacing the pin would leave every node's `ami` unknown at preview: a guarded replacement of all)."""
     moved = plan_config(config_map, stack=stack, aws=aws, previous=previous.replacing([pin]))
@@ -184,8 +192,11 @@ def plan_update_image(config_map: dict, previous: PreviousPlan, pin: str, stack:
     if kept is None or _ami(kept["inputs"].get("insecureValue")) != _ami(now):
         return moved
     result = plan_config(config_map, stack=stack, aws=aws, previous=previous)
-    result.notes.insert(0, f"--update-image: no newer image; {_ami(now)} is still what the config resolves to, "
-                           "so the nodes keep it and nothing is replaced")
+    result.notes.insert(
+        0,
+        f"--update-image: no newer image; {_ami(now)} is still what the config resolves to, "
+        "so the nodes keep it and nothing is replaced",
+    )
     return result
 
 
@@ -205,6 +216,7 @@ def planned_bundle(resources: list[dict]) -> tuple[dict[str, bytes], str]:
     return unpack(archive), hashlib.sha256(archive).hexdigest()
 
 
-def plan_stack_file(path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None,
-                    previous: PreviousPlan | None = None) -> PlanResult:
+def plan_stack_file(
+    path: str | Path, stack: str = "dev", aws: EmbeddedAws | None = None, previous: PreviousPlan | None = None
+) -> PlanResult:
     return plan_config(read_raw(path), stack=stack, aws=aws, previous=previous)

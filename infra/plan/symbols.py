@@ -29,7 +29,7 @@ def generated_values(record: dict) -> dict[str, str]:
             for i, item in enumerate(value):
                 if isinstance(item, str) and item:
                     found.setdefault(item, []).append(f"{attr}[{i}]")
-    return {value: "${%s.%s}" % (record["name"], "|".join(attrs)) for value, attrs in found.items()}
+    return {value: f"${{{record['name']}.{'|'.join(attrs)}}}" for value, attrs in found.items()}
 
 
 def symbol_attrs(symbol_body: str) -> list[str]:

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 import pulumi
 import pulumi_aws as aws
 
+from infra.config.model import ClusterConfig
 from infra.facts import az
 from infra.facts.images import DLAMI_OWNER
-from infra.config.model import ClusterConfig
 
 
 class LookupFailed(pulumi.RunError):
@@ -27,12 +27,13 @@ def offered_azs(cluster: ClusterConfig) -> pulumi.Output[dict[str, set[str]]]:
     """Instance type -> the AZs of the region that offer it, for the cluster's node types."""
     types = node_types(cluster)
     offerings = aws.ec2.get_instance_type_offerings_output(
-        location_type="availability-zone", filters=[{"name": "instance-type", "values": types}])
+        location_type="availability-zone", filters=[{"name": "instance-type", "values": types}]
+    )
 
     def collect(result) -> dict[str, set[str]]:
         offered: dict[str, set[str]] = {t: set() for t in types}
-        for itype, az in zip(result.instance_types, result.locations):
-            offered.setdefault(itype, set()).add(az)
+        for itype, zone in zip(result.instance_types, result.locations, strict=True):
+            offered.setdefault(itype, set()).add(zone)
         return offered
 
     return offerings.apply(collect)
@@ -41,17 +42,23 @@ def offered_azs(cluster: ClusterConfig) -> pulumi.Output[dict[str, set[str]]]:
 def first_az(offered: dict[str, set[str]], types: list[str]) -> str:
     found = az.first_az(offered, types)
     if found is None:
-        raise LookupFailed("%s: %s" % az.no_common_az(types))
+        raise LookupFailed("{}: {}".format(*az.no_common_az(types)))
     return found
 
 
 def check_kept_az(zone: str, offered: dict[str, set[str]], cluster: ClusterConfig, region: str | None = None) -> str:
     for i, group in enumerate(cluster.node_groups):  # every group's type, as the user named it
-        problem = az.kept_az_problem(zone, offered, cluster.head_node.instance_type, group.instance_type,
-                                     configured=bool(cluster.availability_zone), region=region,
-                                     compute_field=cluster.group_field(i, "instanceType"))
+        problem = az.kept_az_problem(
+            zone,
+            offered,
+            cluster.head_node.instance_type,
+            group.instance_type,
+            configured=bool(cluster.availability_zone),
+            region=region,
+            compute_field=cluster.group_field(i, "instanceType"),
+        )
         if problem:
-            raise LookupFailed("%s: %s" % problem)
+            raise LookupFailed("{}: {}".format(*problem))
     return zone
 
 
@@ -66,7 +73,7 @@ class ImageInfo:
         return json.dumps(asdict(self), sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> "ImageInfo":
+    def from_json(text: str) -> ImageInfo:
         return ImageInfo(**json.loads(text))
 
 
@@ -100,8 +107,10 @@ def image(cluster: ClusterConfig, arch: str = "x86_64") -> pulumi.Output[ImageIn
 
     def info(r) -> ImageInfo:
         if r.architecture != arch:
-            raise LookupFailed(f"cluster.image: {r.id} ({r.name}) is {r.architecture}, but the nodes run {arch}; "
-                               f"pin an {arch} image with cluster.image.amiId")
+            raise LookupFailed(
+                f"cluster.image: {r.id} ({r.name}) is {r.architecture}, but the nodes run {arch}; "
+                f"pin an {arch} image with cluster.image.amiId"
+            )
         return ImageInfo(r.id, r.root_device_name, r.architecture, r.name)
 
     return result.apply(info)

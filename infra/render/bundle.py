@@ -2,8 +2,9 @@
 
 Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
 (infra/render/userdata.py render, what the user data held before the loader); the node package `hpcc_node/` and the
-contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or
-0755 only, gzip header without name or time. Nothing here is secret: the scripts read secrets at run time.
+contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs,
+same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
+Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)
 and points `/hpcc/<cluster>/bundle` at it; the loader (templates/loader.sh.j2) checks the hash before it runs
@@ -23,8 +24,8 @@ from pathlib import Path, PurePosixPath
 
 from hpcc_contract.names import bundle_key
 from hpcc_contract.version import AGENT_VERSION
-from infra.render.assets import asset
 from infra.config.hooks import hook_files
+from infra.render.assets import asset
 from infra.render.roles import role_contexts
 from infra.render.userdata import render
 
@@ -78,20 +79,46 @@ def example_files() -> dict[str, bytes]:
 def node_files(root: Path = ROOT) -> dict[str, bytes]:
     """The node package's and the contract's Python files and data (the health checks' Xid catalog), by path
     inside the bundle."""
-    paths = sorted(p for package in NODE_PACKAGES for p in (root / package).rglob("*")
-                   if p.suffix in NODE_SUFFIXES and "__pycache__" not in p.parts)
+    paths = sorted(
+        p
+        for package in NODE_PACKAGES
+        for p in (root / package).rglob("*")
+        if p.suffix in NODE_SUFFIXES and "__pycache__" not in p.parts
+    )
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in paths}
 
 
 def manifest(cluster: str, scripts: dict[str, str], hooks: dict[str, list[str]], hpcc: str, agent: str) -> bytes:
-    roles = {role: {"script": f"roles/{role}.sh", "bootDigest": hashlib.sha256(script.encode()).hexdigest()}
-             for role, script in sorted(scripts.items())}
-    return json.dumps({"format": FORMAT, "cluster": cluster, "hpccVersion": hpcc, "agentVersion": agent,
-                       "roles": roles, "hooks": hooks}, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    roles = {
+        role: {"script": f"roles/{role}.sh", "bootDigest": hashlib.sha256(script.encode()).hexdigest()}
+        for role, script in sorted(scripts.items())
+    }
+    return (
+        json.dumps(
+            {
+                "format": FORMAT,
+                "cluster": cluster,
+                "hpccVersion": hpcc,
+                "agentVersion": agent,
+                "roles": roles,
+                "hooks": hooks,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+    )
 
 
-def bundle_files(cluster: str, scripts: dict[str, str], hook_names: dict[str, list[str]],
-                 hook_bytes: dict[str, bytes], node: dict[str, bytes], hpcc: str, agent: str) -> dict[str, bytes]:
+def bundle_files(
+    cluster: str,
+    scripts: dict[str, str],
+    hook_names: dict[str, list[str]],
+    hook_bytes: dict[str, bytes],
+    node: dict[str, bytes],
+    hpcc: str,
+    agent: str,
+) -> dict[str, bytes]:
     files = {"manifest.json": manifest(cluster, scripts, hook_names, hpcc, agent)}
     files.update({f"roles/{role}.sh": script.encode() for role, script in scripts.items()})
     files.update(node)
@@ -136,8 +163,9 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
     Only what the role scripts hold and the hooks change it: a resize (the settings) leaves it as it is."""
     scripts = {role: render(ctx) for role, ctx in role_contexts(cfg, region, facts).items()}
     names, hooks = hook_files(cfg, base)
-    files = bundle_files(cfg.name, scripts, names, hooks, {**node_files(), **example_files()}, hpcc_version(),
-                         agent_version())
+    files = bundle_files(
+        cfg.name, scripts, names, hooks, {**node_files(), **example_files()}, hpcc_version(), agent_version()
+    )
     return Bundle(files, pack(files))
 
 

@@ -22,19 +22,41 @@ GROUPS_LIMIT = 8192
 def slurm_fields(itype: InstanceType, field: str) -> dict:
     """The node definition of a group's type, as the controller's slurm.conf writer takes it."""
     node = slurm_node(itype, field)
-    return {"cpus": node.cpus, "sockets_per_board": node.sockets_per_board, "cores_per_socket": node.cores_per_socket,
-            "threads_per_core": node.threads_per_core, "real_memory": node.real_memory_mib,
-            "gres": f"gpu:{node.gpus}" if node.gpus else ""}
+    return {
+        "cpus": node.cpus,
+        "sockets_per_board": node.sockets_per_board,
+        "cores_per_socket": node.cores_per_socket,
+        "threads_per_core": node.threads_per_core,
+        "real_memory": node.real_memory_mib,
+        "gres": f"gpu:{node.gpus}" if node.gpus else "",
+    }
 
 
-def group_entry(cfg: ClusterConfig, index: int, group: NodeGroup, itype: InstanceType, launch_template: str,
-                subnet_id: str, availability_zone: str, placement_group: str | None) -> dict:
+def group_entry(
+    cfg: ClusterConfig,
+    index: int,
+    group: NodeGroup,
+    itype: InstanceType,
+    launch_template: str,
+    subnet_id: str,
+    availability_zone: str,
+    placement_group: str | None,
+) -> dict:
     """One group's fields (hpcc_contract/groups.py FIELDS) plus its `slurm` definition (with scheduler slurm)."""
-    entry = {"name": group.name, "instance_type": group.instance_type, "count": group.count,
-             "launch_template": launch_template, "subnet_id": subnet_id, "availability_zone": availability_zone,
-             "market": group.market, "capacity_reservation_id": group.capacity_reservation_id or "",
-             "placement_group": placement_group or "", "efa": group.efa is not False and itype.efa_supported,
-             "max_count": 0, "spares": group.spares}
+    entry = {
+        "name": group.name,
+        "instance_type": group.instance_type,
+        "count": group.count,
+        "launch_template": launch_template,
+        "subnet_id": subnet_id,
+        "availability_zone": availability_zone,
+        "market": group.market,
+        "capacity_reservation_id": group.capacity_reservation_id or "",
+        "placement_group": placement_group or "",
+        "efa": group.efa is not False and itype.efa_supported,
+        "max_count": 0,
+        "spares": group.spares,
+    }
     if cfg.scheduler == "slurm":
         entry["slurm"] = slurm_fields(itype, cfg.group_field(index, "instanceType"))
     return entry

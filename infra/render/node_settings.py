@@ -21,8 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpcc_contract.names import ledger_table, state_bucket
-from hpcc_contract.settings import (BOOT_DIAG_LEVEL_DEFAULT, MASTER_PORT, SETTINGS_LIMIT, SettingsError, check,
-                                    check_scheduler, parse_text)
+from hpcc_contract.settings import (
+    BOOT_DIAG_LEVEL_DEFAULT,
+    MASTER_PORT,
+    SETTINGS_LIMIT,
+    SettingsError,
+    check,
+    check_scheduler,
+    parse_text,
+)
 from infra.config.model import ClusterConfig
 from infra.facts.fabric import fabric_env, mpirun_options
 from infra.facts.slurm import slurm_node
@@ -56,11 +63,17 @@ class NodeSettings:
     health_diag_level: int | None = None  # left out at its default: nodes from before the key accept the text
 
     def lines(self) -> list[tuple[str, str]]:
-        simple = [(f.upper(), str(getattr(self, f))) for f in self.__dataclass_fields__
-                  if f not in ("fabric", "authorized_keys", "imds_users") and getattr(self, f) is not None]
-        return (simple + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
-                + [("AUTHORIZED_KEY", key) for key in self.authorized_keys]
-                + [("IMDS_USER", user) for user in self.imds_users])
+        simple = [
+            (f.upper(), str(getattr(self, f)))
+            for f in self.__dataclass_fields__
+            if f not in ("fabric", "authorized_keys", "imds_users") and getattr(self, f) is not None
+        ]
+        return (
+            simple
+            + [("FABRIC", f"{name}={value}") for name, value in self.fabric]
+            + [("AUTHORIZED_KEY", key) for key in self.authorized_keys]
+            + [("IMDS_USER", user) for user in self.imds_users]
+        )
 
 
 def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeSettings:
@@ -71,17 +84,29 @@ def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeS
     efa = compute.efa_devices > 0
     slurm = slurm_node(compute.itype) if cfg.scheduler == "slurm" else None
     return NodeSettings(
-        node_count=cfg.node_count, slots=compute.itype.slots, timeout_minutes=cfg.bootstrap.timeout_minutes,
-        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes, api_interval_ms=pacing.api_interval_ms,
-        poll_seconds=pacing.poll_seconds, api_backoff_seconds=pacing.api_backoff_seconds,
-        api_attempts=pacing.api_attempts, sync_seconds=sync_seconds(pacing), master_port=MASTER_PORT,
-        login_user=cfg.image.user, mount_point=cfg.fsx.mount_point, mpirun_options=mpirun_options(efa),
-        fabric=fabric_env(compute.itype, efa), state_bucket=state_bucket(cfg.name, account),
-        ledger_table=ledger_table(cfg.name), authorized_keys=tuple(cfg.ssh.authorized_keys),
+        node_count=cfg.node_count,
+        slots=compute.itype.slots,
+        timeout_minutes=cfg.bootstrap.timeout_minutes,
+        join_timeout_minutes=cfg.bootstrap.join_timeout_minutes,
+        api_interval_ms=pacing.api_interval_ms,
+        poll_seconds=pacing.poll_seconds,
+        api_backoff_seconds=pacing.api_backoff_seconds,
+        api_attempts=pacing.api_attempts,
+        sync_seconds=sync_seconds(pacing),
+        master_port=MASTER_PORT,
+        login_user=cfg.image.user,
+        mount_point=cfg.fsx.mount_point,
+        mpirun_options=mpirun_options(efa),
+        fabric=fabric_env(compute.itype, efa),
+        state_bucket=state_bucket(cfg.name, account),
+        ledger_table=ledger_table(cfg.name),
+        authorized_keys=tuple(cfg.ssh.authorized_keys),
         imds_users=tuple(cfg.security.imds_for_users),
-        scheduler="slurm" if slurm else None, slurm_node=slurm.attributes() if slurm else None,
+        scheduler="slurm" if slurm else None,
+        slurm_node=slurm.attributes() if slurm else None,
         slurm_gpus=slurm.gpus if slurm else None,
-        health_diag_level=None if cfg.health.boot_diag_level == BOOT_DIAG_LEVEL_DEFAULT else cfg.health.boot_diag_level)
+        health_diag_level=None if cfg.health.boot_diag_level == BOOT_DIAG_LEVEL_DEFAULT else cfg.health.boot_diag_level,
+    )
 
 
 def render(settings: NodeSettings) -> str:
@@ -91,8 +116,10 @@ def render(settings: NodeSettings) -> str:
     check_scheduler({key for key, _ in settings.lines()}, settings.scheduler)
     text = "".join(f"{key}={value}\n" for key, value in settings.lines())
     if len(text.encode()) > SETTINGS_LIMIT:
-        raise SettingsError(f"the settings are {len(text.encode())} bytes; the parameter holds {SETTINGS_LIMIT}: "
-                            "give fewer or shorter cluster.ssh.authorizedKeys")
+        raise SettingsError(
+            f"the settings are {len(text.encode())} bytes; the parameter holds {SETTINGS_LIMIT}: "
+            "give fewer or shorter cluster.ssh.authorizedKeys"
+        )
     return text
 
 
@@ -105,8 +132,15 @@ def parse(text: str) -> NodeSettings:
     """The inverse of render, with the nodes' rules (hpcc_contract/settings.py parse_text; for tests and tools)."""
     found = parse_text(text)
     fields = NodeSettings.__dataclass_fields__
-    values = {f: (int(found[f.upper()][0]) if fields[f].type.startswith("int") else found[f.upper()][0])
-              for f in fields if f not in ("fabric", "authorized_keys", "imds_users") and f.upper() in found}
+    values = {
+        f: (int(found[f.upper()][0]) if fields[f].type.startswith("int") else found[f.upper()][0])
+        for f in fields
+        if f not in ("fabric", "authorized_keys", "imds_users") and f.upper() in found
+    }
     fabric = tuple(tuple(v.split("=", 1)) for v in found.get("FABRIC", []))
-    return NodeSettings(**values, fabric=fabric, authorized_keys=tuple(found.get("AUTHORIZED_KEY", [])),
-                        imds_users=tuple(found.get("IMDS_USER", [])))
+    return NodeSettings(
+        **values,
+        fabric=fabric,
+        authorized_keys=tuple(found.get("AUTHORIZED_KEY", [])),
+        imds_users=tuple(found.get("IMDS_USER", [])),
+    )

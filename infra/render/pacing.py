@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infra.render.steps import STEPS
 from infra.config.model import Bootstrap
 from infra.config.nodes import ComputeNodes
+from infra.render.steps import STEPS
 
 SSM_REQUESTS_PER_SECOND = 40  # default Parameter Store throughput, shared by GetParameter(s) and PutParameter
 TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tools (status, hostfile)
@@ -79,8 +79,9 @@ def pacing_for(nodes: int) -> Pacing:
     """nodes: every node of the cluster, head included."""
     budget = SSM_REQUESTS_PER_SECOND * TARGET_SHARE
     interval_ms = max(MIN_INTERVAL_MS, math.ceil(nodes * 1000 / budget))
-    return Pacing(nodes=nodes, api_interval_ms=interval_ms,
-                  poll_seconds=max(MIN_POLL_SECONDS, math.ceil(interval_ms / 1000)))
+    return Pacing(
+        nodes=nodes, api_interval_ms=interval_ms, poll_seconds=max(MIN_POLL_SECONDS, math.ceil(interval_ms / 1000))
+    )
 
 
 # The first call's spread stays that of the 512-node clusters it was sized for: spread over the 4,096-node cap

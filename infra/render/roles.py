@@ -42,8 +42,7 @@ def resolve_role(cfg: ClusterConfig, region: str, role: str, facts, group: str |
     node group a compute role is (default the first)."""
     del region
     if role == "head":
-        itype, efa, market, reservation = (facts.get(cfg.head_node.instance_type, HEAD_FIELD),
-                                           True, "on-demand", None)
+        itype, efa, market, reservation = (facts.get(cfg.head_node.instance_type, HEAD_FIELD), True, "on-demand", None)
         root = cfg.head_node.root_volume_gib
     elif role == "compute":
         index, g = group_index(cfg, group)
@@ -70,15 +69,31 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
     spec = resolve_role(cfg, region, role, facts, group)
     paths, first = Paths(cfg.name), first_call_pacing()
     return BootstrapContext(
-        cluster=cfg.name, region=region, role=role, instance_type=spec.itype.name, gpus=spec.itype.gpus,
-        efa_enabled=spec.efa_enabled, efa_devices=spec.efa_devices,
-        gpudirect_rdma=spec.itype.gpudirect_rdma and spec.efa_enabled, fsx_parameter=paths.fsx,
-        hosts_parameter=paths.hosts, settings_parameter=paths.settings, nodes_parameter=paths.nodes,
-        ssh_secret_id=paths.ssh_secret, munge_secret_id=paths.munge_secret, first_interval_ms=first.api_interval_ms,
-        first_poll_seconds=first.poll_seconds, api_backoff_seconds=first.api_backoff_seconds,
-        api_attempts=first.api_attempts, max_timeout_minutes=MAX_TIMEOUT_MINUTES, vpc_cidr=VPC_CIDR,
-        bundle_parameter=paths.bundle, hooks_start=tuple(name_of(p) for p in cfg.hooks.on_node_start),
-        hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready), hook_timeout_minutes=cfg.hooks.timeout_minutes)
+        cluster=cfg.name,
+        region=region,
+        role=role,
+        instance_type=spec.itype.name,
+        gpus=spec.itype.gpus,
+        efa_enabled=spec.efa_enabled,
+        efa_devices=spec.efa_devices,
+        gpudirect_rdma=spec.itype.gpudirect_rdma and spec.efa_enabled,
+        fsx_parameter=paths.fsx,
+        hosts_parameter=paths.hosts,
+        settings_parameter=paths.settings,
+        nodes_parameter=paths.nodes,
+        ssh_secret_id=paths.ssh_secret,
+        munge_secret_id=paths.munge_secret,
+        first_interval_ms=first.api_interval_ms,
+        first_poll_seconds=first.poll_seconds,
+        api_backoff_seconds=first.api_backoff_seconds,
+        api_attempts=first.api_attempts,
+        max_timeout_minutes=MAX_TIMEOUT_MINUTES,
+        vpc_cidr=VPC_CIDR,
+        bundle_parameter=paths.bundle,
+        hooks_start=tuple(name_of(p) for p in cfg.hooks.on_node_start),
+        hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready),
+        hook_timeout_minutes=cfg.hooks.timeout_minutes,
+    )
 
 
 def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict[str, BootstrapContext]:

@@ -81,10 +81,16 @@ def environment() -> jinja2.Environment:
     )
     # The settings parser's rules: the same patterns the program renders the parameter with.
     assert all("'" not in p for p in [*settings_schema.PATTERNS.values(), *settings_schema.DENIED.values()])  # in '...'
-    env.globals.update(settings_patterns=settings_schema.PATTERNS, settings_repeated=sorted(settings_schema.REPEATED),
-                       settings_optional=settings_schema.OPTIONAL_DEFAULTS, bootstrap_steps=STEPS,
-                       schema=settings_schema, hosts=hosts_schema, by_value=_by_value,
-                       slurmd_timeout=slurm.SLURMD_TIMEOUT_SECONDS)
+    env.globals.update(
+        settings_patterns=settings_schema.PATTERNS,
+        settings_repeated=sorted(settings_schema.REPEATED),
+        settings_optional=settings_schema.OPTIONAL_DEFAULTS,
+        bootstrap_steps=STEPS,
+        schema=settings_schema,
+        hosts=hosts_schema,
+        by_value=_by_value,
+        slurmd_timeout=slurm.SLURMD_TIMEOUT_SECONDS,
+    )
     return env
 
 
@@ -99,8 +105,8 @@ def _by_value(mapping: dict) -> list[tuple[str, str]]:
 def without_comments(script: str) -> str:
     """The script minus its comment-only lines after the header: EC2 takes 16 KB of user data, even gzipped
     (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), and the templates explain themselves
-    at length. Kept: the header (what the node's `hpcc-node` says it is), each step's `# ---` title, `#!` lines (also those of the scripts
-    it writes) and shellcheck directives."""
+    at length. Kept: the header (what the node's `hpcc-node` says it is), each step's `# ---` title, `#!` lines (also
+    those of the scripts it writes) and shellcheck directives."""
     lines = script.splitlines(keepends=True)
     header = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
     return "".join(lines[:header] + [line for line in lines[header:] if not _comment_only(line)])
@@ -130,5 +136,7 @@ def user_data(ctx: BootstrapContext) -> bytes:
     """What EC2 gets: the loader gzip-compressed (cloud-init unpacks it), within hpcc's 4 KB (EC2 takes 16 KB)."""
     packed = gzip.compress(render_loader(ctx).encode(), mtime=0)
     if len(packed) > LOADER_LIMIT or not within_limit(packed):
-        raise ValueError(f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; the loader's bound is {LOADER_LIMIT}")
+        raise ValueError(
+            f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; the loader's bound is {LOADER_LIMIT}"
+        )
     return packed

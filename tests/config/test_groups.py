@@ -3,10 +3,10 @@ one group named compute."""
 
 import pytest
 
-from infra.facts.limits import MAX_NODES
-from infra.config.parse import ConfigError, parse
 from hpcc_contract.names import compute_node_name, node_name
+from infra.config.parse import ConfigError, parse
 from infra.config.validators.check import check_config
+from infra.facts.limits import MAX_NODES
 from tests.facts.instance_data import offline_facts
 
 GPU = {"name": "gpu", "instanceType": "p4d.24xlarge", "count": 2}
@@ -27,16 +27,19 @@ def problems(cluster):
 
 def test_groups_parse_in_order_with_their_counts():
     cfg = parse("us-east-1", groups(GPU, CPU)).cluster
-    assert [(g.name, g.instance_type, g.count) for g in cfg.node_groups] == [("gpu", "p4d.24xlarge", 2),
-                                                                           ("cpu", "c6i.16xlarge", 3)]
+    assert [(g.name, g.instance_type, g.count) for g in cfg.node_groups] == [
+        ("gpu", "p4d.24xlarge", 2),
+        ("cpu", "c6i.16xlarge", 3),
+    ]
     assert cfg.node_count == 5
     assert cfg.group_field(1, "count") == "cluster.nodeGroups[1].count"
     assert not problems(groups(GPU, CPU))
 
 
 def test_compute_is_one_group_named_compute():
-    cfg = parse("us-east-1", {"name": "demo", "compute": {"instanceType": "c6i.16xlarge", "count": 4,
-                                                           "market": "spot"}}).cluster
+    cfg = parse(
+        "us-east-1", {"name": "demo", "compute": {"instanceType": "c6i.16xlarge", "count": 4, "market": "spot"}}
+    ).cluster
     [group] = cfg.node_groups
     assert (group.name, group.count, group.market) == ("compute", 4, "spot")
     assert cfg.group_field(0, "market") == "cluster.compute.market"
@@ -50,8 +53,9 @@ def test_spares_are_part_of_the_count_and_reach_the_controllers_group():
     cfg = parse("us-east-1", groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm")).cluster
     assert cfg.node_count == 8 and [g.spares for g in cfg.node_groups] == [1, 0]
     assert not problems(groups({**GPU, "count": 5, "spares": 1}, CPU, scheduler="slurm"))
-    entry = group_entry(cfg, 0, cfg.node_groups[0], offline_facts().get("p4d.24xlarge"), "lt-1", "subnet-1",
-                        "us-east-1a", None)
+    entry = group_entry(
+        cfg, 0, cfg.node_groups[0], offline_facts().get("p4d.24xlarge"), "lt-1", "subnet-1", "us-east-1a", None
+    )
     [group] = parse_groups(groups_value([entry]), "/hpcc/demo/groups")  # as the controller reads it each loop
     assert (group.count, group.spares) == (5, 1)
 
@@ -72,19 +76,34 @@ CASES = [
     (groups({**GPU, "count": -1}), "cluster.nodeGroups[0].count", "greater than or equal to 0"),
     (groups({**GPU, "count": 2, "spares": 1}), "cluster.nodeGroups[0].spares", "give cluster.scheduler: slurm"),
     (groups(GPU, {**CPU, "efa": True}), "cluster.nodeGroups[1].efa", "has no EFA"),
-    (groups(GPU, {**CPU, "instanceType": "hpc7a.96xlarge", "market": "spot"}), "cluster.nodeGroups[1].market",
-     "on-demand only"),
-    (groups(GPU, {**CPU, "instanceType": "p9.huge"}), "cluster.nodeGroups[1].instanceType",
-     "DescribeInstanceTypes does not list it"),
-    (groups(GPU, {**CPU, "instanceType": "vt1.24xlarge"}), "cluster.nodeGroups[1].instanceType",
-     "cannot join a cluster placement group"),
+    (
+        groups(GPU, {**CPU, "instanceType": "hpc7a.96xlarge", "market": "spot"}),
+        "cluster.nodeGroups[1].market",
+        "on-demand only",
+    ),
+    (
+        groups(GPU, {**CPU, "instanceType": "p9.huge"}),
+        "cluster.nodeGroups[1].instanceType",
+        "DescribeInstanceTypes does not list it",
+    ),
+    (
+        groups(GPU, {**CPU, "instanceType": "vt1.24xlarge"}),
+        "cluster.nodeGroups[1].instanceType",
+        "cannot join a cluster placement group",
+    ),
     (groups(GPU, {**CPU, "market": "capacity-block"}), "cluster.nodeGroups[1].capacityReservationId", "give its id"),
-    (groups(GPU, {**CPU, "instanceType": "hpc7g.16xlarge"}), "cluster.headNode.instanceType",
-     "cluster.nodeGroups[1].instanceType hpc7g.16xlarge runs arm64"),
+    (
+        groups(GPU, {**CPU, "instanceType": "hpc7g.16xlarge"}),
+        "cluster.headNode.instanceType",
+        "cluster.nodeGroups[1].instanceType hpc7g.16xlarge runs arm64",
+    ),
     (groups(GPU, {**CPU, "gpus": 8}), "cluster.nodeGroups[1].gpus", "unknown key"),
     (groups(), "cluster.nodeGroups", "at least 1 item"),
-    ({**groups(GPU), "compute": {"instanceType": "c6i.16xlarge", "count": 1}}, "cluster",
-     "either compute (one group named compute) or nodeGroups, not both"),
+    (
+        {**groups(GPU), "compute": {"instanceType": "c6i.16xlarge", "count": 1}},
+        "cluster",
+        "either compute (one group named compute) or nodeGroups, not both",
+    ),
     ({"name": "demo"}, "cluster", "nodeGroups is required"),
     (groups({**GPU, "spares": 3}, scheduler="slurm"), "cluster.nodeGroups[0]", "give count >= spares"),
     (groups(GPU, {**CPU, "spares": 1}), "cluster.nodeGroups[1].spares", "give cluster.scheduler: slurm"),
@@ -99,8 +118,13 @@ def test_bad_group_is_named_with_the_fix(cluster, field, words):
 
 
 def test_node_names_have_three_digits_below_a_thousand_and_plain_digits_above():
-    assert [node_name("gpu", i) for i in (0, 7, 999, 1000, 4095)] == ["gpu-000", "gpu-007", "gpu-999", "gpu-1000",
-                                                                      "gpu-4095"]
+    assert [node_name("gpu", i) for i in (0, 7, 999, 1000, 4095)] == [
+        "gpu-000",
+        "gpu-007",
+        "gpu-999",
+        "gpu-1000",
+        "gpu-4095",
+    ]
     assert compute_node_name(12) == "compute-012"
 
 

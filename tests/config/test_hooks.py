@@ -7,15 +7,19 @@ import textwrap
 
 import pytest
 
-from infra.render.bundle import build
-from infra.config.parse import ConfigError, parse
 from infra.config.hooks import MAX_BYTES
+from infra.config.parse import ConfigError, parse
 from infra.config.stackfile import load
-from tests.render.bootstrap_shell import context, run
+from infra.render.bundle import build
 from tests.facts.instance_data import offline_facts
+from tests.render.bootstrap_shell import context, run
 from tests.render.test_bootstrap_steps import COMMON
 
-BASE = {"name": "hks", "headNode": {"instanceType": "c6i.xlarge"}, "compute": {"instanceType": "c6i.16xlarge", "count": 2}}
+BASE = {
+    "name": "hks",
+    "headNode": {"instanceType": "c6i.xlarge"},
+    "compute": {"instanceType": "c6i.16xlarge", "count": 2},
+}
 
 
 def _cfg(hooks: dict):
@@ -35,10 +39,16 @@ def test_each_bad_hook_is_named_by_its_field_with_the_fix(tmp_path):
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "setup.sh").write_text("#!/bin/bash\n")
     (tmp_path / "bad name.sh").write_text("#!/bin/bash\n")
-    problems = _problems({"onNodeStart": [str(tmp_path / "missing.sh"), str(tmp_path / "a"), str(tmp_path / "big.sh")],
-                          "onNodeReady": [str(tmp_path / "a/setup.sh"), str(tmp_path / "b/setup.sh"),
-                                          str(tmp_path / "bad name.sh")]})
-    assert "does not exist; give the path of a script relative to the stack file" in problems["cluster.hooks.onNodeStart[0]"]
+    problems = _problems(
+        {
+            "onNodeStart": [str(tmp_path / "missing.sh"), str(tmp_path / "a"), str(tmp_path / "big.sh")],
+            "onNodeReady": [str(tmp_path / "a/setup.sh"), str(tmp_path / "b/setup.sh"), str(tmp_path / "bad name.sh")],
+        }
+    )
+    assert (
+        "does not exist; give the path of a script relative to the stack file"
+        in problems["cluster.hooks.onNodeStart[0]"]
+    )
     assert "is not a regular file" in problems["cluster.hooks.onNodeStart[1]"]
     assert f"more than {MAX_BYTES}" in problems["cluster.hooks.onNodeStart[2]"]
     assert "another hook is also named 'setup.sh'" in problems["cluster.hooks.onNodeReady[1]"]
@@ -50,14 +60,16 @@ def test_paths_in_a_stack_file_are_relative_to_its_directory(tmp_path):
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "ready.sh").write_text("#!/bin/bash\necho ready\n")
     stack = tmp_path / "Pulumi.dev.yaml"
-    stack.write_text(textwrap.dedent("""\
+    stack.write_text(
+        textwrap.dedent("""\
         config:
           aws:region: us-east-1
           hpcc:cluster:
             name: hks
             compute: {instanceType: c6i.16xlarge, count: 2}
             hooks: {onNodeReady: [hooks/ready.sh]}
-        """))
+        """)
+    )
     assert load(stack).cluster.hooks.on_node_ready == [str(tmp_path / "hooks" / "ready.sh")]
 
 
@@ -77,8 +89,10 @@ def test_hooks_are_pinned_in_the_bundle_and_an_edit_is_a_new_bundle(tmp_path):
     assert build(cfg, "us-east-1", offline_facts()).sha256 != first.sha256
 
 
-HOOK_SCRIPT = 'use_step() { HPCC_STEP=$1; }\nfail() { echo "FAIL class=$HPCC_FAIL_CLASS step=$HPCC_STEP: $*"; exit 1; }\n' \
-              'HPCC_START=$(date +%s); HPCC_DEADLINE=$(( HPCC_START + 600 )); HPCC_NODE=compute-001; HPCC_IP=10.0.16.5\n'
+HOOK_SCRIPT = (
+    'use_step() { HPCC_STEP=$1; }\nfail() { echo "FAIL class=$HPCC_FAIL_CLASS step=$HPCC_STEP: $*"; exit 1; }\n'
+    'HPCC_START=$(date +%s); HPCC_DEADLINE=$(( HPCC_START + 600 )); HPCC_NODE=compute-001; HPCC_IP=10.0.16.5\n'
+)
 
 
 def _hooks(tmp_path, **scripts):
@@ -91,8 +105,13 @@ def _hooks(tmp_path, **scripts):
 
 
 def test_a_hook_runs_with_a_clean_environment_and_the_nodes_identity(tmp_path):
-    env = _hooks(tmp_path, **{"show.sh": 'echo "node=$HPCC_NODE ip=$HPCC_NODE_IP hook=$HPCC_HOOK role=$HPCC_ROLE"\n'
-                                         'echo "leaked=${SECRET_OF_THE_BOOTSTRAP:-none} ${AWS_ENDPOINT_URL:-none}"\n'})
+    env = _hooks(
+        tmp_path,
+        **{
+            "show.sh": 'echo "node=$HPCC_NODE ip=$HPCC_NODE_IP hook=$HPCC_HOOK role=$HPCC_ROLE"\n'
+            'echo "leaked=${SECRET_OF_THE_BOOTSTRAP:-none} ${AWS_ENDPOINT_URL:-none}"\n'
+        },
+    )
     env["AWS_ENDPOINT_URL"] = "http://example.invalid"
     out = run(COMMON + ["hooks"], HOOK_SCRIPT + "run_hooks onNodeStart show.sh\necho after", context(), env=env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -101,7 +120,9 @@ def test_a_hook_runs_with_a_clean_environment_and_the_nodes_identity(tmp_path):
 
 
 def test_a_failing_hook_fails_the_node_as_class_hook_naming_it_and_stops_there(tmp_path):
-    env = _hooks(tmp_path, **{"ok.sh": "echo fine\n", "bad.sh": "echo broken >&2; exit 4\n", "never.sh": "echo never\n"})
+    env = _hooks(
+        tmp_path, **{"ok.sh": "echo fine\n", "bad.sh": "echo broken >&2; exit 4\n", "never.sh": "echo never\n"}
+    )
     out = run(COMMON + ["hooks"], HOOK_SCRIPT + "run_hooks onNodeReady ok.sh bad.sh never.sh", context(), env=env)
     assert out.returncode == 1 and "never" not in out.stdout
     assert "FAIL class=hook step=hook:bad.sh: onNodeReady hook bad.sh failed (exit 4)" in out.stdout
@@ -109,7 +130,12 @@ def test_a_failing_hook_fails_the_node_as_class_hook_naming_it_and_stops_there(t
 
 def test_a_hook_that_runs_too_long_is_stopped_and_named(tmp_path):
     env = _hooks(tmp_path, **{"slow.sh": "sleep 30\n"})
-    out = run(COMMON + ["hooks"], HOOK_SCRIPT + "HPCC_HOOK_SECONDS=1\nrun_hooks onNodeReady slow.sh", context(),
-              env=env, timeout=20)
+    out = run(
+        COMMON + ["hooks"],
+        HOOK_SCRIPT + "HPCC_HOOK_SECONDS=1\nrun_hooks onNodeReady slow.sh",
+        context(),
+        env=env,
+        timeout=20,
+    )
     assert out.returncode == 1
     assert "FAIL class=hook step=hook:slow.sh: onNodeReady hook slow.sh timed out after 1 s" in out.stdout

@@ -7,25 +7,29 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tests.facts.instance_data import MOTO_ACCOUNT
-from infra.ops.cli import app
 from infra.config.parse import parse
+from infra.config.validators.check import check_config
 from infra.facts.efa import efa_device_count
-from infra.render.node_settings import node_settings
+from infra.ops.cli import app
+from infra.ops.plan_summary import cost_line
 from infra.plan import aws_rules
 from infra.plan.runner import PlanError, plan_config
-from infra.ops.plan_summary import cost_line
+from infra.render.node_settings import node_settings
 from infra.render.roles import resolve_role
-from infra.config.validators.check import check_config
-from tests.facts.instance_data import all_descriptions, as_launch_template, offline_facts
+from tests.facts.instance_data import MOTO_ACCOUNT, all_descriptions, as_launch_template, offline_facts
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def config_map(compute_type: str, count: int = 2, region: str = "us-east-1", **compute) -> dict:
-    return {"aws:region": region, "hpcc:cluster": {
-        "name": "types", "headNode": {"instanceType": "c5n.9xlarge"},
-        "compute": {"instanceType": compute_type, "count": count, **compute}}}
+    return {
+        "aws:region": region,
+        "hpcc:cluster": {
+            "name": "types",
+            "headNode": {"instanceType": "c5n.9xlarge"},
+            "compute": {"instanceType": compute_type, "count": count, **compute},
+        },
+    }
 
 
 def cluster_of(m: dict):
@@ -60,22 +64,28 @@ def test_trn2_plans_with_neuroncores_as_slots_and_neuron_env():
     assert fabric["FI_EFA_USE_DEVICE_RDMA"] == "1" and "NCCL_DEBUG" not in fabric and "CCL_ATL_TRANSPORT" not in fabric
 
 
-@pytest.mark.parametrize("name", ["p6-b200.48xlarge", "p6-b300.48xlarge", "trn2.48xlarge", "hpc7a.96xlarge",
-                                  "p5.4xlarge", "g6.48xlarge"])
+@pytest.mark.parametrize(
+    "name", ["p6-b200.48xlarge", "p6-b300.48xlarge", "trn2.48xlarge", "hpc7a.96xlarge", "p5.4xlarge", "g6.48xlarge"]
+)
 def test_the_issue_s_types_pass_the_rules_and_ec2_takes_their_layout(name):
     cluster = cluster_of(config_map(name))
-    assert not [f for f in check_config(parse("us-east-1", config_map(name)["hpcc:cluster"]), offline_facts()) if f.is_error]
+    assert not [
+        f for f in check_config(parse("us-east-1", config_map(name)["hpcc:cluster"]), offline_facts()) if f.is_error
+    ]
     spec = resolve_role(cluster, "us-east-1", "compute", offline_facts())
     aws_rules.check_launch_template("lt", as_launch_template(spec.layout), all_descriptions()[name])
     assert spec.efa_devices == efa_device_count(list(spec.layout)) >= 1
     assert node_settings(cluster, "us-east-1", offline_facts(), MOTO_ACCOUNT).slots == spec.itype.slots
 
 
-@pytest.mark.parametrize("compute,field,words", [
-    ({"instanceType": "p9.huge"}, "cluster.compute.instanceType", "DescribeInstanceTypes does not list it"),
-    ({"instanceType": "hpc7a.96xlarge", "market": "spot"}, "cluster.compute.market", "on-demand only"),
-    ({"instanceType": "vt1.24xlarge"}, "cluster.compute.instanceType", "cannot join a cluster placement group"),
-])
+@pytest.mark.parametrize(
+    "compute,field,words",
+    [
+        ({"instanceType": "p9.huge"}, "cluster.compute.instanceType", "DescribeInstanceTypes does not list it"),
+        ({"instanceType": "hpc7a.96xlarge", "market": "spot"}, "cluster.compute.market", "on-demand only"),
+        ({"instanceType": "vt1.24xlarge"}, "cluster.compute.instanceType", "cannot join a cluster placement group"),
+    ],
+)
 def test_the_plan_refuses_what_ec2_s_data_rules_out_naming_the_field(tmp_path, compute, field, words):
     import yaml
 
@@ -92,8 +102,11 @@ def test_hdd_on_scratch_is_refused_before_any_plan():
     m["hpcc:cluster"]["fsx"] = {"storageType": "HDD"}
     with pytest.raises(Exception) as e:
         plan_config(m)
-    assert ("cluster.fsx.storageType", "FSx for Lustre takes HDD storage with PERSISTENT_1 only, not SCRATCH_2; use SSD, "
-            "or deploymentType: PERSISTENT_1") in e.value.problems
+    assert (
+        "cluster.fsx.storageType",
+        "FSx for Lustre takes HDD storage with PERSISTENT_1 only, not SCRATCH_2; use SSD, "
+        "or deploymentType: PERSISTENT_1",
+    ) in e.value.problems
 
 
 # -- Capacity Blocks -----------------------------------------------------------------------------------------
@@ -127,7 +140,9 @@ def test_ec2_rules_refuse_a_capacity_block_market_without_its_reservation(block_
     with pytest.raises(aws_rules.AwsRejected, match="needs a capacity reservation target"):
         aws_rules.check_market("lt", inputs, all_descriptions()["p5.4xlarge"])
     with pytest.raises(aws_rules.AwsRejected, match="not offered as spot"):
-        aws_rules.check_market("lt", {"instanceMarketOptions": {"marketType": "spot"}}, all_descriptions()["hpc7a.96xlarge"])
+        aws_rules.check_market(
+            "lt", {"instanceMarketOptions": {"marketType": "spot"}}, all_descriptions()["hpc7a.96xlarge"]
+        )
 
 
 def test_plan_error_is_a_message(tmp_path):
@@ -137,12 +152,19 @@ def test_plan_error_is_a_message(tmp_path):
 
 # -- arm64 (Graviton): a cluster of one architecture, with the family's arm64 image ------------------------------
 
+
 @pytest.mark.parametrize("head,compute", [("c7g.2xlarge", "hpc7g.16xlarge"), ("c7g.2xlarge", "g5g.16xlarge")])
 def test_an_arm64_cluster_plans_with_the_familys_arm64_image(head, compute):
     from infra.plan.embedded_aws import stable_ami_id
 
-    config = {"aws:region": "us-east-1", "hpcc:cluster": {
-        "name": "grav", "headNode": {"instanceType": head}, "compute": {"instanceType": compute, "count": 2}}}
+    config = {
+        "aws:region": "us-east-1",
+        "hpcc:cluster": {
+            "name": "grav",
+            "headNode": {"instanceType": head},
+            "compute": {"instanceType": compute, "count": 2},
+        },
+    }
     result = plan_config(config)
     arm64_ami = stable_ami_id("base-oss-nvidia-driver-gpu-ubuntu-22.04-arm64")
     assert {r["inputs"]["ami"] for r in result.of_type("aws:ec2/instance:Instance")} == {arm64_ami}

@@ -11,8 +11,13 @@ import re
 import pytest
 
 from hpcc_contract import groups, ledger
-from hpcc_contract.settings import (BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, OPTIONAL_DEFAULTS, PATTERNS,
-                                    boot_diag_level_problem)
+from hpcc_contract.settings import (
+    BOOT_DIAG_LEVEL_DEFAULT,
+    BOOT_DIAG_LEVEL_MAX,
+    OPTIONAL_DEFAULTS,
+    PATTERNS,
+    boot_diag_level_problem,
+)
 from hpcc_node import slurm
 from hpcc_node.controller.__main__ import ConfigError, parse_groups
 from hpcc_node.controller.model import Group
@@ -41,8 +46,11 @@ def test_every_reader_refuses_a_groups_document_of_another_format(text):
 
 def test_the_ledger_table_has_one_string_hash_key_on_demand():
     assert ledger.table_definition("t") == {
-        "TableName": "t", "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
-        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}], "BillingMode": "PAY_PER_REQUEST"}
+        "TableName": "t",
+        "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"}],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
 
 
 def test_the_boot_diagnostic_level_is_two_by_default_and_zero_to_four_everywhere():

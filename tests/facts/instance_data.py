@@ -23,8 +23,17 @@ def efa_type_names() -> list[str]:
 
 def as_launch_template(layout) -> dict:
     """A layout as the launch template's networkInterfaces input (the wire names aws_rules reads)."""
-    return {"networkInterfaces": [{"networkCardIndex": s.network_card_index, "deviceIndex": s.device_index,
-                                   "interfaceType": s.interface_type, "subnetId": "subnet-1"} for s in layout]}
+    return {
+        "networkInterfaces": [
+            {
+                "networkCardIndex": s.network_card_index,
+                "deviceIndex": s.device_index,
+                "interfaceType": s.interface_type,
+                "subnetId": "subnet-1",
+            }
+            for s in layout
+        ]
+    }
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,6 @@ from infra.config import model as config
 from infra.config import nodes
 from infra.facts import limits
 
-
 MODELS = (nodes.ComputeNodes, nodes.NodeGroup, config.ClusterConfig, config.StackConfig)
 
 
@@ -20,7 +19,7 @@ def node_cap(cap: int):
     fields = [nodes.ComputeNodes.model_fields["count"], nodes.NodeGroup.model_fields["count"]]
     kept = [list(f.metadata) for f in fields]
     kept_cap = limits.MAX_NODES
-    for field, metadata in zip(fields, kept):
+    for field, metadata in zip(fields, kept, strict=True):
         field.metadata[:] = [Le(cap) if isinstance(m, Le) else m for m in metadata]
     limits.MAX_NODES = cap
     try:
@@ -28,7 +27,7 @@ def node_cap(cap: int):
             model.model_rebuild(force=True)
         yield
     finally:
-        for field, metadata in zip(fields, kept):
+        for field, metadata in zip(fields, kept, strict=True):
             field.metadata[:] = metadata
         limits.MAX_NODES = kept_cap
         for model in MODELS:

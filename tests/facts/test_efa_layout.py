@@ -50,17 +50,34 @@ def _ifaces(*specs):
     return [InterfaceSpec(*s) for s in specs]
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("p6-b300.48xlarge", _ifaces((0, 0, "interface"), *[(c, 0, "efa-only") for c in range(1, 17)])),
-    ("p6-b200.48xlarge", _ifaces((0, 0, "interface"), (0, 1, "efa-only"), *[(c, 0, "efa-only") for c in range(1, 8)])),
-    ("p5en.48xlarge", _ifaces((0, 0, "interface"), (0, 1, "efa-only"), *[(c, 0, "efa-only") for c in range(1, 16)])),
-    ("trn2.48xlarge", _ifaces((0, 0, "interface"), (0, 1, "efa-only"), *[(c, 0, "efa-only") for c in range(1, 16)])),
-    ("g6e.48xlarge", _ifaces((0, 0, "interface"), (0, 1, "efa-only"), (1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only"))),
-    ("hpc7g.16xlarge", _ifaces((0, 0, "efa"))),
-    ("hpc6id.32xlarge", _ifaces((0, 0, "efa"), (1, 0, "efa-only"))),  # card 0 takes one interface only
-    ("i7ie.48xlarge", _ifaces((0, 0, "interface"), (0, 1, "efa-only"))),  # 2 cards, 1 EFA
-    ("c6i.16xlarge", _ifaces((0, 0, "interface"))),  # no EFA
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("p6-b300.48xlarge", _ifaces((0, 0, "interface"), *[(c, 0, "efa-only") for c in range(1, 17)])),
+        (
+            "p6-b200.48xlarge",
+            _ifaces((0, 0, "interface"), (0, 1, "efa-only"), *[(c, 0, "efa-only") for c in range(1, 8)]),
+        ),
+        (
+            "p5en.48xlarge",
+            _ifaces((0, 0, "interface"), (0, 1, "efa-only"), *[(c, 0, "efa-only") for c in range(1, 16)]),
+        ),
+        (
+            "trn2.48xlarge",
+            _ifaces((0, 0, "interface"), (0, 1, "efa-only"), *[(c, 0, "efa-only") for c in range(1, 16)]),
+        ),
+        (
+            "g6e.48xlarge",
+            _ifaces(
+                (0, 0, "interface"), (0, 1, "efa-only"), (1, 0, "efa-only"), (2, 0, "efa-only"), (3, 0, "efa-only")
+            ),
+        ),
+        ("hpc7g.16xlarge", _ifaces((0, 0, "efa"))),
+        ("hpc6id.32xlarge", _ifaces((0, 0, "efa"), (1, 0, "efa-only"))),  # card 0 takes one interface only
+        ("i7ie.48xlarge", _ifaces((0, 0, "interface"), (0, 1, "efa-only"))),  # 2 cards, 1 EFA
+        ("c6i.16xlarge", _ifaces((0, 0, "interface"))),  # no EFA
+    ],
+)
 def test_layouts_by_name(name, expected):
     assert interface_layout(_facts(name), True) == expected
 
@@ -81,8 +98,14 @@ def test_more_interfaces_than_the_type_takes_are_rejected():
     d = all_descriptions()["hpc7g.16xlarge"]  # 1 card, 4 interfaces at most
     many = as_launch_template(_ifaces((0, 0, "efa"), (0, 1, "interface"), (0, 2, "interface"), (0, 3, "interface")))
     aws_rules.check_launch_template("lt", many, d)
-    d = {**d, "NetworkInfo": {**d["NetworkInfo"], "MaximumNetworkInterfaces": 3,
-                              "NetworkCards": [{**d["NetworkInfo"]["NetworkCards"][0], "MaximumNetworkInterfaces": 8}]}}
+    d = {
+        **d,
+        "NetworkInfo": {
+            **d["NetworkInfo"],
+            "MaximumNetworkInterfaces": 3,
+            "NetworkCards": [{**d["NetworkInfo"]["NetworkCards"][0], "MaximumNetworkInterfaces": 8}],
+        },
+    }
     with pytest.raises(AwsRejected, match="takes at most 3"):
         aws_rules.check_launch_template("lt", many, d)
 
@@ -90,7 +113,11 @@ def test_more_interfaces_than_the_type_takes_are_rejected():
 def test_trn2_runs_one_rank_per_neuron_core_with_neuron_fabric_settings():
     trn2 = _facts("trn2.48xlarge")
     assert (trn2.accelerator, trn2.neuron_cores, trn2.slots, trn2.gpus) == ("neuron", 128, 128, 0)
-    assert dict(fabric_env(trn2, True)) == {"FI_PROVIDER": "efa", "FI_EFA_FORK_SAFE": "1", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    assert dict(fabric_env(trn2, True)) == {
+        "FI_PROVIDER": "efa",
+        "FI_EFA_FORK_SAFE": "1",
+        "FI_EFA_USE_DEVICE_RDMA": "1",
+    }
     assert dict(fabric_env(trn2, False)) == {"FI_PROVIDER": "tcp"}
 
 

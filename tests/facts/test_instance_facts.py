@@ -12,11 +12,19 @@ def test_every_type_in_the_data_parses_into_consistent_facts():
     for name, d in all_descriptions().items():
         it = from_description(d)
         cards = d["NetworkInfo"]["NetworkCards"]
-        ok = (it.name == name and it.vcpus == d["VCpuInfo"]["DefaultVCpus"] and it.cores >= 1 and it.slots >= 1
-              and it.memory_gib * 1024 == d["MemoryInfo"]["SizeInMiB"] and it.arch in d["ProcessorInfo"]["SupportedArchitectures"]
-              and len(it.cards) == len(cards) == it.network_cards and it.cards[0].index == 0
-              and it.efa_supported == bool(d["NetworkInfo"].get("EfaSupported"))
-              and it.usage_classes == tuple(d["SupportedUsageClasses"]) and it.hourly_usd is None)
+        ok = (
+            it.name == name
+            and it.vcpus == d["VCpuInfo"]["DefaultVCpus"]
+            and it.cores >= 1
+            and it.slots >= 1
+            and it.memory_gib * 1024 == d["MemoryInfo"]["SizeInMiB"]
+            and it.arch in d["ProcessorInfo"]["SupportedArchitectures"]
+            and len(it.cards) == len(cards) == it.network_cards
+            and it.cards[0].index == 0
+            and it.efa_supported == bool(d["NetworkInfo"].get("EfaSupported"))
+            and it.usage_classes == tuple(d["SupportedUsageClasses"])
+            and it.hourly_usd is None
+        )
         if not ok:
             bad.append(name)
     assert bad == []
@@ -30,7 +38,11 @@ def test_fields_ec2_publishes_beyond_the_old_catalog():
     vt1 = from_description(d["vt1.24xlarge"])  # EFA, yet no cluster placement group
     assert vt1.efa_supported and not vt1.cluster_placement_supported
     b300 = from_description(d["p6-b300.48xlarge"])
-    assert b300.cards[0].interface_types == ("interface",) and b300.cards[1].supports("efa-only") and b300.cards[16].index == 16
+    assert (
+        b300.cards[0].interface_types == ("interface",)
+        and b300.cards[1].supports("efa-only")
+        and b300.cards[16].index == 16
+    )
     inf2 = from_description(d["inf2.48xlarge"])
     assert (inf2.accelerator, inf2.neuron_model, inf2.neuron_cores) == ("neuron", "Inferentia2", 24)
     assert from_description(d["i7ie.48xlarge"]).accelerator == "none"
@@ -43,7 +55,9 @@ def ec2_with_call_count():
     with embedded_aws(REGION):
         ec2 = boto3.client("ec2", region_name=REGION)
         calls = []
-        ec2.meta.events.register("before-call.ec2.DescribeInstanceTypes", lambda params, **_: calls.append(params["body"]))
+        ec2.meta.events.register(
+            "before-call.ec2.DescribeInstanceTypes", lambda params, **_: calls.append(params["body"])
+        )
         yield ec2, calls
 
 

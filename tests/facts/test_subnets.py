@@ -7,12 +7,20 @@ import ipaddress
 
 import pytest
 
-from infra.facts.subnets import PUBLIC_CIDR, VPC_CIDR
 from infra.config.parse import ConfigError, parse
+from infra.facts.subnets import (
+    FSX_INTERFACE_ALLOWANCE,
+    HEAD_ADDRESSES,
+    PRIVATE_CIDRS,
+    PUBLIC_CIDR,
+    RESERVED_PER_SUBNET,
+    VPC_CIDR,
+    addresses_needed,
+    largest_count,
+    private_cidr,
+)
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import PlanError, plan_config
-from infra.facts.subnets import (FSX_INTERFACE_ALLOWANCE, HEAD_ADDRESSES, PRIVATE_CIDRS, RESERVED_PER_SUBNET,
-                           addresses_needed, largest_count, private_cidr)
 from tests.facts.plan_scale import node_cap
 
 SUBNET = "aws:ec2/subnet:Subnet"
@@ -61,8 +69,7 @@ def test_a_resize_within_todays_size_changes_no_subnet(example_config, tmp_path)
     assert ("cpu-oneccl-groups-param", "update") in [(c.name, c.action) for c in result.changes]  # saw the resize
 
 
-def test_the_plans_aws_refuses_more_nodes_than_the_subnet_holds_whatever_the_program_chose(example_config,
-                                                                                           monkeypatch):
+def test_the_plans_aws_refuses_more_nodes_than_the_subnet_holds_whatever_the_program_chose(example_config, monkeypatch):
     """aws_rules plays EC2's part on its own: a program that sized the subnet too small for the groups the
     controller will launch into it still fails the plan."""
     import infra.facts.subnets
@@ -70,8 +77,11 @@ def test_the_plans_aws_refuses_more_nodes_than_the_subnet_holds_whatever_the_pro
     monkeypatch.setattr(infra.facts.subnets, "private_cidr", lambda count: "10.0.16.0/28")  # 16 - 5 = 11 usable
     config = example_config("c6i-oneccl")  # its head is in the private subnet too (no SSH opened)
     config["hpcc:cluster"]["compute"]["count"] = 12
-    with pytest.raises(PlanError, match=r"groups-param: InsufficientFreeAddressesInSubnet: the groups launch 12 nodes "
-                                        r"into subnet 10.0.16.0/28, which has 11 usable addresses"):
+    with pytest.raises(
+        PlanError,
+        match=r"groups-param: InsufficientFreeAddressesInSubnet: the groups launch 12 nodes "
+        r"into subnet 10.0.16.0/28, which has 11 usable addresses",
+    ):
         plan_config(config)
     config["hpcc:cluster"]["compute"]["count"] = 10
     plan_config(config)  # the head and ten nodes fit

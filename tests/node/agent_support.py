@@ -9,11 +9,11 @@ import json
 import subprocess
 from pathlib import Path
 
-from hpcc_node import agent, awscli, upgrade
 from hpcc_contract.names import MEMBERSHIP_KEY
+from hpcc_node import agent, awscli, upgrade
 from hpcc_node.controller import membership
-from tests.render.bootstrap_cases import settings
 from tests.box import bundles
+from tests.render.bootstrap_cases import settings
 
 SETTINGS = settings()["p5-llm"]
 P = "/hpcc/llm"
@@ -29,10 +29,24 @@ def instance_of(name: str) -> str:
 def membership_doc(hosts: str, generation: int) -> dict:
     """The controller's membership.json for a list of addresses: the head's, then compute-000's ..."""
     ips = [ip for ip in hosts.split("\n") if ip]
-    nodes = [{"name": f"compute-{i:03d}", "group": "compute", "ip": ip, "instance": instance_of(f"compute-{i:03d}"),
-              "state": "ready"} for i, ip in enumerate(ips[1:])]
-    return {"format": 1, "generation": generation, "nodes": nodes, "groups": {"compute": len(nodes)}, "bundle": {},
-            "head": {"name": "head", "ip": ips[0], "instance": instance_of("head")}}
+    nodes = [
+        {
+            "name": f"compute-{i:03d}",
+            "group": "compute",
+            "ip": ip,
+            "instance": instance_of(f"compute-{i:03d}"),
+            "state": "ready",
+        }
+        for i, ip in enumerate(ips[1:])
+    ]
+    return {
+        "format": 1,
+        "generation": generation,
+        "nodes": nodes,
+        "groups": {"compute": len(nodes)},
+        "bundle": {},
+        "head": {"name": "head", "ip": ips[0], "instance": instance_of("head")},
+    }
 
 
 class FakeS3:
@@ -63,7 +77,10 @@ class FakeS3:
 
             def read(self):
                 return self.data
+
         return {"Body": Body(self.objects[(Bucket, Key)]), "ETag": self.etag(Bucket, Key)}
+
+
 SCRIPTS = {"head": "#!/bin/bash\n# head boot steps\n", "compute": "#!/bin/bash\n# compute boot steps\n"}
 
 
@@ -135,20 +152,35 @@ class FakeRun:
         raise AssertionError(argv)
 
 
-def node(tmp_path: Path, name: str = "compute-001", ip: str = "10.0.0.6", version: int = 0,
-         scripts: dict[str, str] | None = None, settings_text: str = SETTINGS):
+def node(
+    tmp_path: Path,
+    name: str = "compute-001",
+    ip: str = "10.0.0.6",
+    version: int = 0,
+    scripts: dict[str, str] | None = None,
+    settings_text: str = SETTINGS,
+):
     """A booted node's directories (its bundle installed as the loader would); its Config and the bundle's sha."""
     root = tmp_path / name
     etc, run, opt = root / "etc", root / "run", root / "opt"
     for d in (etc, run):
         d.mkdir(parents=True)
-    (etc / "node").write_text(f"HPCC_NODE={name}\nHPCC_INSTANCE_ID={instance_of(name)}\nHPCC_IP={ip}\nHOSTS_VERSION={version}\n")
+    (etc / "node").write_text(
+        f"HPCC_NODE={name}\nHPCC_INSTANCE_ID={instance_of(name)}\nHPCC_IP={ip}\nHOSTS_VERSION={version}\n"
+    )
     (etc / "settings").write_text(settings_text)
     packed, sha = bundles.build(scripts or SCRIPTS)
     bundles.install(opt, packed, sha)
     role = "head" if name == "head" else "compute"
-    config = agent.Config(role=role, etc=str(etc), run=str(run), opt=str(opt), log=str(root / "log"),
-                          status_key=membership.status_key(ARN + instance_of(name)), **CONFIG)
+    config = agent.Config(
+        role=role,
+        etc=str(etc),
+        run=str(run),
+        opt=str(opt),
+        log=str(root / "log"),
+        status_key=membership.status_key(ARN + instance_of(name)),
+        **CONFIG,
+    )
     return config, sha
 
 

@@ -1,6 +1,6 @@
 """A fake of the AWS calls the host certificates make (the rotation parameter, the host-ca secret, the state bucket's
-objects with ETags), and nodes whose host keys are real ssh-keygen keys in a directory: what tests/node/test_host_certs.py,
-test_host_keys.py and test_rotate_keys.py share."""
+objects with ETags), and nodes whose host keys are real ssh-keygen keys in a directory: what
+tests/node/test_host_certs.py, test_host_keys.py and test_rotate_keys.py share."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from moto.secretsmanager.models import SecretsManagerBackend
 
 from hpcc_node import certs, cluster_keys, sshkeys
 from hpcc_node.aws import AwsError, NotFound
-
 
 BUCKET = "hpcc-llm-state-123456789012"
 ARN_PREFIX = "arn:aws:ec2:us-east-1:123456789012:instance/"
@@ -47,7 +46,8 @@ class FakeAws:
         self.objects: dict[str, str] = {}
         self.puts: list[str] = []
         self.gets: list[str] = []
-        # the SSH and login keys of cluster llm, created empty as Pulumi creates them (infra/program/components/identity.py)
+        # the SSH and login keys of cluster llm, created empty as Pulumi creates them
+        # (infra/program/components/identity.py)
         self.keys = SecretsManagerBackend("us-east-1", "123456789012")
         for secret in KEY_SECRETS:
             self.keys.create_secret(f"hpcc/llm{secret}", None, None, None, None, None, None, [], False)
@@ -96,20 +96,27 @@ class FakeAws:
             if operation == "put-secret-value":
                 value = o["secret-string"]
                 if value.startswith("file://"):
-                    value = Path(value[len("file://"):]).read_text()
-                return b.put_secret_value(sid, value, None, o.get("client-request-token"),
-                                          o.get("version-stages", "AWSCURRENT").split())
+                    value = Path(value[len("file://") :]).read_text()
+                return b.put_secret_value(
+                    sid, value, None, o.get("client-request-token"), o.get("version-stages", "AWSCURRENT").split()
+                )
             if operation == "list-secret-version-ids":
                 return b.list_secret_version_ids(sid)
             if operation == "update-secret-version-stage":
-                return json.dumps(b.update_secret_version_stage(sid, o["version-stage"], o.get("remove-from-version-id"),
-                                                                o.get("move-to-version-id")))
+                return json.dumps(
+                    b.update_secret_version_stage(
+                        sid, o["version-stage"], o.get("remove-from-version-id"), o.get("move-to-version-id")
+                    )
+                )
         except JsonRESTError as e:
             raise NotFound(str(e)) if e.code == 404 or "NotFound" in e.error_type else AwsError(str(e)) from None
         raise AssertionError(f"unexpected call {operation} {o}")
 
 
-KEY_SECRETS = ("/ssh-key", "/user-key")  # their labels matter (cluster_keys.py): moto's Secrets Manager model holds them
+KEY_SECRETS = (
+    "/ssh-key",
+    "/user-key",
+)  # their labels matter (cluster_keys.py): moto's Secrets Manager model holds them
 
 
 def _options(args) -> dict:
@@ -131,17 +138,27 @@ def host_keys(directory: Path, types=("ed25519", "ecdsa")) -> list[Path]:
 
 def sshd_stand_in(keys: list[Path]):
     """A `run` that answers `sshd -T` with these HostKey lines and runs everything else."""
+
     def run(args, **kw):
         if args[:2] == ["sshd", "-T"]:
             return subprocess.CompletedProcess(args, 0, "".join(f"hostkey {k}\n" for k in keys), "")
         return subprocess.run(args, **kw)
+
     return run
 
 
 def make_node(aws: FakeAws, tmp: Path, name: str, ip: str, cluster: str = "llm", instance: str = "") -> certs.Node:
     keys = host_keys(tmp / name)
-    return certs.Node(aws, BUCKET, cluster, name, ip, ARN_PREFIX + (instance or instance_of(name)),
-                      run=sshd_stand_in(keys), known_hosts=str(tmp / name / "known_hosts"))
+    return certs.Node(
+        aws,
+        BUCKET,
+        cluster,
+        name,
+        ip,
+        ARN_PREFIX + (instance or instance_of(name)),
+        run=sshd_stand_in(keys),
+        known_hosts=str(tmp / name / "known_hosts"),
+    )
 
 
 def make_head(aws: FakeAws, cluster: str = "llm") -> certs.Head:
@@ -149,8 +166,13 @@ def make_head(aws: FakeAws, cluster: str = "llm") -> certs.Head:
 
 
 def cert_text(path: str | Path) -> str:
-    return subprocess.run(["ssh-keygen", "-L", "-f", str(path)], capture_output=True, text=True, check=True,
-                          env={"TZ": "UTC", "PATH": "/usr/bin:/bin"}).stdout
+    return subprocess.run(
+        ["ssh-keygen", "-L", "-f", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"TZ": "UTC", "PATH": "/usr/bin:/bin"},
+    ).stdout
 
 
 def seed_keys(aws: FakeAws) -> dict[str, str]:
@@ -168,5 +190,12 @@ def node_keys(aws: FakeAws, tmp: Path, name: str) -> cluster_keys.Keys:
     for home in homes.values():
         (home / ".ssh").mkdir(parents=True, exist_ok=True)
         (home / ".ssh" / "id_hpcc").touch()
-    return cluster_keys.Keys(aws, "llm", "10.0.0.0/16", lambda: "alice", home_of=lambda user: pwd.struct_passwd(
-        (user, "x", os.getuid(), os.getgid(), "", str(homes[user]), "/bin/bash")))
+    return cluster_keys.Keys(
+        aws,
+        "llm",
+        "10.0.0.0/16",
+        lambda: "alice",
+        home_of=lambda user: pwd.struct_passwd(
+            (user, "x", os.getuid(), os.getgid(), "", str(homes[user]), "/bin/bash")
+        ),
+    )

@@ -4,11 +4,11 @@ ready, which a test then breaks in one place."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Dict, Iterable, List, Optional
 
-from hpcc_node.controller.decide import decide
 from hpcc_contract.names import node_name
+from hpcc_node.controller.decide import decide
 from hpcc_node.controller.model import READY, Action, Group, Instance, Report, Slot, SlurmNode, Snapshot
 
 NOW = 1_000_000.0
@@ -16,14 +16,14 @@ GPU = Group("gpu", "p5.48xlarge", 4, launch_template="lt-gpu", subnet_id="subnet
 
 
 def iid(group: str, index: int, gen: int = 0) -> str:
-    return f"i-{zlib.crc32(group.encode()) % 0xfff:03x}{gen:02x}{index:05x}"
+    return f"i-{zlib.crc32(group.encode()) % 0xFFF:03x}{gen:02x}{index:05x}"
 
 
 def ip(index: int, gen: int = 0) -> str:
     return f"10.{gen}.{index // 250}.{index % 250 + 4}"
 
 
-def cluster(group: Group = GPU, slurm: bool = True, n: Optional[int] = None, **snap) -> Snapshot:
+def cluster(group: Group = GPU, slurm: bool = True, n: int | None = None, **snap) -> Snapshot:
     """`n` (default: the group's count) ready nodes of one group, seen an hour after they were named."""
     slots, insts, reps, nodes = {}, {}, {}, {}
     for i in range(group.count if n is None else n):
@@ -38,10 +38,13 @@ def cluster(group: Group = GPU, slurm: bool = True, n: Optional[int] = None, **s
 def merge(groups: Iterable[Group], slurm: bool = True) -> Snapshot:
     parts = [cluster(g, slurm) for g in groups]
     first = parts[0]
-    return replace(first, slots={k: v for p in parts for k, v in p.slots.items()},
-                   instances={k: v for p in parts for k, v in p.instances.items()},
-                   reports={k: v for p in parts for k, v in p.reports.items()},
-                   slurm={k: v for p in parts for k, v in (p.slurm or {}).items()} if slurm else None)
+    return replace(
+        first,
+        slots={k: v for p in parts for k, v in p.slots.items()},
+        instances={k: v for p in parts for k, v in p.instances.items()},
+        reports={k: v for p in parts for k, v in p.reports.items()},
+        slurm={k: v for p in parts for k, v in (p.slurm or {}).items()} if slurm else None,
+    )
 
 
 def with_instance(snap: Snapshot, name: str, **changes) -> Snapshot:
@@ -63,18 +66,19 @@ def with_report(snap: Snapshot, name: str, ok: bool, failure: str = "", evidence
     return replace(snap, reports={**snap.reports, name: rep})
 
 
-def run(snap: Snapshot, groups: Iterable[Group] = (GPU,), now: float = NOW, **timers) -> List[Action]:
+def run(snap: Snapshot, groups: Iterable[Group] = (GPU,), now: float = NOW, **timers) -> list[Action]:
     from hpcc_node.controller.timers import Timers
+
     return decide(snap, list(groups), now, Timers(**timers))
 
 
-def kinds(actions: List[Action], node: Optional[str] = None) -> List[str]:
+def kinds(actions: list[Action], node: str | None = None) -> list[str]:
     return [a.kind for a in actions if node is None or a.node == node]
 
 
-def by_kind(actions: List[Action], kind: str) -> List[Action]:
+def by_kind(actions: list[Action], kind: str) -> list[Action]:
     return [a for a in actions if a.kind == kind]
 
 
-def nothing_but_publish(actions: List[Action]) -> Dict[str, List[str]]:
+def nothing_but_publish(actions: list[Action]) -> dict[str, list[str]]:
     return {a.node or a.group: [a.kind] for a in actions if a.kind != "publish-membership"}

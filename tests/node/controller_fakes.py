@@ -4,7 +4,8 @@ ClientToken idempotency, a slow shutting-down) and a wrapper that kills the cont
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Dict, List, Optional
+from collections.abc import Callable
+from typing import Any
 
 from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
 
@@ -20,7 +21,7 @@ class ClientError(Exception):
 
 
 class _Pages:
-    def __init__(self, pages: List[Dict[str, Any]]):
+    def __init__(self, pages: list[dict[str, Any]]):
         self.pages = pages
 
     def paginate(self, **_: Any):
@@ -30,17 +31,17 @@ class _Pages:
 class FakeEC2:
     def __init__(self, clock: Callable[[], float], seed: int = 0):
         self.clock = clock
-        self.instances: Dict[str, Dict[str, Any]] = {}
-        self.tokens: Dict[str, List[str]] = {}
-        self.launched: List[str] = []
-        self.capacity: Optional[int] = None  # instances EC2 can still give; None: unlimited
-        self.calls: Dict[str, int] = {}
+        self.instances: dict[str, dict[str, Any]] = {}
+        self.tokens: dict[str, list[str]] = {}
+        self.launched: list[str] = []
+        self.capacity: int | None = None  # instances EC2 can still give; None: unlimited
+        self.calls: dict[str, int] = {}
         self.rng = random.Random(seed)
 
     def _count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
 
-    def create_fleet(self, **req: Any) -> Dict[str, Any]:
+    def create_fleet(self, **req: Any) -> dict[str, Any]:
         self._count("create_fleet")
         token = req["ClientToken"]
         if token in self.tokens:  # idempotent, as EC2 answers a repeated ClientToken
@@ -48,8 +49,15 @@ class FakeEC2:
         count = req["TargetCapacitySpecification"]["TotalTargetCapacity"]
         minimum = req.get("OnDemandOptions", req.get("SpotOptions", {})).get("MinTargetCapacity", 1)
         if self.capacity is not None and self.capacity < minimum:
-            return {"Instances": [], "Errors": [{"ErrorCode": "InsufficientInstanceCapacity",
-                                                 "ErrorMessage": "We currently do not have sufficient capacity"}]}
+            return {
+                "Instances": [],
+                "Errors": [
+                    {
+                        "ErrorCode": "InsufficientInstanceCapacity",
+                        "ErrorMessage": "We currently do not have sufficient capacity",
+                    }
+                ],
+            }
         count = min(count, self.capacity) if self.capacity is not None else count
         if self.capacity is not None:
             self.capacity -= count
@@ -58,15 +66,21 @@ class FakeEC2:
         for _ in range(count):
             n = len(self.launched)
             iid = f"i-{n:017x}"
-            self.instances[iid] = {"state": "pending", "launch": self.clock(), "tags": dict(tags),
-                                   "ip": f"10.1.{n // 250}.{n % 250 + 4}", "status_ok": True, "events": []}
+            self.instances[iid] = {
+                "state": "pending",
+                "launch": self.clock(),
+                "tags": dict(tags),
+                "ip": f"10.1.{n // 250}.{n % 250 + 4}",
+                "status_ok": True,
+                "events": [],
+            }
             self.launched.append(iid)
             ids.append(iid)
         self.rng.shuffle(ids)  # EC2 gives no order
         self.tokens[token] = ids
         return {"Instances": [{"InstanceIds": ids}], "Errors": []}
 
-    def terminate_instances(self, InstanceIds: List[str]) -> Dict[str, Any]:
+    def terminate_instances(self, InstanceIds: list[str]) -> dict[str, Any]:
         self._count("terminate_instances")
         for iid in InstanceIds:
             if iid not in self.instances:
@@ -75,7 +89,7 @@ class FakeEC2:
                 self.instances[iid]["state"] = "shutting-down"
         return {}
 
-    def create_tags(self, Resources: List[str], Tags: List[Dict[str, str]]) -> Dict[str, Any]:
+    def create_tags(self, Resources: list[str], Tags: list[dict[str, str]]) -> dict[str, Any]:
         self._count("create_tags")
         for iid in Resources:
             self.instances[iid]["tags"].update({t["Key"]: t["Value"] for t in Tags})
@@ -89,21 +103,40 @@ class FakeEC2:
     def get_paginator(self, name: str) -> _Pages:
         self._count(name)
         if name == "describe_instances":
-            found = [{"InstanceId": iid, "State": {"Name": i["state"]}, "LaunchTime": i["launch"],
-                      "PrivateIpAddress": i["ip"], "Tags": [{"Key": k, "Value": v} for k, v in i["tags"].items()]}
-                     for iid, i in sorted(self.instances.items()) if TAG_CLUSTER in i["tags"]]
-            return _Pages([{"Reservations": [{"Instances": found[k:k + 1000]}]} for k in range(0, len(found), 1000)]
-                          or [{"Reservations": []}])
+            found = [
+                {
+                    "InstanceId": iid,
+                    "State": {"Name": i["state"]},
+                    "LaunchTime": i["launch"],
+                    "PrivateIpAddress": i["ip"],
+                    "Tags": [{"Key": k, "Value": v} for k, v in i["tags"].items()],
+                }
+                for iid, i in sorted(self.instances.items())
+                if TAG_CLUSTER in i["tags"]
+            ]
+            return _Pages(
+                [{"Reservations": [{"Instances": found[k : k + 1000]}]} for k in range(0, len(found), 1000)]
+                or [{"Reservations": []}]
+            )
         assert name == "describe_instance_status"
-        statuses = [{"InstanceId": iid, "InstanceStatus": {"Status": "ok" if i["status_ok"] else "impaired"},
-                     "SystemStatus": {"Status": "ok"}, "Events": [{"Code": c} for c in i["events"]]}
-                    for iid, i in sorted(self.instances.items())
-                    if i["state"] == "running" and (not i["status_ok"] or i["events"])]
+        statuses = [
+            {
+                "InstanceId": iid,
+                "InstanceStatus": {"Status": "ok" if i["status_ok"] else "impaired"},
+                "SystemStatus": {"Status": "ok"},
+                "Events": [{"Code": c} for c in i["events"]],
+            }
+            for iid, i in sorted(self.instances.items())
+            if i["state"] == "running" and (not i["status_ok"] or i["events"])
+        ]
         return _Pages([{"InstanceStatuses": statuses}])
 
-    def live(self, group: str = "") -> List[str]:
-        return [iid for iid, i in self.instances.items() if i["state"] in ("pending", "running")
-                and (not group or i["tags"].get(TAG_GROUP) == group)]
+    def live(self, group: str = "") -> list[str]:
+        return [
+            iid
+            for iid, i in self.instances.items()
+            if i["state"] in ("pending", "running") and (not group or i["tags"].get(TAG_GROUP) == group)
+        ]
 
 
 MUTATIONS = {"create_fleet", "terminate_instances", "create_tags", "transact_write_items", "put_item", "put_object"}
@@ -112,7 +145,7 @@ MUTATIONS = {"create_fleet", "terminate_instances", "create_tags", "transact_wri
 class Killer:
     """Counts the side effects of every client it wraps and dies at the n-th (before or after it happens)."""
 
-    def __init__(self, at: Optional[int] = None, after: bool = False):
+    def __init__(self, at: int | None = None, after: bool = False):
         self.at, self.after, self.count, self.fired = at, after, 0, False
 
     def wrap(self, client: Any) -> Any:
@@ -135,11 +168,13 @@ class Killer:
                         killer.fired = True
                         raise Killed(f"after {name} #{killer.count}")
                     return out
+
                 return call
+
         return Proxy()
 
 
-def moto_launch_template(ec2, name: str, data: Dict[str, Any]) -> Dict[str, str]:
+def moto_launch_template(ec2, name: str, data: dict[str, Any]) -> dict[str, str]:
     """In moto: a VPC, a subnet, an image (moto may load no AMIs) and a launch template `name` running it with
     `data`; the subnet and image ids."""
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
@@ -147,4 +182,3 @@ def moto_launch_template(ec2, name: str, data: Dict[str, Any]) -> Dict[str, str]
     image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]
     ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, **data})
     return {"subnet": subnet, "image": image}
-

@@ -24,7 +24,10 @@ def caller(tmp_path, cli, **kw):
     def sleep(s):
         sleeps.append(s)
         clock[0] += s
-    return Aws(run=cli, clock=lambda: clock[0], sleep=sleep, rand=lambda: 0.0, pace_file=str(tmp_path / "pace"), **kw), sleeps
+
+    return Aws(
+        run=cli, clock=lambda: clock[0], sleep=sleep, rand=lambda: 0.0, pace_file=str(tmp_path / "pace"), **kw
+    ), sleeps
 
 
 def test_calls_are_paced_one_interval_apart_through_the_shared_file(tmp_path):

@@ -30,9 +30,13 @@ def test_a_hosts_text_is_applied_only_with_this_node_at_its_own_address():
     assert hosts.line_holds(pairs, "compute-001", "10.0.0.7") == "10.0.0.6"
     assert hosts.line_holds(pairs, "compute-002", "10.0.0.7") == "nothing"
     # The bootstrap's rules (hpcc_contract/hosts.py): names and addresses of the VPC only, none twice.
-    for bad in ("head 10.0.0.4\ncompute-000 $(reboot)\n", "head 10.0.0.4\ncompute-000 169.254.169.254\n",
-                "head 10.0.0.4\ncompute-000 10.0.0.4\n", "head 10.0.0.4\ncompute-000 10.0.0.256\n",
-                "head 10.0.0.4\n$(reboot) 10.0.0.5\n"):
+    for bad in (
+        "head 10.0.0.4\ncompute-000 $(reboot)\n",
+        "head 10.0.0.4\ncompute-000 169.254.169.254\n",
+        "head 10.0.0.4\ncompute-000 10.0.0.4\n",
+        "head 10.0.0.4\ncompute-000 10.0.0.256\n",
+        "head 10.0.0.4\n$(reboot) 10.0.0.5\n",
+    ):
         with pytest.raises(StateError, match="hosts: line 2"):
             parse_hosts(bad, "10.0.0.0/16")
 
@@ -41,8 +45,12 @@ def test_the_state_file_is_read_back_checked_never_trusted():
     good = "HPCC_NODE=compute-001\nHPCC_INSTANCE_ID=i-0abc\nHPCC_IP=10.0.0.6\nHOSTS_VERSION=2\n"
     assert parse_state(good).hosts_version == 2
     assert parse_state(good.replace("compute-001", "gpu-1000")).node == "gpu-1000"
-    for bad in (good.replace("2\n", "x\n"), good + "EVIL=1\n", good.replace("compute-001", "../etc"),
-                good.replace("i-0abc", "i-0abc;x")):
+    for bad in (
+        good.replace("2\n", "x\n"),
+        good + "EVIL=1\n",
+        good.replace("compute-001", "../etc"),
+        good.replace("i-0abc", "i-0abc;x"),
+    ):
         with pytest.raises(StateError):
             parse_state(bad)
 
@@ -59,8 +67,11 @@ def test_pacing_comes_from_the_settings_and_paces_like_the_bootstrap():
 
 def test_the_pointer_is_refused_unless_it_names_a_content_addressed_key():
     assert rollout.parse_pointer(json.dumps(PTR._asdict())) == PTR
-    for bad in ({**PTR._asdict(), "sha256": "B" * 64}, {**PTR._asdict(), "key": "bundles/latest.tar.gz"},
-                {**PTR._asdict(), "bucket": "../x"}):
+    for bad in (
+        {**PTR._asdict(), "sha256": "B" * 64},
+        {**PTR._asdict(), "key": "bundles/latest.tar.gz"},
+        {**PTR._asdict(), "bucket": "../x"},
+    ):
         with pytest.raises(ValueError):
             rollout.parse_pointer(json.dumps(bad))
 
@@ -121,8 +132,18 @@ IDENTITY = {"node": "compute-001", "ip": "10.0.0.6", "instanceId": "i-0abc", "ho
 
 
 def test_the_status_carries_the_bundle_version_and_drift_within_4000_bytes():
-    doc = json.loads(status.status(IDENTITY, "ready", True, "m", bundle=B, log_tail=['x"' * 150] * 40, now=0,
-                                   extra={"drifted": "boot steps changed"}))
+    doc = json.loads(
+        status.status(
+            IDENTITY,
+            "ready",
+            True,
+            "m",
+            bundle=B,
+            log_tail=['x"' * 150] * 40,
+            now=0,
+            extra={"drifted": "boot steps changed"},
+        )
+    )
     assert (doc["bundle"], doc["agentVersion"], doc["protocol"], doc["drifted"]) == (B, "1", 1, "boot steps changed")
     assert doc["updated"] == "1970-01-01T00:00:00Z" and doc["step"] == "sync" and doc["phase"] == "ready"
     assert len(json.dumps(doc)) <= 4000 and 0 < len(doc["logTail"]) < 15 and len(doc["logTail"][0]) == 200

@@ -32,11 +32,20 @@ def without(key: str) -> str:
     return "".join(line + "\n" for line in SETTINGS.splitlines() if not line.startswith(key + "="))
 
 
-TEXTS = [*settings().values(), SETTINGS + "REBOOT=1\n", SETTINGS.replace("SLOTS=8", "SLOTS=08"),
-         SETTINGS.replace("SLOTS=8", "SLOTS=0"), SETTINGS + "SLOTS=8\n", without("JOIN_TIMEOUT_MINUTES"),
-         SETTINGS + "just words\n", SETTINGS.replace("MOUNT_POINT=/fsx", "MOUNT_POINT=/fsx$(reboot)"),
-         SETTINGS + "FABRIC=FI_X=1;reboot\n", SETTINGS + "AUTHORIZED_KEY=ssh-ed25519 " + "A" * 68 + " me@host\n",
-         SETTINGS.replace("SCHEDULER=slurm", "SCHEDULER=pbs"), "\n\n" + SETTINGS + "\n\n"]
+TEXTS = [
+    *settings().values(),
+    SETTINGS + "REBOOT=1\n",
+    SETTINGS.replace("SLOTS=8", "SLOTS=08"),
+    SETTINGS.replace("SLOTS=8", "SLOTS=0"),
+    SETTINGS + "SLOTS=8\n",
+    without("JOIN_TIMEOUT_MINUTES"),
+    SETTINGS + "just words\n",
+    SETTINGS.replace("MOUNT_POINT=/fsx", "MOUNT_POINT=/fsx$(reboot)"),
+    SETTINGS + "FABRIC=FI_X=1;reboot\n",
+    SETTINGS + "AUTHORIZED_KEY=ssh-ed25519 " + "A" * 68 + " me@host\n",
+    SETTINGS.replace("SCHEDULER=slurm", "SCHEDULER=pbs"),
+    "\n\n" + SETTINGS + "\n\n",
+]
 
 
 def test_python_and_bash_accept_and_refuse_the_same_settings_texts():
@@ -46,8 +55,13 @@ def test_python_and_bash_accept_and_refuse_the_same_settings_texts():
 
 
 def test_python_takes_the_optional_defaults_and_lists_the_repeated_keys():
-    parsed = parse("".join(line + "\n" for line in SETTINGS.splitlines()
-                           if not line.startswith(("SCHEDULER=", "SLURM_NODE=", "SLURM_GPUS="))))
+    parsed = parse(
+        "".join(
+            line + "\n"
+            for line in SETTINGS.splitlines()
+            if not line.startswith(("SCHEDULER=", "SLURM_NODE=", "SLURM_GPUS="))
+        )
+    )
     assert parsed["SCHEDULER"] == "none" and parsed["SLURM_NODE"] == ""
     assert parsed["FABRIC"][0] == "FI_PROVIDER=efa" and len(parsed["FABRIC"]) == 5
 
@@ -64,14 +78,34 @@ PY38 = Path("/root/.pyenv/versions/3.8.18/bin/python")
 def test_the_agent_runs_its_self_check_under_python_3_8(tmp_path):
     """The oldest Python of the images (Ubuntu 22.04 has 3.10, AL2023 3.9; 3.8 is the floor we state)."""
     import subprocess
+
     from tests.node.agent_support import CONFIG, node
+
     config, sha = node(tmp_path, "compute-000")
-    env = {"HPCC_ROLE": "compute", **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()}, "HPCC_STATUS_KEY": config.status_key, "HPCC_ETC": config.etc,
-           "PYTHONPATH": f"{config.opt}/current", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([str(PY38), "-m", "hpcc_node.agent", "--self-check"], cwd=f"{config.opt}/current", env=env,
-                         capture_output=True, text=True, timeout=60)
+    env = {
+        "HPCC_ROLE": "compute",
+        **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()},
+        "HPCC_STATUS_KEY": config.status_key,
+        "HPCC_ETC": config.etc,
+        "PYTHONPATH": f"{config.opt}/current",
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        [str(PY38), "-m", "hpcc_node.agent", "--self-check"],
+        cwd=f"{config.opt}/current",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "self-check passed" in out.stdout, out.stderr
     (tmp_path / "compute-000/etc/node").write_text("garbage\n")
-    out = subprocess.run([str(PY38), "-m", "hpcc_node.agent", "--self-check"], cwd=f"{config.opt}/current", env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [str(PY38), "-m", "hpcc_node.agent", "--self-check"],
+        cwd=f"{config.opt}/current",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1 and "StateError" in out.stderr, out.stderr

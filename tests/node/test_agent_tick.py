@@ -6,12 +6,25 @@ import json
 
 import pytest
 
-from hpcc_node import upgrade
 from hpcc_contract.names import MEMBERSHIP_KEY
+from hpcc_node import upgrade
 from hpcc_node.controller import membership
-from tests.node.agent_support import (ARN, CONFIG, P, SCRIPTS, SETTINGS, STATE, FakeAws, FakeRun, instance_of, make_agent,
-                                 membership_doc, node, running)
 from tests.box import bundles
+from tests.node.agent_support import (
+    ARN,
+    CONFIG,
+    SCRIPTS,
+    SETTINGS,
+    STATE,
+    FakeAws,
+    FakeRun,
+    P,
+    instance_of,
+    make_agent,
+    membership_doc,
+    node,
+    running,
+)
 
 FOUR = "10.0.0.4\n10.0.0.5\n10.0.0.6\n10.0.0.7"
 
@@ -57,8 +70,13 @@ def test_a_node_taken_out_of_the_hostfiles_keeps_its_files_and_says_why_once_a_g
         a.tick()
     log = (tmp_path / "compute-001/log").read_text()
     assert len(a.run.calls) == 1 and a.node.hosts_version == 1  # the files stay as they were
-    assert log.count("membership generation 2 takes compute-001 out of the hostfiles (hpcc: shared_mount: /fsx did "
-                     "not answer within 10 s): not applied") == 1, log
+    assert (
+        log.count(
+            "membership generation 2 takes compute-001 out of the hostfiles (hpcc: shared_mount: /fsx did "
+            "not answer within 10 s): not applied"
+        )
+        == 1
+    ), log
     del doc["nodes"][1]["out"]
     doc["generation"] = 3
     aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
@@ -86,14 +104,21 @@ def test_an_older_generation_or_a_list_without_this_node_or_refused_settings_are
     a, _ = make_agent(tmp_path, aws, version=0)
     a.tick()
     assert a.run.calls == [] and a.node.hosts_version == 0
-    assert f"does not list compute-001 as {instance_of('compute-001')}" not in (tmp_path / "compute-001/log").read_text()
-    assert "lists 10.0.0.9 as compute-001, not this node's 10.0.0.6: not applied" in (tmp_path / "compute-001/log").read_text()
+    assert (
+        f"does not list compute-001 as {instance_of('compute-001')}" not in (tmp_path / "compute-001/log").read_text()
+    )
+    assert (
+        "lists 10.0.0.9 as compute-001, not this node's 10.0.0.6: not applied"
+        in (tmp_path / "compute-001/log").read_text()
+    )
     doc = membership_doc(FOUR, 1)
     doc["nodes"][1]["instance"] = "i-0fffffff"  # compute-001's name on another instance (its successor)
     aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
     a.tick()
-    assert a.run.calls == [] and f"does not list compute-001 as {instance_of('compute-001')}" in (
-        tmp_path / "compute-001/log").read_text()
+    assert (
+        a.run.calls == []
+        and f"does not list compute-001 as {instance_of('compute-001')}" in (tmp_path / "compute-001/log").read_text()
+    )
     b, _ = make_agent(tmp_path / "b", aws, version=5)  # a node that applied generation 5
     aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(membership_doc(FOUR, 4)).encode()
     b.tick()
@@ -131,7 +156,9 @@ def test_canaries_move_first_then_the_others_in_waves(tmp_path):
     agents, old = booted(tmp_path, aws)
     for a in agents.values():
         a.clock = lambda: now[0]
-    packed, new = bundles.build(SCRIPTS, {"hpcc_contract/version.py": 'AGENT_VERSION = "2"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (0, 1)\n'})
+    packed, new = bundles.build(
+        SCRIPTS, {"hpcc_contract/version.py": 'AGENT_VERSION = "2"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (0, 1)\n'}
+    )
     aws.publish(packed, new)
     tick_all(agents)
     tick_all(agents)
@@ -203,8 +230,13 @@ def test_a_bundle_whose_hash_does_not_match_is_refused_and_never_unpacked(tmp_pa
 
 def test_the_real_self_check_runs_the_new_bundles_agent_against_this_nodes_state(tmp_path):
     config, sha = node(tmp_path, "compute-000")
-    env = {"HPCC_ROLE": "compute", **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()}, "HPCC_STATUS_KEY": config.status_key, "HPCC_ETC": config.etc,
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "HPCC_ROLE": "compute",
+        **{f"HPCC_{k.upper()}": v for k, v in CONFIG.items()},
+        "HPCC_STATUS_KEY": config.status_key,
+        "HPCC_ETC": config.etc,
+        "PATH": "/usr/bin:/bin",
+    }
     upgrade.self_check(upgrade.bundle_dir(sha, config.opt), env=env)  # passes: imports, settings, state, manifest
     packed, bad = bundles.build(SCRIPTS, {"hpcc_node/settings.py": "raise ImportError('broken module')\n"})
     bundles.install(tmp_path / "other", packed, bad)
@@ -219,8 +251,11 @@ def test_the_heads_agent_reports_slurms_states_and_writes_no_node_state(tmp_path
     """The controller is the one writer of Slurm's node states (hpcc_node/controller/act.py)."""
     aws = FakeAws()
     cluster(aws, hosts="10.0.0.4\n10.0.0.5\n10.0.0.6\n10.0.0.7")
-    sinfo = {"nodes": "compute-000|idle|none\ncompute-001|idle*|Not responding\ncompute-002|drained|hpcc: bootstrap failed at efa\n",
-             "summary": "idle compute-000\ndrained compute-002\n"}
+    sinfo = {
+        "nodes": "compute-000|idle|none\ncompute-001|idle*|Not responding\ncompute-002|drained|hpcc: bootstrap failed "
+        "at efa\n",
+        "summary": "idle compute-000\ndrained compute-002\n",
+    }
     a, _ = make_agent(tmp_path, aws, "head", ip="10.0.0.4")
     a.run.sinfo = sinfo
     a.tick()
@@ -242,6 +277,7 @@ def test_with_the_controllers_settings_digest_a_settled_agent_makes_no_ssm_reque
         doc = membership_doc(FOUR, aws.generation)
         doc["bundle"] = follow(pointer, settings_text)
         aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(doc).encode()
+
     publish(SETTINGS)
     a, sha = make_agent(tmp_path, aws, "compute-000", ip="10.0.0.5")  # a canary: it moves first
     a.tick()
@@ -294,6 +330,7 @@ def test_an_unchanged_status_is_written_again_each_heartbeat_with_the_same_bytes
 
 def test_the_heartbeat_override_is_a_bounded_number_of_seconds():
     from hpcc_node import status
+
     assert status.heartbeat_seconds("10") == 10
     assert [status.heartbeat_seconds(t) for t in ("", "1", "99999", "-5", "ten")] == [status.HEARTBEAT_SECONDS] * 5
 
@@ -302,6 +339,7 @@ def test_the_heartbeat_thread_writes_the_last_status_while_the_tick_is_stuck(tmp
     """A tick that takes minutes (apply-membership waiting on a restarting slurmctld) writes no status; the
     heartbeat thread does, the same bytes each beat, so the controller does not take the node for dead."""
     from hpcc_node.agent import heartbeat
+
     a, aws, now, key, first, puts = reported(tmp_path)
     slept = []
 
@@ -310,6 +348,7 @@ def test_the_heartbeat_thread_writes_the_last_status_while_the_tick_is_stuck(tmp
             raise StopIteration
         slept.append(seconds)
         now[0] += seconds
+
     with pytest.raises(StopIteration):
         heartbeat(a, sleep)
     assert slept == [a.c.heartbeat_seconds / 2] * 4

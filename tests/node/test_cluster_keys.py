@@ -1,7 +1,7 @@
 """Root's cluster key and the login user's key through a rotation (hpcc_node/cluster_keys.py): the head's moves of the
-staging labels on moto's Secrets Manager model (tests/node/cert_support.py), each safe to repeat; what a node installs from
-them (real ssh-keygen); a node booting in the middle of a rotation; the bootstrap's call; the IAM the head needs and
-the policy pack's rule for it. tests/ops/test_rotate_keys.py runs the whole rotation with every node's agent, and
+staging labels on moto's Secrets Manager model (tests/node/cert_support.py), each safe to repeat; what a node installs
+from them (real ssh-keygen); a node booting in the middle of a rotation; the bootstrap's call; the IAM the head needs
+and the policy pack's rule for it. tests/ops/test_rotate_keys.py runs the whole rotation with every node's agent, and
 tests/box/test_box_rotation.py with real sshd and a job's SSH."""
 
 import json
@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from hpcc_node import certstore, cluster_keys, sshkeys
-from tests.render.bootstrap_shell import partial
 from tests.node.cert_support import FakeAws, node_keys, seed_keys
-from tests.render.test_bootstrap_steps import COMMON, ctx_for, fake, preamble  # noqa: F401 - fake is a fixture
+from tests.render.bootstrap_shell import partial
+from tests.render.test_bootstrap_steps import COMMON, ctx_for, preamble
 
 SECRET = "hpcc/llm/ssh-key"
 RID = "20261125T050000Z"
@@ -67,7 +67,9 @@ def test_a_node_logs_in_with_the_current_key_and_authorizes_every_labelled_one(t
     current = cluster_keys.staged(aws, SECRET)["AWSCURRENT"]
     public = cluster_keys.public_of(current, "hpcc-llm")
     (ssh / "id_hpcc.pub").write_text(public + "\n")
-    (ssh / "authorized_keys").write_text(f'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMine ec2-keypair\nfrom="10.0.0.0/16" {public}\n')
+    (ssh / "authorized_keys").write_text(
+        f'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMine ec2-keypair\nfrom="10.0.0.0/16" {public}\n'
+    )
     assert keys.follow("") == ["root", "alice"] and keys.follow("") == []  # again only when the phase changes
     cluster_keys.advance(aws, SECRET, "add", RID, "hpcc-llm")
     cluster_keys.advance(aws, SECRET, "switch", RID, "hpcc-llm")
@@ -75,13 +77,18 @@ def test_a_node_logs_in_with_the_current_key_and_authorizes_every_labelled_one(t
     new = cluster_keys.staged(aws, SECRET)["AWSCURRENT"]
     assert (ssh / "id_hpcc").read_text() == new and oct((ssh / "id_hpcc").stat().st_mode)[-3:] == "600"
     lines = (ssh / "authorized_keys").read_text().splitlines()
-    assert lines == ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMine ec2-keypair",
-                     f'from="10.0.0.0/16" {cluster_keys.public_of(new, "hpcc-llm")}', f'from="10.0.0.0/16" {public}']
+    assert lines == [
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMine ec2-keypair",
+        f'from="10.0.0.0/16" {cluster_keys.public_of(new, "hpcc-llm")}',
+        f'from="10.0.0.0/16" {public}',
+    ]
     assert keys.installed["root"].identity == certstore.fingerprint(cluster_keys.public_of(new, "hpcc-llm"))
     assert len(keys.installed["root"].authorized) == 2
     cluster_keys.advance(aws, SECRET, "retire", RID, "hpcc-llm")
     keys.follow(f"{RID}:retire")
-    assert (ssh / "authorized_keys").read_text().splitlines()[1:] == [f'from="10.0.0.0/16" {cluster_keys.public_of(new, "hpcc-llm")}']
+    assert (ssh / "authorized_keys").read_text().splitlines()[1:] == [
+        f'from="10.0.0.0/16" {cluster_keys.public_of(new, "hpcc-llm")}'
+    ]
 
 
 def test_the_key_files_ssh_offers_are_never_rewritten_while_their_key_has_a_label(tmp_path):
@@ -105,8 +112,10 @@ def test_the_key_files_ssh_offers_are_never_rewritten_while_their_key_has_a_labe
             assert a.read_text() == old and a.stat().st_ino == held and b.read_text() == new, phase
     assert not a.exists() and not (ssh / "id_hpcc_a.pub").exists() and b.read_text() == new  # the old key gone
     assert (ssh / "id_hpcc").read_text() == new
-    assert cluster_keys.assign_slots({"id_hpcc_a": "", "id_hpcc_b": new}, ["k3", new]) == {"id_hpcc_b": new,
-                                                                                          "id_hpcc_a": "k3"}
+    assert cluster_keys.assign_slots({"id_hpcc_a": "", "id_hpcc_b": new}, ["k3", new]) == {
+        "id_hpcc_b": new,
+        "id_hpcc_a": "k3",
+    }
 
 
 def test_a_node_booting_during_a_switch_lets_in_both_the_switched_nodes_and_the_others(tmp_path):
@@ -126,7 +135,9 @@ def test_a_login_user_without_a_key_file_on_the_node_is_passed_over(tmp_path):
     aws = FakeAws()
     seed_keys(aws)
     keys = node_keys(aws, tmp_path, "compute-000")
-    os.unlink(tmp_path / "compute-000" / "alice" / ".ssh" / "id_hpcc")  # the bootstrap installed none (a system account)
+    os.unlink(
+        tmp_path / "compute-000" / "alice" / ".ssh" / "id_hpcc"
+    )  # the bootstrap installed none (a system account)
     assert keys.follow("") == ["root"]
     root = keys.home_of("root")
     keys.home_of = lambda user: root if user == "root" else pwd.getpwnam(user)  # no such user on this machine
@@ -137,13 +148,13 @@ def test_a_login_user_without_a_key_file_on_the_node_is_passed_over(tmp_path):
 def test_the_bootstrap_installs_through_the_agents_own_code_after_its_keys():
     rendered = partial("ssh", ctx_for(Path("/tmp")))
     assert "python3 -m hpcc_node.cluster_keys \"llm\" \"$HPCC_VPC_CIDR\" \"$HPCC_LOGIN_USER\"" in rendered
-    body = rendered[rendered.index("step_ssh() {"):]
+    body = rendered[rendered.index("step_ssh() {") :]
     assert body.index("install_key /root root") < body.index("  cluster_keys\n") < body.index("host_certs")
 
 
 def test_only_the_head_may_move_its_own_key_secrets_labels():
-    from infra.program.components.identity import node_policy
     from hpcc_contract.names import Paths
+    from infra.program.components.identity import node_policy
     from policy import write_rules
 
     arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:hpcc/llm/ssh-key-AbCdEf"

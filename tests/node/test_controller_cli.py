@@ -13,11 +13,11 @@ import boto3
 import pytest
 
 from hpcc_contract import groups as groups_format
+from hpcc_contract.ledger import table_definition
 from hpcc_contract.names import Paths, ledger_table, state_bucket
 from hpcc_node import awscli
 from hpcc_node.controller import __main__ as main_mod
 from hpcc_node.controller import membership
-from hpcc_contract.ledger import table_definition
 from hpcc_node.controller.ledger import read_name
 from hpcc_node.settings import state_names
 from tests.node.controller_fakes import moto_launch_template
@@ -27,16 +27,27 @@ BUCKET, TABLE = state_bucket(CLUSTER, ACCOUNT), ledger_table(CLUSTER)
 
 
 def test_the_clis_error_text_is_botocores_error_code():
-    e = awscli.parse_error("\nAn error occurred (PreconditionFailed) when calling the PutObject operation: At least "
-                           "one of the pre-conditions you specified did not hold\n", "put_object")
+    e = awscli.parse_error(
+        "\nAn error occurred (PreconditionFailed) when calling the PutObject operation: At least "
+        "one of the pre-conditions you specified did not hold\n",
+        "put_object",
+    )
     assert e.response["Error"]["Code"] == "PreconditionFailed" and e.operation_name == "PutObject"
     e = awscli.parse_error("An error occurred (304) when calling the GetObject operation: Not Modified", "get_object")
     assert e.response["Error"]["Code"] == "304"
-    e = awscli.parse_error("An error occurred (RequestLimitExceeded) when calling the CreateFleet operation (reached "
-                           "max retries: 0): Request limit exceeded.", "create_fleet")
-    assert e.response["Error"]["Code"] == "RequestLimitExceeded" and e.response["Error"]["Message"] == "Request limit exceeded."
-    e = awscli.parse_error("Unable to locate credentials. You can configure credentials by running \"aws configure\".",
-                           "describe_instances")
+    e = awscli.parse_error(
+        "An error occurred (RequestLimitExceeded) when calling the CreateFleet operation (reached "
+        "max retries: 0): Request limit exceeded.",
+        "create_fleet",
+    )
+    assert (
+        e.response["Error"]["Code"] == "RequestLimitExceeded"
+        and e.response["Error"]["Message"] == "Request limit exceeded."
+    )
+    e = awscli.parse_error(
+        "Unable to locate credentials. You can configure credentials by running \"aws configure\".",
+        "describe_instances",
+    )
     assert e.response["Error"]["Code"] == "CliError" and "credentials" in e.response["Error"]["Message"]
     assert awscli.option("IfNoneMatch") == "--if-none-match" and awscli.option("Key") == "--key"
 
@@ -54,9 +65,15 @@ def server():
     srv.start()
     host, port = srv.get_host_and_port()
     url = f"http://{host}:{port}"
-    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": REGION, "AWS_MAX_ATTEMPTS": "1", "AWS_PAGER": "",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_PAGER": "",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -90,8 +107,11 @@ def test_s3s_conditional_requests_work_through_the_cli(server):
     assert membership.read(s3, "hpcc-cli-test", etag)[0]["generation"] == 2
     for i in range(3):
         s3.put_object(Bucket="hpcc-cli-test", Key=f"status/{i}.json", Body=b"{}")
-    pages = list(s3.get_paginator("list_objects_v2").paginate(Bucket="hpcc-cli-test", Prefix="status/",
-                                                              PaginationConfig={"PageSize": 2}))
+    pages = list(
+        s3.get_paginator("list_objects_v2").paginate(
+            Bucket="hpcc-cli-test", Prefix="status/", PaginationConfig={"PageSize": 2}
+        )
+    )
     assert [len(p["Contents"]) for p in pages] == [2, 1]
     with pytest.raises(awscli.ClientError) as e:
         s3.get_object(Bucket="hpcc-cli-test", Key="nothing")
@@ -99,15 +119,33 @@ def test_s3s_conditional_requests_work_through_the_cli(server):
 
 
 def groups_value(subnet: str, count: int) -> str:
-    return groups_format.dumps([
-        {"name": "gpu", "instance_type": "p5.48xlarge", "count": count, "launch_template": "hpcc-c-gpu-lt",
-         "subnet_id": subnet, "market": "on-demand", "efa": False, "root_volume_gib": 200,
-         "slurm": {"cpus": 192, "real_memory": 1000, "gres": "gpu:8"}}])
+    return groups_format.dumps(
+        [
+            {
+                "name": "gpu",
+                "instance_type": "p5.48xlarge",
+                "count": count,
+                "launch_template": "hpcc-c-gpu-lt",
+                "subnet_id": subnet,
+                "market": "on-demand",
+                "efa": False,
+                "root_volume_gib": 200,
+                "slurm": {"cpus": 192, "real_memory": 1000, "gres": "gpu:8"},
+            }
+        ]
+    )
 
 
 def controller_env(**extra: str) -> dict:
-    return {**os.environ, "HPCC_CLUSTER": CLUSTER, "HPCC_INSTANCE_ID": "i-0head", "HPCC_NODE_IP": "10.0.0.4",
-            "HPCC_ACCOUNT": ACCOUNT, "HPCC_CONTROLLER_LOG": os.devnull, **extra}
+    return {
+        **os.environ,
+        "HPCC_CLUSTER": CLUSTER,
+        "HPCC_INSTANCE_ID": "i-0head",
+        "HPCC_NODE_IP": "10.0.0.4",
+        "HPCC_ACCOUNT": ACCOUNT,
+        "HPCC_CONTROLLER_LOG": os.devnull,
+        **extra,
+    }
 
 
 def test_the_controller_process_launches_names_and_publishes_with_the_head(server):
@@ -120,8 +158,11 @@ def test_the_controller_process_launches_names_and_publishes_with_the_head(serve
     env = controller_env(HPCC_CONTROLLER_ORPHAN_TIMEOUT_SECONDS="3600")
     assert main_mod.main(["--once"], env) == 0  # launches 2
     assert main_mod.main(["--once"], env) == 0  # names them, tags them, publishes
-    ids = [i["InstanceId"] for r in ec2.describe_instances(Filters=[{"Name": "tag:hpcc:group", "Values": ["gpu"]}])[
-        "Reservations"] for i in r["Instances"]]
+    ids = [
+        i["InstanceId"]
+        for r in ec2.describe_instances(Filters=[{"Name": "tag:hpcc:group", "Values": ["gpu"]}])["Reservations"]
+        for i in r["Instances"]
+    ]
     assert len(ids) == 2
     ddb = awscli.client("dynamodb")
     names = sorted(read_name(ddb, TABLE, i) for i in ids)
@@ -130,20 +171,34 @@ def test_the_controller_process_launches_names_and_publishes_with_the_head(serve
     assert doc["head"] == {"name": "head", "ip": "10.0.0.4", "instance": "i-0head"}
     assert sorted(n["name"] for n in doc["nodes"]) == names and doc["groups"] == {"gpu": 2}
     import hashlib  # the nodes read the settings from SSM only when this changes
+
     assert doc["bundle"] == {"settings_sha256": hashlib.sha256(b"SCHEDULER=none\n").hexdigest()}
-    tags = {t["ResourceId"]: t["Value"] for t in ec2.describe_tags(
-        Filters=[{"Name": "key", "Values": ["hpcc:node"]}])["Tags"]}
+    tags = {
+        t["ResourceId"]: t["Value"]
+        for t in ec2.describe_tags(Filters=[{"Name": "key", "Values": ["hpcc:node"]}])["Tags"]
+    }
     assert sorted(tags[i] for i in ids) == names
     # The nodes report as the bootstrap and the agent do (hpcc_node/status.py): gpu-000 at its own key; gpu-001's
     # report under another instance's key is no report. The next loop takes gpu-000 for ready, gpu-001 boots on.
     from hpcc_node import status
+
     by_name = {read_name(ddb, TABLE, i): i for i in ids}
     s3 = awscli.client("s3")
     for name, key_instance in (("gpu-000", by_name["gpu-000"]), ("gpu-001", "i-0ffffffffffffffff")):
-        body = status.status({"node": name, "ip": "10.0.0.9", "instanceId": by_name[name], "hostsVersion": 1},
-                             "ready", True, "bootstrap finished", bundle="", log_tail=[], step="ready")
-        s3.put_object(Bucket=BUCKET, Key=membership.status_key(membership.instance_arn("aws", REGION, ACCOUNT, key_instance)),
-                      Body=body.encode())
+        body = status.status(
+            {"node": name, "ip": "10.0.0.9", "instanceId": by_name[name], "hostsVersion": 1},
+            "ready",
+            True,
+            "bootstrap finished",
+            bundle="",
+            log_tail=[],
+            step="ready",
+        )
+        s3.put_object(
+            Bucket=BUCKET,
+            Key=membership.status_key(membership.instance_arn("aws", REGION, ACCOUNT, key_instance)),
+            Body=body.encode(),
+        )
     assert main_mod.main(["--once"], env) == 0
     doc, _ = membership.read(s3, BUCKET)
     assert {n["name"]: n["state"] for n in doc["nodes"]} == {"gpu-000": "ready", "gpu-001": "booting"}
@@ -160,8 +215,9 @@ def test_a_malformed_groups_parameter_is_named_with_its_fix():
     with pytest.raises(main_mod.ConfigError, match="/hpcc/c/groups is not JSON"):
         main_mod.parse_groups("{", "/hpcc/c/groups")
     with pytest.raises(main_mod.ConfigError, match=r"groups\[0\] \(gpu\): count"):
-        main_mod.parse_groups(groups_format.dumps([{"name": "gpu", "instance_type": "t3.micro", "count": -1}]),
-                              "/hpcc/c/groups")
+        main_mod.parse_groups(
+            groups_format.dumps([{"name": "gpu", "instance_type": "t3.micro", "count": -1}]), "/hpcc/c/groups"
+        )
     with pytest.raises(main_mod.ConfigError, match="HPCC_CONTROLLER_LOOP_SECONDS"):
         main_mod.timers_from_env({"HPCC_CONTROLLER_LOOP_SECONDS": "soon"})
     assert main_mod.timers_from_env({"HPCC_CONTROLLER_LOOP_SECONDS": "5"}).loop_seconds == 5
@@ -171,9 +227,12 @@ def test_the_controllers_log_has_each_line_once_when_its_stderr_is_the_log_itsel
     """Without systemd the supervisor sends stderr to controller.log, where the controller also writes."""
     import subprocess
     import sys
+
     log = tmp_path / "controller.log"
-    code = ("import sys; from hpcc_node.controller.__main__ import setup_log; "
-            f"setup_log({str(log)!r}).info('one line'); sys.exit(0)")
+    code = (
+        "import sys; from hpcc_node.controller.__main__ import setup_log; "
+        f"setup_log({str(log)!r}).info('one line'); sys.exit(0)"
+    )
     with open(log, "ab") as out:
         subprocess.run([sys.executable, "-c", code], stderr=out, check=True)
     assert log.read_text().count("one line") == 1

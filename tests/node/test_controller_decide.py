@@ -8,11 +8,43 @@ from dataclasses import replace
 import pytest
 
 from hpcc_node.controller import model as m
-from hpcc_node.controller.model import (ALERT, DOWN, DRAIN, FORGET, LAUNCH, MARK, NAME, PROTECT, PUBLISH, REMOVE,
-                                        REPLACE, RESUME, SET_ADDR, TERMINATE_ORPHAN, WAIT_CAPACITY_BLOCK,
-                                        CapacityBlock, Event, GroupState, Instance, LaunchRecord, Slot)
-from tests.node.controller_cases import (GPU, NOW, by_kind, cluster, ip, kinds, merge, run, with_instance, with_report,
-                                    with_slot, with_slurm)
+from hpcc_node.controller.model import (
+    ALERT,
+    DOWN,
+    DRAIN,
+    FORGET,
+    LAUNCH,
+    MARK,
+    NAME,
+    PROTECT,
+    PUBLISH,
+    REMOVE,
+    REPLACE,
+    RESUME,
+    SET_ADDR,
+    TERMINATE_ORPHAN,
+    WAIT_CAPACITY_BLOCK,
+    CapacityBlock,
+    Event,
+    GroupState,
+    Instance,
+    LaunchRecord,
+    Slot,
+)
+from tests.node.controller_cases import (
+    GPU,
+    NOW,
+    by_kind,
+    cluster,
+    ip,
+    kinds,
+    merge,
+    run,
+    with_instance,
+    with_report,
+    with_slot,
+    with_slurm,
+)
 
 N1 = "gpu-001"
 
@@ -29,29 +61,43 @@ def test_the_membership_carries_the_controllers_head_and_a_new_head_is_published
     head = {"name": "head", "ip": "10.0.0.4", "instance": "i-0ead"}
     published = by_kind(run(replace(cluster(), head=head)), PUBLISH)[0]
     assert published.data["body"]["head"] == head
-    moved = replace(cluster(), head={**head, "ip": "10.0.0.9", "instance": "i-0ead2"},
-                    membership_digest=published.data["digest"])  # a replaced head adopts the cluster
+    moved = replace(
+        cluster(), head={**head, "ip": "10.0.0.9", "instance": "i-0ead2"}, membership_digest=published.data["digest"]
+    )  # a replaced head adopts the cluster
     assert by_kind(run(moved), PUBLISH)[0].data["body"]["head"]["ip"] == "10.0.0.9"
 
 
 # The taxonomy, one row at a time: (what breaks, the actions on the node, replaced?)
 TAXONOMY = [
-    ("bootstrap: a step failed", lambda s: with_report(with_slot(s, N1, state=m.BOOTING, since=NOW - 60), N1, False,
-                                                       "bootstrap", "step efa failed"), [DOWN, REPLACE]),
-    ("bootstrap: no ready report in the boot grace",
-     lambda s: with_slot(replace(s, reports={k: v for k, v in s.reports.items() if k != N1}), N1, state=m.BOOTING,
-                         since=NOW - 1801), [DOWN, REPLACE]),
-    ("bootstrap: slurmd never registered", lambda s: with_slurm(with_slot(s, N1, state=m.BOOTING, since=NOW - 1801),
-                                                                N1, {"IDLE", "NOT_RESPONDING"}), [DOWN, REPLACE]),
-    ("bundle refused: reported only", lambda s: with_report(s, N1, False, "bundle", "bundle sha256 mismatch"),
-     [MARK]),
-    ("hook failed: reported only", lambda s: with_report(s, N1, False, "hook", "hook prepare.sh exited 3"),
-     [MARK]),
+    (
+        "bootstrap: a step failed",
+        lambda s: with_report(
+            with_slot(s, N1, state=m.BOOTING, since=NOW - 60), N1, False, "bootstrap", "step efa failed"
+        ),
+        [DOWN, REPLACE],
+    ),
+    (
+        "bootstrap: no ready report in the boot grace",
+        lambda s: with_slot(
+            replace(s, reports={k: v for k, v in s.reports.items() if k != N1}), N1, state=m.BOOTING, since=NOW - 1801
+        ),
+        [DOWN, REPLACE],
+    ),
+    (
+        "bootstrap: slurmd never registered",
+        lambda s: with_slurm(with_slot(s, N1, state=m.BOOTING, since=NOW - 1801), N1, {"IDLE", "NOT_RESPONDING"}),
+        [DOWN, REPLACE],
+    ),
+    ("bundle refused: reported only", lambda s: with_report(s, N1, False, "bundle", "bundle sha256 mismatch"), [MARK]),
+    ("hook failed: reported only", lambda s: with_report(s, N1, False, "hook", "hook prepare.sh exited 3"), [MARK]),
     ("instance: status check failed (hard)", lambda s: with_instance(s, N1, status_ok=False), [DOWN, REPLACE]),
     ("instance: terminated by EC2 (hard)", lambda s: with_instance(s, N1, state="terminated"), [DOWN, REPLACE]),
     ("instance: stopped (hard)", lambda s: with_instance(s, N1, state="stopped"), [DOWN, REPLACE]),
-    ("instance: scheduled retirement (soft: drain first)",
-     lambda s: with_instance(s, N1, events=("instance-retirement",)), [DRAIN]),
+    (
+        "instance: scheduled retirement (soft: drain first)",
+        lambda s: with_instance(s, N1, events=("instance-retirement",)),
+        [DRAIN],
+    ),
 ]
 
 
@@ -72,16 +118,22 @@ def test_a_node_silent_past_the_heartbeat_timeout_is_drained_then_replaced_and_o
     """Its status object's LastModified (a change or the agent's heartbeat) is older than the timeout: its agent,
     and its health checks, stopped. With Slurm it drains first (a running job finishes); without, it is replaced."""
     from hpcc_node.controller.timers import DEFAULT
+
     timeout = DEFAULT.heartbeat_timeout_seconds
 
     def heard(s, ago):
         return replace(s, reports={**s.reports, N1: replace(s.reports[N1], heard=NOW - ago)})
+
     assert kinds(run(heard(cluster(), timeout - 5)), N1) == []
     silent = run(heard(cluster(), timeout + 5))
     assert kinds(silent, N1) == [DRAIN] and "no heartbeat" in by_kind(silent, DRAIN)[0].data["reason"]
     assert kinds(run(heard(cluster(slurm=False), timeout + 5)), N1) == [REPLACE]
-    drained = with_slurm(with_slot(heard(cluster(), timeout + 5), N1, state=m.DRAINING), N1, {"IDLE", "DRAIN"},
-                         "hpcc: health: no heartbeat")
+    drained = with_slurm(
+        with_slot(heard(cluster(), timeout + 5), N1, state=m.DRAINING),
+        N1,
+        {"IDLE", "DRAIN"},
+        "hpcc: health: no heartbeat",
+    )
     assert kinds(run(drained), N1) == [DOWN, REPLACE]
     unknown = replace(cluster(), reports={**cluster().reports, N1: replace(cluster().reports[N1], heard=0.0)})
     assert kinds(run(unknown), N1) == []  # no LastModified known (a report built elsewhere): no judgement
@@ -105,8 +157,9 @@ def test_a_launch_failure_backs_off_and_spends_no_budget():
 
 
 def test_repeated_bootstrap_failures_put_the_group_in_protected_mode():
-    failing = with_report(with_slot(cluster(), N1, state=m.BOOTING, since=NOW - 60), N1, False, "bootstrap",
-                          "step lustre failed")
+    failing = with_report(
+        with_slot(cluster(), N1, state=m.BOOTING, since=NOW - 60), N1, False, "bootstrap", "step lustre failed"
+    )
     almost = replace(failing, group_states={"gpu": GroupState("gpu", consecutive_failures=8)})
     assert REPLACE in kinds(run(almost), N1)
     tenth = replace(failing, group_states={"gpu": GroupState("gpu", consecutive_failures=9)})
@@ -161,21 +214,25 @@ def test_a_systemic_burst_alerts_once_and_touches_no_node():
         four = with_instance(four, f"gpu-{i:03d}", status_ok=False)
     assert kinds(run(four, (big,))).count(REPLACE) == 4
     # the window counts recent replacements of the same signature too, on distinct nodes
-    recent = replace(four, events=(Event(NOW - 60, REPLACE, "gpu-007", "instance",
-                                         "instance:EC2 status check failed"),))
+    recent = replace(
+        four, events=(Event(NOW - 60, REPLACE, "gpu-007", "instance", "instance:EC2 status check failed"),)
+    )
     assert REPLACE not in kinds(run(recent, (big,)))
-    same_node = replace(four, events=(Event(NOW - 60, REPLACE, "gpu-000", "instance",
-                                            "instance:EC2 status check failed"),))
+    same_node = replace(
+        four, events=(Event(NOW - 60, REPLACE, "gpu-000", "instance", "instance:EC2 status check failed"),)
+    )
     assert kinds(run(same_node, (big,))).count(REPLACE) == 4
 
 
 def test_in_a_small_cluster_half_its_nodes_failing_the_same_way_is_systemic():
     two = with_instance(with_instance(cluster(), "gpu-000", status_ok=False), N1, status_ok=False)
     assert kinds(run(two)) == [ALERT, PUBLISH]
-    one = with_report(with_slot(cluster(), N1, state=m.BOOTING, since=NOW - 60, attempts=2), N1, False,
-                      "bootstrap", "step efa failed")
-    again = replace(one, events=tuple(Event(NOW - 120 * k, REPLACE, N1, "bootstrap", "bootstrap:step efa failed")
-                                      for k in (1, 2)))
+    one = with_report(
+        with_slot(cluster(), N1, state=m.BOOTING, since=NOW - 60, attempts=2), N1, False, "bootstrap", "step efa failed"
+    )
+    again = replace(
+        one, events=tuple(Event(NOW - 120 * k, REPLACE, N1, "bootstrap", "bootstrap:step efa failed") for k in (1, 2))
+    )
     assert kinds(run(again), N1) == [DOWN, REPLACE]  # one slot failing again is that slot's, not systemic
 
 
@@ -281,8 +338,11 @@ def test_a_name_moves_only_once_its_predecessor_is_shutting_down():
 def test_names_are_never_compacted_a_removed_node_leaves_a_hole():
     s = cluster(n=4)
     gone = s.slots["gpu-002"].instance_id
-    s = replace(s, slots={k: v for k, v in s.slots.items() if k != "gpu-002"},
-                instances={k: v for k, v in s.instances.items() if k != gone})
+    s = replace(
+        s,
+        slots={k: v for k, v in s.slots.items() if k != "gpu-002"},
+        instances={k: v for k, v in s.instances.items() if k != gone},
+    )
     three = replace(GPU, count=3)
     assert kinds(run(s, (three,))) == [PUBLISH]  # 000, 001, 003: nothing renamed, nothing launched
     body = by_kind(run(s, (three,)), PUBLISH)[0].data["body"]
@@ -292,8 +352,11 @@ def test_names_are_never_compacted_a_removed_node_leaves_a_hole():
 def test_a_grown_group_launches_the_difference_and_names_new_nodes_in_holes_first():
     s = cluster(n=4)
     gone = s.slots["gpu-001"].instance_id
-    s = replace(s, slots={k: v for k, v in s.slots.items() if k != "gpu-001"},
-                instances={k: v for k, v in s.instances.items() if k != gone})
+    s = replace(
+        s,
+        slots={k: v for k, v in s.slots.items() if k != "gpu-001"},
+        instances={k: v for k, v in s.instances.items() if k != gone},
+    )
     five = replace(GPU, count=5, max_count=8)
     assert [a.data["count"] for a in by_kind(run(s, (five,)), LAUNCH)] == [2]
     fresh = {f"i-n{k}": Instance(f"i-n{k}", "pending", NOW - 30 + k, "gpu", ip(10 + k)) for k in range(2)}
@@ -307,14 +370,16 @@ def test_a_shrunk_group_drains_then_removes_the_nodes_it_chose():
     s = with_slot(s, "gpu-000", state=m.FAILED)
     two = replace(GPU, count=2)
     actions = run(s, (two,))
-    assert [(a.kind, a.node) for a in actions if a.kind in (DRAIN, REMOVE)] == [(REMOVE, "gpu-000"),
-                                                                              (DRAIN, "gpu-003")]
-    draining = with_slurm(with_slot(s, "gpu-003", state=m.DRAINING, reason="shrink: x"), "gpu-003",
-                          {"IDLE", "DRAIN"}, "hpcc: shrink")
+    assert [(a.kind, a.node) for a in actions if a.kind in (DRAIN, REMOVE)] == [(REMOVE, "gpu-000"), (DRAIN, "gpu-003")]
+    draining = with_slurm(
+        with_slot(s, "gpu-003", state=m.DRAINING, reason="shrink: x"), "gpu-003", {"IDLE", "DRAIN"}, "hpcc: shrink"
+    )
     removing = with_slot(draining, "gpu-000", state=m.REMOVING)
     actions = run(removing, (two,))
-    assert [(a.kind, a.node) for a in actions if a.kind in (DRAIN, REMOVE)] == [(REMOVE, "gpu-003"),
-                                                                              (REMOVE, "gpu-000")]
+    assert [(a.kind, a.node) for a in actions if a.kind in (DRAIN, REMOVE)] == [
+        (REMOVE, "gpu-003"),
+        (REMOVE, "gpu-000"),
+    ]
     forgotten = with_instance(removing, "gpu-000", state="terminated")
     assert (FORGET, "gpu-000") in [(a.kind, a.node) for a in run(forgotten, (two,))]
 
@@ -326,8 +391,7 @@ def test_a_group_removed_from_the_config_is_removed_then_forgotten():
     assert [(a.kind, a.node) for a in actions if a.group == "cpu"] == [(REMOVE, "cpu-000"), (REMOVE, "cpu-001")]
     s = with_slot(with_slot(s, "cpu-000", state=m.REMOVING), "cpu-001", state=m.REMOVING)
     s = with_instance(s, "cpu-000", state="terminated")
-    assert [(a.kind, a.node) for a in run(s, (GPU,)) if a.group == "cpu"] == [(FORGET, "cpu-000"),
-                                                                              (REMOVE, "cpu-001")]
+    assert [(a.kind, a.node) for a in run(s, (GPU,)) if a.group == "cpu"] == [(FORGET, "cpu-000"), (REMOVE, "cpu-001")]
 
 
 def test_launch_tokens_are_unique_per_cluster_and_fit_ec2s_limit():
@@ -388,8 +452,12 @@ def test_slot_defaults_are_what_a_new_name_needs():
 def test_a_node_drained_for_a_soft_failure_that_cleared_goes_back_to_service():
     """Drained for no heartbeat (an agent's long tick); its agent reports again before the drain ends in a
     replacement: the slot is ready again and Slurm resumes it. A shrink's drain and a person's stay."""
-    drained = with_slurm(with_slot(cluster(), N1, state=m.DRAINING, reason="health: no heartbeat: ..."), N1,
-                         {"IDLE", "DRAIN"}, "hpcc: health: no heartbeat: ...")
+    drained = with_slurm(
+        with_slot(cluster(), N1, state=m.DRAINING, reason="health: no heartbeat: ..."),
+        N1,
+        {"IDLE", "DRAIN"},
+        "hpcc: health: no heartbeat: ...",
+    )
     actions = run(drained)
     assert kinds(actions, N1) == [MARK, RESUME] and by_kind(actions, MARK)[0].data["state"] == m.READY
     assert "cleared while it drained" in by_kind(actions, MARK)[0].why.evidence

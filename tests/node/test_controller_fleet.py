@@ -9,8 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from hpcc_node.controller import fleet
 from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
+from hpcc_node.controller import fleet
 from hpcc_node.controller.model import Group
 from tests.node.controller_fakes import moto_launch_template
 
@@ -20,8 +20,11 @@ GPU = Group("gpu", "p5.48xlarge", 4, launch_template="hpcc-c-compute", subnet_id
 def test_the_request_is_all_or_nothing_for_one_type_in_one_subnet():
     req = fleet.request(GPU, 4, "gpu-1-0", "c")
     assert req["Type"] == "instant" and req["ClientToken"] == "gpu-1-0"
-    assert req["OnDemandOptions"] == {"SingleInstanceType": True, "SingleAvailabilityZone": True,
-                                      "MinTargetCapacity": 4}
+    assert req["OnDemandOptions"] == {
+        "SingleInstanceType": True,
+        "SingleAvailabilityZone": True,
+        "MinTargetCapacity": 4,
+    }
     assert req["TargetCapacitySpecification"] == {"TotalTargetCapacity": 4, "DefaultTargetCapacityType": "on-demand"}
     (config,) = req["LaunchTemplateConfigs"]
     assert config["LaunchTemplateSpecification"] == {"LaunchTemplateName": "hpcc-c-compute", "Version": "$Latest"}
@@ -30,8 +33,10 @@ def test_the_request_is_all_or_nothing_for_one_type_in_one_subnet():
     assert tags[TAG_CLUSTER] == "c" and tags[TAG_GROUP] == "gpu"
 
 
-@pytest.mark.parametrize("market,capacity_type,options", [
-    ("capacity-block", "capacity-block", "OnDemandOptions"), ("spot", "spot", "SpotOptions")])
+@pytest.mark.parametrize(
+    "market,capacity_type,options",
+    [("capacity-block", "capacity-block", "OnDemandOptions"), ("spot", "spot", "SpotOptions")],
+)
 def test_capacity_blocks_and_spot_use_their_target_capacity_type(market, capacity_type, options):
     req = fleet.request(replace(GPU, market=market, capacity_reservation_id="cr-1"), 2, "t", "c")
     assert req["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == capacity_type
@@ -53,9 +58,13 @@ def test_a_launch_against_moto_returns_tagged_instances_in_the_groups_subnet():
 
 
 def test_insufficient_capacity_is_the_launch_class_and_the_real_cause_is_kept():
-    answer = {"Instances": [], "Errors": [
-        {"ErrorCode": fleet.UNFULFILLED[0], "ErrorMessage": fleet.UNFULFILLED[1]},
-        {"ErrorCode": "InsufficientInstanceCapacity", "ErrorMessage": "no p5 in use1-az4"}]}
+    answer = {
+        "Instances": [],
+        "Errors": [
+            {"ErrorCode": fleet.UNFULFILLED[0], "ErrorMessage": fleet.UNFULFILLED[1]},
+            {"ErrorCode": "InsufficientInstanceCapacity", "ErrorMessage": "no p5 in use1-az4"},
+        ],
+    }
     out = fleet.parse(answer)
     assert out.failure == "launch" and out.code == "InsufficientInstanceCapacity" and out.transient
     assert out.evidence.startswith("insufficient capacity")

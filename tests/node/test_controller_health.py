@@ -10,15 +10,38 @@ import pytest
 from hpcc_node import hosts
 from hpcc_node.controller import model as m
 from hpcc_node.controller.health.decide import health_signature, spare_reservation
-from hpcc_node.controller.model import (ALERT, DOWN, DRAIN, MARK, PROTECT, REBOOT, REPLACE, REQUEUE, RESUME, SPARES,
-                                        Event, Group, GroupState, Report, SlurmJob)
+from hpcc_node.controller.model import (
+    ALERT,
+    DOWN,
+    DRAIN,
+    MARK,
+    PROTECT,
+    REBOOT,
+    REPLACE,
+    REQUEUE,
+    RESUME,
+    SPARES,
+    Event,
+    Group,
+    GroupState,
+    Report,
+    SlurmJob,
+)
 from tests.node.controller_cases import NOW, by_kind, cluster, kinds, run, with_slot, with_slurm
 
 N1 = "gpu-001"
-XID79 = ("xid", "Xid 79 on PCI:0000:53:00: GPU has fallen off the bus (catalog RESTART_BM): GPU has fallen off "
-         "the bus.", "down", "reboot")
-ROWS = ("gpu_memory", "GPU 3 (00000000:53:00.0): row remapping pending (a GPU reset applies the remapping)", "drain",
-        "reset")
+XID79 = (
+    "xid",
+    "Xid 79 on PCI:0000:53:00: GPU has fallen off the bus (catalog RESTART_BM): GPU has fallen off the bus.",
+    "down",
+    "reboot",
+)
+ROWS = (
+    "gpu_memory",
+    "GPU 3 (00000000:53:00.0): row remapping pending (a GPU reset applies the remapping)",
+    "drain",
+    "reset",
+)
 SUPPORT = ("xid", "Xid 119 on PCI:0000:53:00: GSP RPC timeout (catalog CONTACT_SUPPORT): ...", "down", "replace")
 DISK = ("disk_free", "/ has 3.1 GiB free, under 20 GiB", "drain", "none")
 OUT = "hpcc: xid: Xid 79 on PCI:0000:53:00: GPU has fallen off the bus"
@@ -26,8 +49,17 @@ OUT = "hpcc: xid: Xid 79 on PCI:0000:53:00: GPU has fallen off the bus"
 
 def with_verdict(snap, name, fault, at=NOW - 30, ok=False):  # past the settle time
     check, evidence, action, remedy = fault
-    rep = Report(name, snap.slots[name].instance_id, ok, "" if ok else "health", evidence, at, check,
-                 "none" if ok else action, "none" if ok else remedy)
+    rep = Report(
+        name,
+        snap.slots[name].instance_id,
+        ok,
+        "" if ok else "health",
+        evidence,
+        at,
+        check,
+        "none" if ok else action,
+        "none" if ok else remedy,
+    )
     return replace(snap, reports={**snap.reports, name: rep})
 
 
@@ -45,10 +77,13 @@ TABLE = [
     ("fatal Xid while a job runs: DOWN, Slurm requeues it", XID79, ({"MIXED"}, ""), [DOWN]),
     ("fatal Xid, node down and idle: the catalog's reboot", XID79, ({"DOWN"}, OUT), [REBOOT]),
     ("pending row remapping while a job runs: drain, the job finishes", ROWS, ({"MIXED"}, ""), [DRAIN]),
-    ("pending row remapping, still running on the draining node: wait", ROWS,
-     ({"MIXED", "DRAIN"}, "hpcc: gpu_memory: ..."), []),
-    ("pending row remapping, drained: reset by a reboot", ROWS, ({"IDLE", "DRAIN"}, "hpcc: gpu_memory: ..."),
-     [REBOOT]),
+    (
+        "pending row remapping, still running on the draining node: wait",
+        ROWS,
+        ({"MIXED", "DRAIN"}, "hpcc: gpu_memory: ..."),
+        [],
+    ),
+    ("pending row remapping, drained: reset by a reboot", ROWS, ({"IDLE", "DRAIN"}, "hpcc: gpu_memory: ..."), [REBOOT]),
     ("contact support: DOWN", SUPPORT, ({"ALLOCATED"}, ""), [DOWN]),
     ("contact support, down: replaced", SUPPORT, ({"DOWN"}, "hpcc: xid: ..."), [REPLACE]),
     ("a full disk: drained", DISK, ({"IDLE"}, ""), [DRAIN]),
@@ -86,8 +121,9 @@ def test_a_rebooted_node_waits_for_its_next_verdict_then_resumes_or_is_replaced(
     silent = rebooted(with_verdict(down, N1, XID79, at=NOW - 1400), N1, NOW - 1300)
     replaced = by_kind(run(silent), REPLACE)
     assert [a.node for a in replaced] == [N1] and "no verdict within 1200 s" in replaced[0].why.evidence
-    healthy = replace(waiting, reports={**waiting.reports, N1: Report(N1, waiting.slots[N1].instance_id, True,
-                                                                      at=NOW - 5)})
+    healthy = replace(
+        waiting, reports={**waiting.reports, N1: Report(N1, waiting.slots[N1].instance_id, True, at=NOW - 5)}
+    )
     assert kinds(on_node(run(healthy))) == [RESUME]
 
 
@@ -137,16 +173,20 @@ def job(job_id, state="FAILED", restarts=0, end=NOW - 5, requeue=True, nodes=("g
     return SlurmJob(job_id, state, frozenset(nodes), restarts, end, requeue)
 
 
-@pytest.mark.parametrize("the_job,requeued", [
-    (job("41"), True),
-    (job("42", state="NODE_FAIL"), True),
-    (job("43", restarts=5), False),  # MaxBatchRequeue reached: left for a person
-    (job("44", requeue=False), False),  # --no-requeue
-    (job("45", end=NOW - 900), False),  # failed long before the fault: not with it
-    (job("46", nodes=("gpu-002",)), False),  # not on the node
-    (job("47", state="COMPLETED"), False),
-    (job("48", state="RUNNING", end=0), False),  # Slurm requeues it itself when the node goes DOWN
-], ids=["failed", "node-fail", "max-requeue", "no-requeue", "earlier", "elsewhere", "completed", "running"])
+@pytest.mark.parametrize(
+    "the_job,requeued",
+    [
+        (job("41"), True),
+        (job("42", state="NODE_FAIL"), True),
+        (job("43", restarts=5), False),  # MaxBatchRequeue reached: left for a person
+        (job("44", requeue=False), False),  # --no-requeue
+        (job("45", end=NOW - 900), False),  # failed long before the fault: not with it
+        (job("46", nodes=("gpu-002",)), False),  # not on the node
+        (job("47", state="COMPLETED"), False),
+        (job("48", state="RUNNING", end=0), False),  # Slurm requeues it itself when the node goes DOWN
+    ],
+    ids=["failed", "node-fail", "max-requeue", "no-requeue", "earlier", "elsewhere", "completed", "running"],
+)
 def test_a_job_that_failed_with_the_node_is_requeued_within_the_bound(the_job, requeued):
     snap = replace(with_slurm(with_verdict(cluster(), N1, XID79), N1, {"DOWN"}, OUT), jobs=(the_job,))
     got = by_kind(run(snap), REQUEUE)
@@ -170,6 +210,7 @@ def test_a_fresh_verdict_settles_first_so_a_burst_arriving_over_a_health_period_
     """The first node's Xid 79 reaches the controller a loop before the others': acting on it at once would take
     one healthy node out of a systemic fault. It waits health_settle_seconds; the burst then shows."""
     from hpcc_node.controller.timers import DEFAULT
+
     settle = DEFAULT.health_settle_seconds
     first = with_verdict(cluster(), N1, XID79, at=NOW - settle + 5)
     assert on_node(run(first)) == []  # not yet
@@ -197,8 +238,9 @@ def test_the_signature_keeps_the_xid_and_drops_the_gpu_address():
 
 def test_a_failed_boot_check_is_a_failed_boot_and_protects_the_group_when_it_repeats():
     booting = with_slot(cluster(), N1, state=m.BOOTING, since=NOW - 60)
-    rep = Report(N1, booting.slots[N1].instance_id, False, "health", "gpu_count: 7 GPU(s) visible, the instance "
-                 "type has 8", NOW)
+    rep = Report(
+        N1, booting.slots[N1].instance_id, False, "health", "gpu_count: 7 GPU(s) visible, the instance type has 8", NOW
+    )
     snap = replace(booting, reports={**booting.reports, N1: rep})
     assert kinds(on_node(run(snap))) == [DOWN, REPLACE]
     assert "health check at boot" in by_kind(run(snap), REPLACE)[0].why.evidence
@@ -223,14 +265,16 @@ def test_spares_are_held_released_on_a_failure_and_taken_again():
     assert [a.data["nodes"] for a in release] == [[]] and "released gpu-003" in release[0].why.evidence
     released = replace(failing, reservations={})
     assert by_kind(run(released, groups=(SPARE,)), SPARES) == []  # the requeued job may take it
-    back = replace(ready, slurm={**ready.slurm, "gpu-003": replace(ready.slurm["gpu-003"],
-                                                                    states=frozenset({"ALLOCATED"}))})
+    back = replace(
+        ready, slurm={**ready.slurm, "gpu-003": replace(ready.slurm["gpu-003"], states=frozenset({"ALLOCATED"}))}
+    )
     again = by_kind(run(back, groups=(SPARE,)), SPARES)
     assert [a.data["nodes"] for a in again] == [["gpu-002"]]  # the busy old spare stays busy; an idle one is held
 
 
 def test_the_health_rules_stay_linear_at_4096_nodes():
     import time
+
     big = Group("gpu", "p5.48xlarge", 4096, launch_template="lt-gpu", subnet_id="subnet-1", spares=8)
     snap = with_verdict(cluster(big), N1, XID79)
     started = time.perf_counter()
@@ -254,7 +298,6 @@ def test_a_job_requeued_off_a_node_hpcc_took_out_is_made_eligible_now_and_no_oth
     assert by_kind(run(eligible), m.START_NOW) == []  # already eligible: nothing to do
 
 
-
 def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_check_is_cancelled():
     """Every Timers.spare_check_seconds, counted from the node's last deep check (its report's, or the last asked,
     else when it became ready), as a job in the spares' reservation; never twice at once, never on a busy, drained
@@ -266,8 +309,9 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
     assert "3600 s ago" in due[0].why.evidence
     assert by_kind(run(holding, groups=(SPARE,), spare_check_seconds=7200), DEEP) == []  # not yet
     assert by_kind(run(holding, groups=(SPARE,), spare_check_seconds=0), DEEP) == []  # turned off
-    reported = replace(holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"],
-                                                                                 deep_checked=NOW - 600)})
+    reported = replace(
+        holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"], deep_checked=NOW - 600)}
+    )
     assert by_kind(run(reported, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report's time counts
     check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check")
     running = with_slurm(replace(holding, jobs=(check,)), "gpu-003", {"ALLOCATED"})
@@ -275,8 +319,11 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
     pending = replace(holding, jobs=(replace(check, state="PENDING"),))  # submitted, not started: the node idle
     assert by_kind(run(pending, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
     # a check asked 10 min ago that never reported (a node without the batch script): asked again on the timer only
-    asked = replace(holding, events=(m.Event(NOW - 600, DEEP, "gpu-003", "", "", "start", "held spare"),),
-                    jobs=(replace(check, state="FAILED", end=NOW - 599),))
+    asked = replace(
+        holding,
+        events=(m.Event(NOW - 600, DEEP, "gpu-003", "", "", "start", "held spare"),),
+        jobs=(replace(check, state="FAILED", end=NOW - 599),),
+    )
     assert by_kind(run(asked, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []
     assert [a.node for a in by_kind(run(asked, groups=(SPARE,), spare_check_seconds=500), DEEP)] == ["gpu-003"]
     drained = with_slurm(holding, "gpu-003", {"IDLE", "DRAIN"}, "alice: looking")

@@ -14,13 +14,14 @@ import time
 import pytest
 
 from hpcc_node.controller.health.act import HealthActs
-from hpcc_node.controller.model import REBOOT, SPARES, Action
 from hpcc_node.controller.health.observe import JOBS, RESERVATIONS, reservations
+from hpcc_node.controller.model import REBOOT, SPARES, Action
 from tests.render.bootstrap_shell import context, run
 from tests.render.test_bootstrap_steps import COMMON
 
-pytestmark = pytest.mark.skipif(shutil.which("slurmctld") is None or os.geteuid() != 0,
-                                reason="needs Debian's slurmctld and root")
+pytestmark = pytest.mark.skipif(
+    shutil.which("slurmctld") is None or os.geteuid() != 0, reason="needs Debian's slurmctld and root"
+)
 
 
 def health_lines() -> list:
@@ -38,12 +39,28 @@ def _free_port() -> int:
 @pytest.fixture
 def slurmctld(tmp_path):
     conf = tmp_path / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=hpcctest", "SlurmctldHost=localhost(127.0.0.1)", f"SlurmctldPort={_free_port()}",
-        "SlurmUser=root", "AuthType=auth/none", f"StateSaveLocation={tmp_path}", "MailProg=/bin/true",
-        f"SlurmctldPidFile={tmp_path}/ctld.pid", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", *health_lines(),
-        "NodeName=gpu-[000-003] NodeAddr=127.0.0.1 CPUs=1", "PartitionName=gpu Nodes=ALL Default=YES", ""]))
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=hpcctest",
+                "SlurmctldHost=localhost(127.0.0.1)",
+                f"SlurmctldPort={_free_port()}",
+                "SlurmUser=root",
+                "AuthType=auth/none",
+                f"StateSaveLocation={tmp_path}",
+                "MailProg=/bin/true",
+                f"SlurmctldPidFile={tmp_path}/ctld.pid",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core",
+                *health_lines(),
+                "NodeName=gpu-[000-003] NodeAddr=127.0.0.1 CPUs=1",
+                "PartitionName=gpu Nodes=ALL Default=YES",
+                "",
+            ]
+        )
+    )
     log = open(tmp_path / "out", "w")
     proc = subprocess.Popen(["slurmctld", "-D", "-f", str(conf)], stdout=log, stderr=subprocess.STDOUT)
     env = {**os.environ, "SLURM_CONF": str(conf)}
@@ -79,8 +96,13 @@ def test_the_spares_reservation_is_created_moved_and_deleted(slurmctld):
     spares = dict(group="gpu", data={"reservation": "hpcc-spares-gpu", "nodes": ["gpu-003"], "exists": False})
     r._spares(Action(SPARES, **spares))
     assert reservations(r.read(RESERVATIONS)) == {"hpcc-spares-gpu": frozenset({"gpu-003"})}
-    r._spares(Action(SPARES, group="gpu", data={"reservation": "hpcc-spares-gpu", "nodes": ["gpu-001", "gpu-002"],
-                                                "exists": True}))
+    r._spares(
+        Action(
+            SPARES,
+            group="gpu",
+            data={"reservation": "hpcc-spares-gpu", "nodes": ["gpu-001", "gpu-002"], "exists": True},
+        )
+    )
     assert reservations(r.read(RESERVATIONS)) == {"hpcc-spares-gpu": frozenset({"gpu-001", "gpu-002"})}
     r._spares(Action(SPARES, group="gpu", data={"reservation": "hpcc-spares-gpu", "nodes": [], "exists": True}))
     assert reservations(r.read(RESERVATIONS)) == {}
@@ -89,8 +111,14 @@ def test_the_spares_reservation_is_created_moved_and_deleted(slurmctld):
 def test_a_reboot_is_requested_with_the_hpcc_reason_and_comes_back_down(slurmctld):
     env, _ = slurmctld
     r = Real(env)
-    r._reboot(Action(REBOOT, node="gpu-001", instance_id="i-1",
-                     data={"reason": "hpcc: reboot for reset: xid: Xid 79 on PCI:0000:53:00", "via": "slurm"}))
+    r._reboot(
+        Action(
+            REBOOT,
+            node="gpu-001",
+            instance_id="i-1",
+            data={"reason": "hpcc: reboot for reset: xid: Xid 79 on PCI:0000:53:00", "via": "slurm"},
+        )
+    )
     node = r.read(["scontrol", "show", "node", "gpu-001", "--oneliner"])
     assert "REBOOT_REQUESTED" in node and "NextState=DOWN" in node
     assert "Reason=hpcc: reboot for reset: xid: Xid 79 on PCI:0000:53:00" in node

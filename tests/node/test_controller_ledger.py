@@ -8,7 +8,7 @@ import pytest
 from moto import mock_aws
 
 from hpcc_contract.ledger import table_definition
-from hpcc_node.controller.ledger import Conflict, Ledger, LeaseLost, read_name
+from hpcc_node.controller.ledger import Conflict, LeaseLost, Ledger, read_name
 from hpcc_node.controller.model import Event, GroupState, Slot
 from hpcc_node.controller.timers import Timers
 
@@ -116,6 +116,7 @@ class CliShaped:
             except BotoError as e:
                 err = e.response["Error"]
                 raise ClientError(err["Code"], err["Message"], e.operation_name) from None
+
         return call
 
 

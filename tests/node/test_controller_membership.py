@@ -14,8 +14,16 @@ BUCKET = "hpcc-test-cluster"
 
 
 def body(n: int) -> dict:
-    nodes = [{"name": f"gpu-{i:03d}", "group": "gpu", "ip": f"10.0.{i // 250}.{i % 250 + 4}",
-              "instance": f"i-{i:017x}", "state": "ready"} for i in range(n)]
+    nodes = [
+        {
+            "name": f"gpu-{i:03d}",
+            "group": "gpu",
+            "ip": f"10.0.{i // 250}.{i % 250 + 4}",
+            "instance": f"i-{i:017x}",
+            "state": "ready",
+        }
+        for i in range(n)
+    ]
     return {"nodes": nodes, "groups": {"gpu": n}, "bundle": {"uri": "s3://b/bundle.tgz", "sha256": "0" * 64}}
 
 

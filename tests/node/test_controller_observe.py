@@ -5,6 +5,7 @@ their ETag changed."""
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import boto3
 from moto import mock_aws
@@ -48,9 +49,11 @@ def test_instances_are_read_by_the_clusters_tag_with_their_group_and_address():
 
 def test_status_checks_and_scheduled_events_come_from_filtered_reads():
     ec2 = FakeEC2(lambda: 100.0)
-    ids = ec2.create_fleet(ClientToken="t", TargetCapacitySpecification={"TotalTargetCapacity": 3},
-                           TagSpecifications=[{"Tags": [{"Key": "hpcc:cluster", "Value": "c"},
-                                                        {"Key": "hpcc:role", "Value": "compute"}]}])
+    ids = ec2.create_fleet(
+        ClientToken="t",
+        TargetCapacitySpecification={"TotalTargetCapacity": 3},
+        TagSpecifications=[{"Tags": [{"Key": "hpcc:cluster", "Value": "c"}, {"Key": "hpcc:role", "Value": "compute"}]}],
+    )
     ids = sorted(ids["Instances"][0]["InstanceIds"])
     ec2.tick()
     ec2.instances[ids[0]]["status_ok"] = False
@@ -71,8 +74,11 @@ def test_reports_are_fetched_only_where_they_changed():
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket="hpcc-c")
         for name, iid, ok in (("gpu-000", "i-0a0", True), ("gpu-001", "i-0a1", False)):
-            s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn(iid)), Body=membership.status_body(
-                name, iid, ok, "" if ok else "hook", "" if ok else "hook x exited 1", 5))
+            s3.put_object(
+                Bucket="hpcc-c",
+                Key=membership.status_key(arn(iid)),
+                Body=membership.status_body(name, iid, ok, "" if ok else "hook", "" if ok else "hook x exited 1", 5),
+            )
         s3.put_object(Bucket="hpcc-c", Key="status/junk.json", Body=b"not json")
         gets = []
 
@@ -81,12 +87,18 @@ def test_reports_are_fetched_only_where_they_changed():
                 if name == "get_object":
                     return lambda **kw: (gets.append(kw["Key"]), s3.get_object(**kw))[1]
                 return getattr(s3, name)
+
         cache = {}
         reps = observe.reports(Counting(), "hpcc-c", cache)
         assert reps["gpu-000"].ok and not reps["gpu-001"].ok and reps["gpu-001"].failure == "hook"
         assert len(gets) == 3
-        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0a0")), Body=json.dumps(
-            {"name": "gpu-000", "instance_id": "i-0a0", "ok": False, "failure": "health", "evidence": "xid 79"}))
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0a0")),
+            Body=json.dumps(
+                {"name": "gpu-000", "instance_id": "i-0a0", "ok": False, "failure": "health", "evidence": "xid 79"}
+            ),
+        )
         reps = observe.reports(Counting(), "hpcc-c", cache)
         assert gets[3:] == [membership.status_key(arn("i-0a0"))] and reps["gpu-000"].evidence == "xid 79"
         listed = {o["Key"]: o["LastModified"].timestamp() for o in s3.list_objects_v2(Bucket="hpcc-c")["Contents"]}
@@ -101,23 +113,36 @@ def test_a_report_counts_only_for_the_instance_its_key_names_and_once_it_is_a_ve
         s3.create_bucket(Bucket="hpcc-c")
         forged = dict(json.loads(membership.status_body("gpu-002", "i-0b2", False, "bootstrap", "x")))
         s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b9")), Body=json.dumps(forged))
-        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b3")), Body=json.dumps(
-            {"name": "gpu-003", "instance_id": "i-0b3", "ok": True, "phase": "running", "step": "efa"}))
-        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b4")), Body=json.dumps(
-            {"name": "gpu-004", "instance_id": "i-0b4", "ok": True, "phase": "ready", "at": 7}))
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0b3")),
+            Body=json.dumps({"name": "gpu-003", "instance_id": "i-0b3", "ok": True, "phase": "running", "step": "efa"}),
+        )
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0b4")),
+            Body=json.dumps({"name": "gpu-004", "instance_id": "i-0b4", "ok": True, "phase": "ready", "at": 7}),
+        )
         # a predecessor's last word and its successor's: the later one is the name's report
-        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b5")), Body=membership.status_body(
-            "gpu-005", "i-0b5", False, "instance", "gone", at=10))
-        s3.put_object(Bucket="hpcc-c", Key=membership.status_key(arn("i-0b6")), Body=membership.status_body(
-            "gpu-005", "i-0b6", True, at=20))
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0b5")),
+            Body=membership.status_body("gpu-005", "i-0b5", False, "instance", "gone", at=10),
+        )
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0b6")),
+            Body=membership.status_body("gpu-005", "i-0b6", True, at=20),
+        )
         reps = observe.reports(s3, "hpcc-c", {})
         assert set(reps) == {"gpu-004", "gpu-005"} and reps["gpu-005"].instance_id == "i-0b6", reps
 
 
 def test_capacity_block_windows_come_from_one_describe_call():
-    from datetime import datetime, timezone
     from dataclasses import replace
-    start, end = datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc), datetime(2026, 12, 8, 11, 30, tzinfo=timezone.utc)
+    from datetime import datetime
+
+    start, end = datetime(2026, 12, 1, 11, 30, tzinfo=UTC), datetime(2026, 12, 8, 11, 30, tzinfo=UTC)
     calls = []
 
     class EC2:
@@ -127,11 +152,22 @@ def test_capacity_block_windows_come_from_one_describe_call():
             class Pages:
                 def paginate(self, **kw):
                     calls.append(kw)
-                    return [{"CapacityReservations": [
-                        {"CapacityReservationId": "cr-b", "ReservationType": "capacity-block", "StartDate": start,
-                         "EndDate": end},
-                        {"CapacityReservationId": "cr-o", "ReservationType": "default"}]}]
+                    return [
+                        {
+                            "CapacityReservations": [
+                                {
+                                    "CapacityReservationId": "cr-b",
+                                    "ReservationType": "capacity-block",
+                                    "StartDate": start,
+                                    "EndDate": end,
+                                },
+                                {"CapacityReservationId": "cr-o", "ReservationType": "default"},
+                            ]
+                        }
+                    ]
+
             return Pages()
+
     gpu = Group("gpu", "p5.48xlarge", 4, market="capacity-block", capacity_reservation_id="cr-b")
     odcr = Group("cpu", "c7i.48xlarge", 2, capacity_reservation_id="cr-o")
     out = observe.capacity_blocks(EC2(), [gpu, odcr])

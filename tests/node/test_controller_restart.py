@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
+from hpcc_contract.ledger import table_definition
 from hpcc_node.controller import membership, observe
 from hpcc_node.controller.act import Executor, reconcile_once
 from hpcc_node.controller.decide import decide
-from hpcc_contract.ledger import table_definition
 from hpcc_node.controller.ledger import Ledger, read_name
 from hpcc_node.controller.model import READY, Group, Report
 from hpcc_node.controller.timers import Timers
@@ -31,13 +31,13 @@ class Env:
     ddb: Any
     s3: Any
     ec2: FakeEC2
-    now: List[float] = field(default_factory=lambda: [1_000_000.0])
+    now: list[float] = field(default_factory=lambda: [1_000_000.0])
     failing: set = field(default_factory=set)  # instance ids whose bootstrap fails
 
     def clock(self) -> float:
         return self.now[0]
 
-    def reports(self) -> Dict[str, Report]:
+    def reports(self) -> dict[str, Report]:
         """What the node agents write: each running instance reads its name from the ledger, then reports."""
         out = {}
         for iid in self.ec2.live():
@@ -67,14 +67,18 @@ def env():
         yield e
 
 
-def loop(env: Env, groups, killer: Killer = None, owner: str = "head-1", timers: Timers = TIMERS) -> Dict[str, Any]:
+def loop(env: Env, groups, killer: Killer = None, owner: str = "head-1", timers: Timers = TIMERS) -> dict[str, Any]:
     """One loop of a controller process (a new process each call: nothing survives in memory)."""
     wrap = killer.wrap if killer else (lambda c: c)
     ec2, ddb, s3 = wrap(env.ec2), wrap(env.ddb), wrap(env.s3)
     ledger = Ledger(ddb, TABLE, owner, env.clock, timers)
     executor = Executor(ec2, ledger, s3, BUCKET, CLUSTER, groups, env.clock, None, timers)
-    result = reconcile_once(lambda: observe.observe(ec2, ledger, CLUSTER, env.clock, env.reports, None),
-                            lambda snap: decide(snap, groups, snap.now, timers), executor, ledger)
+    result = reconcile_once(
+        lambda: observe.observe(ec2, ledger, CLUSTER, env.clock, env.reports, None),
+        lambda snap: decide(snap, groups, snap.now, timers),
+        executor,
+        ledger,
+    )
     env.now[0] += TIMERS.loop_seconds
     env.ec2.tick()
     return result
@@ -91,7 +95,7 @@ def settle(env: Env, groups, killer: Killer = None, loops: int = 12) -> int:
     raise AssertionError("the controller did not settle")
 
 
-def check_consistent(env: Env, groups) -> Dict[str, Any]:
+def check_consistent(env: Env, groups) -> dict[str, Any]:
     slots = Ledger(env.ddb, TABLE, "reader", env.clock).load().slots
     wanted = sum(g.count for g in groups)
     assert len(slots) == wanted and all(s.state == READY for s in slots.values()), slots
@@ -100,8 +104,9 @@ def check_consistent(env: Env, groups) -> Dict[str, Any]:
     assert all(read_name(env.ddb, TABLE, s.instance_id) == s.name for s in slots.values())
     assert all(env.ec2.instances[s.instance_id]["tags"]["hpcc:node"] == s.name for s in slots.values())
     doc, _ = membership.read(env.s3, BUCKET)
-    assert sorted((n["name"], n["instance"]) for n in doc["nodes"]) == sorted((s.name, s.instance_id)
-                                                                              for s in slots.values())
+    assert sorted((n["name"], n["instance"]) for n in doc["nodes"]) == sorted(
+        (s.name, s.instance_id) for s in slots.values()
+    )
     return slots
 
 
@@ -111,9 +116,12 @@ def test_many_instances_launched_at_once_get_unique_names():
         loop(env, [GPU, cpu])
         assert len(env.ec2.launched) == 64 and env.ec2.calls["create_fleet"] == 2
         # a second head, alive at the same time, cannot name anything while the first holds the lease
-        assert loop(env, [GPU, cpu], owner="head-2") == {"lease": False, "holder": "head-1",
-                                                         "until": pytest.approx(env.now[0] - 60 + 120, abs=61),
-                                                         "lines": []}
+        assert loop(env, [GPU, cpu], owner="head-2") == {
+            "lease": False,
+            "holder": "head-1",
+            "until": pytest.approx(env.now[0] - 60 + 120, abs=61),
+            "lines": [],
+        }
         settle(env, [GPU, cpu])
         slots = check_consistent(env, [GPU, cpu])
         assert sorted(s.name for s in slots.values() if s.group == "cpu") == [f"cpu-{i:03d}" for i in range(60)]
@@ -176,8 +184,10 @@ def test_insufficient_capacity_backs_off_without_spending_budget(env):
     env.now[0] += TIMERS.launch_backoff_max_seconds
     settle(env, [GPU])
     slots = check_consistent(env, [GPU])
-    assert slots["gpu-002"].attempts == 1 and Ledger(env.ddb, TABLE, "r", env.clock).load().groups["gpu"]\
-        .launch_failures == 0
+    assert (
+        slots["gpu-002"].attempts == 1
+        and Ledger(env.ddb, TABLE, "r", env.clock).load().groups["gpu"].launch_failures == 0
+    )
 
 
 def _every_new_instance_fails(env: Env, group: str = "gpu") -> None:
@@ -188,6 +198,7 @@ def _every_new_instance_fails(env: Env, group: str = "gpu") -> None:
         if {"Key": "hpcc:group", "Value": group} in req["TagSpecifications"][0]["Tags"]:
             env.failing.update(i for entry in out["Instances"] for i in entry["InstanceIds"])
         return out
+
     env.ec2.create_fleet = failing_fleet
 
 
@@ -233,6 +244,7 @@ def test_a_small_group_whose_every_node_fails_the_same_way_is_systemic_and_nothi
 
 def test_any_ready_node_resets_its_groups_failure_count_and_protected_mode(env):
     from hpcc_node.controller.model import MARK, Action, GroupState, Slot, Snapshot, Why
+
     ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
     ledger.acquire()
     slot = ledger.put_slot(Slot("gpu-000", "gpu", 0, "i-1"), state="booting")
@@ -248,19 +260,23 @@ def test_any_ready_node_resets_its_groups_failure_count_and_protected_mode(env):
 def test_a_controller_without_the_lease_publishes_nothing(env):
     from hpcc_node.controller.ledger import LeaseLost
     from hpcc_node.controller.model import PUBLISH, Action, Snapshot, Why
+
     old = Ledger(env.ddb, TABLE, "old-head", env.clock)
     assert old.acquire()
     env.now[0] += TIMERS.lease_seconds + 1
     assert Ledger(env.ddb, TABLE, "new-head", env.clock).acquire()
     executor = Executor(env.ec2, old, env.s3, BUCKET, CLUSTER, [GPU], env.clock)
     with pytest.raises(LeaseLost):
-        executor.run([Action(PUBLISH, why=Why("", "membership changed"),
-                             data={"body": {"nodes": []}, "digest": "d"})], Snapshot(now=env.clock()))
+        executor.run(
+            [Action(PUBLISH, why=Why("", "membership changed"), data={"body": {"nodes": []}, "digest": "d"})],
+            Snapshot(now=env.clock()),
+        )
     assert membership.head(env.s3, BUCKET) == (0, "")
 
 
 def test_the_process_loops_every_minute_and_survives_a_failed_loop(caplog):
     from hpcc_node.controller.loop import forever
+
     caplog.set_level("INFO", logger="hpcc.controller")
     now, sleeps, calls = [0.0], [], []
 
@@ -270,8 +286,10 @@ def test_the_process_loops_every_minute_and_survives_a_failed_loop(caplog):
         if len(calls) == 2:
             raise RuntimeError("S3 throttled")
         return {"lease": len(calls) != 3, "holder": "head-2", "until": 99}
-    loops = forever(step, lambda: now[0], lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)),
-                    stop=lambda: len(calls) >= 3)
+
+    loops = forever(
+        step, lambda: now[0], lambda s: (sleeps.append(s), now.__setitem__(0, now[0] + s)), stop=lambda: len(calls) >= 3
+    )
     assert loops == 3 and calls == [0.0, 60.0, 120.0]
     assert sleeps[:4] == [15.0, 15.0, 15.0, 10.0]  # the rest of the minute, in status polls (wake_poll_seconds)
     assert "S3 throttled" in caplog.text and "standing by: head-2" in caplog.text
@@ -281,6 +299,7 @@ def test_a_new_failed_verdict_brings_the_next_loop_forward_to_its_settle_time_on
     """Between loops the controller polls the statuses (Timers.wake_poll_seconds); a failed verdict no loop acted on
     runs the next loop once it is settled (its time + health_settle_seconds), not a whole loop later."""
     from hpcc_node.controller.loop import forever
+
     caplog.set_level("INFO", logger="hpcc.controller")
     now, calls, fault = [0.0], [], {"at": None}
 
@@ -288,12 +307,14 @@ def test_a_new_failed_verdict_brings_the_next_loop_forward_to_its_settle_time_on
         calls.append(now[0])
         now[0] += 2
         return {"lease": True}
+
     step.due = lambda: None if fault["at"] is None or len(calls) > 1 else fault["at"] + 20
 
     def sleep(s):
         now[0] += s
         if now[0] >= 17 and fault["at"] is None:
             fault["at"] = 12.0  # the node's verdict, written at 12 s, seen by the poll at 17 s
+
     forever(step, lambda: now[0], sleep, stop=lambda: len(calls) >= 3)
     assert calls == [0.0, 32.0, 92.0]  # at 12 + 20 (settled), then the minute from there
     assert "a node's new failed verdict: the next loop in 15 s, not 43 s" in caplog.text
@@ -302,6 +323,7 @@ def test_a_new_failed_verdict_brings_the_next_loop_forward_to_its_settle_time_on
 def test_which_failed_verdicts_are_new_to_the_loops():
     from hpcc_node.controller.loop import failed_verdicts, wake_at
     from hpcc_node.controller.timers import Timers
+
     ok, bad = Report("gpu-000", "i-0", True, at=50.0), Report("gpu-001", "i-1", False, "health", "xid", at=100.0)
     reports = {"gpu-000": ok, "gpu-001": bad}
     assert failed_verdicts(reports) == {("gpu-001", "i-1", 100.0)}
@@ -314,6 +336,7 @@ def test_which_failed_verdicts_are_new_to_the_loops():
 
 def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(env):
     from hpcc_node.controller.loop import build_step
+
     step = build_step(env.ec2, env.ddb, env.s3, CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
     for _ in range(6):
         step()
@@ -322,17 +345,21 @@ def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(en
         for iid in env.ec2.live():  # each agent: its name from the ledger, its verdict in S3
             name = read_name(env.ddb, TABLE, iid)
             if name:
-                env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(
-                                      membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
-                                  Body=membership.status_body(name, iid, True, at=env.clock()))
+                env.s3.put_object(
+                    Bucket=BUCKET,
+                    Key=membership.status_key(membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
+                    Body=membership.status_body(name, iid, True, at=env.clock()),
+                )
     check_consistent(env, [GPU])
     # a node's failed verdict in S3: the poll between loops asks for a loop once it is settled, and no more after
     iid = sorted(env.ec2.live())[0]
     name = read_name(env.ddb, TABLE, iid)
     written = env.clock()
-    env.s3.put_object(Bucket=BUCKET, Key=membership.status_key(
-                          membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
-                      Body=membership.status_body(name, iid, False, "health", "xid: Xid 79", at=written))
+    env.s3.put_object(
+        Bucket=BUCKET,
+        Key=membership.status_key(membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
+        Body=membership.status_body(name, iid, False, "health", "xid: Xid 79", at=written),
+    )
     assert step.due() == written + 20
     env.now[0] += 20
     step()
@@ -343,17 +370,22 @@ def test_a_removed_node_slurm_no_longer_knows_is_terminated_all_the_same(env):
     """A shrink rewrites slurm.conf's range first; the removal's `scontrol update` then fails, and the instance must
     still go (the box saw "remove" logged every loop while the instance ran on)."""
     from hpcc_node.controller.model import REMOVE, Action, Slot, Snapshot, Why
+
     ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
     ledger.acquire()
     from hpcc_node.controller import fleet
+
     iid = env.ec2.create_fleet(**fleet.request(GPU, 1, "t-remove", CLUSTER))["Instances"][0]["InstanceIds"][0]
     slot = ledger.put_slot(Slot("gpu-003", "gpu", 3, iid), state="ready")
 
     def slurm(argv):
         raise RuntimeError("scontrol: error: Invalid node name specified")
+
     executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, slurm)
-    executor.run([Action(REMOVE, "gpu", "gpu-003", iid, Why("", "shrink"), {"reason": "hpcc: shrink"})],
-                 Snapshot(now=env.clock(), slots={"gpu-003": slot}))
+    executor.run(
+        [Action(REMOVE, "gpu", "gpu-003", iid, Why("", "shrink"), {"reason": "hpcc: shrink"})],
+        Snapshot(now=env.clock(), slots={"gpu-003": slot}),
+    )
     assert env.ec2.instances[iid]["state"] == "shutting-down"
     assert ledger.load().slots["gpu-003"].state == "removing"
 
@@ -364,28 +396,38 @@ def test_a_loop_slower_than_the_lease_still_writes_what_it_decided_and_stops_onc
     the lease meanwhile: then the loop stops at its next action."""
     from hpcc_node.controller.ledger import LeaseLost
     from hpcc_node.controller.model import DOWN, MARK, Action, Slot, Snapshot, Why
+
     ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
     assert ledger.acquire()
     slots = {f"gpu-00{i}": ledger.put_slot(Slot(f"gpu-00{i}", "gpu", i, f"i-{i}"), state="booting") for i in range(3)}
 
     def slow_slurm(argv):
         env.now[0] += TIMERS.lease_seconds * 0.4  # each scontrol call gives up after a long timeout
+
     executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, slow_slurm)
     why = Why("health", "xid: Xid 79")
-    actions = [a for n in slots for a in (Action(DOWN, "gpu", n, slots[n].instance_id, why, {"reason": "hpcc: x"}),
-                                          Action(MARK, "gpu", n, slots[n].instance_id, why, {"state": "failed"}))]
+    actions = [
+        a
+        for n in slots
+        for a in (
+            Action(DOWN, "gpu", n, slots[n].instance_id, why, {"reason": "hpcc: x"}),
+            Action(MARK, "gpu", n, slots[n].instance_id, why, {"state": "failed"}),
+        )
+    ]
     executor.run(actions, Snapshot(now=env.clock(), slots=slots))
     assert env.clock() - 1_000_000.0 > TIMERS.lease_seconds  # the loop outlived the lease it started with
-    assert {n: s.state for n, s in Ledger(env.ddb, TABLE, "r", env.clock).load().slots.items()} == \
-        {n: "failed" for n in slots}
+    assert {n: s.state for n, s in Ledger(env.ddb, TABLE, "r", env.clock).load().slots.items()} == {
+        n: "failed" for n in slots
+    }
 
     other = Ledger(env.ddb, TABLE, "head-2", env.clock)
     env.now[0] += TIMERS.lease_seconds + 1  # head-1 stalled past its lease; head-2 takes over
     assert other.acquire()
     later = Ledger(env.ddb, TABLE, "r", env.clock).load().slots
     with pytest.raises(LeaseLost):
-        executor.run([Action(MARK, "gpu", "gpu-000", "i-0", why, {"state": "ready"})], Snapshot(now=env.clock(),
-                                                                                                 slots=later))
+        executor.run(
+            [Action(MARK, "gpu", "gpu-000", "i-0", why, {"state": "ready"})], Snapshot(now=env.clock(), slots=later)
+        )
     assert Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-000"].state == "failed"
 
 
@@ -394,6 +436,7 @@ def test_one_action_whose_cloud_call_outlives_the_lease_still_records_its_result
     and its event are still written, the lease renewed by the write itself, so the next loop names the
     instances instead of standing by and launching again."""
     from hpcc_node.controller.model import LAUNCH, Action, Snapshot, Why
+
     ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
     assert ledger.acquire()
     fake_create = env.ec2.create_fleet
@@ -401,10 +444,13 @@ def test_one_action_whose_cloud_call_outlives_the_lease_still_records_its_result
     def slow_create_fleet(**req):
         env.now[0] += TIMERS.lease_seconds + 5
         return fake_create(**req)
+
     env.ec2.create_fleet = slow_create_fleet
     executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, None)
-    executor.run([Action(LAUNCH, "gpu", "", "", Why("missing", "2 node(s) missing"), {"count": 2, "token": "t-1"})],
-                 Snapshot(now=env.clock()))
+    executor.run(
+        [Action(LAUNCH, "gpu", "", "", Why("missing", "2 node(s) missing"), {"count": 2, "token": "t-1"})],
+        Snapshot(now=env.clock()),
+    )
     loaded = Ledger(env.ddb, TABLE, "r", env.clock).load()
     assert [len(r.instance_ids or ()) for r in loaded.launches] == [2]
     assert [e.phase for e in loaded.events if e.kind == LAUNCH] == ["start", "done"]

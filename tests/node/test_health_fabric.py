@@ -82,16 +82,16 @@ def test_a_group_whose_every_pair_fails_names_every_node_never_a_clean_bill():
     group = nodes(3)
     report = fabric.check_fabric({"p5": group}, Links(broken=set(group)), random.Random(2))
     assert [f.node for f in report.slow] == group and all("every pair" in f.why for f in report.slow)
-    two_broken = fabric.check_fabric({"p5": nodes(6)}, Links(broken={"compute-001", "compute-004"}),
-                                     random.Random(5))
+    two_broken = fabric.check_fabric({"p5": nodes(6)}, Links(broken={"compute-001", "compute-004"}), random.Random(5))
     assert sorted(f.node for f in two_broken.slow) == ["compute-001", "compute-004"]
     assert two_broken.medians["p5"] == GOOD  # the broken nodes do not drag the median down
 
 
 def test_each_group_is_held_to_its_own_median():
     speeds = {n: 12.0 for n in nodes(4, "cpu")}  # a slower type is not slow for its kind
-    report = fabric.check_fabric({"cpu": nodes(4, "cpu"), "gpu": nodes(4, "gpu")}, Links(speeds=speeds),
-                                 random.Random(4))
+    report = fabric.check_fabric(
+        {"cpu": nodes(4, "cpu"), "gpu": nodes(4, "gpu")}, Links(speeds=speeds), random.Random(4)
+    )
     assert report.slow == [] and report.medians == {"cpu": 12.0, "gpu": GOOD}
 
 

@@ -8,8 +8,9 @@ import os
 import pytest
 
 from hpcc_node.health import devices, gpu, host
+from tests.render.bootstrap_fixtures import tool
 from tests.render.bootstrap_shell import context, run
-from tests.render.test_bootstrap_steps import FI_INFO, tool
+from tests.render.test_bootstrap_steps import FI_INFO
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -26,6 +27,7 @@ HEALTHY_ROW = "0, 00000000:53:00.0, 0, No, No"
 
 
 # -- nvidia-smi -L ----------------------------------------------------------------------------------
+
 
 def test_gpu_count_passes_with_every_gpu_and_fails_short_naming_both_counts():
     assert gpu.parse_list(smi_list(8), 0, 8).status == "ok"
@@ -47,9 +49,14 @@ def test_nvidia_smi_failing_is_a_failure_with_its_message():
 
 # -- nvidia-smi --query-gpu -------------------------------------------------------------------------
 
+
 def test_the_query_asks_for_the_documented_fields_in_csv_without_header():
-    assert gpu.NVIDIA_SMI_QUERY == ("nvidia-smi", "--query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile."
-                                    "total,remapped_rows.pending,remapped_rows.failure", "--format=csv,noheader")
+    assert gpu.NVIDIA_SMI_QUERY == (
+        "nvidia-smi",
+        "--query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile."
+        "total,remapped_rows.pending,remapped_rows.failure",
+        "--format=csv,noheader",
+    )
 
 
 def test_gpu_memory_healthy_and_not_reported():
@@ -58,11 +65,14 @@ def test_gpu_memory_healthy_and_not_reported():
     assert blind.status == "warn" and "do not report" in blind.evidence
 
 
-@pytest.mark.parametrize("row, remedy, words", [
-    ("1, 00000000:64:00.0, 2, No, No", "reset", "2 uncorrected ECC"),
-    ("1, 00000000:64:00.0, 0, Yes, No", "reset", "row remapping pending"),
-    ("1, 00000000:64:00.0, 0, No, Yes", "replace", "row remapping failed"),
-])
+@pytest.mark.parametrize(
+    "row, remedy, words",
+    [
+        ("1, 00000000:64:00.0, 2, No, No", "reset", "2 uncorrected ECC"),
+        ("1, 00000000:64:00.0, 0, Yes, No", "reset", "row remapping pending"),
+        ("1, 00000000:64:00.0, 0, No, Yes", "replace", "row remapping failed"),
+    ],
+)
 def test_gpu_memory_faults_drain_with_the_gpu_named(row, remedy, words):
     result = gpu.parse_query(smi_rows(HEALTHY_ROW, row), 0)
     assert (result.status, result.action, result.remedy) == ("fail", "drain", remedy)
@@ -72,53 +82,97 @@ def test_gpu_memory_faults_drain_with_the_gpu_named(row, remedy, words):
 def test_a_driver_without_a_queried_field_is_unknown_not_a_failure_of_every_node():
     result = gpu.parse_query('Field "remapped_rows.pending" is not a valid field to query.\n', 2)
     assert (result.status, result.action) == ("unknown", "none")
-    assert gpu.parse_query("Unable to determine the device handle for GPU 0000:53:00.0: GPU is lost.\n", 15).status \
+    assert (
+        gpu.parse_query("Unable to determine the device handle for GPU 0000:53:00.0: GPU is lost.\n", 15).status
         == "fail"
+    )
 
 
-@pytest.mark.parametrize("out", ["0, 00000000:53:00.0, 0, No\n", "0, 00000000:53:00.0, lots, No, No\n",
-                                 "0, 00000000:53:00.0, 0, Maybe, No\n", ""])
+@pytest.mark.parametrize(
+    "out",
+    ["0, 00000000:53:00.0, 0, No\n", "0, 00000000:53:00.0, lots, No, No\n", "0, 00000000:53:00.0, 0, Maybe, No\n", ""],
+)
 def test_gpu_memory_malformed_output_is_unknown(out):
     assert gpu.parse_query(out, 0).status == "unknown"
 
 
 # -- nvidia-smi --query-gpu=...,gpu_recovery_action ------------------------------------------------
 
-@pytest.mark.parametrize("words, action, remedy", [
-    ("Drain and Reset", "drain", "reset"), ("GPU Reset", "down", "reset"), ("Node Reboot", "down", "reboot")])
+
+@pytest.mark.parametrize(
+    "words, action, remedy",
+    [("Drain and Reset", "drain", "reset"), ("GPU Reset", "down", "reset"), ("Node Reboot", "down", "reboot")],
+)
 def test_a_gpu_asking_for_recovery_takes_the_node_out(words, action, remedy):
     result = gpu.parse_recovery(smi_rows("0, 00000000:53:00.0, None", f"1, 00000000:64:00.0, {words}"), 0)
     assert (result.status, result.action, result.remedy) == ("fail", action, remedy)
     assert f"GPU 1 (00000000:64:00.0): recovery action {words}" in result.evidence
 
 
-@pytest.mark.parametrize("out, rc, status", [
-    ("0, 00000000:53:00.0, None\n", 0, "ok"),
-    ("0, 00000000:53:00.0, [N/A]\n", 0, "warn"),
-    ("0, 00000000:53:00.0, Frobnicate\n", 0, "unknown"),
-    ("", 0, "unknown"),
-    ('Field "gpu_recovery_action" is not a valid field to query.\n', 2, "unknown"),  # an older driver
-])
+@pytest.mark.parametrize(
+    "out, rc, status",
+    [
+        ("0, 00000000:53:00.0, None\n", 0, "ok"),
+        ("0, 00000000:53:00.0, [N/A]\n", 0, "warn"),
+        ("0, 00000000:53:00.0, Frobnicate\n", 0, "unknown"),
+        ("", 0, "unknown"),
+        ('Field "gpu_recovery_action" is not a valid field to query.\n', 2, "unknown"),  # an older driver
+    ],
+)
 def test_recovery_action_healthy_unreported_unknown_and_malformed(out, rc, status):
     assert gpu.parse_recovery(out, rc).status == status
 
 
 # -- dcgmi diag -j ----------------------------------------------------------------------------------
 
+
 def dcgm4(*tests) -> str:
     """DCGM 4's layout (NvvsJsonStrings.h): per-GPU results and a test summary."""
-    return json.dumps({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
-        {"name": name, "results": [{"entity_group": "GPU", "entity_id": g, "status": s,
-                                    **({"warnings": [{"message": msg, "error_id": 4}]} if msg else {})}
-                                   for g, (s, msg) in enumerate(results)],
-         "test_summary": {"status": "Fail" if any(s == "Fail" for s, _ in results) else "Pass"}}
-        for name, results in tests]}]}})
+    return json.dumps(
+        {
+            "DCGM Diagnostic": {
+                "test_categories": [
+                    {
+                        "category": "Hardware",
+                        "tests": [
+                            {
+                                "name": name,
+                                "results": [
+                                    {
+                                        "entity_group": "GPU",
+                                        "entity_id": g,
+                                        "status": s,
+                                        **({"warnings": [{"message": msg, "error_id": 4}]} if msg else {}),
+                                    }
+                                    for g, (s, msg) in enumerate(results)
+                                ],
+                                "test_summary": {"status": "Fail" if any(s == "Fail" for s, _ in results) else "Pass"},
+                            }
+                            for name, results in tests
+                        ],
+                    }
+                ]
+            }
+        }
+    )
 
 
 def dcgm3(*tests) -> str:
     """DCGM 3's layout: `DCGM GPU Diagnostic`, one result per test with `gpu_ids`."""
-    return json.dumps({"DCGM GPU Diagnostic": {"test_categories": [{"category": "Deployment", "tests": [
-        {"name": name, "results": [{"gpu_ids": "0,1", "status": status}]} for name, status in tests]}]}})
+    return json.dumps(
+        {
+            "DCGM GPU Diagnostic": {
+                "test_categories": [
+                    {
+                        "category": "Deployment",
+                        "tests": [
+                            {"name": name, "results": [{"gpu_ids": "0,1", "status": status}]} for name, status in tests
+                        ],
+                    }
+                ]
+            }
+        }
+    )
 
 
 def test_dcgm_passes_and_skips_pass_in_both_layouts():
@@ -138,12 +192,15 @@ def test_dcgm_warn_warns_and_an_unknown_status_is_unknown():
     assert gpu.parse_dcgm(dcgm4(("pcie", [("Degraded", "")])), 0).status == "unknown"
 
 
-@pytest.mark.parametrize("out, rc, status", [
-    ("Error: unable to establish a connection to the specified host: localhost\n", 255, "fail"),
-    ("not json at all", 0, "unknown"),
-    (json.dumps({"something": "else"}), 0, "unknown"),
-    (json.dumps({"DCGM Diagnostic": {"test_categories": []}}), 0, "unknown"),
-])
+@pytest.mark.parametrize(
+    "out, rc, status",
+    [
+        ("Error: unable to establish a connection to the specified host: localhost\n", 255, "fail"),
+        ("not json at all", 0, "unknown"),
+        (json.dumps({"something": "else"}), 0, "unknown"),
+        (json.dumps({"DCGM Diagnostic": {"test_categories": []}}), 0, "unknown"),
+    ],
+)
 def test_dcgm_malformed_or_failing_tool(out, rc, status):
     assert gpu.parse_dcgm(out, rc).status == status
 
@@ -153,6 +210,7 @@ def test_dcgm_runs_at_the_level_asked():
 
 
 # -- fi_info -p efa ---------------------------------------------------------------------------------
+
 
 def test_efa_devices_counted_once_each_and_a_short_count_fails():
     assert devices.parse_fi_info(FI_INFO + FI_INFO, 0, 4).status == "ok"  # a provider listed twice per device
@@ -175,9 +233,21 @@ def test_the_python_and_the_bootstrap_count_efa_devices_alike(tmp_path):
 
 # -- neuron-ls --json-output ------------------------------------------------------------------------
 
+
 def neuron(n: int) -> str:
-    return json.dumps([{"neuron_device": i, "bdf": f"{0x10 + i:02x}:1c.0", "nc_count": 8, "memory_size": 103079215104,
-                        "connected_to": [], "neuron_processes": []} for i in range(n)])
+    return json.dumps(
+        [
+            {
+                "neuron_device": i,
+                "bdf": f"{0x10 + i:02x}:1c.0",
+                "nc_count": 8,
+                "memory_size": 103079215104,
+                "connected_to": [],
+                "neuron_processes": [],
+            }
+            for i in range(n)
+        ]
+    )
 
 
 def test_neuron_devices_counted_in_both_json_layouts():
@@ -188,13 +258,16 @@ def test_neuron_devices_counted_in_both_json_layouts():
     assert (short.status, short.remedy) == ("fail", "replace") and "15 Neuron device(s)" in short.evidence
 
 
-@pytest.mark.parametrize("out, rc, status", [("[]", 0, "fail"), ("{}", 0, "unknown"), ("oops", 0, "unknown"),
-                                             ("neuron-ls: no driver", 1, "fail")])
+@pytest.mark.parametrize(
+    "out, rc, status",
+    [("[]", 0, "fail"), ("{}", 0, "unknown"), ("oops", 0, "unknown"), ("neuron-ls: no driver", 1, "fail")],
+)
 def test_neuron_ls_empty_malformed_or_failing(out, rc, status):
     assert devices.parse_neuron_ls(out, rc, 16).status == status
 
 
 # -- EFA error counters -----------------------------------------------------------------------------
+
 
 def write_counters(root, values: dict) -> None:
     for (dev, port, name), value in values.items():
@@ -204,8 +277,14 @@ def write_counters(root, values: dict) -> None:
 
 
 def test_efa_counters_read_from_sysfs_and_compared(tmp_path):
-    write_counters(tmp_path, {("rdmap16s27", "1", "rdma_read_wr_err"): 0, ("rdmap16s27", "1", "rx_drops"): 5,
-                              ("rdmap16s27", "1", "tx_bytes"): 99})
+    write_counters(
+        tmp_path,
+        {
+            ("rdmap16s27", "1", "rdma_read_wr_err"): 0,
+            ("rdmap16s27", "1", "rx_drops"): 5,
+            ("rdmap16s27", "1", "tx_bytes"): 99,
+        },
+    )
     before = devices.read_efa_counters(str(tmp_path))
     assert before == {("rdmap16s27", "1", "rdma_read_wr_err"): 0, ("rdmap16s27", "1", "rx_drops"): 5}
     assert devices.compare_efa(before, before, 1).status == "ok"
@@ -228,6 +307,7 @@ def test_efa_counters_missing_on_an_efa_node_fail(tmp_path):
 
 # -- the shared mount and the disk ------------------------------------------------------------------
 
+
 def test_mount_probe_writes_reads_back_and_cleans_up(tmp_path):
     result = host.probe_mount(str(tmp_path), "compute-007", is_mount=lambda p: True)
     assert result.status == "ok" and list(tmp_path.iterdir()) == []
@@ -243,12 +323,14 @@ def test_mount_probe_fails_when_not_mounted_or_not_writable(tmp_path):
 
 def test_disk_probe_fails_under_the_minimum(tmp_path):
     assert host.probe_disk(str(tmp_path), 0).status == "ok"
-    result = host.probe_disk(str(tmp_path), 10 ** 9)
+    result = host.probe_disk(str(tmp_path), 10**9)
     assert (result.status, result.action) == ("fail", "drain") and "GiB free" in result.evidence
 
 
 def test_probe_output_that_is_not_a_result_is_unknown():
     assert host.parse_probe("Traceback (most recent call last):\n  ...\n", 1, "shared_mount").status == "unknown"
     assert host.parse_probe('{"check": "disk_free", "status": "ok"}\n', 0, "shared_mount").status == "unknown"
-    assert host.parse_probe('{"check": "shared_mount", "status": "ok", "evidence": "e"}\n', 0,
-                            "shared_mount").status == "ok"
+    assert (
+        host.parse_probe('{"check": "shared_mount", "status": "ok", "evidence": "e"}\n', 0, "shared_mount").status
+        == "ok"
+    )

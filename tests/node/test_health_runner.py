@@ -21,8 +21,11 @@ MARGIN_S = 2.0  # process start and polling
 
 def echo(name: str, text: str, rc: int = 0) -> CheckSpec:
     code = f"import sys; print({text!r}); sys.exit({rc})"
-    return CheckSpec(name, (PY, "-c", code), lambda out, rc: ok(name, out.strip()) if rc == 0 else
-                     fail(name, f"rc {rc}: {out.strip()}"))
+    return CheckSpec(
+        name,
+        (PY, "-c", code),
+        lambda out, rc: ok(name, out.strip()) if rc == 0 else fail(name, f"rc {rc}: {out.strip()}"),
+    )
 
 
 def sleeper(name: str, seconds: float, timeout: float) -> CheckSpec:
@@ -47,8 +50,12 @@ def test_a_blocked_check_is_a_failure_within_its_timeout_and_does_not_hold_up_th
 def test_a_child_that_cannot_be_killed_is_left_and_remembered_not_started_again(tmp_path):
     """SIGKILL waits while a reader is in uninterruptible sleep (a hung Lustre): here a kill that does nothing."""
     marker = tmp_path / "starts"
-    spec = CheckSpec("mount", (PY, "-c", f"open({str(marker)!r}, 'a').write('x'); import time; time.sleep(60)"),
-                     lambda out, rc: ok("mount"), 0.3)
+    spec = CheckSpec(
+        "mount",
+        (PY, "-c", f"open({str(marker)!r}, 'a').write('x'); import time; time.sleep(60)"),
+        lambda out, rc: ok("mount"),
+        0.3,
+    )
     runner = Runner(kill=lambda pid, sig: None)
     try:
         start = time.monotonic()
@@ -81,15 +88,24 @@ def test_a_missing_tool_on_a_gpu_node_is_a_failure_that_says_so():
 def test_a_parser_that_raises_is_unknown_never_a_pass():
     def broken(out, rc):
         raise KeyError("field")
+
     result = Runner().run([CheckSpec("x", (PY, "-c", "print(1)"), broken)])[0]
     assert result.status == "unknown" and "KeyError" in result.evidence
 
 
 def test_the_python_probes_run_as_children_through_the_runner(tmp_path):
-    specs = [CheckSpec(verdict.DISK_FREE, tuple(host.probe_argv("disk", str(tmp_path), "0")),
-                       lambda out, rc: host.parse_probe(out, rc, verdict.DISK_FREE)),
-             CheckSpec(verdict.SHARED_MOUNT, tuple(host.probe_argv("mount", str(tmp_path), "n")),
-                       lambda out, rc: host.parse_probe(out, rc, verdict.SHARED_MOUNT))]
+    specs = [
+        CheckSpec(
+            verdict.DISK_FREE,
+            tuple(host.probe_argv("disk", str(tmp_path), "0")),
+            lambda out, rc: host.parse_probe(out, rc, verdict.DISK_FREE),
+        ),
+        CheckSpec(
+            verdict.SHARED_MOUNT,
+            tuple(host.probe_argv("mount", str(tmp_path), "n")),
+            lambda out, rc: host.parse_probe(out, rc, verdict.SHARED_MOUNT),
+        ),
+    ]
     disk, mount = Runner(env={"PATH": os.environ["PATH"]}).run(specs)
     assert disk.status == "ok" and mount.status == "fail" and "is not mounted" in mount.evidence
 
@@ -98,6 +114,7 @@ def test_a_hung_mount_fails_its_check_at_the_timeout_with_the_mount_named():
     """A FIFO where the probe writes blocks its open(2), as a hung Lustre server blocks a writer (the box does
     the same in a node's own tmpfs): the check fails at its timeout, naming the probe and the mount."""
     from hpcc_node.health import checks
+
     if not os.path.ismount("/dev/shm"):
         pytest.skip("no tmpfs mounted at /dev/shm")
     name = f"pytest-{os.getpid()}"
@@ -114,6 +131,7 @@ def test_a_hung_mount_fails_its_check_at_the_timeout_with_the_mount_named():
 
 # -- results and the verdict ------------------------------------------------------------------------
 
+
 def test_a_result_keeps_failure_and_taking_out_together():
     with pytest.raises(ValueError):
         CheckResult("x", "unknown", "e", "drain")  # unknown never drains
@@ -125,8 +143,16 @@ def test_a_result_keeps_failure_and_taking_out_together():
 
 
 def test_the_node_verdict_is_the_worst_result_with_the_strongest_action_and_remedy():
-    v = verdict.node_verdict([ok("a"), warn("b", "w"), fail("xid", "Xid 79 on PCI:0000:53:00", "down", "reboot"),
-                              fail("disk_free", "full", "drain", "none"), unknown("c", "u")], now=1000)
+    v = verdict.node_verdict(
+        [
+            ok("a"),
+            warn("b", "w"),
+            fail("xid", "Xid 79 on PCI:0000:53:00", "down", "reboot"),
+            fail("disk_free", "full", "drain", "none"),
+            unknown("c", "u"),
+        ],
+        now=1000,
+    )
     assert (v.status, v.action, v.remedy, v.healthy) == ("fail", "down", "reboot", False)
     assert v.reason == "hpcc: xid: Xid 79 on PCI:0000:53:00"
     assert verdict.node_verdict([ok("a"), unknown("b", "odd")], 0).healthy
@@ -145,8 +171,9 @@ def test_the_reason_fits_slurm_on_one_line():
 
 def test_the_verdict_file_round_trips_and_is_read_for_slurm(tmp_path):
     path = str(tmp_path / "verdict")
-    v = verdict.node_verdict([ok("gpu_count", "8 GPU(s)"), fail("xid", "Xid 79 on PCI:0000:53:00: gone", "down",
-                                                                "reboot")], now=1000)
+    v = verdict.node_verdict(
+        [ok("gpu_count", "8 GPU(s)"), fail("xid", "Xid 79 on PCI:0000:53:00: gone", "down", "reboot")], now=1000
+    )
     verdict.write_verdict(path, v)
     assert verdict.parse_verdict(open(path).read()) == v
     assert verdict.read_verdict(path, now=1010) == (False, "hpcc: xid: Xid 79 on PCI:0000:53:00: gone")
@@ -160,11 +187,14 @@ def test_the_reader_slurm_calls_exits_by_the_verdict(tmp_path):
     env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
 
     def call():
-        return subprocess.run([PY, "-m", "hpcc_node.health.verdict", path], capture_output=True, text=True,
-                              cwd=str(tmp_path), env=env)
+        return subprocess.run(
+            [PY, "-m", "hpcc_node.health.verdict", path], capture_output=True, text=True, cwd=str(tmp_path), env=env
+        )
+
     assert call().returncode == 1
-    verdict.write_verdict(path, verdict.node_verdict([fail("xid", "Xid 79 on PCI:0000:53:00", "down", "reboot")],
-                                                     time.time()))
+    verdict.write_verdict(
+        path, verdict.node_verdict([fail("xid", "Xid 79 on PCI:0000:53:00", "down", "reboot")], time.time())
+    )
     out = call()
     assert out.returncode == 1 and out.stdout.strip() == "hpcc: xid: Xid 79 on PCI:0000:53:00"
     verdict.write_verdict(path, verdict.node_verdict([ok("gpu_count")], time.time()))

@@ -21,12 +21,23 @@ STANDINS = ROOT / "tests" / "box" / "standins"
 
 
 def test_facts_are_read_checked_and_never_sourced():
-    facts, log = service.parse_facts("GPUS=8\nEFA_DEVICES=32\nSHARED_MOUNT=/fsx\nDCGM_LEVEL=2\n"
-                                     "KERNEL_LOG=/var/log/kern.log\nDISK_MIN_FREE_GIB=0\n", "gpu-001")
-    assert (facts.gpus, facts.efa_devices, facts.shared_mount, facts.dcgm_level, log) == (8, 32, "/fsx", 2,
-                                                                                          "/var/log/kern.log")
-    for bad, words in [("GPUS=$(reboot)", "GPUS='$(reboot)' is not a int"), ("PATH=/x", "is not one of"),
-                       ("DCGM_LEVEL=7", "DCGM_LEVEL=7 is not 0-4"), ("KERNEL_LOG=kern.log", "not an absolute path")]:
+    facts, log = service.parse_facts(
+        "GPUS=8\nEFA_DEVICES=32\nSHARED_MOUNT=/fsx\nDCGM_LEVEL=2\nKERNEL_LOG=/var/log/kern.log\nDISK_MIN_FREE_GIB=0\n",
+        "gpu-001",
+    )
+    assert (facts.gpus, facts.efa_devices, facts.shared_mount, facts.dcgm_level, log) == (
+        8,
+        32,
+        "/fsx",
+        2,
+        "/var/log/kern.log",
+    )
+    for bad, words in [
+        ("GPUS=$(reboot)", "GPUS='$(reboot)' is not a int"),
+        ("PATH=/x", "is not one of"),
+        ("DCGM_LEVEL=7", "DCGM_LEVEL=7 is not 0-4"),
+        ("KERNEL_LOG=kern.log", "not an absolute path"),
+    ]:
         with pytest.raises(service.FactsError, match=words.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")):
             service.parse_facts(bad, "gpu-001")
 
@@ -38,25 +49,43 @@ class Node:
         self.standin.mkdir()
         self.boot_id = tmp / "boot_id"
         self.boot_id.write_text("boot-1\n")
-        self.env = {**os.environ, "PATH": f"{STANDINS}:{os.environ['PATH']}", "HPCC_STANDIN_STATE": str(self.standin),
-                    "HPCC_HEALTH_ENV": str(tmp / "health.env"), "HPCC_HEALTH_VERDICT": str(tmp / "verdict"),
-                    "HPCC_HEALTH_STATE": str(tmp / "state"), "HPCC_NODE": "gpu-001",
-                    "PYTHONPATH": str(ROOT)}
-        (tmp / "health.env").write_text(f"GPUS={gpus}\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\n"
-                                        f"KERNEL_LOG={self.standin / 'kern.log'}\n")
+        self.env = {
+            **os.environ,
+            "PATH": f"{STANDINS}:{os.environ['PATH']}",
+            "HPCC_STANDIN_STATE": str(self.standin),
+            "HPCC_HEALTH_ENV": str(tmp / "health.env"),
+            "HPCC_HEALTH_VERDICT": str(tmp / "verdict"),
+            "HPCC_HEALTH_STATE": str(tmp / "state"),
+            "HPCC_NODE": "gpu-001",
+            "PYTHONPATH": str(ROOT),
+        }
+        (tmp / "health.env").write_text(
+            f"GPUS={gpus}\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\nKERNEL_LOG={self.standin / 'kern.log'}\n"
+        )
         (self.standin / "kern.log").write_text("Nov 24 12:00:00 gpu-001 kernel: an old line\n")
 
     def monitor(self) -> service.Monitor:
         facts, log = service.load_facts("gpu-001", self.env["HPCC_HEALTH_ENV"])
-        return service.Monitor(facts, log, self.env["HPCC_HEALTH_VERDICT"], self.env["HPCC_HEALTH_STATE"],
-                               Runner(env=self.env), boot_id_path=str(self.boot_id))
+        return service.Monitor(
+            facts,
+            log,
+            self.env["HPCC_HEALTH_VERDICT"],
+            self.env["HPCC_HEALTH_STATE"],
+            Runner(env=self.env),
+            boot_id_path=str(self.boot_id),
+        )
 
     def inject(self, xid: str) -> None:
         subprocess.run([str(STANDINS / "inject-xid"), xid], env=self.env, check=True)
 
     def cli(self, command: str, **env) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "hpcc_node.health", command], env={**self.env, **env},
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "hpcc_node.health", command],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def verdict(self):
         return parse_verdict(Path(self.env["HPCC_HEALTH_VERDICT"]).read_text())
@@ -144,8 +173,10 @@ def test_slurms_health_check_reads_the_verdict_only(node):
     node.monitor().run(PERIODIC_CHECKS)
     assert node.cli("healthcheck").returncode == 0
     stale = node.verdict()
-    write_verdict(node.env["HPCC_HEALTH_VERDICT"], stale.__class__(stale.status, stale.action, stale.remedy,
-                                                                   stale.reason, stale.written - 600, stale.results))
+    write_verdict(
+        node.env["HPCC_HEALTH_VERDICT"],
+        stale.__class__(stale.status, stale.action, stale.remedy, stale.reason, stale.written - 600, stale.results),
+    )
     out = node.cli("healthcheck")
     assert out.returncode == 1 and "the agent stopped" in out.stdout
 
@@ -182,17 +213,24 @@ def test_a_node_from_before_the_health_step_refuses_no_job(node):
     assert out.returncode == 1 and "health.env is missing" in out.stderr
 
 
-
 def test_the_agents_status_carries_its_health_verdict(tmp_path):
     from hpcc_node.health.verdict import fail
     from tests.node.agent_support import FakeAws, make_agent
+
     a, _ = make_agent(tmp_path, FakeAws())
     assert "health" not in a.extra()  # no verdict yet (a node from before the health checks)
-    write_verdict(os.path.join(a.c.run, service.VERDICT_NAME),
-                  node_verdict([fail("xid", "Xid 79 on PCI:0000:53:00: ...", "down", "reboot")], time.time()))
+    write_verdict(
+        os.path.join(a.c.run, service.VERDICT_NAME),
+        node_verdict([fail("xid", "Xid 79 on PCI:0000:53:00: ...", "down", "reboot")], time.time()),
+    )
     extra = a.extra()
     assert (extra["ok"], extra["class"], extra["check"], extra["action"], extra["remedy"]) == (
-        False, "health", "xid", "down", "reboot")
+        False,
+        "health",
+        "xid",
+        "down",
+        "reboot",
+    )
 
 
 def test_the_health_thread_signals_a_changed_verdict_once_and_survives_a_failing_check():
@@ -201,9 +239,13 @@ def test_the_health_thread_signals_a_changed_verdict_once_and_survives_a_failing
     from hpcc_node.health.service import check_once
     from hpcc_node.health.verdict import NodeVerdict
 
-    verdicts = [NodeVerdict("ok", "none", "none", "", 1), NodeVerdict("ok", "none", "none", "", 2),
-                NodeVerdict("fail", "down", "replace", "hpcc: xid: Xid 79", 3), RuntimeError("parser bug"),
-                NodeVerdict("fail", "down", "replace", "hpcc: xid: Xid 79", 4)]
+    verdicts = [
+        NodeVerdict("ok", "none", "none", "", 1),
+        NodeVerdict("ok", "none", "none", "", 2),
+        NodeVerdict("fail", "down", "replace", "hpcc: xid: Xid 79", 3),
+        RuntimeError("parser bug"),
+        NodeVerdict("fail", "down", "replace", "hpcc: xid: Xid 79", 4),
+    ]
 
     class Monitor:
         def boot_checked(self):
@@ -214,6 +256,7 @@ def test_the_health_thread_signals_a_changed_verdict_once_and_survives_a_failing
             if isinstance(v, Exception):
                 raise v
             return v
+
     changes, logged, last = [], [], None
     for _ in range(5):
         last = check_once(Monitor(), last, logged.append, lambda: changes.append(len(verdicts)))

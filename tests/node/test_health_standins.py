@@ -54,11 +54,14 @@ def test_each_node_reads_its_own_state(tmp_path):
     assert short.status == "fail" and "7 GPU(s) visible, the instance type has 8" in short.evidence
 
 
-@pytest.mark.parametrize("state, remedy, words", [
-    ({"ecc": "2:1"}, "reset", "GPU 2 (00000000:55:00.0): 1 uncorrected ECC"),
-    ({"remap_pending": "3"}, "reset", "GPU 3 (00000000:56:00.0): row remapping pending"),
-    ({"remap_failed": "1"}, "replace", "GPU 1 (00000000:54:00.0): row remapping failed"),
-])
+@pytest.mark.parametrize(
+    "state, remedy, words",
+    [
+        ({"ecc": "2:1"}, "reset", "GPU 2 (00000000:55:00.0): 1 uncorrected ECC"),
+        ({"remap_pending": "3"}, "reset", "GPU 3 (00000000:56:00.0): row remapping pending"),
+        ({"remap_failed": "1"}, "replace", "GPU 1 (00000000:54:00.0): row remapping failed"),
+    ],
+)
 def test_gpu_memory_faults_from_the_stand_in(node, state, remedy, words):
     node.set(**state)
     result = node.run([GPU_MEMORY])[GPU_MEMORY]
@@ -79,8 +82,9 @@ def test_a_gpu_off_the_bus_fails_every_nvidia_smi_check(node):
     assert "exit 15" in results[GPU_COUNT].evidence and "GPU is lost" in results[GPU_COUNT].evidence
 
 
-@pytest.mark.parametrize("state, status, words", [("fail:memory:3", "fail", "memory: GPU 3"),
-                                                  ("warn:pcie", "warn", "pcie")])
+@pytest.mark.parametrize(
+    "state, status, words", [("fail:memory:3", "fail", "memory: GPU 3"), ("warn:pcie", "warn", "pcie")]
+)
 def test_dcgm_diagnostic_results_from_the_stand_in(node, state, status, words):
     node.set(dcgm=state)
     result = node.run([DCGM_DIAG])[DCGM_DIAG]
@@ -107,8 +111,12 @@ def test_an_injected_xid_is_read_from_the_kernel_log_source_and_takes_the_node_d
 
 
 def test_the_stand_in_refuses_what_the_real_tool_refuses(node):
-    out = subprocess.run([str(STANDINS / "nvidia-smi"), "--query-gpu=index,bogus", "--format=csv"],
-                         env={**os.environ, **node.env}, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(STANDINS / "nvidia-smi"), "--query-gpu=index,bogus", "--format=csv"],
+        env={**os.environ, **node.env},
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and 'Field "bogus" is not a valid field to query.' in out.stdout
 
 

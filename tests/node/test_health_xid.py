@@ -28,12 +28,16 @@ def test_the_catalog_names_its_source_and_date_and_holds_the_rows_hpcc_relies_on
     assert {"RESTART_APP", "RESET_GPU", "RESTART_BM", "CONTACT_SUPPORT"} <= used & set(xid.BUCKET_RULES)
 
 
-@pytest.mark.parametrize("text", [
-    "Sep 09 15:53:19 saturn kernel: NVRM: Xid (PCI:0000:10:00): 79, pid=0, GPU has fallen off the bus.",
-    "[ 966.503025] NVRM: Xid (0000:10:00): 79, GPU has fallen off the bus.",  # older drivers: no PCI:
-    "6,1234,5678901,-;NVRM: Xid (PCI:0000:10:00.0): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
-    "NVRM: Xid (PCI:0000:10:00): 79,GPU has fallen off the bus.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Sep 09 15:53:19 saturn kernel: NVRM: Xid (PCI:0000:10:00): 79, pid=0, GPU has fallen off the bus.",
+        "[ 966.503025] NVRM: Xid (0000:10:00): 79, GPU has fallen off the bus.",  # older drivers: no PCI:
+        "6,1234,5678901,-;NVRM: Xid (PCI:0000:10:00.0): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the "
+        "bus.",
+        "NVRM: Xid (PCI:0000:10:00): 79,GPU has fallen off the bus.",
+    ],
+)
 def test_a_xid_line_is_read_from_any_log_source(text):
     event, is_xid = xid.parse_line(text)
     assert is_xid and event.xid == 79 and event.pci.startswith("0000:10:00") and "fallen off the bus" in event.text
@@ -88,8 +92,7 @@ def test_every_catalog_row_is_classified_by_its_bucket_rule():
 
 def test_a_new_catalog_row_is_classified_without_a_code_change():
     catalog = dict(CATALOG)
-    catalog[999] = {"mnemonic": "NEW_FAULT", "description": "New fault", "immediate": "RESTART_BM",
-                    "investigatory": ""}
+    catalog[999] = {"mnemonic": "NEW_FAULT", "description": "New fault", "immediate": "RESTART_BM", "investigatory": ""}
     assert xid.check([line(999)], catalog).action == "down"
 
 

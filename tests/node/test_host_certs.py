@@ -13,15 +13,17 @@ from tests.node.cert_support import ARN_PREFIX, BUCKET, FakeAws, cert_text, inst
 NOW = 1_795_000_000  # 2026-11-18
 DAY = 86400
 HOSTS = ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
-MEMBERS = [member(n, ip) for n, ip in zip(["head", "compute-000", "compute-001"], HOSTS)]
+MEMBERS = [member(n, ip) for n, ip in zip(["head", "compute-000", "compute-001"], HOSTS, strict=True)]
 
 
 @pytest.fixture
 def cluster(tmp_path):
     aws = FakeAws()
     head = make_head(aws)
-    nodes = {name: make_node(aws, tmp_path, name, ip) for name, ip in
-             zip(["head", "compute-000", "compute-001"], HOSTS)}
+    nodes = {
+        name: make_node(aws, tmp_path, name, ip)
+        for name, ip in zip(["head", "compute-000", "compute-001"], HOSTS, strict=True)
+    }
     return aws, head, nodes
 
 
@@ -40,14 +42,16 @@ def test_the_head_signs_each_published_host_key_for_the_principals_it_knows(clus
     nodes["compute-000"].publish()
     assert head.sign_pending(MEMBERS, NOW) == ["compute-000"]
     paths, changed = nodes["compute-000"].install(issued(aws, "compute-000"))
-    assert changed and sorted(p.rsplit("/", 1)[1] for p in paths) == ["ssh_host_ecdsa_key-cert.pub",
-                                                                     "ssh_host_ed25519_key-cert.pub"]
+    assert changed and sorted(p.rsplit("/", 1)[1] for p in paths) == [
+        "ssh_host_ecdsa_key-cert.pub",
+        "ssh_host_ed25519_key-cert.pub",
+    ]
     text = cert_text(paths[0])
     assert "Principals: \n                compute-000\n                10.0.0.5\n                ip-10-0-0-5\n" in text
     assert f'Key ID: "llm/compute-000/{instance_of("compute-000")}"' in text  # the membership's instance
     assert "Valid: from 2026-11-18T11:01:40 to 2026-11-25T11:01:40" in text  # 7 days from 5 min before signing
     assert f"Signing CA: ED25519 {certstore.fingerprint(authority.signer['public'])}" in text
-    known = (nodes["compute-000"].known_hosts)
+    known = nodes["compute-000"].known_hosts
     assert open(known).read().splitlines()[1:] == [f"@cert-authority * {authority.signer['public']}"]
     # what it applied, for hpcc rotate-keys to wait on
     nodes["compute-000"].publish()
@@ -137,18 +141,22 @@ def test_a_head_that_missed_phases_applies_them_in_order():
     assert moved == certstore.Authority([{"private": "p2", "public": "ssh-ed25519 AAAB"}], 0, "20261118T070000Z:retire")
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{"id": "x", "phase": "add"}', "expected a YYYYMMDDTHHMMSSZ id"),
-    ('{"id": "20261118T070000Z", "phase": "drop"}', "one of add, switch, retire"),
-    ("add", "is not"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"id": "x", "phase": "add"}', "expected a YYYYMMDDTHHMMSSZ id"),
+        ('{"id": "20261118T070000Z", "phase": "drop"}', "one of add, switch, retire"),
+        ("add", "is not"),
+    ],
+)
 def test_a_malformed_rotation_parameter_is_refused_naming_it(text, problem):
     with pytest.raises(ValueError, match=problem):
         certstore.read_rotation(text)
 
 
-@pytest.mark.parametrize("text", ["pending", "", '{"ip": "10.0.0.5", "keys": ["rm -rf /"], "trust": []}',
-                                  '{"ip": "10.0.0.5"}', "[1]"])
+@pytest.mark.parametrize(
+    "text", ["pending", "", '{"ip": "10.0.0.5", "keys": ["rm -rf /"], "trust": []}', '{"ip": "10.0.0.5"}', "[1]"]
+)
 def test_whatever_a_node_wrote_that_is_not_keys_is_nothing(text):
     assert certstore.read_published(text) is None
 
@@ -158,14 +166,26 @@ def test_the_rotation_parameter_as_pulumi_creates_it_is_no_rotation():
 
 
 def doc_of(members):
-    return {"generation": 1, "head": {"name": "head", "ip": members[0].ip, "instance": members[0].instance},
-            "nodes": [{"name": m.name, "ip": m.ip, "instance": m.instance, "state": "ready"} for m in members[1:]]}
+    return {
+        "generation": 1,
+        "head": {"name": "head", "ip": members[0].ip, "instance": members[0].instance},
+        "nodes": [{"name": m.name, "ip": m.ip, "instance": m.instance, "state": "ready"} for m in members[1:]],
+    }
 
 
 def agent_part(aws, tmp_path, name, ip, logs, reloads):
-    part = certs.Certs(aws, aws, BUCKET, "llm", "head" if name == "head" else "compute", name, ip,
-                       ARN_PREFIX + instance_of(name), log=logs.append,
-                       reload=lambda: reloads.append(name) or "reloaded")
+    part = certs.Certs(
+        aws,
+        aws,
+        BUCKET,
+        "llm",
+        "head" if name == "head" else "compute",
+        name,
+        ip,
+        ARN_PREFIX + instance_of(name),
+        log=logs.append,
+        reload=lambda: reloads.append(name) or "reloaded",
+    )
     part.me = make_node(aws, tmp_path, name, ip)
     return part
 
@@ -173,8 +193,10 @@ def agent_part(aws, tmp_path, name, ip, logs, reloads):
 def test_the_agents_tick_signs_installs_reloads_once_and_renews_at_half_life(tmp_path):
     aws, logs, reloads = FakeAws(), [], []
     doc = doc_of(MEMBERS[:2])
-    agents = {name: agent_part(aws, tmp_path, name, ip, logs, reloads) for name, ip in (("head", HOSTS[0]),
-                                                                                     ("compute-000", HOSTS[1]))}
+    agents = {
+        name: agent_part(aws, tmp_path, name, ip, logs, reloads)
+        for name, ip in (("head", HOSTS[0]), ("compute-000", HOSTS[1]))
+    }
     agents["compute-000"].tick(doc, NOW)  # publishes
     agents["head"].tick(doc, NOW)  # signs itself and compute-000
     agents["compute-000"].tick(doc, NOW + 60)  # installs
@@ -226,7 +248,6 @@ def test_a_cluster_booted_before_the_host_ca_signs_with_the_cluster_key_until_a_
     assert sum("run `hpcc rotate-keys` once every node runs this bundle" in line for line in logs) == 1, logs
 
 
-
 def test_a_replacement_at_its_predecessors_address_is_signed_for_its_own_keys(cluster, tmp_path):
     aws, head, nodes = cluster
     nodes["compute-000"].publish()
@@ -248,9 +269,9 @@ def test_a_replacement_at_its_predecessors_address_is_signed_for_its_own_keys(cl
     assert new.install(issued(aws, "compute-000"))[1]
 
 
-
 def test_the_bootstrap_publishes_at_its_status_keys_instance_and_installs_what_the_head_signed(tmp_path):
     from hpcc_node import certs_boot
+
     assert certs_boot.instance_arn(f"status/{ARN_PREFIX}i-0abc123.json") == f"{ARN_PREFIX}i-0abc123"
     with pytest.raises(ValueError, match="is not status/<instance ARN>.json"):
         certs_boot.instance_arn("status/../certs/head.json")
@@ -259,6 +280,7 @@ def test_the_bootstrap_publishes_at_its_status_keys_instance_and_installs_what_t
 
     def sleep(_):  # the head's agent signs during the node's wait
         ticks.append(make_head(aws).sign_pending(MEMBERS, NOW))
+
     paths = certs_boot.wait_for_certificates(node, NOW + 600, clock=lambda: NOW, sleep=sleep)
     assert ticks == [["compute-000"]] and len(paths) == 2
     assert published_by(aws, "compute-000").cert_ca == issued(aws, "compute-000").ca
@@ -270,19 +292,27 @@ def test_the_bootstrap_publishes_at_its_status_keys_instance_and_installs_what_t
 def test_a_transient_s3_error_during_the_wait_is_tried_again_and_a_permanent_one_fails_at_once(tmp_path):
     """A connect timeout (the AWS CLI's error, as the box's loaded S3 gave one) must not fail a node's boot."""
     from hpcc_node import awscli, certs_boot
+
     aws = FakeAws()
     node = make_node(aws, tmp_path, "compute-000", HOSTS[1])
-    real, errors = node.fetch, [awscli.ClientError("CliError", 'Connect timeout on endpoint URL: "http://s3"',
-                                                   "get_object"), awscli.ClientError("SlowDown", "x", "get_object")]
+    real, errors = (
+        node.fetch,
+        [
+            awscli.ClientError("CliError", 'Connect timeout on endpoint URL: "http://s3"', "get_object"),
+            awscli.ClientError("SlowDown", "x", "get_object"),
+        ],
+    )
 
     def flaky():
         if errors:
             raise errors.pop(0)
         return real()
+
     node.fetch = flaky
     signed = []
-    paths = certs_boot.wait_for_certificates(node, NOW + 600, clock=lambda: NOW,
-                                             sleep=lambda _: signed.append(make_head(aws).sign_pending(MEMBERS, NOW)))
+    paths = certs_boot.wait_for_certificates(
+        node, NOW + 600, clock=lambda: NOW, sleep=lambda _: signed.append(make_head(aws).sign_pending(MEMBERS, NOW))
+    )
     assert len(paths) == 2 and errors == []
     denied = make_node(aws, tmp_path, "compute-001", HOSTS[2])
     denied.fetch = lambda: (_ for _ in ()).throw(awscli.ClientError("AccessDenied", "no", "get_object"))
@@ -297,6 +327,7 @@ def test_a_missing_object_reads_as_none(code):
     class Missing:
         def get_object(self, **_):
             raise S3Error(code)
+
     assert certstore.get(Missing(), BUCKET, "certs/head.json") == (None, "")
 
 

@@ -14,10 +14,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from hpcc_node import certs, certstore
 from hpcc_contract.names import Paths
-from tests.render.bootstrap_shell import partial, settings_shell
+from hpcc_node import certs, certstore
 from tests.node.cert_support import FakeAws, host_keys, make_head, make_node, member
+from tests.render.bootstrap_shell import partial, settings_shell
 from tests.render.test_bootstrap_steps import COMMON, ctx_for, preamble
 
 HOSTS = [member(n, ip) for n, ip in (("head", "10.0.0.4"), ("compute-000", "10.0.0.5"), ("compute-001", "10.0.0.6"))]
@@ -53,12 +53,20 @@ def namespaced(tmp_path: Path, script: str, timeout: float = 90) -> subprocess.C
     upper.mkdir(parents=True)
     work.mkdir()
     path = tmp_path / "script.sh"
-    path.write_text(f"#!/bin/bash\nset -euo pipefail\n{body}\n{preamble(tmp_path)}{STUB_FAIL}"
-                    f"T={shlex.quote(str(tmp_path))}\n{NODE}{script}\n")
-    setup = (f"mount -t overlay hpcc -o lowerdir=/etc/ssh,upperdir={upper},workdir={work} /etc/ssh && "
-             "mount -t tmpfs hpcc /run && ")
-    return subprocess.run(["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c",
-                           f"{setup}exec bash {path}"], capture_output=True, text=True, timeout=timeout)
+    path.write_text(
+        f"#!/bin/bash\nset -euo pipefail\n{body}\n{preamble(tmp_path)}{STUB_FAIL}"
+        f"T={shlex.quote(str(tmp_path))}\n{NODE}{script}\n"
+    )
+    setup = (
+        f"mount -t overlay hpcc -o lowerdir=/etc/ssh,upperdir={upper},workdir={work} /etc/ssh && "
+        "mount -t tmpfs hpcc /run && "
+    )
+    return subprocess.run(
+        ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", f"{setup}exec bash {path}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def cases(out: str) -> dict[str, tuple[int, str]]:
@@ -95,18 +103,43 @@ def test_a_certified_node_is_reached_and_whatever_else_holds_its_address_is_refu
     host_keys(stranger, ("ed25519",))
     peer = tmp_path / "peer"  # another node of the cluster, certified for its own address
     [key] = host_keys(peer, ("ed25519",))
-    (peer / f"{key.name}-cert.pub").write_text(certs.sign(ca, key.with_suffix(".pub").read_text(), "llm/compute-002",
-                                                          certs.principals("compute-002", "10.0.0.7"), now - 60, now + 3600) + "\n")
+    (peer / f"{key.name}-cert.pub").write_text(
+        certs.sign(
+            ca,
+            key.with_suffix(".pub").read_text(),
+            "llm/compute-002",
+            certs.principals("compute-002", "10.0.0.7"),
+            now - 60,
+            now + 3600,
+        )
+        + "\n"
+    )
     expired = tmp_path / "expired"  # this node, with a certificate that has run out (a copied key and cert, later)
     [key] = host_keys(expired, ("ed25519",))
-    (expired / f"{key.name}-cert.pub").write_text(certs.sign(ca, key.with_suffix(".pub").read_text(), "llm/compute-001",
-                                                             certs.principals("compute-001", "10.0.0.6"),
-                                                             now - 8 * 86400, now - 86400) + "\n")
+    (expired / f"{key.name}-cert.pub").write_text(
+        certs.sign(
+            ca,
+            key.with_suffix(".pub").read_text(),
+            "llm/compute-001",
+            certs.principals("compute-001", "10.0.0.6"),
+            now - 8 * 86400,
+            now - 86400,
+        )
+        + "\n"
+    )
     other = tmp_path / "other"  # another cluster's CA, for this node's address
     [key] = host_keys(other, ("ed25519",))
-    (other / f"{key.name}-cert.pub").write_text(certs.sign(certs.new_key_pair()["private"], key.with_suffix(".pub").read_text(),
-                                                           "x/compute-001", certs.principals("compute-001", "10.0.0.6"),
-                                                           now - 60, now + 3600) + "\n")
+    (other / f"{key.name}-cert.pub").write_text(
+        certs.sign(
+            certs.new_key_pair()["private"],
+            key.with_suffix(".pub").read_text(),
+            "x/compute-001",
+            certs.principals("compute-001", "10.0.0.6"),
+            now - 60,
+            now + 3600,
+        )
+        + "\n"
+    )
     script = f"""trust {node.known_hosts}
 serve node {tmp_path}/compute-001
 reach node
@@ -145,7 +178,7 @@ def test_during_a_rotation_both_cas_are_accepted_and_after_retire_the_old_is_ref
     head.sign_pending(HOSTS, now + 3, certstore.Rotation(rid, "retire"))
     node.install(head.issued["compute-001"])
     (tmp_path / "trust-retire").write_text(Path(node.known_hosts).read_text())
-    script = f"""trust $T/trust-add
+    script = """trust $T/trust-add
 serve old $T/old
 reach add-old
 serve new $T/compute-001
@@ -158,7 +191,10 @@ reach retire-old
     out = namespaced(tmp_path, script)
     assert out.returncode == 0, out.stdout + out.stderr
     found = cases(out.stdout)
-    assert len([line for line in (tmp_path / "trust-add").read_text().splitlines() if line.startswith("@cert-authority")]) == 2
+    assert (
+        len([line for line in (tmp_path / "trust-add").read_text().splitlines() if line.startswith("@cert-authority")])
+        == 2
+    )
     for name in ("add-old", "add-new", "retire-new"):
         assert found[name][0] == 0 and "reached\n" in found[name][1], (name, found[name])
     refused(found, "retire-old", "Host key verification failed.")
@@ -186,7 +222,10 @@ reach after
     out = namespaced(tmp_path, script)
     assert out.returncode == 0, out.stdout + out.stderr
     found = cases(out.stdout)
-    valid = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))  # ssh -v prints local time
+
+    def valid(ts: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))  # ssh -v prints local time
+
     assert f"valid from {valid(first.valid_from)} to {valid(first.valid_to)}" in found["before"][1], found["before"]
     assert f"valid from {valid(renewed.valid_from)} to {valid(renewed.valid_to)}" in found["after"][1], found["after"]
 
@@ -226,8 +265,12 @@ ssh -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=5 -i "$T/user" root
 """
     out = namespaced(tmp_path, script)
     assert out.returncode == 0, out.stdout + out.stderr
-    for line in ("root holds the cluster key", "the login user holds its own key", "root does not accept the user key",
-                 "the login user does not accept root's key"):
+    for line in (
+        "root holds the cluster key",
+        "the login user holds its own key",
+        "root does not accept the user key",
+        "the login user does not accept root's key",
+    ):
         assert line in out.stdout, out.stdout
     found = cases(out.stdout)
     assert found["root-with-cluster-key"][0] == 0 and "reached\n" in found["root-with-cluster-key"][1], found

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List
 
 import boto3
 
 from hpcc_contract import groups as groups_format
+from hpcc_contract.ledger import table_definition
 from hpcc_contract.names import Paths, ledger_table, node_name, state_bucket
 from hpcc_node.controller import membership, model
-from hpcc_contract.ledger import table_definition
 from hpcc_node.controller.ledger import Ledger
 
 REGION = "us-east-1"
@@ -23,7 +22,11 @@ C = "fleet"
 ACCOUNT = "123456789012"  # moto's
 TABLE = ledger_table(C)
 BUCKET = state_bucket(C, ACCOUNT)
-TYPES = {"gpu": "c6i.large", "cpu": "c6i.xlarge", "compute": "c6i.16xlarge"}  # moto knows these; slots come from their vCPUs
+TYPES = {
+    "gpu": "c6i.large",
+    "cpu": "c6i.xlarge",
+    "compute": "c6i.16xlarge",
+}  # moto knows these; slots come from their vCPUs
 
 
 def arn(iid: str) -> str:
@@ -38,10 +41,10 @@ class Fleet:
     ssm: object
     subnet: str
     image: str
-    now: List[float] = field(default_factory=lambda: [time.time()])
+    now: list[float] = field(default_factory=lambda: [time.time()])
     cluster: str = C
     head: str = ""
-    ids: Dict[str, str] = field(default_factory=dict)  # node -> instance id
+    ids: dict[str, str] = field(default_factory=dict)  # node -> instance id
 
     @property
     def table(self) -> str:
@@ -66,10 +69,14 @@ class Fleet:
     def launch(self, role: str, group: str = "", state: str = "running") -> str:
         tags = [{"Key": "hpcc:cluster", "Value": self.cluster}, {"Key": "hpcc:role", "Value": role}]
         tags += [{"Key": "hpcc:group", "Value": group}] if group else []
-        iid = self.ec2.run_instances(ImageId=self.image, MinCount=1, MaxCount=1, SubnetId=self.subnet,
-                                     InstanceType=TYPES.get(group, "c6i.large"),
-                                     TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-                                     )["Instances"][0]["InstanceId"]
+        iid = self.ec2.run_instances(
+            ImageId=self.image,
+            MinCount=1,
+            MaxCount=1,
+            SubnetId=self.subnet,
+            InstanceType=TYPES.get(group, "c6i.large"),
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"][0]["InstanceId"]
         if state == "terminated":
             self.ec2.terminate_instances(InstanceIds=[iid])
         return iid
@@ -96,33 +103,56 @@ class Fleet:
         """membership.json from the ledger, as the controller publishes it (decide.membership_body's shape)."""
         led = self.ledger()
         loaded = led.load()
-        ips = {i["InstanceId"]: i.get("PrivateIpAddress", "") for r in self.ec2.describe_instances()["Reservations"]
-               for i in r["Instances"]}
-        nodes = [{"name": s.name, "group": s.group, "ip": ips.get(s.instance_id, ""), "instance": s.instance_id,
-                  "state": s.state} for s in sorted(loaded.slots.values(), key=lambda s: s.name)
-                 if s.state in (model.BOOTING, model.READY, model.DRAINING, model.FAILED)]
-        body = {"nodes": nodes, "groups": {}, "bundle": {},
-                "head": {"name": "head", "ip": ips.get(self.head, ""), "instance": self.head}}
+        ips = {
+            i["InstanceId"]: i.get("PrivateIpAddress", "")
+            for r in self.ec2.describe_instances()["Reservations"]
+            for i in r["Instances"]
+        }
+        nodes = [
+            {
+                "name": s.name,
+                "group": s.group,
+                "ip": ips.get(s.instance_id, ""),
+                "instance": s.instance_id,
+                "state": s.state,
+            }
+            for s in sorted(loaded.slots.values(), key=lambda s: s.name)
+            if s.state in (model.BOOTING, model.READY, model.DRAINING, model.FAILED)
+        ]
+        body = {
+            "nodes": nodes,
+            "groups": {},
+            "bundle": {},
+            "head": {"name": "head", "ip": ips.get(self.head, ""), "instance": self.head},
+        }
         generation, etag = membership.head(self.s3, self.bucket)
         etag = membership.publish(self.s3, self.bucket, body, generation + 1, etag)
         led.set_membership(generation + 1, "d", etag)
         return generation + 1
 
-    def groups(self, counts: Dict[str, int]) -> None:
+    def groups(self, counts: dict[str, int]) -> None:
         value = groups_format.dumps([{"name": g, "instance_type": TYPES[g], "count": n} for g, n in counts.items()])
         self.ssm.put_parameter(Name=Paths(self.cluster).groups, Value=value, Type="String", Overwrite=True)
 
 
-def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = True, cluster: str = C,
-          ready: bool = True) -> Fleet:
+def fleet(
+    counts: dict[str, int], scheduler: str = "slurm", settings: bool = True, cluster: str = C, ready: bool = True
+) -> Fleet:
     """Inside mock_aws: a cluster of these groups, every node ready and on generation 1, the head ready. Where the
     program already created the table, the bucket or the settings (a planned stack), they are kept."""
     ec2 = boto3.client("ec2", region_name=REGION)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/19")["Subnet"]["SubnetId"]
     image = ec2.register_image(Name="hpcc-test", RootDeviceName="/dev/sda1")["ImageId"]
-    f = Fleet(ec2, boto3.client("dynamodb", region_name=REGION), boto3.client("s3", region_name=REGION),
-              boto3.client("ssm", region_name=REGION), subnet, image, cluster=cluster)
+    f = Fleet(
+        ec2,
+        boto3.client("dynamodb", region_name=REGION),
+        boto3.client("s3", region_name=REGION),
+        boto3.client("ssm", region_name=REGION),
+        subnet,
+        image,
+        cluster=cluster,
+    )
     if f.table not in f.ddb.list_tables()["TableNames"]:
         f.ddb.create_table(**table_definition(f.table))
     if f.bucket not in [b["Name"] for b in f.s3.list_buckets()["Buckets"]]:
@@ -137,9 +167,17 @@ def fleet(counts: Dict[str, int], scheduler: str = "slurm", settings: bool = Tru
             text += f"STATE_BUCKET={f.bucket}\nLEDGER_TABLE={f.table}\n"
         f.ssm.put_parameter(Name=name, Type="String", Overwrite=True, Value=text)
     f.groups(counts)
-    heads = [i["InstanceId"] for r in ec2.describe_instances(Filters=[
-        {"Name": "tag:hpcc:cluster", "Values": [cluster]}, {"Name": "tag:hpcc:role", "Values": ["head"]},
-        {"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"] for i in r["Instances"]]
+    heads = [
+        i["InstanceId"]
+        for r in ec2.describe_instances(
+            Filters=[
+                {"Name": "tag:hpcc:cluster", "Values": [cluster]},
+                {"Name": "tag:hpcc:role", "Values": ["head"]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )["Reservations"]
+        for i in r["Instances"]
+    ]
     f.head = heads[0] if heads else f.launch("head")  # a planned stack's head is the head
     for group, n in counts.items():
         for i in range(n):

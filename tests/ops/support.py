@@ -35,8 +35,10 @@ def inject_errors(client, operation: str, codes: list[str]) -> list[str]:
     def handler(**_):
         if codes:
             code = codes.pop(0)
-            return _response(400, {"Error": {"Code": code, "Message": f"injected {code}"},
-                                   "ResponseMetadata": {"HTTPStatusCode": 400}})
+            return _response(
+                400,
+                {"Error": {"Code": code, "Message": f"injected {code}"}, "ResponseMetadata": {"HTTPStatusCode": 400}},
+            )
         return None
 
     client.meta.events.register(event, handler)
@@ -46,7 +48,9 @@ def inject_errors(client, operation: str, codes: list[str]) -> list[str]:
 def inject_response(client, operation: str, parsed: dict) -> None:
     """Every call of `operation` answers `parsed` (for what moto does not model)."""
     event = f"before-call.{client.meta.service_model.service_id.hyphenize()}.{operation}"
-    client.meta.events.register(event, lambda **_: _response(200, {**parsed, "ResponseMetadata": {"HTTPStatusCode": 200}}))
+    client.meta.events.register(
+        event, lambda **_: _response(200, {**parsed, "ResponseMetadata": {"HTTPStatusCode": 200}})
+    )
 
 
 def edit_response(client, operation: str, edit) -> None:
@@ -56,6 +60,7 @@ def edit_response(client, operation: str, edit) -> None:
 
 
 # -- a fake Pulumi stack: the Automation API's Stack, with the real program run against moto --------------------
+
 
 def qualified_types(records: list[dict]) -> dict[str, str]:
     """Each resource's URN type part: its parents' types and its own, joined by `$` (as Pulumi writes URNs)."""
@@ -71,22 +76,40 @@ def qualified_types(records: list[dict]) -> dict[str, str]:
 def fake_deployment(records: list[dict], stack: str = "dev", protected: tuple[str, ...] = ()) -> list[dict]:
     """Deployment resources for planned records, as `pulumi stack export` lists them."""
     types = qualified_types(records)
-    return [{"urn": f"urn:pulumi:{stack}::hpcc::{types[r['name']]}::{r['name']}", "type": r["type"], "custom": True,
-             "protect": r["type"] in protected} for r in records]
+    return [
+        {
+            "urn": f"urn:pulumi:{stack}::hpcc::{types[r['name']]}::{r['name']}",
+            "type": r["type"],
+            "custom": True,
+            "protect": r["type"] in protected,
+        }
+        for r in records
+    ]
 
 
 def pre_event(op: str, urn: str, type_: str, keys=None, diffs=None):
     """An engine ResourcePreEvent, built from the JSON the Pulumi CLI writes to its event log."""
     from pulumi.automation.events import EngineEvent
 
-    metadata = {"op": op, "urn": urn, "type": type_, "provider": "", "keys": keys, "diffs": diffs,
-                "detailedDiff": {d: {"diffKind": "update-replace" if d in (keys or []) else "update"} for d in diffs or []}}
-    return EngineEvent.from_json({"sequence": 1, "timestamp": 0, "resourcePreEvent": {"metadata": metadata, "planning": True}})
+    metadata = {
+        "op": op,
+        "urn": urn,
+        "type": type_,
+        "provider": "",
+        "keys": keys,
+        "diffs": diffs,
+        "detailedDiff": {d: {"diffKind": "update-replace" if d in (keys or []) else "update"} for d in diffs or []},
+    }
+    return EngineEvent.from_json(
+        {"sequence": 1, "timestamp": 0, "resourcePreEvent": {"metadata": metadata, "planning": True}}
+    )
 
 
 def replacement_events(urn: str, type_: str, keys=None) -> list:
     """What a preview shows for one create-before-delete replacement."""
-    return [pre_event(op, urn, type_, keys=keys, diffs=keys) for op in ("create-replacement", "replace", "delete-replaced")]
+    return [
+        pre_event(op, urn, type_, keys=keys, diffs=keys) for op in ("create-replacement", "replace", "delete-replaced")
+    ]
 
 
 class FakeStack:
@@ -106,8 +129,9 @@ class FakeStack:
         from infra.plan.runner import plan_stack_file
 
         self.result = plan_stack_file(self.config_path, aws=self.env)
-        self.state = fake_deployment(self.result.resources, self.stack,
-                                     protected=("aws:fsx/lustreFileSystem:LustreFileSystem",))
+        self.state = fake_deployment(
+            self.result.resources, self.stack, protected=("aws:fsx/lustreFileSystem:LustreFileSystem",)
+        )
         return self
 
     def urn(self, name: str) -> str:
@@ -147,6 +171,7 @@ class FakeStack:
 
 
 # -- nodes as the bootstrap and the membership agent would report them ---------------------------------------
+
 
 def first_up(tmp_path_factory, config_map: dict):
     """A config planned as the first `pulumi up` leaves it: the plan, and the directory it was written to (what

@@ -17,15 +17,18 @@ import pytest
 from typer.testing import CliRunner
 
 from hpcc_node.health.fabric import Floor
-from infra.ops.cli import app
 from infra.ops import check_fabric as cf
+from infra.ops.cli import app
 
 NODES = {f"gpu-00{i}": f"10.0.0.{10 + i}" for i in range(6)}
 
 
 def test_node_names_give_their_groups():
     assert cf.groups({"gpu-000": "a", "gpu-1000": "b", "cpu-001": "c", "odd": "d"}) == {
-        "gpu": ["gpu-000", "gpu-1000"], "cpu": ["cpu-001"], "compute": ["odd"]}
+        "gpu": ["gpu-000", "gpu-1000"],
+        "cpu": ["cpu-001"],
+        "compute": ["odd"],
+    }
 
 
 def test_a_rounds_output_is_read_per_pair_in_gb_per_s():
@@ -37,8 +40,10 @@ def test_a_rounds_output_is_read_per_pair_in_gb_per_s():
 @pytest.mark.skipif(shutil.which("fi_pingpong") is None, reason="needs libfabric's fi_pingpong")
 def test_the_rounds_script_measures_real_pairs_over_loopback(tmp_path):
     ssh = tmp_path / "ssh"  # `ssh [options] HOST COMMAND` -> COMMAND here, HOST recorded
-    ssh.write_text(f'#!/bin/bash\nwhile [ "${{1:0:1}}" = - ]; do shift 2; done\necho "$1" >>{tmp_path}/hosts\n'
-                   'shift\nexec bash -c "$1"\n')
+    ssh.write_text(
+        f'#!/bin/bash\nwhile [ "${{1:0:1}}" = - ]; do shift 2; done\necho "$1" >>{tmp_path}/hosts\n'
+        'shift\nexec bash -c "$1"\n'
+    )
     ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
     pairs = [("gpu-000", "gpu-001"), ("gpu-002", "gpu-003")]
     loopback = {n: f"127.0.0.{i + 1}" for i, n in enumerate(sorted(NODES))}
@@ -52,9 +57,11 @@ def test_the_rounds_script_measures_real_pairs_over_loopback(tmp_path):
 
 def fake_head(rates):
     """A head that answers each PAIR of the script with the slower of the two nodes' rates (MB/s)."""
+
     def run(script: str) -> str:
         pairs = re.findall(r'echo "PAIR (\S+) (\S+) ', script)
         return "".join(f"PAIR {a} {b} {min(rates[a], rates[b])}\n" for a, b in pairs)
+
     return run
 
 
@@ -93,7 +100,8 @@ def test_the_nodes_and_the_head_come_from_the_clusters_running_instances():
     from moto import mock_aws
 
     from infra.ops.aws import Aws
-    from tests.ops.fleet import C, REGION, fleet
+    from tests.ops.fleet import REGION, C, fleet
+
     with mock_aws():
         f = fleet({"gpu": 3})
         gone = f.ids["gpu-002"]
@@ -114,8 +122,14 @@ def stand_in_ssh(tmp_path, fail_on: str = ""):
     """`ssh [options] HOST COMMAND` -> COMMAND run here; where HOST is `fail_on` or COMMAND contains it, the node's
     torchrun is a command that dies as a broken node's would."""
     ssh = tmp_path / "ssh"
-    broken = (f'if [ "$1" = "{fail_on}" ] || [[ "$2" == *"{fail_on}"* ]]; then '
-              'echo "RuntimeError: Connection reset by peer" >&2; exit 1; fi\n') if fail_on else ""
+    broken = (
+        (
+            f'if [ "$1" = "{fail_on}" ] || [[ "$2" == *"{fail_on}"* ]]; then '
+            'echo "RuntimeError: Connection reset by peer" >&2; exit 1; fi\n'
+        )
+        if fail_on
+        else ""
+    )
     ssh.write_text('#!/bin/bash\nwhile [ "${1:0:1}" = - ]; do shift 2; done\n' + broken + 'shift\nexec bash -c "$1"\n')
     ssh.chmod(ssh.stat().st_mode | stat.S_IEXEC)
     return f"{ssh} -o BatchMode=yes"
@@ -127,10 +141,17 @@ def test_a_groups_all_reduce_runs_for_real_and_reports_its_bus_bandwidth(tmp_pat
         pytest.skip("needs torch's torchrun in the test environment (requirements-dev.txt)")
     names = ["gpu-000", "gpu-001"]
     ips = {"gpu-000": "127.0.0.1", "gpu-001": "127.0.0.1"}
-    script = cf.allreduce_script(names, ips, torchrun, procs=1, nbytes=1 << 20, ssh=stand_in_ssh(tmp_path),
-                                 script=ALLREDUCE_PY)
-    out = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    script = cf.allreduce_script(
+        names, ips, torchrun, procs=1, nbytes=1 << 20, ssh=stand_in_ssh(tmp_path), script=ALLREDUCE_PY
+    )
+    out = subprocess.run(
+        ["bash", "-s"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
+    )
     got = cf.parse_allreduce(out.stdout, "gpu", names)
     assert got.status == "ok" and got.ranks == 2 and got.busbw > 0, out.stdout + out.stderr
     broken = cf.allreduce_script(names, ips, torchrun, procs=1, ssh=stand_in_ssh(tmp_path, fail_on="127.0.0.1"))
@@ -162,6 +183,7 @@ def test_the_command_fails_when_a_groups_all_reduce_fails(monkeypatch):
             assert "/opt/pytorch/bin/torchrun --nnodes 6 --node-rank 5" in script
             return "".join(f"NODE {n} {1 if n == 'gpu-002' else 0} NCCL WARN NET/OFI\n" for n in NODES)
         return fake_head(rates)(script)
+
     monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7"))
     monkeypatch.setattr(cf, "ssh_runner", lambda via: head)
     monkeypatch.setattr("infra.ops.aws.Aws", lambda region: None)
@@ -178,10 +200,24 @@ def test_a_group_whose_first_node_dies_names_every_node_instead_of_waiting_out_t
         pytest.skip("needs torch's torchrun in the test environment (requirements-dev.txt)")
     names = ["gpu-000", "gpu-001"]
     ips = {"gpu-000": "127.0.0.1", "gpu-001": "127.0.0.1"}
-    script = cf.allreduce_script(names, ips, torchrun, procs=1, nbytes=1 << 10, script=ALLREDUCE_PY, join_timeout=5,
-                                 ssh=stand_in_ssh(tmp_path, fail_on="--node-rank 0"))
-    out = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=150,
-                         env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    script = cf.allreduce_script(
+        names,
+        ips,
+        torchrun,
+        procs=1,
+        nbytes=1 << 10,
+        script=ALLREDUCE_PY,
+        join_timeout=5,
+        ssh=stand_in_ssh(tmp_path, fail_on="--node-rank 0"),
+    )
+    out = subprocess.run(
+        ["bash", "-s"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
+    )
     got = cf.parse_allreduce(out.stdout, "gpu", names)
     assert got.status == "failed" and got.failed == tuple(names) and "Connection reset" in got.why, out.stdout
     second = next(line for line in out.stdout.splitlines() if line.startswith("NODE gpu-001 "))

@@ -9,7 +9,7 @@ from moto import mock_aws
 
 from infra.ops.aws import Aws, Backoff
 from infra.ops.status.cluster import cluster_status
-from tests.ops.fleet import C, REGION, fleet
+from tests.ops.fleet import REGION, C, fleet
 from tests.ops.support import inject_errors
 
 
@@ -26,11 +26,14 @@ def cluster():
 
 def test_throttled_reads_are_absorbed_by_jittered_backoff(cluster):
     aws, slept = quiet_aws(base=0.5, cap=4.0)
-    left = [inject_errors(aws.client("ec2"), "DescribeInstances", ["RequestLimitExceeded", "Throttling",
-                                                                    "RequestLimitExceeded"]),
-            inject_errors(aws.client("ssm"), "GetParameter", ["ThrottlingException"]),
-            inject_errors(aws.client("dynamodb"), "Scan", ["ProvisionedThroughputExceededException"]),
-            inject_errors(aws.client("s3"), "GetObject", ["SlowDown"])]
+    left = [
+        inject_errors(
+            aws.client("ec2"), "DescribeInstances", ["RequestLimitExceeded", "Throttling", "RequestLimitExceeded"]
+        ),
+        inject_errors(aws.client("ssm"), "GetParameter", ["ThrottlingException"]),
+        inject_errors(aws.client("dynamodb"), "Scan", ["ProvisionedThroughputExceededException"]),
+        inject_errors(aws.client("s3"), "GetObject", ["SlowDown"]),
+    ]
     found = cluster_status(aws, C)
     assert len(found.nodes) == 5 and all(r.ready for r in found.nodes) and not any(left)
     assert len(slept) == 6

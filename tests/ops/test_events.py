@@ -11,7 +11,7 @@ from hpcc_node.controller import model
 from hpcc_node.controller.model import Event
 from infra.ops.cli import app
 from infra.ops.events import select
-from tests.ops.fleet import C, REGION, fleet
+from tests.ops.fleet import REGION, C, fleet
 
 
 @pytest.fixture
@@ -27,11 +27,15 @@ def events_cli(*extra):
 
 def test_the_kept_actions_are_listed_oldest_first_and_filtered(f):
     led, now = f.ledger(), f.clock()
-    for seq, (ago, kind, node, detail) in enumerate([
+    for seq, (ago, kind, node, detail) in enumerate(
+        [
             (3 * 3600, model.DOWN, "gpu-001", "hpcc: xid: Xid 79 on PCI:0000:53:00"),
             (3 * 3600 - 40, model.REPLACE, "gpu-001", "health: xid: Xid 79 (contact support)"),
             (600, model.DRAIN, "gpu-002", "hpcc: disk_free: / has 3 GiB free"),
-            (60, model.SPARES, "gpu", "spares: hold gpu-002")], 1):
+            (60, model.SPARES, "gpu", "spares: hold gpu-002"),
+        ],
+        1,
+    ):
         led.event(Event(now - ago, kind, node, "health", "", "start", detail), seq)
     code, text = events_cli()
     assert code == 0 and "the controller's actions" in text

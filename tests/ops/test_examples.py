@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from infra.config.stackfile import load
 from infra.ops.deployer_policy import WRITES, planned_types, render, shipped
 from infra.ops.plan_summary import print_summary
 from infra.ops.project import DEFAULT_EXAMPLE
-from infra.config.stackfile import load
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -54,4 +54,6 @@ def test_the_shipped_deployer_policy_is_the_one_generated_from_what_the_examples
 def test_the_ssm_login_lands_as_the_login_user_who_holds_the_cluster_key(plans):
     outputs = plans["c6i-oneccl"].outputs  # no ssh.allowedCidrs: Session Manager
     assert outputs["sshCommand"].startswith("aws ssm start-session --region us-east-1 --target i-")
-    assert outputs["sshCommand"].endswith("--document-name AWS-StartInteractiveCommand --parameters 'command=sudo -iu ubuntu'")
+    assert outputs["sshCommand"].endswith(
+        "--document-name AWS-StartInteractiveCommand --parameters 'command=sudo -iu ubuntu'"
+    )

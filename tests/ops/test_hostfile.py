@@ -8,11 +8,11 @@ from moto import mock_aws
 from typer.testing import CliRunner
 
 from hpcc_node.controller import model
-from infra.ops.cli import app
 from infra.ops import OpsError
 from infra.ops.aws import Aws
+from infra.ops.cli import app
 from infra.ops.hostfile import entries, render
-from tests.ops.fleet import C, REGION, fleet
+from tests.ops.fleet import REGION, C, fleet
 
 
 @pytest.fixture
@@ -22,8 +22,11 @@ def f():
 
 
 def ips(f, *nodes):
-    found = {i["InstanceId"]: i["PrivateIpAddress"] for r in f.ec2.describe_instances()["Reservations"]
-             for i in r["Instances"]}
+    found = {
+        i["InstanceId"]: i["PrivateIpAddress"]
+        for r in f.ec2.describe_instances()["Reservations"]
+        for i in r["Instances"]
+    }
     return [found[f.ids[n]] for n in nodes]
 
 
@@ -42,11 +45,13 @@ def test_every_group_and_one_group_in_name_order_ready_nodes_only(f):
 
 
 def test_the_cli_writes_per_group_and_refuses_unknown_groups(f, tmp_path):
-    out = CliRunner().invoke(app, ["hostfile", "--cluster", C, "--region", REGION, "--group", "gpu",
-                                   "--out", str(tmp_path / "h")])
+    out = CliRunner().invoke(
+        app, ["hostfile", "--cluster", C, "--region", REGION, "--group", "gpu", "--out", str(tmp_path / "h")]
+    )
     assert out.exit_code == 0, out.output
-    assert (tmp_path / "h").read_text().splitlines() == [f"{ip} slots=1" for ip in ips(f, "gpu-000", "gpu-001",
-                                                                                    "gpu-002")]
+    assert (tmp_path / "h").read_text().splitlines() == [
+        f"{ip} slots=1" for ip in ips(f, "gpu-000", "gpu-001", "gpu-002")
+    ]
     bad = CliRunner().invoke(app, ["hostfile", "--cluster", C, "--region", REGION, "--group", "tpu"])
     assert bad.exit_code == 1 and "--group tpu: not a group of cluster fleet; its groups are: cpu, gpu" in bad.output
 

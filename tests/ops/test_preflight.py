@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from infra.ops.cli import app
-from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight.rules import has_errors, preflight
-from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
 from infra.config.validators.findings import ERROR, INFO, WARNING
-from tests.ops.support import EXAMPLES, inject_errors, inject_response, edit_response, stack_file
+from infra.ops.aws import Aws, Backoff
+from infra.ops.cli import app
+from infra.ops.preflight.rules import has_errors, preflight
+from infra.plan.embedded_aws import embedded_aws
+from tests.ops.support import EXAMPLES, edit_response, inject_errors, inject_response, stack_file
 
 
 @pytest.fixture
@@ -56,8 +56,9 @@ def test_quota_error_on_dry_run_names_the_quota(aws, code, quota):
     assert code in err.message and quota in err.message and "increase" in err.message
 
 
-@pytest.mark.parametrize("code, words", [("Unsupported", "AZs offering it"),
-                                          ("InsufficientFreeAddressesInSubnet", "free addresses")])
+@pytest.mark.parametrize(
+    "code, words", [("Unsupported", "AZs offering it"), ("InsufficientFreeAddressesInSubnet", "free addresses")]
+)
 def test_other_dry_run_refusals_become_advice(aws, code, words):
     inject_errors(aws.client("ec2"), "RunInstances", [code])
     findings = run(aws, EXAMPLES / "c6i-oneccl.yaml")
@@ -66,7 +67,9 @@ def test_other_dry_run_refusals_become_advice(aws, code, words):
 
 
 def test_vcpu_quota_read_and_too_small(aws):
-    inject_response(aws.client("service-quotas"), "GetServiceQuota", {"Quota": {"QuotaCode": "L-417A185B", "Value": 192.0}})
+    inject_response(
+        aws.client("service-quotas"), "GetServiceQuota", {"Quota": {"QuotaCode": "L-417A185B", "Value": 192.0}}
+    )
     findings = run(aws, EXAMPLES / "p5-llm.yaml")
     errs = [f for f in by(findings, ERROR) if "vCPUs" in f.message]
     assert len(errs) == 1 and "needs 384 vCPUs" in errs[0].message and "quota is 192" in errs[0].message
@@ -103,7 +106,9 @@ def test_missing_image_is_an_error(aws, tmp_path):
 
 
 def test_efa_supported_but_off_is_a_warning(aws, tmp_path):
-    findings = run(aws, stack_file(tmp_path, "p5-llm", compute={"instanceType": "p5.48xlarge", "count": 2, "efa": False}))
+    findings = run(
+        aws, stack_file(tmp_path, "p5-llm", compute={"instanceType": "p5.48xlarge", "count": 2, "efa": False})
+    )
     assert [f for f in by(findings, WARNING, "cluster.compute.efa") if "supports EFA but it is turned off" in f.message]
 
 
@@ -118,19 +123,38 @@ def test_placement_strategy_unsupported(aws):
 
 
 def test_capacity_reservation_mismatch(aws, tmp_path):
-    path = stack_file(tmp_path, "p5-llm", compute={"instanceType": "p5.48xlarge", "count": 2,
-                                                   "capacityReservationId": "cr-0123456789abcdef0"})
-    inject_response(aws.client("ec2"), "DescribeCapacityReservations", {"CapacityReservations": [{
-        "CapacityReservationId": "cr-0123456789abcdef0", "InstanceType": "p4d.24xlarge", "AvailabilityZone": "us-east-1b",
-        "AvailableInstanceCount": 1, "TotalInstanceCount": 4, "State": "active"}]})
+    path = stack_file(
+        tmp_path,
+        "p5-llm",
+        compute={"instanceType": "p5.48xlarge", "count": 2, "capacityReservationId": "cr-0123456789abcdef0"},
+    )
+    inject_response(
+        aws.client("ec2"),
+        "DescribeCapacityReservations",
+        {
+            "CapacityReservations": [
+                {
+                    "CapacityReservationId": "cr-0123456789abcdef0",
+                    "InstanceType": "p4d.24xlarge",
+                    "AvailabilityZone": "us-east-1b",
+                    "AvailableInstanceCount": 1,
+                    "TotalInstanceCount": 4,
+                    "State": "active",
+                }
+            ]
+        },
+    )
     errs = by(run(aws, path), ERROR, "cluster.compute.capacityReservationId")
     text = " | ".join(e.message for e in errs)
     assert len(errs) == 3 and "reserves p4d.24xlarge" in text and "us-east-1b" in text and "1 of 4" in text
 
 
 def test_capacity_reservation_unreadable_is_a_warning(aws, tmp_path):
-    path = stack_file(tmp_path, "p5-llm", compute={"instanceType": "p5.48xlarge", "count": 2,
-                                                   "capacityReservationId": "cr-0123456789abcdef0"})
+    path = stack_file(
+        tmp_path,
+        "p5-llm",
+        compute={"instanceType": "p5.48xlarge", "count": 2, "capacityReservationId": "cr-0123456789abcdef0"},
+    )
     warns = by(run(aws, path), WARNING, "cluster.compute.capacityReservationId")
     assert warns and "not checked" in warns[0].message
 
@@ -158,7 +182,8 @@ def test_a_cluster_stays_in_the_az_its_first_up_kept(aws):
     findings = run(aws, EXAMPLES / "p3dn-bert.yaml")
     assert by(findings, ERROR) == [], findings
     assert [f.message for f in by(findings, INFO, "cluster.availabilityZone")] == [
-        "none configured: the cluster stays in us-east-1d, kept since its first `pulumi up`"]
+        "none configured: the cluster stays in us-east-1d, kept since its first `pulumi up`"
+    ]
     dry = [f.message for f in by(findings, INFO) if f.message.startswith("dry run")]
     assert dry and all(m.endswith("in us-east-1d") for m in dry)
 
@@ -167,5 +192,7 @@ def test_a_new_type_the_kept_az_does_not_offer_is_an_error_naming_both(aws):
     cfg = load(EXAMPLES / "p3dn-bert.yaml")
     _keep_az(aws, cfg.cluster.name, "us-east-1a")  # p3dn.24xlarge: us-east-1c/1d only
     [err] = by(run(aws, EXAMPLES / "p3dn-bert.yaml"), ERROR, "cluster.compute.instanceType")
-    assert err.message.startswith("p3dn.24xlarge is not offered in us-east-1a, the availability zone this cluster "
-                                  "has used since its first `pulumi up` (offered in: us-east-1c, us-east-1d)")
+    assert err.message.startswith(
+        "p3dn.24xlarge is not offered in us-east-1a, the availability zone this cluster "
+        "has used since its first `pulumi up` (offered in: us-east-1c, us-east-1d)"
+    )

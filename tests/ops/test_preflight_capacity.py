@@ -1,21 +1,21 @@
-"""Preflight on reserved capacity (infra/ops/preflight/capacity.py): a Capacity Block's type, AZ, free count, start and end,
-the reclaim warning, and the placement-group rules for reservations, against the embedded AWS with the
-reservation injected (moto does not model capacity reservations) and the clock injected."""
+"""Preflight on reserved capacity (infra/ops/preflight/capacity.py): a Capacity Block's type, AZ, free count, start and
+end, the reclaim warning, and the placement-group rules for reservations, against the embedded AWS with the reservation
+injected (moto does not model capacity reservations) and the clock injected."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from infra.config.stackfile import load
+from infra.config.validators.findings import ERROR, INFO, WARNING
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight.rules import preflight
 from infra.plan.embedded_aws import embedded_aws
-from infra.config.stackfile import load
-from infra.config.validators.findings import ERROR, INFO, WARNING
 from tests.ops.support import EXAMPLES, inject_response, stack_file
 
-NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 BLOCK = "cr-0123456789abcdef0"
 RESERVATION = "cluster.compute.capacityReservationId"
 
@@ -28,16 +28,28 @@ def aws():
 
 def block(**changes) -> dict:
     """The example's block as DescribeCapacityReservations answers it: active, started an hour ago, 2 days left."""
-    return {"CapacityReservationId": BLOCK, "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1a",
-            "AvailableInstanceCount": 4, "TotalInstanceCount": 4, "State": "active", "ReservationType": "capacity-block",
-            "StartDate": NOW - timedelta(hours=1), "EndDate": NOW + timedelta(days=2), **changes}
+    return {
+        "CapacityReservationId": BLOCK,
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-1a",
+        "AvailableInstanceCount": 4,
+        "TotalInstanceCount": 4,
+        "State": "active",
+        "ReservationType": "capacity-block",
+        "StartDate": NOW - timedelta(hours=1),
+        "EndDate": NOW + timedelta(days=2),
+        **changes,
+    }
 
 
 def findings(aws, reservation: dict, path=EXAMPLES / "p5-capacity-block.yaml"):
     aws = Aws(aws.region, backoff=Backoff(sleep=lambda _: None))  # fresh clients: one injected answer each
     inject_response(aws.client("ec2"), "DescribeCapacityReservations", {"CapacityReservations": [reservation]})
-    return [f for f in preflight(aws, load(path), now=lambda: NOW)
-            if f.field in (RESERVATION, "cluster.compute.market", "cluster.compute.placementGroup")]
+    return [
+        f
+        for f in preflight(aws, load(path), now=lambda: NOW)
+        if f.field in (RESERVATION, "cluster.compute.market", "cluster.compute.placementGroup")
+    ]
 
 
 def messages(found, severity):
@@ -63,11 +75,14 @@ def test_an_ended_block_is_an_error(aws):
     assert "has ended (expired, 2026-11-23 11:59 UTC)" in err
 
 
-@pytest.mark.parametrize("changes,words", [
-    ({"InstanceType": "p4d.24xlarge"}, "reserves p4d.24xlarge, but compute nodes are p5.48xlarge"),
-    ({"AvailabilityZone": "us-east-1b"}, "set cluster.availabilityZone: us-east-1b"),
-    ({"AvailableInstanceCount": 3}, "has 3 of 4 instances free, but the cluster needs 4"),
-])
+@pytest.mark.parametrize(
+    "changes,words",
+    [
+        ({"InstanceType": "p4d.24xlarge"}, "reserves p4d.24xlarge, but compute nodes are p5.48xlarge"),
+        ({"AvailabilityZone": "us-east-1b"}, "set cluster.availabilityZone: us-east-1b"),
+        ({"AvailableInstanceCount": 3}, "has 3 of 4 instances free, but the cluster needs 4"),
+    ],
+)
 def test_a_block_that_does_not_fit_the_cluster_is_an_error(aws, changes, words):
     [err] = messages(findings(aws, block(**changes)), ERROR)
     assert err.startswith(RESERVATION) and words in err
@@ -76,8 +91,11 @@ def test_a_block_that_does_not_fit_the_cluster_is_an_error(aws, changes, words):
 def test_the_market_must_match_the_reservation_kind(aws, tmp_path):
     [err] = messages(findings(aws, block(ReservationType="default")), ERROR)
     assert err.startswith("cluster.compute.market:") and "not a Capacity Block; set market: on-demand" in err
-    odcr = stack_file(tmp_path, "p5-capacity-block", compute={"instanceType": "p5.48xlarge", "count": 4,
-                                                               "capacityReservationId": BLOCK})
+    odcr = stack_file(
+        tmp_path,
+        "p5-capacity-block",
+        compute={"instanceType": "p5.48xlarge", "count": 4, "capacityReservationId": BLOCK},
+    )
     [err] = messages(findings(aws, block(), odcr), ERROR)
     assert "is a Capacity Block: launches into it need market: capacity-block" in err
 
@@ -87,16 +105,27 @@ def test_a_reservation_made_in_a_placement_group_must_be_launched_into_it(aws, t
     odcr = {"instanceType": "p5.48xlarge", "count": 4, "capacityReservationId": BLOCK}
     path = stack_file(tmp_path, "p5-capacity-block", compute=odcr)
     [err] = messages(findings(aws, block(ReservationType="default", PlacementGroupArn=arn), path), ERROR)
-    assert err == ("cluster.compute.placementGroup: cr-0123456789abcdef0 was made in the cluster placement group "
-                   "reserved-pg, and only launches into that group use it; set cluster.compute.placementGroup: reserved-pg")
+    assert err == (
+        "cluster.compute.placementGroup: cr-0123456789abcdef0 was made in the cluster placement group "
+        "reserved-pg, and only launches into that group use it; set cluster.compute.placementGroup: reserved-pg"
+    )
     named = stack_file(tmp_path, "p5-capacity-block", compute={**odcr, "placementGroup": "reserved-pg"})
-    assert messages(findings(aws, block(ReservationType="default", PlacementGroupArn=arn, EndDate=None), named), ERROR) == []
+    assert (
+        messages(findings(aws, block(ReservationType="default", PlacementGroupArn=arn, EndDate=None), named), ERROR)
+        == []
+    )
 
 
 def test_a_group_for_a_reservation_without_one_is_a_warning(aws, tmp_path):
-    path = stack_file(tmp_path, "p5-capacity-block", compute={"instanceType": "p5.48xlarge", "count": 4,
-                                                               "capacityReservationId": BLOCK, "placementGroup": "mine"})
+    path = stack_file(
+        tmp_path,
+        "p5-capacity-block",
+        compute={"instanceType": "p5.48xlarge", "count": 4, "capacityReservationId": BLOCK, "placementGroup": "mine"},
+    )
     found = findings(aws, block(ReservationType="default", EndDate=None), path)
     assert messages(found, ERROR) == []
     [warn] = messages(found, WARNING)
-    assert warn.startswith("cluster.compute.placementGroup:") and "can fail for capacity although the reservation has room" in warn
+    assert (
+        warn.startswith("cluster.compute.placementGroup:")
+        and "can fail for capacity although the reservation has room" in warn
+    )

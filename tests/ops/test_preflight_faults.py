@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from infra.config.stackfile import load
+from infra.config.validators.findings import INFO, WARNING
 from infra.ops.aws import Aws, Backoff
 from infra.ops.preflight.rules import has_errors, preflight
 from infra.plan.embedded_aws import embedded_aws
-from infra.config.stackfile import load
-from infra.config.validators.findings import INFO, WARNING
 from tests.ops.support import EXAMPLES, inject_errors
 
 CPU = EXAMPLES / "c6i-oneccl.yaml"

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-
-from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight.rules import preflight
-from infra.ops.preflight.groups import launch_rate
-from infra.plan.embedded_aws import embedded_aws
 import yaml
 
 from infra.config.stackfile import load, read_raw
 from infra.config.validators.findings import INFO, WARNING
+from infra.ops.aws import Aws, Backoff
+from infra.ops.preflight.groups import launch_rate
+from infra.ops.preflight.rules import preflight
+from infra.plan.embedded_aws import embedded_aws
 from tests.ops.support import EXAMPLES
 from tests.ops.test_preflight_neighbours import seed_cluster
 
@@ -34,8 +33,10 @@ def groups_cfg(tmp_path, *groups):
 def test_each_group_is_shown_with_its_count_and_the_launch_rate_warns_above_the_bucket(tmp_path):
     found = list(launch_rate(groups_cfg(tmp_path, ("gpu", "c6i.16xlarge", 2048), ("cpu", "c6i.32xlarge", 2048))))
     per_group = [f for f in found if f.message.startswith("group ")]
-    assert [(f.field, f.severity) for f in per_group] == [("cluster.nodeGroups[0].count", INFO),
-                                                         ("cluster.nodeGroups[1].count", INFO)]
+    assert [(f.field, f.severity) for f in per_group] == [
+        ("cluster.nodeGroups[0].count", INFO),
+        ("cluster.nodeGroups[1].count", INFO),
+    ]
     assert "group gpu: 2048 x c6i.16xlarge" in per_group[0].message
     rate = [f for f in found if f.severity == WARNING]
     assert len(rate) == 1 and "4,096 compute nodes in 2 group(s)" in rate[0].message

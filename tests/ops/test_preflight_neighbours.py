@@ -5,14 +5,14 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from infra.render.pacing import SSM_REQUESTS_PER_SECOND
 from hpcc_contract.names import HEAD, TAG_CLUSTER, Paths, compute_node_name
-from infra.ops.aws import Aws, Backoff
-from infra.ops.preflight.rules import preflight
-from infra.ops.preflight.neighbours import boot_rate, other_clusters, steady_rate
-from infra.plan.embedded_aws import embedded_aws
 from infra.config.stackfile import load
 from infra.config.validators.findings import WARNING
+from infra.ops.aws import Aws, Backoff
+from infra.ops.preflight.neighbours import boot_rate, other_clusters, steady_rate
+from infra.ops.preflight.rules import preflight
+from infra.plan.embedded_aws import embedded_aws
+from infra.render.pacing import SSM_REQUESTS_PER_SECOND
 from tests.ops.support import EXAMPLES
 
 CONFIG = EXAMPLES / "c6i-oneccl.yaml"  # cluster cpu-oneccl, 4 compute nodes
@@ -50,8 +50,13 @@ def test_another_clusters_parameters_give_a_warning_with_each_rate_and_the_fix(a
 
 def test_a_cluster_known_only_by_its_tags_counts_its_live_instances(aws):
     ec2 = boto3.client("ec2", region_name="us-east-1")
-    ec2.run_instances(ImageId="ami-12c6146b", MinCount=3, MaxCount=3, InstanceType="t3.micro",
-                      TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": "tagged"}]}])
+    ec2.run_instances(
+        ImageId="ami-12c6146b",
+        MinCount=3,
+        MaxCount=3,
+        InstanceType="t3.micro",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": TAG_CLUSTER, "Value": "tagged"}]}],
+    )
     assert other_clusters(aws, "cpu-oneccl") == {"tagged": 3}
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from infra.config.stackfile import load
 from infra.ops.cli import app
 from infra.ops.project import ProjectError, find_project, init_project, policy_pack, stack_name
-from infra.config.stackfile import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,8 +63,8 @@ def test_without_a_project_up_says_to_run_init(tmp_path):
 
 def test_up_refuses_a_project_written_for_another_hpcc_environment(tmp_path):
     from infra.ops import OpsError
-    from infra.ops.up import pack_for
     from infra.ops.project import environment, stale_environment
+    from infra.ops.up import pack_for
 
     init_project(tmp_path / "p", "c6i-oneccl", venv="/opt/elsewhere")
     assert "--refresh" in stale_environment(tmp_path / "p", venv="/opt/here")

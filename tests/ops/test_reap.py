@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from infra.ops.cli import app
 from infra.ops.aws import Aws, Backoff
+from infra.ops.cli import app
 from infra.ops.reap.run import Waits, inventory, reap
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
@@ -34,20 +34,45 @@ def test_reap_after_a_destroy_that_left_an_eni(tmp_path):
         other_before = ids(inventory(aws, "other"))
 
         # What a half-finished destroy leaves: instances gone, an ENI still in the subnet, the rest untouched.
-        gone = [i["InstanceId"] for r in ec2.describe_instances(Filters=[{"Name": "tag:hpcc:cluster", "Values": ["cpu-oneccl"]}])["Reservations"]
-                for i in r["Instances"]]
+        gone = [
+            i["InstanceId"]
+            for r in ec2.describe_instances(Filters=[{"Name": "tag:hpcc:cluster", "Values": ["cpu-oneccl"]}])[
+                "Reservations"
+            ]
+            for i in r["Instances"]
+        ]
         ec2.terminate_instances(InstanceIds=gone)
-        subnet = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": ["cpu-oneccl-private"]}])["Subnets"][0]["SubnetId"]
-        eni = ec2.create_network_interface(SubnetId=subnet, Description="left behind", TagSpecifications=[{
-            "ResourceType": "network-interface", "Tags": [{"Key": "hpcc:cluster", "Value": "cpu-oneccl"}]}])["NetworkInterface"]["NetworkInterfaceId"]
+        subnet = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": ["cpu-oneccl-private"]}])["Subnets"][0][
+            "SubnetId"
+        ]
+        eni = ec2.create_network_interface(
+            SubnetId=subnet,
+            Description="left behind",
+            TagSpecifications=[
+                {"ResourceType": "network-interface", "Tags": [{"Key": "hpcc:cluster", "Value": "cpu-oneccl"}]}
+            ],
+        )["NetworkInterface"]["NetworkInterfaceId"]
 
         found = inventory(aws, "cpu-oneccl")
         kinds = {i.kind for i in found.items}
         assert ("network-interface", eni) in ids(found)
         assert {"instance", "head-instance"} & kinds == set()
-        assert {"file-system", "nat-gateway", "elastic-ip", "security-group", "subnet", "vpc", "iam-role",
-                "instance-profile", "ssm-parameter", "secret", "internet-gateway", "route-table", "vpc-endpoint",
-                "launch-template"} <= kinds
+        assert {
+            "file-system",
+            "nat-gateway",
+            "elastic-ip",
+            "security-group",
+            "subnet",
+            "vpc",
+            "iam-role",
+            "instance-profile",
+            "ssm-parameter",
+            "secret",
+            "internet-gateway",
+            "route-table",
+            "vpc-endpoint",
+            "launch-template",
+        } <= kinds
         assert any("placement groups" in n for n in found.notes)  # moto cannot list them: said, not skipped silently
 
         dry = reap(aws, "cpu-oneccl")
@@ -57,11 +82,16 @@ def test_reap_after_a_destroy_that_left_an_eni(tmp_path):
         assert out.exit_code == 0, out.output
         assert eni in out.output and "deleted" in out.output
         assert inventory(aws, "cpu-oneccl").items == []
-        assert not ec2.describe_network_interfaces(Filters=[{"Name": "network-interface-id", "Values": [eni]}])["NetworkInterfaces"]
+        assert not ec2.describe_network_interfaces(Filters=[{"Name": "network-interface-id", "Values": [eni]}])[
+            "NetworkInterfaces"
+        ]
         assert ids(inventory(aws, "other")) == other_before  # the other cluster is untouched
         others = [i for k, i in other_before if k in ("instance", "head-instance")]
-        assert others and {x["State"]["Name"] for r in ec2.describe_instances(InstanceIds=others)["Reservations"]
-                           for x in r["Instances"]} == {"running"}
+        assert others and {
+            x["State"]["Name"]
+            for r in ec2.describe_instances(InstanceIds=others)["Reservations"]
+            for x in r["Instances"]
+        } == {"running"}
 
 
 def test_reap_deletes_security_groups_that_reference_each_other():

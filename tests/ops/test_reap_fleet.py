@@ -9,7 +9,7 @@ from moto import mock_aws
 
 from infra.ops.aws import Aws
 from infra.ops.reap.run import ORDER, Waits, inventory, reap
-from tests.ops.fleet import C, REGION, fleet
+from tests.ops.fleet import REGION, C, fleet
 
 
 def fast() -> Waits:
@@ -27,8 +27,9 @@ def f():
 
 
 def states(f) -> dict[str, str]:
-    return {i["InstanceId"]: i["State"]["Name"] for r in f.ec2.describe_instances()["Reservations"]
-            for i in r["Instances"]}
+    return {
+        i["InstanceId"]: i["State"]["Name"] for r in f.ec2.describe_instances()["Reservations"] for i in r["Instances"]
+    }
 
 
 def test_the_head_goes_first_then_everything_its_controller_launched_then_the_stores(f):

@@ -52,13 +52,37 @@ def test_reap_deletes_in_dependency_order():
         plan_stack_file(EXAMPLES / "c6i-oneccl.yaml", aws=env)
         aws = Aws(REGION, backoff=Backoff(sleep=lambda _: None))
         fs_id = env.client("fsx").describe_file_systems()["FileSystems"][0]["FileSystemId"]
-        inject_response(aws.client("ec2"), "DescribePlacementGroups", {"PlacementGroups": [{
-            "GroupName": "hpcc-cpu-oneccl", "Strategy": "cluster", "State": "available",
-            "Tags": [{"Key": TAG_CLUSTER, "Value": "cpu-oneccl"}]}]})
+        inject_response(
+            aws.client("ec2"),
+            "DescribePlacementGroups",
+            {
+                "PlacementGroups": [
+                    {
+                        "GroupName": "hpcc-cpu-oneccl",
+                        "Strategy": "cluster",
+                        "State": "available",
+                        "Tags": [{"Key": TAG_CLUSTER, "Value": "cpu-oneccl"}],
+                    }
+                ]
+            },
+        )
         inject_response(aws.client("ec2"), "DeletePlacementGroup", {})
-        inject_response(aws.client("fsx"), "DescribeDataRepositoryAssociations", {"Associations": [{
-            "AssociationId": "dra-0123456789abcdef0", "FileSystemId": fs_id, "DataRepositoryPath": "s3://bucket/data"}]})
-        inject_response(aws.client("fsx"), "DeleteDataRepositoryAssociation", {"AssociationId": "dra-0123456789abcdef0"})
+        inject_response(
+            aws.client("fsx"),
+            "DescribeDataRepositoryAssociations",
+            {
+                "Associations": [
+                    {
+                        "AssociationId": "dra-0123456789abcdef0",
+                        "FileSystemId": fs_id,
+                        "DataRepositoryPath": "s3://bucket/data",
+                    }
+                ]
+            },
+        )
+        inject_response(
+            aws.client("fsx"), "DeleteDataRepositoryAssociation", {"AssociationId": "dra-0123456789abcdef0"}
+        )
 
         listed = {i.kind for i in inventory(aws, "cpu-oneccl").items}
         assert {"placement-group", "fsx-association"} <= listed

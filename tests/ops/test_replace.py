@@ -14,7 +14,7 @@ from hpcc_node.controller.decide import decide
 from hpcc_node.controller.model import Group, Report
 from infra.ops.cli import app
 from infra.ops.replace import UnknownNodes, request
-from tests.ops.fleet import C, REGION, TABLE, fleet
+from tests.ops.fleet import REGION, TABLE, C, fleet
 
 
 @pytest.fixture
@@ -37,8 +37,12 @@ def controller_loop(f) -> None:
     groups = [Group("gpu", "c6i.large", 3, launch_template="lt", subnet_id=f.subnet)]
     reports = {n: Report(n, s.instance_id, True, at=f.clock()) for n, s in led.load().slots.items()}
     executor = Executor(f.ec2, led, f.s3, "unused", C, groups, f.clock, None)
-    reconcile_once(lambda: observe.observe(f.ec2, led, C, f.clock, lambda: reports, None),
-                   lambda snap: decide(snap, groups, snap.now), executor, led)
+    reconcile_once(
+        lambda: observe.observe(f.ec2, led, C, f.clock, lambda: reports, None),
+        lambda snap: decide(snap, groups, snap.now),
+        executor,
+        led,
+    )
 
 
 def test_replace_records_the_request_and_the_controller_replaces_that_node_only(f):
@@ -57,8 +61,9 @@ def test_replace_records_the_request_and_the_controller_replaces_that_node_only(
     state = f.ec2.describe_instances(InstanceIds=[old])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("shutting-down", "terminated")
     events = f.read().events
-    assert any(e.kind == model.REPLACE and e.node == "gpu-001" and "requested by hpcc replace" in e.detail
-               for e in events)
+    assert any(
+        e.kind == model.REPLACE and e.node == "gpu-001" and "requested by hpcc replace" in e.detail for e in events
+    )
 
 
 def test_unknown_names_write_nothing_and_list_the_known_ones(f):

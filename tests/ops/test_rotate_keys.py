@@ -11,8 +11,7 @@ from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
 from hpcc_node import certs, certstore
-from infra.ops import OpsError
-from infra.ops import rotate_keys
+from infra.ops import OpsError, rotate_keys
 from tests.node.cert_support import ARN_PREFIX, BUCKET, FakeAws, instance_of, make_node, node_keys, seed_keys
 
 HOSTS = ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
@@ -37,7 +36,9 @@ class OpsAws:
         if op == "get_parameter":  # the settings: none, so the bucket is the program's name for it
             raise ClientError({"Error": {"Code": "ParameterNotFound", "Message": "none"}}, "GetParameter")
         if op == "get_parameters":
-            return {"Parameters": [{"Name": n, "Value": v} for n, (_, v) in self.store.get_parameters(kw["Names"]).items()]}
+            return {
+                "Parameters": [{"Name": n, "Value": v} for n, (_, v) in self.store.get_parameters(kw["Names"]).items()]
+            }
         if op == "put_parameter":
             if not kw["Overwrite"] and kw["Name"] in self.store.params:
                 raise ClientError({"Error": {"Code": "ParameterAlreadyExists", "Message": "exists"}}, "PutParameter")
@@ -53,15 +54,30 @@ class Cluster:
         self.tmp, self.logins, self.watch = tmp_path, [], False  # watch: record who_lets_in_whom after each tick
         self.store.params["/hpcc/llm/rotation"] = (1, "none")  # as Pulumi creates it
         self.first_keys = seed_keys(self.store)
-        self.doc = {"generation": 1, "head": {"name": "head", "ip": HOSTS[0], "instance": instance_of("head")},
-                    "nodes": [{"name": n, "ip": ip, "instance": instance_of(n), "state": "ready"}
-                              for n, ip in zip(NODES[1:], HOSTS[1:])]}
+        self.doc = {
+            "generation": 1,
+            "head": {"name": "head", "ip": HOSTS[0], "instance": instance_of("head")},
+            "nodes": [
+                {"name": n, "ip": ip, "instance": instance_of(n), "state": "ready"}
+                for n, ip in zip(NODES[1:], HOSTS[1:], strict=True)
+            ],
+        }
         self.store.objects["membership.json"] = json.dumps(self.doc)
         self.agents = {}
-        for name, ip in zip(NODES, HOSTS):
-            part = certs.Certs(self.store, self.store, BUCKET, "llm", "head" if name == "head" else "compute", name,
-                               ip, ARN_PREFIX + instance_of(name), log=self.logs.append, reload=lambda: "reloaded",
-                               keys=node_keys(self.store, tmp_path, name))
+        for name, ip in zip(NODES, HOSTS, strict=True):
+            part = certs.Certs(
+                self.store,
+                self.store,
+                BUCKET,
+                "llm",
+                "head" if name == "head" else "compute",
+                name,
+                ip,
+                ARN_PREFIX + instance_of(name),
+                log=self.logs.append,
+                reload=lambda: "reloaded",
+                keys=node_keys(self.store, tmp_path, name),
+            )
             part.me = make_node(self.store, tmp_path, name, ip)
             self.agents[name] = part
         self.ops = OpsAws(self.store)
@@ -110,7 +126,11 @@ def test_a_rotation_goes_add_switch_retire_waiting_for_every_node(tmp_path):
     new = authority(c)
     assert new.trusted != [old] and len(new.trusted) == 1
     for name in NODES:
-        lines = [l for l in open(c.agents[name].me.known_hosts).read().splitlines() if l.startswith("@cert-authority")]
+        lines = [
+            line
+            for line in open(c.agents[name].me.known_hosts).read().splitlines()
+            if line.startswith("@cert-authority")
+        ]
         assert lines == [f"@cert-authority * {new.trusted[0]}"]
 
 
@@ -121,14 +141,17 @@ def test_the_rotation_gives_root_and_the_login_user_new_keys_and_every_login_wor
     c.watch = True
     c.rotate()
     # after every single agent's tick, every node's key (root's, the login user's) opens every node
-    assert len(c.logins) >= 9 and all(all(step.values()) for step in c.logins), \
-        [k for step in c.logins for k, ok in step.items() if not ok][:5]
+    assert len(c.logins) >= 9 and all(all(step.values()) for step in c.logins), [
+        k for step in c.logins for k, ok in step.items() if not ok
+    ][:5]
     for n in NODES:
         for user, secret in (("root", "/ssh-key"), ("alice", "/user-key")):
             ssh = tmp_path / n / user / ".ssh"
             new = c.store.keys.get_secret_value(f"hpcc/llm{secret}", None, "AWSCURRENT")["SecretString"]
             assert (ssh / "id_hpcc").read_text() == new != before[(n, user)]
-            cluster_lines = [l for l in (ssh / "authorized_keys").read_text().splitlines() if l.endswith(" hpcc-llm")]
+            cluster_lines = [
+                line for line in (ssh / "authorized_keys").read_text().splitlines() if line.endswith(" hpcc-llm")
+            ]
             assert cluster_lines == [f'from="10.0.0.0/16" {(ssh / "id_hpcc.pub").read_text().strip()}']
     labels = json.loads(c.store.keys.list_secret_version_ids("hpcc/llm/ssh-key"))["Versions"]
     assert sorted(s for v in labels for s in v["VersionStages"]) == ["AWSCURRENT"]  # the old key has no label left
@@ -139,7 +162,9 @@ def test_a_second_rotation_is_refused_while_one_runs_and_resume_carries_it_on(tm
     c = Cluster(tmp_path, frozen={"compute-001"})
     with pytest.raises(OpsError, match=r"phase add: compute-001 did not apply it within 1 min.*--resume"):
         c.rotate(timeout=60)
-    with pytest.raises(OpsError, match=r"rotation \d{8}T\d{6}Z is still at phase add: run `hpcc rotate-keys --cluster llm --resume`"):
+    with pytest.raises(
+        OpsError, match=r"rotation \d{8}T\d{6}Z is still at phase add: run `hpcc rotate-keys --cluster llm --resume`"
+    ):
         c.rotate()
     c.frozen.clear()
     rid, said = c.rotate(resume=True)

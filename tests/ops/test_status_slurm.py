@@ -9,10 +9,10 @@ from moto import mock_aws
 from typer.testing import CliRunner
 
 from hpcc_contract.names import Paths
-from infra.ops.cli import app
 from infra.ops.aws import Aws
+from infra.ops.cli import app
 from infra.ops.status.cluster import cluster_status, slurm_states
-from tests.ops.fleet import C, REGION, fleet
+from tests.ops.fleet import REGION, C, fleet
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,7 @@ def put_status(f, node: str, **fields) -> None:
     f.status(iid, name=node, **fields)
     if writer != iid:  # a body naming another instance under this instance's key
         import json
+
         key = f"status/arn:aws:ec2:{REGION}:123456789012:instance/{iid}.json"
         body = json.loads(f.s3.get_object(Bucket=f.bucket, Key=key)["Body"].read())
         body["instance_id"] = writer
@@ -46,25 +47,28 @@ def columns() -> tuple[list[str], dict[str, dict[str, str]]]:
     """`hpcc status`'s node table as header names and node -> column -> cell."""
     out = CliRunner().invoke(app, ["status", "--cluster", C, "--region", REGION], env={"COLUMNS": "400"})
     assert "Traceback" not in out.output, out.output
-    text = out.output[out.output.index(f"cluster {C}: nodes"):]
+    text = out.output[out.output.index(f"cluster {C}: nodes") :]
     lines = [line for line in text.splitlines() if line.startswith("┃") or line.startswith("│")]
     header = [cell.strip() for cell in lines[0].strip("┃").split("┃")]
     rows = {}
     for line in lines[1:]:
         cells = [cell.strip() for cell in line.strip("│").split("│")]
-        rows[cells[0]] = dict(zip(header, cells))
+        rows[cells[0]] = dict(zip(header, cells, strict=True))
     return header, rows
 
 
 def test_each_node_shows_its_slurm_state_beside_its_phase(cluster):
     set_scheduler(cluster, "slurm")
-    put_status(cluster, "head", phase="ready", step="launch-env",
-               slurm={"idle": "gpu-[000-001]", "drained": "gpu-002"})
+    put_status(cluster, "head", phase="ready", step="launch-env", slurm={"idle": "gpu-[000-001]", "drained": "gpu-002"})
     header, rows = columns()
     assert header[header.index("phase") + 1] == "slurm"
     assert {node: row["slurm"] for node, row in rows.items()} == {
-        "head": "-", "gpu-000": "idle", "gpu-001": "idle", "gpu-002": "drained",
-        "gpu-003": "-"}  # the head runs no slurmd; gpu-003 is not in Slurm's lists (yet)
+        "head": "-",
+        "gpu-000": "idle",
+        "gpu-001": "idle",
+        "gpu-002": "drained",
+        "gpu-003": "-",
+    }  # the head runs no slurmd; gpu-003 is not in Slurm's lists (yet)
 
 
 def test_the_column_is_there_while_the_head_has_not_reported(cluster):
@@ -103,15 +107,20 @@ def test_node_written_states_print_as_plain_text(cluster):
     assert rows["gpu-000"]["slurm"] == "[red]idle" and rows["gpu-001"]["slurm"] == "down*"
 
 
-@pytest.mark.parametrize("reported, expected", [
-    ({"idle": "gpu-[000-002,005]", "mixed": "gpu-003"},
-     {"gpu-000": "idle", "gpu-001": "idle", "gpu-002": "idle", "gpu-005": "idle",
-      "gpu-003": "mixed"}),
-    ({"idle~": "gpu-[000-001],gpu-007"}, {"gpu-000": "idle~", "gpu-001": "idle~", "gpu-007": "idle~"}),
-    ({"idle": "gpu-[000-"}, {}),  # not a host list
-    ({"idle": "gpu-[0-99999999]"}, {}),  # python-hostlist refuses ranges past its MAX_SIZE
-    ({"idle": ["gpu-000"], 3: "gpu-001"}, {}),  # not state -> host-list strings
-    ("idle gpu-000", {}), (None, {}),
-])
+@pytest.mark.parametrize(
+    "reported, expected",
+    [
+        (
+            {"idle": "gpu-[000-002,005]", "mixed": "gpu-003"},
+            {"gpu-000": "idle", "gpu-001": "idle", "gpu-002": "idle", "gpu-005": "idle", "gpu-003": "mixed"},
+        ),
+        ({"idle~": "gpu-[000-001],gpu-007"}, {"gpu-000": "idle~", "gpu-001": "idle~", "gpu-007": "idle~"}),
+        ({"idle": "gpu-[000-"}, {}),  # not a host list
+        ({"idle": "gpu-[0-99999999]"}, {}),  # python-hostlist refuses ranges past its MAX_SIZE
+        ({"idle": ["gpu-000"], 3: "gpu-001"}, {}),  # not state -> host-list strings
+        ("idle gpu-000", {}),
+        (None, {}),
+    ],
+)
 def test_slurm_states_expands_sinfo_host_lists_and_skips_the_rest(reported, expected):
     assert slurm_states(reported) == expected

@@ -36,8 +36,18 @@ def assert_inert(out: str) -> None:
 def test_every_node_and_ledger_written_field_prints_as_plain_text():
     with mock_aws():
         f = fleet({"gpu": 3})
-        fields = dict(phase=EVIL, step=EVIL, message=EVIL, updated=EVIL, logTail=[EVIL, EVIL], generation=EVIL,
-                      ip=EVIL, failure=EVIL, evidence=EVIL, slurm={EVIL: "gpu-000", "idle": EVIL})
+        fields = dict(
+            phase=EVIL,
+            step=EVIL,
+            message=EVIL,
+            updated=EVIL,
+            logTail=[EVIL, EVIL],
+            generation=EVIL,
+            ip=EVIL,
+            failure=EVIL,
+            evidence=EVIL,
+            slurm={EVIL: "gpu-000", "idle": EVIL},
+        )
         f.status(f.head, name="head", **fields)
         f.status(f.ids["gpu-001"], name="gpu-001", ok=False, **fields)
         led = f.ledger()

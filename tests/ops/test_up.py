@@ -3,14 +3,13 @@ destroy's leftover check run for real against moto (the wait itself: tests/ops/t
 
 from __future__ import annotations
 
-
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from infra.ops.cli import app
 from infra.ops import OpsError
 from infra.ops.aws import Aws
+from infra.ops.cli import app
 from infra.ops.up import destroy, up
 from infra.plan.embedded_aws import embedded_aws
 from infra.plan.runner import plan_stack_file
@@ -49,24 +48,34 @@ def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
     with embedded_aws(REGION) as env:
         plan_stack_file(CPU, aws=env)
         ec2 = env.client("ec2")
-        subnet = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": ["cpu-oneccl-private"]}])["Subnets"][0]["SubnetId"]
+        subnet = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": ["cpu-oneccl-private"]}])["Subnets"][0][
+            "SubnetId"
+        ]
         aws = Aws(REGION)
 
         def half_destroy():  # Pulumi removed everything but an interface it never knew about
             from infra.ops.reap.run import reap
-            eni = ec2.create_network_interface(SubnetId=subnet, TagSpecifications=[{"ResourceType": "network-interface",
-                "Tags": [{"Key": "hpcc:cluster", "Value": "cpu-oneccl"}]}])["NetworkInterface"]["NetworkInterfaceId"]
+
+            eni = ec2.create_network_interface(
+                SubnetId=subnet,
+                TagSpecifications=[
+                    {"ResourceType": "network-interface", "Tags": [{"Key": "hpcc:cluster", "Value": "cpu-oneccl"}]}
+                ],
+            )["NetworkInterface"]["NetworkInterfaceId"]
             inv = reap(aws, "cpu-oneccl")
             for kind in ("network-interface", "subnet", "vpc"):
                 inv.items = [i for i in inv.items if i.kind != kind]
             from infra.ops.reap.run import DELETERS, ORDER, Waits
+
             for kind in ORDER:
                 if inv.of(kind):
                     DELETERS[kind](aws, inv.of(kind), Waits(poll=0, timeout=5))
             half_destroy.eni = eni
 
         out = console()
-        left = destroy(CPU, "dev", aws=aws, stack_factory=lambda name: FakeStack(env, CPU, on_destroy=half_destroy), console=out)
+        left = destroy(
+            CPU, "dev", aws=aws, stack_factory=lambda name: FakeStack(env, CPU, on_destroy=half_destroy), console=out
+        )
         kinds = {(i.kind, i.id) for i in left.items}
         assert ("network-interface", half_destroy.eni) in kinds
         assert "hpcc reap --cluster cpu-oneccl --region us-east-1 --yes" in out.export_text()
@@ -85,9 +94,19 @@ def all_ready(env):
 
 
 def quick_up(stack, tmp_path, out=None, **options):
-    return up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: stack, console=out or console(),
-              hostfile_path=tmp_path / "hostfile", poll=0, sleep=lambda _: None, skip_preflight=True, wait_seconds=0,
-              **options)
+    return up(
+        CPU,
+        "dev",
+        aws=Aws(REGION),
+        stack_factory=lambda name: stack,
+        console=out or console(),
+        hostfile_path=tmp_path / "hostfile",
+        poll=0,
+        sleep=lambda _: None,
+        skip_preflight=True,
+        wait_seconds=0,
+        **options,
+    )
 
 
 def ops(stack):
@@ -115,7 +134,8 @@ def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_i
         stack.events = lambda _: [
             pre_event("update", stack.urn("cpu-oneccl-groups-param"), PARAM, diffs=["value"]),  # a group grown
             pre_event("create", stack.urn("cpu-oneccl-head").replace("-head", "-extra"), INSTANCE),
-            pre_event("same", stack.urn("cpu-oneccl-head"), INSTANCE)]
+            pre_event("same", stack.urn("cpu-oneccl-head"), INSTANCE),
+        ]
         all_ready(env)
         out = console()
         report = quick_up(stack, tmp_path, out)
@@ -125,20 +145,28 @@ def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_i
 
 def test_update_image_replaces_the_pin_in_preview_and_up_only_when_a_newer_image_exists(tmp_path):
     from infra.plan.embedded_aws import publish_dlami
+
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
         if not any(r["urn"].endswith("::cpu-oneccl-image-pin") for r in stack.state):  # the pin the program keeps
             stack.state.append({"urn": f"urn:pulumi:dev::hpcc::{PARAM}::cpu-oneccl-image-pin", "type": PARAM})
         pin = stack.urn("cpu-oneccl-image-pin")
         node_urns = [stack.urn(f"cpu-oneccl-{n}") for n in NODES]
-        stack.events = lambda kw: [e for u in kw.get("replace", []) for e in replacement_events(u, PARAM, ["value"])] + \
-            ([e for u in node_urns for e in replacement_events(u, INSTANCE, ["launchTemplate.version"])]
-             if kw.get("replace") else [])
+        stack.events = lambda kw: (
+            [e for u in kw.get("replace", []) for e in replacement_events(u, PARAM, ["value"])]
+            + (
+                [e for u in node_urns for e in replacement_events(u, INSTANCE, ["launchTemplate.version"])]
+                if kw.get("replace")
+                else []
+            )
+        )
         all_ready(env)
         out = console()
         assert quick_up(stack, tmp_path, out, update_image=True).ok  # nothing newer: no replacement, no guard
-        assert [(name, kw.get("replace") or []) for name, kw in stack.calls if name in ("preview", "up")] == \
-            [("preview", []), ("up", [])]
+        assert [(name, kw.get("replace") or []) for name, kw in stack.calls if name in ("preview", "up")] == [
+            ("preview", []),
+            ("up", []),
+        ]
         assert "--update-image: no newer image" in " ".join(out.export_text().split())
 
         stack.calls.clear()
@@ -169,8 +197,17 @@ def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, m
         stack.events = lambda _: [pre_event("delete", urn, INSTANCE)]
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
         monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
-        args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
-                "--hostfile", str(tmp_path / "hostfile")]
+        args = [
+            "up",
+            str(CPU),
+            "--stack",
+            "dev",
+            "--skip-preflight",
+            "--wait-minutes",
+            "0",
+            "--hostfile",
+            str(tmp_path / "hostfile"),
+        ]
         out = CliRunner().invoke(app, args)
         assert out.exit_code == 1 and "delete instance cpu-oneccl-head" in out.output
         assert "--allow-replace" in out.output and ops(stack) == ["preview"]
@@ -184,12 +221,23 @@ def test_cli_up_check_measures_the_fabric_once_every_node_is_ready_and_names_a_s
     """`hpcc up --check`: the fabric check (hpcc check fabric) after the wait; a bad provider is refused first."""
     from infra.ops import check_fabric as cf
     from tests.ops.test_check_fabric import NODES, fake_head
+
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
         monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
-        args = ["up", str(CPU), "--stack", "dev", "--skip-preflight", "--wait-minutes", "0",
-                "--hostfile", str(tmp_path / "hostfile"), "--check"]
+        args = [
+            "up",
+            str(CPU),
+            "--stack",
+            "dev",
+            "--skip-preflight",
+            "--wait-minutes",
+            "0",
+            "--hostfile",
+            str(tmp_path / "hostfile"),
+            "--check",
+        ]
         bad = CliRunner().invoke(app, [*args, "--check-provider", "udp"])
         assert bad.exit_code == 2 and "--check-provider must be efa or tcp" in bad.output and ops(stack) == []
         all_ready(env)

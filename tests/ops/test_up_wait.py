@@ -10,10 +10,10 @@ from rich.console import Console
 from hpcc_node.controller import model
 from hpcc_node.controller.model import GroupState
 from infra.config.estimates import launch_minutes, ready_timeout_minutes
+from infra.config.stackfile import load
 from infra.ops.aws import Aws
 from infra.ops.up import up, wait_timeout
 from infra.plan.embedded_aws import embedded_aws
-from infra.config.stackfile import load
 from tests.ops.fleet import fleet
 from tests.ops.support import EXAMPLES, FakeStack
 
@@ -23,9 +23,18 @@ CPU = EXAMPLES / "c6i-oneccl.yaml"  # one group `compute` of 4 (the `compute:` b
 
 def run_up(env, tmp_path, on_up, sleep, wait_seconds=3600):
     out = Console(record=True, width=250)
-    report = up(CPU, "dev", aws=Aws(REGION), stack_factory=lambda name: FakeStack(env, CPU, on_up=on_up),
-                console=out, hostfile_path=tmp_path / "hostfile", poll=0, sleep=sleep, skip_preflight=True,
-                wait_seconds=wait_seconds)
+    report = up(
+        CPU,
+        "dev",
+        aws=Aws(REGION),
+        stack_factory=lambda name: FakeStack(env, CPU, on_up=on_up),
+        console=out,
+        hostfile_path=tmp_path / "hostfile",
+        poll=0,
+        sleep=sleep,
+        skip_preflight=True,
+        wait_seconds=wait_seconds,
+    )
     return report, " ".join(out.export_text().split())
 
 
@@ -35,8 +44,16 @@ def test_up_waits_through_a_failed_boot_and_its_replacement_then_writes_the_host
 
         def controller_boots_them(_options):
             f = made["f"] = fleet({"compute": 4}, cluster=C, ready=False)
-            f.status(f.ids["compute-002"], name="compute-002", ok=False, phase="failed", step="efa",
-                     failure="bootstrap", message="fi_info -p efa found no device", logTail=["[efa] fi_getinfo: -61"])
+            f.status(
+                f.ids["compute-002"],
+                name="compute-002",
+                ok=False,
+                phase="failed",
+                step="efa",
+                failure="bootstrap",
+                message="fi_info -p efa found no device",
+                logTail=["[efa] fi_getinfo: -61"],
+            )
 
         polls = []
 
@@ -72,11 +89,16 @@ def test_up_waits_through_a_failed_boot_and_its_replacement_then_writes_the_host
 
 def test_a_node_left_failed_ends_the_wait_early_and_says_what_to_do(tmp_path):
     with embedded_aws(REGION) as env:
+
         def one_left_failed(_options):
             f = fleet({"compute": 4}, cluster=C)
             led = f.ledger()
-            led.put_slot(led.load().slots["compute-001"], state=model.FAILED, attempts=3,
-                         reason="bootstrap: step lustre failed (attempt cap)")
+            led.put_slot(
+                led.load().slots["compute-001"],
+                state=model.FAILED,
+                attempts=3,
+                reason="bootstrap: step lustre failed (attempt cap)",
+            )
 
         report, text = run_up(env, tmp_path, one_left_failed, lambda _: (_ for _ in ()).throw(AssertionError("waited")))
         assert not report.ok and not report.readiness.timed_out
@@ -87,6 +109,7 @@ def test_a_node_left_failed_ends_the_wait_early_and_says_what_to_do(tmp_path):
 
 def test_a_protected_group_ends_the_wait_and_is_named(tmp_path):
     with embedded_aws(REGION) as env:
+
         def protected(_options):
             f = fleet({"compute": 4}, cluster=C, ready=False)
             led = f.ledger()
@@ -100,8 +123,9 @@ def test_a_protected_group_ends_the_wait_and_is_named(tmp_path):
 
 def test_up_times_out_naming_nodes_not_ready(tmp_path):
     with embedded_aws(REGION) as env:
-        report, text = run_up(env, tmp_path, lambda _: fleet({"compute": 4}, cluster=C, ready=False),
-                              lambda _: None, wait_seconds=0)
+        report, text = run_up(
+            env, tmp_path, lambda _: fleet({"compute": 4}, cluster=C, ready=False), lambda _: None, wait_seconds=0
+        )
         assert not report.ok and report.readiness.timed_out
         assert "compute-003 not ready: instance running, ledger booting, bootstrap phase pending" in text
 

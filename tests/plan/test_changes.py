@@ -7,10 +7,10 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from infra.plan.guard import guarded
 from infra.ops.cli import app
 from infra.plan import runner
 from infra.plan.changes import plan_changes, refused
+from infra.plan.guard import guarded
 from infra.plan.previous import PreviousPlan, PreviousPlanError
 from infra.plan.runner import plan_config
 
@@ -26,6 +26,7 @@ PARAM = "aws:ssm/parameter:Parameter"
 def baseline(tmp_path_factory, request):
     """c6i-oneccl (SCRATCH_2, 1200 GiB) planned once, written as a previous plan."""
     from infra.config.stackfile import read_raw
+
     config = read_raw(request.config.rootpath / "examples" / "c6i-oneccl.yaml")
     out = tmp_path_factory.mktemp("baseline")
     result = plan_config(config)
@@ -41,8 +42,10 @@ def test_same_config_planned_twice_changes_nothing(baseline):
     node = next(r for r in first.resources if r["type"] == INSTANCE)
     assert second.named(node["name"])["id"] != node["id"]
     lt = f"{first.config.cluster.name}-head-lt"  # a group's template names no subnet
-    assert second.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"] != \
-        first.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"]
+    assert (
+        second.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"]
+        != first.named(lt)["inputs"]["networkInterfaces"][0]["subnetId"]
+    )
 
 
 def test_growing_scratch_2_lustre_updates_it_in_place_and_nothing_else(baseline):
@@ -50,8 +53,9 @@ def test_growing_scratch_2_lustre_updates_it_in_place_and_nothing_else(baseline)
     bigger = copy.deepcopy(config)
     bigger["hpcc:cluster"]["fsx"]["storageCapacityGiB"] = 2400
     changes = plan_config(bigger, previous=PreviousPlan.load(out)).changes
-    assert [(c.name, c.type, c.action, c.properties) for c in changes] == \
-        [(f"{first.config.cluster.name}-fsx", LUSTRE, "update", ("storageCapacity",))]
+    assert [(c.name, c.type, c.action, c.properties) for c in changes] == [
+        (f"{first.config.cluster.name}-fsx", LUSTRE, "update", ("storageCapacity",))
+    ]
 
 
 def test_scratch_to_persistent_replaces_the_file_system_which_hpcc_up_guards(baseline):
@@ -63,7 +67,9 @@ def test_scratch_to_persistent_replaces_the_file_system_which_hpcc_up_guards(bas
     assert fs.action == "replace" and "deploymentType" in fs.properties
     assert fs in guarded(changes)
     # what reads the file system's outputs is unknown at preview: the endpoint parameter is updated
-    assert {c.name: c.action for c in changes if c.type == PARAM} == {f"{first.config.cluster.name}-fsx-param": "update"}
+    assert {c.name: c.action for c in changes if c.type == PARAM} == {
+        f"{first.config.cluster.name}-fsx-param": "update"
+    }
 
 
 PIN_PROGRAM = textwrap.dedent('''
@@ -96,11 +102,19 @@ def test_ignore_changes_keeps_the_previous_value_for_everything_downstream(tmp_p
 
 # -- synthetic resource lists: propagation, create/delete, options -----------------------------------------
 
+
 def res(name, token, inputs, deps=None, rid=None, outputs=None, **options):
-    return {"name": name, "type": token, "inputs": inputs, "custom": True, "id": rid or f"id-{name}",
-            "outputs": outputs or {}, "dependsOn": sorted({d for ds in (deps or {}).values() for d in ds}),
-            "propertyDependencies": deps or {}, "options": {"protect": False, "ignoreChanges": [],
-                                                            "replaceOnChanges": [], **options}}
+    return {
+        "name": name,
+        "type": token,
+        "inputs": inputs,
+        "custom": True,
+        "id": rid or f"id-{name}",
+        "outputs": outputs or {},
+        "dependsOn": sorted({d for ds in (deps or {}).values() for d in ds}),
+        "propertyDependencies": deps or {},
+        "options": {"protect": False, "ignoreChanges": [], "replaceOnChanges": [], **options},
+    }
 
 
 def cluster(subnet_az="us-east-1a", sg_description="nodes", lt_user_data="boot", suffix="1", **fs_options):
@@ -110,16 +124,35 @@ def cluster(subnet_az="us-east-1a", sg_description="nodes", lt_user_data="boot",
     return [
         res("private", SUBNET, {"availabilityZone": subnet_az, "cidrBlock": "10.0.16.0/20"}, rid=sn),
         res("nodes-sg", SG, {"description": sg_description, "name": "nodes"}, rid=sg),
-        res("fsx", LUSTRE, {"subnetIds": sn, "securityGroupIds": [sg], "storageCapacity": 1200,
-                            "deploymentType": "SCRATCH_2"},
-            {"subnetIds": ["private"], "securityGroupIds": ["nodes-sg"]}, rid=f"fs-{suffix}",
-            outputs={"dnsName": f"fs-{suffix}.fsx.aws"}, **fs_options),
-        res("lt", LT, {"userData": lt_user_data, "networkInterfaces": [{"subnetId": sn, "securityGroups": [sg]}],
-                       "updateDefaultVersion": True},
-            {"networkInterfaces": ["private", "nodes-sg"]}, rid=f"lt-{suffix}",
-            outputs={"latestVersion": 1, "defaultVersion": 1}),
-        res("node-0", INSTANCE, {"launchTemplate": {"id": f"lt-{suffix}", "version": "1"}},
-            {"launchTemplate": ["lt"]}, rid=f"i-{suffix}", outputs={"privateIp": f"10.0.16.{suffix}"}),
+        res(
+            "fsx",
+            LUSTRE,
+            {"subnetIds": sn, "securityGroupIds": [sg], "storageCapacity": 1200, "deploymentType": "SCRATCH_2"},
+            {"subnetIds": ["private"], "securityGroupIds": ["nodes-sg"]},
+            rid=f"fs-{suffix}",
+            outputs={"dnsName": f"fs-{suffix}.fsx.aws"},
+            **fs_options,
+        ),
+        res(
+            "lt",
+            LT,
+            {
+                "userData": lt_user_data,
+                "networkInterfaces": [{"subnetId": sn, "securityGroups": [sg]}],
+                "updateDefaultVersion": True,
+            },
+            {"networkInterfaces": ["private", "nodes-sg"]},
+            rid=f"lt-{suffix}",
+            outputs={"latestVersion": 1, "defaultVersion": 1},
+        ),
+        res(
+            "node-0",
+            INSTANCE,
+            {"launchTemplate": {"id": f"lt-{suffix}", "version": "1"}},
+            {"launchTemplate": ["lt"]},
+            rid=f"i-{suffix}",
+            outputs={"privateIp": f"10.0.16.{suffix}"},
+        ),
         res("hosts", PARAM, {"name": "/c/hosts", "value": f"10.0.16.{suffix}\n"}, {"value": ["node-0"]}),
     ]
 
@@ -134,8 +167,13 @@ def test_synthetic_same_cluster_with_other_generated_values_has_no_changes():
 
 def test_replaced_subnet_replaces_what_is_placed_in_it():
     changes = plan_changes(cluster(), cluster(subnet_az="us-east-1b", suffix="2"))
-    assert actions(changes) == {"private": "replace", "fsx": "replace", "lt": "update", "node-0": "replace",
-                                "hosts": "update"}
+    assert actions(changes) == {
+        "private": "replace",
+        "fsx": "replace",
+        "lt": "update",
+        "node-0": "replace",
+        "hosts": "update",
+    }
     assert next(c for c in changes if c.name == "fsx").properties == ("subnetIds",)
     assert next(c for c in changes if c.name == "lt").properties == ("networkInterfaces[0].subnetId",)
 
@@ -199,32 +237,45 @@ def test_protected_file_system_replacement_and_deletion_are_refused():
 
 # -- the CLI -------------------------------------------------------------------------------------------------
 
+
 def test_cli_writes_changes_json_and_prints_the_table(baseline, tmp_path):
     config, first, out = baseline
     import yaml
+
     persistent = copy.deepcopy(config)
     persistent["hpcc:cluster"]["fsx"].update(deploymentType="PERSISTENT_2", perUnitStorageThroughput=250)
     stack = tmp_path / "Pulumi.new.yaml"
     stack.write_text(yaml.safe_dump({"config": persistent}))
-    run = CliRunner().invoke(app, ["plan", str(stack), "--out", str(tmp_path / "new"), "--previous", str(out)],
-                             terminal_width=200)
+    run = CliRunner().invoke(
+        app, ["plan", str(stack), "--out", str(tmp_path / "new"), "--previous", str(out)], terminal_width=200
+    )
     assert run.exit_code == 0, run.output
     written = json.loads((tmp_path / "new" / "changes.json").read_text())
     assert written == sorted(written, key=lambda c: c["name"])
-    assert {"name": f"{first.config.cluster.name}-fsx", "type": LUSTRE, "action": "replace",
-            "properties": ["deploymentType", "perUnitStorageThroughput"]} in written
+    assert {
+        "name": f"{first.config.cluster.name}-fsx",
+        "type": LUSTRE,
+        "action": "replace",
+        "properties": ["deploymentType", "perUnitStorageThroughput"],
+    } in written
     assert "Replaced and deleted" in run.output and "guarded" in run.output
     assert f"{first.config.cluster.name}-fsx" in run.output
 
 
-@pytest.mark.parametrize("make", [lambda d: d / "missing",
-                                  lambda d: d,  # a directory without resources.json
-                                  lambda d: (d / "resources.json").write_text("{not json") and d,
-                                  lambda d: (d / "resources.json").write_text('[{"type": "t", "name": "n"}]') and d])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: d / "missing",
+        lambda d: d,  # a directory without resources.json
+        lambda d: (d / "resources.json").write_text("{not json") and d,
+        lambda d: (d / "resources.json").write_text('[{"type": "t", "name": "n"}]') and d,
+    ],
+)
 def test_cli_bad_previous_exits_2_with_a_message(tmp_path, make):
     previous = make(tmp_path)
-    run = CliRunner().invoke(app, ["plan", "examples/c6i-oneccl.yaml", "--out", str(tmp_path / "out"),
-                                   "--previous", str(previous)])
+    run = CliRunner().invoke(
+        app, ["plan", "examples/c6i-oneccl.yaml", "--out", str(tmp_path / "out"), "--previous", str(previous)]
+    )
     assert run.exit_code == 2
     assert "--previous" in run.output and "Traceback" not in run.output
     assert not (tmp_path / "out").exists()  # refused before planning anything
@@ -234,19 +285,28 @@ def test_cli_bad_previous_exits_2_with_a_message(tmp_path, make):
 
 # -- the pieces ----------------------------------------------------------------------------------------------
 
+
 def test_generated_values_match_whole_tokens_only():
     from infra.plan.symbols import replace_tokens
+
     table = {"10.0.1.5": "${node-0.privateIp}", "sg-1": "${sg.id}"}
     assert replace_tokens("10.0.1.55\n10.0.1.5", table) == "10.0.1.55\n${node-0.privateIp}"
-    assert replace_tokens({"groups": ["sg-1", "sg-12"], "arn": "arn:aws:ec2:r:a:security-group/sg-1"}, table) == \
-        {"groups": ["${sg.id}", "sg-12"], "arn": "arn:aws:ec2:r:a:security-group/${sg.id}"}
+    assert replace_tokens({"groups": ["sg-1", "sg-12"], "arn": "arn:aws:ec2:r:a:security-group/sg-1"}, table) == {
+        "groups": ["${sg.id}", "sg-12"],
+        "arn": "arn:aws:ec2:r:a:security-group/${sg.id}",
+    }
 
 
 def test_kept_inputs_take_old_values_in_the_new_plans_terms_and_drop_what_the_old_lacked():
     from infra.plan.paths import MISSING
-    old = [res("pin", PARAM, {"value": "subnet-1 in us-east-1a", "tags": {"a": "1"}}),
-           res("private", SUBNET, {}, rid="subnet-1")]
-    kept = PreviousPlan(old).kept_inputs(PARAM, "pin", ["value", "tags.b", "bad[["], [res("private", SUBNET, {}, rid="subnet-9")])
+
+    old = [
+        res("pin", PARAM, {"value": "subnet-1 in us-east-1a", "tags": {"a": "1"}}),
+        res("private", SUBNET, {}, rid="subnet-1"),
+    ]
+    kept = PreviousPlan(old).kept_inputs(
+        PARAM, "pin", ["value", "tags.b", "bad[["], [res("private", SUBNET, {}, rid="subnet-9")]
+    )
     assert kept == {"value": "subnet-9 in us-east-1a", "tags.b": MISSING}
     assert PreviousPlan(old).kept_inputs(PARAM, "new-one", ["value"], []) is None
 
@@ -257,12 +317,17 @@ def test_keep_ignored_sets_nested_paths_and_removes_what_the_old_inputs_lacked()
 
     from infra.plan.paths import MISSING
     from infra.plan.recorder import keep_ignored, plain
+
     request_object = struct_pb2.Struct()
-    request_object.update({"tags": {"a": "1", "b": "2"}, "gone": "x",
-                           "value": {rpc._special_sig_key: rpc._special_secret_sig, "value": "new"}})
+    request_object.update(
+        {
+            "tags": {"a": "1", "b": "2"},
+            "gone": "x",
+            "value": {rpc._special_sig_key: rpc._special_secret_sig, "value": "new"},
+        }
+    )
     keep_ignored(request_object, {"tags.b": MISSING, "tags.c": "3", "gone": MISSING, "value": "old"})
-    assert plain(rpc.deserialize_properties(request_object)) == \
-        {"tags": {"a": "1", "c": "3"}, "value": "old"}
+    assert plain(rpc.deserialize_properties(request_object)) == {"tags": {"a": "1", "c": "3"}, "value": "old"}
     assert request_object["value"][rpc._special_sig_key] == rpc._special_secret_sig  # still a secret
 
 

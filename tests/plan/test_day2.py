@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.plan.guard import guarded
-from infra.facts.images import IMAGE_FAMILIES
 from hpcc_contract.names import image_pin
+from infra.config.stackfile import read_raw
+from infra.facts.images import IMAGE_FAMILIES
 from infra.plan.embedded_aws import embedded_aws, publish_dlami
+from infra.plan.guard import guarded
 from infra.plan.previous import PreviousPlan
 from infra.plan.runner import PlanError, plan_config
-from infra.config.stackfile import read_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
@@ -62,33 +62,46 @@ def test_the_same_config_again_changes_nothing(first_up):
 def test_growing_by_one_node_updates_the_groups_parameter_in_place_and_nothing_else(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(count=9))
     # The settings carry the count and its pacing for the nodes (infra/render/node_settings.py): a value, in place too.
-    assert {(c.name, c.action) for c in result.changes} == {("bert-groups-param", "update"),
-                                                            ("bert-settings-param", "update")}
+    assert {(c.name, c.action) for c in result.changes} == {
+        ("bert-groups-param", "update"),
+        ("bert-settings-param", "update"),
+    }
     assert guarded(result.changes) == []  # `hpcc up` goes ahead without --allow-replace
 
 
 def test_shrinking_is_a_parameter_value_too_and_the_controller_chooses_the_nodes(first_up):
     result = second_up(first_up, lambda c: c["compute"].update(count=6))
-    assert {(c.name, c.action) for c in result.changes} == {("bert-groups-param", "update"),
-                                                            ("bert-settings-param", "update")}
+    assert {(c.name, c.action) for c in result.changes} == {
+        ("bert-groups-param", "update"),
+        ("bert-settings-param", "update"),
+    }
     assert guarded(result.changes) == [] and not actions(result, INSTANCE)
 
 
 def test_moving_compute_to_node_groups_changes_nothing(first_up):
     def moved(c):
         c["nodeGroups"] = [{"name": "compute", **c.pop("compute")}]
+
     assert second_up(first_up, moved).changes == []
 
 
 def test_adding_a_group_creates_its_template_and_resource_and_touches_no_instance(first_up):
     def grown(c):
-        c["nodeGroups"] = [{"name": "compute", **c.pop("compute")}, {"name": "cpu", "instanceType": "c5n.18xlarge",
-                                                                      "count": 2}]
+        c["nodeGroups"] = [
+            {"name": "compute", **c.pop("compute")},
+            {"name": "cpu", "instanceType": "c5n.18xlarge", "count": 2},
+        ]
+
     result = second_up(first_up, grown)
     assert {(c.name, c.action) for c in result.changes if c.action != "update"} == {
-        ("bert-cpu-lt", "create"), ("bert-group-cpu", "create")}
+        ("bert-cpu-lt", "create"),
+        ("bert-group-cpu", "create"),
+    }
     assert {c.name for c in result.changes if c.action == "update"} <= {
-        "bert-groups-param", "bert-settings-param", "bert-head"}  # the head now depends on the new group
+        "bert-groups-param",
+        "bert-settings-param",
+        "bert-head",
+    }  # the head now depends on the new group
     assert replaced(result) == [] and guarded(result.changes) == []
 
 
@@ -111,8 +124,12 @@ def test_plans_of_per_node_instances_move_to_groups_with_their_nodes_deleted_and
     (tmp_path / "resources.json").write_text(json.dumps(old))
     result = second_up(tmp_path)
     assert {(c.name, c.action) for c in result.changes if c.action != "update"} == {
-        ("bert-compute-000", "delete"), ("bert-compute-001", "delete"), ("bert-hosts-param", "delete"),
-        ("bert-status-head", "delete"), ("bert-group-compute", "create")}
+        ("bert-compute-000", "delete"),
+        ("bert-compute-001", "delete"),
+        ("bert-hosts-param", "delete"),
+        ("bert-status-head", "delete"),
+        ("bert-group-compute", "create"),
+    }
     assert sorted(c.name for c in guarded(result.changes)) == ["bert-compute-000", "bert-compute-001"]
 
 
@@ -129,8 +146,11 @@ def test_a_newer_dlami_of_the_family_replaces_nothing_unless_asked(first_up):
         newer = publish_dlami("us-east-1", FAMILY, "20261201")
         kept = second_up(first_up, aws=aws)
     assert kept.changes == []  # the image resolved at the first up is kept
-    first_ami = {r["name"]: r["inputs"]["imageId"] for r in json.loads((first_up / "resources.json").read_text())
-                 if r["type"] == LT}
+    first_ami = {
+        r["name"]: r["inputs"]["imageId"]
+        for r in json.loads((first_up / "resources.json").read_text())
+        if r["type"] == LT
+    }
     assert {r["name"]: r["inputs"]["imageId"] for r in kept.of_type(LT)} == first_ami != {}
     assert newer not in first_ami.values()
 
@@ -173,15 +193,19 @@ def test_a_compute_type_the_kept_az_does_not_offer_is_refused_naming_both(first_
         if r["name"] == "bert-az-pin":
             r["inputs"]["insecureValue"] = "us-east-1e"
     (tmp_path / "resources.json").write_text(json.dumps(records))
-    with pytest.raises(PlanError, match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1e, "
-                                        r"the availability zone this cluster has used since its first `pulumi up`"):
+    with pytest.raises(
+        PlanError,
+        match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1e, "
+        r"the availability zone this cluster has used since its first `pulumi up`",
+    ):
         second_up(tmp_path)
 
 
 def test_growing_the_file_system_updates_it_in_place(first_up):
     result = second_up(first_up, lambda c: c["fsx"].update(storageCapacityGiB=2400))
     assert [(c.name, c.action, c.properties) for c in result.changes if c.type == FSX] == [
-        ("bert-fsx", "update", ("storageCapacity",))]
+        ("bert-fsx", "update", ("storageCapacity",))
+    ]
     assert replaced(result) == []
 
 
@@ -202,8 +226,9 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
     config.write_text(yaml.safe_dump({"config": BASE}))
     run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "a"), "--update-image"])
     assert run.exit_code == 2 and "give --previous DIR too" in run.output
-    run = CliRunner().invoke(app, ["plan", str(config), "--out", str(tmp_path / "b"), "--previous", str(first_up),
-                                   "--update-image"])
+    run = CliRunner().invoke(
+        app, ["plan", str(config), "--out", str(tmp_path / "b"), "--previous", str(first_up), "--update-image"]
+    )
     assert run.exit_code == 0, run.output
     # Nothing newer was published: the image is resolved first, found the same, and nothing is replaced.
     assert json.loads((tmp_path / "b" / "changes.json").read_text()) == []
@@ -212,6 +237,7 @@ def test_plan_update_image_needs_an_earlier_plan_and_replaces_only_the_pin(first
 
 def test_update_image_with_a_newer_dlami_replaces_the_pin_and_the_head(first_up):
     from infra.plan.runner import plan_update_image
+
     with embedded_aws("us-east-1") as aws:
         newer = publish_dlami("us-east-1", FAMILY, "20261201")
         result = plan_update_image(copy.deepcopy(BASE), PreviousPlan.load(first_up), image_pin("bert"), aws=aws)
@@ -225,8 +251,11 @@ def test_turning_efa_off_is_a_new_template_version_for_the_group(first_up):
     assert replaced(result) == [] and actions(result, LT) == {"bert-compute-lt": "update"}
     assert all(p.startswith("networkInterfaces") for c in result.changes if c.type == LT for p in c.properties)
     # The controller's fleet asks for no EFA (groups), the nodes launch over TCP (settings, a new bundle).
-    assert actions(result, PARAMETER) == {"bert-groups-param": "update", "bert-settings-param": "update",
-                                          "bert-bundle-param": "update"}
+    assert actions(result, PARAMETER) == {
+        "bert-groups-param": "update",
+        "bert-settings-param": "update",
+        "bert-bundle-param": "update",
+    }
     assert not actions(result, INSTANCE)
 
 
@@ -243,7 +272,10 @@ def test_opening_ssh_replaces_the_head_into_the_public_subnet(first_up):
     result = second_up(first_up, lambda c: c.update(ssh={"allowedCidrs": ["203.0.113.5/32"]}))
     assert replaced(result) == ["bert-head"]
     assert {c.name: c.action for c in result.changes if c.action != "update"} == {
-        "bert-head": "replace", "bert-head-ssh-sg": "create", "bert-head-ssh-in-0": "create"}
+        "bert-head": "replace",
+        "bert-head-ssh-sg": "create",
+        "bert-head-ssh-in-0": "create",
+    }
 
 
 def test_closing_ssh_replaces_the_head_before_its_ssh_group_goes(first_up_with_ssh):
@@ -251,15 +283,19 @@ def test_closing_ssh_replaces_the_head_before_its_ssh_group_goes(first_up_with_s
     result = plan_config(config, previous=PreviousPlan.load(first_up_with_ssh))
     assert replaced(result) == ["bert-head"]
     assert {c.name: c.action for c in result.changes if c.action == "delete"} == {
-        "bert-head-ssh-sg": "delete", "bert-head-ssh-in-0": "delete"}
+        "bert-head-ssh-sg": "delete",
+        "bert-head-ssh-in-0": "delete",
+    }
     order = [(s.op, s.name) for s in result.steps]
     assert order.index(("delete", "bert-head")) < order.index(("delete", "bert-head-ssh-sg"))
     assert result.aws_refusals == []
     # As the plan had it (the head updated in place): its SSH group deleted while the head still uses it.
     from infra.plan.order import refusals, update_steps
+
     old, kept = PreviousPlan.load(first_up_with_ssh).resources, [c for c in result.changes if c.name != "bert-head"]
     assert refusals(update_steps(kept, old, result.resources), kept, old, result.resources) == [
-        "delete bert-head-ssh-sg: DependencyViolation, in use by bert-head (old)"]
+        "delete bert-head-ssh-sg: DependencyViolation, in use by bert-head (old)"
+    ]
 
 
 def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_link(tmp_path):
@@ -269,25 +305,44 @@ def test_a_throughput_change_updates_the_file_system_in_place_and_keeps_its_s3_l
     faster = copy.deepcopy(llm)
     faster["hpcc:cluster"]["fsx"]["perUnitStorageThroughput"] = 500
     result = plan_config(faster, previous=PreviousPlan.load(tmp_path / "first"))
-    assert [(c.type, c.action, c.properties) for c in result.changes] == [(FSX, "update", ("perUnitStorageThroughput",))]
+    assert [(c.type, c.action, c.properties) for c in result.changes] == [
+        (FSX, "update", ("perUnitStorageThroughput",))
+    ]
     assert result.refused == [] and guarded(result.changes) == []
 
 
 def test_moving_the_az_replaces_all_that_lives_in_the_subnets_in_an_order_aws_accepts(first_up):
     from infra.plan.order import refusals, update_steps
+
     result = second_up(first_up, lambda c: c.update(availabilityZone="us-east-1d"))
     nodes = ["bert-head"]
-    assert set(replaced(result)) == {*nodes, "bert-private", "bert-public", "bert-fsx", "bert-nat",
-                                     "bert-private-rta", "bert-public-rta", "bert-group-compute"}
+    assert set(replaced(result)) == {
+        *nodes,
+        "bert-private",
+        "bert-public",
+        "bert-fsx",
+        "bert-nat",
+        "bert-private-rta",
+        "bert-public-rta",
+        "bert-group-compute",
+    }
     assert all(c.properties == ("availabilityZone",) for c in result.changes if c.type == INSTANCE)
     assert [c.name for c in result.refused] == ["bert-fsx"]  # protected: Pulumi refuses until it is lifted
     assert result.aws_refusals == []  # no CIDR conflict, no subnet deleted while anything is in it
     order = [(s.op, s.name) for s in result.steps]
     for node in nodes:  # the old node goes before its subnet, the new one comes after the new subnet
-        assert order.index(("delete", node)) < order.index(("delete", "bert-private")) \
-            < order.index(("create", "bert-private")) < order.index(("create", node))
-    assert order.index(("delete", "bert-nat")) < order.index(("delete", "bert-public")) \
-        < order.index(("create", "bert-public")) < order.index(("create", "bert-nat"))
+        assert (
+            order.index(("delete", node))
+            < order.index(("delete", "bert-private"))
+            < order.index(("create", "bert-private"))
+            < order.index(("create", node))
+        )
+    assert (
+        order.index(("delete", "bert-nat"))
+        < order.index(("delete", "bert-public"))
+        < order.index(("create", "bert-public"))
+        < order.index(("create", "bert-nat"))
+    )
 
     # The check itself. Created before deleted (no deleteBeforeReplace): the subnets collide, and the new nodes
     # join a placement group whose old nodes are in the old AZ. Nodes kept (as before this fix): the old
@@ -320,6 +375,7 @@ def test_a_plan_from_before_nodes_named_their_az_still_shows_no_change(first_up,
 def test_a_new_region_with_its_az_is_shown_as_a_new_cluster(first_up):
     def west(c):
         c.update(availabilityZone="us-west-2b")
+
     config = copy.deepcopy(BASE)
     west(config["hpcc:cluster"])
     config["aws:region"] = "us-west-2"
@@ -328,10 +384,13 @@ def test_a_new_region_with_its_az_is_shown_as_a_new_cluster(first_up):
     # and the old one left for the nodes that run it (retain_on_delete).
     bundles = {c.action for c in result.changes if c.type == "aws:s3/bucketObjectv2:BucketObjectv2"}
     assert bundles == {"create", "delete"}
-    kept = {c.name for c in result.changes
-            if c.action != "replace" and c.type != "aws:s3/bucketObjectv2:BucketObjectv2"}
+    kept = {
+        c.name for c in result.changes if c.action != "replace" and c.type != "aws:s3/bucketObjectv2:BucketObjectv2"
+    }
     assert kept == {"bert-head-policy", "bert-node-policy"}  # IAM is global: the inline policies name new ARNs
-    custom = {r["name"] for r in result.resources if r["custom"] and r["type"] != "aws:s3/bucketObjectv2:BucketObjectv2"}
+    custom = {
+        r["name"] for r in result.resources if r["custom"] and r["type"] != "aws:s3/bucketObjectv2:BucketObjectv2"
+    }
     iam = {r["name"] for r in result.resources if r["type"].startswith("aws:iam/")}
     assert set(replaced(result)) == custom - iam  # the VPC, groups, parameters, nodes: every regional resource
     assert all("region" in c.properties for c in result.changes if c.action == "replace")
@@ -342,13 +401,17 @@ def test_a_new_region_with_its_az_is_shown_as_a_new_cluster(first_up):
 def test_a_new_region_without_an_az_is_refused_naming_the_region(first_up):
     config = copy.deepcopy(BASE)
     config["aws:region"] = "us-west-2"
-    with pytest.raises(PlanError, match=r"^aws:region: this cluster was created in us-east-1 \(its availability zone "
-                                        r"us-east-1c is kept .*cannot move to us-west-2: a region change is a new cluster"):
+    with pytest.raises(
+        PlanError,
+        match=r"^aws:region: this cluster was created in us-east-1 \(its availability zone "
+        r"us-east-1c is kept .*cannot move to us-west-2: a region change is a new cluster",
+    ):
         plan_config(config, previous=PreviousPlan.load(first_up))
 
 
 def test_an_earlier_plan_without_regions_is_refused_with_the_fix(first_up, tmp_path):
     from infra.plan.previous import PreviousPlanError
+
     records = json.loads((first_up / "resources.json").read_text())
     for r in records:
         r["inputs"].pop("region", None)
@@ -358,9 +421,11 @@ def test_an_earlier_plan_without_regions_is_refused_with_the_fix(first_up, tmp_p
 
 
 def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_them(first_up, tmp_path):
-    for edit, what in ((lambda c: c["compute"].update(placementGroup="reserved-pg"), "placement"),
-                       (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
-                       (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings")):
+    for edit, what in (
+        (lambda c: c["compute"].update(placementGroup="reserved-pg"), "placement"),
+        (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
+        (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings"),
+    ):
         result = second_up(first_up, edit)
         assert [(c.name, c.action) for c in result.changes if c.type == LT] == [("bert-compute-lt", "update")]
         assert {c.name for c in result.changes} <= {"bert-compute-lt", "bert-groups-param"}  # the fleet's market
@@ -368,15 +433,17 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
         assert "group compute's running nodes" in result.notes[0] and "`hpcc replace NODE`" in result.notes[0]
     assert second_up(first_up, lambda c: c["compute"].update(count=9)).notes == []  # no template changed
 
+    import yaml
     from typer.testing import CliRunner
 
-    import yaml
     from infra.ops.cli import app
+
     config = copy.deepcopy(BASE)
     config["hpcc:cluster"]["compute"]["placementGroup"] = "reserved-pg"
     stack = tmp_path / "Pulumi.bert.yaml"
     stack.write_text(yaml.safe_dump({"config": config}))
-    run = CliRunner().invoke(app, ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_up)],
-                             terminal_width=200)
+    run = CliRunner().invoke(
+        app, ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_up)], terminal_width=200
+    )
     assert run.exit_code == 0, run.output
     assert "keep the old setting until replaced: `hpcc replace NODE` for each" in " ".join(run.output.split())

@@ -1,6 +1,6 @@
 """EC2's launch-template rules (infra/plan/aws_rules.py) refuse the interface layouts EC2 refuses. The hand-typed
-catalog this file once checked is gone: every type's facts come from DescribeInstanceTypes (tests/facts/test_efa_layout.py
-checks every EFA type's layout)."""
+catalog this file once checked is gone: every type's facts come from DescribeInstanceTypes
+(tests/facts/test_efa_layout.py checks every EFA type's layout)."""
 
 import pytest
 
@@ -18,17 +18,38 @@ def _nic(card, dev, kind, **extra):
     return {"networkCardIndex": card, "deviceIndex": dev, "interfaceType": kind, "subnetId": "subnet-1", **extra}
 
 
-@pytest.mark.parametrize("type_name,nics,code,text", [
-    ("p5.48xlarge", [_nic(0, 0, "efa-only")], "InvalidParameterValue", "cannot be the primary"),
-    ("c6i.16xlarge", [_nic(0, 0, "efa")], "InvalidParameterValue", "not supported on this card"),
-    ("p4d.24xlarge", [_nic(0, 0, "interface")] + [_nic(c, 1, "efa") for c in range(1, 5)], "InvalidParameterValue", "network card"),
-    ("p4d.24xlarge", [_nic(0, 0, "efa"), _nic(0, 1, "efa"), _nic(1, 0, "efa"), _nic(2, 0, "efa"), _nic(3, 0, "efa")],
-     "InvalidParameterValue", "EFA interfaces requested"),
-    ("p4d.24xlarge", [_nic(0, 0, "efa", associatePublicIpAddress="true"), _nic(1, 0, "efa")],
-     "InvalidParameterCombination", "multiple network interfaces"),
-    ("p5.48xlarge", [_nic(0, 0, "interface"), _nic(0, 0, "efa-only")], "InvalidParameterValue", "same card and device"),
-    ("p5.48xlarge", [_nic(1, 0, "efa-only")], "InvalidParameterValue", "no primary interface"),
-])
+@pytest.mark.parametrize(
+    "type_name,nics,code,text",
+    [
+        ("p5.48xlarge", [_nic(0, 0, "efa-only")], "InvalidParameterValue", "cannot be the primary"),
+        ("c6i.16xlarge", [_nic(0, 0, "efa")], "InvalidParameterValue", "not supported on this card"),
+        (
+            "p4d.24xlarge",
+            [_nic(0, 0, "interface")] + [_nic(c, 1, "efa") for c in range(1, 5)],
+            "InvalidParameterValue",
+            "network card",
+        ),
+        (
+            "p4d.24xlarge",
+            [_nic(0, 0, "efa"), _nic(0, 1, "efa"), _nic(1, 0, "efa"), _nic(2, 0, "efa"), _nic(3, 0, "efa")],
+            "InvalidParameterValue",
+            "EFA interfaces requested",
+        ),
+        (
+            "p4d.24xlarge",
+            [_nic(0, 0, "efa", associatePublicIpAddress="true"), _nic(1, 0, "efa")],
+            "InvalidParameterCombination",
+            "multiple network interfaces",
+        ),
+        (
+            "p5.48xlarge",
+            [_nic(0, 0, "interface"), _nic(0, 0, "efa-only")],
+            "InvalidParameterValue",
+            "same card and device",
+        ),
+        ("p5.48xlarge", [_nic(1, 0, "efa-only")], "InvalidParameterValue", "no primary interface"),
+    ],
+)
 def test_layout_mistakes_are_rejected_as_ec2_would(type_name, nics, code, text, described):
     with pytest.raises(AwsRejected) as e:
         aws_rules.check_launch_template("lt", {"networkInterfaces": nics}, described[type_name])
@@ -37,5 +58,6 @@ def test_layout_mistakes_are_rejected_as_ec2_would(type_name, nics, code, text, 
 
 def test_interfaces_and_instance_level_security_groups_conflict(described):
     with pytest.raises(AwsRejected, match="InvalidParameterCombination"):
-        aws_rules.check_launch_template("lt", {"networkInterfaces": [_nic(0, 0, "efa")], "vpcSecurityGroupIds": ["sg-1"]},
-                                        described["c5n.18xlarge"])
+        aws_rules.check_launch_template(
+            "lt", {"networkInterfaces": [_nic(0, 0, "efa")], "vpcSecurityGroupIds": ["sg-1"]}, described["c5n.18xlarge"]
+        )

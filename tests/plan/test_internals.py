@@ -5,6 +5,7 @@ plan that went wrong somewhere."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from datetime import UTC
 
 import boto3
 import pulumi
@@ -29,8 +30,11 @@ def internal(what: str):
     try:
         yield
     except (AttributeError, ImportError, KeyError, TypeError, ValueError) as e:
-        pytest.fail(f"{internals.versions()}: {what} is not what infra/plan/internals.py uses any more "
-                    f"({type(e).__name__}: {e}); adapt the wrapper there", pytrace=False)
+        pytest.fail(
+            f"{internals.versions()}: {what} is not what infra/plan/internals.py uses any more "
+            f"({type(e).__name__}: {e}); adapt the wrapper there",
+            pytrace=False,
+        )
 
 
 def test_pulumi_secret_envelope_keys_are_those_an_output_secret_is_sent_with():
@@ -57,6 +61,7 @@ def test_a_program_runs_on_a_fresh_stack_and_its_exports_are_the_root_resources_
         async def run():
             pulumi.export(name, 42)
             seen.update(await pulumi.Output.from_input(internals.root_resource().outputs).future() or {})
+
         return run
 
     with internal("Pulumi's stack reset, event loop and synchronous program run"):
@@ -76,15 +81,28 @@ def moto_region():
 
 
 def test_moto_takes_a_public_image_and_parameter_seeded_into_its_stores(moto_region):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     with internal("moto's EC2 backend (amis) and Ami model"):
         ec2 = internals.ec2_backend(ACCOUNT, REGION)
         ec2.amis["ami-0internals000001"] = internals.ami(
-            ec2, ami_id="ami-0internals000001", name="probe", description="probe", owner_id="898082745236",
-            owner_alias="amazon", public=True, virtualization_type="hvm", architecture="x86_64", state="available",
-            image_type="machine", hypervisor="xen", root_device_name="/dev/sda1", root_device_type="ebs",
-            sriov="simple", creation_date=datetime(2026, 1, 1, tzinfo=timezone.utc))
+            ec2,
+            ami_id="ami-0internals000001",
+            name="probe",
+            description="probe",
+            owner_id="898082745236",
+            owner_alias="amazon",
+            public=True,
+            virtualization_type="hvm",
+            architecture="x86_64",
+            state="available",
+            image_type="machine",
+            hypervisor="xen",
+            root_device_name="/dev/sda1",
+            root_device_type="ebs",
+            sriov="simple",
+            creation_date=datetime(2026, 1, 1, tzinfo=UTC),
+        )
     image = boto3.client("ec2", region_name=REGION).describe_images(ImageIds=["ami-0internals000001"])["Images"][0]
     assert (image["OwnerId"], image["Public"]) == ("898082745236", True)
 
@@ -101,8 +119,10 @@ def test_moto_takes_a_managed_policy_added_by_name(moto_region):
         doc = internals.managed_policy_documents()["AmazonSSMManagedInstanceCore"]
         internals.add_managed_policies(ACCOUNT, {"AmazonSSMManagedInstanceCore": doc})
     arn = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-    assert boto3.client("iam", region_name=REGION).get_policy(PolicyArn=arn)["Policy"]["PolicyName"] == \
-        "AmazonSSMManagedInstanceCore"
+    assert (
+        boto3.client("iam", region_name=REGION).get_policy(PolicyArn=arn)["Policy"]["PolicyName"]
+        == "AmazonSSMManagedInstanceCore"
+    )
 
 
 def test_moto_run_instances_with_its_private_signature_makes_the_instance_boto3_reads_back(moto_region):
@@ -113,21 +133,38 @@ def test_moto_run_instances_with_its_private_signature_makes_the_instance_boto3_
     lt = ec2.create_launch_template(LaunchTemplateName="probe", LaunchTemplateData={"ImageId": image})
     lt_id = lt["LaunchTemplate"]["LaunchTemplateId"]
     with internal("moto's EC2Backend.run_instances arguments"):
-        inst = internals.run_instance(ACCOUNT, REGION, image_id=image, instance_type="c6i.large",
-                                      nic={"DeviceIndex": 0, "SubnetId": subnet, "Groups": []}, tags={"Name": "probe"},
-                                      launch_template={"LaunchTemplateId": lt_id, "Version": "1"},
-                                      http_tokens="required", client_token="probe")
+        inst = internals.run_instance(
+            ACCOUNT,
+            REGION,
+            image_id=image,
+            instance_type="c6i.large",
+            nic={"DeviceIndex": 0, "SubnetId": subnet, "Groups": []},
+            tags={"Name": "probe"},
+            launch_template={"LaunchTemplateId": lt_id, "Version": "1"},
+            http_tokens="required",
+            client_token="probe",
+        )
     found = ec2.describe_instances(InstanceIds=[inst.id])["Reservations"][0]["Instances"][0]
-    assert (found["InstanceType"], found["SubnetId"], found["MetadataOptions"]["HttpTokens"]) == \
-        ("c6i.large", subnet, "required")
+    assert (found["InstanceType"], found["SubnetId"], found["MetadataOptions"]["HttpTokens"]) == (
+        "c6i.large",
+        subnet,
+        "required",
+    )
     assert {"Key": "Name", "Value": "probe"} in found["Tags"]
     assert found["PrivateIpAddress"] == inst.private_ip
 
     with internal("moto's error types (moto.core.exceptions)"):
         with pytest.raises(internals.moto_errors()) as refused:
-            internals.run_instance(ACCOUNT, REGION, image_id=image, instance_type="x9.nonesuch",
-                                   nic={"DeviceIndex": 0, "SubnetId": subnet, "Groups": []}, tags={},
-                                   launch_template={"LaunchTemplateId": lt_id, "Version": "1"},
-                                   http_tokens="required", client_token="probe-2")
+            internals.run_instance(
+                ACCOUNT,
+                REGION,
+                image_id=image,
+                instance_type="x9.nonesuch",
+                nic={"DeviceIndex": 0, "SubnetId": subnet, "Groups": []},
+                tags={},
+                launch_template={"LaunchTemplateId": lt_id, "Version": "1"},
+                http_tokens="required",
+                client_token="probe-2",
+            )
         code, message = internals.moto_error(refused.value)
     assert code.startswith("InvalidInstanceType") and "x9.nonesuch" in message

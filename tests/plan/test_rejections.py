@@ -10,8 +10,11 @@ from infra.plan.runner import PlanError, plan_config
 def test_type_not_offered_in_the_chosen_az_is_refused_naming_the_field(example_config):
     config = example_config("p3dn-bert")
     config["hpcc:cluster"]["availabilityZone"] = "us-east-1a"  # p3dn.24xlarge: us-east-1c/1d only
-    with pytest.raises(PlanError, match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1a "
-                                        r"\(cluster.availabilityZone; offered in: us-east-1c, us-east-1d\)"):
+    with pytest.raises(
+        PlanError,
+        match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1a "
+        r"\(cluster.availabilityZone; offered in: us-east-1c, us-east-1d\)",
+    ):
         plan_config(config)
 
 
@@ -64,8 +67,8 @@ def unit_mocks():
     import boto3
 
     from infra.plan.embedded_aws import embedded_aws
-    from infra.plan.mocks import MotoMocks
     from infra.plan.internals import fresh_stack
+    from infra.plan.mocks import MotoMocks
 
     with embedded_aws("us-east-1"):
         fresh_stack()
@@ -122,7 +125,10 @@ def test_a_kept_az_that_does_not_offer_a_new_type_is_an_error_naming_both():
     offered = {"m6i.2xlarge": {"us-east-1a", "us-east-1c"}, "p3dn.24xlarge": {"us-east-1c", "us-east-1d"}}
     assert first_az(offered, ["m6i.2xlarge", "p3dn.24xlarge"]) == "us-east-1c"
     assert check_kept_az("us-east-1c", offered, cluster) == "us-east-1c"
-    with pytest.raises(LookupFailed, match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1a, "
-                                           r"the availability zone this cluster has used since its first `pulumi up` "
-                                           r"\(offered in: us-east-1c, us-east-1d\)"):
+    with pytest.raises(
+        LookupFailed,
+        match=r"cluster.compute.instanceType: p3dn.24xlarge is not offered in us-east-1a, "
+        r"the availability zone this cluster has used since its first `pulumi up` "
+        r"\(offered in: us-east-1c, us-east-1d\)",
+    ):
         check_kept_az("us-east-1a", offered, cluster)

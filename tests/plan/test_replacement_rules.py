@@ -50,21 +50,36 @@ def test_lustre_placement_and_kind_force_a_new_file_system(path):
 
 
 def test_lustre_capacity_grows_in_place_but_shrinking_or_scratch_1_replaces():
-    grow = ({"storageCapacity": 1200, "deploymentType": "SCRATCH_2"}, {"storageCapacity": 2400, "deploymentType": "SCRATCH_2"})
+    grow = (
+        {"storageCapacity": 1200, "deploymentType": "SCRATCH_2"},
+        {"storageCapacity": 2400, "deploymentType": "SCRATCH_2"},
+    )
     assert not forces(LUSTRE, "storageCapacity", *grow)
-    assert forces(LUSTRE, "storageCapacity", {"storageCapacity": 4800, "deploymentType": "PERSISTENT_2"},
-                  {"storageCapacity": 2400, "deploymentType": "PERSISTENT_2"})
-    assert forces(LUSTRE, "storageCapacity", {"storageCapacity": 1200, "deploymentType": "SCRATCH_1"},
-                  {"storageCapacity": 2400, "deploymentType": "SCRATCH_1"})
+    assert forces(
+        LUSTRE,
+        "storageCapacity",
+        {"storageCapacity": 4800, "deploymentType": "PERSISTENT_2"},
+        {"storageCapacity": 2400, "deploymentType": "PERSISTENT_2"},
+    )
+    assert forces(
+        LUSTRE,
+        "storageCapacity",
+        {"storageCapacity": 1200, "deploymentType": "SCRATCH_1"},
+        {"storageCapacity": 2400, "deploymentType": "SCRATCH_1"},
+    )
 
 
 def test_lustre_version_upgrades_in_place_and_downgrade_replaces():
-    assert not forces(LUSTRE, "fileSystemTypeVersion", {"fileSystemTypeVersion": "2.12"}, {"fileSystemTypeVersion": "2.15"})
+    assert not forces(
+        LUSTRE, "fileSystemTypeVersion", {"fileSystemTypeVersion": "2.12"}, {"fileSystemTypeVersion": "2.15"}
+    )
     assert forces(LUSTRE, "fileSystemTypeVersion", {"fileSystemTypeVersion": "2.15"}, {"fileSystemTypeVersion": "2.12"})
 
 
-@pytest.mark.parametrize("path", ["userData", "imageId", "networkInterfaces[0].securityGroups[0]", "instanceType",
-                                  "tagSpecifications[0].tags.Name"])
+@pytest.mark.parametrize(
+    "path",
+    ["userData", "imageId", "networkInterfaces[0].securityGroups[0]", "instanceType", "tagSpecifications[0].tags.Name"],
+)
 def test_launch_template_edits_are_new_versions_in_place(path):
     assert not forces(LT, path)
 
@@ -87,10 +102,15 @@ def test_instance_user_data_replaces_only_with_replace_on_change():
 
 
 def test_instance_launch_template_version_change_replaces_unless_it_names_latest_or_default():
-    assert forces(INSTANCE, "launchTemplate.version", {"launchTemplate": {"version": "1"}},
-                  {"launchTemplate": {"version": "2"}})
-    assert not forces(INSTANCE, "launchTemplate.version", {"launchTemplate": {"version": "1"}},
-                      {"launchTemplate": {"version": "$Latest"}})
+    assert forces(
+        INSTANCE, "launchTemplate.version", {"launchTemplate": {"version": "1"}}, {"launchTemplate": {"version": "2"}}
+    )
+    assert not forces(
+        INSTANCE,
+        "launchTemplate.version",
+        {"launchTemplate": {"version": "1"}},
+        {"launchTemplate": {"version": "$Latest"}},
+    )
     assert forces(INSTANCE, "launchTemplate", {}, {})  # a whole unknown block covers launchTemplate.id
     assert not forces(INSTANCE, "tags.Name")
 
@@ -113,7 +133,12 @@ def test_parameter_value_updates_in_place_and_bumps_its_version():
 
 def test_lustre_throughput_changes_in_place_and_every_force_new_field_names_its_source():
     from infra.plan.replacement_rules import LUSTRE_FORCE_NEW
-    assert not forces(LUSTRE, "perUnitStorageThroughput", {"perUnitStorageThroughput": 250},
-                      {"perUnitStorageThroughput": 500, "deploymentType": "PERSISTENT_2"})
+
+    assert not forces(
+        LUSTRE,
+        "perUnitStorageThroughput",
+        {"perUnitStorageThroughput": 250},
+        {"perUnitStorageThroughput": 500, "deploymentType": "PERSISTENT_2"},
+    )
     assert forces(LUSTRE, "efaEnabled")
     assert set(RULES[LUSTRE].force_new) == set(LUSTRE_FORCE_NEW) and all(LUSTRE_FORCE_NEW.values())

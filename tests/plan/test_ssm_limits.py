@@ -8,7 +8,6 @@ import pytest
 from hpcc_contract.hostfile import hosts_parameter_value
 from infra.plan.aws_rules import AwsRejected, check_parameter
 
-
 # The hosts parameter (one address a line, sized by the node count) is gone: membership is an S3 object
 # (issue 19). The groups parameter's tier check is in tests/plan/test_groups.py.
 

@@ -1,5 +1,5 @@
-"""Breaks of a real planned graph for the policy tests (tests/policy/test_policy.py): instances, storage and the network,
-each edited in one place; BREAKS names the rule that must catch it and words of its message. The permissions'
+"""Breaks of a real planned graph for the policy tests (tests/policy/test_policy.py): instances, storage and the
+network, each edited in one place; BREAKS names the rule that must catch it and words of its message. The permissions'
 breaks: tests/policy/breaks_iam.py. Also the graph helpers both use."""
 
 import copy
@@ -37,8 +37,12 @@ def edit_policy(graph, edit):
 
 def ssm_core_attachment(graph, role="node"):
     name = next(r["inputs"]["name"] for r in graph if r["type"] == records.ROLE and r["inputs"]["name"].endswith(role))
-    return {"type": records.ATTACHMENT, "name": "ssm-core", "dependsOn": [],
-            "inputs": {"role": name, "policyArn": iam_rules.SSM_CORE}}
+    return {
+        "type": records.ATTACHMENT,
+        "name": "ssm-core",
+        "dependsOn": [],
+        "inputs": {"role": name, "policyArn": iam_rules.SSM_CORE},
+    }
 
 
 # --- one break per behaviour; each names the rule that must catch it and words of its message -------------
@@ -82,31 +86,85 @@ def lustre_port_open_to_world(g):
 
 
 def ssh_open_to_world_v6(g):
-    g.append({"type": INGRESS, "name": "extra-ssh", "dependsOn": [], "inputs": {
-        "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv6": "::/0"}})
+    g.append(
+        {
+            "type": INGRESS,
+            "name": "extra-ssh",
+            "dependsOn": [],
+            "inputs": {
+                "securityGroupId": "sg-1",
+                "ipProtocol": "tcp",
+                "fromPort": 22,
+                "toPort": 22,
+                "cidrIpv6": "::/0",
+            },
+        }
+    )
 
 
 def ssh_open_to_world_in_two_halves(g):
     for i, cidr in enumerate(("0.0.0.0/1", "128.0.0.0/1")):
-        g.append({"type": INGRESS, "name": f"half-{i}", "dependsOn": [], "inputs": {
-            "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": cidr}})
+        g.append(
+            {
+                "type": INGRESS,
+                "name": f"half-{i}",
+                "dependsOn": [],
+                "inputs": {
+                    "securityGroupId": "sg-1",
+                    "ipProtocol": "tcp",
+                    "fromPort": 22,
+                    "toPort": 22,
+                    "cidrIpv4": cidr,
+                },
+            }
+        )
 
 
 def ssh_sixteens_add_up(g):
     """Each rule within the limit on its own; only the group's union is too wide (the graph check alone)."""
     for i, cidr in enumerate(("198.18.0.0/16", "198.19.0.0/16")):
-        g.append({"type": INGRESS, "name": f"wide-{i}", "dependsOn": [], "inputs": {
-            "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv4": cidr}})
+        g.append(
+            {
+                "type": INGRESS,
+                "name": f"wide-{i}",
+                "dependsOn": [],
+                "inputs": {
+                    "securityGroupId": "sg-1",
+                    "ipProtocol": "tcp",
+                    "fromPort": 22,
+                    "toPort": 22,
+                    "cidrIpv4": cidr,
+                },
+            }
+        )
 
 
 def ssh_from_ipv6_in_an_ipv4_vpc(g):
-    g.append({"type": INGRESS, "name": "v6-ssh", "dependsOn": [], "inputs": {
-        "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "cidrIpv6": "2001:db8::/64"}})
+    g.append(
+        {
+            "type": INGRESS,
+            "name": "v6-ssh",
+            "dependsOn": [],
+            "inputs": {
+                "securityGroupId": "sg-1",
+                "ipProtocol": "tcp",
+                "fromPort": 22,
+                "toPort": 22,
+                "cidrIpv6": "2001:db8::/64",
+            },
+        }
+    )
 
 
 def _ssh_from(g, name, **source):
-    g.append({"type": INGRESS, "name": name, "dependsOn": [], "inputs": {
-        "securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, **source}})
+    g.append(
+        {
+            "type": INGRESS,
+            "name": name,
+            "dependsOn": [],
+            "inputs": {"securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22, **source},
+        }
+    )
 
 
 def ssh_from_a_prefix_list_of_another_stack(g):
@@ -114,10 +172,28 @@ def ssh_from_a_prefix_list_of_another_stack(g):
 
 
 def prefix_list(g, entries, extra=()):
-    g.append({"type": network_rules.PREFIX_LIST, "name": "office", "dependsOn": [], "inputs": {
-        "name": "office", "addressFamily": "IPv4", "maxEntries": 4, "entries": [{"cidr": c} for c in entries]}})
-    g.extend({"type": network_rules.PREFIX_LIST_ENTRY, "name": f"office-{i}", "dependsOn": [], "inputs": {
-        "prefixListId": "office", "cidr": c}} for i, c in enumerate(extra))
+    g.append(
+        {
+            "type": network_rules.PREFIX_LIST,
+            "name": "office",
+            "dependsOn": [],
+            "inputs": {
+                "name": "office",
+                "addressFamily": "IPv4",
+                "maxEntries": 4,
+                "entries": [{"cidr": c} for c in entries],
+            },
+        }
+    )
+    g.extend(
+        {
+            "type": network_rules.PREFIX_LIST_ENTRY,
+            "name": f"office-{i}",
+            "dependsOn": [],
+            "inputs": {"prefixListId": "office", "cidr": c},
+        }
+        for i, c in enumerate(extra)
+    )
     _ssh_from(g, "pl-ssh", prefixListId="office")
 
 
@@ -139,7 +215,8 @@ def ssh_from_another_accounts_group(g):
 
 def inline_sg_open_to_world(g):
     first(g, records.SG)["inputs"]["ingress"] = [
-        {"protocol": "tcp", "fromPort": 3389, "toPort": 3389, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}]
+        {"protocol": "tcp", "fromPort": 3389, "toPort": 3389, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}
+    ]
 
 
 def compute_public_ip(g):
@@ -194,7 +271,11 @@ BREAKS = [
     ("no-world-ingress", ssh_from_ipv6_in_an_ipv4_vpc, "no VPC of the stack has IPv6"),
     ("no-world-ingress", ssh_from_a_prefix_list_of_another_stack, "a prefix list this stack does not define"),
     ("no-world-ingress", ssh_from_a_prefix_list_holding_the_world_in_two_halves, "together admit 4,294,967,296"),
-    ("no-world-ingress", ssh_from_a_prefix_list_holding_the_world, "entry 0.0.0.0/0 opens tcp 22 to the whole internet"),
+    (
+        "no-world-ingress",
+        ssh_from_a_prefix_list_holding_the_world,
+        "entry 0.0.0.0/0 opens tcp 22 to the whole internet",
+    ),
     ("no-world-ingress", ssh_from_an_address_the_pack_cannot_read, "not an address or network the pack can judge"),
     ("no-world-ingress", ssh_from_another_accounts_group, "a security group of another account"),
     ("compute-nodes-private", compute_public_ip, "associatePublicIpAddress is true"),

@@ -20,19 +20,31 @@ def iam_service_wildcard(g):
 
 
 def iam_other_clusters_parameters(g):
-    edit_policy(g, lambda d: d["Statement"][0]["Resource"].append(
-        "arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/someone-else/*"))
+    edit_policy(
+        g,
+        lambda d: d["Statement"][0]["Resource"].append(
+            "arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/someone-else/*"
+        ),
+    )
 
 
 def iam_prefix_lookalike(g):
     c = cluster_name(g)
-    edit_policy(g, lambda d: d["Statement"][0]["Resource"].append(
-        f"arn:aws:ssm:us-east-1:123456789012:parameter{names.Paths(c + '2').prefix}/*"))
+    edit_policy(
+        g,
+        lambda d: d["Statement"][0]["Resource"].append(
+            f"arn:aws:ssm:us-east-1:123456789012:parameter{names.Paths(c + '2').prefix}/*"
+        ),
+    )
 
 
 def iam_every_secret(g):
-    edit_policy(g, lambda d: next(s for s in d["Statement"] if s.get("Sid") == "ClusterSshKey").update(
-        Resource=["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]))
+    edit_policy(
+        g,
+        lambda d: next(s for s in d["Statement"] if s.get("Sid") == "ClusterSshKey").update(
+            Resource=["arn:aws:secretsmanager:us-east-1:123456789012:secret:*"]
+        ),
+    )
 
 
 def ssm_core_reach_unnarrowed(g):
@@ -53,13 +65,23 @@ def deny_with_condition_does_not_narrow(g):
 
 def inline_role_policy_reads_every_secret(g):
     role = first(g, records.ROLE)
-    role["inputs"]["inlinePolicies"] = [{"name": "extra", "policy": json.dumps({"Statement": [
-        {"Effect": "Allow", "Action": "secretsmanager:Get*", "Resource": "*"}]})}]
+    role["inputs"]["inlinePolicies"] = [
+        {
+            "name": "extra",
+            "policy": json.dumps(
+                {"Statement": [{"Effect": "Allow", "Action": "secretsmanager:Get*", "Resource": "*"}]}
+            ),
+        }
+    ]
 
 
 def iam_admin_attached(g):
-    g.append(dict(ssm_core_attachment(g), inputs=dict(ssm_core_attachment(g)["inputs"],
-                                                         policyArn="arn:aws:iam::aws:policy/AdministratorAccess")))
+    g.append(
+        dict(
+            ssm_core_attachment(g),
+            inputs=dict(ssm_core_attachment(g)["inputs"], policyArn="arn:aws:iam::aws:policy/AdministratorAccess"),
+        )
+    )
 
 
 def node_policy(g, role="node"):
@@ -89,18 +111,32 @@ def _edit_statement(g, sid, edit, role="node"):
 
 
 def node_writes_every_status(g):
-    _edit_statement(g, "ReportOwnStatus", lambda st: st.update(Resource=[st["Resource"][0].split("/status/")[0]
-                                                                         + "/status/*"]))
+    _edit_statement(
+        g, "ReportOwnStatus", lambda st: st.update(Resource=[st["Resource"][0].split("/status/")[0] + "/status/*"])
+    )
 
 
 def node_writes_the_ledger(g):
-    _add_statement(g, {"Effect": "Allow", "Action": ["dynamodb:PutItem"],
-                       "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/{names.ledger_table(cluster_name(g))}"})
+    _add_statement(
+        g,
+        {
+            "Effect": "Allow",
+            "Action": ["dynamodb:PutItem"],
+            "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/{names.ledger_table(cluster_name(g))}",
+        },
+    )
 
 
 def node_launches_instances(g):
-    _add_statement(g, {"Effect": "Allow", "Action": ["ec2:RunInstances"], "Resource": "arn:aws:ec2:*:*:instance/*",
-                       "Condition": {"StringEquals": {"aws:RequestTag/hpcc:cluster": cluster_name(g)}}})
+    _add_statement(
+        g,
+        {
+            "Effect": "Allow",
+            "Action": ["ec2:RunInstances"],
+            "Resource": "arn:aws:ec2:*:*:instance/*",
+            "Condition": {"StringEquals": {"aws:RequestTag/hpcc:cluster": cluster_name(g)}},
+        },
+    )
 
 
 def controller_tags_any_instance(g):
@@ -109,13 +145,20 @@ def controller_tags_any_instance(g):
 
 def controller_reboots_any_instance(g):
     role = first(g, records.ROLE, lambda r: r["inputs"]["name"].endswith("-head"))
-    role["inputs"]["inlinePolicies"] = [{"name": "remedy", "policy": json.dumps({"Statement": [
-        {"Effect": "Allow", "Action": ["ec2:RebootInstances"], "Resource": "*"}]})}]
+    role["inputs"]["inlinePolicies"] = [
+        {
+            "name": "remedy",
+            "policy": json.dumps(
+                {"Statement": [{"Effect": "Allow", "Action": ["ec2:RebootInstances"], "Resource": "*"}]}
+            ),
+        }
+    ]
 
 
 def controller_passes_any_role(g):
-    _edit_statement(g, "PassComputeRole", lambda st: st.update(Resource=["arn:aws:iam::123456789012:role/*"]),
-                    role="head")
+    _edit_statement(
+        g, "PassComputeRole", lambda st: st.update(Resource=["arn:aws:iam::123456789012:role/*"]), role="head"
+    )
 
 
 def _edit_state_policy(graph, sid, edit):
@@ -130,48 +173,81 @@ def state_bucket_readable_by_anyone(g):
 
 
 def state_bucket_lets_nodes_write_every_status(g):
-    _edit_state_policy(g, "NodesWriteOwnStatus", lambda st: st.update(Resource=[st["Resource"][0].split("/status/")[0]
-                                                                                + "/status/*"]))
+    _edit_state_policy(
+        g, "NodesWriteOwnStatus", lambda st: st.update(Resource=[st["Resource"][0].split("/status/")[0] + "/status/*"])
+    )
 
 
 def state_bucket_lets_nodes_write_the_certificates(g):
-    _edit_state_policy(g, "NodesWriteOwnStatus", lambda st: st["Resource"].append(
-        st["Resource"][0].split("/status/")[0] + "/certs/*"))
+    _edit_state_policy(
+        g, "NodesWriteOwnStatus", lambda st: st["Resource"].append(st["Resource"][0].split("/status/")[0] + "/certs/*")
+    )
 
 
 def compute_node_publishes_any_nodes_host_keys(g):
-    _edit_statement(g, "PublishOwnHostKeys", lambda st: st.update(
-        Resource=[st["Resource"][0].split("/hostkeys/")[0] + "/hostkeys/*"]))
+    _edit_statement(
+        g,
+        "PublishOwnHostKeys",
+        lambda st: st.update(Resource=[st["Resource"][0].split("/hostkeys/")[0] + "/hostkeys/*"]),
+    )
 
 
 def compute_node_puts_the_ssh_key(g):
     policy = node_policy(g)
     doc = json.loads(policy["inputs"]["policy"])
-    next(st for st in doc["Statement"] if st.get("Sid") == "ClusterSshKey")["Action"].append("secretsmanager:PutSecretValue")
+    next(st for st in doc["Statement"] if st.get("Sid") == "ClusterSshKey")["Action"].append(
+        "secretsmanager:PutSecretValue"
+    )
     policy["inputs"]["policy"] = json.dumps(doc)
 
 
 def head_tags_the_status_parameters(g):
-    _add_statement(g, {"Effect": "Allow", "Action": ["ssm:AddTagsToResource"], "Resource": _own_parameter(g, "nodes/*")},
-                   role="head")
+    _add_statement(
+        g,
+        {"Effect": "Allow", "Action": ["ssm:AddTagsToResource"], "Resource": _own_parameter(g, "nodes/*")},
+        role="head",
+    )
 
 
 def controller_terminates_any_instance(g):
     role = first(g, records.ROLE, lambda r: r["inputs"]["name"].endswith("-head"))
-    role["inputs"]["inlinePolicies"] = [{"name": "scale", "policy": json.dumps({"Statement": [
-        {"Effect": "Allow", "Action": ["ec2:TerminateInstances", "autoscaling:SetDesiredCapacity"], "Resource": "*"}]})}]
+    role["inputs"]["inlinePolicies"] = [
+        {
+            "name": "scale",
+            "policy": json.dumps(
+                {
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Action": ["ec2:TerminateInstances", "autoscaling:SetDesiredCapacity"],
+                            "Resource": "*",
+                        }
+                    ]
+                }
+            ),
+        }
+    ]
 
 
 def compute_node_reads_the_host_ca(g):
-    _add_statement(g, {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue",
-                       "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{names.Paths(cluster_name(g)).secret_prefix}/host-*"})
+    _add_statement(
+        g,
+        {
+            "Effect": "Allow",
+            "Action": "secretsmanager:GetSecretValue",
+            "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{names.Paths(cluster_name(g)).secret_prefix}/host-*",
+        },
+    )
 
 
 def compute_node_writes_host_certificates(g):
     _add_statement(g, {"Effect": "Allow", "Action": "ssm:PutParameter", "Resource": _own_parameter(g, "certs/*")})
 
 
-PEM = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----\n"
+PEM = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE "
+    "KEY-----\n"
+)
 
 
 def private_key_in_gzipped_user_data(g):
@@ -184,12 +260,20 @@ def private_key_in_gzipped_user_data(g):
 def aws_keys_in_instance_user_data(g):
     first(g, records.INSTANCE)["inputs"]["userData"] = (
         "#!/bin/bash\nexport AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\n"
-        "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n")
+        "export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
+    )
 
 
 def munge_key_as_a_secret_version(g):
-    g.append({"type": records.SECRET_VERSION, "name": "llm-munge-key-value", "custom": True,
-              "inputs": {"secretId": "hpcc/llm/munge-key", "secretString": "c2VjcmV0"}, "outputs": {}})
+    g.append(
+        {
+            "type": records.SECRET_VERSION,
+            "name": "llm-munge-key-value",
+            "custom": True,
+            "inputs": {"secretId": "hpcc/llm/munge-key", "secretString": "c2VjcmV0"},
+            "outputs": {},
+        }
+    )
 
 
 def _edit_bucket_policy(graph, edit):
@@ -230,11 +314,19 @@ BREAKS = [
     ("iam-least-privilege", deny_with_condition_does_not_narrow, "add a Deny of these actions"),
     ("iam-least-privilege", inline_role_policy_reads_every_secret, "secretsmanager:GetSecretValue on *"),
     ("bundle-bucket-private", bundles_readable_by_anyone, "Statement[0] lets * in"),
-    ("bundle-bucket-private", bundles_readable_by_another_account, "lets arn:aws:iam::999999999999:role/hpcc-llm-node in"),
+    (
+        "bundle-bucket-private",
+        bundles_readable_by_another_account,
+        "lets arn:aws:iam::999999999999:role/hpcc-llm-node in",
+    ),
     ("bundle-bucket-private", bundles_writable_by_the_nodes, "allows s3:GetObject, s3:PutObject"),
     ("bundle-bucket-private", bundle_bucket_public_policy_allowed, "blockPublicPolicy must be true"),
     ("bundle-bucket-private", bundle_bucket_without_public_block, "no public access block"),
-    ("node-writes-own-only", node_rewrites_the_settings, "ssm:PutParameter on arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/"),
+    (
+        "node-writes-own-only",
+        node_rewrites_the_settings,
+        "ssm:PutParameter on arn:aws:ssm:us-east-1:123456789012:parameter/hpcc/",
+    ),
     ("node-writes-own-only", node_writes_every_status, "a compute node writes only its own status"),
     ("node-writes-own-only", node_writes_the_ledger, "only the head's controller writes"),
     ("node-writes-own-only", node_launches_instances, "only the head's controller launches"),
@@ -265,5 +357,8 @@ ALSO_REACH = {controller_tags_any_instance, controller_passes_any_role}
 
 
 def rules_failed(rule, breaker):
-    return ({rule} | ({"node-writes-own-only"} if breaker in ALSO_WRITES else set())
-            | ({"iam-least-privilege"} if breaker in ALSO_REACH else set()))
+    return (
+        {rule}
+        | ({"node-writes-own-only"} if breaker in ALSO_WRITES else set())
+        | ({"iam-least-privilege"} if breaker in ALSO_REACH else set())
+    )

@@ -12,9 +12,12 @@ KNOWN_GAP = "ssm:GetParameter, ssm:GetParameters on * through AmazonSSMManagedIn
 
 def deny_outside(own_parameter_arn: str) -> dict:
     """The statement identity.py's node_policy needs (own_parameter_arn: ...:parameter/hpcc/<cluster>)."""
-    return {"Sid": "OnlyClusterParameters", "Effect": "Deny",
-            "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory"],
-            "NotResource": [own_parameter_arn, f"{own_parameter_arn}/*"]}
+    return {
+        "Sid": "OnlyClusterParameters",
+        "Effect": "Deny",
+        "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory"],
+        "NotResource": [own_parameter_arn, f"{own_parameter_arn}/*"],
+    }
 
 
 def identity_fix(graph: list[dict]) -> list[dict]:

@@ -26,7 +26,8 @@ from policy import iam_rules, network_rules, node_rules, records
 from policy.pack import policies
 from policy.records import LT
 from policy.rules import RULES, check
-from tests.policy import breaks as policy_breaks, breaks_iam as policy_breaks_iam
+from tests.policy import breaks as policy_breaks
+from tests.policy import breaks_iam as policy_breaks_iam
 from tests.policy.breaks import edit_policy, first, launch_template, planned_graph, prefix_list, ssm_core_attachment
 from tests.policy.breaks_iam import node_policy, rules_failed
 from tests.policy.support import KNOWN_GAP, identity_fix
@@ -47,7 +48,9 @@ def test_removing_the_deny_reopens_the_ssm_core_reach(planned):
     assert {m for m in check(graph)["iam-least-privilege"] if KNOWN_GAP in m} == set()
     policy = node_policy(graph)
     doc = json.loads(policy["inputs"]["policy"])
-    policy["inputs"]["policy"] = json.dumps(dict(doc, Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"]))
+    policy["inputs"]["policy"] = json.dumps(
+        dict(doc, Statement=[st for st in doc["Statement"] if st.get("Effect") != "Deny"])
+    )
     found = check(graph)
     assert set(found) == {"iam-least-privilege"}, found
     assert sum(KNOWN_GAP in m for m in found["iam-least-privilege"]) == 1, found
@@ -66,8 +69,9 @@ def test_the_nodes_session_manager_permissions_are_the_documented_minimum_and_no
 # The breaks run on one plan: each breaker edits resources every example has, and a rule's verdict on the break
 # does not depend on the rest of the graph (every example passing every rule is checked on all of them). p5-llm has
 # every kind the breakers touch (public head and its SSH rules, the S3 link, Slurm).
-ONE_PLAN = pytest.mark.parametrize("planned", [Path(__file__).resolve().parents[2] / "examples" / "p5-llm.yaml"],
-                                   indirect=True, ids=["p5-llm"])
+ONE_PLAN = pytest.mark.parametrize(
+    "planned", [Path(__file__).resolve().parents[2] / "examples" / "p5-llm.yaml"], indirect=True, ids=["p5-llm"]
+)
 
 
 @ONE_PLAN
@@ -85,9 +89,13 @@ def test_every_rule_has_a_breaking_case():
 
 
 def test_both_aws_key_parts_are_recognised_alone():
-    for script, what in (("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-                          "secret access key"), ("KEY=ASIAIOSFODNN7EXAMPLE", "access key id")):
-        found = node_rules.secrets_resource(records.INSTANCE, {"userDataBase64": base64.b64encode(script.encode()).decode()})
+    for script, what in (
+        ("aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "secret access key"),
+        ("KEY=ASIAIOSFODNN7EXAMPLE", "access key id"),
+    ):
+        found = node_rules.secrets_resource(
+            records.INSTANCE, {"userDataBase64": base64.b64encode(script.encode()).decode()}
+        )
         assert found and what in found[0], (script, found)
     # a checksum or a 40-character token with no key context is not a secret
     assert node_rules.secrets_resource(LT, {"userData": base64.b64encode(b"sha=" + b"a1" * 20).decode()}) == []
@@ -97,8 +105,9 @@ def test_both_aws_key_parts_are_recognised_alone():
 
 
 def _servicer():
-    return _PolicyAnalyzerServicer("hpcc", "0.0.1", policies(), EnforcementLevel.MANDATORY,
-                                   None, None, None, None, None, None, None)
+    return _PolicyAnalyzerServicer(
+        "hpcc", "0.0.1", policies(), EnforcementLevel.MANDATORY, None, None, None, None, None, None, None
+    )
 
 
 def _struct(inputs) -> struct_pb2.Struct:
@@ -108,17 +117,29 @@ def _struct(inputs) -> struct_pb2.Struct:
 
 
 def _analyze(record, servicer=None):
-    request = proto.AnalyzeRequest(type=record["type"], properties=_struct(record["inputs"]),
-                                   urn=f"urn:pulumi:dev::hpcc::{record['type']}::{record['name']}", name=record["name"])
+    request = proto.AnalyzeRequest(
+        type=record["type"],
+        properties=_struct(record["inputs"]),
+        urn=f"urn:pulumi:dev::hpcc::{record['type']}::{record['name']}",
+        name=record["name"],
+    )
     return list((servicer or _servicer()).Analyze(request, None).diagnostics)
 
 
 def _analyze_stack(graph):
     urn = {r["name"]: f"urn:pulumi:dev::hpcc::{r['type']}::{r['name']}" for r in graph}
-    request = proto.AnalyzeStackRequest(resources=[
-        proto.AnalyzerResource(type=r["type"], properties=_struct(r["inputs"]), urn=urn[r["name"]], name=r["name"],
-                               dependencies=[urn[d] for d in r.get("dependsOn") or [] if d in urn])
-        for r in graph])
+    request = proto.AnalyzeStackRequest(
+        resources=[
+            proto.AnalyzerResource(
+                type=r["type"],
+                properties=_struct(r["inputs"]),
+                urn=urn[r["name"]],
+                name=r["name"],
+                dependencies=[urn[d] for d in r.get("dependsOn") or [] if d in urn],
+            )
+            for r in graph
+        ]
+    )
     return list(_servicer().AnalyzeStack(request, None).diagnostics)
 
 
@@ -150,8 +171,14 @@ def test_pack_loads_as_a_script_directory_too(tmp_path):
     template = {"type": LT, "name": "lt", "dependsOn": [], "inputs": {"metadataOptions": {"httpTokens": "optional"}}}
     main = Path(__file__).resolve().parents[2] / "policy" / "__main__.py"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the repository must not be importable
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT_DIRECTORY_RUN), str(main), json.dumps(template)],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT_DIRECTORY_RUN), str(main), json.dumps(template)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     loaded = json.loads(run.stdout.splitlines()[-1])
     assert loaded["package"] is False  # the modules were loaded by their plain names
@@ -200,13 +227,17 @@ def test_node_role_reach_on_stack_outputs_is_reported_once(planned):
 
 
 def test_snake_case_props_are_normalised_and_tag_keys_kept():
-    props = {"metadata_options": {"http_tokens": "optional"},
-             "tag_specifications": [{"resource_type": "instance", "tags": {"hpcc:role": "head", "cost_center": "x"}}],
-             "network_interfaces": [{"device_index": 0, "associate_public_ip_address": "true"}],
-             "block_device_mappings": [{"ebs": {"encrypted": "true"}}]}
+    props = {
+        "metadata_options": {"http_tokens": "optional"},
+        "tag_specifications": [{"resource_type": "instance", "tags": {"hpcc:role": "head", "cost_center": "x"}}],
+        "network_interfaces": [{"device_index": 0, "associate_public_ip_address": "true"}],
+        "block_device_mappings": [{"ebs": {"encrypted": "true"}}],
+    }
     view = records.normalise(props)
     assert view["tagSpecifications"][0]["tags"] == {"hpcc:role": "head", "cost_center": "x"}
-    assert node_rules.imdsv2_resource(LT, view) == node_rules.imdsv2_resource(LT, {"metadataOptions": {"httpTokens": "optional"}})
+    assert node_rules.imdsv2_resource(LT, view) == node_rules.imdsv2_resource(
+        LT, {"metadataOptions": {"httpTokens": "optional"}}
+    )
     assert node_rules.imdsv2_resource(LT, view)
     assert network_rules.private_compute_resource(LT, view) == []  # the head: tag read through the view
 
@@ -214,21 +245,41 @@ def test_snake_case_props_are_normalised_and_tag_keys_kept():
 # --- SSH sources: the config and the pack refuse the same sets ------------------------------------------------
 
 SSH_CASES = [  # (allowedCidrs, refused)
-    (["0.0.0.0/1", "128.0.0.0/1"], True), (["0.0.0.0/0"], True), (["::/0"], True), (["10.0.0.0/15"], True),
-    (["10.0.0.0/16", "10.1.0.0/24"], True), (["198.18.0.0/16", "198.19.0.0/16"], True), (["2001:db8::/64"], True),
+    (["0.0.0.0/1", "128.0.0.0/1"], True),
+    (["0.0.0.0/0"], True),
+    (["::/0"], True),
+    (["10.0.0.0/15"], True),
+    (["10.0.0.0/16", "10.1.0.0/24"], True),
+    (["198.18.0.0/16", "198.19.0.0/16"], True),
+    (["2001:db8::/64"], True),
     ([f"192.0.{i}.0/24" for i in range(50)] + ["10.0.0.0/17", "10.1.0.0/17"], True),
-    (["203.0.113.0/24"], False), (["10.0.0.0/16"], False), (["10.0.0.0/16", "10.0.0.0/17", "10.0.128.0/24"], False),
-    (["203.0.113.5/32", "198.51.100.0/24"], False), ([f"192.0.{i}.0/24" for i in range(50)], False),
+    (["203.0.113.0/24"], False),
+    (["10.0.0.0/16"], False),
+    (["10.0.0.0/16", "10.0.0.0/17", "10.0.128.0/24"], False),
+    (["203.0.113.5/32", "198.51.100.0/24"], False),
+    ([f"192.0.{i}.0/24" for i in range(50)], False),
 ]
 
 
 def _ssh_graph(planned, cidrs):
-    """The planned graph with the head's SSH rules as infra/program/components/security.py writes them for these sources."""
+    """The planned graph with the head's SSH rules as infra/program/components/security.py writes them for these
+    sources."""
     graph = [r for r in planned_graph(planned) if "-head-ssh-in-" not in r["name"]]
     for i, cidr in enumerate(cidrs):
-        graph.append({"type": INGRESS, "name": f"head-ssh-in-{i}", "dependsOn": [], "inputs": {
-            "securityGroupId": "sg-head", "ipProtocol": "tcp", "fromPort": 22, "toPort": 22,
-            ("cidrIpv6" if ":" in cidr else "cidrIpv4"): cidr}})
+        graph.append(
+            {
+                "type": INGRESS,
+                "name": f"head-ssh-in-{i}",
+                "dependsOn": [],
+                "inputs": {
+                    "securityGroupId": "sg-head",
+                    "ipProtocol": "tcp",
+                    "fromPort": 22,
+                    "toPort": 22,
+                    ("cidrIpv6" if ":" in cidr else "cidrIpv4"): cidr,
+                },
+            }
+        )
     return graph
 
 
@@ -236,8 +287,12 @@ def _ssh_graph(planned, cidrs):
 def test_config_and_pack_refuse_the_same_ssh_sources(planned, cidrs, refused):
     from infra.config.parse import ConfigError, parse
 
-    cluster = {"name": "demo", "headNode": {"instanceType": "c5n.18xlarge"},
-               "compute": {"instanceType": "c6i.16xlarge", "count": 1}, "ssh": {"allowedCidrs": cidrs}}
+    cluster = {
+        "name": "demo",
+        "headNode": {"instanceType": "c5n.18xlarge"},
+        "compute": {"instanceType": "c6i.16xlarge", "count": 1},
+        "ssh": {"allowedCidrs": cidrs},
+    }
     try:
         parse("us-east-1", cluster)
         config_refused = False
@@ -265,8 +320,17 @@ def test_ipv6_source_passes_once_the_vpc_has_ipv6(planned):
 
 def test_one_rule_wider_than_the_limit_is_refused_before_it_is_created():
     """The per-resource check (the pack runs it before creating the rule) sees one source; the union is the graph's."""
-    rule = {"type": INGRESS, "name": "half", "inputs": {"securityGroupId": "sg-1", "ipProtocol": "tcp", "fromPort": 22,
-                                                       "toPort": 22, "cidrIpv4": "0.0.0.0/1"}}
+    rule = {
+        "type": INGRESS,
+        "name": "half",
+        "inputs": {
+            "securityGroupId": "sg-1",
+            "ipProtocol": "tcp",
+            "fromPort": 22,
+            "toPort": 22,
+            "cidrIpv4": "0.0.0.0/1",
+        },
+    }
     diagnostics = _analyze(rule)
     assert [d.policyName for d in diagnostics] == ["no-world-ingress"]
     assert "0.0.0.0/1 opens tcp 22 to 2,147,483,648 addresses" in diagnostics[0].message

@@ -2,39 +2,54 @@
 
 import json
 
-from policy import iam_rules
-
 import pytest
 
-from tests.facts.instance_data import facts_for as lookup
-from infra.facts.efa import efa_device_count, interface_layout
 from hpcc_contract import names
 from hpcc_contract.names import TAG_CLUSTER
+from infra.facts.efa import efa_device_count, interface_layout
+from policy import iam_rules
+from tests.facts.instance_data import facts_for as lookup
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 INSTANCE = "aws:ec2/instance:Instance"
-UNTAGGABLE = {"aws:ec2/route:Route", "aws:ec2/routeTableAssociation:RouteTableAssociation",
-              "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/rolePolicy:RolePolicy",
-              # a bucket's settings: sub-resources of the (tagged) bucket, with no tags of their own in S3
-              "aws:s3/bucketPolicy:BucketPolicy", "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
-              "aws:s3/bucketVersioning:BucketVersioning",
-              "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"}
+UNTAGGABLE = {
+    "aws:ec2/route:Route",
+    "aws:ec2/routeTableAssociation:RouteTableAssociation",
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+    "aws:iam/rolePolicy:RolePolicy",
+    # a bucket's settings: sub-resources of the (tagged) bucket, with no tags of their own in S3
+    "aws:s3/bucketPolicy:BucketPolicy",
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+    "aws:s3/bucketVersioning:BucketVersioning",
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+}
 
 
 def _sg(env, name):
-    return env.client("ec2").describe_security_groups(Filters=[{"Name": "tag:Name", "Values": [name]}])["SecurityGroups"][0]
+    return env.client("ec2").describe_security_groups(Filters=[{"Name": "tag:Name", "Values": [name]}])[
+        "SecurityGroups"
+    ][0]
 
 
 def test_efa_group_allows_all_traffic_to_and_from_itself(planned):
     result, env = planned
     c = result.config.cluster.name
     sg = _sg(env, f"{c}-nodes-sg")
-    self_in = [p for p in sg["IpPermissions"] if p["IpProtocol"] == "-1"
-               and [g["GroupId"] for g in p["UserIdGroupPairs"]] == [sg["GroupId"]]]
-    self_out = [p for p in sg["IpPermissionsEgress"] if p["IpProtocol"] == "-1"
-                and [g["GroupId"] for g in p["UserIdGroupPairs"]] == [sg["GroupId"]]]
-    internet_out = [p for p in sg["IpPermissionsEgress"] if p["IpProtocol"] == "-1"
-                    and {r["CidrIp"] for r in p.get("IpRanges", [])} == {"0.0.0.0/0"}]
+    self_in = [
+        p
+        for p in sg["IpPermissions"]
+        if p["IpProtocol"] == "-1" and [g["GroupId"] for g in p["UserIdGroupPairs"]] == [sg["GroupId"]]
+    ]
+    self_out = [
+        p
+        for p in sg["IpPermissionsEgress"]
+        if p["IpProtocol"] == "-1" and [g["GroupId"] for g in p["UserIdGroupPairs"]] == [sg["GroupId"]]
+    ]
+    internet_out = [
+        p
+        for p in sg["IpPermissionsEgress"]
+        if p["IpProtocol"] == "-1" and {r["CidrIp"] for r in p.get("IpRanges", [])} == {"0.0.0.0/0"}
+    ]
     assert self_in and self_out and internet_out
     assert not any(r.get("CidrIp") == "0.0.0.0/0" for p in sg["IpPermissions"] for r in p.get("IpRanges", []))
 
@@ -45,8 +60,12 @@ def test_lustre_ports_open_between_nodes_and_file_system_before_it_exists(planne
     nodes, lustre = _sg(env, f"{c}-nodes-sg"), _sg(env, f"{c}-lustre-sg")
     for port in (988, 1018, 1021, 1023):
         for src in (nodes["GroupId"], lustre["GroupId"]):
-            assert any(p["IpProtocol"] == "tcp" and p["FromPort"] <= port <= p["ToPort"]
-                       and src in [g["GroupId"] for g in p["UserIdGroupPairs"]] for p in lustre["IpPermissions"]), (port, src)
+            assert any(
+                p["IpProtocol"] == "tcp"
+                and p["FromPort"] <= port <= p["ToPort"]
+                and src in [g["GroupId"] for g in p["UserIdGroupPairs"]]
+                for p in lustre["IpPermissions"]
+            ), (port, src)
     rules = {r["name"] for r in result.resources if r["name"].startswith(f"{c}-lustre-in-")}
     assert rules and rules <= set(result.named(f"{c}-fsx")["dependsOn"])
 
@@ -57,14 +76,18 @@ def test_nodes_and_file_system_share_one_subnet_and_az(planned):
     result, env = planned
     cluster = result.config.cluster
     ec2 = env.client("ec2")
-    reservations = ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster.name]}])["Reservations"]
-    instances = {next(t["Value"] for t in i["Tags"] if t["Key"] == "hpcc:node"): i
-                 for r in reservations for i in r["Instances"]}
+    reservations = ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster.name]}])[
+        "Reservations"
+    ]
+    instances = {
+        next(t["Value"] for t in i["Tags"] if t["Key"] == "hpcc:node"): i for r in reservations for i in r["Instances"]
+    }
     assert list(instances) == ["head"]
     private = ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": [f"{cluster.name}-private"]}])["Subnets"][0]
     groups = json.loads(env.client("ssm").get_parameter(Name=names.Paths(cluster.name).groups)["Parameter"]["Value"])
     assert {(g["subnet_id"], g["availability_zone"]) for g in groups["groups"]} == {
-        (private["SubnetId"], result.outputs["availabilityZone"])}
+        (private["SubnetId"], result.outputs["availabilityZone"])
+    }
     assert instances["head"]["Placement"]["AvailabilityZone"] == result.outputs["availabilityZone"]
     head_subnet = instances["head"]["SubnetId"]
     assert (head_subnet != private["SubnetId"]) == bool(cluster.ssh.allowed_cidrs)
@@ -85,7 +108,11 @@ def test_launch_templates_carry_the_type_s_efa_layout(planned):
         expected = interface_layout(itype, efa_wanted)
         assert layout == [(s.network_card_index, s.device_index, s.interface_type) for s in expected]
         efa = sum(1 for n in nics if n["interfaceType"] in ("efa", "efa-only"))
-        assert efa == efa_device_count(expected) == (min(itype.network_cards, itype.efa_max_interfaces) if efa_wanted and itype.efa_supported else 0)
+        assert (
+            efa
+            == efa_device_count(expected)
+            == (min(itype.network_cards, itype.efa_max_interfaces) if efa_wanted and itype.efa_supported else 0)
+        )
         if len(nics) > 1:
             assert all(n.get("associatePublicIpAddress") in (None, "false") for n in nics)
         # The head's template names its subnet (Pulumi launches it); a group's none (the fleet's override does).
@@ -153,20 +180,34 @@ def test_every_taggable_resource_is_tagged_with_the_cluster(planned):
 def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     result, env = planned
     c = result.config.cluster.name
-    doc = env.client("iam").get_role_policy(RoleName=names.role_name(c, "compute"), PolicyName="hpcc-cluster-access")["PolicyDocument"]
+    doc = env.client("iam").get_role_policy(RoleName=names.role_name(c, "compute"), PolicyName="hpcc-cluster-access")[
+        "PolicyDocument"
+    ]
     doc = json.loads(doc) if isinstance(doc, str) else doc
-    resources = [r for s in doc["Statement"] if s["Effect"] == "Allow" and s.get("Sid") != "SessionManager"
-                 for r in s["Resource"]]
+    resources = [
+        r
+        for s in doc["Statement"]
+        if s["Effect"] == "Allow" and s.get("Sid") != "SessionManager"
+        for r in s["Resource"]
+    ]
     slurm = result.config.cluster.scheduler == "slurm"
     paths = names.Paths(c)
-    secrets = (f"secret:{paths.ssh_secret}", f"secret:{paths.user_secret}") + ((f"secret:{paths.munge_secret}",) if slurm else ())
-    bundles = f"arn:aws:s3:::{names.bundle_bucket(c, env.account)}/{names.BUNDLES_PREFIX}*"  # the bundles only, read-only
+    secrets = (f"secret:{paths.ssh_secret}", f"secret:{paths.user_secret}") + (
+        (f"secret:{paths.munge_secret}",) if slurm else ()
+    )
+    bundles = (
+        f"arn:aws:s3:::{names.bundle_bucket(c, env.account)}/{names.BUNDLES_PREFIX}*"  # the bundles only, read-only
+    )
     state = f"arn:aws:s3:::{names.state_bucket(c, env.account)}"
     own_status, membership = state + "/status/${ec2:SourceInstanceARN}.json", state + "/membership.json"
     own_keys, certificates = state + "/hostkeys/${ec2:SourceInstanceARN}.json", state + "/certs/*"
     statuses = state + "/status/*"  # read-only: a rollout waits on the canaries' statuses
-    assert all(f"parameter{paths.prefix}" in r or any(s in r for s in secrets)
-               or r in (bundles, own_status, membership, statuses, own_keys, certificates) for r in resources), resources
+    assert all(
+        f"parameter{paths.prefix}" in r
+        or any(s in r for s in secrets)
+        or r in (bundles, own_status, membership, statuses, own_keys, certificates)
+        for r in resources
+    ), resources
     assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]
     for written in (own_status, own_keys):
         assert [s["Action"] for s in doc["Statement"] if written in s.get("Resource", [])] == [["s3:PutObject"]]
@@ -186,21 +227,32 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
 def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
     result, env = planned
     c = result.config.cluster.name
-    doc = env.client("iam").get_role_policy(RoleName=names.role_name(c, "head"), PolicyName="hpcc-cluster-access")["PolicyDocument"]
+    doc = env.client("iam").get_role_policy(RoleName=names.role_name(c, "head"), PolicyName="hpcc-cluster-access")[
+        "PolicyDocument"
+    ]
     doc = json.loads(doc) if isinstance(doc, str) else doc
     by_sid = {s["Sid"]: s for s in doc["Statement"]}
     own = {"StringEquals": {"aws:ResourceTag/hpcc:cluster": c}}
     assert by_sid["TerminateClusterInstances"]["Condition"] == own
-    assert by_sid["RebootClusterInstances"] == {"Sid": "RebootClusterInstances", "Effect": "Allow",
-                                                "Action": ["ec2:RebootInstances"], "Condition": own,
-                                                "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"]}
+    assert by_sid["RebootClusterInstances"] == {
+        "Sid": "RebootClusterInstances",
+        "Effect": "Allow",
+        "Action": ["ec2:RebootInstances"],
+        "Condition": own,
+        "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"],
+    }
     assert by_sid["LaunchFromClusterTemplates"]["Condition"] == own
     assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {"StringEquals": {"aws:RequestTag/hpcc:cluster": c}}
     assert by_sid["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["hpcc:node"]}
-    assert by_sid["Ledger"]["Resource"] == [f"arn:aws:dynamodb:{result.config.region}:{env.account}:table/{names.ledger_table(c)}"]
+    assert by_sid["Ledger"]["Resource"] == [
+        f"arn:aws:dynamodb:{result.config.region}:{env.account}:table/{names.ledger_table(c)}"
+    ]
     assert by_sid["PassComputeRole"]["Resource"] == [f"arn:aws:iam::{env.account}:role/{names.role_name(c, 'compute')}"]
-    unconditioned = [s for s in doc["Statement"] if s["Effect"] == "Allow" and "Condition" not in s
-                     and any(a.startswith("ec2:") for a in s["Action"])]
+    unconditioned = [
+        s
+        for s in doc["Statement"]
+        if s["Effect"] == "Allow" and "Condition" not in s and any(a.startswith("ec2:") for a in s["Action"])
+    ]
     assert {s["Sid"] for s in unconditioned} == {"ControllerReads", "LaunchInputs"}
     assert all(a.startswith("ec2:Describe") for a in by_sid["ControllerReads"]["Action"])
 
@@ -209,10 +261,21 @@ def test_stack_outputs(planned):
     result, env = planned
     cluster = result.config.cluster
     out = result.outputs
-    assert set(out) == {"clusterName", "region", "availabilityZone", "headNode", "nodeGroups", "stateBucket",
-                        "ledgerTable", "fsx", "sshCommand", "estimatedHourlyCostUsd"}
+    assert set(out) == {
+        "clusterName",
+        "region",
+        "availabilityZone",
+        "headNode",
+        "nodeGroups",
+        "stateBucket",
+        "ledgerTable",
+        "fsx",
+        "sshCommand",
+        "estimatedHourlyCostUsd",
+    }
     assert [(g["name"], g["count"], g["nodes"]) for g in out["nodeGroups"]] == [
-        (g.name, g.count, f"{g.name}-000..{g.name}-{g.count - 1:03d}") for g in cluster.node_groups]
+        (g.name, g.count, f"{g.name}-000..{g.name}-{g.count - 1:03d}") for g in cluster.node_groups
+    ]
     itype = lookup(cluster.node_groups[0].instance_type)
     assert out["nodeGroups"][0]["slots"] == itype.slots
     assert out["stateBucket"] == names.state_bucket(cluster.name, env.account)
@@ -235,7 +298,8 @@ def test_fsx_and_groups_parameters_are_what_the_nodes_and_controller_read(planne
     assert fsx == {"dnsName": result.outputs["fsx"]["dnsName"], "mountName": result.outputs["fsx"]["mountName"]}
     groups = json.loads(ssm.get_parameter(Name=paths.groups)["Parameter"]["Value"])
     assert [(g["name"], g["count"], g["launch_template"]) for g in groups["groups"]] == [
-        (g.name, g.count, names.launch_template_name(c, g.name)) for g in result.config.cluster.node_groups]
+        (g.name, g.count, names.launch_template_name(c, g.name)) for g in result.config.cluster.node_groups
+    ]
     # No hosts or status parameters any more: membership and statuses are the state bucket's.
     found = {p["Name"] for p in ssm.get_parameters_by_path(Path=paths.prefix, Recursive=True)["Parameters"]}
     assert paths.hosts not in found and not any(n.startswith(paths.nodes + "/") for n in found)

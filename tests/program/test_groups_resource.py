@@ -5,8 +5,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from infra.program.components.groups import GroupProvider, group_instances, terminate_group
 from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
+from infra.program.components.groups import GroupProvider, group_instances, terminate_group
 
 REGION = "us-east-1"
 IMAGE = "ami-12c6146b"  # one of moto's built-in images
@@ -20,8 +20,13 @@ def ec2():
 
 def launch(ec2, cluster, group, n):
     tags = [{"Key": TAG_CLUSTER, "Value": cluster}] + ([{"Key": TAG_GROUP, "Value": group}] if group else [])
-    out = ec2.run_instances(ImageId=IMAGE, InstanceType="c5.large", MinCount=n, MaxCount=n,
-                            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+    out = ec2.run_instances(
+        ImageId=IMAGE,
+        InstanceType="c5.large",
+        MinCount=n,
+        MaxCount=n,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
     return sorted(i["InstanceId"] for i in out["Instances"])
 
 

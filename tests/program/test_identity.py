@@ -1,14 +1,14 @@
 """The nodes' IAM, as planned: a role per node role, the SSH key written only by the head, and each node's status
-object in the state bucket writable only by the instance it names. (No IAM evaluator runs offline: these check the documents
-and the tags the conditions depend on; AWS evaluates `${ec2:SourceInstanceARN}` and `aws:ResourceTag`.)"""
+object in the state bucket writable only by the instance it names. (No IAM evaluator runs offline: these check the
+documents and the tags the conditions depend on; AWS evaluates `${ec2:SourceInstanceARN}` and `aws:ResourceTag`.)"""
 
 import json
 
 import pytest
 
 from hpcc_contract.names import role_name
-from infra.plan.runner import plan_config
 from infra.config.stackfile import read_raw
+from infra.plan.runner import plan_config
 from tests.ops.support import EXAMPLES
 
 ROLE_POLICY, PROFILE = "aws:iam/rolePolicy:RolePolicy", "aws:iam/instanceProfile:InstanceProfile"
@@ -29,8 +29,11 @@ def test_only_the_head_can_write_the_ssh_key(planned):
     assert "secretsmanager:PutSecretValue" in head["ClusterSshKey"]["Action"]
     assert compute["ClusterSshKey"]["Action"] == ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
     every_action = {a for s in compute.values() if s["Effect"] == "Allow" for a in s["Action"]}
-    assert not {a for a in every_action if a.startswith("secretsmanager:") and not a.startswith(("secretsmanager:Get",
-                                                                                              "secretsmanager:Describe"))}
+    assert not {
+        a
+        for a in every_action
+        if a.startswith("secretsmanager:") and not a.startswith(("secretsmanager:Get", "secretsmanager:Describe"))
+    }
 
 
 def test_a_compute_node_writes_only_its_own_status_object_and_no_parameter(planned):
@@ -42,7 +45,8 @@ def test_a_compute_node_writes_only_its_own_status_object_and_no_parameter(plann
     assert writes == [stmts["ReportOwnStatus"], stmts["PublishOwnHostKeys"]]
     assert [(w["Action"], w["Resource"]) for w in writes] == [
         (["s3:PutObject"], [f"arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/{what}/${{ec2:SourceInstanceARN}}.json"])
-        for what in ("status", "hostkeys")]
+        for what in ("status", "hostkeys")
+    ]
     # The certificates the head signed: read, never written (a node's root must not certify itself).
     assert stmts["ReadHostCertificates"]["Action"] == ["s3:GetObject"]
     assert stmts["ReadHostCertificates"]["Resource"] == ["arn:aws:s3:::hpcc-cpu-oneccl-state-123456789012/certs/*"]
@@ -56,14 +60,29 @@ def test_the_head_writes_the_state_bucket_and_the_ledger_only(planned):
 
 
 def test_only_the_head_reads_the_host_ca(planned):
-    [ca] = [r for r in planned.of_type("aws:secretsmanager/secret:Secret") if r["inputs"]["name"] == "hpcc/cpu-oneccl/host-ca"]
-    reads = {role: [s["Sid"] for s in statements(planned, role).values()
-                    if s["Effect"] == "Allow" and ca["outputs"]["arn"] in s.get("Resource", [])] for role in ("head", "compute")}
+    [ca] = [
+        r
+        for r in planned.of_type("aws:secretsmanager/secret:Secret")
+        if r["inputs"]["name"] == "hpcc/cpu-oneccl/host-ca"
+    ]
+    reads = {
+        role: [
+            s["Sid"]
+            for s in statements(planned, role).values()
+            if s["Effect"] == "Allow" and ca["outputs"]["arn"] in s.get("Resource", [])
+        ]
+        for role in ("head", "compute")
+    }
     assert reads == {"head": ["HostCa"], "compute": []}
 
 
 def test_each_role_launches_with_its_own_profile(planned):
     profiles = {r["inputs"]["name"]: r["outputs"]["arn"] for r in planned.of_type(PROFILE)}
-    lts = {r["inputs"]["name"]: r["inputs"]["iamInstanceProfile"]["arn"] for r in planned.of_type("aws:ec2/launchTemplate:LaunchTemplate")}
-    assert lts == {"hpcc-cpu-oneccl-head": profiles[role_name("cpu-oneccl", "head")],
-                   "hpcc-cpu-oneccl-compute": profiles[role_name("cpu-oneccl", "compute")]}
+    lts = {
+        r["inputs"]["name"]: r["inputs"]["iamInstanceProfile"]["arn"]
+        for r in planned.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    }
+    assert lts == {
+        "hpcc-cpu-oneccl-head": profiles[role_name("cpu-oneccl", "head")],
+        "hpcc-cpu-oneccl-compute": profiles[role_name("cpu-oneccl", "compute")],
+    }

@@ -10,26 +10,23 @@ import json
 import re
 
 import pytest
-
-from tests.ops import support as ops_support
 from typer.testing import CliRunner
 
-from tests.facts.instance_data import MOTO_ACCOUNT
-from infra.ops.cli import app
-from infra.config.parse import parse
-from infra.facts.instance_types import DescribedFacts, from_description
 from hpcc_contract.names import Paths, role_name
 from hpcc_contract.settings import OPTIONAL, PATTERNS, SETTINGS_LIMIT, SettingsError, check
-from infra.render.node_settings import render
-from infra.render.node_settings import parse as parse_settings
-from infra.render.node_settings import node_settings, settings_value
-from infra.plan.previous import PreviousPlan
-from infra.plan.runner import plan_config
-from infra.facts.slurm import REAL_MEMORY_PERCENT, SlurmFactsError, gres_gpus, slurm_node
+from infra.config.parse import parse
 from infra.config.stackfile import read_raw
 from infra.config.validators.check import check_config
 from infra.config.validators.inputs import PUBLIC_KEYS_BYTES
-from tests.facts.instance_data import all_descriptions, facts_for, offline_facts
+from infra.facts.instance_types import DescribedFacts, from_description
+from infra.facts.slurm import REAL_MEMORY_PERCENT, SlurmFactsError, gres_gpus, slurm_node
+from infra.ops.cli import app
+from infra.plan.previous import PreviousPlan
+from infra.plan.runner import plan_config
+from infra.render.node_settings import node_settings, render, settings_value
+from infra.render.node_settings import parse as parse_settings
+from tests.facts.instance_data import MOTO_ACCOUNT, all_descriptions, facts_for, offline_facts
+from tests.ops import support as ops_support
 from tests.ops.support import EXAMPLES, stack_file
 
 SECRET, SECRET_VERSION = "aws:secretsmanager/secret:Secret", "aws:secretsmanager/secretVersion:SecretVersion"
@@ -38,21 +35,31 @@ ROLE_POLICY, INSTANCE = "aws:iam/rolePolicy:RolePolicy", "aws:ec2/instance:Insta
 
 # --- the node definition, from EC2's published facts --------------------------------------------------------
 
-@pytest.mark.parametrize("name, vcpus, cores, memory_gib, gpus", [
-    ("p5.48xlarge", 192, 96, 2048, 8),  # 8 x H100
-    ("p4d.24xlarge", 96, 48, 1152, 8),  # 8 x A100
-    ("p3dn.24xlarge", 96, 48, 768, 8),  # 8 x V100
-    ("c6i.16xlarge", 64, 32, 128, 0),
-    # 16 Trainium devices, but no Gres=gpu: Slurm has no GRES plugin for /dev/neuron*, jobs take whole nodes.
-    ("trn1.32xlarge", 128, 64, 512, 0),
-])
+
+@pytest.mark.parametrize(
+    "name, vcpus, cores, memory_gib, gpus",
+    [
+        ("p5.48xlarge", 192, 96, 2048, 8),  # 8 x H100
+        ("p4d.24xlarge", 96, 48, 1152, 8),  # 8 x A100
+        ("p3dn.24xlarge", 96, 48, 768, 8),  # 8 x V100
+        ("c6i.16xlarge", 64, 32, 128, 0),
+        # 16 Trainium devices, but no Gres=gpu: Slurm has no GRES plugin for /dev/neuron*, jobs take whole nodes.
+        ("trn1.32xlarge", 128, 64, 512, 0),
+    ],
+)
 def test_the_slurm_node_of_a_type_follows_ec2_s_facts(name, vcpus, cores, memory_gib, gpus):
     node = slurm_node(facts_for(name))
     real = memory_gib * 1024 * REAL_MEMORY_PERCENT // 100
     words = dict(w.split("=", 1) for w in node.attributes().split(" "))
-    assert words == {"CPUs": str(vcpus), "Boards": "1", "SocketsPerBoard": "1", "CoresPerSocket": str(cores),
-                     "ThreadsPerCore": str(vcpus // cores), "RealMemory": str(real),
-                     **({"Gres": f"gpu:{gpus}"} if gpus else {})}
+    assert words == {
+        "CPUs": str(vcpus),
+        "Boards": "1",
+        "SocketsPerBoard": "1",
+        "CoresPerSocket": str(cores),
+        "ThreadsPerCore": str(vcpus // cores),
+        "RealMemory": str(real),
+        **({"Gres": f"gpu:{gpus}"} if gpus else {}),
+    }
     assert real < memory_gib * 1024 and node.gpus == gpus
     check("SLURM_NODE", node.attributes())  # the pattern the nodes parse it with
 
@@ -68,11 +75,14 @@ def test_only_nvidia_gpus_are_a_gres():
     assert gres_gpus(facts_for("g5.xlarge")) == 1 and gres_gpus(from_description(amd)) == 0
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda d: d["VCpuInfo"].update(DefaultVCpus=0), "no vCPU, core or thread count"),
-    (lambda d: d["VCpuInfo"].update(DefaultCores=30), "30 cores x 2 threads is not 64 vCPUs"),
-    (lambda d: d["MemoryInfo"].update(SizeInMiB=0), "no memory size (MemoryInfo.SizeInMiB)"),
-])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda d: d["VCpuInfo"].update(DefaultVCpus=0), "no vCPU, core or thread count"),
+        (lambda d: d["VCpuInfo"].update(DefaultCores=30), "30 cores x 2 threads is not 64 vCPUs"),
+        (lambda d: d["MemoryInfo"].update(SizeInMiB=0), "no memory size (MemoryInfo.SizeInMiB)"),
+    ],
+)
 def test_facts_that_make_no_node_are_refused_at_plan_time_naming_the_field(edit, words):
     facts = DescribedFacts({**all_descriptions(), "c6i.16xlarge": _described("c6i.16xlarge", edit)}, "us-east-1")
     cfg = parse("us-east-1", {**read_raw(EXAMPLES / "c6i-oneccl.yaml")["hpcc:cluster"], "scheduler": "slurm"})
@@ -85,6 +95,7 @@ def test_facts_that_make_no_node_are_refused_at_plan_time_naming_the_field(edit,
 
 # --- the settings -----------------------------------------------------------------------------------------------
 
+
 def _cluster(example: str, **changes):
     return parse("us-east-1", {**read_raw(EXAMPLES / f"{example}.yaml")["hpcc:cluster"], **changes}).cluster
 
@@ -96,18 +107,25 @@ def test_settings_carry_the_scheduler_and_the_slurm_node_only_with_slurm():
     assert slurm.slurm_node == slurm_node(facts_for("p5.48xlarge")).attributes()
     text = settings_value(_cluster("p5-llm", scheduler="none"), "us-east-1", offline_facts(), MOTO_ACCOUNT)
     assert "SCHEDULER" not in text and "SLURM_" not in text and parse_settings(text).scheduler is None
-    assert parse_settings(settings_value(_cluster("c6i-oneccl", scheduler="slurm"), "us-east-1",
-                                         offline_facts(), MOTO_ACCOUNT)).slurm_gpus == 0
+    assert (
+        parse_settings(
+            settings_value(_cluster("c6i-oneccl", scheduler="slurm"), "us-east-1", offline_facts(), MOTO_ACCOUNT)
+        ).slurm_gpus
+        == 0
+    )
 
 
-@pytest.mark.parametrize("text_edit, words", [
-    (lambda t: t.replace("SLURM_GPUS=8\n", ""), "SCHEDULER=slurm lack SLURM_GPUS"),
-    (lambda t: t.replace("SCHEDULER=slurm", "SCHEDULER=none"), "SCHEDULER=none give SLURM_GPUS, SLURM_NODE"),
-    (lambda t: t.replace("SCHEDULER=slurm\n", ""), "SCHEDULER=none give SLURM_GPUS, SLURM_NODE"),
-    (lambda t: t.replace("SCHEDULER=slurm", "SCHEDULER=pbs"), "SCHEDULER: 'pbs' does not match"),
-    (lambda t: t.replace("Gres=gpu:8", "Gres=gpu:8;reboot"), "SLURM_NODE"),
-    (lambda t: t.replace("CPUs=192 Boards", "CPUs=192  Boards"), "SLURM_NODE"),
-])
+@pytest.mark.parametrize(
+    "text_edit, words",
+    [
+        (lambda t: t.replace("SLURM_GPUS=8\n", ""), "SCHEDULER=slurm lack SLURM_GPUS"),
+        (lambda t: t.replace("SCHEDULER=slurm", "SCHEDULER=none"), "SCHEDULER=none give SLURM_GPUS, SLURM_NODE"),
+        (lambda t: t.replace("SCHEDULER=slurm\n", ""), "SCHEDULER=none give SLURM_GPUS, SLURM_NODE"),
+        (lambda t: t.replace("SCHEDULER=slurm", "SCHEDULER=pbs"), "SCHEDULER: 'pbs' does not match"),
+        (lambda t: t.replace("Gres=gpu:8", "Gres=gpu:8;reboot"), "SLURM_NODE"),
+        (lambda t: t.replace("CPUs=192 Boards", "CPUs=192  Boards"), "SLURM_NODE"),
+    ],
+)
 def test_slurm_settings_the_nodes_would_refuse_are_refused(text_edit, words):
     text = text_edit(settings_value(_cluster("p5-llm"), "us-east-1", offline_facts(), MOTO_ACCOUNT))
     with pytest.raises(SettingsError, match=words):
@@ -120,9 +138,16 @@ def test_the_largest_settings_leave_room_for_every_public_key_the_config_allows(
     base = read_raw(EXAMPLES / "c6i-oneccl.yaml")["hpcc:cluster"]
     largest = 0
     for name in all_descriptions():
-        cfg = parse("us-east-1", {**base, "compute": {"instanceType": name, "count": 512}, "scheduler": "slurm",
-                                  "bootstrap": {"timeoutMinutes": 240, "joinTimeoutMinutes": 120},
-                                  "fsx": {**base["fsx"], "mountPoint": "/" + "m" * 60}}).cluster
+        cfg = parse(
+            "us-east-1",
+            {
+                **base,
+                "compute": {"instanceType": name, "count": 512},
+                "scheduler": "slurm",
+                "bootstrap": {"timeoutMinutes": 240, "joinTimeoutMinutes": 120},
+                "fsx": {**base["fsx"], "mountPoint": "/" + "m" * 60},
+            },
+        ).cluster
         largest = max(largest, len(render(node_settings(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT)).encode()))
     most_keys = 10  # Ssh.authorized_keys max_length
     assert largest + PUBLIC_KEYS_BYTES + most_keys * len("AUTHORIZED_KEY=") <= SETTINGS_LIMIT, largest
@@ -131,9 +156,15 @@ def test_the_largest_settings_leave_room_for_every_public_key_the_config_allows(
 
 # --- Amazon Linux: refused before anything is planned ----------------------------------------------------------
 
-@pytest.mark.parametrize("image", [{"family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"},
-                                   {"nameFilter": "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"},
-                                   {"amiId": "ami-0123456789abcdef0", "loginUser": "ec2-user"}])
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        {"family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"},
+        {"nameFilter": "Deep Learning Base OSS Nvidia Driver GPU AMI (Amazon Linux 2023) *"},
+        {"amiId": "ami-0123456789abcdef0", "loginUser": "ec2-user"},
+    ],
+)
 def test_slurm_on_amazon_linux_is_refused_by_plan_and_preflight(tmp_path, image):
     path = stack_file(tmp_path, "p5-llm", image=image)
     for command in (["plan", str(path), "--out", str(tmp_path / "out")], ["preflight", str(path), "--emulate"]):
@@ -151,6 +182,7 @@ def test_amazon_linux_without_slurm_and_ubuntu_with_it_pass():
 
 
 # --- the munge key and IAM, and Slurm turned on for a running cluster --------------------------------------------
+
 
 def _without_scheduler() -> dict:
     config = copy.deepcopy(read_raw(EXAMPLES / "p3dn-bert.yaml"))
@@ -179,18 +211,22 @@ def statements(result, role: str) -> dict[str, dict]:
 def allowed(stmts: dict[str, dict], action: str, arn: str) -> bool:
     """IAM's answer for one action on one resource, for these statements (Allow and Deny with Resource or
     NotResource, no conditions): an explicit Deny wins, else some Allow must match."""
+
     def matches(s):
         on = any(fnmatch.fnmatchcase(arn, r) for r in s.get("Resource", s.get("NotResource", [])))
         return action in s["Action"] and (on if "Resource" in s else not on)
-    return (not any(s["Effect"] == "Deny" and matches(s) for s in stmts.values())
-            and any(s["Effect"] == "Allow" and "Condition" not in s and matches(s) for s in stmts.values()))
+
+    return not any(s["Effect"] == "Deny" and matches(s) for s in stmts.values()) and any(
+        s["Effect"] == "Allow" and "Condition" not in s and matches(s) for s in stmts.values()
+    )
 
 
 def test_without_slurm_there_is_no_munge_secret_and_no_grant_for_it(first_up):
     result, _ = first_up
     paths = Paths("bert")
     assert sorted(r["inputs"]["name"] for r in result.of_type(SECRET)) == sorted(
-        [paths.ssh_secret, paths.user_secret, paths.host_ca_secret])  # no munge key
+        [paths.ssh_secret, paths.user_secret, paths.host_ca_secret]
+    )  # no munge key
     for role in ("head", "compute"):
         assert "ClusterMungeKey" not in statements(result, role)
 
@@ -229,14 +265,20 @@ def test_no_key_passes_through_the_program(with_slurm):
 
 def test_turning_slurm_on_for_a_running_cluster_replaces_nothing(with_slurm):
     changes = {(c.name, c.action) for c in with_slurm.changes}
-    assert changes == {("bert-munge-key", "create"), ("bert-head-policy", "update"), ("bert-node-policy", "update"),
-                       ("bert-settings-param", "update"), ("bert-groups-param", "update")}  # the groups' Slurm nodes
+    assert changes == {
+        ("bert-munge-key", "create"),
+        ("bert-head-policy", "update"),
+        ("bert-node-policy", "update"),
+        ("bert-settings-param", "update"),
+        ("bert-groups-param", "update"),
+    }  # the groups' Slurm nodes
     assert not [c for c in with_slurm.changes if c.type == INSTANCE]
 
 
 def test_a_config_without_the_field_plans_as_it_did(first_up):
     result, out = first_up
     assert plan_config(_without_scheduler(), previous=PreviousPlan.load(out)).changes == []
-    [settings] = [r for r in result.of_type("aws:ssm/parameter:Parameter")
-                  if r["inputs"]["name"] == Paths("bert").settings]
+    [settings] = [
+        r for r in result.of_type("aws:ssm/parameter:Parameter") if r["inputs"]["name"] == Paths("bert").settings
+    ]
     assert "SCHEDULER" not in settings["inputs"]["value"] and "SLURM_" not in settings["inputs"]["value"]

@@ -2,12 +2,11 @@
 
 from pathlib import Path
 
-from tests.facts.instance_data import MOTO_ACCOUNT
+from infra.config.stackfile import load
 from infra.render.node_settings import settings_value
 from infra.render.roles import role_contexts
-from infra.config.stackfile import load
 from infra.render.userdata import render
-from tests.facts.instance_data import offline_facts
+from tests.facts.instance_data import MOTO_ACCOUNT, offline_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -38,8 +37,8 @@ def cases():
 def planned_scripts(example: str = GOLDEN_EXAMPLE) -> dict[str, str]:
     """role -> the script the loader runs on that role's nodes, read from the bundle the offline plan of the
     example stores (the program's own output, not a second rendering)."""
-    from infra.plan.runner import plan_config
     from infra.config.stackfile import read_raw
+    from infra.plan.runner import plan_config
 
     return plan_config(read_raw(ROOT / "examples" / f"{example}.yaml")).role_scripts()
 
@@ -56,7 +55,13 @@ def golden_texts(planned: dict[str, str]) -> dict[str, str]:
     compute = planned["compute"]
     texts = {"compute": compute}
     for role in sorted(set(planned) - {"compute"}):
-        texts[role] = "".join(difflib.unified_diff(compute.splitlines(keepends=True),
-                                                   planned[role].splitlines(keepends=True),
-                                                   f"{GOLDEN_EXAMPLE}-compute.sh", f"{GOLDEN_EXAMPLE}-{role}.sh", n=1))
+        texts[role] = "".join(
+            difflib.unified_diff(
+                compute.splitlines(keepends=True),
+                planned[role].splitlines(keepends=True),
+                f"{GOLDEN_EXAMPLE}-compute.sh",
+                f"{GOLDEN_EXAMPLE}-{role}.sh",
+                n=1,
+            )
+        )
     return texts

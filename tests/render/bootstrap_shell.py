@@ -26,8 +26,9 @@ def context(name: str = "p5-llm-compute", **changes) -> ShellContext:
     node_settings = parse(settings()[name.rsplit("-", 1)[0]])
     setting_changes = {k: v for k, v in changes.items() if k in SETTING_FIELDS}
     ctx_changes = {k: v for k, v in changes.items() if k not in SETTING_FIELDS}
-    return ShellContext(**dataclasses.asdict(replace(base, **ctx_changes)),
-                        settings=replace(node_settings, **setting_changes))
+    return ShellContext(
+        **dataclasses.asdict(replace(base, **ctx_changes)), settings=replace(node_settings, **setting_changes)
+    )
 
 
 def settings_shell(node_settings: NodeSettings) -> str:
@@ -44,10 +45,16 @@ def partial(name: str, ctx: BootstrapContext | None = None) -> str:
     return environment().get_template(f"steps/{name}.sh.j2").render(**(ctx or context()).as_vars())
 
 
-def run(partials: list[str], script: str, ctx: ShellContext | None = None, env: dict | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess:
+def run(
+    partials: list[str], script: str, ctx: ShellContext | None = None, env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """bash -c: `set -euo pipefail`, the partials, the context's settings, then SCRIPT."""
     ctx = ctx or context()
     body = "\n".join(partial(p, ctx) for p in partials)
-    return subprocess.run(["bash", "-c", f"set -euo pipefail\n{body}\n{settings_shell(ctx.settings)}{script}"],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\n{body}\n{settings_shell(ctx.settings)}{script}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.render.bootstrap_fixtures import tool
 from tests.render.bootstrap_shell import context, partial, settings_shell
-from tests.render.test_bootstrap_steps import COMMON, bodies, calls, ctx_for, fake, tool  # noqa: F401 - fake is a fixture
+from tests.render.test_bootstrap_steps import COMMON, bodies, calls, ctx_for
 from tests.render.test_bootstrap_steps import preamble as steps_preamble
 
 STUB_FAIL = 'fail() { echo "FAIL: $*"; exit 1; }\n'
@@ -34,14 +35,21 @@ def private_run(partials, script, ctx, env, over=(), binds=(), overlay=(), timeo
         layer = Path(ctx.log_path).parent / f"overlay-{n}"
         (layer / "upper").mkdir(parents=True, exist_ok=True)
         (layer / "work").mkdir(exist_ok=True)
-        setup += (f"/bin/mount -t overlay hpcc -o lowerdir={shlex.quote(d)},upperdir={layer}/upper,"
-                  f"workdir={layer}/work {shlex.quote(d)} && ")
+        setup += (
+            f"/bin/mount -t overlay hpcc -o lowerdir={shlex.quote(d)},upperdir={layer}/upper,"
+            f"workdir={layer}/work {shlex.quote(d)} && "
+        )
     setup += "".join(f"/bin/mount -t tmpfs hpcc {shlex.quote(d)} && " for d in over)
     setup += "".join(f"/bin/mount --bind {shlex.quote(str(s))} {shlex.quote(t)} && " for s, t in binds)
     path = Path(ctx.log_path).parent / "script.sh"
     path.write_text(f"#!/bin/bash\nset -euo pipefail\n{body}\n{script}\n")
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f"{setup}exec bash {path}"],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", f"{setup}exec bash {path}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def state(paths) -> dict:
@@ -51,8 +59,10 @@ def state(paths) -> dict:
 
 # -- the run's bounds ------------------------------------------------------------------------------
 
+
 def test_a_command_is_cut_when_the_runs_time_is_up_before_its_own_bound(tmp_path):
     from tests.render.bootstrap_shell import run
+
     start = time.time()
     out = run(COMMON, "HPCC_DEADLINE=$(( $(date +%s) + 2 ))\nwithin 60 sleep 30 || echo rc=$?", ctx_for(tmp_path))
     assert out.stdout.strip() == "rc=124" and time.time() - start < 10
@@ -60,34 +70,44 @@ def test_a_command_is_cut_when_the_runs_time_is_up_before_its_own_bound(tmp_path
 
 # -- skipping --------------------------------------------------------------------------------------
 
+
 def test_a_skipped_step_neither_runs_nor_reports(fake):
     tmp_path, _, env = fake
     (tmp_path / "answers").write_text("0|\n")
     from tests.render.bootstrap_shell import run
-    script = (preamble(tmp_path) + "step_lustre() { echo RAN-lustre; }\nstep_mount() { echo RAN-mount; }\n"
-              "step_efa() { echo RAN-efa; }\nrun_step lustre step_lustre\nrun_step mount step_mount\n"
-              "run_step efa step_efa\nflush_log")
+
+    script = (
+        preamble(tmp_path) + "step_lustre() { echo RAN-lustre; }\nstep_mount() { echo RAN-mount; }\n"
+        "step_efa() { echo RAN-efa; }\nrun_step lustre step_lustre\nrun_step mount step_mount\n"
+        "run_step efa step_efa\nflush_log"
+    )
     out = run(COMMON, script, ctx_for(tmp_path), env={**env, "HPCC_SKIP_STEPS": "lustre,mount"})
     assert out.returncode == 0, out.stderr
     log = (tmp_path / "bootstrap.log").read_text()
     assert "RAN-lustre" not in log and "RAN-mount" not in log and "[efa] RAN-efa" in log
-    assert "[lustre] skipped: HPCC_SKIP_STEPS names lustre" in log and "[mount] skipped: HPCC_SKIP_STEPS names mount" in log
+    assert (
+        "[lustre] skipped: HPCC_SKIP_STEPS names lustre" in log
+        and "[mount] skipped: HPCC_SKIP_STEPS names mount" in log
+    )
     reported = bodies(tmp_path)
     assert len(reported) == 1 and '"phase": "efa"' in reported[0]  # the efa step only
 
 
 # -- identify --------------------------------------------------------------------------------------
 
+
 def test_without_imds_the_nodes_ip_is_the_default_routes_source(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "curl", "exit 7\n")  # no instance metadata service
     tool(bin_dir, "ip", 'echo "1.1.1.1 via 10.0.0.1 dev eth0 src 10.0.0.6 uid 0"\n')
     from tests.render.bootstrap_shell import run
+
     out = run(COMMON + ["identify"], "primary_ip", ctx_for(tmp_path), env=env)
     assert out.stdout.strip() == "10.0.0.6", out.stderr
 
 
 # -- idempotence -----------------------------------------------------------------------------------
+
 
 def test_installing_the_key_twice_changes_nothing(fake):
     tmp_path, _, env = fake
@@ -95,6 +115,7 @@ def test_installing_the_key_twice_changes_nothing(fake):
     home.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
     from tests.render.bootstrap_shell import run
+
     script = preamble(tmp_path) + f'HPCC_KEY=$(cat {tmp_path / "k"})\ninstall_key {home} "$(id -un)"'
     first = run(COMMON + ["ssh"], script, ctx_for(tmp_path), env=env)
     assert first.returncode == 0, first.stderr
@@ -105,7 +126,9 @@ def test_installing_the_key_twice_changes_nothing(fake):
     assert second.returncode == 0 and state(files) == before
     assert (home / ".ssh" / "authorized_keys").read_text().count("ssh-ed25519") == 1
     assert (home / ".ssh" / "id_hpcc").stat().st_mode & 0o777 == 0o600
-    assert "PRIVATE KEY" not in first.stdout + first.stderr + second.stdout + second.stderr  # the private key never reaches the log
+    assert (
+        "PRIVATE KEY" not in first.stdout + first.stderr + second.stdout + second.stderr
+    )  # the private key never reaches the log
 
 
 FSX = '{"dnsName": "fs-1.fsx.us-east-1.amazonaws.com", "mountName": "abcd"}'
@@ -122,13 +145,16 @@ def test_mount_waits_for_the_file_system_then_mounts_and_persists_it_once(fake):
     ctx = ctx_for(tmp_path, mount_point=str(mnt), poll_seconds=1)
     script = preamble(tmp_path) + STUB_FAIL + f"lnet_reachable() {{ true; }}\nHPCC_FSTAB={fstab}\nstep_mount"
     from tests.render.bootstrap_shell import run
+
     out = run(COMMON + ["mount"], script, ctx, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     before = state([fstab])
     time.sleep(1.1)
     out = run(COMMON + ["mount"], script, ctx, env=env)  # the second run changes nothing
     assert out.returncode == 0 and state([fstab]) == before, out.stdout + out.stderr
-    assert (tmp_path / "mounts").read_text() == f"-t lustre -o relatime,flock,nosuid,nodev fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt}\n"
+    assert (
+        tmp_path / "mounts"
+    ).read_text() == f"-t lustre -o relatime,flock,nosuid,nodev fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt}\n"
     lines = fstab.read_text().splitlines()
     assert lines[0] == "LABEL=root / ext4 defaults 0 1" and len(lines) == 2  # the stale entry replaced, once
     assert lines[1].startswith(f"fs-1.fsx.us-east-1.amazonaws.com@tcp:/abcd {mnt} lustre ") and "_netdev" in lines[1]
@@ -144,21 +170,25 @@ def test_mount_fails_naming_the_port_when_lustre_does_not_answer(fake):
     (tmp_path / "answers").write_text(f"0|{FSX}\n")
     ctx = ctx_for(tmp_path, mount_point=str(tmp_path / "fsx"), poll_seconds=1)
     from tests.render.bootstrap_shell import run
-    script = (preamble(tmp_path) + STUB_FAIL + "lnet_reachable() { false; }\n"
-              'wait_for() { "${@:3}" || return 1; }\nstep_mount')  # no 30-minute wait here
+
+    script = (
+        preamble(tmp_path) + STUB_FAIL + "lnet_reachable() { false; }\n"
+        'wait_for() { "${@:3}" || return 1; }\nstep_mount'
+    )  # no 30-minute wait here
     out = run(COMMON + ["mount"], script, ctx, env=env)
     assert out.returncode == 1 and "does not answer on TCP 988" in out.stdout
 
 
 # -- lustre ----------------------------------------------------------------------------------------
 
+
 def test_lustre_is_skipped_when_the_module_is_there(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "modinfo", "echo 2.15.4\n")
     tool(bin_dir, "apt-get", f"echo apt-get >>{tmp_path}/apt\n")
     from tests.render.bootstrap_shell import run
-    out = run(COMMON + ["lustre"], preamble(tmp_path) + "HPCC_OS=ubuntu-22.04\nstep_lustre", ctx_for(tmp_path),
-              env=env)
+
+    out = run(COMMON + ["lustre"], preamble(tmp_path) + "HPCC_OS=ubuntu-22.04\nstep_lustre", ctx_for(tmp_path), env=env)
     assert out.returncode == 0 and not (tmp_path / "apt").exists()
     assert "Lustre client already installed" in out.stdout
 
@@ -170,12 +200,20 @@ def ubuntu_tools(tmp_path: Path, bin_dir: Path, kernel: str, available: list[str
     tool(bin_dir, "curl", 'while [ "$1" != -o ]; do shift; done; echo KEY >"$2"\n')
     tool(bin_dir, "gpg", 'while [ "$1" != -o ]; do shift; done; echo GPG >"$2"\n')
     listing = "".join(f"lustre-client-modules-{k} - Lustre client modules\\n" for k in available)
-    tool(bin_dir, "apt-cache", f'''case "$1" in
+    tool(
+        bin_dir,
+        "apt-cache",
+        f'''case "$1" in
   show) case " {' '.join(available)} " in *" ${{2#lustre-client-modules-}} "*) exit 0 ;; esac; exit 100 ;;
   search) printf '{listing}' ;;
 esac
-''')
-    tool(bin_dir, "apt-get", f'echo "apt-get $*" >>{tmp_path}/apt; case " $* " in *" install "*) touch {tmp_path}/installed ;; esac\n')
+''',
+    )
+    tool(
+        bin_dir,
+        "apt-get",
+        f'echo "apt-get $*" >>{tmp_path}/apt; case " $* " in *" install "*) touch {tmp_path}/installed ;; esac\n',
+    )
     tool(bin_dir, "apt-mark", f'echo "apt-mark $*" >>{tmp_path}/apt\n')
     tool(bin_dir, "dpkg-query", 'for p in "$@"; do case "$p" in lustre-*|linux-aws) echo "ii  $p" ;; esac; done\n')
 
@@ -184,14 +222,27 @@ def test_ubuntu_installs_the_kernels_lustre_package_from_the_signed_repo_and_hol
     tmp_path, bin_dir, env = fake
     kernel = "6.8.0-1019-aws"
     ubuntu_tools(tmp_path, bin_dir, kernel, ["6.8.0-1018-aws", kernel])
-    script = preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-22.04\nstep_lustre\ncat /etc/apt/sources.list.d/fsxlustreclientrepo.list"
-    out = private_run(COMMON + ["lustre"], script, ctx_for(tmp_path), env,
-                      over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"])
+    script = (
+        preamble(tmp_path)
+        + STUB_FAIL
+        + "HPCC_OS=ubuntu-22.04\nstep_lustre\ncat /etc/apt/sources.list.d/fsxlustreclientrepo.list"
+    )
+    out = private_run(
+        COMMON + ["lustre"],
+        script,
+        ctx_for(tmp_path),
+        env,
+        over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"],
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.splitlines()[-1] == ("deb [signed-by=/usr/share/keyrings/fsx-ubuntu-public-key.gpg] "
-                                  "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu jammy main")
+    assert out.stdout.splitlines()[-1] == (
+        "deb [signed-by=/usr/share/keyrings/fsx-ubuntu-public-key.gpg] "
+        "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu jammy main"
+    )
     apt = (tmp_path / "apt").read_text().splitlines()
-    assert f"apt-get -o DPkg::Lock::Timeout=600 install -y -q lustre-client-modules-{kernel}" in apt  # waits for cloud-init's apt
+    assert (
+        f"apt-get -o DPkg::Lock::Timeout=600 install -y -q lustre-client-modules-{kernel}" in apt
+    )  # waits for cloud-init's apt
     hold = next(line for line in apt if line.startswith("apt-mark hold"))
     assert f"lustre-client-modules-{kernel}" in hold.split() and "linux-aws" in hold.split()
 
@@ -201,20 +252,34 @@ def test_the_lustre_repo_is_the_releases_codename_without_lsb_release(fake):
     kernel = "6.8.0-1019-aws"
     ubuntu_tools(tmp_path, bin_dir, kernel, [kernel])
     tool(bin_dir, "lsb_release", "exit 127\n")  # minimal images may not ship it
-    script = (preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-24.04 HPCC_OS_CODENAME=noble\nstep_lustre\n"
-              "cat /etc/apt/sources.list.d/fsxlustreclientrepo.list")
-    out = private_run(COMMON + ["lustre"], script, ctx_for(tmp_path), env,
-                      over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"])
+    script = (
+        preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-24.04 HPCC_OS_CODENAME=noble\nstep_lustre\n"
+        "cat /etc/apt/sources.list.d/fsxlustreclientrepo.list"
+    )
+    out = private_run(
+        COMMON + ["lustre"],
+        script,
+        ctx_for(tmp_path),
+        env,
+        over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"],
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines()[-1].endswith("/ubuntu noble main")
 
 
 def test_a_kernel_with_no_lustre_package_fails_naming_it_and_the_nearest(fake):
     tmp_path, bin_dir, env = fake
-    ubuntu_tools(tmp_path, bin_dir, "6.8.0-1019-aws", ["6.5.0-1020-aws", "6.8.0-1015-aws", "6.8.0-1021-aws", "6.11.0-1004-aws"])
+    ubuntu_tools(
+        tmp_path, bin_dir, "6.8.0-1019-aws", ["6.5.0-1020-aws", "6.8.0-1015-aws", "6.8.0-1021-aws", "6.11.0-1004-aws"]
+    )
     script = preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-22.04\nstep_lustre"
-    out = private_run(COMMON + ["lustre"], script, ctx_for(tmp_path), env,
-                      over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"])
+    out = private_run(
+        COMMON + ["lustre"],
+        script,
+        ctx_for(tmp_path),
+        env,
+        over=["/etc/apt/sources.list.d", "/usr/share/keyrings", "/run"],
+    )
     assert out.returncode == 1
     assert "no Lustre client for the running kernel 6.8.0-1019-aws" in out.stdout
     assert "nearest kernels with one: 6.5.0-1020-aws 6.8.0-1015-aws 6.8.0-1021-aws 6.11.0-1004-aws" in out.stdout
@@ -234,9 +299,12 @@ def test_efa_on_ubuntu_logs_the_installer_version_and_persists_ptrace_scope(fake
     opt.mkdir()
     (opt / "amazon").mkdir()
     (opt / "amazon" / "efa_installed_packages").write_text("# EFA installer version: 1.38.0\n")
-    script = preamble(tmp_path) + STUB_FAIL + "HPCC_OS=ubuntu-22.04\nstep_efa\nstep_efa\necho ---\ncat /etc/sysctl.d/99-hpcc-efa.conf"
-    out = private_run(COMMON + ["efa"], script, ctx_for(tmp_path), env, over=["/etc/sysctl.d"],
-                      binds=[(opt, "/opt")])
+    script = (
+        preamble(tmp_path)
+        + STUB_FAIL
+        + "HPCC_OS=ubuntu-22.04\nstep_efa\nstep_efa\necho ---\ncat /etc/sysctl.d/99-hpcc-efa.conf"
+    )
+    out = private_run(COMMON + ["efa"], script, ctx_for(tmp_path), env, over=["/etc/sysctl.d"], binds=[(opt, "/opt")])
     assert out.returncode == 0, out.stdout + out.stderr
     log, conf = out.stdout.split("---\n")
     assert conf == "kernel.yama.ptrace_scope = 0\n"
@@ -247,9 +315,16 @@ def test_efa_on_ubuntu_logs_the_installer_version_and_persists_ptrace_scope(fake
 
 def test_without_efa_the_tcp_provider_must_work(fake):
     tmp_path, bin_dir, env = fake
-    ctx = ctx_for(tmp_path, **{k: v for k, v in vars(context("c6i-oneccl-compute")).items()
-                               if k in ("efa_enabled", "efa_devices", "instance_type")})
+    ctx = ctx_for(
+        tmp_path,
+        **{
+            k: v
+            for k, v in vars(context("c6i-oneccl-compute")).items()
+            if k in ("efa_enabled", "efa_devices", "instance_type")
+        },
+    )
     from tests.render.bootstrap_shell import run
+
     tool(bin_dir, "fi_info", '[ "$*" = "-p tcp" ]\n')
     out = run(COMMON + ["efa"], preamble(tmp_path) + STUB_FAIL + "step_efa", ctx, env=env)
     assert out.returncode == 0 and "EFA is not in use on c6i.16xlarge" in out.stdout
@@ -259,6 +334,7 @@ def test_without_efa_the_tcp_provider_must_work(fake):
 
 
 # -- sshd reload -----------------------------------------------------------------------------------
+
 
 def test_without_systemd_sshd_gets_a_hup_from_its_pid_file(fake):
     tmp_path, bin_dir, env = fake
@@ -280,15 +356,26 @@ def test_without_systemd_sshd_gets_a_hup_from_its_pid_file(fake):
 def test_sshd_takes_the_whole_cluster_connecting_at_once(tmp_path):
     """512 nodes join by SSH at once and mpirun fans out: sshd's default MaxStartups (10:30:100) would drop most."""
     from tests.render.bootstrap_shell import run
+
     conf = tmp_path / "sshd_config"
     conf.write_text(run(["ssh"], "sshd_hardening").stdout)
     key = tmp_path / "hostkey"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    effective = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount -t tmpfs hpcc /run && mkdir /run/sshd && '
-                                f'exec /usr/sbin/sshd -T -f {conf} -h {key}'], capture_output=True, text=True)
+    effective = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            f'mount -t tmpfs hpcc /run && mkdir /run/sshd && exec /usr/sbin/sshd -T -f {conf} -h {key}',
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert effective.returncode == 0, effective.stderr
-    start, _rate, full = next(line.split()[1] for line in effective.stdout.splitlines()
-                             if line.startswith("maxstartups ")).split(":")
+    start, _rate, full = next(
+        line.split()[1] for line in effective.stdout.splitlines() if line.startswith("maxstartups ")
+    ).split(":")
     assert int(start) >= 64 and int(full) >= 512
 
 
@@ -299,19 +386,23 @@ def test_a_rendered_script_runs_exactly_the_step_list_in_order(role):
 
     from infra.render.steps import STEPS
     from tests.render.bootstrap_cases import cases
+
     script = dict(cases())[f"p5-llm-{role}"]
     assert re.findall(r"^  run_step (\S+) (\S+)$", script, flags=re.MULTILINE) == [tuple(s) for s in STEPS]
     assert all(re.search(rf"^{s.function}\(\) \{{", script, flags=re.MULTILINE) for s in STEPS)
     assert os.linesep == "\n" and script.startswith("#!/bin/bash\n") and "set -Eeuo pipefail" in script
 
 
-@pytest.mark.parametrize("dns,mount_name", [
-    ("fs-1.fsx.us-east-1.amazonaws.com; touch PWNED", "abcd"),
-    ("$(touch PWNED).fsx.us-east-1.amazonaws.com", "abcd"),
-    ("fs-1.fsx.us-east-1.amazonaws.com/988`touch PWNED`", "abcd"),
-    ("fs-1.fsx.us-east-1.amazonaws.com", "ab;touch PWNED"),
-    ("fs-1.fsx.us-east-1.amazonaws.com", "../../etc"),
-])
+@pytest.mark.parametrize(
+    "dns,mount_name",
+    [
+        ("fs-1.fsx.us-east-1.amazonaws.com; touch PWNED", "abcd"),
+        ("$(touch PWNED).fsx.us-east-1.amazonaws.com", "abcd"),
+        ("fs-1.fsx.us-east-1.amazonaws.com/988`touch PWNED`", "abcd"),
+        ("fs-1.fsx.us-east-1.amazonaws.com", "ab;touch PWNED"),
+        ("fs-1.fsx.us-east-1.amazonaws.com", "../../etc"),
+    ],
+)
 def test_a_crafted_file_system_parameter_is_refused_and_never_run(fake, dns, mount_name):
     """The parameter is data: a value that is not a host name and a mount name fails the step, and no part of it
     runs as a command (the node's role can write parameters only under nodes/, but the check does not rely on that)."""
@@ -321,6 +412,7 @@ def test_a_crafted_file_system_parameter_is_refused_and_never_run(fake, dns, mou
     (tmp_path / "answers").write_text(f"0|{_json.dumps({'dnsName': dns, 'mountName': mount_name})}\n")
     ctx = ctx_for(tmp_path, mount_point=str(tmp_path / "fsx"), poll_seconds=1)
     from tests.render.bootstrap_shell import run
+
     script = preamble(tmp_path) + STUB_FAIL + 'wait_for() { "${@:3}" || return 1; }\nstep_mount'
     out = run(COMMON + ["mount"], script, ctx, env={**env, "PWD": str(tmp_path)})
     assert out.returncode == 1 and "not an FSx file system of us-east-1; refused" in out.stdout, out.stdout + out.stderr
@@ -330,7 +422,10 @@ def test_a_crafted_file_system_parameter_is_refused_and_never_run(fake, dns, mou
 def test_lnet_probe_passes_the_host_as_an_argument(tmp_path):
     from tests.render.bootstrap_shell import run
 
-    out = run(["mount"], f'cd {tmp_path}; lnet_reachable "127.0.0.1/1;touch PWNED;" || true; lnet_reachable \'$(touch PWNED2)\' || true')
+    out = run(
+        ["mount"],
+        f'cd {tmp_path}; lnet_reachable "127.0.0.1/1;touch PWNED;" || true; lnet_reachable \'$(touch PWNED2)\' || true',
+    )
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists(), out.stderr
 
 
@@ -344,7 +439,12 @@ def test_the_cluster_key_is_accepted_only_from_inside_the_vpc_and_an_older_open_
     mine = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAdecSRFR0wnzfd+gZo01f3h1LlaxXbHdtb4hdt4DXiz me@laptop"
     (home / ".ssh" / "authorized_keys").write_text(f"{mine}\n{public}\n")  # as an older hpcc left it: unrestricted
     from tests.render.bootstrap_shell import run
-    script = preamble(tmp_path) + STUB_FAIL + f'HPCC_KEY=$(cat {tmp_path / "k"})\nHPCC_VPC_CIDR=10.0.0.0/16\ninstall_key {home} "$(id -un)"'
+
+    script = (
+        preamble(tmp_path)
+        + STUB_FAIL
+        + f'HPCC_KEY=$(cat {tmp_path / "k"})\nHPCC_VPC_CIDR=10.0.0.0/16\ninstall_key {home} "$(id -un)"'
+    )
     out = run(COMMON + ["ssh"], script, ctx_for(tmp_path), env=env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert (home / ".ssh" / "authorized_keys").read_text().splitlines() == [mine, f'from="10.0.0.0/16" {public}']
@@ -354,12 +454,16 @@ def test_the_cluster_key_is_accepted_only_from_inside_the_vpc_and_an_older_open_
 
 def test_the_users_own_keys_go_to_the_login_users_file_and_follow_the_settings(fake):
     tmp_path, _, env = fake
-    keys = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAdecSRFR0wnzfd+gZo01f3h1LlaxXbHdtb4hdt4DXiz me@laptop",
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBbHdtb4hdt4DXizAdecSRFR0wnzfd+gZo01f3h1Llax colleague")
+    keys = (
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAdecSRFR0wnzfd+gZo01f3h1LlaxXbHdtb4hdt4DXiz me@laptop",
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBbHdtb4hdt4DXizAdecSRFR0wnzfd+gZo01f3h1Llax colleague",
+    )
     show = 'echo "--- $(stat -c %a /etc/hpcc/authorized_keys/ubuntu)"; cat /etc/hpcc/authorized_keys/ubuntu'
-    script = (preamble(tmp_path) + f"HPCC_AUTHORIZED_KEY=()\nuser_keys\n{show}\n"
-              f"HPCC_AUTHORIZED_KEY=({shlex.quote(keys[0])} {shlex.quote(keys[1])})\nuser_keys\n{show}\n"
-              f"HPCC_AUTHORIZED_KEY=({shlex.quote(keys[1])})\nuser_keys\n{show}\n")
+    script = (
+        preamble(tmp_path) + f"HPCC_AUTHORIZED_KEY=()\nuser_keys\n{show}\n"
+        f"HPCC_AUTHORIZED_KEY=({shlex.quote(keys[0])} {shlex.quote(keys[1])})\nuser_keys\n{show}\n"
+        f"HPCC_AUTHORIZED_KEY=({shlex.quote(keys[1])})\nuser_keys\n{show}\n"
+    )
     out = private_run(COMMON + ["ssh"], script, ctx_for(tmp_path, login_user="ubuntu"), env, overlay=["/etc"])
     assert out.returncode == 0, out.stdout + out.stderr
     shown = [part.splitlines() for part in out.stdout.split("--- ")[1:]]

@@ -2,42 +2,49 @@
 
 import pytest
 
-from tests.facts.instance_data import facts_for as lookup
-from infra.facts.fabric import fabric_env, mpirun_options
 from hpcc_contract.hostfile import FORMATS, HostEntry
+from infra.facts.fabric import fabric_env, mpirun_options
 from infra.render.node_settings import parse
+from tests.facts.instance_data import facts_for as lookup
 from tests.render.bootstrap_cases import contexts, settings
 from tests.render.bootstrap_shell import run
 
 KERNEL = "6.8.0-1019-aws"
 
 
-@pytest.mark.parametrize("release,expected,package", [
-    ('ID=ubuntu\nVERSION_ID="20.04"\n', "ubuntu-20.04", f"apt lustre-client-modules-{KERNEL}"),
-    ('ID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu-22.04", f"apt lustre-client-modules-{KERNEL}"),
-    ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu-24.04", f"apt lustre-client-modules-{KERNEL}"),
-    ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2"\n', "amzn-2", "amazon-linux-extras lustre"),
-    ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n', "amzn-2023", "dnf lustre-client"),
-])
+@pytest.mark.parametrize(
+    "release,expected,package",
+    [
+        ('ID=ubuntu\nVERSION_ID="20.04"\n', "ubuntu-20.04", f"apt lustre-client-modules-{KERNEL}"),
+        ('ID=ubuntu\nVERSION_ID="22.04"\n', "ubuntu-22.04", f"apt lustre-client-modules-{KERNEL}"),
+        ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu-24.04", f"apt lustre-client-modules-{KERNEL}"),
+        ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2"\n', "amzn-2", "amazon-linux-extras lustre"),
+        ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n', "amzn-2023", "dnf lustre-client"),
+    ],
+)
 def test_lustre_package_per_os(tmp_path, release, expected, package):
     (tmp_path / "os-release").write_text(release)
     run_ = run(["os", "lustre"], f'os=$(os_id {tmp_path / "os-release"}); echo "$os"; lustre_package "$os" {KERNEL}')
     assert run_.stdout.splitlines() == [expected, package], run_.stderr
 
 
-@pytest.mark.parametrize("release,codename", [
-    ('ID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\nUBUNTU_CODENAME=jammy\n', "jammy"),
-    ('ID=ubuntu\nVERSION_ID="24.04"\nUBUNTU_CODENAME=noble\n', "noble"),  # no VERSION_CODENAME: the Ubuntu one
-    ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n', ""),
-])
+@pytest.mark.parametrize(
+    "release,codename",
+    [
+        ('ID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\nUBUNTU_CODENAME=jammy\n', "jammy"),
+        ('ID=ubuntu\nVERSION_ID="24.04"\nUBUNTU_CODENAME=noble\n', "noble"),  # no VERSION_CODENAME: the Ubuntu one
+        ('NAME="Amazon Linux"\nID="amzn"\nVERSION_ID="2023"\n', ""),
+    ],
+)
 def test_os_codename_comes_from_os_release(tmp_path, release, codename):
     (tmp_path / "os-release").write_text(release)
     out = run(["os"], f'os_codename {tmp_path / "os-release"}; echo "ID=${{ID:-unset}}"')
     assert out.stdout.splitlines() == [codename, "ID=unset"], out.stderr  # and nothing leaks into the caller
 
 
-@pytest.mark.parametrize("release", ['ID=centos\nVERSION_ID="7"\n', 'ID=ubuntu\nVERSION_ID="18.04"\n',
-                                     'ID=rhel\nVERSION_ID="9.4"\n'])
+@pytest.mark.parametrize(
+    "release", ['ID=centos\nVERSION_ID="7"\n', 'ID=ubuntu\nVERSION_ID="18.04"\n', 'ID=rhel\nVERSION_ID="9.4"\n']
+)
 def test_unsupported_os_is_refused(tmp_path, release):
     (tmp_path / "os-release").write_text(release)
     assert run(["os"], f"os_id {tmp_path / 'os-release'}").returncode != 0
@@ -50,8 +57,16 @@ def test_debian_runs_the_bootstrap_but_has_no_fsx_lustre_client(tmp_path):
 
 
 def test_a_kernel_without_a_lustre_package_names_the_nearest_kernels():
-    available = ["5.15.0-1050-aws", "6.2.0-1017-aws", "6.5.0-1020-aws", "6.8.0-1015-aws", "6.8.0-1018-aws",
-                 "6.8.0-1021-aws", "6.8.0-1024-aws", "6.11.0-1004-aws"]
+    available = [
+        "5.15.0-1050-aws",
+        "6.2.0-1017-aws",
+        "6.5.0-1020-aws",
+        "6.8.0-1015-aws",
+        "6.8.0-1018-aws",
+        "6.8.0-1021-aws",
+        "6.8.0-1024-aws",
+        "6.11.0-1004-aws",
+    ]
     listing = "\\n".join(available)
     out = run(["lustre"], f"printf '{listing}\\n' | nearest_versions {KERNEL}").stdout.split()
     assert out == ["6.8.0-1015-aws", "6.8.0-1018-aws", "6.8.0-1021-aws", "6.8.0-1024-aws"]
@@ -90,8 +105,11 @@ def test_every_node_gets_the_compute_nodes_launch_environment():
 
 
 def test_launch_env_writes_the_fabric_variables_and_the_ofi_nccl_dir(tmp_path):
-    out = run(["launch_env"], "HPCC_NAMES=(head compute-000 compute-001)\nHPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\n"
-              "ofi_nccl_dir() { echo /opt/amazon/ofi-nccl/lib; }\ncluster_env")
+    out = run(
+        ["launch_env"],
+        "HPCC_NAMES=(head compute-000 compute-001)\nHPCC_HOSTS=(10.0.0.4 10.0.0.5 10.0.0.6)\n"
+        "ofi_nccl_dir() { echo /opt/amazon/ofi-nccl/lib; }\ncluster_env",
+    )
     env = dict(line.split("=", 1) for line in out.stdout.splitlines())
     assert env["MASTER_ADDR"] == "10.0.0.5" and env["NNODES"] == "2" and env["NPROC_PER_NODE"] == "8"
     assert env["HPCC_HOSTS"] == "10.0.0.5:8,10.0.0.6:8"
@@ -107,17 +125,26 @@ def test_launch_env_writes_the_fabric_variables_and_the_ofi_nccl_dir(tmp_path):
 def test_each_group_has_its_hostfiles_and_rendezvous_and_holes_take_no_rank():
     """Per-group hostfiles and env (/etc/hpcc/groups/<group>/) besides the cluster's; nothing assumes contiguous
     numbering: gpu-001 is a hole, cpu-1000 follows cpu-000."""
-    names = ("HPCC_NAMES=(head cpu-000 cpu-1000 gpu-000 gpu-002)\n"
-             "HPCC_HOSTS=(10.0.0.4 10.0.0.10 10.0.0.11 10.0.0.20 10.0.0.22)\nofi_nccl_dir() { :; }\n")
-    out = run(["identify", "launch_env"], names + 'node_groups; echo ---; hostfile openmpi 8 gpu; echo ---; '
-              'hostfile openmpi 8; echo ---; cluster_env gpu; echo ---; HPCC_NODE=gpu-002 HPCC_IP=10.0.0.22 node_env')
+    names = (
+        "HPCC_NAMES=(head cpu-000 cpu-1000 gpu-000 gpu-002)\n"
+        "HPCC_HOSTS=(10.0.0.4 10.0.0.10 10.0.0.11 10.0.0.20 10.0.0.22)\nofi_nccl_dir() { :; }\n"
+    )
+    out = run(
+        ["identify", "launch_env"],
+        names + 'node_groups; echo ---; hostfile openmpi 8 gpu; echo ---; '
+        'hostfile openmpi 8; echo ---; cluster_env gpu; echo ---; HPCC_NODE=gpu-002 HPCC_IP=10.0.0.22 node_env',
+    )
     assert out.returncode == 0, out.stderr
     groups, gpu, every, env, node = out.stdout.split("---\n")
     assert groups.split() == ["cpu", "gpu"]
     assert gpu.splitlines() == ["10.0.0.20 slots=8", "10.0.0.22 slots=8"]
     assert every.splitlines() == [f"10.0.0.{i} slots=8" for i in (10, 11, 20, 22)]
     env = dict(line.split("=", 1) for line in env.splitlines())
-    assert (env["MASTER_ADDR"], env["NNODES"], env["HPCC_HOSTFILE"]) == ("10.0.0.20", "2", "/etc/hpcc/groups/gpu/hostfile")
+    assert (env["MASTER_ADDR"], env["NNODES"], env["HPCC_HOSTFILE"]) == (
+        "10.0.0.20",
+        "2",
+        "/etc/hpcc/groups/gpu/hostfile",
+    )
     assert "NODE_RANK=3" in node.splitlines() and "HPCC_GROUP=gpu" in node.splitlines()
 
 
@@ -126,8 +153,11 @@ def test_the_launch_environment_of_2000_nodes_is_written_whole():
     count = 2000
     names = "HPCC_NAMES=(head " + " ".join(f"compute-{i:03d}" for i in range(count)) + ")\n"
     hosts = "HPCC_HOSTS=(10.0.0.4 " + " ".join(f"10.1.{i // 250}.{i % 250 + 1}" for i in range(count)) + ")\n"
-    out = run(["identify", "launch_env"], names + hosts + "ofi_nccl_dir() { :; }\ncluster_env; echo ---; "
-              "cluster_env compute; echo ---; hostfile openmpi 8 | wc -l")
+    out = run(
+        ["identify", "launch_env"],
+        names + hosts + "ofi_nccl_dir() { :; }\ncluster_env; echo ---; "
+        "cluster_env compute; echo ---; hostfile openmpi 8 | wc -l",
+    )
     assert out.returncode == 0, out.stderr
     every, group, lines = out.stdout.split("---\n")
     for text in (every, group):

@@ -3,12 +3,26 @@
 
 import pytest
 
-from infra.render.pacing import (CALLS_PER_NODE, CONVERGENCE_TARGET_SECONDS, FIRST_CALL_NODES, MAX_COMPUTE_NODES,
-                                    MIN_INTERVAL_MS, MIN_POLL_SECONDS, MIN_SYNC_SECONDS, SSM_REQUESTS_PER_SECOND, SSM_READS, STATUS_WRITES, TARGET_SHARE,
-                                    agent_requests_per_second, convergence_seconds, first_call_pacing, pacing_for,
-                                    sync_seconds)
-from infra.render.steps import STEPS
 from infra.render.node_settings import parse
+from infra.render.pacing import (
+    CALLS_PER_NODE,
+    CONVERGENCE_TARGET_SECONDS,
+    FIRST_CALL_NODES,
+    MAX_COMPUTE_NODES,
+    MIN_INTERVAL_MS,
+    MIN_POLL_SECONDS,
+    MIN_SYNC_SECONDS,
+    SSM_READS,
+    SSM_REQUESTS_PER_SECOND,
+    STATUS_WRITES,
+    TARGET_SHARE,
+    agent_requests_per_second,
+    convergence_seconds,
+    first_call_pacing,
+    pacing_for,
+    sync_seconds,
+)
+from infra.render.steps import STEPS
 from tests.render.bootstrap_cases import configs, contexts, settings
 
 BUDGET = SSM_REQUESTS_PER_SECOND * TARGET_SHARE
@@ -24,8 +38,11 @@ def _floors(nodes: int) -> tuple[bool, bool, bool]:
     """Which minimums bind at this size (interval, poll, agent tick): between two changes the arithmetic is the
     same formula, and the largest size of each stretch is its worst case."""
     pacing = pacing_for(nodes)
-    return (pacing.api_interval_ms == MIN_INTERVAL_MS, pacing.poll_seconds == MIN_POLL_SECONDS,
-            sync_seconds(pacing) == MIN_SYNC_SECONDS)
+    return (
+        pacing.api_interval_ms == MIN_INTERVAL_MS,
+        pacing.poll_seconds == MIN_POLL_SECONDS,
+        sync_seconds(pacing) == MIN_SYNC_SECONDS,
+    )
 
 
 ALL_SIZES = range(1, MAX_COMPUTE_NODES + 2)  # head + 0..512 compute nodes
@@ -43,8 +60,9 @@ def test_the_sizes_checked_cover_every_regime():
 OVER_SSM_MODEL = pytest.mark.xfail(strict=True, reason="the SSM pacing model ends at 512 nodes; issue 19 node side")
 
 
-@pytest.mark.parametrize("nodes", [pytest.param(n, marks=OVER_SSM_MODEL) if n > FIRST_CALL_NODES + 1 else n
-                                   for n in SIZES])
+@pytest.mark.parametrize(
+    "nodes", [pytest.param(n, marks=OVER_SSM_MODEL) if n > FIRST_CALL_NODES + 1 else n for n in SIZES]
+)
 def test_every_cluster_size_stays_in_budget_and_converges_within_2_minutes(nodes):
     """One pacer per node: the cluster makes at most nodes / interval calls a second, agents or not; the
     agents' ticks alone ask less; a hosts change is seen within one tick and one pacer turn."""
@@ -88,4 +106,7 @@ def test_the_settings_carry_the_pacing_of_the_clusters_size():
         pacing = pacing_for(cfg.cluster.compute.count + 1)
         got = parse(values[stem])
         assert (got.api_interval_ms, got.poll_seconds, got.sync_seconds) == (
-            pacing.api_interval_ms, pacing.poll_seconds, sync_seconds(pacing)), stem
+            pacing.api_interval_ms,
+            pacing.poll_seconds,
+            sync_seconds(pacing),
+        ), stem

@@ -8,9 +8,17 @@ import subprocess
 import pytest
 
 from hpcc_contract.names import state_bucket
-from tests.facts.instance_data import MOTO_ACCOUNT
 from infra.render.userdata import LOADER_LIMIT, USER_DATA_LIMIT, render_loader, user_data
-from tests.render.bootstrap_cases import GOLDEN, GOLDEN_EXAMPLE, cases, contexts, golden_path, golden_texts, planned_scripts
+from tests.facts.instance_data import MOTO_ACCOUNT
+from tests.render.bootstrap_cases import (
+    GOLDEN,
+    GOLDEN_EXAMPLE,
+    cases,
+    contexts,
+    golden_path,
+    golden_texts,
+    planned_scripts,
+)
 
 CASES = dict(cases())
 
@@ -47,7 +55,8 @@ def test_a_loader_beyond_its_bound_is_refused_by_the_program(monkeypatch):
 def test_one_golden_snapshot_per_role_matches_the_planned_bundles_scripts():
     planned = planned_scripts()
     assert sorted(planned) == ["compute", "head"] and sorted(p.name for p in GOLDEN.iterdir()) == sorted(
-        golden_path(role).name for role in ("compute", "head"))
+        golden_path(role).name for role in ("compute", "head")
+    )
     for role, script in planned.items():
         assert script == CASES[f"{GOLDEN_EXAMPLE}-{role}"]  # the plan's bundle holds the rendering tested below
     for role, text in golden_texts(planned).items():
@@ -58,10 +67,14 @@ def test_one_golden_snapshot_per_role_matches_the_planned_bundles_scripts():
 def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
     """What each example and role changes in the script (the snapshots cover the rest, once per role)."""
     script = CASES[name]
-    assert script.splitlines()[1].startswith(f"# hpcc node script: cluster {ctx.cluster}, {ctx.role} node ({ctx.instance_type}).")
+    assert script.splitlines()[1].startswith(
+        f"# hpcc node script: cluster {ctx.cluster}, {ctx.role} node ({ctx.instance_type})."
+    )
     for path in (ctx.settings_parameter, ctx.fsx_parameter, ctx.ssh_secret_id):
         assert f'"{path}"' in script, path
-    assert state_bucket(ctx.cluster, "") in script  # the state bucket's name (bash repeats it), when the settings give none
+    assert (
+        state_bucket(ctx.cluster, "") in script
+    )  # the state bucket's name (bash repeats it), when the settings give none
     assert ("python3 -m hpcc_node.controller" in script) == (ctx.role == "head")
     assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
     key_step = "head_key" if ctx.role == "head" else "compute_key"
@@ -87,13 +100,19 @@ EARLY_EXIT = re.compile(r"\|\s*(head\b|grep\s[^|]*-[a-zA-Z]*[qm]|awk\s[^|]*\bexi
 
 def test_no_pipe_ends_in_a_reader_that_stops_early():
     from infra.render.userdata import TEMPLATES
-    found = [f"{part.name}:{n}: {line.strip()}" for part in sorted(TEMPLATES.rglob("*.j2"))
-             for n, line in enumerate(part.read_text().splitlines(), 1) if EARLY_EXIT.search(line)]
+
+    found = [
+        f"{part.name}:{n}: {line.strip()}"
+        for part in sorted(TEMPLATES.rglob("*.j2"))
+        for n, line in enumerate(part.read_text().splitlines(), 1)
+        if EARLY_EXIT.search(line)
+    ]
     assert not found, "\n".join(found)
 
 
 def test_every_partial_is_included_once():
     from infra.render.userdata import TEMPLATES
+
     for script in CASES.values():
         for part in sorted((TEMPLATES / "steps").glob("*.sh.j2")):
             header = part.read_text().splitlines()[0].split("{{")[0]  # "# --- step: ..."
@@ -108,10 +127,15 @@ def test_efa_step_matches_the_role():
 
 # -- day 2: what leaves the user data alone (no node is replaced for it) ------------------------------
 
-BASE = {"name": "day2", "headNode": {"instanceType": "c5n.18xlarge"},
-        "compute": {"instanceType": "p5.48xlarge", "count": 4}}
+BASE = {
+    "name": "day2",
+    "headNode": {"instanceType": "c5n.18xlarge"},
+    "compute": {"instanceType": "p5.48xlarge", "count": 4},
+}
 LIFE_CHANGES = {  # what changes over a cluster's life without a new image or instance type
-    "count 5": {"compute": {"count": 5}}, "count 512": {"compute": {"count": 512}}, "count 1": {"compute": {"count": 1}},
+    "count 5": {"compute": {"count": 5}},
+    "count 512": {"compute": {"count": 512}},
+    "count 1": {"compute": {"count": 1}},
     "tags": {"tags": {"team": "nlp", "cost-center": "42"}},
     "timeouts": {"bootstrap": {"timeoutMinutes": 120, "joinTimeoutMinutes": 45}},
     "mount point and user": {"fsx": {"mountPoint": "/lustre"}, "image": {"loginUser": "ec2-user"}},
@@ -128,15 +152,18 @@ def _merged(base: dict, change: dict) -> dict:
 
 def _planned(change: dict) -> tuple[dict, str, object]:
     """(role -> the loader's user data, the settings value, the bundle) the program makes for BASE + change."""
-    from infra.render.bundle import build
     from infra.config.parse import parse
+    from infra.render.bundle import build
     from infra.render.node_settings import settings_value
     from infra.render.roles import role_contexts
     from tests.facts.instance_data import offline_facts
 
     cfg = parse("us-east-1", _merged(BASE, change)).cluster
-    return ({role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1", offline_facts()).items()},
-            settings_value(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT), build(cfg, "us-east-1", offline_facts()))
+    return (
+        {role: user_data(ctx) for role, ctx in role_contexts(cfg, "us-east-1", offline_facts()).items()},
+        settings_value(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT),
+        build(cfg, "us-east-1", offline_facts()),
+    )
 
 
 @pytest.mark.parametrize("change", sorted({**LIFE_CHANGES, **COMPUTE_TYPE}))
@@ -170,12 +197,17 @@ def test_the_user_data_holds_no_settings_value():
 
 def test_comment_only_lines_are_left_out_but_the_header_titles_shebangs_and_directives_stay():
     from infra.render.userdata import without_comments
-    script = ("#!/bin/bash\n# header: what this is\nset -e\n# why the next line\n  # indented why\n"
-              "# --- ssh: the step's title\n# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
-              "cat <<'SH'\n#!/bin/bash\n# a written script's usage\nSH\n")
-    assert without_comments(script) == ("#!/bin/bash\n# header: what this is\nset -e\n# --- ssh: the step's title\n"
-                                        "# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
-                                        "cat <<'SH'\n#!/bin/bash\nSH\n")
+
+    script = (
+        "#!/bin/bash\n# header: what this is\nset -e\n# why the next line\n  # indented why\n"
+        "# --- ssh: the step's title\n# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
+        "cat <<'SH'\n#!/bin/bash\n# a written script's usage\nSH\n"
+    )
+    assert without_comments(script) == (
+        "#!/bin/bash\n# header: what this is\nset -e\n# --- ssh: the step's title\n"
+        "# shellcheck disable=SC2086\necho $x  # trailing comment stays\n"
+        "cat <<'SH'\n#!/bin/bash\nSH\n"
+    )
     for name, script in CASES.items():  # what EC2 gets: no comment-only line but those kept on purpose
         body = script.split("\nset -Eeuo pipefail\n", 1)[1]
         kept = [line for line in body.splitlines() if line.lstrip().startswith("#")]

@@ -27,44 +27,69 @@ C6I = SlurmNode(cpus=4, sockets_per_board=1, cores_per_socket=2, threads_per_cor
 
 
 def groups_json(*groups: tuple) -> str:
-    return groups_format.dumps([
-        {"name": n, "instance_type": t, "count": c, "max_count": m, "slurm": s.group_fields() if s else None}
-        for n, t, c, m, s in groups])
+    return groups_format.dumps(
+        [
+            {"name": n, "instance_type": t, "count": c, "max_count": m, "slurm": s.group_fields() if s else None}
+            for n, t, c, m, s in groups
+        ]
+    )
 
 
 def head_ctx(tmp_path, **changes):
-    return context("p5-llm-head", log_path=str(tmp_path / "bootstrap.log"), scheduler="slurm", slurm_node=NODE,
-                   slurm_gpus=8, **changes)
+    return context(
+        "p5-llm-head",
+        log_path=str(tmp_path / "bootstrap.log"),
+        scheduler="slurm",
+        slurm_node=NODE,
+        slurm_gpus=8,
+        **changes,
+    )
 
 
 def head_conf(tmp_path, groups: str, extra: str = "") -> list[str]:
     (tmp_path / "groups.json").write_text(groups)
-    script = (f"HPCC_PY_PATH={ROOT}\nHPCC_NAMES=(head gpu-000)\nHPCC_HOSTS=(10.0.0.5 10.0.0.6)\n"
-              f"hostname() {{ echo ip-10-0-0-5; }}\n{extra}slurm_conf {tmp_path}/groups.json")
+    script = (
+        f"HPCC_PY_PATH={ROOT}\nHPCC_NAMES=(head gpu-000)\nHPCC_HOSTS=(10.0.0.5 10.0.0.6)\n"
+        f"hostname() {{ echo ip-10-0-0-5; }}\n{extra}slurm_conf {tmp_path}/groups.json"
+    )
     out = run(COMMON + ["identify", "health", "slurm"], script, head_ctx(tmp_path))
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
 
 def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_default_of_all(tmp_path):
-    lines = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5), ("cpu", "c6i.xlarge", 1100, 0, C6I),
-                                            ("spare", "c6i.xlarge", 0, 0, C6I)), "HPCC_SLURM_CGROUP=0\n")
+    lines = head_conf(
+        tmp_path,
+        groups_json(
+            ("gpu", "p5.48xlarge", 4, 0, P5), ("cpu", "c6i.xlarge", 1100, 0, C6I), ("spare", "c6i.xlarge", 0, 0, C6I)
+        ),
+        "HPCC_SLURM_CGROUP=0\n",
+    )
     assert "SlurmctldHost=ip-10-0-0-5(10.0.0.5)" in lines
-    assert "SlurmctldParameters=enable_configless,cloud_reg_addrs" in lines and "CommunicationParameters=NoAddrCache" in lines
+    assert (
+        "SlurmctldParameters=enable_configless,cloud_reg_addrs" in lines
+        and "CommunicationParameters=NoAddrCache" in lines
+    )
     assert [line for line in lines if line.startswith("NodeName=")] == [
         f"NodeName=gpu-[000-003] State=CLOUD Feature=gpu {P5.attributes()}",
-        f"NodeName=cpu-[000-999],cpu-[1000-1099] State=CLOUD Feature=cpu {C6I.attributes()}"]  # spare: 0 slots
+        f"NodeName=cpu-[000-999],cpu-[1000-1099] State=CLOUD Feature=cpu {C6I.attributes()}",
+    ]  # spare: 0 slots
     assert [line for line in lines if line.startswith("PartitionName=")] == [
         "PartitionName=gpu Nodes=gpu-[000-003] MaxTime=INFINITE State=UP",
         "PartitionName=cpu Nodes=cpu-[000-999],cpu-[1000-1099] MaxTime=INFINITE State=UP",
-        "PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP"]
+        "PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+    ]
     assert "SuspendExcNodes=gpu-[000-003],cpu-[000-999],cpu-[1000-1099]" in lines and "SuspendTime=INFINITE" in lines
     assert "GresTypes=gpu" in lines and "TreeWidth=65533" in lines and "ProctrackType=proctrack/linuxproc" in lines
     assert not any("NodeAddr" in line for line in lines)  # the controller and the registrations set addresses
     assert "ReturnToService=1" in lines  # a node set DOWN (by the controller or a person) stays down on registering
     # the health checks' lines (health.sh.j2), one SchedulerParameters (Slurm keeps the last of a repeated key)
-    assert "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" in lines and "Prolog=/usr/local/sbin/hpcc-prolog" in lines
-    assert [line for line in lines if line.startswith("SchedulerParameters=")] == ["SchedulerParameters=nohold_on_prolog_fail"]
+    assert (
+        "HealthCheckProgram=/usr/local/sbin/hpcc-healthcheck" in lines and "Prolog=/usr/local/sbin/hpcc-prolog" in lines
+    )
+    assert [line for line in lines if line.startswith("SchedulerParameters=")] == [
+        "SchedulerParameters=nohold_on_prolog_fail"
+    ]
     # a dead node is NOT_RESPONDING within a 40 s ping (SlurmdTimeout/3), not Slurm's default 100 s
     assert f"SlurmdTimeout={SLURMD_TIMEOUT_SECONDS}" in lines
     fast = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5)), "HPCC_SLURMD_TIMEOUT=30\n")
@@ -75,8 +100,14 @@ def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_
 def test_slurm_conf_follows_the_size_limits_only(tmp_path):
     """A count change within max_count, or any membership, leaves it as it is; a new limit changes it."""
     base = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 8, P5)))
-    assert head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 6, 8, P5)),
-                     "HPCC_NAMES=(head gpu-000 gpu-003)\nHPCC_HOSTS=(10.0.0.5 10.0.0.9 10.0.0.8)\n") == base
+    assert (
+        head_conf(
+            tmp_path,
+            groups_json(("gpu", "p5.48xlarge", 6, 8, P5)),
+            "HPCC_NAMES=(head gpu-000 gpu-003)\nHPCC_HOSTS=(10.0.0.5 10.0.0.9 10.0.0.8)\n",
+        )
+        == base
+    )
     assert head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 9, 8, P5))) != base
 
 
@@ -85,17 +116,30 @@ def test_a_group_without_a_slurm_definition_takes_the_settings_and_gres_follows_
     lines = head_conf(tmp_path, groups)
     assert f"NodeName=gpu-[000-001] State=CLOUD Feature=gpu {NODE}" in lines
     (tmp_path / "g.json").write_text(groups)
-    out = run(COMMON + ["identify", "health", "slurm"], f"HPCC_PY_PATH={ROOT}\ngroup_lines gres {tmp_path}/g.json", head_ctx(tmp_path))
+    out = run(
+        COMMON + ["identify", "health", "slurm"],
+        f"HPCC_PY_PATH={ROOT}\ngroup_lines gres {tmp_path}/g.json",
+        head_ctx(tmp_path),
+    )
     assert out.stdout.splitlines() == ["NodeName=gpu-[000-001] Name=gpu File=/dev/nvidia[0-7]"], out.stderr
 
 
-@pytest.mark.parametrize("version,lines", [
-    ("slurm-wlm 21.08.5", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
-    ("slurm-wlm 22.05.8", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
-    ("slurm 23.11.4", ["SlurmctldParameters=enable_configless"]),  # both removed: Slurm's own behaviour now
-    ("slurm 24.05.1", ["SlurmctldParameters=enable_configless"]),
-    ("", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
-])
+@pytest.mark.parametrize(
+    "version,lines",
+    [
+        (
+            "slurm-wlm 21.08.5",
+            ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"],
+        ),
+        (
+            "slurm-wlm 22.05.8",
+            ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"],
+        ),
+        ("slurm 23.11.4", ["SlurmctldParameters=enable_configless"]),  # both removed: Slurm's own behaviour now
+        ("slurm 24.05.1", ["SlurmctldParameters=enable_configless"]),
+        ("", ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]),
+    ],
+)
 def test_the_cloud_parameters_follow_the_slurm_version(version, lines):
     assert slurm.cloud_parameters(version) == lines
 
@@ -116,6 +160,7 @@ def test_every_name_the_controller_gives_is_in_its_groups_range():
             prefix, lo, hi = part
             out += [f"{prefix}-{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1)]
         return out
+
     assert expand(slurm.hostlist("gpu", 1200)) == [node_name("gpu", i) for i in range(1200)]
 
 
@@ -125,24 +170,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not shutil.which("slurmctld") or os.geteuid() != 0, reason="needs this machine's slurmctld, as root")
+@pytest.mark.skipif(
+    not shutil.which("slurmctld") or os.geteuid() != 0, reason="needs this machine's slurmctld, as root"
+)
 def test_this_machines_slurmctld_reads_the_generated_slurm_conf(tmp_path):
     """Slurm 22.05 (Debian 12) takes every line: the CLOUD ranges, cloud_reg_addrs, NoAddrCache, PrivateData=cloud,
     SuspendExcNodes. It runs in the foreground from a private directory and is stopped after it reports ready."""
-    lines = head_conf(tmp_path, groups_json(("gpu", "p5.48xlarge", 4, 0, P5), ("cpu", "c6i.xlarge", 1100, 0, C6I)),
-                      "HPCC_SLURM_CGROUP=0\n")
+    lines = head_conf(
+        tmp_path,
+        groups_json(("gpu", "p5.48xlarge", 4, 0, P5), ("cpu", "c6i.xlarge", 1100, 0, C6I)),
+        "HPCC_SLURM_CGROUP=0\n",
+    )
     state = tmp_path / "state"
     state.mkdir()
-    local = {"SlurmctldHost": f"{socket.gethostname()}(127.0.0.1)", "SlurmUser": "root",
-             "StateSaveLocation": str(state), "SlurmctldPidFile": str(tmp_path / "ctld.pid"),
-             "SlurmctldLogFile": str(tmp_path / "ctld.log"), "SlurmctldPort": str(free_port()),
-             "AuthType": "auth/none" if Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_none.so").exists() else "auth/munge",
-             "MpiDefault": "none"}
+    local = {
+        "SlurmctldHost": f"{socket.gethostname()}(127.0.0.1)",
+        "SlurmUser": "root",
+        "StateSaveLocation": str(state),
+        "SlurmctldPidFile": str(tmp_path / "ctld.pid"),
+        "SlurmctldLogFile": str(tmp_path / "ctld.log"),
+        "SlurmctldPort": str(free_port()),
+        "AuthType": "auth/none" if Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_none.so").exists() else "auth/munge",
+        "MpiDefault": "none",
+    }
     conf = [f"{k}={local[k]}" if "=" in line and (k := line.split("=", 1)[0]) in local else line for line in lines]
     (tmp_path / "slurm.conf").write_text("\n".join(conf) + "\n")
     (tmp_path / "gres.conf").write_text("NodeName=gpu-[000-003] Name=gpu File=/dev/nvidia[0-7]\n")
-    proc = subprocess.Popen(["slurmctld", "-D", "-c", "-f", str(tmp_path / "slurm.conf")], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")})
+    proc = subprocess.Popen(
+        ["slurmctld", "-D", "-c", "-f", str(tmp_path / "slurm.conf")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")},
+    )
     try:
         deadline = time.time() + 30
         log = ""
@@ -156,6 +216,9 @@ def test_this_machines_slurmctld_reads_the_generated_slurm_conf(tmp_path):
         out = proc.communicate(timeout=30)[0]
     log = (tmp_path / "ctld.log").read_text() if (tmp_path / "ctld.log").exists() else out
     assert "Running as primary controller" in log and "fatal" not in log.lower(), log[-3000:]
-    errors = [line for line in log.splitlines() if re.search(r"error: .*(slurm\.conf|Parse|invalid|unrecognized)", line, re.I)
-              and "MailProg" not in line]  # this machine has no mail program
+    errors = [
+        line
+        for line in log.splitlines()
+        if re.search(r"error: .*(slurm\.conf|Parse|invalid|unrecognized)", line, re.I) and "MailProg" not in line
+    ]  # this machine has no mail program
     assert not errors and "preparing for 3 partitions" in log, log[-3000:]

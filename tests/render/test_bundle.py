@@ -1,5 +1,5 @@
-"""The bundle (infra/render/bundle.py) and its store (infra/program/components/bundle.py): deterministic bytes, what changes it and
-what does not, what the plan writes, and who may read it."""
+"""The bundle (infra/render/bundle.py) and its store (infra/program/components/bundle.py): deterministic bytes, what
+changes it and what does not, what the plan writes, and who may read it."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ import tarfile
 import pytest
 
 from hpcc_contract.names import BUNDLES_PREFIX, bundle_bucket, role_name
+from infra.config.parse import parse
 from infra.render import bundle as bundle_mod
 from infra.render.bundle import ROOT, build, pack, unpack
-from infra.config.parse import parse
 from tests.facts.instance_data import offline_facts
 
-BASE = {"name": "bndl", "headNode": {"instanceType": "c5n.18xlarge"}, "compute": {"instanceType": "p5.48xlarge", "count": 4}}
+BASE = {
+    "name": "bndl",
+    "headNode": {"instanceType": "c5n.18xlarge"},
+    "compute": {"instanceType": "p5.48xlarge", "count": 4},
+}
 
 
 def _build(cluster: dict | None = None):
@@ -42,16 +46,30 @@ def test_the_bundle_holds_the_role_scripts_the_node_package_and_a_manifest_namin
     b = _build()
     manifest = b.manifest()
     contract = {p.relative_to(ROOT).as_posix() for p in (ROOT / "hpcc_contract").glob("*.py")}
-    assert {"manifest.json", "roles/head.sh", "roles/compute.sh", "hpcc_node/__init__.py", "hpcc_contract/taxonomy.py",
-            "hpcc_contract/version.py", "hpcc_contract/hosts.py", "hpcc_contract/settings.py",
-            "examples/slurm/mpi.sbatch", "examples/slurm/torchrun.sbatch",
-            "hpcc_node/health/xid_catalog.json"} | contract <= set(b.files)  # data the node package reads at run time
+    assert {
+        "manifest.json",
+        "roles/head.sh",
+        "roles/compute.sh",
+        "hpcc_node/__init__.py",
+        "hpcc_contract/taxonomy.py",
+        "hpcc_contract/version.py",
+        "hpcc_contract/hosts.py",
+        "hpcc_contract/settings.py",
+        "examples/slurm/mpi.sbatch",
+        "examples/slurm/torchrun.sbatch",
+        "hpcc_node/health/xid_catalog.json",
+    } | contract <= set(b.files)  # data the node package reads at run time
     assert not [p for p in b.files if p.startswith("infra/")]  # the contract whole, nothing of the program
     assert (manifest["format"], manifest["cluster"], manifest["agentVersion"]) == (1, "bndl", "1")
-    assert manifest["hpccVersion"] == bundle_mod.hpcc_version() and manifest["hooks"] == {"onNodeStart": [], "onNodeReady": []}
+    assert manifest["hpccVersion"] == bundle_mod.hpcc_version() and manifest["hooks"] == {
+        "onNodeStart": [],
+        "onNodeReady": [],
+    }
     for role in ("head", "compute"):
-        assert manifest["roles"][role] == {"script": f"roles/{role}.sh",
-                                           "bootDigest": hashlib.sha256(b.files[f"roles/{role}.sh"]).hexdigest()}
+        assert manifest["roles"][role] == {
+            "script": f"roles/{role}.sh",
+            "bootDigest": hashlib.sha256(b.files[f"roles/{role}.sh"]).hexdigest(),
+        }
     assert b.files["manifest.json"] == json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode() + b"\n"
     assert not any(b"PRIVATE KEY" in content for content in b.files.values())
 
@@ -102,10 +120,17 @@ def test_two_plans_of_one_config_store_the_same_bundle_and_write_it_unpacked(tmp
     obj = first.of_type("aws:s3/bucketObjectv2:BucketObjectv2")
     assert len(obj) == 1 and obj[0]["inputs"]["key"] == f"bundles/{first.bundle_sha256}.tar.gz"
     pointer = json.loads(first.named("llm-bundle-param")["inputs"]["value"])
-    assert pointer == {"sha256": first.bundle_sha256, "bucket": obj[0]["inputs"]["bucket"], "key": obj[0]["inputs"]["key"]}
+    assert pointer == {
+        "sha256": first.bundle_sha256,
+        "bucket": obj[0]["inputs"]["bucket"],
+        "key": obj[0]["inputs"]["key"],
+    }
     first.write(tmp_path)
-    written = {p.relative_to(tmp_path / "bundle").as_posix(): p.read_bytes()
-               for p in (tmp_path / "bundle").rglob("*") if p.is_file()}
+    written = {
+        p.relative_to(tmp_path / "bundle").as_posix(): p.read_bytes()
+        for p in (tmp_path / "bundle").rglob("*")
+        if p.is_file()
+    }
     assert written == first.bundle_files
     assert (tmp_path / "bundle" / "roles" / "compute.sh").stat().st_mode & 0o777 == 0o755
     assert (tmp_path / "bundle.sha256").read_text().split()[0] == first.bundle_sha256
@@ -121,14 +146,19 @@ def test_the_bucket_is_private_encrypted_versioned_and_readable_only_by_the_node
     s3 = env.client("s3")
     bucket = bundle_bucket(c, env.account)
     assert s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"] == {
-        "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True, "RestrictPublicBuckets": True}
+        "BlockPublicAcls": True,
+        "IgnorePublicAcls": True,
+        "BlockPublicPolicy": True,
+        "RestrictPublicBuckets": True,
+    }
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
     rules = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
     assert rules[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
     policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
     roles = sorted(env.client("iam").get_role(RoleName=role_name(c, r))["Role"]["Arn"] for r in ("head", "compute"))
     assert [(s["Effect"], sorted(s["Principal"]["AWS"]), s["Action"], s["Resource"]) for s in policy["Statement"]] == [
-        ("Allow", roles, ["s3:GetObject"], [f"arn:aws:s3:::{bucket}/{BUNDLES_PREFIX}*"])]
+        ("Allow", roles, ["s3:GetObject"], [f"arn:aws:s3:::{bucket}/{BUNDLES_PREFIX}*"])
+    ]
     assert all(f":{env.account}:" in arn for arn in roles)  # nobody outside the account
     body = s3.get_object(Bucket=bucket, Key=f"bundles/{result.bundle_sha256}.tar.gz")["Body"].read()
     assert hashlib.sha256(body).hexdigest() == result.bundle_sha256
@@ -159,4 +189,3 @@ def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
     for cluster in ("ab1", "a" * 32, "x-y-z"):
         m = bucket_rules.BUNDLE_BUCKET.match(bundle_bucket(cluster, "123456789012"))
         assert m and (m.group("cluster"), m.group("account")) == (cluster, "123456789012")
-

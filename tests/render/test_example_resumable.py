@@ -22,17 +22,30 @@ def _tool(bin_dir: Path, name: str, body: str) -> None:
 def _run(tmp_path: Path, restart: int) -> subprocess.CompletedProcess:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    _tool(bin_dir, "scontrol", 'case "$1 $2" in "show hostnames") printf "gpu-000\\ngpu-001\\n" ;;'
-          ' "show node") echo "NodeName=gpu-000 NodeAddr=10.0.0.6 State=IDLE" ;; esac\n')
+    _tool(
+        bin_dir,
+        "scontrol",
+        'case "$1 $2" in "show hostnames") printf "gpu-000\\ngpu-001\\n" ;;'
+        ' "show node") echo "NodeName=gpu-000 NodeAddr=10.0.0.6 State=IDLE" ;; esac\n',
+    )
     # srun: one task here, the task's own environment as Slurm would give it
     _tool(bin_dir, "srun", 'shift; SLURM_NODEID=0 exec "$@"\n')
     _tool(bin_dir, "torchrun", 'echo "torchrun $* ckpt=$HPCC_CHECKPOINT_DIR resume=$HPCC_RESUME_FROM"\n')
     (tmp_path / "env").write_text("NPROC_PER_NODE=8\nMASTER_PORT=29500\n")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HPCC_ENV": str(tmp_path / "env"),
-           "CHECKPOINT_ROOT": str(tmp_path / "ckpt"), "SLURM_JOB_NAME": "hpcc-resumable", "SLURM_JOB_ID": "41",
-           "SLURM_JOB_NODELIST": "gpu-[000-001]", "SLURM_NNODES": "2", "SLURM_RESTART_COUNT": str(restart)}
-    return subprocess.run(["bash", str(SBATCH), "train.py", "--lr", "1e-4"], capture_output=True, text=True,
-                          env=env, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HPCC_ENV": str(tmp_path / "env"),
+        "CHECKPOINT_ROOT": str(tmp_path / "ckpt"),
+        "SLURM_JOB_NAME": "hpcc-resumable",
+        "SLURM_JOB_ID": "41",
+        "SLURM_JOB_NODELIST": "gpu-[000-001]",
+        "SLURM_NNODES": "2",
+        "SLURM_RESTART_COUNT": str(restart),
+    }
+    return subprocess.run(
+        ["bash", str(SBATCH), "train.py", "--lr", "1e-4"], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def test_a_first_run_starts_fresh_and_a_requeued_one_resumes_from_the_newest_checkpoint(tmp_path):
@@ -40,8 +53,10 @@ def test_a_first_run_starts_fresh_and_a_requeued_one_resumes_from_the_newest_che
     assert first.returncode == 0, first.stderr
     ckpt = tmp_path / "ckpt" / "hpcc-resumable-41"
     assert "restart 0" in first.stdout and "resuming from the start" in first.stdout
-    assert (f"torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --master-addr 10.0.0.6 --master-port 29500 "
-            f"train.py --lr 1e-4 ckpt={ckpt} resume=") in first.stdout
+    assert (
+        f"torchrun --nnodes 2 --node-rank 0 --nproc-per-node 8 --master-addr 10.0.0.6 --master-port 29500 "
+        f"train.py --lr 1e-4 ckpt={ckpt} resume="
+    ) in first.stdout
     for name in ("step-2.pt", "step-10.pt", "step-9.pt", "step-11.pt.tmp"):  # 11 was being written
         (ckpt / name).write_text("x")
     again = _run(tmp_path, 1)

@@ -22,8 +22,8 @@ from typing import Any, Callable, List, Optional
 
 from hpcc_node.health.checks import DCGM_TIMEOUT_S
 
-from .decide import DEEP_CHECK_JOB
 from ..model import Action
+from .decide import DEEP_CHECK_JOB
 
 DEEP_CHECK_PROGRAM = "/usr/local/sbin/hpcc-deep"
 DEEP_CHECK_LOG = "/var/log/hpcc-deep-check.log"
@@ -57,11 +57,23 @@ class HealthActs:
     def _deep_check(self, a: Action) -> str:
         if self.slurm is None:
             return "no Slurm: no deep check"
-        out = self.slurm(["sbatch", "--parsable", f"--job-name={DEEP_CHECK_JOB}",
-                          f"--reservation={a.data['reservation']}", f"--partition={a.data['partition']}",
-                          f"--nodelist={a.node}", "--nodes=1", "--exclusive",
-                          f"--time={DEEP_CHECK_MINUTES}", f"--output={DEEP_CHECK_LOG}", "--open-mode=append",
-                          "--no-requeue", DEEP_CHECK_PROGRAM])
+        out = self.slurm(
+            [
+                "sbatch",
+                "--parsable",
+                f"--job-name={DEEP_CHECK_JOB}",
+                f"--reservation={a.data['reservation']}",
+                f"--partition={a.data['partition']}",
+                f"--nodelist={a.node}",
+                "--nodes=1",
+                "--exclusive",
+                f"--time={DEEP_CHECK_MINUTES}",
+                f"--output={DEEP_CHECK_LOG}",
+                "--open-mode=append",
+                "--no-requeue",
+                DEEP_CHECK_PROGRAM,
+            ]
+        )
         job = str(getattr(out, "stdout", "") or "").strip().split(";")[0]
         return f"deep check of {a.node}: job {job}" if job else f"deep check of {a.node} submitted"
 
@@ -76,6 +88,14 @@ class HealthActs:
         if a.data.get("exists"):
             self._scontrol("update", f"ReservationName={name}", f"Nodes={','.join(nodes)}")
         else:
-            self._scontrol("create", "reservation", f"ReservationName={name}", "StartTime=now",
-                           "Duration=infinite", "Users=root", "Flags=MAINT,IGNORE_JOBS", f"Nodes={','.join(nodes)}")
+            self._scontrol(
+                "create",
+                "reservation",
+                f"ReservationName={name}",
+                "StartTime=now",
+                "Duration=infinite",
+                "Users=root",
+                "Flags=MAINT,IGNORE_JOBS",
+                f"Nodes={','.join(nodes)}",
+            )
         return f"{name}: {', '.join(nodes)}"

@@ -28,13 +28,30 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
-from hpcc_node.health.verdict import CheckResult, slurm_reason
 from hpcc_contract.taxonomy import FailureClass
+from hpcc_node.health.verdict import CheckResult, slurm_reason
 
 from ..assess import BUSY_STATES, HELD_STATES, drained, held_by_person, hpcc_reason, signature
 from ..decide_failures import Failure, alert
-from ..model import (BOOTING, DEEP_CHECK, DOWN, DRAIN, READY, REBOOT, REQUEUE, RESUME, SPARES, START_NOW, Action,
-                    Group, Report, Slot, SlurmNode, Snapshot, Why)
+from ..model import (
+    BOOTING,
+    DEEP_CHECK,
+    DOWN,
+    DRAIN,
+    READY,
+    REBOOT,
+    REQUEUE,
+    RESUME,
+    SPARES,
+    START_NOW,
+    Action,
+    Group,
+    Report,
+    Slot,
+    SlurmNode,
+    Snapshot,
+    Why,
+)
 from ..timers import Timers
 
 HEALTH = FailureClass.HEALTH.value
@@ -59,15 +76,23 @@ def _verdict(snap: Snapshot, f: Failure) -> Optional[Report]:
     """The running node's failed verdict behind a health failure; None for other failures (a bootstrap report,
     slurmd not responding) and for a booting node's."""
     r = snap.reports.get(f.slot.name)
-    if f.failure != HEALTH or r is None or r.ok or r.instance_id != f.slot.instance_id or not r.action \
-            or r.action == "none" or f.slot.state == BOOTING:
+    if (
+        f.failure != HEALTH
+        or r is None
+        or r.ok
+        or r.instance_id != f.slot.instance_id
+        or not r.action
+        or r.action == "none"
+        or f.slot.state == BOOTING
+    ):
         return None
     return r
 
 
 def _reason(r: Report) -> str:
-    return slurm_reason(CheckResult(r.check or "health", "fail", r.evidence, r.action,
-                                    r.remedy if r.remedy else "none"))
+    return slurm_reason(
+        CheckResult(r.check or "health", "fail", r.evidence, r.action, r.remedy if r.remedy else "none")
+    )
 
 
 def _reboot_sig(instance_id: str) -> str:
@@ -75,8 +100,9 @@ def _reboot_sig(instance_id: str) -> str:
 
 
 def _rebooted_at(snap: Snapshot, instance_id: str) -> Optional[float]:
-    times = [e.at for e in snap.events if e.kind == REBOOT and e.signature == _reboot_sig(instance_id)
-             and e.phase == "start"]
+    times = [
+        e.at for e in snap.events if e.kind == REBOOT and e.signature == _reboot_sig(instance_id) and e.phase == "start"
+    ]
     return max(times) if times else None
 
 
@@ -104,20 +130,37 @@ def _back_in_service(snap: Snapshot, outs: OutTimes) -> List[Action]:
             continue
         taken, back = outs[name]
         if taken > max(back, slot.since):
-            out.append(Action(RESUME, group=slot.group, node=name, instance_id=slot.instance_id,
-                              why=Why("", "its checks pass again: back in the hostfiles")))
+            out.append(
+                Action(
+                    RESUME,
+                    group=slot.group,
+                    node=name,
+                    instance_id=slot.instance_id,
+                    why=Why("", "its checks pass again: back in the hostfiles"),
+                )
+            )
     return out
 
 
 def _requeues(r: Report, name: str, snap: Snapshot, timers: Timers) -> List[Action]:
     out = []
     for job in sorted(snap.jobs, key=lambda j: j.job_id):
-        if name in job.nodes and job.state in FAILED_JOB_STATES and job.requeue and \
-                abs(job.end - r.at) <= timers.requeue_window_seconds:
+        if (
+            name in job.nodes
+            and job.state in FAILED_JOB_STATES
+            and job.requeue
+            and abs(job.end - r.at) <= timers.requeue_window_seconds
+        ):
             if job.restarts >= timers.max_batch_requeue:
                 continue  # Slurm's own bound: a job that keeps failing is left failed for a person
-            out.append(Action(REQUEUE, node=name, why=Why(HEALTH, f"job {job.job_id} failed on {name}: {r.evidence}"),
-                              data={"job": job.job_id, "restarts": job.restarts}))
+            out.append(
+                Action(
+                    REQUEUE,
+                    node=name,
+                    why=Why(HEALTH, f"job {job.job_id} failed on {name}: {r.evidence}"),
+                    data={"job": job.job_id, "restarts": job.restarts},
+                )
+            )
     return out
 
 
@@ -125,20 +168,34 @@ def _start_now(snap: Snapshot, now: float, timers: Timers) -> List[Action]:
     """Jobs Slurm requeued off a node hpcc took out (DOWN within the requeue window) wait for their EligibleTime
     (Reason=BeginTime, about two minutes on): they may start at once, on a released spare. A job a user set to begin
     later than the window is left alone."""
-    downs = sorted({e.node for e in snap.events if e.kind == DOWN and e.phase == "start"
-                    and now - e.at <= timers.requeue_window_seconds})
+    downs = sorted(
+        {
+            e.node
+            for e in snap.events
+            if e.kind == DOWN and e.phase == "start" and now - e.at <= timers.requeue_window_seconds
+        }
+    )
     if not downs:
         return []
-    return [Action(START_NOW, data={"job": j.job_id},
-                   why=Why(HEALTH, f"job {j.job_id} requeued off {', '.join(downs)}: eligible now, "
-                                   f"not in {j.eligible - now:.0f} s"))
-            for j in sorted(snap.jobs, key=lambda j: j.job_id)
-            if j.state == "PENDING" and j.restarts >= 1 and j.reason == "BeginTime"
-            and 0 < j.eligible - now <= timers.requeue_window_seconds]
+    return [
+        Action(
+            START_NOW,
+            data={"job": j.job_id},
+            why=Why(
+                HEALTH, f"job {j.job_id} requeued off {', '.join(downs)}: eligible now, not in {j.eligible - now:.0f} s"
+            ),
+        )
+        for j in sorted(snap.jobs, key=lambda j: j.job_id)
+        if j.state == "PENDING"
+        and j.restarts >= 1
+        and j.reason == "BeginTime"
+        and 0 < j.eligible - now <= timers.requeue_window_seconds
+    ]
 
 
-def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig: str, outs: OutTimes) \
-        -> Tuple[List[Action], Optional[Failure]]:
+def _one(
+    f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig: str, outs: OutTimes
+) -> Tuple[List[Action], Optional[Failure]]:
     """The actions for one node's failed verdict, and the failure to hand on to replacement (None: not yet)."""
     slot, name = f.slot, f.slot.name
     node: Optional[SlurmNode] = (snap.slurm or {}).get(name)
@@ -155,31 +212,52 @@ def _one(f: Failure, r: Report, snap: Snapshot, now: float, timers: Timers, sig:
         if out or not drained(node) or (node is not None and node.states & BUSY_STATES):
             return out, None  # a running job finishes (drain) or is requeued by Slurm (down) first
     elif r.action in ("down", "drain") and outs.get(name, (0.0, 0.0))[0] < r.at:  # once per verdict
-        out.append(Action(DOWN if r.action == "down" else DRAIN, data={"reason": _reason(r), "signature": sig,
-                                                                        "via": "hostfiles"}, **common))
+        out.append(
+            Action(
+                DOWN if r.action == "down" else DRAIN,
+                data={"reason": _reason(r), "signature": sig, "via": "hostfiles"},
+                **common,
+            )
+        )
     rebooted = _rebooted_at(snap, slot.instance_id)
     if rebooted is not None:
         if r.at <= rebooted and now - rebooted <= timers.reboot_timeout_seconds:
             return out, None  # rebooting: its next verdict decides
-        evidence = (f"{r.evidence} (again after a reboot)" if r.at > rebooted else
-                    f"{r.evidence} (no verdict within {timers.reboot_timeout_seconds} s of a reboot)")
+        evidence = (
+            f"{r.evidence} (again after a reboot)"
+            if r.at > rebooted
+            else f"{r.evidence} (no verdict within {timers.reboot_timeout_seconds} s of a reboot)"
+        )
         return out, Failure(slot, HEALTH, f"{r.check}: {evidence}" if r.check else evidence, hard=True)
     if r.remedy in ("reset", "reboot"):
-        out.append(Action(REBOOT, data={"reason": f"hpcc: reboot for {r.remedy}: {_reason(r)[6:]}"[:200],
-                                        "signature": _reboot_sig(slot.instance_id),
-                                        "via": "slurm" if snap.slurm is not None else "ec2"}, **common))
+        out.append(
+            Action(
+                REBOOT,
+                data={
+                    "reason": f"hpcc: reboot for {r.remedy}: {_reason(r)[6:]}"[:200],
+                    "signature": _reboot_sig(slot.instance_id),
+                    "via": "slurm" if snap.slurm is not None else "ec2",
+                },
+                **common,
+            )
+        )
         return out, None
     if r.remedy == "replace":
         return out, Failure(slot, HEALTH, why.evidence, hard=True)
     return out, None  # remedy none (a full disk): out of service until its verdict clears, then resumed
 
 
-def _systemic(verdicts: List[Tuple[Failure, Report, str]], snap: Snapshot, now: float, timers: Timers,
-              cluster_nodes: int) -> Set[str]:
+def _systemic(
+    verdicts: List[Tuple[Failure, Report, str]], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int
+) -> Set[str]:
     nodes: Dict[str, Set[str]] = {}
     for e in snap.events:
-        if e.kind in (DOWN, DRAIN, REBOOT) and e.phase == "start" and e.signature.startswith(f"{HEALTH}:") \
-                and now - e.at <= timers.systemic_window_seconds:
+        if (
+            e.kind in (DOWN, DRAIN, REBOOT)
+            and e.phase == "start"
+            and e.signature.startswith(f"{HEALTH}:")
+            and now - e.at <= timers.systemic_window_seconds
+        ):
             nodes.setdefault(e.signature, set()).add(e.node)
     for f, _, sig in verdicts:
         nodes.setdefault(sig, set()).add(f.slot.name)
@@ -194,27 +272,52 @@ def _spares(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]
         return []
     slurm = snap.slurm
     name = spare_reservation(group.name)
-    failing = {n for n, r in snap.reports.items() if not r.ok and n in snap.slots  # out this very loop: its
-               and r.instance_id == snap.slots[n].instance_id}  # spare is released now, not a loop later
-    healthy = [s for s in slots if s.state == READY and s.name in slurm and s.name not in failing
-               and not (slurm[s.name].states & (HELD_STATES | {"NOT_RESPONDING"}))]
+    failing = {
+        n
+        for n, r in snap.reports.items()
+        if not r.ok
+        and n in snap.slots  # out this very loop: its
+        and r.instance_id == snap.slots[n].instance_id
+    }  # spare is released now, not a loop later
+    healthy = [
+        s
+        for s in slots
+        if s.state == READY
+        and s.name in slurm
+        and s.name not in failing
+        and not (slurm[s.name].states & (HELD_STATES | {"NOT_RESPONDING"}))
+    ]
     fine = {s.name for s in healthy}
     out_of_service = sum(1 for s in slots if s.name not in fine and not held_by_person(slurm.get(s.name)))
     want = max(0, group.spares - out_of_service)
     held = snap.reservations.get(name, frozenset())
     keep = [s.name for s in healthy if s.name in held]
-    idle = [s.name for s in sorted(healthy, key=lambda s: -s.index)
-            if s.name not in held and not (slurm[s.name].states & BUSY_STATES)]
+    idle = [
+        s.name
+        for s in sorted(healthy, key=lambda s: -s.index)
+        if s.name not in held and not (slurm[s.name].states & BUSY_STATES)
+    ]
     chosen = sorted((keep + idle)[:want])
     if set(chosen) == set(held):
         return []
     released = sorted(set(held) - set(chosen))
     text = (f"hold {', '.join(chosen)}" if chosen else "hold none") + (
-        f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else "")
+        f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else ""
+    )
     cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & set(released) and not j.end)
-    return [Action(SPARES, group=group.name, why=Why("", f"spares: {text}"),
-                   data={"reservation": name, "nodes": chosen, "exists": bool(held) or name in snap.reservations,
-                         "cancel": cancel})]
+    return [
+        Action(
+            SPARES,
+            group=group.name,
+            why=Why("", f"spares: {text}"),
+            data={
+                "reservation": name,
+                "nodes": chosen,
+                "exists": bool(held) or name in snap.reservations,
+                "cancel": cancel,
+            },
+        )
+    ]
 
 
 def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, timers: Timers) -> List[Action]:
@@ -231,21 +334,44 @@ def _deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float,
     out = []
     for name in sorted(held - running):
         slot, r, node = snap.slots.get(name), snap.reports.get(name), snap.slurm.get(name)
-        if slot is None or slot.state != READY or r is None or not r.ok or r.instance_id != slot.instance_id \
-                or node is None or node.states & (BUSY_STATES | HELD_STATES | {"NOT_RESPONDING"}):
+        if (
+            slot is None
+            or slot.state != READY
+            or r is None
+            or not r.ok
+            or r.instance_id != slot.instance_id
+            or node is None
+            or node.states & (BUSY_STATES | HELD_STATES | {"NOT_RESPONDING"})
+        ):
             continue
         last = max(r.deep_checked, asked.get(name, 0.0)) or slot.since
         if now - last < timers.spare_check_seconds:
             continue
-        out.append(Action(DEEP_CHECK, group=group.name, node=name, instance_id=slot.instance_id,
-                          why=Why("", f"held spare, its last deep check {int(now - last)} s ago "
-                                      f"(every {timers.spare_check_seconds} s)"),
-                          data={"reservation": spare_reservation(group.name), "partition": group.name}))
+        out.append(
+            Action(
+                DEEP_CHECK,
+                group=group.name,
+                node=name,
+                instance_id=slot.instance_id,
+                why=Why(
+                    "",
+                    f"held spare, its last deep check {int(now - last)} s ago (every {timers.spare_check_seconds} s)",
+                ),
+                data={"reservation": spare_reservation(group.name), "partition": group.name},
+            )
+        )
     return out
 
 
-def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers,
-                   cluster_nodes: int, raised: set) -> Tuple[List[Action], List[Failure], Dict[str, str]]:
+def health_actions(
+    failures: List[Failure],
+    snap: Snapshot,
+    groups: Sequence[Group],
+    now: float,
+    timers: Timers,
+    cluster_nodes: int,
+    raised: set,
+) -> Tuple[List[Action], List[Failure], Dict[str, str]]:
     """(the health rules' actions, the failures left for decide_failures: replacements and everything else, and
     without Slurm the nodes out of service: name -> reason, for the membership)."""
     out: List[Action] = []
@@ -264,8 +390,13 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
     outs = _out_times(snap) if snap.slurm is None else {}
     for sig in sorted(bursts):
         n = sum(1 for _, _, s in verdicts if s == sig)
-        out += alert(f"systemic:{sig}", f"{n} node(s) failing the same health check ({sig}) within "
-                     f"{timers.systemic_window_seconds} s: the cluster's fault, no node touched", snap, raised)
+        out += alert(
+            f"systemic:{sig}",
+            f"{n} node(s) failing the same health check ({sig}) within "
+            f"{timers.systemic_window_seconds} s: the cluster's fault, no node touched",
+            snap,
+            raised,
+        )
     for f, r, sig in sorted(verdicts, key=lambda v: (v[0].slot.group, v[0].slot.index)):
         if sig in bursts or now - r.at < timers.health_settle_seconds:
             continue
@@ -275,8 +406,7 @@ def health_actions(failures: List[Failure], snap: Snapshot, groups: Sequence[Gro
             rest.append(handed)
         if snap.slurm is None and r.action in ("down", "drain"):
             unlisted[f.slot.name] = _reason(r)
-    by_group: Mapping[str, List[Slot]] = {g.name: [s for s in snap.slots.values() if s.group == g.name]
-                                          for g in groups}
+    by_group: Mapping[str, List[Slot]] = {g.name: [s for s in snap.slots.values() if s.group == g.name] for g in groups}
     for group in groups:
         spares = _spares(group, by_group[group.name], snap)
         held = snap.reservations.get(spare_reservation(group.name), frozenset())

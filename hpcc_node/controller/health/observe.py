@@ -21,8 +21,10 @@ RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
 
 def fields(line: str) -> Dict[str, str]:
     marks = list(_FIELD.finditer(line))
-    return {m.group(1): line[m.end():(marks[k + 1].start() if k + 1 < len(marks) else len(line))].strip()
-            for k, m in enumerate(marks)}
+    return {
+        m.group(1): line[m.end() : (marks[k + 1].start() if k + 1 < len(marks) else len(line))].strip()
+        for k, m in enumerate(marks)
+    }
 
 
 def hostnames(hostlist: str) -> FrozenSet[str]:
@@ -59,10 +61,19 @@ def jobs(text: str, parse_time: Callable[[str], float] = local_time) -> Tuple[Sl
         if "JobId" not in f:
             continue
         restarts = f.get("Restarts", "0")
-        out.append(SlurmJob(f["JobId"].split()[0], f.get("JobState", "").split()[0] if f.get("JobState") else "",
-                            hostnames(f.get("NodeList", "")), int(restarts) if restarts.isdigit() else 0,
-                            _when(f.get("EndTime", ""), parse_time), f.get("Requeue", "1") == "1",
-                            f.get("Reason", ""), _when(f.get("EligibleTime", ""), parse_time), f.get("JobName", "")))
+        out.append(
+            SlurmJob(
+                f["JobId"].split()[0],
+                f.get("JobState", "").split()[0] if f.get("JobState") else "",
+                hostnames(f.get("NodeList", "")),
+                int(restarts) if restarts.isdigit() else 0,
+                _when(f.get("EndTime", ""), parse_time),
+                f.get("Requeue", "1") == "1",
+                f.get("Reason", ""),
+                _when(f.get("EligibleTime", ""), parse_time),
+                f.get("JobName", ""),
+            )
+        )
     return tuple(out)
 
 
@@ -78,12 +89,15 @@ def reservations(text: str) -> Dict[str, FrozenSet[str]]:
 def report_fields(doc: dict) -> dict:
     """A status body's health fields for model.Report (the node agent writes them: hpcc_node/health/service.py)."""
     deep = doc.get("deepChecked", 0)
-    return {**{k: str(doc.get(k, ""))[:40] for k in ("check", "action", "remedy")},
-            "deep_checked": float(deep) if isinstance(deep, (int, float)) and not isinstance(deep, bool) else 0.0}
+    return {
+        **{k: str(doc.get(k, ""))[:40] for k in ("check", "action", "remedy")},
+        "deep_checked": float(deep) if isinstance(deep, (int, float)) and not isinstance(deep, bool) else 0.0,
+    }
 
 
-def with_slurm_extras(snap: Snapshot, read: Callable[[List[str]], str],
-                      parse_time: Callable[[str], float] = local_time) -> Snapshot:
+def with_slurm_extras(
+    snap: Snapshot, read: Callable[[List[str]], str], parse_time: Callable[[str], float] = local_time
+) -> Snapshot:
     """The snapshot with Slurm's jobs and reservations, where the cluster runs Slurm."""
     if snap.slurm is None:
         return snap
@@ -92,4 +106,3 @@ def with_slurm_extras(snap: Snapshot, read: Callable[[List[str]], str],
 
 def scontrol_read(argv: List[str]) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60).stdout
-

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ipaddress
 
 from infra.config.hooks import hook_findings
-from infra.facts import limits
-from infra.facts.subnets import PRIVATE_CIDRS, addresses_needed, largest_count, private_cidr
 from infra.config.validators.findings import ERROR, WARNING, Finding
 from infra.config.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count, mount_point_problems
+from infra.facts import limits
+from infra.facts.subnets import PRIVATE_CIDRS, addresses_needed, largest_count, private_cidr
 
 FSX = "cluster.fsx"
 PERSISTENT_THROUGHPUT = {
@@ -28,8 +28,11 @@ def fsx_capacity(cfg):
     if fsx.storage_type == "HDD":
         step = HDD_STEPS.get(fsx.per_unit_storage_throughput or 0)
         if step and cap % step:
-            yield Finding(ERROR, field, f"PERSISTENT_1 HDD at {fsx.per_unit_storage_throughput} MB/s/TiB needs a "
-                                        f"multiple of {step}; got {cap}")
+            yield Finding(
+                ERROR,
+                field,
+                f"PERSISTENT_1 HDD at {fsx.per_unit_storage_throughput} MB/s/TiB needs a multiple of {step}; got {cap}",
+            )
         return
     step = CAPACITY_STEPS[dep]
     if cap not in (1200, 2400) and (cap < step or cap % step):
@@ -44,15 +47,27 @@ def fsx_throughput(cfg):
     allowed = PERSISTENT_THROUGHPUT.get((fsx.deployment_type, fsx.storage_type))
     if fsx.deployment_type.startswith("SCRATCH"):
         if fsx.per_unit_storage_throughput is not None:
-            yield Finding(ERROR, field, f"{fsx.deployment_type} has a fixed throughput; remove this key, or use a "
-                                        "PERSISTENT deployment type to choose one")
+            yield Finding(
+                ERROR,
+                field,
+                f"{fsx.deployment_type} has a fixed throughput; remove this key, or use a "
+                "PERSISTENT deployment type to choose one",
+            )
     elif allowed is None:
         return  # fsx_hdd_deployment says why
     elif fsx.per_unit_storage_throughput is None:
-        yield Finding(ERROR, field, f"{fsx.deployment_type} {fsx.storage_type} needs one of {', '.join(map(str, allowed))} MB/s/TiB")
+        yield Finding(
+            ERROR,
+            field,
+            f"{fsx.deployment_type} {fsx.storage_type} needs one of {', '.join(map(str, allowed))} MB/s/TiB",
+        )
     elif fsx.per_unit_storage_throughput not in allowed:
-        yield Finding(ERROR, field, f"{fsx.deployment_type} {fsx.storage_type} needs one of "
-                                    f"{', '.join(map(str, allowed))} MB/s/TiB; got {fsx.per_unit_storage_throughput}")
+        yield Finding(
+            ERROR,
+            field,
+            f"{fsx.deployment_type} {fsx.storage_type} needs one of "
+            f"{', '.join(map(str, allowed))} MB/s/TiB; got {fsx.per_unit_storage_throughput}",
+        )
 
 
 def fsx_hdd_deployment(cfg):
@@ -60,8 +75,12 @@ def fsx_hdd_deployment(cfg):
     https://docs.aws.amazon.com/fsx/latest/APIReference/API_CreateFileSystem.html)."""
     fsx = cfg.cluster.fsx
     if fsx.storage_type == "HDD" and fsx.deployment_type != "PERSISTENT_1":
-        yield Finding(ERROR, f"{FSX}.storageType", f"FSx for Lustre takes HDD storage with PERSISTENT_1 only, not "
-                                                   f"{fsx.deployment_type}; use SSD, or deploymentType: PERSISTENT_1")
+        yield Finding(
+            ERROR,
+            f"{FSX}.storageType",
+            f"FSx for Lustre takes HDD storage with PERSISTENT_1 only, not "
+            f"{fsx.deployment_type}; use SSD, or deploymentType: PERSISTENT_1",
+        )
 
 
 def fsx_lustre_version(cfg):
@@ -78,9 +97,15 @@ def fsx_data_repository(cfg):
         return
     field = f"{FSX}.dataRepositoryPath"
     if fsx.deployment_type == "SCRATCH_1":
-        yield Finding(ERROR, field, "SCRATCH_1 file systems cannot have data repository associations; use SCRATCH_2 or PERSISTENT_2")
+        yield Finding(
+            ERROR,
+            field,
+            "SCRATCH_1 file systems cannot have data repository associations; use SCRATCH_2 or PERSISTENT_2",
+        )
     if fsx.lustre_version == "2.10":
-        yield Finding(ERROR, field, "data repository associations need Lustre 2.12 or 2.15; set lustreVersion: \"2.15\"")
+        yield Finding(
+            ERROR, field, "data repository associations need Lustre 2.12 or 2.15; set lustreVersion: \"2.15\""
+        )
 
 
 def fsx_mount_point(cfg):
@@ -94,12 +119,18 @@ def spot_and_reservation(cfg):
     for i, group in enumerate(c.node_groups):
         field = c.group_field(i, "capacityReservationId")
         if group.market == "spot" and group.capacity_reservation_id:
-            yield Finding(ERROR, field, "a capacity reservation holds on-demand capacity; set market: on-demand, or "
-                                        "drop the reservation")
+            yield Finding(
+                ERROR,
+                field,
+                "a capacity reservation holds on-demand capacity; set market: on-demand, or drop the reservation",
+            )
         if group.market == "capacity-block" and not group.capacity_reservation_id:
-            yield Finding(ERROR, field,
-                          "market: capacity-block launches into a purchased Capacity Block: give its id (cr-...), which "
-                          "`aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block` lists")
+            yield Finding(
+                ERROR,
+                field,
+                "market: capacity-block launches into a purchased Capacity Block: give its id (cr-...), which "
+                "`aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block` lists",
+            )
 
 
 def group_names_unique(cfg):
@@ -107,8 +138,11 @@ def group_names_unique(cfg):
     c, seen = cfg.cluster, {}
     for i, group in enumerate(c.node_groups):
         if group.name in seen:
-            yield Finding(ERROR, c.group_field(i, "name"), f"{group.name!r} is also the name of "
-                                                           f"{c.group_field(seen[group.name])}; give each group its own name")
+            yield Finding(
+                ERROR,
+                c.group_field(i, "name"),
+                f"{group.name!r} is also the name of {c.group_field(seen[group.name])}; give each group its own name",
+            )
         seen.setdefault(group.name, i)
 
 
@@ -117,8 +151,11 @@ def spares_need_slurm(cfg):
     c = cfg.cluster
     for i, group in enumerate(c.node_groups):
         if group.spares and c.scheduler != "slurm":
-            yield Finding(ERROR, c.group_field(i, "spares"), "spares are held idle by a Slurm reservation: give "
-                                                               "cluster.scheduler: slurm, or leave spares out")
+            yield Finding(
+                ERROR,
+                c.group_field(i, "spares"),
+                "spares are held idle by a Slurm reservation: give cluster.scheduler: slurm, or leave spares out",
+            )
 
 
 def node_cap(cfg):
@@ -127,23 +164,33 @@ def node_cap(cfg):
     c = cfg.cluster
     if c.node_count > limits.MAX_NODES:
         counts = " + ".join(str(g.count) for g in c.node_groups)
-        yield Finding(ERROR, c.count_field, f"the groups hold {counts} = {c.node_count} nodes; a cluster holds at most "
-                                             f"{limits.MAX_NODES}: lower the counts, or split the work over two clusters")
+        yield Finding(
+            ERROR,
+            c.count_field,
+            f"the groups hold {counts} = {c.node_count} nodes; a cluster holds at most "
+            f"{limits.MAX_NODES}: lower the counts, or split the work over two clusters",
+        )
 
 
 def az_in_region(cfg):
     az = cfg.cluster.availability_zone
     if az and not az.startswith(cfg.region):
-        yield Finding(ERROR, "cluster.availabilityZone", f"{az} is not in aws:region {cfg.region}; "
-                                                         f"use one of {cfg.region}a, {cfg.region}b, ... or leave it out")
+        yield Finding(
+            ERROR,
+            "cluster.availabilityZone",
+            f"{az} is not in aws:region {cfg.region}; use one of {cfg.region}a, {cfg.region}b, ... or leave it out",
+        )
 
 
 def ssh_not_open_to_world(cfg):
     for i, cidr in enumerate(cfg.cluster.ssh.allowed_cidrs):
         if ipaddress.ip_network(cidr).prefixlen == 0:
-            yield Finding(ERROR, f"cluster.ssh.allowedCidrs[{i}]",
-                          f"{cidr} opens SSH to the whole internet; name your own network (e.g. 203.0.113.0/24), "
-                          "or leave the list empty and log in with SSM Session Manager")
+            yield Finding(
+                ERROR,
+                f"cluster.ssh.allowedCidrs[{i}]",
+                f"{cidr} opens SSH to the whole internet; name your own network (e.g. 203.0.113.0/24), "
+                "or leave the list empty and log in with SSM Session Manager",
+            )
 
 
 def ssh_ipv4_only(cfg):
@@ -151,9 +198,12 @@ def ssh_ipv4_only(cfg):
     for i, cidr in enumerate(cfg.cluster.ssh.allowed_cidrs):
         net = ipaddress.ip_network(cidr)
         if net.version == 6 and net.prefixlen > 0:  # ::/0 is reported as the whole internet
-            yield Finding(ERROR, f"cluster.ssh.allowedCidrs[{i}]",
-                          f"{cidr} is IPv6, but the cluster's VPC has no IPv6 addresses, so no IPv6 client can reach "
-                          "the head node; list the IPv4 networks you connect from")
+            yield Finding(
+                ERROR,
+                f"cluster.ssh.allowedCidrs[{i}]",
+                f"{cidr} is IPv6, but the cluster's VPC has no IPv6 addresses, so no IPv6 client can reach "
+                "the head node; list the IPv4 networks you connect from",
+            )
 
 
 def ssh_address_space_capped(cfg):
@@ -164,10 +214,13 @@ def ssh_address_space_capped(cfg):
         return  # reported as the whole internet
     total = ipv4_address_count(v4)
     if total > SSH_MAX_IPV4_ADDRESSES:
-        yield Finding(ERROR, "cluster.ssh.allowedCidrs",
-                      f"these networks together hold {total:,} IPv4 addresses; "
-                      f"SSH is for your own networks: at most {SSH_MAX_IPV4_ADDRESSES:,} addresses (a /16) in all. "
-                      "Name the narrower ranges you connect from, or leave the list empty and use SSM Session Manager")
+        yield Finding(
+            ERROR,
+            "cluster.ssh.allowedCidrs",
+            f"these networks together hold {total:,} IPv4 addresses; "
+            f"SSH is for your own networks: at most {SSH_MAX_IPV4_ADDRESSES:,} addresses (a /16) in all. "
+            "Name the narrower ranges you connect from, or leave the list empty and use SSM Session Manager",
+        )
 
 
 def image_supports_type(cfg):
@@ -175,9 +228,12 @@ def image_supports_type(cfg):
     fam = image.resolved_family
     for name in (*(g.instance_type for g in cfg.cluster.node_groups), cfg.cluster.head_node.instance_type):
         if fam and fam.startswith("base-oss") and name.startswith("p3"):
-            yield Finding(WARNING, "cluster.image",
-                          f"current Base OSS DLAMIs ({fam}) do not list {name} as supported (V100 needs an older or "
-                          "proprietary-driver image); pin one that does with cluster.image.amiId")
+            yield Finding(
+                WARNING,
+                "cluster.image",
+                f"current Base OSS DLAMIs ({fam}) do not list {name} as supported (V100 needs an older or "
+                "proprietary-driver image); pin one that does with cluster.image.amiId",
+            )
             return
 
 
@@ -187,10 +243,13 @@ def slurm_has_a_package(cfg):
     so a Slurm cluster on it is refused here, before anything is created."""
     cluster = cfg.cluster
     if cluster.scheduler == "slurm" and cluster.image.amazon_linux:
-        yield Finding(ERROR, "cluster.scheduler",
-                      "slurm needs the distribution's slurm-wlm packages, which Amazon Linux 2023 does not have; use "
-                      "an Ubuntu DLAMI (image.family: base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or "
-                      "scheduler: none")
+        yield Finding(
+            ERROR,
+            "cluster.scheduler",
+            "slurm needs the distribution's slurm-wlm packages, which Amazon Linux 2023 does not have; use "
+            "an Ubuntu DLAMI (image.family: base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or "
+            "scheduler: none",
+        )
 
 
 def hook_files(cfg):
@@ -202,9 +261,12 @@ def subnet_holds_the_nodes(cfg):
     count = cfg.cluster.node_count
     if private_cidr(count) is None:
         most = max(largest_count(c) for c in PRIVATE_CIDRS)
-        yield Finding(ERROR, cfg.cluster.count_field,
-                      f"{count} nodes need {addresses_needed(count)} addresses in the private subnet; the largest "
-                      f"({PRIVATE_CIDRS[-1]}) holds {most} compute nodes: give at most {most}, or split the cluster")
+        yield Finding(
+            ERROR,
+            cfg.cluster.count_field,
+            f"{count} nodes need {addresses_needed(count)} addresses in the private subnet; the largest "
+            f"({PRIVATE_CIDRS[-1]}) holds {most} compute nodes: give at most {most}, or split the cluster",
+        )
 
 
 RULES = [

@@ -10,8 +10,15 @@ import ipaddress
 import re
 import unicodedata
 
-from hpcc_contract.settings import (MOUNT_POINT_MAX, PUBLIC_KEY, SYSTEM_ROOTS, SYSTEM_TREES,  # noqa: F401
-                                   account_problem, canonical_path, mount_point_problems)
+from hpcc_contract.settings import (  # noqa: F401
+    MOUNT_POINT_MAX,
+    PUBLIC_KEY,
+    SYSTEM_ROOTS,
+    SYSTEM_TREES,
+    account_problem,
+    canonical_path,
+    mount_point_problems,
+)
 
 # --- tag keys ---------------------------------------------------------------------------------------------------
 # With instance metadata tags enabled, EC2 allows instance tag keys of letters a-z A-Z, digits and `+ - = . , _ : @`
@@ -22,8 +29,10 @@ from hpcc_contract.settings import (MOUNT_POINT_MAX, PUBLIC_KEY, SYSTEM_ROOTS, S
 # resource of the cluster carries these tags.
 TAG_KEY = re.compile(r"[A-Za-z0-9+\-=._:@]{1,128}")
 TAG_KEY_RESERVED = (".", "..", "_index")
-TAG_KEY_RULE = ("tag keys may hold only letters A-Z a-z, digits and + - = . _ : @ (no spaces or '/'), and may not "
-                "be '.', '..' or '_index': the nodes read their tags from instance metadata, where EC2 refuses other keys")
+TAG_KEY_RULE = (
+    "tag keys may hold only letters A-Z a-z, digits and + - = . _ : @ (no spaces or '/'), and may not "
+    "be '.', '..' or '_index': the nodes read their tags from instance metadata, where EC2 refuses other keys"
+)
 
 
 def tag_key_problem(key: str) -> str | None:
@@ -41,8 +50,10 @@ PUBLIC_KEYS_BYTES = 5000  # all of them: they share the nodes' 8 KB settings par
 def public_key_problem(key: str) -> str | None:
     if len(key) <= PUBLIC_KEY_CHARS and re.fullmatch(PUBLIC_KEY, key):
         return None
-    return (f"{key[:40]!r}... is not one OpenSSH public key line ('ssh-ed25519 AAAA... you@laptop': a key type, its "
-            "base64, an optional comment without spaces); give your own public key, never the cluster's")
+    return (
+        f"{key[:40]!r}... is not one OpenSSH public key line ('ssh-ed25519 AAAA... you@laptop': a key type, its "
+        "base64, an optional comment without spaces); give your own public key, never the cluster's"
+    )
 
 
 # --- S3 data repository path ------------------------------------------------------------------------------------
@@ -57,8 +68,10 @@ DRA_PATH_CHARS = 900  # pulumi-aws / terraform-provider-aws: data_repository_pat
 
 def _bucket_problem(bucket: str) -> str | None:
     if not BUCKET.fullmatch(bucket):
-        return (f"bucket {bucket!r} is not a valid S3 bucket name: 3-63 characters of a-z, 0-9, '.' and '-', "
-                "starting and ending with a letter or digit")
+        return (
+            f"bucket {bucket!r} is not a valid S3 bucket name: 3-63 characters of a-z, 0-9, '.' and '-', "
+            "starting and ending with a letter or digit"
+        )
     if ".." in bucket:
         return f"bucket {bucket!r} has two adjacent periods, which S3 bucket names may not"
     try:
@@ -67,8 +80,10 @@ def _bucket_problem(bucket: str) -> str | None:
     except ValueError:
         pass
     if bucket.startswith(BUCKET_PREFIXES) or bucket.endswith(BUCKET_SUFFIXES):
-        return (f"bucket {bucket!r} uses a prefix or suffix S3 reserves ({', '.join(BUCKET_PREFIXES)}; "
-                f"{', '.join(BUCKET_SUFFIXES)})")
+        return (
+            f"bucket {bucket!r} uses a prefix or suffix S3 reserves ({', '.join(BUCKET_PREFIXES)}; "
+            f"{', '.join(BUCKET_SUFFIXES)})"
+        )
     return None
 
 
@@ -83,12 +98,14 @@ def s3_path_problems(path: str) -> list[str]:
         return [f"must be an S3 URL like s3://my-bucket/prefix; got {path[:80]!r}"]
     if len(path) > DRA_PATH_CHARS:
         return [f"is {len(path)} characters; the data repository path may be at most {DRA_PATH_CHARS}"]
-    bucket, _, prefix = path[len("s3://"):].partition("/")
+    bucket, _, prefix = path[len("s3://") :].partition("/")
     out = [p for p in (_bucket_problem(bucket),) if p]
     bad = _unprintable(prefix)
     if bad:
-        out.append(f"the prefix holds unprintable or direction-changing characters ({', '.join(sorted(set(bad)))}); "
-                   "use printable characters only")
+        out.append(
+            f"the prefix holds unprintable or direction-changing characters ({', '.join(sorted(set(bad)))}); "
+            "use printable characters only"
+        )
     if len(prefix.encode("utf-8", "surrogatepass")) > S3_KEY_BYTES:
         out.append(f"the prefix is longer than an S3 object key may be ({S3_KEY_BYTES} bytes of UTF-8)")
     return out

@@ -10,10 +10,10 @@ InstanceTypeInfo): `SupportedUsageClasses` (the markets a type is sold in: some 
 
 from __future__ import annotations
 
+from infra.config.validators.findings import ERROR, WARNING, Finding
 from infra.facts.images import image_name_pattern
 from infra.facts.instance_types import HEAD_FIELD, InstanceType, UnknownInstanceType
 from infra.facts.slurm import SlurmFactsError, slurm_node
-from infra.config.validators.findings import ERROR, WARNING, Finding
 
 IMAGE_FIELD = "cluster.image"
 # The architectures a node can run: one image serves the whole cluster, so head and compute share one.
@@ -23,8 +23,10 @@ SUPPORTED_ARCHITECTURES = ("x86_64", "arm64")
 def roles(cfg) -> list[tuple[str, str]]:
     """(field, type name) of the head and of every group, fields as the user wrote them."""
     c = cfg.cluster
-    return [(HEAD_FIELD, c.head_node.instance_type),
-            *((c.group_field(i, "instanceType"), g.instance_type) for i, g in enumerate(c.node_groups))]
+    return [
+        (HEAD_FIELD, c.head_node.instance_type),
+        *((c.group_field(i, "instanceType"), g.instance_type) for i, g in enumerate(c.node_groups)),
+    ]
 
 
 def group_types(cfg, types: dict[str, InstanceType]):
@@ -53,8 +55,12 @@ def architecture(cfg, types: dict[str, InstanceType]):
     source has a build for."""
     for field, itype in types.items():
         if not _archs(itype):
-            yield Finding(ERROR, field, f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}; hpcc "
-                                        f"builds {' and '.join(SUPPORTED_ARCHITECTURES)} clusters")
+            yield Finding(
+                ERROR,
+                field,
+                f"{itype.name} runs {'/'.join(itype.architectures or (itype.arch,))}; hpcc "
+                f"builds {' and '.join(SUPPORTED_ARCHITECTURES)} clusters",
+            )
             return
     head = types.get(HEAD_FIELD)
     nodes = [(field, t) for field, t in types.items() if field != HEAD_FIELD]
@@ -63,61 +69,84 @@ def architecture(cfg, types: dict[str, InstanceType]):
     arch = cluster_architecture(types)
     if arch is None:
         field, odd = next(((f, t) for f, t in nodes if not _archs(t) & _archs(head)), nodes[0])
-        yield Finding(ERROR, HEAD_FIELD, f"{head.name} runs {'/'.join(sorted(_archs(head)))} but {field} "
-                                         f"{odd.name} runs {'/'.join(sorted(_archs(odd)))}: one image serves "
-                                         "every node, so pick types of one architecture (e.g. c7g.2xlarge "
-                                         "for arm64, m6i.2xlarge for x86_64)")
+        yield Finding(
+            ERROR,
+            HEAD_FIELD,
+            f"{head.name} runs {'/'.join(sorted(_archs(head)))} but {field} "
+            f"{odd.name} runs {'/'.join(sorted(_archs(odd)))}: one image serves "
+            "every node, so pick types of one architecture (e.g. c7g.2xlarge "
+            "for arm64, m6i.2xlarge for x86_64)",
+        )
         return
     family = cfg.cluster.image.resolved_family
     if family and image_name_pattern(family, arch) is None:
-        yield Finding(ERROR, f"{IMAGE_FIELD}.family", f"AWS builds no {arch} image of {family}, and "
-                                                      f"{nodes[0][1].name} runs {arch}: use an {arch} family "
-                                                      "(base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or pin "
-                                                      "cluster.image.amiId")
+        yield Finding(
+            ERROR,
+            f"{IMAGE_FIELD}.family",
+            f"AWS builds no {arch} image of {family}, and "
+            f"{nodes[0][1].name} runs {arch}: use an {arch} family "
+            "(base-oss-nvidia-driver-gpu-ubuntu-22.04 or -24.04), or pin "
+            "cluster.image.amiId",
+        )
 
 
 def efa_matches_type(cfg, types: dict[str, InstanceType]):
     for i, group, itype in group_types(cfg, types):
         field = cfg.cluster.group_field(i, "efa")
         if group.efa is True and not itype.efa_supported:
-            yield Finding(ERROR, field,
-                          f"{itype.name} has no EFA (DescribeInstanceTypes: EfaSupported false); remove `efa: true` to "
-                          "run over TCP, or pick a type that `aws ec2 describe-instance-types --filters "
-                          "Name=network-info.efa-supported,Values=true` lists")
+            yield Finding(
+                ERROR,
+                field,
+                f"{itype.name} has no EFA (DescribeInstanceTypes: EfaSupported false); remove `efa: true` to "
+                "run over TCP, or pick a type that `aws ec2 describe-instance-types --filters "
+                "Name=network-info.efa-supported,Values=true` lists",
+            )
         elif group.efa is False and itype.efa_supported:
             yield Finding(WARNING, field, efa_off(itype.name))
 
 
 def efa_off(type_name: str) -> str:
     """The warning for `efa: false` on an EFA type: the plan's and preflight's (which asks the region) alike."""
-    return (f"{type_name} supports EFA but it is turned off: collectives will run over TCP, typically several "
-            "times slower; remove `efa: false` to use it")
+    return (
+        f"{type_name} supports EFA but it is turned off: collectives will run over TCP, typically several "
+        "times slower; remove `efa: false` to use it"
+    )
 
 
 def market_supported(cfg, types: dict[str, InstanceType]):
     """A market the type is not sold in fails at launch."""
     for i, group, itype in group_types(cfg, types):
         if itype.usage_classes and group.market not in itype.usage_classes:
-            yield Finding(ERROR, cfg.cluster.group_field(i, "market"),
-                          f"{itype.name} is not sold as {group.market} (EC2 lists it for "
-                          f"{', '.join(itype.usage_classes)} only); set market to one of those, or pick another type")
+            yield Finding(
+                ERROR,
+                cfg.cluster.group_field(i, "market"),
+                f"{itype.name} is not sold as {group.market} (EC2 lists it for "
+                f"{', '.join(itype.usage_classes)} only); set market to one of those, or pick another type",
+            )
 
 
 def cluster_placement(cfg, types: dict[str, InstanceType]):
     """Every node launches into one cluster placement group (infra/program/components/compute.py)."""
     for field, itype in types.items():
         if itype.placement_strategies and not itype.cluster_placement_supported:
-            yield Finding(ERROR, field, f"{itype.name} cannot join a cluster placement group (EC2 lists only "
-                                        f"{', '.join(itype.placement_strategies)}), and every hpcc node launches into "
-                                        "one for EFA; pick a type that supports the `cluster` strategy")
+            yield Finding(
+                ERROR,
+                field,
+                f"{itype.name} cannot join a cluster placement group (EC2 lists only "
+                f"{', '.join(itype.placement_strategies)}), and every hpcc node launches into "
+                "one for EFA; pick a type that supports the `cluster` strategy",
+            )
 
 
 def head_public_needs_single_interface(cfg, types: dict[str, InstanceType]):
     head = types.get(HEAD_FIELD)
     if cfg.cluster.ssh.allowed_cidrs and head is not None and head.network_cards > 1 and head.efa_supported:
-        yield Finding(ERROR, HEAD_FIELD,
-                      f"SSH from the internet needs a public IP, which {head.name} (several network cards) cannot "
-                      "get; use a single-card head type such as c5n.18xlarge, or drop cluster.ssh.allowedCidrs and use SSM")
+        yield Finding(
+            ERROR,
+            HEAD_FIELD,
+            f"SSH from the internet needs a public IP, which {head.name} (several network cards) cannot "
+            "get; use a single-card head type such as c5n.18xlarge, or drop cluster.ssh.allowedCidrs and use SSM",
+        )
 
 
 def slurm_node_defined(cfg, types: dict[str, InstanceType]):
@@ -131,8 +160,14 @@ def slurm_node_defined(cfg, types: dict[str, InstanceType]):
             yield Finding(ERROR, e.field, str(e).removeprefix(f"{e.field}: "))
 
 
-TYPE_RULES = [architecture, efa_matches_type, market_supported, cluster_placement, head_public_needs_single_interface,
-              slurm_node_defined]
+TYPE_RULES = [
+    architecture,
+    efa_matches_type,
+    market_supported,
+    cluster_placement,
+    head_public_needs_single_interface,
+    slurm_node_defined,
+]
 
 
 def resolve_types(cfg, facts) -> tuple[dict[str, InstanceType], list[Finding]]:

@@ -16,13 +16,13 @@ What they check, and where AWS says so:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Iterable
 
 from botocore.exceptions import ClientError
 
-from infra.ops.aws import error_code, error_message
 from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
+from infra.ops.aws import error_code, error_message
 
 RESERVATION_FIELD = "cluster.compute.capacityReservationId"
 MARKET_FIELD = "cluster.compute.market"
@@ -46,15 +46,22 @@ def _when(t: datetime) -> str:
 def read_reservation(ctx) -> tuple[dict | None, list[Finding]]:
     rid = ctx.cluster.compute.capacity_reservation_id
     try:
-        found = ctx.aws.call("ec2", "describe_capacity_reservations", CapacityReservationIds=[rid])["CapacityReservations"]
+        found = ctx.aws.call("ec2", "describe_capacity_reservations", CapacityReservationIds=[rid])[
+            "CapacityReservations"
+        ]
     except ClientError as e:
         if error_code(e).startswith("InvalidCapacityReservationId"):
             found = []
         else:
             return None, [Finding(WARNING, RESERVATION_FIELD, f"could not read {rid}: {error_message(e)}; not checked")]
     except NotImplementedError:
-        return None, [Finding(WARNING, RESERVATION_FIELD, f"could not read {rid}: this endpoint does not model capacity "
-                                                          "reservations; not checked")]
+        return None, [
+            Finding(
+                WARNING,
+                RESERVATION_FIELD,
+                f"could not read {rid}: this endpoint does not model capacity reservations; not checked",
+            )
+        ]
     if not found:
         return None, [Finding(ERROR, RESERVATION_FIELD, f"{rid} does not exist in {ctx.aws.region}")]
     return found[0], []
@@ -63,16 +70,25 @@ def read_reservation(ctx) -> tuple[dict | None, list[Finding]]:
 def reservation_matches(ctx, cr: dict) -> Iterable[Finding]:
     compute, rid = ctx.cluster.compute, cr["CapacityReservationId"]
     if cr.get("InstanceType") != compute.instance_type:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} reserves {cr.get('InstanceType')}, but compute nodes are "
-                                                f"{compute.instance_type}; match {COMPUTE_FIELD} to it")
+        yield Finding(
+            ERROR,
+            RESERVATION_FIELD,
+            f"{rid} reserves {cr.get('InstanceType')}, but compute nodes are "
+            f"{compute.instance_type}; match {COMPUTE_FIELD} to it",
+        )
     cr_az = cr.get("AvailabilityZone")
     if cr_az != ctx.az:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is in {cr_az}, but the cluster goes to {ctx.az}; set "
-                                                f"{AZ_FIELD}: {cr_az}")
+        yield Finding(
+            ERROR, RESERVATION_FIELD, f"{rid} is in {cr_az}, but the cluster goes to {ctx.az}; set {AZ_FIELD}: {cr_az}"
+        )
     free, total = cr.get("AvailableInstanceCount", 0), cr.get("TotalInstanceCount", "?")
     if free < compute.count:
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} has {free} of {total} instances free, but the cluster needs "
-                                                f"{compute.count}; lower cluster.compute.count or extend the reservation")
+        yield Finding(
+            ERROR,
+            RESERVATION_FIELD,
+            f"{rid} has {free} of {total} instances free, but the cluster needs "
+            f"{compute.count}; lower cluster.compute.count or extend the reservation",
+        )
 
 
 def reservation_kind(ctx, cr: dict) -> Iterable[Finding]:
@@ -81,8 +97,11 @@ def reservation_kind(ctx, cr: dict) -> Iterable[Finding]:
     if block and market != "capacity-block":
         yield Finding(ERROR, MARKET_FIELD, f"{rid} is a Capacity Block: launches into it need market: capacity-block")
     elif not block and market == "capacity-block":
-        yield Finding(ERROR, MARKET_FIELD, f"{rid} is an On-Demand Capacity Reservation, not a Capacity Block; set "
-                                           "market: on-demand")
+        yield Finding(
+            ERROR,
+            MARKET_FIELD,
+            f"{rid} is an On-Demand Capacity Reservation, not a Capacity Block; set market: on-demand",
+        )
 
 
 def reservation_timing(ctx, cr: dict) -> Iterable[Finding]:
@@ -90,32 +109,51 @@ def reservation_timing(ctx, cr: dict) -> Iterable[Finding]:
     rid, state, now = cr["CapacityReservationId"], cr.get("State"), ctx.now()
     start, end = cr.get("StartDate"), cr.get("EndDate")
     if state in ENDED or (end is not None and end <= now):
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} has ended ({state}"
-                                                f"{', ' + _when(end) if end else ''}); buy or name another reservation")
+        yield Finding(
+            ERROR,
+            RESERVATION_FIELD,
+            f"{rid} has ended ({state}{', ' + _when(end) if end else ''}); buy or name another reservation",
+        )
         return
     if state in NOT_STARTED or (start is not None and start > now):
         when = f"from {_when(start)}" if start else "once it becomes active"
-        yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is {state}: usable {when}; launches before that fail with "
-                                                "insufficient capacity, so run `hpcc up` after it starts")
+        yield Finding(
+            ERROR,
+            RESERVATION_FIELD,
+            f"{rid} is {state}: usable {when}; launches before that fail with "
+            "insufficient capacity, so run `hpcc up` after it starts",
+        )
     elif state != "active":
         yield Finding(ERROR, RESERVATION_FIELD, f"{rid} is {state}, not active")
     if cr.get("ReservationType") == "capacity-block" and end is not None:
         reclaim = end - RECLAIM_BEFORE_END
-        yield Finding(WARNING, RESERVATION_FIELD, f"{rid} ends {_when(end)}: EC2 starts terminating its instances "
-                                                  f"30 minutes before, at {_when(reclaim)}. Save checkpoints to FSx "
-                                                  "(or S3) before then; the cluster's nodes will be gone")
+        yield Finding(
+            WARNING,
+            RESERVATION_FIELD,
+            f"{rid} ends {_when(end)}: EC2 starts terminating its instances "
+            f"30 minutes before, at {_when(reclaim)}. Save checkpoints to FSx "
+            "(or S3) before then; the cluster's nodes will be gone",
+        )
 
 
 def reservation_placement(ctx, cr: dict) -> Iterable[Finding]:
     rid, wanted = cr["CapacityReservationId"], ctx.cluster.compute.placement_group
     reserved_in = group_name(cr.get("PlacementGroupArn"))
     if reserved_in and wanted != reserved_in:
-        yield Finding(ERROR, GROUP_FIELD, f"{rid} was made in the cluster placement group {reserved_in}, and only "
-                                          f"launches into that group use it; set {GROUP_FIELD}: {reserved_in}")
+        yield Finding(
+            ERROR,
+            GROUP_FIELD,
+            f"{rid} was made in the cluster placement group {reserved_in}, and only "
+            f"launches into that group use it; set {GROUP_FIELD}: {reserved_in}",
+        )
     elif wanted and not reserved_in:
-        yield Finding(WARNING, GROUP_FIELD, f"{rid} is not tied to a placement group, so launching into {wanted} can "
-                                            "fail for capacity although the reservation has room; remove "
-                                            f"{GROUP_FIELD} (compute nodes then launch outside any group)")
+        yield Finding(
+            WARNING,
+            GROUP_FIELD,
+            f"{rid} is not tied to a placement group, so launching into {wanted} can "
+            "fail for capacity although the reservation has room; remove "
+            f"{GROUP_FIELD} (compute nodes then launch outside any group)",
+        )
 
 
 def capacity_reservation(ctx) -> Iterable[Finding]:
@@ -128,6 +166,10 @@ def capacity_reservation(ctx) -> Iterable[Finding]:
     for rule in (reservation_kind, reservation_matches, reservation_timing, reservation_placement):
         yield from rule(ctx, cr)
     if not problems:
-        yield Finding(INFO, RESERVATION_FIELD, f"{cr['CapacityReservationId']}: {cr.get('InstanceType')} x "
-                                               f"{cr.get('TotalInstanceCount', '?')} in {cr.get('AvailabilityZone')}, "
-                                               f"{cr.get('AvailableInstanceCount', '?')} free")
+        yield Finding(
+            INFO,
+            RESERVATION_FIELD,
+            f"{cr['CapacityReservationId']}: {cr.get('InstanceType')} x "
+            f"{cr.get('TotalInstanceCount', '?')} in {cr.get('AvailabilityZone')}, "
+            f"{cr.get('AvailableInstanceCount', '?')} free",
+        )

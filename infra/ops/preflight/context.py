@@ -4,18 +4,18 @@ read it are in infra/ops/preflight/rules.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
-from typing import Callable
 
 from botocore.exceptions import ClientError
 
+from hpcc_contract.names import Paths
+from infra.config.model import StackConfig
 from infra.facts import prices
 from infra.facts.az import first_az
 from infra.facts.images import DLAMI_OWNER
-from infra.config.model import StackConfig
-from hpcc_contract.names import Paths
 from infra.ops.aws import Aws, error_code
 
 HEAD_FIELD = "cluster.headNode.instanceType"
@@ -33,6 +33,7 @@ QUOTAS = {
     "f": ("L-74FC7D96", "L-88CF9481", "F"),
     "hpc": ("L-F7808C92", None, "HPC"),
 }
+
 
 def quota_group(instance_type: str) -> str:
     family = instance_type.split(".", 1)[0]
@@ -57,7 +58,7 @@ class Role:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -82,9 +83,17 @@ class Context:
     @cached_property
     def roles(self) -> list[Role]:
         c = self.cluster
-        return [Role("head", HEAD_FIELD, c.head_node.instance_type, 1),
-                Role("compute", COMPUTE_FIELD, c.compute.instance_type, c.compute.count, c.compute.market,
-                     c.compute.capacity_reservation_id)]
+        return [
+            Role("head", HEAD_FIELD, c.head_node.instance_type, 1),
+            Role(
+                "compute",
+                COMPUTE_FIELD,
+                c.compute.instance_type,
+                c.compute.count,
+                c.compute.market,
+                c.compute.capacity_reservation_id,
+            ),
+        ]
 
     @cached_property
     def types(self) -> list[str]:
@@ -106,9 +115,13 @@ class Context:
     def offerings(self) -> dict[str, set[str]]:
         """AZ -> the configured types it offers."""
         out: dict[str, set[str]] = {}
-        for o in self.aws.pages("ec2", "describe_instance_type_offerings", "InstanceTypeOfferings",
-                                LocationType="availability-zone",
-                                Filters=[{"Name": "instance-type", "Values": self.types}]):
+        for o in self.aws.pages(
+            "ec2",
+            "describe_instance_type_offerings",
+            "InstanceTypeOfferings",
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": self.types}],
+        ):
             out.setdefault(o["Location"], set()).add(o["InstanceType"])
         return out
 
@@ -154,9 +167,15 @@ class Context:
                 found = self.aws.call("ec2", "describe_images", ImageIds=[img.ami_id])["Images"]
             elif img.name_filter:
                 how = f"nameFilter {img.name_filter!r} (owner {DLAMI_OWNER})"
-                found = self.aws.call("ec2", "describe_images", Owners=[DLAMI_OWNER],
-                                      Filters=[{"Name": "name", "Values": [img.name_filter]},
-                                               {"Name": "architecture", "Values": [self.architecture]}])["Images"]
+                found = self.aws.call(
+                    "ec2",
+                    "describe_images",
+                    Owners=[DLAMI_OWNER],
+                    Filters=[
+                        {"Name": "name", "Values": [img.name_filter]},
+                        {"Name": "architecture", "Values": [self.architecture]},
+                    ],
+                )["Images"]
             else:
                 param = img.ssm_parameter_for(self.architecture)
                 how = f"family {img.resolved_family} (SSM parameter {param})"
@@ -177,5 +196,3 @@ class Context:
             self.notes.setdefault("image", f"{how}: no such image in {self.aws.region}")
             return None
         return max(found, key=lambda i: i.get("CreationDate", ""))
-
-

@@ -7,12 +7,12 @@ cluster's pacing (infra/render/pacing.py) takes TARGET_SHARE of it for itself al
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from infra.render.pacing import SSM_REQUESTS_PER_SECOND, agent_requests_per_second, pacing_for
 from hpcc_contract.names import TAG_CLUSTER, Paths
-from infra.ops.aws import Aws
 from infra.config.validators.findings import WARNING, Finding
+from infra.ops.aws import Aws
+from infra.render.pacing import SSM_REQUESTS_PER_SECOND, agent_requests_per_second, pacing_for
 
 FIELD = "cluster.name"
 PREFIX = "/hpcc/"
@@ -23,16 +23,20 @@ def other_clusters(aws: Aws, own: str) -> dict[str, int]:
     """Every other hpcc cluster seen by its `/hpcc/<name>/` parameters or its `hpcc:cluster` tags -> its nodes
     (status parameters or live tagged instances, whichever is more; at least 1)."""
     statuses: dict[str, set[str]] = {}
-    for p in aws.pages("ssm", "describe_parameters",
-                       ParameterFilters=[{"Key": "Name", "Option": "BeginsWith", "Values": [PREFIX]}]):
-        name = p["Name"][len(PREFIX):].split("/")[0]
+    for p in aws.pages(
+        "ssm", "describe_parameters", ParameterFilters=[{"Key": "Name", "Option": "BeginsWith", "Values": [PREFIX]}]
+    ):
+        name = p["Name"][len(PREFIX) :].split("/")[0]
         nodes = statuses.setdefault(name, set())
         if p["Name"].startswith(Paths(name).nodes + "/"):
             nodes.add(p["Name"].rsplit("/", 1)[1])
     instances: dict[str, int] = {}
-    for inst in aws.pages("ec2", "describe_instances", "Reservations[].Instances[]",
-                          Filters=[{"Name": "tag-key", "Values": [TAG_CLUSTER]},
-                                   {"Name": "instance-state-name", "Values": list(LIVE)}]):
+    for inst in aws.pages(
+        "ec2",
+        "describe_instances",
+        "Reservations[].Instances[]",
+        Filters=[{"Name": "tag-key", "Values": [TAG_CLUSTER]}, {"Name": "instance-state-name", "Values": list(LIVE)}],
+    ):
         name = next(t["Value"] for t in inst.get("Tags", []) if t["Key"] == TAG_CLUSTER)
         instances[name] = instances.get(name, 0) + 1
     names = (set(statuses) | set(instances)) - {own}
@@ -54,16 +58,26 @@ def shared_ssm_throughput(ctx) -> Iterable[Finding]:
     if not others:
         return
     own_nodes = ctx.cluster.compute.count + 1
-    each = "; ".join(f"{n} ({nodes} nodes): {steady_rate(nodes):.1f}/s settled, "
-                     f"bursts up to {boot_rate(nodes):.1f}/s booting" for n, nodes in others.items())
+    each = "; ".join(
+        f"{n} ({nodes} nodes): {steady_rate(nodes):.1f}/s settled, bursts up to {boot_rate(nodes):.1f}/s booting"
+        for n, nodes in others.items()
+    )
     total = sum(steady_rate(n) for n in [own_nodes, *others.values()])
     peak = sum(boot_rate(n) for n in [own_nodes, *others.values()])
-    yield Finding(WARNING, FIELD, (
-        f"{len(others)} other hpcc cluster(s) in {ctx.aws.region} of this account share Parameter Store's default "
-        f"throughput ({SSM_REQUESTS_PER_SECOND} requests/s for GetParameter(s) and PutParameter together): {each}. "
-        f"With this one ({own_nodes} nodes: {steady_rate(own_nodes):.1f}/s settled, bursts up to "
-        f"{boot_rate(own_nodes):.1f}/s booting) they ask {total:.1f}/s settled and up to {peak:.1f}/s while all boot; "
-        f"above {SSM_REQUESTS_PER_SECOND}/s calls are throttled and slow every node's bootstrap and membership. Fix: "
-        f"turn on Parameter Store's higher throughput (billed; `aws ssm update-service-setting --setting-id "
-        f"/ssm/parameter-store/high-throughput-enabled --setting-value true`), do not boot the clusters at the same "
-        f"time, or put this one in another Region or account"))
+    yield Finding(
+        WARNING,
+        FIELD,
+        (
+            f"{len(others)} other hpcc cluster(s) in {ctx.aws.region} of this account share Parameter Store's default "
+            f"throughput ({SSM_REQUESTS_PER_SECOND} requests/s for GetParameter(s) and PutParameter together): {each}. "
+            f"With this one ({own_nodes} nodes: {steady_rate(own_nodes):.1f}/s settled, bursts up to "
+            f"{boot_rate(own_nodes):.1f}/s booting) they ask {total:.1f}/s settled and up to {peak:.1f}/s while all "
+            "boot; "
+            f"above {SSM_REQUESTS_PER_SECOND}/s calls are throttled and slow every node's bootstrap and membership. "
+            "Fix: "
+            f"turn on Parameter Store's higher throughput (billed; `aws ssm update-service-setting --setting-id "
+            "/ssm/parameter-store/high-throughput-enabled --setting-value true`), do not boot the clusters at the "
+            "same "
+            f"time, or put this one in another Region or account"
+        ),
+    )

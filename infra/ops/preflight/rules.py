@@ -1,30 +1,29 @@
 """`hpcc preflight`: checks against the region, before anything is created.
 
 One small rule per check, each yielding `infra.config.validators.Finding`s (severity, config field, what to do),
-like the config rules. Rules share a `Context` (infra/ops/preflight/context.py) that asks AWS each question once. Nothing is created:
-the only write-shaped call is RunInstances with DryRun=True.
-"""
+like the config rules. Rules share a `Context` (infra/ops/preflight/context.py) that asks AWS each question once.
+Nothing is created: the only write-shaped call is RunInstances with DryRun=True."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Callable, Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.markup import escape
 
-from infra.facts.az import kept_az_problem
 from infra.config.model import StackConfig
-from infra.ops.aws import Aws, error_code, error_message
+from infra.config.validators.check import check_config
+from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
+from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
 from infra.facts import prices
+from infra.facts.az import kept_az_problem
 from infra.facts.instance_types import DescribedFacts
+from infra.ops.aws import Aws, error_code, error_message
 from infra.ops.preflight.capacity import capacity_reservation
+from infra.ops.preflight.context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
 from infra.ops.preflight.groups import launch_rate
 from infra.ops.preflight.neighbours import shared_ssm_throughput
-from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
-from infra.config.validators.check import check_config
-from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
-from infra.ops.preflight.context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
 
 HEAD_FIELD = "cluster.headNode.instanceType"
 COMPUTE_FIELD = "cluster.compute.instanceType"
@@ -42,6 +41,7 @@ def _offered_list(ctx: Context, itype: str) -> str:
 
 
 # -- rules ---------------------------------------------------------------------------------------------
+
 
 def config_findings(ctx: Context) -> Iterable[Finding]:
     """The config rules' warnings (errors already stopped the config from loading)."""
@@ -66,9 +66,15 @@ def price_list(ctx: Context) -> Iterable[Finding]:
     """Each node type's on-demand price from the AWS Price List API, else the dated snapshot, else "price unknown"."""
     for role in ctx.roles:
         try:
-            usd, source = prices.price_list_price(ctx.pricing_client(), role.instance_type, ctx.aws.region), "Price List API"
+            usd, source = (
+                prices.price_list_price(ctx.pricing_client(), role.instance_type, ctx.aws.region),
+                "Price List API",
+            )
         except (ClientError, BotoCoreError, NotImplementedError) as e:
-            usd, source = None, f"Price List API not read: {error_code(e) if isinstance(e, ClientError) else type(e).__name__}"
+            usd, source = (
+                None,
+                f"Price List API not read: {error_code(e) if isinstance(e, ClientError) else type(e).__name__}",
+            )
         if usd is None and ctx.aws.region == prices.SNAPSHOT_REGION:
             usd, source = prices.snapshot_price(role.instance_type), f"{source}; snapshot of {prices.SNAPSHOT_DATE}"
         shown = f"${usd:,.4f}/hour on-demand" if usd is not None else "price unknown"
@@ -78,8 +84,11 @@ def price_list(ctx: Context) -> Iterable[Finding]:
 def types_exist(ctx: Context) -> Iterable[Finding]:
     for role in ctx.roles:
         if role.instance_type not in ctx.type_info:
-            yield Finding(ERROR, role.field, f"{role.instance_type} does not exist in {ctx.aws.region}; "
-                                             "pick another type or aws:region")
+            yield Finding(
+                ERROR,
+                role.field,
+                f"{role.instance_type} does not exist in {ctx.aws.region}; pick another type or aws:region",
+            )
 
 
 def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
@@ -87,31 +96,49 @@ def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
     if configured:
         for role in ctx.roles:
             if role.instance_type in ctx.type_info and role.instance_type not in ctx.offerings.get(configured, set()):
-                yield Finding(ERROR, role.field, f"{role.instance_type} is not offered in {configured}; AZs offering it: "
-                                                 f"{_offered_list(ctx, role.instance_type)}. Change "
-                                                 f"{AZ_FIELD} or the type")
+                yield Finding(
+                    ERROR,
+                    role.field,
+                    f"{role.instance_type} is not offered in {configured}; AZs offering it: "
+                    f"{_offered_list(ctx, role.instance_type)}. Change "
+                    f"{AZ_FIELD} or the type",
+                )
         return
     if not set(ctx.types) <= set(ctx.type_info):
         return  # types_exist said why
     if ctx.kept_az:
-        problem = kept_az_problem(ctx.kept_az, ctx.offered, ctx.cluster.head_node.instance_type,
-                                  ctx.cluster.compute.instance_type, configured=False)
+        problem = kept_az_problem(
+            ctx.kept_az,
+            ctx.offered,
+            ctx.cluster.head_node.instance_type,
+            ctx.cluster.compute.instance_type,
+            configured=False,
+        )
         if problem:
             yield Finding(ERROR, *problem)
         else:
-            yield Finding(INFO, AZ_FIELD, f"none configured: the cluster stays in {ctx.kept_az}, kept since its first "
-                                          "`pulumi up`")
+            yield Finding(
+                INFO, AZ_FIELD, f"none configured: the cluster stays in {ctx.kept_az}, kept since its first `pulumi up`"
+            )
         return
     if ctx.az is None:
         detail = "; ".join(f"{t}: {_offered_list(ctx, t)}" for t in ctx.types)
-        yield Finding(ERROR, AZ_FIELD, f"no availability zone in {ctx.aws.region} offers all of {', '.join(ctx.types)} "
-                                       f"({detail}); choose types offered together, or another region")
+        yield Finding(
+            ERROR,
+            AZ_FIELD,
+            f"no availability zone in {ctx.aws.region} offers all of {', '.join(ctx.types)} "
+            f"({detail}); choose types offered together, or another region",
+        )
         return
     good = sorted(az for az, have in ctx.offerings.items() if have >= set(ctx.types))
     others = f"; also possible: {', '.join(good[1:])}" if len(good) > 1 else ""
-    yield Finding(INFO, AZ_FIELD, f"none configured: the cluster goes to {ctx.az}, the first AZ (sorted) offering all of "
-                                  f"{', '.join(ctx.types)}, because every node and the file system must share one AZ "
-                                  f"for EFA{others}. Set {AZ_FIELD} to pin it")
+    yield Finding(
+        INFO,
+        AZ_FIELD,
+        f"none configured: the cluster goes to {ctx.az}, the first AZ (sorted) offering all of "
+        f"{', '.join(ctx.types)}, because every node and the file system must share one AZ "
+        f"for EFA{others}. Set {AZ_FIELD} to pin it",
+    )
 
 
 def efa_support(ctx: Context) -> Iterable[Finding]:
@@ -121,8 +148,12 @@ def efa_support(ctx: Context) -> Iterable[Finding]:
         return
     supported = bool(info.get("NetworkInfo", {}).get("EfaSupported"))
     if compute.efa is True and not supported:
-        yield Finding(ERROR, "cluster.compute.efa", f"EC2 says {compute.instance_type} has no EFA in {ctx.aws.region}; "
-                                                    "remove `efa: true` to run over TCP, or pick an EFA type")
+        yield Finding(
+            ERROR,
+            "cluster.compute.efa",
+            f"EC2 says {compute.instance_type} has no EFA in {ctx.aws.region}; "
+            "remove `efa: true` to run over TCP, or pick an EFA type",
+        )
     elif compute.efa is False and supported:
         yield Finding(WARNING, "cluster.compute.efa", efa_off(compute.instance_type))
     elif compute.efa is None and not supported:
@@ -136,17 +167,28 @@ def placement_strategy(ctx: Context) -> Iterable[Finding]:
             continue
         strategies = info.get("PlacementGroupInfo", {}).get("SupportedStrategies")
         if strategies is None:
-            yield Finding(WARNING, role.field, f"EC2 does not say whether {role.instance_type} supports cluster placement "
-                                               "groups; the launch may fail if it does not")
+            yield Finding(
+                WARNING,
+                role.field,
+                f"EC2 does not say whether {role.instance_type} supports cluster placement "
+                "groups; the launch may fail if it does not",
+            )
         elif "cluster" not in strategies:
-            yield Finding(ERROR, role.field, f"{role.instance_type} does not support the `cluster` placement strategy "
-                                             f"(only {', '.join(strategies) or 'none'}); pick a type that does")
+            yield Finding(
+                ERROR,
+                role.field,
+                f"{role.instance_type} does not support the `cluster` placement strategy "
+                f"(only {', '.join(strategies) or 'none'}); pick a type that does",
+            )
 
 
 def image_exists(ctx: Context) -> Iterable[Finding]:
     if ctx.image is None:
-        yield Finding(ERROR, IMAGE_FIELD, f"{ctx.notes.get('image', 'no image found')}; pin an AMI with "
-                                          f"{IMAGE_FIELD}.amiId or choose another family")
+        yield Finding(
+            ERROR,
+            IMAGE_FIELD,
+            f"{ctx.notes.get('image', 'no image found')}; pin an AMI with {IMAGE_FIELD}.amiId or choose another family",
+        )
 
 
 def image_architecture(ctx: Context) -> Iterable[Finding]:
@@ -159,8 +201,12 @@ def image_architecture(ctx: Context) -> Iterable[Finding]:
             continue
         archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
         if arch not in archs:
-            yield Finding(ERROR, IMAGE_FIELD, f"{ctx.image['ImageId']} ({ctx.image.get('Name')}) is {arch}, but "
-                                              f"{role.instance_type} runs {', '.join(archs)}; use an image for that")
+            yield Finding(
+                ERROR,
+                IMAGE_FIELD,
+                f"{ctx.image['ImageId']} ({ctx.image.get('Name')}) is {arch}, but "
+                f"{role.instance_type} runs {', '.join(archs)}; use an image for that",
+            )
 
 
 def image_supports_types(ctx: Context) -> Iterable[Finding]:
@@ -175,14 +221,22 @@ def image_supports_types(ctx: Context) -> Iterable[Finding]:
         if not base_oss or family in BASE_OSS_SUPPORTED:
             continue
         if family.startswith("p3"):
-            yield Finding(ERROR, IMAGE_FIELD, f"{name} does not list {role.instance_type}: its open-source NVIDIA "
-                                              "kernel modules need Turing or newer, and the V100 is Volta. Pin an image "
-                                              f"that supports V100 (older or proprietary-driver DLAMI) with {IMAGE_FIELD}.amiId")
+            yield Finding(
+                ERROR,
+                IMAGE_FIELD,
+                f"{name} does not list {role.instance_type}: its open-source NVIDIA "
+                "kernel modules need Turing or newer, and the V100 is Volta. Pin an image "
+                f"that supports V100 (older or proprietary-driver DLAMI) with {IMAGE_FIELD}.amiId",
+            )
         elif family.startswith(("trn", "inf")):
             yield Finding(WARNING, IMAGE_FIELD, f"{name} has no Neuron SDK; {role.instance_type} needs a Neuron DLAMI")
         elif gpus:
-            yield Finding(WARNING, IMAGE_FIELD, f"{name} does not list {role.instance_type} among its supported types; "
-                                                "check the DLAMI release notes or pin an image that does")
+            yield Finding(
+                WARNING,
+                IMAGE_FIELD,
+                f"{name} does not list {role.instance_type} among its supported types; "
+                "check the DLAMI release notes or pin an image that does",
+            )
 
 
 def vcpu_quota(ctx: Context) -> Iterable[Finding]:
@@ -196,46 +250,69 @@ def vcpu_quota(ctx: Context) -> Iterable[Finding]:
     for (group, market), vcpus in sorted(need.items()):
         on_demand, spot, label = QUOTAS[group]
         code = spot if market == "spot" else on_demand
-        what = f"{'All ' + label + ' Spot Instance Requests' if market == 'spot' else 'Running On-Demand ' + label + ' instances'}"
+        what = f"All {label} Spot Instance Requests" if market == "spot" else f"Running On-Demand {label} instances"
         if code is None:
-            yield Finding(WARNING, "cluster.compute.market", f"no vCPU quota is known for {market} {label} instances; "
-                                                             f"check {vcpus} vCPUs fit before `hpcc up`")
+            yield Finding(
+                WARNING,
+                "cluster.compute.market",
+                f"no vCPU quota is known for {market} {label} instances; check {vcpus} vCPUs fit before `hpcc up`",
+            )
             continue
         try:
             quota = ctx.aws.call("service-quotas", "get_service_quota", ServiceCode="ec2", QuotaCode=code)["Quota"]
         except ClientError as e:
-            yield Finding(WARNING, COMPUTE_FIELD, f"could not read the vCPU quota \"{what}\" ({code}): "
-                                                 f"{error_message(e).rstrip('.')}. Not checked: the cluster needs {vcpus} vCPUs of it; "
-                                                 f"see `aws service-quotas get-service-quota --service-code ec2 --quota-code {code}`")
+            yield Finding(
+                WARNING,
+                COMPUTE_FIELD,
+                f"could not read the vCPU quota \"{what}\" ({code}): "
+                f"{error_message(e).rstrip('.')}. Not checked: the cluster needs {vcpus} vCPUs of it; "
+                f"see `aws service-quotas get-service-quota --service-code ec2 --quota-code {code}`",
+            )
             continue
         limit = int(quota.get("Value", 0))
         if limit < vcpus:
-            yield Finding(ERROR, COMPUTE_FIELD, f"the cluster needs {vcpus} vCPUs of \"{what}\" but the quota is {limit} "
-                                                f"(instances already running count too); request an increase: `aws service-quotas "
-                                                f"request-service-quota-increase --service-code ec2 --quota-code {code} "
-                                                f"--desired-value {vcpus}`, or use fewer or smaller nodes")
+            yield Finding(
+                ERROR,
+                COMPUTE_FIELD,
+                f"the cluster needs {vcpus} vCPUs of \"{what}\" but the quota is {limit} "
+                f"(instances already running count too); request an increase: `aws service-quotas "
+                f"request-service-quota-increase --service-code ec2 --quota-code {code} "
+                f"--desired-value {vcpus}`, or use fewer or smaller nodes",
+            )
         else:
-            yield Finding(INFO, COMPUTE_FIELD, f"vCPU quota \"{what}\" is {limit}; the cluster needs {vcpus} "
-                                               "(instances already running count against it too)")
+            yield Finding(
+                INFO,
+                COMPUTE_FIELD,
+                f"vCPU quota \"{what}\" is {limit}; the cluster needs {vcpus} "
+                "(instances already running count against it too)",
+            )
 
 
 DRY_RUN_ADVICE: dict[str, Callable[[Context, Role], str]] = {
     "InsufficientInstanceCapacity": lambda ctx, r: (
         f"AWS has no {r.instance_type} capacity for {r.count} instance(s) in {ctx.az} right now. Try another AZ "
         f"offering it ({_offered_list(ctx, r.instance_type)}), fewer nodes, a capacity reservation or Capacity Block "
-        f"({RESERVATION_FIELD}), or retry later"),
+        f"({RESERVATION_FIELD}), or retry later"
+    ),
     "InstanceLimitExceeded": lambda ctx, r: (
-        f"the account's limit for {r.instance_type} would be exceeded by {r.count} more instance(s); request a vCPU quota "
-        f"increase (Service Quotas, code {QUOTAS[quota_group(r.instance_type)][0]}) or use fewer nodes"),
+        f"the account's limit for {r.instance_type} would be exceeded by {r.count} more instance(s); request a vCPU "
+        "quota "
+        f"increase (Service Quotas, code {QUOTAS[quota_group(r.instance_type)][0]}) or use fewer nodes"
+    ),
     "VcpuLimitExceeded": lambda ctx, r: (
         f"{r.count} x {r.instance_type} exceed the account's vCPU quota; request an increase (Service Quotas, code "
-        f"{QUOTAS[quota_group(r.instance_type)][1 if r.market == 'spot' else 0]}) or use fewer nodes"),
+        f"{QUOTAS[quota_group(r.instance_type)][1 if r.market == 'spot' else 0]}) or use fewer nodes"
+    ),
     "Unsupported": lambda ctx, r: (
-        f"{r.instance_type} cannot be launched this way in {ctx.az} (type, AZ, market or image not supported together); "
-        f"AZs offering it: {_offered_list(ctx, r.instance_type)}. Change {AZ_FIELD}, the type, or cluster.compute.market"),
+        f"{r.instance_type} cannot be launched this way in {ctx.az} (type, AZ, market or image not supported "
+        "together); "
+        f"AZs offering it: {_offered_list(ctx, r.instance_type)}. Change {AZ_FIELD}, the type, or "
+        "cluster.compute.market"
+    ),
     "InsufficientFreeAddressesInSubnet": lambda ctx, r: (
         f"the subnet has too few free addresses for {r.count} instance(s) and their interfaces; hpcc's own private "
-        "subnet is a /20 (4091 addresses), so this means a smaller or fuller subnet: free addresses or use fewer nodes"),
+        "subnet is a /20 (4091 addresses), so this means a smaller or fuller subnet: free addresses or use fewer nodes"
+    ),
 }
 
 
@@ -243,34 +320,58 @@ def dry_run_launch(ctx: Context) -> Iterable[Finding]:
     if ctx.image is None or ctx.az is None or not set(ctx.types) <= set(ctx.type_info):
         return
     for role in ctx.roles:
-        kwargs = dict(DryRun=True, ImageId=ctx.image["ImageId"], InstanceType=role.instance_type, MinCount=role.count,
-                      MaxCount=role.count, Placement={"AvailabilityZone": ctx.az})
+        kwargs = dict(
+            DryRun=True,
+            ImageId=ctx.image["ImageId"],
+            InstanceType=role.instance_type,
+            MinCount=role.count,
+            MaxCount=role.count,
+            Placement={"AvailabilityZone": ctx.az},
+        )
         if role.market == "spot":
-            kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": {
-                "SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+            kwargs["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+            }
         elif role.market == "capacity-block":
             kwargs["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
         if role.reservation:
-            kwargs["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": role.reservation}}
+            kwargs["CapacityReservationSpecification"] = {
+                "CapacityReservationTarget": {"CapacityReservationId": role.reservation}
+            }
         try:
             ctx.aws.call("ec2", "run_instances", **kwargs)  # throttling retried; DryRunOperation is the answer
         except ClientError as e:
             code = error_code(e)
             if code == "DryRunOperation":
-                yield Finding(INFO, role.field, f"dry run: AWS would launch {role.count} x {role.instance_type} in {ctx.az}")
+                yield Finding(
+                    INFO, role.field, f"dry run: AWS would launch {role.count} x {role.instance_type} in {ctx.az}"
+                )
             elif code in DRY_RUN_ADVICE:
                 yield Finding(ERROR, role.field, f"dry run refused ({code}): {DRY_RUN_ADVICE[code](ctx, role)}")
             elif code in ("UnauthorizedOperation", "AccessDenied"):
-                yield Finding(WARNING, role.field, f"dry run not allowed for these credentials ({code}); `hpcc up` needs "
-                                                   "ec2:RunInstances, so check the role before going further")
+                yield Finding(
+                    WARNING,
+                    role.field,
+                    f"dry run not allowed for these credentials ({code}); `hpcc up` needs "
+                    "ec2:RunInstances, so check the role before going further",
+                )
             elif code in ("VPCIdNotSpecified", "MissingInput", "VPCResourceNotSpecified"):
-                yield Finding(WARNING, role.field, f"dry run not done: the account has no default VPC to try it in ({code}), "
-                                                   "so capacity, quota and subnet refusals are not checked until `hpcc up`")
+                yield Finding(
+                    WARNING,
+                    role.field,
+                    f"dry run not done: the account has no default VPC to try it in ({code}), "
+                    "so capacity, quota and subnet refusals are not checked until `hpcc up`",
+                )
             else:
                 yield Finding(ERROR, role.field, f"dry run refused: {error_message(e)}")
         else:  # an endpoint that ignored DryRun would have launched: say so loudly rather than pass
-            yield Finding(ERROR, role.field, "the dry run was not refused as a dry run: this endpoint may have launched "
-                                             "instances; check and terminate them")
+            yield Finding(
+                ERROR,
+                role.field,
+                "the dry run was not refused as a dry run: this endpoint may have launched "
+                "instances; check and terminate them",
+            )
 
 
 RULES = [
@@ -311,8 +412,10 @@ def print_findings(console, findings: list[Finding]) -> None:
     order = {ERROR: 0, WARNING: 1, INFO: 2}
     for f in sorted(findings, key=lambda f: order.get(f.severity, 3)):
         # Findings quote AWS's and the user's text (image names, filters): never read it as rich markup.
-        console.print(f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]: {escape(f.field)}: {escape(f.message)}",
-                      highlight=False)
+        console.print(
+            f"[{SEVERITY_STYLE.get(f.severity, '')}]{f.severity}[/]: {escape(f.field)}: {escape(f.message)}",
+            highlight=False,
+        )
     errors = sum(f.is_error for f in findings)
     warnings = sum(f.severity == WARNING for f in findings)
     console.print(f"preflight: {errors} error(s), {warnings} warning(s)", highlight=False)

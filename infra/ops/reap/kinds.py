@@ -5,14 +5,13 @@ finder and deleter that read such a description. The table itself is in infra/op
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Union
 
 from botocore.exceptions import ClientError
 
 from hpcc_contract.names import TAG_CLUSTER
-from infra.ops.aws import Aws, error_code, error_message, tag_dict, tag_filter
-from infra.ops.aws import WaitFailed, pages, waiter_done
+from infra.ops.aws import Aws, WaitFailed, error_code, error_message, pages, tag_dict, tag_filter, waiter_done
 
 
 @dataclass
@@ -62,6 +61,7 @@ class Waits:
 @dataclass
 class Found:
     """What inventory knows while it lists: the cluster's VPCs, and the records already found per kind."""
+
     aws: Aws
     inv: Inventory
     vpc_ids: list[str] = field(default_factory=list)
@@ -74,11 +74,17 @@ class Found:
 
 # -- ownership -----------------------------------------------------------------------------------------
 
+
 def missing(e: ClientError) -> bool:
     code = error_code(e)
     return code.endswith((".NotFound", "NotFound", "NoSuchEntity", "ResourceNotFoundException")) or code in (
-        "NoSuchEntity", "ParameterNotFound", "FileSystemNotFound", "InvalidAllocationID.NotFound",
-        "DataRepositoryAssociationNotFound", "NatGatewayNotFound")
+        "NoSuchEntity",
+        "ParameterNotFound",
+        "FileSystemNotFound",
+        "InvalidAllocationID.NotFound",
+        "DataRepositoryAssociationNotFound",
+        "NatGatewayNotFound",
+    )
 
 
 def name_tag(record: dict, tags: str = "Tags") -> str:
@@ -92,9 +98,13 @@ def owned(tags: list[dict] | None, cluster: str) -> bool:
 def mine(items: list[dict], cluster: str, vpc_ids: list[str], tag_key: str = "Tags") -> list[dict]:
     """Re-check on our side what a filter asked for (tag or VPC), so an endpoint that ignores a filter
     can never make reap touch another cluster's resources."""
-    return [i for i in items if owned(i.get(tag_key), cluster)
-            or (i.get("VpcId") and i.get("VpcId") in vpc_ids)
-            or any(a.get("VpcId") in vpc_ids for a in i.get("Attachments", []))]
+    return [
+        i
+        for i in items
+        if owned(i.get(tag_key), cluster)
+        or (i.get("VpcId") and i.get("VpcId") in vpc_ids)
+        or any(a.get("VpcId") in vpc_ids for a in i.get("Attachments", []))
+    ]
 
 
 def why(e: BaseException) -> str:
@@ -105,10 +115,12 @@ def why(e: BaseException) -> str:
 
 # -- the description of a kind -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Find:
     """List a kind: by the cluster tag and/or inside the cluster's VPCs (EC2 filters), then re-check each
     record on our side (`mine`, or `owner` when the kind has no tag or VPC to check)."""
+
     op: str
     id: str  # the record's id field
     service: str = "ec2"
@@ -129,6 +141,7 @@ class Find:
 class Delete:
     """Delete each item with `op`; `first` undoes what would refuse the delete (an association, an
     attachment); `waiter` (botocore's, or infra/ops/aws.CUSTOM) then waits for all of them."""
+
     op: str
     args: Callable[[Item], dict]
     service: str = "ec2"
@@ -145,11 +158,12 @@ DeleteFn = Callable[[Aws, list[Item], Waits], None]
 @dataclass(frozen=True)
 class Kind:
     kind: str
-    find: Union[Find, FindFn]
-    delete: Union[Delete, DeleteFn]
+    find: Find | FindFn
+    delete: Delete | DeleteFn
 
 
 # -- the generic finder --------------------------------------------------------------------------------
+
 
 def records(found: Found, kind: str, spec: Find) -> list[dict]:
     """The kind's records that are the cluster's, listed once per inventory."""
@@ -168,7 +182,11 @@ def records(found: Found, kind: str, spec: Find) -> list[dict]:
     by_id: dict[str, dict] = {}
     for kw in calls:
         for r in pages(found.aws, spec.service, spec.op, spec.records, **kw):
-            if spec.owner(r, found) if spec.owner else mine([r], found.cluster, found.vpc_ids if spec.in_vpc else [], spec.tags):
+            if (
+                spec.owner(r, found)
+                if spec.owner
+                else mine([r], found.cluster, found.vpc_ids if spec.in_vpc else [], spec.tags)
+            ):
                 by_id[r[spec.id]] = r
     found.records[kind] = [by_id[k] for k in sorted(by_id)]
     return found.records[kind]
@@ -182,11 +200,15 @@ def find(found: Found, kind: str, spec: Find) -> list[Item]:
             raise
         found.inv.notes.append(f"could not list {kind.replace('-', ' ')}s ({why(e)}); {spec.unlisted(found.cluster)}")
         return []
-    return [Item(kind, r[spec.id], spec.name(r) if spec.name else name_tag(r, spec.tags), extra=spec.extra(r))
-            for r in listed if spec.keep(r, found)]
+    return [
+        Item(kind, r[spec.id], spec.name(r) if spec.name else name_tag(r, spec.tags), extra=spec.extra(r))
+        for r in listed
+        if spec.keep(r, found)
+    ]
 
 
 # -- the generic deleter -------------------------------------------------------------------------------
+
 
 def fail(it: Item, e: BaseException) -> None:
     it.result = f"failed: {e if isinstance(e, (TimeoutError, WaitFailed)) else why(e)}"
@@ -239,5 +261,9 @@ def delete(aws: Aws, spec: Delete, items: list[Item], waits: Waits) -> None:
 
     started = each(items, one)
     if spec.waiter and started:
-        wait(started, waits, waiter_done(aws, spec.service, spec.waiter, **spec.wait_args(started)),
-             spec.what or f"{spec.waiter} ({len(started)})")
+        wait(
+            started,
+            waits,
+            waiter_done(aws, spec.service, spec.waiter, **spec.wait_args(started)),
+            spec.what or f"{spec.waiter} ({len(started)})",
+        )

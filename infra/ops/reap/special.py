@@ -7,35 +7,49 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from hpcc_contract.names import TAG_CLUSTER, Paths, role_name
-from infra.ops.aws import Aws
-from infra.ops.aws import pages, waiter_done
-from infra.ops.reap.kinds import (Find, Found, Item, Waits, each, missing, owned, records, unless_missing,
-                                  why)
+from infra.ops.aws import Aws, pages, waiter_done
+from infra.ops.reap.kinds import Find, Found, Item, Waits, each, missing, owned, records, unless_missing, why
 
-FILE_SYSTEMS = Find("describe_file_systems", "FileSystemId", service="fsx", by_tag=False,
-                    owner=lambda fs, found: owned(fs.get("Tags"), found.cluster),  # FSx has no tag filter
-                    keep=lambda fs, found: fs.get("Lifecycle") != "DELETING",
-                    extra=lambda fs: {"deployment": fs.get("LustreConfiguration", {}).get("DeploymentType", "")})
+FILE_SYSTEMS = Find(
+    "describe_file_systems",
+    "FileSystemId",
+    service="fsx",
+    by_tag=False,
+    owner=lambda fs, found: owned(fs.get("Tags"), found.cluster),  # FSx has no tag filter
+    keep=lambda fs, found: fs.get("Lifecycle") != "DELETING",
+    extra=lambda fs: {"deployment": fs.get("LustreConfiguration", {}).get("DeploymentType", "")},
+)
 
 
 # -- FSx data repository associations ------------------------------------------------------------------
+
 
 def find_associations(found: Found) -> list[Item]:
     fs_ids = [fs["FileSystemId"] for fs in records(found, "file-system", FILE_SYSTEMS) if FILE_SYSTEMS.keep(fs, found)]
     if not fs_ids:
         return []
     try:
-        return [Item("fsx-association", dra["AssociationId"], dra.get("DataRepositoryPath", ""))
-                for dra in pages(found.aws, "fsx", "describe_data_repository_associations", "Associations",
-                                 Filters=[{"Name": "file-system-id", "Values": fs_ids}])
-                if dra.get("FileSystemId") in fs_ids]
+        return [
+            Item("fsx-association", dra["AssociationId"], dra.get("DataRepositoryPath", ""))
+            for dra in pages(
+                found.aws,
+                "fsx",
+                "describe_data_repository_associations",
+                "Associations",
+                Filters=[{"Name": "file-system-id", "Values": fs_ids}],
+            )
+            if dra.get("FileSystemId") in fs_ids
+        ]
     except (ClientError, NotImplementedError) as e:
-        found.inv.notes.append(f"could not list the file systems' data repository associations ({why(e)}); "
-                               "deleting a file system removes them anyway")
+        found.inv.notes.append(
+            f"could not list the file systems' data repository associations ({why(e)}); "
+            "deleting a file system removes them anyway"
+        )
         return []
 
 
 # -- network interfaces --------------------------------------------------------------------------------
+
 
 def outlives_its_instance(eni: dict, found: Found) -> bool:
     """Goes with its instance: delete-on-termination, or the primary interface made at launch (AWS's
@@ -45,20 +59,27 @@ def outlives_its_instance(eni: dict, found: Found) -> bool:
     (detached first if still attached). Terminated instances count: their interfaces went with them."""
     attachment = eni.get("Attachment") or {}
     instance_ids = {i["InstanceId"] for i in found.records.get("instance", [])}
-    return not (attachment.get("InstanceId") in instance_ids
-                and (attachment.get("DeleteOnTermination", True) or attachment.get("DeviceIndex") == 0))
+    return not (
+        attachment.get("InstanceId") in instance_ids
+        and (attachment.get("DeleteOnTermination", True) or attachment.get("DeviceIndex") == 0)
+    )
 
 
 def delete_interfaces(aws: Aws, items: list[Item], waits: Waits) -> None:
     def delete(it: Item) -> None:
         if it.extra.get("requester_managed"):
             # Made by a service (NAT, FSx, endpoint): AWS removes it with its owner, deleted in an earlier step.
-            waits.until(waiter_done(aws, "ec2", "NetworkInterfaceDeleted",
-                                    Filters=[{"Name": "network-interface-id", "Values": [it.id]}]),
-                        f"{it.id} to go with the service that made it")
+            waits.until(
+                waiter_done(
+                    aws, "ec2", "NetworkInterfaceDeleted", Filters=[{"Name": "network-interface-id", "Values": [it.id]}]
+                ),
+                f"{it.id} to go with the service that made it",
+            )
             return
         if it.extra.get("attachment"):
-            unless_missing(lambda: aws.call("ec2", "detach_network_interface", AttachmentId=it.extra["attachment"], Force=True))
+            unless_missing(
+                lambda: aws.call("ec2", "detach_network_interface", AttachmentId=it.extra["attachment"], Force=True)
+            )
         aws.call("ec2", "delete_network_interface", NetworkInterfaceId=it.id)
 
     each(items, delete)
@@ -66,10 +87,14 @@ def delete_interfaces(aws: Aws, items: list[Item], waits: Waits) -> None:
 
 # -- security groups -----------------------------------------------------------------------------------
 
+
 def delete_security_groups(aws: Aws, items: list[Item], waits: Waits) -> None:
     """Every rule first (by rule id), so no group is still referenced by another when it is deleted."""
-    rules = list(pages(aws, "ec2", "describe_security_group_rules",
-                       Filters=[{"Name": "group-id", "Values": [i.id for i in items]}]))
+    rules = list(
+        pages(
+            aws, "ec2", "describe_security_group_rules", Filters=[{"Name": "group-id", "Values": [i.id for i in items]}]
+        )
+    )
 
     def revoke(it: Item) -> None:
         for egress, op in ((False, "revoke_security_group_ingress"), (True, "revoke_security_group_egress")):
@@ -82,6 +107,7 @@ def delete_security_groups(aws: Aws, items: list[Item], waits: Waits) -> None:
 
 
 # -- IAM: one role per node role, and its instance profile of the same name (infra/program/components/identity.py)
+
 
 def _get(aws: Aws, op: str, key: str, **kw) -> dict | None:
     try:
@@ -143,10 +169,13 @@ def empty_role(aws: Aws, it: Item) -> None:
     for name in list(pages(aws, "iam", "list_role_policies", RoleName=it.id)):
         aws.call("iam", "delete_role_policy", RoleName=it.id, PolicyName=name)
     for prof in list(pages(aws, "iam", "list_instance_profiles_for_role", RoleName=it.id)):
-        aws.call("iam", "remove_role_from_instance_profile", InstanceProfileName=prof["InstanceProfileName"], RoleName=it.id)
+        aws.call(
+            "iam", "remove_role_from_instance_profile", InstanceProfileName=prof["InstanceProfileName"], RoleName=it.id
+        )
 
 
 # -- the SSH key secret --------------------------------------------------------------------------------
+
 
 def find_secret(found: Found) -> list[Item]:
     sid = Paths(found.cluster).ssh_secret

@@ -17,44 +17,69 @@ LIVE = ("pending", "running", "stopping", "stopped", "shutting-down")
 
 
 def _instances(aws: Aws, cluster: str, live: bool = True) -> list[dict]:
-    return [i for i in pages(aws, "ec2", "describe_instances", "Reservations[].Instances[]",
-                             Filters=tag_filter(cluster), PaginationConfig=store.PAGE)
-            if tag_dict(i.get("Tags")).get(TAG_CLUSTER) == cluster and (i["State"]["Name"] in LIVE or not live)]
+    return [
+        i
+        for i in pages(
+            aws,
+            "ec2",
+            "describe_instances",
+            "Reservations[].Instances[]",
+            Filters=tag_filter(cluster),
+            PaginationConfig=store.PAGE,
+        )
+        if tag_dict(i.get("Tags")).get(TAG_CLUSTER) == cluster and (i["State"]["Name"] in LIVE or not live)
+    ]
 
 
 def _item(kind: str, i: dict) -> Item:
     tags = tag_dict(i.get("Tags"))
-    return Item(kind, i["InstanceId"], tags.get("hpcc:node") or tags.get("Name", ""), extra={"state": i["State"]["Name"]})
+    return Item(
+        kind, i["InstanceId"], tags.get("hpcc:node") or tags.get("Name", ""), extra={"state": i["State"]["Name"]}
+    )
 
 
 def find_heads(found: Found) -> list[Item]:
-    return [_item("head-instance", i) for i in _instances(found.aws, found.cluster)
-            if tag_dict(i.get("Tags")).get(TAG_ROLE) == "head"]
+    return [
+        _item("head-instance", i)
+        for i in _instances(found.aws, found.cluster)
+        if tag_dict(i.get("Tags")).get(TAG_ROLE) == "head"
+    ]
 
 
 def find_instances(found: Found) -> list[Item]:
     # Every state: reap's interface rule counts a terminated instance's interfaces as gone with it.
     found.records["instance"] = _instances(found.aws, found.cluster, live=False)
-    return [_item("instance", i) for i in found.records["instance"] if i["State"]["Name"] in LIVE
-            and tag_dict(i.get("Tags")).get(TAG_ROLE) != "head"]
+    return [
+        _item("instance", i)
+        for i in found.records["instance"]
+        if i["State"]["Name"] in LIVE and tag_dict(i.get("Tags")).get(TAG_ROLE) != "head"
+    ]
 
 
 def terminate(aws: Aws, items: list[Item], waits: Waits) -> None:
     """TerminateInstances, then botocore's InstanceTerminated waiter on all of them."""
     started = each(items, lambda it: aws.call("ec2", "terminate_instances", InstanceIds=[it.id]))
     if started:
-        wait(started, waits, waiter_done(aws, "ec2", "InstanceTerminated", InstanceIds=[i.id for i in started]),
-             f"{len(started)} instance(s) to terminate")
+        wait(
+            started,
+            waits,
+            waiter_done(aws, "ec2", "InstanceTerminated", InstanceIds=[i.id for i in started]),
+            f"{len(started)} instance(s) to terminate",
+        )
 
 
 def relist(aws: Aws, cluster: str, items: list[Item]) -> list[Item]:
     """After the head is gone: instances its controller launched since the inventory, added to `items`."""
     known = {it.id for it in items}
-    return [_item("instance", i) for i in _instances(aws, cluster)
-            if i["InstanceId"] not in known and tag_dict(i.get("Tags")).get(TAG_ROLE) != "head"]
+    return [
+        _item("instance", i)
+        for i in _instances(aws, cluster)
+        if i["InstanceId"] not in known and tag_dict(i.get("Tags")).get(TAG_ROLE) != "head"
+    ]
 
 
 # -- the ledger table -----------------------------------------------------------------------------------
+
 
 def _table_names(found: Found) -> list[str]:
     names = [ledger_table(found.cluster)]
@@ -89,6 +114,7 @@ def delete_tables(aws: Aws, items: list[Item], waits: Waits) -> None:
 
 # -- the state and bundle buckets -------------------------------------------------------------------------
 
+
 def _bucket_names(found: Found) -> list[str]:
     try:
         account = found.aws.call("sts", "get_caller_identity")["Account"]
@@ -121,17 +147,22 @@ def find_buckets(found: Found) -> list[Item]:
 
 def _delete_batches(aws: Aws, bucket: str, objects: list[dict]) -> None:
     for start in range(0, len(objects), 1000):  # DeleteObjects takes up to 1,000 keys (S3 API reference)
-        aws.call("s3", "delete_objects", Bucket=bucket, Delete={"Objects": objects[start:start + 1000], "Quiet": True})
+        aws.call(
+            "s3", "delete_objects", Bucket=bucket, Delete={"Objects": objects[start : start + 1000], "Quiet": True}
+        )
 
 
 def empty_and_delete(aws: Aws, it: Item) -> None:
     """Every object version and delete marker (a versioned bucket), then every object, then the bucket."""
-    versions = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                for v in pages(aws, "s3", "list_object_versions", "[Versions, DeleteMarkers][]", Bucket=it.id)
-                if isinstance(v, dict) and v.get("VersionId") not in (None, "null")]
+    versions = [
+        {"Key": v["Key"], "VersionId": v["VersionId"]}
+        for v in pages(aws, "s3", "list_object_versions", "[Versions, DeleteMarkers][]", Bucket=it.id)
+        if isinstance(v, dict) and v.get("VersionId") not in (None, "null")
+    ]
     _delete_batches(aws, it.id, versions)
-    _delete_batches(aws, it.id, [{"Key": o["Key"]} for o in pages(aws, "s3", "list_objects_v2", "Contents",
-                                                                   Bucket=it.id)])
+    _delete_batches(
+        aws, it.id, [{"Key": o["Key"]} for o in pages(aws, "s3", "list_objects_v2", "Contents", Bucket=it.id)]
+    )
     aws.call("s3", "delete_bucket", Bucket=it.id)
 
 

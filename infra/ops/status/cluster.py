@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 
 import hostlist
 
+from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
+from hpcc_contract.settings import OPTIONAL_DEFAULTS
 from hpcc_node import certstore
 from hpcc_node.controller import model
 from hpcc_node.controller.ledger import Loaded
 from hpcc_node.controller.timers import DEFAULT as TIMERS
-from infra.render.steps import STEP_NAMES
-from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
-from hpcc_contract.settings import OPTIONAL_DEFAULTS
 from infra.ops import OpsError, rotate_keys, store
 from infra.ops.aws import Aws, tag_dict
 from infra.ops.terminal import plain
+from infra.render.steps import STEP_NAMES
 
 STEPS = STEP_NAMES  # the bootstrap's, in order (infra/render/steps.py)
 PHASES = ("pending", *STEPS, "ready")
@@ -83,8 +83,9 @@ class NodeStatus:
 
     @property
     def converged(self) -> bool:
-        return self.generation_target is None or (self.generation is not None
-                                                  and self.generation >= self.generation_target)
+        return self.generation_target is None or (
+            self.generation is not None and self.generation >= self.generation_target
+        )
 
 
 @dataclass
@@ -195,8 +196,15 @@ def _launched(raw: dict) -> str:
 
 
 def _row(raw: dict, node: str, role: str) -> NodeStatus:
-    return NodeStatus(node, role, raw["InstanceId"], raw.get("InstanceType"), raw["State"]["Name"],
-                      raw.get("PrivateIpAddress"), group=tag_dict(raw.get("Tags")).get(TAG_GROUP, ""))
+    return NodeStatus(
+        node,
+        role,
+        raw["InstanceId"],
+        raw.get("InstanceType"),
+        raw["State"]["Name"],
+        raw.get("PrivateIpAddress"),
+        group=tag_dict(raw.get("Tags")).get(TAG_GROUP, ""),
+    )
 
 
 def head_instance(raw_instances: list[dict]) -> dict | None:
@@ -205,8 +213,16 @@ def head_instance(raw_instances: list[dict]) -> dict | None:
     return max(heads, key=lambda i: (i["State"]["Name"] != "terminated", _launched(i)), default=None)
 
 
-def build(cluster: str, raw_instances: list[dict], loaded: Loaded, statuses: dict[str, dict], groups: list[dict],
-          now: float, slurm_on: bool = False, heard: dict[str, float] | None = None) -> ClusterStatus:
+def build(
+    cluster: str,
+    raw_instances: list[dict],
+    loaded: Loaded,
+    statuses: dict[str, dict],
+    groups: list[dict],
+    now: float,
+    slurm_on: bool = False,
+    heard: dict[str, float] | None = None,
+) -> ClusterStatus:
     """The cluster's status from what was read; pure, so `hpcc status`, `hpcc up` and the tests share it."""
     out = ClusterStatus(cluster, generation=_int_or_none(loaded.membership.get("generation")) or None)
     by_id = {i["InstanceId"]: i for i in raw_instances}
@@ -226,8 +242,11 @@ def build(cluster: str, raw_instances: list[dict], loaded: Loaded, statuses: dic
         if tags.get(TAG_ROLE) == HEAD or raw["InstanceId"] in named or raw["State"]["Name"] not in model.LIVE:
             continue
         row = _row(raw, raw["InstanceId"], "compute")
-        row.message = (f"launched, not named yet (tag {tags[TAG_NODE]!r} does not lead the ledger)"
-                       if tags.get(TAG_NODE) else "launched, not named yet")
+        row.message = (
+            f"launched, not named yet (tag {tags[TAG_NODE]!r} does not lead the ledger)"
+            if tags.get(TAG_NODE)
+            else "launched, not named yet"
+        )
         out.nodes.append(row)
     for row in out.nodes:
         row.generation_target = out.generation
@@ -263,16 +282,28 @@ def group_rows(groups: list[dict], nodes: list[NodeStatus], loaded: Loaded, now:
         note = state.status if state else ""
         if state and state.backoff_until > now:
             note = (note + "; " if note else "") + f"launches backing off ({state.launch_failures} failed in a row)"
-        out.append(GroupRow(name, asked, sum(r.state in model.LIVE for r in mine), sum(r.ready for r in mine),
-                            sum(r.failed for r in mine), sum(r.replacing for r in mine),
-                            state.protected if state else "", note))
+        out.append(
+            GroupRow(
+                name,
+                asked,
+                sum(r.state in model.LIVE for r in mine),
+                sum(r.ready for r in mine),
+                sum(r.failed for r in mine),
+                sum(r.replacing for r in mine),
+                state.protected if state else "",
+                note,
+            )
+        )
     return out
 
 
 def alerts(loaded: Loaded, now: float) -> list[str]:
     """The alerts still in force (the ledger keeps one a breaker window), each with the reason its event gave."""
-    recent = [e for e in loaded.events if e.kind == model.ALERT and e.phase == "start"
-              and now - e.at <= TIMERS.breaker_window_seconds]
+    recent = [
+        e
+        for e in loaded.events
+        if e.kind == model.ALERT and e.phase == "start" and now - e.at <= TIMERS.breaker_window_seconds
+    ]
     texts = list(dict.fromkeys(e.detail for e in recent if e.detail))
     return texts or [f"{key} (raised {int(now - at)} s ago)" for key, at in sorted(loaded.alerts.items())]
 
@@ -289,8 +320,16 @@ def cluster_status(aws: Aws, cluster: str, clock=time.time) -> ClusterStatus:
     loaded = store.load_ledger(aws, where.table)
     found = store.statuses(aws, where.bucket, {i["InstanceId"] for i in raw})
     now = clock()
-    out = build(cluster, raw, loaded, found.by_instance, store.groups(aws, cluster), now,
-                scheduler(settings) == "slurm", found.heard)
+    out = build(
+        cluster,
+        raw,
+        loaded,
+        found.by_instance,
+        store.groups(aws, cluster),
+        now,
+        scheduler(settings) == "slurm",
+        found.heard,
+    )
     out.notes += found.notes
     out.controller, until = store.lease(aws, where.table)
     out.lease_left = until - now

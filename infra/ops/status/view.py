@@ -4,17 +4,18 @@ ledger-written text is data, never markup or terminal control)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rich.table import Table
 from rich.text import Text
 
+from hpcc_contract.names import HEAD
+from hpcc_contract.taxonomy import policy
 from hpcc_node.controller import model
 from hpcc_node.controller.timers import DEFAULT as TIMERS
-from hpcc_contract.taxonomy import policy
-from hpcc_contract.names import HEAD
 from infra.ops.status.cluster import DEAD_STATES, ClusterStatus, GroupRow, NodeStatus
-from infra.ops.terminal import cell, plain, row as table_row
+from infra.ops.terminal import cell, plain
+from infra.ops.terminal import row as table_row
 
 node_text = cell  # node-written text for rich: escapes stripped, a Text so `[/]` is printed, not parsed
 
@@ -49,16 +50,45 @@ def table(cluster: str, rows: list[NodeStatus]) -> Table:
     slurm = any(r.slurm is not None for r in rows)
     health = any(r.health for r in rows)  # nodes whose agent runs the health checks (hpcc_node/health/)
     t = Table(title=Text(f"cluster {plain(cluster)}: nodes"), title_justify="left")
-    for col in ("node", "group", "instance", "type", "state", "private ip", "ledger", "phase",
-                *(["slurm"] if slurm else []), *(["health"] if health else []), "step", "membership", "bundle",
-                "message", "updated", "heard"):
+    for col in (
+        "node",
+        "group",
+        "instance",
+        "type",
+        "state",
+        "private ip",
+        "ledger",
+        "phase",
+        *(["slurm"] if slurm else []),
+        *(["health"] if health else []),
+        "step",
+        "membership",
+        "bundle",
+        "message",
+        "updated",
+        "heard",
+    ):
         t.add_column(col, overflow="fold")
     for r in rows:
-        table_row(t, r.node, r.group or ("-" if r.role != HEAD else "head"), r.instance_id, r.instance_type,
-                  Text(r.state, style=STATE_STYLE.get(r.state, "yellow")), r.private_ip, slot_cell(r),
-                  Text(r.phase, style=phase_style(r.phase)), *([r.slurm] if slurm else []),
-                  *([Text(r.health or "-", style=HEALTH_STYLE.get(r.health.split(" ")[0], "yellow"))] if health else []),
-                  r.step, generation_cell(r), bundle_cell(r), r.message or r.reason, r.updated, heard_cell(r))
+        table_row(
+            t,
+            r.node,
+            r.group or ("-" if r.role != HEAD else "head"),
+            r.instance_id,
+            r.instance_type,
+            Text(r.state, style=STATE_STYLE.get(r.state, "yellow")),
+            r.private_ip,
+            slot_cell(r),
+            Text(r.phase, style=phase_style(r.phase)),
+            *([r.slurm] if slurm else []),
+            *([Text(r.health or "-", style=HEALTH_STYLE.get(r.health.split(" ")[0], "yellow"))] if health else []),
+            r.step,
+            generation_cell(r),
+            bundle_cell(r),
+            r.message or r.reason,
+            r.updated,
+            heard_cell(r),
+        )
     return t
 
 
@@ -76,18 +106,27 @@ def group_table(cluster: str, groups: list[GroupRow]) -> Table:
     for col in ("group", "asked", "launched", "ready", "failed", "being replaced", "protected", "note"):
         t.add_column(col, overflow="fold")
     for g in groups:
-        table_row(t, g.name, g.asked, g.launched, Text(str(g.ready), style="green" if g.ready >= g.asked else "yellow"),
-                  Text(str(g.failed), style="bold red" if g.failed else ""), g.replacing,
-                  Text(g.protected or "no", style="bold red" if g.protected else ""), g.note or "-")
+        table_row(
+            t,
+            g.name,
+            g.asked,
+            g.launched,
+            Text(str(g.ready), style="green" if g.ready >= g.asked else "yellow"),
+            Text(str(g.failed), style="bold red" if g.failed else ""),
+            g.replacing,
+            Text(g.protected or "no", style="bold red" if g.protected else ""),
+            g.note or "-",
+        )
     return t
 
 
 def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def events_table(events: list[model.Event], title: str = "the controller's recent actions (ledger events, UTC)") \
-        -> Table:
+def events_table(
+    events: list[model.Event], title: str = "the controller's recent actions (ledger events, UTC)"
+) -> Table:
     t = Table(title=Text(title), title_justify="left")
     for col in ("at", "action", "node or group", "phase", "class", "reason or result"):
         t.add_column(col, overflow="fold")
@@ -107,9 +146,11 @@ def failure_policy(failure: str):
 def what_controller_does(r: NodeStatus, protected: str = "") -> str:
     """What happens to a failed or dead node next, in the controller's terms (hpcc_node/controller/decide.py)."""
     if r.role == HEAD:
-        return ("the head runs the controller: nothing replaces it automatically; nodes keep running their jobs. "
-                "Replace it through Pulumi (`pulumi up --replace <the head's URN>`, `pulumi stack --show-urns`); "
-                "the new head's controller adopts the cluster from the ledger and the tags")
+        return (
+            "the head runs the controller: nothing replaces it automatically; nodes keep running their jobs. "
+            "Replace it through Pulumi (`pulumi up --replace <the head's URN>`, `pulumi stack --show-urns`); "
+            "the new head's controller adopts the cluster from the ledger and the tags"
+        )
     if r.slot == model.REPLACING:
         return "being replaced: the controller terminates its instance, then the name moves to a new one"
     if r.replace_requested:
@@ -123,8 +164,10 @@ def what_controller_does(r: NodeStatus, protected: str = "") -> str:
         return f"not replaced: group {r.group} is protected ({protected}); a node of the group becoming ready resets it"
     if r.attempts >= TIMERS.slot_attempt_cap:
         return f"attempt cap reached ({r.attempts}); the controller leaves it failed"
-    return (f"the controller replaces it (attempt {r.attempts + 1} of {TIMERS.slot_attempt_cap}) unless the failure "
-            "is a bundle or hook's (reported, not replaced) or systemic (alert, nothing touched)")
+    return (
+        f"the controller replaces it (attempt {r.attempts + 1} of {TIMERS.slot_attempt_cap}) unless the failure "
+        "is a bundle or hook's (reported, not replaced) or systemic (alert, nothing touched)"
+    )
 
 
 def print_failures(console, status: ClusterStatus, rows: list[NodeStatus] | None = None, tail: int = 10) -> None:
@@ -137,19 +180,26 @@ def print_failures(console, status: ClusterStatus, rows: list[NodeStatus] | None
         if r.state in DEAD_STATES and r.message:
             why = f"instance is {r.state}; {r.message}"
         at = ("", "") if r.phase != "failed" else (" at step ", node_text(r.step or r.phase, "bold"))
-        console.print(Text.assemble(node_text(f"{r.node} failed", "bold red"), *at, ": ", node_text(why)),
-                      highlight=False)
+        console.print(
+            Text.assemble(node_text(f"{r.node} failed", "bold red"), *at, ": ", node_text(why)), highlight=False
+        )
         for line in r.log_tail[-tail:]:
             console.print(Text("    ") + node_text(line), highlight=False)
-        console.print(Text("    next: ") + node_text(what_controller_does(r, protected.get(r.group, ""))),
-                      highlight=False)
+        console.print(
+            Text("    next: ") + node_text(what_controller_does(r, protected.get(r.group, ""))), highlight=False
+        )
 
 
 def print_alerts(console, status: ClusterStatus) -> None:
     for text in status.alerts:
-        console.print(Text.assemble(Text("ALERT ", style="bold red"), node_text(text),
-                                    " (systemic: the controller touches no node; look at what they share)"),
-                      highlight=False)
+        console.print(
+            Text.assemble(
+                Text("ALERT ", style="bold red"),
+                node_text(text),
+                " (systemic: the controller touches no node; look at what they share)",
+            ),
+            highlight=False,
+        )
 
 
 def summary(status: ClusterStatus) -> str:
@@ -172,12 +222,18 @@ def summary(status: ClusterStatus) -> str:
 def controller_line(status: ClusterStatus) -> Text:
     """Is the controller running? Its lease in the ledger is renewed every loop (hpcc_node/controller/timers.py)."""
     if status.lease_left > 0:
-        return Text.assemble("controller: ", node_text(status.controller),
-                             f" holds the lease ({status.lease_left:.0f} s left; renewed every loop)")
+        return Text.assemble(
+            "controller: ",
+            node_text(status.controller),
+            f" holds the lease ({status.lease_left:.0f} s left; renewed every loop)",
+        )
     since = "never started" if not status.controller else f"its lease expired {-status.lease_left:.0f} s ago"
-    return Text.assemble(Text("controller not running", style="bold red"), f" ({since}): nodes keep running their "
-                         "jobs, but nothing is launched, replaced or published until it runs again; on the head: "
-                         "`systemctl status hpcc-controller`, /var/log/hpcc/controller.log")
+    return Text.assemble(
+        Text("controller not running", style="bold red"),
+        f" ({since}): nodes keep running their "
+        "jobs, but nothing is launched, replaced or published until it runs again; on the head: "
+        "`systemctl status hpcc-controller`, /var/log/hpcc/controller.log",
+    )
 
 
 def rotation_line(status: ClusterStatus) -> str:
@@ -186,11 +242,16 @@ def rotation_line(status: ClusterStatus) -> str:
     r = status.rotation
     if r is None:
         return ""
-    what = {"add": "the new CA and keys are trusted beside the old ones; the old ones still sign and log in",
-            "switch": "the new CA signs and the new keys log in; the old ones are still trusted",
-            "retire": "the old CA and keys are retired once every node applied it"}.get(r.phase, r.phase)
-    return (f"host CA and cluster key rotation {r.id}: phase {r.phase} ({what}); `hpcc rotate-keys --resume` shows each node's "
-            "progress and carries it on")
+    what = {
+        "add": "the new CA and keys are trusted beside the old ones; the old ones still sign and log in",
+        "switch": "the new CA signs and the new keys log in; the old ones are still trusted",
+        "retire": "the old CA and keys are retired once every node applied it",
+    }.get(r.phase, r.phase)
+    return (
+        f"host CA and cluster key rotation {r.id}: phase {r.phase} ({what}); `hpcc rotate-keys --resume` shows each "
+        "node's "
+        "progress and carries it on"
+    )
 
 
 def show(console, status: ClusterStatus) -> None:

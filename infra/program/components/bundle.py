@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from hpcc_contract.names import Paths, bundle_bucket, bundle_key, tags
 from infra.program.components.private_bucket import private_bucket
-from hpcc_contract.names import Paths, bundle_bucket, tags
-from hpcc_contract.names import bundle_key
 
 
 @dataclass
@@ -39,9 +38,21 @@ class BundleArgs:
 def bucket_policy(bucket: str, reader_arns: list[str]) -> str:
     """Allow only the node roles to read bundles: no Deny (moto applies a Deny to every caller, and a deny of
     non-TLS would lock the box's nodes out), no wildcard principal; the account's admins keep their IAM rights."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Sid": "NodesReadBundles", "Effect": "Allow", "Principal": {"AWS": sorted(reader_arns)},
-        "Action": ["s3:GetObject"], "Resource": [f"arn:aws:s3:::{bucket}/bundles/*"]}]}, sort_keys=True)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "NodesReadBundles",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": sorted(reader_arns)},
+                    "Action": ["s3:GetObject"],
+                    "Resource": [f"arn:aws:s3:::{bucket}/bundles/*"],
+                }
+            ],
+        },
+        sort_keys=True,
+    )
 
 
 def pointer_value(bucket: str, sha256: str) -> str:
@@ -56,26 +67,44 @@ class BundleStore(pulumi.ComponentResource):
         super().__init__("hpcc:cluster:BundleStore", name, None, opts)
         c, t = args.cluster, args.extra_tags
         child = pulumi.ResourceOptions(parent=self)
-        bucket, block = private_bucket(f"{c}-bundles", pulumi.Output.from_input(args.account).apply(
-            lambda a: bundle_bucket(c, a)), tags(c, "bundles", t), child)
+        bucket, block = private_bucket(
+            f"{c}-bundles",
+            pulumi.Output.from_input(args.account).apply(lambda a: bundle_bucket(c, a)),
+            tags(c, "bundles", t),
+            child,
+        )
         versioning = aws.s3.BucketVersioning(
-            f"{c}-bundles-versioning", bucket=bucket.id, opts=child,
-            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"))
+            f"{c}-bundles-versioning",
+            bucket=bucket.id,
+            opts=child,
+            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+        )
         aws.s3.BucketPolicy(
-            f"{c}-bundles-policy", bucket=bucket.id,
+            f"{c}-bundles-policy",
+            bucket=bucket.id,
             policy=pulumi.Output.all(bucket.bucket, *args.reader_role_arns).apply(
-                lambda a: bucket_policy(a[0], list(a[1:]))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]))
+                lambda a: bucket_policy(a[0], list(a[1:]))
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]),
+        )
         # One resource per bundle (its name carries the hash): a new bundle is a new object beside the old one.
         obj = aws.s3.BucketObjectv2(
-            f"{c}-bundle-{args.sha256[:16]}", bucket=bucket.id, key=f"bundles/{args.sha256}.tar.gz",
-            content_base64=base64.b64encode(args.archive).decode(), content_type="application/gzip",
+            f"{c}-bundle-{args.sha256[:16]}",
+            bucket=bucket.id,
+            key=f"bundles/{args.sha256}.tar.gz",
+            content_base64=base64.b64encode(args.archive).decode(),
+            content_type="application/gzip",
             tags=tags(c, "bundle", t),
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=[versioning]))
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=[versioning]),
+        )
         self.pointer = aws.ssm.Parameter(
-            f"{c}-bundle-param", name=Paths(c).bundle, type="String",
+            f"{c}-bundle-param",
+            name=Paths(c).bundle,
+            type="String",
             description="the bundle the nodes boot from and follow: {sha256, bucket, key} (infra/render/bundle.py)",
             value=pulumi.Output.all(bucket.bucket, obj.key).apply(lambda a: pointer_value(a[0], args.sha256)),
-            tags=tags(c, "bundle-param", t), opts=child)
+            tags=tags(c, "bundle-param", t),
+            opts=child,
+        )
         self.bucket = bucket.bucket
         self.register_outputs({"bucket": bucket.bucket, "bundle": args.sha256})

@@ -12,18 +12,27 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from hpcc_contract.names import (
+    HEAD,
+    NO_ROTATION,
+    TAG_INTERFACES,
+    Paths,
+    group_resource,
+    launch_template_name,
+    placement_group_name,
+    tags,
+)
 from infra.config.model import ClusterConfig
-from infra.facts.efa import InterfaceSpec
-from infra.program.components.groups import GroupInstances
 from infra.config.nodes import NodeGroup
-from infra.render.groups_param import group_entry, groups_value
+from infra.facts.efa import InterfaceSpec
 from infra.facts.instance_types import InstanceType
+from infra.program.components.groups import GroupInstances
 from infra.program.lookups import ImageInfo
-from hpcc_contract.names import (HEAD, NO_ROTATION, TAG_INTERFACES, Paths, group_resource, launch_template_name,
-                          placement_group_name, tags)
+from infra.render.groups_param import group_entry, groups_value
 from infra.render.node_settings import settings_value
 from infra.render.roles import RoleSpec, bootstrap_context, resolve_role
 from infra.render.userdata import user_data
+
 
 @dataclass
 class ComputeArgs:
@@ -38,7 +47,9 @@ class ComputeArgs:
     subnet_azs: dict[bool, pulumi.Input[str]]  # public? -> AZ
     nodes_sg_id: pulumi.Input[str]
     head_ssh_sg_id: pulumi.Input[str] | None
-    instance_profile_arns: dict[str, pulumi.Input[str]]  # role -> instance profile ARN (infra/program/components/identity.py)
+    instance_profile_arns: dict[
+        str, pulumi.Input[str]
+    ]  # role -> instance profile ARN (infra/program/components/identity.py)
     account: pulumi.Input[str]  # names the state bucket in the settings
     extra_tags: dict[str, str] = field(default_factory=dict)
     boot_after: list[pulumi.Resource] = field(default_factory=list)  # the bundle pointer the loader reads
@@ -55,6 +66,7 @@ class Node:
 @dataclass
 class GroupNodes:
     """A node group as Pulumi made it: its launch template and the resource whose deletion terminates it."""
+
     config: NodeGroup
     spec: RoleSpec
     launch_template: aws.ec2.LaunchTemplate
@@ -91,10 +103,14 @@ def metadata_options(cfg: ClusterConfig) -> dict:
     any time", terraform-provider-aws docs/r/instance, "Metadata Options"). IMDSv2 only. The IPv6 endpoint
     (fd00:ec2::254) stays off: AWS's default, and only Nitro instances in IPv6 subnets have it (same EC2 page);
     the VPC has none, and the bootstrap's root-only rule covers 169.254.169.254 only."""
-    return dict(http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=imds_hop_limit(cfg),
-                # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your
-                # EC2 instances using instance metadata"); infra/config/model.py keeps tag keys within its rules.
-                instance_metadata_tags="enabled")
+    return dict(
+        http_endpoint="enabled",
+        http_tokens="required",
+        http_put_response_hop_limit=imds_hop_limit(cfg),
+        # A node reads its own hpcc:node tag here, with no API call (EC2 User Guide, "View tags for your
+        # EC2 instances using instance metadata"); infra/config/model.py keeps tag keys within its rules.
+        instance_metadata_tags="enabled",
+    )
 
 
 def compute_placement_group(group: NodeGroup, own_group: pulumi.Input[str]) -> pulumi.Input[str] | None:
@@ -119,8 +135,9 @@ class Compute(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         paths = Paths(c)
 
-        own_group = aws.ec2.PlacementGroup(f"{c}-placement", name=placement_group_name(c), strategy="cluster",
-                                           tags=tags(c, "placement", t), opts=child).name
+        own_group = aws.ec2.PlacementGroup(
+            f"{c}-placement", name=placement_group_name(c), strategy="cluster", tags=tags(c, "placement", t), opts=child
+        ).name
         self.head_is_public = bool(cfg.ssh.allowed_cidrs)
 
         head = resolve_role(cfg, args.region, "head", args.facts)
@@ -128,48 +145,85 @@ class Compute(pulumi.ComponentResource):
         self.groups = []
         for group in cfg.node_groups:
             spec = resolve_role(cfg, args.region, "compute", args.facts, group.name)
-            lt = self._launch_template(args, compute_placement_group(group, own_group), spec, public=False,
-                                       group=group.name)
+            lt = self._launch_template(
+                args, compute_placement_group(group, own_group), spec, public=False, group=group.name
+            )
             # Its inputs name the template, subnet and security group, so destroy deletes it (terminating the
             # group's instances) before them.
-            instances = GroupInstances(group_resource(c, group.name), c, group.name, args.region, lt.id,
-                                       args.private_subnet_id, args.nodes_sg_id, opts=child)
+            instances = GroupInstances(
+                group_resource(c, group.name),
+                c,
+                group.name,
+                args.region,
+                lt.id,
+                args.private_subnet_id,
+                args.nodes_sg_id,
+                opts=child,
+            )
             self.groups.append(GroupNodes(group, spec, lt, instances))
 
         # The head runs the controller: it depends on the groups' resources, so destroy removes it first and no
         # controller relaunches what the groups' deletion terminates.
-        self.head = self._node(args, HEAD, head_lt, head, public=self.head_is_public,
-                               after=[g.instances for g in self.groups])
+        self.head = self._node(
+            args, HEAD, head_lt, head, public=self.head_is_public, after=[g.instances for g in self.groups]
+        )
 
         # What changes over the cluster's life (count, pacing, timeouts, launch settings): read by the nodes at
         # run time and updated in place; in the user data, a resize would replace nodes or leave them stale.
         aws.ssm.Parameter(
-            f"{c}-settings-param", name=paths.settings, type="String", tier="Intelligent-Tiering",
+            f"{c}-settings-param",
+            name=paths.settings,
+            type="String",
+            tier="Intelligent-Tiering",
             description="cluster settings the nodes read at run time (KEY=VALUE lines, infra/render/node_settings.py)",
             value=pulumi.Output.from_input(args.account).apply(
-                lambda account: settings_value(cfg, args.region, args.facts, account)),
-            tags=tags(c, "settings-param", t), opts=child)
+                lambda account: settings_value(cfg, args.region, args.facts, account)
+            ),
+            tags=tags(c, "settings-param", t),
+            opts=child,
+        )
 
         # The groups the controller keeps: a count change updates this value in place, and nothing else.
-        entries = [pulumi.Output.all(g.launch_template.name, args.private_subnet_id, args.subnet_azs[False],
-                                     compute_placement_group(g.config, own_group)).apply(
-            lambda a, i=i, g=g: group_entry(cfg, i, g.config, g.itype, a[0], a[1], a[2], a[3]))
-            for i, g in enumerate(self.groups)]
+        entries = [
+            pulumi.Output.all(
+                g.launch_template.name,
+                args.private_subnet_id,
+                args.subnet_azs[False],
+                compute_placement_group(g.config, own_group),
+            ).apply(lambda a, i=i, g=g: group_entry(cfg, i, g.config, g.itype, a[0], a[1], a[2], a[3]))
+            for i, g in enumerate(self.groups)
+        ]
         aws.ssm.Parameter(
-            f"{c}-groups-param", name=paths.groups, type="String", tier="Intelligent-Tiering",
+            f"{c}-groups-param",
+            name=paths.groups,
+            type="String",
+            tier="Intelligent-Tiering",
             description="the node groups the controller launches and keeps (JSON, infra/render/groups_param.py)",
             value=pulumi.Output.all(*entries).apply(lambda es: groups_value(list(es))),
-            tags=tags(c, "groups-param", t), opts=child)
+            tags=tags(c, "groups-param", t),
+            opts=child,
+        )
         # The host-key rotation the head follows (hpcc_node/certstore.py), set by `hpcc rotate-keys`: Pulumi's, so
         # `pulumi destroy` removes it; the command's values are kept (ignore_changes).
         aws.ssm.Parameter(
-            f"{c}-rotation-param", name=paths.rotation, type="String", value=NO_ROTATION,
-            description="the host-CA rotation the head applies (hpcc rotate-keys)", tags=tags(c, "rotation-param", t),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]))
+            f"{c}-rotation-param",
+            name=paths.rotation,
+            type="String",
+            value=NO_ROTATION,
+            description="the host-CA rotation the head applies (hpcc rotate-keys)",
+            tags=tags(c, "rotation-param", t),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]),
+        )
         self.register_outputs({})
 
-    def _launch_template(self, args: ComputeArgs, placement: pulumi.Input[str] | None, spec: RoleSpec,
-                         public: bool, group: str | None = None) -> aws.ec2.LaunchTemplate:
+    def _launch_template(
+        self,
+        args: ComputeArgs,
+        placement: pulumi.Input[str] | None,
+        spec: RoleSpec,
+        public: bool,
+        group: str | None = None,
+    ) -> aws.ec2.LaunchTemplate:
         """The head's (Pulumi launches the head from it, into its subnet) or a group's: a group's interfaces carry
         no subnet, which EC2 Fleet's override supplies (a template naming a subnet and an override naming another
         is refused)."""
@@ -179,49 +233,79 @@ class Compute(pulumi.ComponentResource):
         groups = [args.nodes_sg_id] + ([args.head_ssh_sg_id] if public and args.head_ssh_sg_id else [])
         interfaces = [
             aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                network_card_index=nic.network_card_index, device_index=nic.device_index,
-                interface_type=nic.interface_type, subnet_id=subnet, security_groups=groups,
+                network_card_index=nic.network_card_index,
+                device_index=nic.device_index,
+                interface_type=nic.interface_type,
+                subnet_id=subnet,
+                security_groups=groups,
                 delete_on_termination="true",
-                associate_public_ip_address=("true" if public else "false") if nic.is_primary else None)
+                associate_public_ip_address=("true" if public else "false") if nic.is_primary else None,
+            )
             for nic in spec.layout
         ]
         packed = user_data(bootstrap_context(cfg, args.region, role, args.facts, group))
         market = None
         if spec.market == "spot":
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
-                market_type="spot", spot_options=aws.ec2.LaunchTemplateInstanceMarketOptionsSpotOptionsArgs(
-                    spot_instance_type="one-time", instance_interruption_behavior="terminate"))
+                market_type="spot",
+                spot_options=aws.ec2.LaunchTemplateInstanceMarketOptionsSpotOptionsArgs(
+                    spot_instance_type="one-time", instance_interruption_behavior="terminate"
+                ),
+            )
         elif spec.market == "capacity-block":  # EC2 User Guide, "Use Capacity Blocks": market type + reservation target
             market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
         reservation = None
         if spec.capacity_reservation_id:
             reservation = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
                 capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=spec.capacity_reservation_id))
+                    capacity_reservation_id=spec.capacity_reservation_id
+                )
+            )
         what = group or role  # the `compute` group keeps the compute role's template names: updated in place
         launch_tags = tags(c, role, t, role=role, **({"group": group} if group else {}))
         return aws.ec2.LaunchTemplate(
-            f"{c}-{what}-lt", name=launch_template_name(c, what), instance_type=itype.name,
+            f"{c}-{what}-lt",
+            name=launch_template_name(c, what),
+            instance_type=itype.name,
             image_id=args.image.apply(lambda i: i.ami_id),
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=args.instance_profile_arns[role]),
             network_interfaces=interfaces,
-            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement, availability_zone=args.availability_zone),
+            placement=aws.ec2.LaunchTemplatePlacementArgs(
+                group_name=placement, availability_zone=args.availability_zone
+            ),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(**metadata_options(cfg)),
-            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                device_name=args.image.apply(lambda i: i.root_device_name),
-                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
-                    volume_size=spec.root_volume_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"))],
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=args.image.apply(lambda i: i.root_device_name),
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        volume_size=spec.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted="true",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
             instance_market_options=market,
             capacity_reservation_specification=reservation,
             user_data=base64.b64encode(packed).decode(),
-            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=launch_tags)
-                                for rt in ("instance", "volume", "network-interface")],
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=launch_tags)
+                for rt in ("instance", "volume", "network-interface")
+            ],
             tags=tags(c, f"{what}-lt", t),
             update_default_version=True,
-            opts=pulumi.ResourceOptions(parent=self))
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
-    def _node(self, args: ComputeArgs, node: str, lt: aws.ec2.LaunchTemplate, spec: RoleSpec, public: bool,
-              after: list[pulumi.Resource]) -> Node:
+    def _node(
+        self,
+        args: ComputeArgs,
+        node: str,
+        lt: aws.ec2.LaunchTemplate,
+        spec: RoleSpec,
+        public: bool,
+        after: list[pulumi.Resource],
+    ) -> Node:
         """One node. It is replaced only for what a running instance cannot take: another image (`ami` forces a
         new instance), another subnet's AZ (`availability_zone`), another instance type or interface layout
         (`replace_on_changes`). A new launch-template
@@ -231,13 +315,18 @@ class Compute(pulumi.ComponentResource):
         c, role = args.config.name, spec.role
         instance = aws.ec2.Instance(
             f"{c}-{node}",
-            ami=args.image.apply(lambda i: i.ami_id), instance_type=spec.itype.name,
+            ami=args.image.apply(lambda i: i.ami_id),
+            instance_type=spec.itype.name,
             # ForceNew, and read from the node's subnet: an AZ move replaces the node before its subnet goes.
             availability_zone=args.subnet_azs[public],
             launch_template=aws.ec2.InstanceLaunchTemplateArgs(id=lt.id, version=lt.latest_version.apply(str)),
             metadata_options=aws.ec2.InstanceMetadataOptionsArgs(**metadata_options(args.config)),
             tags=tags(c, node, args.extra_tags, role=role, node=node, interfaces=interfaces_tag(spec.layout, public)),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["launchTemplate.version"],
-                                        depends_on=[*args.boot_after, *after],
-                                        replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]']))
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["launchTemplate.version"],
+                depends_on=[*args.boot_after, *after],
+                replace_on_changes=["instanceType", f'tags["{TAG_INTERFACES}"]'],
+            ),
+        )
         return Node(node, role, instance, spec.itype)

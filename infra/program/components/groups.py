@@ -29,21 +29,25 @@ REPLACING = ("cluster", "group", "region", "subnet_id", "security_group_id")
 
 def group_instances(ec2: Any, cluster: str, group: str) -> list[str]:
     """Ids of the group's instances not yet terminated, by tag filters in pages of PAGE (no per-instance call)."""
-    filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}, {"Name": f"tag:{TAG_GROUP}", "Values": [group]},
-               {"Name": "instance-state-name", "Values": NOT_TERMINATED}]
+    filters = [
+        {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+        {"Name": f"tag:{TAG_GROUP}", "Values": [group]},
+        {"Name": "instance-state-name", "Values": NOT_TERMINATED},
+    ]
     ids = []
     for page in ec2.get_paginator("describe_instances").paginate(Filters=filters, PaginationConfig={"PageSize": PAGE}):
         ids += [i["InstanceId"] for r in page["Reservations"] for i in r["Instances"]]
     return sorted(ids)
 
 
-def terminate_group(ec2: Any, cluster: str, group: str, delay: float = WAIT_DELAY_SECONDS,
-                    attempts: int = WAIT_ATTEMPTS) -> list[str]:
+def terminate_group(
+    ec2: Any, cluster: str, group: str, delay: float = WAIT_DELAY_SECONDS, attempts: int = WAIT_ATTEMPTS
+) -> list[str]:
     """Terminate the group's instances and wait until they are terminated; returns their ids. Idempotent: a group
     with none (or only terminated ones) returns [] at once. Instances of other clusters or groups are untouched:
     the filters match both tags."""
     ids = group_instances(ec2, cluster, group)
-    batches = [ids[i:i + PAGE] for i in range(0, len(ids), PAGE)]
+    batches = [ids[i : i + PAGE] for i in range(0, len(ids), PAGE)]
     for batch in batches:
         ec2.terminate_instances(InstanceIds=batch)
     waiter = ec2.get_waiter("instance_terminated")
@@ -79,9 +83,27 @@ class GroupInstances(dynamic.Resource):
     """`<c>-group-<group>`: its inputs reference the group's launch template and subnet, so Pulumi deletes it
     (terminating the instances) before them."""
 
-    def __init__(self, name: str, cluster: str, group: str, region: str, launch_template_id: pulumi.Input[str],
-                 subnet_id: pulumi.Input[str], security_group_id: pulumi.Input[str],
-                 opts: pulumi.ResourceOptions | None = None):
-        super().__init__(GroupProvider(), name, {
-            "cluster": cluster, "group": group, "region": region, "launch_template_id": launch_template_id,
-            "subnet_id": subnet_id, "security_group_id": security_group_id}, opts)
+    def __init__(
+        self,
+        name: str,
+        cluster: str,
+        group: str,
+        region: str,
+        launch_template_id: pulumi.Input[str],
+        subnet_id: pulumi.Input[str],
+        security_group_id: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__(
+            GroupProvider(),
+            name,
+            {
+                "cluster": cluster,
+                "group": group,
+                "region": region,
+                "launch_template_id": launch_template_id,
+                "subnet_id": subnet_id,
+                "security_group_id": security_group_id,
+            },
+            opts,
+        )

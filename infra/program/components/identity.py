@@ -8,13 +8,13 @@ A compute node reads the state bucket's membership.json and writes only its own 
 `status/${ec2:SourceInstanceARN}.json` (IAM User Guide "IAM policy elements: Variables and tags"), so it cannot mark
 another node ready; it has no DynamoDB access. The head runs the controller (controller_statements): it launches
 the groups with EC2 Fleet from the cluster's launch templates only, tags and terminates only instances tagged with
-the cluster, keeps the ledger table and the state bucket, and passes the compute role to the instances it launches. The secrets are created empty, so
-no key ever passes through Pulumi state, user data or stack outputs. The munge secret exists only with Slurm, so a
-cluster without it plans as before; turning Slurm on later creates it and updates the policies in place.
-The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys each node
-publishes at its own `hostkeys/${ec2:SourceInstanceARN}.json` into `certs/<node>.json`, which only the head writes.
-The login user has a key of its own (hpcc/<cluster>/user-key, made by the head like the cluster key): root's cluster
-key stays root's, so the login user's key opens the login user on every node and never root."""
+the cluster, keeps the ledger table and the state bucket, and passes the compute role to the instances it launches. The
+secrets are created empty, so no key ever passes through Pulumi state, user data or stack outputs. The munge secret
+exists only with Slurm, so a cluster without it plans as before; turning Slurm on later creates it and updates the
+policies in place. The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys
+each node publishes at its own `hostkeys/${ec2:SourceInstanceARN}.json` into `certs/<node>.json`, which only the head
+writes. The login user has a key of its own (hpcc/<cluster>/user-key, made by the head like the cluster key): root's
+cluster key stays root's, so the login user's key opens the login user on every node and never root."""
 
 from __future__ import annotations
 
@@ -24,16 +24,33 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from hpcc_contract.names import (CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, TAG_CLUSTER, TAG_NODE, Paths, bundle_bucket, ledger_table,
-                          role_name, state_bucket, tags)
+from hpcc_contract.names import (
+    CERTS_PREFIX,
+    HOSTKEYS_PREFIX,
+    MEMBERSHIP_KEY,
+    STATUS_PREFIX,
+    TAG_CLUSTER,
+    TAG_NODE,
+    Paths,
+    bundle_bucket,
+    ledger_table,
+    role_name,
+    state_bucket,
+    tags,
+)
 
 # What SSM Agent needs for Session Manager and nothing else (Systems Manager User Guide, "Step 2: Verify or add
 # instance permissions for Session Manager", the custom-role policy without S3 or KMS logging:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-getting-started-instance-profile.html).
 # AmazonSSMManagedInstanceCore, attached before, also let every node read every SSM document and (narrowed below)
 # parameter of the account, and take Run Command and State Manager work, none of which hpcc uses.
-SESSION_MANAGER = ["ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel",
-                   "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]
+SESSION_MANAGER = [
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+]
 SECRET_READ = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
 SECRET_WRITE = ["secretsmanager:PutSecretValue"]
 # The head rotates the cluster and login keys with their staging labels (hpcc_node/cluster_keys.py, Secrets Manager
@@ -50,11 +67,24 @@ class IdentityArgs:
 
 
 # What the controller reads (DescribeInstances with filters and pages, status checks, events, reservations).
-CONTROLLER_DESCRIBE = ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeCapacityReservations",
-                       "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions"]
+CONTROLLER_DESCRIBE = [
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceStatus",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeLaunchTemplateVersions",
+]
 LAUNCH = ["ec2:CreateFleet", "ec2:RunInstances"]
-LEDGER_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
-                  "dynamodb:Query", "dynamodb:Scan", "dynamodb:BatchGetItem", "dynamodb:DescribeTable"]
+LEDGER_ACTIONS = [
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+    "dynamodb:BatchGetItem",
+    "dynamodb:DescribeTable",
+]
 
 
 def controller_statements(region: str, account: str, cluster: str) -> list[dict]:
@@ -70,32 +100,78 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
     table = f"arn:aws:dynamodb:{region}:{account}:table/{ledger_table(cluster)}"
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
-        # The cluster's launch templates, subnets and security groups all carry hpcc:cluster (hpcc_contract/names.py tags).
-        {"Sid": "LaunchFromClusterTemplates", "Effect": "Allow", "Action": LAUNCH,
-         "Resource": [f"{ec2}:launch-template/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*"], "Condition": own},
-        {"Sid": "LaunchTaggedWithCluster", "Effect": "Allow", "Action": LAUNCH, "Resource": created,
-         "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": cluster}}},
+        # The cluster's launch templates, subnets and security groups all carry hpcc:cluster (hpcc_contract/names.py
+        # tags).
+        {
+            "Sid": "LaunchFromClusterTemplates",
+            "Effect": "Allow",
+            "Action": LAUNCH,
+            "Resource": [f"{ec2}:launch-template/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*"],
+            "Condition": own,
+        },
+        {
+            "Sid": "LaunchTaggedWithCluster",
+            "Effect": "Allow",
+            "Action": LAUNCH,
+            "Resource": created,
+            "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": cluster}},
+        },
         # What a launch reads and leaves as it is, untagged: the public image, a reservation's placement group.
-        {"Sid": "LaunchInputs", "Effect": "Allow", "Action": LAUNCH,
-         "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:placement-group/*", f"{ec2}:capacity-reservation/*"]},
-        {"Sid": "TagOnLaunch", "Effect": "Allow", "Action": ["ec2:CreateTags"], "Resource": created,
-         "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"],
-                                        f"aws:RequestTag/{TAG_CLUSTER}": cluster}}},
-        {"Sid": "NameClusterInstances", "Effect": "Allow", "Action": ["ec2:CreateTags"],
-         "Resource": [f"{ec2}:instance/*"],
-         "Condition": {**own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}}},
-        {"Sid": "TerminateClusterInstances", "Effect": "Allow", "Action": ["ec2:TerminateInstances"],
-         "Resource": [f"{ec2}:instance/*"], "Condition": own},
+        {
+            "Sid": "LaunchInputs",
+            "Effect": "Allow",
+            "Action": LAUNCH,
+            "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:placement-group/*", f"{ec2}:capacity-reservation/*"],
+        },
+        {
+            "Sid": "TagOnLaunch",
+            "Effect": "Allow",
+            "Action": ["ec2:CreateTags"],
+            "Resource": created,
+            "Condition": {
+                "StringEquals": {
+                    "ec2:CreateAction": ["CreateFleet", "RunInstances"],
+                    f"aws:RequestTag/{TAG_CLUSTER}": cluster,
+                }
+            },
+        },
+        {
+            "Sid": "NameClusterInstances",
+            "Effect": "Allow",
+            "Action": ["ec2:CreateTags"],
+            "Resource": [f"{ec2}:instance/*"],
+            "Condition": {**own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}},
+        },
+        {
+            "Sid": "TerminateClusterInstances",
+            "Effect": "Allow",
+            "Action": ["ec2:TerminateInstances"],
+            "Resource": [f"{ec2}:instance/*"],
+            "Condition": own,
+        },
         # The health rules' remedy without Slurm (hpcc_node/controller/health/act.py; with Slurm, scontrol reboot).
-        {"Sid": "RebootClusterInstances", "Effect": "Allow", "Action": ["ec2:RebootInstances"],
-         "Resource": [f"{ec2}:instance/*"], "Condition": own},
+        {
+            "Sid": "RebootClusterInstances",
+            "Effect": "Allow",
+            "Action": ["ec2:RebootInstances"],
+            "Resource": [f"{ec2}:instance/*"],
+            "Condition": own,
+        },
         {"Sid": "ControllerReads", "Effect": "Allow", "Action": CONTROLLER_DESCRIBE, "Resource": "*"},
-        {"Sid": "PassComputeRole", "Effect": "Allow", "Action": ["iam:PassRole"],
-         "Resource": [f"arn:aws:iam::{account}:role/{role_name(cluster, 'compute')}"],
-         "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}},
+        {
+            "Sid": "PassComputeRole",
+            "Effect": "Allow",
+            "Action": ["iam:PassRole"],
+            "Resource": [f"arn:aws:iam::{account}:role/{role_name(cluster, 'compute')}"],
+            "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        },
         {"Sid": "Ledger", "Effect": "Allow", "Action": LEDGER_ACTIONS, "Resource": [table]},
-        {"Sid": "StateObjects", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"],
-         "Resource": [f"{bucket}/*"]},
+        {
+            "Sid": "StateObjects",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:PutObject"],
+            "Resource": [f"{bucket}/*"],
+        },
         {"Sid": "StateList", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket]},
     ]
 
@@ -105,52 +181,127 @@ def node_state_statements(account: str, cluster: str) -> list[dict]:
     public keys written (hpcc_node/certstore.py); nothing else of the store."""
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
-        {"Sid": "ReadMembership", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket}/{MEMBERSHIP_KEY}"]},
+        {
+            "Sid": "ReadMembership",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": [f"{bucket}/{MEMBERSHIP_KEY}"],
+        },
         # Read, never written: a bundle rollout waits on the canaries' statuses (hpcc_node/rollout.py).
-        {"Sid": "ReadStatuses", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [f"{bucket}/{STATUS_PREFIX}*"]},
-        {"Sid": "ReportOwnStatus", "Effect": "Allow", "Action": ["s3:PutObject"],
-         "Resource": [f"{bucket}/{STATUS_PREFIX}" + "${ec2:SourceInstanceARN}.json"]},
-        {"Sid": "PublishOwnHostKeys", "Effect": "Allow", "Action": ["s3:PutObject"],
-         "Resource": [f"{bucket}/{HOSTKEYS_PREFIX}" + "${ec2:SourceInstanceARN}.json"]},
+        {
+            "Sid": "ReadStatuses",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": [f"{bucket}/{STATUS_PREFIX}*"],
+        },
+        {
+            "Sid": "ReportOwnStatus",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject"],
+            "Resource": [f"{bucket}/{STATUS_PREFIX}" + "${ec2:SourceInstanceARN}.json"],
+        },
+        {
+            "Sid": "PublishOwnHostKeys",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject"],
+            "Resource": [f"{bucket}/{HOSTKEYS_PREFIX}" + "${ec2:SourceInstanceARN}.json"],
+        },
         # Certificates are public (a certificate is worthless without its host's private key): any node's may be read.
-        {"Sid": "ReadHostCertificates", "Effect": "Allow", "Action": ["s3:GetObject"],
-         "Resource": [f"{bucket}/{CERTS_PREFIX}*"]},
+        {
+            "Sid": "ReadHostCertificates",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": [f"{bucket}/{CERTS_PREFIX}*"],
+        },
     ]
 
 
-def node_policy(region: str, account: str, paths: Paths, secret_arn: str, role: str = "compute",
-                munge_arn: str | None = None, cluster: str | None = None, host_ca_arn: str | None = None,
-                user_key_arn: str | None = None) -> str:
+def node_policy(
+    region: str,
+    account: str,
+    paths: Paths,
+    secret_arn: str,
+    role: str = "compute",
+    munge_arn: str | None = None,
+    cluster: str | None = None,
+    host_ca_arn: str | None = None,
+    user_key_arn: str | None = None,
+) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/program/components/bundle.py); the bucket's policy allows the same roles only."""
     param_arn = f"arn:aws:ssm:{region}:{account}:parameter"
     secret_actions = SECRET_READ + (SECRET_WRITE if role == "head" else [])
     key_actions = secret_actions + (KEY_ROTATION if role == "head" else [])
     munge = [{"Sid": "ClusterMungeKey", "Effect": "Allow", "Action": secret_actions, "Resource": [munge_arn]}]
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "ReadClusterParameters", "Effect": "Allow",
-             "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
-             "Resource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"]},
-            {"Sid": "ClusterSshKey", "Effect": "Allow", "Action": key_actions, "Resource": [secret_arn]},
-            *([{"Sid": "ClusterBundles", "Effect": "Allow", "Action": ["s3:GetObject"],
-                "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"]}] if cluster else []),
-            *(munge if munge_arn else []),
-            *([{"Sid": "HostCa", "Effect": "Allow", "Action": SECRET_READ + SECRET_WRITE, "Resource": [host_ca_arn]}]
-              if host_ca_arn and role == "head" else []),
-            *([{"Sid": "LoginUserKey", "Effect": "Allow", "Action": key_actions, "Resource": [user_key_arn]}]
-              if user_key_arn else []),
-            *((controller_statements(region, account, cluster) if role == "head" else
-               node_state_statements(account, cluster)) if cluster else []),
-            {"Sid": "SessionManager", "Effect": "Allow", "Action": SESSION_MANAGER, "Resource": "*"},
-            # Nothing else grants reads now; should a managed policy be attached by hand (AmazonSSMManagedInstanceCore
-            # allows every parameter of the account), reads stay narrowed to this cluster's.
-            {"Sid": "OnlyClusterParameters", "Effect": "Deny",
-             "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath", "ssm:GetParameterHistory"],
-             "NotResource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"]},
-        ],
-    }, sort_keys=True)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ReadClusterParameters",
+                    "Effect": "Allow",
+                    "Action": ["ssm:GetParameter", "ssm:GetParameters", "ssm:GetParametersByPath"],
+                    "Resource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"],
+                },
+                {"Sid": "ClusterSshKey", "Effect": "Allow", "Action": key_actions, "Resource": [secret_arn]},
+                *(
+                    [
+                        {
+                            "Sid": "ClusterBundles",
+                            "Effect": "Allow",
+                            "Action": ["s3:GetObject"],
+                            "Resource": [f"arn:aws:s3:::{bundle_bucket(cluster, account)}/bundles/*"],
+                        }
+                    ]
+                    if cluster
+                    else []
+                ),
+                *(munge if munge_arn else []),
+                *(
+                    [
+                        {
+                            "Sid": "HostCa",
+                            "Effect": "Allow",
+                            "Action": SECRET_READ + SECRET_WRITE,
+                            "Resource": [host_ca_arn],
+                        }
+                    ]
+                    if host_ca_arn and role == "head"
+                    else []
+                ),
+                *(
+                    [{"Sid": "LoginUserKey", "Effect": "Allow", "Action": key_actions, "Resource": [user_key_arn]}]
+                    if user_key_arn
+                    else []
+                ),
+                *(
+                    (
+                        controller_statements(region, account, cluster)
+                        if role == "head"
+                        else node_state_statements(account, cluster)
+                    )
+                    if cluster
+                    else []
+                ),
+                {"Sid": "SessionManager", "Effect": "Allow", "Action": SESSION_MANAGER, "Resource": "*"},
+                # Nothing else grants reads now; should a managed policy be attached by hand
+                # (AmazonSSMManagedInstanceCore allows every parameter of the account), reads stay narrowed to this
+                # cluster's.
+                {
+                    "Sid": "OnlyClusterParameters",
+                    "Effect": "Deny",
+                    "Action": [
+                        "ssm:GetParameter",
+                        "ssm:GetParameters",
+                        "ssm:GetParametersByPath",
+                        "ssm:GetParameterHistory",
+                    ],
+                    "NotResource": [f"{param_arn}{paths.prefix}", f"{param_arn}{paths.prefix}/*"],
+                },
+            ],
+        },
+        sort_keys=True,
+    )
 
 
 class Identity(pulumi.ComponentResource):
@@ -167,39 +318,78 @@ class Identity(pulumi.ComponentResource):
         paths = Paths(c)
 
         secret = aws.secretsmanager.Secret(
-            f"{c}-ssh-key", name=paths.ssh_secret, description=f"hpcc {c}: the cluster's SSH key, written by the head node",
+            f"{c}-ssh-key",
+            name=paths.ssh_secret,
+            description=f"hpcc {c}: the cluster's SSH key, written by the head node",
             recovery_window_in_days=0,  # destroy leaves nothing, and the name is free for the next stack
-            tags=tags(c, "ssh-key", t), opts=child)
+            tags=tags(c, "ssh-key", t),
+            opts=child,
+        )
         munge_arn: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if args.scheduler == "slurm":
             munge_arn = aws.secretsmanager.Secret(
-                f"{c}-munge-key", name=paths.munge_secret, recovery_window_in_days=0,
+                f"{c}-munge-key",
+                name=paths.munge_secret,
+                recovery_window_in_days=0,
                 description=f"hpcc {c}: Slurm's munge key, written by the head node",
-                tags=tags(c, "munge-key", t), opts=child).arn
+                tags=tags(c, "munge-key", t),
+                opts=child,
+            ).arn
         host_ca = aws.secretsmanager.Secret(
-            f"{c}-host-ca", name=paths.host_ca_secret, recovery_window_in_days=0,
-            description=f"hpcc {c}: the host CA, written and read by the head node only", tags=tags(c, "host-ca", t),
-            opts=child)
+            f"{c}-host-ca",
+            name=paths.host_ca_secret,
+            recovery_window_in_days=0,
+            description=f"hpcc {c}: the host CA, written and read by the head node only",
+            tags=tags(c, "host-ca", t),
+            opts=child,
+        )
         user_key = aws.secretsmanager.Secret(
-            f"{c}-user-key", name=paths.user_secret, recovery_window_in_days=0,
+            f"{c}-user-key",
+            name=paths.user_secret,
+            recovery_window_in_days=0,
             description=f"hpcc {c}: the login user's SSH key (not root's), written by the head node",
-            tags=tags(c, "user-key", t), opts=child)
+            tags=tags(c, "user-key", t),
+            opts=child,
+        )
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         self.instance_profile_arns, self.role_arns, self.account = {}, {}, account
         for role in ("head", "compute"):
             # The compute role keeps the resource names the single node role had (see naming.role_name).
             what = "head" if role == "head" else "node"
-            iam_role = aws.iam.Role(f"{c}-{what}-role", name=role_name(c, role), tags=tags(c, f"{what}-role", t),
-                                    opts=child, assume_role_policy=json.dumps({
-                                        "Version": "2012-10-17",
-                                        "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                       "Principal": {"Service": "ec2.amazonaws.com"}}]}))
-            aws.iam.RolePolicy(f"{c}-{what}-policy", name="hpcc-cluster-access", role=iam_role.name, opts=child,
-                               policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn, user_key.arn).apply(
-                                   lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3],
-                                                                    a[4])))
-            profile = aws.iam.InstanceProfile(f"{c}-{what}-profile", name=role_name(c, role), role=iam_role.name,
-                                              tags=tags(c, f"{what}-profile", t), opts=child)
+            iam_role = aws.iam.Role(
+                f"{c}-{what}-role",
+                name=role_name(c, role),
+                tags=tags(c, f"{what}-role", t),
+                opts=child,
+                assume_role_policy=json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Action": "sts:AssumeRole",
+                                "Principal": {"Service": "ec2.amazonaws.com"},
+                            }
+                        ],
+                    }
+                ),
+            )
+            aws.iam.RolePolicy(
+                f"{c}-{what}-policy",
+                name="hpcc-cluster-access",
+                role=iam_role.name,
+                opts=child,
+                policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn, user_key.arn).apply(
+                    lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3], a[4])
+                ),
+            )
+            profile = aws.iam.InstanceProfile(
+                f"{c}-{what}-profile",
+                name=role_name(c, role),
+                role=iam_role.name,
+                tags=tags(c, f"{what}-profile", t),
+                opts=child,
+            )
             self.instance_profile_arns[role] = profile.arn
             self.role_arns[role] = iam_role.arn
 

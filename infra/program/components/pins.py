@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.program import lookups
-from infra.config.model import ClusterConfig
-from infra.program.lookups import ImageInfo
 from hpcc_contract.names import Paths, image_pin, tags
+from infra.config.model import ClusterConfig
+from infra.program import lookups
+from infra.program.lookups import ImageInfo
 
 
 @dataclass
@@ -49,24 +49,41 @@ class Pins(pulumi.ComponentResource):
         source = lookups.image_source(cfg, args.architecture)
         follows_config = bool(cfg.image.ami_id)
         image_param = aws.ssm.Parameter(
-            image_pin(c), name=paths.pinned_image, type="String", insecure_value=resolved.apply(ImageInfo.to_json),
-            description=f"hpcc {c}: the nodes' image, from {source}; kept until that changes or `hpcc up --update-image`",
+            image_pin(c),
+            name=paths.pinned_image,
+            type="String",
+            insecure_value=resolved.apply(ImageInfo.to_json),
+            description=f"hpcc {c}: the nodes' image, from {source}; kept until that changes or `hpcc up "
+            "--update-image`",
             tags=tags(c, "image-pin", t),
             # Same name on replacement: the old parameter must go first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, replace_on_changes=["description"],
-                                        ignore_changes=[] if follows_config else ["insecureValue"]))
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                delete_before_replace=True,
+                replace_on_changes=["description"],
+                ignore_changes=[] if follows_config else ["insecureValue"],
+            ),
+        )
         self.image = image_param.insecure_value.apply(ImageInfo.from_json)
 
         offered = lookups.offered_azs(cfg)
         configured = cfg.availability_zone
-        first = pulumi.Output.from_input(configured) if configured else \
-            offered.apply(lambda o: lookups.first_az(o, lookups.node_types(cfg)))
+        first = (
+            pulumi.Output.from_input(configured)
+            if configured
+            else offered.apply(lambda o: lookups.first_az(o, lookups.node_types(cfg)))
+        )
         az_pin = aws.ssm.Parameter(
-            f"{c}-az-pin", name=paths.pinned_az, type="String", insecure_value=first,
+            f"{c}-az-pin",
+            name=paths.pinned_az,
+            type="String",
+            insecure_value=first,
             description=f"hpcc {c}: the cluster's availability zone, kept from the first `pulumi up` unless "
-                        "cluster.availabilityZone is set",
+            "cluster.availabilityZone is set",
             tags=tags(c, "az-pin", t),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=[] if configured else ["insecureValue"]))
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=[] if configured else ["insecureValue"]),
+        )
         self.availability_zone = pulumi.Output.all(az_pin.insecure_value, offered).apply(
-            lambda a: lookups.check_kept_az(a[0], a[1], cfg, args.region))
+            lambda a: lookups.check_kept_az(a[0], a[1], cfg, args.region)
+        )
         self.register_outputs({"image": image_param.insecure_value, "availabilityZone": self.availability_zone})

@@ -35,52 +35,115 @@ class Security(pulumi.ComponentResource):
         c, t = args.cluster, args.extra_tags
         child = pulumi.ResourceOptions(parent=self)
 
-        nodes = aws.ec2.SecurityGroup(f"{c}-nodes-sg", vpc_id=args.vpc_id, description=f"hpcc {c}: cluster nodes and EFA",
-                                      tags=tags(c, "nodes-sg", t), opts=child)
-        aws.vpc.SecurityGroupIngressRule(f"{c}-efa-in", security_group_id=nodes.id, ip_protocol="-1",
-                                         referenced_security_group_id=nodes.id,
-                                         description="EFA and MPI: all traffic from the cluster's nodes",
-                                         tags=tags(c, "efa-in", t), opts=child)
-        aws.vpc.SecurityGroupEgressRule(f"{c}-efa-out", security_group_id=nodes.id, ip_protocol="-1",
-                                        referenced_security_group_id=nodes.id,
-                                        description="EFA: all traffic to the cluster's nodes",
-                                        tags=tags(c, "efa-out", t), opts=child)
-        aws.vpc.SecurityGroupEgressRule(f"{c}-internet-out", security_group_id=nodes.id, ip_protocol="-1",
-                                        cidr_ipv4="0.0.0.0/0", description="packages and AWS APIs through the NAT gateway",
-                                        tags=tags(c, "internet-out", t), opts=child)
+        nodes = aws.ec2.SecurityGroup(
+            f"{c}-nodes-sg",
+            vpc_id=args.vpc_id,
+            description=f"hpcc {c}: cluster nodes and EFA",
+            tags=tags(c, "nodes-sg", t),
+            opts=child,
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{c}-efa-in",
+            security_group_id=nodes.id,
+            ip_protocol="-1",
+            referenced_security_group_id=nodes.id,
+            description="EFA and MPI: all traffic from the cluster's nodes",
+            tags=tags(c, "efa-in", t),
+            opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{c}-efa-out",
+            security_group_id=nodes.id,
+            ip_protocol="-1",
+            referenced_security_group_id=nodes.id,
+            description="EFA: all traffic to the cluster's nodes",
+            tags=tags(c, "efa-out", t),
+            opts=child,
+        )
+        aws.vpc.SecurityGroupEgressRule(
+            f"{c}-internet-out",
+            security_group_id=nodes.id,
+            ip_protocol="-1",
+            cidr_ipv4="0.0.0.0/0",
+            description="packages and AWS APIs through the NAT gateway",
+            tags=tags(c, "internet-out", t),
+            opts=child,
+        )
 
-        lustre = aws.ec2.SecurityGroup(f"{c}-lustre-sg", vpc_id=args.vpc_id, description=f"hpcc {c}: FSx for Lustre",
-                                       tags=tags(c, "lustre-sg", t), opts=child)
+        lustre = aws.ec2.SecurityGroup(
+            f"{c}-lustre-sg",
+            vpc_id=args.vpc_id,
+            description=f"hpcc {c}: FSx for Lustre",
+            tags=tags(c, "lustre-sg", t),
+            opts=child,
+        )
         rules: list[pulumi.Resource] = []
         for low, high in LUSTRE_PORTS:
             ports = f"{low}" if low == high else f"{low}-{high}"
             for peer_name, peer in (("nodes", nodes), ("self", lustre)):
-                rules.append(aws.vpc.SecurityGroupIngressRule(
-                    f"{c}-lustre-in-{peer_name}-{ports}", security_group_id=lustre.id, ip_protocol="tcp",
-                    from_port=low, to_port=high, referenced_security_group_id=peer.id,
-                    description=f"Lustre LNET {ports} from {peer_name}", tags=tags(c, f"lustre-in-{peer_name}-{ports}", t),
-                    opts=child))
-                rules.append(aws.vpc.SecurityGroupEgressRule(
-                    f"{c}-lustre-out-{peer_name}-{ports}", security_group_id=lustre.id, ip_protocol="tcp",
-                    from_port=low, to_port=high, referenced_security_group_id=peer.id,
-                    description=f"Lustre LNET {ports} to {peer_name}", tags=tags(c, f"lustre-out-{peer_name}-{ports}", t),
-                    opts=child))
-            rules.append(aws.vpc.SecurityGroupIngressRule(
-                f"{c}-nodes-in-lustre-{ports}", security_group_id=nodes.id, ip_protocol="tcp", from_port=low,
-                to_port=high, referenced_security_group_id=lustre.id, description=f"Lustre LNET {ports} from the file system",
-                tags=tags(c, f"nodes-in-lustre-{ports}", t), opts=child))
+                rules.append(
+                    aws.vpc.SecurityGroupIngressRule(
+                        f"{c}-lustre-in-{peer_name}-{ports}",
+                        security_group_id=lustre.id,
+                        ip_protocol="tcp",
+                        from_port=low,
+                        to_port=high,
+                        referenced_security_group_id=peer.id,
+                        description=f"Lustre LNET {ports} from {peer_name}",
+                        tags=tags(c, f"lustre-in-{peer_name}-{ports}", t),
+                        opts=child,
+                    )
+                )
+                rules.append(
+                    aws.vpc.SecurityGroupEgressRule(
+                        f"{c}-lustre-out-{peer_name}-{ports}",
+                        security_group_id=lustre.id,
+                        ip_protocol="tcp",
+                        from_port=low,
+                        to_port=high,
+                        referenced_security_group_id=peer.id,
+                        description=f"Lustre LNET {ports} to {peer_name}",
+                        tags=tags(c, f"lustre-out-{peer_name}-{ports}", t),
+                        opts=child,
+                    )
+                )
+            rules.append(
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{c}-nodes-in-lustre-{ports}",
+                    security_group_id=nodes.id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    referenced_security_group_id=lustre.id,
+                    description=f"Lustre LNET {ports} from the file system",
+                    tags=tags(c, f"nodes-in-lustre-{ports}", t),
+                    opts=child,
+                )
+            )
 
         self.head_ssh_sg_id = None
         if args.ssh_cidrs:
-            head = aws.ec2.SecurityGroup(f"{c}-head-ssh-sg", vpc_id=args.vpc_id,
-                                         description=f"hpcc {c}: SSH to the head node", tags=tags(c, "head-ssh-sg", t),
-                                         opts=child)
+            head = aws.ec2.SecurityGroup(
+                f"{c}-head-ssh-sg",
+                vpc_id=args.vpc_id,
+                description=f"hpcc {c}: SSH to the head node",
+                tags=tags(c, "head-ssh-sg", t),
+                opts=child,
+            )
             for i, cidr in enumerate(args.ssh_cidrs):
                 v6 = ":" in cidr
-                aws.vpc.SecurityGroupIngressRule(f"{c}-head-ssh-in-{i}", security_group_id=head.id, ip_protocol="tcp",
-                                                 from_port=22, to_port=22, cidr_ipv6=cidr if v6 else None,
-                                                 cidr_ipv4=None if v6 else cidr, description=f"SSH from {cidr}",
-                                                 tags=tags(c, f"head-ssh-in-{i}", t), opts=child)
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{c}-head-ssh-in-{i}",
+                    security_group_id=head.id,
+                    ip_protocol="tcp",
+                    from_port=22,
+                    to_port=22,
+                    cidr_ipv6=cidr if v6 else None,
+                    cidr_ipv4=None if v6 else cidr,
+                    description=f"SSH from {cidr}",
+                    tags=tags(c, f"head-ssh-in-{i}", t),
+                    opts=child,
+                )
             self.head_ssh_sg_id = head.id
 
         self.nodes_sg_id = nodes.id

@@ -15,8 +15,16 @@ import pulumi
 import pulumi_aws as aws
 
 from hpcc_contract import ledger
+from hpcc_contract.names import (
+    CERTS_PREFIX,
+    HOSTKEYS_PREFIX,
+    MEMBERSHIP_KEY,
+    STATUS_PREFIX,
+    ledger_table,
+    state_bucket,
+    tags,
+)
 from infra.program.components.private_bucket import private_bucket
-from hpcc_contract.names import CERTS_PREFIX, HOSTKEYS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, ledger_table, state_bucket, tags
 
 # The instance's own ARN as IAM resolves it for a role session of an EC2 instance (IAM User Guide, "IAM policy
 # elements: Variables and tags"; the key is ec2:SourceInstanceARN).
@@ -33,25 +41,61 @@ class StateArgs:
 
 
 def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
-    """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host certificates, and
-    writes its own status and host public keys only.
-    No Deny and no wildcard principal (as the bundle bucket, infra/program/components/bundle.py)."""
+    """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host
+    certificates, and writes its own status and host public keys only. No Deny and no wildcard principal (as the bundle
+    bucket, infra/program/components/bundle.py)."""
     arn = f"arn:aws:s3:::{bucket}"
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": "HeadKeepsState", "Effect": "Allow", "Principal": {"AWS": [head_arn]},
-         "Action": ["s3:GetObject", "s3:PutObject"], "Resource": [f"{arn}/*"]},
-        {"Sid": "HeadListsState", "Effect": "Allow", "Principal": {"AWS": [head_arn]},
-         "Action": ["s3:ListBucket"], "Resource": [arn]},
-        {"Sid": "NodesReadMembership", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
-         "Action": ["s3:GetObject"], "Resource": [f"{arn}/{MEMBERSHIP_KEY}"]},
-        {"Sid": "NodesReadStatuses", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
-         "Action": ["s3:GetObject"], "Resource": [f"{arn}/{STATUS_PREFIX}*"]},
-        {"Sid": "NodesWriteOwnStatus", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
-         "Action": ["s3:PutObject"], "Resource": [f"{arn}/{OWN_STATUS}", f"{arn}/{OWN_HOSTKEYS}"]},
-        # The host certificates the head signed (hpcc_node/certstore.py): public, any node's may be read.
-        {"Sid": "NodesReadHostCertificates", "Effect": "Allow", "Principal": {"AWS": [compute_arn]},
-         "Action": ["s3:GetObject"], "Resource": [f"{arn}/{CERTS_PREFIX}*"]},
-    ]}, sort_keys=True)
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "HeadKeepsState",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [head_arn]},
+                    "Action": ["s3:GetObject", "s3:PutObject"],
+                    "Resource": [f"{arn}/*"],
+                },
+                {
+                    "Sid": "HeadListsState",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [head_arn]},
+                    "Action": ["s3:ListBucket"],
+                    "Resource": [arn],
+                },
+                {
+                    "Sid": "NodesReadMembership",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [compute_arn]},
+                    "Action": ["s3:GetObject"],
+                    "Resource": [f"{arn}/{MEMBERSHIP_KEY}"],
+                },
+                {
+                    "Sid": "NodesReadStatuses",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [compute_arn]},
+                    "Action": ["s3:GetObject"],
+                    "Resource": [f"{arn}/{STATUS_PREFIX}*"],
+                },
+                {
+                    "Sid": "NodesWriteOwnStatus",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [compute_arn]},
+                    "Action": ["s3:PutObject"],
+                    "Resource": [f"{arn}/{OWN_STATUS}", f"{arn}/{OWN_HOSTKEYS}"],
+                },
+                # The host certificates the head signed (hpcc_node/certstore.py): public, any node's may be read.
+                {
+                    "Sid": "NodesReadHostCertificates",
+                    "Effect": "Allow",
+                    "Principal": {"AWS": [compute_arn]},
+                    "Action": ["s3:GetObject"],
+                    "Resource": [f"{arn}/{CERTS_PREFIX}*"],
+                },
+            ],
+        },
+        sort_keys=True,
+    )
 
 
 class ControllerState(pulumi.ComponentResource):
@@ -65,18 +109,30 @@ class ControllerState(pulumi.ComponentResource):
         c, t = args.cluster, args.extra_tags
         child = pulumi.ResourceOptions(parent=self)
         table = aws.dynamodb.Table(
-            f"{c}-ledger", name=ledger_table(c), hash_key=ledger.KEY, billing_mode=ledger.BILLING_MODE,
+            f"{c}-ledger",
+            name=ledger_table(c),
+            hash_key=ledger.KEY,
+            billing_mode=ledger.BILLING_MODE,
             attributes=[aws.dynamodb.TableAttributeArgs(name=ledger.KEY, type="S")],
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
-            tags=tags(c, "ledger", t), opts=child)
-        bucket, block = private_bucket(f"{c}-state", pulumi.Output.from_input(args.account).apply(
-            lambda a: state_bucket(c, a)), tags(c, "state", t), child)
+            tags=tags(c, "ledger", t),
+            opts=child,
+        )
+        bucket, block = private_bucket(
+            f"{c}-state",
+            pulumi.Output.from_input(args.account).apply(lambda a: state_bucket(c, a)),
+            tags(c, "state", t),
+            child,
+        )
         aws.s3.BucketPolicy(
-            f"{c}-state-policy", bucket=bucket.id,
+            f"{c}-state-policy",
+            bucket=bucket.id,
             policy=pulumi.Output.all(bucket.bucket, args.role_arns["head"], args.role_arns["compute"]).apply(
-                lambda a: state_bucket_policy(a[0], a[1], a[2])),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]))
+                lambda a: state_bucket_policy(a[0], a[1], a[2])
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[block]),
+        )
         self.bucket, self.bucket_arn = bucket.bucket, bucket.arn
         self.table, self.table_arn = table.name, table.arn
         self.register_outputs({"bucket": bucket.bucket, "table": table.name})

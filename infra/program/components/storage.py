@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from infra.config.model import Fsx
 from hpcc_contract.names import Paths, tags
+from infra.config.model import Fsx
 
 
 @dataclass
@@ -26,7 +26,8 @@ class StorageArgs:
 def export_events(fsx: Fsx) -> list[str]:
     """What FSx writes back to S3 by itself. DELETED would delete the bucket's objects whenever a file under /s3 is
     deleted on the cluster, so it is opt-in (`fsx.exportDeletions`). The events are the S3 AutoExportPolicy's
-    (FSx API reference, AutoExportPolicy); changing them updates the association in place (UpdateDataRepositoryAssociation)."""
+    (FSx API reference, AutoExportPolicy); changing them updates the association in place
+    (UpdateDataRepositoryAssociation)."""
     return ["NEW", "CHANGED", "DELETED"] if fsx.export_deletions else ["NEW", "CHANGED"]
 
 
@@ -54,17 +55,29 @@ class Storage(pulumi.ComponentResource):
         )
         if fsx.data_repository_path:
             aws.fsx.DataRepositoryAssociation(
-                f"{c}-fsx-s3", file_system_id=fs.id, file_system_path="/s3",
-                data_repository_path=fsx.data_repository_path, batch_import_meta_data_on_create=True,
-                s3={"auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
-                    "auto_export_policy": {"events": export_events(fsx)}},
-                tags=tags(c, "fsx-s3", t), opts=pulumi.ResourceOptions(parent=self))
+                f"{c}-fsx-s3",
+                file_system_id=fs.id,
+                file_system_path="/s3",
+                data_repository_path=fsx.data_repository_path,
+                batch_import_meta_data_on_create=True,
+                s3={
+                    "auto_import_policy": {"events": ["NEW", "CHANGED", "DELETED"]},
+                    "auto_export_policy": {"events": export_events(fsx)},
+                },
+                tags=tags(c, "fsx-s3", t),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         aws.ssm.Parameter(
-            f"{c}-fsx-param", name=Paths(c).fsx, type="String", tags=tags(c, "fsx-param", t),
+            f"{c}-fsx-param",
+            name=Paths(c).fsx,
+            type="String",
+            tags=tags(c, "fsx-param", t),
             description="FSx for Lustre endpoint; the nodes' bootstrap waits for it",
             value=pulumi.Output.all(fs.dns_name, fs.mount_name).apply(
-                lambda a: json.dumps({"dnsName": a[0], "mountName": a[1]}, sort_keys=True)),
-            opts=pulumi.ResourceOptions(parent=self))
+                lambda a: json.dumps({"dnsName": a[0], "mountName": a[1]}, sort_keys=True)
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
 
         self.file_system_id = fs.id
         self.dns_name = fs.dns_name
