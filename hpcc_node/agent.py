@@ -28,8 +28,9 @@ from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
 from hpcc_contract.settings import SettingsError
 from hpcc_contract.version import AGENT_VERSION
 from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
-from hpcc_node import certs as host_certs
+from hpcc_node import certs_agent as host_certs
 from hpcc_node.agent_bundle import BundleFollowing
+from hpcc_node.agent_status import StatusReporting
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
@@ -98,7 +99,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(BundleFollowing):
+class Agent(BundleFollowing, StatusReporting):
     def __init__(
         self,
         config: Config,
@@ -292,56 +293,6 @@ class Agent(BundleFollowing):
             with open(os.path.join(self.c.run, "hpcc-slurm.json"), "w") as f:
                 f.write(slurm.states_file_text(states))
             self.slurm_states = states
-
-    # -- the status ---------------------------------------------------------------------------------
-    def extra(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"drifted": self.record.drifted}
-        refused = self.refused_field()
-        if refused:
-            out.update({"class": "bundle", "refused": refused})
-        if self.rollout_note:
-            out["rollout"] = f"halted: {self.rollout_note}"
-        if self.slurm_states is not None:
-            out["slurm"] = self.slurm_states
-        out.update(health.status_fields(os.path.join(self.c.run, health.VERDICT_NAME)))  # the health thread's
-        return out
-
-    def report(self) -> None:
-        extra = self.extra()
-        key = (self.node, self.message, self.running, repr(sorted(extra.items())))
-        if key == self.written:  # unchanged: the same bytes again each heartbeat (same ETag, a new LastModified)
-            self.beat()
-            return
-        identity = {
-            "node": self.node.node,
-            "ip": self.node.ip,
-            "instanceId": self.node.instance_id,
-            "hostsVersion": self.node.hosts_version,
-        }
-        tail = (state.read_text(self.c.log) or "").splitlines()
-        body = status.status(
-            identity, "ready", True, self.message, bundle=self.running, log_tail=tail, now=self.clock(), extra=extra
-        )
-        self.put_status(body.encode())
-        self.written = key
-
-    def beat(self) -> None:
-        """The heartbeat thread's: the last status again once it is heartbeat_seconds old, whatever the tick is
-        doing, so a tick that takes minutes (an apply-membership waiting on a restarting slurmctld) is not taken
-        for a dead agent (the controller's Timers.heartbeat_timeout_seconds)."""
-        with self.status_lock:
-            if self.written_body and self.clock() - self.written_at >= self.c.heartbeat_seconds:
-                self.put_status(self.written_body)
-
-    def put_status(self, body: bytes) -> None:
-        with self.status_lock:
-            try:
-                self.s3.put_object(
-                    Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body, ContentType="application/json"
-                )
-            except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
-                raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
-            self.written_body, self.written_at = body, self.clock()
 
 
 def heartbeat(agent: Agent, sleep: Callable[[float], None] = time.sleep) -> None:

@@ -8,6 +8,6 @@ from pathlib import Path
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pack import policies  # noqa: E402
+from pack import policies  # noqa: E402 - after sys.path gets the pack's own directory
 
 PolicyPack(name="hpcc", enforcement_level=EnforcementLevel.MANDATORY, policies=policies())

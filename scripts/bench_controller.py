@@ -12,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcc_node.controller.decide import decide  # noqa: E402
-from hpcc_node.controller.membership import encode  # noqa: E402
-from hpcc_node.controller.model import PUBLISH, Group, Instance, Report, Slot, SlurmNode, Snapshot  # noqa: E402
+from hpcc_node.controller.decide import decide  # noqa: E402 - after sys.path gets the checkout
+from hpcc_node.controller.membership import encode  # noqa: E402 - after sys.path gets the checkout
+from hpcc_node.controller.model import PUBLISH, Group, Instance, Report, Slot, SlurmNode, Snapshot  # noqa: E402 - after sys.path gets the checkout
 
 NOW = 1_000_000.0
 

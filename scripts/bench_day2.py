@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra.config.stackfile import read_raw  # noqa: E402
-from infra.plan.previous import PreviousPlan  # noqa: E402
-from infra.plan.runner import plan_config  # noqa: E402
+from infra.config.stackfile import read_raw  # noqa: E402 - after sys.path gets the checkout
+from infra.plan.previous import PreviousPlan  # noqa: E402 - after sys.path gets the checkout
+from infra.plan.runner import plan_config  # noqa: E402 - after sys.path gets the checkout
 
 NODES = 64
 INSTANCE = "aws:ec2/instance:Instance"

@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcc_node.controller.timers import DEFAULT as TIMERS  # noqa: E402
-from hpcc_node.health.verdict import INTERVAL_S as HEALTH_PERIOD  # noqa: E402
-from infra.facts.slurm import SLURMD_TIMEOUT_SECONDS as SLURMD_TIMEOUT  # noqa: E402
+from hpcc_node.controller.timers import DEFAULT as TIMERS  # noqa: E402 - after sys.path gets the checkout
+from hpcc_node.health.verdict import INTERVAL_S as HEALTH_PERIOD  # noqa: E402 - after sys.path gets the checkout
+from infra.facts.slurm import SLURMD_TIMEOUT_SECONDS as SLURMD_TIMEOUT  # noqa: E402 - after sys.path gets the checkout
 
 # Assumptions (seconds), a p5.48xlarge from a DLAMI. EC2 documents no launch time; these are what operators
 # report and what ParallelCluster's 30-minute boot grace is sized above.

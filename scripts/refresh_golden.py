@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.render.bootstrap_cases import GOLDEN, golden_path, golden_texts, planned_scripts  # noqa: E402
+from tests.render.bootstrap_cases import GOLDEN, golden_path, golden_texts, planned_scripts  # noqa: E402 - after sys.path gets the checkout
 
 GOLDEN.mkdir(parents=True, exist_ok=True)
 texts = golden_texts(planned_scripts())  # before anything is removed: a failing plan leaves the files as they were

@@ -164,6 +164,24 @@ def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
+def test_a_function_local_import_of_the_project_says_why():
+    """An import inside a function hides a dependency from a reader of the module's head: only for a heavy load
+    kept off the common path (the CLI's per-command imports), and then with a comment saying so."""
+    silent = []
+    for path in MODULES.values():
+        source = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(source))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and node is not fn:
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    text = " ".join(source[node.lineno - 1 : node.end_lineno])
+                    if (any(_resolve(n) for n in names) or getattr(node, "level", 0)) and "#" not in text:
+                        silent.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text.strip()}")
+    assert not silent, "import at the module's head, or say why not:\n" + "\n".join(silent)
+
+
 def test_no_import_cycle():
     graph = edges()
     cycles = _cycles(graph)

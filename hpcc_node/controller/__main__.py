@@ -165,7 +165,7 @@ def setup_log(path: str) -> logging.Logger:
     return LOG
 
 
-def build(env: Mapping[str, str], run: Callable[..., Any] = None, clock: Callable[[], float] = time.time):
+def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, clock: Callable[[], float] = time.time):
     """(step, timers) of the controller the environment describes."""
     for key in ("HPCC_CLUSTER", "HPCC_INSTANCE_ID", "HPCC_NODE_IP", "HPCC_ACCOUNT"):
         if not env.get(key):

@@ -46,7 +46,7 @@ class Verdict:
 
 
 def hpcc_reason(node: Optional[SlurmNode]) -> bool:
-    return bool(node) and node.reason.startswith(REASON_PREFIX)
+    return node is not None and node.reason.startswith(REASON_PREFIX)
 
 
 def held_by_person(node: Optional[SlurmNode]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from hpcc_contract.names import fleet_client_token, node_name
 
@@ -156,7 +156,7 @@ def _slot_actions(
     if verdict is None:
         return []
     why = Why(verdict.failure, verdict.evidence)
-    common = dict(group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why)
+    common: Dict[str, Any] = dict(group=slot.group, node=slot.name, instance_id=slot.instance_id, why=why)
     if verdict.kind == "failure":
         failures.append(Failure(slot, verdict.failure, verdict.evidence, verdict.hard))
         return []
@@ -204,7 +204,8 @@ def _fill(
     gs = snap.group_states.get(group.name) or GroupState(group.name)
     phase = block_phase(group, now, timers)
     out: List[Action] = []
-    waiting = f"waiting for capacity block {group.capacity_block.reservation_id}" if phase == "before" else ""
+    block = group.capacity_block
+    waiting = f"waiting for capacity block {block.reservation_id}" if block is not None and phase == "before" else ""
     if group.capacity_block is not None and gs.status != waiting:
         out.append(
             Action(
@@ -371,15 +372,20 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
                 )
             )
     for s in sorted(snap.slots.values(), key=lambda s: s.name):  # tags follow the ledger, for people and IAM
-        inst = snap.instances.get(s.instance_id)
-        if s.state in ACTIVE_STATES and inst is not None and inst.state in LIVE and inst.name_tag != s.name:
+        named_inst = snap.instances.get(s.instance_id)
+        if (
+            s.state in ACTIVE_STATES
+            and named_inst is not None
+            and named_inst.state in LIVE
+            and named_inst.name_tag != s.name
+        ):
             out.append(
                 Action(
                     TAG,
                     group=s.group,
                     node=s.name,
                     instance_id=s.instance_id,
-                    why=Why("", f"its tag says {inst.name_tag or 'nothing'}; the ledger says {s.name}"),
+                    why=Why("", f"its tag says {named_inst.name_tag or 'nothing'}; the ledger says {s.name}"),
                 )
             )
     body = membership_body(project(snap.slots, out, now), snap, groups, unlisted)

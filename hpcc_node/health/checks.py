@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence
 
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT
 from hpcc_node.health import devices, gpu, host
+from hpcc_node.health.host import DISK_MIN_FREE_GIB
 from hpcc_node.health.runner import CheckSpec
 from hpcc_node.health.verdict import (
     CHECK_TIMEOUT_S,
@@ -45,7 +46,7 @@ class NodeFacts:
     shared_mount: Optional[str] = None  # the Lustre mount point, when the cluster has one
     dcgm_level: int = BOOT_DIAG_LEVEL_DEFAULT  # 0: no DCGM diagnostic (hpcc_contract/settings.py)
     disk_path: str = "/"
-    disk_min_free_gib: float = host.DISK_MIN_FREE_GIB
+    disk_min_free_gib: float = DISK_MIN_FREE_GIB
 
 
 def _probe(name: str, timeout_s: float, *args: str) -> CheckSpec:

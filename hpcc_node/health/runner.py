@@ -92,7 +92,8 @@ class Runner:
                 list(spec.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=self.env, start_new_session=True
             )
         except OSError as e:
-            out.close(), err.close()
+            out.close()
+            err.close()
             return fail(
                 spec.name, f"{os.path.basename(tool)} cannot run on {spec.needed_on}: {e.strerror or e}", "drain"
             )

@@ -92,7 +92,10 @@ def fail(check: str, evidence: str, action: str = "drain", remedy: str = "none")
 
 def worst(results: Iterable[CheckResult]) -> Optional[CheckResult]:
     """The result that decides: highest status, then the strongest action, then the costliest remedy."""
-    key = lambda r: (STATUSES.index(r.status), ACTIONS.index(r.action), REMEDIES.index(r.remedy))  # noqa: E731
+
+    def key(r: CheckResult) -> Tuple[int, int, int]:
+        return STATUSES.index(r.status), ACTIONS.index(r.action), REMEDIES.index(r.remedy)
+
     return max(results, key=key, default=None)
 
 
@@ -121,6 +124,7 @@ def node_verdict(results: Iterable[CheckResult], now: float) -> NodeVerdict:
         # No check ran: nothing says the node is healthy.
         results = [unknown("checks", "no check ran")]
     top = worst(results)
+    assert top is not None  # results is never empty here
     action = max((r.action for r in results), key=ACTIONS.index)
     remedy = max((r.remedy for r in results), key=REMEDIES.index)
     reason = slurm_reason(top) if top.status != "ok" else ""

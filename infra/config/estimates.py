@@ -24,6 +24,13 @@ FSX_GB_MONTH = {
 }
 
 
+def _priced(itype: InstanceType) -> float:
+    """A type's hourly price, once unpriced() said it has one."""
+    if itype.hourly_usd is None:
+        raise ValueError(f"{itype.name} has no price (unpriced() is asked first)")
+    return itype.hourly_usd
+
+
 def unpriced(head: InstanceType, *computes: InstanceType) -> list[str]:
     """The node types whose price is unknown (shown as "price unknown")."""
     return sorted({t.name for t in (head, *computes) if t.hourly_usd is None})
@@ -37,8 +44,8 @@ def hourly_cost(cluster: ClusterConfig, head: InstanceType, computes: list[Insta
         return None
     fsx = cluster.fsx
     gb_month = FSX_GB_MONTH.get((fsx.deployment_type, fsx.storage_type, fsx.per_unit_storage_throughput), 0.14)
-    nodes = sum(g.count * t.hourly_usd for g, t in zip(cluster.node_groups, computes, strict=True))
-    total = head.hourly_usd + nodes + NAT_GATEWAY_HOURLY
+    nodes = sum(g.count * _priced(t) for g, t in zip(cluster.node_groups, computes, strict=True))
+    total = _priced(head) + nodes + NAT_GATEWAY_HOURLY
     total += fsx.storage_capacity * gb_month / HOURS_PER_MONTH
     return round(total, 2)
 

@@ -94,7 +94,9 @@ def hook_files(cluster, base: Path | None = None) -> tuple[dict[str, list[str]],
 def absolute(config: dict, base: Path) -> dict:
     """The stack file's config map with every relative hook path made absolute from the file's directory."""
     cluster = config.get("hpcc:cluster")
-    hooks = cluster.get("hooks") if isinstance(cluster, dict) else None
+    if not isinstance(cluster, dict):
+        return config
+    hooks = cluster.get("hooks")
     if not isinstance(hooks, dict):
         return config
     fixed = dict(hooks)

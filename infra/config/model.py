@@ -16,16 +16,10 @@ from typing import Literal, get_args
 from pydantic import Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, account_problem
+from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, MOUNT_POINT_MAX, account_problem
 from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS
 from infra.config.nodes import ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of
-from infra.config.validators.inputs import (
-    MOUNT_POINT_MAX,
-    PUBLIC_KEYS_BYTES,
-    public_key_problem,
-    s3_path_problems,
-    tag_key_problem,
-)
+from infra.config.validators.inputs import PUBLIC_KEYS_BYTES, public_key_problem, s3_path_problems, tag_key_problem
 from infra.facts.images import IMAGE_FAMILIES
 from infra.facts.limits import MAX_GROUPS
 

@@ -13,13 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from hpcc_contract.hostfile import FORMATS
-from hpcc_contract.names import image_pin
 from infra.config.parse import ConfigError
-from infra.config.stackfile import load, read_raw
+from infra.config.stackfile import load
 from infra.ops import OpsError
 from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
-from infra.ops.project import ProjectError, init_project, stack_from_file, stack_name
+from infra.ops.cli_plan import plan
+from infra.ops.cli_report import config_error, err, fail
+from infra.ops.project import ProjectError, init_project, stack_name
 
 app = typer.Typer(
     add_completion=False,
@@ -27,75 +28,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Provision and operate multi-node ML training clusters on AWS.",
 )
-err = Console(stderr=True)
 
 
 app.add_typer(check_app, name="check")  # hpcc check fabric (infra/ops/check_cli.py)
+app.command()(plan)  # hpcc plan (infra/ops/cli_plan.py)
 
 
 @app.callback()
 def _group() -> None:
     """Provision and operate multi-node ML training clusters on AWS (see `hpcc COMMAND --help`)."""
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    # Messages carry the user's text (filters, tags, patterns like [a-z_]): never read them as rich markup.
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(code)
-
-
-def config_error(e: ConfigError) -> typer.Exit:
-    for path, msg in e.problems:
-        err.print(f"[bold red]error:[/] {escape(path)}: {escape(msg)}", highlight=False)
-    return typer.Exit(2)
-
-
-@app.command()
-def plan(
-    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-    out: Path = typer.Option(Path("plan"), "--out", help="directory for resources.json, outputs.json, user-data/"),
-    stack: str = typer.Option(
-        None,
-        "--stack",
-        help="stack name to plan as (default: <stack> of a "
-        "Pulumi.<stack>.yaml file, else dev: offline it only names the URNs)",
-    ),
-    previous: Path | None = typer.Option(
-        None,
-        "--previous",
-        help="an earlier plan's --out directory: also write changes.json, what a second `pulumi up` would do",
-    ),
-    update_image: bool = typer.Option(
-        False,
-        "--update-image",
-        help="with --previous: resolve the image again "
-        "(as `hpcc up --update-image`), not keep the one the earlier plan had",
-    ),
-):
-    """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
-    from infra.ops.plan_summary import print_changes, print_summary  # lazy: pulumi, moto
-    from infra.plan.previous import PreviousPlan, PreviousPlanError  # lazy: pulumi, moto
-    from infra.plan.runner import PlanError, plan_stack_file, plan_update_image  # lazy: pulumi, moto
-
-    if update_image and previous is None:
-        raise fail("--update-image compares with an earlier plan: give --previous DIR too")
-    try:
-        earlier = PreviousPlan.load(previous) if previous is not None else None
-        stack = stack or stack_from_file(config) or "dev"
-        if update_image:
-            result = plan_update_image(read_raw(config), earlier, image_pin(load(config).cluster.name), stack=stack)
-        else:
-            result = plan_stack_file(config, stack=stack, previous=earlier)
-    except PreviousPlanError as e:
-        raise fail(str(e)) from None
-    except ConfigError as e:
-        raise config_error(e) from None
-    except PlanError as e:
-        raise fail(str(e)) from None
-    result.write(out)
-    print_summary(result, out)
-    if earlier is not None:
-        print_changes(result, out, str(previous))
 
 
 # -- operator commands (infra/ops) --------------------------------------------------------------------------
@@ -150,7 +91,7 @@ def preflight(
     """Check quotas, capacity, AZ offerings, EFA, placement and the image before anything is created."""
     from infra.ops.aws import Aws  # lazy: boto3
     from infra.ops.preflight.rules import has_errors, print_findings  # lazy: boto3
-    from infra.ops.preflight.rules import preflight as run_preflight
+    from infra.ops.preflight.rules import preflight as run_preflight  # lazy: boto3
 
     cfg = _ops(lambda: load(config))
 

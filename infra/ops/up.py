@@ -19,6 +19,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -132,7 +133,7 @@ def select(
     project = _project(config_path)
     if stack_factory is None:
         require_pulumi(which)
-        stack_factory = lambda name: local_stack(name, project)  # noqa: E731
+        stack_factory = partial(local_stack, project=project)
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
     _pulumi("config set", lambda: configure(stack, config_path, stack_name, root=project))
     return stack
@@ -355,7 +356,7 @@ def destroy(
     if stack_factory is None:
         require_pulumi(which)
         project = _project(config_path)
-        stack_factory = lambda name: local_stack(name, project)  # noqa: E731
+        stack_factory = partial(local_stack, project=project)
     aws = aws or Aws(cfg.region)
     stack = _pulumi("stack select", lambda: stack_factory(stack_name))
     fsx = resource_name(cfg.cluster.name, "fsx")

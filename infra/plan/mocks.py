@@ -4,7 +4,6 @@ interface layouts, FSx ports and mount names, data repository associations)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 
@@ -14,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from infra.plan import aws_rules, internals
 from infra.plan.aws_rules import AwsRejected
+from infra.plan.mocks_network import NetworkMocks, short_id, tag_list
 from infra.plan.mocks_s3 import S3Mocks
 from infra.plan.mocks_state import StateMocks
 from infra.plan.recorder import plain
@@ -26,15 +26,7 @@ PARAMETER_FIELDS = {
 }
 
 
-def _tags(inputs: dict) -> list[dict[str, str]]:
-    return [{"Key": k, "Value": v} for k, v in sorted((inputs.get("tags") or {}).items())]
-
-
-def _short(*parts: str) -> str:
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:17]
-
-
-class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
+class MotoMocks(NetworkMocks, S3Mocks, StateMocks, pulumi.runtime.Mocks):
     def __init__(self, region: str):
         self.region = region
         self.lock = threading.Lock()
@@ -164,153 +156,21 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
 
     def _tag(self, rid: str, inputs: dict) -> None:
         if inputs.get("tags"):
-            self.ec2.create_tags(Resources=[rid], Tags=_tags(inputs))
-
-    def _vpc(self, name, i):
-        vpc = self.ec2.create_vpc(CidrBlock=i["cidrBlock"])["Vpc"]
-        for attr in ("enableDnsSupport", "enableDnsHostnames"):
-            if i.get(attr):
-                self.ec2.modify_vpc_attribute(VpcId=vpc["VpcId"], **{attr[0].upper() + attr[1:]: {"Value": True}})
-        self._tag(vpc["VpcId"], i)
-        rt = self.ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])["RouteTables"][0]
-        sg = self.ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])[
-            "SecurityGroups"
-        ][0]
-        return vpc["VpcId"], {
-            "arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc/{vpc['VpcId']}",
-            "mainRouteTableId": rt["RouteTableId"],
-            "defaultSecurityGroupId": sg["GroupId"],
-        }
-
-    def _subnet(self, name, i):
-        aws_rules.check_cidr(name, i.get("cidrBlock"))
-        sn = self.ec2.create_subnet(VpcId=i["vpcId"], CidrBlock=i["cidrBlock"], AvailabilityZone=i["availabilityZone"])[
-            "Subnet"
-        ]
-        self._subnet_az[sn["SubnetId"]] = sn["AvailabilityZone"]
-        self._subnet_cidrs.append(sn["CidrBlock"])
-        self._subnet_cidr[sn["SubnetId"]] = sn["CidrBlock"]
-        self._tag(sn["SubnetId"], i)
-        return sn["SubnetId"], {
-            "arn": sn.get("SubnetArn", ""),
-            "availabilityZone": sn["AvailabilityZone"],
-            "availabilityZoneId": sn.get("AvailabilityZoneId", ""),
-        }
-
-    def _internetGateway(self, name, i):
-        igw = self.ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
-        self.ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=i["vpcId"])
-        self._tag(igw, i)
-        return igw, {"arn": f"arn:aws:ec2:{self.region}:{self.account}:internet-gateway/{igw}"}
-
-    def _eip(self, name, i):
-        eip = self.ec2.allocate_address(Domain="vpc")
-        self._tag(eip["AllocationId"], i)
-        return eip["AllocationId"], {"allocationId": eip["AllocationId"], "publicIp": eip["PublicIp"]}
-
-    def _natGateway(self, name, i):
-        nat = self.ec2.create_nat_gateway(
-            SubnetId=i["subnetId"],
-            AllocationId=i["allocationId"],
-            TagSpecifications=[{"ResourceType": "natgateway", "Tags": _tags(i)}],
-        )["NatGateway"]
-        addr = (nat.get("NatGatewayAddresses") or [{}])[0]
-        return nat["NatGatewayId"], {"publicIp": addr.get("PublicIp", ""), "privateIp": addr.get("PrivateIp", "")}
-
-    def _routeTable(self, name, i):
-        rt = self.ec2.create_route_table(VpcId=i["vpcId"])["RouteTable"]["RouteTableId"]
-        self._tag(rt, i)
-        return rt, {}
-
-    def _route(self, name, i):
-        target = {k[0].upper() + k[1:]: i[k] for k in ("gatewayId", "natGatewayId") if i.get(k)}
-        self.ec2.create_route(RouteTableId=i["routeTableId"], DestinationCidrBlock=i["destinationCidrBlock"], **target)
-        return f"r-{i['routeTableId']}{_short(i['destinationCidrBlock'])[:8]}", {}
-
-    def _routeTableAssociation(self, name, i):
-        assoc = self.ec2.associate_route_table(SubnetId=i["subnetId"], RouteTableId=i["routeTableId"])
-        return assoc["AssociationId"], {}
-
-    def _vpcEndpoint(self, name, i):
-        ep = self.ec2.create_vpc_endpoint(
-            VpcId=i["vpcId"],
-            ServiceName=i["serviceName"],
-            VpcEndpointType=i.get("vpcEndpointType", "Gateway"),
-            RouteTableIds=i.get("routeTableIds") or [],
-        )["VpcEndpoint"]
-        self._tag(ep["VpcEndpointId"], i)
-        return ep["VpcEndpointId"], {
-            "arn": f"arn:aws:ec2:{self.region}:{self.account}:vpc-endpoint/{ep['VpcEndpointId']}"
-        }
-
-    def _securityGroup(self, name, i):
-        group_name = i.get("name") or f"{name}-{_short(name)[:7]}"
-        sg = self.ec2.create_security_group(
-            GroupName=group_name, Description=i.get("description") or "Managed by Pulumi", VpcId=i["vpcId"]
-        )["GroupId"]
-        # pulumi-aws removes AWS's default allow-all egress from groups it manages; do the same.
-        self.ec2.revoke_security_group_egress(
-            GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
-        )
-        self._tag(sg, i)
-        return sg, {"name": group_name, "arn": f"arn:aws:ec2:{self.region}:{self.account}:security-group/{sg}"}
-
-    def _permission(self, name, i) -> dict:
-        aws_rules.check_cidr(name, i.get("cidrIpv4"))
-        aws_rules.check_cidr(name, i.get("cidrIpv6"))
-        perm: dict = {"IpProtocol": i["ipProtocol"]}
-        if i["ipProtocol"] != "-1":
-            perm.update(FromPort=int(i["fromPort"]), ToPort=int(i["toPort"]))
-        if i.get("referencedSecurityGroupId"):
-            perm["UserIdGroupPairs"] = [
-                {"GroupId": i["referencedSecurityGroupId"], "Description": i.get("description", "")}
-            ]
-        if i.get("cidrIpv4"):
-            perm["IpRanges"] = [{"CidrIp": i["cidrIpv4"], "Description": i.get("description", "")}]
-        if i.get("cidrIpv6"):
-            perm["Ipv6Ranges"] = [{"CidrIpv6": i["cidrIpv6"], "Description": i.get("description", "")}]
-        if not any(k in perm for k in ("UserIdGroupPairs", "IpRanges", "Ipv6Ranges")):
-            raise AwsRejected(name, "MissingParameter", "a rule needs a CIDR or a referenced security group")
-        return perm
-
-    def _securityGroupIngressRule(self, name, i):
-        out = self.ec2.authorize_security_group_ingress(
-            GroupId=i["securityGroupId"],
-            IpPermissions=[self._permission(name, i)],
-            TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}],
-        )
-        return out["SecurityGroupRules"][0]["SecurityGroupRuleId"], {}
-
-    def _securityGroupEgressRule(self, name, i):
-        out = self.ec2.authorize_security_group_egress(
-            GroupId=i["securityGroupId"],
-            IpPermissions=[self._permission(name, i)],
-            TagSpecifications=[{"ResourceType": "security-group-rule", "Tags": _tags(i)}],
-        )
-        return out["SecurityGroupRules"][0]["SecurityGroupRuleId"], {}
-
-    def _placementGroup(self, name, i):
-        aws_rules.check_placement_group(name, i, set(self.placement_groups))
-        pg_id = f"pg-{_short(i['name'])}"
-        self.placement_groups[i["name"]] = i["strategy"]
-        return i["name"], {
-            "placementGroupId": pg_id,
-            "arn": f"arn:aws:ec2:{self.region}:{self.account}:placement-group/{i['name']}",
-        }
+            self.ec2.create_tags(Resources=[rid], Tags=tag_list(inputs))
 
     def _secret(self, name, i):
-        arn = self.secrets.create_secret(Name=i["name"], Description=i.get("description", ""), Tags=_tags(i))["ARN"]
+        arn = self.secrets.create_secret(Name=i["name"], Description=i.get("description", ""), Tags=tag_list(i))["ARN"]
         return arn, {"arn": arn}
 
     def _role(self, name, i):
-        role = self.iam.create_role(RoleName=i["name"], AssumeRolePolicyDocument=i["assumeRolePolicy"], Tags=_tags(i))[
-            "Role"
-        ]
+        role = self.iam.create_role(
+            RoleName=i["name"], AssumeRolePolicyDocument=i["assumeRolePolicy"], Tags=tag_list(i)
+        )["Role"]
         return role["RoleName"], {"arn": role["Arn"], "uniqueId": role["RoleId"]}
 
     def _rolePolicyAttachment(self, name, i):
         self.iam.attach_role_policy(RoleName=i["role"], PolicyArn=i["policyArn"])
-        return f"{i['role']}-{_short(i['policyArn'])[:8]}", {}
+        return f"{i['role']}-{short_id(i['policyArn'])[:8]}", {}
 
     def _rolePolicy(self, name, i):
         policy_name = i.get("name") or name
@@ -319,7 +179,7 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         return f"{i['role']}:{policy_name}", {"name": policy_name}
 
     def _instanceProfile(self, name, i):
-        prof = self.iam.create_instance_profile(InstanceProfileName=i["name"], Tags=_tags(i))["InstanceProfile"]
+        prof = self.iam.create_instance_profile(InstanceProfileName=i["name"], Tags=tag_list(i))["InstanceProfile"]
         self.iam.add_role_to_instance_profile(InstanceProfileName=i["name"], RoleName=i["role"])
         return prof["InstanceProfileName"], {"arn": prof["Arn"], "uniqueId": prof["InstanceProfileId"]}
 
@@ -340,7 +200,7 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
             Type=i.get("type", "String"),
             Tier=i.get("tier", "Standard"),
             Description=i.get("description", ""),
-            Tags=_tags(i),
+            Tags=tag_list(i),
         )
         return i["name"], {"arn": f"arn:aws:ssm:{self.region}:{self.account}:parameter{i['name']}", "version": 1}
 
@@ -370,10 +230,10 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
             SecurityGroupIds=groups,
             LustreConfiguration=lustre,
             FileSystemTypeVersion=i.get("fileSystemTypeVersion", "2.10"),
-            Tags=_tags(i),
+            Tags=tag_list(i),
         )["FileSystem"]
         # moto returns no MountName: SCRATCH_1 has "fsx", every other type a unique string.
-        mount = "fsx" if lustre["DeploymentType"] == "SCRATCH_1" else _short(fs["FileSystemId"])[:8]
+        mount = "fsx" if lustre["DeploymentType"] == "SCRATCH_1" else short_id(fs["FileSystemId"])[:8]
         self.file_systems[fs["FileSystemId"]] = {
             **fs,
             "LustreConfiguration": lustre,
@@ -394,7 +254,7 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
             raise AwsRejected(name, "FileSystemNotFound", f"{i['fileSystemId']} does not exist")
         aws_rules.check_data_repository(name, i, fs, self.associations.get(i["fileSystemId"], 0))
         self.associations[i["fileSystemId"]] = self.associations.get(i["fileSystemId"], 0) + 1
-        dra = f"dra-{_short(i['fileSystemId'], i['fileSystemPath'])}"
+        dra = f"dra-{short_id(i['fileSystemId'], i['fileSystemPath'])}"
         return dra, {
             "arn": f"arn:aws:fsx:{self.region}:{self.account}:association/{i['fileSystemId']}/{dra}",
             "associationId": dra,
@@ -449,7 +309,7 @@ class MotoMocks(S3Mocks, StateMocks, pulumi.runtime.Mocks):
         lt = self.ec2.create_launch_template(
             LaunchTemplateName=i["name"],
             LaunchTemplateData=data,
-            TagSpecifications=[{"ResourceType": "launch-template", "Tags": _tags(i)}],
+            TagSpecifications=[{"ResourceType": "launch-template", "Tags": tag_list(i)}],
         )
         lt_id = lt["LaunchTemplate"]["LaunchTemplateId"]
         self.launch_templates[lt_id] = i

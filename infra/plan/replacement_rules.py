@@ -44,7 +44,10 @@ def _rule_source_kind(path: str, old: dict, new: dict) -> bool:
     # ModifyPlan: "you cannot change the rule's source type" -> RequiresReplace on both attributes.
     if path not in RULE_SOURCES:
         return False
-    kind = lambda i: next((k for k in RULE_SOURCES if i.get(k) not in (None, "")), None)  # noqa: E731
+
+    def kind(inputs: dict) -> str | None:
+        return next((k for k in RULE_SOURCES if inputs.get(k) not in (None, "")), None)
+
     return kind(old) != kind(new)
 
 

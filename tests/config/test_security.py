@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcc_contract.settings import canonical_path
 from infra.config.parse import ConfigError, parse
-from infra.config.validators.inputs import canonical_path
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {

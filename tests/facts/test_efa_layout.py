@@ -1,4 +1,5 @@
-"""Every EFA type's interface layout, built from its own network cards, against EC2's rules (infra/plan/aws_rules.py)."""
+"""Every EFA type's interface layout, built from its own network cards, against EC2's rules
+(infra/plan/aws_rules.py)."""
 
 import pytest
 

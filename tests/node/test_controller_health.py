@@ -9,7 +9,8 @@ import pytest
 
 from hpcc_node import hosts
 from hpcc_node.controller import model as m
-from hpcc_node.controller.health.decide import health_signature, spare_reservation
+from hpcc_node.controller.health.decide import health_signature
+from hpcc_node.controller.health.spares import spare_reservation
 from hpcc_node.controller.model import (
     ALERT,
     DOWN,

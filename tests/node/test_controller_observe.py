@@ -14,12 +14,17 @@ from hpcc_node.controller import fleet, membership, observe
 from hpcc_node.controller.model import Group
 from tests.node.controller_fakes import FakeEC2, moto_launch_template
 
-SCONTROL = """\
-NodeName=gpu-000 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 NodeAddr=10.0.0.4 NodeHostName=gpu-000 State=IDLE+CLOUD Partitions=gpu,all
-NodeName=gpu-001 Arch=x86_64 NodeAddr=10.0.0.5 NodeHostName=gpu-001 State=DOWN*+CLOUD Reason=Not responding [slurm@2026-11-24T10:00:00]
-NodeName=gpu-002 NodeAddr=10.0.0.6 NodeHostName=gpu-002 State=MIXED+DRAIN Reason=hpcc: instance: scheduled instance-retirement [root@2026-11-24T10:01:00] Comment=(null)
-NodeName=gpu-003 NodeAddr=gpu-003 NodeHostName=gpu-003 State=IDLE+DRAIN Reason=alice: bad GPU 3, see ticket 12 [alice@2026-11-24T09:00:00]
-"""
+# `scontrol -o show nodes`: one line a node (each split here only to fit the page).
+SCONTROL = (
+    "NodeName=gpu-000 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 NodeAddr=10.0.0.4 NodeHostName=gpu-000 "
+    "State=IDLE+CLOUD Partitions=gpu,all\n"
+    "NodeName=gpu-001 Arch=x86_64 NodeAddr=10.0.0.5 NodeHostName=gpu-001 State=DOWN*+CLOUD "
+    "Reason=Not responding [slurm@2026-11-24T10:00:00]\n"
+    "NodeName=gpu-002 NodeAddr=10.0.0.6 NodeHostName=gpu-002 State=MIXED+DRAIN "
+    "Reason=hpcc: instance: scheduled instance-retirement [root@2026-11-24T10:01:00] Comment=(null)\n"
+    "NodeName=gpu-003 NodeAddr=gpu-003 NodeHostName=gpu-003 State=IDLE+DRAIN "
+    "Reason=alice: bad GPU 3, see ticket 12 [alice@2026-11-24T09:00:00]\n"
+)
 
 
 def test_slurm_node_lines_give_states_reasons_and_addresses():

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from hpcc_contract.names import NO_ROTATION, certs_key, hostkeys_key
-from hpcc_node import certs, certstore
+from hpcc_node import certs, certs_agent, certstore
 from tests.node.cert_support import ARN_PREFIX, BUCKET, FakeAws, cert_text, instance_of, make_head, make_node, member
 
 NOW = 1_795_000_000  # 2026-11-18
@@ -174,7 +174,7 @@ def doc_of(members):
 
 
 def agent_part(aws, tmp_path, name, ip, logs, reloads):
-    part = certs.Certs(
+    part = certs_agent.Certs(
         aws,
         aws,
         BUCKET,

@@ -32,16 +32,25 @@ client_config 10.0.0.4 10.0.0.5 10.0.0.6 | write_file /etc/ssh/ssh_config.d/50-h
 ssh-keygen -q -t ed25519 -N "" -f "$T/cluster" && cp "$T/cluster.pub" "$T/authorized_keys"
 serve() {
   local conf=$T/sshd-$1.conf pid key; shift
-  if pid=$(cat /run/sshd-test.pid 2>/dev/null); then kill "$pid"; while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done; fi
-  { printf '%s\\n' "ListenAddress 10.0.0.6" "AuthorizedKeysFile $T/authorized_keys" "StrictModes no" "PidFile /run/sshd-test.pid"
-    for key in "$1"/ssh_host_*_key; do echo "HostKey $key"; [ ! -f "$key-cert.pub" ] || echo "HostCertificate $key-cert.pub"; done
+  if pid=$(cat /run/sshd-test.pid 2>/dev/null); then
+    kill "$pid"; while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+  fi
+  { printf '%s\\n' "ListenAddress 10.0.0.6" "AuthorizedKeysFile $T/authorized_keys" "StrictModes no" \\
+      "PidFile /run/sshd-test.pid"
+    for key in "$1"/ssh_host_*_key; do
+      echo "HostKey $key"; [ ! -f "$key-cert.pub" ] || echo "HostCertificate $key-cert.pub"
+    done
     shift; printf '%s\\n' "$@"; } >"$conf"
   rm -f /run/sshd-test.pid
   /usr/sbin/sshd -f "$conf"
   for _ in $(seq 50); do [ -s /run/sshd-test.pid ] && break; sleep 0.1; done  # written once it listens
 }
 trap 'kill "$(cat /run/sshd-test.pid 2>/dev/null)" 2>/dev/null || true' EXIT
-reach() { echo "== $1"; ssh -v -o BatchMode=yes -o ConnectTimeout=5 -i "$T/cluster" root@10.0.0.6 'echo reached' 2>&1 | grep -v '^debug1: [^SC]' && echo rc=0 || echo "rc=$?"; }
+reach() {
+  echo "== $1"
+  ssh -v -o BatchMode=yes -o ConnectTimeout=5 -i "$T/cluster" root@10.0.0.6 'echo reached' 2>&1 \\
+    | grep -v '^debug1: [^SC]' && echo rc=0 || echo "rc=$?"
+}
 """
 
 
@@ -143,8 +152,9 @@ def test_a_certified_node_is_reached_and_whatever_else_holds_its_address_is_refu
     script = f"""trust {node.known_hosts}
 serve node {tmp_path}/compute-001
 reach node
-echo "HostKeyAlgorithms ecdsa-sha2-nistp256,ssh-ed25519,ecdsa-sha2-nistp256-cert-v01@openssh.com,ssh-ed25519-cert-v01@openssh.com" \\
-  >/etc/ssh/ssh_config.d/50-redhat.conf  # a crypto policy listing plain keys first, after 50-hpcc.conf (Amazon Linux 2023)
+# a crypto policy listing plain keys first, after 50-hpcc.conf (Amazon Linux 2023)
+plain_first=ecdsa-sha2-nistp256,ssh-ed25519,ecdsa-sha2-nistp256-cert-v01@openssh.com,ssh-ed25519-cert-v01@openssh.com
+echo "HostKeyAlgorithms $plain_first" >/etc/ssh/ssh_config.d/50-redhat.conf
 reach crypto-policy
 rm /etc/ssh/ssh_config.d/50-redhat.conf
 for name in stranger peer expired other; do serve "$name" "$T/$name"; reach "$name"; done
@@ -241,7 +251,13 @@ def test_the_login_users_key_is_its_own_and_does_not_open_root(tmp_path):
     aws, head, node = signed_cluster(tmp_path, time.time())
     script = f"""mount -t tmpfs hpcc /root
 ssh-keygen -q -t ed25519 -N "" -f "$T/user"
-aws_retry() {{ case "$*" in *{Paths("llm").ssh_secret}*) cat "$T/cluster";; *{Paths("llm").user_secret}*) cat "$T/user";; *) return 9;; esac; }}
+aws_retry() {{
+  case "$*" in
+    *{Paths("llm").ssh_secret}*) cat "$T/cluster";;
+    *{Paths("llm").user_secret}*) cat "$T/user";;
+    *) return 9;;
+  esac
+}}
 regular_user() {{ return 0; }}
 id() {{ return 0; }}
 getent() {{ echo "$HPCC_LOGIN_USER:x:1000:1000::$T/home:/bin/bash"; }}
@@ -255,13 +271,15 @@ step_ssh
 cmp -s /root/.ssh/id_hpcc "$T/cluster" && echo "root holds the cluster key"
 cmp -s "$T/home/.ssh/id_hpcc" "$T/user" && echo "the login user holds its own key"
 grep -qF "$(cut -d' ' -f2 "$T/user.pub")" /root/.ssh/authorized_keys || echo "root does not accept the user key"
-grep -qF "$(cut -d' ' -f2 "$T/cluster.pub")" "$T/home/.ssh/authorized_keys" || echo "the login user does not accept root's key"
+grep -qF "$(cut -d' ' -f2 "$T/cluster.pub")" "$T/home/.ssh/authorized_keys" \\
+  || echo "the login user does not accept root's key"
 trust {node.known_hosts}
 serve node $T/compute-001 "AuthorizedKeysFile .ssh/authorized_keys"
 reach root-with-cluster-key
 mv /root/.ssh/id_hpcc /root/.ssh/id_hpcc.away  # the login user cannot read it: only its own key is offered
 echo "== root-with-user-key"
-ssh -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=5 -i "$T/user" root@10.0.0.6 'echo reached' 2>&1 && echo rc=0 || echo "rc=$?"
+ssh -o BatchMode=yes -o IdentitiesOnly=yes -o ConnectTimeout=5 -i "$T/user" root@10.0.0.6 'echo reached' 2>&1 \\
+  && echo rc=0 || echo "rc=$?"
 """
     out = namespaced(tmp_path, script)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
-from hpcc_node import certs, certstore
+from hpcc_node import certs, certs_agent, certstore
 from infra.ops import OpsError, rotate_keys
 from tests.node.cert_support import ARN_PREFIX, BUCKET, FakeAws, instance_of, make_node, node_keys, seed_keys
 
@@ -65,7 +65,7 @@ class Cluster:
         self.store.objects["membership.json"] = json.dumps(self.doc)
         self.agents = {}
         for name, ip in zip(NODES, HOSTS, strict=True):
-            part = certs.Certs(
+            part = certs_agent.Certs(
                 self.store,
                 self.store,
                 BUCKET,

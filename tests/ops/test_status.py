@@ -265,7 +265,10 @@ def test_each_node_shows_its_health_verdict_with_the_check_and_the_controllers_a
     out = status_cli()
     line = next(x for x in out.output.splitlines() if "gpu-001" in x and "i-" in x)
     assert "fail xid: down" in line
-    headers = lambda rows: [c.header for c in table(C, rows).columns]  # noqa: E731
+
+    def headers(rows):
+        return [c.header for c in table(C, rows).columns]
+
     assert "health" in headers(status().nodes)
     assert "health" not in headers([r for r in status().nodes if not r.health])  # no node runs the checks
 

@@ -235,7 +235,8 @@ def compute_node_reads_the_host_ca(g):
         {
             "Effect": "Allow",
             "Action": "secretsmanager:GetSecretValue",
-            "Resource": f"arn:aws:secretsmanager:us-east-1:123456789012:secret:{names.Paths(cluster_name(g)).secret_prefix}/host-*",
+            "Resource": "arn:aws:secretsmanager:us-east-1:123456789012:secret:"
+            f"{names.Paths(cluster_name(g)).secret_prefix}/host-*",
         },
     )
 

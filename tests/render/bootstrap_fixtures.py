@@ -27,7 +27,8 @@ def fake(tmp_path):
         bin_dir,
         "aws",
         f"""echo "$*" >>{tmp_path}/calls
-n=$(wc -l <{tmp_path}/calls); line=$(sed -n "${{n}}p" {tmp_path}/answers); [ -n "$line" ] || line=$(tail -n1 {tmp_path}/answers)
+n=$(wc -l <{tmp_path}/calls); line=$(sed -n "${{n}}p" {tmp_path}/answers)
+[ -n "$line" ] || line=$(tail -n1 {tmp_path}/answers)
 prev=""; for a in "$@"; do [ "$prev" != --secret-string ] || cp "${{a#file://}}" {tmp_path}/stored-key
   [ "$prev" != --body ] || {{ cat "$a"; echo; }} >>{tmp_path}/bodies; prev=$a; done
 echo "${{line#*|}}"; exit "${{line%%|*}}"

@@ -159,10 +159,13 @@ count() {{ grep -c "^$1" {tmp_path}/calls; }}
 case "$1 $2" in
   "ssm get-parameters") cat {tmp_path}/settings.json ;;
   "sts get-caller-identity") echo 123456789012 ;;
-  "ec2 describe-tags") n=$(count "ec2 describe-tags"); t=$(sed -n "${{n}}p" {tmp_path}/tags); [ $n -le $(wc -l <{tmp_path}/tags) ] || t=$(tail -n1 {tmp_path}/tags)
+  "ec2 describe-tags") n=$(count "ec2 describe-tags"); t=$(sed -n "${{n}}p" {tmp_path}/tags)
+                       [ $n -le $(wc -l <{tmp_path}/tags) ] || t=$(tail -n1 {tmp_path}/tags)
                        echo "${{t:-None}}" ;;
-  "s3api get-object") n=$(( $(count "s3api get-object") - 1 )); [ $n -lt {len(memberships)} ] || n={len(memberships) - 1}
-                      [ -f {tmp_path}/membership.$n ] || {{ echo "An error occurred (NoSuchKey) when calling the GetObject operation: The specified key does not exist." >&2; exit 254; }}
+  "s3api get-object") n=$(( $(count "s3api get-object") - 1 ))
+                      [ $n -lt {len(memberships)} ] || n={len(memberships) - 1}
+                      [ -f {tmp_path}/membership.$n ] || {{ echo "An error occurred (NoSuchKey) when calling the" \\
+                        "GetObject operation: The specified key does not exist." >&2; exit 254; }}
                       cp {tmp_path}/membership.$n "${{@: -1}}"; echo '{{"ETag": "x"}}' ;;
   "s3api put-object") while [ $# -gt 0 ]; do [ "$1" != --body ] || {{ cat "$2"; echo; }} >>{tmp_path}/statuses
                         [ "$1" != --key ] || echo "$2" >>{tmp_path}/status-keys; shift; done ;;

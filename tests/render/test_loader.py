@@ -43,7 +43,8 @@ def run_loader(tmp_path: Path, pointer_value: str, archive: bytes | None, fetch_
         f"""echo "$*" >>{tmp_path}/calls
 case "$1 $2" in
   "ssm get-parameter") cat {tmp_path}/pointer ;;
-  "s3api get-object") [ -f {tmp_path}/object ] || {{ echo "An error occurred (AccessDenied) when calling the GetObject operation: Access Denied" >&2; exit 254; }}
+  "s3api get-object") [ -f {tmp_path}/object ] || {{ echo "An error occurred (AccessDenied) when calling the" \\
+                        "GetObject operation: Access Denied" >&2; exit 254; }}
                       cp {tmp_path}/object "${{@: -1}}" && echo '{{"ETag": "x"}}' ;;
   "sts get-caller-identity") echo 123456789012 ;;
   "s3api put-object") while [ $# -gt 0 ]; do

@@ -23,7 +23,7 @@ from typing import Any, Callable, List, Optional
 from hpcc_node.health.checks import DCGM_TIMEOUT_S
 
 from ..model import Action
-from .decide import DEEP_CHECK_JOB
+from .spares import DEEP_CHECK_JOB
 
 DEEP_CHECK_PROGRAM = "/usr/local/sbin/hpcc-deep"
 DEEP_CHECK_LOG = "/var/log/hpcc-deep-check.log"

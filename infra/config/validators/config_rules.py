@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 
+from hpcc_contract.settings import mount_point_problems
 from infra.config.hooks import hook_findings
 from infra.config.validators.findings import ERROR, WARNING, Finding
-from infra.config.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count, mount_point_problems
+from infra.config.validators.inputs import SSH_MAX_IPV4_ADDRESSES, ipv4_address_count
 from infra.facts import limits
 from infra.facts.subnets import PRIVATE_CIDRS, addresses_needed, largest_count, private_cidr
 
@@ -135,7 +136,8 @@ def spot_and_reservation(cfg):
 
 def group_names_unique(cfg):
     """A group's name begins its nodes' names and its Slurm partition: two groups of one name would share both."""
-    c, seen = cfg.cluster, {}
+    c = cfg.cluster
+    seen: dict[str, int] = {}
     for i, group in enumerate(c.node_groups):
         if group.name in seen:
             yield Finding(

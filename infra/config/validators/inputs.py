@@ -10,14 +10,8 @@ import ipaddress
 import re
 import unicodedata
 
-from hpcc_contract.settings import (  # noqa: F401
-    MOUNT_POINT_MAX,
+from hpcc_contract.settings import (
     PUBLIC_KEY,
-    SYSTEM_ROOTS,
-    SYSTEM_TREES,
-    account_problem,
-    canonical_path,
-    mount_point_problems,
 )
 
 # --- tag keys ---------------------------------------------------------------------------------------------------

@@ -18,6 +18,13 @@ from infra.facts.az import first_az
 from infra.facts.images import DLAMI_OWNER
 from infra.ops.aws import Aws, error_code
 
+# The config fields preflight's findings name.
+HEAD_FIELD = "cluster.headNode.instanceType"
+COMPUTE_FIELD = "cluster.compute.instanceType"
+AZ_FIELD = "cluster.availabilityZone"
+IMAGE_FIELD = "cluster.image"
+RESERVATION_FIELD = "cluster.compute.capacityReservationId"
+
 HEAD_FIELD = "cluster.headNode.instanceType"
 COMPUTE_FIELD = "cluster.compute.instanceType"
 
@@ -196,3 +203,9 @@ class Context:
             self.notes.setdefault("image", f"{how}: no such image in {self.aws.region}")
             return None
         return max(found, key=lambda i: i.get("CreationDate", ""))
+
+
+def offered_list(ctx: Context, itype: str) -> str:
+    """The AZs of the region that offer the type, for a finding's advice."""
+    azs = sorted(az for az, have in ctx.offerings.items() if itype in have)
+    return ", ".join(azs) if azs else "none"

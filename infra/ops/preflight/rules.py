@@ -19,25 +19,21 @@ from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_type
 from infra.facts import prices
 from infra.facts.az import kept_az_problem
 from infra.facts.instance_types import DescribedFacts
-from infra.ops.aws import Aws, error_code, error_message
+from infra.ops.aws import Aws, error_code
 from infra.ops.preflight.capacity import capacity_reservation
-from infra.ops.preflight.context import QUOTAS, Context, Role, quota_group, utc_now  # noqa: F401 - re-exported
+from infra.ops.preflight.context import (
+    AZ_FIELD,
+    IMAGE_FIELD,
+    Context,
+    offered_list,
+    utc_now,
+)
 from infra.ops.preflight.groups import launch_rate
+from infra.ops.preflight.launch import dry_run_launch, vcpu_quota
 from infra.ops.preflight.neighbours import shared_ssm_throughput
-
-HEAD_FIELD = "cluster.headNode.instanceType"
-COMPUTE_FIELD = "cluster.compute.instanceType"
-AZ_FIELD = "cluster.availabilityZone"
-IMAGE_FIELD = "cluster.image"
-RESERVATION_FIELD = "cluster.compute.capacityReservationId"
 
 # Instance families the current Base OSS Nvidia-driver DLAMIs list as supported (release notes).
 BASE_OSS_SUPPORTED = ("g4dn", "g5", "g6", "g6e", "gr6", "g6f", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6")
-
-
-def _offered_list(ctx: Context, itype: str) -> str:
-    azs = sorted(az for az, have in ctx.offerings.items() if itype in have)
-    return ", ".join(azs) if azs else "none"
 
 
 # -- rules ---------------------------------------------------------------------------------------------
@@ -100,7 +96,7 @@ def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
                     ERROR,
                     role.field,
                     f"{role.instance_type} is not offered in {configured}; AZs offering it: "
-                    f"{_offered_list(ctx, role.instance_type)}. Change "
+                    f"{offered_list(ctx, role.instance_type)}. Change "
                     f"{AZ_FIELD} or the type",
                 )
         return
@@ -122,7 +118,7 @@ def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
             )
         return
     if ctx.az is None:
-        detail = "; ".join(f"{t}: {_offered_list(ctx, t)}" for t in ctx.types)
+        detail = "; ".join(f"{t}: {offered_list(ctx, t)}" for t in ctx.types)
         yield Finding(
             ERROR,
             AZ_FIELD,
@@ -236,141 +232,6 @@ def image_supports_types(ctx: Context) -> Iterable[Finding]:
                 IMAGE_FIELD,
                 f"{name} does not list {role.instance_type} among its supported types; "
                 "check the DLAMI release notes or pin an image that does",
-            )
-
-
-def vcpu_quota(ctx: Context) -> Iterable[Finding]:
-    need: dict[tuple[str, str], int] = {}
-    for role in ctx.roles:
-        info = ctx.type_info.get(role.instance_type)
-        if info is None:
-            continue
-        key = (quota_group(role.instance_type), "spot" if role.market == "spot" else "on-demand")
-        need[key] = need.get(key, 0) + info["VCpuInfo"]["DefaultVCpus"] * role.count
-    for (group, market), vcpus in sorted(need.items()):
-        on_demand, spot, label = QUOTAS[group]
-        code = spot if market == "spot" else on_demand
-        what = f"All {label} Spot Instance Requests" if market == "spot" else f"Running On-Demand {label} instances"
-        if code is None:
-            yield Finding(
-                WARNING,
-                "cluster.compute.market",
-                f"no vCPU quota is known for {market} {label} instances; check {vcpus} vCPUs fit before `hpcc up`",
-            )
-            continue
-        try:
-            quota = ctx.aws.call("service-quotas", "get_service_quota", ServiceCode="ec2", QuotaCode=code)["Quota"]
-        except ClientError as e:
-            yield Finding(
-                WARNING,
-                COMPUTE_FIELD,
-                f"could not read the vCPU quota \"{what}\" ({code}): "
-                f"{error_message(e).rstrip('.')}. Not checked: the cluster needs {vcpus} vCPUs of it; "
-                f"see `aws service-quotas get-service-quota --service-code ec2 --quota-code {code}`",
-            )
-            continue
-        limit = int(quota.get("Value", 0))
-        if limit < vcpus:
-            yield Finding(
-                ERROR,
-                COMPUTE_FIELD,
-                f"the cluster needs {vcpus} vCPUs of \"{what}\" but the quota is {limit} "
-                f"(instances already running count too); request an increase: `aws service-quotas "
-                f"request-service-quota-increase --service-code ec2 --quota-code {code} "
-                f"--desired-value {vcpus}`, or use fewer or smaller nodes",
-            )
-        else:
-            yield Finding(
-                INFO,
-                COMPUTE_FIELD,
-                f"vCPU quota \"{what}\" is {limit}; the cluster needs {vcpus} "
-                "(instances already running count against it too)",
-            )
-
-
-DRY_RUN_ADVICE: dict[str, Callable[[Context, Role], str]] = {
-    "InsufficientInstanceCapacity": lambda ctx, r: (
-        f"AWS has no {r.instance_type} capacity for {r.count} instance(s) in {ctx.az} right now. Try another AZ "
-        f"offering it ({_offered_list(ctx, r.instance_type)}), fewer nodes, a capacity reservation or Capacity Block "
-        f"({RESERVATION_FIELD}), or retry later"
-    ),
-    "InstanceLimitExceeded": lambda ctx, r: (
-        f"the account's limit for {r.instance_type} would be exceeded by {r.count} more instance(s); request a vCPU "
-        "quota "
-        f"increase (Service Quotas, code {QUOTAS[quota_group(r.instance_type)][0]}) or use fewer nodes"
-    ),
-    "VcpuLimitExceeded": lambda ctx, r: (
-        f"{r.count} x {r.instance_type} exceed the account's vCPU quota; request an increase (Service Quotas, code "
-        f"{QUOTAS[quota_group(r.instance_type)][1 if r.market == 'spot' else 0]}) or use fewer nodes"
-    ),
-    "Unsupported": lambda ctx, r: (
-        f"{r.instance_type} cannot be launched this way in {ctx.az} (type, AZ, market or image not supported "
-        "together); "
-        f"AZs offering it: {_offered_list(ctx, r.instance_type)}. Change {AZ_FIELD}, the type, or "
-        "cluster.compute.market"
-    ),
-    "InsufficientFreeAddressesInSubnet": lambda ctx, r: (
-        f"the subnet has too few free addresses for {r.count} instance(s) and their interfaces; hpcc's own private "
-        "subnet is a /20 (4091 addresses), so this means a smaller or fuller subnet: free addresses or use fewer nodes"
-    ),
-}
-
-
-def dry_run_launch(ctx: Context) -> Iterable[Finding]:
-    if ctx.image is None or ctx.az is None or not set(ctx.types) <= set(ctx.type_info):
-        return
-    for role in ctx.roles:
-        kwargs = dict(
-            DryRun=True,
-            ImageId=ctx.image["ImageId"],
-            InstanceType=role.instance_type,
-            MinCount=role.count,
-            MaxCount=role.count,
-            Placement={"AvailabilityZone": ctx.az},
-        )
-        if role.market == "spot":
-            kwargs["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
-            }
-        elif role.market == "capacity-block":
-            kwargs["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
-        if role.reservation:
-            kwargs["CapacityReservationSpecification"] = {
-                "CapacityReservationTarget": {"CapacityReservationId": role.reservation}
-            }
-        try:
-            ctx.aws.call("ec2", "run_instances", **kwargs)  # throttling retried; DryRunOperation is the answer
-        except ClientError as e:
-            code = error_code(e)
-            if code == "DryRunOperation":
-                yield Finding(
-                    INFO, role.field, f"dry run: AWS would launch {role.count} x {role.instance_type} in {ctx.az}"
-                )
-            elif code in DRY_RUN_ADVICE:
-                yield Finding(ERROR, role.field, f"dry run refused ({code}): {DRY_RUN_ADVICE[code](ctx, role)}")
-            elif code in ("UnauthorizedOperation", "AccessDenied"):
-                yield Finding(
-                    WARNING,
-                    role.field,
-                    f"dry run not allowed for these credentials ({code}); `hpcc up` needs "
-                    "ec2:RunInstances, so check the role before going further",
-                )
-            elif code in ("VPCIdNotSpecified", "MissingInput", "VPCResourceNotSpecified"):
-                yield Finding(
-                    WARNING,
-                    role.field,
-                    f"dry run not done: the account has no default VPC to try it in ({code}), "
-                    "so capacity, quota and subnet refusals are not checked until `hpcc up`",
-                )
-            else:
-                yield Finding(ERROR, role.field, f"dry run refused: {error_message(e)}")
-        else:  # an endpoint that ignored DryRun would have launched: say so loudly rather than pass
-            yield Finding(
-                ERROR,
-                role.field,
-                "the dry run was not refused as a dry run: this endpoint may have launched "
-                "instances; check and terminate them",
             )
 
 

@@ -1,0 +1,67 @@
+"""The node agent's status (hpcc_node/agent.py's Agent inherits it): its own status object in the state bucket,
+written when what it says changes and again each heartbeat, with the bundle's, Slurm's and the health checks' fields
+the controller and `hpcc status` read (hpcc_node/status.py)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict
+
+from hpcc_node import state, status
+from hpcc_node.aws import AwsError
+from hpcc_node.health import service as health
+
+
+class StatusReporting:
+    """Agent's status methods. What they use of the agent: its config `c`, `s3`, `clock`, `node`, `message`,
+    `running`, `slurm_states`, `rollout_note`, `record`, `refused_field()` and the written-status fields and lock
+    set in Agent.__init__."""
+
+    def extra(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"drifted": self.record.drifted}
+        refused = self.refused_field()
+        if refused:
+            out.update({"class": "bundle", "refused": refused})
+        if self.rollout_note:
+            out["rollout"] = f"halted: {self.rollout_note}"
+        if self.slurm_states is not None:
+            out["slurm"] = self.slurm_states
+        out.update(health.status_fields(os.path.join(self.c.run, health.VERDICT_NAME)))  # the health thread's
+        return out
+
+    def report(self) -> None:
+        extra = self.extra()
+        key = (self.node, self.message, self.running, repr(sorted(extra.items())))
+        if key == self.written:  # unchanged: the same bytes again each heartbeat (same ETag, a new LastModified)
+            self.beat()
+            return
+        identity = {
+            "node": self.node.node,
+            "ip": self.node.ip,
+            "instanceId": self.node.instance_id,
+            "hostsVersion": self.node.hosts_version,
+        }
+        tail = (state.read_text(self.c.log) or "").splitlines()
+        body = status.status(
+            identity, "ready", True, self.message, bundle=self.running, log_tail=tail, now=self.clock(), extra=extra
+        )
+        self.put_status(body.encode())
+        self.written = key
+
+    def beat(self) -> None:
+        """The heartbeat thread's: the last status again once it is heartbeat_seconds old, whatever the tick is
+        doing, so a tick that takes minutes (an apply-membership waiting on a restarting slurmctld) is not taken
+        for a dead agent (the controller's Timers.heartbeat_timeout_seconds)."""
+        with self.status_lock:
+            if self.written_body and self.clock() - self.written_at >= self.c.heartbeat_seconds:
+                self.put_status(self.written_body)
+
+    def put_status(self, body: bytes) -> None:
+        with self.status_lock:
+            try:
+                self.s3.put_object(
+                    Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body, ContentType="application/json"
+                )
+            except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
+                raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
+            self.written_body, self.written_at = body, self.clock()
