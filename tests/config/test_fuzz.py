@@ -1,6 +1,6 @@
 """Property-based input fuzzing of the stack config.
 
-- 1,000 generated stack configs per run through `infra.config.model.parse` (what `pulumi up` and `hpcc plan` both
+- 1,000 generated stack configs per run through `infra.config.parse.parse` (what `pulumi up` and `hpcc plan` both
   call): valid ones, and ones with wrong types, unknown keys, 0 or 10,000 nodes, negative or absurd capacities,
   names AWS would reject and odd unicode. Each is accepted, or rejected with a ConfigError whose every problem
   names a field path and says what is wrong; nothing else may escape. An accepted config must also give names
