@@ -165,11 +165,13 @@ class Executor(HealthActs):
 
     def _mark(self, a: Action) -> str:
         slot = self._slot(a)
+        booted = a.data["state"] == READY and slot.state == BOOTING  # a boot that succeeds ends a run of failures
+        reason, attempts = a.data.get("reason", ""), 0 if booted else slot.attempts
         self.slots[a.node] = self.ledger.put_slot(
-            slot, state=a.data["state"], reason=a.data.get("reason", ""), since=self.clock()
+            slot, state=a.data["state"], reason=reason, since=self.clock(), attempts=attempts
         )
         gs = self._group(a.group)
-        if a.data["state"] == READY and slot.state == BOOTING and (gs.consecutive_failures or gs.protected):
+        if booted and (gs.consecutive_failures or gs.protected):
             self._put_group(a.group, consecutive_failures=0, protected="")  # any boot that succeeds resets them
         return a.data["state"]
 
@@ -244,7 +246,7 @@ class Executor(HealthActs):
 
     def _protect(self, a: Action) -> str:
         self._put_group(a.group, protected=a.data["reason"])
-        return "protected"
+        return "protected" if a.data["reason"] else "protection lifted"
 
     def _wait_for_capacity_block(self, a: Action) -> str:
         self._put_group(a.group, status=a.data["status"])

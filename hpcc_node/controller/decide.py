@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 from hpcc_contract.names import fleet_client_token, node_name
 
 from .assess import assess, block_phase, drained, held_by_person
-from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason
+from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason, unprotect
 from .health.decide import health_actions
 from .model import (
     ACTIVE_STATES,
@@ -330,6 +330,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
         by_group.setdefault(s.group, []).append(s)
     failures: List[Failure] = []
     for group in groups:
+        out += unprotect(group.name, by_group[group.name], snap)
         victims = _shrink_victims(group, by_group[group.name], snap)
         out += _shrink_actions(victims, snap, now, timers)
         skip = {v.name for v in victims}

@@ -16,6 +16,7 @@ from .model import (
     DOWN,
     DRAIN,
     DRAINING,
+    ENDED,
     FAILED,
     MARK,
     PROTECT,
@@ -205,3 +206,15 @@ def down_and_replace(
         )
     )
     return out
+
+
+def unprotect(group: str, slots: List[Slot], snap: Snapshot) -> List[Action]:
+    """A person's `hpcc replace` of a node of a protected group is their word that the cause is fixed: the protection
+    is lifted so the replacement launches (clustermgtd leaves protected mode on a fleet restart). The group's
+    consecutive failures stay counted, so one more failed boot protects it again at once."""
+    gs = snap.group_states.get(group)
+    asked = sorted(s.name for s in slots if s.replace_requested and s.state != ENDED)
+    if gs is None or not gs.protected or not asked:
+        return []
+    why = Why("", f"protection lifted: hpcc replace {', '.join(asked)}; the next boot decides")
+    return [Action(PROTECT, group=group, data={"reason": ""}, why=why)]

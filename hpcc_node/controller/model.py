@@ -84,7 +84,7 @@ class Slot:
     instance_id: str = ""
     state: str = BOOTING
     since: float = 0.0  # when it entered its state
-    attempts: int = 0  # replacements of this slot so far
+    attempts: int = 0  # replacements of this slot in a row (a boot that succeeds resets it)
     reason: str = ""  # why it is in its state (failure class and evidence)
     replace_requested: bool = False  # `hpcc replace NAME`: an operator's request, recorded by the controller
     version: int = 0  # the ledger item's version, for conditional writes

@@ -25,8 +25,9 @@ class Timers:
     # of the group becoming ready); clustermgtd's protected_failure_count. A bad image or launch template fails
     # every node the same way: replacing them forever only burns money.
     protected_failure_count: int = 10
-    # Replacements of one slot (one name) before it is left failed: a slot that fails every time points at
-    # something no new instance fixes, and it must not take the whole group's budget.
+    # Replacements of one slot (one name) in a row before it is left failed: a slot that fails every time points at
+    # something no new instance fixes, and it must not take the whole group's budget. A boot that succeeds starts
+    # the count again: three failures a year apart are three bad machines, not a bad slot.
     slot_attempt_cap: int = 3
     # Circuit breaker: at most max(breaker_min, breaker_fraction of the cluster) replacements in any window,
     # so a head that loses its network, or throttled S3, never replaces the cluster. Meta's Llama 3 run saw

@@ -178,6 +178,20 @@ def test_a_protected_group_launches_nothing_and_replaces_nothing():
     assert [a.data["count"] for a in by_kind(run(s), LAUNCH)] == [1]
 
 
+def test_hpcc_replace_of_a_node_of_a_protected_group_lifts_the_protection_and_the_next_loop_launches():
+    s = with_slot(cluster(), N1, state=m.FAILED, reason="step efa failed (group protected: 2 bootstrap failures)")
+    protected = replace(s, group_states={"gpu": GroupState("gpu", consecutive_failures=2, protected="2 failures")})
+    assert PROTECT not in kinds(run(protected))  # nobody asked: the protection holds
+    asked = with_slot(protected, N1, replace_requested=True)
+    actions = run(asked)
+    (lift,) = by_kind(actions, PROTECT)
+    assert lift.data["reason"] == "" and f"hpcc replace {N1}" in lift.why.evidence
+    assert REPLACE in kinds(actions, N1)
+    vacant = with_instance(with_slot(s, N1, state=m.REPLACING), N1, state="terminated")
+    lifted = replace(vacant, group_states={"gpu": GroupState("gpu", consecutive_failures=2)})
+    assert [a.data["count"] for a in by_kind(run(lifted), LAUNCH)] == [1]
+
+
 def test_a_slot_that_reached_its_attempt_cap_is_left_failed():
     s = with_slot(with_instance(cluster(), N1, status_ok=False), N1, attempts=3)
     actions = run(s)

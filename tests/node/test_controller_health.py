@@ -273,6 +273,16 @@ def test_spares_are_held_released_on_a_failure_and_taken_again():
     assert [a.data["nodes"] for a in again] == [["gpu-002"]]  # the busy old spare stays busy; an idle one is held
 
 
+def test_a_groups_spares_set_to_0_delete_its_reservation_and_cancel_a_held_spares_check():
+    ready = cluster(SPARE)
+    holding = replace(ready, reservations={RES: frozenset({"gpu-003"})})
+    none = replace(SPARE, spares=0)
+    deleted = by_kind(run(holding, groups=(none,)), SPARES)
+    assert [(a.data["reservation"], a.data["nodes"], a.data["exists"]) for a in deleted] == [(RES, [], True)]
+    assert "released gpu-003" in deleted[0].why.evidence
+    assert by_kind(run(ready, groups=(none,)), SPARES) == []  # nothing held, nothing to delete
+
+
 def test_the_health_rules_stay_linear_at_4096_nodes():
     import time
 

@@ -20,11 +20,25 @@ def spare_reservation(group: str) -> str:
 
 def spares_actions(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[Action]:
     """The group's reservation holds max(0, spares - nodes out of service) idle healthy nodes: those it holds
-    already first, then the highest-numbered idle ones."""
-    if group.spares <= 0 or snap.slurm is None:
-        return []
-    slurm = snap.slurm
+    already first, then the highest-numbered idle ones. A group whose spares went to 0 has its reservation deleted
+    (its nodes take jobs again)."""
     name = spare_reservation(group.name)
+    if snap.slurm is None or (group.spares <= 0 and name not in snap.reservations):
+        return []
+    if group.spares <= 0:
+        held = snap.reservations[name]
+        cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & held and not j.end)
+        freed = ", ".join(sorted(held)) or "none"
+        why = Why("", f"spares: 0 now; released {freed}, reservation deleted")
+        return [
+            Action(
+                SPARES,
+                group=group.name,
+                why=why,
+                data={"reservation": name, "nodes": [], "exists": True, "cancel": cancel},
+            )
+        ]
+    slurm = snap.slurm
     failing = {
         n
         for n, r in snap.reports.items()

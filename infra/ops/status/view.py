@@ -161,7 +161,7 @@ def what_controller_does(r: NodeStatus, protected: str = "") -> str:
     if rule is not None and not rule.replace:  # the one taxonomy (hpcc_contract/taxonomy.py) says: reported only
         return f"a {r.failure} failure, not replaced: {rule.why}; once fixed, `hpcc replace {r.node}`"
     if protected:
-        return f"not replaced: group {r.group} is protected ({protected}); a node of the group becoming ready resets it"
+        return f"not replaced: group {r.group} is protected ({protected}); once fixed, `hpcc replace {r.node}` lifts it"
     if r.attempts >= TIMERS.slot_attempt_cap:
         return f"attempt cap reached ({r.attempts}); the controller leaves it failed"
     return (
