@@ -1,38 +1,45 @@
-"""The box as a small cloud (issue 19, item 12; docs: /work/briefs/contract19.md): the box's moto server holds
-what the program plans - a launch template per node group, the groups parameter, the settings, the bundle, the
-ledger table, the state bucket and the head instance - in a subnet that IS the bridge's network, so the address
-moto gives an instance at launch is the address of the namespace node that plays it.
+"""The box as a small cloud (issue 19): the box's moto server holds what the program plans - a launch template per
+node group, the groups parameter, the settings, the bundle, the ledger table, the state bucket and the head
+instance - in a subnet on the bridge's network, so the address moto gives an instance at launch is the address of
+the namespace node that plays it.
 
 The real controller (`python3 -m hpcc_node.controller` on the head) launches the groups with CreateFleet against
-moto. A watcher here plays EC2's part below the API: for every instance launched with the cluster's tag it boots
-a namespace node running that instance's user data (its launch template's loader), and it stops the node whose
-instance is terminated. A node whose namespace dies stays dead while its instance keeps "running", as a hung
-instance does. The box plays no part in membership: names, the hosts nodes follow and Slurm's addresses are the
-controller's and the agents' work alone.
+moto. A watcher (tests/box/watcher.py) plays EC2's part below the API: for every instance launched with a watched
+cluster's tag it boots a namespace node running that instance's user data (its launch template's loader), and it
+stops the node whose instance is terminated. A node whose namespace dies stays dead while its instance keeps
+"running", as a hung instance does. The box plays no part in membership: names, the hosts nodes follow and
+Slurm's addresses are the controller's and the agents' work alone.
+
+Day-2 changes a test makes through the box (resize, spares, faults) are recorded with what undoes them
+(`undo`): the shared box (tests/box/shared.py) restores them after each test.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcc_contract.names import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
 from infra.plan.aws_rules import decode_user_data
 from tests.box.harness import BOX_AMI, PROFILES, Box
+from tests.box.machine import NETWORK, sh
 from tests.box.node import REGION, Node, node_env
-from tests.box.machine import SUBNET
+from tests.box.timing import Phases
 from tests.box.watcher import Watcher
 
 TAG_GROUP = "hpcc:group"  # contract19: set at launch by the group's launch template
-VPC_BLOCK = f"{SUBNET}.0/24"  # the bridge's network
-FLEET_CIDR = f"{SUBNET}.32/27"  # the box's subnet in moto: moto gives .36-.62 (4 reserved); never the host's .1
+FLEET_CIDR = "10.200.16.0/20"  # the box's subnet in moto (moto gives .4 on); the bridge's host address is outside
 ACCOUNT = "123456789012"  # moto's account
 
 # The controller's timers for the box only (hpcc_node/controller/timers.py fields, HPCC_CONTROLLER_<FIELD>):
-# a loop every 5 s instead of 60, a boot grace of 4 minutes instead of 30 (a box node boots in under one), two
+# a loop every 5 s instead of 60, a boot grace of 4 minutes instead of 30 (a box node boots in under two), two
 # bootstrap failures in a row protect a group, and the systemic window is short so one test's failures do not
 # count in the next test's window; a node whose status is unwritten for 90 s (its agent beats every 10 s here,
 # node.node_env) lost its agent.
@@ -63,8 +70,7 @@ def instance_arn(instance_id: str) -> str:
 @dataclass
 class Fault:
     """A bootstrap fault the box puts on instances of `group` as they boot: the first `times` of them (0: every
-    one) boot with `env`. The default fails the `ssh` step (an unusable VPC CIDR override), as
-    tests/box/test_box_slurm.py's failing node does."""
+    one) boot with `env`. The default fails the `ssh` step (an unusable VPC CIDR override)."""
 
     group: str
     times: int = 1
@@ -93,60 +99,69 @@ class Launched:
 
 @dataclass
 class FleetBox(Box):
-    """A head instance and node groups the controller launches. `groups`: [{"name", "count"}] (the cpu profile's
-    compute type); `faults`: bootstrap faults by group, added any time."""
+    """A head instance and node groups the controller launches. `groups`: [{"name", "count"[, "spares"]}] (the
+    profile's compute type); `faults`: bootstrap faults by group, added any time."""
 
     groups: list = field(default_factory=lambda: [{"name": "a", "count": 2}, {"name": "b", "count": 1}])
+    scheduler: str = "none"  # the config's `scheduler`
+    hooks: dict = field(default_factory=dict)  # the config's `hooks` (absolute paths: the plan runs elsewhere)
     faults: list = field(default_factory=list)
     timers: dict = field(default_factory=lambda: dict(CONTROLLER_TIMERS))
+    compute_env: dict = field(default_factory=dict)  # given to every compute node's bootstrap (faults add theirs)
+    prepare: Callable | None = None  # called with each compute node before its bootstrap (stand-ins, mounts)
+    bare: bool = False  # only the network and the watcher: no plan, no program's resources, no head node
     launched: dict = field(default_factory=dict)  # instance id -> Launched
+    clusters: set = field(default_factory=set)  # the cluster tags the watcher boots instances of (the box's too)
     watcher: Watcher | None = None
-    controller: object = None
+    controller: subprocess.Popen | None = None
     subnet_id: str = ""
     next_index: int = 1
-    bare: bool = False  # only the network and the watcher: no plan, no program's resources, no head node
     lt_of_group: dict = field(default_factory=dict)
     gone: list = field(default_factory=list)  # nodes whose namespace died or whose instance was terminated
-    compute_env: dict = field(default_factory=dict)  # given to every compute node's bootstrap (faults add theirs)
-    prepare: object = None  # called with each compute node before its bootstrap (stand-ins, mounts)
+    plans: dict = field(default_factory=dict)
+    phases: Phases = field(default_factory=Phases)
+    undos: list = field(default_factory=list)  # (key, what, how): the day-2 changes made since the last restore
+    _clients: dict = field(default_factory=dict)
 
     def config_map(self) -> dict:
         head_type, compute_type = PROFILES[self.profile]
+        groups = [{"name": g["name"], "instanceType": compute_type, "count": g["count"]} for g in self.groups]
         return {
             "aws:region": REGION,
             "hpcc:cluster": {
                 "name": self.name,
                 "headNode": {"instanceType": head_type},
-                "nodeGroups": [
-                    {
-                        "name": g["name"],
-                        "instanceType": compute_type,
-                        "count": g["count"],
-                        **({"spares": g["spares"]} if g.get("spares") else {}),
-                    }
-                    for g in self.groups
-                ],
+                "nodeGroups": groups,
                 "scheduler": self.scheduler,
                 **({"hooks": self.hooks} if self.hooks else {}),
                 "bootstrap": {"timeoutMinutes": 5},
             },
         }
 
+    def config(self):
+        """The config as a user's stack file gives it, parsed (infra.config.parse)."""
+        from infra.config.parse import parse
+
+        m = self.config_map()
+        return parse(m["aws:region"], m["hpcc:cluster"]).cluster
+
     def plan(self) -> dict:
-        key = tuple((g["name"], g["count"]) for g in self.groups)
-        if key not in self.plans:
+        """The program's plan of the config as first given (counts and spares then change as day-2 values)."""
+        if "first" not in self.plans:
             from tests.box.planned import plan
 
-            self.plans[key] = plan(self.config_map())
-        return self.plans[key]
+            self.plans["first"] = plan(self.config_map())
+        return self.plans["first"]
+
+    def client(self, service: str):
+        if service not in self._clients:  # one per service: creating a client loads its model (slow)
+            self._clients[service] = super().client(service)
+        return self._clients[service]
 
     @property
     def compute(self) -> list[Node]:
         """The live compute nodes, by name (`nodes`: the head, then the live compute nodes as they came)."""
         return sorted(self.nodes[1:], key=lambda n: n.name)
-
-    def node(self, name: str) -> Node:
-        return next(n for n in self.nodes if n.name == name)
 
     def kill(self, node: Node) -> None:
         super().kill(node)
@@ -159,20 +174,70 @@ class FleetBox(Box):
         `hostsVersion`)."""
         return int(self.membership()["generation"])
 
+    # -- day-2 changes, each with what undoes it ------------------------------------------------------------
+    def undo(self, what: str, how: Callable[[], None], key: str = "") -> None:
+        """Record a change a test made and what undoes it (restore() runs them, the last first). Changes of one
+        `key` (a group's count) are undone once, by the first one's undo: back to where it was before them all."""
+        if key and any(k == key for k, _, _ in self.undos):
+            return
+        self.undos.append((key, what, how))
+
+    def restore(self) -> list[str]:
+        """Undo every recorded change, the last first; returns what was undone (a failing undo is raised after the
+        others ran, naming it)."""
+        done, failed = [], []
+        while self.undos:
+            _, what, how = self.undos.pop()
+            try:
+                how()
+                done.append(what)
+            except Exception as e:  # the others still run: the baseline check says what is left
+                failed.append(f"{what}: {e}")
+        if failed:
+            raise AssertionError(f"could not undo: {failed}")
+        return done
+
+    def resize(self, group: str, count: int) -> None:
+        """`pulumi up` at a new count: the groups parameter's value changes in place (contract19), nothing else."""
+        before = self._group(group).get("count")
+        self._set(group, count=count)
+        self.undo(f"group {group} back to {before} nodes", lambda: self._set(group, count=before), key=f"count:{group}")
+
+    def set_spares(self, group: str, spares: int) -> None:
+        """`spares:` changed in the stack file: the groups parameter's value, in place."""
+        before = self._group(group).get("spares", 0)
+        self._set(group, spares=spares)
+        self.undo(
+            f"group {group} back to {before} spares", lambda: self._set(group, spares=before), key=f"spares:{group}"
+        )
+
+    def _group(self, name: str) -> dict:
+        return next(g for g in self.groups if g["name"] == name)
+
+    def _set(self, group: str, **fields) -> None:
+        self.groups = [dict(g, **fields) if g["name"] == group else g for g in self.groups]
+        self.publish_groups()
+
+    def add_fault(self, fault: Fault) -> Fault:
+        """A fault on the group's next boots, until restored."""
+        self.faults.append(fault)
+        self.undo(f"fault on {fault.group} removed", lambda: self.faults.remove(fault))
+        return fault
+
     # -- start: the cloud as `pulumi up` leaves it, then the head ------------------------------------------
     def start(self) -> FleetBox:
-        import atexit
-
-        self.lock.acquire()
-        atexit.register(self.stop)
         try:
-            self._bridge_up()
+            with self.phases.timed("plan (a child process)"):
+                if not self.bare:
+                    self.plan()
+            with self.phases.timed("bridge, moto, the program's resources"):
+                self._bridge_up()
+                self._start_moto()
+                self._seed_network()
+                if not self.bare:
+                    self._seed_fleet_cloud()
+            self.clusters.add(self.name)
             if not self.bare:
-                self.plan()
-            self._start_moto()
-            self._seed_network()
-            if not self.bare:
-                self._seed_fleet_cloud()
                 head = self._launch_head()
                 self.nodes.append(
                     self._start_node(
@@ -189,41 +254,29 @@ class FleetBox(Box):
     def _seed_network(self) -> None:
         """The VPC and the subnet every instance launches into: the bridge's network."""
         ec2 = self.client("ec2")
-        vpc = ec2.create_vpc(CidrBlock=VPC_BLOCK)["Vpc"]["VpcId"]
+        vpc = ec2.create_vpc(CidrBlock=NETWORK)["Vpc"]["VpcId"]
         self.subnet_id = ec2.create_subnet(VpcId=vpc, CidrBlock=FLEET_CIDR)["Subnet"]["SubnetId"]
 
     def _seed_fleet_cloud(self) -> None:
-        """What `pulumi up` creates (contract19, "What Pulumi creates"), in a subnet that is the bridge's network."""
+        """What `pulumi up` creates (contract19, "What Pulumi creates"), in a subnet on the bridge's network."""
         planned, ec2, paths = self.plan(), self.client("ec2"), Paths(self.name)
         missing = [k for k in ("groups", "ledgerTable", "stateBucket") if not planned.get(k)]
         if missing:
-            raise RuntimeError(
-                f"the program's plan has no {', '.join(missing)}: the fleet box needs a program that "
-                "plans node groups (issue 19)"
-            )
+            raise RuntimeError(f"the program's plan has no {', '.join(missing)}: the fleet box needs node groups")
         group_names = {g["name"] for g in self.groups}
-        lt_of_group = {}
         for t in planned["launchTemplates"].values():
             tags = {TAG_CLUSTER: self.name, **t["tags"]}
-            data = {
-                "ImageId": BOX_AMI,
-                "UserData": t["userData"],
-                "TagSpecifications": [
-                    {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
-                ],
-            }
+            specs = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+            data = {"ImageId": BOX_AMI, "UserData": t["userData"], "TagSpecifications": specs}
             ec2.create_launch_template(LaunchTemplateName=t["name"], LaunchTemplateData=data)
             if tags.get(TAG_GROUP) in group_names:
-                lt_of_group[tags[TAG_GROUP]] = t["name"]
-        self.publish_groups(lt_of_group)
+                self.lt_of_group[tags[TAG_GROUP]] = t["name"]
+        self.publish_groups()
         self.publish_bundle()
         ssm = self.client("ssm")
         ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
-        ssm.put_parameter(
-            Name=paths.fsx,
-            Type="String",
-            Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}),
-        )
+        fsx = {"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}
+        ssm.put_parameter(Name=paths.fsx, Type="String", Value=json.dumps(fsx))
         # Created empty, as identity.py does: the head writes each (the login user's key, the host CA) at its boot.
         for secret in (paths.ssh_secret, paths.user_secret, paths.host_ca_secret):
             self.client("secretsmanager").create_secret(Name=secret, Description="box")
@@ -235,24 +288,42 @@ class FleetBox(Box):
 
         self.client("dynamodb").create_table(**table_definition(planned["ledgerTable"]))
         self.client("s3").create_bucket(Bucket=planned["stateBucket"])
-        self.lt_of_group = lt_of_group
 
-    def publish_groups(self, lt_of_group: dict | None = None) -> None:
-        """The planned `/hpcc/<c>/groups` value (as `pulumi up` writes it), each group's launch template and subnet
-        the box's moto ones: the plan's ids are its embedded AWS's (as the old box put its IPs in the hosts)."""
-        lt_of_group = lt_of_group or self.lt_of_group
+    def publish_groups(self) -> None:
+        """The planned `/hpcc/<c>/groups` value with each group's count and spares as the box has them now (what
+        `pulumi up` changes in place), its launch template and subnet the box's moto ones (the plan's are its
+        embedded AWS's)."""
         doc = json.loads(self.plan()["groups"])
+        now = {g["name"]: g for g in self.groups}
         for g in doc["groups"]:
-            g["launch_template"] = lt_of_group.get(g["name"], g.get("launch_template", ""))
+            g["count"], g["spares"] = now[g["name"]]["count"], now[g["name"]].get("spares", 0)
+            g["launch_template"] = self.lt_of_group.get(g["name"], g.get("launch_template", ""))
             g["subnet_id"] = self.subnet_id
         self.client("ssm").put_parameter(
-            Name=f"/hpcc/{self.name}/groups", Type="String", Value=json.dumps(doc), Overwrite=True
+            Name=Paths(self.name).groups, Type="String", Value=json.dumps(doc), Overwrite=True
         )
 
-    def resize(self, group: str, count: int) -> None:
-        """`pulumi up` at a new count: the groups parameter's value changes in place (contract19), nothing else."""
-        self.groups = [dict(g, count=count) if g["name"] == group else g for g in self.groups]
-        self.publish_groups()
+    def publish_bundle(self, archive: bytes | None = None, pointer: str | None = None) -> None:
+        """What `pulumi up` writes for the bundle (infra/components/bundle.py): the private, versioned bucket with
+        its policy, the archive at its content-addressed key (create-once), the pointer. Default: the plan's;
+        `archive` and `pointer` put other bytes or another pointer in their place (the refusal tests)."""
+        planned, s3 = self.plan(), self.client("s3")
+        bucket = planned["bundleBucket"]
+        if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+            s3.create_bucket(Bucket=bucket)
+            block = dict.fromkeys(("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"))
+            s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={k: True for k in block})
+            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+            s3.put_bucket_policy(Bucket=bucket, Policy=planned["bucketPolicy"])
+        pointer = pointer or planned["bundlePointer"]
+        key = json.loads(pointer)["key"]
+        body = archive if archive is not None else base64.b64decode(planned["bundle"])
+        try:
+            s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+        except s3.exceptions.ClientError as e:
+            if e.response["Error"]["Code"] != "PreconditionFailed":  # already there: a key holds one bundle
+                raise
+        self.client("ssm").put_parameter(Name=Paths(self.name).bundle, Type="String", Value=pointer, Overwrite=True)
 
     def _launch_head(self) -> dict:
         """The head instance as Pulumi creates it: its launch template's user data (the head's loader), its tags."""
@@ -272,19 +343,18 @@ class FleetBox(Box):
     # -- the head and its controller ---------------------------------------------------------------------
     def boot_head(self, timeout: float = 300) -> int:
         head = self.head  # its role script starts the controller, passing on the box's HPCC_CONTROLLER_* timers
-        self.start_bootstrap(
-            head, env=controller_env(self.timers), script=decode_user_data(self._user_data(head.instance_id))
-        )
-        try:
-            return head.bootstrap.wait(timeout=timeout)
-        except Exception:
-            head.bootstrap.kill()
-            return -9
+        with self.phases.timed("the head's bootstrap"):
+            script = decode_user_data(self._user_data(head.instance_id))
+            self.start_bootstrap(head, script, env=controller_env(self.timers))
+            try:
+                return head.bootstrap.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                head.bootstrap.kill()
+                return -9
 
-    def boot(self, timeout: float = 300, wait: list[str] | None = None) -> dict[str, int]:
+    def boot(self, timeout: float = 300) -> dict[str, int]:
         """The head's bootstrap, then its controller, which launches the groups; returns the exit code of the head
-        and of the node each planned name holds once every one (or those in `wait`) has finished its bootstrap.
-        A name whose node has not finished by then is -9."""
+        and of the node each planned name holds once every one has finished its bootstrap (-9: not by then)."""
         deadline = time.time() + timeout
         codes = {HEAD: self.boot_head(timeout)}
         if codes[HEAD] != 0:
@@ -293,16 +363,16 @@ class FleetBox(Box):
         from hpcc_contract.names import node_name
 
         names = [node_name(g["name"], i) for g in self.groups for i in range(g["count"])]
-        names = [n for n in names if wait is None or n in wait]
-        while True:
-            slots = self.ledger().slots
-            for name in names:
-                seen = self.launched.get(slots[name].instance_id) if name in slots else None
-                boot = seen.node.bootstrap if seen is not None and seen.node is not None else None
-                codes[name] = boot.poll() if boot is not None and boot.poll() is not None else -9
-            if all(codes[n] != -9 for n in names) or time.time() > deadline:
-                return codes
-            time.sleep(1)
+        with self.phases.timed("the controller's launches and the nodes' bootstraps"):
+            while True:
+                slots = self.ledger().slots
+                for name in names:
+                    seen = self.launched.get(slots[name].instance_id) if name in slots else None
+                    boot = seen.node.bootstrap if seen is not None and seen.node is not None else None
+                    codes[name] = boot.poll() if boot is not None and boot.poll() is not None else -9
+                if all(codes[n] != -9 for n in names) or time.time() > deadline:
+                    return codes
+                time.sleep(1)
 
     def start_controller(self) -> None:
         """`python3 -m hpcc_node.controller` on the head, from the head's bundle, with the box's short timers. The
@@ -321,8 +391,6 @@ class FleetBox(Box):
             **controller_env(self.timers),
         }
         out = open(self.workdir / "controller.out", "a")
-        import subprocess
-
         self.controller = subprocess.Popen(
             head.enter("python3", "-m", "hpcc_node.controller"),
             env=env,
@@ -332,10 +400,22 @@ class FleetBox(Box):
             stdin=subprocess.DEVNULL,
         )
 
+    def wait_loops(self, loops: int, timeout: float = 300) -> None:
+        """Until the controller has run `loops` more loops (each takes or renews its lease in the ledger first):
+        "four loops later", counted rather than slept, so a loaded machine's slow loops still make four."""
+        from hpcc_node.controller.ledger import Ledger
+
+        ledger = Ledger(self.client("dynamodb"), self.plan()["ledgerTable"], "box-reader", time.time)
+        seen, last, deadline = 0, ledger.holder()[1], time.time() + timeout
+        while seen < loops:
+            if time.time() > deadline:
+                raise AssertionError(f"the controller ran {seen} of {loops} loops in {timeout} s\n{self.diagnose()}")
+            time.sleep(0.5)
+            expires = ledger.holder()[1]
+            seen, last = seen + (expires != last), expires
+
     def controller_pids(self) -> list[int]:
         """The controller processes in the head's namespace (the box's or the role script's)."""
-        from tests.box.machine import sh
-
         pids = []
         for pid in sh("ip", "netns", "pids", self.head.netns, check=False).stdout.split():
             try:
@@ -348,9 +428,6 @@ class FleetBox(Box):
 
     def stop_controller(self) -> None:
         """SIGKILL: a controller dies at any point, in the middle of a replacement too."""
-        import os
-        import signal
-
         for pid in self.controller_pids():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -365,16 +442,12 @@ class FleetBox(Box):
         f = node.file(path)
         if not f.exists():
             return {}
-        return dict(
-            line.split("=", 1) for line in f.read_text().splitlines() if "=" in line and not line.startswith("#")
-        )
+        lines = f.read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
     def controller_log(self) -> str:
-        parts = []
-        for path in (self.head.file("/var/log/hpcc/controller.log"), self.workdir / "controller.out"):
-            if path.exists():
-                parts.append(path.read_text(errors="replace"))
-        return "\n".join(parts)
+        paths = (self.head.file("/var/log/hpcc/controller.log"), self.workdir / "controller.out")
+        return "\n".join(p.read_text(errors="replace") for p in paths if p.exists())
 
     def stop(self) -> None:
         if self.watcher is not None:
@@ -402,14 +475,9 @@ class FleetBox(Box):
         seen = Launched(iid, group, inst["PrivateIpAddress"], time.time())
         self.launched[iid] = seen
         index, self.next_index = self.next_index, self.next_index + 1
+        name = tags.get(TAG_NODE) or iid
         node = self._start_node(
-            index,
-            tags.get(TAG_NODE) or iid,
-            ip=seen.ip,
-            instance_id=iid,
-            vpc_cidr=FLEET_CIDR,
-            named_by_tag=True,
-            group=group,
+            index, name, ip=seen.ip, instance_id=iid, vpc_cidr=FLEET_CIDR, named_by_tag=True, group=group
         )
         self.nodes.append(node)
         seen.node = node
@@ -418,9 +486,8 @@ class FleetBox(Box):
                 seen.fault = fault.take(iid)
         if self.prepare is not None:
             self.prepare(node)
-        self.start_bootstrap(
-            node, env={**self.compute_env, **seen.fault}, script=decode_user_data(self._user_data(iid))
-        )
+        script = decode_user_data(self._user_data(iid))
+        self.start_bootstrap(node, script, env={**self.compute_env, **seen.fault})
         return seen
 
     def stop_instance(self, seen: Launched) -> None:
@@ -434,20 +501,14 @@ class FleetBox(Box):
         )
 
     # -- what the tests read -----------------------------------------------------------------------------
-    def instances(self) -> dict[str, dict]:
-        """The cluster's compute instances in moto, by id."""
+    def instances(self, cluster: str = "") -> dict[str, dict]:
+        """A watched cluster's compute instances in moto (the box's by default), by id."""
         out = {}
-        pages = (
-            self.client("ec2")
-            .get_paginator("describe_instances")
-            .paginate(
-                Filters=[
-                    {"Name": f"tag:{TAG_CLUSTER}", "Values": [self.name]},
-                    {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]},
-                ]
-            )
-        )
-        for page in pages:
+        filters = [
+            {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster or self.name]},
+            {"Name": f"tag:{TAG_ROLE}", "Values": ["compute"]},
+        ]
+        for page in self.client("ec2").get_paginator("describe_instances").paginate(Filters=filters):
             for res in page["Reservations"]:
                 for inst in res["Instances"]:
                     out[inst["InstanceId"]] = inst
@@ -457,12 +518,8 @@ class FleetBox(Box):
         """A node's status as it wrote it: s3://<state bucket>/status/<instance arn>.json (contract19); `node` is
         an instance id or the name of a live node."""
         instance_id = node if node.startswith("i-") else self.node(node).instance_id
-        body = (
-            self.client("s3")
-            .get_object(Bucket=self.plan()["stateBucket"], Key=f"status/{instance_arn(instance_id)}.json")["Body"]
-            .read()
-        )
-        return json.loads(body)
+        key = f"status/{instance_arn(instance_id)}.json"
+        return json.loads(self.client("s3").get_object(Bucket=self.plan()["stateBucket"], Key=key)["Body"].read())
 
     def membership(self) -> dict:
         body = self.client("s3").get_object(Bucket=self.plan()["stateBucket"], Key="membership.json")["Body"].read()
@@ -473,6 +530,10 @@ class FleetBox(Box):
         from hpcc_node.controller.ledger import Ledger
 
         return Ledger(self.client("dynamodb"), self.plan()["ledgerTable"], "box-reader", time.time).load()
+
+    def scripts(self) -> dict[str, str]:
+        """The user data (the loaders) the program plans, by role."""
+        return self.plan()["userData"]
 
     def diagnose(self) -> str:
         watcher = "\n".join(self.watcher.errors[-5:]) if self.watcher else ""

@@ -1,26 +1,36 @@
-"""Fixtures of the box (tests/box/README.md). Every box is taken down after its tests, even when they fail
-or the run is interrupted; a box that crashed harder is cleaned up when the next one starts.
+"""Fixtures of the box (tests/box/README.md). Every box is taken down after its tests, even when they fail or the run
+is interrupted; a box that crashed harder is cleaned up when the next one starts.
 
-One booted cpu box with Slurm (`cluster`) serves every module in SHARED_BOX_MODULES, in that order: booting costs
-about a minute; day 2 comes last: it adds and replaces nodes, checks them in Slurm and adds a failing one.
-Sharing is only a speed-up: each module sets up what it needs (test_box_slurm.py makes day 2's changes itself
-when run alone). Only one box runs on a machine, so the shared one
-is stopped before any other box test (the faults boot their own)."""
+One booted fleet box (tests/box/shared.py) serves every module in SHARED_BOX_MODULES, in that order: it is booted
+once, by the first test that asks for it (so each module also passes alone), and each test gets it through the
+`fleet` fixture, which waits for the baseline before the test and, after it, undoes what the test changed and
+waits for the baseline again. Only one box runs on a machine, so the shared one is stopped before any module with
+a box of its own (another shape: no Slurm, hooks, an EFA head); those run after the shared ones."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
 from tests.box.cloud import FleetBox
-from tests.box.harness import Box
 from tests.box.node import can_run
-from tests.box.settle import settle
+from tests.box.shared import boot, differences, shared_fleet, wait_baseline
+from tests.box.timing import record
 
-SHARED_BOX_MODULES = ("test_box_cluster.py", "test_box_slurm.py", "test_box_day2.py")
-_shared: dict[str, Box] = {}
+SHARED_BOX_MODULES = (
+    "test_box_cluster.py",
+    "test_box_slurm.py",
+    "test_box_rotation.py",
+    "test_box_cloud.py",
+    "test_box_upgrade.py",
+    "test_box_day2.py",
+    "test_box_fleet.py",
+    "test_box_health.py",
+)
+_shared: dict[str, FleetBox] = {}
 
 
 def pytest_collection_modifyitems(items):
@@ -32,10 +42,10 @@ def pytest_collection_modifyitems(items):
         return SHARED_BOX_MODULES.index(name) if name in SHARED_BOX_MODULES else len(SHARED_BOX_MODULES)
 
     slots = [i for i, item in enumerate(items) if "tests/box/" in item.path.as_posix()]
-    for i in slots:  # `pytest -n N --dist loadgroup` (make test): every box test on one worker, in this order
+    for i in slots:  # `pytest -n N --dist loadgroup`: every box test on one worker, in this order
         items[i].add_marker(pytest.mark.xdist_group("box"))
     ordered = sorted((items[i] for i in slots), key=rank)  # sorted() is stable: file order within a rank
-    for i, item in zip(slots, ordered):
+    for i, item in zip(slots, ordered, strict=True):
         items[i] = item
 
 
@@ -60,9 +70,12 @@ def box_machine():
 
 
 def stop_shared_box() -> None:
-    box = _shared.pop("cluster", None)
+    box = _shared.pop("fleet", None)
     if box is not None:
+        left = differences(box) if box.lock.fd is not None and box.undos == [] else []
         box.stop()
+        if left:
+            print("[box] the shared box was left off its baseline by its last test: " + "; ".join(left))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -74,18 +87,36 @@ def one_box_at_a_time(request):
 
 
 @pytest.fixture(scope="session")
-def cluster(box_machine):
-    """The cpu profile with `scheduler: slurm`: a head node whose controller launches one group `compute` of two
-    c6i.16xlarge nodes (tests/box/cloud.py), booted once for every module in SHARED_BOX_MODULES (they run first,
-    in that order)."""
-    box: Box = FleetBox(profile="cpu", scheduler="slurm", groups=[{"name": "compute", "count": 2}])
-    _shared["cluster"] = box  # registered before start: a failed start or boot is still stopped
-    box.start()
-    codes = box.boot(timeout=360)
-    if codes != {n.name: 0 for n in box.nodes}:
-        diagnosis = box.diagnose()
-        stop_shared_box()
-        pytest.fail(f"the shared box did not boot: {codes}\n{diagnosis}", pytrace=False)
-    took = settle(box)  # the agents' first ticks done: the tests see the cluster a user gets
-    print(f"[box] the shared box settled {took:.0f} s after its bootstraps ended")
-    return box
+def shared_box(box_machine) -> FleetBox:
+    """The shared fleet box, booted by the first test that needs it (tests/box/shared.py)."""
+    if "fleet" not in _shared:
+        box = shared_fleet()
+        _shared["fleet"] = box  # registered before start: a failed start or boot is still stopped
+        try:
+            boot(box)
+        except BaseException:
+            stop_shared_box()
+            raise
+        print("\n" + box.phases.report("shared fleet box"))
+    return _shared["fleet"]
+
+
+@pytest.fixture
+def fleet(shared_box, request) -> FleetBox:
+    """The shared box at its baseline; after the test, what it changed is undone and the baseline awaited again,
+    so a test that leaves the box dirty fails there, naming what differs."""
+    name = request.node.name
+    waited, differed = wait_baseline(shared_box, f"before {name}")
+    if differed:
+        print(f"\n[box] {waited:.0f} s until the baseline before {name}; it differed in: {'; '.join(differed)}")
+    yield shared_box
+    started = time.time()
+    undone = shared_box.restore()
+    _, differed = wait_baseline(shared_box, f"after {name}" + (f" (undone: {', '.join(undone)})" if undone else ""))
+    if undone or differed:
+        took = time.time() - started
+        record("restore", name, took)
+        print(
+            f"\n[box] back at the baseline {took:.0f} s after {name}; undone: {', '.join(undone) or 'nothing'}; "
+            f"it differed in: {'; '.join(differed) or 'nothing'}"
+        )

@@ -4,6 +4,7 @@ must pass. Nothing here names or addresses a node: the controller does, the box 
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,12 +16,12 @@ from tests.box.node import Node
 AGENT = "hpcc_node.agent"  # python3 -m hpcc_node.agent
 
 
-def add_node(box: FleetBox) -> tuple[Node, float]:
-    """One more node in group `compute`: the groups parameter at the new count, as `pulumi up` writes it; returns
-    the node the controller launched and named (its bootstrap started, not waited for) and when the count changed."""
-    count = next(g["count"] for g in box.groups if g["name"] == "compute")
-    name = node_name("compute", count)
-    box.resize("compute", count + 1)
+def add_node(box: FleetBox, group: str) -> tuple[Node, float]:
+    """One more node in `group`: the groups parameter at the new count, as `pulumi up` writes it; returns the node
+    the controller launched and named (its bootstrap started, not waited for) and when the count changed."""
+    count = next(g["count"] for g in box.groups if g["name"] == group)
+    name = node_name(group, count)
+    box.resize(group, count + 1)
     changed = time.time()
     return named(box, name, lambda n: True), changed
 
@@ -44,6 +45,15 @@ def named(box: FleetBox, name: str, which, timeout: float = 300) -> Node:
         if time.time() > deadline:
             raise AssertionError(f"no node named {name} after {timeout} s\n{box.diagnose()}")
         time.sleep(0.5)
+
+
+def boot_code(box: FleetBox, node: Node, timeout: float = 240) -> int:
+    """The exit code of the node's bootstrap, once it ends; one still running after `timeout` fails with every
+    node's log tail."""
+    try:
+        return node.bootstrap.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{node.name}'s bootstrap still running after {timeout} s\n{box.diagnose()}") from None
 
 
 def hosts_version(box: FleetBox) -> int:

@@ -1,23 +1,19 @@
-"""Cluster in a box: nodes as network namespaces on a bridge, each with a private mount namespace and its
-own hostname and sshd, and a moto server as their AWS. Runs the very user data the program plans, and
-publishes the settings and hosts values the program plans (its IPs replaced by the box nodes', node by node).
-Each node is also an EC2 instance in the moto server (tags hpcc:cluster, hpcc:node, hpcc:role), whose id the
-node gets as HPCC_INSTANCE_ID; day 2 (add or replace a node) follows a plan at the new count.
+"""The box's machine layer: nodes as network namespaces on a bridge, each with a private mount namespace, its own
+hostname and sshd, and a moto server as their AWS. tests/box/cloud.py's FleetBox builds the small cloud on it
+(the program's plan seeded, the head, the controller's launches).
 
-What a node keeps to itself (bind mounts inside its mount namespace): /root, /etc/hpcc, /etc/ssh (a copy
-of the host's with the node's own host keys), /etc/profile.d, /run, /var/log, /usr/local/bin and
-/usr/local/sbin; everything else (/usr, /tmp, the venv) is the host's. See tests/box/README.md.
+What a node keeps to itself (bind mounts inside its mount namespace): /root, /etc/hpcc, /etc/ssh (a copy of the
+host's with the node's own host keys), /etc/profile.d, /run, /var/log, /usr/local/bin and /usr/local/sbin, and
+what Slurm, munge and the bundles keep (tests/box/node.py PRIVATE); everything else (/usr, /tmp, the venv) is the
+host's. See tests/box/README.md.
 
-Only one box runs on a machine at a time (fixed bridge, addresses and port): `start()` takes a lock,
-and under it removes whatever a crashed earlier box left behind.
+Only one box runs on a machine at a time (fixed bridge, addresses and port): `start()` takes a lock, and under it
+removes whatever a crashed earlier box left behind.
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
-import ipaddress
-import json
 import shutil
 import subprocess
 import tempfile
@@ -27,24 +23,21 @@ from pathlib import Path
 
 import boto3
 
-from tests.facts.instance_data import facts_for as lookup
-from infra.config.parse import parse
-from hpcc_contract.names import HEAD, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths, compute_node_name
 from tests.box.machine import (
     BRIDGE,
     GATEWAY,
     MOTO_PORT,
     MOUNTPOINTS_MADE,
+    NETWORK,
     PREFIX,
-    SUBNET,
     TMP_PREFIX,
     VETH,
     Lock,
     cleanup_leftovers,
     sh,
 )
-from tests.box.node import ENDPOINT, PRIVATE, REGION, VPC_CIDR, Node, node_env, shared_under_root
-from tests.box.planned import plan
+from tests.box.node import ENDPOINT, PRIVATE, REGION, Node, node_env, shared_under_root
+from tests.facts.instance_data import facts_for as lookup
 
 COPIED = (
     "etc/ssh",
@@ -54,7 +47,7 @@ COPIED = (
     "etc/slurm",
 )  # start as the host's, then diverge
 BOX_AMI = "ami-0b0c0b0c0b0c0b0c0"  # moto runs any image id; the box's "instances" only carry tags and ids
-
+PREFIX_LENGTH = NETWORK.split("/")[1]
 
 # Box profiles: (head type, compute type). cpu: no EFA, the EFA step passes through libfabric's TCP
 # provider. efa: an EFA type on a machine with no EFA device, so every node must fail at step efa.
@@ -71,55 +64,18 @@ exit 0
 
 @dataclass
 class Box:
-    """A head node and `compute_count` compute nodes, plus `ghosts`: compute nodes listed in the hosts
-    parameter that never boot (no namespace answers at their address)."""
+    """The machine under a small cloud: the bridge, the moto server, and the namespace nodes started on it."""
 
     profile: str = "cpu"
-    compute_count: int = 2
-    ghosts: int = 0
-    join_timeout_minutes: int = 1
     name: str = "box"
-    scheduler: str = "none"  # the config's `scheduler`
-    hooks: dict = field(default_factory=dict)  # the config's `hooks` (absolute paths: the plan runs elsewhere)
     nodes: list[Node] = field(default_factory=list)
     workdir: Path | None = None
     moto: object = None
     lock: Lock = field(default_factory=Lock)
-    plans: dict = field(default_factory=dict)  # compute count -> the program's plan of the box config
-
-    # -- the cluster's config, as a user would write it, and the program's plan of it ------------------
-    def config_map(self) -> dict:
-        head_type, compute_type = PROFILES[self.profile]
-        return {
-            "aws:region": REGION,
-            "hpcc:cluster": {
-                "name": self.name,
-                "headNode": {"instanceType": head_type},
-                "compute": {"instanceType": compute_type, "count": self.compute_count + self.ghosts},
-                "scheduler": self.scheduler,
-                **({"hooks": self.hooks} if self.hooks else {}),
-                "bootstrap": {"timeoutMinutes": 5, "joinTimeoutMinutes": self.join_timeout_minutes},
-            },
-        }
-
-    def config(self):
-        m = self.config_map()
-        return parse(m["aws:region"], m["hpcc:cluster"]).cluster
-
-    def plan(self) -> dict:
-        """The program's plan at the current count: user data, settings, and the node each hosts line names."""
-        count = self.compute_count + self.ghosts
-        if count not in self.plans:
-            self.plans[count] = plan(self.config_map())
-        return self.plans[count]
 
     @property
     def slots(self) -> int:
         return lookup(PROFILES[self.profile][1]).slots
-
-    def scripts(self) -> dict[str, str]:
-        """The scripts the program puts in each role's user data (the loaders): the planned launch templates'."""
-        return self.plan()["userData"]
 
     @property
     def head(self) -> Node:
@@ -133,30 +89,15 @@ class Box:
         return next(n for n in self.nodes if n.name == name)
 
     # -- start and stop ------------------------------------------------------------------------------
-    def start(self) -> Box:
-        """Bring the box up; on any failure, take down what was started and re-raise."""
-        self.lock.acquire()
-        atexit.register(self.stop)  # also when the test process is interrupted
-        try:
-            self._bridge_up()
-            self.plan()
-            self._start_moto()
-            names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count)]
-            for index, name in enumerate(names):
-                self.nodes.append(self._start_node(index, name))
-            self._seed_cloud()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def _bridge_up(self) -> None:
         """A clean machine (a crashed box's leftovers gone), the box's work directory and its bridge."""
+        self.lock.acquire()
+        atexit.register(self.stop)  # also when the test process is interrupted
         cleanup_leftovers()
         self.workdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
         self.workdir.chmod(0o755)
         sh("ip", "link", "add", BRIDGE, "type", "bridge")
-        sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+        sh("ip", "addr", "add", f"{GATEWAY}/{PREFIX_LENGTH}", "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
 
     def _mountpoint(self, path: Path) -> None:
@@ -166,21 +107,15 @@ class Box:
             with MOUNTPOINTS_MADE.open("a") as made:
                 made.write(f"{path}\n")
 
-    def _start_node(self, index: int, name: str, ip: str = "", instance_id: str = "", **fields) -> Node:
-        """A namespace node at `ip` (default .<10 + index>), registered as an instance unless it is one already."""
-        node = Node(
-            name,
-            index,
-            ip or f"{SUBNET}.{10 + index}",
-            self.workdir / f"{name}.{index}",
-            instance_id=instance_id,
-            **fields,
-        )
+    def _start_node(self, index: int, name: str, ip: str, instance_id: str, **fields) -> Node:
+        """A namespace node at `ip` (its instance's address in moto), bridged, with its private directories, its
+        own hostname, cgroup stand-in and sshd."""
+        node = Node(name, index, ip, self.workdir / f"{name}.{index}", instance_id=instance_id, **fields)
         ns, veth = node.netns, f"{VETH}{index}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "link", "set", veth, "master", BRIDGE, "up")
-        sh("ip", "-n", ns, "addr", "add", f"{node.ip}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "addr", "add", f"{node.ip}/{PREFIX_LENGTH}", "dev", "eth0")
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         for private in PRIVATE:
@@ -231,7 +166,6 @@ class Box:
         sh(*node.enter("mount", "-t", "cgroup", "-o", "none,name=systemd", "cgroup", "/sys/fs/cgroup/systemd"))
         sh(*node.enter("ssh-keygen", "-q", "-A"))
         sh(*node.enter("/usr/sbin/sshd", "-o", f"ListenAddress={node.ip}", "-o", "PidFile=/run/sshd.pid"))
-        node.instance_id = node.instance_id or self._register_instance(node)
         return node
 
     def kill(self, node: Node) -> None:
@@ -243,20 +177,6 @@ class Box:
             node.holder.wait(timeout=10)
         sh("ip", "link", "del", f"{VETH}{node.index}", check=False)  # gone with the namespace, usually
         node.alive = False
-
-    def _register_instance(self, node: Node) -> str:
-        """The node as an EC2 instance of the cluster, tagged as the program tags it (for `hpcc status` logic)."""
-        role = "head" if node.name == HEAD else "compute"
-        head_type, compute_type = PROFILES[self.profile]
-        tags = {TAG_CLUSTER: self.name, TAG_NODE: node.name, TAG_ROLE: role, "Name": f"{self.name}-{node.name}"}
-        out = self.client("ec2").run_instances(
-            ImageId=BOX_AMI,
-            MinCount=1,
-            MaxCount=1,
-            InstanceType=head_type if role == "head" else compute_type,
-            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
-        )
-        return out["Instances"][0]["InstanceId"]
 
     def _start_moto(self) -> None:
         from moto.server import ThreadedMotoServer
@@ -280,72 +200,6 @@ class Box:
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-
-    def ghost_ips(self) -> list[str]:
-        """Addresses no node has, at the top of the box's "VPC" (the nodes accept only addresses inside it)."""
-        top = ipaddress.ip_network(VPC_CIDR)[-1]
-        return [str(top - i) for i in range(self.ghosts)]
-
-    def ip_of(self, name: str) -> str:
-        ghosts = {compute_node_name(self.compute_count + i): ip for i, ip in enumerate(self.ghost_ips())}
-        return next((n.ip for n in self.nodes if n.name == name), None) or ghosts[name]
-
-    def publish_bundle(self, archive: bytes | None = None, pointer: str | None = None) -> None:
-        """What `pulumi up` writes for the bundle (infra/components/bundle.py): the private, versioned bucket with
-        its policy, the archive at its content-addressed key (create-once), the pointer. Default: the plan's;
-        `archive` and `pointer` put other bytes or another pointer in their place (the refusal tests)."""
-        planned, s3 = self.plan(), self.client("s3")
-        bucket = planned["bundleBucket"]
-        if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
-            s3.create_bucket(Bucket=bucket)
-            s3.put_public_access_block(
-                Bucket=bucket,
-                PublicAccessBlockConfiguration={
-                    "BlockPublicAcls": True,
-                    "IgnorePublicAcls": True,
-                    "BlockPublicPolicy": True,
-                    "RestrictPublicBuckets": True,
-                },
-            )
-            s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-            s3.put_bucket_policy(Bucket=bucket, Policy=planned["bucketPolicy"])
-        pointer = pointer or planned["bundlePointer"]
-        key = json.loads(pointer)["key"]
-        body = archive if archive is not None else base64.b64decode(planned["bundle"])
-        try:
-            s3.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
-        except s3.exceptions.ClientError as e:
-            if e.response["Error"]["Code"] != "PreconditionFailed":  # already there: a key holds one bundle
-                raise
-        self.client("ssm").put_parameter(Name=Paths(self.name).bundle, Type="String", Value=pointer, Overwrite=True)
-
-    def publish(self) -> int:
-        """What `pulumi up` writes at the current count: the planned bundle and settings, and the planned hosts
-        value with each line's IP replaced by the box IP of the node it names. Returns the hosts parameter's Version."""
-        paths, planned = Paths(self.name), self.plan()
-        self.publish_bundle()
-        ssm = self.client("ssm")
-        ssm.put_parameter(Name=paths.settings, Type="String", Value=planned["settings"], Overwrite=True)
-        hosts = "\n".join(self.ip_of(name) for name in planned["hostsNodes"])
-        return ssm.put_parameter(Name=paths.hosts, Type="String", Value=hosts, Overwrite=True)["Version"]
-
-    def _seed_cloud(self) -> None:
-        """What `pulumi up` creates before the nodes boot (docs/bootstrap-contract.md), nothing more."""
-        paths = Paths(self.name)
-        ssm = self.client("ssm")
-        self.publish()
-        ssm.put_parameter(
-            Name=paths.fsx,
-            Type="String",
-            Value=json.dumps({"dnsName": "fs-0box.fsx.us-east-1.amazonaws.com", "mountName": "boxfs"}),
-        )
-        names = [HEAD] + [compute_node_name(i) for i in range(self.compute_count + self.ghosts)]
-        for name in names:
-            ssm.put_parameter(Name=paths.node(name), Type="String", Value='{"phase": "pending"}')
-        for secret in (paths.ssh_secret, paths.user_secret, paths.host_ca_secret):  # created empty, as identity.py does
-            self.client("secretsmanager").create_secret(Name=secret, Description="box")
-        if self.scheduler == "slurm":  # the program creates it with Slurm only
-            self.client("secretsmanager").create_secret(Name=paths.munge_secret, Description="box")
 
     def stop(self) -> None:
         """Take everything down; safe to call twice and after a failed start."""
@@ -372,27 +226,11 @@ class Box:
             atexit.unregister(self.stop)
 
     # -- the bootstrap -------------------------------------------------------------------------------
-    def boot(self, timeout: float = 300, wait: list[str] | None = None) -> dict[str, int]:
-        """Run every node's bootstrap at once as root, as EC2 would; return the exit codes of the nodes
-        named in `wait` (default: all). Whatever a script prints before its own log takes over goes
-        to <workdir>/bootstrap-<node>.out."""
-        for node in self.nodes:
-            self.start_bootstrap(node)
-        deadline = time.time() + timeout
-        codes = {}
-        for node in self.nodes:
-            if wait is not None and node.name not in wait:
-                continue
-            try:
-                codes[node.name] = node.bootstrap.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                node.bootstrap.kill()
-                codes[node.name] = -9
-        return codes
-
-    def start_bootstrap(self, node: Node, env: dict | None = None, script: str | None = None) -> None:
+    def start_bootstrap(self, node: Node, script: str, env: dict | None = None) -> None:
+        """`script` (the node's user data) run as root in the node, as EC2 would; whatever it prints before its
+        own log takes over goes to <workdir>/bootstrap-<netns>.sh.out."""
         path = self.workdir / node.script
-        path.write_text(script if script is not None else self.scripts()[node.role])
+        path.write_text(script)
         node.boot_env = dict(env or {})
         with open(self.workdir / f"{node.script}.out", "w") as out:
             node.bootstrap = subprocess.Popen(
@@ -426,11 +264,6 @@ class Box:
                 f"{' '.join(cmd)} still running after {timeout} s; printed {len(out.splitlines())} "
                 f"line(s), stderr: {err[-2000:]}\n{self.diagnose()}"
             ) from None
-
-    def status(self, node_name: str) -> dict:
-        """A node's status as the operator's tools read it: the SSM parameter the node writes."""
-        value = self.client("ssm").get_parameter(Name=Paths(self.name).node(node_name))["Parameter"]["Value"]
-        return json.loads(value)
 
     def log(self, node: Node) -> str:
         path = node.file("/var/log/hpcc-bootstrap.log")

@@ -13,8 +13,8 @@ from pathlib import Path
 PREFIX = "hpccbox"  # network namespaces hpccbox-0.. (0 is the head node)
 BRIDGE = "hpccbr0"
 VETH = "hbv"  # host ends of the nodes' veth pairs: hbv0..
-SUBNET = "10.200.0"
-GATEWAY = f"{SUBNET}.1"  # the bridge; the moto server listens here
+NETWORK = "10.200.0.0/16"  # the bridge's network: the box's VPC (tests/box/cloud.py)
+GATEWAY = "10.200.0.1"  # the bridge; the moto server listens here
 MOTO_PORT = 5123
 TMP_PREFIX = "hpcc-box-"
 LOCK = Path("/run/hpcc-box.lock")

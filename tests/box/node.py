@@ -10,10 +10,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.box.machine import GATEWAY, MOTO_PORT, PREFIX, SUBNET, sh
+from tests.box.machine import GATEWAY, MOTO_PORT, PREFIX, sh
 
 ENDPOINT = f"http://{GATEWAY}:{MOTO_PORT}"
-VPC_CIDR = f"{SUBNET}.8/29"  # .8-.15: the nodes (10.200.0.10 + index), never the host's bridge address
 REGION = "us-east-1"
 VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
 PRIVATE = (
@@ -69,7 +68,7 @@ class Node:
     holder: subprocess.Popen | None = None  # `sleep infinity` holding the node's mount namespace
     bootstrap: subprocess.Popen | None = None
     instance_id: str = ""  # its EC2 instance in the moto server
-    vpc_cidr: str = ""  # the "VPC" the node accepts addresses in ("": the box's VPC_CIDR)
+    vpc_cidr: str = ""  # the "VPC" the node accepts addresses in (HPCC_VPC_CIDR): the box's subnet
     named_by_tag: bool = False  # a fleet node: no HPCC_NODE_NAME, it reads its hpcc:node tag (the contract)
     group: str = ""  # a fleet node's hpcc:group
     alive: bool = True  # False once its namespace is gone (killed or its instance terminated)
@@ -114,7 +113,7 @@ def node_env(node: Node) -> dict:
         "HPCC_INSTANCE_ID": node.instance_id,  # what IMDS would tell an instance
         "HPCC_NODE_IP": node.ip,
         "HPCC_SKIP_STEPS": "lustre,mount",  # no Lustre server in the box
-        "HPCC_VPC_CIDR": node.vpc_cidr or VPC_CIDR,  # the box's "VPC": its nodes' addresses, not the bridge's host
+        "HPCC_VPC_CIDR": node.vpc_cidr,  # the box's "VPC": its nodes' subnet, not the bridge's host address
         "AWS_ENDPOINT_URL": ENDPOINT,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from tests.box.cloud import FleetBox
 from tests.box.node import Node

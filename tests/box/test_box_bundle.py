@@ -16,7 +16,7 @@ import pytest
 from tests.box.cloud import FleetBox
 from tests.box.machine import leftovers
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 
 START_HOOK = """#!/bin/bash
 # what a hook sees: its environment, written where the test reads it
@@ -45,6 +45,7 @@ def booted(tmp_path_factory):
     box.start()
     try:
         codes = box.boot(timeout=420)  # a loaded CI machine: the head, then the controller's launch and two boots
+        print("\n" + box.phases.report("hooks box"))
         yield box, codes
     finally:
         box.stop()

@@ -1,5 +1,5 @@
-"""A booted box (cpu profile: head + 2 x c6i.16xlarge its controller launched, group `compute`): SSH, hostfiles,
-Open MPI and torchrun across the nodes, and a rerun of the bootstrap that changes nothing.
+"""The shared fleet box (tests/box/shared.py: the head and groups a and b of c6i.16xlarge its controller launched):
+SSH, hostfiles, Open MPI and torchrun across the nodes, and a rerun of the bootstrap that changes nothing.
 
 Not checked here (no hardware): the Lustre mount (no Lustre server: HPCC_SKIP_STEPS=lustre,mount) and
 EFA itself (no device: test_box_faults checks the EFA failure path). See tests/box/README.md.
@@ -14,11 +14,18 @@ import pytest
 
 from tests.box.cloud import FLEET_CIDR
 from tests.box.day2 import agent_pids
+from tests.box.harness import PROFILES
 from tests.box.jobs import ALL_REDUCE, mpi_hello, mpi_ranks
 from tests.box.node import VENV_BIN, hostname, node_env
 from tests.box.settle import WRITTEN, fingerprint, settle
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
+
+
+@pytest.fixture
+def cluster(fleet):
+    """The shared box at its baseline (tests/box/conftest.py)."""
+    return fleet
 
 
 def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
@@ -28,7 +35,7 @@ def test_boot_reports_every_node_ready_with_the_tcp_provider(cluster):
         # which instance wrote it, and the membership it applied (operators count only the live instance's)
         assert status["instanceId"] == node.instance_id and status["hostsVersion"] == cluster_hosts_version(cluster)
         log = cluster.log(node)
-        itype = cluster.config().head_node.instance_type if node.role == "head" else "c6i.16xlarge"
+        itype = PROFILES[cluster.profile][0 if node.role == "head" else 1]
         assert f"EFA is not in use on {itype}" in log
         assert "skipped: HPCC_SKIP_STEPS names lustre" in log and "skipped: HPCC_SKIP_STEPS names mount" in log
 
@@ -97,7 +104,7 @@ def test_hostfiles_list_every_compute_node_once_with_its_slots(cluster):
             for line in node.file("/etc/hpcc/env").read_text().splitlines()
             if "=" in line and not line.startswith("#")
         )
-        assert (env["MASTER_ADDR"], env["NNODES"], env["NPROC_PER_NODE"]) == (compute[0], "2", str(slots))
+        assert (env["MASTER_ADDR"], env["NNODES"], env["NPROC_PER_NODE"]) == (compute[0], str(len(compute)), str(slots))
         assert env["HPCC_HOSTS"] == ",".join(f"{ip}:{slots}" for ip in compute)
         assert env["FI_PROVIDER"] == "tcp"
         expected_rank = str(compute.index(node.ip)) if node.role == "compute" else None
@@ -126,7 +133,7 @@ def test_mpirun_with_the_emitted_hostfile_runs_on_every_node(cluster):
 
 
 def test_hpcc_mpirun_runs_every_slot_on_every_node(cluster):
-    """No -np: the hostfile's slots (2 x 32 ranks). Each rank stays up 2 s, as a job's would: Open MPI 4.1.4's
+    """No -np: the hostfile's slots (32 ranks on each node). Each rank stays up 2 s, as a job's would: Open MPI 4.1.4's
     orted can hang its exit for good when dozens of ranks a node end while it is still starting the others (seen
     here about one run in ten with a bare grep, stuck in orte_odls_base_default_kill_local_procs)."""
     run = cluster.on_head("hpcc-mpirun", "sh", "-c", "grep ^HPCC_NODE= /etc/hpcc/env && sleep 2")
@@ -192,7 +199,7 @@ def current_status(cluster, node, timeout: float = 60) -> dict:
 def test_running_the_bootstrap_again_changes_nothing(cluster):
     """On the head and a compute node at once (an operator rerunning it across the cluster): each node's files,
     its agent and its readiness stay as they were."""
-    nodes = [cluster.node("head"), cluster.node("compute-001")]
+    nodes = [cluster.node("head"), cluster.node("a-001")]
     settle(cluster, quiet=13)  # no agent tick (10-12.5 s) left with work: a rerun has nothing new to apply
     before = {n.name: fingerprint(n, WRITTEN) for n in nodes}
     for n in nodes:
@@ -203,7 +210,7 @@ def test_running_the_bootstrap_again_changes_nothing(cluster):
     running = {n.name: agent_pids(n) for n in nodes}
     assert all(len(pids) == 1 for pids in running.values()), running
     with ThreadPoolExecutor(len(nodes)) as pool:
-        codes = dict(zip([n.name for n in nodes], pool.map(cluster.rerun, nodes)))
+        codes = dict(zip([n.name for n in nodes], pool.map(cluster.rerun, nodes), strict=True))
     assert set(codes.values()) == {0}, f"{codes}\n{cluster.diagnose()}"
     for n in nodes:
         after = fingerprint(n, WRITTEN)

@@ -1,22 +1,21 @@
-"""Day 2 in one booted box (cpu profile, head + group `compute` of 2), its tests run in order: (a) the group's count
-is raised by one (the groups parameter, as `pulumi up` writes it) and the controller launches the node, (b) a compute
-node's instance is terminated and the controller replaces it under its name at a new IP, (c) a job started on two
-untouched nodes before (a) runs through both changes and finishes, (d) Slurm has the added and the replaced node at
-their addresses and runs a job on them, (e) a node whose bootstrap fails never takes jobs and is replaced while the
-others stay idle. The old nodes follow the membership the controller publishes through their agents.
-
-In `make test-long` (pytest -m long): tests/box/test_box_fleet.py checks the same lifecycle on two groups."""
+"""Day 2 on the shared fleet box (tests/box/shared.py: groups a of 3 and b of 1, Slurm), each test from the baseline
+and back to it: (a) group a's count is raised by one (the groups parameter, as `pulumi up` writes it) and the
+controller launches the node, (b) a node's instance is terminated and the controller replaces it under its name at
+a new IP; in both a job started on two untouched nodes before the change runs through it and finishes, and Slurm
+has the node at its address and runs a job on it; (c) a node whose bootstrap fails never takes jobs and is replaced
+while the others stay idle. The old nodes follow the membership the controller publishes through their agents;
+the count raised is lowered again after each test (the controller removes the highest index first)."""
 
 import re
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from hpcc_node.controller.observe import slurm_nodes
-from tests.box.cloud import Fault
-from tests.box.day2 import add_node, agent_pids, hosts_version, named, replace_node, seconds_until_listed
-from tests.box.harness import Box
+from tests.box.cloud import Fault, FleetBox
+from tests.box.day2 import add_node, agent_pids, boot_code, hosts_version, named, replace_node, seconds_until_listed
 from tests.box.node import hostname, node_env
 from tests.box.test_box_cluster import assert_certified
 from tests.box.test_box_slurm import wait_states
@@ -24,35 +23,49 @@ from tests.box.test_box_slurm import wait_states
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
 
-@pytest.fixture(scope="module")
-def day2(cluster):
-    """The shared box (tests/box/conftest.py: this module is its last user, it changes membership)."""
-    box = cluster
-    try:
-        # (c)'s job: one rank on the head, one on compute-000 (neither changes), until told to stop.
-        stop = box.workdir / "stop-job"
-        job = [
+@contextmanager
+def job_on_untouched_nodes(box: FleetBox):
+    """An mpirun job, one rank on the head and one on a-000 (neither changes), until the block ends; then it must
+    finish with exit 0 on both."""
+    stop = box.workdir / "stop-job"
+    stop.unlink(missing_ok=True)
+    job = subprocess.Popen(
+        box.head.enter(
             "mpirun",
             "--allow-run-as-root",
             "-H",
-            f"{box.head.ip}:1,{box.node('compute-000').ip}:1",
+            f"{box.head.ip}:1,{box.node('a-000').ip}:1",
             "bash",
             "-c",
             f"while [ ! -e {stop} ] && [ $SECONDS -lt 900 ]; do sleep 1; done; echo \"finished $(hostname) $SECONDS\"",
-        ]
-        box.job = subprocess.Popen(
-            box.head.enter(*job),
-            env=node_env(box.head),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        box.stop_job = stop
-        yield box
+        ),
+        env=node_env(box.head),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        yield job
+        assert job.poll() is None, job.communicate()
+        stop.touch()
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 0, err[-2000:]
+        finished = sorted(line.split()[1] for line in out.splitlines() if line.startswith("finished "))
+        assert finished == sorted(hostname(n) for n in (box.head, box.node("a-000"))), out
     finally:
-        if getattr(box, "job", None) and box.job.poll() is None:
-            box.job.kill()
+        if job.poll() is None:
+            job.kill()
+
+
+def in_slurm_at_its_address_and_running_jobs(box: FleetBox, node) -> None:
+    """The node is idle in Slurm at the address the controller set (`scontrol update NodeAddr=`: slurm.conf has
+    none) and runs a job."""
+    wait_states(box, lambda s: s.get(node.name, ("",))[0] == "idle", timeout=60)
+    nodes = slurm_nodes(box.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
+    assert nodes[node.name].addr == node.ip, nodes[node.name]
+    run = box.on_head("srun", "-w", node.name, "hostname")
+    assert (run.returncode, run.stdout.split()) == (0, [hostname(node)]), run.stderr
 
 
 def env_of(node) -> dict:
@@ -63,7 +76,7 @@ def env_of(node) -> dict:
     )
 
 
-def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
+def check_membership(box: FleetBox, changed, gone_ip: str | None = None) -> None:
     """Every node lists exactly the box's compute nodes in name order, trusts every node by IP and forgets
     `gone_ip`; `changed` and every other node reach each other by SSH with no prompt; hpcc-mpirun runs on
     every compute node; every node reports the live instance and the current hosts version."""
@@ -77,7 +90,7 @@ def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
         assert (env["NNODES"], env["MASTER_ADDR"]) == (str(len(compute)), compute[0]), node.name
         assert env["HPCC_HOSTS"] == ",".join(f"{ip}:{box.slots}" for ip in compute), node.name
         if node.role == "compute":
-            assert env["NODE_RANK"] == str(int(node.name.split("-")[1])), node.name
+            assert env["NODE_RANK"] == str(compute.index(node.ip)), node.name
         trusted = node.file("/etc/ssh/ssh_config.d/50-hpcc.conf").read_text()
         assert all(n.ip in trusted.split() for n in box.nodes), (node.name, trusted)
         if gone_ip:
@@ -105,7 +118,7 @@ def check_membership(box: Box, changed, gone_ip: str | None = None) -> None:
         assert len(agent_pids(node)) == 1, node.name
 
 
-def wait_status(box: Box, node, version: int, timeout: float = 30) -> dict:
+def wait_status(box: FleetBox, node, version: int, timeout: float = 30) -> dict:
     deadline = time.time() + timeout
     while True:
         status = box.status(node.name)
@@ -124,66 +137,45 @@ def report(capsys, what: str, agents: float, seconds: float) -> None:
         )
 
 
-def test_a_added_node_is_listed_trusted_and_used_by_every_node(day2, capsys):
-    new, changed = add_node(day2)
-    agents = seconds_until_listed(day2, new.ip, changed, [n for n in day2.nodes if n is not new])
-    assert new.bootstrap.wait(timeout=240) == 0, day2.diagnose()
-    seconds = seconds_until_listed(day2, new.ip, changed)
-    report(capsys, f"add {new.name} ({new.ip})", agents, seconds)
-    check_membership(day2, new)
-    assert day2.job.poll() is None  # (c)'s job is still running
+def test_a_added_node_is_listed_trusted_and_used_by_every_node_while_a_job_runs_on(fleet, capsys):
+    with job_on_untouched_nodes(fleet):
+        new, changed = add_node(fleet, "a")
+        agents = seconds_until_listed(fleet, new.ip, changed, [n for n in fleet.nodes if n is not new])
+        assert boot_code(fleet, new) == 0, fleet.diagnose()
+        seconds = seconds_until_listed(fleet, new.ip, changed)
+        report(capsys, f"add {new.name} ({new.ip})", agents, seconds)
+        check_membership(fleet, new)
+        in_slurm_at_its_address_and_running_jobs(fleet, new)
 
 
-def test_b_a_replaced_node_is_followed_and_its_old_ip_forgotten(day2, capsys):
-    old, new, changed = replace_node(day2, "compute-001")
-    agents = seconds_until_listed(day2, new.ip, changed, [n for n in day2.nodes if n is not new])
-    assert new.bootstrap.wait(timeout=240) == 0, day2.diagnose()
-    assert (new.name, new.ip != old.ip, new.instance_id != old.instance_id) == ("compute-001", True, True)
-    seconds = seconds_until_listed(day2, new.ip, changed)
-    report(capsys, f"replace compute-001 ({old.ip} -> {new.ip})", agents, seconds)
-    check_membership(day2, new, gone_ip=old.ip)
-    status = day2.status("compute-001")
-    assert status["instanceId"] == new.instance_id != old.instance_id  # the old instance's would not be counted
-    assert day2.job.poll() is None
+def test_b_a_replaced_node_is_followed_and_its_old_ip_forgotten_while_a_job_runs_on(fleet, capsys):
+    with job_on_untouched_nodes(fleet):
+        old, new, changed = replace_node(fleet, "a-001")
+        agents = seconds_until_listed(fleet, new.ip, changed, [n for n in fleet.nodes if n is not new])
+        assert boot_code(fleet, new) == 0, fleet.diagnose()
+        assert (new.name, new.ip != old.ip, new.instance_id != old.instance_id) == ("a-001", True, True)
+        seconds = seconds_until_listed(fleet, new.ip, changed)
+        report(capsys, f"replace a-001 ({old.ip} -> {new.ip})", agents, seconds)
+        check_membership(fleet, new, gone_ip=old.ip)
+        status = fleet.status("a-001")
+        assert status["instanceId"] == new.instance_id != old.instance_id  # the old instance's would not be counted
+        in_slurm_at_its_address_and_running_jobs(fleet, new)
 
 
-def test_c_a_job_on_untouched_nodes_runs_through_the_changes_and_finishes(day2):
-    assert day2.job.poll() is None, day2.job.communicate()
-    day2.stop_job.touch()
-    out, err = day2.job.communicate(timeout=60)
-    assert day2.job.returncode == 0, err[-2000:]
-    finished = sorted(line.split()[1] for line in out.splitlines() if line.startswith("finished "))
-    hostnames = [n.run("hostname", check=True).stdout.strip() for n in (day2.head, day2.node("compute-000"))]
-    assert finished == sorted(hostnames), out
-
-
-def test_d_the_nodes_day_2_added_and_replaced_are_in_slurm_at_their_addresses_and_run_a_job(day2):
-    added, replaced = day2.node("compute-002"), day2.node("compute-001")  # tests/box/test_box_day2.py
-    wait_states(day2, lambda s: all(s.get(n.name, ("",))[0] == "idle" for n in (added, replaced)), timeout=60)
-    nodes = slurm_nodes(day2.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
-    for node in (added, replaced):  # the controller set them (scontrol update NodeAddr=): day2.conf has none
-        assert nodes[node.name].addr == node.ip, nodes[node.name]
-    run = day2.on_head("srun", "-w", f"{added.name},{replaced.name}", "hostname")
-    assert (run.returncode, sorted(run.stdout.split())) == (0, sorted([hostname(replaced), hostname(added)])), (
-        run.stderr
-    )
-
-
-def test_e_a_node_whose_bootstrap_failed_never_takes_jobs_and_is_replaced_while_the_others_stay_idle(day2):
-    fault = Fault("compute", times=1)
-    day2.faults.append(fault)
-    node, changed = add_node(day2)
-    assert node.bootstrap.wait(timeout=240) == 1
-    assert day2.status(node.instance_id)["step"] == "ssh"
-    others = [n.name for n in day2.compute if n.name != node.name]
+def test_c_a_node_whose_bootstrap_failed_never_takes_jobs_and_is_replaced_while_the_others_stay_idle(fleet):
+    fault = fleet.add_fault(Fault("a", times=1))
+    node, changed = add_node(fleet, "a")
+    assert boot_code(fleet, node) == 1
+    assert fleet.status(node.instance_id)["step"] == "ssh"
+    others = [n.name for n in fleet.compute if n.name != node.name]
     states = wait_states(
-        day2,
+        fleet,
         lambda s: s.get(node.name, ("idle",))[0] != "idle" and all(s.get(n, ("",))[0] == "idle" for n in others),
         timeout=60,
     )  # the others untouched
-    new = named(day2, node.name, lambda n: n.instance_id != node.instance_id)
-    states = wait_states(day2, lambda s: all(s.get(n, ("",))[0] == "idle" for n in [*others, node.name]), timeout=300)
-    assert fault.hit == [node.instance_id] and new.bootstrap.wait(timeout=120) == 0, states
+    new = named(fleet, node.name, lambda n: n.instance_id != node.instance_id)
+    states = wait_states(fleet, lambda s: all(s.get(n, ("",))[0] == "idle" for n in [*others, node.name]), timeout=300)
+    assert fault.hit == [node.instance_id] and boot_code(fleet, new, 120) == 0, states
     print(
         f"[slurm] {node.name}: its first instance failed at ssh, its replacement was idle "
         f"{time.time() - changed:.1f} s after the count changed"

@@ -5,13 +5,12 @@ for the head only): tests/box/test_box_fleet.py checks that the others are ready
 import pytest
 
 from tests.box.cloud import FleetBox
-from tests.box.harness import Box
 from tests.box.machine import leftovers
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 
 
-def _check_log_tail(box: Box, node, status: dict) -> None:
+def _check_log_tail(box: FleetBox, node, status: dict) -> None:
     """The status carries the node's last log lines: contiguous lines of its real log (long ones cut from the
     left), the failure among them."""
     tail, log = status["logTail"], box.log(node).splitlines()
@@ -30,6 +29,7 @@ def test_efa_nodes_without_a_device_retry_after_modprobe_then_report_the_efa_ste
     box = FleetBox(profile="efa", groups=[{"name": "compute", "count": 2}]).start()
     try:
         codes = box.boot(timeout=300)
+        print("\n" + box.phases.report("EFA box"))
         assert codes == {"head": 1}, f"{codes}\n{box.diagnose()}"
         assert box.controller is None and box.instances() == {}
         for node in box.nodes:

@@ -4,7 +4,7 @@ hostfiles (the controller records a DRAIN; the membership marks it `out`), keeps
 once its mount answers (a RESUME), never replaced.
 
 Its own fleet box: the cpu profile, one group `a` of three nodes and no scheduler; a tmpfs at /fsx in each node's
-mount namespace as its shared mount (tests/box/test_box_health.py's `prepare`), and the hang a FIFO at the mount
+mount namespace as its shared mount (tests/box/shared.py's `prepare`), and the hang a FIFO at the mount
 check's probe path: its open(2) blocks as on a hung Lustre server. Printed: `[no slurm] ...` figures."""
 
 import time
@@ -14,8 +14,9 @@ import pytest
 from hpcc_node.controller.model import DRAIN, READY, RESUME
 from tests.box.cloud import FleetBox
 from tests.box.machine import leftovers
+from tests.box.shared import MOUNT, prepare
 from tests.box.test_box_fleet import wait_for
-from tests.box.test_box_health import MOUNT, events, prepare
+from tests.box.test_box_health import events
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 A = ("a-000", "a-001", "a-002")
@@ -29,6 +30,7 @@ def fleet(box_machine):
         box.start()
         codes = box.boot(timeout=420)
         assert set(codes.values()) == {0}, f"{codes}\n{box.diagnose()}"
+        print("\n" + box.phases.report("no-Slurm box"))
         yield box
     finally:
         box.stop()

@@ -2,12 +2,12 @@
 the rotation (a job's long-lived ssh) lives through it, and a loop of new connections from the head to every compute
 node never fails, while the host CA and root's cluster key are added, switched to and the old ones retired. At the
 end every node trusts and serves the new CA only, logs in with the new cluster key, and refuses the old one. (The
-box's image has no login user: tests/test_rotate_keys.py rotates that key.)
+box's image has no login user: tests/ops/test_rotate_keys.py rotates that key.)
 
-Self-contained: its own fleet box (the cpu profile, one group of two compute nodes the head's controller launches),
-only FleetBox/Node's public API (box.node, box.compute, node.run, node.enter, box.client), and the command's own
-function (infra/ops/rotate_keys.rotate) on the box's moto: it reads the membership and each node's host keys and
-certificates from the state bucket."""
+On the shared fleet box (tests/box/shared.py: groups a and b the head's controller launched, Slurm); the new keys
+are the baseline afterwards, nothing to undo. Only FleetBox/Node's public API (box.node, box.compute, node.run,
+node.enter, box.client), and the command's own function (infra/ops/rotate_keys.rotate) on the box's moto: it
+reads the membership and each node's host keys and certificates from the state bucket."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
-from hpcc_node import certstore
 from hpcc_contract.names import Paths
+from hpcc_node import certstore
 from infra.ops import rotate_keys, store
 from tests.box.cloud import FleetBox
 from tests.box.node import REGION
@@ -39,16 +39,9 @@ class BoxAws:
         return getattr(self.box.client(service), operation)(**kwargs)
 
 
-@pytest.fixture(scope="module")
-def box(box_machine):
-    b = FleetBox(profile="cpu", groups=[{"name": "compute", "count": 2}])
-    try:
-        b.start()
-        codes = b.boot(timeout=360)
-        assert codes == {n.name: 0 for n in b.nodes}, b.diagnose()
-        yield b
-    finally:
-        b.stop()
+@pytest.fixture
+def box(fleet):
+    return fleet
 
 
 def known_cas(node) -> list[str]:

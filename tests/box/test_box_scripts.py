@@ -13,6 +13,7 @@ from infra.render.roles import role_contexts
 from infra.render.userdata import render, render_loader
 from tests.box.cloud import ACCOUNT, FleetBox
 from tests.box.node import REGION
+from tests.box.planned import plan
 from tests.facts.instance_data import offline_facts
 
 pytestmark = pytest.mark.box
@@ -28,8 +29,7 @@ def test_box_scripts_are_the_renderers_output_and_survive_a_resize(profile):
     assert before["roleScripts"] == {role: render(ctx) for role, ctx in contexts.items()}
     assert before["settings"] == settings_value(cfg, REGION, offline_facts(), ACCOUNT)
     assert [(g["name"], g["count"]) for g in json.loads(before["groups"])["groups"]] == [("compute", 2)]
-    box.groups = [{"name": "compute", "count": 3}]
-    after = box.plan()
+    after = plan(FleetBox(profile=profile, groups=[{"name": "compute", "count": 3}]).config_map())
     assert after["userData"] == before["userData"]  # byte for byte, both roles
     assert after["bundle"] == before["bundle"] and after["bundlePointer"] == before["bundlePointer"]
     changed = {

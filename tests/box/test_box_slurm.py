@@ -1,7 +1,7 @@
-"""Slurm in the shared box (cpu profile, `scheduler: slurm`): slurmctld on the head, configless slurmd on every
-compute node, munge with the key the head generated; real jobs through srun and sbatch (the examples in
+"""Slurm in the shared fleet box (tests/box/shared.py, `scheduler: slurm`): slurmctld on the head, configless slurmd
+on every compute node, munge with the key the head generated; real jobs through srun and sbatch (the examples in
 examples/slurm), and no secret in user data, logs or status. The nodes day 2 adds and replaces, in Slurm:
-tests/box/test_box_day2.py (d, e)."""
+tests/box/test_box_day2.py (a, b, c)."""
 
 import json
 import pwd
@@ -13,26 +13,26 @@ import hostlist
 import pytest
 
 from hpcc_contract.names import Paths
-from tests.box.harness import Box
+from tests.box.cloud import FleetBox
 from tests.box.jobs import ALL_REDUCE, mpi_hello, mpi_ranks
 from tests.box.node import hostname, node_env
 
-pytestmark = pytest.mark.box
+pytestmark = [pytest.mark.box, pytest.mark.long]
 HEAD_EXAMPLES = "/opt/hpcc/current/examples/slurm"  # the bundle ships examples/slurm/ (infra/bundle.py)
 
 
-@pytest.fixture(scope="module")
-def slurm(cluster):
-    """The shared box (tests/box/conftest.py), before day 2 changes its membership."""
-    return cluster
+@pytest.fixture
+def slurm(fleet):
+    """The shared box at its baseline (tests/box/conftest.py)."""
+    return fleet
 
 
-def node_states(box: Box) -> dict[str, tuple[str, str]]:
+def node_states(box: FleetBox) -> dict[str, tuple[str, str]]:
     out = box.on_head("sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout
     return {n: (s, r) for n, s, r in (line.split("|", 2) for line in out.splitlines() if line)}
 
 
-def wait_states(box: Box, want, timeout: float = 90) -> dict:
+def wait_states(box: FleetBox, want, timeout: float = 90) -> dict:
     deadline = time.time() + timeout
     while True:
         states = node_states(box)
@@ -43,14 +43,32 @@ def wait_states(box: Box, want, timeout: float = 90) -> dict:
         time.sleep(1)
 
 
-def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
+def sbatch(box: FleetBox, script: str, *args: str, export: str = "ALL") -> str:
     """`sbatch --wait OPTIONS... /opt/hpcc/current/examples/slurm/SCRIPT PROGRAM...` on the head, as a user there
     would (the bundle put the examples there); the job's output.
     `args`: sbatch options, then "--", then the script's arguments."""
     options, program = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, ())
     work = box.workdir / "jobs"
     work.mkdir(exist_ok=True)
-    run = subprocess.run(
+    try:
+        run = _sbatch_wait(box, work, export, options, script, program)
+    except subprocess.TimeoutExpired as e:
+        job = (e.output.decode() if isinstance(e.output, bytes) else e.output or "").strip().split(";")[0]
+        queue = box.on_head("squeue", "-h", "-o", "%i %j %T %R %N").stdout
+        if job:
+            box.on_head("scancel", job)
+        raise AssertionError(
+            f"sbatch {script} (job {job or '?'}) still running after {e.timeout} s; the queue: {queue}\n"
+            + box.diagnose()
+        ) from None
+    job = run.stdout.strip().split(";")[0]
+    output = (work / f"{job}.out").read_text() if job and (work / f"{job}.out").exists() else ""
+    assert run.returncode == 0, (run.stdout, run.stderr, output[-3000:])
+    return output
+
+
+def _sbatch_wait(box: FleetBox, work, export: str, options, script: str, program) -> subprocess.CompletedProcess:
+    return subprocess.run(
         box.head.enter(
             "sbatch",
             "--wait",
@@ -68,10 +86,6 @@ def sbatch(box: Box, script: str, *args: str, export: str = "ALL") -> str:
         timeout=240,
         check=False,
     )
-    job = run.stdout.strip().split(";")[0]
-    output = (work / f"{job}.out").read_text() if job and (work / f"{job}.out").exists() else ""
-    assert run.returncode == 0, (run.stdout, run.stderr, output[-3000:])
-    return output
 
 
 def test_a_every_compute_node_is_idle_and_srun_runs_once_on_each(slurm):

@@ -1,5 +1,5 @@
 """EC2 below the API, for tests/box/cloud.py's FleetBox: a thread that boots a namespace node for every instance
-launched with the cluster's tag and stops the node whose instance is terminated."""
+launched with a watched cluster's tag and stops the node whose instance is terminated."""
 
 from __future__ import annotations
 
@@ -25,17 +25,22 @@ class Watcher(threading.Thread):
         self.box, self.period = box, period
         self.halted = threading.Event()
         self.errors: list[str] = []
+        self.ticks = 0  # looks at EC2 so far
 
     def run(self) -> None:
         while not self.halted.is_set():
             try:
                 self.tick()
+                self.ticks += 1
             except Exception:  # a failed tick is retried; its trace is kept for diagnose()
                 self.errors.append(traceback.format_exc(limit=3))
             self.halted.wait(self.period)
 
     def tick(self) -> None:
-        for iid, inst in self.box.instances().items():
+        instances = {
+            iid: inst for cluster in sorted(self.box.clusters) for iid, inst in self.box.instances(cluster).items()
+        }
+        for iid, inst in instances.items():
             if self.halted.is_set():
                 return
             state, seen = inst["State"]["Name"], self.box.launched.get(iid)

@@ -211,7 +211,7 @@ def test_the_hosts_addresses_are_judged_alike_on_both_sides(vpc):
 def test_no_reserved_range_can_be_inside_the_clusters_vpc():
     """Inside the VPC is the whole address rule because the VPC overlaps no reserved range (AWS allows none)."""
     from infra.facts.subnets import VPC_CIDR
-    from tests.box.node import VPC_CIDR as BOX_VPC
+    from tests.box.cloud import FLEET_CIDR as BOX_VPC
 
     assert contract_hosts.vpc_problem(VPC_CIDR) is None and contract_hosts.vpc_problem(BOX_VPC) is None
     assert contract_hosts.vpc_problem("169.254.0.0/16") and contract_hosts.vpc_problem("0.0.0.0/0")
