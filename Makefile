@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 EXAMPLE ?= examples/p5-llm.yaml
 APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge
 
-.PHONY: setup deps plan test test-long test-ci-long box bench golden clean
+.PHONY: setup deps plan test test-long box bench golden clean
 
 # The plan needs only the runtime (requirements.txt); the tests add pytest, the box's torch and awscli (1.6 GB).
 $(VENV)/.runtime: requirements.txt pyproject.toml setup.py
@@ -38,21 +38,14 @@ deps:
 plan: $(VENV)/.runtime
 	$(VENV)/bin/hpcc plan $(EXAMPLE) --out plan
 
-# Three workers on two cores: the box's tests (mostly waiting on its nodes) together on one, in order.
-# The box modules marked `long` (the fleet, health with and without Slurm, the cloud, day 2, upgrades, key rotation: about 40 minutes of booting and replacing nodes) do not
-# fit make test's 20 minutes: make test-long runs them, and CI (.ci/run) runs both.
+# Three workers on two cores. make test boots no box: every box module that boots one is marked `long`.
 test: setup deps
 	$(PY) -m pytest -q -n 3 --dist loadgroup -m 'not long'
 
-# -s: the modules print what they measure (`[fleet] ...`, `[health] ...`, `[day 2] ...` lines)
+# Every box scenario, in one process: the shared fleet box booted once for the modules that share it, then the few
+# boxes of another shape (tests/box/README.md). -s: the modules print what they measure (`[box] ...`, `[fleet] ...`).
 test-long: setup deps
 	$(PY) -m pytest -q -s -m long tests/box
-
-# What CI runs after make test within its 90 minutes: the long modules of the fleet, the health checks and key
-# rotation (CI, 2026-11-28: make test 17.5 min, health + no Slurm + rotation 33 min; the fleet 24 min here). The
-# whole of make test-long took 73 min on a fresh clone (day 2, cloud, upgrade too): those three run by hand.
-test-ci-long: setup deps
-	$(PY) -m pytest -q -s -m long tests/box/test_box_fleet.py tests/box/test_box_health.py tests/box/test_box_noslurm.py tests/box/test_box_rotation.py
 
 # Only the cluster-in-a-box tests, the long ones included (root and ip netns; about 45 minutes on 2 cores). See tests/box/README.md.
 box: setup deps

@@ -29,3 +29,22 @@ def planned(request):
 def example_config():
     """A fresh, mutable copy of an example's config map."""
     return lambda name: copy.deepcopy(read_raw(ROOT / "examples" / f"{name}.yaml"))
+
+
+# -- wall time per module, for .ci/run's closing table (tests/box/timing.py, scripts/ci_timings.py) -------------
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Every phase's seconds added to its module's (in the process that sees every report: xdist's controller)."""
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its reports reach the controller too
+        return
+    from tests.box.timing import record
+
+    for module, seconds in sorted(_MODULE_SECONDS.items()):
+        record("module", module, seconds)
