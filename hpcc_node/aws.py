@@ -24,6 +24,28 @@ class AwsError(RuntimeError):
     pass
 
 
+# A secret's value never goes on a command line (any local user reads every process's argv in /proc/<pid>/cmdline):
+# Secrets Manager's values go through a scratch file (the CLI's `file://`, `fileb://`), and no argument may hold a
+# private key. secret_on_command_line() is checked before every AWS CLI call of the node side (this module's and
+# awscli.py's), so a call that would leak one is refused, not run.
+SECRET_VALUE_OPTIONS = {"--secret-string": "file://", "--secret-binary": "fileb://"}
+PRIVATE_KEY_MARKERS = ("PRIVATE KEY-----", '"private":', "PRIVATE KEY BLOCK-----")
+
+
+def secret_on_command_line(argv: Sequence[str]) -> str:
+    """Why `argv` would put a secret on a command line ("" when it would not)."""
+    for i, arg in enumerate(argv):
+        prefix = SECRET_VALUE_OPTIONS.get(arg)
+        if prefix and i + 1 < len(argv) and not argv[i + 1].startswith(prefix):
+            return f"{arg} is given inline, not as {prefix}<path>"
+        option, eq, value = arg.partition("=")
+        if eq and SECRET_VALUE_OPTIONS.get(option) and not value.startswith(SECRET_VALUE_OPTIONS[option]):
+            return f"{option} is given inline, not as {SECRET_VALUE_OPTIONS[option]}<path>"
+        if any(marker in arg for marker in PRIVATE_KEY_MARKERS):
+            return f"argument {i} holds a private key"
+    return ""
+
+
 class NotFound(AwsError):
     """What was asked for does not exist (yet)."""
 
@@ -77,6 +99,9 @@ class Aws:
 
     def call(self, *args: str) -> str:
         """One paced `aws ARGS`, retried with jittered exponential backoff; its stdout. NotFound at once."""
+        leak = secret_on_command_line(args)
+        if leak:
+            raise AwsError(f"aws {' '.join(args[:2])}: refused: {leak} (secrets go through files)")
         delay = self.backoff_seconds
         for attempt in range(1, self.attempts + 1):
             self.pace()

@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from typing import Any, Callable, Dict, Iterator, Optional
 
+from hpcc_node.aws import secret_on_command_line
+
 ERROR = re.compile(
     r"An error occurred \(([^)]*)\) when calling the (\w+) operation(?: \(reached max retries: \d+\))?: ?(.*)", re.S
 )
@@ -121,6 +123,9 @@ class Client:
             "json",
             *extra,
         ]
+        leak = secret_on_command_line(argv)
+        if leak:
+            raise ClientError("SecretOnCommandLine", f"refused: {leak} (secrets go through files)", operation)
         try:
             out = self.run(argv, capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:

@@ -175,14 +175,20 @@ class Head:
         return a
 
     def put_authority(self, a: store.Authority) -> None:
-        self.aws.call(
-            "secretsmanager",
-            "put-secret-value",
-            "--secret-id",
-            self.names.host_ca_secret,
-            "--secret-string",
-            store.authority_text(a),
-        )
+        """Through a scratch file only root reads (the CLI's `file://`), never the command line: any local user
+        reads every process's argv in /proc/<pid>/cmdline."""
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "host-ca")
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                f.write(store.authority_text(a))
+            self.aws.call(
+                "secretsmanager",
+                "put-secret-value",
+                "--secret-id",
+                self.names.host_ca_secret,
+                "--secret-string",
+                f"file://{path}",
+            )
 
     def follow(self, rotation: Optional[store.Rotation]) -> store.Authority:
         """The CA set, moved on to the rotation's phase (stored before anything is signed with it), after the

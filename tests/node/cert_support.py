@@ -83,7 +83,8 @@ class FakeAws:
                 raise NotFound("ResourceNotFoundException")
             return self.secrets[args[3]] + "\n"
         if args[:2] == ("secretsmanager", "put-secret-value"):
-            self.secrets[args[3]] = args[5]
+            value = args[5]  # the CLI reads file:// values (hpcc_node/certs.py writes the CA through a scratch file)
+            self.secrets[args[3]] = Path(value[len("file://") :]).read_text() if value.startswith("file://") else value
             return "{}"
         raise AssertionError(f"unexpected call {args}")
 
