@@ -101,9 +101,11 @@ def run_fabric_check(
     from infra.ops.check_fabric import check, cluster_nodes, find_torchrun, rows, ssh_runner  # lazy, likewise
 
     try:
-        nodes, head = cluster_nodes(Aws(region), cluster)
+        nodes, head, skipped = cluster_nodes(Aws(region), cluster)
     except OpsError as e:
         raise _fail(str(e), 1) from None
+    for line in skipped:  # tag text: printed plain, never markup
+        Console(stderr=True).print(f"skipped {line}", markup=False, highlight=False)
     if len(nodes) < 2:
         raise _fail(f"hpcc:cluster={cluster} has {len(nodes)} running compute node(s); a pair needs two", 1)
     if via is None and head is None:

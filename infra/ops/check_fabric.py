@@ -15,6 +15,7 @@ is one `NODE name exit-code last-line` line per node and rank 0's `ALLREDUCE ...
 
 from __future__ import annotations
 
+import ipaddress
 import random
 import re
 import shlex
@@ -22,6 +23,7 @@ import subprocess
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
+from hpcc_contract.hosts import NODE_NAME
 from hpcc_contract.names import HEAD, TAG_NODE, TAG_ROLE
 from hpcc_node.health.fabric import Collective, FabricReport, Floor, Pair, check_fabric
 from infra.ops.aws import tag_dict
@@ -44,6 +46,41 @@ _ALLREDUCE = re.compile(r"^ALLREDUCE ranks=(\d+) bytes=\d+ algbw=[0-9.]+ busbw=(
 _NODE = re.compile(r"^(?P<group>[a-z][a-z0-9]{0,11})-[0-9]{3,4}$")
 
 RunOnHead = Callable[[str], str]  # a bash script run on the head -> its stdout
+
+
+def name_problem(name: str) -> str:
+    """Why a node name may not reach a script ("" when it may): a compute node's name as the controller gives it
+    (hpcc_contract/hosts.py NODE_NAME, not the head). The names come from the instances' `hpcc:node` tags, which
+    anyone allowed to tag an instance can write."""
+    if name != "head" and re.fullmatch(NODE_NAME, name):
+        return ""
+    return f"its hpcc:node tag {name[:40]!r} is not a compute node's name (<group>-NNN)"
+
+
+def address_problem(ip: str) -> str:
+    try:
+        ipaddress.IPv4Address(ip)
+    except ValueError:
+        return f"its private address {ip[:40]!r} is not an IPv4 address"
+    return ""
+
+
+def _q(value: object) -> str:
+    """Every value a script interpolates, quoted for bash (shlex.quote)."""
+    return shlex.quote(str(value))
+
+
+def _checked(names: Sequence[str], ips: Mapping[str, str]) -> None:
+    """The scripts' own guard: a name or address that cluster_nodes would have skipped never reaches bash."""
+    for n in names:
+        problem = name_problem(n) or address_problem(ips[n])
+        if problem:
+            raise ValueError(f"refusing to script node {n[:40]!r}: {problem}")
+
+
+def command_words(command: str) -> str:
+    """An operator's command (`--torchrun`, e.g. `python -m torch.distributed.run`) as quoted words."""
+    return " ".join(_q(w) for w in shlex.split(command))
 
 
 def group_of(name: str) -> str:
@@ -70,17 +107,18 @@ def pair_script(
     """The bash script the head runs for one round: every pair at once, one PAIR line each. Nodes are reached by
     address: node names do not resolve on the head (no DNS or /etc/hosts entry for them), and the cluster's ssh
     config trusts the nodes' addresses (templates/steps/ssh.sh.j2)."""
-    opts = f"-p {shlex.quote(provider)} -e rdm -I {iterations} -S {size}"
+    _checked([n for p in pairs for n in p], ips)
+    opts = f"-p {_q(provider)} -e rdm -I {int(iterations)} -S {int(size)}"
     lines = ["set -u"]
     for i, (a, b) in enumerate(pairs):
         port = PORT_BASE + i
         server = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -B {port}"
-        client = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -P {port} {shlex.quote(ips[b])}"
+        client = f"timeout {PAIR_TIMEOUT_S} fi_pingpong {opts} -P {port} {_q(ips[b])}"
         lines.append(
-            f"( {ssh} {shlex.quote(ips[b])} {shlex.quote(server)} >/dev/null 2>&1 & srv=$!; sleep 2; "
-            f"out=$({ssh} {shlex.quote(ips[a])} {shlex.quote(client)} 2>&1); "
+            f"( {ssh} {_q(ips[b])} {_q(server)} >/dev/null 2>&1 & srv=$!; sleep 2; "
+            f"out=$({ssh} {_q(ips[a])} {_q(client)} 2>&1); "
             f"rate=$(printf '%s\\n' \"$out\" | awk '$1 != \"bytes\" && NF >= 8 {{print $6; exit}}'); "
-            f"echo \"PAIR {a} {b} ${{rate:-FAIL}}\"; wait $srv 2>/dev/null ) &"
+            f"printf 'PAIR %s %s %s\\n' {_q(a)} {_q(b)} \"${{rate:-FAIL}}\"; wait $srv 2>/dev/null ) &"
         )
     lines.append("wait")
     return "\n".join(lines) + "\n"
@@ -114,21 +152,25 @@ def allreduce_script(
     """The bash script the head runs for one group's all-reduce: torchrun on every node at once, NODE_RANK its
     place in `names`. `procs` ranks a node, or (None) one a GPU and one on a node without GPUs. The static
     rendezvous' store gives up after `join_timeout` (torchrun's `--rdzv-conf timeout=`)."""
-    count = str(procs) if procs else '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)'
+    _checked(names, ips)
+    count = (
+        str(int(procs)) if procs else '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)'
+    )
     lines = ["set -u"]
     for rank, name in enumerate(names):
         remote = (
             f"set -a; . /etc/hpcc/env; set +a; procs={count}; [ \"$procs\" -gt 0 ] || procs=1; "
-            f"exec timeout {ALLREDUCE_TIMEOUT_S} {torchrun} --nnodes {len(names)} --node-rank {rank} "
-            f"--master-addr {shlex.quote(ips[names[0]])} --master-port {ALLREDUCE_PORT} --rdzv-conf "
-            f"timeout={join_timeout} "
-            f"--nproc-per-node \"$procs\" {shlex.quote(script)} --bytes {nbytes}"
+            f"exec timeout {ALLREDUCE_TIMEOUT_S} {command_words(torchrun)} --nnodes {len(names)} "
+            f"--node-rank {rank} --master-addr {_q(ips[names[0]])} --master-port {ALLREDUCE_PORT} "
+            f"--rdzv-conf timeout={int(join_timeout)} --nproc-per-node \"$procs\" {_q(script)} "
+            f"--bytes {int(nbytes)}"
         )
         lines.append(
-            f"( out=$({ssh} {shlex.quote(ips[name])} {shlex.quote(remote)} </dev/null 2>&1); rc=$?; "
+            f"( out=$({ssh} {_q(ips[name])} {_q(remote)} </dev/null 2>&1); rc=$?; "
             f"why=$(printf '%s\\n' \"$out\" | grep -m1 '^ALLREDUCE-WRONG' || printf '%s\\n' \"$out\" | "
             f"grep -v '^ALLREDUCE ' | grep . | tail -n 1); "
-            f"echo \"NODE {name} $rc ${{why:0:300}}\"; printf '%s\\n' \"$out\" | grep '^ALLREDUCE ' ) &"
+            f"printf 'NODE %s %s %s\\n' {_q(name)} \"$rc\" \"${{why:0:300}}\"; "
+            f"printf '%s\\n' \"$out\" | grep '^ALLREDUCE ' ) &"
         )
     lines.append("wait")
     return "\n".join(lines) + "\n"
@@ -238,14 +280,22 @@ def rows(report: FabricReport, measured: list) -> tuple[list[tuple[str, ...]], l
     return pairs, found
 
 
-def cluster_nodes(aws, cluster: str) -> tuple[dict[str, str], str | None]:
-    """(compute node -> private IP, the head's address: public if it has one), from the cluster's running
-    instances and their tags (hpcc:role, hpcc:node)."""
+def cluster_nodes(aws, cluster: str) -> tuple[dict[str, str], str | None, list[str]]:
+    """(compute node -> private IP, the head's address: public if it has one, the instances skipped and why), from
+    the cluster's running instances and their tags (hpcc:role, hpcc:node). An instance whose name tag is not a
+    compute node's name, or whose address is not IPv4, is skipped and reported: its tag is anyone's who may tag
+    it, and the name goes into the scripts run on the head."""
     live = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]
     nodes: dict[str, str] = {}
+    skipped: list[str] = []
     for i in live:
         tags = tag_dict(i.get("Tags"))
         if tags.get(TAG_ROLE) != HEAD and tags.get(TAG_NODE) and i.get("PrivateIpAddress"):
-            nodes[tags[TAG_NODE]] = i["PrivateIpAddress"]
+            name, ip = str(tags[TAG_NODE]), str(i["PrivateIpAddress"])
+            problem = name_problem(name) or address_problem(ip)
+            if problem:
+                skipped.append(f"{i['InstanceId']}: {problem}")
+            else:
+                nodes[name] = ip
     head = head_instance(live)  # the one rule for which instance is the head (status.py)
-    return nodes, (head.get("PublicIpAddress") or head.get("PrivateIpAddress")) if head else None
+    return nodes, (head.get("PublicIpAddress") or head.get("PrivateIpAddress")) if head else None, sorted(skipped)

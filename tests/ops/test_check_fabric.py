@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -59,7 +60,7 @@ def fake_head(rates):
     """A head that answers each PAIR of the script with the slower of the two nodes' rates (MB/s)."""
 
     def run(script: str) -> str:
-        pairs = re.findall(r'echo "PAIR (\S+) (\S+) ', script)
+        pairs = re.findall(r"printf 'PAIR %s %s %s\\n' (\S+) (\S+) ", script)
         return "".join(f"PAIR {a} {b} {min(rates[a], rates[b])}\n" for a, b in pairs)
 
     return run
@@ -77,7 +78,7 @@ def test_a_slow_node_is_found_and_bisected_against_a_good_one():
 def test_the_command_prints_the_pairs_and_names_the_slow_node(monkeypatch):
     rates = {n: 12000.0 for n in NODES}
     rates["gpu-004"] = 100.0
-    monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7"))
+    monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7", []))
     seen = []
     monkeypatch.setattr(cf, "ssh_runner", lambda via: seen.append(via) or fake_head(rates))
     monkeypatch.setattr("infra.ops.aws.Aws", lambda region: None)
@@ -107,10 +108,66 @@ def test_the_nodes_and_the_head_come_from_the_clusters_running_instances():
         gone = f.ids["gpu-002"]
         f.ec2.terminate_instances(InstanceIds=[gone])
         fleet({"gpu": 1}, cluster="other")
-        nodes, head = cf.cluster_nodes(Aws(REGION), C)
+        nodes, head, skipped = cf.cluster_nodes(Aws(REGION), C)
         found = {i["InstanceId"]: i for r in f.ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     assert nodes == {n: found[f.ids[n]]["PrivateIpAddress"] for n in ("gpu-000", "gpu-001")}
     assert head == (found[f.head].get("PublicIpAddress") or found[f.head]["PrivateIpAddress"])
+    assert skipped == []
+
+
+HOSTILE = "gpu-009;touch${IFS}/tmp/hpcc-pwned"
+
+
+def test_a_hostile_node_tag_is_skipped_reported_and_never_reaches_a_script(monkeypatch):
+    """Issue 33, finding 4: whoever may tag an instance of the cluster writes its hpcc:node tag; the command runs
+    the names it reads there in bash on the head. Such an instance is left out and named, nothing of its tag in a
+    script."""
+    from moto import mock_aws
+
+    from tests.ops.fleet import REGION, C, fleet
+
+    scripts = []
+    rates = {n: 12000.0 for n in ("gpu-000", "gpu-002")}
+    monkeypatch.setattr(cf, "ssh_runner", lambda via: lambda script: scripts.append(script) or fake_head(rates)(script))
+    with mock_aws():
+        f = fleet({"gpu": 3})
+        f.ec2.create_tags(Resources=[f.ids["gpu-001"]], Tags=[{"Key": "hpcc:node", "Value": HOSTILE}])
+        out = CliRunner().invoke(app, ["check", "fabric", "--cluster", C, "--region", REGION, "--no-allreduce"])
+    assert out.exit_code == 0, out.output
+    assert f"skipped {f.ids['gpu-001']}: its hpcc:node tag" in out.output and "not a compute node's name" in out.output
+    assert scripts and not [s for s in scripts if "gpu-009" in s or "pwned" in s or "gpu-001" in s]
+    assert all("gpu-000" in s and "gpu-002" in s for s in scripts)
+
+
+@pytest.mark.parametrize(
+    "name, ip",
+    [
+        (HOSTILE, "10.0.0.9"),
+        ("head", "10.0.0.9"),
+        ("gpu-0001", "10.0.0.9"),
+        ("gpu-009", "10.0.0.9;id"),
+        ("$(id)", "10.0.0.9"),
+    ],
+)
+def test_the_scripts_refuse_a_name_or_address_that_is_not_a_compute_nodes(name, ip):
+    ips = {"gpu-000": "10.0.0.1", name: ip}
+    with pytest.raises(ValueError, match="refusing to script"):
+        cf.pair_script([("gpu-000", name)], ips, "efa")
+    with pytest.raises(ValueError, match="refusing to script"):
+        cf.allreduce_script(["gpu-000", name], ips, "torchrun")
+
+
+def test_every_value_a_script_interpolates_is_quoted():
+    ips = {"gpu-000": "10.0.0.1", "gpu-001": "10.0.0.2"}
+    script = cf.allreduce_script(["gpu-000", "gpu-001"], ips, "'/opt/my env/bin/python' -m torch.distributed.run")
+    line = script.splitlines()[1]
+    ssh = shlex.split(line[line.index("ssh ") : line.index(" </dev/null")])
+    assert ssh[:4] == ["ssh", "-o", "BatchMode=yes", "10.0.0.1"]
+    remote = shlex.split(ssh[4])  # what the node's shell runs
+    at = remote.index(str(cf.ALLREDUCE_TIMEOUT_S)) + 1
+    assert remote[at : at + 5] == ["/opt/my env/bin/python", "-m", "torch.distributed.run", "--nnodes", "2"]
+    assert "printf 'NODE %s %s %s\\n' gpu-000 \"$rc\"" in line
+    assert "printf 'PAIR %s %s %s\\n' gpu-000 gpu-001" in cf.pair_script([("gpu-000", "gpu-001")], ips, "tcp")
 
 
 # -- one ring all-reduce per group ---------------------------------------------------------------------------------
@@ -184,7 +241,7 @@ def test_the_command_fails_when_a_groups_all_reduce_fails(monkeypatch):
             return "".join(f"NODE {n} {1 if n == 'gpu-002' else 0} NCCL WARN NET/OFI\n" for n in NODES)
         return fake_head(rates)(script)
 
-    monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7"))
+    monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (NODES, "203.0.113.7", []))
     monkeypatch.setattr(cf, "ssh_runner", lambda via: head)
     monkeypatch.setattr("infra.ops.aws.Aws", lambda region: None)
     out = CliRunner().invoke(app, ["check", "fabric", "--cluster", "llm"])

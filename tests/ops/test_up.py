@@ -243,7 +243,9 @@ def test_cli_up_check_measures_the_fabric_once_every_node_is_ready_and_names_a_s
         all_ready(env)
         rates, asked = {n: 12000.0 for n in NODES}, []
         rates["gpu-002"] = 900.0
-        monkeypatch.setattr(cf, "cluster_nodes", lambda aws, cluster: (asked.append(cluster) or NODES, "203.0.113.7"))
+        monkeypatch.setattr(
+            cf, "cluster_nodes", lambda aws, cluster: (asked.append(cluster) or NODES, "203.0.113.7", [])
+        )
         monkeypatch.setattr(cf, "ssh_runner", lambda via: fake_head(rates))
         out = CliRunner().invoke(app, [*args, "--check-provider", "tcp"])
         assert out.exit_code == 1 and "gpu-002" in out.output.split("below the floor")[1], out.output
