@@ -18,7 +18,7 @@ from .assess import SCHEDULED_EVENTS
 from .health.observe import report_fields, with_slurm_extras
 from .ledger import Loaded
 from .membership import key_instance
-from .model import CapacityBlock, Group, Instance, Report, SlurmNode, Snapshot
+from .model import CapacityBlock, Group, Instance, Report, Slot, SlurmNode, Snapshot
 
 PAGE = {"PageSize": 1000}
 STATES = ["pending", "running", "shutting-down", "stopping", "stopped", "terminated"]
@@ -153,10 +153,12 @@ def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
 def reports(
     s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]], prefix: str = STATUS_PREFIX
 ) -> Dict[str, Report]:
-    """The nodes' verdicts (membership.status_body at status_key(arn)): listed every loop, fetched only where the
-    ETag changed since `cache` (updated in place). A report counts only when the instance its key names is the one
-    its body names (assess() then holds it to the ledger's); one still booting (ok, phase not ready) is no
-    verdict yet."""
+    """The nodes' verdicts (membership.status_body at status_key(arn)) by the instance that wrote them: listed every
+    loop, fetched only where the ETag changed since `cache` (updated in place). A report is its key's instance's
+    (IAM lets a node write only its own key; the body must name the same instance) and says nothing of a name:
+    for_slots() gives it to the slot that holds that instance. Its time is at most the object's LastModified, so
+    a body dated in the future cannot outlast a newer write. One still booting (ok, phase not ready) is no verdict
+    yet."""
     heard: Dict[str, float] = {}  # LastModified: a heartbeat rewrites the same bytes, so the ETag stays
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
@@ -168,10 +170,24 @@ def reports(
     for key in set(cache) - set(heard):
         del cache[key]
     out: Dict[str, Report] = {}
-    for key, (_, r) in cache.items():  # a name's predecessor and successor: the later report (the predecessor is gone)
-        if r is not None and (r.name not in out or r.at > out[r.name].at):
-            out[r.name] = replace(r, heard=heard[key])
+    for key, (_, r) in cache.items():
+        if r is not None:
+            out[r.instance_id] = replace(r, heard=heard[key], at=min(r.at, heard[key]) if heard[key] else r.at)
     return out
+
+
+def for_slots(slots: Mapping[str, Slot], reps: Mapping[str, Report]) -> Dict[str, Report]:
+    """Each slot's report: the one its own instance wrote, under the slot's name (whatever name the body gives:
+    a node naming another in its status speaks only for itself)."""
+    by_instance: Dict[str, Report] = {}
+    for r in reps.values():
+        if r.instance_id and (r.instance_id not in by_instance or r.at > by_instance[r.instance_id].at):
+            by_instance[r.instance_id] = r
+    return {
+        name: replace(by_instance[s.instance_id], name=name)
+        for name, s in slots.items()
+        if s.instance_id and s.instance_id in by_instance
+    }
 
 
 def verdict(body: bytes, key: str) -> Optional[Report]:
@@ -209,7 +225,7 @@ def snapshot(
         cluster=cluster,
         slots=dict(loaded.slots),
         instances=dict(insts),
-        reports=dict(reps),
+        reports=for_slots(loaded.slots, reps),
         slurm=slurm,
         head=dict(head or {}),
         group_states=dict(loaded.groups),

@@ -11,7 +11,8 @@ import boto3
 from moto import mock_aws
 
 from hpcc_node.controller import fleet, membership, observe
-from hpcc_node.controller.model import Group
+from hpcc_node.controller.ledger import Loaded
+from hpcc_node.controller.model import Group, Slot
 from tests.node.controller_fakes import FakeEC2, moto_launch_template
 
 # `scontrol -o show nodes`: one line a node (each split here only to fit the page).
@@ -95,7 +96,7 @@ def test_reports_are_fetched_only_where_they_changed():
 
         cache = {}
         reps = observe.reports(Counting(), "hpcc-c", cache)
-        assert reps["gpu-000"].ok and not reps["gpu-001"].ok and reps["gpu-001"].failure == "hook"
+        assert reps["i-0a0"].ok and not reps["i-0a1"].ok and reps["i-0a1"].failure == "hook"
         assert len(gets) == 3
         s3.put_object(
             Bucket="hpcc-c",
@@ -105,9 +106,9 @@ def test_reports_are_fetched_only_where_they_changed():
             ),
         )
         reps = observe.reports(Counting(), "hpcc-c", cache)
-        assert gets[3:] == [membership.status_key(arn("i-0a0"))] and reps["gpu-000"].evidence == "xid 79"
+        assert gets[3:] == [membership.status_key(arn("i-0a0"))] and reps["i-0a0"].evidence == "xid 79"
         listed = {o["Key"]: o["LastModified"].timestamp() for o in s3.list_objects_v2(Bucket="hpcc-c")["Contents"]}
-        assert reps["gpu-001"].heard == listed[membership.status_key(arn("i-0a1"))] > 0  # the heartbeat's time
+        assert reps["i-0a1"].heard == listed[membership.status_key(arn("i-0a1"))] > 0  # the heartbeat's time
 
 
 def test_a_report_counts_only_for_the_instance_its_key_names_and_once_it_is_a_verdict():
@@ -140,7 +141,49 @@ def test_a_report_counts_only_for_the_instance_its_key_names_and_once_it_is_a_ve
             Body=membership.status_body("gpu-005", "i-0b6", True, at=20),
         )
         reps = observe.reports(s3, "hpcc-c", {})
-        assert set(reps) == {"gpu-004", "gpu-005"} and reps["gpu-005"].instance_id == "i-0b6", reps
+        assert set(reps) == {"i-0b4", "i-0b5", "i-0b6"}, reps
+        slots = {"gpu-005": Slot("gpu-005", "gpu", 5, "i-0b6"), "gpu-004": Slot("gpu-004", "gpu", 4, "i-0b4")}
+        assert observe.for_slots(slots, reps)["gpu-005"].instance_id == "i-0b6"  # the slot's own instance's
+
+
+def test_a_node_naming_another_in_its_status_speaks_only_for_itself():
+    """Issue 33, finding 6: gpu-001's instance writes its own key (IAM allows it) with gpu-000's name and a time
+    in the future. gpu-000's own failed verdict stands; the forged body counts only for gpu-001's slot, and its time
+    is no later than its object's LastModified."""
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="hpcc-c")
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0c0")),
+            Body=json.dumps(
+                {
+                    "name": "gpu-000",
+                    "instance_id": "i-0c0",
+                    "ok": False,
+                    "failure": "health",
+                    "evidence": "Xid 79",
+                    "check": "xid",
+                    "action": "down",
+                    "remedy": "reboot",
+                    "at": 100.0,
+                }
+            ),
+        )
+        s3.put_object(
+            Bucket="hpcc-c",
+            Key=membership.status_key(arn("i-0c1")),
+            Body=membership.status_body("gpu-000", "i-0c1", True, at=4_000_000_000.0),
+        )
+        reps = observe.reports(s3, "hpcc-c", {})
+        written = max(o["LastModified"].timestamp() for o in s3.list_objects_v2(Bucket="hpcc-c")["Contents"])
+    slots = {"gpu-000": Slot("gpu-000", "gpu", 0, "i-0c0"), "gpu-001": Slot("gpu-001", "gpu", 1, "i-0c1")}
+    loaded = Loaded(slots=slots)
+    snap = observe.snapshot("c", 200.0, loaded, {}, reps, None)
+    assert snap.reports["gpu-000"].instance_id == "i-0c0" and not snap.reports["gpu-000"].ok
+    assert snap.reports["gpu-000"].action == "down"
+    assert snap.reports["gpu-001"].ok and snap.reports["gpu-001"].name == "gpu-001"
+    assert snap.reports["gpu-001"].at <= written < 4_000_000_000.0
 
 
 def test_capacity_block_windows_come_from_one_describe_call():
