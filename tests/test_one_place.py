@@ -83,3 +83,10 @@ def test_the_settings_limit_is_what_the_settings_parameters_tier_holds():
     aws_rules.check_parameter("settings", {"value": "x" * SETTINGS_LIMIT, "tier": "Intelligent-Tiering"}, [])
     with pytest.raises(AwsRejected, match="ValidationException"):
         aws_rules.check_parameter("settings", {"value": "x" * (SETTINGS_LIMIT + 1), "tier": "Intelligent-Tiering"}, [])
+
+
+def test_the_controller_bounds_a_slurm_hostlist_by_the_configs_largest_cluster():
+    from hpcc_node.controller.slurm_records import MAX_NODES as NODE_SIDE
+    from infra.config.nodes import MAX_NODES
+
+    assert NODE_SIDE == MAX_NODES

@@ -26,7 +26,7 @@ from hpcc_contract.names import Paths
 from hpcc_node import awscli
 from hpcc_node.settings import state_names
 
-from . import loop
+from . import loop, slurm_records
 from .act import LOG
 from .model import Group
 from .timers import Timers
@@ -189,7 +189,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         env["HPCC_INSTANCE_ID"],
         clock,
         slurm_run=loop.slurm_command if slurm else None,
-        slurm_read=loop.scontrol_nodes if slurm else None,
+        slurm_read=slurm_records.Reader() if slurm else None,
         bundle=follow_reader(ssm, cluster),
         head=head,
         timers=timers,

@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 from hpcc_contract.names import TAG_NODE, resource_name
 from hpcc_contract.taxonomy import FailureClass
 from hpcc_node.awscli import error_code
+from hpcc_node.health.verdict import clean_reason
 
 from . import fleet, membership
 from .health.act import HealthActs
@@ -32,6 +33,7 @@ from .model import (
     Group,
     GroupState,
     Slot,
+    SlurmJob,
     Snapshot,
 )
 from .timers import DEFAULT, Timers
@@ -52,10 +54,14 @@ class Executor(HealthActs):
         slurm: Optional[Callable[[List[str]], Any]] = None,
         timers: Timers = DEFAULT,
         log: logging.Logger = LOG,
+        jobs_now: Optional[Callable[[], Sequence[SlurmJob]]] = None,
     ):
+        """`jobs_now`: Slurm's jobs read again (slurm_records.Reader.jobs), to confirm a job's identity before a
+        requeue or a start-now (health/act.py)."""
         self.ec2, self.ledger, self.s3, self.bucket, self.cluster = ec2, ledger, s3, bucket, cluster
         self.groups = {g.name: g for g in groups}
         self.clock, self.slurm, self.timers, self.log = clock, slurm, timers, log
+        self.jobs_now = jobs_now
         self.seq = 0
 
     def run(self, actions: Sequence[Action], snap: Snapshot) -> List[str]:
@@ -196,7 +202,9 @@ class Executor(HealthActs):
         if slot.state != REMOVING:
             self.slots[a.node] = self.ledger.put_slot(slot, state=REMOVING, since=self.clock(), reason=a.why.text())
         try:  # a shrink may already have taken the name out of slurm.conf's range: terminating must not wait on it
-            self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={a.data.get('reason', 'hpcc: removed')}")
+            self._slurm(
+                f"NodeName={a.node}", "State=DOWN", f"Reason={clean_reason(a.data.get('reason', 'hpcc: removed'))}"
+            )
         except Exception as e:
             self.log.info("remove %s: Slurm no longer knows it (%s); terminating", a.node, str(e)[:200])
         return self._terminate(a.instance_id)
@@ -217,11 +225,11 @@ class Executor(HealthActs):
                 since=self.clock(),
                 reason=a.data.get("slot_reason", a.why.text()),
             )
-        self._slurm(f"NodeName={a.node}", "State=DRAIN", f"Reason={a.data['reason']}")
+        self._slurm(f"NodeName={a.node}", "State=DRAIN", f"Reason={clean_reason(a.data['reason'])}")
         return "draining"
 
     def _down(self, a: Action) -> str:
-        self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={a.data['reason']}")
+        self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={clean_reason(a.data['reason'])}")
         return "down"
 
     def _resume(self, a: Action) -> str:

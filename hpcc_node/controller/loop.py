@@ -11,9 +11,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 from . import observe as obs
 from .act import LOG, Executor, reconcile_once
 from .decide import decide
-from .health.observe import scontrol_read
+from .health.observe import extras_reader
 from .ledger import LeaseLost, Ledger
 from .model import Group, Report
+from .slurm_records import Reader
 from .timers import DEFAULT, Timers
 
 
@@ -21,12 +22,6 @@ def slurm_command(argv: List[str]) -> subprocess.CompletedProcess:
     """Runs one Slurm command (scontrol, sbatch, scancel); a failure is an exception (act logs it; the next loop
     tries again)."""
     return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
-
-
-def scontrol_nodes() -> str:
-    return subprocess.run(
-        ["scontrol", "show", "nodes", "--oneliner"], check=True, capture_output=True, text=True, timeout=60
-    ).stdout
 
 
 def build_step(
@@ -40,13 +35,14 @@ def build_step(
     owner: str,
     clock: Callable[[], float],
     slurm_run: Optional[Callable[[List[str]], Any]] = None,
-    slurm_read: Optional[Callable[[], str]] = None,
+    slurm_read: Optional[Reader] = None,
     bundle: Callable[[], Mapping[str, Any]] = dict,
     head: Optional[Mapping[str, Any]] = None,
     timers: Timers = DEFAULT,
     log: logging.Logger = LOG,
 ) -> Callable[[], Mapping[str, Any]]:
-    """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured)."""
+    """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured).
+    `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm."""
     ledger = Ledger(ddb, table, owner, clock, timers)
     cache: Dict[str, Tuple[str, Optional[Report]]] = {}
     acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
@@ -59,7 +55,9 @@ def build_step(
 
     def step() -> Mapping[str, Any]:
         current = obs.capacity_blocks(ec2, list(groups()))
-        executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log)
+        limit = max(1, sum(g.size_limit for g in current))  # no hostlist of Slurm's names more nodes
+        jobs_now = (lambda: slurm_read.jobs(limit)) if slurm_read is not None else None
+        executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log, jobs_now=jobs_now)
         return reconcile_once(
             lambda: obs.observe(
                 ec2,
@@ -67,10 +65,10 @@ def build_step(
                 cluster,
                 clock,
                 reports,
-                slurm_read,
+                slurm_read.nodes if slurm_read is not None else None,
                 bundle(),
                 head,
-                scontrol_read if slurm_read is not None else None,
+                extras_reader(slurm_read, limit) if slurm_read is not None else None,
             ),
             lambda snap: decide(snap, current, snap.now, timers),
             executor,

@@ -111,7 +111,8 @@ class Report:
 
 @dataclass(frozen=True)
 class SlurmNode:
-    """One line of `scontrol show nodes` / `sinfo`: its states (DOWN, DRAIN, IDLE, NOT_RESPONDING...)."""
+    """One node as Slurm holds it (slurm_records.py): its states (DOWN, DRAIN, IDLE, NOT_RESPONDING...), its reason
+    (a text of its own: never read for another field) and address."""
 
     name: str
     states: FrozenSet[str]
@@ -121,7 +122,7 @@ class SlurmNode:
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One job of `scontrol show jobs --oneliner` (finished jobs stay listed for MinJobAge, 300 s by default)."""
+    """One job as Slurm holds it (slurm_records.py; finished jobs stay listed for MinJobAge, 300 s by default)."""
 
     job_id: str
     state: str  # RUNNING, PENDING, FAILED, NODE_FAIL, COMPLETED, ...
@@ -131,7 +132,8 @@ class SlurmJob:
     requeue: bool = True  # Requeue=1: the job may be requeued
     reason: str = ""  # why it is pending (Reason=BeginTime: waiting for its EligibleTime)
     eligible: float = 0.0  # EligibleTime, epoch seconds (0: unknown)
-    name: str = ""  # JobName
+    name: str = ""  # JobName, as Slurm holds it ("" where only Slurm's fields were read: slurm_records.py)
+    user: str = ""  # its owner's user name, as Slurm holds it
 
 
 @dataclass(frozen=True)

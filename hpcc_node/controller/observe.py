@@ -7,15 +7,15 @@ call per instance), the reports listed once and fetched only where their ETag ch
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE
 
+from . import slurm_records
 from .assess import SCHEDULED_EVENTS
-from .health.observe import report_fields, with_slurm_extras
+from .health.observe import Extras, report_fields, with_slurm_extras
 from .ledger import Loaded
 from .membership import key_instance
 from .model import CapacityBlock, Group, Instance, Report, Slot, SlurmNode, Snapshot
@@ -117,37 +117,10 @@ def capacity_blocks(ec2: Any, groups: Sequence[Group]) -> List[Group]:
     return [replace(g, capacity_block=found.get(g.capacity_reservation_id, g.capacity_block)) for g in groups]
 
 
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z]+)=")
-
-
-def slurm_nodes(scontrol_oneliner: str) -> Dict[str, SlurmNode]:
-    """`scontrol show nodes --oneliner`: one node a line, `Key=value` fields; State like `IDLE+CLOUD+DRAIN`, a
-    `*` after the base state meaning not responding (scontrol(1)); Reason runs until the next field, ending with
-    `[user@time]`."""
-    out: Dict[str, SlurmNode] = {}
-    for line in scontrol_oneliner.splitlines():
-        marks = list(_FIELD.finditer(line))
-        fields = {
-            m.group(1): line[m.end() : (marks[k + 1].start() if k + 1 < len(marks) else len(line))].strip()
-            for k, m in enumerate(marks)
-        }
-        if "NodeName" not in fields:
-            continue
-        states = set()
-        for part in fields.get("State", "").split("+"):
-            if part.endswith("*"):
-                states.add("NOT_RESPONDING")
-            if part.strip("*~#%$@^-!"):
-                states.add(part.strip("*~#%$@^-!"))
-        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", "")).strip()
-        name = fields["NodeName"].split()[0]
-        out[name] = SlurmNode(
-            name,
-            frozenset(states),
-            "" if reason == "(null)" else reason,
-            fields.get("NodeAddr", "").split()[0] if fields.get("NodeAddr") else "",
-        )
-    return out
+def slurm_nodes(text: str) -> Dict[str, SlurmNode]:
+    """Slurm's nodes from `scontrol --json show nodes` or `sinfo --json` (slurm_records.py: each node's states,
+    reason and address from its own fields; a reason's text is never read for another field)."""
+    return slurm_records.nodes_from_json(text)
 
 
 def reports(
@@ -243,16 +216,17 @@ def observe(
     cluster: str,
     clock: Callable[[], float],
     read_reports: Callable[[], Mapping[str, Report]],
-    read_slurm: Optional[Callable[[], str]],
+    read_slurm: Optional[Callable[[], Mapping[str, SlurmNode]]],
     bundle: Optional[Mapping[str, Any]] = None,
     head: Optional[Mapping[str, Any]] = None,
-    read_extras: Optional[Callable[[List[str]], str]] = None,
+    read_extras: Optional[Callable[[], Extras]] = None,
 ) -> Tuple[Snapshot, Loaded]:
-    """Everything decide() needs, read once (`read_extras`: Slurm's jobs and reservations, for the health rules)."""
+    """Everything decide() needs, read once (`read_slurm`: Slurm's nodes; `read_extras`: its jobs and reservations,
+    for the health rules; both slurm_records.Reader's)."""
     loaded = ledger.load()
     insts = instances(ec2, cluster)
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts
-    slurm = slurm_nodes(read_slurm()) if read_slurm is not None else None
+    slurm = dict(read_slurm()) if read_slurm is not None else None
     snap = snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle, head)
     return (with_slurm_extras(snap, read_extras) if read_extras else snap), loaded

@@ -113,9 +113,17 @@ class NodeVerdict:
         return self.status != "fail"
 
 
-def slurm_reason(result: CheckResult) -> str:
-    text = " ".join(f"hpcc: {result.check}: {result.evidence}".split())
+def clean_reason(text: str) -> str:
+    """A reason as hpcc gives it to Slurm (evidence is node-written text): one line of printable characters
+    (control and format characters, bidi marks included, become spaces; whitespace runs one space), no `Key=`
+    token (`=` is written `:`, so no reader of Slurm's `Key=value` output can take part of it for another
+    field), at most REASON_MAX characters."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).replace("=", ":").split())
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+def slurm_reason(result: CheckResult) -> str:
+    return clean_reason(f"hpcc: {result.check}: {result.evidence}")
 
 
 def node_verdict(results: Iterable[CheckResult], now: float) -> NodeVerdict:

@@ -126,7 +126,7 @@ def differences(box: FleetBox) -> list[str]:
 
 def _slurm_differences(box: FleetBox, names: set[str], ips: dict[str, str]) -> list[str]:
     out = []
-    nodes = slurm_nodes(box.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
+    nodes = slurm_nodes(box.on_head("sinfo", "--json").stdout)
     for name in sorted(names):
         n = nodes.get(name)
         if n is None or n.states - {"CLOUD"} != {"IDLE"} or n.addr != ips.get(name):

@@ -62,7 +62,7 @@ def in_slurm_at_its_address_and_running_jobs(box: FleetBox, node) -> None:
     """The node is idle in Slurm at the address the controller set (`scontrol update NodeAddr=`: slurm.conf has
     none) and runs a job."""
     wait_states(box, lambda s: s.get(node.name, ("",))[0] == "idle", timeout=60)
-    nodes = slurm_nodes(box.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
+    nodes = slurm_nodes(box.on_head("sinfo", "--json").stdout)
     assert nodes[node.name].addr == node.ip, nodes[node.name]
     run = box.on_head("srun", "-w", node.name, "hostname")
     assert (run.returncode, run.stdout.split()) == (0, [hostname(node)]), run.stderr

@@ -43,7 +43,7 @@ BUSY = {"ALLOCATED", "MIXED"}  # a job on some of a node's CPUs leaves it MIXED
 
 def slurm(box: FleetBox) -> dict:
     """Slurm's nodes (states, reason, address), from the head."""
-    return slurm_nodes(box.on_head("scontrol", "show", "nodes", "--oneliner").stdout)
+    return slurm_nodes(box.on_head("sinfo", "--json").stdout)
 
 
 def settled(box: FleetBox, names: set[str], exact: bool = True):

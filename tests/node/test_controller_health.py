@@ -281,6 +281,11 @@ def test_a_groups_spares_set_to_0_delete_its_reservation_and_cancel_a_held_spare
     assert [(a.data["reservation"], a.data["nodes"], a.data["exists"]) for a in deleted] == [(RES, [], True)]
     assert "released gpu-003" in deleted[0].why.evidence
     assert by_kind(run(ready, groups=(none,)), SPARES) == []  # nothing held, nothing to delete
+    # the spare's running deep check is cancelled; a user's job of the same name is the user's (issue 33)
+    ours = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="root")
+    users = SlurmJob("78", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="alice")
+    checking = replace(holding, jobs=(ours, users))
+    assert [a.data["cancel"] for a in by_kind(run(checking, groups=(none,)), SPARES)] == [["77"]]
 
 
 def test_the_health_rules_stay_linear_at_4096_nodes():
@@ -324,7 +329,7 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
         holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"], deep_checked=NOW - 600)}
     )
     assert by_kind(run(reported, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report's time counts
-    check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check")
+    check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="root")
     running = with_slurm(replace(holding, jobs=(check,)), "gpu-003", {"ALLOCATED"})
     assert by_kind(run(running, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # one at a time
     pending = replace(holding, jobs=(replace(check, state="PENDING"),))  # submitted, not started: the node idle
@@ -345,3 +350,22 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
     release = by_kind(actions, SPARES)
     assert [(a.data["nodes"], a.data["cancel"]) for a in release] == [([], ["77"])]
     assert by_kind(actions, DEEP) == []
+    # a user's job of the same name is the user's (issue 33): neither a deep check that holds off the next one nor
+    # one to cancel
+    users = SlurmJob("78", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="alice")
+    mimic = with_slurm(replace(holding, jobs=(users,)), "gpu-003", {"ALLOCATED"})
+    assert (
+        by_kind(
+            run(
+                replace(
+                    mimic, slurm={**mimic.slurm, "gpu-003": replace(mimic.slurm["gpu-003"], states=frozenset({"IDLE"}))}
+                ),
+                groups=(SPARE,),
+                spare_check_seconds=1800,
+            ),
+            DEEP,
+        )
+        != []
+    )
+    failing = with_slurm(with_verdict(mimic, N1, XID79), N1, {"DOWN"}, OUT)
+    assert [a.data["cancel"] for a in by_kind(run(failing, groups=(SPARE,), spare_check_seconds=1800), SPARES)] == [[]]

@@ -13,11 +13,17 @@ import time
 
 import pytest
 
-from hpcc_node.controller.health.act import HealthActs
-from hpcc_node.controller.health.observe import JOBS, RESERVATIONS, reservations
-from hpcc_node.controller.model import REBOOT, SPARES, Action
+from hpcc_node.controller import slurm_records as records
+from hpcc_node.controller.health.act import HealthActs, NotConfirmed
+from hpcc_node.controller.model import REBOOT, REQUEUE, SPARES, Action
+from hpcc_node.controller.slurm_records import RESERVATIONS, Reader
 from tests.render.bootstrap_shell import context, run
 from tests.render.test_bootstrap_steps import COMMON
+
+
+def reservations(text):
+    return records.reservations(text, 4)
+
 
 pytestmark = pytest.mark.skipif(
     shutil.which("slurmctld") is None or os.geteuid() != 0, reason="needs Debian's slurmctld and root"
@@ -85,6 +91,8 @@ class Real(HealthActs):
     def __init__(self, env):
         self.env, self.ec2 = env, None
         self.slurm = lambda argv: subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+        self.reader = Reader(self.read)
+        self.jobs_now = lambda: self.reader.jobs(4)
 
     def read(self, argv):
         return subprocess.run(argv, env=self.env, check=True, capture_output=True, text=True).stdout
@@ -127,6 +135,78 @@ def test_a_reboot_is_requested_with_the_hpcc_reason_and_comes_back_down(slurmctl
 def test_requeue_of_a_job_slurm_does_not_know_fails_loudly(slurmctld):
     env, _ = slurmctld
     r = Real(env)
+    with pytest.raises(NotConfirmed, match="job 99 is not ubuntu's 'train' any more"):
+        r._requeue(Action("requeue", node="gpu-001", data={"job": "99", "user": "ubuntu", "name": "train"}))
     with pytest.raises(subprocess.CalledProcessError):
-        r._requeue(Action("requeue", node="gpu-001", data={"job": "99"}))
-    assert "No jobs in the system" in r.read(JOBS)
+        r._scontrol("requeue", "99")
+    assert r.jobs_now() == ()
+
+
+HOSTILE_NAME = "evil JobId=1 NodeList=gpu-[0-99999999999]\nJobId=5 JobName=hpcc-deep-check UserId=root(0)"
+HOSTILE_SCRIPT = "job NodeList=gpu-[x] JobId=7.sh"
+
+
+def submit(r, tmp_path, *args):
+    out = r.read(["sbatch", "--parsable", "--hold", f"--chdir={tmp_path}", *args])
+    return out.strip().split(";")[0]
+
+
+def test_jobs_and_nodes_are_slurms_records_whatever_their_strings_hold(slurmctld, tmp_path):
+    """Issue 33, findings 1 and 7, on Debian's real Slurm: a held job of nobody's whose name, script path and
+    comment hold `JobId=`, `JobName=`, `NodeList=` (a malformed and a huge one) and a newline, and a node drained
+    with a reason holding `NodeAddr=`/`State=`, read back as Slurm's records, in every form the reader knows (JSON,
+    and the fixed fields of a Slurm without it): the same jobs, owners, states and addresses."""
+    env, _ = slurmctld
+    r = Real(env)
+    script = tmp_path / HOSTILE_SCRIPT
+    script.write_text("#!/bin/sh\ntrue\n")
+    evil = submit(
+        r,
+        tmp_path,
+        "--uid=65534",
+        "--gid=65534",
+        f"--job-name={HOSTILE_NAME}",
+        "--comment=x Reason=BeginTime NodeList=gpu-[0-99999999999]",
+        str(script),
+    )
+    plain = submit(r, tmp_path, "--job-name=train", "-N", "2", "--wrap", "true")
+    r.read(["scontrol", "update", "NodeName=gpu-001", "State=DRAIN", "Reason=bad NodeAddr=10.9.9.9 State=IDLE"])
+    jobs = {j.job_id: j for j in r.reader.jobs(4)}
+    assert r.reader.form["jobs"] == 0, "Debian's 22.05 answers squeue --json"
+    assert set(jobs) == {evil, plain}
+    assert (jobs[evil].user, jobs[evil].name, jobs[evil].state, jobs[evil].nodes) == (
+        "nobody",
+        HOSTILE_NAME,
+        "PENDING",
+        frozenset(),
+    )
+    assert (jobs[plain].user, jobs[plain].name) == ("root", "train")
+    nodes = r.reader.nodes()
+    assert nodes["gpu-001"].addr == "127.0.0.1" and "DRAIN" in nodes["gpu-001"].states
+    assert nodes["gpu-001"].reason == "bad NodeAddr=10.9.9.9 State=IDLE" and set(nodes) == {
+        f"gpu-00{i}" for i in range(4)
+    }
+    fixed = {j.job_id: j for j in records.jobs_from_fields(r.read(records.JOBS_FIXED), frozenset(), 4)}
+    assert {k: (j.user, j.state, j.nodes, j.requeue) for k, j in fixed.items()} == {
+        k: (j.user, j.state, j.nodes, j.requeue) for k, j in jobs.items()
+    }
+    assert records.nodes_from_fields(r.read(records.NODES_FIXED)) == nodes
+
+
+def test_a_released_spares_check_is_cancelled_only_if_slurm_says_it_is_roots_deep_check(slurmctld, tmp_path):
+    env, _ = slurmctld
+    r = Real(env)
+    mine = submit(r, tmp_path, "--job-name=hpcc-deep-check", "--wrap", "true")
+    users = submit(r, tmp_path, "--uid=65534", "--gid=65534", "--job-name=hpcc-deep-check", "--wrap", "true")
+    r._spares(
+        Action(
+            SPARES,
+            group="gpu",
+            data={"reservation": "hpcc-spares-gpu", "nodes": [], "exists": False, "cancel": [mine, users]},
+        )
+    )
+    time.sleep(1)
+    states = {j.job_id: j.state for j in r.jobs_now()}
+    assert states == {mine: "CANCELLED", users: "PENDING"}
+    with pytest.raises(NotConfirmed):  # nobody's job is not root's: no requeue either
+        r._requeue(Action(REQUEUE, node="gpu-000", data={"job": users, "user": "root", "name": "hpcc-deep-check"}))

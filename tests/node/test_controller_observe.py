@@ -8,34 +8,81 @@ import json
 from datetime import UTC
 
 import boto3
+import pytest
 from moto import mock_aws
 
-from hpcc_node.controller import fleet, membership, observe
+from hpcc_node.controller import fleet, membership, observe, slurm_records
 from hpcc_node.controller.ledger import Loaded
-from hpcc_node.controller.model import Group, Slot
+from hpcc_node.controller.model import DOWN, DRAIN, Action, Group, Slot
 from tests.node.controller_fakes import FakeEC2, moto_launch_template
 
-# `scontrol -o show nodes`: one line a node (each split here only to fit the page).
-SCONTROL = (
-    "NodeName=gpu-000 Arch=x86_64 CoresPerSocket=48 CPUAlloc=0 NodeAddr=10.0.0.4 NodeHostName=gpu-000 "
-    "State=IDLE+CLOUD Partitions=gpu,all\n"
-    "NodeName=gpu-001 Arch=x86_64 NodeAddr=10.0.0.5 NodeHostName=gpu-001 State=DOWN*+CLOUD "
-    "Reason=Not responding [slurm@2026-11-24T10:00:00]\n"
-    "NodeName=gpu-002 NodeAddr=10.0.0.6 NodeHostName=gpu-002 State=MIXED+DRAIN "
-    "Reason=hpcc: instance: scheduled instance-retirement [root@2026-11-24T10:01:00] Comment=(null)\n"
-    "NodeName=gpu-003 NodeAddr=gpu-003 NodeHostName=gpu-003 State=IDLE+DRAIN "
-    "Reason=alice: bad GPU 3, see ticket 12 [alice@2026-11-24T09:00:00]\n"
-)
+
+def node(name, addr, state, flags=(), reason="", shape="v0.0.38"):
+    """One node of `sinfo --json` (Slurm 21.08/22.05: a base state and its flags) or `scontrol --json show nodes`
+    (23.02 and later: one list of states)."""
+    if shape == "v0.0.38":
+        return {"name": name, "address": addr, "state": state.lower(), "state_flags": list(flags), "reason": reason}
+    return {"name": name, "address": addr, "state": [state, *flags], "reason": reason}
 
 
-def test_slurm_node_lines_give_states_reasons_and_addresses():
-    nodes = observe.slurm_nodes(SCONTROL)
+def nodes_json(shape):
+    return json.dumps(
+        {
+            "nodes": [
+                node("gpu-000", "10.0.0.4", "IDLE", ["CLOUD"], shape=shape),
+                node("gpu-001", "10.0.0.5", "DOWN", ["CLOUD", "NOT_RESPONDING"], "Not responding", shape),
+                node("gpu-002", "10.0.0.6", "MIXED", ["DRAIN"], "hpcc: instance: scheduled instance-retirement", shape),
+                node("gpu-003", "gpu-003", "IDLE", ["DRAIN"], "alice: bad GPU 3, see ticket 12", shape),
+                # a reason carrying node-written evidence: its text stays a reason, never the node's state or address
+                node(
+                    "gpu-004", "10.0.0.8", "IDLE", [], "hpcc: xid: pid=1 NodeAddr=10.9.9.9 State=DOWN Reason=x", shape
+                ),
+            ]
+        }
+    )
+
+
+@pytest.mark.parametrize("shape", ["v0.0.38", "v0.0.40"])
+def test_slurm_node_records_give_states_reasons_and_addresses(shape):
+    nodes = observe.slurm_nodes(nodes_json(shape))
     assert nodes["gpu-000"].states == frozenset({"IDLE", "CLOUD"}) and nodes["gpu-000"].reason == ""
     assert nodes["gpu-000"].addr == "10.0.0.4"
     assert nodes["gpu-001"].states == frozenset({"DOWN", "NOT_RESPONDING", "CLOUD"})
     assert nodes["gpu-001"].reason == "Not responding"
     assert nodes["gpu-002"].reason == "hpcc: instance: scheduled instance-retirement"
     assert nodes["gpu-003"].reason == "alice: bad GPU 3, see ticket 12"
+    assert (nodes["gpu-004"].addr, nodes["gpu-004"].states) == ("10.0.0.8", frozenset({"IDLE"}))
+
+
+def test_a_reason_cannot_override_a_nodes_state_or_address_in_the_fixed_fields_form():
+    """Issue 33, finding 7, where Slurm has no JSON: the reason is the last field and read whole."""
+    text = (
+        "gpu-004|10.0.0.8|idle+drain|hpcc: xid: NodeAddr=10.9.9.9|State=IDLE\n"
+        "gpu-005|10.0.0.9|down+not_responding|none\n"
+        "gpu-006 NodeAddr=1.2.3.4|10.0.0.10|idle|x\n"
+    )
+    nodes = slurm_records.nodes_from_fields(text)
+    assert (nodes["gpu-004"].addr, nodes["gpu-004"].states) == ("10.0.0.8", frozenset({"IDLE", "DRAIN"}))
+    assert nodes["gpu-004"].reason == "hpcc: xid: NodeAddr=10.9.9.9|State=IDLE"
+    assert nodes["gpu-005"].states == frozenset({"DOWN", "NOT_RESPONDING"}) and nodes["gpu-005"].reason == ""
+    assert set(nodes) == {"gpu-004", "gpu-005"}  # a line whose name is not a name: dropped
+
+
+def test_a_reason_hpcc_writes_holds_no_key_token():
+    """Issue 33, finding 7: the evidence in a reason is node-written; what hpcc gives Slurm has no `Key=`."""
+    from hpcc_node.controller.act import Executor
+    from hpcc_node.health.verdict import CheckResult, clean_reason, slurm_reason
+
+    evidence = "Xid 79 pid=0 NodeAddr=10.9.9.9 State=IDLE\nJobId=1 \u202eReason=x"
+    reason = slurm_reason(CheckResult("xid", "fail", evidence, "down", "reboot"))
+    assert "=" not in reason and "\n" not in reason and "\u202e" not in reason and reason.startswith("hpcc: xid:")
+    calls = []
+    ex = Executor.__new__(Executor)
+    ex.slurm = calls.append
+    ex._down(Action(DOWN, node="gpu-001", data={"reason": f"hpcc: health: {evidence}"}))
+    ex._drain(Action(DRAIN, node="gpu-001", data={"reason": f"hpcc: health: {evidence}"}))
+    assert [c[-1] for c in calls] == [f"Reason={clean_reason('hpcc: health: ' + evidence)}"] * 2
+    assert all(c[-1].count("=") == 1 for c in calls)
 
 
 def test_instances_are_read_by_the_clusters_tag_with_their_group_and_address():

@@ -151,7 +151,7 @@ def _requeues(r: Report, name: str, snap: Snapshot, timers: Timers) -> List[Acti
                     REQUEUE,
                     node=name,
                     why=Why(HEALTH, f"job {job.job_id} failed on {name}: {r.evidence}"),
-                    data={"job": job.job_id, "restarts": job.restarts},
+                    data={"job": job.job_id, "restarts": job.restarts, "user": job.user, "name": job.name},
                 )
             )
     return out
@@ -173,7 +173,7 @@ def _start_now(snap: Snapshot, now: float, timers: Timers) -> List[Action]:
     return [
         Action(
             START_NOW,
-            data={"job": j.job_id},
+            data={"job": j.job_id, "user": j.user, "name": j.name},
             why=Why(
                 HEALTH, f"job {j.job_id} requeued off {', '.join(downs)}: eligible now, not in {j.eligible - now:.0f} s"
             ),

@@ -7,11 +7,17 @@ from __future__ import annotations
 from typing import Dict, FrozenSet, List, Sequence
 
 from ..assess import BUSY_STATES, HELD_STATES, held_by_person
-from ..model import DEEP_CHECK, READY, SPARES, Action, Group, Slot, Snapshot, Why
+from ..model import DEEP_CHECK, READY, SPARES, Action, Group, Slot, SlurmJob, Snapshot, Why
+from ..slurm_records import DEEP_CHECK_JOB, DEEP_CHECK_USER
 from ..timers import Timers
 
 SPARES_PREFIX = "hpcc-spares-"
-DEEP_CHECK_JOB = "hpcc-deep-check"  # the JobName of a spare's deep check
+
+
+def _deep_check(job: SlurmJob) -> bool:
+    """The controller's own deep check: its name and root as its owner, both as Slurm holds them (a user's job of
+    the same name is the user's)."""
+    return job.name == DEEP_CHECK_JOB and job.user == DEEP_CHECK_USER
 
 
 def spare_reservation(group: str) -> str:
@@ -27,7 +33,7 @@ def spares_actions(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[
         return []
     if group.spares <= 0:
         held = snap.reservations[name]
-        cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & held and not j.end)
+        cancel = sorted(j.job_id for j in snap.jobs if _deep_check(j) and j.nodes & held and not j.end)
         freed = ", ".join(sorted(held)) or "none"
         why = Why("", f"spares: 0 now; released {freed}, reservation deleted")
         return [
@@ -71,7 +77,7 @@ def spares_actions(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[
     text = (f"hold {', '.join(chosen)}" if chosen else "hold none") + (
         f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else ""
     )
-    cancel = sorted(j.job_id for j in snap.jobs if j.name == DEEP_CHECK_JOB and j.nodes & set(released) and not j.end)
+    cancel = sorted(j.job_id for j in snap.jobs if _deep_check(j) and j.nodes & set(released) and not j.end)
     return [
         Action(
             SPARES,
@@ -93,7 +99,7 @@ def deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, 
     /usr/local/sbin/hpcc-deep, is asked again on the timer, not every loop). Never while one runs."""
     if timers.spare_check_seconds <= 0 or snap.slurm is None:
         return []
-    running = {n for j in snap.jobs if j.name == DEEP_CHECK_JOB and not j.end for n in j.nodes}
+    running = {n for j in snap.jobs if _deep_check(j) and not j.end for n in j.nodes}
     asked: Dict[str, float] = {}
     for e in snap.events:
         if e.kind == DEEP_CHECK and e.phase == "start":
