@@ -64,6 +64,21 @@ DEEP_CHECKS_FIXED = [
     "JobId:0",
 ]
 RESERVATIONS = ["scontrol", "show", "reservation", "--oneliner"]
+# A job's base states (https://slurm.schedmd.com/job_state_codes.html); data_parser lists flags beside it.
+JOB_BASE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+)
 _RESERVATION = re.compile(r"ReservationName=(\S+) StartTime=\S+ EndTime=\S+ Duration=\S+ Nodes=(\S*)(?: |$)")
 _DIGITS = 6  # a node number has at most 4 digits (hpcc_contract/hosts.py NODE_NAME); more is not a name of ours
 # The most nodes a cluster has (infra/config/nodes.py MAX_NODES; the node side does not import infra:
@@ -203,7 +218,8 @@ def _job(rec: Dict[str, Any], limit: int) -> SlurmJob:
     job_id = rec["job_id"]
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise BadRecord(f"job_id {str(job_id)[:20]!r}")
-    states = _states(rec["job_state"])
+    states = _states(rec["job_state"])  # data_parser: the base state with its flags (job_state_codes.html)
+    states = [s for s in states if s in JOB_BASE_STATES] + [s for s in states if s not in JOB_BASE_STATES]
     restarts = rec.get("restart_cnt", 0)
     restarts = int(_number(restarts)) if restarts is not None else 0
     user = rec.get("user_name") or (str(rec["user_id"]) if isinstance(rec.get("user_id"), int) else "")

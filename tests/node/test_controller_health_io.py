@@ -129,6 +129,8 @@ def test_jobs_are_read_with_their_nodes_restarts_end_and_requeue_flag(shape):
     assert (got[1].state, got[1].end, got[1].requeue, got[1].nodes) == ("RUNNING", 0.0, False, frozenset({"cpu-001"}))
     assert records.jobs_from_json(squeue_json(), limit=10) == ()
     requeued = job_record(43, "train", "PENDING", reason="BeginTime", restarts=1, eligible=1_795_000_240, shape=shape)
+    if shape != "v0.0.38":  # data_parser lists a job's flags beside its base state, in any order
+        requeued["job_state"] = ["REQUEUED", "PENDING"]
     (job,) = records.jobs_from_json(squeue_json(requeued), limit=10)
     assert (job.state, job.reason, job.restarts, job.nodes, job.eligible) == (
         "PENDING",
