@@ -5,7 +5,7 @@
                exit 1 with the reason when it is failed, stale or missing. It writes no node state: the controller
                is the one writer of Slurm's node states, and many nodes failing one check at once is systemic
                (one alert, no node touched), which no single node can tell.
-  prolog       Slurm's Prolog: remembers where the kernel log was at the job's start, then the fast pre-job checks
+  prolog       Slurm's Prolog: remembers where the Xid source was at the job's start, then the fast pre-job checks
                and the agent's fresh verdict; exit 1 (Slurm drains the node and requeues the job) when either fails
   deep         a held spare's periodic deep check, run by the controller as a Slurm job in the spares' reservation
                (/usr/local/sbin/hpcc-deep): the boot checks again; a failure stays in the verdict until the machine
@@ -45,10 +45,10 @@ def _job_offset_path(state_dir: str, job: str) -> str:
 
 
 def _monitor(env: dict) -> service.Monitor:
-    facts, kernel_log = service.load_facts(_host(), env.get("HPCC_HEALTH_ENV", service.HEALTH_ENV))
+    facts, xid_standin = service.load_facts(_host(), env.get("HPCC_HEALTH_ENV", service.HEALTH_ENV))
     return service.Monitor(
         facts,
-        kernel_log,
+        xid_standin,
         env.get("HPCC_HEALTH_VERDICT", service.VERDICT),
         env.get("HPCC_HEALTH_STATE", service.STATE_DIR),
         Runner(),
@@ -86,8 +86,9 @@ def healthcheck(env: dict) -> int:
 def prolog(env: dict) -> int:
     m = _monitor(env)
     job = env.get("SLURM_JOB_ID", "")
-    if job.isdigit():
-        service._write_int(_job_offset_path(m.state_dir, job), service.log_end(m.kernel_log))
+    start = m.source_end() if job.isdigit() else None
+    if start is not None:  # where the Xid source was at the job's start (none: the agent's period covers it)
+        service.write_text(_job_offset_path(m.state_dir, job), start)
     fast = m.run(PROLOG_CHECKS, write=False)
     if not fast.healthy:
         print(fast.reason, file=sys.stderr)
@@ -107,12 +108,15 @@ def epilog(env: dict) -> int:
     m = _monitor(env)
     job = env.get("SLURM_JOB_ID", "")
     path = _job_offset_path(m.state_dir, job) if job.isdigit() else ""
-    start = service._read_int(path) if path else None
+    start = service.read_text(path) if path else None
     if start is None:
         return 0  # no Prolog record (a job from before the health checks): the agent's period covers it
-    lines, _ = xid.new_lines(m.kernel_log, start)
-    found = [r for r in xid.scan(lines, m.catalog) if r.status == "fail"]
     os.unlink(path)
+    try:
+        lines, _ = m.source.since(start)
+    except xid.SourceError:
+        return 0  # unreadable now: the agent's check says `unknown`
+    found = [r for r in xid.scan(lines, m.catalog) if r.status == "fail"]
     if found:
         sticky = m.add_sticky(found)
         try:

@@ -2,9 +2,13 @@
 monitor the agent runs every verdict.INTERVAL_S seconds in its own thread (each command check in a child with a
 timeout: runner.py), the verdict file it writes, and the status fields the agent reports to the controller.
 
-The kernel-log offset the Xid check has read up to is kept on disk (a restarted agent or a rebooted node does not
-read a Xid twice, and a Xid logged while the agent was down is still read); the first monitor of a node starts at
-the log's end. The EFA counters are compared between two periods of one monitor.
+The Xid check reads the kernel's own records in its ring buffer (/dev/kmsg; xid.py KmsgSource), never a file
+others can write; a test harness may name a stand-in file instead (health.env's XID_STANDIN, which only the
+bootstrap writes, and only when its environment sets HPCC_XID_STANDIN: the box does, nothing on EC2). Where it read
+up to is kept on disk (a restarted agent does not read a Xid twice; after a reboot the new boot's records are read
+from their start, so a Xid logged while the agent was down is still read); the first monitor of a node starts at
+the source's end. A source that cannot be read makes the check `unknown`, never ok. The EFA counters are compared
+between two periods of one monitor.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ VERDICT_NAME = "hpcc-health.verdict"
 VERDICT = f"/run/{VERDICT_NAME}"
 STATE_DIR = "/var/lib/hpcc/health"  # survives a reboot: the Xid offset, the jobs' start offsets
 BOOT_ID = "/proc/sys/kernel/random/boot_id"  # changes at every boot (proc(5))
-KERNEL_LOG = "/var/log/kern.log"  # rsyslog's kernel facility on Ubuntu; the box points it at its stand-in
+# KERNEL_LOG: what bootstraps before issue 33 wrote (/var/log/kern.log, which any local user can write through
+# syslog): still accepted in health.env, never read. XID_STANDIN: a test harness's stand-in kernel log.
 FACT_KEYS = {
     "GPUS": int,
     "EFA_DEVICES": int,
@@ -44,6 +49,7 @@ FACT_KEYS = {
     "DISK_MIN_FREE_GIB": float,
     "SHARED_MOUNT": str,
     "KERNEL_LOG": str,
+    "XID_STANDIN": str,
 }
 
 
@@ -52,7 +58,8 @@ class FactsError(ValueError):
 
 
 def parse_facts(text: str, host: str) -> Tuple[checks.NodeFacts, str]:
-    """(the node's facts, its kernel-log path) from KEY=VALUE lines; never sourced, each value checked."""
+    """(the node's facts, the stand-in kernel log or "" for the kernel's own) from KEY=VALUE lines; never sourced,
+    each value checked."""
     found: Dict[str, object] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -79,15 +86,22 @@ def parse_facts(text: str, host: str) -> Tuple[checks.NodeFacts, str]:
         dcgm_level=level,
         disk_min_free_gib=float(found.get("DISK_MIN_FREE_GIB", checks.host.DISK_MIN_FREE_GIB)),
     )
-    return facts, str(found.get("KERNEL_LOG") or KERNEL_LOG)
+    return facts, str(found.get("XID_STANDIN") or "")
 
 
 def load_facts(host: str, path: str = HEALTH_ENV) -> Tuple[checks.NodeFacts, str]:
     try:
         with open(path) as f:
-            return parse_facts(f.read(), host)
+            facts, standin = parse_facts(f.read(), host)
+            st = os.fstat(f.fileno())
     except FileNotFoundError:
         raise FactsError(f"{path} is missing: the bootstrap's health step writes it") from None
+    if standin and (st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022):
+        raise FactsError(
+            f"{path} names a stand-in kernel log but others than root may write it "
+            f"(owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
+        )
+    return facts, standin
 
 
 def _read_int(path: str) -> Optional[int]:
@@ -114,43 +128,66 @@ def boot_id(path: str = BOOT_ID) -> str:
         return "unknown"
 
 
-def log_end(path: str) -> int:
+def read_text(path: str) -> Optional[str]:
     try:
-        return os.path.getsize(path)
+        with open(path) as f:
+            return f.read().strip() or None
     except OSError:
-        return 0
+        return None
+
+
+def write_text(path: str, value: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{value}\n")
+    os.replace(tmp, path)
 
 
 class Monitor:
-    """One node's checks: `run(names)` runs them, writes the verdict file and returns the verdict."""
+    """One node's checks: `run(names)` runs them, writes the verdict file and returns the verdict.
+    `xid_standin`: a test harness's stand-in kernel log ("": the kernel's ring buffer); `xid_source`: a source
+    of the tests' own."""
 
     def __init__(
         self,
         facts: checks.NodeFacts,
-        kernel_log: str,
+        xid_standin: str = "",
         verdict_path: str = VERDICT,
         state_dir: str = STATE_DIR,
         runner: Optional[Runner] = None,
         clock: Callable[[], float] = time.time,
         efa_root: str = devices.SYSFS_INFINIBAND,
         boot_id_path: str = BOOT_ID,
+        xid_source=None,
     ):
         self.boot_id_path = boot_id_path
-        self.facts, self.kernel_log, self.verdict_path, self.state_dir = facts, kernel_log, verdict_path, state_dir
+        self.facts, self.verdict_path, self.state_dir = facts, verdict_path, state_dir
+        self.source = xid_source or (
+            xid.StandinSource(xid_standin) if xid_standin else xid.KmsgSource(lambda: boot_id(self.boot_id_path))
+        )
         self.runner = runner or Runner()
         self.clock, self.efa_root = clock, efa_root
         self.catalog = xid.load_catalog()
         self.efa_before: Optional[devices.Counters] = None
-        if _read_int(self.offset_path) is None:
-            _write_int(self.offset_path, log_end(kernel_log))
+        if read_text(self.position_path) is None:
+            end = self.source_end()
+            if end is not None:
+                write_text(self.position_path, end)
 
     @property
-    def offset_path(self) -> str:
-        return os.path.join(self.state_dir, "kernel-log.offset")
+    def position_path(self) -> str:
+        return os.path.join(self.state_dir, "xid-source.position")
 
-    def xid_since(self, offset: int) -> Tuple[CheckResult, int]:
-        lines, end = xid.new_lines(self.kernel_log, offset)
-        return xid.check(lines, self.catalog), end
+    def source_end(self) -> Optional[str]:
+        """Where the Xid source ends now (a job's start, a new monitor's); None when it cannot be read."""
+        try:
+            return self.source.end()
+        except xid.SourceError:
+            return None
+
+    def xid_since(self, position: Optional[str]) -> Tuple[CheckResult, Optional[str]]:
+        return xid.source_check(self.source, position, self.catalog)
 
     # A fatal Xid is read once from the log but does not heal: it stays in every verdict until the machine
     # boots again (the catalog's reset or reboot), kept per boot id on disk; so does a spare's failed deep check.
@@ -174,8 +211,10 @@ class Monitor:
     def _in_process(self, names: Sequence[str]) -> List[CheckResult]:
         out: List[CheckResult] = []
         if XID in names:
-            result, end = self.xid_since(_read_int(self.offset_path) or 0)
-            _write_int(self.offset_path, end)
+            position = read_text(self.position_path)
+            result, end = self.xid_since(position)
+            if end is not None and end != position:
+                write_text(self.position_path, end)
             out += [result] + [r for r in self.add_sticky([result]) if r != result]
         if EFA_COUNTERS in names and self.facts.efa_devices:
             after = devices.read_efa_counters(self.efa_root)
@@ -254,6 +293,8 @@ def status_fields(path: str = VERDICT, now: Optional[float] = None, state_dir: s
         )
     elif v.reason:
         out["healthNote"] = v.reason
+        if top is not None:  # `unknown xid` in hpcc status: a check that could not tell (no kernel log, ...)
+            out["healthCheck"] = top.check
     return out
 
 
@@ -286,13 +327,13 @@ def start(
     status or action changes (the agent writes its status then, not at its next tick). None where the node has
     no health.env (a node booted before the health step)."""
     try:
-        facts, kernel_log = load_facts(host, facts_path)
+        facts, xid_standin = load_facts(host, facts_path)
     except FactsError as e:
         log(f"health checks off: {e}")
         return None
 
     def loop() -> None:
-        monitor = Monitor(facts, kernel_log)
+        monitor = Monitor(facts, xid_standin)
         last: Optional[Tuple[str, str]] = None
         while True:
             started = time.monotonic()

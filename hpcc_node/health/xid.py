@@ -7,7 +7,13 @@ not per Xid, so a new catalog row is classified without a code change; the few X
 workflow or says less than hpcc must do are listed with why. A Xid missing from the catalog, a bucket without
 a rule, or an NVRM Xid line this parser cannot read is `unknown`: a warning, never a pass, never a drain.
 
-Reading the log is the caller's (a path, `dmesg`, `journalctl -k`, /dev/kmsg): functions here take lines.
+Where the lines come from (KmsgSource, StandinSource below): only from a source no unprivileged process can
+write. /var/log/kern.log is not one: rsyslog files there any syslog datagram with the kernel facility, which any
+local user can send (`logger -p kern.crit`), and Amazon Linux 2023 has no rsyslog at all. The kernel's own ring
+buffer, /dev/kmsg, is: a record's facility is the kernel's (0) only when the kernel logged it, since a write to
+/dev/kmsg (root's alone: mode 0644) is given the user facility unless it names another (kernel Documentation,
+ABI/testing/dev-kmsg; printk's devkmsg_write). Every supported image (the Ubuntu DLAMIs, Amazon Linux 2023) has it.
+A source that is missing or unreadable is `unknown`, never a pass.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import replace
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from hpcc_node.health.verdict import XID, CheckResult, fail, ok, unknown, warn, worst
 
@@ -132,6 +139,137 @@ def check(lines: Iterable[str], catalog: Dict[int, dict]) -> CheckResult:
     top = worst(found)
     more = len(found) - 1
     return replace(top, evidence=f"{top.evidence} (+{more} more Xid line(s))") if more else top
+
+
+class SourceError(OSError):
+    """The kernel-log source cannot be read (missing, unreadable, or a stand-in others could write)."""
+
+
+KMSG = "/dev/kmsg"
+KERNEL_FACILITY = 0  # LOG_KERN: syslog(3); a kmsg record's priority is facility * 8 + level
+
+
+def kmsg_record(record: bytes) -> Optional[Tuple[int, int, str]]:
+    """(facility, sequence number, message) of one /dev/kmsg record, `prio,seq,time,flags[,...];message` then
+    continuation lines starting with a space (Documentation/ABI/testing/dev-kmsg); None when it is not one."""
+    head, sep, rest = record.partition(b";")
+    fields = head.split(b",")
+    if not sep or len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
+        return None
+    message = rest.split(b"\n", 1)[0].decode("utf-8", "replace")
+    return int(fields[0]) >> 3, int(fields[1]), message
+
+
+def kernel_messages(records: Iterable[bytes], after: int) -> Tuple[List[str], int]:
+    """The kernel's own messages (facility 0) with a sequence number above `after`, and the highest number read."""
+    lines, last = [], after
+    for record in records:
+        parsed = kmsg_record(record)
+        if parsed is None:
+            continue
+        facility, seq, message = parsed
+        if seq > after and facility == KERNEL_FACILITY:
+            lines.append(message)
+        last = max(last, seq)
+    return lines, last
+
+
+def read_kmsg(path: str = KMSG) -> List[bytes]:
+    """Every record the ring buffer holds, oldest first: one read(2) a record, EAGAIN at the end, EPIPE where
+    records were overwritten while reading (dev-kmsg)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise SourceError(f"{path}: {e.strerror or e}") from None
+    out = []
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                return out
+            except BrokenPipeError:
+                continue
+            except OSError as e:
+                raise SourceError(f"{path}: {e.strerror or e}") from None
+            if not record:
+                return out
+            out.append(record)
+    finally:
+        os.close(fd)
+
+
+class KmsgSource:
+    """The kernel's ring buffer. A position is `<boot id>:<sequence number>`: the numbers start again at each
+    boot, so a position of another boot reads the new boot's buffer from its start (a Xid logged after a reboot,
+    before the agent ran, is still read)."""
+
+    def __init__(self, boot_id: Callable[[], str], path: str = KMSG, read: Callable[[str], List[bytes]] = read_kmsg):
+        self.boot_id, self.path, self.read = boot_id, path, read
+
+    def describe(self) -> str:
+        return f"the kernel's ring buffer ({self.path}, kernel records only)"
+
+    def _after(self, position: Optional[str]) -> int:
+        boot, _, seq = (position or "").rpartition(":")
+        return int(seq) if boot == self.boot_id() and seq.lstrip("-").isdigit() else -1
+
+    def end(self) -> str:
+        return f"{self.boot_id()}:{kernel_messages(self.read(self.path), -1)[1]}"
+
+    def since(self, position: Optional[str]) -> Tuple[List[str], str]:
+        lines, last = kernel_messages(self.read(self.path), self._after(position))
+        return lines, f"{self.boot_id()}:{last}"
+
+
+def standin_problem(path: str) -> str:
+    """Why a stand-in kernel log may not be read ("" when it may): it is the Xid check's whole evidence, so it must
+    be a regular file only root (or the checks' own user, in tests) can write."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return f"{path} is writable by others than root (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
+    return ""
+
+
+class StandinSource:
+    """A test harness's stand-in for the kernel log (the box's `inject-xid` appends driver lines to it), named by
+    health.env's XID_STANDIN, which only the bootstrap writes and only when its environment asks for one
+    (HPCC_XID_STANDIN: the box sets it, nothing on EC2 does; the bootstrap creates it empty). A position is a byte
+    offset. Missing, like /dev/kmsg missing, it is no evidence: `unknown`."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def describe(self) -> str:
+        return f"the stand-in kernel log {self.path} (XID_STANDIN)"
+
+    def end(self) -> str:
+        problem = standin_problem(self.path)
+        if problem:
+            raise SourceError(problem)
+        return str(os.path.getsize(self.path))
+
+    def since(self, position: Optional[str]) -> Tuple[List[str], str]:
+        problem = standin_problem(self.path)
+        if problem:
+            raise SourceError(problem)
+        lines, offset = new_lines(self.path, int(position) if (position or "").isdigit() else 0)
+        return lines, str(offset)
+
+
+def source_check(source, position: Optional[str], catalog: Dict[int, dict]) -> Tuple[CheckResult, Optional[str]]:
+    """The xid check over what the source logged since `position`, and the new position; `unknown` (the position
+    kept) when the source cannot be read: no kernel log is no evidence of health."""
+    try:
+        lines, new = source.since(position)
+    except SourceError as e:
+        return unknown(XID, f"no kernel log to read Xids from: {e}"), position
+    return check(lines, catalog), new
 
 
 def new_lines(path: str, offset: int) -> Tuple[List[str], int]:

@@ -2,11 +2,12 @@
 cluster, Slurm, day 2, the fleet, the health checks, upgrades, key rotation and the small cloud - and the baseline
 each scenario starts from and leaves it in.
 
-The shape: the cpu profile with Slurm, group `a` of 3 nodes and group `b` of 1; every compute node is told it has
-8 GPUs (HPCC_HEALTH_GPUS) and gets the GPU stand-ins on its PATH and a tmpfs at /fsx as its shared mount, so the
-health checks run (tests/box/standins); b's first instance fails its bootstrap at `ssh` (the fleet's boot
-scenario: a bad node delays no other and is replaced); the controller's timers are the box's, with a held spare's
-deep check every minute and a reboot's verdict awaited 45 s.
+The shape: the cpu profile with Slurm, group `a` of 3 nodes and group `b` of 1; every compute node is told it has 8
+GPUs (HPCC_HEALTH_GPUS) and gets the GPU stand-ins on its PATH and a tmpfs at /fsx as its shared mount, so the
+health checks run (tests/box/standins), the Xid check reading the stand-in kernel log inject-xid writes
+(HPCC_XID_STANDIN=/var/log/kern.log, where a cluster's node reads /dev/kmsg); b's first instance fails its bootstrap
+at `ssh` (the fleet's boot scenario: a bad node delays no other and is replaced); the controller's timers are the
+box's, with a held spare's deep check every minute and a reboot's verdict awaited 45 s.
 
 The baseline (`differences`): every group at its count with every slot ready in the ledger on a running instance
 whose node is alive, idle in Slurm at its address, no job and no reservation; no group protected; the membership's
@@ -61,7 +62,9 @@ def shared_fleet() -> FleetBox:
         scheduler="slurm",
         groups=[dict(g) for g in GROUPS],
         faults=[Fault("b", times=1)],  # the first boot's: b's first instance fails at ssh
-        compute_env={"HPCC_HEALTH_GPUS": "8"},
+        # inject-xid's driver lines go to each node's /var/log/kern.log: the Xid check's stand-in source there
+        # (on EC2 it reads /dev/kmsg; the bootstrap creates the stand-in, root's file)
+        compute_env={"HPCC_HEALTH_GPUS": "8", "HPCC_XID_STANDIN": "/var/log/kern.log"},
         timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK, "reboot_timeout_seconds": REBOOT_TIMEOUT},
     )
     box.prepare = prepare(box)

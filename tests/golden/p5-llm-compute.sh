@@ -709,18 +709,22 @@ step_efa() {
 }
 # --- health
 health_facts() {
-  local mount="" disk=${HPCC_HEALTH_DISK_MIN_FREE_GIB:-20} klog=${HPCC_KERNEL_LOG:-/var/log/kern.log} gpus=${HPCC_HEALTH_GPUS:-8}
+  local mount="" disk=${HPCC_HEALTH_DISK_MIN_FREE_GIB:-20} standin=${HPCC_XID_STANDIN:-} gpus=${HPCC_HEALTH_GPUS:-8}
   [[ $gpus =~ ^[0-9]{1,2}$ ]] || fail "HPCC_HEALTH_GPUS='${gpus:0:20}' is not a number of GPUs"
   [[ $disk =~ ^[0-9]{1,4}$ ]] || fail "HPCC_HEALTH_DISK_MIN_FREE_GIB='${disk:0:20}' is not a number of GiB"
-  [[ $klog =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "HPCC_KERNEL_LOG='${klog:0:80}' is not an absolute path"
+  [[ -z $standin || $standin =~ ^/[A-Za-z0-9._/-]+$ ]] ||
+    fail "HPCC_XID_STANDIN='${standin:0:80}' is not an absolute path"
   ! mountpoint -q "$HPCC_MOUNT_POINT" || mount=$HPCC_MOUNT_POINT
   printf '%s\n' "GPUS=$gpus" "EFA_DEVICES=32" "DCGM_LEVEL=$HPCC_HEALTH_DIAG_LEVEL" \
-    "DISK_MIN_FREE_GIB=$disk" "KERNEL_LOG=$klog" "SHARED_MOUNT=$mount"
+    "DISK_MIN_FREE_GIB=$disk" ${standin:+"XID_STANDIN=$standin"} "SHARED_MOUNT=$mount"
 }
 
 step_health() {
   local out rc=0 line facts=${HPCC_HEALTH_ENV:-/etc/hpcc/health.env}
   health_facts | write_file "$facts" 0644
+  if [ -n "${HPCC_XID_STANDIN:-}" ] && [ ! -e "$HPCC_XID_STANDIN" ]; then
+    install -m 0644 /dev/null "$HPCC_XID_STANDIN"
+  fi
   out=$(cd / && HPCC_HEALTH_ENV=$facts PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} within $(( HPCC_TIMEOUT_MINUTES * 60 )) python3 -m hpcc_node.health boot 2>&1) || rc=$?
   while IFS= read -r line; do log "$line"; done <<<"$out"
   if [ "$rc" -ne 0 ]; then

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcc_node.health import service
+from hpcc_node.health import service, xid
 from hpcc_node.health.runner import Runner
 from hpcc_node.health.verdict import PERIODIC_CHECKS, XID, node_verdict, ok, parse_verdict, write_verdict
 
@@ -21,22 +21,19 @@ STANDINS = ROOT / "tests" / "box" / "standins"
 
 
 def test_facts_are_read_checked_and_never_sourced():
-    facts, log = service.parse_facts(
+    facts, standin = service.parse_facts(
         "GPUS=8\nEFA_DEVICES=32\nSHARED_MOUNT=/fsx\nDCGM_LEVEL=2\nKERNEL_LOG=/var/log/kern.log\nDISK_MIN_FREE_GIB=0\n",
         "gpu-001",
     )
-    assert (facts.gpus, facts.efa_devices, facts.shared_mount, facts.dcgm_level, log) == (
-        8,
-        32,
-        "/fsx",
-        2,
-        "/var/log/kern.log",
-    )
+    # an older bootstrap's KERNEL_LOG (a file any user reaches through syslog) is accepted and never read
+    assert (facts.gpus, facts.efa_devices, facts.shared_mount, facts.dcgm_level, standin) == (8, 32, "/fsx", 2, "")
+    assert service.parse_facts("GPUS=8\nXID_STANDIN=/var/log/kern.log\n", "gpu-001")[1] == "/var/log/kern.log"
     for bad, words in [
         ("GPUS=$(reboot)", "GPUS='$(reboot)' is not a int"),
         ("PATH=/x", "is not one of"),
         ("DCGM_LEVEL=7", "DCGM_LEVEL=7 is not 0-4"),
         ("KERNEL_LOG=kern.log", "not an absolute path"),
+        ("XID_STANDIN=kern.log", "not an absolute path"),
     ]:
         with pytest.raises(service.FactsError, match=words.replace("$", r"\$").replace("(", r"\(").replace(")", r"\)")):
             service.parse_facts(bad, "gpu-001")
@@ -60,7 +57,7 @@ class Node:
             "PYTHONPATH": str(ROOT),
         }
         (tmp / "health.env").write_text(
-            f"GPUS={gpus}\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\nKERNEL_LOG={self.standin / 'kern.log'}\n"
+            f"GPUS={gpus}\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\nXID_STANDIN={self.standin / 'kern.log'}\n"
         )
         (self.standin / "kern.log").write_text("Nov 24 12:00:00 gpu-001 kernel: an old line\n")
 
@@ -262,3 +259,49 @@ def test_the_health_thread_signals_a_changed_verdict_once_and_survives_a_failing
         last = check_once(Monitor(), last, logged.append, lambda: changes.append(len(verdicts)))
     assert changes == [4, 2]  # the first verdict, then the failure; not its repeats nor the error
     assert last == ("fail", "down") and any("parser bug" in line for line in logged)
+
+
+XID79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=0, GPU has fallen off the bus."
+
+
+def test_a_xid_line_any_user_can_log_is_not_read(tmp_path):
+    """Issue 33, finding 3: `logger -p kern.crit 'NVRM: Xid ...'`, as any user, makes rsyslog write the line to
+    /var/log/kern.log, the file a node's health.env named before. That file is no longer read: the check reads the
+    kernel's own records, so the forged line takes nothing down."""
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    facts, standin = service.parse_facts(f"GPUS=0\nDCGM_LEVEL=0\nDISK_MIN_FREE_GIB=0\nKERNEL_LOG={kern}\n", "gpu-001")
+    m = service.Monitor(
+        facts, standin, str(tmp_path / "verdict"), str(tmp_path / "state"), boot_id_path=str(tmp_path / "boot_id")
+    )
+    assert isinstance(m.source, xid.KmsgSource) and m.source.path == "/dev/kmsg"
+    with open(kern, "a") as f:
+        f.write(f"Nov 29 04:00:00 gpu-001 kernel: [ 99.000000] {XID79}\n")
+    (result,) = [r for r in m.run([XID]).results if r.check == XID]
+    assert result.status in ("ok", "unknown") and result.action == "none", result  # unknown: no /dev/kmsg here
+
+
+def test_no_kernel_log_is_unknown_and_hpcc_status_says_so(tmp_path):
+    """Issue 33, finding 8: a missing or unreadable source is `unknown`, never ok, and `hpcc status` shows it."""
+    from infra.ops.status.cluster import health_text
+
+    facts, _ = service.parse_facts("GPUS=0\nDCGM_LEVEL=0\nDISK_MIN_FREE_GIB=0\n", "gpu-001")
+    gone = xid.KmsgSource(lambda: "boot-1", path=str(tmp_path / "kmsg"))  # an image without /dev/kmsg
+    m = service.Monitor(facts, "", str(tmp_path / "verdict"), str(tmp_path / "state"), xid_source=gone)
+    v = m.run([XID])
+    assert v.status == "unknown" and v.healthy and "no kernel log to read Xids from" in v.reason
+    fields = service.status_fields(str(tmp_path / "verdict"), state_dir=str(tmp_path / "state"))
+    assert fields["health"] == "unknown" and fields["healthCheck"] == XID and "ok" not in fields
+    assert health_text(fields) == "unknown xid"
+    standin = service.Monitor(facts, str(tmp_path / "absent.log"), str(tmp_path / "v2"), str(tmp_path / "s2"))
+    assert standin.run([XID]).status == "unknown"
+
+
+def test_a_stand_in_named_by_a_health_env_others_can_write_is_refused(tmp_path):
+    env = tmp_path / "health.env"
+    env.write_text(f"GPUS=0\nXID_STANDIN={tmp_path}/kern.log\n")
+    env.chmod(0o666)
+    with pytest.raises(service.FactsError, match="others than root may write it"):
+        service.load_facts("gpu-001", str(env))
+    env.chmod(0o644)
+    assert service.load_facts("gpu-001", str(env))[1] == f"{tmp_path}/kern.log"

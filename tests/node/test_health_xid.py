@@ -4,6 +4,9 @@ NVIDIA's Xid catalog as shipped (hpcc_node/health/xid_catalog.json), read here a
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -113,3 +116,98 @@ def test_new_lines_reads_only_what_was_appended_and_starts_over_after_a_rotation
     third, _ = xid.new_lines(str(log), offset2)
     assert len(third) == 1 and "48," in third[0]
     assert xid.new_lines(str(tmp_path / "missing"), 5) == ([], 0)
+
+
+# -- where Xids come from (issue 33, findings 3 and 8) ----------------------------------------------------------
+
+XID79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=0, GPU has fallen off the bus."
+
+
+def record(priority: int, seq: int, message: str) -> bytes:
+    """One /dev/kmsg record: `priority,sequence,microseconds,flags;message`, then its dictionary lines."""
+    return f"{priority},{seq},{seq * 1000},-;{message}\n SUBSYSTEM=pci\n".encode()
+
+
+def test_only_the_kernels_own_records_are_read_for_xids():
+    """The kernel gives a record written to /dev/kmsg from user space the user facility (1) whatever priority it
+    asks for; syslog's kernel facility (what rsyslog files in kern.log) reaches no kmsg record at all."""
+    records = [
+        record(4, 10, XID79),
+        record(12, 11, XID79 + " (forged, user facility)"),
+        record(8 + 2, 12, "NVRM: Xid (PCI:0000:54:00): 48, forged at a kernel level, user facility"),
+        b"garbage without a header\n",
+        record(6, 13, "usb 1-1: new device"),
+    ]
+    lines, last = xid.kernel_messages(records, -1)
+    assert lines == [XID79, "usb 1-1: new device"] and last == 13
+    assert xid.kernel_messages(records, 10) == (["usb 1-1: new device"], 13)  # read once
+
+
+def test_the_kmsg_source_reads_each_boot_from_its_start_and_each_record_once():
+    boot, buffer = ["boot-1"], [record(4, 1, "an old line")]
+    source = xid.KmsgSource(lambda: boot[0], read=lambda path: list(buffer))
+    start = source.end()
+    assert start == "boot-1:1"
+    buffer.append(record(4, 2, XID79))
+    lines, at = source.since(start)
+    assert lines == [XID79] and at == "boot-1:2" and source.since(at)[0] == []
+    boot[0], buffer[:] = "boot-2", [record(4, 0, XID79)]  # rebooted: numbers start again, a Xid before the agent
+    assert source.since(at)[0] == [XID79]
+
+
+def test_a_missing_or_unreadable_source_is_unknown_never_ok(tmp_path):
+    """Issue 33, finding 8: no kernel log is no evidence of health (Amazon Linux 2023 has no kern.log at all)."""
+    missing = xid.KmsgSource(lambda: "b", path=str(tmp_path / "no-kmsg"))
+    result, position = xid.source_check(missing, "b:5", CATALOG)
+    assert (result.status, position) == ("unknown", "b:5") and "no kernel log" in result.evidence
+    result, _ = xid.source_check(xid.StandinSource(str(tmp_path / "absent")), None, CATALOG)
+    assert result.status == "unknown"
+
+
+def test_a_stand_in_others_could_write_is_not_read(tmp_path):
+    standin = tmp_path / "kern.log"
+    standin.write_text(f"kernel: {XID79}\n")
+    assert xid.source_check(xid.StandinSource(str(standin)), "0", CATALOG)[0].action == "down"
+    standin.chmod(0o666)
+    result, _ = xid.source_check(xid.StandinSource(str(standin)), "0", CATALOG)
+    assert result.status == "unknown" and "writable by others than root" in result.evidence
+    standin.chmod(0o644)
+    link = tmp_path / "link"
+    link.symlink_to(standin)
+    assert "not a regular file" in xid.source_check(xid.StandinSource(str(link)), "0", CATALOG)[0].evidence
+
+
+KMSG_WRITABLE = os.geteuid() == 0 and os.access(xid.KMSG, os.R_OK | os.W_OK)
+
+
+@pytest.mark.skipif(not KMSG_WRITABLE, reason="needs root and this machine's /dev/kmsg")
+def test_on_this_kernel_a_xid_written_from_user_space_is_not_a_kernel_record():
+    """The real /dev/kmsg: root writes a Xid line asking for the kernel facility (`<0>`, `<4>`); the kernel files
+    it under the user facility, and the check does not read it. A user other than root cannot write at all."""
+    source = xid.KmsgSource(lambda: "this-boot")
+    start = source.end()
+    text = f"NVRM: Xid (PCI:0000:53:00): 79, pid=0, forged by hpcc's test (issue 33, {os.urandom(6).hex()})"
+    fd = os.open(xid.KMSG, os.O_WRONLY)
+    try:
+        os.write(fd, f"<0>{text}\n".encode())
+        os.write(fd, f"<4>{text}\n".encode())
+    finally:
+        os.close(fd)
+    ours = [r for r in xid.read_kmsg() if text.encode() in r]
+    assert len(ours) == 2 and all(xid.kmsg_record(r)[0] == 1 for r in ours)  # the user facility
+    result, _ = xid.source_check(source, start, CATALOG)
+    assert result.status == "ok", result
+    nobody = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            f"import os; os.open({xid.KMSG!r}, os.O_WRONLY)",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert nobody.returncode != 0 and "PermissionError" in nobody.stderr

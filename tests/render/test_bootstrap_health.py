@@ -30,7 +30,7 @@ def _run(tmp_path, env, **state):
         "HPCC_HEALTH_VERDICT": str(tmp_path / "verdict"),
         "HPCC_HEALTH_STATE": str(tmp_path / "state"),
         "HPCC_CURRENT": str(ROOT),
-        "HPCC_KERNEL_LOG": str(standin / "kern.log"),
+        "HPCC_XID_STANDIN": str(standin / "kern.log"),
         "HPCC_HEALTH_DISK_MIN_FREE_GIB": "0",
     }
     ctx = context(log_path=str(tmp_path / "bootstrap.log"), efa_enabled=False)
@@ -48,7 +48,7 @@ def test_a_healthy_node_passes_and_its_facts_are_written(fake):
     out = _run(tmp_path, env)
     assert out.returncode == 0 and (tmp_path / "passed").exists(), (tmp_path / "bootstrap.log").read_text()
     assert (tmp_path / "health.env").read_text() == (
-        f"GPUS=8\nEFA_DEVICES=0\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\nKERNEL_LOG={tmp_path}/standin/kern.log\n"
+        f"GPUS=8\nEFA_DEVICES=0\nDCGM_LEVEL=2\nDISK_MIN_FREE_GIB=0\nXID_STANDIN={tmp_path}/standin/kern.log\n"
         "SHARED_MOUNT=\n"
     )
     assert "[health] dcgm_diag: ok" in (tmp_path / "bootstrap.log").read_text()

@@ -166,9 +166,11 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
 
 def health_text(status: dict) -> str:
     """The node's health verdict as its row shows it: the status, and for a failing one the deciding check and
-    the controller's action (`fail xid: drain`, `warn`); node-written, so plain and short."""
+    the controller's action (`fail xid: drain`); for one that warns or could not tell, its check (`unknown xid`:
+    no kernel log to read Xids from); node-written, so plain and short."""
     verdict = plain(status.get("health") or "")[:10]
     check, action = (plain(status.get(k) or "")[:40] for k in ("check", "action"))
+    check = check or plain(status.get("healthCheck") or "")[:40]
     if not check:
         return verdict
     return f"{verdict or 'fail'} {check}" + (f": {action}" if action else "")
