@@ -9,7 +9,7 @@ from infra.facts.instance_types import ec2_facts
 from infra.facts.subnets import private_cidr
 from infra.program.components.bundle import BundleArgs, BundleStore
 from infra.program.components.compute import Compute, ComputeArgs
-from infra.program.components.identity import Identity, IdentityArgs
+from infra.program.components.identity import Identity, IdentityArgs, launch_limits
 from infra.program.components.network import Network, NetworkArgs
 from infra.program.components.pins import Pins, PinsArgs
 from infra.program.components.security import Security, SecurityArgs
@@ -41,7 +41,9 @@ network = Network(
     "network", NetworkArgs(cluster.name, cfg.region, az, extra_tags, private_cidr=private_cidr(cluster.node_count))
 )
 security = Security("security", SecurityArgs(cluster.name, network.vpc_id, cluster.ssh.allowed_cidrs, extra_tags))
-identity = Identity("identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler))
+identity = Identity(
+    "identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler, launch_limits(cluster))
+)
 storage = Storage(
     "storage",
     StorageArgs(

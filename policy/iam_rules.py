@@ -119,15 +119,15 @@ EC2_DESCRIBE = frozenset(
     }
 )
 LAUNCH = frozenset({"ec2:RunInstances", "ec2:CreateFleet"})
-# What a launch reads and does not change, and which carries no cluster tag (a public image, the account's own
-# placement group or reservation): allowed to the launch actions without a tag condition.
-LAUNCH_INPUT = re.compile(r"arn:aws[a-z-]*:ec2:[a-z0-9-]*:\d*:(image|placement-group|capacity-reservation)/\*")
 CLUSTER_TAG_KEYS = (
     "aws:ResourceTag/hpcc:cluster",
     "aws:RequestTag/hpcc:cluster",
     "ec2:ResourceTag/hpcc:cluster",
     "autoscaling:ResourceTag/hpcc:cluster",
 )
+_EC2_RESOURCE = re.compile(r"arn:aws[a-z-]*:ec2:[a-z0-9-]*:\d*:(?P<kind>[a-z-]+)/(?P<id>.+)")
+# What a launch creates, each only with the cluster's tag in the request.
+LAUNCH_CREATED = ("instance", "volume", "network-interface", "fleet")
 
 
 def tag_scoped(condition: object, cluster: str) -> bool:
@@ -136,9 +136,80 @@ def tag_scoped(condition: object, cluster: str) -> bool:
     return isinstance(equals, Mapping) and any(equals.get(k) == cluster for k in CLUSTER_TAG_KEYS)
 
 
+def resource_tagged(condition: object, cluster: str) -> bool:
+    """A condition that the resource itself carries hpcc:cluster=<cluster> (not the request's tags)."""
+    return any(
+        _condition(condition, "StringEquals", f"{p}:ResourceTag/hpcc:cluster") == cluster for p in ("aws", "ec2")
+    )
+
+
+def _condition(condition: object, operator: str, key: str) -> object:
+    block = condition.get(operator) if isinstance(condition, Mapping) else None
+    return block.get(key) if isinstance(block, Mapping) else None
+
+
+def launch_problems(statement: Mapping, cluster: str) -> list[str]:
+    """What a statement allowing a launch (RunInstances, CreateFleet) lets the head's controller launch beyond its
+    cluster's launch templates: each resource of the launch needs its own condition (infra/program/components/
+    identity.py controller_statements, EC2 User Guide "Control launching instances"). "" problems: none."""
+    condition = statement.get("Condition")
+    templated = str(_condition(condition, "ArnLike", "ec2:LaunchTemplate") or "")
+    from_template = bool(re.fullmatch(r"arn:aws[a-z-]*:ec2:[a-z0-9-]*:\d*:launch-template/.+", templated))
+    given = str(_condition(condition, "Bool", "ec2:IsLaunchTemplateResource") or "").lower() == "true"
+    requested = _condition(condition, "StringEquals", "aws:RequestTag/hpcc:cluster") == cluster
+    out = []
+    for target in (str(t) for t in records.as_list(statement.get("Resource"))):
+        m = _EC2_RESOURCE.fullmatch(target)
+        kind, ident = (m.group("kind"), m.group("id")) if m else ("", "")
+        if kind == "launch-template":
+            if not resource_tagged(condition, cluster):
+                out.append(
+                    f"launches from {target} without a condition that the template is tagged "
+                    f"hpcc:cluster={cluster}: only the cluster's launch templates"
+                )
+            continue
+        if kind == "fleet":
+            if not requested:
+                out.append(f"creates fleets ({target}) without the request tag hpcc:cluster={cluster}")
+            continue
+        if not from_template:
+            out.append(
+                f"launches with {target} without the ec2:LaunchTemplate condition: every resource of a "
+                "launch only through one of the cluster's launch templates"
+            )
+        if kind in ("image", "security-group") and not given:
+            out.append(
+                f"launches with {target} not given by the template (ec2:IsLaunchTemplateResource): a "
+                "request could swap in another image or group"
+            )
+        elif kind == "subnet" and not resource_tagged(condition, cluster):
+            out.append(f"launches into {target} without a condition that it is tagged hpcc:cluster={cluster}")
+        elif kind in LAUNCH_CREATED and not requested:
+            out.append(f"creates {target} without the request tag hpcc:cluster={cluster}")
+        elif kind in ("placement-group", "capacity-reservation") and ("*" in ident or "?" in ident):
+            out.append(f"launches into {target}: name the cluster's own {kind}s, not every one of the account")
+        elif kind not in (
+            "image",
+            "security-group",
+            "subnet",
+            "placement-group",
+            "capacity-reservation",
+            *LAUNCH_CREATED,
+        ):
+            out.append(f"launches with {target}: not a resource the controller's launches use")
+        if kind == "instance":
+            types = records.as_list(_condition(condition, "StringEquals", "ec2:InstanceType"))
+            if not types or any("*" in str(t) or "?" in str(t) for t in types):
+                out.append(f"launches {target} of any instance type: only the groups' (ec2:InstanceType)")
+            if _condition(condition, "StringEquals", "ec2:MetadataHttpTokens") != "required":
+                out.append(f"launches {target} without IMDSv2 required (ec2:MetadataHttpTokens)")
+    return out
+
+
 def controller_statement(statement: Mapping, cluster: str) -> bool:
     """An EC2 statement of the head's controller whose reach is its own cluster: describes on "*", EC2 actions
-    under a cluster tag condition, or launches reading untagged launch inputs."""
+    under a cluster tag condition, or launches held to the cluster's launch templates (launch_problems: the image,
+    placement groups and reservations a launch reads carry no cluster tag)."""
     actions = {str(a) for a in records.as_list(statement.get("Action"))}
     targets = [str(t) for t in records.as_list(statement.get("Resource"))]
     if not actions or "NotAction" in statement or "NotResource" in statement:
@@ -146,8 +217,8 @@ def controller_statement(statement: Mapping, cluster: str) -> bool:
     if actions <= EC2_DESCRIBE:
         return True
     if all(a.startswith("ec2:") for a in actions) and tag_scoped(statement.get("Condition"), cluster):
-        return True
-    return actions <= LAUNCH and bool(targets) and all(LAUNCH_INPUT.fullmatch(t) for t in targets)
+        return True  # what else a launch needs is node-writes-own-only's (write_rules.py, launch_problems)
+    return actions <= LAUNCH and bool(targets) and not launch_problems(statement, cluster)
 
 
 def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:

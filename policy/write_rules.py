@@ -232,17 +232,19 @@ def statement_problems(cluster: str, head: bool, statement: dict) -> list[str]:
             "nodes trust (parameters' tags and labels, secrets' metadata, the bundle, IAM)"
         )
     fleet = [a for a in FLEET if _allows(statement, a)]
+    launches = [a for a in fleet if a in iam_rules.LAUNCH]
+    others = [a for a in fleet if a not in iam_rules.LAUNCH]
     if fleet and not head:
         out.append(
             f"allows {', '.join(fleet)} on {', '.join(targets)}: only the head's controller launches, tags or "
             "terminates instances"
         )
-    elif fleet and not (
-        _own_cluster_condition(statement.get("Condition"), cluster)
-        or (set(fleet) <= iam_rules.LAUNCH and all(iam_rules.LAUNCH_INPUT.fullmatch(t) for t in targets))
-    ):
+        return out
+    if launches:
+        out += [f"allows {', '.join(launches)}: {p}" for p in iam_rules.launch_problems(statement, cluster)]
+    if others and not _own_cluster_condition(statement.get("Condition"), cluster):
         out.append(
-            f"allows {', '.join(fleet)} on {', '.join(targets)} without a condition that the resource is "
+            f"allows {', '.join(others)} on {', '.join(targets)} without a condition that the resource is "
             f"tagged hpcc:cluster={cluster}: only its own cluster's instances and groups"
         )
     return out

@@ -229,6 +229,49 @@ def controller_terminates_any_instance(g):
     ]
 
 
+def controller_launches_without_a_template(g):
+    _edit_statement(g, "LaunchClusterInstances", lambda st: st["Condition"].pop("ArnLike"), role="head")
+
+
+def controller_launches_any_image(g):
+    _edit_statement(g, "LaunchTemplateImageAndGroups", lambda st: st["Condition"].pop("Bool"), role="head")
+
+
+def controller_launches_any_type(g):
+    _edit_statement(
+        g,
+        "LaunchClusterInstances",
+        lambda st: st["Condition"]["StringEquals"].update({"ec2:InstanceType": ["*"]}),
+        role="head",
+    )
+
+
+def controller_launches_without_imdsv2(g):
+    _edit_statement(
+        g,
+        "LaunchClusterInstances",
+        lambda st: st["Condition"]["StringEquals"].pop("ec2:MetadataHttpTokens"),
+        role="head",
+    )
+
+
+def controller_launches_into_any_reservation(g):
+    _add_statement(
+        g,
+        {
+            "Effect": "Allow",
+            "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
+            "Resource": ["arn:aws:ec2:us-east-1:123456789012:capacity-reservation/*"],
+            "Condition": {"ArnLike": {"ec2:LaunchTemplate": "arn:aws:ec2:us-east-1:123456789012:launch-template/*"}},
+        },
+        role="head",
+    )
+
+
+def controller_launches_from_any_template(g):
+    _edit_statement(g, "LaunchFromClusterTemplates", lambda st: st.pop("Condition"), role="head")
+
+
 def compute_node_reads_the_host_ca(g):
     _add_statement(
         g,
@@ -342,6 +385,12 @@ BREAKS = [
     ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),
     ("node-writes-own-only", controller_terminates_any_instance, "without a condition that the resource is tagged"),
     ("node-writes-own-only", compute_node_writes_host_certificates, "llm/certs/* without the hpcc:instance condition"),
+    ("node-writes-own-only", controller_launches_without_a_template, "without the ec2:LaunchTemplate condition"),
+    ("node-writes-own-only", controller_launches_any_image, "not given by the template"),
+    ("node-writes-own-only", controller_launches_any_type, "of any instance type"),
+    ("node-writes-own-only", controller_launches_without_imdsv2, "without IMDSv2 required"),
+    ("node-writes-own-only", controller_launches_into_any_reservation, "not every one of the account"),
+    ("node-writes-own-only", controller_launches_from_any_template, "only the cluster's launch templates"),
     ("host-ca-head-only", compute_node_reads_the_host_ca, "lets the compute nodes read the host CA"),
     ("no-secrets-in-user-data", private_key_in_gzipped_user_data, "userData holds a private key block"),
     ("no-secrets-in-user-data", aws_keys_in_instance_user_data, "an AWS secret access key"),
@@ -354,7 +403,13 @@ ALSO_WRITES = {iam_star_on_star, iam_service_wildcard, iam_every_secret}
 
 
 # Controller grants that reach beyond the cluster: iam-least-privilege fails them too, rightly.
-ALSO_REACH = {controller_tags_any_instance, controller_passes_any_role}
+ALSO_REACH = {
+    controller_tags_any_instance,
+    controller_passes_any_role,
+    controller_launches_any_image,
+    controller_launches_into_any_reservation,
+    controller_launches_from_any_template,
+}
 
 
 def rules_failed(rule, breaker):

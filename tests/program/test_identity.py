@@ -86,3 +86,54 @@ def test_each_role_launches_with_its_own_profile(planned):
         "hpcc-cpu-oneccl-head": profiles[role_name("cpu-oneccl", "head")],
         "hpcc-cpu-oneccl-compute": profiles[role_name("cpu-oneccl", "compute")],
     }
+
+
+LAUNCHES = ("ec2:RunInstances", "ec2:CreateFleet")
+
+
+def launch_statements(result, cluster: str) -> list[dict]:
+    [policy] = [r for r in result.of_type(ROLE_POLICY) if r["inputs"]["role"] == role_name(cluster, "head")]
+    return [
+        s
+        for s in json.loads(policy["inputs"]["policy"])["Statement"]
+        if s["Effect"] == "Allow" and set(s["Action"]) & set(LAUNCHES)
+    ]
+
+
+@pytest.mark.parametrize(
+    "example, types, reservations",
+    [
+        ("c6i-oneccl.yaml", ["c6i.16xlarge"], []),
+        ("p5-capacity-block.yaml", ["p5.48xlarge"], ["cr-0123456789abcdef0"]),
+    ],
+)
+def test_the_controller_launches_only_from_the_clusters_templates(example, types, reservations):
+    """Issue 33, finding 5: whoever holds the head's credentials launches only what the cluster's launch templates
+    say (their image and security groups), of the groups' types, with IMDSv2, into the cluster's subnets,
+    placement groups and the groups' reservations, never another image, type, reservation of the account."""
+    from hpcc_contract.names import placement_group_name
+    from policy import iam_rules
+
+    raw = read_raw(EXAMPLES / example)
+    cluster = raw["hpcc:cluster"]["name"]
+    stmts = launch_statements(plan_config(raw), cluster)
+    ec2 = "arn:aws:ec2:us-east-1:123456789012"
+    by_kind: dict[str, dict] = {}
+    for s in stmts:
+        assert iam_rules.launch_problems(s, cluster) == [], s
+        for r in s["Resource"]:
+            kind = r.split(":", 5)[5].split("/")[0]
+            by_kind.setdefault(kind, s)
+            if kind not in ("launch-template", "fleet"):
+                assert s["Condition"]["ArnLike"] == {"ec2:LaunchTemplate": f"{ec2}:launch-template/*"}, s
+    assert by_kind["launch-template"]["Condition"] == {"StringEquals": {"aws:ResourceTag/hpcc:cluster": cluster}}
+    assert by_kind["image"]["Condition"]["Bool"] == {"ec2:IsLaunchTemplateResource": "true"}
+    instance = by_kind["instance"]["Condition"]["StringEquals"]
+    assert instance["ec2:InstanceType"] == types
+    assert instance["ec2:MetadataHttpTokens"] == "required"
+    granted = [r for s in stmts for r in s["Resource"]]
+    assert [r for r in granted if ":capacity-reservation/" in r] == [
+        f"{ec2}:capacity-reservation/{r}" for r in reservations
+    ]
+    assert f"{ec2}:placement-group/{placement_group_name(cluster)}" in granted
+    assert not [r for r in granted if r.endswith(("placement-group/*", "capacity-reservation/*"))]

@@ -7,14 +7,16 @@ parameters, and
 A compute node reads the state bucket's membership.json and writes only its own status object,
 `status/${ec2:SourceInstanceARN}.json` (IAM User Guide "IAM policy elements: Variables and tags"), so it cannot mark
 another node ready; it has no DynamoDB access. The head runs the controller (controller_statements): it launches
-the groups with EC2 Fleet from the cluster's launch templates only, tags and terminates only instances tagged with
-the cluster, keeps the ledger table and the state bucket, and passes the compute role to the instances it launches. The
-secrets are created empty, so no key ever passes through Pulumi state, user data or stack outputs. The munge secret
-exists only with Slurm, so a cluster without it plans as before; turning Slurm on later creates it and updates the
-policies in place. The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys
-each node publishes at its own `hostkeys/${ec2:SourceInstanceARN}.json` into `certs/<node>.json`, which only the head
-writes. The login user has a key of its own (hpcc/<cluster>/user-key, made by the head like the cluster key): root's
-cluster key stays root's, so the login user's key opens the login user on every node and never root."""
+the groups with EC2 Fleet from the cluster's launch templates only (their image and security groups, the groups'
+instance types, IMDSv2, the cluster's subnets, placement groups and reservations), tags and terminates only
+instances tagged with the cluster, keeps the ledger table and the state bucket, and passes the compute role to the
+instances it launches. The secrets are created empty, so
+no key ever passes through Pulumi state, user data or stack outputs. The munge secret exists only with Slurm, so a
+cluster without it plans as before; turning Slurm on later creates it and updates the policies in place.
+The host CA (hpcc/<cluster>/host-ca, hpcc_node/certs.py) is the head's alone: it signs the host keys each node
+publishes at its own `hostkeys/${ec2:SourceInstanceARN}.json` into `certs/<node>.json`, which only the head writes.
+The login user has a key of its own (hpcc/<cluster>/user-key, made by the head like the cluster key): root's cluster
+key stays root's, so the login user's key opens the login user on every node and never root."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from hpcc_contract.names import (
     Paths,
     bundle_bucket,
     ledger_table,
+    placement_group_name,
     role_name,
     state_bucket,
     tags,
@@ -58,12 +61,34 @@ SECRET_WRITE = ["secretsmanager:PutSecretValue"]
 KEY_ROTATION = ["secretsmanager:ListSecretVersionIds", "secretsmanager:UpdateSecretVersionStage"]
 
 
+@dataclass(frozen=True)
+class LaunchLimits:
+    """What the controller may launch, from the config: its groups' instance types, the capacity reservations
+    (ODCRs, Capacity Blocks) and placement groups they name, and the cluster's own placement group."""
+
+    instance_types: tuple[str, ...] = ()
+    capacity_reservations: tuple[str, ...] = ()
+    placement_groups: tuple[str, ...] = ()
+
+
+def launch_limits(cluster) -> LaunchLimits:
+    """The limits of a ClusterConfig (infra/config/model.py): every group's, sorted (the same config writes the
+    same policy)."""
+    groups = cluster.node_groups
+    return LaunchLimits(
+        tuple(sorted({g.instance_type for g in groups})),
+        tuple(sorted({g.capacity_reservation_id for g in groups if g.capacity_reservation_id})),
+        tuple(sorted({placement_group_name(cluster.name)} | {g.placement_group for g in groups if g.placement_group})),
+    )
+
+
 @dataclass
 class IdentityArgs:
     cluster: str
     region: str
     extra_tags: dict[str, str] = field(default_factory=dict)
     scheduler: str = "none"  # cluster.scheduler: slurm adds the munge-key secret
+    launch: LaunchLimits = LaunchLimits()  # what the head's controller may launch (launch_limits)
 
 
 # What the controller reads (DescribeInstances with filters and pages, status checks, events, reservations).
@@ -87,67 +112,123 @@ LEDGER_ACTIONS = [
 ]
 
 
-def controller_statements(region: str, account: str, cluster: str) -> list[dict]:
-    """The head's controller (EC2 User Guide, "Example IAM policies for EC2 Fleet" and "Grant permission to tag
-    Amazon EC2 resources during creation"): launches need the launch template tagged with the cluster, and every
-    instance, volume and interface launched carries hpcc:cluster=<c> at creation (the template's tag
-    specifications); the other resources a launch touches (subnet, security groups, image, placement group,
-    reservation, the fleet) are named by the template. Tags after launch: only hpcc:node, only on the cluster's
-    instances; terminate and reboot likewise only the cluster's."""
+def controller_statements(region: str, account: str, cluster: str, limits: LaunchLimits = LaunchLimits()) -> list[dict]:
+    """The head's controller (EC2 User Guide, "Example IAM policies for EC2 Fleet", "Grant permission to tag
+    Amazon EC2 resources during creation", and "Control launching instances": "Require the use of a launch
+    template" and "Require IMDSv2"; Service Authorization Reference, Amazon EC2, condition keys
+    `ec2:LaunchTemplate`, `ec2:IsLaunchTemplateResource`, `ec2:InstanceType`, `ec2:MetadataHttpTokens`).
+
+    A launch (RunInstances, and an instant EC2 Fleet, which launches with its caller's RunInstances permissions:
+    "EC2 Fleet prerequisites", no service-linked role for an instant fleet) is allowed only from a launch template
+    tagged with the cluster (the cluster's own: the deployer creates them, and hpcc:* tags are the deployer's
+    alone, docs/security.md), and every other resource of the launch only when the request names a launch template
+    (`ec2:LaunchTemplate`); the image and the security groups only as the template gives them
+    (`ec2:IsLaunchTemplateResource`), so a request cannot swap in another image. The instance: tagged with the
+    cluster at creation, of one of the groups' instance types, with IMDSv2 required. Subnets: the cluster's (EC2
+    Fleet's override gives it: the template's interfaces carry none). Placement groups and capacity reservations:
+    the cluster's own and the ones its groups name, by ARN, no other of the account's. Tags after launch: only
+    hpcc:node, only on the cluster's instances; terminate and reboot likewise only the cluster's."""
     ec2 = f"arn:aws:ec2:{region}:{account}"
-    created = [f"{ec2}:instance/*", f"{ec2}:volume/*", f"{ec2}:network-interface/*", f"{ec2}:fleet/*"]
-    own = {"StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}}
+    own = {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}
+    requested = {f"aws:RequestTag/{TAG_CLUSTER}": cluster}
+    from_template = {"ec2:LaunchTemplate": f"{ec2}:launch-template/*"}
+    template_given = {"ec2:IsLaunchTemplateResource": "true"}
+    created = [f"{ec2}:volume/*", f"{ec2}:network-interface/*"]
     table = f"arn:aws:dynamodb:{region}:{account}:table/{ledger_table(cluster)}"
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
+    reservations = [f"{ec2}:capacity-reservation/{r}" for r in limits.capacity_reservations]
     return [
-        # The cluster's launch templates, subnets and security groups all carry hpcc:cluster (hpcc_contract/names.py
-        # tags).
+        # The cluster's launch templates carry hpcc:cluster (hpcc_contract/names.py tags).
         {
             "Sid": "LaunchFromClusterTemplates",
             "Effect": "Allow",
             "Action": LAUNCH,
-            "Resource": [f"{ec2}:launch-template/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*"],
-            "Condition": own,
+            "Resource": [f"{ec2}:launch-template/*"],
+            "Condition": {"StringEquals": own},
+        },
+        {
+            "Sid": "LaunchClusterInstances",
+            "Effect": "Allow",
+            "Action": LAUNCH,
+            "Resource": [f"{ec2}:instance/*"],
+            "Condition": {
+                "StringEquals": {
+                    **requested,
+                    "ec2:InstanceType": list(limits.instance_types),
+                    "ec2:MetadataHttpTokens": "required",
+                },
+                "ArnLike": from_template,
+            },
+        },
+        {
+            "Sid": "LaunchTemplateImageAndGroups",
+            "Effect": "Allow",
+            "Action": LAUNCH,
+            "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:security-group/*"],
+            "Condition": {"ArnLike": from_template, "Bool": template_given},
+        },
+        {
+            "Sid": "LaunchIntoClusterSubnets",
+            "Effect": "Allow",
+            "Action": LAUNCH,
+            "Resource": [f"{ec2}:subnet/*"],
+            "Condition": {"StringEquals": own, "ArnLike": from_template},
         },
         {
             "Sid": "LaunchTaggedWithCluster",
             "Effect": "Allow",
             "Action": LAUNCH,
             "Resource": created,
-            "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": cluster}},
+            "Condition": {"StringEquals": requested, "ArnLike": from_template},
         },
-        # What a launch reads and leaves as it is, untagged: the public image, a reservation's placement group.
+        # The fleet resource of an instant fleet itself: what it launches is held by the statements above.
         {
-            "Sid": "LaunchInputs",
+            "Sid": "InstantFleet",
+            "Effect": "Allow",
+            "Action": ["ec2:CreateFleet"],
+            "Resource": [f"{ec2}:fleet/*"],
+            "Condition": {"StringEquals": requested},
+        },
+        {
+            "Sid": "LaunchIntoClusterPlacementGroups",
             "Effect": "Allow",
             "Action": LAUNCH,
-            "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:placement-group/*", f"{ec2}:capacity-reservation/*"],
+            "Resource": [f"{ec2}:placement-group/{g}" for g in limits.placement_groups],
+            "Condition": {"ArnLike": from_template},
         },
+        *(
+            [
+                {
+                    "Sid": "LaunchIntoGroupReservations",
+                    "Effect": "Allow",
+                    "Action": LAUNCH,
+                    "Resource": reservations,
+                    "Condition": {"ArnLike": from_template},
+                }
+            ]
+            if reservations
+            else []
+        ),
         {
             "Sid": "TagOnLaunch",
             "Effect": "Allow",
             "Action": ["ec2:CreateTags"],
-            "Resource": created,
-            "Condition": {
-                "StringEquals": {
-                    "ec2:CreateAction": ["CreateFleet", "RunInstances"],
-                    f"aws:RequestTag/{TAG_CLUSTER}": cluster,
-                }
-            },
+            "Resource": [f"{ec2}:instance/*", *created, f"{ec2}:fleet/*"],
+            "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateFleet", "RunInstances"], **requested}},
         },
         {
             "Sid": "NameClusterInstances",
             "Effect": "Allow",
             "Action": ["ec2:CreateTags"],
             "Resource": [f"{ec2}:instance/*"],
-            "Condition": {**own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}},
+            "Condition": {"StringEquals": own, "ForAllValues:StringEquals": {"aws:TagKeys": [TAG_NODE]}},
         },
         {
             "Sid": "TerminateClusterInstances",
             "Effect": "Allow",
             "Action": ["ec2:TerminateInstances"],
             "Resource": [f"{ec2}:instance/*"],
-            "Condition": own,
+            "Condition": {"StringEquals": own},
         },
         # The health rules' remedy without Slurm (hpcc_node/controller/health/act.py; with Slurm, scontrol reboot).
         {
@@ -155,7 +236,7 @@ def controller_statements(region: str, account: str, cluster: str) -> list[dict]
             "Effect": "Allow",
             "Action": ["ec2:RebootInstances"],
             "Resource": [f"{ec2}:instance/*"],
-            "Condition": own,
+            "Condition": {"StringEquals": own},
         },
         {"Sid": "ControllerReads", "Effect": "Allow", "Action": CONTROLLER_DESCRIBE, "Resource": "*"},
         {
@@ -226,6 +307,7 @@ def node_policy(
     cluster: str | None = None,
     host_ca_arn: str | None = None,
     user_key_arn: str | None = None,
+    launch: LaunchLimits = LaunchLimits(),
 ) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/program/components/bundle.py); the bucket's policy allows the same roles only."""
@@ -276,7 +358,7 @@ def node_policy(
                 ),
                 *(
                     (
-                        controller_statements(region, account, cluster)
+                        controller_statements(region, account, cluster, launch)
                         if role == "head"
                         else node_state_statements(account, cluster)
                     )
@@ -380,7 +462,9 @@ class Identity(pulumi.ComponentResource):
                 role=iam_role.name,
                 opts=child,
                 policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn, user_key.arn).apply(
-                    lambda a, role=role: node_policy(args.region, a[0], paths, a[1], role, a[2], c, a[3], a[4])
+                    lambda a, role=role: node_policy(
+                        args.region, a[0], paths, a[1], role, a[2], c, a[3], a[4], args.launch
+                    )
                 ),
             )
             profile = aws.iam.InstanceProfile(
