@@ -242,7 +242,11 @@ def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
         "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"],
     }
     assert by_sid["LaunchFromClusterTemplates"]["Condition"] == own
-    assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {"StringEquals": {"aws:RequestTag/hpcc:cluster": c}}
+    template = {"ec2:LaunchTemplate": f"arn:aws:ec2:{result.config.region}:{env.account}:launch-template/*"}
+    assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {
+        "StringEquals": {"aws:RequestTag/hpcc:cluster": c},
+        "ArnLike": template,
+    }
     assert by_sid["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": ["hpcc:node"]}
     assert by_sid["Ledger"]["Resource"] == [
         f"arn:aws:dynamodb:{result.config.region}:{env.account}:table/{names.ledger_table(c)}"
@@ -253,7 +257,7 @@ def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
         for s in doc["Statement"]
         if s["Effect"] == "Allow" and "Condition" not in s and any(a.startswith("ec2:") for a in s["Action"])
     ]
-    assert {s["Sid"] for s in unconditioned} == {"ControllerReads", "LaunchInputs"}
+    assert {s["Sid"] for s in unconditioned} == {"ControllerReads"}  # every launch input under a condition
     assert all(a.startswith("ec2:Describe") for a in by_sid["ControllerReads"]["Action"])
 
 
