@@ -93,6 +93,22 @@ def _policy_doc(inputs: dict):
         return None
 
 
+def _denies_other_writers(statement: dict, objects: str, roles: set[str]) -> bool:
+    """A Deny of s3:PutObject on every object of the bucket to "*", all but `roles` (aws:PrincipalArn)."""
+    if statement.get("Effect") != "Deny" or statement.get("Principal") not in ("*", {"AWS": "*"}):
+        return False
+    actions = [str(a) for a in records.as_list(statement.get("Action"))]
+    if not any(a in ("s3:PutObject", "s3:*", "*") for a in actions) or objects not in records.as_list(
+        statement.get("Resource")
+    ):
+        return False
+    condition = statement.get("Condition") or {}
+    exempt = [(condition.get(op) or {}).get("aws:PrincipalArn") for op in ("ArnNotEquals", "ArnNotLike")]
+    return set(condition) <= {"ArnNotEquals", "ArnNotLike"} and any(
+        e is not None and set(records.as_list(e)) <= roles for e in exempt
+    )
+
+
 def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     """The state bucket (infra/program/components/state.py): only the cluster's roles; the compute role reads
     membership.json, the statuses (a rollout waits on its canaries') and the host certificates (certs/*) and writes
@@ -119,6 +135,14 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
     if doc is None:
         return ["policy is not a JSON policy document"]
     out = []
+    if not any(
+        _denies_other_writers(s, f"{arn}/*", {head, node}) for s in records.as_list((doc or {}).get("Statement"))
+    ):
+        out.append(
+            f"no Deny of object writes (s3:PutObject on {arn}/*) to every principal but {head_role} and "
+            f"{node_role} (aws:PrincipalArn): another principal of the account could write the membership, a "
+            "node's status or a certificate the cluster trusts"
+        )
     for n, s in enumerate(records.as_list((doc or {}).get("Statement"))):
         if s.get("Effect") != "Allow":
             continue

@@ -184,6 +184,21 @@ def state_bucket_lets_nodes_write_the_certificates(g):
     )
 
 
+def state_bucket_writable_by_other_principals(g):
+    policy = first(g, bucket_rules.BUCKET_POLICY, lambda r: "-state-" in str(r["inputs"]["bucket"]))
+    doc = json.loads(policy["inputs"]["policy"])
+    doc["Statement"] = [st for st in doc["Statement"] if st.get("Sid") != "OnlyTheClusterWritesState"]
+    policy["inputs"]["policy"] = json.dumps(doc)
+
+
+def state_bucket_deny_spares_everyone(g):
+    _edit_state_policy(
+        g,
+        "OnlyTheClusterWritesState",
+        lambda st: st["Condition"]["ArnNotEquals"].update({"aws:PrincipalArn": ["arn:aws:iam::123456789012:role/*"]}),
+    )
+
+
 def compute_node_publishes_any_nodes_host_keys(g):
     _edit_statement(
         g,
@@ -380,6 +395,8 @@ BREAKS = [
     ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
     ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
     ("state-bucket-private", state_bucket_lets_nodes_write_the_certificates, "s3:PutObject on arn:aws:s3:::"),
+    ("state-bucket-private", state_bucket_writable_by_other_principals, "no Deny of object writes"),
+    ("state-bucket-private", state_bucket_deny_spares_everyone, "no Deny of object writes"),
     ("node-writes-own-only", compute_node_publishes_any_nodes_host_keys, "writes only its own status and host keys"),
     ("node-writes-own-only", compute_node_puts_the_ssh_key, "only the head writes"),
     ("node-writes-own-only", head_tags_the_status_parameters, "ssm:AddTagsToResource"),

@@ -137,3 +137,22 @@ def test_the_controller_launches_only_from_the_clusters_templates(example, types
     ]
     assert f"{ec2}:placement-group/{placement_group_name(cluster)}" in granted
     assert not [r for r in granted if r.endswith(("placement-group/*", "capacity-reservation/*"))]
+
+
+def test_the_state_bucket_denies_every_other_principal_its_writes(planned):
+    """Issue 33, finding 9: whatever another principal's own IAM policies allow, it writes no object of the state
+    bucket (the membership, a node's status, a certificate): the bucket policy's Deny spares the two node roles only."""
+    from policy import bucket_rules
+
+    [policy] = [r for r in planned.of_type("aws:s3/bucketPolicy:BucketPolicy") if "-state-" in r["inputs"]["bucket"]]
+    doc = json.loads(policy["inputs"]["policy"])
+    [deny] = [s for s in doc["Statement"] if s["Effect"] == "Deny"]
+    bucket = f"arn:aws:s3:::{policy['inputs']['bucket']}"
+    roles = [f"arn:aws:iam::123456789012:role/{role_name('cpu-oneccl', r)}" for r in ("head", "compute")]
+    assert (deny["Principal"], deny["Resource"], deny["Condition"]) == (
+        "*",
+        [f"{bucket}/*"],
+        {"ArnNotEquals": {"aws:PrincipalArn": roles}},
+    )
+    assert "s3:PutObject" in deny["Action"]
+    assert bucket_rules.state_bucket_policy_resource(bucket_rules.BUCKET_POLICY, policy["inputs"]) == []

@@ -3,7 +3,8 @@ string hash key `pk`, on demand) and the state bucket (`membership.json`, writte
 `status/<instance-arn>.json`, each written by its own node only: infra/program/components/identity.py).
 
 The bucket is private as the bundle bucket is: every public access blocked, SSE-S3, and a policy naming only the
-cluster's two node roles with exactly what each may do (policy rule `state-bucket-private`). `pulumi destroy`
+cluster's two node roles with exactly what each may do, and denying every other principal any object write (policy
+rule `state-bucket-private`). `pulumi destroy`
 empties and removes it (`force_destroy`); statuses and membership are the running cluster's, nothing to keep."""
 
 from __future__ import annotations
@@ -42,13 +43,25 @@ class StateArgs:
 
 def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
     """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host
-    certificates, and writes its own status and host public keys only. No Deny and no wildcard principal (as the bundle
-    bucket, infra/program/components/bundle.py)."""
+    certificates, and writes its own status and host public keys only. No other principal writes an object, whatever
+    its own IAM policies allow (a bucket policy's Deny binds the account's principals too: IAM User Guide, "Policy
+    evaluation logic"): what the controller and the nodes read there (the membership, the statuses, the
+    certificates) is theirs alone. The Deny names the two roles by `aws:PrincipalArn` (a role session's is its role's
+    ARN: IAM User Guide, "AWS global condition context keys"); reads and deletes stay open to the deployer (`hpcc
+    status`, `hpcc reap`, `pulumi destroy` empties the bucket)."""
     arn = f"arn:aws:s3:::{bucket}"
     return json.dumps(
         {
             "Version": "2012-10-17",
             "Statement": [
+                {
+                    "Sid": "OnlyTheClusterWritesState",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": ["s3:PutObject", "s3:PutObjectAcl", "s3:PutObjectTagging", "s3:RestoreObject"],
+                    "Resource": [f"{arn}/*"],
+                    "Condition": {"ArnNotEquals": {"aws:PrincipalArn": [head_arn, compute_arn]}},
+                },
                 {
                     "Sid": "HeadKeepsState",
                     "Effect": "Allow",
