@@ -19,6 +19,7 @@ from hpcc_node.awscli import error_code
 from hpcc_node.health.verdict import clean_reason
 
 from . import fleet, membership
+from .decide_failures import REQUESTED
 from .health.act import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
 from .model import (
@@ -94,13 +95,14 @@ class Executor(HealthActs):
             return
         self.seq += 1
         counted = a.kind != REPLACE or a.data.get("counted", True)
+        requested = REQUESTED if a.kind == REPLACE and a.data.get("requested") else ""  # hpcc replace's budget
         self.ledger.event(
             Event(
                 self.clock(),
                 a.kind,
                 a.node or a.group,
                 a.why.failure if counted else "",
-                a.data.get("signature", "") if counted else "",
+                a.data.get("signature", "") if counted else requested,
                 phase,
                 detail or a.why.text(),
             ),

@@ -15,7 +15,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 from hpcc_contract.names import fleet_client_token, node_name
 
 from .assess import assess, block_phase, drained, held_by_person
-from .decide_failures import Failure, down_and_replace, failure_actions, slurm_reason, unprotect
+from .decide_failures import (
+    Failure,
+    alert,
+    down_and_replace,
+    failure_actions,
+    requested_within_budget,
+    slurm_reason,
+    unprotect,
+)
 from .health.decide import health_actions
 from .model import (
     ACTIVE_STATES,
@@ -149,7 +157,7 @@ def _slot_actions(
             )
         ]
     if slot.replace_requested and not (slot.state == ENDED):
-        return down_and_replace(slot, Why("", "requested by hpcc replace"), node, snap, counted=False)
+        return down_and_replace(slot, Why("", "requested by hpcc replace"), node, snap, counted=False, requested=True)
     if slot.state in (ENDED, FAILED) or held_by_person(node):
         return []  # a person's drain or down is never undone; failed slots wait for a person
     verdict = assess(slot, group, snap, now, timers)
@@ -180,13 +188,21 @@ def _slot_actions(
     return []
 
 
+def launched(snap: Snapshot) -> Set[str]:
+    """The instances this controller launched: its ledger's launch records (kept a day). The tags an instance
+    carries say nothing of who launched it (anyone allowed to tag an instance can write them), so an instance is
+    named or terminated only when a record holds it."""
+    return {iid for rec in snap.launches for iid in rec.instance_ids or ()}
+
+
 def _unnamed(group: Group, snap: Snapshot, named: Set[str], now: float, timers: Timers) -> List[Tuple[float, str]]:
-    """Live instances of the group that no slot holds, oldest first: from EC2 and from launches recorded in the
-    ledger that EC2 does not list yet."""
+    """Live instances of the group that no slot holds and this controller launched, oldest first: from EC2 and from
+    launches recorded in the ledger that EC2 does not list yet."""
+    ours = launched(snap)
     seen = {
         i.instance_id: (i.launch_time, i.instance_id)
         for i in snap.instances.values()
-        if i.group == group.name and i.state in LIVE and i.instance_id not in named
+        if i.group == group.name and i.state in LIVE and i.instance_id not in named and i.instance_id in ours
     }
     for rec in snap.launches:
         if rec.group == group.name and rec.instance_ids and now - rec.at <= timers.orphan_timeout_seconds:
@@ -351,12 +367,14 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
                         why=Why("", f"{SHRINK}: group {name} is no longer configured"),
                     )
                 )
+    out = requested_within_budget(out, snap, now, timers, cluster_nodes, raised)
     health, failures, unlisted = health_actions(failures, snap, groups, now, timers, cluster_nodes, raised)
     out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
     taken: Set[str] = set()
     for group in groups:
         out += _fill(group, by_group[group.name], snap, now, timers, named, taken)
+    ours = launched(snap)
     for inst in sorted(snap.instances.values(), key=lambda i: i.instance_id):
         if (
             inst.state in LIVE
@@ -364,14 +382,23 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             and inst.instance_id not in taken
             and now - inst.launch_time > timers.orphan_timeout_seconds
         ):
-            out.append(
-                Action(
-                    TERMINATE_ORPHAN,
-                    group=inst.group,
-                    instance_id=inst.instance_id,
-                    why=Why("", f"cluster instance with no name after {timers.orphan_timeout_seconds} s"),
+            if inst.instance_id in ours:
+                out.append(
+                    Action(
+                        TERMINATE_ORPHAN,
+                        group=inst.group,
+                        instance_id=inst.instance_id,
+                        why=Why("", f"cluster instance with no name after {timers.orphan_timeout_seconds} s"),
+                    )
                 )
-            )
+            else:  # a tag alone: never named, never terminated; said once
+                out += alert(
+                    f"foreign:{inst.instance_id}",
+                    f"{inst.instance_id} carries the cluster's tags but no "
+                    "launch of this controller made it: neither named nor terminated",
+                    snap,
+                    raised,
+                )
     for s in sorted(snap.slots.values(), key=lambda s: s.name):  # tags follow the ledger, for people and IAM
         named_inst = snap.instances.get(s.instance_id)
         if (

@@ -179,11 +179,13 @@ def failure_actions(
 
 
 def down_and_replace(
-    slot: Slot, why: Why, node: Optional[SlurmNode], snap: Snapshot, counted: bool = True
+    slot: Slot, why: Why, node: Optional[SlurmNode], snap: Snapshot, counted: bool = True, requested: bool = False
 ) -> List[Action]:
     """DOWN in Slurm (jobs on it are requeued or fail now, not at the next timeout), then REPLACE: the ledger marks
-    the slot replacing and the instance is terminated; the name moves once EC2 shows it shutting down."""
+    the slot replacing and the instance is terminated; the name moves once EC2 shows it shutting down. `requested`:
+    an `hpcc replace` request's (requested_within_budget)."""
     out: List[Action] = []
+    mark = {"requested": True} if requested else {}
     if snap.slurm is not None and not (node and "DOWN" in node.states and hpcc_reason(node)):
         out.append(
             Action(
@@ -192,7 +194,7 @@ def down_and_replace(
                 node=slot.name,
                 instance_id=slot.instance_id,
                 why=why,
-                data={"reason": slurm_reason(why)},
+                data={"reason": slurm_reason(why), **mark},
             )
         )
     out.append(
@@ -202,7 +204,7 @@ def down_and_replace(
             node=slot.name,
             instance_id=slot.instance_id,
             why=why,
-            data={"counted": counted, "signature": signature(why.failure, why.evidence)},
+            data={"counted": counted, "signature": signature(why.failure, why.evidence), **mark},
         )
     )
     return out
@@ -218,3 +220,40 @@ def unprotect(group: str, slots: List[Slot], snap: Snapshot) -> List[Action]:
         return []
     why = Why("", f"protection lifted: hpcc replace {', '.join(asked)}; the next boot decides")
     return [Action(PROTECT, group=group, data={"reason": ""}, why=why)]
+
+
+REQUESTED = "requested"  # the ledger event signature of a replacement `hpcc replace` asked for (act.py)
+
+
+def requested_within_budget(
+    actions: List[Action], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int, raised: set
+) -> List[Action]:
+    """`hpcc replace` requests spend a budget of their own, the circuit breaker's size (Timers.breaker_limit) in
+    any breaker window: a request is one ledger write anyone allowed to write the ledger can make for every slot,
+    and must not replace the cluster at once. Requests beyond it wait (their flag stays set) for the window to
+    pass, said by one alert."""
+    spent = sum(
+        1
+        for e in snap.events
+        if e.kind == REPLACE
+        and e.phase == "start"
+        and e.signature == REQUESTED
+        and now - e.at <= timers.breaker_window_seconds
+    )
+    budget = timers.breaker_limit(cluster_nodes) - spent
+    allowed: List[str] = []
+    waiting: List[str] = []
+    for a in actions:
+        if a.data.get("requested") and a.kind == REPLACE and a.node not in allowed + waiting:
+            (allowed if len(allowed) < budget else waiting).append(a.node)
+    out = [a for a in actions if not (a.data.get("requested") and a.node in waiting)]
+    if waiting:
+        out += alert(
+            "replace-budget",
+            f"{timers.breaker_limit(cluster_nodes)} requested replacements within "
+            f"{timers.breaker_window_seconds} s; {', '.join(waiting[:10])}{' ...' if len(waiting) > 10 else ''}"
+            " wait for the window to pass",
+            snap,
+            raised,
+        )
+    return out

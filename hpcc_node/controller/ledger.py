@@ -202,8 +202,14 @@ class Ledger:
                     out.slots[name] = Slot(**{**doc, "version": v})
                 elif kind == "group":
                     out.groups[name] = GroupState(**{**doc, "version": v})
-                elif kind == "launch" and now - doc["at"] > 2 * self.timers.orphan_timeout_seconds:
-                    out.stale.append(pk)  # its unnamed instances are orphans by now
+                elif kind == "launch" and now - doc["at"] > (
+                    self.timers.event_keep_seconds
+                    if doc.get("instance_ids") is not None
+                    else 2 * self.timers.orphan_timeout_seconds
+                ):
+                    # a launch's instances are the controller's to name or terminate while it keeps the record (a
+                    # day, as events); an intent whose result never came is retried within the orphan timeout
+                    out.stale.append(pk)
                 elif kind == "launch":
                     ids = doc.get("instance_ids")
                     out.launches.append(

@@ -4,9 +4,11 @@ It records `replace_requested` on each node's slot in the ledger (hpcc_node/cont
 `request_replace`, which owns the item's shape); the controller
 reads it at its next loop and does the rest (decide.py `down_and_replace`: DOWN in Slurm with an `hpcc:` reason,
 terminate, and once the instance is shutting down the name moves to a newly launched one, not counted against the
-group's budget). This is the one ledger write not made by the controller: it holds no lease, so it is a single
-conditional UpdateItem at the version it read (DynamoDB Developer Guide, "Condition expressions"), changing nothing but
-the flag; a controller that read the slot before loses its own write of it (Conflict) and reads again next loop.
+group's failure budget; requests spend a budget of their own, the circuit breaker's size an hour:
+decide_failures.py `requested_within_budget`). This is the one ledger write not made by the controller: it holds no
+lease, so it is a single conditional UpdateItem at the version it read (DynamoDB Developer Guide, "Condition
+expressions"), changing nothing but the flag; a controller that read the slot before loses its own write of it
+(Conflict) and reads again next loop.
 
 It needs only DynamoDB on the cluster's table: the deployer's credentials on the operator's machine, or the head's
 instance role on the head (`hpcc replace --cluster C --region R NODE` there). The core below takes a boto3-shaped
@@ -21,6 +23,7 @@ from typing import Any
 
 from hpcc_node.controller import model
 from hpcc_node.controller.ledger import read_slot, request_replace
+from hpcc_node.controller.timers import Timers
 
 RETRIES = 5  # a controller writing the same slot at that moment: read again, at most this often
 
@@ -89,11 +92,14 @@ def plan_text(done: Sequence[Requested], cluster: str, loop_seconds: int) -> lis
             continue
         lines.append(f"{r.node} ({r.instance_id or 'no instance'}, {r.state}): replacement requested in the ledger")
     if any(not r.already for r in done):
+        t = Timers()
+        breaker_text = f"{t.breaker_min} (or {t.breaker_fraction:.0%} of the nodes, if more)"
         lines += [
             f"the controller on the head acts at its next loop (within {loop_seconds} s): it marks each node "
             "DOWN in Slurm (reason `hpcc: requested by hpcc replace`), terminates its instance, and once EC2 "
             "shows it shutting down gives the name to a new instance of the same group (launched from the "
-            "group's launch template); not counted against the group's replacement budget",
+            "group's launch template); not counted against the group's failure budget, but at most "
+            f"{breaker_text} requested replacements an hour (more wait, and `hpcc status` says so)",
             f"watch: `hpcc status --cluster {cluster}` (per group, and the controller's actions), or on the "
             "head `journalctl -u hpcc-controller -f` (also /var/log/hpcc/controller.log)",
         ]

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from hpcc_contract.names import node_name
 from hpcc_node.controller.decide import decide
-from hpcc_node.controller.model import READY, Action, Group, Instance, Report, Slot, SlurmNode, Snapshot
+from hpcc_node.controller.model import READY, Action, Group, Instance, LaunchRecord, Report, Slot, SlurmNode, Snapshot
 
 NOW = 1_000_000.0
 GPU = Group("gpu", "p5.48xlarge", 4, launch_template="lt-gpu", subnet_id="subnet-1")
@@ -50,6 +50,16 @@ def merge(groups: Iterable[Group], slurm: bool = True) -> Snapshot:
 def with_instance(snap: Snapshot, name: str, **changes) -> Snapshot:
     i_id = snap.slots[name].instance_id
     return replace(snap, instances={**snap.instances, i_id: replace(snap.instances[i_id], **changes)})
+
+
+def with_launched(snap: Snapshot, *instances: Instance) -> Snapshot:
+    """The instances in the snapshot, as this controller's launch (a ledger launch record holds their ids)."""
+    rec = LaunchRecord(
+        f"t-{len(snap.launches)}", instances[0].group, len(instances), NOW - 30, tuple(i.instance_id for i in instances)
+    )
+    return replace(
+        snap, instances={**snap.instances, **{i.instance_id: i for i in instances}}, launches=snap.launches + (rec,)
+    )
 
 
 def with_slot(snap: Snapshot, name: str, **changes) -> Snapshot:

@@ -41,6 +41,7 @@ from tests.node.controller_cases import (
     merge,
     run,
     with_instance,
+    with_launched,
     with_report,
     with_slot,
     with_slurm,
@@ -280,6 +281,37 @@ def test_hpcc_replace_is_done_without_spending_budget():
     assert kinds(actions, N1) == [DOWN, REPLACE] and by_kind(actions, REPLACE)[0].data["counted"] is False
 
 
+def test_hpcc_replace_requests_count_against_a_budget_of_their_own():
+    """Issue 33, finding 9: one ledger write can flag every slot; requests spend at most the breaker's size in its
+    window (16 an hour here), the rest wait with their flag set, said once."""
+    from hpcc_node.controller.decide_failures import REQUESTED
+
+    s = cluster()
+    for name in ("gpu-000", N1, "gpu-002"):
+        s = with_slot(s, name, replace_requested=True)
+    spent = tuple(m.Event(NOW - 600, REPLACE, f"gpu-9{k:02d}", "", REQUESTED) for k in range(15))
+    actions = run(replace(s, events=spent))
+    assert [a.node for a in by_kind(actions, REPLACE)] == ["gpu-000"]
+    assert [a.node for a in by_kind(actions, DOWN)] == ["gpu-000"]
+    [said] = by_kind(actions, m.ALERT)
+    assert said.data["key"] == "replace-budget" and "gpu-001, gpu-002 wait" in said.why.evidence
+    later = run(replace(s, events=tuple(replace(e, at=NOW - 3601) for e in spent)))
+    assert [a.node for a in by_kind(later, REPLACE)] == ["gpu-000", N1, "gpu-002"]
+
+
+def test_a_requested_replacement_is_recorded_as_one_for_the_budget():
+    from hpcc_node.controller.act import Executor
+    from hpcc_node.controller.decide_failures import REQUESTED
+
+    recorded = []
+    ex = Executor.__new__(Executor)
+    ex.seq, ex.clock = 0, lambda: NOW
+    ex.ledger = type("L", (), {"event": lambda self, e, seq: recorded.append(e)})()
+    [_, rep] = run(with_slot(cluster(), N1, replace_requested=True))[:2]
+    ex._record(rep, "start")
+    assert (recorded[0].kind, recorded[0].signature, recorded[0].failure) == (REPLACE, REQUESTED, "")
+
+
 def _block(start: float, end: float):
     return replace(GPU, market="capacity-block", capacity_block=CapacityBlock("cr-1", start, end))
 
@@ -314,8 +346,8 @@ def test_a_later_capacity_block_takes_the_ended_names_again():
         s = with_slot(with_instance(s, name, state="terminated"), name, state=m.ENDED)
     later = _block(NOW - 60, NOW + 86400)
     assert [a.data["count"] for a in by_kind(run(s, (later,)), LAUNCH)] == [4]
-    fresh = {f"i-n{k}": Instance(f"i-n{k}", "pending", NOW - 30 + k, "gpu", ip(10 + k)) for k in range(4)}
-    names = [a.node for a in by_kind(run(replace(s, instances={**s.instances, **fresh}), (later,)), NAME)]
+    fresh = [Instance(f"i-n{k}", "pending", NOW - 30 + k, "gpu", ip(10 + k)) for k in range(4)]
+    names = [a.node for a in by_kind(run(with_launched(s, *fresh), (later,)), NAME)]
     assert names == ["gpu-000", "gpu-001", "gpu-002", "gpu-003"]
 
 
@@ -330,17 +362,31 @@ def test_a_replacement_inside_a_full_block_waits_without_budget():
 def test_orphans_are_terminated_after_the_timeout_and_not_before():
     young = Instance("i-orphan", "running", NOW - 200, "gpu", "10.9.9.9")
     old = replace(young, launch_time=NOW - 301)
-    assert TERMINATE_ORPHAN not in kinds(run(replace(cluster(), instances={**cluster().instances, "i-orphan": young})))
-    actions = run(replace(cluster(), instances={**cluster().instances, "i-orphan": old}))
+    assert TERMINATE_ORPHAN not in kinds(run(with_launched(cluster(), young)))
+    actions = run(with_launched(cluster(), old))
     assert [a.instance_id for a in by_kind(actions, TERMINATE_ORPHAN)] == ["i-orphan"]
     gone = replace(old, state="terminated")
-    assert TERMINATE_ORPHAN not in kinds(run(replace(cluster(), instances={**cluster().instances, "i-x": gone})))
+    assert TERMINATE_ORPHAN not in kinds(run(with_launched(cluster(), gone)))
+
+
+def test_an_instance_with_the_clusters_tags_that_no_launch_made_is_neither_named_nor_terminated():
+    """Issue 33, finding 9: whoever can tag an instance hpcc:cluster=<c> must not get it terminated by the
+    controller (a confused deputy) nor named into the cluster: only its own ledger's launches are its."""
+    stranger = Instance("i-stranger", "running", NOW - 3600, "gpu", "10.9.9.9")
+    s = with_slot(cluster(), N1, state=m.REPLACING, since=NOW - 10)
+    s = with_instance(replace(s, instances={**s.instances, "i-stranger": stranger}), N1, state="shutting-down")
+    actions = run(s)
+    assert not [a for a in actions if a.instance_id == "i-stranger" and a.kind != m.ALERT]
+    [said] = [a for a in by_kind(actions, m.ALERT) if "i-stranger" in a.why.evidence]
+    assert said.data["key"] == "foreign:i-stranger" and "neither named nor terminated" in said.why.evidence
+    assert [a.data["count"] for a in by_kind(actions, LAUNCH)] == [1]  # the name waits for a launch of its own
+    assert not [a for a in run(replace(s, alerts=frozenset({"foreign:i-stranger"}))) if a.kind == m.ALERT]
 
 
 def test_a_name_moves_only_once_its_predecessor_is_shutting_down():
     s = with_slot(cluster(), N1, state=m.REPLACING, since=NOW - 10)
     new = Instance("i-new", "running", NOW - 5, "gpu", "10.7.7.7")
-    s = replace(s, instances={**s.instances, "i-new": new})
+    s = with_launched(s, new)
     actions = run(s)
     assert kinds(actions, N1) == [REPLACE] and NAME not in kinds(actions)  # the predecessor still runs
     shutting = with_instance(s, N1, state="shutting-down")
@@ -373,8 +419,8 @@ def test_a_grown_group_launches_the_difference_and_names_new_nodes_in_holes_firs
     )
     five = replace(GPU, count=5, max_count=8)
     assert [a.data["count"] for a in by_kind(run(s, (five,)), LAUNCH)] == [2]
-    fresh = {f"i-n{k}": Instance(f"i-n{k}", "pending", NOW - 30 + k, "gpu", ip(10 + k)) for k in range(2)}
-    actions = run(replace(s, instances={**s.instances, **fresh}), (five,))
+    fresh = [Instance(f"i-n{k}", "pending", NOW - 30 + k, "gpu", ip(10 + k)) for k in range(2)]
+    actions = run(with_launched(s, *fresh), (five,))
     assert [(a.node, a.instance_id) for a in by_kind(actions, NAME)] == [("gpu-001", "i-n0"), ("gpu-004", "i-n1")]
     assert LAUNCH not in kinds(actions)
 

@@ -93,9 +93,15 @@ def test_everything_reads_back_and_old_records_are_pruned(ddb):
     assert [e.node for e in loaded.events] == ["gpu-001"]  # older than a day: stale
     assert set(loaded.alerts) == {"breaker"} and loaded.membership["generation"] == 3
     assert ledger.prune(loaded) == 1
+    ledger.launch_intent("gpu-2-0", "gpu", 1, clock())  # a launch whose result never came
     clock.t += 2 * Timers().orphan_timeout_seconds + 1
     assert ledger.acquire()
-    assert ledger.prune(ledger.load()) == 1 and ledger.load().launches == []
+    # the intent is retried within the orphan timeout, then dropped; a launch's instances stay the controller's to
+    # name or terminate a day (issue 33: nothing is terminated for its tags alone)
+    assert ledger.prune(ledger.load()) == 1 and [r.token for r in ledger.load().launches] == ["gpu-1-0"]
+    clock.t += Timers().event_keep_seconds
+    assert ledger.acquire()
+    assert ledger.prune(ledger.load()) == 2 and ledger.load().launches == []
 
 
 class CliShaped:
