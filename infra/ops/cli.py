@@ -346,11 +346,26 @@ def rotate_keys(
 
 
 @app.command("deployer-policy")
-def deployer_policy() -> None:
+def deployer_policy(
+    guard: bool = typer.Option(
+        False,
+        "--guard",
+        help="print instead the Deny to attach to every "
+        "other principal: only the deployer and the nodes' roles write what "
+        "the cluster trusts (docs/security.md)",
+    ),
+    account: str = typer.Option(None, "--account", help="with --guard: your account id"),
+    deployer_role: str = typer.Option(None, "--deployer-role", help="with --guard: the role that runs hpcc up"),
+) -> None:
     """Print the least-privilege IAM policy for whoever runs `hpcc up` (attach it to your deploying user or role)."""
-    from infra.ops.deployer_policy import shipped  # lazy: pulumi, moto
+    from infra.ops.deployer_policy import render_guard, shipped, shipped_guard  # lazy: pulumi, moto
 
-    sys.stdout.write(shipped())
+    if not guard:
+        sys.stdout.write(shipped())
+    elif account or deployer_role:
+        sys.stdout.write(render_guard(account or "<account>", deployer_role or "<deploying role>"))
+    else:
+        sys.stdout.write(shipped_guard())
 
 
 def main() -> None:
