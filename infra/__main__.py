@@ -9,7 +9,8 @@ from infra.facts.instance_types import ec2_facts
 from infra.facts.subnets import private_cidr
 from infra.program.components.bundle import BundleArgs, BundleStore
 from infra.program.components.compute import Compute, ComputeArgs
-from infra.program.components.identity import Identity, IdentityArgs, launch_limits
+from infra.program.components.identity import Identity, IdentityArgs
+from infra.program.components.launch_policy import launch_limits
 from infra.program.components.network import Network, NetworkArgs
 from infra.program.components.pins import Pins, PinsArgs
 from infra.program.components.security import Security, SecurityArgs

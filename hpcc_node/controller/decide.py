@@ -17,7 +17,6 @@ from hpcc_contract.names import fleet_client_token, node_name
 from .assess import assess, block_phase, drained, held_by_person
 from .decide_failures import (
     Failure,
-    alert,
     down_and_replace,
     failure_actions,
     requested_within_budget,
@@ -48,7 +47,6 @@ from .model import (
     SET_ADDR,
     SHRINK,
     TAG,
-    TERMINATE_ORPHAN,
     WAIT_CAPACITY_BLOCK,
     Action,
     Group,
@@ -57,6 +55,7 @@ from .model import (
     Snapshot,
     Why,
 )
+from .orphans import launched, orphans
 from .timers import DEFAULT, Timers
 
 
@@ -186,13 +185,6 @@ def _slot_actions(
     if verdict.kind == "ended":
         return [Action(MARK, data={"state": ENDED, "reason": verdict.evidence}, **common)]
     return []
-
-
-def launched(snap: Snapshot) -> Set[str]:
-    """The instances this controller launched: its ledger's launch records (kept a day). The tags an instance
-    carries say nothing of who launched it (anyone allowed to tag an instance can write them), so an instance is
-    named or terminated only when a record holds it."""
-    return {iid for rec in snap.launches for iid in rec.instance_ids or ()}
 
 
 def _unnamed(group: Group, snap: Snapshot, named: Set[str], now: float, timers: Timers) -> List[Tuple[float, str]]:
@@ -374,31 +366,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
     taken: Set[str] = set()
     for group in groups:
         out += _fill(group, by_group[group.name], snap, now, timers, named, taken)
-    ours = launched(snap)
-    for inst in sorted(snap.instances.values(), key=lambda i: i.instance_id):
-        if (
-            inst.state in LIVE
-            and inst.instance_id not in named
-            and inst.instance_id not in taken
-            and now - inst.launch_time > timers.orphan_timeout_seconds
-        ):
-            if inst.instance_id in ours:
-                out.append(
-                    Action(
-                        TERMINATE_ORPHAN,
-                        group=inst.group,
-                        instance_id=inst.instance_id,
-                        why=Why("", f"cluster instance with no name after {timers.orphan_timeout_seconds} s"),
-                    )
-                )
-            else:  # a tag alone: never named, never terminated; said once
-                out += alert(
-                    f"foreign:{inst.instance_id}",
-                    f"{inst.instance_id} carries the cluster's tags but no "
-                    "launch of this controller made it: neither named nor terminated",
-                    snap,
-                    raised,
-                )
+    out += orphans(snap, named, taken, now, timers, raised)
     for s in sorted(snap.slots.values(), key=lambda s: s.name):  # tags follow the ledger, for people and IAM
         named_inst = snap.instances.get(s.instance_id)
         if (

@@ -20,6 +20,7 @@ from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
 from infra.ops.cli_plan import plan
 from infra.ops.cli_report import config_error, err, fail
+from infra.ops.deployer_guard import render_guard, shipped_guard
 from infra.ops.project import ProjectError, init_project, stack_name
 
 app = typer.Typer(
@@ -358,7 +359,7 @@ def deployer_policy(
     deployer_role: str = typer.Option(None, "--deployer-role", help="with --guard: the role that runs hpcc up"),
 ) -> None:
     """Print the least-privilege IAM policy for whoever runs `hpcc up` (attach it to your deploying user or role)."""
-    from infra.ops.deployer_policy import render_guard, shipped, shipped_guard  # lazy: pulumi, moto
+    from infra.ops.deployer_policy import shipped  # lazy: pulumi, moto
 
     if not guard:
         sys.stdout.write(shipped())

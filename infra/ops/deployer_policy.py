@@ -4,7 +4,8 @@ Each Pulumi type maps to the API calls the AWS provider makes to create, update,
 provider-aws, which pulumi-aws wraps); IAM, SSM and Secrets Manager writes are scoped to hpcc's own names
 (hpcc_contract/names.py: roles and profiles `hpcc-*`, parameters `/hpcc/*`, secrets `hpcc/*`), PassRole to EC2 only.
 Reads (Describe*, the public DLAMI parameters, prices, quotas) cannot be scoped by resource in IAM and are
-read-only. Shipped as policy/deployer-policy.json (`hpcc deployer-policy` prints it); tests/ops/test_examples.py
+read-only. Shipped as policy/deployer-policy.json (`hpcc deployer-policy` prints it; the Deny for every other
+principal is infra/ops/deployer_guard.py's); tests/ops/test_examples.py
 checks the file against this function and every type the plan creates. IAM's JSON grammar:
 https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_grammar.html
 """
@@ -329,127 +330,6 @@ def render(types: Iterable[str]) -> str:
     return json.dumps(deployer_policy(types), indent=2) + "\n"
 
 
-# What the nodes trust and only the deployer and the nodes' own roles may write (issue 33, docs/security.md "Only
-# the deployer writes"): shipped as policy/only-the-deployer-writes.json, to attach to every other principal (an
-# SCP, a permission boundary, or their own policies). A Deny binds whatever else allows.
-GUARD_FILE = "only-the-deployer-writes.json"
-GUARDED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    # the settings, hosts, FSx, groups, bundle and rotation parameters: root on every node
-    (
-        "OnlyTheDeployerWritesHpccParameters",
-        (
-            "ssm:PutParameter",
-            "ssm:DeleteParameter",
-            "ssm:DeleteParameters",
-            "ssm:LabelParameterVersion",
-            "ssm:UnlabelParameterVersion",
-            "ssm:AddTagsToResource",
-            "ssm:RemoveTagsFromResource",
-        ),
-        ("arn:aws:ssm:*:{account}:parameter/hpcc/*",),
-    ),
-    # the cluster, login-user and munge keys and the host CA
-    (
-        "OnlyTheDeployerWritesHpccSecrets",
-        (
-            "secretsmanager:PutSecretValue",
-            "secretsmanager:UpdateSecret",
-            "secretsmanager:DeleteSecret",
-            "secretsmanager:UpdateSecretVersionStage",
-            "secretsmanager:RestoreSecret",
-            "secretsmanager:PutResourcePolicy",
-            "secretsmanager:TagResource",
-            "secretsmanager:UntagResource",
-        ),
-        ("arn:aws:secretsmanager:*:{account}:secret:hpcc/*",),
-    ),
-    # the controller's ledger: slots, launches, requested replacements (hpcc replace)
-    (
-        "OnlyTheDeployerWritesHpccLedgers",
-        (
-            "dynamodb:PutItem",
-            "dynamodb:UpdateItem",
-            "dynamodb:DeleteItem",
-            "dynamodb:BatchWriteItem",
-            "dynamodb:PartiQLInsert",
-            "dynamodb:PartiQLUpdate",
-            "dynamodb:PartiQLDelete",
-            "dynamodb:UpdateTable",
-            "dynamodb:DeleteTable",
-        ),
-        ("arn:aws:dynamodb:*:{account}:table/hpcc-*-ledger",),
-    ),
-    # the state bucket (membership, statuses, host keys and certificates) and the bundle bucket (what nodes run)
-    (
-        "OnlyTheDeployerWritesHpccBuckets",
-        (
-            "s3:PutObject",
-            "s3:DeleteObject",
-            "s3:DeleteObjectVersion",
-            "s3:PutObjectAcl",
-            "s3:PutObjectTagging",
-            "s3:RestoreObject",
-            "s3:PutBucketPolicy",
-            "s3:DeleteBucketPolicy",
-            "s3:PutBucketAcl",
-            "s3:PutBucketVersioning",
-            "s3:PutLifecycleConfiguration",
-            "s3:PutBucketPublicAccessBlock",
-            "s3:PutEncryptionConfiguration",
-            "s3:DeleteBucket",
-        ),
-        (
-            "arn:aws:s3:::hpcc-*-state-{account}",
-            "arn:aws:s3:::hpcc-*-state-{account}/*",
-            "arn:aws:s3:::hpcc-*-bundles-{account}",
-            "arn:aws:s3:::hpcc-*-bundles-{account}/*",
-        ),
-    ),
-)
-TAG_WRITES = ("ec2:CreateTags", "ec2:DeleteTags")  # at launch too: tag-on-create is authorized as ec2:CreateTags
-
-
-def guard_policy(account: str = "<account>", deployer: str = "<deploying role>") -> dict:
-    """The Deny of every write to what the nodes and the controller trust, for every principal but the deploying
-    role and the nodes' own (`hpcc-*`, which write only their own part: the policy pack's node-writes-own-only):
-    the parameters and secrets, the ledger tables, the state and bundle buckets, and any `hpcc:*` tag (the
-    controller finds its instances by hpcc:cluster, and `hpcc check fabric` reads names from hpcc:node)."""
-    exempt = {
-        "ArnNotLike": {
-            "aws:PrincipalArn": [f"arn:aws:iam::{account}:role/{deployer}", f"arn:aws:iam::{account}:role/hpcc-*"]
-        }
-    }
-    statements = [
-        {
-            "Sid": sid,
-            "Effect": "Deny",
-            "Action": list(actions),
-            "Resource": [r.format(account=account) for r in resources],
-            "Condition": exempt,
-        }
-        for sid, actions, resources in GUARDED
-    ]
-    statements.append(
-        {
-            "Sid": "OnlyTheDeployerWritesHpccTags",
-            "Effect": "Deny",
-            "Action": list(TAG_WRITES),
-            "Resource": "*",
-            "Condition": {**exempt, "ForAnyValue:StringLike": {"aws:TagKeys": ["hpcc:*"]}},
-        }
-    )
-    return {"Version": "2012-10-17", "Statement": statements}
-
-
-def render_guard(account: str = "<account>", deployer: str = "<deploying role>") -> str:
-    return json.dumps(guard_policy(account, deployer), indent=2) + "\n"
-
-
-def shipped_guard() -> str:
-    """policy/only-the-deployer-writes.json (`hpcc deployer-policy --guard` prints it)."""
-    return (asset("policy") / GUARD_FILE).read_text()
-
-
 def shipped() -> str:
     """The policy file shipped with hpcc (policy/deployer-policy.json)."""
     return (asset("policy") / FILE).read_text()
@@ -465,4 +345,6 @@ if __name__ == "__main__":  # python -m infra.ops.deployer_policy: re-write the 
 
     plans = [plan_stack_file(p) for p in sorted(asset("examples").glob("*.yaml"))]
     (asset("policy") / FILE).write_text(render(planned_types(plans)))
+    from infra.ops.deployer_guard import GUARD_FILE, render_guard
+
     (asset("policy") / GUARD_FILE).write_text(render_guard())

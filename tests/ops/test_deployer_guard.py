@@ -1,5 +1,5 @@
 """The Deny shipped for every principal but the deployer (policy/only-the-deployer-writes.json, infra/ops/
-deployer_policy.py guard_policy; issue 33, finding 9): each write to what the controller and the nodes trust, on the
+deployer_guard.py guard_policy; issue 33, finding 9): each write to what the controller and the nodes trust, on the
 planned cluster's own resources, is denied to any other principal, the deployer and the nodes' roles exempt. No IAM
 evaluator runs here: the statements are matched as IAM matches them (wildcards in actions, case-insensitive, and in
 resources), with the planned ARNs."""
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from hpcc_contract.names import Paths, bundle_bucket, ledger_table, state_bucket
 from infra.ops.cli import app
-from infra.ops.deployer_policy import guard_policy, render_guard, shipped_guard
+from infra.ops.deployer_guard import guard_policy, render_guard, shipped_guard
 
 ACCOUNT, DEPLOYER = "123456789012", "platform-deployer"
 C = "llm"

@@ -97,11 +97,14 @@ def test_adding_a_group_creates_its_template_and_resource_and_touches_no_instanc
         ("bert-cpu-lt", "create"),
         ("bert-group-cpu", "create"),
     }
+    # the head now depends on the new group, and its controller may launch the new group's type (issue 33: the
+    # head's policy names the groups' instance types), both updated in place
     assert {c.name for c in result.changes if c.action == "update"} <= {
         "bert-groups-param",
         "bert-settings-param",
         "bert-head",
-    }  # the head now depends on the new group
+        "bert-head-policy",
+    }
     assert replaced(result) == [] and guarded(result.changes) == []
 
 
@@ -428,7 +431,9 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
     ):
         result = second_up(first_up, edit)
         assert [(c.name, c.action) for c in result.changes if c.type == LT] == [("bert-compute-lt", "update")]
-        assert {c.name for c in result.changes} <= {"bert-compute-lt", "bert-groups-param"}  # the fleet's market
+        # the fleet's market; the head's policy names the groups' placement groups (issue 33), updated in place
+        assert {c.name for c in result.changes} <= {"bert-compute-lt", "bert-groups-param", "bert-head-policy"}
+        assert [c.action for c in result.changes if c.name == "bert-head-policy"] in ([], ["update"])
         assert len(result.notes) == 1 and f"bert-compute-lt: a new launch-template version ({what})" in result.notes[0]
         assert "group compute's running nodes" in result.notes[0] and "`hpcc replace NODE`" in result.notes[0]
     assert second_up(first_up, lambda c: c["compute"].update(count=9)).notes == []  # no template changed

@@ -36,11 +36,12 @@ from hpcc_contract.names import (
     Paths,
     bundle_bucket,
     ledger_table,
-    placement_group_name,
     role_name,
     state_bucket,
     tags,
 )
+
+from .launch_policy import NO_LAUNCHES, LaunchLimits, launch_statements
 
 # What SSM Agent needs for Session Manager and nothing else (Systems Manager User Guide, "Step 2: Verify or add
 # instance permissions for Session Manager", the custom-role policy without S3 or KMS logging:
@@ -61,34 +62,13 @@ SECRET_WRITE = ["secretsmanager:PutSecretValue"]
 KEY_ROTATION = ["secretsmanager:ListSecretVersionIds", "secretsmanager:UpdateSecretVersionStage"]
 
 
-@dataclass(frozen=True)
-class LaunchLimits:
-    """What the controller may launch, from the config: its groups' instance types, the capacity reservations
-    (ODCRs, Capacity Blocks) and placement groups they name, and the cluster's own placement group."""
-
-    instance_types: tuple[str, ...] = ()
-    capacity_reservations: tuple[str, ...] = ()
-    placement_groups: tuple[str, ...] = ()
-
-
-def launch_limits(cluster) -> LaunchLimits:
-    """The limits of a ClusterConfig (infra/config/model.py): every group's, sorted (the same config writes the
-    same policy)."""
-    groups = cluster.node_groups
-    return LaunchLimits(
-        tuple(sorted({g.instance_type for g in groups})),
-        tuple(sorted({g.capacity_reservation_id for g in groups if g.capacity_reservation_id})),
-        tuple(sorted({placement_group_name(cluster.name)} | {g.placement_group for g in groups if g.placement_group})),
-    )
-
-
 @dataclass
 class IdentityArgs:
     cluster: str
     region: str
     extra_tags: dict[str, str] = field(default_factory=dict)
     scheduler: str = "none"  # cluster.scheduler: slurm adds the munge-key secret
-    launch: LaunchLimits = LaunchLimits()  # what the head's controller may launch (launch_limits)
+    launch: LaunchLimits = NO_LAUNCHES  # what the head's controller may launch (launch_limits)
 
 
 # What the controller reads (DescribeInstances with filters and pages, status checks, events, reservations).
@@ -99,7 +79,6 @@ CONTROLLER_DESCRIBE = [
     "ec2:DescribeLaunchTemplates",
     "ec2:DescribeLaunchTemplateVersions",
 ]
-LAUNCH = ["ec2:CreateFleet", "ec2:RunInstances"]
 LEDGER_ACTIONS = [
     "dynamodb:GetItem",
     "dynamodb:PutItem",
@@ -112,103 +91,20 @@ LEDGER_ACTIONS = [
 ]
 
 
-def controller_statements(region: str, account: str, cluster: str, limits: LaunchLimits = LaunchLimits()) -> list[dict]:
-    """The head's controller (EC2 User Guide, "Example IAM policies for EC2 Fleet", "Grant permission to tag
-    Amazon EC2 resources during creation", and "Control launching instances": "Require the use of a launch
-    template" and "Require IMDSv2"; Service Authorization Reference, Amazon EC2, condition keys
-    `ec2:LaunchTemplate`, `ec2:IsLaunchTemplateResource`, `ec2:InstanceType`, `ec2:MetadataHttpTokens`).
-
-    A launch (RunInstances, and an instant EC2 Fleet, which launches with its caller's RunInstances permissions:
-    "EC2 Fleet prerequisites", no service-linked role for an instant fleet) is allowed only from a launch template
-    tagged with the cluster (the cluster's own: the deployer creates them, and hpcc:* tags are the deployer's
-    alone, docs/security.md), and every other resource of the launch only when the request names a launch template
-    (`ec2:LaunchTemplate`); the image and the security groups only as the template gives them
-    (`ec2:IsLaunchTemplateResource`), so a request cannot swap in another image. The instance: tagged with the
-    cluster at creation, of one of the groups' instance types, with IMDSv2 required. Subnets: the cluster's (EC2
-    Fleet's override gives it: the template's interfaces carry none). Placement groups and capacity reservations:
-    the cluster's own and the ones its groups name, by ARN, no other of the account's. Tags after launch: only
-    hpcc:node, only on the cluster's instances; terminate and reboot likewise only the cluster's."""
+def controller_statements(region: str, account: str, cluster: str, limits: LaunchLimits = NO_LAUNCHES) -> list[dict]:
+    """The head's controller (EC2 User Guide, "Example IAM policies for EC2 Fleet" and "Grant permission to tag
+    Amazon EC2 resources during creation"): launches only from the cluster's launch templates (launch_policy.py
+    launch_statements: their image and groups, the groups' types, IMDSv2, the cluster's subnets, placement groups
+    and reservations). Tags after launch: only hpcc:node, only on the cluster's instances; terminate and reboot
+    likewise only the cluster's."""
     ec2 = f"arn:aws:ec2:{region}:{account}"
     own = {f"aws:ResourceTag/{TAG_CLUSTER}": cluster}
     requested = {f"aws:RequestTag/{TAG_CLUSTER}": cluster}
-    from_template = {"ec2:LaunchTemplate": f"{ec2}:launch-template/*"}
-    template_given = {"ec2:IsLaunchTemplateResource": "true"}
     created = [f"{ec2}:volume/*", f"{ec2}:network-interface/*"]
     table = f"arn:aws:dynamodb:{region}:{account}:table/{ledger_table(cluster)}"
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
-    reservations = [f"{ec2}:capacity-reservation/{r}" for r in limits.capacity_reservations]
     return [
-        # The cluster's launch templates carry hpcc:cluster (hpcc_contract/names.py tags).
-        {
-            "Sid": "LaunchFromClusterTemplates",
-            "Effect": "Allow",
-            "Action": LAUNCH,
-            "Resource": [f"{ec2}:launch-template/*"],
-            "Condition": {"StringEquals": own},
-        },
-        {
-            "Sid": "LaunchClusterInstances",
-            "Effect": "Allow",
-            "Action": LAUNCH,
-            "Resource": [f"{ec2}:instance/*"],
-            "Condition": {
-                "StringEquals": {
-                    **requested,
-                    "ec2:InstanceType": list(limits.instance_types),
-                    "ec2:MetadataHttpTokens": "required",
-                },
-                "ArnLike": from_template,
-            },
-        },
-        {
-            "Sid": "LaunchTemplateImageAndGroups",
-            "Effect": "Allow",
-            "Action": LAUNCH,
-            "Resource": [f"arn:aws:ec2:{region}::image/*", f"{ec2}:security-group/*"],
-            "Condition": {"ArnLike": from_template, "Bool": template_given},
-        },
-        {
-            "Sid": "LaunchIntoClusterSubnets",
-            "Effect": "Allow",
-            "Action": LAUNCH,
-            "Resource": [f"{ec2}:subnet/*"],
-            "Condition": {"StringEquals": own, "ArnLike": from_template},
-        },
-        {
-            "Sid": "LaunchTaggedWithCluster",
-            "Effect": "Allow",
-            "Action": LAUNCH,
-            "Resource": created,
-            "Condition": {"StringEquals": requested, "ArnLike": from_template},
-        },
-        # The fleet resource of an instant fleet itself: what it launches is held by the statements above.
-        {
-            "Sid": "InstantFleet",
-            "Effect": "Allow",
-            "Action": ["ec2:CreateFleet"],
-            "Resource": [f"{ec2}:fleet/*"],
-            "Condition": {"StringEquals": requested},
-        },
-        {
-            "Sid": "LaunchIntoClusterPlacementGroups",
-            "Effect": "Allow",
-            "Action": LAUNCH,
-            "Resource": [f"{ec2}:placement-group/{g}" for g in limits.placement_groups],
-            "Condition": {"ArnLike": from_template},
-        },
-        *(
-            [
-                {
-                    "Sid": "LaunchIntoGroupReservations",
-                    "Effect": "Allow",
-                    "Action": LAUNCH,
-                    "Resource": reservations,
-                    "Condition": {"ArnLike": from_template},
-                }
-            ]
-            if reservations
-            else []
-        ),
+        *launch_statements(region, account, cluster, limits),
         {
             "Sid": "TagOnLaunch",
             "Effect": "Allow",
@@ -307,7 +203,7 @@ def node_policy(
     cluster: str | None = None,
     host_ca_arn: str | None = None,
     user_key_arn: str | None = None,
-    launch: LaunchLimits = LaunchLimits(),
+    launch: LaunchLimits = NO_LAUNCHES,
 ) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/program/components/bundle.py); the bucket's policy allows the same roles only."""
