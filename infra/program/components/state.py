@@ -3,7 +3,7 @@ string hash key `pk`, on demand) and the state bucket (`membership.json`, writte
 `status/<instance-arn>.json`, each written by its own node only: infra/program/components/identity.py).
 
 The bucket is private as the bundle bucket is: every public access blocked, SSE-S3, and a policy naming only the
-cluster's two node roles with exactly what each may do, and denying every other principal any object write (policy
+cluster's two node roles with exactly what each may do, and denying every other principal any object put (policy
 rule `state-bucket-private`). `pulumi destroy`
 empties and removes it (`force_destroy`); statuses and membership are the running cluster's, nothing to keep."""
 
