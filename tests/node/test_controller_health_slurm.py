@@ -186,6 +186,11 @@ def test_jobs_and_nodes_are_slurms_records_whatever_their_strings_hold(slurmctld
     assert nodes["gpu-001"].reason == "bad NodeAddr=10.9.9.9 State=IDLE" and set(nodes) == {
         f"gpu-00{i}" for i in range(4)
     }
+    from hpcc_node.controller.health.observe import extras_reader, with_slurm_extras
+    from hpcc_node.controller.model import Snapshot
+
+    snap = with_slurm_extras(Snapshot(now=0.0, slurm=nodes), extras_reader(r.reader, 4))  # as the loop reads them
+    assert {j.job_id for j in snap.jobs} == {evil, plain} and snap.reservations == {}
     fixed = {j.job_id: j for j in records.jobs_from_fields(r.read(records.JOBS_FIXED), frozenset(), 4)}
     assert {k: (j.user, j.state, j.nodes, j.requeue) for k, j in fixed.items()} == {
         k: (j.user, j.state, j.nodes, j.requeue) for k, j in jobs.items()
