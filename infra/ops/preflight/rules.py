@@ -16,6 +16,7 @@ from rich.markup import escape
 from infra.config.model import StackConfig
 from infra.config.validators.check import check_config
 from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
+from infra.config.validators.placeholders import placeholder_errors
 from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
 from infra.facts import prices
 from infra.facts.az import kept_az_problem
@@ -251,7 +252,13 @@ def image_supports_types(ctx: Context) -> Iterable[Finding]:
             )
 
 
+def placeholders_left(ctx: Context) -> Iterable[Finding]:
+    """Example values still in the stack file (an example bucket, a documentation range, a `you@laptop` key)."""
+    return placeholder_errors(ctx.cfg)
+
+
 RULES = [
+    placeholders_left,
     config_findings,
     types_exist,
     type_facts,
