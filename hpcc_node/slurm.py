@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from hpcc_contract import groups as groups_format
 
 SUMMARY = ["sinfo", "-h", "-o", "%T %N"]
-ALL_PARTITION = "all"  # every node of every group: a job that may run anywhere names it (`sbatch -p all`)
+ALL_PARTITION = groups_format.ALL_PARTITION  # every node of every group: a job that may run anywhere (`-p all`)
 # Hostlist ranges: Slurm pads a range's numbers to the width of its first bound, so 000-999 and 1000-... are two
 # ranges, the names hpcc_contract/names.py node_name gives (gpu-999, gpu-1000).
 PAD_LIMIT = 1000
@@ -110,13 +110,7 @@ def default_partition(groups: Sequence[Mapping[str, Any]], default_node: str = "
     """The partition a job without `-p` lands on: the first group (in the config's order) whose nodes have GPUs, so a
     GPU job never lands on CPU nodes; in a cluster without GPUs, `all` (every node, all of them CPU nodes). None
     when no group has a node."""
-    sized = [g for g in groups if size_limit(g) > 0]
-    gpu = [g for g in sized if has_gpus(g, default_node)]
-    if gpu:
-        return str(gpu[0]["name"])
-    if not sized:
-        return None
-    return ALL_PARTITION if not any(g["name"] == ALL_PARTITION for g in groups) else str(sized[0]["name"])
+    return groups_format.default_partition([(str(g["name"]), size_limit(g), has_gpus(g, default_node)) for g in groups])
 
 
 def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "", version: str = "") -> List[str]:

@@ -56,6 +56,6 @@ def plan(
     except PlanError as e:
         raise fail(str(e)) from None
     result.write(out)
-    print_summary(result, out)
+    print_summary(result, out, stack_file=str(config))
     if earlier is not None:
-        print_changes(result, out, str(previous))
+        print_changes(result, out, str(previous), previous_outputs=earlier.outputs)
