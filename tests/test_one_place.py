@@ -83,3 +83,17 @@ def test_the_settings_limit_is_what_the_settings_parameters_tier_holds():
     aws_rules.check_parameter("settings", {"value": "x" * SETTINGS_LIMIT, "tier": "Intelligent-Tiering"}, [])
     with pytest.raises(AwsRejected, match="ValidationException"):
         aws_rules.check_parameter("settings", {"value": "x" * (SETTINGS_LIMIT + 1), "tier": "Intelligent-Tiering"}, [])
+
+
+def test_the_login_hpcc_up_prints_is_the_one_hpcc_ssh_runs():
+    """infra/program/outputs.py writes the sshCommand output; infra/ops/ssh.py builds `hpcc ssh`'s argv (the program
+    may not import the operator commands, and `hpcc ssh` should not import pulumi to log in)."""
+    import shlex
+
+    from infra.ops.ssh import ssm_login as ssh_argv
+    from infra.program.outputs import ssm_login
+
+    for user in ("ubuntu", "ec2-user"):
+        assert shlex.join(ssh_argv("us-east-1", "i-0123456789abcdef0", user)) == ssm_login(
+            "us-east-1", "i-0123456789abcdef0", user
+        )

@@ -186,6 +186,10 @@ class FakeStack:
         if self.on_destroy:
             self.on_destroy()
 
+    def outputs(self):
+        """The last up's outputs (none before the first)."""
+        return {k: SimpleNamespace(value=v) for k, v in self.result.outputs.items()} if self.result else {}
+
     def export_stack(self):
         from pulumi.automation import Deployment
 
