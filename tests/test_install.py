@@ -211,3 +211,50 @@ def test_make_plan_installs_only_the_runtime():
     assert "requirements-dev" not in runtime_recipe
     runtime = (ROOT / "requirements.txt").read_text().lower()
     assert not re.search(r"^(torch|awscli)\b", runtime, re.M) and "pulumi-policy==" in runtime
+    moto = re.search(r"^moto(\[[^\]]*\])?==", runtime, re.M)
+    assert moto and "server" not in (moto.group(1) or ""), "moto's server extra is the tests' (requirements-dev.txt)"
+
+
+# What moto's server extra and the test packages bring (flask, docker, cfn-lint, sympy, ...), as imported modules.
+TEST_ONLY = (
+    "flask",
+    "flask_cors",
+    "docker",
+    "cfnlint",
+    "sympy",
+    "py_partiql_parser",
+    "aws_xray_sdk",
+    "graphql",
+    "openapi_spec_validator",
+    "joserfc",
+    "jsonpath_ng",
+    "antlr4",
+    "pyparsing",
+    "torch",
+    "awscli",
+    "pytest",
+    "hypothesis",
+    "xdist",
+)
+BLOCK = """
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is not in the runtime (requirements.txt)")
+sys.meta_path.insert(0, Block())
+from infra.ops.cli import main
+sys.argv = ["hpcc", "plan", {stack!r}, "--out", {out!r}]
+main()
+"""
+
+
+def test_the_plan_runs_without_the_test_packages(tmp_path):
+    """The runtime is what `hpcc plan` needs: with every test-only module refused on import, a two-group plan (the
+    embedded AWS, the program, the bundle) still runs."""
+    from tests.ops.support import two_groups
+
+    stack = two_groups(tmp_path)
+    code = BLOCK.format(blocked=TEST_ONLY, stack=str(stack), out=str(tmp_path / "plan"))
+    _run(sys.executable, "-c", code, cwd=ROOT, env={**_clean_env(), "PYTHONPATH": str(ROOT)})
+    assert (tmp_path / "plan" / "bundle.sha256").is_file()
