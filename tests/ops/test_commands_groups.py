@@ -214,3 +214,14 @@ def test_init_keeps_hpccs_output_out_of_the_users_repository(tmp_path):
     init_project(tmp_path / "b", "c6i-oneccl")
     lines = (tmp_path / "b" / ".gitignore").read_text().splitlines()
     assert lines[:2] == ["secrets/", "hostfile"] and "plan/" in lines and lines.count("hostfile") == 1
+
+
+def test_plan_previous_says_the_change_in_nodes_groups_and_cost_before_the_resources(project):
+    assert run("plan", project.name, "--out", "old").exit_code == 0
+    two_groups(project.parent, nodeGroups=[{"name": "gpu", "instanceType": "p5.48xlarge", "count": 3, "spares": 1}])
+    out = run("plan", project.name, "--out", "new", "--previous", "old")
+    said = text(out)
+    assert out.exit_code == 0, out.output
+    assert "gpu: 2 -> 3 x p5.48xlarge (+1 node)" in said and "- group cpu: 4 x c6i.16xlarge (spot) (removed" in said
+    assert "nodes: 6 -> 3 (-3)" in said and "(+$87.44/h, on-demand list prices)" in said
+    assert said.index("gpu: 2 -> 3") < said.index("Changes against old")
