@@ -7,7 +7,7 @@ APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabr
 
 .PHONY: setup deps plan test test-long box bench golden clean
 
-# The plan needs only the runtime (requirements.txt); the tests add pytest, the box's torch and awscli (1.6 GB).
+# The plan needs only the runtime (requirements.txt); the tests add pytest, moto's server, the box's torch and awscli (1.6 GB).
 $(VENV)/.runtime: requirements.txt pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing hpcc's runtime packages into $(VENV) (requirements.txt)"
@@ -17,7 +17,7 @@ $(VENV)/.runtime: requirements.txt pyproject.toml setup.py
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime requirements-dev.txt
-	@echo "installing the test packages into $(VENV) (requirements-dev.txt: pytest, torch and awscli for the box)"
+	@echo "installing the test packages into $(VENV) (requirements-dev.txt: pytest, moto's server, torch and awscli for the box)"
 	$(PY) -m pip install --progress-bar on -r requirements-dev.txt
 	touch $@
 

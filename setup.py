@@ -20,10 +20,18 @@ def tree_packages(tree: str) -> dict[str, str]:
     return out
 
 
+def data_files(package: str) -> list[str]:
+    """A code package's files other than Python source (hpcc_node/health/xid_catalog.json): setuptools ships only
+    .py files of a package unless told, and a node without its catalog fails its boot check."""
+    d = HERE / package.replace(".", "/")
+    return sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix not in (".py", ".pyc"))
+
+
+code = find_packages(include=["infra", "infra.*", "hpcc_contract", "hpcc_node", "hpcc_node.*"])
 mapped = {k: v for tree in TREES for k, v in tree_packages(tree).items()}
 setup(
-    packages=find_packages(include=["infra", "infra.*", "hpcc_contract", "hpcc_node", "hpcc_node.*"]) + sorted(mapped),
+    packages=code + sorted(mapped),
     package_dir=mapped,
-    package_data={name: ["*"] for name in mapped},
+    package_data={**{name: data_files(name) for name in code if data_files(name)}, **{name: ["*"] for name in mapped}},
     exclude_package_data={name: ["*.pyc"] for name in mapped},
 )

@@ -1,6 +1,7 @@
 """`/hpcc/<cluster>/groups`: the node groups as the program writes them (infra/render/groups_param.py) and the head
 reads them, its controller every loop (hpcc_node/controller/__main__.py) and its Slurm step (hpcc_node/slurm.py).
-One definition of the format: its number, the document's keys, each group's fields and its Slurm node definition's.
+One definition of the format: its number, the document's keys, each group's fields and its Slurm node definition's,
+and which Slurm partition is the default (the head's slurm.conf and the plan's outputs say the same).
 
 `{"format": FORMAT, "groups": [{FIELDS..., "slurm": {SLURM_FIELDS...}}]}`, compact with sorted keys. A reader
 refuses a document of another format; within a group it takes the fields it knows and leaves the others."""
@@ -8,7 +9,7 @@ refuses a document of another format; within a group it takes the fields it know
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 FORMAT = 1
 FORMAT_KEY = "format"
@@ -30,6 +31,9 @@ FIELDS = (
 )
 SLURM = "slurm"  # the group's Slurm node definition, with scheduler slurm only
 SLURM_FIELDS = ("cpus", "sockets_per_board", "cores_per_socket", "threads_per_core", "real_memory", "gres")
+# Slurm: one partition per group, named after it, and `all` of every node, for a job that may run anywhere
+# (`sbatch -p all`), unless a group took that name.
+ALL_PARTITION = "all"
 
 
 class GroupsFormatError(ValueError):
@@ -55,3 +59,17 @@ def loads(text: str) -> List[Any]:
     if not isinstance(doc, dict) or doc.get(FORMAT_KEY) != FORMAT or not isinstance(doc.get(GROUPS_KEY), list):
         raise GroupsFormatError(f'is not {{"{FORMAT_KEY}": {FORMAT}, "{GROUPS_KEY}": [...]}}')
     return doc[GROUPS_KEY]
+
+
+def default_partition(groups: Sequence[Tuple[str, int, bool]]) -> Optional[str]:
+    """The partition a job without `-p` lands on, from each group's (name, size, whether its nodes have GPUs) in the
+    config's order: the first group with GPUs and nodes, so a GPU job never lands on CPU nodes; in a cluster without
+    GPUs, `all` (every node, all of them CPU nodes; the first group when a group took that name). None when no group
+    has a node."""
+    sized = [(name, gpus) for name, size, gpus in groups if size > 0]
+    gpu = [name for name, gpus in sized if gpus]
+    if gpu:
+        return gpu[0]
+    if not sized:
+        return None
+    return ALL_PARTITION if not any(name == ALL_PARTITION for name, _, _ in groups) else sized[0][0]

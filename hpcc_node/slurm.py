@@ -5,7 +5,9 @@ GROUPS_FILE` (templates/steps/slurm.sh.j2) and the agent runs sinfo.
 
 Each group is a fixed range of CLOUD nodes, `NodeName=<group>-[000-<limit-1>] State=CLOUD Feature=<group>`
 (slurm.conf(5), "State": CLOUD nodes start powered down and are available once their slurmd starts), one partition
-per group and a default partition `all` of every node. The lines depend on the groups' size limits and node
+per group, named after it, and a partition `all` of every node. The default partition (a job without `-p`) is the
+first group with NVIDIA GPUs, so a GPU job never lands on CPU nodes; a cluster without GPUs defaults to `all`
+(default_partition). The lines depend on the groups' size limits and node
 definitions alone, never on who holds a name or its address: slurm.conf changes only when a size limit does, and
 a replacement is `scontrol update NodeName= NodeAddr= NodeHostname=` (the controller, hpcc_node/controller/act.py),
 or the node's own registration (SlurmctldParameters=cloud_reg_addrs)."""
@@ -19,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from hpcc_contract import groups as groups_format
 
 SUMMARY = ["sinfo", "-h", "-o", "%T %N"]
-DEFAULT_PARTITION = "all"
+ALL_PARTITION = groups_format.ALL_PARTITION  # every node of every group: a job that may run anywhere (`-p all`)
 # Hostlist ranges: Slurm pads a range's numbers to the width of its first bound, so 000-999 and 1000-... are two
 # ranges, the names hpcc_contract/names.py node_name gives (gpu-999, gpu-1000).
 PAD_LIMIT = 1000
@@ -98,33 +100,41 @@ def cloud_parameters(version: str) -> List[str]:
     return ["SlurmctldParameters=enable_configless,cloud_reg_addrs", "CommunicationParameters=NoAddrCache"]
 
 
+def has_gpus(g: Mapping[str, Any], default_node: str = "") -> bool:
+    """Do the group's nodes have NVIDIA GPUs (Gres=gpu:N in its node definition, else in the settings' one)?"""
+    found = re.search(r"\bGres=gpu:(\d+)", node_attributes(g.get("slurm") or {}, default_node))
+    return bool(found and int(found.group(1)) > 0)
+
+
+def default_partition(groups: Sequence[Mapping[str, Any]], default_node: str = "") -> Optional[str]:
+    """The partition a job without `-p` lands on: the first group (in the config's order) whose nodes have GPUs, so a
+    GPU job never lands on CPU nodes; in a cluster without GPUs, `all` (every node, all of them CPU nodes). None
+    when no group has a node."""
+    return groups_format.default_partition([(str(g["name"]), size_limit(g), has_gpus(g, default_node)) for g in groups])
+
+
 def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "", version: str = "") -> List[str]:
     """slurm.conf's lines for the node groups (https://slurm.schedmd.com/slurm.conf.html): the cloud parameters of
-    this Slurm `version`, then the node and partition lines."""
+    this Slurm `version`, then the node and partition lines: one partition per group, `all` of every node (unless a
+    group took that name), the default one marked (default_partition)."""
     nodes, parts = [], []
+    default = default_partition(groups, default_node)
     for g in groups:
         size = size_limit(g)
         if size <= 0:
             continue
         names = hostlist(g["name"], size)
-        nodes.append(
-            f"NodeName={names} State=CLOUD Feature={g['name']} "
-            f"{node_attributes(g.get('slurm') or {}, default_node)}".rstrip()
-        )
-        if g["name"] != DEFAULT_PARTITION:
-            parts.append(f"PartitionName={g['name']} Nodes={names} MaxTime=INFINITE State=UP")
+        attributes = node_attributes(g.get("slurm") or {}, default_node)
+        nodes.append(f"NodeName={names} State=CLOUD Feature={g['name']} {attributes}".rstrip())
+        flag = " Default=YES" if g["name"] == default else ""
+        parts.append(f"PartitionName={g['name']} Nodes={names}{flag} MaxTime=INFINITE State=UP")
     if not nodes:
         return cloud_parameters(version)
+    if not any(g["name"] == ALL_PARTITION for g in groups):
+        flag = " Default=YES" if default == ALL_PARTITION else ""
+        parts.append(f"PartitionName={ALL_PARTITION} Nodes=ALL{flag} MaxTime=INFINITE State=UP")
     every = ",".join(hostlist(g["name"], size_limit(g)) for g in groups if size_limit(g) > 0)
-    return (
-        cloud_parameters(version)
-        + nodes
-        + parts
-        + [
-            f"PartitionName={DEFAULT_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-            f"SuspendExcNodes={every}",
-        ]
-    )
+    return cloud_parameters(version) + nodes + parts + [f"SuspendExcNodes={every}"]
 
 
 def gres_gpus(g: Mapping[str, Any], default_gpus: int = 0) -> int:

@@ -56,9 +56,18 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(wheel, tmp_path_factory) -> Path:
+    return _install(wheel, tmp_path_factory.mktemp("venv") / "v")
+
+
+@pytest.fixture(scope="module")
+def pristine(wheel, tmp_path_factory) -> Path:
+    """Another venv with the wheel, whose installed files no test changes (the one above gets marked templates)."""
+    return _install(wheel, tmp_path_factory.mktemp("pristine") / "v")
+
+
+def _install(wheel: Path, env: Path) -> Path:
     """A fresh venv with only the wheel installed; the dependencies are this venv's, through a .pth line
     (added after the venv's own site-packages, so `infra` can only come from the wheel)."""
-    env = tmp_path_factory.mktemp("venv") / "v"
     _run(sys.executable, "-m", "venv", "--without-pip", env, cwd=env.parent)
     py = env / "bin" / "python"
     _run(
@@ -79,6 +88,49 @@ def venv(wheel, tmp_path_factory) -> Path:
     )
     (site / "hpcc-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return env
+
+
+def _files(tree: Path) -> dict[str, bytes]:
+    return {p.relative_to(tree).as_posix(): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
+
+
+def test_the_installed_tool_plans_the_same_bundle_as_the_checkout(pristine, tmp_path):
+    """Same stack, same hpcc: the same bundle bytes, whether planned from the wheel or from the checkout. A file the
+    wheel leaves out (issue 32: hpcc_node/health/xid_catalog.json) changes the hash and fails every node's boot."""
+    from tests.ops.support import two_groups
+
+    stack = two_groups(tmp_path)
+    env = _clean_env()
+    _run(pristine / "bin" / "hpcc", "plan", stack, "--out", tmp_path / "installed", cwd=tmp_path, env=env)
+    _run(
+        sys.executable,
+        "-m",
+        "infra.ops.cli",
+        "plan",
+        stack,
+        "--out",
+        tmp_path / "checkout",
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
+    installed, checkout = _files(tmp_path / "installed" / "bundle"), _files(tmp_path / "checkout" / "bundle")
+    assert sorted(installed) == sorted(checkout), set(installed) ^ set(checkout)
+    assert "hpcc_node/health/xid_catalog.json" in checkout
+    assert [k for k in checkout if installed[k] != checkout[k]] == []
+    sha = [(tmp_path / d / "bundle.sha256").read_text() for d in ("installed", "checkout")]
+    assert sha[0] == sha[1]
+
+
+def test_every_file_of_the_packages_is_in_the_wheel(wheel):
+    """Data beside the code (JSON catalogs, templates) ships: every file under the packages, not only the .py."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    files = [
+        p.relative_to(ROOT).as_posix()
+        for top in ("infra", "hpcc_contract", "hpcc_node")
+        for p in (ROOT / top).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]
+    assert "hpcc_node/health/xid_catalog.json" in files and [f for f in files if f not in names] == []
 
 
 def _clean_env() -> dict:
@@ -159,3 +211,50 @@ def test_make_plan_installs_only_the_runtime():
     assert "requirements-dev" not in runtime_recipe
     runtime = (ROOT / "requirements.txt").read_text().lower()
     assert not re.search(r"^(torch|awscli)\b", runtime, re.M) and "pulumi-policy==" in runtime
+    moto = re.search(r"^moto(\[[^\]]*\])?==", runtime, re.M)
+    assert moto and "server" not in (moto.group(1) or ""), "moto's server extra is the tests' (requirements-dev.txt)"
+
+
+# What moto's server extra and the test packages bring (flask, docker, cfn-lint, sympy, ...), as imported modules.
+TEST_ONLY = (
+    "flask",
+    "flask_cors",
+    "docker",
+    "cfnlint",
+    "sympy",
+    "py_partiql_parser",
+    "aws_xray_sdk",
+    "graphql",
+    "openapi_spec_validator",
+    "joserfc",
+    "jsonpath_ng",
+    "antlr4",
+    "pyparsing",
+    "torch",
+    "awscli",
+    "pytest",
+    "hypothesis",
+    "xdist",
+)
+BLOCK = """
+import sys, importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is not in the runtime (requirements.txt)")
+sys.meta_path.insert(0, Block())
+from infra.ops.cli import main
+sys.argv = ["hpcc", "plan", {stack!r}, "--out", {out!r}]
+main()
+"""
+
+
+def test_the_plan_runs_without_the_test_packages(tmp_path):
+    """The runtime is what `hpcc plan` needs: with every test-only module refused on import, a two-group plan (the
+    embedded AWS, the program, the bundle) still runs."""
+    from tests.ops.support import two_groups
+
+    stack = two_groups(tmp_path)
+    code = BLOCK.format(blocked=TEST_ONLY, stack=str(stack), out=str(tmp_path / "plan"))
+    _run(sys.executable, "-c", code, cwd=ROOT, env={**_clean_env(), "PYTHONPATH": str(ROOT)})
+    assert (tmp_path / "plan" / "bundle.sha256").is_file()

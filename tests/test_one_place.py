@@ -90,3 +90,17 @@ def test_the_controller_bounds_a_slurm_hostlist_by_the_configs_largest_cluster()
     from infra.config.nodes import MAX_NODES
 
     assert NODE_SIDE == MAX_NODES
+
+
+def test_the_login_hpcc_up_prints_is_the_one_hpcc_ssh_runs():
+    """infra/program/outputs.py writes the sshCommand output; infra/ops/ssh.py builds `hpcc ssh`'s argv (the program
+    may not import the operator commands, and `hpcc ssh` should not import pulumi to log in)."""
+    import shlex
+
+    from infra.ops.ssh import ssm_login as ssh_argv
+    from infra.program.outputs import ssm_login
+
+    for user in ("ubuntu", "ec2-user"):
+        assert shlex.join(ssh_argv("us-east-1", "i-0123456789abcdef0", user)) == ssm_login(
+            "us-east-1", "i-0123456789abcdef0", user
+        )

@@ -64,3 +64,17 @@ def test_each_documented_spelling_parses_as_a_known_key():
         except ConfigError as e:
             unknown = [p for p, msg in e.problems if "unknown key" in msg]
             assert not unknown, f"{key}: {unknown}"
+
+
+def test_each_key_has_one_row_and_the_contents_link_every_section():
+    """A key documented twice drifts apart (issue 32: nodeGroups had two rows with different text); the contents
+    line at the top names every section, training and operating before the source files."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Config reference", 1)[1].split("\n## ", 1)[0]
+    firsts = [row.split("|")[1].strip() for row in section.splitlines() if row.startswith("| `")]
+    assert len(firsts) == len(set(firsts)), [k for k in firsts if firsts.count(k) > 1]
+    sections = re.findall(r"^## (.+)$", readme, re.M)
+    contents = readme.split("**Contents.**", 1)[1].split("\n\n", 1)[0]
+    assert all(f"[{s.split(' (')[0]}]" in contents for s in sections), sections
+    assert sections.index("Operating a cluster") < sections.index("Layout")
+    assert sections.index("Training on the cluster") < sections.index("Layout")

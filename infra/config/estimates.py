@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from infra.config.model import ClusterConfig
 from infra.facts.instance_types import InstanceType
 
@@ -24,13 +26,6 @@ FSX_GB_MONTH = {
 }
 
 
-def _priced(itype: InstanceType) -> float:
-    """A type's hourly price, once unpriced() said it has one."""
-    if itype.hourly_usd is None:
-        raise ValueError(f"{itype.name} has no price (unpriced() is asked first)")
-    return itype.hourly_usd
-
-
 def unpriced(head: InstanceType, *computes: InstanceType) -> list[str]:
     """The node types whose price is unknown (shown as "price unknown")."""
     return sorted({t.name for t in (head, *computes) if t.hourly_usd is None})
@@ -40,12 +35,23 @@ def hourly_cost(cluster: ClusterConfig, head: InstanceType, computes: list[Insta
     """`computes`: each group's type, in the order of cluster.node_groups. Upper bound for spot: spot prices move,
     so the on-demand price is used for both markets (a Capacity Block's price is paid up front and not counted).
     None when a node type's price is unknown."""
-    if unpriced(head, *computes):
+    known = {t.name: t.hourly_usd for t in (head, *computes)}
+    if len(computes) != len(cluster.node_groups):
+        raise ValueError("one type per node group")
+    return hourly_cost_of(cluster, known.get)
+
+
+def hourly_cost_of(cluster: ClusterConfig, price_of: Callable[[str], float | None]) -> float | None:
+    """The same estimate with each type's price from `price_of` (the dated snapshot, infra/facts/prices.py, when
+    `hpcc up` weighs a change before the program runs). None when a node type's price is unknown."""
+    head = price_of(cluster.head_node.instance_type)
+    found = [price_of(g.instance_type) for g in cluster.node_groups]
+    nodes = [usd for usd in found if usd is not None]
+    if head is None or len(nodes) < len(found):
         return None
     fsx = cluster.fsx
     gb_month = FSX_GB_MONTH.get((fsx.deployment_type, fsx.storage_type, fsx.per_unit_storage_throughput), 0.14)
-    nodes = sum(g.count * _priced(t) for g, t in zip(cluster.node_groups, computes, strict=True))
-    total = _priced(head) + nodes + NAT_GATEWAY_HOURLY
+    total = head + sum(g.count * usd for g, usd in zip(cluster.node_groups, nodes, strict=True)) + NAT_GATEWAY_HOURLY
     total += fsx.storage_capacity * gb_month / HOURS_PER_MONTH
     return round(total, 2)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -40,9 +41,17 @@ def read_raw(path: str | Path) -> dict:
         if not str(k).startswith(("aws:", "hpcc:")) or (str(k).startswith("hpcc:") and k != "hpcc:cluster")
     )
     if unknown:
-        raise ConfigError([(str(k), "unknown key; hpcc reads aws:region and hpcc:cluster") for k in unknown])
-
+        raise ConfigError([(str(k), _unknown(str(k))) for k in unknown])
     return absolute(config, p.resolve().parent)
+
+
+KEYS = ("aws:region", "hpcc:cluster")
+
+
+def _unknown(key: str) -> str:
+    """An unknown top-level key's message: the closest key hpcc reads (`hpcc:clustr` -> hpcc:cluster), if any."""
+    close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
+    return f"unknown key; did you mean {close[0]}?" if close else "unknown key; hpcc reads aws:region and hpcc:cluster"
 
 
 def load(path: str | Path) -> StackConfig:

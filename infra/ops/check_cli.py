@@ -14,6 +14,8 @@ from rich.table import Table
 
 from hpcc_node.health.fabric import FLOOR_FRACTION_DEFAULT, ROUNDS_DEFAULT, Floor
 from infra.ops import OpsError
+from infra.ops.cli_support import ClusterName, Region, StackFile
+from infra.ops.project import ProjectError, target
 
 PROVIDERS = ("efa", "tcp")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Acceptance checks of a running cluster.")
@@ -26,8 +28,9 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 @app.command()
 def fabric(
-    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
+    config: StackFile = None,
+    cluster: ClusterName = None,
+    region: Region = None,
     via: str = typer.Option(
         None,
         "--via",
@@ -64,6 +67,10 @@ def fabric(
         raise _fail(f"--provider must be efa or tcp; got {provider!r}", 2)
     if allreduce_procs is not None and allreduce_procs < 1:
         raise _fail(f"--allreduce-procs must be 1 or more; got {allreduce_procs}", 2)
+    try:
+        cluster, region = target(config, cluster, None, region)
+    except ProjectError as e:
+        raise _fail(str(e), 2) from None
     run_fabric_check(
         cluster,
         region,

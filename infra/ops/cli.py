@@ -1,5 +1,10 @@
 """`hpcc`: the offline plan and the operator commands. Bad input exits non-zero with a message, never a traceback.
 
+Commands are listed in the order of the work (WORKFLOW). Every command that acts on a cluster takes it the same
+way: its stack file (`hpcc status Pulumi.llm.yaml`), `--cluster NAME` or `--stack NAME` (infra/ops/project.py
+target). `up` and `destroy` ask before they spend money or delete data; `--yes` answers for scripts, and without a
+terminal and without `--yes` they refuse.
+
 Each command imports the modules that load boto3, pulumi or moto when it runs (the imports marked `# lazy`): all of
 them take some 2 s to load, which `hpcc --help` or a mistyped option should not wait for (0.7 s without)."""
 
@@ -11,291 +16,70 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
-from hpcc_contract.hostfile import FORMATS
-from infra.config.parse import ConfigError
 from infra.config.stackfile import load
-from infra.ops import OpsError
+from infra.ops import cli_cluster
+from infra.ops import cli_support as support
 from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
 from infra.ops.cli_plan import plan
-from infra.ops.cli_report import config_error, err, fail
+from infra.ops.cli_report import err, fail
 from infra.ops.deployer_guard import render_guard, shipped_guard
-from infra.ops.project import ProjectError, init_project, stack_name
+from infra.ops.cli_support import version
+from infra.ops.project import ProjectError, init_project
+
+# The order `hpcc --help` lists the commands in: set up, look, create, use, operate, tear down.
+WORKFLOW = (
+    "init",
+    "deployer-policy",
+    "plan",
+    "preflight",
+    "up",
+    "ssh",
+    "status",
+    "events",
+    "hostfile",
+    "check",
+    "replace",
+    "rotate-keys",
+    "destroy",
+    "reap",
+)
+
+
+class _InWorkflowOrder(TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: WORKFLOW.index(n) if n in WORKFLOW else len(WORKFLOW))
+
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=_InWorkflowOrder,
     help="Provision and operate multi-node ML training clusters on AWS.",
 )
+app.add_typer(check_app, name="check")
 
 
-app.add_typer(check_app, name="check")  # hpcc check fabric (infra/ops/check_cli.py)
-app.command()(plan)  # hpcc plan (infra/ops/cli_plan.py)
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"hpcc {version()}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _group() -> None:
+def _group(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="print hpcc's version and exit"
+    ),
+) -> None:
     """Provision and operate multi-node ML training clusters on AWS (see `hpcc COMMAND --help`)."""
 
 
-# -- operator commands (infra/ops) --------------------------------------------------------------------------
-
-
-def _ops(fn):
-    """Run an operator command; known failures become a message and a non-zero exit, never a traceback."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        return fn()
-    except ConfigError as e:
-        raise config_error(e) from None
-    except OpsError as e:
-        raise fail(str(e), 1) from None
-    except ClientError as e:
-        raise fail(f"AWS refused: {e}", 1) from None
-    except BotoCoreError as e:
-        raise fail(f"cannot talk to AWS: {e} (check credentials, --region and the network)", 1) from None
-
-
-def _stack(config: Path, given: str | None) -> str:
-    """--stack, else the file's own stack (Pulumi.<stack>.yaml); a usage error (exit 2) when neither says."""
-    try:
-        return stack_name(config, given)
-    except ProjectError as e:
-        raise fail(str(e)) from None
-
-
-def _aws(region: str | None):
-    from infra.ops.aws import Aws  # lazy: boto3
-
-    return Aws(region)
-
-
-def _stack_cluster(stack: str | None, cluster: str | None, region: str | None) -> tuple[str, str | None]:
-    if bool(stack) == bool(cluster):
-        raise fail("give exactly one of --cluster NAME or --stack NAME")
-    if cluster:
-        return cluster, region
-    from infra.ops.up import stack_outputs  # lazy: boto3
-
-    outputs = _ops(lambda: stack_outputs(stack))
-    return outputs["clusterName"], region or outputs.get("region")
-
-
-@app.command()
-def preflight(
-    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-    emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead"),
-):
-    """Check quotas, capacity, AZ offerings, EFA, placement and the image before anything is created."""
-    from infra.ops.aws import Aws  # lazy: boto3
-    from infra.ops.preflight.rules import has_errors, print_findings  # lazy: boto3
-    from infra.ops.preflight.rules import preflight as run_preflight  # lazy: boto3
-
-    cfg = _ops(lambda: load(config))
-
-    def run():
-        if emulate:
-            from infra.plan.embedded_aws import embedded_aws  # lazy: pulumi, moto
-
-            with embedded_aws(cfg.region):
-                return run_preflight(Aws(cfg.region), cfg)
-        return run_preflight(Aws(cfg.region), cfg)
-
-    findings = _ops(run)
-    print_findings(Console(), findings)
-    if has_errors(findings):
-        raise typer.Exit(1)
-
-
-@app.command()
-def status(
-    cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-):
-    """Per group asked/launched/ready/failed/being replaced/protected, the controller's recent actions and alerts,
-    and each node's instance, ledger state, bootstrap phase and membership generation."""
-    from infra.ops.status.cluster import cluster_status  # lazy: boto3
-    from infra.ops.status.view import show  # lazy: boto3
-
-    name, region = _stack_cluster(stack, cluster, region)
-    found = _ops(lambda: cluster_status(_aws(region), name))
-    if not found.nodes and not found.groups:
-        raise fail(f"nothing tagged hpcc:cluster={name} found; check the name and --region", 1)
-    show(Console(), found)
-    if any(r.failed for r in found.nodes) or found.alerts or found.controller_down:
-        raise typer.Exit(1)
-
-
-@app.command()
-def events(
-    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    node: list[str] = typer.Option(None, "--node", help="only this node or group (repeatable)"),
-    kind: list[str] = typer.Option(None, "--kind", help="only this action: down, drain, replace, ... (repeatable)"),
-    since: int = typer.Option(
-        None, "--since-minutes", min=1, help="only the last N minutes (default: all the ledger keeps, a day)"
-    ),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-):
-    """Every action the controller took and kept (a day): when, what, on which node or group, and why."""
-    from infra.ops.events import cluster_events  # lazy: boto3
-    from infra.ops.status.view import events_table  # lazy: boto3
-
-    found = _ops(lambda: cluster_events(_aws(region), cluster, since * 60 if since else None, node or (), kind or ()))
-    if not found:
-        Console().print(f"no action of the controller recorded for {escape(cluster)} with these filters")
-        return
-    Console().print(events_table(found, "the controller's actions (ledger events, UTC)"))
-
-
-@app.command()
-def hostfile(
-    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    fmt: str = typer.Option("openmpi", "--format", help=" | ".join(FORMATS)),
-    group: list[str] = typer.Option(None, "--group", help="only this node group (repeatable; default: all)"),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-    out: Path = typer.Option(None, "--out", help="write here instead of stdout"),
-):
-    """The ready compute nodes' hostfile, from the membership the controller published (all groups, or --group)."""
-    from infra.ops.hostfile import format_problem, render  # lazy: boto3
-
-    problem = format_problem(fmt)
-    if problem:  # a usage error (exit 2), found before any AWS call
-        raise fail(problem)
-    text = _ops(lambda: render(_aws(region), cluster, fmt, groups=group or None))
-    if out:
-        out.write_text(text)
-    else:
-        sys.stdout.write(text)
-
-
-@app.command()
-def reap(
-    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-    yes: bool = typer.Option(False, "--yes", help="really delete (default: dry run, list only)"),
-):
-    """Delete everything tagged for a cluster, in dependency order (for when `pulumi destroy` cannot)."""
-    from infra.ops.reap.report import print_notes, table  # lazy: boto3
-    from infra.ops.reap.run import reap as run_reap  # lazy: boto3
-
-    out = Console()
-    inv = _ops(
-        lambda: run_reap(
-            _aws(region),
-            cluster,
-            yes=yes,
-            on_step=lambda kind, items: out.print(f"deleting {len(items)} {kind}(s)", highlight=False),
-        )
-    )
-    if inv.empty:
-        out.print(f"nothing tagged hpcc:cluster={cluster} in {inv.region}", highlight=False)
-    else:
-        out.print(table(inv, f"hpcc:cluster={cluster} in {inv.region}" + ("" if yes else " (dry run: --yes deletes)")))
-    print_notes(out, inv)
-    if any(i.failed for i in inv.items):
-        raise typer.Exit(1)
-
-
-@app.command()
-def up(
-    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-    stack: str = typer.Option(
-        None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"
-    ),
-    hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
-    wait_minutes: float = typer.Option(
-        None, "--wait-minutes", help="how long to wait for the nodes (default: bootstrap timeout + 5)"
-    ),
-    skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first"),
-    allow_replace: bool = typer.Option(
-        False,
-        "--allow-replace",
-        help="go ahead when the preview replaces or deletes an instance, subnet, placement group or the file system",
-    ),
-    update_image: bool = typer.Option(
-        False,
-        "--update-image",
-        help="resolve the image again (replaces the image pin; new instances need --allow-replace)",
-    ),
-    check: bool = typer.Option(
-        False, "--check", help="once every node is ready, `hpcc check fabric` over them (exit 1 when it names a node)"
-    ),
-    check_provider: str = typer.Option(
-        "efa", "--check-provider", help="the check's libfabric provider: efa, or tcp for nodes without EFA"
-    ),
-):
-    """Preflight, preview (stops on replacements), `pulumi up` (streamed), then wait for every node and write the
-    hostfile; with --check, measure every node's link."""
-    from infra.ops.up import up as run_up  # lazy: boto3
-
-    if check_provider not in PROVIDERS:  # before anything runs
-        raise fail(f"--check-provider must be efa or tcp; got {check_provider!r}")
-    stack = _stack(config, stack)
-    report = _ops(
-        lambda: run_up(
-            config,
-            stack,
-            hostfile_path=hostfile_out,
-            skip_preflight=skip_preflight,
-            wait_seconds=None if wait_minutes is None else wait_minutes * 60,
-            allow_replace=allow_replace,
-            update_image=update_image,
-        )
-    )
-    if not report.ok:
-        raise typer.Exit(1)
-    if check:
-        Console().print(f"checking the fabric of {escape(report.cluster)} (hpcc check fabric)")
-        run_fabric_check(report.cluster, report.region, provider=check_provider)
-
-
-@app.command()
-def replace(
-    nodes: list[str] = typer.Argument(..., metavar="NODE...", help="nodes to give new instances: gpu-001 ..."),
-    cluster: str = typer.Option(None, "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    stack: str = typer.Option(None, "--stack", help="Pulumi stack whose clusterName output to use (needs the CLI)"),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-    wait_minutes: float = typer.Option(
-        0, "--wait-minutes", help="wait this long for the nodes to be ready on new instances (default: do not wait)"
-    ),
-):
-    """Ask the cluster's controller for new instances under the named nodes (recorded in its ledger; no Pulumi run).
-    Works with the deployer's credentials, or on the head with its instance role."""
-    from infra.ops.replace_run import UnknownNodes, run_replace  # lazy: boto3
-
-    name, region = _stack_cluster(stack, cluster, region)
-
-    def run():
-        try:
-            return run_replace(_aws(region), name, nodes, Console(), wait_seconds=wait_minutes * 60)
-        except UnknownNodes as e:  # a usage error (exit 2), not an operation that failed
-            return e
-
-    result = _ops(run)
-    if isinstance(result, UnknownNodes):
-        raise fail(str(result), 2)
-    if not result:
-        raise typer.Exit(1)
-
-
-@app.command()
-def destroy(
-    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
-    stack: str = typer.Option(
-        None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"
-    ),
-):
-    """`pulumi destroy` (streamed), then list anything still tagged for the cluster."""
-    from infra.ops.up import destroy as run_destroy  # lazy: boto3
-
-    stack = _stack(config, stack)
-    left = _ops(lambda: run_destroy(config, stack))
-    if left.items:
-        raise typer.Exit(1)
+# -- set up -------------------------------------------------------------------------------------------------
 
 
 @app.command()
@@ -313,7 +97,7 @@ def init(
         help="only point an existing project's program and policy pack at this hpcc (after installing it elsewhere)",
     ),
 ):
-    """Write a Pulumi project of your own that runs this installed hpcc: Pulumi.yaml, a stack file, a README."""
+    """Write a Pulumi project of your own that runs this hpcc: Pulumi.yaml, a stack file, a .gitignore, a README."""
     try:
         written = init_project(directory, example, stack, refresh=refresh)
     except ProjectError as e:
@@ -322,28 +106,6 @@ def init(
         print(f"wrote {f}")
     if not refresh:
         print(f"next: cd {directory} && hpcc plan Pulumi.{written.stack}.yaml   (then README.md there)")
-
-
-@app.command("rotate-keys")
-def rotate_keys(
-    cluster: str = typer.Option(..., "--cluster", help="cluster name (its hpcc:cluster tag)"),
-    region: str = typer.Option(None, "--region", help="AWS region (default: AWS_REGION or your profile's)"),
-    resume: bool = typer.Option(False, "--resume", help="carry on the rotation that is running"),
-    timeout_minutes: int = typer.Option(30, "--timeout-minutes", min=1, help="per phase, for every node"),
-):
-    """A new host CA and new SSH keys for root and the login user on the running cluster: add, switch, retire,
-    waiting for every node between phases."""
-    from infra.ops.rotate_keys import rotate  # lazy: boto3
-
-    _ops(
-        lambda: rotate(
-            _aws(region),
-            cluster,
-            resume,
-            timeout_minutes * 60,
-            lambda line: Console().print(line, markup=False, highlight=False),
-        )
-    )
 
 
 @app.command("deployer-policy")
@@ -369,8 +131,148 @@ def deployer_policy(
         sys.stdout.write(shipped_guard())
 
 
+# -- look before anything exists ----------------------------------------------------------------------------
+
+
+app.command()(plan)  # hpcc plan (infra/ops/cli_plan.py)
+
+
+@app.command()
+def preflight(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    emulate: bool = typer.Option(False, "--emulate", help="check against the embedded AWS (moto) instead"),
+):
+    """Against your account: quotas, capacity, AZ, EFA, placement, the image; placeholders left in are errors."""
+    from infra.ops.aws import Aws  # lazy: boto3
+    from infra.ops.preflight.rules import has_errors, print_findings  # lazy: boto3
+    from infra.ops.preflight.rules import preflight as run_preflight  # lazy: boto3
+
+    cfg = support.ops(lambda: load(config))
+
+    def run():
+        if emulate:
+            from infra.plan.embedded_aws import embedded_aws  # lazy: pulumi, moto
+
+            with embedded_aws(cfg.region):
+                return run_preflight(Aws(cfg.region), cfg)
+        return run_preflight(Aws(cfg.region), cfg)
+
+    findings = support.ops(run)
+    print_findings(Console(), findings)
+    if has_errors(findings):
+        raise typer.Exit(1)
+
+
+# -- create and change --------------------------------------------------------------------------------------
+
+
+@app.command()
+def up(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    stack: str = typer.Option(
+        None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"
+    ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="apply without asking (scripts); without it `up` shows the change and its cost per hour, then asks",
+    ),
+    preview_only: bool = typer.Option(
+        False, "--preview-only", help="preflight and preview, show the change and its cost, change nothing"
+    ),
+    hostfile_out: Path = typer.Option(Path("hostfile"), "--hostfile", help="where to write the hostfile"),
+    wait_minutes: float = typer.Option(
+        None,
+        "--wait-minutes",
+        help="how long to wait for the nodes (default: the "
+        "groups' launch time, then the longer of the bootstrap timeout and the "
+        "controller's 30-minute boot grace, the bootstrap timeout again, and 5 "
+        "minutes; up prints it)",
+    ),
+    skip_preflight: bool = typer.Option(False, "--skip-preflight", help="do not run preflight first"),
+    allow_replace: bool = typer.Option(
+        False,
+        "--allow-replace",
+        help="go ahead when the preview replaces or deletes an instance, subnet, placement group or the file system",
+    ),
+    update_image: bool = typer.Option(
+        False,
+        "--update-image",
+        help="resolve the image again (replaces the image pin; new instances need --allow-replace)",
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="once every node is ready, `hpcc check fabric` over them (exit 1 when it names a node)"
+    ),
+    check_provider: str = typer.Option(
+        "efa", "--check-provider", help="the check's libfabric provider: efa, or tcp for nodes without EFA"
+    ),
+):
+    """Create or change the cluster: preflight, preview (the change and its cost, then asks), `pulumi up`, wait."""
+    from infra.ops.up import up as run_up  # lazy: boto3
+
+    if check_provider not in PROVIDERS:  # before anything runs
+        raise fail(f"--check-provider must be efa or tcp; got {check_provider!r}")
+    stack = support.stack_of(config, stack)
+    confirm = support.asker(yes, ", or --preview-only to only look")
+    report = support.ops(
+        lambda: run_up(
+            config,
+            stack,
+            hostfile_path=hostfile_out,
+            skip_preflight=skip_preflight,
+            wait_seconds=None if wait_minutes is None else wait_minutes * 60,
+            allow_replace=allow_replace,
+            update_image=update_image,
+            confirm=confirm,
+            preview_only=preview_only,
+        )
+    )
+    if not report.ok:
+        raise typer.Exit(1)
+    if check and report.readiness is not None:
+        Console().print(f"checking the fabric of {escape(report.cluster)} (hpcc check fabric)")
+        run_fabric_check(report.cluster, report.region, provider=check_provider)
+
+
+# -- use and operate ----------------------------------------------------------------------------------------
+
+
+# -- use and operate: infra/ops/cli_cluster.py -------------------------------------------------------------
+for _name, _command in (
+    ("ssh", cli_cluster.ssh),
+    ("status", cli_cluster.status),
+    ("events", cli_cluster.events),
+    ("hostfile", cli_cluster.hostfile),
+    ("replace", cli_cluster.replace),
+    ("rotate-keys", cli_cluster.rotate_keys),
+    ("reap", cli_cluster.reap),
+):
+    app.command(_name)(_command)
+
+
+# -- tear down ----------------------------------------------------------------------------------------------
+
+
+@app.command()
+def destroy(
+    config: Path = typer.Argument(..., help="stack config file (Pulumi.<stack>.yaml format)"),
+    stack: str = typer.Option(
+        None, "--stack", help="Pulumi stack name (default: <stack> of a Pulumi.<stack>.yaml file)"
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="delete without asking (scripts)"),
+):
+    """Delete the cluster, its file system and the data on it (asks first), then list anything left."""
+    from infra.ops.up import destroy as run_destroy  # lazy: boto3
+
+    stack = support.stack_of(config, stack)
+    left = support.ops(lambda: run_destroy(config, stack, confirm=support.asker(yes, "")))
+    if left.items:
+        raise typer.Exit(1)
+
+
 def main() -> None:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError  # lazy: boto3
 
     try:
         app()

@@ -35,7 +35,7 @@ def plan(
         "(as `hpcc up --update-image`), not keep the one the earlier plan had",
     ),
 ):
-    """Run the Pulumi program offline against an embedded AWS (moto) and write what it would create."""
+    """Offline, no AWS account: what would be created, the cost per hour, every warning."""
     from infra.ops.plan_summary import print_changes, print_summary  # lazy: pulumi, moto
     from infra.plan.previous import PreviousPlan, PreviousPlanError  # lazy: pulumi, moto
     from infra.plan.runner import PlanError, plan_stack_file, plan_update_image  # lazy: pulumi, moto
@@ -56,6 +56,6 @@ def plan(
     except PlanError as e:
         raise fail(str(e)) from None
     result.write(out)
-    print_summary(result, out)
+    print_summary(result, out, stack_file=str(config))
     if earlier is not None:
-        print_changes(result, out, str(previous))
+        print_changes(result, out, str(previous), previous_outputs=earlier.outputs)

@@ -14,7 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.config.stackfile import load
+from infra.config.parse import ConfigError
+from infra.config.stackfile import load, read_raw
 from infra.render.assets import asset, example_names, installed
 
 PROJECT_NAME = "hpcc"  # as the checkout's Pulumi.yaml and the offline plan (infra/plan/runner.py)
@@ -46,6 +47,85 @@ def stack_name(config: Path, given: str | None) -> str:
         f"{config}: cannot tell the stack from this file name; name the file Pulumi.<stack>.yaml "
         "(as `hpcc init` does) or give --stack NAME"
     )
+
+
+def cluster_in_file(config: Path) -> tuple[str, str | None]:
+    """The cluster name and `aws:region` a stack file names, read without validating the rest (a command that only
+    reads the running cluster must not need the whole config right)."""
+    try:
+        raw = read_raw(config)
+    except ConfigError as e:
+        raise ProjectError("; ".join(f"{path}: {msg}" for path, msg in e.problems)) from None
+    cluster, region = raw.get("hpcc:cluster"), raw.get("aws:region")
+    name = cluster.get("name") if isinstance(cluster, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ProjectError(f"{config}: hpcc:cluster has no name; the commands find the cluster by it")
+    return name, region if isinstance(region, str) and region else None
+
+
+def stack_files(directory: Path) -> list[Path]:
+    """The Pulumi.<stack>.yaml files of a directory."""
+    return sorted(p for p in Path(directory).glob("Pulumi.*.y*ml") if _STACK_FILE.match(p.name))
+
+
+def target(
+    config: Path | None,
+    cluster: str | None,
+    stack: str | None,
+    region: str | None,
+    outputs_of=None,
+    cwd: Path | None = None,
+) -> tuple[str, str | None]:
+    """The cluster and region an operator command acts on, the same way for every command: a stack file (its
+    cluster's name and aws:region), `--cluster NAME` (its region from a stack file here that names it, when
+    --region does not give one) or `--stack NAME` (its Pulumi.<stack>.yaml here, else the stack's outputs through
+    `outputs_of`, which needs the Pulumi CLI). --region wins over a file's; None leaves it to AWS_REGION."""
+    cwd = Path(cwd or Path.cwd())
+    if config is not None:
+        name, file_region = cluster_in_file(config)
+        if cluster and cluster != name:
+            raise ProjectError(f"--cluster {cluster}, but {config} is cluster {name}: give one of them")
+        if stack and stack != stack_from_file(config):
+            raise ProjectError(f"--stack {stack}, but {config} is another stack's file: give one of them")
+        return name, region or file_region
+    if cluster and stack:
+        raise ProjectError("give one of a stack file, --cluster NAME or --stack NAME")
+    if stack:
+        project = find_project(cwd)
+        for d in [cwd, *([project] if project else [])]:
+            own = [p for p in stack_files(d) if stack_from_file(p) == stack]
+            if own:
+                name, file_region = cluster_in_file(own[0])
+                return name, region or file_region
+        if outputs_of is None:
+            raise ProjectError(f"--stack {stack}: no Pulumi.{stack}.yaml here; give the stack file or --cluster")
+        outputs = outputs_of(stack)
+        return outputs["clusterName"], region or outputs.get("region")
+    if cluster:
+        if region:
+            return cluster, region
+        regions = set()
+        for p in stack_files(cwd):
+            try:
+                name, file_region = cluster_in_file(p)
+            except ProjectError:
+                continue
+            if name == cluster and file_region:
+                regions.add(file_region)
+        return cluster, regions.pop() if len(regions) == 1 else None
+    here = ", ".join(p.name for p in stack_files(cwd))
+    raise ProjectError(
+        "which cluster? give its stack file (e.g. `hpcc status Pulumi.llm.yaml`), --cluster NAME or "
+        "--stack NAME" + (f"; stack files here: {here}" if here else "")
+    )
+
+
+def split_stack_file(args: list[str] | None) -> tuple[Path | None, list[str]]:
+    """A command's positional arguments as (stack file, the rest): the stack file is a leading *.yaml or *.yml."""
+    args = list(args or [])
+    if args and args[0].endswith((".yaml", ".yml")):
+        return Path(args[0]), args[1:]
+    return None, args
 
 
 def find_project(start: Path) -> Path | None:
@@ -162,16 +242,33 @@ Written by `hpcc init`. `{f}` is the cluster; the rest runs the hpcc you install
 hpcc plan {f}          # offline: what would be created, the cost per hour, warnings
 hpcc preflight {f}     # against your AWS account: quotas, capacity, AZ, image
 hpcc up {f}            # preview (stops on replacements), pulumi up with hpcc's policy pack, wait for the nodes
-hpcc status --stack {stack}
-hpcc destroy {f}
+hpcc ssh {f}           # a shell on the head (hpcc ssh {f} gpu-000: on a node, through the head)
+hpcc status {f}        # every group and node; also events, hostfile, replace, reap: all take {f}
+hpcc destroy {f}       # asks first: the file system's data goes too
 ```
 
 - `Pulumi.yaml` and `hpcc/program/` run the installed hpcc program; `hpcc/policy/` is its mandatory policy pack.
   Plain Pulumi works too: `pulumi up --stack {stack} --policy-pack hpcc/policy` (no preflight, no wait).
 - `slurm/` holds the Slurm batch examples (hpcc's README, "Training with Slurm").
 - `deployer-policy.json` is the least-privilege IAM policy the identity running `hpcc up` needs.
+- `.gitignore` keeps hpcc's output (`plan/`, `hostfile`) out of your repository; commit the rest.
 - After upgrading hpcc into another Python environment, run `hpcc init . --refresh` to point these files at it.
 """
+
+
+IGNORED = ("plan/", "hostfile", "__pycache__/", "*.pyc")
+
+
+def gitignore(existing: Path) -> str:
+    """The project's .gitignore: hpcc's output (`hpcc plan`'s plan/ of about 1 MB, `hpcc up`'s hostfile) and Python's
+    caches stay out of the user's repository; an existing file keeps its lines, ours are added after them."""
+    text = existing.read_text() if existing.is_file() else ""
+    have = {line.strip() for line in text.splitlines()}
+    missing = [line for line in IGNORED if line not in have]
+    if not missing:
+        return text
+    head = text if not text or text.endswith("\n") else text + "\n"
+    return head + "# hpcc's output (written by `hpcc init`)\n" + "".join(f"{line}\n" for line in missing)
 
 
 @dataclass(frozen=True)
@@ -213,6 +310,7 @@ def init_project(
         generated[Path("deployer-policy.json")] = (asset("policy") / "deployer-policy.json").read_text()
         for sbatch in sorted((asset("examples") / "slurm").glob("*.sbatch")):
             generated[Path("slurm") / sbatch.name] = sbatch.read_text()
+        generated[Path(".gitignore")] = gitignore(d / ".gitignore")
     files = []
     for rel, text in generated.items():
         (d / rel).parent.mkdir(parents=True, exist_ok=True)

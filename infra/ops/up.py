@@ -1,12 +1,13 @@
 """`hpcc up` and `hpcc destroy`: Pulumi's Automation API, with hpcc's checks around it.
 
-up: preflight (stop on any error) -> `pulumi preview`, summarised; stop when it would replace or delete an
-instance, subnet, placement group or the file system, unless --allow-replace -> `pulumi up` with its
+up: preflight (stop on any error) -> `pulumi preview`, summarised in the user's terms (groups, nodes, cost per hour
+before and after) and then per resource; stop when it would replace or delete an instance, subnet, placement group
+or the file system, unless --allow-replace -> ask (the CLI: a prompt, `--yes` for scripts) -> `pulumi up` with its
 progress streamed -> wait, a progress bar per node group, until the head and as many nodes as each group asks are
 ready (the controller on the head launches and replaces them; infra/ops/readiness.py) -> name failed nodes with
 their failing step, log tail and what the controller does -> print the SSH (or SSM) command, write the hostfile.
-destroy: unprotect the file system in the state -> `pulumi destroy` streamed -> list anything still tagged
-for the cluster (and how to reap it).
+destroy: name what goes, the file system and its data included, and ask -> unprotect the file system in the
+state -> `pulumi destroy` streamed -> list anything still tagged for the cluster (and how to reap it).
 
 The Pulumi call goes through a `stack_factory(stack_name) -> Stack-like`; by default a LocalWorkspace over
 this project (needs the Pulumi CLI). Tests pass a fake; everything before and after is real boto3.
@@ -25,15 +26,17 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 from rich.console import Console
+from rich.text import Text
 
 from hpcc_contract.names import Paths, resource_name
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.config.estimates import ready_timeout_minutes
 from infra.config.model import StackConfig
 from infra.config.stackfile import as_pulumi_config, load, read_raw
+from infra.config.validators.placeholders import placeholder_errors
 from infra.ops import OpsError, stackstate
 from infra.ops import hostfile as ops_hostfile
-from infra.ops import preview as ops_preview
+from infra.ops.apply import NotConfirmed, current_shape, doomed, guarded_update, last_lines, run_pulumi
 from infra.ops.aws import Aws
 from infra.ops.preflight.context import Context
 from infra.ops.preflight.groups import groups_of, per_minute
@@ -42,6 +45,7 @@ from infra.ops.project import ProjectError, find_project, policy_pack, project_f
 from infra.ops.readiness import Readiness, report_failures, summary_line, wait_ready
 from infra.ops.reap import report as reap_report
 from infra.ops.reap import run as ops_reap
+from infra.plan.shape import from_config
 
 INSTALL_HINT = (
     "the Pulumi CLI is not installed (hpcc drives it through the Automation API). Install it: "
@@ -90,11 +94,7 @@ def stack_outputs(
         stack = auto.select_stack(stack_name=stack_name, work_dir=str(project))
         return {k: v.value for k, v in stack.outputs().items()}
     except auto.errors.CommandError as e:
-        raise OpsError(f"cannot read stack {stack_name!r}: {_last_lines(str(e))}") from None
-
-
-def _last_lines(text: str, n: int = 8) -> str:
-    return "\n".join(text.strip().splitlines()[-n:])
+        raise OpsError(f"cannot read stack {stack_name!r}: {last_lines(str(e))}") from None
 
 
 def _config_values(config_path: Path) -> dict:
@@ -114,15 +114,6 @@ def configure(stack: StackLike, config_path: Path, stack_name: str, root: Path |
     return True
 
 
-def _pulumi(action: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except OpsError:
-        raise
-    except Exception as e:  # noqa: BLE001 - Automation API errors carry the CLI's stderr
-        raise OpsError(f"pulumi {action} failed: {_last_lines(str(e))}") from None
-
-
 def select(
     config_path: Path,
     stack_name: str,
@@ -134,8 +125,8 @@ def select(
     if stack_factory is None:
         require_pulumi(which)
         stack_factory = partial(local_stack, project=project)
-    stack = _pulumi("stack select", lambda: stack_factory(stack_name))
-    _pulumi("config set", lambda: configure(stack, config_path, stack_name, root=project))
+    stack = run_pulumi("stack select", lambda: stack_factory(stack_name))
+    run_pulumi("config set", lambda: configure(stack, config_path, stack_name, root=project))
     return stack
 
 
@@ -160,50 +151,23 @@ def pack_for(config_path: Path) -> Path:
 
 def state(stack: StackLike) -> list[dict]:
     """The resources in the stack's state (empty before the first up)."""
-    return stackstate.resources(_pulumi("stack export", stack.export_stack))
+    return stackstate.resources(run_pulumi("stack export", stack.export_stack))
 
 
 # -- preview, guard, up, wait: shared by `hpcc up` and `hpcc replace` ------------------------------------
-
-
-def guarded_update(
-    stack: StackLike,
-    console: Console,
-    *,
-    replace: list[str],
-    allow_replace: bool,
-    policy_pack: Path,
-    allowed_replacements: tuple[str, ...] = (),
-) -> dict:
-    """Preview (summarised); stop on a guarded change that was not allowed; else `pulumi up`, streamed, with
-    the same options and hpcc's policy pack (mandatory). Returns the stack's outputs as plain values."""
-    kwargs: dict = {"replace": list(replace)} if replace else {}
-    kwargs["policy_packs"] = [str(policy_pack)]
-    changes = _pulumi("preview", lambda: ops_preview.preview(stack, **kwargs))
-    ops_preview.print_summary(console, changes)
-    ops_preview.check(changes, allow_replace, allowed_replacements)
-    if ops_preview.blocking(changes, allowed_replacements):
-        console.print("--allow-replace given: going ahead with the guarded changes above", highlight=False)
-    result = _pulumi(
-        "up",
-        lambda: stack.up(
-            on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False), **kwargs
-        ),
-    )
-    return {k: getattr(v, "value", v) for k, v in (getattr(result, "outputs", None) or {}).items()}
 
 
 @dataclass
 class UpReport:
     cluster: str
     outputs: dict
-    readiness: Readiness
+    readiness: Readiness | None  # None: --preview-only, nothing applied and nothing waited for
     hostfile: Path | None
     region: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.readiness.ok
+        return self.readiness is None or self.readiness.ok
 
 
 def asked_groups(cfg: StackConfig) -> dict[str, int]:
@@ -299,9 +263,19 @@ def up(
     sleep: Callable[[float], None] = time.sleep,
     allow_replace: bool = False,
     update_image: bool = False,
+    confirm: Callable[[str], bool] | None = None,
+    preview_only: bool = False,
 ) -> UpReport:
+    """`confirm(question)`: asked once the preview and the change in the user's terms are shown, before `pulumi up`
+    (the CLI's prompt, or its refusal without a terminal); None applies without asking (a library caller's choice,
+    `hpcc up --yes`)."""
     console = console or Console()
     cfg = _load(config_path)
+    if skip_preflight:  # preflight refuses them itself (its first rule)
+        left = placeholder_errors(cfg)
+        if left:
+            print_findings(console, left)
+            raise OpsError("placeholders are left in the stack file (above): fill them in; nothing was created")
     if stack_factory is None:
         require_pulumi(which)
     aws = aws or Aws(cfg.region)
@@ -332,8 +306,18 @@ def up(
             console.print(f"--update-image: replacing {pin}, so the program resolves the image again", highlight=False)
             replace = [urn]
     outputs = guarded_update(
-        stack, console, replace=replace, allow_replace=allow_replace, policy_pack=pack_for(config_path)
+        stack,
+        console,
+        replace=replace,
+        allow_replace=allow_replace,
+        policy_pack=pack_for(config_path),
+        before=current_shape(stack),
+        after=from_config(cfg),
+        confirm=confirm,
+        preview_only=preview_only,
     )
+    if outputs is None:
+        return UpReport(cfg.cluster.name, {}, None, None, cfg.region)
     return wait_and_report(
         cfg, aws, outputs, console, hostfile_path=hostfile_path, wait_seconds=wait_seconds, poll=poll, sleep=sleep
     )
@@ -347,10 +331,11 @@ def destroy(
     stack_factory: Callable[[str], StackLike] | None = None,
     console: Console | None = None,
     which: Callable[[str], str | None] = shutil.which,
+    confirm: Callable[[str], bool] | None = None,
 ) -> ops_reap.Inventory:
-    """Unprotect the file system, `pulumi destroy`, then what is still tagged for the cluster (empty when all
-    went). The program protects the file system so no update can replace or delete it; destroy is the one
-    command meant to, so it clears the flag in the state first."""
+    """Say what goes (and ask `confirm`, when given), unprotect the file system, `pulumi destroy`, then what is
+    still tagged for the cluster (empty when all went). The program protects the file system so no update can
+    replace or delete it; destroy is the one command meant to, so it clears the flag in the state first."""
     console = console or Console()
     cfg = _load(config_path)
     if stack_factory is None:
@@ -358,9 +343,14 @@ def destroy(
         project = _project(config_path)
         stack_factory = partial(local_stack, project=project)
     aws = aws or Aws(cfg.region)
-    stack = _pulumi("stack select", lambda: stack_factory(stack_name))
+    stack = run_pulumi("stack select", lambda: stack_factory(stack_name))
+    console.print("hpcc destroy deletes:", highlight=False)
+    for line in doomed(cfg, stack_name, current_shape(stack)):
+        console.print(Text(f"  {line}"), highlight=False)
+    if confirm is not None and not confirm(f"delete cluster {cfg.cluster.name} and its file system's data?"):
+        raise NotConfirmed("not confirmed: nothing was deleted")
     fsx = resource_name(cfg.cluster.name, "fsx")
-    if _pulumi("state unprotect", lambda: stackstate.unprotect(stack, stackstate.FILE_SYSTEM, fsx)):
+    if run_pulumi("state unprotect", lambda: stackstate.unprotect(stack, stackstate.FILE_SYSTEM, fsx)):
         console.print(
             f"unprotected {fsx} in the stack's state (as `pulumi state unprotect` does), so destroy "
             "deletes the file system and its data",
@@ -368,7 +358,7 @@ def destroy(
         )
     failure = None
     try:
-        _pulumi(
+        run_pulumi(
             "destroy",
             lambda: stack.destroy(
                 on_output=lambda line: console.print(line.rstrip("\n"), markup=False, highlight=False)

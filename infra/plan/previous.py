@@ -15,6 +15,15 @@ from infra.plan.symbols import generated_values, translate
 RECORD_KEYS = ("type", "name", "inputs", "custom", "id", "outputs", "options", "propertyDependencies")
 
 
+def _outputs(path: Path) -> dict:
+    """An earlier plan's outputs, or {} (an unreadable one only loses the summary in the user's terms)."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 class PreviousPlanError(Exception):
     """--previous does not name an earlier plan's output: a message naming the fix, never a traceback."""
 
@@ -24,6 +33,7 @@ class PreviousPlan:
     resources: list[dict]
     where: str = ""
     replace: frozenset[str] = frozenset()  # names replaced on request (`pulumi up --replace`): nothing is kept
+    outputs: dict = field(default_factory=dict)  # its outputs.json (the cluster's shape: infra/plan/shape.py)
     _by_key: dict = field(default_factory=dict, repr=False)
     _tokens: dict = field(default_factory=dict, repr=False)
 
@@ -40,7 +50,7 @@ class PreviousPlan:
         unknown = sorted(set(names) - {r["name"] for r in self.resources})
         if unknown:
             raise PreviousPlanError(f"--previous {self.where}: no resource named {', '.join(unknown)} to replace")
-        return PreviousPlan(self.resources, self.where, frozenset(names))
+        return PreviousPlan(self.resources, self.where, frozenset(names), self.outputs)
 
     @classmethod
     def load(cls, directory: str | Path) -> PreviousPlan:
@@ -78,7 +88,7 @@ class PreviousPlan:
                 "gave every regional resource one); plan the old config again with this hpcc (hpcc plan OLD.yaml "
                 "--out DIR) and compare with that"
             )
-        return cls(resources, str(root))
+        return cls(resources, str(root), outputs=_outputs(root / "outputs.json"))
 
     def kept_inputs(self, type_token: str, name: str, ignored: list[str], so_far: list[dict]) -> dict | None:
         """What `ignoreChanges` keeps for a resource the old plan has: each ignored path's old input value

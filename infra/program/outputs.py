@@ -6,10 +6,11 @@ import pulumi
 
 from hpcc_contract.names import node_name
 from infra.config.estimates import hourly_cost
-from infra.config.model import StackConfig
+from infra.config.model import ClusterConfig, StackConfig
 from infra.program.components.compute import Compute
 from infra.program.components.state import ControllerState
 from infra.program.components.storage import Storage
+from infra.render.groups_param import partitions
 
 
 def ssm_login(region: str, instance_id: str, user: str) -> str:
@@ -22,17 +23,23 @@ def ssm_login(region: str, instance_id: str, user: str) -> str:
     )
 
 
-def group_outputs(compute: Compute) -> list[dict]:
-    """Each group: its type, count, slots and the names its nodes get (EC2 picks addresses at launch, and the
-    controller names instances as the ledger claims them: `hpcc status` and `hpcc hostfile` read them live)."""
+def group_outputs(cluster: ClusterConfig, compute: Compute) -> list[dict]:
+    """Each group: its type, count, spares, slots, market, the names its nodes get (EC2 picks addresses at launch,
+    and the controller names instances as the ledger claims them: `hpcc status` and `hpcc hostfile` read them live)
+    and its Slurm partition (None without Slurm or without nodes), `defaultPartition` on the one a job without `-p`
+    lands on."""
+    names, default = partitions(cluster, [g.itype for g in compute.groups])
     return [
         {
             "name": g.name,
             "instanceType": g.itype.name,
             "count": g.config.count,
+            "spares": g.config.spares,
             "slots": g.itype.slots,
             "market": g.config.market,
             "nodes": node_range(g.name, g.config.count),
+            "partition": g.name if g.name in names else None,
+            "defaultPartition": g.name == default,
         }
         for g in compute.groups
     ]
@@ -57,8 +64,13 @@ def stack_outputs(
         "clusterName": cluster.name,
         "region": cfg.region,
         "availabilityZone": availability_zone,
-        "headNode": {"instanceId": head.id, "privateIp": head.private_ip, "publicIp": public_ip},
-        "nodeGroups": group_outputs(compute),
+        "headNode": {
+            "instanceId": head.id,
+            "privateIp": head.private_ip,
+            "publicIp": public_ip,
+            "instanceType": compute.head.itype.name,
+        },
+        "nodeGroups": group_outputs(cluster, compute),
         "stateBucket": state.bucket,
         "ledgerTable": state.table,
         "fsx": {

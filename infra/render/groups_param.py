@@ -12,7 +12,7 @@ from hpcc_contract import groups
 from infra.config.model import ClusterConfig
 from infra.config.nodes import NodeGroup
 from infra.facts.instance_types import InstanceType
-from infra.facts.slurm import slurm_node
+from infra.facts.slurm import gres_gpus, slurm_node
 
 # The parameter's tier takes 8 KB (Intelligent-Tiering moves it to Advanced above 4 KB); a group's entry is about
 # 450 bytes, so MAX_GROUPS (infra/config/model.py) keeps the value well inside it, and the plan checks it (aws_rules).
@@ -30,6 +30,19 @@ def slurm_fields(itype: InstanceType, field: str) -> dict:
         "real_memory": node.real_memory_mib,
         "gres": f"gpu:{node.gpus}" if node.gpus else "",
     }
+
+
+def partitions(cfg: ClusterConfig, itypes: list[InstanceType]) -> tuple[list[str], str | None]:
+    """The Slurm partitions slurm.conf will have (hpcc_node/slurm.py writes it) and the default one
+    (hpcc_contract/groups.py, the one place that decides it), for each group's type in the order of cfg.node_groups;
+    ([], None) without Slurm."""
+    if cfg.scheduler != "slurm":
+        return [], None
+    sized = [(g.name, g.count, gres_gpus(t) > 0) for g, t in zip(cfg.node_groups, itypes, strict=True)]
+    names = [name for name, count, _ in sized if count > 0]
+    if names and groups.ALL_PARTITION not in names:
+        names.append(groups.ALL_PARTITION)
+    return names, groups.default_partition(sized)
 
 
 def group_entry(

@@ -63,7 +63,11 @@ def sbatch(box: FleetBox, script: str, *args: str, export: str = "ALL") -> str:
         ) from None
     job = run.stdout.strip().split(";")[0]
     output = (work / f"{job}.out").read_text() if job and (work / f"{job}.out").exists() else ""
-    assert run.returncode == 0, (run.stdout, run.stderr, output[-3000:])
+    if run.returncode != 0:  # the whole output (an assertion's repr is cut), and Slurm's record of the job
+        record = box.on_head("scontrol", "-o", "show", "job", job).stdout if job else ""
+        raise AssertionError(
+            f"sbatch {script}: exit {run.returncode}\nstderr: {run.stderr}\noutput:\n{output}\n{record}"
+        )
     return output
 
 

@@ -23,6 +23,33 @@ def stack_file(tmp: Path, example: str, **cluster_changes) -> Path:
     return path
 
 
+# Two node groups, as a new user writes them (README "Config reference", nodeGroups): GPUs for training, CPUs on
+# spot for data preparation, Slurm. No placeholder left in: preflight and up take it as it is.
+TWO_GROUPS = {
+    "aws:region": "us-east-1",
+    "hpcc:cluster": {
+        "name": "duo",
+        "availabilityZone": "us-east-1a",
+        "headNode": {"instanceType": "c6i.xlarge"},
+        "nodeGroups": [
+            {"name": "gpu", "instanceType": "p5.48xlarge", "count": 2, "spares": 1},
+            {"name": "cpu", "instanceType": "c6i.16xlarge", "count": 4, "market": "spot"},
+        ],
+        "scheduler": "slurm",
+        "tags": {"team": "duo"},
+    },
+}
+
+
+def two_groups(tmp: Path, **cluster_changes) -> Path:
+    """TWO_GROUPS as a stack file, Pulumi.<name>.yaml, with top-level cluster keys changed."""
+    config = copy.deepcopy(TWO_GROUPS)
+    config["hpcc:cluster"].update(cluster_changes)
+    path = tmp / f"Pulumi.{config['hpcc:cluster']['name']}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    return path
+
+
 def _response(status: int, parsed: dict):
     return SimpleNamespace(status_code=status, headers={}, text="", content=b""), parsed
 
@@ -158,6 +185,10 @@ class FakeStack:
         on_output("Destroying (dev):\n")
         if self.on_destroy:
             self.on_destroy()
+
+    def outputs(self):
+        """The last up's outputs (none before the first)."""
+        return {k: SimpleNamespace(value=v) for k, v in self.result.outputs.items()} if self.result else {}
 
     def export_stack(self):
         from pulumi.automation import Deployment

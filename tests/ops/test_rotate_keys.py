@@ -192,22 +192,22 @@ def test_a_node_applied_a_phase_only_when_it_serves_and_trusts_what_the_head_wro
 
 
 def test_the_command_reports_a_malformed_rotation_parameter_without_a_traceback(monkeypatch, tmp_path):
-    from infra.ops import cli
+    from infra.ops import cli, cli_support
 
     c = Cluster(tmp_path)
     c.store.params["/hpcc/llm/rotation"] = (1, "not json")
-    monkeypatch.setattr(cli, "_aws", lambda region: c.ops)
+    monkeypatch.setattr(cli_support, "aws_for", lambda region: c.ops)
     out = CliRunner().invoke(cli.app, ["rotate-keys", "--cluster", "llm"])
     assert out.exit_code == 1 and "Traceback" not in out.output, out.output
     assert "/hpcc/llm/rotation: the rotation parameter is not" in out.output and "--value none" in out.output
 
 
 def test_a_cluster_with_no_membership_is_named_without_a_traceback(monkeypatch, tmp_path):
-    from infra.ops import cli
+    from infra.ops import cli, cli_support
 
     c = Cluster(tmp_path)
     del c.store.objects["membership.json"]
-    monkeypatch.setattr(cli, "_aws", lambda region: c.ops)
+    monkeypatch.setattr(cli_support, "aws_for", lambda region: c.ops)
     out = CliRunner().invoke(cli.app, ["rotate-keys", "--cluster", "llm"])
     assert out.exit_code == 1 and "Traceback" not in out.output, out.output
     assert f"no membership.json in s3://{BUCKET}" in " ".join(out.output.split()), out.output

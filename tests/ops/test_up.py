@@ -190,6 +190,24 @@ def test_update_image_without_a_pin_in_the_state_says_so(tmp_path):
         assert ops(stack) == []
 
 
+def cli_up(tmp_path, *extra: str) -> list[str]:
+    """`hpcc up` on the CPU example, preflight skipped, no wait; --yes: there is no terminal here to ask on."""
+    hostfile = str(tmp_path / "hostfile")
+    return [
+        "up",
+        str(CPU),
+        "--stack",
+        "dev",
+        "--skip-preflight",
+        "--wait-minutes",
+        "0",
+        "--hostfile",
+        hostfile,
+        *extra,
+        "--yes",
+    ]
+
+
 def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, monkeypatch):
     with embedded_aws(REGION) as env:
         stack = FakeStack(env, CPU).planned()
@@ -197,17 +215,7 @@ def test_cli_up_stops_on_the_guard_and_goes_ahead_with_allow_replace(tmp_path, m
         stack.events = lambda _: [pre_event("delete", urn, INSTANCE)]
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
         monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
-        args = [
-            "up",
-            str(CPU),
-            "--stack",
-            "dev",
-            "--skip-preflight",
-            "--wait-minutes",
-            "0",
-            "--hostfile",
-            str(tmp_path / "hostfile"),
-        ]
+        args = cli_up(tmp_path)
         out = CliRunner().invoke(app, args)
         assert out.exit_code == 1 and "delete instance cpu-oneccl-head" in out.output
         assert "--allow-replace" in out.output and ops(stack) == ["preview"]
@@ -226,18 +234,7 @@ def test_cli_up_check_measures_the_fabric_once_every_node_is_ready_and_names_a_s
         stack = FakeStack(env, CPU).planned()
         monkeypatch.setattr("infra.ops.up.require_pulumi", lambda which=None: "/usr/bin/pulumi")
         monkeypatch.setattr("infra.ops.up.local_stack", lambda name, project: stack)
-        args = [
-            "up",
-            str(CPU),
-            "--stack",
-            "dev",
-            "--skip-preflight",
-            "--wait-minutes",
-            "0",
-            "--hostfile",
-            str(tmp_path / "hostfile"),
-            "--check",
-        ]
+        args = cli_up(tmp_path, "--check")
         bad = CliRunner().invoke(app, [*args, "--check-provider", "udp"])
         assert bad.exit_code == 2 and "--check-provider must be efa or tcp" in bad.output and ops(stack) == []
         all_ready(env)

@@ -339,14 +339,19 @@ def test_without_efa_the_tcp_provider_must_work(fake):
 def test_without_systemd_sshd_gets_a_hup_from_its_pid_file(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "sshd", "exit 0\n")  # sshd -t: the configuration is fine
-    hupped = tmp_path / "hupped"
-    sleeper = subprocess.Popen(["bash", "-c", f"trap 'touch {hupped}; exit 0' HUP; while :; do sleep 0.1; done"])
+    hupped, trapping = tmp_path / "hupped", tmp_path / "trapping"
+    sleeper = subprocess.Popen(
+        ["bash", "-c", f"trap 'touch {hupped}; exit 0' HUP; touch {trapping}; while :; do sleep 0.1; done"]
+    )
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60  # its trap is set (a loaded machine starts bash slowly)
+        while not trapping.exists():
+            assert time.monotonic() < deadline and sleeper.poll() is None, "the stand-in sshd never set its trap"
+            time.sleep(0.05)
         script = preamble(tmp_path) + STUB_FAIL + f"echo {sleeper.pid} >/run/sshd.pid\nreload_sshd"
         out = private_run(COMMON + ["ssh"], script, ctx_for(tmp_path), env, over=["/run"])
         assert out.returncode == 0, out.stdout + out.stderr
-        sleeper.wait(timeout=10)
+        sleeper.wait(timeout=120)  # a deadline, not a duration: it exits as soon as its trap ran
         assert hupped.exists() and f"sent HUP to sshd ({sleeper.pid})" in out.stdout
     finally:
         if sleeper.poll() is None:

@@ -57,7 +57,7 @@ def head_conf(tmp_path, groups: str, extra: str = "") -> list[str]:
     return out.stdout.splitlines()
 
 
-def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_default_of_all(tmp_path):
+def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_the_gpu_one_the_default(tmp_path):
     lines = head_conf(
         tmp_path,
         groups_json(
@@ -75,9 +75,9 @@ def test_the_heads_slurm_conf_has_a_cloud_range_and_a_partition_per_group_and_a_
         f"NodeName=cpu-[000-999],cpu-[1000-1099] State=CLOUD Feature=cpu {C6I.attributes()}",
     ]  # spare: 0 slots
     assert [line for line in lines if line.startswith("PartitionName=")] == [
-        "PartitionName=gpu Nodes=gpu-[000-003] MaxTime=INFINITE State=UP",
+        "PartitionName=gpu Nodes=gpu-[000-003] Default=YES MaxTime=INFINITE State=UP",
         "PartitionName=cpu Nodes=cpu-[000-999],cpu-[1000-1099] MaxTime=INFINITE State=UP",
-        "PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "PartitionName=all Nodes=ALL MaxTime=INFINITE State=UP",
     ]
     assert "SuspendExcNodes=gpu-[000-003],cpu-[000-999],cpu-[1000-1099]" in lines and "SuspendTime=INFINITE" in lines
     assert "GresTypes=gpu" in lines and "TreeWidth=65533" in lines and "ProctrackType=proctrack/linuxproc" in lines
@@ -222,3 +222,32 @@ def test_this_machines_slurmctld_reads_the_generated_slurm_conf(tmp_path):
         if re.search(r"error: .*(slurm\.conf|Parse|invalid|unrecognized)", line, re.I) and "MailProg" not in line
     ]  # this machine has no mail program
     assert not errors and "preparing for 3 partitions" in log, log[-3000:]
+
+
+def test_a_gpu_job_without_a_partition_lands_on_gpu_nodes_never_on_cpu_ones():
+    """The default partition (issue 32): the first group with GPUs, wherever it is listed; `all` only on a cluster
+    without GPUs (all of its nodes are CPU nodes), and never a mixed default."""
+    conf_lines, default_partition = slurm.conf_lines, slurm.default_partition
+
+    def groups(*gs):
+        return groups_format.loads(groups_json(*gs))
+
+    def defaults(*gs):
+        return [line.split()[0] for line in conf_lines(groups(*gs)) if " Default=YES" in line]
+
+    cpu_first = (("cpu", "c6i.xlarge", 8, 0, C6I), ("gpu", "p5.48xlarge", 4, 0, P5), ("gpu2", "p5.48xlarge", 2, 0, P5))
+    assert defaults(*cpu_first) == ["PartitionName=gpu"]
+    assert defaults(("cpu", "c6i.xlarge", 8, 0, C6I), ("cpu2", "c6i.xlarge", 2, 0, C6I)) == ["PartitionName=all"]
+    # an empty GPU group has no partition: the next GPU group is the default, never the CPU one
+    assert defaults(
+        ("cpu", "c6i.xlarge", 8, 0, C6I), ("gpu", "p5.48xlarge", 0, 0, P5), ("big", "p5.48xlarge", 1, 0, P5)
+    ) == ["PartitionName=big"]
+    # a group without its own Slurm definition takes the settings' node line, GPUs included
+    assert (
+        default_partition(
+            groups(("cpu", "c6i.xlarge", 2, 0, C6I), ("gpu", "p5.48xlarge", 2, 0, None)),
+            default_node="CPUs=192 RealMemory=2000000 Gres=gpu:8",
+        )
+        == "gpu"
+    )
+    assert default_partition(groups(("cpu", "c6i.xlarge", 0, 0, C6I))) is None

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from hpcc_contract.names import Paths
 from infra.config.model import StackConfig
+from infra.config.nodes import NodeGroup
 from infra.facts import prices
 from infra.facts.az import first_az
 from infra.facts.images import DLAMI_OWNER
@@ -20,13 +21,8 @@ from infra.ops.aws import Aws, error_code
 
 # The config fields preflight's findings name.
 HEAD_FIELD = "cluster.headNode.instanceType"
-COMPUTE_FIELD = "cluster.compute.instanceType"
 AZ_FIELD = "cluster.availabilityZone"
 IMAGE_FIELD = "cluster.image"
-RESERVATION_FIELD = "cluster.compute.capacityReservationId"
-
-HEAD_FIELD = "cluster.headNode.instanceType"
-COMPUTE_FIELD = "cluster.compute.instanceType"
 
 # vCPU quotas (Service Quotas, service code ec2) by instance-family letter group: (on-demand, spot).
 QUOTAS = {
@@ -56,12 +52,18 @@ def quota_group(instance_type: str) -> str:
 
 @dataclass
 class Role:
-    name: str  # head | compute
-    field: str
+    name: str  # head, or the node group's name (`compute` for a `compute:` block)
+    field: str  # the instance type's config path, as the user wrote it
     instance_type: str
     count: int
     market: str = "on-demand"
     reservation: str | None = None
+    base: str = "cluster.headNode"  # the config path of the head or of the group (cluster.nodeGroups[1])
+    group: NodeGroup | None = None  # the group's config; None for the head
+
+    def at(self, key: str) -> str:
+        """The config path of one of this role's keys: cluster.nodeGroups[1].efa, cluster.compute.market."""
+        return f"{self.base}.{key}"
 
 
 def utc_now() -> datetime:
@@ -89,17 +91,24 @@ class Context:
 
     @cached_property
     def roles(self) -> list[Role]:
+        """The head, then every node group (`compute:` is the one group named compute), fields as written."""
+        return [Role("head", HEAD_FIELD, self.cluster.head_node.instance_type, 1), *self.groups]
+
+    @cached_property
+    def groups(self) -> list[Role]:
         c = self.cluster
         return [
-            Role("head", HEAD_FIELD, c.head_node.instance_type, 1),
             Role(
-                "compute",
-                COMPUTE_FIELD,
-                c.compute.instance_type,
-                c.compute.count,
-                c.compute.market,
-                c.compute.capacity_reservation_id,
-            ),
+                g.name,
+                c.group_field(i, "instanceType"),
+                g.instance_type,
+                g.count,
+                g.market,
+                g.capacity_reservation_id,
+                base=c.group_field(i),
+                group=g,
+            )
+            for i, g in enumerate(c.node_groups)
         ]
 
     @cached_property
@@ -159,10 +168,14 @@ class Context:
 
     @cached_property
     def architecture(self) -> str:
-        """The compute nodes' architecture, which the image is resolved for (infra/config/validators/type_rules.py)."""
-        info = self.type_info.get(self.cluster.compute.instance_type) or {}
-        archs = info.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
-        return next((a for a in ("x86_64", "arm64") if a in archs), "x86_64")
+        """The one architecture every node type runs (x86_64 first), which the image is resolved for
+        (infra/config/validators/type_rules.py); x86_64 when the types disagree (type_facts says so)."""
+        common = {"x86_64", "arm64"}
+        for role in self.roles:
+            info = self.type_info.get(role.instance_type)
+            if info is not None:
+                common &= set(info.get("ProcessorInfo", {}).get("SupportedArchitectures", []))
+        return next((a for a in ("x86_64", "arm64") if a in common), "x86_64")
 
     @cached_property
     def image(self) -> dict | None:

@@ -1,6 +1,7 @@
 """Preflight's launch rules: the account's vCPU quota for what the config launches, and a dry run of each role's
-launch (RunInstances with DryRun=True: EC2 answers whether it would launch, and why not). Part of
-infra/ops/preflight/rules.py's RULES."""
+launch (RunInstances with DryRun=True: EC2 answers whether it would launch, and why not). The roles are the head
+and each node group: the groups of one family and market draw on one quota together, an empty group has no dry run.
+Part of infra/ops/preflight/rules.py's RULES."""
 
 from __future__ import annotations
 
@@ -10,34 +11,31 @@ from botocore.exceptions import ClientError
 
 from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
 from infra.ops.aws import error_code, error_message
-from infra.ops.preflight.context import (
-    AZ_FIELD,
-    COMPUTE_FIELD,
-    QUOTAS,
-    RESERVATION_FIELD,
-    Context,
-    Role,
-    offered_list,
-    quota_group,
-)
+from infra.ops.preflight.context import AZ_FIELD, HEAD_FIELD, QUOTAS, Context, Role, offered_list, quota_group
 
 
 def vcpu_quota(ctx: Context) -> Iterable[Finding]:
+    """The vCPUs every role needs of each quota (the groups of one family and market share it), against the quota;
+    each finding names the first group's field that draws on it (the head's when no group does)."""
     need: dict[tuple[str, str], int] = {}
+    fields: dict[tuple[str, str], str] = {}
     for role in ctx.roles:
         info = ctx.type_info.get(role.instance_type)
         if info is None:
             continue
         key = (quota_group(role.instance_type), "spot" if role.market == "spot" else "on-demand")
         need[key] = need.get(key, 0) + info["VCpuInfo"]["DefaultVCpus"] * role.count
+        if key not in fields or (fields[key] == HEAD_FIELD and role.group is not None and role.count):
+            fields[key] = role.field
     for (group, market), vcpus in sorted(need.items()):
+        field = fields[(group, market)]
         on_demand, spot, label = QUOTAS[group]
         code = spot if market == "spot" else on_demand
         what = f"All {label} Spot Instance Requests" if market == "spot" else f"Running On-Demand {label} instances"
         if code is None:
             yield Finding(
                 WARNING,
-                "cluster.compute.market",
+                field.rsplit(".", 1)[0] + ".market",
                 f"no vCPU quota is known for {market} {label} instances; check {vcpus} vCPUs fit before `hpcc up`",
             )
             continue
@@ -46,26 +44,27 @@ def vcpu_quota(ctx: Context) -> Iterable[Finding]:
         except ClientError as e:
             yield Finding(
                 WARNING,
-                COMPUTE_FIELD,
+                field,
                 f"could not read the vCPU quota \"{what}\" ({code}): "
-                f"{error_message(e).rstrip('.')}. Not checked: the cluster needs {vcpus} vCPUs of it; "
-                f"see `aws service-quotas get-service-quota --service-code ec2 --quota-code {code}`",
+                f"{error_message(e).rstrip('.')}. Not checked: the cluster needs {vcpus} "
+                "vCPUs of it; see `aws service-quotas get-service-quota --service-code ec2 "
+                f"--quota-code {code}`",
             )
             continue
         limit = int(quota.get("Value", 0))
         if limit < vcpus:
             yield Finding(
                 ERROR,
-                COMPUTE_FIELD,
+                field,
                 f"the cluster needs {vcpus} vCPUs of \"{what}\" but the quota is {limit} "
-                f"(instances already running count too); request an increase: `aws service-quotas "
-                f"request-service-quota-increase --service-code ec2 --quota-code {code} "
-                f"--desired-value {vcpus}`, or use fewer or smaller nodes",
+                "(instances already running count too); request an increase: `aws "
+                "service-quotas request-service-quota-increase --service-code ec2 "
+                f"--quota-code {code} --desired-value {vcpus}`, or use fewer or smaller nodes",
             )
         else:
             yield Finding(
                 INFO,
-                COMPUTE_FIELD,
+                field,
                 f"vCPU quota \"{what}\" is {limit}; the cluster needs {vcpus} "
                 "(instances already running count against it too)",
             )
@@ -75,12 +74,11 @@ DRY_RUN_ADVICE: dict[str, Callable[[Context, Role], str]] = {
     "InsufficientInstanceCapacity": lambda ctx, r: (
         f"AWS has no {r.instance_type} capacity for {r.count} instance(s) in {ctx.az} right now. Try another AZ "
         f"offering it ({offered_list(ctx, r.instance_type)}), fewer nodes, a capacity reservation or Capacity Block "
-        f"({RESERVATION_FIELD}), or retry later"
+        f"({r.at('capacityReservationId') if r.group else 'capacityReservationId of a node group'}), or retry later"
     ),
     "InstanceLimitExceeded": lambda ctx, r: (
         f"the account's limit for {r.instance_type} would be exceeded by {r.count} more instance(s); request a vCPU "
-        "quota "
-        f"increase (Service Quotas, code {QUOTAS[quota_group(r.instance_type)][0]}) or use fewer nodes"
+        f"quota increase (Service Quotas, code {QUOTAS[quota_group(r.instance_type)][0]}) or use fewer nodes"
     ),
     "VcpuLimitExceeded": lambda ctx, r: (
         f"{r.count} x {r.instance_type} exceed the account's vCPU quota; request an increase (Service Quotas, code "
@@ -88,9 +86,8 @@ DRY_RUN_ADVICE: dict[str, Callable[[Context, Role], str]] = {
     ),
     "Unsupported": lambda ctx, r: (
         f"{r.instance_type} cannot be launched this way in {ctx.az} (type, AZ, market or image not supported "
-        "together); "
-        f"AZs offering it: {offered_list(ctx, r.instance_type)}. Change {AZ_FIELD}, the type, or "
-        "cluster.compute.market"
+        f"together); AZs offering it: {offered_list(ctx, r.instance_type)}. Change {AZ_FIELD}, the type"
+        f"{', or ' + r.at('market') if r.group else ''}"
     ),
     "InsufficientFreeAddressesInSubnet": lambda ctx, r: (
         f"the subnet has too few free addresses for {r.count} instance(s) and their interfaces; hpcc's own private "
@@ -103,6 +100,9 @@ def dry_run_launch(ctx: Context) -> Iterable[Finding]:
     if ctx.image is None or ctx.az is None or not set(ctx.types) <= set(ctx.type_info):
         return
     for role in ctx.roles:
+        if role.count == 0:
+            yield Finding(INFO, role.field, f"group {role.name} has no nodes (count 0): no dry run")
+            continue
         kwargs = dict(
             DryRun=True,
             ImageId=ctx.image["ImageId"],

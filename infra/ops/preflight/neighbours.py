@@ -57,7 +57,7 @@ def shared_ssm_throughput(ctx) -> Iterable[Finding]:
     others = other_clusters(ctx.aws, ctx.cluster.name)
     if not others:
         return
-    own_nodes = ctx.cluster.compute.count + 1
+    own_nodes = ctx.cluster.node_count + 1
     each = "; ".join(
         f"{n} ({nodes} nodes): {steady_rate(nodes):.1f}/s settled, bursts up to {boot_rate(nodes):.1f}/s booting"
         for n, nodes in others.items()
@@ -72,12 +72,9 @@ def shared_ssm_throughput(ctx) -> Iterable[Finding]:
             f"throughput ({SSM_REQUESTS_PER_SECOND} requests/s for GetParameter(s) and PutParameter together): {each}. "
             f"With this one ({own_nodes} nodes: {steady_rate(own_nodes):.1f}/s settled, bursts up to "
             f"{boot_rate(own_nodes):.1f}/s booting) they ask {total:.1f}/s settled and up to {peak:.1f}/s while all "
-            "boot; "
-            f"above {SSM_REQUESTS_PER_SECOND}/s calls are throttled and slow every node's bootstrap and membership. "
-            "Fix: "
-            f"turn on Parameter Store's higher throughput (billed; `aws ssm update-service-setting --setting-id "
-            "/ssm/parameter-store/high-throughput-enabled --setting-value true`), do not boot the clusters at the "
-            "same "
-            f"time, or put this one in another Region or account"
+            f"boot; above {SSM_REQUESTS_PER_SECOND}/s calls are throttled and slow every node's bootstrap and "
+            "membership. Fix: turn on Parameter Store's higher throughput (billed; `aws ssm update-service-setting "
+            "--setting-id /ssm/parameter-store/high-throughput-enabled --setting-value true`), do not boot the "
+            "clusters at the same time, or put this one in another Region or account"
         ),
     )

@@ -2,7 +2,8 @@
 
 One small rule per check, each yielding `infra.config.validators.Finding`s (severity, config field, what to do),
 like the config rules. Rules share a `Context` (infra/ops/preflight/context.py) that asks AWS each question once.
-Nothing is created: the only write-shaped call is RunInstances with DryRun=True."""
+Every rule reads the head and each node group (Context.roles, Context.groups), never one `compute:` block. Nothing
+is created: the only write-shaped call is RunInstances with DryRun=True."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.markup import escape
 from infra.config.model import StackConfig
 from infra.config.validators.check import check_config
 from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
+from infra.config.validators.placeholders import placeholder_errors
 from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
 from infra.facts import prices
 from infra.facts.az import kept_az_problem
@@ -25,6 +27,7 @@ from infra.ops.preflight.context import (
     AZ_FIELD,
     IMAGE_FIELD,
     Context,
+    Role,
     offered_list,
     utc_now,
 )
@@ -34,6 +37,14 @@ from infra.ops.preflight.neighbours import shared_ssm_throughput
 
 # Instance families the current Base OSS Nvidia-driver DLAMIs list as supported (release notes).
 BASE_OSS_SUPPORTED = ("g4dn", "g5", "g6", "g6e", "gr6", "g6f", "g7e", "p4d", "p4de", "p5", "p5e", "p5en", "p6")
+
+
+def _one_per_type(roles: list[Role]) -> list[Role]:
+    """The first role of each instance type (groups of one type need one price and one image check)."""
+    first: dict[str, Role] = {}
+    for r in roles:
+        first.setdefault(r.instance_type, r)
+    return list(first.values())
 
 
 # -- rules ---------------------------------------------------------------------------------------------
@@ -60,7 +71,7 @@ def type_facts(ctx: Context) -> Iterable[Finding]:
 
 def price_list(ctx: Context) -> Iterable[Finding]:
     """Each node type's on-demand price from the AWS Price List API, else the dated snapshot, else "price unknown"."""
-    for role in ctx.roles:
+    for role in _one_per_type(ctx.roles):
         try:
             usd, source = (
                 prices.price_list_price(ctx.pricing_client(), role.instance_type, ctx.aws.region),
@@ -103,16 +114,21 @@ def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
     if not set(ctx.types) <= set(ctx.type_info):
         return  # types_exist said why
     if ctx.kept_az:
-        problem = kept_az_problem(
-            ctx.kept_az,
-            ctx.offered,
-            ctx.cluster.head_node.instance_type,
-            ctx.cluster.compute.instance_type,
-            configured=False,
-        )
-        if problem:
+        problems = [
+            kept_az_problem(
+                ctx.kept_az,
+                ctx.offered,
+                ctx.cluster.head_node.instance_type,
+                g.instance_type,
+                configured=False,
+                compute_field=g.field,
+            )
+            for g in ctx.groups
+        ]
+        problems = list(dict.fromkeys(p for p in problems if p))  # the head's problem once, not once a group
+        for problem in problems:
             yield Finding(ERROR, *problem)
-        else:
+        if not problems:
             yield Finding(
                 INFO, AZ_FIELD, f"none configured: the cluster stays in {ctx.kept_az}, kept since its first `pulumi up`"
             )
@@ -138,22 +154,23 @@ def types_offered_in_az(ctx: Context) -> Iterable[Finding]:
 
 
 def efa_support(ctx: Context) -> Iterable[Finding]:
-    compute = ctx.cluster.compute
-    info = ctx.type_info.get(compute.instance_type)
-    if info is None:
-        return
-    supported = bool(info.get("NetworkInfo", {}).get("EfaSupported"))
-    if compute.efa is True and not supported:
-        yield Finding(
-            ERROR,
-            "cluster.compute.efa",
-            f"EC2 says {compute.instance_type} has no EFA in {ctx.aws.region}; "
-            "remove `efa: true` to run over TCP, or pick an EFA type",
-        )
-    elif compute.efa is False and supported:
-        yield Finding(WARNING, "cluster.compute.efa", efa_off(compute.instance_type))
-    elif compute.efa is None and not supported:
-        yield Finding(INFO, "cluster.compute.efa", f"{compute.instance_type} has no EFA: nodes talk over TCP")
+    """Each group's `efa` against what EC2 says of its type in this region."""
+    for g in ctx.groups:
+        info = ctx.type_info.get(g.instance_type)
+        if info is None:
+            continue
+        supported, field, efa = bool(info.get("NetworkInfo", {}).get("EfaSupported")), g.at("efa"), g.group.efa
+        if efa is True and not supported:
+            yield Finding(
+                ERROR,
+                field,
+                f"EC2 says {g.instance_type} has no EFA in {ctx.aws.region}; "
+                "remove `efa: true` to run over TCP, or pick an EFA type",
+            )
+        elif efa is False and supported:
+            yield Finding(WARNING, field, efa_off(g.instance_type))
+        elif efa is None and not supported:
+            yield Finding(INFO, field, f"{g.instance_type} has no EFA: nodes talk over TCP")
 
 
 def placement_strategy(ctx: Context) -> Iterable[Finding]:
@@ -191,7 +208,7 @@ def image_architecture(ctx: Context) -> Iterable[Finding]:
     if ctx.image is None:
         return
     arch = ctx.image.get("Architecture")
-    for role in ctx.roles:
+    for role in _one_per_type(ctx.roles):
         info = ctx.type_info.get(role.instance_type)
         if info is None:
             continue
@@ -210,7 +227,7 @@ def image_supports_types(ctx: Context) -> Iterable[Finding]:
         return
     name = ctx.image.get("Name") or ""
     base_oss = "Base OSS Nvidia Driver" in name
-    for role in ctx.roles:
+    for role in _one_per_type(ctx.roles):
         family = role.instance_type.split(".", 1)[0]
         info = ctx.type_info.get(role.instance_type) or {}
         gpus = sum(g.get("Count", 0) for g in info.get("GpuInfo", {}).get("Gpus", []))
@@ -235,7 +252,13 @@ def image_supports_types(ctx: Context) -> Iterable[Finding]:
             )
 
 
+def placeholders_left(ctx: Context) -> Iterable[Finding]:
+    """Example values still in the stack file (an example bucket, a documentation range, a `you@laptop` key)."""
+    return placeholder_errors(ctx.cfg)
+
+
 RULES = [
+    placeholders_left,
     config_findings,
     types_exist,
     type_facts,
