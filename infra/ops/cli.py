@@ -25,8 +25,8 @@ from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
 from infra.ops.cli_plan import plan
 from infra.ops.cli_report import err, fail
-from infra.ops.deployer_guard import render_guard, shipped_guard
 from infra.ops.cli_support import version
+from infra.ops.deployer_guard import render_guard, shipped_guard
 from infra.ops.project import ProjectError, init_project
 
 # The order `hpcc --help` lists the commands in: set up, look, create, use, operate, tear down.
