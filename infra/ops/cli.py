@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from hpcc_contract.formats import NewerFormat
 from hpcc_contract.hostfile import FORMATS
 from infra.config.parse import ConfigError
 from infra.config.stackfile import load
@@ -52,6 +53,8 @@ def _ops(fn):
         raise config_error(e) from None
     except OpsError as e:
         raise fail(str(e), 1) from None
+    except NewerFormat as e:  # the ledger or a document of the cluster's, written by a newer hpcc
+        raise fail(f"{e}", 1) from None
     except ClientError as e:
         raise fail(f"AWS refused: {e}", 1) from None
     except BotoCoreError as e:
