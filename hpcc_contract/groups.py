@@ -4,15 +4,18 @@ One definition of the format: its number, the document's keys, each group's fiel
 and which Slurm partition is the default (the head's slurm.conf and the plan's outputs say the same).
 
 `{"format": FORMAT, "groups": [{FIELDS..., "slurm": {SLURM_FIELDS...}}]}`, compact with sorted keys. A reader
-refuses a document of another format; within a group it takes the fields it knows and leaves the others."""
+refuses a document of a newer format (hpcc_contract/formats.py) or of no known shape; within a group it takes the
+fields it knows and leaves the others."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-FORMAT = 1
-FORMAT_KEY = "format"
+from hpcc_contract import formats
+
+FORMAT = formats.NODE_GROUPS
+FORMAT_KEY = formats.FORMAT_KEY
 GROUPS_KEY = "groups"
 # Each group's fields: hpcc_node.controller.model.Group's (snake_case), but its Capacity Block's window (EC2's).
 FIELDS = (
@@ -40,6 +43,10 @@ class GroupsFormatError(ValueError):
     """The text is not a groups document of this format."""
 
 
+class NewerGroups(GroupsFormatError):
+    """A groups document of a newer format than this reader's: written by a newer hpcc's program."""
+
+
 class NotJson(GroupsFormatError):
     """The text is not JSON at all."""
 
@@ -56,6 +63,13 @@ def loads(text: str) -> List[Any]:
         doc = json.loads(text)
     except ValueError as e:
         raise NotJson(f"is not JSON ({e})") from None
+    if isinstance(doc, dict) and FORMAT_KEY in doc:
+        try:
+            formats.check_doc("node groups", doc, FORMAT)
+        except formats.NewerFormat as e:
+            raise NewerGroups(str(e)) from None
+        except formats.BadFormat as e:
+            raise GroupsFormatError(str(e)) from None
     if not isinstance(doc, dict) or doc.get(FORMAT_KEY) != FORMAT or not isinstance(doc.get(GROUPS_KEY), list):
         raise GroupsFormatError(f'is not {{"{FORMAT_KEY}": {FORMAT}, "{GROUPS_KEY}": [...]}}')
     return doc[GROUPS_KEY]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
+from hpcc_contract import formats
+
 # health.bootDiagLevel: the DCGM diagnostic level of the boot checks (`dcgmi diag -r N`; 0: none, DCGM's levels
 # 1-4), defined once for all its spellings: the config's `health.bootDiagLevel` (infra/config/model.py Health), the
 # settings' HEALTH_DIAG_LEVEL (left out at the default), the bootstrap's $HPCC_HEALTH_DIAG_LEVEL, health.env's
@@ -76,6 +78,9 @@ PATTERNS: Dict[str, str] = {
     # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.
     "STATE_BUCKET": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
     "LEDGER_TABLE": r"[A-Za-z0-9_.-]{3,255}",
+    # The text's format (hpcc_contract/formats.py SETTINGS), written only from version 2 on: a version-1 text has no
+    # FORMAT line, so the nodes booted before the key existed still accept it.
+    "FORMAT": POSITIVE,
 }
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
 SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
@@ -85,6 +90,7 @@ OPTIONAL_DEFAULTS = {
     "SLURM_NODE": "",
     "SLURM_GPUS": "",
     "HEALTH_DIAG_LEVEL": str(BOOT_DIAG_LEVEL_DEFAULT),
+    "FORMAT": "1",
 }
 OPTIONAL = frozenset(OPTIONAL_DEFAULTS)
 SETTINGS_LIMIT = 8192  # the parameter's tier (Intelligent-Tiering) takes up to 8 KB (an Advanced parameter)
@@ -93,6 +99,24 @@ MASTER_PORT = 29500  # torch.distributed's usual rendezvous port
 
 class SettingsError(ValueError):
     """A settings text or value the nodes would refuse; the message names the key."""
+
+
+class NewerSettings(SettingsError):
+    """A settings text of a format newer than this bundle reads (its FORMAT line): written by a newer hpcc."""
+
+
+def format_problem(text: str) -> Optional[str]:
+    """Why a text of a newer format is refused (before any of its keys, which this reader may not know), or None.
+    templates/steps/settings.sh.j2's apply_settings is the bash side (a test runs both)."""
+    for line in text.splitlines():
+        if line.startswith("FORMAT="):
+            try:
+                formats.check("settings", line[len("FORMAT=") :], formats.SETTINGS)
+            except formats.NewerFormat as e:
+                return f"settings: {e}"
+            except formats.BadFormat:
+                return None  # the value's pattern refuses it, by key
+    return None
 
 
 # --- accounts (LOGIN_USER, IMDS_USER) -----------------------------------------------------------------------------
@@ -255,6 +279,9 @@ def parse_text(text: str) -> Dict[str, List[str]]:
     """A whole settings text as {key: [values]}, with every rule the nodes keep: KEY=VALUE lines, each value
     passing value_problem, a key other than REPEATED's at most once, every key but OPTIONAL's given, the Slurm
     keys with SCHEDULER=slurm only. Raises SettingsError naming the key."""
+    newer = format_problem(text)
+    if newer:
+        raise NewerSettings(newer)
     found: Dict[str, List[str]] = {}
     for line in text.splitlines():
         if not line:

@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
-from hpcc_contract.settings import SettingsError
+from hpcc_contract.settings import NewerSettings, SettingsError
 from hpcc_contract.version import AGENT_VERSION
 from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
 from hpcc_node import certs_agent as host_certs
@@ -132,7 +132,15 @@ class Agent(BundleFollowing, StatusReporting):
         self.slurm_states: Optional[Dict[str, str]] = None
         self.message = "membership agent running"
         self.refused = -1  # the last membership generation not applied because it does not list this node
+        self.newer: Dict[str, str] = {}  # document kind -> why it was refused as newer than this bundle reads
         self.certs: Optional[host_certs.Certs] = None  # the host certificates' part (main() sets it)
+
+    def refuse_newer(self, kind: str, why: str) -> None:
+        """A document of a newer format (hpcc_contract/formats.py): the applied one stays, the refusal is logged once
+        and stays in this node's status (`newer`, shown by hpcc status) until a document of a known format comes."""
+        if self.newer.get(kind) != why:
+            self.newer[kind] = why
+            self.log(f"{why}: refused, the applied {kind} stays")
 
     def current_dir(self) -> str:
         return os.path.join(self.c.opt, "current")
@@ -226,9 +234,13 @@ class Agent(BundleFollowing, StatusReporting):
     def apply_doc(self, doc: Any, settings_text: str) -> None:
         try:
             version, text = hosts.generation(doc), hosts.hosts_text(doc)
+        except hosts.NewerMembership as e:
+            self.refuse_newer("membership", str(e))
+            return
         except hosts.MembershipError as e:
             self.log(f"{e}: refused, the applied membership stays")
             return
+        self.newer.pop("membership", None)
         if not hosts.lists(doc, self.node.node, self.node.instance_id):
             if version != self.refused:  # once a generation: a node out of service reads it every tick
                 self.refused = version
@@ -242,9 +254,13 @@ class Agent(BundleFollowing, StatusReporting):
     def apply_membership(self, version: int, hosts_text: str, settings_text: str) -> None:
         try:
             settings = parse(settings_text)
+        except NewerSettings as e:
+            self.refuse_newer("settings", f"{self.c.settings_parameter}: {e}")
+            return
         except SettingsError as e:
             self.log(f"{e}: {self.c.settings_parameter} refused, the applied settings stay")
             return
+        self.newer.pop("settings", None)
         try:
             pairs = state.parse_hosts(hosts_text, self.c.vpc_cidr)
         except state.StateError as e:

@@ -26,6 +26,8 @@ class StatusReporting:
             out["rollout"] = f"halted: {self.rollout_note}"
         if self.slurm_states is not None:
             out["slurm"] = self.slurm_states
+        if self.newer:
+            out["newer"] = [self.newer[k] for k in sorted(self.newer)]
         out.update(health.status_fields(os.path.join(self.c.run, health.VERDICT_NAME)))  # the health thread's
         return out
 

@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from hpcc_contract import formats
 from hpcc_contract.hosts import HEAD
 
 # The nodes a hosts text lists: those with an instance of their own that boot, run or drain. A booting node must
@@ -23,6 +24,10 @@ LISTED = ("booting", "ready", "draining")
 
 class MembershipError(ValueError):
     """membership.json is not what the controller writes."""
+
+
+class NewerMembership(MembershipError):
+    """membership.json of a newer format than this bundle reads (hpcc_contract/formats.py)."""
 
 
 def name_key(name: str) -> Tuple[str, int]:
@@ -74,6 +79,14 @@ def unlisted_why(doc: Dict[str, Any], name: str, instance_id: str) -> str:
 
 
 def generation(doc: Dict[str, Any]) -> int:
+    """The membership's generation, if it is a membership of a format this bundle reads (a newer one is refused by
+    name: its fields may mean what this reader does not know)."""
+    try:
+        formats.check_doc("membership", doc, formats.MEMBERSHIP)
+    except formats.NewerFormat as e:
+        raise NewerMembership(f"membership.json: {e}") from None
+    except formats.BadFormat as e:
+        raise MembershipError(f"membership.json: {e}") from None
     gen = doc.get("generation")
     if not isinstance(gen, int) or isinstance(gen, bool) or gen < 0:
         raise MembershipError("membership.json has no generation")

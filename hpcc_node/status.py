@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any, Dict, List, Optional
 
+from hpcc_contract import formats
 from hpcc_contract.version import ACCEPTED_PROTOCOLS, AGENT_VERSION, PROTOCOL
 
 LIMIT = 4000  # bytes: one small object a node (it was a Standard parameter, 4 KB)
@@ -50,6 +51,7 @@ def status(
         at = time.time() if now is None else now
         text_message = _clean(message.replace("\n", " "), 500)
         doc = {
+            formats.FORMAT_KEY: formats.STATUS,
             "name": identity["node"],
             "node": identity["node"],
             "ip": identity["ip"],
@@ -85,4 +87,8 @@ def read(value: str) -> Optional[Dict[str, Any]]:
         return None
     if not isinstance(doc, dict) or doc.get("protocol", 0) not in ACCEPTED_PROTOCOLS:
         return None
+    try:
+        formats.check_doc("status", doc, formats.STATUS)
+    except (formats.NewerFormat, formats.BadFormat):
+        return None  # no verdict from it, as from another protocol's (the reader's own status names its refusals)
     return doc

@@ -17,6 +17,8 @@ import tarfile
 import tempfile
 from typing import Any, Callable, Dict, Optional
 
+from hpcc_contract import formats
+
 OPT = "/opt/hpcc"
 SELF_CHECK_SECONDS = 60
 
@@ -45,8 +47,11 @@ def current_sha(opt: str = OPT) -> str:
 
 
 def manifest(directory: str) -> Dict[str, Any]:
+    """A bundle's manifest.json; NewerFormat (a ValueError) when a newer hpcc built it than this agent reads."""
     with open(os.path.join(directory, "manifest.json")) as f:
-        return json.load(f)
+        doc = json.load(f)
+    formats.check_doc("bundle manifest", doc, formats.BUNDLE_MANIFEST)
+    return doc
 
 
 def boot_digest(directory: str, role: str) -> str:

@@ -62,6 +62,8 @@ def parse_groups(text: str, parameter: str, log: logging.Logger = LOG) -> List[G
         raw_groups = groups_format.loads(text)
     except groups_format.NotJson as e:
         raise ConfigError(f"{parameter} {e}; run pulumi up to write it again") from None
+    except groups_format.NewerGroups as e:  # the program is newer than the head's bundle: the bundle follows
+        raise ConfigError(f"{parameter}: {e}") from None
     except groups_format.GroupsFormatError as e:
         raise ConfigError(f"{parameter} {e}; run pulumi up with this bundle's program") from None
     out = []

@@ -18,6 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from hpcc_contract import formats
 from hpcc_contract.ledger import KEY
 from hpcc_node.awscli import error_code
 
@@ -63,10 +64,24 @@ def _key(kind: str, name: str) -> str:
     return f"{kind}#{name}"
 
 
+def _dumps(doc: Dict[str, Any]) -> str:
+    """An item's doc attribute, stamped with its format (hpcc_contract/formats.py LEDGER_ITEM)."""
+    return json.dumps(formats.stamp(doc, formats.LEDGER_ITEM), sort_keys=True)
+
+
+def _loads(item: Dict[str, Any]) -> Dict[str, Any]:
+    """An item's doc without its stamp; NewerFormat (naming the item) when a newer hpcc wrote it: this one must not
+    act on a ledger it would misread (its loop stops there and logs why, every loop, until it is upgraded)."""
+    doc = json.loads(item["doc"]["S"])
+    formats.check_doc(f"ledger item {item[KEY]['S']}", doc, formats.LEDGER_ITEM)
+    doc.pop(formats.FORMAT_KEY, None)
+    return doc
+
+
 def read_slot(client: Any, table: str, name: str) -> Tuple[Optional[Dict[str, Any]], int]:
     """A slot's document and version, read consistently; (None, 0) when the name is not in the ledger."""
     item = client.get_item(TableName=table, Key={KEY: {"S": _key("slot", name)}}, ConsistentRead=True).get("Item")
-    return (json.loads(item["doc"]["S"]), int(item["v"]["N"])) if item else (None, 0)
+    return (_loads(item), int(item["v"]["N"])) if item else (None, 0)
 
 
 def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], version: int) -> bool:
@@ -82,7 +97,7 @@ def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], ver
             ConditionExpression="v = :v",
             ExpressionAttributeNames={"#d": "doc"},
             ExpressionAttributeValues={
-                ":doc": {"S": json.dumps({**doc, "replace_requested": True}, sort_keys=True)},
+                ":doc": {"S": _dumps({**doc, "replace_requested": True})},
                 ":next": {"N": str(version + 1)},
                 ":v": {"N": str(version)},
             },
@@ -97,7 +112,7 @@ def request_replace(client: Any, table: str, name: str, doc: Dict[str, Any], ver
 def read_name(client: Any, table: str, instance_id: str) -> Optional[str]:
     """What a node agent calls (it waits until this returns a name): its name by its instance id."""
     item = client.get_item(TableName=table, Key={KEY: {"S": _key("iid", instance_id)}}, ConsistentRead=True).get("Item")
-    return json.loads(item["doc"]["S"])["name"] if item else None
+    return _loads(item)["name"] if item else None
 
 
 class Ledger:
@@ -117,7 +132,7 @@ class Ledger:
                     "owner": {"S": self.owner},
                     "expires": {"N": str(now + self.timers.lease_seconds)},
                     "v": {"N": "0"},
-                    "doc": {"S": json.dumps({"owner": self.owner, "at": now})},
+                    "doc": {"S": _dumps({"owner": self.owner, "at": now})},
                 },
                 ConditionExpression="attribute_not_exists(pk) OR #o = :me OR expires < :now",
                 ExpressionAttributeNames={"#o": "owner"},
@@ -158,7 +173,7 @@ class Ledger:
         """A Put of `doc` at version+1 if the item is still at `version` (0: it must not exist)."""
         put: Dict[str, Any] = {
             "TableName": self.table,
-            "Item": {KEY: {"S": pk}, "v": {"N": str(version + 1)}, "doc": {"S": json.dumps(doc, sort_keys=True)}},
+            "Item": {KEY: {"S": pk}, "v": {"N": str(version + 1)}, "doc": {"S": _dumps(doc)}},
         }
         if version == 0:
             put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -195,7 +210,7 @@ class Ledger:
         for page in self.client.get_paginator("scan").paginate(TableName=self.table, ConsistentRead=True):
             for item in page.get("Items", []):
                 pk, v = item[KEY]["S"], int(item["v"]["N"])
-                doc = json.loads(item["doc"]["S"])
+                doc = _loads(item)
                 kind, _, name = pk.partition("#")
                 out.versions[pk] = v
                 if kind == "slot":

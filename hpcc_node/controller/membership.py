@@ -14,10 +14,11 @@ import json
 import re
 from typing import Any, Dict, Optional, Tuple
 
+from hpcc_contract import formats
 from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
 from hpcc_node.awscli import error_code
 
-FORMAT = 1
+FORMAT = formats.MEMBERSHIP
 # The nodes' verdicts about themselves (STATUS_PREFIX): one small object per node, written on a change or a
 # heartbeat, listed by the controller each loop (observe.reports) and fetched only where its ETag changed.
 
@@ -27,7 +28,7 @@ class Conflict(Exception):
 
 
 def encode(body: Dict[str, Any], generation: int) -> bytes:
-    doc = {"format": FORMAT, "generation": generation, **body}
+    doc = formats.stamp({"generation": generation, **body}, FORMAT)
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -53,10 +54,8 @@ def key_instance(key: str) -> str:
 def status_body(name: str, instance_id: str, ok: bool, failure: str = "", evidence: str = "", at: float = 0.0) -> bytes:
     """What a node writes at status_key(its ARN) (besides the operator's fields): its verdict, with a
     hpcc_contract.taxonomy class when not ok."""
-    return json.dumps(
-        {"name": name, "instance_id": instance_id, "ok": ok, "failure": failure, "evidence": evidence[:300], "at": at},
-        sort_keys=True,
-    ).encode()
+    doc = {"name": name, "instance_id": instance_id, "ok": ok, "failure": failure, "evidence": evidence[:300], "at": at}
+    return json.dumps(formats.stamp(doc, formats.STATUS), sort_keys=True).encode()
 
 
 def newer(current: Optional[int], read: Optional[Dict[str, Any]]) -> bool:

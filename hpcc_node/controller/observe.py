@@ -7,10 +7,12 @@ call per instance), the reports listed once and fetched only where their ETag ch
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from hpcc_contract import formats
 from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE
 
 from . import slurm_records
@@ -163,11 +165,19 @@ def for_slots(slots: Mapping[str, Slot], reps: Mapping[str, Report]) -> Dict[str
     }
 
 
-def verdict(body: bytes, key: str) -> Optional[Report]:
+LOG = logging.getLogger("hpcc.controller")
+
+
+def verdict(body: bytes, key: str, log: logging.Logger = LOG) -> Optional[Report]:
     """A status object as a Report, or None: malformed (the boot grace still applies), its key's instance not its
-    body's, or still booting."""
+    body's, still booting, or of a newer format (logged: its node runs a newer bundle than this controller)."""
     try:
         doc = json.loads(body)
+        try:
+            formats.check_doc("status", doc, formats.STATUS)
+        except formats.NewerFormat as e:
+            log.warning("%s: %s; read as no verdict", key, e)
+            return None
         if str(doc["instance_id"]) != key_instance(key) or (doc["ok"] and doc.get("phase", "ready") != "ready"):
             return None
         return Report(

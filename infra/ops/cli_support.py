@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from hpcc_contract.formats import NewerFormat
 from infra.config.parse import ConfigError
 from infra.ops import OpsError
 from infra.ops.cli_report import config_error, fail
@@ -46,6 +47,8 @@ def ops(fn):
     except ConfigError as e:
         raise config_error(e) from None
     except OpsError as e:
+        raise fail(str(e), 1) from None
+    except NewerFormat as e:  # the ledger or a document of the cluster's, written by a newer hpcc
         raise fail(str(e), 1) from None
     except ClientError as e:
         raise fail(f"AWS refused: {e}", 1) from None

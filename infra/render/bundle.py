@@ -22,6 +22,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from hpcc_contract import formats
 from hpcc_contract.names import bundle_key
 from hpcc_contract.version import AGENT_VERSION
 from infra.config.hooks import hook_files
@@ -29,7 +30,7 @@ from infra.render.assets import asset
 from infra.render.roles import role_contexts
 from infra.render.userdata import render
 
-FORMAT = 1
+FORMAT = formats.BUNDLE_MANIFEST
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages): hpcc_node/ and hpcc_contract/ are there
 # The packages a node runs, whole: the node package and the contract it imports (both standard library only).
 NODE_PACKAGES = ("hpcc_node", "hpcc_contract")

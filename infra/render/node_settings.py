@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hpcc_contract import formats
 from hpcc_contract.names import ledger_table, state_bucket
 from hpcc_contract.settings import (
     BOOT_DIAG_LEVEL_DEFAULT,
@@ -61,6 +62,7 @@ class NodeSettings:
     slurm_node: str | None = None  # with scheduler slurm only
     slurm_gpus: int | None = None  # likewise
     health_diag_level: int | None = None  # left out at its default: nodes from before the key accept the text
+    format: int | None = None  # hpcc_contract/formats.py SETTINGS, left out at 1 for the same reason
 
     def lines(self) -> list[tuple[str, str]]:
         simple = [
@@ -106,6 +108,7 @@ def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeS
         slurm_node=slurm.attributes() if slurm else None,
         slurm_gpus=slurm.gpus if slurm else None,
         health_diag_level=None if cfg.health.boot_diag_level == BOOT_DIAG_LEVEL_DEFAULT else cfg.health.boot_diag_level,
+        format=None if formats.SETTINGS == 1 else formats.SETTINGS,
     )
 
 

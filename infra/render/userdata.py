@@ -17,6 +17,7 @@ from functools import lru_cache
 
 import jinja2
 
+from hpcc_contract import formats
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
 from infra.facts import slurm
@@ -85,6 +86,8 @@ def environment() -> jinja2.Environment:
         settings_patterns=settings_schema.PATTERNS,
         settings_repeated=sorted(settings_schema.REPEATED),
         settings_optional=settings_schema.OPTIONAL_DEFAULTS,
+        settings_format=formats.SETTINGS,
+        status_format=formats.STATUS,
         bootstrap_steps=STEPS,
         schema=settings_schema,
         hosts=hosts_schema,

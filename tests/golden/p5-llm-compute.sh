@@ -166,7 +166,7 @@ HPCC_SETTINGS_TEXT=""
 
 setting_pattern() {
   case "$1" in
-    NODE_COUNT|SLOTS|TIMEOUT_MINUTES|JOIN_TIMEOUT_MINUTES|API_INTERVAL_MS|POLL_SECONDS|API_BACKOFF_SECONDS|API_ATTEMPTS|SYNC_SECONDS|MASTER_PORT) echo '[1-9][0-9]{0,5}' ;;
+    NODE_COUNT|SLOTS|TIMEOUT_MINUTES|JOIN_TIMEOUT_MINUTES|API_INTERVAL_MS|POLL_SECONDS|API_BACKOFF_SECONDS|API_ATTEMPTS|SYNC_SECONDS|MASTER_PORT|FORMAT) echo '[1-9][0-9]{0,5}' ;;
     LOGIN_USER|IMDS_USER) echo '[a-z_][a-z0-9_-]{0,31}' ;;
     MOUNT_POINT) echo '/[A-Za-z0-9._/-]{0,127}' ;;
     MPIRUN_OPTIONS) echo '((--mca (pml|btl|mtl|btl_tcp_if_(in|ex)clude|mtl_ofi_provider_(in|ex)clude) [A-Za-z0-9_.,:^+-]+|--(bind-to|map-by|rank-by) [A-Za-z0-9:=,]+|--report-bindings|--tag-output)( |$))*' ;;
@@ -197,8 +197,11 @@ regular_user() {
 }
 
 apply_settings() {
-  local line key value pattern denied fabric=() keys=() imds_users=()
+  local line key value pattern denied fabric=() keys=() imds_users=() format_line=$'(^|\n)FORMAT=([1-9][0-9]{0,5})(\n|$)'
   local -A seen=()
+  if [[ $1 =~ $format_line ]] && [ "${BASH_REMATCH[2]}" -gt 1 ]; then
+    echo "settings: settings format ${BASH_REMATCH[2]} is newer than this hpcc reads (1): it was written by a newer hpcc" >&2; return 1
+  fi
   while IFS= read -r line; do
     [ -n "$line" ] || continue
     if [[ ! $line =~ ^([A-Z][A-Z0-9_]*)=(.*)$ ]]; then echo "settings: '${line:0:80}' is not KEY=VALUE" >&2; return 1; fi
@@ -249,7 +252,7 @@ status_json() {
   local LC_ALL=C lines=15 json message
   message=$(printf '%s' "${3:0:500}" | tr '\n' ' ' | json_lines 500)
   while :; do
-    json=$(printf '{"name": "%s", "node": "%s", "ip": "%s", "instance_id": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "failure": "%s", "bundle": "%s"%s, "evidence": %s, "message": %s, "at": %s, "updated": "%s", "logTail": [%s]%s}' \
+    json=$(printf '{"format": 1, "name": "%s", "node": "%s", "ip": "%s", "instance_id": "%s", "instanceId": "%s", "hostsVersion": %s, "phase": "%s", "step": "%s", "ok": %s, "failure": "%s", "bundle": "%s"%s, "evidence": %s, "message": %s, "at": %s, "updated": "%s", "logTail": [%s]%s}' \
       "$HPCC_NODE" "$HPCC_NODE" "$HPCC_IP" "${HPCC_INSTANCE_ID:-}" "${HPCC_INSTANCE_ID:-}" "$HPCC_APPLIED_VERSION" "$1" "$HPCC_STEP" "$2" \
       "$([ "$1" != failed ] || echo "$HPCC_FAIL_CLASS")" "$HPCC_BUNDLE" \
       "$([ "$1" != failed ] || printf ', "class": "%s"' "$HPCC_FAIL_CLASS")" "${message:-\"\"}" "${message:-\"\"}" "$(date +%s)" "$(date -u +%FT%TZ)" \

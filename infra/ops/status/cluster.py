@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import hostlist
 
+from hpcc_contract import formats
 from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
 from hpcc_contract.settings import OPTIONAL_DEFAULTS
 from hpcc_node import certstore
@@ -144,12 +145,20 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
         row.phase, row.step = "pending", None
         row.message = f"status written by {plain(writer)} (a previous instance)" if writer else row.message
         return row
+    try:  # a newer hpcc wrote it (its node follows a newer bundle): said, not read as this format
+        formats.check_doc("status", status, formats.STATUS)
+    except (formats.NewerFormat, formats.BadFormat) as e:
+        row.phase, row.step, row.message = "unknown", None, str(e)
+        return row
     ok = status.get("ok")
     row.phase = str(status.get("phase") or ("ready" if ok is True else "failed" if ok is False else "unknown"))
     row.step = None if status.get("step") is None else str(status["step"])
     why = status.get("message") or status.get("evidence") or ""
     row.failure = plain(status.get("failure") or "")[:40]
     row.message = str(why) if not row.failure else f"{row.failure}: {why}"
+    newer = status.get("newer")  # the documents its agent refused as newer than it reads (hpcc_node/agent.py)
+    if isinstance(newer, list) and newer:
+        row.message += "; refused: " + "; ".join(plain(str(x))[:300] for x in newer[:4])
     row.updated = None if status.get("updated") is None else str(status["updated"])
     tail = status.get("logTail") or []
     row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]

@@ -1,0 +1,73 @@
+"""Every format that crosses between the program, the head and the nodes, each with the version its writer stamps
+and its reader checks: JSON documents under FORMAT_KEY, the settings text in its FORMAT line. A document written
+before versions were stamped has none and is version 1.
+
+A reader that meets a version newer than its own refuses that document by name (NewerFormat: which format, which
+version, which it reads, and that its writer is a newer hpcc) and keeps what it had, so a field it does not know is
+never dropped silently; where it runs, the refusal reaches the node's status and `hpcc status`. Bump a version when
+a reader of the old one would misread the new (a field whose absence changes meaning, a renamed field, a new unit);
+a field old readers may leave aside needs no bump. Who writes and who reads each is beside its number."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+FORMAT_KEY = "format"
+
+NODE_GROUPS = 1  # /hpcc/<cluster>/groups: infra/render/groups_param.py -> the controller, the head's Slurm step
+MEMBERSHIP = 1  # membership.json: the controller (hpcc_node/controller/membership.py) -> every agent, the bootstrap
+STATUS = 1  # status/<instance ARN>.json: each node's agent and bootstrap -> the controller, `hpcc status`
+LEDGER_ITEM = 1  # the ledger's items: the controller, `hpcc replace` -> the controller
+SETTINGS = 1  # /hpcc/<cluster>/settings: infra/render/node_settings.py -> every agent and bootstrap
+BUNDLE_MANIFEST = 1  # a bundle's manifest.json: infra/render/bundle.py -> the node agent (hpcc_node/upgrade.py)
+
+VERSIONS: Dict[str, int] = {
+    "node groups": NODE_GROUPS,
+    "membership": MEMBERSHIP,
+    "status": STATUS,
+    "ledger item": LEDGER_ITEM,
+    "settings": SETTINGS,
+    "bundle manifest": BUNDLE_MANIFEST,
+}
+
+
+class NewerFormat(ValueError):
+    """A document of a format version newer than this reader's: written by a newer hpcc."""
+
+
+class BadFormat(ValueError):
+    """A format stamp that is no version at all."""
+
+
+def version_of(found: Any) -> int:
+    """The version a stamp names: None (no stamp: written before stamps) is 1; a positive integer (or its digits,
+    the settings text's) is itself; anything else raises BadFormat."""
+    if found is None:
+        return 1
+    if isinstance(found, str) and found.isdigit() and not found.startswith("0"):
+        return int(found)
+    if isinstance(found, int) and not isinstance(found, bool) and found >= 1:
+        return found
+    raise BadFormat(f"{FORMAT_KEY} {str(found)[:20]!r} is not a version (1, 2, ...)")
+
+
+def check(kind: str, found: Any, reads: int) -> int:
+    """The version of a `kind` document stamped `found`, if this reader (of version `reads`) can read it; raises
+    NewerFormat naming both versions when it is newer, BadFormat when the stamp is no version."""
+    version = version_of(found)
+    if version > reads:
+        raise NewerFormat(
+            f"{kind} format {version} is newer than this hpcc reads ({reads}): it was written by a newer hpcc; "
+            "upgrade this side (nodes follow the cluster's bundle; the operator's hpcc: pip install -U)"
+        )
+    return version
+
+
+def check_doc(kind: str, doc: Dict[str, Any], reads: int) -> int:
+    """check() on a JSON document's FORMAT_KEY."""
+    return check(kind, doc.get(FORMAT_KEY), reads)
+
+
+def stamp(doc: Dict[str, Any], version: int) -> Dict[str, Any]:
+    """`doc` with its format version, first among its keys."""
+    return {FORMAT_KEY: version, **{k: v for k, v in doc.items() if k != FORMAT_KEY}}
