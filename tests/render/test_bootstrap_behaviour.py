@@ -6,6 +6,7 @@ a bind mount over exactly the paths they write, so the machine running the tests
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -340,8 +341,9 @@ def test_without_systemd_sshd_gets_a_hup_from_its_pid_file(fake):
     tmp_path, bin_dir, env = fake
     tool(bin_dir, "sshd", "exit 0\n")  # sshd -t: the configuration is fine
     hupped, trapping = tmp_path / "hupped", tmp_path / "trapping"
-    sleeper = subprocess.Popen(
-        ["bash", "-c", f"trap 'touch {hupped}; exit 0' HUP; touch {trapping}; while :; do sleep 0.1; done"]
+    sleeper = subprocess.Popen(  # HUP's default action restored: bash cannot trap a signal ignored on entry (nohup)
+        ["bash", "-c", f"trap 'touch {hupped}; exit 0' HUP; touch {trapping}; while :; do sleep 0.1; done"],
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60  # its trap is set (a loaded machine starts bash slowly)
