@@ -168,12 +168,20 @@ def allreduce_script(
         lines.append(
             f"( out=$({ssh} {_q(ips[name])} {_q(remote)} </dev/null 2>&1); rc=$?; "
             f"why=$(printf '%s\\n' \"$out\" | grep -m1 '^ALLREDUCE-WRONG' || printf '%s\\n' \"$out\" | "
-            f"grep -v '^ALLREDUCE ' | grep . | tail -n 1); "
+            f"grep -E {_q(EXCEPTION_LINE)} | tail -n 1); "
+            f"[ -n \"$why\" ] || why=$(printf '%s\\n' \"$out\" | grep -v '^ALLREDUCE ' | "
+            f"grep -v -E {_q(BANNER_LINE)} | tail -n 1); "
             f"printf 'NODE %s %s %s\\n' {_q(name)} \"$rc\" \"${{why:0:300}}\"; "
             f"printf '%s\\n' \"$out\" | grep '^ALLREDUCE ' ) &"
         )
     lines.append("wait")
     return "\n".join(lines) + "\n"
+
+
+# A node's "why": its last Python exception line (a traceback's last line names the error), else its last line that
+# is not torchrun's error summary banner (`=====`, `-----`: torch.distributed.elastic's ChildFailedError block).
+EXCEPTION_LINE = r"^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Timeout)[A-Za-z]*: "
+BANNER_LINE = r"^[[:space:]=-]*$"
 
 
 def parse_allreduce(out: str, group: str, names: Sequence[str]) -> Collective:

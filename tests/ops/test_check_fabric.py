@@ -278,4 +278,7 @@ def test_a_group_whose_first_node_dies_names_every_node_instead_of_waiting_out_t
     got = cf.parse_allreduce(out.stdout, "gpu", names)
     assert got.status == "failed" and got.failed == tuple(names) and "Connection reset" in got.why, out.stdout
     second = next(line for line in out.stdout.splitlines() if line.startswith("NODE gpu-001 "))
-    assert "timed out" in second, out.stdout
+    # the rendezvous host gone: its store timed out, or its connection dropped (whichever came first), never the
+    # banner of torchrun's error summary
+    why = second.split(" ", 3)[3]
+    assert re.search(r"(?i)timed out|connection (reset|refused|closed)|closed by peer", why), out.stdout
