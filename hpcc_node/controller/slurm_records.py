@@ -41,23 +41,14 @@ NODE_FIELDS = ("NodeList", "NodeAddr", "StateComplete", "Reason")
 NODES_FIXED = ["sinfo", "-h", "-a", "-N", "-O", ",".join(f"{f}:0|" for f in NODE_FIELDS[:-1]) + f",{NODE_FIELDS[-1]}:0"]
 JOBS_JSON = ["squeue", "--json"]
 JOB_FIELDS = ("JobId", "UserName", "State", "RestartCnt", "Requeue", "EndTime", "EligibleTime", "Reason", "NodeList")
+SQUEUE_ALL = ["squeue", "-h", "-a", "-r", "-t", "all"]  # every job, each array element, in every state
 JOBS_FIXED = [
-    "squeue",
-    "-h",
-    "-a",
-    "-r",
-    "-t",
-    "all",
+    *SQUEUE_ALL,
     "-O",
     ",".join(f"{f}:0|" for f in JOB_FIELDS[:-1]) + f",{JOB_FIELDS[-1]}:0",
 ]
 DEEP_CHECKS_FIXED = [
-    "squeue",
-    "-h",
-    "-a",
-    "-r",
-    "-t",
-    "all",
+    *SQUEUE_ALL,
     f"--name={DEEP_CHECK_JOB}",
     f"--user={DEEP_CHECK_USER}",
     "-O",

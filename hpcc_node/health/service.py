@@ -113,11 +113,7 @@ def _read_int(path: str) -> Optional[int]:
 
 
 def _write_int(path: str, value: int) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{value}\n")
-    os.replace(tmp, path)
+    write_text(path, str(value))
 
 
 def boot_id(path: str = BOOT_ID) -> str:
