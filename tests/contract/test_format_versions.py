@@ -68,6 +68,16 @@ def test_anything_else_is_no_version(found):
         formats.version_of(found)
 
 
+def applied_agent(tmp_path):
+    """A compute node's agent that applied generation 1 of a four-node cluster, and its AWS."""
+    aws = FakeAws()
+    aws.members(FOUR_HOSTS)
+    aws.put(f"{P}/settings", SETTINGS)
+    agent, _ = make_agent(tmp_path, aws)
+    agent.tick()
+    return aws, agent
+
+
 def newer(doc: dict) -> dict:
     return {**doc, formats.FORMAT_KEY: 2}
 
@@ -83,11 +93,7 @@ def test_node_groups_of_a_newer_format_are_refused_by_each_reader_naming_the_ver
 
 
 def test_a_newer_membership_is_refused_by_the_agent_which_says_so_in_its_status_until_a_known_one_comes(tmp_path):
-    aws = FakeAws()
-    aws.members(FOUR_HOSTS)
-    aws.put(f"{P}/settings", SETTINGS)
-    agent, _ = make_agent(tmp_path, aws)
-    agent.tick()
+    aws, agent = applied_agent(tmp_path)
     assert agent.node.hosts_version == 1
     aws.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(newer(membership_doc(FOUR_HOSTS + "\n10.0.0.8", 2))).encode()
     agent.tick()
@@ -175,11 +181,7 @@ def test_a_newer_settings_text_is_refused_as_such_by_python_and_bash_before_its_
 
 
 def test_the_agent_keeps_its_settings_and_says_why_when_they_are_of_a_newer_format(tmp_path):
-    aws = FakeAws()
-    aws.members(FOUR_HOSTS)
-    aws.put(f"{P}/settings", SETTINGS)
-    agent, _ = make_agent(tmp_path, aws)
-    agent.tick()
+    aws, agent = applied_agent(tmp_path)
     aws.put(f"{P}/settings", "FORMAT=2\n" + SETTINGS.replace("SLOTS=8", "SLOTS=16"))
     agent.tick()
     assert agent.settings["SLOTS"] == "8"
