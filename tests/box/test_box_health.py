@@ -283,6 +283,7 @@ def test_i_a_held_spares_deep_check_runs_on_its_timer_and_a_spare_that_fails_it_
     """Spares rot: the controller runs the deep checks on a held spare as a Slurm job in its reservation. One that
     passes changes nothing; one whose DCGM diagnostic fails takes the spare out and replaces it, and the group
     holds a healthy spare again, with no job and no person involved."""
+    fleet.set_spares("a", 1)  # its own spare: the baseline holds none (the fixture sets it back to 0 after)
     wait_for(
         lambda: settled(fleet, A, exact=False) and len(held_spares(fleet)) == 1,
         600,
