@@ -48,9 +48,9 @@ test-long: setup deps
 	$(PY) -m pytest -q -s -m long tests/box
 
 # What CI runs after make test: the shared fleet box's scenarios (tests/box/conftest.py SHARED_BOX_MODULES; on a
-# fresh clone here, 2026-11-29: the box's boot and every shared scenario took about 75 min). The three boxes of
-# another shape (no Slurm, bundle hooks, EFA faults: about 20 min more) do not fit CI's 90 minutes beside them yet:
-# make test-long runs them with the rest (issue 30's speed work is what brings them back into CI).
+# fresh clone here, 2026-11-29: the boot and every scenario through the fleet's took 50 min, the health checks
+# follow). The three boxes of another shape (no Slurm, bundle hooks, EFA faults: about 20 min more) do not fit CI's
+# 90 minutes beside them yet: make test-long runs them with the rest (faster boots bring them back into CI).
 test-ci-long: setup deps
 	$(PY) -m pytest -q -s -m long $$($(PY) -c 'from tests.box.conftest import SHARED_BOX_MODULES as m; print(" ".join("tests/box/" + f for f in m))')
 
