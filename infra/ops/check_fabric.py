@@ -148,10 +148,12 @@ def allreduce_script(
     ssh: str = "ssh -o BatchMode=yes",
     script: str = ALLREDUCE,
     join_timeout: int = ALLREDUCE_JOIN_TIMEOUT_S,
+    port: int = ALLREDUCE_PORT,
 ) -> str:
     """The bash script the head runs for one group's all-reduce: torchrun on every node at once, NODE_RANK its
     place in `names`. `procs` ranks a node, or (None) one a GPU and one on a node without GPUs. The static
-    rendezvous' store gives up after `join_timeout` (torchrun's `--rdzv-conf timeout=`)."""
+    rendezvous' store, on `port` of the first node, gives up after `join_timeout` (torchrun's
+    `--rdzv-conf timeout=`)."""
     _checked(names, ips)
     count = (
         str(int(procs)) if procs else '$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)'
@@ -161,7 +163,7 @@ def allreduce_script(
         remote = (
             f"set -a; . /etc/hpcc/env; set +a; procs={count}; [ \"$procs\" -gt 0 ] || procs=1; "
             f"exec timeout {ALLREDUCE_TIMEOUT_S} {command_words(torchrun)} --nnodes {len(names)} "
-            f"--node-rank {rank} --master-addr {_q(ips[names[0]])} --master-port {ALLREDUCE_PORT} "
+            f"--node-rank {rank} --master-addr {_q(ips[names[0]])} --master-port {int(port)} "
             f"--rdzv-conf timeout={int(join_timeout)} --nproc-per-node \"$procs\" {_q(script)} "
             f"--bytes {int(nbytes)}"
         )

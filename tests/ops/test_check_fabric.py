@@ -9,6 +9,7 @@ import random
 import re
 import shlex
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -175,6 +176,14 @@ def test_every_value_a_script_interpolates_is_quoted():
 ALLREDUCE_PY = str(Path(__file__).resolve().parents[2] / "hpcc_node" / "jobs" / "allreduce.py")
 
 
+def free_port() -> int:
+    """A port nobody listens on: tests on other pytest workers run their own all-reduce at the same time, and a
+    rank that joined another test's rendezvous on the shared default port waited out the whole run (CI, 2026-11-29)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def stand_in_ssh(tmp_path, fail_on: str = ""):
     """`ssh [options] HOST COMMAND` -> COMMAND run here; where HOST is `fail_on` or COMMAND contains it, the node's
     torchrun is a command that dies as a broken node's would."""
@@ -199,7 +208,14 @@ def test_a_groups_all_reduce_runs_for_real_and_reports_its_bus_bandwidth(tmp_pat
     names = ["gpu-000", "gpu-001"]
     ips = {"gpu-000": "127.0.0.1", "gpu-001": "127.0.0.1"}
     script = cf.allreduce_script(
-        names, ips, torchrun, procs=1, nbytes=1 << 20, ssh=stand_in_ssh(tmp_path), script=ALLREDUCE_PY
+        names,
+        ips,
+        torchrun,
+        procs=1,
+        nbytes=1 << 20,
+        ssh=stand_in_ssh(tmp_path),
+        script=ALLREDUCE_PY,
+        port=free_port(),
     )
     out = subprocess.run(
         ["bash", "-s"],
@@ -211,7 +227,9 @@ def test_a_groups_all_reduce_runs_for_real_and_reports_its_bus_bandwidth(tmp_pat
     )
     got = cf.parse_allreduce(out.stdout, "gpu", names)
     assert got.status == "ok" and got.ranks == 2 and got.busbw > 0, out.stdout + out.stderr
-    broken = cf.allreduce_script(names, ips, torchrun, procs=1, ssh=stand_in_ssh(tmp_path, fail_on="127.0.0.1"))
+    broken = cf.allreduce_script(
+        names, ips, torchrun, procs=1, ssh=stand_in_ssh(tmp_path, fail_on="127.0.0.1"), port=free_port()
+    )
     out = subprocess.run(["bash", "-s"], input=broken, capture_output=True, text=True, timeout=300)
     got = cf.parse_allreduce(out.stdout, "gpu", names)
     assert got.status == "failed" and got.failed == tuple(names) and "Connection reset" in got.why, out.stdout
@@ -266,6 +284,7 @@ def test_a_group_whose_first_node_dies_names_every_node_instead_of_waiting_out_t
         script=ALLREDUCE_PY,
         join_timeout=5,
         ssh=stand_in_ssh(tmp_path, fail_on="--node-rank 0"),
+        port=free_port(),
     )
     out = subprocess.run(
         ["bash", "-s"],
