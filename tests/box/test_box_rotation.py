@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from hpcc_contract import names
 from hpcc_contract.names import Paths
 from hpcc_node import certstore
 from infra.ops import rotate_keys, store
@@ -97,9 +98,7 @@ def test_a_rotation_keeps_ssh_across_the_nodes_working(box, tmp_path):
     assert len(new) == 1 and new != old and all(known_cas(n) == new for n in computes)
     bucket = store.names(BoxAws(box), box.name).bucket
     for n in box.nodes:  # what each node serves: certificates by the new CA, for its own address
-        issued = certstore.read_issued(
-            certstore.get(box.client("s3"), bucket, certstore.names(box.name).certs(n.name))[0]
-        )
+        issued = certstore.read_issued(certstore.get(box.client("s3"), bucket, names.certs_key(n.name))[0])
         assert issued.ca == certstore.fingerprint(new[0]) and issued.ip == n.ip
     assert box.client("ssm").get_parameter(Name=Paths(box.name).rotation)["Parameter"][
         "Value"
