@@ -19,6 +19,7 @@ def table(lines: list[str]) -> str:
     titles = (
         ("step", "make steps"),
         ("module", "test modules, slowest first"),
+        ("test", "box tests (set-up, the test, its return to the baseline), in the order they ran"),
         ("box", "box boots"),
         ("restore", "the shared box back to its baseline after a test"),
     )

@@ -33,12 +33,21 @@ def example_config():
 
 # -- wall time per module, for .ci/run's closing table (tests/box/timing.py, scripts/ci_timings.py) -------------
 _MODULE_SECONDS: dict[str, float] = {}
+_BOX_TEST_SECONDS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report):
-    """Every phase's seconds added to its module's (in the process that sees every report: xdist's controller)."""
+    """Every phase's seconds added to its module's (in the process that sees every report: xdist's controller).
+    A box test's own seconds are recorded as soon as it ends: a run stopped at CI's limit still says where the
+    time went."""
     module = report.nodeid.split("::", 1)[0]
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if module.startswith("tests/box/"):
+        _BOX_TEST_SECONDS[report.nodeid] = _BOX_TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
+        if report.when == "teardown":
+            from tests.box.timing import record
+
+            record("test", report.nodeid, _BOX_TEST_SECONDS.pop(report.nodeid))
 
 
 def pytest_sessionfinish(session):

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 def record(kind: str, name: str, seconds: float) -> None:
     """One figure into HPCC_TIMINGS (if set): kind `step` (a make target), `module` (a test module's wall time),
-    `box` (a box's phase) or `restore` (the shared box back at its baseline after a test)."""
+    `test` (a box test's, as it ends), `box` (a box's phase) or `restore` (the shared box back at its baseline after
+    a test)."""
     path = os.environ.get("HPCC_TIMINGS")
     if path:
         with open(path, "a") as out:
