@@ -36,11 +36,14 @@ GUARDED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
         "OnlyTheDeployerWritesHpccSecrets",
         (
             "secretsmanager:PutSecretValue",
+            "secretsmanager:CreateSecret",
+            "secretsmanager:RotateSecret",
             "secretsmanager:UpdateSecret",
             "secretsmanager:DeleteSecret",
             "secretsmanager:UpdateSecretVersionStage",
             "secretsmanager:RestoreSecret",
             "secretsmanager:PutResourcePolicy",
+            "secretsmanager:DeleteResourcePolicy",
             "secretsmanager:TagResource",
             "secretsmanager:UntagResource",
         ),
@@ -72,6 +75,9 @@ GUARDED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
             "s3:PutObjectAcl",
             "s3:PutObjectTagging",
             "s3:RestoreObject",
+            "s3:ReplicateObject",
+            "s3:ReplicateDelete",
+            "s3:ReplicateTags",
             "s3:PutBucketPolicy",
             "s3:DeleteBucketPolicy",
             "s3:PutBucketAcl",
@@ -88,6 +94,32 @@ GUARDED: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
             "arn:aws:s3:::hpcc-*-bundles-{account}/*",
         ),
     ),
+    # the nodes' roles and instance profiles: every statement exempts `role/hpcc-*`, so whoever could create one
+    # of that name, change who may assume one or what one may do, or pass one to an instance of theirs would be
+    # exempt from all the rest
+    (
+        "OnlyTheDeployerChangesHpccRoles",
+        (
+            "iam:CreateRole",
+            "iam:DeleteRole",
+            "iam:UpdateRole",
+            "iam:UpdateAssumeRolePolicy",
+            "iam:PutRolePolicy",
+            "iam:DeleteRolePolicy",
+            "iam:AttachRolePolicy",
+            "iam:DetachRolePolicy",
+            "iam:PutRolePermissionsBoundary",
+            "iam:DeleteRolePermissionsBoundary",
+            "iam:TagRole",
+            "iam:UntagRole",
+            "iam:PassRole",
+            "iam:CreateInstanceProfile",
+            "iam:DeleteInstanceProfile",
+            "iam:AddRoleToInstanceProfile",
+            "iam:RemoveRoleFromInstanceProfile",
+        ),
+        ("arn:aws:iam::{account}:role/hpcc-*", "arn:aws:iam::{account}:instance-profile/hpcc-*"),
+    ),
 )
 TAG_WRITES = ("ec2:CreateTags", "ec2:DeleteTags")  # at launch too: tag-on-create is authorized as ec2:CreateTags
 
@@ -95,8 +127,9 @@ TAG_WRITES = ("ec2:CreateTags", "ec2:DeleteTags")  # at launch too: tag-on-creat
 def guard_policy(account: str = "<account>", deployer: str = "<deploying role>") -> dict:
     """The Deny of every write to what the nodes and the controller trust, for every principal but the deploying
     role and the nodes' own (`hpcc-*`, which write only their own part: the policy pack's node-writes-own-only):
-    the parameters and secrets, the ledger tables, the state and bundle buckets, and any `hpcc:*` tag (the
-    controller finds its instances by hpcc:cluster, and `hpcc check fabric` reads names from hpcc:node)."""
+    the parameters and secrets, the ledger tables, the state and bundle buckets, the nodes' roles themselves (their
+    name is the exemption), and any `hpcc:*` tag (the controller finds its instances by hpcc:cluster, and `hpcc
+    check fabric` reads names from hpcc:node)."""
     exempt = {
         "ArnNotLike": {
             "aws:PrincipalArn": [f"arn:aws:iam::{account}:role/{deployer}", f"arn:aws:iam::{account}:role/hpcc-*"]

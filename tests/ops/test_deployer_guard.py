@@ -12,9 +12,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from hpcc_contract.names import Paths, bundle_bucket, ledger_table, state_bucket
+from hpcc_contract.names import Paths, bundle_bucket, ledger_table, role_name, state_bucket
 from infra.ops.cli import app
-from infra.ops.deployer_guard import guard_policy, render_guard, shipped_guard
+from infra.ops.deployer_guard import GUARDED, guard_policy, render_guard, shipped_guard
+from policy.write_rules import NEVER
 
 ACCOUNT, DEPLOYER = "123456789012", "platform-deployer"
 C = "llm"
@@ -42,7 +43,26 @@ WRITES = [
         "secretsmanager:PutSecretValue",
         f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{Paths(C).host_ca_secret}-AbCdEf",
     ),
+    # a rotation Lambda of someone else's choosing would write the key
+    (
+        "secretsmanager:RotateSecret",
+        f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{Paths(C).host_ca_secret}-AbCdEf",
+    ),
+    ("s3:ReplicateObject", f"{BUNDLES}/bundles/x.tar.gz"),  # a replication rule of another bucket writing here
+    # a role named like the nodes' is exempt from every statement: nobody else makes one, or changes or passes one
+    ("iam:CreateRole", f"arn:aws:iam::{ACCOUNT}:role/hpcc-anything"),
+    ("iam:UpdateAssumeRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/{role_name(C, 'compute')}"),
+    ("iam:PutRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/{role_name(C, 'head')}"),
+    ("iam:AttachRolePolicy", f"arn:aws:iam::{ACCOUNT}:role/{role_name(C, 'head')}"),
+    ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/{role_name(C, 'head')}"),
+    ("iam:AddRoleToInstanceProfile", f"arn:aws:iam::{ACCOUNT}:instance-profile/{role_name(C, 'compute')}"),
 ]
+# What the policy pack never lets a node role do (policy/write_rules.py NEVER) that this Deny leaves to IAM, and why.
+NOT_GUARDED = {
+    "iam:CreateAccessKey": "keys are a user's, and no hpcc principal is a user",
+    "iam:CreatePolicyVersion": "the nodes' policies are inline (iam:PutRolePolicy, guarded)",
+    "secretsmanager:ReplicateSecretToRegions": "a replica is read-only and in another Region: no node reads it",
+}
 
 
 def deny_for(policy: dict, action: str, resource: str) -> list[dict]:
@@ -70,6 +90,14 @@ def test_every_write_the_cluster_trusts_is_denied_to_all_but_the_deployer_and_th
     assert all(
         exempt(s) == [f"arn:aws:iam::{ACCOUNT}:role/{DEPLOYER}", f"arn:aws:iam::{ACCOUNT}:role/hpcc-*"] for s in denies
     )
+
+
+def test_what_no_node_role_may_do_nobody_else_may_do_either():
+    """The pack's NEVER (what no node role may be allowed) and this Deny name the same writes: each NEVER action is
+    guarded here too, or left to IAM for the reason NOT_GUARDED gives."""
+    guarded = {a for _, actions, _ in GUARDED for a in actions}
+    assert [a for a in NEVER if a not in guarded and a not in NOT_GUARDED] == []
+    assert [a for a in NOT_GUARDED if a not in NEVER or a in guarded] == []
 
 
 def test_hpcc_tags_are_the_deployers_and_the_nodes_alone():
