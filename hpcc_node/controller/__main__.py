@@ -28,6 +28,7 @@ from hpcc_node.settings import state_names
 
 from . import loop, slurm_records
 from .act import LOG
+from .calls import Costs, Counted
 from .model import Group
 from .timers import Timers
 
@@ -176,6 +177,8 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
     kw = {"run": run} if run else {}
     ec2, ddb, s3, ssm = (awscli.client(s, **kw) for s in ("ec2", "dynamodb", "s3", "ssm"))
     settings = settings_text(ssm, cluster)
+    costs = Costs()  # each loop's phases and calls, one line a loop (loop.forever)
+    counted_ssm = Counted(ssm, "ssm", costs.calls)
     bucket, table = state_names(settings, cluster, env["HPCC_ACCOUNT"])
     timers = timers_from_env(env)
     slurm = env.get("HPCC_SCHEDULER") == "slurm"
@@ -187,14 +190,15 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         cluster,
         table,
         bucket,
-        groups_reader(ssm, cluster),
+        groups_reader(counted_ssm, cluster),
         env["HPCC_INSTANCE_ID"],
         clock,
         slurm_run=loop.slurm_command if slurm else None,
         slurm_read=slurm_records.Reader() if slurm else None,
-        bundle=follow_reader(ssm, cluster),
+        bundle=follow_reader(counted_ssm, cluster),
         head=head,
         timers=timers,
+        costs=costs,
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s",

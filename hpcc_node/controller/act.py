@@ -19,6 +19,7 @@ from hpcc_node.awscli import error_code
 from hpcc_node.health.verdict import clean_reason
 
 from . import fleet, membership
+from .calls import Costs
 from .decide_failures import REQUESTED
 from .health.act import HealthActs
 from .ledger import Conflict, LeaseLost, Ledger
@@ -264,13 +265,25 @@ class Executor(HealthActs):
 
 
 def reconcile_once(
-    observe: Callable[[], Any], decide: Callable[[Snapshot], Sequence[Action]], executor: Executor, ledger: Ledger
+    observe: Callable[[], Any],
+    decide: Callable[[Snapshot], Sequence[Action]],
+    executor: Executor,
+    ledger: Ledger,
+    costs: Optional[Costs] = None,
 ) -> Mapping[str, Any]:
-    """One loop: the lease, then observe -> decide -> act; a controller without the lease only watches."""
-    if not ledger.acquire():
+    """One loop: the lease, then observe -> decide -> act; a controller without the lease only watches. `costs`
+    gets each phase's seconds."""
+    costs = costs or Costs()
+    with costs.phase("lease"):
+        held = ledger.acquire()
+    if not held:
         owner, until = ledger.holder()
         return {"lease": False, "holder": owner, "until": until, "lines": []}
-    snap, loaded = observe()
-    lines = executor.run(decide(snap), snap)
-    ledger.prune(loaded)
+    with costs.phase("observe"):
+        snap, loaded = observe()
+    with costs.phase("decide"):
+        actions = decide(snap)
+    with costs.phase("act"):
+        lines = executor.run(actions, snap)
+        ledger.prune(loaded)
     return {"lease": True, "lines": lines}

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 
 from . import observe as obs
 from .act import LOG, Executor, reconcile_once
+from .calls import Costs, Counted, counted_command
 from .decide import decide
 from .health.observe import extras_reader
 from .ledger import LeaseLost, Ledger
@@ -40,9 +41,18 @@ def build_step(
     head: Optional[Mapping[str, Any]] = None,
     timers: Timers = DEFAULT,
     log: logging.Logger = LOG,
+    costs: Optional[Costs] = None,
 ) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured).
-    `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm."""
+    `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm.
+    `costs` (the step's `.costs`) counts every call of its clients and Slurm commands and times its phases."""
+    costs = costs or Costs()
+    ec2, s3 = Counted(ec2, "ec2", costs.calls), Counted(s3, "s3", costs.calls)
+    ddb = Counted(ddb, "dynamodb", costs.calls)
+    if slurm_run is not None:
+        slurm_run = counted_command(slurm_run, costs.calls)
+    if slurm_read is not None:
+        slurm_read.run = counted_command(slurm_read.run, costs.calls)
     ledger = Ledger(ddb, table, owner, clock, timers)
     cache: Dict[str, Tuple[str, Optional[Report]]] = {}
     acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
@@ -73,8 +83,10 @@ def build_step(
             lambda snap: decide(snap, current, snap.now, timers),
             executor,
             ledger,
+            costs,
         )
 
+    step.costs = costs  # type: ignore[attr-defined]
     step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]
     return step
 
@@ -102,6 +114,7 @@ def forever(
     poll of the nodes' statuses every Timers.wake_poll_seconds) may bring the next loop forward."""
     loops = 0
     due: Callable[[], Optional[float]] = getattr(step, "due", lambda: None)
+    costs: Optional[Costs] = getattr(step, "costs", None)
     while not stop():
         started = clock()
         loops += 1
@@ -113,6 +126,9 @@ def forever(
             log.warning("lease lost mid-loop (%s): standing by", e)
         except Exception:  # the next loop reads everything again
             log.exception("loop %d failed; retrying in the next loop", loops)
+        if costs is not None:  # the calls since the last line: this loop's and the status polls before it
+            log.info("%s", costs.line(loops, clock() - started))
+            costs.reset()
         next_at = started + timers.loop_seconds
         while clock() < next_at and not stop():
             sleep(max(0.0, min(timers.wake_poll_seconds, next_at - clock())))
