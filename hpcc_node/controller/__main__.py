@@ -178,7 +178,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
     ec2, ddb, s3, ssm = (awscli.client(s, **kw) for s in ("ec2", "dynamodb", "s3", "ssm"))
     settings = settings_text(ssm, cluster)
     costs = Costs()  # each loop's phases and calls, one line a loop (loop.forever)
-    counted_ssm = Counted(ssm, "ssm", costs.calls)
+    counted_ssm = Counted(ssm, "ssm", costs)
     bucket, table = state_names(settings, cluster, env["HPCC_ACCOUNT"])
     timers = timers_from_env(env)
     slurm = env.get("HPCC_SCHEDULER") == "slurm"

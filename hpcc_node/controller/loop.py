@@ -47,12 +47,12 @@ def build_step(
     `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm.
     `costs` (the step's `.costs`) counts every call of its clients and Slurm commands and times its phases."""
     costs = costs or Costs()
-    ec2, s3 = Counted(ec2, "ec2", costs.calls), Counted(s3, "s3", costs.calls)
-    ddb = Counted(ddb, "dynamodb", costs.calls)
+    ec2, s3 = Counted(ec2, "ec2", costs), Counted(s3, "s3", costs)
+    ddb = Counted(ddb, "dynamodb", costs)
     if slurm_run is not None:
-        slurm_run = counted_command(slurm_run, costs.calls)
+        slurm_run = counted_command(slurm_run, costs)
     if slurm_read is not None:
-        slurm_read.run = counted_command(slurm_read.run, costs.calls)
+        slurm_read.run = counted_command(slurm_read.run, costs)
     ledger = Ledger(ddb, table, owner, clock, timers)
     cache: Dict[str, Tuple[str, Optional[Report]]] = {}
     acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
