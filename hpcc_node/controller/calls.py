@@ -68,7 +68,11 @@ class _Pages:
         pages = iter(self._paginator.paginate(**params))
         while True:  # each page is one request, timed as it is fetched; the end of the pages asks nothing
             started = self._costs.clock()
-            page = next(pages, None)
+            try:
+                page = next(pages, None)
+            except Exception:  # a page that failed was asked for too
+                self._costs.record(self._name, self._costs.clock() - started)
+                raise
             if page is None:
                 return
             self._costs.record(self._name, self._costs.clock() - started)

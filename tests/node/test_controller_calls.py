@@ -16,6 +16,8 @@ from tests.node.test_controller_restart import BUCKET, CLUSTER, GPU, TABLE, fres
 class Paginator:
     def paginate(self, **params):
         yield from ({"page": n} for n in range(3))
+        if params.get("Fail"):
+            raise RuntimeError("RequestLimitExceeded")
 
 
 class Client:
@@ -37,6 +39,8 @@ def test_every_operation_and_every_page_is_one_call_failed_or_not_and_the_slowes
     ec2 = Counted(Client(), "ec2", costs)
     assert ec2.describe_tags(Filters=[]) == {"Tags": []} and ec2.region == "us-east-1"
     assert [p["page"] for p in ec2.get_paginator("describe_instances").paginate(Filters=[])] == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="RequestLimitExceeded"):
+        list(ec2.get_paginator("describe_instances").paginate(Fail=True))
     with pytest.raises(RuntimeError, match="SlowDown"):
         Counted(Client(), "s3", costs).put_object(Bucket="b", Key="k", Body=b"")
 
@@ -45,8 +49,8 @@ def test_every_operation_and_every_page_is_one_call_failed_or_not_and_the_slowes
         return "ok"
 
     assert counted_command(hung_scontrol, costs)(["scontrol", "update", "NodeName=a-000"]) == "ok"
-    assert costs.calls == {"ec2.describe_tags": 1, "ec2.describe_instances": 3, "s3.put_object": 1, "scontrol": 1}
-    assert costs.slowest == ("scontrol", 60.5) and "; 6 calls, the slowest scontrol 60.5 s: " in costs.line(1, 61)
+    assert costs.calls == {"ec2.describe_tags": 1, "ec2.describe_instances": 7, "s3.put_object": 1, "scontrol": 1}
+    assert costs.slowest == ("scontrol", 60.5) and "; 10 calls, the slowest scontrol 60.5 s: " in costs.line(1, 61)
 
 
 def test_the_line_gives_the_phases_in_order_and_the_busiest_calls_first():
