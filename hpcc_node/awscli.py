@@ -15,7 +15,7 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence
 
 from hpcc_node.aws import secret_on_command_line
 
@@ -108,8 +108,10 @@ class Client:
         aws: str = "aws",
         before: Optional[Callable[[], None]] = None,
         timeout: float = 120,
+        options: Sequence[str] = (),
     ):
         self.service, self.run, self.aws, self.before, self.timeout = service, run, aws, before, timeout
+        self.options = tuple(options)  # global options of every call (the controller's timeouts)
 
     def _call(self, operation: str, params: Optional[Dict[str, Any]], *extra: str) -> str:
         if self.before:
@@ -121,6 +123,7 @@ class Client:
             *(["--cli-input-json", json.dumps(params)] if params is not None else []),
             "--output",
             "json",
+            *self.options,
             *extra,
         ]
         leak = secret_on_command_line(argv)

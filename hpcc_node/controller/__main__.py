@@ -1,8 +1,9 @@
 """`python3 -m hpcc_node.controller`: the controller as a process on the head (PYTHONPATH=/opt/hpcc/current),
 started by the head's role script after its bootstrap (templates/steps/controller.sh.j2: a systemd unit on EC2,
-directly where there is no systemd). Its clients are boto3-shaped over the AWS CLI (hpcc_node/awscli.py); the
-ledger table and the state bucket come from the settings (STATE_BUCKET, LEDGER_TABLE; hpcc_node/settings.py
-state_names), the groups from /hpcc/<cluster>/groups, read again each loop. Logs to /var/log/hpcc/controller.log
+directly where there is no systemd). Its clients are boto3's in process where the head has it, else boto3-shaped
+over the AWS CLI, with short timeouts either way (clients.py, HPCC_AWS_CLIENTS); the ledger table and the state
+bucket come from the settings (STATE_BUCKET, LEDGER_TABLE; hpcc_node/settings.py state_names), the groups from
+/hpcc/<cluster>/groups, read again each loop. Logs to /var/log/hpcc/controller.log
 and stderr (journald).
 
 Environment: HPCC_CLUSTER, AWS_DEFAULT_REGION, HPCC_INSTANCE_ID and HPCC_NODE_IP (the head's own: the lease's
@@ -26,7 +27,7 @@ from hpcc_contract.names import Paths
 from hpcc_node import awscli
 from hpcc_node.settings import state_names
 
-from . import loop, slurm_records
+from . import clients, loop, slurm_records
 from .act import LOG
 from .calls import Costs, Counted
 from .model import Group
@@ -86,8 +87,8 @@ def parse_groups(text: str, parameter: str, log: logging.Logger = LOG) -> List[G
 def read_parameter(ssm: Any, name: str) -> Optional[str]:
     try:
         return ssm.get_parameter(Name=name)["Parameter"]["Value"]
-    except awscli.ClientError as e:
-        if e.response["Error"]["Code"] == "ParameterNotFound":
+    except clients.errors() as e:
+        if awscli.error_code(e) == "ParameterNotFound":
             return None
         raise
 
@@ -132,7 +133,7 @@ def follow_reader(ssm: Any, cluster: str) -> Callable[[], Mapping[str, Any]]:
     def read() -> Mapping[str, Any]:
         try:
             found = {p["Name"]: p["Value"] for p in ssm.get_parameters(Names=names).get("Parameters", [])}
-        except awscli.ClientError:
+        except clients.errors():
             return dict(last)
         last.clear()
         last.update(follow(found.get(names[0], ""), found.get(names[1], "")))
@@ -174,8 +175,8 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         if not env.get(key):
             raise ConfigError(f"{key} is not set (the head's role script sets it in /etc/hpcc/controller.env)")
     cluster = env["HPCC_CLUSTER"]
-    kw = {"run": run} if run else {}
-    ec2, ddb, s3, ssm = (awscli.client(s, **kw) for s in ("ec2", "dynamodb", "s3", "ssm"))
+    made, kind = clients.clients(env, run)
+    ec2, ddb, s3, ssm = (made[s] for s in clients.SERVICES)
     settings = settings_text(ssm, cluster)
     costs = Costs()  # each loop's phases and calls, one line a loop (loop.forever)
     counted_ssm = Counted(ssm, "ssm", costs)
@@ -201,7 +202,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         costs=costs,
     )
     LOG.info(
-        "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s",
+        "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",
         cluster,
         env["HPCC_INSTANCE_ID"],
         env["HPCC_NODE_IP"],
@@ -209,6 +210,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         bucket,
         timers.loop_seconds,
         ", Slurm node states" if slurm else "",
+        "in process (boto3)" if kind == "boto3" else "through the AWS CLI (no boto3 here: slower)",
     )
     return step, timers
 
@@ -217,7 +219,7 @@ def main(argv: List[str], env: Mapping[str, str] = os.environ) -> int:
     setup_log(env.get("HPCC_CONTROLLER_LOG", LOG_PATH))
     try:
         step, timers = build(env)
-    except (ConfigError, awscli.ClientError) as e:
+    except (ConfigError, clients.ClientsError) + clients.errors() as e:
         LOG.error("cannot start: %s", e)
         return 2
     if "--once" in argv:

@@ -1,7 +1,8 @@
-"""The controller as the head runs it: `python -m hpcc_node.controller` with boto3-shaped clients over the real AWS
-CLI (hpcc_node/awscli.py), against moto's server. The clients' errors carry botocore's codes, S3's conditional
-requests work through them, and a loop launches a group, names its instances, publishes the membership with the
-head, and accepts a node's status only from the key of its own instance."""
+"""The controller as the head runs it: `python -m hpcc_node.controller` with boto3's clients in process and with
+boto3-shaped clients over the real AWS CLI (hpcc_node/awscli.py; HPCC_AWS_CLIENTS), against moto's server. The
+clients' errors carry botocore's codes, S3's conditional requests work through them, and a loop launches a group,
+names its instances, publishes the membership with the head, and accepts a node's status
+only from the key of its own instance."""
 
 from __future__ import annotations
 
@@ -148,15 +149,26 @@ def controller_env(**extra: str) -> dict:
     }
 
 
-def test_the_controller_process_launches_names_and_publishes_with_the_head(server):
+@pytest.fixture(params=["boto3", "cli"])
+def clients_kind(request):
+    return request.param
+
+
+def test_the_controller_process_launches_names_and_publishes_with_the_head(server, clients_kind, caplog):
+    import urllib.request
+
+    urllib.request.urlopen(urllib.request.Request(f"{server}/moto-api/reset", method="POST"), timeout=30)
     ec2, ssm = boto("ec2", server), boto("ssm", server)
     boto("dynamodb", server).create_table(**table_definition(TABLE))
     boto("s3", server).create_bucket(Bucket=BUCKET)
     subnet = moto_launch_template(ec2, "hpcc-c-gpu-lt", {"InstanceType": "p5.48xlarge"})["subnet"]
     ssm.put_parameter(Name=Paths(CLUSTER).groups, Type="String", Value=groups_value(subnet, 2))
     ssm.put_parameter(Name=Paths(CLUSTER).settings, Type="String", Value="SCHEDULER=none\n")
-    env = controller_env(HPCC_CONTROLLER_ORPHAN_TIMEOUT_SECONDS="3600")
+    env = controller_env(HPCC_CONTROLLER_ORPHAN_TIMEOUT_SECONDS="3600", HPCC_AWS_CLIENTS=clients_kind)
+    caplog.set_level("INFO", logger=main_mod.LOG.name)
     assert main_mod.main(["--once"], env) == 0  # launches 2
+    said = "in process (boto3)" if clients_kind == "boto3" else "through the AWS CLI"
+    assert f"AWS calls {said}" in caplog.text
     assert main_mod.main(["--once"], env) == 0  # names them, tags them, publishes
     ids = [
         i["InstanceId"]

@@ -542,6 +542,7 @@ def test_the_head_starts_one_controller_with_its_identity_and_the_boxs_timers(fa
     tool(
         bin_dir,
         "python3",
+        'if [ "$1" = -c ]; then exit 0; fi\n'  # `import boto3` works: this python3 runs the controller
         f'echo "$PPID $$" >>{tmp_path}/pids\n'  # its supervisor's and its own, to stop them
         f'echo "$HPCC_INSTANCE_ID $HPCC_NODE_IP $HPCC_CONTROLLER_LOOP_SECONDS $*" >>{tmp_path}/started\n'
         'exec sleep 30\n',
@@ -575,3 +576,40 @@ def test_the_head_starts_one_controller_with_its_identity_and_the_boxs_timers(fa
     ):
         assert line in lines, line
     assert (tmp_path / "started").read_text().split() == ["i-0abc", "10.0.0.4", "5", "-m", "hpcc_node.controller"]
+
+
+def test_a_head_without_boto3_gets_an_environment_with_the_pin_else_says_its_calls_go_through_the_cli(fake):
+    """controller_python: python3 without boto3 -> a venv with the bundle's pin (hpcc_node/controller/clients.py);
+    where pip cannot install it, python3 itself, said in the log."""
+    tmp_path, bin_dir, env = fake
+    venv = tmp_path / "controller-env"
+    tool(
+        bin_dir,
+        "python3",
+        f'echo "$*" >>{tmp_path}/python3.calls\n'
+        'case "$1 $2" in\n'
+        '  "-c import boto3") exit 1 ;;\n'
+        '  "-c from"*) echo "boto3==1.0.0" ;;\n'
+        f'  "-m venv") mkdir -p "$3/bin"; cp {bin_dir}/venv-python3 "$3/bin/python3" ;;\n'
+        "esac\n",
+    )
+    for pip_works in (True, False):
+        tool(
+            bin_dir,
+            "venv-python3",
+            f'echo "$*" >>{tmp_path}/venv.calls\n'
+            'if [ "$1" = -c ]; then exit 1; fi\n'  # the new environment has no boto3 before pip
+            + ("exit 0\n" if pip_works else "exit 1\n"),
+        )
+        script = preamble(tmp_path) + f"HPCC_CURRENT=/opt/hpcc/current\nHPCC_CONTROLLER_ENV={venv}\ncontroller_python\n"
+        out = run(COMMON + ["identify", "sync"], script, ctx_for(tmp_path, role="head"), env=env)
+        assert out.returncode == 0, out.stderr
+        chosen = out.stdout.strip().splitlines()[-1]
+        calls = (tmp_path / "venv.calls").read_text()
+        assert "-m pip install --quiet boto3==1.0.0" in calls  # the pin the bundle's clients.py names
+        if pip_works:
+            assert chosen == f"{venv}/bin/python3"
+        else:
+            assert chosen == str(bin_dir / "python3")
+            assert "could not install boto3==1.0.0" in out.stdout + out.stderr
+        (tmp_path / "venv.calls").unlink()

@@ -75,7 +75,7 @@ def test_the_lines_that_depend_on_the_role_and_type(name, ctx):
     assert (
         state_bucket(ctx.cluster, "") in script
     )  # the state bucket's name (bash repeats it), when the settings give none
-    assert ("python3 -m hpcc_node.controller" in script) == (ctx.role == "head")
+    assert ("-m hpcc_node.controller" in script) == (ctx.role == "head")
     assert f'AWS_DEFAULT_REGION="{ctx.region}"' in script and f"HPCC_VPC_CIDR:-{ctx.vpc_cidr}" in script
     key_step = "head_key" if ctx.role == "head" else "compute_key"
     assert f'  {key_step} "{ctx.ssh_secret_id}" "cluster key" || fail' in script
