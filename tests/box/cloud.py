@@ -30,7 +30,7 @@ from hpcc_contract.names import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_RO
 from infra.plan.aws_rules import decode_user_data
 from tests.box.harness import BOX_AMI, PROFILES, Box
 from tests.box.machine import NETWORK, sh
-from tests.box.node import REGION, Node, node_env
+from tests.box.node import REGION, Node, node_env, provide_controller_env
 from tests.box.timing import Phases
 from tests.box.watcher import Watcher
 
@@ -344,6 +344,7 @@ class FleetBox(Box):
     def boot_head(self, timeout: float = 300) -> int:
         head = self.head  # its role script starts the controller, passing on the box's HPCC_CONTROLLER_* timers
         with self.phases.timed("the head's bootstrap"):
+            provide_controller_env(head.root)  # its boto3, which the box cannot pip install (no PyPI)
             script = decode_user_data(self._user_data(head.instance_id))
             self.start_bootstrap(head, script, env=controller_env(self.timers))
             try:

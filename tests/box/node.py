@@ -103,6 +103,34 @@ class Node:
         return Path(path)
 
 
+# What `pip install boto3==<pin>` puts into the head's controller environment (templates/steps/controller.sh.j2
+# controller_python): the box has no PyPI, so it links the same packages from the tests' venv (requirements.txt pins
+# the same boto3 as hpcc_node/controller/clients.py), into a venv of the node's own python3.
+BOTO3_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six.py")
+CONTROLLER_ENV = "opt/hpcc/controller-env"
+
+
+def provide_controller_env(root: Path) -> Path:
+    """The head's /opt/hpcc/controller-env, as the controller step would have installed it; returns its python3."""
+    env = root / CONTROLLER_ENV
+    if not (env / "bin" / "python3").exists():
+        sh("/usr/bin/python3", "-m", "venv", "--without-pip", str(env))
+    site = next((env / "lib").glob("python3*/site-packages"))
+    source = Path(
+        subprocess.run(
+            [str(VENV_BIN / "python"), "-c", "import boto3, pathlib; print(pathlib.Path(boto3.__file__).parents[1])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    for name in BOTO3_PACKAGES:
+        link = site / name
+        if not link.exists():
+            link.symlink_to(source / name)
+    return env / "bin" / "python3"
+
+
 def node_env(node: Node) -> dict:
     """What the box gives a node's bootstrap: the contract's overrides and a local AWS."""
     env = {
