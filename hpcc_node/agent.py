@@ -343,7 +343,9 @@ def main(argv: List[str]) -> int:
         return 1
     agent.certs = host_certs.Certs(
         agent.aws,
-        agent.s3,
+        # the head signs every node's certificates: its S3 requests are its own, not paced as one node's share of
+        # the cluster's calls (hpcc_node/certs.py PARALLEL)
+        awscli.client("s3") if config.role == "head" else agent.s3,
         config.state_bucket,
         config.settings_parameter.split("/")[2],
         config.role,
