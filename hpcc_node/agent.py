@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -274,21 +275,26 @@ class Agent(BundleFollowing, StatusReporting):
             )
             return
         script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
-        env = dict(
-            os.environ,
-            HPCC_APPLY_VERSION=str(version),
-            HPCC_APPLY_HOSTS=hosts_text,
-            HPCC_APPLY_SETTINGS=settings_text,
-            HPCC_BUNDLE=self.running,
-        )  # the loader's export names the bundle the node booted with
-        out = self.run(
-            ["bash", script, "apply-membership"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        # The hosts text goes through a file: at 4,096 nodes it nears Linux's 128 KiB limit on one environment string
+        # (MAX_ARG_STRLEN, execve(2) "Limits on size of arguments and environment").
+        with tempfile.NamedTemporaryFile("w", dir=self.c.etc, prefix=".apply-hosts.", delete=True) as hosts_file:
+            hosts_file.write(hosts_text)
+            hosts_file.flush()
+            env = dict(
+                os.environ,
+                HPCC_APPLY_VERSION=str(version),
+                HPCC_APPLY_HOSTS_FILE=hosts_file.name,
+                HPCC_APPLY_SETTINGS=settings_text,
+                HPCC_BUNDLE=self.running,
+            )  # the loader's export names the bundle the node booted with
+            out = self.run(
+                ["bash", script, "apply-membership"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         if out.returncode != 0:
             self.log(f"apply-membership of membership generation {version} failed (exit {out.returncode}); next tick")
             return
@@ -343,7 +349,9 @@ def main(argv: List[str]) -> int:
         return 1
     agent.certs = host_certs.Certs(
         agent.aws,
-        agent.s3,
+        # the head signs every node's certificates: its S3 requests are its own, not paced as one node's share of
+        # the cluster's calls (hpcc_node/certs.py PARALLEL)
+        awscli.client("s3") if config.role == "head" else agent.s3,
         config.state_bucket,
         config.settings_parameter.split("/")[2],
         config.role,

@@ -99,12 +99,20 @@ def settings_text(ssm: Any, cluster: str) -> str:
 
 def groups_reader(ssm: Any, cluster: str) -> Callable[[], Sequence[Group]]:
     parameter = Paths(cluster).groups
+    last: List[Group] = []
 
     def groups() -> Sequence[Group]:
-        text = read_parameter(ssm, parameter)
+        try:
+            text = read_parameter(ssm, parameter)
+        except clients.errors() as e:  # SSM down or throttled: EC2 and Slurm are reconciled on the groups last read
+            if not last:
+                raise
+            LOG.warning("%s cannot be read (%s): this loop keeps the groups last read", parameter, str(e)[:300])
+            return list(last)
         if text is None:
             raise ConfigError(f"{parameter} does not exist; the program writes it (pulumi up)")
-        return parse_groups(text, parameter)
+        last[:] = parse_groups(text, parameter)
+        return list(last)
 
     return groups
 

@@ -5,6 +5,7 @@ paginator fetches, is one call."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ class Costs:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
+        self._lock = threading.Lock()
         self.calls: Counter = Counter()
         self.phases: Dict[str, float] = {}
         self.slowest: Tuple[str, float] = ("", 0.0)
@@ -26,9 +28,10 @@ class Costs:
         self.slowest = ("", 0.0)
 
     def record(self, name: str, took: float) -> None:
-        self.calls[name] += 1
-        if not self.slowest[0] or took > self.slowest[1]:
-            self.slowest = (name, took)
+        with self._lock:  # parallel reads (observe.reports) record from several threads
+            self.calls[name] += 1
+            if not self.slowest[0] or took > self.slowest[1]:
+                self.slowest = (name, took)
 
     def timed(self, name: str, call: Callable[[], Any]) -> Any:
         """`call()`, recorded as one call of `name` with its seconds (failed or not)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import observe as obs
@@ -57,8 +58,19 @@ def build_step(
     cache: Dict[str, Tuple[str, Optional[Report]]] = {}
     acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
 
+    last: Dict[str, Report] = {}
+
     def reports() -> Dict[str, Report]:
-        found = obs.reports(s3, bucket, cache)
+        try:
+            found = obs.reports(s3, bucket, cache)
+        except Exception as e:  # S3 down: EC2 and Slurm are reconciled all the same, on the verdicts last read
+            log.warning(
+                "the nodes' statuses cannot be read (%s): this loop keeps their last verdicts and judges no heartbeat",
+                str(e)[:300],
+            )
+            return {k: replace(r, heard=0.0) for k, r in last.items()}  # heard 0: no heartbeat is judged missing
+        last.clear()
+        last.update(found)
         acted.clear()
         acted.update(failed_verdicts(found, clock() - timers.health_settle_seconds))
         return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -125,6 +126,10 @@ def slurm_nodes(text: str) -> Dict[str, SlurmNode]:
     return slurm_records.nodes_from_json(text)
 
 
+READERS = 16  # status objects fetched at once (S3 User Guide, "Best practices design patterns: optimizing Amazon S3
+# performance": at least 5,500 GETs a second per prefix)
+
+
 def reports(
     s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]], prefix: str = STATUS_PREFIX
 ) -> Dict[str, Report]:
@@ -135,13 +140,23 @@ def reports(
     a body dated in the future cannot outlast a newer write. One still booting (ok, phase not ready) is no verdict
     yet."""
     heard: Dict[str, float] = {}  # LastModified: a heartbeat rewrites the same bytes, so the ETag stays
+    changed: List[Tuple[str, str]] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
             key, etag = obj["Key"], obj["ETag"]
             heard[key] = _epoch(obj.get("LastModified"))
-            if key in cache and cache[key][0] == etag:
-                continue
-            cache[key] = (etag, verdict(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), key))
+            if key not in cache or cache[key][0] != etag:
+                changed.append((key, etag))
+
+    def fetch(item: Tuple[str, str]) -> Tuple[str, Tuple[str, Optional[Report]]]:
+        key, etag = item
+        return key, (etag, verdict(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), key))
+
+    if len(changed) > 1:  # only what changed, READERS at once (S3 serves thousands of GETs a second per prefix)
+        with ThreadPoolExecutor(max_workers=min(READERS, len(changed))) as pool:
+            cache.update(pool.map(fetch, changed))
+    else:
+        cache.update(map(fetch, changed))
     for key in set(cache) - set(heard):
         del cache[key]
     out: Dict[str, Report] = {}
@@ -234,6 +249,8 @@ def observe(
     """Everything decide() needs, read once (`read_slurm`: Slurm's nodes; `read_extras`: its jobs and reservations,
     for the health rules; both slurm_records.Reader's)."""
     loaded = ledger.load()
+    for pk, why in sorted(loaded.dropped.items()):  # every loop, until it is mended: the rest is reconciled
+        LOG.warning("ledger item %s cannot be read (%s): left out of this loop; mend or delete it", pk, why)
     insts = instances(ec2, cluster)
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts

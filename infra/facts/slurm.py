@@ -21,8 +21,12 @@ REAL_MEMORY_PERCENT = 95
 
 # slurm.conf's SlurmdTimeout: slurmctld pings every slurmd each SlurmdTimeout/3 and marks one that does not answer
 # NOT_RESPONDING, which is how the controller sees a dead node (hpcc_node/controller/assess.py). Slurm's 300 s
-# default leaves a dead node unseen for up to 100 s; ParallelCluster writes 180; 120 pings every 40 s, a ping of
-# 4,096 nodes through Slurm's tree fan-out being cheap (https://slurm.schedmd.com/slurm.conf.html#OPT_SlurmdTimeout).
+# default leaves a dead node unseen for up to 100 s; ParallelCluster writes 180; 120 pings every 40 s
+# (https://slurm.schedmd.com/slurm.conf.html#OPT_SlurmdTimeout). There is no tree fan-out to make that cheap:
+# slurm.conf's TreeWidth=65533 (templates/steps/slurm.sh.j2) has slurmctld message every slurmd itself, as Slurm's
+# Cloud Scheduling Guide asks where nodes' addresses change (a slurmd does not know its peers' new NodeAddr to
+# forward to them: https://slurm.schedmd.com/elastic_computing.html). At 4,096 nodes a ping round is 4,096 RPCs
+# from slurmctld every 40 s, about 100 a second, each a small message its agent threads send in parallel.
 SLURMD_TIMEOUT_SECONDS = 120
 
 

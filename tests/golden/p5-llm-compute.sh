@@ -1122,7 +1122,12 @@ apply_membership() {
   trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
   HPCC_DEADLINE=$(( $(date +%s) + 600 ))
   load_state || fail "$HPCC_STATE is missing or malformed: run the bootstrap first"
-  HPCC_READ_VERSION=${HPCC_APPLY_VERSION:-} HPCC_READ_HOSTS=${HPCC_APPLY_HOSTS:-} HPCC_READ_SETTINGS=${HPCC_APPLY_SETTINGS:-}
+  HPCC_READ_VERSION=${HPCC_APPLY_VERSION:-} HPCC_READ_HOSTS="" HPCC_READ_SETTINGS=${HPCC_APPLY_SETTINGS:-}
+  if [ -n "${HPCC_APPLY_HOSTS_FILE:-}" ]; then
+    [ -f "$HPCC_APPLY_HOSTS_FILE" ] || fail "HPCC_APPLY_HOSTS_FILE '${HPCC_APPLY_HOSTS_FILE:0:80}' is not a file"
+    HPCC_READ_HOSTS=$(<"$HPCC_APPLY_HOSTS_FILE")
+  else      HPCC_READ_HOSTS=${HPCC_APPLY_HOSTS:-}
+  fi
   [[ $HPCC_READ_VERSION =~ ^[0-9]+$ ]] || fail "HPCC_READ_VERSION '${HPCC_READ_VERSION:0:20}' is not a version"
   sync_membership || fail "membership generation $HPCC_READ_VERSION not applied (see above)"
   flush_log

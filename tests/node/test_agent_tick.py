@@ -3,6 +3,7 @@ of membership.json and one GetParameters a tick, a newer generation applied once
 the upgrade path (canaries, waves, halt, rollback, drift, a refused hash)."""
 
 import json
+import os
 
 import pytest
 
@@ -90,12 +91,19 @@ def test_the_hosts_text_applied_is_the_membership_rendered_by_the_one_renderer(t
     aws = FakeAws()
     cluster(aws)
     a, _ = make_agent(tmp_path, aws)
-    run = []
-    a.run = lambda argv, **kw: (run.append(kw["env"]), FakeRun(tmp_path / "compute-001/etc")(argv, **kw))[1]
+    run, texts = [], []
+
+    def apply(argv, **kw):
+        run.append(kw["env"])
+        texts.append(open(kw["env"]["HPCC_APPLY_HOSTS_FILE"]).read())  # a file: never one environment string
+        return FakeRun(tmp_path / "compute-001/etc")(argv, **kw)
+
+    a.run = apply
     a.tick()
     doc = membership_doc(FOUR, 1)
-    assert run[0]["HPCC_APPLY_HOSTS"] == hosts.hosts_text(doc) and run[0]["HPCC_APPLY_VERSION"] == "1"
-    assert run[0]["HPCC_APPLY_HOSTS"].splitlines()[:2] == ["head 10.0.0.4", "compute-000 10.0.0.5"]
+    assert texts[0] == hosts.hosts_text(doc) and run[0]["HPCC_APPLY_VERSION"] == "1"
+    assert texts[0].splitlines()[:2] == ["head 10.0.0.4", "compute-000 10.0.0.5"]
+    assert "HPCC_APPLY_HOSTS" not in run[0] and not os.path.exists(run[0]["HPCC_APPLY_HOSTS_FILE"])  # removed after
 
 
 def test_an_older_generation_or_a_list_without_this_node_or_refused_settings_are_never_applied(tmp_path):

@@ -269,3 +269,34 @@ def test_a_failed_read_of_the_bundle_pointer_keeps_the_last_one_so_the_membershi
     assert first["sha256"] == "abc" and first["settings_sha256"]
     ssm.fail = True
     assert read() == first
+
+
+def test_with_ssm_down_the_groups_last_read_are_kept_and_said(caplog):
+    """SSM throttled or down (botocore's errors as the CLI's): the loop reconciles EC2 and Slurm on the groups last
+    read instead of failing whole (issue 38); a first read that fails still fails, having nothing to keep."""
+    from botocore.exceptions import EndpointConnectionError
+
+    class Ssm:
+        error: Exception | None = None
+
+        def get_parameter(self, Name):
+            if self.error:
+                raise self.error
+            return {"Parameter": {"Value": groups_value("subnet-1", 2)}}
+
+    ssm = Ssm()
+    ssm.error = awscli.ClientError("ThrottlingException", "slow down", "GetParameter")
+    with pytest.raises(awscli.ClientError):
+        main_mod.groups_reader(ssm, CLUSTER)()
+    ssm.error = None
+    read = main_mod.groups_reader(ssm, CLUSTER)
+    first = read()
+    assert [(g.name, g.count) for g in first] == [("gpu", 2)]
+    caplog.set_level("WARNING", logger=main_mod.LOG.name)
+    for error in (
+        awscli.ClientError("ThrottlingException", "slow down", "GetParameter"),
+        EndpointConnectionError(endpoint_url="https://ssm.us-east-1.amazonaws.com"),
+    ):
+        ssm.error = error
+        assert read() == first
+    assert caplog.text.count("this loop keeps the groups last read") == 2

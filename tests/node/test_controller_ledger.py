@@ -104,6 +104,33 @@ def test_everything_reads_back_and_old_records_are_pruned(ddb):
     assert ledger.prune(ledger.load()) == 2 and ledger.load().launches == []
 
 
+def test_an_item_this_controller_cannot_read_is_left_out_and_named_the_rest_reads(ddb, caplog):
+    """A malformed item (a hand edit, a bug) never stops the loop: EC2 and Slurm are still reconciled, and the
+    item is named with what is wrong with it, every loop until it is mended (issue 38)."""
+    from hpcc_node.controller.observe import observe
+
+    clock = Clock()
+    ledger = Ledger(ddb, TABLE, "head-a", clock)
+    ledger.acquire()
+    ledger.put_slot(Slot("gpu-000", "gpu", 0))
+    ledger.put_slot(Slot("gpu-001", "gpu", 1))
+    ddb.put_item(TableName=TABLE, Item={"pk": {"S": "slot#gpu-002"}, "v": {"N": "1"}, "doc": {"S": "{not json"}})
+    ddb.put_item(TableName=TABLE, Item={"pk": {"S": "event#x"}})  # no version
+    loaded = ledger.load()
+    assert sorted(loaded.slots) == ["gpu-000", "gpu-001"]
+    assert sorted(loaded.dropped) == ["event#x", "slot#gpu-002"] and "slot#gpu-002" not in loaded.versions
+    assert all(loaded.dropped.values())
+
+    class NoInstances:
+        def get_paginator(self, _):
+            return type("P", (), {"paginate": lambda self, **_: iter([{"Reservations": []}])})()
+
+    caplog.set_level("WARNING", logger="hpcc.controller")
+    snap, _ = observe(NoInstances(), ledger, "c", clock, dict, None)
+    assert sorted(snap.slots) == ["gpu-000", "gpu-001"]
+    assert "ledger item slot#gpu-002 cannot be read" in caplog.text and "event#x" in caplog.text
+
+
 class CliShaped:
     """The ledger's client as hpcc_node.awscli gives it on the head: no `.exceptions`, and an error's cancellation
     reasons only in its message, as the AWS CLI prints them."""

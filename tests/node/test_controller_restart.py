@@ -462,3 +462,57 @@ def test_one_action_whose_cloud_call_outlives_the_lease_still_records_its_result
     loaded = Ledger(env.ddb, TABLE, "r", env.clock).load()
     assert [len(r.instance_ids or ()) for r in loaded.launches] == [2]
     assert [e.phase for e in loaded.events if e.kind == LAUNCH] == ["start", "done"]
+
+
+def test_with_s3_down_a_dead_node_is_still_replaced_and_no_live_node_is_judged_silent(env, caplog):
+    """The statuses cannot be read (S3 down): EC2 is reconciled all the same (a terminated node's replacement is
+    launched within two loops), on the verdicts last read, and no heartbeat is judged missing however long it
+    lasts (issue 38: one failure once stopped every loop)."""
+    from hpcc_node.controller.loop import build_step
+
+    down = {"s3": False}
+
+    class FlakyS3:
+        def __getattr__(self, name):
+            if down["s3"]:
+                raise RuntimeError("Could not connect to the endpoint URL")
+            return getattr(env.s3, name)
+
+    import time
+
+    env.now[0] = time.time()  # moto's LastModified (a status's heartbeat) is the wall clock's
+    step = build_step(env.ec2, env.ddb, FlakyS3(), CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
+    for _ in range(6):
+        step()
+        env.now[0] += 60
+        env.ec2.tick()
+        for iid in env.ec2.live():
+            name = read_name(env.ddb, TABLE, iid)
+            if name:
+                env.s3.put_object(
+                    Bucket=BUCKET,
+                    Key=membership.status_key(membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
+                    Body=membership.status_body(name, iid, True, at=env.clock()),
+                )
+    before = check_consistent(env, [GPU])
+    down["s3"] = True
+    caplog.set_level("WARNING", logger="hpcc.controller")
+    dead = before[sorted(before)[0]].instance_id
+    env.ec2.terminate_instances(InstanceIds=[dead])
+    launched = len(env.ec2.launched)
+    for _ in range(2):
+        env.ec2.tick()
+        step()
+        env.now[0] += 60
+    assert len(env.ec2.launched) == launched + 1  # its replacement, with S3 down
+    assert "the nodes' statuses cannot be read" in caplog.text
+    env.now[0] += Timers().heartbeat_timeout_seconds * 2  # long past any heartbeat timeout, S3 still down
+    for _ in range(3):
+        env.ec2.tick()
+        step()
+        env.now[0] += 60
+    slots = Ledger(env.ddb, TABLE, "reader", env.clock).load().slots
+    kept = {n: s.state for n, s in slots.items() if n != sorted(before)[0]}
+    assert set(kept.values()) == {READY}, kept  # none drained or replaced for a silence S3 hides
+    assert len(env.ec2.launched) == launched + 1
+    assert "no heartbeat: its status unwritten" not in caplog.text  # not even judged (systemic or not)

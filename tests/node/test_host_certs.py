@@ -8,7 +8,18 @@ import pytest
 
 from hpcc_contract.names import NO_ROTATION, certs_key, hostkeys_key
 from hpcc_node import certs, certs_agent, certstore
-from tests.node.cert_support import ARN_PREFIX, BUCKET, FakeAws, cert_text, instance_of, make_head, make_node, member
+from tests.node.cert_support import (
+    ARN_PREFIX,
+    BUCKET,
+    FakeAws,
+    cert_text,
+    host_keys,
+    instance_of,
+    make_head,
+    make_node,
+    member,
+    sshd_stand_in,
+)
 
 NOW = 1_795_000_000  # 2026-11-18
 DAY = 86400
@@ -338,3 +349,31 @@ def test_a_certificate_is_due_for_another_instance_at_the_same_address(cluster):
     first, a = issued(aws, "compute-000"), head.authority
     assert not certs.due(first, HOSTS[1], a, NOW + 60, instance_of("compute-000"))
     assert certs.due(first, HOSTS[1], a, NOW + 60, "i-0bbbbbbbbbbbbbbb2")  # not left to the window of 10 a tick
+
+
+def test_the_head_signs_a_whole_booting_fleet_in_one_tick_with_its_s3_requests_in_parallel(tmp_path):
+    """A 120-node boot at once: one tick signs every node that published (the head once signed 50 a tick, each S3
+    request through its own node's pacer), and its requests overlap: a fake S3 that answers two nodes' published keys
+    only once both are asked for fails a head that reads them one at a time."""
+    import threading
+
+    aws = FakeAws()
+    head = make_head(aws)
+    names = [f"compute-{i:03d}" for i in range(120)]
+    ips = [f"10.0.{i // 200}.{i % 200 + 10}" for i in range(120)]
+    keys = host_keys(tmp_path / "shared")  # one node's keys published for every node: signing is what is counted
+    for name, ip in zip(names, ips, strict=True):
+        node = certs.Node(aws, BUCKET, "llm", name, ip, ARN_PREFIX + instance_of(name), run=sshd_stand_in(keys))
+        node.publish()
+    two_at_once = threading.Barrier(2, timeout=10)
+    read = aws.get_object
+
+    def get_object(Bucket, Key, IfNoneMatch=""):
+        if Key in (hostkeys_key(ARN_PREFIX + instance_of(n)) for n in ("compute-000", "compute-001")):
+            two_at_once.wait()  # compute-000's and compute-001's keys come back only once both are asked for
+        return read(Bucket, Key, IfNoneMatch)
+
+    aws.get_object = get_object
+    signed = head.sign_pending([member(n, ip) for n, ip in zip(names, ips, strict=True)], NOW)
+    assert sorted(signed) == names
+    assert all(certstore.read_issued(aws.objects[certs_key(n)]).ip == ip for n, ip in zip(names, ips, strict=True))

@@ -412,9 +412,11 @@ def apply_runs(tmp_path, env, reads: list[tuple[int, str, str]]):
     """apply-membership once per (generation, hosts text, settings) the agent read, as `roles/<role>.sh
     apply-membership`."""
     ctx = ctx_for(tmp_path)
-    # as the agent passes them: in the environment, which the script's start (identify's HPCC_READ_*="") cannot reset
+    # as the agent passes them: in the environment (the hosts text in a file), which the script's start (identify's
+    # HPCC_READ_*="") cannot reset
     runs = "".join(
-        f"(export HPCC_APPLY_VERSION={v} HPCC_APPLY_HOSTS={shlex.quote(h)} "
+        f"printf %s {shlex.quote(h)} >{tmp_path}/apply-hosts.{i}\n"
+        f"(export HPCC_APPLY_VERSION={v} HPCC_APPLY_HOSTS_FILE={tmp_path}/apply-hosts.{i} "
         f"HPCC_APPLY_SETTINGS={shlex.quote(text)}; HPCC_READ_HOSTS='' HPCC_READ_VERSION=0 HPCC_READ_SETTINGS=''; "
         f"apply_membership) && echo \"run {i} ok\" >&3 || "
         f"echo \"run {i} rc=$?\" >&3\nshow {i} >&3\n"
