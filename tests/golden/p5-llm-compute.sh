@@ -1021,6 +1021,7 @@ read_munge() {
 
 munge_key() {
   local tmp rc=0
+  if [ "${HPCC_AGENT:-0}" = 1 ] && [ -s "$HPCC_MUNGE_KEY" ]; then return 0; fi
   tmp=$(mktemp -d)
   from_head "hpcc/llm/munge-key" slurm "munge key" read_munge "$tmp/key" || fail "could not read hpcc/llm/munge-key (see above)"
   [ -s "$tmp/key" ] || fail "hpcc/llm/munge-key holds no key"

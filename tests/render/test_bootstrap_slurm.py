@@ -251,3 +251,22 @@ def test_a_gpu_job_without_a_partition_lands_on_gpu_nodes_never_on_cpu_ones():
         == "gpu"
     )
     assert default_partition(groups(("cpu", "c6i.xlarge", 0, 0, C6I))) is None
+
+
+def test_a_membership_apply_reads_no_munge_key_the_node_already_has(tmp_path):
+    """The key is read at boot; an apply (HPCC_AGENT=1) on a node that has it reads no secret (issue 38: one
+    Secrets Manager call per node per membership change), and one without it still reads it."""
+    from tests.render.test_bootstrap_steps import STUB_FAIL, ctx_for, preamble
+
+    key, reads = tmp_path / "munge.key", tmp_path / "reads"
+    key.write_text("k" * 1024)
+    script = (
+        preamble(tmp_path) + STUB_FAIL + f'from_head() {{ echo "$1" >>{reads}; return 1; }}\n'
+        f"HPCC_MUNGE_KEY={key}\nHPCC_AGENT=1\nmunge_key; echo \"rc=$?\"\n"
+    )
+    ctx = ctx_for(tmp_path, scheduler="slurm")
+    out = run(COMMON + ["identify", "health", "slurm"], script, ctx)
+    assert out.returncode == 0 and "rc=0" in out.stdout and not reads.exists(), out.stdout + out.stderr
+    key.unlink()
+    out = run(COMMON + ["identify", "health", "slurm"], script, ctx)
+    assert "FAIL: could not read" in out.stdout and reads.read_text().split() == ["hpcc/llm/munge-key"]
