@@ -11,6 +11,7 @@ loop renews it between actions (Ledger.keep), so its last actions are not refuse
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from hpcc_contract.names import TAG_NODE, resource_name
@@ -57,13 +58,14 @@ class Executor(HealthActs):
         timers: Timers = DEFAULT,
         log: logging.Logger = LOG,
         jobs_now: Optional[Callable[[], Sequence[SlurmJob]]] = None,
+        rand: Callable[[], float] = random.random,
     ):
         """`jobs_now`: Slurm's jobs read again (slurm_records.Reader.jobs), to confirm a job's identity before a
-        requeue or a start-now (health/act.py)."""
+        requeue or a start-now (health/act.py); `rand` jitters the launch backoff."""
         self.ec2, self.ledger, self.s3, self.bucket, self.cluster = ec2, ledger, s3, bucket, cluster
         self.groups = {g.name: g for g in groups}
         self.clock, self.slurm, self.timers, self.log = clock, slurm, timers, log
-        self.jobs_now = jobs_now
+        self.jobs_now, self.rand = jobs_now, rand
         self.seq = 0
 
     def run(self, actions: Sequence[Action], snap: Snapshot) -> List[str]:
@@ -146,7 +148,7 @@ class Executor(HealthActs):
                 self._put_group(group.name, launch_failures=0, backoff_until=0.0)
             return f"launched {', '.join(out.instance_ids)}"
         n = gs.launch_failures + 1
-        wait = self.timers.launch_backoff(n)
+        wait = self.timers.launch_backoff(n, self.rand())
         self._put_group(group.name, launch_failures=n, backoff_until=now + wait)
         self.ledger.drop_launch(token)
         if not out.transient:

@@ -100,11 +100,14 @@ class Timers:
         wide = max(self.systemic_min, math.ceil(self.systemic_fraction * cluster_nodes))
         return max(2, min(wide, math.ceil(cluster_nodes / 2)))
 
-    def launch_backoff(self, failures: int) -> int:
-        """Seconds to wait after the `failures`-th launch failure in a row (1 = the first)."""
+    def launch_backoff(self, failures: int, jitter: float = 1.0) -> int:
+        """Seconds to wait after the `failures`-th launch failure in a row (1 = the first): the doubling cap, of
+        which the upper half is `jitter` (0..1, random in the controller) so groups that failed together do not
+        retry together ("equal jitter": AWS Architecture Blog, "Exponential Backoff And Jitter")."""
         if failures <= 0:
             return 0
-        return min(self.launch_backoff_max_seconds, self.launch_backoff_first_seconds * 2 ** (failures - 1))
+        cap = min(self.launch_backoff_max_seconds, self.launch_backoff_first_seconds * 2 ** (failures - 1))
+        return math.ceil(cap / 2 + cap / 2 * min(1.0, max(0.0, jitter)))
 
 
 DEFAULT = Timers()

@@ -72,7 +72,7 @@ def loop(env: Env, groups, killer: Killer = None, owner: str = "head-1", timers:
     wrap = killer.wrap if killer else (lambda c: c)
     ec2, ddb, s3 = wrap(env.ec2), wrap(env.ddb), wrap(env.s3)
     ledger = Ledger(ddb, TABLE, owner, env.clock, timers)
-    executor = Executor(ec2, ledger, s3, BUCKET, CLUSTER, groups, env.clock, None, timers)
+    executor = Executor(ec2, ledger, s3, BUCKET, CLUSTER, groups, env.clock, None, timers, rand=lambda: 1.0)
     result = reconcile_once(
         lambda: observe.observe(ec2, ledger, CLUSTER, env.clock, env.reports, None),
         lambda snap: decide(snap, groups, snap.now, timers),
@@ -516,3 +516,24 @@ def test_with_s3_down_a_dead_node_is_still_replaced_and_no_live_node_is_judged_s
     assert set(kept.values()) == {READY}, kept  # none drained or replaced for a silence S3 hides
     assert len(env.ec2.launched) == launched + 1
     assert "no heartbeat: its status unwritten" not in caplog.text  # not even judged (systemic or not)
+
+
+def test_launch_backoffs_are_jittered_so_groups_that_failed_together_retry_apart(env):
+    """The wait after a failed launch is the doubling cap's upper half at random ("equal jitter"), from the
+    injected random source: two groups that failed in the same loop do not retry in the same one."""
+    assert [TIMERS.launch_backoff(n, 1.0) for n in (1, 2)] == [TIMERS.launch_backoff_first_seconds * k for k in (1, 2)]
+    assert TIMERS.launch_backoff(1, 0.0) == -(-TIMERS.launch_backoff_first_seconds // 2)
+    env.ec2.capacity = 0
+    waits = []
+    for draw in (0.0, 1.0):
+        ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+        ledger.acquire()
+        executor = Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, rand=lambda d=draw: d)
+        before = ledger.load().groups.get("gpu")
+        snap = observe.observe(env.ec2, ledger, CLUSTER, env.clock, env.reports, None)[0]
+        executor.run(decide(snap, [GPU], snap.now, TIMERS), snap)
+        after = ledger.load().groups["gpu"]
+        waits.append(after.backoff_until - env.clock())
+        ledger.put_group(after, launch_failures=0, backoff_until=0.0)
+        assert before is None or before.launch_failures == 0
+    assert waits == [TIMERS.launch_backoff(1, 0.0), TIMERS.launch_backoff(1, 1.0)]
