@@ -255,8 +255,9 @@ class Head:
         p = store.read_published(store.get(self.s3, self.bucket, key)[0])
         if p is None or p.ip != m.ip or not p.keys:
             return ""  # not published yet, or published for another address
-        if renewal and set(p.keys) <= {store.certified_key(c) for c in self.issued[n].certs}:  # type: ignore[union-attr]
-            return ""
+        held = self.issued.get(n)
+        if renewal and held is not None and set(p.keys) <= {store.certified_key(c) for c in held.certs}:
+            return ""  # a window node's keys are the ones certified: nothing to do (one with none is signed)
         start, end = now - SKEW, now - SKEW + VALIDITY
         key_id = f"{self.cluster}/{n}/{m.instance}"
         certs = [sign(a.signer["private"], k, key_id, principals(n, m.ip), start, end, self.run) for k in p.keys]

@@ -377,3 +377,19 @@ def test_the_head_signs_a_whole_booting_fleet_in_one_tick_with_its_s3_requests_i
     signed = head.sign_pending([member(n, ip) for n, ip in zip(names, ips, strict=True)], NOW)
     assert sorted(signed) == names
     assert all(certstore.read_issued(aws.objects[certs_key(n)]).ip == ip for n, ip in zip(names, ips, strict=True))
+
+
+def test_a_node_in_the_renewal_window_without_a_certificate_is_signed_not_a_crash(tmp_path, monkeypatch):
+    """More nodes due than BATCH: those left over join the renewal window with no certificate yet (the scale
+    simulator found the head's tick raising AttributeError there, every tick)."""
+    monkeypatch.setattr(certs, "BATCH", 1)
+    aws = FakeAws()
+    head = make_head(aws)
+    keys = host_keys(tmp_path / "shared")
+    names, ips = ["compute-000", "compute-001"], ["10.0.0.5", "10.0.0.6"]
+    members = [member(n, ip) for n, ip in zip(names, ips, strict=True)]
+    assert head.sign_pending(members, NOW) == []  # compute-000 looked up; nothing published yet
+    for name, ip in zip(names, ips, strict=True):
+        certs.Node(aws, BUCKET, "llm", name, ip, ARN_PREFIX + instance_of(name), run=sshd_stand_in(keys)).publish()
+    # compute-001 looked up too; compute-000 is the one due this tick, compute-001 (no certificate) in the window
+    assert sorted(head.sign_pending(members, NOW)) == names
