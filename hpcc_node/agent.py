@@ -111,7 +111,9 @@ class Agent(BundleFollowing, StatusReporting):
         s3: Any = None,
     ):
         self.c, self.aws, self.clock, self.run, self.rand = config, aws, clock, run, rand
-        self.s3 = s3 if s3 is not None else awscli.client("s3", before=aws.pace)  # paced with the node's calls
+        # S3 is not paced as SSM is (infra/render/pacing.py: S3 takes thousands of requests a second per prefix, and
+        # the agent makes one or two a tick): its membership read and heartbeat never wait a pacer's turn
+        self.s3 = s3 if s3 is not None else awscli.client("s3")
         self.doc: Optional[Dict[str, Any]] = None  # the membership last read, and its ETag
         self.etag = ""
         self.cached: Dict[str, Any] = {}  # the settings and the pointer as last read from SSM
@@ -349,9 +351,7 @@ def main(argv: List[str]) -> int:
         return 1
     agent.certs = host_certs.Certs(
         agent.aws,
-        # the head signs every node's certificates: its S3 requests are its own, not paced as one node's share of
-        # the cluster's calls (hpcc_node/certs.py PARALLEL)
-        awscli.client("s3") if config.role == "head" else agent.s3,
+        agent.s3,  # unpaced: the head signs every node's certificates, PARALLEL requests at once (hpcc_node/certs.py)
         config.state_bucket,
         config.settings_parameter.split("/")[2],
         config.role,

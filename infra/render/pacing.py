@@ -1,29 +1,30 @@
-"""How the nodes pace their AWS calls, so a 512-node cluster stays under SSM's default 40 requests/s
+"""How the nodes pace their AWS calls: the account-wide rates of SSM and Secrets Manager are shared by every node
 (Parameter Store quotas, AWS General Reference "AWS Systems Manager endpoints and quotas": GetParameter(s) and
-PutParameter share the default throughput) while membership still converges within 2 minutes.
+PutParameter share a default 40 requests/s), while S3, where the membership, the statuses and the host keys live,
+takes at least 3,500 PUTs and 5,500 GETs a second per prefix (S3 User Guide, "Best practices design patterns:
+optimizing Amazon S3 performance") and is not paced per node.
 
-One pacer per node. Every AWS call a node makes - the bootstrap's and the membership agent's (`hpcc-node sync`)
-alike - goes through one pacer file (/run/hpcc-aws.last-call, taken under `flock`): two calls of a node are at
-least `api_interval_ms` apart, plus up to a quarter of that again of jitter. The cluster therefore makes at most
-nodes / interval calls a second on average over any interval-long window, whatever its nodes are doing
-(booting, polling, retrying, syncing, reporting), and the interval is sized to keep that at TARGET_SHARE of
-SSM's 40/s: at 513 nodes, ceil(513 x 1000 / 30) = 17,100 ms, so 30 requests/s.
+One pacer per node for SSM and Secrets Manager. Those calls of a node - the bootstrap's and the membership agent's
+alike - go through one pacer file (/run/hpcc-aws.last-call, taken under `flock`): two of them are at least
+`api_interval_ms` apart, plus up to a quarter of that again of jitter. The cluster therefore makes at most
+nodes / interval such calls a second over any interval-long window, whatever its nodes are doing, and the interval
+is sized to keep that at TARGET_SHARE of SSM's 40/s: at 513 nodes, ceil(513 x 1000 / 30) = 17,100 ms, so 30/s.
+A booting node makes CALLS_PER_NODE of them (below); its S3 calls (a status write per step, the membership, the
+host keys) go straight out.
 
 Before a booting node has read the settings it does not know the cluster's size: its first call waits a random
 share of the interval of the largest cluster the config allows (first_call_pacing, a constant in the user data),
 so a resize never changes the user data and 512 fresh nodes still spread their first calls.
 
-The membership agent (convergence): each tick sleeps `sync_seconds` plus up to a quarter of that, then makes ONE
-GetParameters call (hosts and settings together) and, only when something changed, one PutParameter (its
-status). `sync_seconds` is at least 1.25 intervals, so in steady state a tick never waits for the pacer and
-the agents alone ask at most nodes / sync_seconds requests a second (513 nodes: 22 s, 23.3/s <= 30/s). A change
-to the hosts parameter is seen by every node within one tick plus one pacer turn: 1.25 x sync_seconds +
-1.25 x interval (513 nodes: 27.5 + 21.4 = 48.9 s), plus the call itself, well within 2 minutes.
+The membership agent (convergence): each tick sleeps `sync_seconds` plus up to a quarter of that, then makes
+AGENT_S3_CALLS_PER_TICK conditional GETs (the membership, its own certificates: 304 when unchanged), and reads
+SSM only when the membership says the settings changed. `sync_seconds` keeps the agents at S3_TARGET_SHARE of
+S3's per-prefix rate: 10 s up to 13,750 nodes, so a new membership generation is seen by every node within one
+tick and its jitter, 12.5 s, after the controller publishes it, whatever the cluster's size.
 
-What a booting node calls (a small constant; polls for something not there yet repeat at the same pace):
-- SSM GetParameters: the hosts and settings together, once (again while its own line is not there yet);
-- SSM GetParameter: the FSx parameter once;
-- SSM PutParameter: one status write per step (infra/render/steps.py) and a final ready or failed;
+What a booting node calls through the pacer (a small constant; polls for something not there yet repeat at the
+same pace):
+- SSM GetParameters: the settings, once (again while they are missing); SSM GetParameter: the FSx parameter once;
 - Secrets Manager: the cluster key once, and with Slurm the munge key once (the head node also writes each once).
 """
 
@@ -38,10 +39,13 @@ from infra.render.steps import STEPS
 
 SSM_REQUESTS_PER_SECOND = 40  # default Parameter Store throughput, shared by GetParameter(s) and PutParameter
 TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tools (status, hostfile)
-SSM_READS = 2  # hosts + settings (one GetParameters), fsx
-STATUS_WRITES = len(STEPS) + 1  # one at the start of each step, then ready (or failed instead)
+SSM_READS = 2  # settings (GetParameters), fsx
+STATUS_WRITES = len(STEPS) + 1  # S3, unpaced: one at the start of each step, then ready (or failed instead)
 SECRET_CALLS = 4  # SSH and munge keys - head: read (empty), write; compute: read (and wait)
-CALLS_PER_NODE = SSM_READS + STATUS_WRITES + SECRET_CALLS
+CALLS_PER_NODE = SSM_READS + SECRET_CALLS  # the paced calls of one boot
+S3_REQUESTS_PER_SECOND = 3500  # PUTs per prefix (GETs: 5,500), the lower of the two
+S3_TARGET_SHARE = 0.5  # the agents' share; the rest for boots, the controller and the operator's tools
+AGENT_S3_CALLS_PER_TICK = 2  # the membership and the node's certificates, both conditional GETs
 MIN_INTERVAL_MS = 100  # small clusters: no real wait
 MIN_POLL_SECONDS = 5  # waits for things that are not AWS calls (TCP 988, SSH of the other nodes)
 MIN_SYNC_SECONDS = 10  # the agent's tick on small clusters
@@ -96,16 +100,23 @@ def first_call_pacing() -> Pacing:
 
 
 def sync_seconds(pacing: Pacing) -> int:
-    """The agent's tick: at least one interval plus its jitter, so a tick's call never waits for the pacer."""
-    return max(MIN_SYNC_SECONDS, math.ceil(pacing.api_interval_ms * JITTER / 1000))
+    """The agent's tick: its calls are S3's, unpaced, at S3_TARGET_SHARE of S3's per-prefix rate at most."""
+    budget = S3_REQUESTS_PER_SECOND * S3_TARGET_SHARE
+    return max(MIN_SYNC_SECONDS, math.ceil(pacing.nodes * AGENT_S3_CALLS_PER_TICK / budget))
 
 
 def agent_requests_per_second(pacing: Pacing) -> float:
-    """What the agents of a settled cluster ask of SSM: one GetParameters per node per tick at most."""
-    return pacing.nodes / sync_seconds(pacing)
+    """What the agents of a settled cluster ask of S3: AGENT_S3_CALLS_PER_TICK per node per tick at most."""
+    return pacing.nodes * AGENT_S3_CALLS_PER_TICK / sync_seconds(pacing)
+
+
+def agent_ssm_requests_per_second(pacing: Pacing) -> float:
+    """What they ask of SSM: nothing while the settings stay as they are (a change costs one read per node)."""
+    del pacing
+    return 0.0
 
 
 def convergence_seconds(pacing: Pacing) -> float:
-    """The longest a node takes to see a new hosts value (AWS's own answer time aside): one tick with its
-    jitter, then at most one pacer turn (the status write of the tick before may have just gone out)."""
-    return sync_seconds(pacing) * JITTER + pacing.api_interval_ms * JITTER / 1000
+    """The longest a node takes to see a new membership generation once it is published (S3's own answer time
+    aside): one tick with its jitter; no pacer turn (S3 is not paced)."""
+    return sync_seconds(pacing) * JITTER

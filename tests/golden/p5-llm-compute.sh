@@ -78,7 +78,7 @@ pace() {
 aws_retry() {
   local attempt=1 delay=$HPCC_API_BACKOFF_SECONDS out
   while :; do
-    pace
+    [ "$1" = s3api ] || [ "$1" = s3 ] || pace
     if out=$(within 120 aws "$@" 2>&1); then printf '%s\n' "$out"; return 0; fi
     case "$out" in
       *ParameterNotFound* | *ResourceNotFoundException* | *NoSuchKey*) return 3 ;;

@@ -1,5 +1,6 @@
-"""At 512 compute nodes the nodes stay under SSM's default 40 requests/s and membership converges within
-2 minutes: the arithmetic, for every regime of cluster size the config allows."""
+"""At every size the config allows (4,096 compute nodes) the nodes stay under SSM's default 40 requests/s and their
+agents under half of S3's per-prefix rate, and membership converges within 2 minutes: the arithmetic, for every
+regime of cluster size."""
 
 import pytest
 
@@ -12,11 +13,15 @@ from infra.render.pacing import (
     MIN_INTERVAL_MS,
     MIN_POLL_SECONDS,
     MIN_SYNC_SECONDS,
+    S3_REQUESTS_PER_SECOND,
+    S3_TARGET_SHARE,
+    SECRET_CALLS,
     SSM_READS,
     SSM_REQUESTS_PER_SECOND,
     STATUS_WRITES,
     TARGET_SHARE,
     agent_requests_per_second,
+    agent_ssm_requests_per_second,
     convergence_seconds,
     first_call_pacing,
     pacing_for,
@@ -29,8 +34,8 @@ BUDGET = SSM_REQUESTS_PER_SECOND * TARGET_SHARE
 
 
 def test_calls_per_node_are_a_small_constant():
-    # hosts + settings in one read, fsx; a status write for each of the 11 steps plus ready/failed; the keys
-    assert (SSM_READS, STATUS_WRITES, CALLS_PER_NODE) == (2, 12, 18)
+    # the settings, fsx; the keys: paced. A status write for each of the 11 steps plus ready/failed: S3's, unpaced
+    assert (SSM_READS, SECRET_CALLS, CALLS_PER_NODE, STATUS_WRITES) == (2, 4, 6, 12)
     assert STATUS_WRITES == len(STEPS) + 1  # counted from the one step list
 
 
@@ -45,7 +50,7 @@ def _floors(nodes: int) -> tuple[bool, bool, bool]:
     )
 
 
-ALL_SIZES = range(1, MAX_COMPUTE_NODES + 2)  # head + 0..512 compute nodes
+ALL_SIZES = range(1, MAX_COMPUTE_NODES + 2)  # head + 0..4,096 compute nodes
 # The sizes that can behave differently: the smallest and largest, and both sides of every change of regime.
 SIZES = sorted({1, ALL_SIZES[-1]} | {m for n in ALL_SIZES[1:] if _floors(n) != _floors(n - 1) for m in (n - 1, n)})
 
@@ -54,38 +59,33 @@ def test_the_sizes_checked_cover_every_regime():
     assert len({_floors(n) for n in SIZES}) == len({_floors(n) for n in ALL_SIZES}) >= 3
 
 
-# Above FIRST_CALL_NODES the SSM pacing model cannot converge in 2 minutes (4,097 nodes: 384 s): membership and
-# status move to S3 (issue 19, the node side), after which the agents' SSM calls no longer scale with the count.
-# Strict: once the node side re-paces, these pass and the mark must go.
-OVER_SSM_MODEL = pytest.mark.xfail(strict=True, reason="the SSM pacing model ends at 512 nodes; issue 19 node side")
-
-
-@pytest.mark.parametrize(
-    "nodes", [pytest.param(n, marks=OVER_SSM_MODEL) if n > FIRST_CALL_NODES + 1 else n for n in SIZES]
-)
+@pytest.mark.parametrize("nodes", SIZES)
 def test_every_cluster_size_stays_in_budget_and_converges_within_2_minutes(nodes):
-    """One pacer per node: the cluster makes at most nodes / interval calls a second, agents or not; the
-    agents' ticks alone ask less; a hosts change is seen within one tick and one pacer turn."""
+    """One pacer per node for SSM and Secrets Manager: the cluster makes at most nodes / interval such calls a
+    second; the agents' ticks are S3's, at most S3_TARGET_SHARE of its per-prefix rate, and ask nothing of SSM
+    while the settings stay; a new membership generation is seen within one tick (issue 38: up to 4,096 nodes)."""
     pacing = pacing_for(nodes)
     assert pacing.cluster_requests_per_second() <= BUDGET + 1e-9
     assert pacing.poll_seconds * 1000 >= pacing.api_interval_ms  # polls never outpace the interval
-    assert sync_seconds(pacing) * 1000 >= pacing.api_interval_ms * 1.25  # a tick's call never waits its turn
-    assert agent_requests_per_second(pacing) <= BUDGET
+    assert agent_requests_per_second(pacing) <= S3_REQUESTS_PER_SECOND * S3_TARGET_SHARE
+    assert agent_ssm_requests_per_second(pacing) == 0
     assert convergence_seconds(pacing) <= CONVERGENCE_TARGET_SECONDS
 
 
 def test_512_compute_nodes_worked_example():
-    """513 nodes (512 compute + head), budget 40/s x 0.75 = 30/s:
-    interval = ceil(513 x 1000 / 30) = 17,100 ms between two calls of one node; cluster rate = 513 / 17.1 s = 30/s;
-    a booting node's 18 calls cost it at most 18 x 17.1 s x 1.25 = 384.8 s of waiting for its turn;
-    agent tick = ceil(17.1 x 1.25) = 22 s, so settled agents ask 513 / 22 = 23.3/s;
-    convergence <= 22 x 1.25 + 17.1 x 1.25 = 27.5 + 21.4 = 48.9 s (plus AWS's answer) <= 120 s."""
+    """513 nodes (512 compute + head), SSM budget 40/s x 0.75 = 30/s:
+    interval = ceil(513 x 1000 / 30) = 17,100 ms between two paced calls of one node; cluster rate = 30/s;
+    a booting node's 6 paced calls cost it at most 6 x 17.1 s x 1.25 = 128.25 s of waiting for its turn;
+    agent tick = 10 s (S3: 513 x 2 / 10 s = 102.6 GETs/s of the 1,750 allowed), so a new membership generation is
+    seen within 10 x 1.25 = 12.5 s (plus S3's answer); at 4,096 nodes the same 12.5 s (819 GETs/s)."""
     pacing = pacing_for(513)
     assert pacing.api_interval_ms == 17_100 and pacing.poll_seconds == 18
     assert pacing.cluster_requests_per_second() == pytest.approx(30.0)
-    assert pacing.pacing_delay_seconds() == pytest.approx(384.75)
-    assert sync_seconds(pacing) == 22 and agent_requests_per_second(pacing) == pytest.approx(23.32, abs=0.01)
-    assert convergence_seconds(pacing) == pytest.approx(48.875)
+    assert pacing.pacing_delay_seconds() == pytest.approx(128.25)
+    assert sync_seconds(pacing) == 10 and agent_requests_per_second(pacing) == pytest.approx(102.6)
+    assert convergence_seconds(pacing) == pytest.approx(12.5)
+    largest = pacing_for(MAX_COMPUTE_NODES + 1)
+    assert convergence_seconds(largest) == pytest.approx(12.5) and agent_requests_per_second(largest) < 820
 
 
 def test_small_clusters_barely_wait():

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from hpcc_contract.names import TAG_CLUSTER, Paths
 from infra.config.validators.findings import WARNING, Finding
 from infra.ops.aws import Aws
-from infra.render.pacing import SSM_REQUESTS_PER_SECOND, agent_requests_per_second, pacing_for
+from infra.render.pacing import SSM_REQUESTS_PER_SECOND, agent_ssm_requests_per_second, pacing_for
 
 FIELD = "cluster.name"
 PREFIX = "/hpcc/"
@@ -44,8 +44,9 @@ def other_clusters(aws: Aws, own: str) -> dict[str, int]:
 
 
 def steady_rate(nodes: int) -> float:
-    """What a settled cluster of `nodes` (head included) asks of Parameter Store: its agents' polls."""
-    return agent_requests_per_second(pacing_for(nodes))
+    """What a settled cluster of `nodes` (head included) asks of Parameter Store: its agents read it only when the
+    settings change (their polls are S3's)."""
+    return agent_ssm_requests_per_second(pacing_for(nodes))
 
 
 def boot_rate(nodes: int) -> float:
