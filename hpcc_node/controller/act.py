@@ -139,8 +139,9 @@ class Executor(HealthActs):
     # One method per action kind.
     def _launch(self, a: Action) -> str:
         group, count, token, now = self.groups[a.group], a.data["count"], a.data["token"], self.clock()
-        self.ledger.launch_intent(token, group.name, count, now)
-        out = fleet.launch(self.ec2, fleet.request(group, count, token, self.cluster))
+        minimum = int(a.data.get("min") or count)
+        self.ledger.launch_intent(token, group.name, count, now, minimum if minimum < count else 0)
+        out = fleet.launch(self.ec2, fleet.request(group, count, token, self.cluster, minimum))
         gs = self._group(group.name)
         if out.instance_ids:
             self.ledger.launch_result(token, group.name, count, now, list(out.instance_ids))

@@ -252,7 +252,7 @@ def _fill(
                 LAUNCH,
                 group=group.name,
                 why=Why("", "retrying a recorded launch"),
-                data={"count": rec.count, "token": rec.token},
+                data={"count": rec.count, "token": rec.token, "min": rec.minimum or rec.count},
             )
         )
         missing -= rec.count
@@ -262,12 +262,19 @@ def _fill(
     batch = 0
     while budget > 0:
         count = min(budget, timers.launch_batch_size)
+        # Replacements launch best-effort (as many as EC2 has, at least one: ParallelCluster's default too); a
+        # group's new nodes all-or-nothing, so a new placement group is not left half-filled (fleet.py)
+        minimum = 1 if vacant else count
         out.append(
             Action(
                 LAUNCH,
                 group=group.name,
-                why=Why("", f"{missing} node(s) missing"),
-                data={"count": count, "token": fleet_client_token(snap.cluster, group.name, now, batch)},
+                why=Why("", f"{missing} node(s) missing" + (", best-effort" if minimum < count else "")),
+                data={
+                    "count": count,
+                    "token": fleet_client_token(snap.cluster, group.name, now, batch),
+                    "min": minimum,
+                },
             )
         )
         budget -= count

@@ -2,7 +2,8 @@
 failure taxonomy.
 
 EC2 API reference, CreateFleet and OnDemandOptionsRequest/SpotOptionsRequest: with `SingleInstanceType` and
-`SingleAvailabilityZone`, `MinTargetCapacity` makes the launch all-or-nothing (fewer than that, none at all); an
+`SingleAvailabilityZone`, `MinTargetCapacity` is the least EC2 may launch (fewer than that, none at all): the count
+for a group's new nodes (all-or-nothing), 1 for replacements (best-effort, as ParallelCluster launches); an
 instant fleet answers synchronously with the instance ids and, per override, the errors. `ClientToken` makes a
 retried request (a controller killed mid-call) return the first call's fleet. Capacity Blocks launch with
 `DefaultTargetCapacityType = capacity-block` and the block in the launch template. The same parameters as
@@ -43,8 +44,8 @@ def target_capacity_type(group: Group) -> str:
     return {"spot": "spot", "capacity-block": "capacity-block"}.get(group.market, "on-demand")
 
 
-def request(group: Group, count: int, token: str, cluster: str) -> Dict[str, Any]:
-    """The CreateFleet parameters for `count` instances of one group, all-or-nothing."""
+def request(group: Group, count: int, token: str, cluster: str, minimum: int = 0) -> Dict[str, Any]:
+    """The CreateFleet parameters for `count` instances of one group: all-or-nothing, or at least `minimum`."""
     template: Dict[str, Any] = {"Version": "$Latest"}
     template["LaunchTemplateId" if group.launch_template.startswith("lt-") else "LaunchTemplateName"] = (
         group.launch_template
@@ -52,7 +53,8 @@ def request(group: Group, count: int, token: str, cluster: str) -> Dict[str, Any
     override: Dict[str, Any] = {"InstanceType": group.instance_type}
     if group.subnet_id:
         override["SubnetId"] = group.subnet_id  # the launch template's interfaces carry no subnet: the fleet's
-    options: Dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True, "MinTargetCapacity": count}
+    least = min(count, minimum) if minimum > 0 else count
+    options: Dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True, "MinTargetCapacity": least}
     kind = target_capacity_type(group)
     if kind == "spot":
         market = {"SpotOptions": options}

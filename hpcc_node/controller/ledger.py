@@ -241,7 +241,12 @@ class Ledger:
             ids = doc.get("instance_ids")
             out.launches.append(
                 LaunchRecord(
-                    doc["token"], doc["group"], doc["count"], doc["at"], tuple(ids) if ids is not None else None
+                    doc["token"],
+                    doc["group"],
+                    doc["count"],
+                    doc["at"],
+                    tuple(ids) if ids is not None else None,
+                    int(doc.get("minimum", 0)),
                 )
             )
         elif kind == "event" and now - doc["at"] > self.timers.event_keep_seconds:
@@ -284,15 +289,10 @@ class Ledger:
         return replace(new, version=gs.version + 1)
 
     # Launches: recorded before CreateFleet (token) and after (instance ids).
-    def launch_intent(self, token: str, group: str, count: int, now: float) -> None:
+    def launch_intent(self, token: str, group: str, count: int, now: float, minimum: int = 0) -> None:
+        doc = {"token": token, "group": group, "count": count, "at": now, "instance_ids": None}
         try:
-            self._transact(
-                self._put(
-                    _key("launch", token),
-                    {"token": token, "group": group, "count": count, "at": now, "instance_ids": None},
-                    0,
-                )
-            )
+            self._transact(self._put(_key("launch", token), {**doc, **({"minimum": minimum} if minimum else {})}, 0))
         except Conflict:
             pass  # recorded by the run that was killed: the retry uses the same token
 

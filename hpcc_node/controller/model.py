@@ -159,6 +159,7 @@ class LaunchRecord:
     count: int
     at: float
     instance_ids: Optional[Tuple[str, ...]] = None  # None: the call's result is not recorded yet
+    minimum: int = 0  # MinTargetCapacity asked (0: count, all-or-nothing): a retry asks the same (ClientToken)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ def test_the_request_is_all_or_nothing_for_one_type_in_one_subnet():
         "MinTargetCapacity": 4,
     }
     assert req["TargetCapacitySpecification"] == {"TotalTargetCapacity": 4, "DefaultTargetCapacityType": "on-demand"}
+    assert fleet.request(GPU, 4, "gpu-1-0", "c", minimum=1)["OnDemandOptions"]["MinTargetCapacity"] == 1  # replacements
     (config,) = req["LaunchTemplateConfigs"]
     assert config["LaunchTemplateSpecification"] == {"LaunchTemplateName": "hpcc-c-compute", "Version": "$Latest"}
     assert config["Overrides"] == [{"InstanceType": "p5.48xlarge", "SubnetId": "subnet-1"}]

@@ -165,3 +165,12 @@ def test_conflicts_and_a_lost_lease_are_told_apart_through_the_aws_cli_clients_e
         mine.put_slot(first, state="failed")
     with pytest.raises(LeaseLost):
         other.put_slot(Slot("gpu-001", "gpu", 1), state="booting")
+
+
+def test_a_best_effort_launch_is_recorded_with_its_minimum_for_its_retry(ddb):
+    clock = Clock()
+    ledger = Ledger(ddb, TABLE, "head-a", clock)
+    ledger.acquire()
+    ledger.launch_intent("gpu-1-0", "gpu", 4, clock(), minimum=1)
+    ledger.launch_intent("gpu-1-1", "gpu", 4, clock())
+    assert sorted((r.token, r.minimum) for r in ledger.load().launches) == [("gpu-1-0", 1), ("gpu-1-1", 0)]

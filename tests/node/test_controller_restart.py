@@ -5,7 +5,7 @@ of a replacement (before and after each side effect) that finishes it exactly on
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import boto3
@@ -537,3 +537,23 @@ def test_launch_backoffs_are_jittered_so_groups_that_failed_together_retry_apart
         ledger.put_group(after, launch_failures=0, backoff_until=0.0)
         assert before is None or before.launch_failures == 0
     assert waits == [TIMERS.launch_backoff(1, 0.0), TIMERS.launch_backoff(1, 1.0)]
+
+
+def test_replacements_launch_best_effort_so_capacity_for_one_of_two_replaces_one_now(env):
+    """Two nodes lost and EC2 has room for one: the replacements' launch asks for 2 with MinTargetCapacity 1 and
+    gets 1, named at once; the other follows when capacity comes back (issue 38: all-or-nothing replaced none)."""
+    bigger = replace(GPU, count=8)
+    settle(env, [bigger])
+    slots = Ledger(env.ddb, TABLE, "r", env.clock).load().slots
+    for name in ("gpu-001", "gpu-005"):
+        env.ec2.instances[slots[name].instance_id]["state"] = "terminated"  # EC2 took them
+    env.ec2.capacity = 1
+    settle(env, [bigger])
+    states = {n: s.state for n, s in Ledger(env.ddb, TABLE, "r", env.clock).load().slots.items()}
+    assert sorted(states.values()).count(READY) == 7, states  # one replaced with capacity for one
+    fleets = [t for t in env.ec2.tokens if env.ec2.tokens[t]]
+    assert env.ec2.calls["create_fleet"] >= 2 and len(env.ec2.launched) == 8 + 1, fleets
+    env.ec2.capacity = None
+    env.now[0] += TIMERS.launch_backoff_max_seconds
+    settle(env, [bigger])
+    check_consistent(env, [bigger])
