@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 EXAMPLE ?= examples/p5-llm.yaml
 APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge
 
-.PHONY: setup deps plan test test-long test-ci-long box bench golden clean
+.PHONY: setup deps plan test test-long box bench golden clean
 
 # The plan needs only the runtime (requirements.txt); the tests add pytest, moto's server, the box's torch and awscli (1.6 GB).
 $(VENV)/.runtime: requirements.txt pyproject.toml setup.py
@@ -43,16 +43,10 @@ test: setup deps
 	$(PY) -m pytest -q -n 3 --dist loadgroup -m 'not long'
 
 # Every box scenario, in one process: the shared fleet box booted once for the modules that share it, then the few
-# boxes of another shape (tests/box/README.md). -s: the modules print what they measure (`[box] ...`, `[fleet] ...`).
+# boxes of another shape (tests/box/README.md). CI runs it after make test (.ci/run). -s: the modules print what
+# they measure (`[box] ...`, `[fleet] ...`).
 test-long: setup deps
 	$(PY) -m pytest -q -s -m long tests/box
-
-# What CI runs after make test: the shared fleet box's scenarios (tests/box/conftest.py SHARED_BOX_MODULES; on a
-# fresh clone here, 2026-11-29: the boot and every scenario through the fleet's took 50 min, the health checks
-# follow). The three boxes of another shape (no Slurm, bundle hooks, EFA faults: about 20 min more) do not fit CI's
-# 90 minutes beside them yet: make test-long runs them with the rest (faster boots bring them back into CI).
-test-ci-long: setup deps
-	$(PY) -m pytest -q -s -m long $$($(PY) -c 'from tests.box.conftest import SHARED_BOX_MODULES as m; print(" ".join("tests/box/" + f for f in m))')
 
 # Only the cluster-in-a-box tests, the long ones included (root and ip netns; about 45 minutes on 2 cores). See tests/box/README.md.
 box: setup deps

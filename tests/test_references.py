@@ -1,6 +1,6 @@
 """Every `module.name` the project's own code and tests spell names something the module has.
 
-The box scenarios run only in CI's long step (make test-ci-long): a rename that leaves `certstore.names(...)` behind in
+The box scenarios run only in CI's long step (make test-long): a rename that leaves `certstore.names(...)` behind in
 a box test was found there, after a 5-minute boot, instead of here in seconds. This reads every source file's
 imports of the project's modules and checks each attribute read off them, and each `from module import name`, against
 the module itself. A name the file binds some other way too (an argument, an assignment) is left alone: it may not be
