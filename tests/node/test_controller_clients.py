@@ -69,11 +69,41 @@ def test_a_connection_that_never_answers_fails_in_seconds_as_an_error_the_contro
     assert "timeout" in type(e.value).__name__.lower() or "timed out" in str(e.value).lower()
 
 
-def test_the_heads_boto3_is_the_operators_pin():
+def test_the_heads_wheels_are_the_operators_pins_each_with_its_hash():
     pins = dict(
         line.split("#")[0].strip().split("==")
         for line in (ROOT / "requirements.txt").read_text().splitlines()
         if "==" in line.split("#")[0]
     )
+    wheels = {name: version for name, version, _ in clients.HEAD_WHEELS}
     name, version = clients.BOTO3.split("==")
-    assert pins[name] == version
+    assert pins[name] == wheels[name] == version and pins["botocore"] == wheels["botocore"]
+    lines = clients.head_requirements().splitlines()
+    assert len(lines) == len(clients.HEAD_WHEELS) and all(
+        re.fullmatch(r"\S+==\S+ --hash=sha256:[0-9a-f]{64}", x) for x in lines
+    )
+
+
+def test_the_head_wheels_are_everything_boto3_imports():
+    """--no-deps installs only what is listed: the list must close over boto3's requirements (read from the
+    installed distributions' metadata), or the controller's import fails on the head."""
+    from importlib.metadata import requires
+
+    listed = {name.lower() for name, _, _ in clients.HEAD_WHEELS}
+    todo, seen = ["boto3"], set()
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for req in requires(name) or []:
+            dep = re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0].lower()
+            if "extra ==" in req or dep in seen:
+                continue
+            todo.append(dep)
+    assert seen <= listed, sorted(seen - listed)
+
+
+def test_the_controller_step_gets_the_requirements_from_the_bundles_module():
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "hpcc_node.controller.clients"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == clients.head_requirements()

@@ -581,8 +581,9 @@ def test_the_head_starts_one_controller_with_its_identity_and_the_boxs_timers(fa
 
 
 def test_a_head_without_boto3_gets_an_environment_with_the_pin_else_says_its_calls_go_through_the_cli(fake):
-    """controller_python: python3 without boto3 -> a venv with the bundle's pin (hpcc_node/controller/clients.py);
-    where pip cannot install it, python3 itself, said in the log."""
+    """controller_python: python3 without boto3 -> a venv with the bundle's hash-pinned wheels
+    (hpcc_node/controller/clients.py HEAD_WHEELS, pip's --require-hashes); where pip cannot install them, python3
+    itself, said in the log."""
     tmp_path, bin_dir, env = fake
     venv = tmp_path / "controller-env"
     tool(
@@ -591,7 +592,7 @@ def test_a_head_without_boto3_gets_an_environment_with_the_pin_else_says_its_cal
         f'echo "$*" >>{tmp_path}/python3.calls\n'
         'case "$1 $2" in\n'
         '  "-c import boto3") exit 1 ;;\n'
-        '  "-c from"*) echo "boto3==1.0.0" ;;\n'
+        '  "-m hpcc_node.controller.clients") echo "boto3==1.0.0 --hash=sha256:00" ;;\n'
         f'  "-m venv") mkdir -p "$3/bin"; cp {bin_dir}/venv-python3 "$3/bin/python3" ;;\n'
         "esac\n",
     )
@@ -601,6 +602,7 @@ def test_a_head_without_boto3_gets_an_environment_with_the_pin_else_says_its_cal
             "venv-python3",
             f'echo "$*" >>{tmp_path}/venv.calls\n'
             'if [ "$1" = -c ]; then exit 1; fi\n'  # the new environment has no boto3 before pip
+            f'for a; do [ ! -f "$a" ] || cp "$a" {tmp_path}/pins; done\n'  # the requirements file pip is given
             + ("exit 0\n" if pip_works else "exit 1\n"),
         )
         script = preamble(tmp_path) + f"HPCC_CURRENT=/opt/hpcc/current\nHPCC_CONTROLLER_ENV={venv}\ncontroller_python\n"
@@ -608,10 +610,11 @@ def test_a_head_without_boto3_gets_an_environment_with_the_pin_else_says_its_cal
         assert out.returncode == 0, out.stderr
         chosen = out.stdout.strip().splitlines()[-1]
         calls = (tmp_path / "venv.calls").read_text()
-        assert "-m pip install --quiet boto3==1.0.0" in calls  # the pin the bundle's clients.py names
+        assert "-m pip install --quiet --require-hashes --no-deps --only-binary=:all: -r " in calls
+        assert (tmp_path / "pins").read_text() == "boto3==1.0.0 --hash=sha256:00\n"  # what the bundle's module printed
         if pip_works:
             assert chosen == f"{venv}/bin/python3"
         else:
             assert chosen == str(bin_dir / "python3")
-            assert "could not install boto3==1.0.0" in out.stdout + out.stderr
+            assert "could not install boto3 (hash-pinned)" in out.stdout + out.stderr
         (tmp_path / "venv.calls").unlink()
