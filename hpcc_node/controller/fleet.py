@@ -13,12 +13,12 @@ aws-parallelcluster-node's fleet_manager.py (`_evaluate_launch_params`), for one
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP, TAG_ROLE
 from hpcc_contract.taxonomy import FailureClass
 
-from .model import Group
+from .model import Group, LaunchRecord
 
 # CreateFleet/RunInstances error codes for which EC2 had no capacity (or no room in a quota) for now: the launch
 # class, back off and retry (EC2 API reference, "Error codes for the Amazon EC2 API").
@@ -38,6 +38,22 @@ QUOTA_CODES = ("InstanceLimitExceeded", "VcpuLimitExceeded", "MaxFleetCountExcee
 THROTTLE_CODES = ("RequestLimitExceeded", "Throttling")
 # CreateFleet reports an override left unfulfilled because another failed with this exact pair: not a cause.
 UNFULFILLED = ("UnfulfillableCapacity", "Failed to fulfill capacity. Please review errors in the response.")
+
+
+def launch_tokens(launches: Sequence[LaunchRecord], now: float, size: int, refill: float) -> int:
+    """Instances EC2's RunInstances bucket holds at `now` (EC2 API reference, "Request throttling for the Amazon EC2
+    API": resource rate limits), full before the first recorded launch, each launch taking what it launched (what it
+    asked while its result is unknown), refilling `refill` a second up to `size`. Other tools' launches in the
+    account draw on it too: EC2 then refuses with RequestLimitExceeded, a throttle the launch backs off from."""
+    tokens, last = float(size), None
+    for rec in sorted(launches, key=lambda r: r.at):
+        if last is not None:
+            tokens = min(float(size), tokens + refill * max(0.0, rec.at - last))
+        tokens = max(0.0, tokens - (len(rec.instance_ids) if rec.instance_ids is not None else rec.count))
+        last = rec.at
+    if last is not None:
+        tokens = min(float(size), tokens + refill * max(0.0, now - last))
+    return int(tokens)
 
 
 def target_capacity_type(group: Group) -> str:

@@ -50,6 +50,10 @@ class Timers:
     # launch_max_batch_size is 500. Larger groups launch in waves, one batch a loop.
     launch_batch_size: int = 500
     launch_batches_per_loop: int = 2
+    # All groups together launch no more than that bucket holds, as this controller's recorded launches drew on it:
+    # 1,000 instances, refilling 2 a second (the same page: 4,096 fresh instances take at least ~26 minutes).
+    launch_bucket_size: int = 1000
+    launch_bucket_refill_per_second: float = 2.0
     # Capacity Blocks end with an EC2 warning 40 minutes before the end and terminations from 30 minutes before
     # (EC2 User Guide, capacity-blocks-monitor): drain at the first, and a termination after the second is the
     # block ending, neither a failure nor replaced.

@@ -472,6 +472,21 @@ def test_large_groups_launch_in_batches_within_ec2s_launch_rate():
     assert len(tokens) == 2
 
 
+def test_all_groups_together_launch_no_more_than_ec2s_launch_bucket_holds():
+    """EC2's RunInstances bucket: 1,000 instances, 2 a second back. Two 4,096-node groups ask 500 + 500 in the
+    first loop (not 2,000); a minute after a full bucket was drawn, 120 more; after 500 s it is full again."""
+    from hpcc_node.controller.fleet import launch_tokens
+
+    a, b = replace(GPU, count=4096), replace(GPU, name="cpu", count=4096)
+    first = by_kind(run(m.Snapshot(now=NOW), (a, b)), LAUNCH)
+    assert sum(x.data["count"] for x in first) == 1000 and {x.group for x in first} == {"gpu"}
+    drawn = tuple(LaunchRecord(f"t{i}", "gpu", 500, NOW - 60, tuple(f"i-{i}-{k}" for k in range(500))) for i in (0, 1))
+    later = by_kind(run(replace(m.Snapshot(now=NOW), launches=drawn), (a, b)), LAUNCH)
+    assert sum(x.data["count"] for x in later) == 120
+    assert launch_tokens(drawn, NOW + 440, 1000, 2.0) == 1000  # full again, never more
+    assert launch_tokens(drawn[:1] + (LaunchRecord("t2", "gpu", 500, NOW - 60, ("i-x",)),), NOW - 60, 1000, 2.0) == 499
+
+
 def test_a_launch_whose_result_was_lost_is_retried_with_the_same_token():
     s = replace(m.Snapshot(now=NOW), launches=(LaunchRecord("gpu-123-0", "gpu", 4, NOW - 30),))
     assert [(a.data["token"], a.data["count"], a.data["min"]) for a in by_kind(run(s), LAUNCH)] == [("gpu-123-0", 4, 4)]

@@ -1,0 +1,140 @@
+"""decide()'s names and launches: a vacated name moves to a replacement once its predecessor is gone, new names go
+to unnamed instances this controller launched, and what is still missing is launched, within the batch sizes and
+what EC2's launch bucket holds (timers.py), best-effort for replacements."""
+
+from __future__ import annotations
+
+from typing import List, Set, Tuple
+
+from hpcc_contract.names import fleet_client_token, node_name
+
+from .assess import block_phase
+from .model import (
+    ACTIVE_STATES,
+    ENDED,
+    GONE,
+    LAUNCH,
+    LIVE,
+    NAME,
+    REPLACING,
+    WAIT_CAPACITY_BLOCK,
+    Action,
+    Group,
+    GroupState,
+    Slot,
+    Snapshot,
+    Why,
+)
+from .orphans import launched
+from .timers import Timers
+
+
+def predecessor_gone(slot: Slot, snap: Snapshot, now: float, timers: Timers) -> bool:
+    """A name moves only once its instance is shutting down or terminated (or long gone from EC2's answers)."""
+    inst = snap.instances.get(slot.instance_id)
+    if inst is None:
+        return not slot.instance_id or now - slot.since > timers.describe_lag_seconds
+    return inst.state in GONE
+
+
+def _unnamed(group: Group, snap: Snapshot, named: Set[str], now: float, timers: Timers) -> List[Tuple[float, str]]:
+    """Live instances of the group that no slot holds and this controller launched, oldest first: from EC2 and from
+    launches recorded in the ledger that EC2 does not list yet."""
+    ours = launched(snap)
+    seen = {
+        i.instance_id: (i.launch_time, i.instance_id)
+        for i in snap.instances.values()
+        if i.group == group.name and i.state in LIVE and i.instance_id not in named and i.instance_id in ours
+    }
+    for rec in snap.launches:
+        if rec.group == group.name and rec.instance_ids and now - rec.at <= timers.orphan_timeout_seconds:
+            for iid in rec.instance_ids:
+                if iid not in named and iid not in snap.instances:
+                    seen[iid] = (rec.at, iid)
+    return sorted(seen.values())
+
+
+def fill(
+    group: Group,
+    slots: List[Slot],
+    snap: Snapshot,
+    now: float,
+    timers: Timers,
+    named: Set[str],
+    taken: Set[str],
+    tokens: List[int],
+) -> List[Action]:
+    """Names for unnamed instances (vacated names first, then new ones at the lowest free index) and launches for
+    whatever is still missing, within the `tokens[0]` instances EC2's launch bucket holds for all groups."""
+    gs = snap.group_states.get(group.name) or GroupState(group.name)
+    phase = block_phase(group, now, timers)
+    out: List[Action] = []
+    block = group.capacity_block
+    waiting = f"waiting for capacity block {block.reservation_id}" if block is not None and phase == "before" else ""
+    if group.capacity_block is not None and gs.status != waiting:
+        out.append(
+            Action(
+                WAIT_CAPACITY_BLOCK,
+                group=group.name,
+                why=Why("", waiting or "capacity block active"),
+                data={"status": waiting},
+            )
+        )
+    active = [s for s in slots if s.state in ACTIVE_STATES]
+    vacant = sorted(
+        (s for s in active if s.state == REPLACING and predecessor_gone(s, snap, now, timers)), key=lambda s: s.index
+    )
+    used = {s.index for s in slots if s.state != ENDED}  # a Capacity Block's ended names are taken again
+    fresh = [i for i in range(group.size_limit) if i not in used][: max(0, group.count - len(active))]
+    targets = [(s.name, s.index) for s in vacant] + [(node_name(group.name, i), i) for i in fresh]
+    unnamed = _unnamed(group, snap, named, now, timers)
+    for (name, index), (_, iid) in zip(targets, unnamed):
+        inst = snap.instances.get(iid)
+        out.append(
+            Action(
+                NAME,
+                group=group.name,
+                node=name,
+                instance_id=iid,
+                why=Why("", "replacement" if name in snap.slots else "new node"),
+                data={"index": index, "ip": inst.private_ip if inst else ""},
+            )
+        )
+        taken.add(iid)
+    missing = len(targets) - len(unnamed)
+    pending = [r for r in snap.launches if r.group == group.name and r.instance_ids is None]
+    for rec in pending:  # a launch whose result was never recorded: the same token gets the same fleet
+        out.append(
+            Action(
+                LAUNCH,
+                group=group.name,
+                why=Why("", "retrying a recorded launch"),
+                data={"count": rec.count, "token": rec.token, "min": rec.minimum or rec.count},
+            )
+        )
+        missing -= rec.count
+    if missing <= 0 or phase != "active" or gs.protected or now < gs.backoff_until:
+        return out
+    budget = min(missing, timers.launch_batch_size * timers.launch_batches_per_loop, tokens[0])
+    tokens[0] -= budget
+    batch = 0
+    while budget > 0:
+        count = min(budget, timers.launch_batch_size)
+        # Replacements launch best-effort (as many as EC2 has, at least one: ParallelCluster's default too); a
+        # group's new nodes all-or-nothing, so a new placement group is not left half-filled (fleet.py)
+        minimum = 1 if vacant else count
+        out.append(
+            Action(
+                LAUNCH,
+                group=group.name,
+                why=Why("", f"{missing} node(s) missing" + (", best-effort" if minimum < count else "")),
+                data={
+                    "count": count,
+                    "token": fleet_client_token(snap.cluster, group.name, now, batch),
+                    "min": minimum,
+                },
+            )
+        )
+        budget -= count
+        batch += 1
+    return out
