@@ -11,6 +11,7 @@ import random
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 Process = Generator[float, None, None]
 
@@ -21,18 +22,24 @@ class Stopped(BaseException):
 
 
 class Sim:
+    """The clock and the queue. One thread at a time holds the turn and runs the queue itself (the main thread, or
+    an actor between its calls): a thread hands the turn over only to an actor whose time has come, so the nodes'
+    events cost no thread switch."""
+
     def __init__(self, seed: int = 0):
         self.t = 0.0
         self.rng = random.Random(seed)
-        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self._queue: list[tuple[float, int, Any]] = []
         self._seq = 0
+        self._main = threading.Event()
+        self._until, self._stop = 0.0, lambda: False
         self.current: Actor | None = None
         self.actors: list[Actor] = []
 
     def now(self) -> float:
         return self.t
 
-    def at(self, when: float, fn: Callable[[], None]) -> None:
+    def at(self, when: float, fn: Callable[[], None] | Actor) -> None:
         self._seq += 1
         heapq.heappush(self._queue, (max(when, self.t), self._seq, fn))
 
@@ -52,10 +59,27 @@ class Sim:
             raise RuntimeError("sleep() outside an actor")
         self.current.sleep(seconds)
 
+    def next_event(self) -> Callable[[], None] | Actor | None:
+        """The next event due in this run, the clock moved to it; None once the run is over."""
+        if not self._queue or self._queue[0][0] > self._until or self._stop():
+            return None
+        self.t, _, fn = heapq.heappop(self._queue)
+        return fn
+
+    def hand(self, to: Actor | None, wait: threading.Event) -> None:
+        """Give the turn to an actor (None: the main thread) and wait on `wait` until it comes back."""
+        self.current = to
+        (to.go if to is not None else self._main).set()
+        wait.wait()
+        wait.clear()
+
     def run(self, until: float, stop: Callable[[], bool] = lambda: False) -> None:
-        while self._queue and self._queue[0][0] <= until and not stop():
-            self.t, _, fn = heapq.heappop(self._queue)
-            fn()
+        self._until, self._stop = until, stop
+        while (fn := self.next_event()) is not None:
+            if isinstance(fn, Actor):
+                self.hand(fn, self._main)
+            else:
+                fn()
         if not stop():
             self.t = max(self.t, until)
 
@@ -65,20 +89,20 @@ class Sim:
 
 
 class Actor:
-    """Synchronous code on its own thread, run only while the kernel hands it the turn."""
+    """Synchronous code on its own thread: while it sleeps on the virtual clock, its thread runs the queue."""
 
     def __init__(self, sim: Sim, fn: Callable[[], object], name: str):
         self.sim, self.fn, self.name = sim, fn, name
-        self._go, self._back = threading.Event(), threading.Event()
+        self.go = threading.Event()
         self.stopped = self.done = False
         self.error: BaseException | None = None
         sim.actors.append(self)
         threading.Thread(target=self._main, name=f"sim-{name}", daemon=True).start()
-        sim.at(sim.t, self._resume)
+        sim.at(sim.t, self)
 
     def _main(self) -> None:
-        self._go.wait()
-        self._go.clear()
+        self.go.wait()
+        self.go.clear()
         try:
             if not self.stopped:
                 self.fn()
@@ -88,29 +112,28 @@ class Actor:
             self.error = e
         finally:
             self.done = True
-            self._back.set()
+            self.sim.current = None
+            self.sim._main.set()
 
     def sleep(self, seconds: float) -> None:
-        self.sim.at(self.sim.t + max(0.0, seconds), self._resume)
-        self._back.set()
-        self._go.wait()
-        self._go.clear()
+        sim = self.sim
+        sim.at(sim.t + max(0.0, seconds), self)
+        while True:
+            fn = sim.next_event()
+            if fn is self:
+                break
+            if fn is None or isinstance(fn, Actor):  # the run is over, or another actor's turn: wait for ours
+                sim.hand(fn, self.go)
+                break
+            fn()
+        sim.current = self
         if self.stopped:
             raise Stopped()
-
-    def _resume(self) -> None:
-        if self.done:
-            return
-        previous, self.sim.current = self.sim.current, self
-        self._back.clear()
-        self._go.set()
-        self._back.wait()
-        self.sim.current = previous
 
     def stop(self) -> None:
         self.stopped = True
         if not self.done:
-            self._resume()
+            self.sim.hand(self, self.sim._main)
 
 
 @dataclass(frozen=True)

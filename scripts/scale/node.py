@@ -87,8 +87,13 @@ def poll(w: World) -> float:
     return w.pacing.poll_seconds * (1 + w.sim.rng.random())
 
 
-def listed(doc: dict[str, Any] | None, n: Node) -> bool:
-    return bool(doc) and hosts.lists(doc, n.name, n.iid)  # type: ignore[arg-type]
+def listed(w: World, got: Any, n: Node) -> bool:
+    """hosts.lists, its answer for every node of one object computed once (the same bytes for every reader)."""
+    if not isinstance(got, dict) or "Body" not in got:
+        return False
+    if got["ETag"] not in w.listings:
+        w.listings[got["ETag"]] = {(str(m["name"]), str(m.get("instance"))) for m in hosts.listed(doc_of(w, got))}
+    return (n.name, n.iid) in w.listings[got["ETag"]]
 
 
 def boot(w: World, n: Node) -> Steps:
@@ -105,9 +110,8 @@ def boot(w: World, n: Node) -> Steps:
     deadline = w.sim.now() + m.join_timeout_seconds
     while True:  # wait_membership
         got = yield from paced(w, n, "get_object", Key=MEMBERSHIP_KEY)
-        doc = membership_doc(got)
-        if listed(doc, n):
-            n.generation = int(doc["generation"])  # type: ignore[index]
+        if listed(w, got, n):
+            n.generation = int(doc_of(w, got)["generation"])
             break
         if w.sim.now() >= deadline:
             yield from fail(w, n, "not in the membership")
@@ -132,10 +136,13 @@ def boot(w: World, n: Node) -> Steps:
     w.sim.start(heartbeat(w, n), m.heartbeat_seconds / 2)
 
 
-def membership_doc(got: Any) -> dict[str, Any] | None:
-    if isinstance(got, dict) and "Body" in got:
-        return json.loads(got["Body"].read())
-    return None
+def doc_of(w: World, got: Any) -> Any:
+    """The membership a GetObject answered (None: 304 or absent), parsed once per ETag: it is the same object."""
+    if not isinstance(got, dict) or "Body" not in got:
+        return None
+    if got["ETag"] not in w.docs:
+        w.docs[got["ETag"]] = json.loads(got["Body"].read())
+    return w.docs[got["ETag"]]
 
 
 def wait_certificate(w: World, n: Node) -> Generator[float, None, bool]:
@@ -178,10 +185,10 @@ def agent(w: World, n: Node) -> Steps:
             return
         n.busy = True
         got = yield from paced(w, n, "get_object", Key=MEMBERSHIP_KEY, IfNoneMatch=n.etag)
-        doc = membership_doc(got)
+        doc = doc_of(w, got)
         if doc is not None:
             n.etag = got["ETag"]
-            if int(doc["generation"]) > n.generation and listed(doc, n):
+            if int(doc["generation"]) > n.generation and listed(w, got, n):
                 w.seen(n, int(doc["generation"]))
                 yield from paced(w, n, "secret")  # apply-membership's step_slurm reads the munge key again
                 n.generation = int(doc["generation"])

@@ -118,6 +118,8 @@ class World:
         self.applied_after: dict[int, list[float]] = defaultdict(list)
         self.stopped = False
         self.head_started = False
+        self.docs: dict[str, Any] = {}  # membership ETag -> the parsed object (node.doc_of)
+        self.listings: dict[str, set[tuple[str, str]]] = {}  # membership ETag -> (name, instance) it lists
         self.status_change_bytes = 0  # statuses written because what they say changed (not heartbeats)
         self.controller: Actor | None = None
 
