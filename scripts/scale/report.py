@@ -48,6 +48,11 @@ def _signed(r: dict[str, Any]) -> str:
     return "-" if rate is None else f"{rate:.1f}"
 
 
+def _head_calls(r: dict[str, Any]) -> str:
+    per = r["bring_up"]["head_s3_per_certificate"]
+    return ("-" if per is None else f"{per:.1f}") + f"; {r['bring_up']['pacer_interval']:.1f} s"
+
+
 def _one_death(r: dict[str, Any]) -> str:
     s = r["settled"]
     return (
@@ -73,6 +78,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("bring-up to all ready", lambda r: bring_up_text(r["bring_up"])),
     ("boots failed, by cause", _failures),
     ("certificates signed / min", _signed),
+    ("head's paced S3 calls per certificate; its pacer's interval", _head_calls),
     ("longest bring-up loop (lease/observe/decide/act)", lambda r: loop_text(r["bring_up"]["busiest_loop"])),
     ("steady loop (lease/observe/decide/act)", lambda r: loop_text(r["settled"]["steady_loop"])),
     ("restart to first decision", lambda r: minutes(r["settled"]["restart_to_first_decision"])),

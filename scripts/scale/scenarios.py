@@ -40,7 +40,7 @@ def _busiest(loops: list[Loop]) -> Loop | None:
 
 def bring_up(model: Model, horizon: float = 6 * HOUR) -> dict[str, Any]:
     w = World(model)
-    w.start_head()
+    head = w.start_head()
     n = model.nodes
     w.sim.run(horizon, stop=lambda: len(w.ready) >= n)
     done = len(w.ready) >= n
@@ -52,6 +52,8 @@ def bring_up(model: Model, horizon: float = 6 * HOUR) -> dict[str, Any]:
         "boot_failures": dict(w.boot_failures),
         "signed": len(w.signed),
         "signed_per_minute": len(w.signed) / (signed_span / 60) if signed_span else None,
+        "head_s3_per_certificate": head.s3.calls / len(w.signed) if w.signed else None,
+        "pacer_interval": w.pacing.api_interval_ms / 1000,
         "busiest_loop": _busiest(w.loops),
         "loops": len(w.loops),
         "launch_errors": dict(w.ec2.launch_errors),
