@@ -50,14 +50,19 @@ DEATHS = 64
 def run_size(n: int, seed: int = 0) -> dict[str, Any]:
     model = Model(n, seed=seed)
     deaths = min(DEATHS, n)
-    return {
-        "bring_up": scenarios.bring_up(model),
-        "settled": scenarios.settled(model),
-        "deaths": scenarios.deaths(model, deaths, None, horizon=2 * scenarios.HOUR),
-        "deaths_63": scenarios.deaths(model, deaths, deaths - 1),
-        "verdicts": scenarios.verdicts(model),
-        "timeout": model.timers.heartbeat_timeout_seconds,
+    runs = {
+        "bring_up": lambda: scenarios.bring_up(model),
+        "settled": lambda: scenarios.settled(model),
+        "deaths": lambda: scenarios.deaths(model, deaths, None, horizon=2 * scenarios.HOUR),
+        "deaths_63": lambda: scenarios.deaths(model, deaths, deaths - 1),
+        "verdicts": lambda: scenarios.verdicts(model),
     }
+    out: dict[str, Any] = {"timeout": model.timers.heartbeat_timeout_seconds}
+    for name, run in runs.items():
+        started = time.process_time()
+        out[name] = run()
+        print(f"  {n:,} nodes, {name}: {time.process_time() - started:.1f} s of CPU", file=sys.stderr, flush=True)
+    return out
 
 
 def main(argv: list[str]) -> int:
