@@ -109,9 +109,10 @@ def signer(
     sync_seconds: int,
     latency: Callable[[], float],
     head_ip: str,
-    signed: list[tuple[float, str]],
+    errors: list[str],
 ) -> tuple[Callable[[], None], certs.Head]:
-    """The head agent's loop (an actor's body: tick, read the membership, sign what is due) and its Head."""
+    """The head agent's loop (an actor's body: tick, read the membership, sign what is due) and its Head; a tick
+    cut short by an error appends it to `errors`."""
 
     def cli(argv: list[str], **_: Any) -> subprocess.CompletedProcess:
         sim.sleep(latency())
@@ -128,12 +129,13 @@ def signer(
         doc, etag = None, ""
         while True:
             sim.sleep(tick_seconds(sync_seconds, pacer.rand()))
-            read, etag = membership.read(s3, bucket_name, etag)
-            doc = read or doc
-            aws.get_parameters([rotation])
-            nodes = certs.members(doc) or [certs.Member("head", head_ip, "")]
-            for name in head.sign_pending(nodes, sim.now()):
-                signed.append((sim.now(), name))
+            try:  # as the agent's tick and Certs.tick: an error is logged and the next tick tries again
+                read, etag = membership.read(s3, bucket_name, etag)
+                doc = read or doc
+                aws.get_parameters([rotation])
+                head.sign_pending(certs.members(doc) or [certs.Member("head", head_ip, "")], sim.now())
+            except Exception as e:  # noqa: BLE001 - counted: the table reports the ticks it cut short
+                errors.append(f"{type(e).__name__}: {e}")
 
     return loop, head
 

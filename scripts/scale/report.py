@@ -53,6 +53,10 @@ def _head_calls(r: dict[str, Any]) -> str:
     return ("-" if per is None else f"{per:.1f}") + f"; {r['bring_up']['pacer_interval']:.1f} s"
 
 
+def _head_errors(r: dict[str, Any]) -> str:
+    return ", ".join(f"{k} x{v}" for k, v in r["bring_up"]["head_errors"].items()) or "0"
+
+
 def _one_death(r: dict[str, Any]) -> str:
     s = r["settled"]
     return (
@@ -79,6 +83,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("boots failed, by cause", _failures),
     ("certificates signed / min", _signed),
     ("head's paced S3 calls per certificate; its pacer's interval", _head_calls),
+    ("head's signing ticks cut short by an error", _head_errors),
     ("longest bring-up loop (lease/observe/decide/act)", lambda r: loop_text(r["bring_up"]["busiest_loop"])),
     ("steady loop (lease/observe/decide/act)", lambda r: loop_text(r["settled"]["steady_loop"])),
     ("restart to first decision", lambda r: minutes(r["settled"]["restart_to_first_decision"])),

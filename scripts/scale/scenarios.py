@@ -54,6 +54,7 @@ def bring_up(model: Model, horizon: float = 6 * HOUR) -> dict[str, Any]:
         "signed_per_minute": len(w.signed) / (signed_span / 60) if signed_span else None,
         "head_s3_per_certificate": head.s3.calls / len(w.signed) if w.signed else None,
         "pacer_interval": w.pacing.api_interval_ms / 1000,
+        "head_errors": Counter(e.split(":")[0] for e in w.head_errors),
         "busiest_loop": _busiest(w.loops),
         "loops": len(w.loops),
         "launch_errors": dict(w.ec2.launch_errors),

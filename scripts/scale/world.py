@@ -111,7 +111,8 @@ class World:
         self.boot_failures: Counter = Counter()
         self.ready: dict[str, tuple[str, float]] = {}  # name -> (instance, since), from the ledger's writes
         self.loops: list[Loop] = []
-        self.signed: list[tuple[float, str]] = []
+        self.signed: list[tuple[float, str]] = []  # (when, certs/<node>.json) the head wrote
+        self.head_errors: list[str] = []  # the head's ticks cut short, and why
         self.verdict_delays: list[float] = []
         self.published: dict[int, float] = {}
         self.seen_after: dict[int, list[float]] = defaultdict(list)
@@ -179,8 +180,9 @@ class World:
         """The head's signer and the controller, on actors of their own; the signer's Head, to seed its cache."""
         pacer = head_mod.Pacer(self.pacing.api_interval_ms, self.sim.rng.random)
         loop, signer = head_mod.signer(
-            self.sim, self.bucket, BUCKET, CLUSTER, ARN_PREFIX, pacer, self.sync_seconds, self.cli, HEAD["ip"], []
-        )
+            self.sim, self.bucket, BUCKET, CLUSTER, ARN_PREFIX, pacer, self.sync_seconds, self.cli, HEAD["ip"],
+            self.head_errors,
+        )  # fmt: skip
         self.head_started = True
         Actor(self.sim, loop, "head-agent")
         self.controller = Actor(self.sim, self._controller(), "controller")

@@ -83,4 +83,4 @@ def test_the_table_prints_every_figure_for_every_size():
         "timeout": model.timers.heartbeat_timeout_seconds,
     }
     text = table({8: result})
-    assert text.count("\n") == 17 and "8 nodes" in text and "None" not in text
+    assert text.count("\n") == 18 and "8 nodes" in text and "None" not in text
