@@ -1,9 +1,12 @@
 """The head node's agent as far as the cluster's scale depends on it: each tick it reads the membership and the
-rotation parameter and signs host certificates with the real `hpcc_node.certs.Head.sign_pending`, every call
-through the head's one pacer (`hpcc_node.aws.pace_wait_ms` at the cluster's interval, infra/render/pacing.py) and
-then one `aws` process's latency. Only ssh-keygen is replaced: it writes a well-formed certificate line for the
-key, so the real code parses what it signed. Not modelled: the head's heartbeat thread and its Slurm watch (they
-share the pacer, so the figures here are a lower bound on the head's signing time)."""
+rotation parameter and signs host certificates with the real `hpcc_node.certs.Head.sign_pending`. Its SSM and
+Secrets Manager calls go through the head's one pacer (`hpcc_node.aws.pace_wait_ms` at the cluster's interval,
+infra/render/pacing.py); its S3 client is the agent's unpaced one (hpcc_node/agent.py passes `agent.s3`), and
+sign_pending's `parallel` (certs.in_parallel: certs.PARALLEL at once, a thread pool) runs on worker actors of the
+virtual clock (kernel.Sim.parallel), certs.PARALLEL read at each call. Every call costs one `aws` CLI process's
+latency: the head agent's clients are still the CLI's (hpcc_node/awscli.py). Only ssh-keygen is replaced: it
+writes a well-formed certificate line for the key, so the real code parses what it signed. Not modelled: the
+head's heartbeat thread and its Slurm watch (they share the pacer, which signing no longer waits on)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from hpcc_contract.names import Paths
+from hpcc_contract.names import MEMBERSHIP_KEY, Paths
 from hpcc_node import certs
 from hpcc_node import certstore as store
 from hpcc_node.agent import tick_seconds
@@ -81,9 +84,10 @@ class SimAws(Aws):
 
 
 class Paced:
-    """A boto3-shaped S3 client whose calls wait for the node's pacer, then one call's latency."""
+    """A boto3-shaped S3 client whose calls wait for the pacer (`before`, None: not paced), then one call's latency;
+    `calls` counts the signing's (every call but the membership's read)."""
 
-    def __init__(self, sim: Sim, client: Any, before: Callable[[], None], latency: Callable[[], float]):
+    def __init__(self, sim: Sim, client: Any, before: Callable[[], None] | None, latency: Callable[[], float]):
         self.sim, self.client, self.before, self.latency = sim, client, before, latency
         self.calls = 0
 
@@ -91,9 +95,10 @@ class Paced:
         found = getattr(self.client, name)
 
         def call(**params: Any) -> Any:
-            self.before()
+            if self.before is not None:
+                self.before()
             self.sim.sleep(self.latency())
-            self.calls += 1
+            self.calls += params.get("Key") != MEMBERSHIP_KEY
             return found(**params)
 
         return call
@@ -110,17 +115,20 @@ def signer(
     latency: Callable[[], float],
     head_ip: str,
     errors: list[str],
+    paced_s3: bool = False,
 ) -> tuple[Callable[[], None], certs.Head]:
     """The head agent's loop (an actor's body: tick, read the membership, sign what is due) and its Head; a tick
-    cut short by an error appends it to `errors`."""
+    cut short by an error appends it to `errors`. `paced_s3`: its S3 calls wait for its pacer, as before issue 38
+    (for a check that the figures follow that fix)."""
 
     def cli(argv: list[str], **_: Any) -> subprocess.CompletedProcess:
         sim.sleep(latency())
         return subprocess.CompletedProcess(argv, 0, '{"Parameters": []}', "")
 
     aws = SimAws(sim, pacer, cli)
-    s3 = Paced(sim, bucket, aws.pace, latency)
+    s3 = Paced(sim, bucket, aws.pace if paced_s3 else None, latency)
     head = certs.Head(aws, s3, bucket_name, cluster, arn_prefix, run=fake_keygen)
+    head.parallel = lambda fn, items: sim.parallel(fn, items, certs.PARALLEL)
     ca = host_key(0)
     head.authority = store.Authority([{"private": "simulated", "public": ca}], 0, "")
     rotation = Paths(cluster).rotation

@@ -2,23 +2,50 @@
 tag, the membership, one status write per step of infra/render/steps.py STEPS, the ssh step's wait for its host
 certificate as hpcc_node/certs_boot.py polls, the munge key, slurmd) and then its agent (hpcc_node/agent.py: a tick
 every `tick_seconds`, the membership's conditional GET, the certificate's, the status written on a change; the
-heartbeat thread every half beat; a changed health verdict written once the tick is done). Every AWS call but the
-certificate wait's goes through the node's one pacer (head.Pacer: `pace_wait_ms`), then costs one call's latency."""
+heartbeat thread every half beat; a changed health verdict written once the tick is done). Every call costs one
+`aws` CLI process's latency; the SSM and Secrets Manager calls first wait for the node's one pacer (head.Pacer:
+`pace_wait_ms`). Whether S3's calls wait for it too, and whether a membership apply reads the munge key again, is
+read from the code the nodes run (S3_PACED, APPLY_READS_MUNGE below), so that reverting either fix of issue 38
+shows in the figures."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcc_contract.names import MEMBERSHIP_KEY, certs_key, hostkeys_key
 from hpcc_node import certstore, hosts, status
-from hpcc_node.agent import tick_seconds
+from hpcc_node.agent import Agent, tick_seconds
 from hpcc_node.controller import membership
 from infra.render.steps import STEPS
 
 from .head import Pacer, published
+
+STEPS_DIR = Path(__file__).resolve().parents[2] / "templates" / "steps"
+
+
+def _s3_paced() -> bool:
+    """templates/steps/retry.sh.j2's aws_retry skips `pace` for s3api/s3, and the agent's S3 client has no pacer
+    (hpcc_node/agent.py: `awscli.client("s3")`, no `before=aws.pace`): S3 is not paced. Either one reverted: it is."""
+    retry = (STEPS_DIR / "retry.sh.j2").read_text()
+    bootstrap = not re.search(r'\[ "\$1" = s3api \] \|\| \[ "\$1" = s3 \] \|\| pace', retry)
+    return bootstrap or "before=aws.pace" in inspect.getsource(Agent.__init__)
+
+
+def _apply_reads_munge() -> bool:
+    """templates/steps/slurm.sh.j2's munge_key returns early in a membership apply (HPCC_AGENT=1) that has the key."""
+    slurm = (STEPS_DIR / "slurm.sh.j2").read_text()
+    return '[ "${HPCC_AGENT:-0}" = 1 ] && [ -s "$HPCC_MUNGE_KEY" ]; then return 0; fi' not in slurm
+
+
+S3_PACED = _s3_paced()
+APPLY_READS_MUNGE = _apply_reads_munge()
+PACED_ALWAYS = ("ssm", "secret")  # SSM and Secrets Manager: the account-wide rates the pacer shares
 
 if TYPE_CHECKING:
     from .world import World
@@ -46,11 +73,14 @@ class Node:
     written_body: bytes = b""
     written_at: float = 0.0
     writes: list[float] = field(default_factory=list)  # when each status write landed (heartbeat gaps)
+    keys_at: float = 0.0  # when it published its host keys (its certificate wait starts)
 
 
 def paced(w: World, n: Node, op: str, **params: Any) -> Generator[float, None, Any]:
-    """One paced AWS call of a node: its turn at the pacer, then the call; the answer (or the ClientError)."""
-    yield n.pacer.reserve(w.sim.now())
+    """One AWS call of a node: its turn at the pacer (SSM's and Secrets Manager's, and S3's where S3_PACED), then
+    the call; the answer (or the ClientError)."""
+    if op in PACED_ALWAYS or w.model.node_s3_paced:
+        yield n.pacer.reserve(w.sim.now())
     yield w.cli()
     w.node_calls[op] += 1
     if op == "ssm" or op == "secret":
@@ -150,13 +180,16 @@ def wait_certificate(w: World, n: Node) -> Generator[float, None, bool]:
     S3 client has no pacer) until it is for this address and instance, or the join timeout passes."""
     deadline = w.sim.now() + w.model.join_timeout_seconds
     yield w.cli()
+    w.node_calls["put_object"] += 1
     w.bucket.put(hostkeys_key(n.arn), published(n.ip, n.iid).encode())
+    n.keys_at = w.sim.now()
     while True:
         yield w.cli()
         w.node_calls["get_object"] += 1
         got = w.bucket.objects.get(certs_key(n.name))
         issued = certstore.read_issued(got[0].decode()) if got else None
         if issued and issued.ip == n.ip and issued.instance == n.iid:
+            w.certificate_waits.append(w.sim.now() - n.keys_at)
             return True
         if w.sim.now() >= deadline:
             return False
@@ -190,7 +223,9 @@ def agent(w: World, n: Node) -> Steps:
             n.etag = got["ETag"]
             if int(doc["generation"]) > n.generation and listed(w, got, n):
                 w.seen(n, int(doc["generation"]))
-                yield from paced(w, n, "secret")  # apply-membership's step_slurm reads the munge key again
+                if w.model.apply_reads_munge:  # apply-membership's step_slurm: munge_key (slurm.sh.j2)
+                    yield from paced(w, n, "secret")
+                    w.node_calls["apply_secret"] += 1
                 n.generation = int(doc["generation"])
                 n.message = f"membership generation {n.generation} applied"
                 w.applied(n, n.generation)

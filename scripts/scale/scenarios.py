@@ -11,7 +11,7 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
-from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
+from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX, certs_key
 
 from .node import verdict
 from .world import Loop, Model, World
@@ -47,18 +47,41 @@ def bring_up(model: Model, horizon: float = 6 * HOUR) -> dict[str, Any]:
     signed_span = (w.signed[-1][0] - w.signed[0][0]) if len(w.signed) > 1 else 0.0
     out = {
         "all_ready": w.sim.now() if done else None,
+        # EC2's launch bucket's bound: the instances past its capacity wait for its refill, then one launch and boot
+        "bound": max(0, n - model.launch_bucket) / model.launch_refill
+        + model.pending_seconds
+        + model.bootstrap_seconds,
         "ready": len(w.ready),
         "horizon": horizon,
         "boot_failures": dict(w.boot_failures),
         "signed": len(w.signed),
         "signed_per_minute": len(w.signed) / (signed_span / 60) if signed_span else None,
         "head_s3_per_certificate": head.s3.calls / len(w.signed) if w.signed else None,
+        "head_s3_paced": model.head_s3_paced,
+        "in_flight": w.sim.most_in_flight,
+        "certificate_wait_p99": pct(w.certificate_waits, 99),
         "pacer_interval": w.pacing.api_interval_ms / 1000,
         "head_errors": Counter(e.split(":")[0] for e in w.head_errors),
         "busiest_loop": _busiest(w.loops),
         "loops": len(w.loops),
         "launch_errors": dict(w.ec2.launch_errors),
     }
+    _finish(w)
+    return out
+
+
+def certificates(model: Model, horizon: float = 2 * HOUR) -> dict[str, Any]:
+    """Every node of a settled cluster due a certificate at once (none in S3, the head's cache empty, every host key
+    published): how long the head takes to sign them all, the head's throughput without the launch bucket's
+    pacing of a bring-up."""
+    w = World(model)
+    w.settle()
+    for name in list(w.ready):
+        del w.bucket.objects[certs_key(name)]
+    w.start_head()
+    n = model.nodes
+    w.sim.run(horizon, stop=lambda: len(w.signed) >= n)
+    out = {"seconds": w.sim.now() if len(w.signed) >= n else None, "signed": len(w.signed), "horizon": horizon}
     _finish(w)
     return out
 
@@ -105,8 +128,49 @@ def settled(model: Model, steady: float = HOUR, horizon: float = 2 * HOUR) -> di
         "seen_p99": pct(applied, 99),
         "bytes_per_change": sum(after[k] - before[k] for k in ("membership_bytes", "status_bytes")) / per,
         "controller_reads_per_change": (after["status_gets"] - before["status_gets"]) / per,
-        "secret_reads_per_change": (after["secret"] - before["secret"]) / per,
+        "secret_reads_per_change": (after["apply_secret"] - before["apply_secret"]) / per,
     }
+    _finish(w)
+    return out
+
+
+def s3_down(model: Model, horizon: float = 600.0) -> dict[str, Any]:
+    """S3 stops answering the controller (every S3 call fails at once), then one node dies: how long, and how many
+    loops, until its instance is terminated and a replacement launched. The replacement cannot come up while S3 is
+    down (its membership and status are S3's), so this measures the controller's acting, not a ready node."""
+    w = _settled(model)
+    w.sim.run(w.sim.now() + 2 * model.timers.loop_seconds)
+    w.s3_down = True
+    victim = w.nodes[sorted(w.nodes)[len(w.nodes) // 2]]
+    before = set(w.ec2.instances)
+    died, loops = w.sim.now(), len(w.loops)
+    w.kill(victim)
+
+    def acted() -> bool:
+        launched = any(w.ec2.group_of(i) == w.group.name for i in set(w.ec2.instances) - before)
+        return launched and w.ec2.instances[victim.iid].state in ("shutting-down", "terminated")
+
+    w.sim.run(died + horizon, stop=acted)
+    done = acted()
+    out = {
+        "seconds": w.sim.now() - died if done else None,
+        "loops": len(w.loops) - loops + 1,  # the loops done since the death, and the one that acted (still running)
+        "horizon": horizon,
+    }
+    _finish(w)
+    return out
+
+
+def hung_call(model: Model) -> dict[str, Any]:
+    """One of the controller's calls hangs (clients.READ_SECONDS per attempt, clients.ATTEMPTS attempts): the loop it
+    falls in, against the steady loops around it."""
+    w = _settled(model)
+    w.sim.run(w.sim.now() + 2 * model.timers.loop_seconds)
+    steady = max(lp.seconds for lp in w.loops[1:]) if len(w.loops) > 1 else w.loops[0].seconds
+    hung_from = len(w.loops)
+    w.hang_in_next_loop = True
+    w.sim.run(w.sim.now() + 3 * model.timers.loop_seconds)
+    out = {"longest": max(lp.seconds for lp in w.loops[hung_from:]), "steady": steady}
     _finish(w)
     return out
 
@@ -116,7 +180,7 @@ def _counts(w: World) -> Counter:
         membership_bytes=w.bucket.bytes_out[MEMBERSHIP_KEY],
         status_bytes=w.bucket.bytes_out[STATUS_PREFIX.rstrip("/")] + w.status_change_bytes,
         status_gets=sum(lp.calls.get("s3.get_object", 0) for lp in w.loops),
-        secret=w.node_calls["secret"],
+        apply_secret=w.node_calls["apply_secret"],
     )
 
 
@@ -134,6 +198,7 @@ def deaths(model: Model, k: int, capacity: int | None, horizon: float = 1800.0) 
 
     w.sim.run(died + horizon, stop=lambda: replaced() == k)
     out = {
+        "busiest_loop": _busiest([lp for lp in w.loops if lp.started >= died]),
         "replaced": replaced(),
         "of": k,
         "seconds": w.sim.now() - died if replaced() == k else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
@@ -15,7 +16,6 @@ from hpcc_contract import formats
 from hpcc_contract.names import (
     CERTS_PREFIX,
     MEMBERSHIP_KEY,
-    STATUS_PREFIX,
     TAG_CLUSTER,
     TAG_GROUP,
     TAG_NODE,
@@ -24,7 +24,8 @@ from hpcc_contract.names import (
     hostkeys_key,
 )
 from hpcc_node import certstore
-from hpcc_node.controller import membership, slurm_records
+from hpcc_node.controller import clients, membership, slurm_records
+from hpcc_node.controller import observe as observe_mod
 from hpcc_node.controller.calls import Costs
 from hpcc_node.controller.decide import digest, membership_body
 from hpcc_node.controller.loop import build_step, forever
@@ -37,17 +38,22 @@ from infra.render.pacing import Pacing, pacing_for, sync_seconds
 
 from . import head as head_mod
 from . import node as node_mod
-from .ec2 import EC2, EC2Params, Instance, Slurm
-from .kernel import Actor, Latency, Sim
+from .ec2 import EC2, ClientError, EC2Params, Instance, Slurm
+from .kernel import Actor, Executor, Latency, Sim
 from .stores import Bucket, Table, Timed
 
-# Measured on this machine (issue 38): one `aws` CLI process against a local moto server takes 0.4-1.5 s, median
-# ~0.6 s; `scontrol update` ~0.1 s; the controller's GetObject of one status object 1.5 s (a CLI process and its
-# temporary file, one at a time); a hung connection costs the CLI's default read timeout, 60 s, per attempt.
+# The controller's calls are in process with boto3 (hpcc_node/controller/clients.py). Measured on this machine
+# (issue 38) against a local moto server: in process, median 4.5 ms (s3.get_object), 3.9 ms (dynamodb.put_item),
+# 5.8 ms (ec2.describe_instances), p90 about 10 ms; one `aws` CLI process 624 ms median on the same run (0.4-1.5 s).
+# AWS itself is farther than a local server: ASSUMED in-region, median 20 ms, 5-100 ms, for every controller call.
+# `scontrol update` ~0.1 s (measured). A hung connection costs clients.READ_SECONDS per attempt, clients.ATTEMPTS
+# attempts at most (botocore's read timeout and retries), not the CLI's default 60 s per attempt.
+AWS = Latency(0.020, 0.005, 0.100, spread=0.5)
+# The head agent's and the nodes' calls are still `aws` CLI processes (hpcc_node/awscli.py, templates/steps/):
 CLI = Latency(0.6, 0.4, 1.5)
 SCONTROL = Latency(0.1, 0.1, 0.1)
-STATUS_GET_SECONDS = 1.5
-HUNG_CALL_SECONDS = 60.0
+HUNG_CALL_SECONDS = float(clients.READ_SECONDS * clients.ATTEMPTS)
+S3Down = ClientError  # what the controller's S3 calls raise while S3 is down (scenarios.s3_down)
 # EC2's RunInstances resource bucket: 1,000 instances, refilling 2 a second (EC2 API reference, "Request
 # throttling for the Amazon EC2 API"; /work/shared/reference/aws-hpc-facts.md section 15).
 LAUNCH_BUCKET, LAUNCH_REFILL = 1000, 2.0
@@ -63,9 +69,9 @@ HEAD = {"ip": "10.0.0.4", "instance": "i-0000000000000head"}
 @dataclass(frozen=True)
 class Model:
     nodes: int
-    cli: Latency = CLI
+    cli: Latency = CLI  # the head agent's and the nodes' calls
+    aws: Latency = AWS  # the controller's
     scontrol: Latency = SCONTROL
-    status_get_seconds: float = STATUS_GET_SECONDS
     hung_probability: float = 0.0  # of a controller call hanging for HUNG_CALL_SECONDS (0: none modelled)
     pending_seconds: float = PENDING_SECONDS
     bootstrap_seconds: float = BOOTSTRAP_SECONDS
@@ -77,6 +83,11 @@ class Model:
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     timers: Timers = DEFAULT
     seed: int = 0
+    # As the code says (node.py reads it), unless set: the nodes' S3 calls wait for their pacer; a membership apply
+    # reads the munge key again; the head's S3 calls wait for its pacer (certs: not since issue 38).
+    node_s3_paced: bool = node_mod.S3_PACED
+    apply_reads_munge: bool = node_mod.APPLY_READS_MUNGE
+    head_s3_paced: bool = False
 
 
 @dataclass
@@ -98,6 +109,13 @@ class World:
     def __post_init__(self) -> None:
         m = self.model
         self.sim = Sim(m.seed)
+        # observe.reports fetches READERS status objects at once on a ThreadPoolExecutor: on the controller's actor
+        # that pool is worker actors of the virtual clock (kernel.Executor; a real pool on any other thread)
+        observe_mod.ThreadPoolExecutor = Executor  # type: ignore[misc,assignment]
+        random.seed(m.seed)  # the Executor's launch-backoff jitter (act.py `rand`, random.random by default)
+        self.s3_down = False  # the controller's S3 calls fail (scenarios.s3_down)
+        self.hang_next = False  # the controller's next call hangs (scenarios.hung_call)
+        self.hang_in_next_loop = False  # ... the first call of its next loop
         self.pacing = pacing_for(m.nodes + 1)  # every node of the cluster, the head included
         self.sync_seconds = sync_seconds(self.pacing)
         params = EC2Params(m.pending_seconds, m.shutdown_seconds, m.launch_bucket, m.launch_refill, m.capacity)
@@ -114,6 +132,7 @@ class World:
         self.signed: list[tuple[float, str]] = []  # (when, certs/<node>.json) the head wrote
         self.head_errors: list[str] = []  # the head's ticks cut short, and why
         self.verdict_delays: list[float] = []
+        self.certificate_waits: list[float] = []  # a booting node's host keys published to its certificate read
         self.published: dict[int, float] = {}
         self.seen_after: dict[int, list[float]] = defaultdict(list)
         self.applied_after: dict[int, list[float]] = defaultdict(list)
@@ -170,18 +189,19 @@ class World:
 
     # -- the head ------------------------------------------------------------------------------------------------
     def _latency(self, service: str, operation: str, params: dict[str, Any]) -> float:
-        if self.model.hung_probability and self.sim.rng.random() < self.model.hung_probability:
+        if self.hang_next or (self.model.hung_probability and self.sim.rng.random() < self.model.hung_probability):
+            self.hang_next = False
             return HUNG_CALL_SECONDS
-        if service == "s3" and operation == "get_object" and str(params.get("Key", "")).startswith(STATUS_PREFIX):
-            return self.model.status_get_seconds
-        return self.cli()
+        if service == "s3" and self.s3_down:
+            raise S3Down("ServiceUnavailable", "simulated: S3 does not answer")
+        return self.model.aws.draw(self.sim.rng)
 
     def start_head(self) -> Any:
         """The head's signer and the controller, on actors of their own; the signer's Head, to seed its cache."""
         pacer = head_mod.Pacer(self.pacing.api_interval_ms, self.sim.rng.random)
         loop, signer = head_mod.signer(
             self.sim, self.bucket, BUCKET, CLUSTER, ARN_PREFIX, pacer, self.sync_seconds, self.cli, HEAD["ip"],
-            self.head_errors,
+            self.head_errors, self.model.head_s3_paced,
         )  # fmt: skip
         self.head_started = True
         Actor(self.sim, loop, "head-agent")
@@ -203,7 +223,7 @@ class World:
             return self.slurm.command(argv)
 
         def bundle() -> dict[str, Any]:  # follow_reader: one GetParameters a loop
-            sim.sleep(self.cli())
+            sim.sleep(self.model.aws.draw(sim.rng))
             return {"sha256": "sim", "settings_sha256": "sim"}
 
         log = logging.getLogger("hpcc.sim.controller")
@@ -216,6 +236,7 @@ class World:
 
         def recorded() -> Any:
             started = sim.now()
+            self.hang_next, self.hang_in_next_loop = self.hang_in_next_loop or self.hang_next, False
             out = step()
             self.loops.append(Loop(started, sim.now() - started, dict(costs.phases), dict(costs.calls)))
             return out
