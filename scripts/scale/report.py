@@ -176,7 +176,13 @@ def targets(results: dict[int, dict[str, Any]]) -> list[tuple[bool | None, str]]
     check(
         d63["replaced"] >= d63["of"] - 1, f"{d63['replaced']} of {d63['of']} replaced with capacity for 63 (target 63)"
     )
-    out.append((None, f"{n} nodes: launch in the loop that terminates: not checked by the simulator"))
+    same = r["deaths"]["launch_with_terminate"]
+    if same is None:
+        out.append((None, f"{n} nodes: launch in the loop that terminates: no instance terminated in the run"))
+    else:
+        check(
+            same, f"64 deaths: the loop that terminates {'launches' if same else 'does not launch'} (target: it does)"
+        )
     p99 = s["seen_p99"]
     check(p99 is not None and p99 <= 120, f"membership change seen by 99% in {secs(p99)} (target <= 120 s)")
     check((v["p99"] or 0) <= 20, f"failed verdict written (p99) in {secs(v['p99'])} (target <= 20 s)")

@@ -197,7 +197,10 @@ def deaths(model: Model, k: int, capacity: int | None, horizon: float = 1800.0) 
         return sum(1 for v in victims if w.ready.get(v.name, (v.iid,))[0] != v.iid)
 
     w.sim.run(died + horizon, stop=lambda: replaced() == k)
+    terminating = [lp for lp in w.loops if lp.started >= died and lp.calls.get("ec2.terminate_instances")]
     out = {
+        # the first loop that terminated a dead node's instance also launched (None: none terminated)
+        "launch_with_terminate": bool(terminating[0].calls.get("ec2.create_fleet")) if terminating else None,
         "busiest_loop": _busiest([lp for lp in w.loops if lp.started >= died]),
         "replaced": replaced(),
         "of": k,
