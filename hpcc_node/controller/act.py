@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract.names import TAG_NODE, resource_name
 from hpcc_contract.taxonomy import FailureClass
@@ -31,6 +31,7 @@ from .model import (
     REMOVING,
     REPLACE,
     REPLACING,
+    SET_ADDR,
     Action,
     Event,
     Group,
@@ -42,6 +43,15 @@ from .model import (
 from .timers import DEFAULT, Timers
 
 LOG = logging.getLogger("hpcc.controller")
+SLURM_BATCH = 500  # nodes per `scontrol update` (clustermgtd's batch; a few KB of arguments)
+
+
+def set_address_args(nodes: Sequence[Tuple[str, str, str]]) -> List[str]:
+    """`scontrol update` arguments giving each (name, address, hostname) its own: lists of equal length, in the same
+    order (scontrol(1), NodeAddr: "they must exactly match the entries in the NodeName")."""
+    return [
+        f"{field}={','.join(n[i] for n in nodes)}" for i, field in enumerate(("NodeName", "NodeAddr", "NodeHostname"))
+    ]
 
 
 class Executor(HealthActs):
@@ -73,8 +83,8 @@ class Executor(HealthActs):
         the next loop, reading everything again, retries."""
         self.slots = dict(snap.slots)
         self.gstates = dict(snap.group_states)
-        lines = []
-        for a in actions:
+        lines = self._set_addresses([a for a in actions if a.kind == SET_ADDR])
+        for a in (a for a in actions if a.kind != SET_ADDR):
             line = a.line()
             self.log.info(line)
             lines.append(line)
@@ -111,6 +121,31 @@ class Executor(HealthActs):
             ),
             self.seq,
         )
+
+    def _set_addresses(self, batch: Sequence[Action]) -> List[str]:
+        """Slurm's addresses, SLURM_BATCH nodes a command (clustermgtd's `_update_slurm_node_addrs` does the same); a
+        command Slurm refuses is retried node by node, so one name it does not know holds no other back."""
+        lines = []
+        for start in range(0, len(batch), SLURM_BATCH):
+            chunk = batch[start : start + SLURM_BATCH]
+            for a in chunk:
+                lines.append(a.line())
+                self.log.info(lines[-1])
+            self.ledger.keep()
+            try:
+                self._slurm(*set_address_args([(a.node, a.data["addr"], a.data["hostname"]) for a in chunk]))
+                continue
+            except Exception as e:  # noqa: BLE001 - Slurm's refusal; node by node names the one it refuses
+                if len(chunk) == 1:
+                    self.log.error("%s: failed: %s", chunk[0].line(), e)
+                    continue
+                self.log.warning("set-address of %d nodes refused (%s): node by node", len(chunk), str(e)[:200])
+            for a in chunk:
+                try:
+                    self._set_address(a)
+                except Exception as e:  # noqa: BLE001 - one node's refusal
+                    self.log.error("%s: failed: %s", a.line(), e)
+        return lines
 
     def _slurm(self, *args: str) -> None:
         if self.slurm is not None:
@@ -243,7 +278,7 @@ class Executor(HealthActs):
         return "resumed"
 
     def _set_address(self, a: Action) -> str:
-        self._slurm(f"NodeName={a.node}", f"NodeAddr={a.data['addr']}", f"NodeHostname={a.data['hostname']}")
+        self._slurm(*set_address_args([(a.node, a.data["addr"], a.data["hostname"])]))
         return a.data["addr"]
 
     def _publish_membership(self, a: Action) -> str:

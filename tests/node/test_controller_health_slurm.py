@@ -215,3 +215,21 @@ def test_a_released_spares_check_is_cancelled_only_if_slurm_says_it_is_roots_dee
     assert states == {mine: "CANCELLED", users: "PENDING"}
     with pytest.raises(NotConfirmed):  # nobody's job is not root's: no requeue either
         r._requeue(Action(REQUEUE, node="gpu-000", data={"job": users, "user": "root", "name": "hpcc-deep-check"}))
+
+
+def test_addresses_are_set_for_many_nodes_in_one_scontrol_update_as_slurm_takes_it(slurmctld):
+    """The executor's batched set-address (act.py set_address_args), run by this machine's slurmctld: each node
+    gets its own address and hostname, read back from Slurm's own records."""
+    from hpcc_node.controller.act import set_address_args
+
+    env, _ = slurmctld
+    nodes = [("gpu-001", "10.0.0.6", "gpu-001"), ("gpu-002", "10.0.0.7", "gpu-002"), ("gpu-003", "10.0.0.9", "gpu-003")]
+    subprocess.run(["scontrol", "update", *set_address_args(nodes)], env=env, check=True, capture_output=True)
+    read = Reader(lambda argv: subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout)
+    got = read.nodes()
+    assert {n: got[n].addr for n in ("gpu-000", "gpu-001", "gpu-002", "gpu-003")} == {
+        "gpu-000": "127.0.0.1",
+        "gpu-001": "10.0.0.6",
+        "gpu-002": "10.0.0.7",
+        "gpu-003": "10.0.0.9",
+    }

@@ -579,3 +579,44 @@ def test_a_failed_nodes_successor_is_launched_in_the_loop_that_terminates_it(env
     settle(env, [GPU])
     check_consistent(env, [GPU])
     assert counted(env, "gpu-001") == 1 and len(env.ec2.launched) == launched + 1
+
+
+def test_addresses_go_to_slurm_in_one_command_and_node_by_node_only_when_it_is_refused(env, caplog):
+    """A bring-up's set-addresses are one `scontrol update` per 500 nodes, not one per node (the simulator's
+    4,096-node bring-up loop spent 1,001 calls on them); a refused batch is retried node by node, so the node Slurm
+    does not know is the only one left without its address."""
+    from hpcc_node.controller.act import SLURM_BATCH
+    from hpcc_node.controller.model import SET_ADDR, Action, Snapshot, Why
+
+    ledger = Ledger(env.ddb, TABLE, "head-1", env.clock)
+    ledger.acquire()
+    names = [f"gpu-{i:03d}" for i in range(SLURM_BATCH + 2)]
+    acts = [
+        Action(SET_ADDR, "gpu", n, "", Why("", "moved"), {"addr": f"10.0.{i // 250}.{i % 250}", "hostname": n})
+        for i, n in enumerate(names)
+    ]
+    calls = []
+    Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, calls.append).run(
+        acts, Snapshot(now=env.clock())
+    )
+    assert [len(c[2].split(",")) for c in calls] == [SLURM_BATCH, 2]  # NodeName= lists of 500, then 2
+    assert calls[1][2:] == ["NodeName=gpu-500,gpu-501", "NodeAddr=10.0.2.0,10.0.2.1", "NodeHostname=gpu-500,gpu-501"]
+
+    def refusing(argv):
+        calls.append(argv)
+        if "," in argv[2] or argv[2] == "NodeName=gpu-001":
+            raise RuntimeError("scontrol: error: Invalid node name specified")
+
+    calls.clear()
+    three = [
+        Action(SET_ADDR, "gpu", n, "", Why("", "moved"), {"addr": f"10.0.0.{i}", "hostname": n})
+        for i, n in enumerate(names[:3])
+    ]
+    Executor(env.ec2, ledger, env.s3, BUCKET, CLUSTER, [GPU], env.clock, refusing).run(three, Snapshot(now=env.clock()))
+    assert [c[2] for c in calls] == [
+        "NodeName=gpu-000,gpu-001,gpu-002",
+        "NodeName=gpu-000",
+        "NodeName=gpu-001",
+        "NodeName=gpu-002",
+    ]
+    assert "set-address of 3 nodes refused" in caplog.text and caplog.text.count("failed: scontrol") == 1
