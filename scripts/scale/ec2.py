@@ -186,12 +186,16 @@ class Slurm:
         return ""  # jobs, deep checks, reservations: none
 
     def command(self, argv: list[str]) -> str:
-        """`scontrol update NodeName=... KEY=VALUE...`, one node a call (act.py's)."""
+        """`scontrol update NodeName=... KEY=VALUE...` (act.py's): a list of names takes its NodeAddr list in order
+        (scontrol(1), NodeAddr), as the batched set-address sends them."""
         self.updates += 1
         fields = dict(a.split("=", 1) for a in argv[2:] if "=" in a)
-        n = self.nodes.setdefault(fields["NodeName"], SlurmNode())
+        names = fields["NodeName"].split(",")
         if "NodeAddr" in fields:
-            n.addr = fields["NodeAddr"]
+            for name, addr in zip(names, fields["NodeAddr"].split(","), strict=True):
+                self.nodes.setdefault(name, SlurmNode()).addr = addr
+            return ""
+        n = self.nodes.setdefault(names[0], SlurmNode())
         state = fields.get("State", "")
         if state in ("DOWN", "DRAIN"):
             n.states.add(state)
