@@ -131,10 +131,12 @@ class Executor(HealthActs):
             for a in chunk:
                 lines.append(a.line())
                 self.log.info(lines[-1])
-            self.ledger.keep()
             try:
+                self.ledger.keep()
                 self._slurm(*set_address_args([(a.node, a.data["addr"], a.data["hostname"]) for a in chunk]))
                 continue
+            except LeaseLost:
+                raise
             except Exception as e:  # noqa: BLE001 - Slurm's refusal; node by node names the one it refuses
                 if len(chunk) == 1:
                     self.log.error("%s: failed: %s", chunk[0].line(), e)

@@ -16,7 +16,7 @@ from hpcc_contract.ledger import table_definition
 from hpcc_node.controller import membership, observe
 from hpcc_node.controller.act import Executor, reconcile_once
 from hpcc_node.controller.decide import decide
-from hpcc_node.controller.ledger import Ledger, read_name
+from hpcc_node.controller.ledger import LeaseLost, Ledger, read_name
 from hpcc_node.controller.model import READY, REPLACE, Group, Report
 from hpcc_node.controller.timers import Timers
 from tests.node.controller_fakes import FakeEC2, Killed, Killer
@@ -620,3 +620,12 @@ def test_addresses_go_to_slurm_in_one_command_and_node_by_node_only_when_it_is_r
         "NodeName=gpu-002",
     ]
     assert "set-address of 3 nodes refused" in caplog.text and caplog.text.count("failed: scontrol") == 1
+
+    class Lost:  # a controller that lost its lease writes nothing more, Slurm's addresses included
+        def keep(self):
+            raise LeaseLost("head-2 holds the lease")
+
+    calls.clear()
+    with pytest.raises(LeaseLost):
+        Executor(env.ec2, Lost(), env.s3, BUCKET, CLUSTER, [GPU], env.clock, calls.append).run(three, Snapshot(now=0))
+    assert calls == []
