@@ -1,6 +1,7 @@
 """The agent's AWS calls: the AWS CLI the images carry, through a subprocess, paced and retried as the bootstrap's
 aws_retry is (templates/steps/retry.sh.j2), through the same pacer file, so the node's bootstrap and its agent
-together keep one call per interval (infra/render/pacing.py).
+together keep one SSM or Secrets Manager call per interval; S3's are not paced, in both (UNPACED;
+infra/render/pacing.py says why).
 
 Why the CLI and not boto3: the bootstrap already depends on it (every image has it), it finds the instance's
 IMDSv2 credentials and AWS_ENDPOINT_URL by itself, and boto3 would put ~15 MB of botocore into every bundle.
@@ -18,6 +19,7 @@ from typing import Callable, Dict, Sequence, Tuple
 
 PACE_FILE = "/run/hpcc-aws.last-call"
 NOT_FOUND = ("ParameterNotFound", "ResourceNotFoundException", "NoSuchKey", "Not Found", "(404)")
+UNPACED = ("s3api", "s3")  # retry.sh.j2's aws_retry skips `pace` for the same (tests/node/test_agent_aws.py runs both)
 GET_PARAMETERS_MAX = 10  # SSM GetParameters takes at most 10 names a call (API reference, GetParameters: Names)
 
 
@@ -107,7 +109,8 @@ class Aws:
             raise AwsError(f"aws {' '.join(args[:2])}: refused: {leak} (secrets go through files)")
         delay = self.backoff_seconds
         for attempt in range(1, self.attempts + 1):
-            self.pace()
+            if args[0] not in UNPACED:
+                self.pace()
             try:
                 out = self.run(["aws", *args], capture_output=True, text=True, timeout=120)
                 rc, stdout, stderr = out.returncode, out.stdout, out.stderr
