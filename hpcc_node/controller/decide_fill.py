@@ -63,12 +63,9 @@ def fill(
     named: Set[str],
     taken: Set[str],
     tokens: List[int],
-    leaving: Set[str],
 ) -> List[Action]:
     """Names for unnamed instances (vacated names first, then new ones at the lowest free index) and launches for
-    whatever is still missing, within the `tokens[0]` instances EC2's launch bucket holds for all groups. A node
-    being replaced (`leaving`: this loop's replacements, or a slot still waiting for its instance to go) has its
-    successor launched now, named once its predecessor is gone: the launch is in the loop that terminates."""
+    whatever is still missing, within the `tokens[0]` instances EC2's launch bucket holds for all groups."""
     gs = snap.group_states.get(group.name) or GroupState(group.name)
     phase = block_phase(group, now, timers)
     out: List[Action] = []
@@ -104,8 +101,7 @@ def fill(
             )
         )
         taken.add(iid)
-    going = [s for s in active if (s.state == REPLACING or s.name in leaving) and s not in vacant]
-    missing = len(targets) + len(going) - len(unnamed)
+    missing = len(targets) - len(unnamed)
     pending = [r for r in snap.launches if r.group == group.name and r.instance_ids is None]
     for rec in pending:  # a launch whose result was never recorded: the same token gets the same fleet
         out.append(
