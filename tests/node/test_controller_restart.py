@@ -342,11 +342,9 @@ def test_which_failed_verdicts_are_new_to_the_loops():
     assert wake_at(again, failed_verdicts(reports), Timers()) == 320.0  # the node's verdict changed
 
 
-def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(env):
-    from hpcc_node.controller.loop import build_step
-
-    step = build_step(env.ec2, env.ddb, env.s3, CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
-    for _ in range(6):
+def bring_up(env: Env, step, loops: int = 6) -> None:
+    """A built controller's loops, a minute apart, with each named node's agent reporting ready in S3."""
+    for _ in range(loops):
         step()
         env.now[0] += 60
         env.ec2.tick()
@@ -358,6 +356,13 @@ def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(en
                     Key=membership.status_key(membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
                     Body=membership.status_body(name, iid, True, at=env.clock()),
                 )
+
+
+def test_a_built_controller_brings_a_cluster_up_from_the_agents_reports_in_s3(env):
+    from hpcc_node.controller.loop import build_step
+
+    step = build_step(env.ec2, env.ddb, env.s3, CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
+    bring_up(env, step)
     check_consistent(env, [GPU])
     # a node's failed verdict in S3: the poll between loops asks for a loop once it is settled, and no more after
     iid = sorted(env.ec2.live())[0]
@@ -482,18 +487,7 @@ def test_with_s3_down_a_dead_node_is_still_replaced_and_no_live_node_is_judged_s
 
     env.now[0] = time.time()  # moto's LastModified (a status's heartbeat) is the wall clock's
     step = build_step(env.ec2, env.ddb, FlakyS3(), CLUSTER, TABLE, BUCKET, lambda: [GPU], "head-1", env.clock)
-    for _ in range(6):
-        step()
-        env.now[0] += 60
-        env.ec2.tick()
-        for iid in env.ec2.live():
-            name = read_name(env.ddb, TABLE, iid)
-            if name:
-                env.s3.put_object(
-                    Bucket=BUCKET,
-                    Key=membership.status_key(membership.instance_arn("aws", "us-east-1", "123456789012", iid)),
-                    Body=membership.status_body(name, iid, True, at=env.clock()),
-                )
+    bring_up(env, step)
     before = check_consistent(env, [GPU])
     down["s3"] = True
     caplog.set_level("WARNING", logger="hpcc.controller")
