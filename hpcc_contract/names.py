@@ -15,6 +15,9 @@ TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"  # head | compute
 TAG_NODE = "hpcc:node"  # head | <group>-000 ...: set by the controller once the ledger names the instance
 TAG_GROUP = "hpcc:group"  # a compute instance's group, set at launch by the group's launch template
+# A compute instance's launch, its CreateFleet ClientToken (the ledger's launch record), set at launch by the
+# controller: a controller killed before recording a launch's answer finds its instances by it
+TAG_LAUNCH = "hpcc:launch"
 TAG_INSTANCE = "hpcc:instance"  # on a node's status parameter: the ARN of the instance allowed to write it
 TAG_INTERFACES = "hpcc:interfaces"  # the node's interface layout; a change replaces the node
 HEAD = "head"

@@ -5,9 +5,11 @@ EC2 API reference, CreateFleet and OnDemandOptionsRequest/SpotOptionsRequest: wi
 `SingleAvailabilityZone`, `MinTargetCapacity` is the least EC2 may launch (fewer than that, none at all): the count
 for a group's new nodes (all-or-nothing), 1 for replacements (best-effort, as ParallelCluster launches); an
 instant fleet answers synchronously with the instance ids and, per override, the errors. `ClientToken` makes a
-retried request (a controller killed mid-call) return the first call's fleet. Capacity Blocks launch with
-`DefaultTargetCapacityType = capacity-block` and the block in the launch template. The same parameters as
-aws-parallelcluster-node's fleet_manager.py (`_evaluate_launch_params`), for one type in one subnet.
+retried request (a controller killed mid-call) return the first call's fleet; every instance also carries the
+token as its hpcc:launch tag from its creation, so a retry is made only when none does (decide_fill.py).
+Capacity Blocks launch with `DefaultTargetCapacityType = capacity-block` and the block in the launch template.
+The same parameters as aws-parallelcluster-node's fleet_manager.py (`_evaluate_launch_params`), for one type in
+one subnet.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
-from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP, TAG_ROLE
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP, TAG_LAUNCH, TAG_ROLE
 from hpcc_contract.taxonomy import FailureClass
 
 from .model import Group, LaunchRecord
@@ -82,6 +84,9 @@ def request(group: Group, count: int, token: str, cluster: str, minimum: int = 0
         {"Key": TAG_CLUSTER, "Value": cluster},
         {"Key": TAG_ROLE, "Value": "compute"},
         {"Key": TAG_GROUP, "Value": group.name},
+        # Tagged at creation (EC2 API Reference, CreateFleet, TagSpecifications: `instance` for an instant fleet;
+        # Amazon EC2 User Guide, "Tag your resources at creation"), so no instance of the launch is ever without it
+        {"Key": TAG_LAUNCH, "Value": token},
     ]
     return {
         "Type": "instant",

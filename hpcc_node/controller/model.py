@@ -72,6 +72,7 @@ class Instance:
     status_ok: Optional[bool] = None  # EC2 status checks: None while initializing or unknown
     events: Tuple[str, ...] = ()  # scheduled event codes: instance-retirement, system-reboot, ...
     name_tag: str = ""  # its hpcc:node tag: follows the ledger, never leads it
+    launch_tag: str = ""  # its hpcc:launch tag, given at launch: the token of the launch that made it
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract import formats
-from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_NODE, TAG_ROLE
+from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_LAUNCH, TAG_NODE, TAG_ROLE
 
 from . import slurm_records
 from .assess import SCHEDULED_EVENTS
@@ -39,7 +39,8 @@ def _tags(raw: Iterable[Dict[str, str]]) -> Dict[str, str]:
 
 
 def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
-    """The cluster's compute instances, every state (a terminated one tells a name it may move)."""
+    """The cluster's compute instances, every state (a terminated one tells a name it may move), with the tags
+    that say their group, name and launch."""
     out: Dict[str, Instance] = {}
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
@@ -60,6 +61,7 @@ def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
                     tags.get(TAG_GROUP, ""),
                     i.get("PrivateIpAddress", ""),
                     name_tag=tags.get(TAG_NODE, ""),
+                    launch_tag=tags.get(TAG_LAUNCH, ""),
                 )
     return out
 

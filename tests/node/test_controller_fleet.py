@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP
+from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP, TAG_LAUNCH
 from hpcc_node.controller import fleet
 from hpcc_node.controller.model import Group
 from tests.node.controller_fakes import moto_launch_template
@@ -32,6 +32,8 @@ def test_the_request_is_all_or_nothing_for_one_type_in_one_subnet():
     assert config["Overrides"] == [{"InstanceType": "p5.48xlarge", "SubnetId": "subnet-1"}]
     tags = {t["Key"]: t["Value"] for t in req["TagSpecifications"][0]["Tags"]}
     assert tags[TAG_CLUSTER] == "c" and tags[TAG_GROUP] == "gpu"
+    assert tags[TAG_LAUNCH] == "gpu-1-0"  # the launch's own token: a restart finds its instances by it
+    assert req["TagSpecifications"][0]["ResourceType"] == "instance"  # at creation, never after
 
 
 @pytest.mark.parametrize(
@@ -56,6 +58,7 @@ def test_a_launch_against_moto_returns_tagged_instances_in_the_groups_subnet():
         insts = [i for r in found for i in r["Instances"]]
         assert {i["SubnetId"] for i in insts} == {subnet}
         assert all({"Key": TAG_GROUP, "Value": "gpu"} in i["Tags"] for i in insts)
+        assert all({"Key": TAG_LAUNCH, "Value": "gpu-1-0"} in i["Tags"] for i in insts)
 
 
 def test_insufficient_capacity_is_the_launch_class_and_the_real_cause_is_kept():

@@ -97,6 +97,7 @@ def test_instances_are_read_by_the_clusters_tag_with_their_group_and_address():
         found = observe.instances(ec2, "c")
         assert sorted(found) == sorted(mine)
         assert {i.group for i in found.values()} == {"gpu"} and all(i.private_ip for i in found.values())
+        assert {i.launch_tag for i in found.values()} == {"a"}  # the launch's token, for a restart to find them
         assert all(i.state in ("pending", "running") and i.launch_time > 0 for i in found.values())
 
 

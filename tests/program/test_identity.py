@@ -139,6 +139,28 @@ def test_the_controller_launches_only_from_the_clusters_templates(example, types
     assert not [r for r in granted if r.endswith(("placement-group/*", "capacity-reservation/*"))]
 
 
+def test_the_controller_tags_its_instances_at_launch_with_every_tag_its_fleet_request_gives(planned):
+    """CreateFleet's TagSpecifications are authorized as ec2:CreateTags with ec2:CreateAction (EC2 User Guide,
+    "Grant permission to tag Amazon EC2 resources during creation"): the launch's tags, hpcc:launch among them
+    (a restart finds a launch's instances by it), are allowed at creation; after it, only hpcc:node."""
+    from hpcc_contract.names import TAG_NODE
+    from hpcc_node.controller import fleet
+    from hpcc_node.controller.model import Group
+
+    head = statements(planned, "head")
+    at_launch = head["TagOnLaunch"]
+    assert at_launch["Action"] == ["ec2:CreateTags"]
+    assert any(r.endswith(":instance/*") for r in at_launch["Resource"])
+    assert "CreateFleet" in at_launch["Condition"]["StringEquals"]["ec2:CreateAction"]
+    assert at_launch["Condition"]["StringEquals"]["aws:RequestTag/hpcc:cluster"] == "cpu-oneccl"
+    request = fleet.request(Group("cpu", "c6i.16xlarge", 1), 1, "t", "cpu-oneccl")
+    keys = [t["Key"] for spec in request["TagSpecifications"] for t in spec["Tags"]]
+    for operator, block in at_launch["Condition"].items():  # a tag-key condition, if any, names every key
+        assert "aws:TagKeys" not in block or set(keys) <= set(block["aws:TagKeys"]), (operator, keys)
+    after = head["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"]
+    assert after == [TAG_NODE]  # hpcc:launch is never rewritten after launch by the head's credentials
+
+
 def test_the_state_bucket_denies_every_other_principal_its_writes(planned):
     """Issue 33, finding 9: whatever another principal's own IAM policies allow, it writes no object of the state
     bucket (the membership, a node's status, a certificate): the bucket policy's Deny spares the two node roles only."""
