@@ -1,9 +1,10 @@
 """act(): carries out decide()'s actions, thin and idempotent, one log line each with its reason.
 
 Each step is in the ledger before it acts and after: a replacement marks the slot `replacing` (and counts the
-attempt) before terminating, a launch records its ClientToken before CreateFleet and the instance ids after, a
-name is claimed in the ledger before the tag follows. A controller killed between any two steps finds the
-record on its restart, and decide() finishes the step without repeating the counted part. Every write goes
+attempt) before terminating, a launch records its ClientToken before CreateFleet and the instance ids after (the
+instances carry the token as a tag: a restart records them from it instead of launching again), a name is
+claimed in the ledger before the tag follows. A controller killed between any two steps finds the record on its
+restart, and decide() finishes the step without repeating the counted part. Every write goes
 through the lease: a controller that lost it stops at its first write (LeaseLost), before touching EC2; a slow
 loop renews it between actions (Ledger.keep), so its last actions are not refused for its own slowness.
 """
@@ -195,6 +196,12 @@ class Executor(HealthActs):
             "launch %s: %s; %s, retry in %d s; no budget spent", group.name, out.failure, out.evidence, wait
         )
         return f"{out.failure}: {out.evidence}; retry in {wait} s"
+
+    def _adopt_launch(self, a: Action) -> str:
+        """A launch whose answer a killed controller never recorded: its instances, found by their launch tag."""
+        d = a.data
+        self.ledger.launch_result(d["token"], a.group, d["count"], d["at"], list(d["ids"]))
+        return f"recorded {', '.join(d['ids'])} from their launch tag"
 
     def _name(self, a: Action) -> str:
         prior = self.slots.get(a.node) or Slot(a.node, a.group, a.data["index"])

@@ -1,6 +1,7 @@
 """decide()'s names and launches: a vacated name moves to a replacement once its predecessor is gone, new names go
 to unnamed instances this controller launched, and what is still missing is launched, within the batch sizes and
-what EC2's launch bucket holds (timers.py), best-effort for replacements."""
+what EC2's launch bucket holds (timers.py), best-effort for replacements. A launch recorded without its answer
+(a controller killed mid-launch) is finished from the instances carrying its tag, retried only when none does."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hpcc_contract.names import fleet_client_token, node_name
 from .assess import block_phase
 from .model import (
     ACTIVE_STATES,
+    ADOPT,
     ENDED,
     GONE,
     LAUNCH,
@@ -25,7 +27,7 @@ from .model import (
     Snapshot,
     Why,
 )
-from .orphans import launched
+from .orphans import by_launch_tag, launched
 from .timers import Timers
 
 
@@ -52,6 +54,39 @@ def _unnamed(group: Group, snap: Snapshot, named: Set[str], now: float, timers: 
                 if iid not in named and iid not in snap.instances:
                     seen[iid] = (rec.at, iid)
     return sorted(seen.values())
+
+
+def unanswered(group: Group, snap: Snapshot, now: float, timers: Timers) -> Tuple[List[Action], List[Action], int]:
+    """The group's launches recorded without their answer: those whose instances carry their tag are recorded
+    from them (all listed, or the describe lag passed: a best-effort launch may have fewer), those with none are
+    retried with their own ClientToken; with the instances still to come from them. The tag first, so that
+    no launch is made twice even where a ClientToken is not honoured (moto's CreateFleet ignores it)."""
+    found = by_launch_tag(snap)
+    adopt: List[Action] = []
+    retry: List[Action] = []
+    coming = 0
+    for rec in (r for r in snap.launches if r.group == group.name and r.instance_ids is None):
+        ids = found.get(rec.token, ())
+        coming += max(0, rec.count - len(ids))  # those found are named as this controller's (orphans.launched)
+        if ids and (len(ids) >= rec.count or now - rec.at > timers.describe_lag_seconds):
+            adopt.append(
+                Action(
+                    ADOPT,
+                    group=group.name,
+                    why=Why("", f"{len(ids)} of {rec.count} instance(s) carry the launch's tag: not launched again"),
+                    data={"token": rec.token, "count": rec.count, "at": rec.at, "ids": list(ids)},
+                )
+            )
+        elif not ids:  # none listed: the same token gets the same fleet from EC2
+            retry.append(
+                Action(
+                    LAUNCH,
+                    group=group.name,
+                    why=Why("", "retrying a recorded launch: no instance carries its tag"),
+                    data={"count": rec.count, "token": rec.token, "min": rec.minimum or rec.count},
+                )
+            )
+    return adopt, retry, coming
 
 
 def fill(
@@ -88,6 +123,8 @@ def fill(
     fresh = [i for i in range(group.size_limit) if i not in used][: max(0, group.count - len(active))]
     targets = [(s.name, s.index) for s in vacant] + [(node_name(group.name, i), i) for i in fresh]
     unnamed = _unnamed(group, snap, named, now, timers)
+    adopt, retry, coming = unanswered(group, snap, now, timers)
+    out += adopt  # before the names: the ledger holds the instances before one is named
     for (name, index), (_, iid) in zip(targets, unnamed):
         inst = snap.instances.get(iid)
         out.append(
@@ -101,18 +138,8 @@ def fill(
             )
         )
         taken.add(iid)
-    missing = len(targets) - len(unnamed)
-    pending = [r for r in snap.launches if r.group == group.name and r.instance_ids is None]
-    for rec in pending:  # a launch whose result was never recorded: the same token gets the same fleet
-        out.append(
-            Action(
-                LAUNCH,
-                group=group.name,
-                why=Why("", "retrying a recorded launch"),
-                data={"count": rec.count, "token": rec.token, "min": rec.minimum or rec.count},
-            )
-        )
-        missing -= rec.count
+    out += retry
+    missing = len(targets) - len(unnamed) - coming
     if missing <= 0 or phase != "active" or gs.protected or now < gs.backoff_until:
         return out
     budget = min(missing, timers.launch_batch_size * timers.launch_batches_per_loop, tokens[0])

@@ -152,8 +152,9 @@ class GroupState:
 
 @dataclass(frozen=True)
 class LaunchRecord:
-    """A launch recorded before CreateFleet is called (token) and after (its instance ids): a controller killed
-    in between retries it with the same ClientToken, which EC2 answers with the same fleet."""
+    """A launch recorded before CreateFleet is called (token) and after (its instance ids). A controller killed
+    in between finds the launch's instances by their hpcc:launch tag and records them (orphans.py by_launch_tag);
+    only when none carries it does it retry with the same ClientToken, which EC2 answers with the same fleet."""
 
     token: str
     group: str
@@ -197,6 +198,7 @@ class Snapshot:
 
 # Action kinds.
 LAUNCH = "launch"
+ADOPT = "adopt-launch"  # record a launch's answer from the instances carrying its tag (a controller killed mid-launch)
 NAME = "name"
 PUBLISH = "publish-membership"
 DRAIN = "drain"
@@ -220,6 +222,7 @@ DEEP_CHECK = "deep-check"  # sbatch in the spares' reservation: a held spare's d
 # The actions recorded as ledger events (start, then done or failed): `hpcc status` and `hpcc events` show them.
 RECORDED = (
     LAUNCH,
+    ADOPT,
     REPLACE,
     REMOVE,
     TERMINATE_ORPHAN,

@@ -37,6 +37,7 @@ class FakeEC2:
         self.capacity: int | None = None  # instances EC2 can still give; None: unlimited
         self.calls: dict[str, int] = {}
         self.rng = random.Random(seed)
+        self.honours_tokens = True  # False: a repeated ClientToken launches again, as the box's moto does
 
     def _count(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -44,7 +45,7 @@ class FakeEC2:
     def create_fleet(self, **req: Any) -> dict[str, Any]:
         self._count("create_fleet")
         token = req["ClientToken"]
-        if token in self.tokens:  # idempotent, as EC2 answers a repeated ClientToken
+        if token in self.tokens and self.honours_tokens:  # idempotent, as EC2 answers a repeated ClientToken
             return {"Instances": [{"InstanceIds": list(self.tokens[token])}], "Errors": []}
         count = req["TargetCapacitySpecification"]["TotalTargetCapacity"]
         minimum = req.get("OnDemandOptions", req.get("SpotOptions", {})).get("MinTargetCapacity", 1)

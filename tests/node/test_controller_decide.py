@@ -490,6 +490,13 @@ def test_all_groups_together_launch_no_more_than_ec2s_launch_bucket_holds():
 def test_a_launch_whose_result_was_lost_is_retried_with_the_same_token():
     s = replace(m.Snapshot(now=NOW), launches=(LaunchRecord("gpu-123-0", "gpu", 4, NOW - 30),))
     assert [(a.data["token"], a.data["count"], a.data["min"]) for a in by_kind(run(s), LAUNCH)] == [("gpu-123-0", 4, 4)]
+    assert m.ADOPT not in kinds(run(s))
+    # the tag counts only on the launch's own group's instances, created after the launch was recorded
+    other = Instance("i-other", "running", NOW - 20, "cpu", launch_tag="gpu-123-0")
+    older = Instance("i-older", "running", NOW - 3600, "gpu", launch_tag="gpu-123-0")
+    s2 = replace(s, instances={"i-other": other, "i-older": older})
+    assert [a.data["token"] for a in by_kind(run(s2), LAUNCH)] == ["gpu-123-0"] and m.ADOPT not in kinds(run(s2))
+    assert not by_kind(run(s2), NAME)
     # a best-effort launch is retried best-effort: EC2 answers a ClientToken only for the same request
     s = replace(s, launches=(LaunchRecord("gpu-123-0", "gpu", 4, NOW - 30, minimum=1),))
     assert [a.data["min"] for a in by_kind(run(s), LAUNCH)] == [1]
@@ -545,3 +552,48 @@ def test_a_node_drained_for_a_soft_failure_that_cleared_goes_back_to_service():
     assert kinds(run(shrinking), N1) == []
     person = with_slurm(drained, N1, {"IDLE", "DRAIN"}, "alice: looking at it")
     assert kinds(run(person), N1) == []
+
+
+def _killed_mid_launch(count: int, found: int, minimum: int = 0, at: float = NOW - 30):
+    """gpu-001 vacant (its instance gone), and a launch recorded without its answer, `found` of whose `count`
+    instances EC2 lists with the launch's tag."""
+    s = with_instance(with_slot(cluster(), N1, state=m.REPLACING, since=NOW - 60), N1, state="shutting-down")
+    made = {
+        f"i-new{k}": Instance(f"i-new{k}", "pending", at + 1, "gpu", f"10.7.7.{k}", launch_tag="t-killed")
+        for k in range(found)
+    }
+    rec = LaunchRecord("t-killed", "gpu", count, at, None, minimum)
+    return replace(s, instances={**s.instances, **made}, launches=(rec,))
+
+
+def test_a_launch_whose_instances_carry_its_tag_is_recorded_from_them_not_launched_again():
+    """Issue 37, fault 2: a controller killed between CreateFleet and recording its answer. The restart finds
+    the launch's instances by their hpcc:launch tag, records them and names them; no second CreateFleet, whether
+    or not EC2 would have honoured the ClientToken."""
+    actions = run(_killed_mid_launch(1, 1))
+    assert LAUNCH not in kinds(actions)
+    [adopt] = by_kind(actions, m.ADOPT)
+    assert adopt.data == {"token": "t-killed", "count": 1, "at": NOW - 30, "ids": ["i-new0"]}
+    assert [(a.node, a.instance_id) for a in by_kind(actions, NAME)] == [(N1, "i-new0")]
+    assert kinds(actions).index(m.ADOPT) < kinds(actions).index(NAME)  # recorded before it is named
+    assert not by_kind(actions, m.ALERT)
+
+
+def test_a_launch_with_none_of_its_instances_listed_is_retried_with_its_token():
+    actions = run(_killed_mid_launch(1, 0, minimum=1))
+    assert [(a.data["token"], a.data["count"], a.data["min"]) for a in by_kind(actions, LAUNCH)] == [("t-killed", 1, 1)]
+    assert m.ADOPT not in kinds(actions) and not by_kind(actions, NAME)
+
+
+def test_a_launch_with_some_of_its_instances_listed_waits_for_the_rest_then_keeps_what_it_found():
+    """Describe is eventually consistent: two of a launch's three listed is not yet its answer. They are named
+    meanwhile; nothing is launched for the third; past the describe lag (a best-effort launch may have given
+    fewer) the two are its answer."""
+    s = _killed_mid_launch(3, 2, minimum=1)
+    s = replace(s, slots={k: v for k, v in s.slots.items() if k != "gpu-003"})  # two names to fill
+    actions = run(s)
+    assert not set(kinds(actions)) & {LAUNCH, m.ADOPT}
+    assert sorted(a.instance_id for a in by_kind(actions, NAME)) == ["i-new0", "i-new1"]
+    later = run(s, now=NOW + 300)
+    assert [a.data["ids"] for a in by_kind(later, m.ADOPT)] == [["i-new0", "i-new1"]]
+    assert LAUNCH not in kinds(later)
