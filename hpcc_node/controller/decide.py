@@ -266,8 +266,9 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
     taken: Set[str] = set()
     size, refill = timers.launch_bucket_size, timers.launch_bucket_refill_per_second
     tokens = [launch_tokens(snap.launches, now, size, refill)]  # shared by the groups, in their order
+    leaving = {a.node for a in out if a.kind == REPLACE}
     for group in groups:
-        out += fill(group, by_group[group.name], snap, now, timers, named, taken, tokens)
+        out += fill(group, by_group[group.name], snap, now, timers, named, taken, tokens, leaving)
     out += orphans(snap, named, taken, now, timers, raised)
     for s in sorted(snap.slots.values(), key=lambda s: s.name):  # tags follow the ledger, for people and IAM
         named_inst = snap.instances.get(s.instance_id)

@@ -98,9 +98,12 @@ def fill(
     named: Set[str],
     taken: Set[str],
     tokens: List[int],
+    leaving: Set[str],
 ) -> List[Action]:
     """Names for unnamed instances (vacated names first, then new ones at the lowest free index) and launches for
-    whatever is still missing, within the `tokens[0]` instances EC2's launch bucket holds for all groups."""
+    whatever is still missing, within the `tokens[0]` instances EC2's launch bucket holds for all groups. A node
+    being replaced (`leaving`: this loop's replacements, or a slot still waiting for its instance to go) has its
+    successor launched now, named once its predecessor is gone: the launch is in the loop that terminates."""
     gs = snap.group_states.get(group.name) or GroupState(group.name)
     phase = block_phase(group, now, timers)
     out: List[Action] = []
@@ -139,7 +142,8 @@ def fill(
         )
         taken.add(iid)
     out += retry
-    missing = len(targets) - len(unnamed) - coming
+    going = [s for s in active if (s.state == REPLACING or s.name in leaving) and s not in vacant]
+    missing = len(targets) + len(going) - len(unnamed) - coming
     if missing <= 0 or phase != "active" or gs.protected or now < gs.backoff_until:
         return out
     budget = min(missing, timers.launch_batch_size * timers.launch_batches_per_loop, tokens[0])
@@ -148,8 +152,9 @@ def fill(
     while budget > 0:
         count = min(budget, timers.launch_batch_size)
         # Replacements launch best-effort (as many as EC2 has, at least one: ParallelCluster's default too); a
-        # group's new nodes all-or-nothing, so a new placement group is not left half-filled (fleet.py)
-        minimum = 1 if vacant else count
+        # group's new nodes all-or-nothing, so a new placement group is not left half-filled (fleet.py); a
+        # successor launched before its predecessor is gone is a replacement too
+        minimum = 1 if vacant or going else count
         out.append(
             Action(
                 LAUNCH,

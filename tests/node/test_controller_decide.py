@@ -176,7 +176,8 @@ def test_a_protected_group_launches_nothing_and_replaces_nothing():
     actions = run(protected)
     assert LAUNCH not in kinds(actions) and REPLACE not in kinds(actions)
     assert by_kind(actions, MARK)[0].node == N1 and "group protected" in by_kind(actions, MARK)[0].data["reason"]
-    assert [a.data["count"] for a in by_kind(run(s), LAUNCH)] == [1]
+    # unprotected: gpu-002's successor, and N1's in the loop that replaces it (named once N1's instance is gone)
+    assert [a.data["count"] for a in by_kind(run(s), LAUNCH)] == [2]
 
 
 def test_hpcc_replace_of_a_node_of_a_protected_group_lifts_the_protection_and_the_next_loop_launches():
@@ -597,3 +598,19 @@ def test_a_launch_with_some_of_its_instances_listed_waits_for_the_rest_then_keep
     later = run(s, now=NOW + 300)
     assert [a.data["ids"] for a in by_kind(later, m.ADOPT)] == [["i-new0", "i-new1"]]
     assert LAUNCH not in kinds(later)
+
+
+def test_a_failed_nodes_successor_is_launched_best_effort_in_the_loop_that_replaces_it():
+    """Issue 38: the loop that terminates a node launches its successor (named once the old instance is going),
+    best-effort as every replacement; a restart killed in that launch finds it by its tag (the tests above)."""
+    actions = run(with_instance(cluster(), N1, status_ok=False))
+    assert kinds(actions, N1)[-1] == REPLACE
+    [launch] = by_kind(actions, LAUNCH)
+    assert (launch.data["count"], launch.data["min"]) == (1, 1) and not by_kind(actions, NAME)
+    assert kinds(actions).index(REPLACE) < kinds(actions).index(LAUNCH)  # terminated first
+    # the next loop, its successor listed and unnamed while the old instance still shuts down: nothing launched
+    new = Instance("i-new", "pending", NOW, "gpu", "10.7.7.7")
+    going = with_launched(with_slot(cluster(), N1, state=m.REPLACING, since=NOW - 5), new)
+    assert not by_kind(run(with_instance(going, N1, status_ok=False)), LAUNCH)
+    named = run(with_instance(going, N1, state="shutting-down"))
+    assert [(a.node, a.instance_id) for a in by_kind(named, NAME)] == [(N1, "i-new")] and LAUNCH not in kinds(named)

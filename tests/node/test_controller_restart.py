@@ -188,9 +188,10 @@ def test_insufficient_capacity_backs_off_without_spending_budget(env):
     ledger = Ledger(env.ddb, TABLE, "r", env.clock).load()
     assert ledger.slots["gpu-002"].state == "replacing" and ledger.slots["gpu-002"].attempts == 1
     gs = ledger.groups["gpu"]
-    assert gs.launch_failures == 2 and gs.consecutive_failures == 0 and gs.backoff_until >= env.clock()
-    # the first launch sets capacity up, then: fails, waits 60 s (a loop), fails, waits 120 s: not one call a loop
-    assert env.ec2.calls["create_fleet"] == 1 + 2
+    assert gs.launch_failures == 3 and gs.consecutive_failures == 0 and gs.backoff_until >= env.clock()
+    # the first launch sets capacity up, then: fails in the loop that replaces gpu-002, waits 60 s (a loop), fails,
+    # waits 120 s (two loops), fails: not one call a loop
+    assert env.ec2.calls["create_fleet"] == 1 + 3
     env.ec2.capacity = None
     env.now[0] += TIMERS.launch_backoff_max_seconds
     settle(env, [GPU])
@@ -555,6 +556,27 @@ def test_replacements_launch_best_effort_so_capacity_for_one_of_two_replaces_one
     env.now[0] += TIMERS.launch_backoff_max_seconds
     settle(env, [bigger])
     check_consistent(env, [bigger])
+
+
+def test_a_failed_nodes_successor_is_launched_in_the_loop_that_terminates_it(env):
+    """One loop, not two: the loop that replaces a node launches its successor (named once the old instance is
+    shutting down), so a replacement costs a loop less (issue 38)."""
+    settle(env, [GPU])
+    slots = Ledger(env.ddb, TABLE, "r", env.clock).load().slots
+    old = slots["gpu-001"].instance_id
+    env.ec2.instances[old]["status_ok"] = False
+    launched = len(env.ec2.launched)
+    loop(env, [GPU])
+    assert env.ec2.instances[old]["state"] in ("shutting-down", "terminated")
+    assert len(env.ec2.launched) == launched + 1  # in the same loop
+    new = env.ec2.launched[-1]
+    env.now[0] += 60
+    env.ec2.tick()
+    loop(env, [GPU])
+    assert Ledger(env.ddb, TABLE, "r", env.clock).load().slots["gpu-001"].instance_id == new
+    settle(env, [GPU])
+    check_consistent(env, [GPU])
+    assert counted(env, "gpu-001") == 1 and len(env.ec2.launched) == launched + 1
 
 
 def test_addresses_go_to_slurm_in_one_command_and_node_by_node_only_when_it_is_refused(env, caplog):
