@@ -67,8 +67,7 @@ def unanswered(group: Group, snap: Snapshot, now: float, timers: Timers) -> Tupl
     coming = 0
     for rec in (r for r in snap.launches if r.group == group.name and r.instance_ids is None):
         ids = found.get(rec.token, ())
-        coming += max(0, rec.count - len(ids))  # those found are named as this controller's (orphans.launched)
-        if ids and (len(ids) >= rec.count or now - rec.at > timers.describe_lag_seconds):
+        if ids and (len(ids) >= rec.count or now - rec.at > timers.describe_lag_seconds):  # its whole answer
             adopt.append(
                 Action(
                     ADOPT,
@@ -77,7 +76,9 @@ def unanswered(group: Group, snap: Snapshot, now: float, timers: Timers) -> Tupl
                     data={"token": rec.token, "count": rec.count, "at": rec.at, "ids": list(ids)},
                 )
             )
-        elif not ids:  # none listed: the same token gets the same fleet from EC2
+            continue
+        coming += rec.count - len(ids)  # those found are named as this controller's meanwhile (orphans.launched)
+        if not ids:  # none listed: the same token gets the same fleet from EC2
             retry.append(
                 Action(
                     LAUNCH,
