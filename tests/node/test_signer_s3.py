@@ -6,12 +6,14 @@ pool come from hpcc_node/controller/clients.py alone."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from hpcc_node import awscli, certs, certs_agent
 from hpcc_node.controller import clients, observe
 
+ROOT = Path(__file__).resolve().parents[2]
 HEAD_ENV = {"AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -61,3 +63,17 @@ def test_a_compute_nodes_agent_keeps_its_own_client_even_with_boto3_at_hand():
 
 def test_a_client_pools_a_connection_for_every_thread_that_shares_it():
     assert clients.POOL >= max(certs.PARALLEL, observe.READERS)
+
+
+def test_the_heads_agent_runs_under_the_controllers_python_and_a_compute_nodes_under_python3():
+    """templates/steps/: start_controller hands its Python (controller_python: the one with boto3) to the agent's
+    start, systemd's unit and the daemon both; the default, python3, is what a compute node runs."""
+    controller = (ROOT / "templates/steps/controller.sh.j2").read_text()
+    sync = (ROOT / "templates/steps/sync.sh.j2").read_text()
+    start = controller.split("start_controller() {", 1)[1]
+    assert start.index("python=$(controller_python)") < start.index("HPCC_AGENT_PYTHON=$python")
+    assert "\nHPCC_AGENT_PYTHON=python3\n" in sync
+    assert '"ExecStart=/usr/bin/env $HPCC_AGENT_PYTHON -m hpcc_node.agent"' in sync
+    assert 'setsid env "${envs[@]}" "$HPCC_AGENT_PYTHON" -m hpcc_node.agent' in sync
+    step = sync.split("step_sync() {", 1)[1]
+    assert step.index("start_controller") < step.index("agent_unit")  # the Python is chosen before the agent starts
