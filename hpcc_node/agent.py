@@ -351,7 +351,9 @@ def main(argv: List[str]) -> int:
         return 1
     agent.certs = host_certs.Certs(
         agent.aws,
-        agent.s3,  # unpaced: the head signs every node's certificates, PARALLEL requests at once (hpcc_node/certs.py)
+        # unpaced: the head signs every node's certificates, PARALLEL requests at once (hpcc_node/certs.py), in
+        # process where it has boto3; a compute node's is the agent's own
+        host_certs.signer_s3(config.role, agent.s3, os.environ, agent.log)[0],
         config.state_bucket,
         config.settings_parameter.split("/")[2],
         config.role,

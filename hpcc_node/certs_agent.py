@@ -1,18 +1,44 @@
 """The agent's part of the host certificates (hpcc_node/certs.py), each tick: the head signs what is due and follows
-`hpcc rotate-keys`' phases; every node installs what the head wrote for it and reloads sshd. Standard library only;
-ssh-keygen, systemctl and sshd are run through an injected `run`."""
+`hpcc rotate-keys`' phases; every node installs what the head wrote for it and reloads sshd. Standard library only
+(the head's signer takes boto3 where its Python has it: signer_s3); ssh-keygen, systemctl and sshd are run through an
+injected `run`."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from typing import Any, Callable, Dict, Optional
+import sys
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from hpcc_contract.names import Paths
 from hpcc_node import certstore as store
 from hpcc_node import cluster_keys, sshkeys
 from hpcc_node.aws import Aws
 from hpcc_node.certs import Head, Member, Node, Run, legacy_signer, members, utc_text
+from hpcc_node.controller import clients
+
+
+def signer_s3(role: str, own: Any, env: Mapping[str, str], log: Callable[[str], None]) -> Tuple[Any, str]:
+    """The S3 client of the agent's certificate part and its kind. A compute node's: the agent's `own` (CLI: one or
+    two calls a tick, and its python3 has no boto3). The head's signer's: in process (boto3, built as the controller's
+    are, with its timeouts and retries: hpcc_node/controller/clients.py) where this Python has boto3, else the AWS
+    CLI's (~0.6 s a call: 4,096 nodes due at once then take over 10 min), said in the log. The head's agent runs
+    under the controller's Python (templates/steps/controller.sh.j2 HPCC_AGENT_PYTHON), which has boto3 when the
+    controller step could install it."""
+    if role != "head":
+        return own, "cli"
+    why = "HPCC_AWS_CLIENTS=cli"
+    try:
+        made, kind = clients.clients(env, services=("s3",))
+    except clients.ClientsError as e:  # HPCC_AWS_CLIENTS asks for what is not here: the agent goes on, on the CLI
+        why = str(e)
+        made, kind = clients.clients({**env, "HPCC_AWS_CLIENTS": "cli"}, services=("s3",))
+    if kind == "boto3":
+        log("host certificates: the signer calls S3 in process (boto3)")
+    else:
+        why = why if env.get("HPCC_AWS_CLIENTS") else f"no boto3 in {sys.executable}"
+        log(f"host certificates: {why}: the signer calls S3 through the AWS CLI (slower: ~0.6 s a call)")
+    return made["s3"], kind
 
 
 def reload_sshd(

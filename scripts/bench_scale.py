@@ -14,8 +14,10 @@ What is real and what is modelled (scripts/scale/):
   what is left is refused (RequestLimitExceeded), as is one above the capacity left (InsufficientInstanceCapacity).
 - The head's certificate signing is the real `hpcc_node.certs.Head.sign_pending` (ssh-keygen replaced by a writer
   of well-formed certificate lines) with the real `Aws.call`/`get_parameters` through the head's pacer; its S3
-  client unpaced, as the head agent's is, `certs.PARALLEL` calls at once on worker actors; every call one `aws`
-  CLI process's latency (0.4-1.5 s, median ~0.6 s: the head agent still calls AWS through the CLI).
+  client unpaced, as the head agent's is, `certs.PARALLEL` calls at once on worker actors; its S3 calls cost what
+  the real signer's client costs (hpcc_node/certs_agent.py signer_s3: in process where the head agent's Python has
+  boto3, as templates/steps/ runs it under the controller's: the controller's in-process latency), every other call
+  one `aws` CLI process's latency (0.4-1.5 s, median ~0.6 s).
 - Each compute node (scale/node.py) follows its bootstrap's calls (settings, its name from its tag, the membership,
   one status write per step of `infra/render/steps.py`, the certificate wait of `hpcc_node/certs_boot.py`, the
   munge key, slurmd) and then the agent's tick (`hpcc_node/agent.py` `tick_seconds` at `infra/render/pacing.py`

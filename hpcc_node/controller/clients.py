@@ -1,9 +1,10 @@
-"""The controller's AWS clients: botocore in process where the head's Python has boto3, as ParallelCluster's
-clustermgtd does, else the AWS CLI's boto3-shaped clients (hpcc_node/awscli.py). Measured in the box against its
-moto server, one CLI call is one `aws` process of 0.4-1.5 s, so a loop of 15-30 calls took 7-27 s; in process a
-call is one request on a kept connection. Either way each call has short connect and read timeouts, so one hung
-connection costs seconds, not the CLI's default 60 s per attempt (a box loop once waited 61 s on one
-TransactWriteItems), and throttles are retried with botocore's adaptive mode (client-side rate limiting).
+"""The controller's AWS clients, and the head's certificate signer's S3 client (hpcc_node/certs_agent.py signer_s3):
+botocore in process where the head's Python has boto3, as ParallelCluster's clustermgtd does, else the AWS CLI's
+boto3-shaped clients (hpcc_node/awscli.py). Measured in the box against its moto server, one CLI call is one `aws`
+process of 0.4-1.5 s, so a loop of 15-30 calls took 7-27 s; in process a call is one request on a kept connection.
+Either way each call has short connect and read timeouts, so one hung connection costs seconds, not the CLI's default
+60 s per attempt (a box loop once waited 61 s on one TransactWriteItems), and throttles are retried with botocore's
+adaptive mode (client-side rate limiting).
 
 botocore's Config (connect_timeout, read_timeout, retries):
 https://botocore.amazonaws.com/v1/documentation/api/latest/reference/config.html
@@ -38,6 +39,9 @@ BOTO3 = "boto3==1.44.3"  # tests/node/test_controller_clients.py: HEAD_WHEELS' a
 CONNECT_SECONDS = 5
 READ_SECONDS = 20  # a socket read that waits longer is a hung connection: the largest answer streams in far less
 ATTEMPTS = 3  # total attempts of one call; the next loop retries what still fails
+# Connections kept per client: at least the threads that share one (observe.READERS, certs.PARALLEL: a test checks),
+# so none waits or is discarded (botocore's default is 10; urllib3 warns on each one discarded)
+POOL = 16
 SERVICES = ("ec2", "dynamodb", "s3", "ssm")
 
 
@@ -50,6 +54,7 @@ def botocore_config(config_class: Callable[..., Any]) -> Any:
         connect_timeout=CONNECT_SECONDS,
         read_timeout=READ_SECONDS,
         retries={"mode": "adaptive", "total_max_attempts": ATTEMPTS},
+        max_pool_connections=POOL,
     )
 
 

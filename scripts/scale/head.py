@@ -3,27 +3,58 @@ rotation parameter and signs host certificates with the real `hpcc_node.certs.He
 Secrets Manager calls go through the head's one pacer (`hpcc_node.aws.pace_wait_ms` at the cluster's interval,
 infra/render/pacing.py); its S3 client is the agent's unpaced one (hpcc_node/agent.py passes `agent.s3`), and
 sign_pending's `parallel` (certs.in_parallel: certs.PARALLEL at once, a thread pool) runs on worker actors of the
-virtual clock (kernel.Sim.parallel), certs.PARALLEL read at each call. Every call costs one `aws` CLI process's
-latency: the head agent's clients are still the CLI's (hpcc_node/awscli.py). Only ssh-keygen is replaced: it
+virtual clock (kernel.Sim.parallel), certs.PARALLEL read at each call. Its S3 calls cost what the real head agent's
+signer client costs (signer_kind: hpcc_node/certs_agent.py signer_s3 asked, with boto3 in the head agent's Python
+when templates/steps/ runs it under the controller's, HEAD_BOTO3): an in-process call's latency, or one `aws` CLI
+process's; its SSM and Secrets Manager calls are the agent's CLI's. Only ssh-keygen is replaced: it
 writes a well-formed certificate line for the key, so the real code parses what it signed. Not modelled: the
 head's heartbeat thread and its Slurm watch (they share the pacer, which signing no longer waits on)."""
 
 from __future__ import annotations
 
 import base64
+import functools
+import inspect
 import struct
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hpcc_contract.names import MEMBERSHIP_KEY, Paths
-from hpcc_node import certs
+from hpcc_node import agent, certs, certs_agent
 from hpcc_node import certstore as store
 from hpcc_node.agent import tick_seconds
 from hpcc_node.aws import Aws, pace_wait_ms
 from hpcc_node.controller import membership
 
 from .kernel import Sim
+
+STEPS_DIR = Path(__file__).resolve().parents[2] / "templates" / "steps"
+
+
+def _head_boto3() -> bool:
+    """The head's agent runs under the controller's Python (controller.sh.j2 sets HPCC_AGENT_PYTHON, sync.sh.j2
+    starts the agent with it), which has boto3, and its main gives the signer signer_s3's client. Either reverted:
+    the image's python3 (no boto3) or the agent's own CLI client."""
+    controller = (STEPS_DIR / "controller.sh.j2").read_text()
+    sync = (STEPS_DIR / "sync.sh.j2").read_text()
+    return (
+        "HPCC_AGENT_PYTHON=$python" in controller
+        and "$HPCC_AGENT_PYTHON -m hpcc_node.agent" in sync
+        and "signer_s3(" in inspect.getsource(agent.main)
+    )
+
+
+HEAD_BOTO3 = _head_boto3()
+
+
+@functools.cache
+def signer_kind(boto3: bool) -> str:
+    """What the real signer_s3 gives the head's signer, "boto3" or "cli", with boto3 in its Python or without
+    (HPCC_AWS_CLIENTS=cli stands for a Python without it: the same branch)."""
+    env = {"AWS_DEFAULT_REGION": "us-east-1"} if boto3 else {"HPCC_AWS_CLIENTS": "cli"}
+    return certs_agent.signer_s3("head", None, env, lambda _: None)[1]
 
 
 def _string(data: bytes) -> bytes:
@@ -116,17 +147,20 @@ def signer(
     head_ip: str,
     errors: list[str],
     paced_s3: bool = False,
+    s3_latency: Callable[[], float] | None = None,
 ) -> tuple[Callable[[], None], certs.Head]:
     """The head agent's loop (an actor's body: tick, read the membership, sign what is due) and its Head; a tick
     cut short by an error appends it to `errors`. `paced_s3`: its S3 calls wait for its pacer, as before issue 38
-    (for a check that the figures follow that fix)."""
+    (for a check that the figures follow that fix). `latency`: a call of the agent's CLI (the membership's read,
+    SSM); `s3_latency`: one of the signer's S3 client (hpcc_node/agent.py gives it signer_s3's; default `latency`)."""
 
     def cli(argv: list[str], **_: Any) -> subprocess.CompletedProcess:
         sim.sleep(latency())
         return subprocess.CompletedProcess(argv, 0, '{"Parameters": []}', "")
 
     aws = SimAws(sim, pacer, cli)
-    s3 = Paced(sim, bucket, aws.pace if paced_s3 else None, latency)
+    agent_s3 = Paced(sim, bucket, aws.pace if paced_s3 else None, latency)  # the agent's own: the membership
+    s3 = Paced(sim, bucket, aws.pace if paced_s3 else None, s3_latency or latency)
     head = certs.Head(aws, s3, bucket_name, cluster, arn_prefix, run=fake_keygen)
     head.parallel = lambda fn, items: sim.parallel(fn, items, certs.PARALLEL)
     ca = host_key(0)
@@ -138,7 +172,7 @@ def signer(
         while True:
             sim.sleep(tick_seconds(sync_seconds, pacer.rand()))
             try:  # as the agent's tick and Certs.tick: an error is logged and the next tick tries again
-                read, etag = membership.read(s3, bucket_name, etag)
+                read, etag = membership.read(agent_s3, bucket_name, etag)
                 doc = read or doc
                 aws.get_parameters([rotation])
                 head.sign_pending(certs.members(doc) or [certs.Member("head", head_ip, "")], sim.now())

@@ -52,7 +52,8 @@ def _head_calls(r: dict[str, Any]) -> str:
     b = r["bring_up"]
     per = "-" if b["head_s3_per_certificate"] is None else f"{b['head_s3_per_certificate']:.1f}"
     paced = "paced" if b["head_s3_paced"] else "not paced"
-    return f"{per}, {paced}, {b['in_flight']} at once; {b['pacer_interval']:.1f} s"
+    kind = "in process" if b["head_s3_kind"] == "boto3" else "CLI"
+    return f"{per}, {paced}, {kind}, {b['in_flight']} at once; {b['pacer_interval']:.1f} s"
 
 
 def _all_due(r: dict[str, Any]) -> str:
@@ -101,7 +102,7 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("bring-up to all ready", lambda r: bring_up_text(r["bring_up"])),
     ("boots failed, by cause", _failures),
     ("certificates signed / min", _signed),
-    ("head's S3 calls per certificate, paced or not, at once; its pacer's interval", _head_calls),
+    ("head's S3 calls per certificate, paced or not, in process or CLI, at once; its pacer's interval", _head_calls),
     (
         "a booting node's certificate wait (keys published to certificate read), p99",
         lambda r: secs(r["bring_up"]["certificate_wait_p99"]),
@@ -158,7 +159,8 @@ def targets(results: dict[int, dict[str, Any]]) -> list[tuple[bool | None, str]]
     c = r["certificates"]
     check(
         c["seconds"] is not None and c["seconds"] < 600,
-        f"{n} certificates signed in {minutes(c['seconds'])} (target < 10 min)",
+        f"{n} certificates signed in {minutes(c['seconds'])} (target < 10 min; the signer's S3 calls "
+        f"{'in process' if c['head_s3_kind'] == 'boto3' else 'through the CLI'})",
     )
     bound = b["bound"]
     check(

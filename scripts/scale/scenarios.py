@@ -58,6 +58,7 @@ def bring_up(model: Model, horizon: float = 6 * HOUR) -> dict[str, Any]:
         "signed_per_minute": len(w.signed) / (signed_span / 60) if signed_span else None,
         "head_s3_per_certificate": head.s3.calls / len(w.signed) if w.signed else None,
         "head_s3_paced": model.head_s3_paced,
+        "head_s3_kind": w.head_s3_kind,
         "in_flight": w.sim.most_in_flight,
         "certificate_wait_p99": pct(w.certificate_waits, 99),
         "pacer_interval": w.pacing.api_interval_ms / 1000,
@@ -81,7 +82,13 @@ def certificates(model: Model, horizon: float = 2 * HOUR) -> dict[str, Any]:
     w.start_head()
     n = model.nodes
     w.sim.run(horizon, stop=lambda: len(w.signed) >= n)
-    out = {"seconds": w.sim.now() if len(w.signed) >= n else None, "signed": len(w.signed), "horizon": horizon}
+    out = {
+        "seconds": w.sim.now() if len(w.signed) >= n else None,
+        "signed": len(w.signed),
+        "span": w.signed[-1][0] - w.signed[0][0] if w.signed else None,  # first to last written: the signing alone
+        "horizon": horizon,
+        "head_s3_kind": w.head_s3_kind,
+    }
     _finish(w)
     return out
 

@@ -49,7 +49,8 @@ from .stores import Bucket, Table, Timed
 # `scontrol update` ~0.1 s (measured). A hung connection costs clients.READ_SECONDS per attempt, clients.ATTEMPTS
 # attempts at most (botocore's read timeout and retries), not the CLI's default 60 s per attempt.
 AWS = Latency(0.020, 0.005, 0.100, spread=0.5)
-# The head agent's and the nodes' calls are still `aws` CLI processes (hpcc_node/awscli.py, templates/steps/):
+# The nodes' calls, and the head agent's but its signer's S3 calls where it has boto3 (head.signer_kind), are `aws`
+# CLI processes (hpcc_node/awscli.py, templates/steps/); the signer's in-process calls cost AWS's latency above.
 CLI = Latency(0.6, 0.4, 1.5)
 SCONTROL = Latency(0.1, 0.1, 0.1)
 HUNG_CALL_SECONDS = float(clients.READ_SECONDS * clients.ATTEMPTS)
@@ -88,6 +89,8 @@ class Model:
     node_s3_paced: bool = node_mod.S3_PACED
     apply_reads_munge: bool = node_mod.APPLY_READS_MUNGE
     head_s3_paced: bool = False
+    # The head agent's Python has boto3 (its signer's S3 calls in process), as the templates say, unless set
+    head_boto3: bool = head_mod.HEAD_BOTO3
 
 
 @dataclass
@@ -138,6 +141,7 @@ class World:
         self.applied_after: dict[int, list[float]] = defaultdict(list)
         self.stopped = False
         self.head_started = False
+        self.head_s3_kind = ""  # the head's signer's S3 client: "boto3" (in process) or "cli" (start_head)
         self.docs: dict[str, Any] = {}  # membership ETag -> the parsed object (node.doc_of)
         self.listings: dict[str, set[tuple[str, str]]] = {}  # membership ETag -> (name, instance) it lists
         self.status_change_bytes = 0  # statuses written because what they say changed (not heartbeats)
@@ -172,6 +176,9 @@ class World:
     def cli(self) -> float:
         return self.model.cli.draw(self.sim.rng)
 
+    def in_process(self) -> float:
+        return self.model.aws.draw(self.sim.rng)
+
     # -- the nodes ----------------------------------------------------------------------------------------------
     def _node(self, inst: Instance) -> node_mod.Node:
         first = head_mod.Pacer(pacing_for(513).api_interval_ms, self.sim.rng.random)  # first_call_pacing
@@ -199,9 +206,11 @@ class World:
     def start_head(self) -> Any:
         """The head's signer and the controller, on actors of their own; the signer's Head, to seed its cache."""
         pacer = head_mod.Pacer(self.pacing.api_interval_ms, self.sim.rng.random)
+        self.head_s3_kind = head_mod.signer_kind(self.model.head_boto3)
+        s3_latency = self.in_process if self.head_s3_kind == "boto3" else self.cli
         loop, signer = head_mod.signer(
             self.sim, self.bucket, BUCKET, CLUSTER, ARN_PREFIX, pacer, self.sync_seconds, self.cli, HEAD["ip"],
-            self.head_errors, self.model.head_s3_paced,
+            self.head_errors, self.model.head_s3_paced, s3_latency,
         )  # fmt: skip
         self.head_started = True
         Actor(self.sim, loop, "head-agent")

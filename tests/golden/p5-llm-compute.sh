@@ -1094,6 +1094,7 @@ HPCC_STATE=/etc/hpcc/node
 HPCC_APPLIED_SETTINGS=/etc/hpcc/settings
 HPCC_AGENT_LOCK=/run/hpcc-sync.lock
 HPCC_AGENT_PID=/run/hpcc-sync.pid
+HPCC_AGENT_PYTHON=python3
 
 write_state() {
   printf '%s\n' "HPCC_NODE=$HPCC_NODE" "HPCC_INSTANCE_ID=$HPCC_INSTANCE_ID" "HPCC_IP=$HPCC_IP" \
@@ -1163,7 +1164,7 @@ agent_env() {
 
 agent_unit() {
   printf '%s\n' "[Unit]" "Description=hpcc node agent: follows membership.json, /hpcc/llm/settings and /hpcc/llm/bundle" \
-    "After=network-online.target" "Wants=network-online.target" "" "[Service]" "ExecStart=/usr/bin/env python3 -m hpcc_node.agent" \
+    "After=network-online.target" "Wants=network-online.target" "" "[Service]" "ExecStart=/usr/bin/env $HPCC_AGENT_PYTHON -m hpcc_node.agent" \
     "WorkingDirectory=/" "EnvironmentFile=/etc/hpcc/agent.env" "Restart=always" "RestartSec=10" "" "[Install]" "WantedBy=multi-user.target"
 }
 
@@ -1188,10 +1189,10 @@ step_sync() {
   fi
   rm -f "$HPCC_AGENT_PID"
   mapfile -t envs </etc/hpcc/agent.env
-  (cd /; setsid env "${envs[@]}" python3 -m hpcc_node.agent </dev/null >>"/var/log/hpcc-bootstrap.log" 2>&1 &)
+  (cd /; setsid env "${envs[@]}" "$HPCC_AGENT_PYTHON" -m hpcc_node.agent </dev/null >>"/var/log/hpcc-bootstrap.log" 2>&1 &)
   for n in $(seq 50); do [ ! -s "$HPCC_AGENT_PID" ] || break; sleep 0.1; done
-  [ -s "$HPCC_AGENT_PID" ] || fail "the node agent did not start (python3 -m hpcc_node.agent, PYTHONPATH=$HPCC_CURRENT)"
-  log "started the node agent: python3 -m hpcc_node.agent, pid $(cat "$HPCC_AGENT_PID") (no systemd here), a tick every ${HPCC_SYNC_SECONDS}+ s"
+  [ -s "$HPCC_AGENT_PID" ] || fail "the node agent did not start ($HPCC_AGENT_PYTHON -m hpcc_node.agent, PYTHONPATH=$HPCC_CURRENT)"
+  log "started the node agent: $HPCC_AGENT_PYTHON -m hpcc_node.agent, pid $(cat "$HPCC_AGENT_PID") (no systemd here), a tick every ${HPCC_SYNC_SECONDS}+ s"
 }
 # --- hooks
 HPCC_HOOK_SECONDS=$(( 10 * 60 ))
