@@ -16,6 +16,7 @@ FORMAT_KEY = "format"
 
 NODE_GROUPS = 1  # /hpcc/<cluster>/groups: infra/render/groups_param.py -> the controller, the head's Slurm step
 MEMBERSHIP = 1  # membership.json: the controller (hpcc_node/controller/membership.py) -> every agent, the bootstrap
+MEMBERSHIP_DELTA = 1  # membership-deltas/<n>.json: the controller -> every agent (hpcc_node/controller/membership.py)
 STATUS = 1  # status/<instance ARN>.json: each node's agent and bootstrap -> the controller, `hpcc status`
 LEDGER_ITEM = 1  # the ledger's items: the controller, `hpcc replace` -> the controller
 SETTINGS = 1  # /hpcc/<cluster>/settings: infra/render/node_settings.py -> every agent and bootstrap
@@ -24,6 +25,7 @@ BUNDLE_MANIFEST = 1  # a bundle's manifest.json: infra/render/bundle.py -> the n
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
     "membership": MEMBERSHIP,
+    "membership delta": MEMBERSHIP_DELTA,
     "status": STATUS,
     "ledger item": LEDGER_ITEM,
     "settings": SETTINGS,

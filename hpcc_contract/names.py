@@ -58,10 +58,21 @@ def state_bucket(cluster: str, account: str) -> str:
 
 
 MEMBERSHIP_KEY = "membership.json"  # the controller's membership (hpcc_node/controller/membership.py)
+MEMBERSHIP_DELTAS_PREFIX = "membership-deltas/"  # each generation's change from the one before, in a ring of keys
+MEMBERSHIP_DELTAS_KEPT = 32  # the ring's size: a node more generations behind reads the whole membership.json
+MEMBERSHIP_GENERATION_META = "generation"  # membership.json's user metadata (HeadObject answers it): its generation
+MEMBERSHIP_SHA256_META = "sha256"  # ... and the sha256 of its bytes, which a node's patched copy must match
 STATUS_PREFIX = "status/"  # the nodes' statuses: status/<instance-arn>.json, each node its own
+STATUS_HOSTS_VERSION_META = "hosts-version"  # a status object's user metadata: the membership generation applied
 HOSTKEYS_PREFIX = "hostkeys/"  # hpcc_node/certstore.py: hostkeys/<instance-arn>.json, each node its own
 CERTS_PREFIX = "certs/"  # hpcc_node/certstore.py: certs/<node>.json, written by the head only
 NO_ROTATION = "none"  # the rotation parameter as Pulumi creates it, before `hpcc rotate-keys`
+
+
+def membership_delta_key(generation: int) -> str:
+    """The key of generation `generation`'s delta: a ring of MEMBERSHIP_DELTAS_KEPT keys, each overwritten by the
+    generation KEPT later (bounded without deletes; the delta names its own generation)."""
+    return f"{MEMBERSHIP_DELTAS_PREFIX}{generation % MEMBERSHIP_DELTAS_KEPT}.json"
 
 
 def hostkeys_key(instance_arn: str) -> str:

@@ -2,10 +2,11 @@
 bootstrap's sync step (templates/steps/sync.sh.j2). It keeps the node on the cluster's membership and settings,
 follows Slurm on the head, and moves the node to the bundle the pointer names (hpcc_node/agent_bundle.py).
 
-Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE conditional GET of the state
-bucket's membership.json (304 while it is unchanged: hpcc_node/controller/membership.py), which carries the bundle
-pointer and the settings' sha256; ONE paced GetParameters of the settings only when that sha256 changed (every tick
-when the membership carries none); plus the canaries' statuses while a rollout is on. A newer membership
+Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE HeadObject of the state
+bucket's membership.json, and on a change its deltas or the object itself (hpcc_node/controller/membership.py
+follow), which carries the bundle pointer and the settings' sha256; ONE paced GetParameters of the settings only
+when that sha256 changed (every tick when the membership carries none); plus the canaries' statuses while a
+rollout is on. A newer membership
 generation or changed settings are applied by the role script's `apply-membership` with the hosts text
 hpcc_node/hosts.py renders (the one writer of the membership files: hostfiles, env, SSH config, Slurm); nothing is
 restarted, so running jobs do not notice. One status write per change, to status/<instance ARN>.json. An error
@@ -126,7 +127,7 @@ class Agent(BundleFollowing, StatusReporting):
             self.record = self.record._replace(boot_digest=upgrade.boot_digest(self.current_dir(), config.role))
             state.write_record(config.path("agent.json"), self.record)
         self.written: Optional[tuple] = None  # what the last status write said, its bytes, and when
-        self.written_body, self.written_at = b"", 0.0
+        self.written_body, self.written_at, self.written_version = b"", 0.0, -1
         self.status_lock = threading.RLock()  # the tick's status writes and the heartbeat thread's, in order
         self.pointer_sha = ""  # the pointer's sha last tick
         self.verdict: Optional[rollout.Verdict] = None
@@ -192,7 +193,7 @@ class Agent(BundleFollowing, StatusReporting):
 
     def read_membership(self) -> None:
         try:
-            doc, self.etag = membership.read(self.s3, self.c.state_bucket, self.etag)
+            doc, self.etag = membership.follow(self.s3, self.c.state_bucket, self.doc, self.etag)
         except Exception as e:  # noqa: BLE001 - S3 unreachable: the applied membership stays
             raise AwsError(f"s3://{self.c.state_bucket}/{MEMBERSHIP_KEY}: {e}") from None
         if doc is not None:
@@ -302,7 +303,8 @@ class Agent(BundleFollowing, StatusReporting):
             return
         self.node = state.parse_state(state.read_text(self.c.path("node")) or "")
         self.settings = settings
-        self.message = f"membership generation {self.node.hosts_version} applied"
+        # the message stays: the generation applied goes in the status object's metadata (agent_status.py), so an
+        # apply does not change the body the controller reads again whenever its ETag changes
 
     def slurm_watch(self) -> None:
         def cmd(*args: str) -> str:

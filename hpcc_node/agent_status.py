@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict
 
+from hpcc_contract.names import STATUS_HOSTS_VERSION_META
 from hpcc_node import state, status
 from hpcc_node.aws import AwsError
 from hpcc_node.health import service as health
@@ -33,16 +34,21 @@ class StatusReporting:
 
     def report(self) -> None:
         extra = self.extra()
-        key = (self.node, self.message, self.running, repr(sorted(extra.items())))
+        key = (
+            self.node.node,
+            self.node.ip,
+            self.node.instance_id,
+            self.message,
+            self.running,
+            repr(sorted(extra.items())),
+        )
         if key == self.written:  # unchanged: the same bytes again each heartbeat (same ETag, a new LastModified)
+            if self.written_version != self.node.hosts_version:  # a membership applied: the metadata says so now
+                self.put_status(self.written_body)
             self.beat()
             return
-        identity = {
-            "node": self.node.node,
-            "ip": self.node.ip,
-            "instanceId": self.node.instance_id,
-            "hostsVersion": self.node.hosts_version,
-        }
+        # No hostsVersion in the body: an apply at every node must not change 4,096 bodies the controller then reads
+        identity = {"node": self.node.node, "ip": self.node.ip, "instanceId": self.node.instance_id}
         tail = (state.read_text(self.c.log) or "").splitlines()
         body = status.status(
             identity, "ready", True, self.message, bundle=self.running, log_tail=tail, now=self.clock(), extra=extra
@@ -59,11 +65,19 @@ class StatusReporting:
                 self.put_status(self.written_body)
 
     def put_status(self, body: bytes) -> None:
+        """The body, with the membership generation applied as the object's metadata: S3's ETag is the body's
+        MD5 (S3 User Guide, "Checking object integrity"), so new metadata over the same bytes is no change to the
+        controller (observe.reports reads an object again only when its ETag changed)."""
         with self.status_lock:
+            version = self.node.hosts_version
             try:
                 self.s3.put_object(
-                    Bucket=self.c.state_bucket, Key=self.c.status_key, Body=body, ContentType="application/json"
+                    Bucket=self.c.state_bucket,
+                    Key=self.c.status_key,
+                    Body=body,
+                    ContentType="application/json",
+                    Metadata={STATUS_HOSTS_VERSION_META: str(version)},
                 )
             except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
                 raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
-            self.written_body, self.written_at = body, self.clock()
+            self.written_body, self.written_at, self.written_version = body, self.clock(), version

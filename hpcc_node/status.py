@@ -11,6 +11,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from hpcc_contract import formats
+from hpcc_contract.names import STATUS_HOSTS_VERSION_META
 from hpcc_contract.version import ACCEPTED_PROTOCOLS, AGENT_VERSION, PROTOCOL
 
 LIMIT = 4000  # bytes: one small object a node (it was a Standard parameter, 4 KB)
@@ -43,8 +44,8 @@ def status(
     step: str = "sync",
     extra: Optional[Dict[str, Any]] = None,
 ) -> str:
-    """identity: node, ip, instanceId, hostsVersion. extra: drifted, class, refused, rollout, slurm. As many of
-    the log's last lines as fit in LIMIT bytes."""
+    """identity: node, ip, instanceId (and hostsVersion: the agent leaves it to the object's metadata). extra:
+    drifted, class, refused, rollout, slurm. As many of the log's last lines as fit in LIMIT bytes."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
     lines = [_clean(line, TAIL_WIDTH) for line in log_tail[-TAIL_LINES:]]
     while True:
@@ -57,7 +58,7 @@ def status(
             "ip": identity["ip"],
             "instance_id": identity["instanceId"],
             "instanceId": identity["instanceId"],
-            "hostsVersion": identity["hostsVersion"],
+            **({"hostsVersion": identity["hostsVersion"]} if "hostsVersion" in identity else {}),
             "phase": phase,
             "step": step,
             "ok": ok,
@@ -92,3 +93,11 @@ def read(value: str) -> Optional[Dict[str, Any]]:
     except (formats.NewerFormat, formats.BadFormat):
         return None  # no verdict from it, as from another protocol's (the reader's own status names its refusals)
     return doc
+
+
+def with_applied(doc: Dict[str, Any], metadata: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    """A status as read with GetObject: its hostsVersion (the membership generation its node applied) from the
+    object's metadata, where the agent writes it (hpcc_node/agent_status.py put_status); the bootstrap's writes
+    carry it in the body."""
+    found = str((metadata or {}).get(STATUS_HOSTS_VERSION_META, ""))
+    return {**doc, "hostsVersion": int(found)} if found.isdigit() else doc

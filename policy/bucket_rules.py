@@ -111,8 +111,8 @@ def _denies_other_writers(statement: dict, objects: str, roles: set[str]) -> boo
 
 def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     """The state bucket (infra/program/components/state.py): only the cluster's roles; the compute role reads
-    membership.json, the statuses (a rollout waits on its canaries') and the host certificates (certs/*) and writes
-    its own status and host-keys objects only; the head gets, puts and lists; nobody else."""
+    membership.json and its deltas, the statuses (a rollout waits on its canaries') and the host certificates
+    (certs/*) and writes its own status and host-keys objects only; the head gets, puts and lists; nobody else."""
     if rtype != BUCKET_POLICY:
         return []
     bucket = str(inputs.get("bucket") or "")
@@ -126,6 +126,7 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
     own = "${ec2:SourceInstanceARN}.json"
     node_grants = {
         ("s3:GetObject", f"{arn}/{names.MEMBERSHIP_KEY}"),
+        ("s3:GetObject", f"{arn}/{names.MEMBERSHIP_DELTAS_PREFIX}*"),
         ("s3:GetObject", f"{arn}/{names.STATUS_PREFIX}*"),
         ("s3:GetObject", f"{arn}/{names.CERTS_PREFIX}*"),
         ("s3:PutObject", f"{arn}/{names.STATUS_PREFIX}{own}"),
@@ -165,7 +166,8 @@ def state_bucket_policy_resource(rtype: str, inputs: dict, graph: list[dict] | N
                 if extra:
                     out.append(
                         f"Statement[{n}] lets the compute nodes {', '.join(f'{a} on {t}' for a, t in extra)}: "
-                        f"a compute node reads {arn}/membership.json, the statuses and certs/*, and writes "
+                        f"a compute node reads {arn}/membership.json and its deltas, the statuses and certs/*, and "
+                        "writes "
                         f"only its own status and host keys ({arn}/status/${{ec2:SourceInstanceARN}}.json, "
                         "hostkeys/ likewise)"
                     )

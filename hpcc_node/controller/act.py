@@ -78,6 +78,7 @@ class Executor(HealthActs):
         self.clock, self.slurm, self.timers, self.log = clock, slurm, timers, log
         self.jobs_now, self.rand = jobs_now, rand
         self.seq = 0
+        self.published: Optional[membership.Published] = None  # the membership last written (its next delta's base)
 
     def run(self, actions: Sequence[Action], snap: Snapshot) -> List[str]:
         """Each action in order; returns the lines logged. LeaseLost stops the loop; anything else is logged and
@@ -291,11 +292,13 @@ class Executor(HealthActs):
         return a.data["addr"]
 
     def _publish_membership(self, a: Action) -> str:
-        generation, etag = membership.head(self.s3, self.bucket)
-        self.ledger.set_membership(generation + 1, "", "")  # before: fenced by the lease; no digest until written
-        etag = membership.publish(self.s3, self.bucket, a.data["body"], generation + 1, etag)
-        self.ledger.set_membership(generation + 1, a.data["digest"], etag)
-        return f"generation {generation + 1}"
+        # the ledger's mark before: fenced by the lease; no digest until written
+        done = membership.publish_next(
+            self.s3, self.bucket, a.data["body"], self.published, lambda n: self.ledger.set_membership(n, "", "")
+        )
+        self.published = done
+        self.ledger.set_membership(done.generation, a.data["digest"], done.etag)
+        return f"generation {done.generation}"
 
     def _alert(self, a: Action) -> str:
         self.ledger.alert(a.data["key"], self.clock())

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from . import membership
 from . import observe as obs
 from .act import LOG, Executor, reconcile_once
 from .calls import Costs, Counted, counted_command
@@ -59,6 +60,7 @@ def build_step(
     acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
 
     last: Dict[str, Report] = {}
+    published: List[Optional[membership.Published]] = [None]  # the membership last written: its next delta's base
 
     def reports() -> Dict[str, Report]:
         try:
@@ -80,23 +82,27 @@ def build_step(
         limit = max(1, sum(g.size_limit for g in current))  # no hostlist of Slurm's names more nodes
         jobs_now = (lambda: slurm_read.jobs(limit)) if slurm_read is not None else None
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log, jobs_now=jobs_now)
-        return reconcile_once(
-            lambda: obs.observe(
-                ec2,
+        executor.published = published[0]
+        try:
+            return reconcile_once(
+                lambda: obs.observe(
+                    ec2,
+                    ledger,
+                    cluster,
+                    clock,
+                    reports,
+                    slurm_read.nodes if slurm_read is not None else None,
+                    bundle(),
+                    head,
+                    extras_reader(slurm_read, limit) if slurm_read is not None else None,
+                ),
+                lambda snap: decide(snap, current, snap.now, timers),
+                executor,
                 ledger,
-                cluster,
-                clock,
-                reports,
-                slurm_read.nodes if slurm_read is not None else None,
-                bundle(),
-                head,
-                extras_reader(slurm_read, limit) if slurm_read is not None else None,
-            ),
-            lambda snap: decide(snap, current, snap.now, timers),
-            executor,
-            ledger,
-            costs,
-        )
+                costs,
+            )
+        finally:
+            published[0] = executor.published
 
     step.costs = costs  # type: ignore[attr-defined]
     step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]

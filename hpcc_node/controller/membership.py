@@ -1,6 +1,10 @@
 """Membership: one JSON object in S3 with a generation number, written by the controller and followed by every
-node agent. Size does not matter there (4,096 nodes are some 500 KB), and an agent's poll is a conditional GET
-that costs no transfer when nothing changed.
+node agent. At 4,096 nodes it is some 420 KB, so a node that already holds generation n does not read it again
+for n+1: the controller writes each generation's change (its delta: the entries that changed, the names that left)
+under a ring of keys before the object it leads to, and an agent's poll is a HeadObject whose metadata names the
+generation and the sha256 of the object's bytes; the agent patches its copy with the deltas since its generation
+and takes the result only when its bytes hash to that sha256 (else, or when a delta is missing, it reads the whole
+object). A change then costs each node O(what changed), not O(cluster).
 
 S3 User Guide, "Conditional requests": GetObject with If-None-Match answers 304 Not Modified while the ETag is
 the same; PutObject with If-Match writes only over the version read, and with If-None-Match "*" only if the key
@@ -10,15 +14,24 @@ The client is a boto3 S3 client, injected; the same functions serve the controll
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from hpcc_contract import formats
-from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
+from hpcc_contract.names import (
+    MEMBERSHIP_DELTAS_KEPT,
+    MEMBERSHIP_GENERATION_META,
+    MEMBERSHIP_KEY,
+    MEMBERSHIP_SHA256_META,
+    STATUS_PREFIX,
+    membership_delta_key,
+)
 from hpcc_node.awscli import error_code
 
 FORMAT = formats.MEMBERSHIP
+NOT_FOUND = ("404", "NoSuchKey", "NotFound")
 # The nodes' verdicts about themselves (STATUS_PREFIX): one small object per node, written on a change or a
 # heartbeat, listed by the controller each loop (observe.reports) and fetched only where its ETag changed.
 
@@ -65,27 +78,41 @@ def newer(current: Optional[int], read: Optional[Dict[str, Any]]) -> bool:
     return current is None or read["generation"] > current
 
 
-def head(s3: Any, bucket: str, key: str = MEMBERSHIP_KEY) -> Tuple[int, str]:
-    """(generation, ETag) of the published object; (0, "") when there is none."""
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def head_meta(s3: Any, bucket: str, key: str = MEMBERSHIP_KEY) -> Tuple[int, str, str]:
+    """(generation, ETag, sha256 of its bytes) of the published object: (0, "", "") when there is none; a sha256 of
+    "" when it was written before deltas (then a node reads it whole)."""
     try:
         meta = s3.head_object(Bucket=bucket, Key=key)
     except Exception as e:
-        if error_code(e) in ("404", "NoSuchKey", "NotFound"):
-            return 0, ""
+        if error_code(e) in NOT_FOUND:
+            return 0, "", ""
         raise
-    return int(meta.get("Metadata", {}).get("generation", "0")), meta["ETag"]
+    found = meta.get("Metadata") or {}
+    generation = str(found.get(MEMBERSHIP_GENERATION_META, "0"))
+    return int(generation) if generation.isdigit() else 0, meta["ETag"], str(found.get(MEMBERSHIP_SHA256_META, ""))
+
+
+def head(s3: Any, bucket: str, key: str = MEMBERSHIP_KEY) -> Tuple[int, str]:
+    """(generation, ETag) of the published object; (0, "") when there is none."""
+    generation, etag, _ = head_meta(s3, bucket, key)
+    return generation, etag
 
 
 def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: str, key: str = MEMBERSHIP_KEY) -> str:
     """Write generation `generation` over the object whose ETag is `etag` ("" : create it); returns the new ETag."""
     cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+    data = encode(body, generation)
     try:
         out = s3.put_object(
             Bucket=bucket,
             Key=key,
-            Body=encode(body, generation),
+            Body=data,
             ContentType="application/json",
-            Metadata={"generation": str(generation)},
+            Metadata={MEMBERSHIP_GENERATION_META: str(generation), MEMBERSHIP_SHA256_META: sha256(data)},
             **cond,
         )
     except Exception as e:
@@ -102,7 +129,115 @@ def read(s3: Any, bucket: str, etag: str = "", key: str = MEMBERSHIP_KEY) -> Tup
     except Exception as e:
         if error_code(e) in ("304", "NotModified"):
             return None, etag
-        if error_code(e) in ("NoSuchKey", "404"):
+        if error_code(e) in NOT_FOUND:
             return None, ""
         raise
     return json.loads(out["Body"].read()), out["ETag"]
+
+
+def body_of(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """A membership document without its stamp and generation: what encode() takes."""
+    return {k: v for k, v in doc.items() if k not in (formats.FORMAT_KEY, "generation")}
+
+
+def delta(before: Dict[str, Any], after: Dict[str, Any], generation: int) -> Dict[str, Any]:
+    """Generation `generation`'s change from the body before it: the node entries that are new or changed, the
+    names that left, the rest of the body whole (groups, bundle, head: a few hundred bytes), and the sha256 of the
+    whole object it leads to."""
+    old = {str(n.get("name")): n for n in before.get("nodes") or ()}
+    new = {str(n.get("name")): n for n in after.get("nodes") or ()}
+    doc = {
+        "from": generation - 1,
+        "generation": generation,
+        "changed": [new[name] for name in sorted(new) if old.get(name) != new[name]],
+        "removed": sorted(set(old) - set(new)),
+        "rest": {k: v for k, v in after.items() if k != "nodes"},
+        "sha256": sha256(encode(after, generation)),
+    }
+    return formats.stamp(doc, formats.MEMBERSHIP_DELTA)
+
+
+def patch(doc: Dict[str, Any], change: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The membership `change` leads to from `doc` (its `from` generation), or None when it does not follow from
+    `doc` or the result's bytes are not the ones the controller wrote (its sha256)."""
+    formats.check_doc("membership delta", change, formats.MEMBERSHIP_DELTA)
+    if doc.get("generation") != change.get("from") or not isinstance(change.get("generation"), int):
+        return None
+    nodes = {str(n.get("name")): n for n in doc.get("nodes") or ()}
+    for name in change.get("removed") or ():
+        nodes.pop(name, None)
+    for entry in change.get("changed") or ():
+        nodes[str(entry.get("name"))] = entry
+    # membership_body (decide.py) lists the nodes sorted by name, so the same nodes give the same bytes
+    body = {**(change.get("rest") or {}), "nodes": [nodes[name] for name in sorted(nodes)]}
+    data = encode(body, change["generation"])
+    return json.loads(data) if sha256(data) == change.get("sha256") else None
+
+
+def put_delta(s3: Any, bucket: str, before: Dict[str, Any], after: Dict[str, Any], generation: int) -> None:
+    """Written before the object it leads to, so a node that sees generation n finds n's delta."""
+    data = json.dumps(delta(before, after, generation), sort_keys=True, separators=(",", ":")).encode()
+    s3.put_object(Bucket=bucket, Key=membership_delta_key(generation), Body=data, ContentType="application/json")
+
+
+class Published(NamedTuple):
+    """What the controller published last: the delta of the next generation is taken from its body."""
+
+    generation: int
+    etag: str
+    body: Dict[str, Any]
+
+
+def publish_next(
+    s3: Any, bucket: str, body: Dict[str, Any], last: Optional[Published], mark: Callable[[int], None]
+) -> Published:
+    """The next generation: its delta from the published one (the body held from the last publish, else read once,
+    as after a restart), then the object itself over the ETag read. `mark(generation)` runs first (the ledger's
+    record that a publish is under way, fenced by the controller's lease)."""
+    generation, etag = head(s3, bucket)
+    mark(generation + 1)
+    if generation:
+        before = last.body if last and (last.generation, last.etag) == (generation, etag) else None
+        if before is None:
+            doc, _ = read(s3, bucket)
+            before = body_of(doc) if isinstance(doc, dict) and doc.get("generation") == generation else None
+        if before is not None:  # else no delta: the nodes read the whole object, as they would without one
+            put_delta(s3, bucket, before, body, generation + 1)
+    return Published(generation + 1, publish(s3, bucket, body, generation + 1, etag), body)
+
+
+def follow(s3: Any, bucket: str, doc: Optional[Dict[str, Any]], etag: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """An agent's poll: the membership and its ETag when it changed since `etag` (`doc`: the copy held, of that
+    ETag), else (None, etag); (None, "") when there is none. One HeadObject while nothing changed; the deltas since
+    `doc`'s generation when they lead to the published bytes; the whole object otherwise."""
+    generation, now, digest = head_meta(s3, bucket)
+    if not now:
+        return None, ""
+    if now == etag:
+        return None, etag
+    patched = _patched(s3, bucket, doc, generation, digest)
+    if patched is not None:
+        return patched, now
+    return read(s3, bucket)
+
+
+def _patched(
+    s3: Any, bucket: str, doc: Optional[Dict[str, Any]], generation: int, digest: str
+) -> Optional[Dict[str, Any]]:
+    held = (doc or {}).get("generation")
+    if not digest or not isinstance(held, int) or not 0 < generation - held <= MEMBERSHIP_DELTAS_KEPT:
+        return None
+    current: Optional[Dict[str, Any]] = doc
+    for n in range(held + 1, generation + 1):
+        try:
+            change = json.loads(s3.get_object(Bucket=bucket, Key=membership_delta_key(n))["Body"].read())
+            current = patch(current, change) if current is not None and isinstance(change, dict) else None
+        except ValueError:  # unreadable, or of a newer format (formats.NewerFormat): the whole object
+            return None
+        except Exception as e:  # noqa: BLE001 - not there (a ring slot not written yet): the whole object
+            if error_code(e) in NOT_FOUND:
+                return None
+            raise
+        if current is None:
+            return None
+    return current if current is not None and sha256(encode(body_of(current), generation)) == digest else None

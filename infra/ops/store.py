@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from hpcc_contract import groups as groups_format
 from hpcc_contract.names import STATUS_PREFIX, Paths, ledger_table, state_bucket
+from hpcc_node import status
 from hpcc_node.controller import membership
 from hpcc_node.controller.ledger import Ledger, Loaded
 from infra.ops.aws import Aws, error_code, tag_filter
@@ -144,12 +145,15 @@ def statuses(aws: Aws, bucket: str, wanted: set[str] | None = None) -> Statuses:
     def fetch(item: tuple[str, str]) -> tuple[str, dict | str]:
         iid, key = item
         try:
-            body = json.loads(aws.backoff.run(s3.get_object, Bucket=bucket, Key=key)["Body"].read())
+            got = aws.backoff.run(s3.get_object, Bucket=bucket, Key=key)
+            body = json.loads(got["Body"].read())
         except ClientError as e:
             return iid, f"cannot read {key}: {error_code(e)}"
         except ValueError:
             return iid, f"{key} is not JSON"
-        return iid, body if isinstance(body, dict) else f"{key} is not an object"
+        return iid, status.with_applied(body, got.get("Metadata")) if isinstance(
+            body, dict
+        ) else f"{key} is not an object"
 
     with ThreadPoolExecutor(FETCH_THREADS) as pool:
         for iid, body in pool.map(fetch, keys):

@@ -129,7 +129,7 @@ class Paced:
             if self.before is not None:
                 self.before()
             self.sim.sleep(self.latency())
-            self.calls += params.get("Key") != MEMBERSHIP_KEY
+            self.calls += not str(params.get("Key")).startswith(("membership", MEMBERSHIP_KEY))
             return found(**params)
 
         return call
@@ -172,7 +172,7 @@ def signer(
         while True:
             sim.sleep(tick_seconds(sync_seconds, pacer.rand()))
             try:  # as the agent's tick and Certs.tick: an error is logged and the next tick tries again
-                read, etag = membership.read(agent_s3, bucket_name, etag)
+                read, etag = membership.follow(agent_s3, bucket_name, doc, etag)
                 doc = read or doc
                 aws.get_parameters([rotation])
                 head.sign_pending(certs.members(doc) or [certs.Member("head", head_ip, "")], sim.now())

@@ -2,7 +2,10 @@
 tag, the membership, one status write per step of infra/render/steps.py STEPS, the ssh step's wait for its host
 certificate as hpcc_node/certs_boot.py polls, the munge key, slurmd) and then its agent (hpcc_node/agent.py: a tick
 every `tick_seconds`, the membership's conditional GET, the certificate's, the status written on a change; the
-heartbeat thread every half beat; a changed health verdict written once the tick is done). Every call costs one
+heartbeat thread every half beat; a changed health verdict written once the tick is done). The membership poll is
+the agent's own function (membership.follow: a HeadObject, and on a change the deltas or the whole object), run
+against the bucket at the tick's start and its calls then paid for one by one; a status body leaves the generation
+applied to the object's metadata, as agent_status.py does. Every call costs one
 `aws` CLI process's latency; the SSM and Secrets Manager calls first wait for the node's one pacer (head.Pacer:
 `pace_wait_ms`). Whether S3's calls wait for it too, and whether a membership apply reads the munge key again, is
 read from the code the nodes run (S3_PACED, APPLY_READS_MUNGE below), so that reverting either fix of issue 38
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcc_contract.names import MEMBERSHIP_KEY, certs_key, hostkeys_key
+from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_HOSTS_VERSION_META, certs_key, hostkeys_key
 from hpcc_node import certstore, hosts, status
 from hpcc_node.agent import Agent, tick_seconds
 from hpcc_node.controller import membership
@@ -64,6 +67,8 @@ class Node:
     alive: bool = True
     generation: int = 0  # the membership generation applied
     etag: str = ""
+    doc: Any = None  # the membership last read (membership.follow's copy)
+    written_version: int = -1  # the generation the status object's metadata says
     certs_etag: str = ""
     verdict_ok: bool = True
     verdict_at: float | None = None  # when the health thread's verdict turned failed, until written
@@ -91,8 +96,11 @@ def paced(w: World, n: Node, op: str, **params: Any) -> Generator[float, None, A
         return e
 
 
-def body(w: World, n: Node, phase: str, ok: bool = True, failure: str = "") -> bytes:
-    identity = {"node": n.name or "unknown", "ip": n.ip, "instanceId": n.iid, "hostsVersion": n.generation}
+def body(w: World, n: Node, phase: str, ok: bool = True, failure: str = "", boot: bool = False) -> bytes:
+    """The bootstrap's status (`boot`) carries hostsVersion in its body; the agent's leaves it to the metadata."""
+    identity = {"node": n.name or "unknown", "ip": n.ip, "instanceId": n.iid}
+    if boot:
+        identity["hostsVersion"] = n.generation
     extra = {"failure": failure, "evidence": n.message} if failure else {}
     return status.status(
         identity, phase, ok, n.message, bundle="sim", log_tail=LOG_TAIL, now=w.sim.now(), extra=extra
@@ -100,15 +108,16 @@ def body(w: World, n: Node, phase: str, ok: bool = True, failure: str = "") -> b
 
 
 def put_status(w: World, n: Node, data: bytes) -> Steps:
-    yield from paced(w, n, "put_object", Key=membership.status_key(n.arn), Body=data)
-    n.written_body, n.written_at = data, w.sim.now()
+    meta = {STATUS_HOSTS_VERSION_META: str(n.generation)}
+    yield from paced(w, n, "put_object", Key=membership.status_key(n.arn), Body=data, Metadata=meta)
+    n.written_body, n.written_at, n.written_version = data, w.sim.now(), n.generation
     n.writes.append(w.sim.now())
 
 
 def fail(w: World, n: Node, cause: str) -> Steps:
     w.boot_failures[cause] += 1
     n.message = f"bootstrap failed: {cause}"
-    yield from put_status(w, n, body(w, n, "failed", ok=False, failure="bootstrap"))
+    yield from put_status(w, n, body(w, n, "failed", ok=False, failure="bootstrap", boot=True))
     n.alive = False
 
 
@@ -150,7 +159,7 @@ def boot(w: World, n: Node) -> Steps:
     yield from paced(w, n, "ssm")  # the FSx parameter
     for step in STEPS:
         n.message = f"step {step.name}"
-        yield from put_status(w, n, body(w, n, step.name))
+        yield from put_status(w, n, body(w, n, step.name, boot=True))
         yield m.bootstrap_seconds / len(STEPS)
         if step.name == "ssh":
             yield from paced(w, n, "secret")  # the cluster key
@@ -198,8 +207,10 @@ def wait_certificate(w: World, n: Node) -> Generator[float, None, bool]:
 
 def report(w: World, n: Node) -> Steps:
     """StatusReporting.report: the status when what it says changed, else the heartbeat's rewrite if due."""
-    key = (n.generation, n.message, n.verdict_ok)
-    if key != n.written:
+    key = (n.message, n.verdict_ok)
+    if key == n.written and n.written_version != n.generation:  # a membership applied: the same bytes, new metadata
+        yield from put_status(w, n, n.written_body)
+    elif key != n.written:
         failure = "" if n.verdict_ok else "health"
         data = body(w, n, "ready", ok=n.verdict_ok, failure=failure)
         yield from put_status(w, n, data)
@@ -217,23 +228,64 @@ def agent(w: World, n: Node) -> Steps:
         if not n.alive:
             return
         n.busy = True
-        got = yield from paced(w, n, "get_object", Key=MEMBERSHIP_KEY, IfNoneMatch=n.etag)
-        doc = doc_of(w, got)
+        doc = yield from follow(w, n)
         if doc is not None:
-            n.etag = got["ETag"]
-            if int(doc["generation"]) > n.generation and listed(w, got, n):
+            if int(doc["generation"]) > n.generation and (n.name, n.iid) in w.listed_in(n.etag, doc):
                 w.seen(n, int(doc["generation"]))
                 if w.model.apply_reads_munge:  # apply-membership's step_slurm: munge_key (slurm.sh.j2)
                     yield from paced(w, n, "secret")
                     w.node_calls["apply_secret"] += 1
                 n.generation = int(doc["generation"])
-                n.message = f"membership generation {n.generation} applied"
                 w.applied(n, n.generation)
         got = yield from paced(w, n, "get_object", Key=certs_key(n.name), IfNoneMatch=n.certs_etag)
         if isinstance(got, dict):
             n.certs_etag = got["ETag"]
         yield from report(w, n)
         n.busy = False
+
+
+def follow(w: World, n: Node) -> Generator[float, None, Any]:
+    """The agent's membership poll: membership.follow run once per (copy held, published ETag) for every node that
+    holds the same copy (the nodes share the parsed documents, as doc_of's), each node then paying for its calls."""
+    head = w.bucket.objects.get(MEMBERSHIP_KEY)
+    memo = (id(n.doc), n.etag, head[1] if head else "")
+    if memo not in w.follows:
+        calls: list[tuple[str, str]] = []
+        found, etag = membership.follow(Recorded(w.bucket, calls), w.bucket_name, n.doc, n.etag)
+        w.follows[memo] = (found, etag, calls)
+    found, etag, calls = w.follows[memo]
+    for op, key in calls:
+        if op in PACED_ALWAYS or w.model.node_s3_paced:
+            yield n.pacer.reserve(w.sim.now())
+        yield w.cli()
+        w.node_calls[op] += 1
+        if op == "get_object":  # what S3 served this node (the recorded run served it once)
+            w.bucket.bytes_out[w.bucket.prefix(key)] += len(w.bucket.objects[key][0]) if key in w.bucket.objects else 0
+    if found is not None:
+        n.doc, n.etag = found, etag
+    elif not etag:
+        n.etag = ""
+    return found
+
+
+class Recorded:
+    """The bucket as membership.follow calls it, each call written down (the recorded run's bytes are not
+    counted: each node's replay counts its own)."""
+
+    def __init__(self, bucket: Any, calls: list[tuple[str, str]]):
+        self.bucket, self.calls = bucket, calls
+
+    def head_object(self, **params: Any) -> Any:
+        self.calls.append(("head_object", params["Key"]))
+        return self.bucket.head_object(**params)
+
+    def get_object(self, **params: Any) -> Any:
+        self.calls.append(("get_object", params["Key"]))
+        counted = (self.bucket.bytes_out.copy(), self.bucket.gets.copy())
+        try:
+            return self.bucket.get_object(**params)
+        finally:
+            self.bucket.bytes_out, self.bucket.gets = counted
 
 
 def heartbeat(w: World, n: Node) -> Steps:

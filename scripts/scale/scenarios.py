@@ -11,7 +11,7 @@ from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
-from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX, certs_key
+from hpcc_contract.names import MEMBERSHIP_DELTAS_PREFIX, MEMBERSHIP_KEY, STATUS_PREFIX, certs_key
 
 from .node import verdict
 from .world import Loop, Model, World
@@ -184,7 +184,7 @@ def hung_call(model: Model) -> dict[str, Any]:
 
 def _counts(w: World) -> Counter:
     return Counter(
-        membership_bytes=w.bucket.bytes_out[MEMBERSHIP_KEY],
+        membership_bytes=w.bucket.bytes_out[MEMBERSHIP_KEY] + w.bucket.bytes_out[MEMBERSHIP_DELTAS_PREFIX.rstrip("/")],
         status_bytes=w.bucket.bytes_out[STATUS_PREFIX.rstrip("/")] + w.status_change_bytes,
         status_gets=sum(lp.calls.get("s3.get_object", 0) for lp in w.loops),
         apply_secret=w.node_calls["apply_secret"],

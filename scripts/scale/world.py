@@ -16,6 +16,7 @@ from hpcc_contract import formats
 from hpcc_contract.names import (
     CERTS_PREFIX,
     MEMBERSHIP_KEY,
+    STATUS_HOSTS_VERSION_META,
     TAG_CLUSTER,
     TAG_GROUP,
     TAG_NODE,
@@ -23,7 +24,7 @@ from hpcc_contract.names import (
     certs_key,
     hostkeys_key,
 )
-from hpcc_node import certstore
+from hpcc_node import certstore, hosts
 from hpcc_node.controller import clients, membership, slurm_records
 from hpcc_node.controller import observe as observe_mod
 from hpcc_node.controller.calls import Costs
@@ -144,6 +145,7 @@ class World:
         self.head_s3_kind = ""  # the head's signer's S3 client: "boto3" (in process) or "cli" (start_head)
         self.docs: dict[str, Any] = {}  # membership ETag -> the parsed object (node.doc_of)
         self.listings: dict[str, set[tuple[str, str]]] = {}  # membership ETag -> (name, instance) it lists
+        self.follows: dict[tuple[int, str, str], Any] = {}  # node.follow's runs of membership.follow, shared
         self.status_change_bytes = 0  # statuses written because what they say changed (not heartbeats)
         self.controller: Actor | None = None
 
@@ -160,6 +162,12 @@ class World:
             self.published[int(metadata["generation"])] = self.sim.now()
         elif key.startswith(CERTS_PREFIX) and self.head_started:  # the head signed (a node's certificate)
             self.signed.append((self.sim.now(), key))
+
+    def listed_in(self, etag: str, doc: dict[str, Any]) -> set[tuple[str, str]]:
+        """hosts.listed of the membership of one ETag, computed once: (name, instance) of each node it lists."""
+        if etag not in self.listings:
+            self.listings[etag] = {(str(m["name"]), str(m.get("instance"))) for m in hosts.listed(doc)}
+        return self.listings[etag]
 
     def seen(self, n: node_mod.Node, generation: int) -> None:
         self.seen_after[generation].append(self.sim.now() - self.published.get(generation, self.sim.now()))
@@ -271,6 +279,7 @@ class World:
         snap = SimpleNamespace(instances=seen, bundle={"sha256": "sim", "settings_sha256": "sim"}, head=HEAD)
         body = membership_body(slots, snap, [self.group])  # type: ignore[arg-type]
         etag = membership.publish(self.bucket, BUCKET, body, 1, "")
+        self.docs[etag] = json.loads(self.bucket.objects[MEMBERSHIP_KEY][0])  # every settled node's copy
         self._ledger("membership", {"generation": 1, "digest": digest(body), "etag": etag})
         self.published[1] = 0.0
         for inst in list(self.ec2.instances.values()):
@@ -285,16 +294,16 @@ class World:
     def _settled_node(self, inst: Instance, slot: Slot, etag: str) -> None:
         n = self._node(inst)
         n.pacer.interval_ms = self.pacing.api_interval_ms
-        n.name, n.generation, n.etag = slot.name, 1, etag
+        n.name, n.generation, n.etag, n.doc = slot.name, 1, etag, self.docs[etag]
         self.bucket.put(certs_key(slot.name), head_mod.seeded_issue(slot.name, inst.ip, inst.iid, 0.0).encode())
         self.bucket.put(hostkeys_key(n.arn), head_mod.published(inst.ip, inst.iid).encode())
         n.certs_etag = self.bucket.objects[certs_key(slot.name)][1]
-        n.written = (1, n.message, True)
+        n.written, n.written_version = (n.message, True), 1
         n.written_body = node_mod.body(self, n, "ready")
         n.written_at = -self.sim.rng.random() * self.model.heartbeat_seconds  # heard within a heartbeat
         key = membership.status_key(n.arn)
         etag_s = self.bucket.put(key, n.written_body)
-        self.bucket.objects[key] = (n.written_body, etag_s, n.written_at, {})
+        self.bucket.objects[key] = (n.written_body, etag_s, n.written_at, {STATUS_HOSTS_VERSION_META: "1"})
         n.writes.append(n.written_at)
         self.sim.start(node_mod.agent(self, n), self.sim.rng.random() * self.sync_seconds)
         self.sim.start(node_mod.heartbeat(self, n), self.sim.rng.random() * self.model.heartbeat_seconds / 2)

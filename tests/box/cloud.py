@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcc_contract.names import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_ROLE, Paths
+from hpcc_node import status
 from infra.plan.aws_rules import decode_user_data
 from tests.box.harness import BOX_AMI, PROFILES, Box
 from tests.box.machine import NETWORK, sh
@@ -520,7 +521,8 @@ class FleetBox(Box):
         an instance id or the name of a live node."""
         instance_id = node if node.startswith("i-") else self.node(node).instance_id
         key = f"status/{instance_arn(instance_id)}.json"
-        return json.loads(self.client("s3").get_object(Bucket=self.plan()["stateBucket"], Key=key)["Body"].read())
+        got = self.client("s3").get_object(Bucket=self.plan()["stateBucket"], Key=key)
+        return status.with_applied(json.loads(got["Body"].read()), got.get("Metadata"))
 
     def membership(self) -> dict:
         body = self.client("s3").get_object(Bucket=self.plan()["stateBucket"], Key="membership.json")["Body"].read()

@@ -37,6 +37,7 @@ def test_each_format_has_a_version_and_every_writer_stamps_it():
     assert formats.VERSIONS == {
         "node groups": 1,
         "membership": 1,
+        "membership delta": 1,
         "status": 1,
         "ledger item": 1,
         "settings": 1,
@@ -44,6 +45,7 @@ def test_each_format_has_a_version_and_every_writer_stamps_it():
     }  # what running clusters carry: bump one only with a reader of the new one
     assert json.loads(groups.dumps([]))[formats.FORMAT_KEY] == formats.NODE_GROUPS
     assert json.loads(membership.encode({}, 3))[formats.FORMAT_KEY] == formats.MEMBERSHIP
+    assert membership.delta({}, {"nodes": []}, 3)[formats.FORMAT_KEY] == formats.MEMBERSHIP_DELTA
     body = status.status(
         {"node": "n", "ip": "10.0.0.5", "instanceId": "i-1", "hostsVersion": 1},
         "ready",

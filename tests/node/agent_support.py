@@ -9,8 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from hpcc_contract.names import MEMBERSHIP_KEY
-from hpcc_node import agent, awscli, upgrade
+from hpcc_node import agent, awscli, status, upgrade
 from hpcc_node.controller import membership
 from tests.box import bundles
 from tests.render.bootstrap_cases import settings
@@ -54,14 +53,26 @@ class FakeS3:
 
     def __init__(self, calls: list):
         self.objects: dict[tuple[str, str], bytes] = {}
+        self.metadata: dict[tuple[str, str], dict] = {}  # an object's user metadata, as PutObject gave it
         self.calls = calls
 
-    def put_object(self, Bucket, Key, Body, **_):
+    def put_object(self, Bucket, Key, Body, Metadata=None, IfMatch=None, IfNoneMatch=None, **_):
         self.calls.append(("s3-put", Key))
+        if (IfMatch and IfMatch != self.etag(Bucket, Key)) or (IfNoneMatch == "*" and (Bucket, Key) in self.objects):
+            raise awscli.ClientError("PreconditionFailed", "At least one of the pre-conditions failed", "PutObject")
         self.objects[(Bucket, Key)] = Body if isinstance(Body, bytes) else Body.encode()
+        self.metadata[(Bucket, Key)] = dict(Metadata or {})
         return {"ETag": self.etag(Bucket, Key)}
 
+    def head_object(self, Bucket, Key):
+        self.calls.append(("s3-head", Key))
+        if (Bucket, Key) not in self.objects:
+            raise awscli.ClientError("404", "Not Found", "HeadObject")
+        return {"ETag": self.etag(Bucket, Key), "Metadata": self.metadata.get((Bucket, Key), {})}
+
     def etag(self, bucket, key):
+        if (bucket, key) not in self.objects:
+            return ""
         return '"' + hashlib.md5(self.objects[(bucket, key)]).hexdigest() + '"'
 
     def get_object(self, Bucket, Key, IfNoneMatch=None):
@@ -78,7 +89,8 @@ class FakeS3:
             def read(self):
                 return self.data
 
-        return {"Body": Body(self.objects[(Bucket, Key)]), "ETag": self.etag(Bucket, Key)}
+        meta = self.metadata.get((Bucket, Key), {})
+        return {"Body": Body(self.objects[(Bucket, Key)]), "ETag": self.etag(Bucket, Key), "Metadata": meta}
 
 
 SCRIPTS = {"head": "#!/bin/bash\n# head boot steps\n", "compute": "#!/bin/bash\n# compute boot steps\n"}
@@ -97,9 +109,10 @@ class FakeAws:
         pass
 
     def members(self, hosts: str) -> None:
-        """The controller publishes the next generation."""
+        """The controller publishes the next generation (its delta first, as membership.publish_next does)."""
         self.generation += 1
-        self.s3.objects[(STATE, MEMBERSHIP_KEY)] = json.dumps(membership_doc(hosts, self.generation)).encode()
+        body = membership.body_of(membership_doc(hosts, self.generation))
+        membership.publish_next(self.s3, STATE, body, None, lambda n: None)
 
     def put(self, name: str, value: str) -> None:
         version = self.params.get(name, (0, ""))[0] + 1
@@ -120,7 +133,9 @@ class FakeAws:
         Path(dest).write_bytes(self.objects[(bucket, key)])
 
     def status(self, node: str) -> dict:
-        return json.loads(self.s3.objects[(STATE, membership.status_key(ARN + instance_of(node)))])
+        """A node's status as `hpcc status` reads it: the body, and the generation applied from its metadata."""
+        key = (STATE, membership.status_key(ARN + instance_of(node)))
+        return status.with_applied(json.loads(self.s3.objects[key]), self.s3.metadata.get(key))
 
     def publish(self, packed: bytes, sha: str, bucket: str = "hpcc-llm-bundles") -> None:
         self.objects[(bucket, f"bundles/{sha}.tar.gz")] = packed

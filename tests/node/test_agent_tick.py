@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from hpcc_contract.names import MEMBERSHIP_KEY
+from hpcc_contract.names import MEMBERSHIP_KEY, membership_delta_key
 from hpcc_node import upgrade
 from hpcc_node.controller import membership
 from tests.box import bundles
@@ -46,12 +46,16 @@ def test_a_change_is_applied_once_then_nothing_and_each_change_reported_once(tmp
     assert st["name"] == "compute-001" and st["ok"] is True and st["phase"] == "ready"
     del aws.calls[:]
     a.tick()
-    assert len(a.run.calls) == 1  # nothing new: a 304, nothing applied, nothing written
-    assert aws.calls == [("s3-get", MEMBERSHIP_KEY), ("get", (f"{P}/settings", f"{P}/bundle"))]
+    assert len(a.run.calls) == 1  # nothing new: one HeadObject, nothing applied, nothing written
+    assert aws.calls == [("s3-head", MEMBERSHIP_KEY), ("get", (f"{P}/settings", f"{P}/bundle"))]
+    body = aws.s3.objects[(STATE, a.c.status_key)]
     aws.members(FOUR + "\n10.0.0.8")
+    del aws.calls[:]
     a.tick()
     assert len(a.run.calls) == 2 and aws.status("compute-001")["hostsVersion"] == 2
-    assert aws.status("compute-001")["message"] == "membership generation 2 applied"
+    # the change came as its delta, not the whole object; and the status says so in its metadata, not its body
+    assert ("s3-get", MEMBERSHIP_KEY) not in aws.calls and ("s3-get", membership_delta_key(2)) in aws.calls
+    assert aws.s3.objects[(STATE, a.c.status_key)] == body  # the same bytes: the same ETag for the controller
     aws.put(f"{P}/settings", SETTINGS.replace("SLOTS=8", "SLOTS=16"))
     a.tick()
     assert len(a.run.calls) == 3 and a.settings["SLOTS"] == "16"

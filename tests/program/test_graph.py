@@ -202,10 +202,11 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     own_status, membership = state + "/status/${ec2:SourceInstanceARN}.json", state + "/membership.json"
     own_keys, certificates = state + "/hostkeys/${ec2:SourceInstanceARN}.json", state + "/certs/*"
     statuses = state + "/status/*"  # read-only: a rollout waits on the canaries' statuses
+    deltas = state + "/membership-deltas/*"  # read-only: each generation's change (membership.follow)
     assert all(
         f"parameter{paths.prefix}" in r
         or any(s in r for s in secrets)
-        or r in (bundles, own_status, membership, statuses, own_keys, certificates)
+        or r in (bundles, own_status, membership, deltas, statuses, own_keys, certificates)
         for r in resources
     ), resources
     assert [s["Action"] for s in doc["Statement"] if bundles in s.get("Resource", [])] == [["s3:GetObject"]]

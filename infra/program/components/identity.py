@@ -29,6 +29,7 @@ import pulumi_aws as aws
 from hpcc_contract.names import (
     CERTS_PREFIX,
     HOSTKEYS_PREFIX,
+    MEMBERSHIP_DELTAS_PREFIX,
     MEMBERSHIP_KEY,
     STATUS_PREFIX,
     TAG_CLUSTER,
@@ -154,15 +155,15 @@ def controller_statements(region: str, account: str, cluster: str, limits: Launc
 
 
 def node_state_statements(account: str, cluster: str) -> list[dict]:
-    """A compute node: membership.json, the statuses and the host certificates read, its own status object and host
-    public keys written (hpcc_node/certstore.py); nothing else of the store."""
+    """A compute node: membership.json and its deltas, the statuses and the host certificates read, its own status
+    object and host public keys written (hpcc_node/certstore.py); nothing else of the store."""
     bucket = f"arn:aws:s3:::{state_bucket(cluster, account)}"
     return [
         {
             "Sid": "ReadMembership",
             "Effect": "Allow",
             "Action": ["s3:GetObject"],
-            "Resource": [f"{bucket}/{MEMBERSHIP_KEY}"],
+            "Resource": [f"{bucket}/{MEMBERSHIP_KEY}", f"{bucket}/{MEMBERSHIP_DELTAS_PREFIX}*"],
         },
         # Read, never written: a bundle rollout waits on the canaries' statuses (hpcc_node/rollout.py).
         {

@@ -19,6 +19,7 @@ from hpcc_contract import ledger
 from hpcc_contract.names import (
     CERTS_PREFIX,
     HOSTKEYS_PREFIX,
+    MEMBERSHIP_DELTAS_PREFIX,
     MEMBERSHIP_KEY,
     STATUS_PREFIX,
     ledger_table,
@@ -42,10 +43,10 @@ class StateArgs:
 
 
 def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
-    """The head reads and writes the bucket; a compute node reads membership.json, the statuses and the host
-    certificates, and writes its own status and host public keys only. No other principal writes an object, whatever
-    its own IAM policies allow (a bucket policy's Deny binds the account's principals too: IAM User Guide, "Policy
-    evaluation logic"): what the controller and the nodes read there (the membership, the statuses, the
+    """The head reads and writes the bucket; a compute node reads membership.json (and its deltas), the statuses and
+    the host certificates, and writes its own status and host public keys only. No other principal writes an object,
+    whatever its own IAM policies allow (a bucket policy's Deny binds the account's principals too: IAM User Guide,
+    "Policy evaluation logic"): what the controller and the nodes read there (the membership, the statuses, the
     certificates) is theirs alone. The Deny names the two roles by `aws:PrincipalArn` (a role session's is its role's
     ARN: IAM User Guide, "AWS global condition context keys"); reads and deletes stay open to the deployer (`hpcc
     status`, `hpcc reap`, `pulumi destroy` empties the bucket)."""
@@ -81,7 +82,7 @@ def state_bucket_policy(bucket: str, head_arn: str, compute_arn: str) -> str:
                     "Effect": "Allow",
                     "Principal": {"AWS": [compute_arn]},
                     "Action": ["s3:GetObject"],
-                    "Resource": [f"{arn}/{MEMBERSHIP_KEY}"],
+                    "Resource": [f"{arn}/{MEMBERSHIP_KEY}", f"{arn}/{MEMBERSHIP_DELTAS_PREFIX}*"],
                 },
                 {
                     "Sid": "NodesReadStatuses",
