@@ -7,6 +7,8 @@ claimed in the ledger before the tag follows. A controller killed between any tw
 restart, and decide() finishes the step without repeating the counted part. Every write goes
 through the lease: a controller that lost it stops at its first write (LeaseLost), before touching EC2; a slow
 loop renews it between actions (Ledger.keep), so its last actions are not refused for its own slowness.
+Slurm's node states, replacements, removals and terminations go in runs, each step of the run's actions in one
+batch of calls, the same steps in the same order (act_batch.py).
 """
 
 from __future__ import annotations
@@ -16,11 +18,9 @@ import random
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract.names import TAG_NODE, resource_name
-from hpcc_contract.taxonomy import FailureClass
-from hpcc_node.awscli import error_code
-from hpcc_node.health.verdict import clean_reason
 
 from . import fleet, membership
+from .act_batch import BATCHED, SLURM_BATCH, BatchActs, runs
 from .calls import Costs
 from .decide_failures import REQUESTED
 from .health.act import HealthActs
@@ -29,9 +29,7 @@ from .model import (
     BOOTING,
     READY,
     RECORDED,
-    REMOVING,
     REPLACE,
-    REPLACING,
     SET_ADDR,
     Action,
     Event,
@@ -44,7 +42,6 @@ from .model import (
 from .timers import DEFAULT, Timers
 
 LOG = logging.getLogger("hpcc.controller")
-SLURM_BATCH = 500  # nodes per `scontrol update` (clustermgtd's batch; a few KB of arguments)
 
 
 def set_address_args(nodes: Sequence[Tuple[str, str, str]]) -> List[str]:
@@ -55,7 +52,7 @@ def set_address_args(nodes: Sequence[Tuple[str, str, str]]) -> List[str]:
     ]
 
 
-class Executor(HealthActs):
+class Executor(HealthActs, BatchActs):
     def __init__(
         self,
         ec2: Any,
@@ -86,7 +83,11 @@ class Executor(HealthActs):
         self.slots = dict(snap.slots)
         self.gstates = dict(snap.group_states)
         lines = self._set_addresses([a for a in actions if a.kind == SET_ADDR])
-        for a in (a for a in actions if a.kind != SET_ADDR):
+        for run in runs([a for a in actions if a.kind != SET_ADDR]):
+            if run[0].kind in BATCHED:
+                lines += self._batch(run)
+                continue
+            a = run[0]
             line = a.line()
             self.log.info(line)
             lines.append(line)
@@ -105,24 +106,27 @@ class Executor(HealthActs):
                 self._record(a, "failed", str(e)[:300])
         return lines
 
-    def _record(self, a: Action, phase: str, detail: str = "") -> None:
+    def _event(self, a: Action, phase: str, detail: str = "") -> Optional[Event]:
+        """The ledger event of an action's phase (start, done, failed); None for a kind not recorded."""
         if a.kind not in RECORDED:
-            return
-        self.seq += 1
+            return None
         counted = a.kind != REPLACE or a.data.get("counted", True)
         requested = REQUESTED if a.kind == REPLACE and a.data.get("requested") else ""  # hpcc replace's budget
-        self.ledger.event(
-            Event(
-                self.clock(),
-                a.kind,
-                a.node or a.group,
-                a.why.failure if counted else "",
-                a.data.get("signature", "") if counted else requested,
-                phase,
-                detail or a.why.text(),
-            ),
-            self.seq,
+        return Event(
+            self.clock(),
+            a.kind,
+            a.node or a.group,
+            a.why.failure if counted else "",
+            a.data.get("signature", "") if counted else requested,
+            phase,
+            detail or a.why.text(),
         )
+
+    def _record(self, a: Action, phase: str, detail: str = "") -> None:
+        event = self._event(a, phase, detail)
+        if event is not None:
+            self.seq += 1
+            self.ledger.event(event, self.seq)
 
     def _set_addresses(self, batch: Sequence[Action]) -> List[str]:
         """Slurm's addresses, SLURM_BATCH nodes a command (clustermgtd's `_update_slurm_node_addrs` does the same); a
@@ -154,17 +158,6 @@ class Executor(HealthActs):
     def _slurm(self, *args: str) -> None:
         if self.slurm is not None:
             self.slurm(["scontrol", "update", *args])
-
-    def _terminate(self, iid: str) -> str:
-        if not iid:
-            return "no instance"
-        try:
-            self.ec2.terminate_instances(InstanceIds=[iid])
-        except Exception as e:
-            if error_code(e) != "InvalidInstanceID.NotFound":
-                raise
-            return f"{iid} already gone"
-        return f"terminating {iid}"
 
     def _group(self, name: str) -> GroupState:
         return self.gstates.get(name) or GroupState(name)
@@ -232,60 +225,10 @@ class Executor(HealthActs):
             self._put_group(a.group, consecutive_failures=0, protected="")  # any boot that succeeds resets them
         return a.data["state"]
 
-    def _replace(self, a: Action) -> str:
-        slot = self._slot(a)
-        if slot.state != REPLACING or slot.instance_id != a.instance_id:
-            counted = a.data.get("counted", True) and bool(a.why.failure)
-            self.slots[a.node] = self.ledger.put_slot(
-                slot,
-                state=REPLACING,
-                since=self.clock(),
-                reason=a.why.text(),
-                replace_requested=False,
-                attempts=slot.attempts + (1 if counted else 0),
-            )
-            if counted and a.why.failure == FailureClass.BOOTSTRAP.value:
-                self._put_group(a.group, consecutive_failures=self._group(a.group).consecutive_failures + 1)
-        return self._terminate(a.instance_id)
-
-    def _remove(self, a: Action) -> str:
-        slot = self._slot(a)
-        if slot.state != REMOVING:
-            self.slots[a.node] = self.ledger.put_slot(slot, state=REMOVING, since=self.clock(), reason=a.why.text())
-        try:  # a shrink may already have taken the name out of slurm.conf's range: terminating must not wait on it
-            self._slurm(
-                f"NodeName={a.node}", "State=DOWN", f"Reason={clean_reason(a.data.get('reason', 'hpcc: removed'))}"
-            )
-        except Exception as e:
-            self.log.info("remove %s: Slurm no longer knows it (%s); terminating", a.node, str(e)[:200])
-        return self._terminate(a.instance_id)
-
     def _forget(self, a: Action) -> str:
         self.ledger.forget(self._slot(a))
         del self.slots[a.node]
         return "a hole in the names"
-
-    def _terminate_orphan(self, a: Action) -> str:
-        return self._terminate(a.instance_id)
-
-    def _drain(self, a: Action) -> str:
-        if a.data.get("slot_state"):
-            self.slots[a.node] = self.ledger.put_slot(
-                self._slot(a),
-                state=a.data["slot_state"],
-                since=self.clock(),
-                reason=a.data.get("slot_reason", a.why.text()),
-            )
-        self._slurm(f"NodeName={a.node}", "State=DRAIN", f"Reason={clean_reason(a.data['reason'])}")
-        return "draining"
-
-    def _down(self, a: Action) -> str:
-        self._slurm(f"NodeName={a.node}", "State=DOWN", f"Reason={clean_reason(a.data['reason'])}")
-        return "down"
-
-    def _resume(self, a: Action) -> str:
-        self._slurm(f"NodeName={a.node}", "State=RESUME")
-        return "resumed"
 
     def _set_address(self, a: Action) -> str:
         self._slurm(*set_address_args([(a.node, a.data["addr"], a.data["hostname"])]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hpcc_contract import formats
 from hpcc_contract.ledger import KEY
@@ -27,6 +27,9 @@ from .timers import DEFAULT, Timers
 
 LEASE = "lease"
 MEMBERSHIP = "membership"
+# Items one TransactWriteItems may hold, the lease's check among them (DynamoDB API Reference, TransactWriteItems:
+# "up to 100 action requests").
+TRANSACT_ITEMS = 100
 
 
 class LeaseLost(Exception):
@@ -42,6 +45,19 @@ def cancellation_reasons(e: Exception) -> List[str]:
         return [r.get("Code", "") for r in response["CancellationReasons"]]
     found = re.search(r"\[([A-Za-z, ]*)\]\s*$", response.get("Error", {}).get("Message", ""))
     return [r.strip() for r in found.group(1).split(",")] if found else []
+
+
+def packed(sizes: Sequence[int], room: int) -> List[List[int]]:
+    """The indexes of `sizes`, in order, in runs whose sizes add up to `room` at most (a larger one alone)."""
+    out: List[List[int]] = []
+    used = room
+    for i, n in enumerate(sizes):
+        if used + n > room:
+            out.append([])
+            used = 0
+        out[-1].append(i)
+        used += n
+    return out
 
 
 class Conflict(Exception):
@@ -204,6 +220,30 @@ class Ledger:
                 raise LeaseLost(f"{self.owner} does not hold the lease") from e
             raise Conflict(f"changed since read: {reasons}") from e
 
+    def transact_each(self, writes: Sequence[Sequence[Dict]]) -> List[Optional[Exception]]:
+        """Independent writes (each its items, all or none) in as few TransactWriteItems as DynamoDB takes, every
+        item with its own condition and the lease's check first; each write's outcome: None, or what refused it
+        (Conflict: changed since read). A transaction refused whole is made again write by write, so one item's
+        condition or a conflicting writer holds no other write back; LeaseLost stops them all."""
+        out: List[Optional[Exception]] = [None] * len(writes)
+        for chunk in packed([len(w) for w in writes], TRANSACT_ITEMS - 1):
+            if len(chunk) > 1:
+                try:
+                    self._transact(*(item for i in chunk for item in writes[i]))
+                    continue
+                except LeaseLost:
+                    raise
+                except Exception:  # noqa: BLE001 - refused whole: write by write names the one refused
+                    pass
+            for i in chunk:
+                try:
+                    self._transact(*writes[i])
+                except LeaseLost:
+                    raise
+                except Exception as e:  # noqa: BLE001 - this write's outcome, for its action
+                    out[i] = e
+        return out
+
     # Reading everything (one Scan, pages of 1 MB).
     def load(self) -> Loaded:
         out = Loaded()
@@ -260,12 +300,17 @@ class Ledger:
         out.versions[pk] = v  # last: a dropped item leaves no version behind
 
     # Slots and names.
-    def put_slot(self, slot: Slot, **changes: Any) -> Slot:
+    def slot_write(self, slot: Slot, **changes: Any) -> Tuple[Dict, Slot]:
+        """The item writing `slot` with `changes` at its version, and the slot as it will be once written."""
         new = replace(slot, **changes)
         doc = asdict(new)
         doc.pop("version")
-        self._transact(self._put(_key("slot", slot.name), doc, slot.version))
-        return replace(new, version=slot.version + 1)
+        return self._put(_key("slot", slot.name), doc, slot.version), replace(new, version=slot.version + 1)
+
+    def put_slot(self, slot: Slot, **changes: Any) -> Slot:
+        item, new = self.slot_write(slot, **changes)
+        self._transact(item)
+        return new
 
     def name(self, slot: Slot, instance_id: str, now: float) -> Slot:
         """Give `slot` (new: version 0, or a vacated one at its version) to `instance_id`, both create-once."""
@@ -316,10 +361,13 @@ class Ledger:
         return int(item["v"]["N"]) if item else 0
 
     # The log of actions (status, the breaker and systemic windows) and raised alerts.
+    def event_write(self, event: Event, seq: int) -> Dict:
+        """The item recording `event` (create-once: a Conflict means this very step recorded it before a restart)."""
+        return self._put(_key("event", f"{event.at:017.3f}-{seq:05d}-{event.kind}-{event.node}"), asdict(event), 0)
+
     def event(self, event: Event, seq: int) -> None:
-        pk = _key("event", f"{event.at:017.3f}-{seq:05d}-{event.kind}-{event.node}")
         try:
-            self._transact(self._put(pk, asdict(event), 0))
+            self._transact(self.event_write(event, seq))
         except Conflict:
             pass  # already recorded by this very step before a restart
 

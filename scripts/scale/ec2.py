@@ -102,10 +102,12 @@ class EC2:
         return inst
 
     def terminate_instances(self, InstanceIds: list[str]) -> dict[str, Any]:
+        # up to 1,000 ids; one unknown id fails the request and none is terminated (API Reference, TerminateInstances)
+        assert len(InstanceIds) <= 1000, len(InstanceIds)
+        if any(iid not in self.instances for iid in InstanceIds):
+            raise ClientError("InvalidInstanceID.NotFound")
         for iid in InstanceIds:
-            inst = self.instances.get(iid)
-            if inst is None:
-                raise ClientError("InvalidInstanceID.NotFound")
+            inst = self.instances[iid]
             if inst.state not in ("shutting-down", "terminated"):
                 inst.state = "shutting-down"
                 self.sim.at(self.sim.now() + self.p.shutdown_seconds, lambda i=inst: setattr(i, "state", "terminated"))
@@ -187,7 +189,7 @@ class Slurm:
 
     def command(self, argv: list[str]) -> str:
         """`scontrol update NodeName=... KEY=VALUE...` (act.py's): a list of names takes its NodeAddr list in order
-        (scontrol(1), NodeAddr), as the batched set-address sends them."""
+        (scontrol(1), NodeAddr), as the batched set-address sends them, or one State and Reason for them all."""
         self.updates += 1
         fields = dict(a.split("=", 1) for a in argv[2:] if "=" in a)
         names = fields["NodeName"].split(",")
@@ -195,14 +197,15 @@ class Slurm:
             for name, addr in zip(names, fields["NodeAddr"].split(","), strict=True):
                 self.nodes.setdefault(name, SlurmNode()).addr = addr
             return ""
-        n = self.nodes.setdefault(names[0], SlurmNode())
         state = fields.get("State", "")
-        if state in ("DOWN", "DRAIN"):
-            n.states.add(state)
-            n.reason = fields.get("Reason", "")
-        elif state == "RESUME":
-            n.states -= {"DOWN", "DRAIN"}
-            n.reason = ""
+        for name in names:  # every node of the list gets the state and the reason (act_batch.py's batches)
+            n = self.nodes.setdefault(name, SlurmNode())
+            if state in ("DOWN", "DRAIN"):
+                n.states.add(state)
+                n.reason = fields.get("Reason", "")
+            elif state == "RESUME":
+                n.states -= {"DOWN", "DRAIN"}
+                n.reason = ""
         return ""
 
     def register(self, name: str, ip: str) -> None:

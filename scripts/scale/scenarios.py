@@ -209,6 +209,7 @@ def deaths(model: Model, k: int, capacity: int | None, horizon: float = 1800.0) 
         # the first loop that terminated a dead node's instance also launched (None: none terminated)
         "launch_with_terminate": bool(terminating[0].calls.get("ec2.create_fleet")) if terminating else None,
         "busiest_loop": _busiest([lp for lp in w.loops if lp.started >= died]),
+        "acting_loop": terminating[0] if terminating else None,  # the first to terminate a dead node's instance
         "replaced": replaced(),
         "of": k,
         "seconds": w.sim.now() - died if replaced() == k else None,

@@ -54,6 +54,13 @@ AWS = Latency(0.020, 0.005, 0.100, spread=0.5)
 # CLI processes (hpcc_node/awscli.py, templates/steps/); the signer's in-process calls cost AWS's latency above.
 CLI = Latency(0.6, 0.4, 1.5)
 SCONTROL = Latency(0.1, 0.1, 0.1)
+# A batched call (act_batch.py) is one request, its items answered together: ASSUMED 1 ms more per item after the
+# first (no figure is published; DynamoDB checks and writes a transaction's items on their partitions in parallel,
+# TerminateInstances answers before the instances shut down), so a 100-item TransactWriteItems or a 64-id
+# TerminateInstances costs 0.1 s or 63 ms more than one item; `scontrol update` of a node list is one RPC to
+# slurmctld, whose per-node work is in memory: ASSUMED 0.1 ms more per node.
+PER_ITEM, PER_SLURM_NODE = 0.001, 0.0001
+BATCHED = {"transact_write_items": "TransactItems", "terminate_instances": "InstanceIds"}
 HUNG_CALL_SECONDS = float(clients.READ_SECONDS * clients.ATTEMPTS)
 S3Down = ClientError  # what the controller's S3 calls raise while S3 is down (scenarios.s3_down)
 # EC2's RunInstances resource bucket: 1,000 instances, refilling 2 a second (EC2 API reference, "Request
@@ -209,7 +216,8 @@ class World:
             return HUNG_CALL_SECONDS
         if service == "s3" and self.s3_down:
             raise S3Down("ServiceUnavailable", "simulated: S3 does not answer")
-        return self.model.aws.draw(self.sim.rng)
+        items = len(params.get(BATCHED.get(operation, ""), ())) if operation in BATCHED else 1
+        return self.model.aws.draw(self.sim.rng) + PER_ITEM * max(0, items - 1)
 
     def start_head(self) -> Any:
         """The head's signer and the controller, on actors of their own; the signer's Head, to seed its cache."""
@@ -236,7 +244,8 @@ class World:
             return self.slurm.run(argv)
 
         def slurm_run(argv: list[str]) -> str:
-            sim.sleep(self.model.scontrol.draw(sim.rng))
+            names = next((a.count(",") + 1 for a in argv if a.startswith("NodeName=")), 1)
+            sim.sleep(self.model.scontrol.draw(sim.rng) + PER_SLURM_NODE * (names - 1))
             return self.slurm.command(argv)
 
         def bundle() -> dict[str, Any]:  # follow_reader: one GetParameters a loop

@@ -131,6 +131,20 @@ def test_with_s3_down_a_death_is_still_acted_on_within_two_loops():
     assert r["seconds"] is not None and r["loops"] <= 2
 
 
+def test_deaths_are_acted_on_in_a_few_batched_calls_not_a_few_per_node():
+    """act_batch.py: the loop acting on k deaths (fewer than the systemic threshold, all replaced) downs them in one
+    `scontrol update`, terminates them in one TerminateInstances and marks them in a few transactions; one at a
+    time (the revert) is k of each and 5 transactions a node."""
+    model = Model(LARGER)
+    k = model.timers.systemic_threshold(LARGER) - 1
+    r = scenarios.deaths(model, k, None, horizon=3600)
+    assert r["replaced"] == k
+    calls = r["acting_loop"].calls
+    assert calls["ec2.terminate_instances"] == 1
+    assert calls["scontrol"] <= 2  # the DOWN of every node, and Slurm's read of its nodes
+    assert calls["dynamodb.transact_write_items"] < k
+
+
 def test_one_hung_call_costs_its_timeouts_not_more():
     """8309780: botocore's read timeout and attempts bound a hung call (the CLI's default was 60 s an attempt)."""
     r = scenarios.hung_call(Model(SMALL))

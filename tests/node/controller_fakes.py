@@ -83,9 +83,10 @@ class FakeEC2:
 
     def terminate_instances(self, InstanceIds: list[str]) -> dict[str, Any]:
         self._count("terminate_instances")
+        # one unknown id fails the whole request, none terminated (EC2 API Reference, TerminateInstances)
+        if any(iid not in self.instances for iid in InstanceIds):
+            raise ClientError("InvalidInstanceID.NotFound")
         for iid in InstanceIds:
-            if iid not in self.instances:
-                raise ClientError("InvalidInstanceID.NotFound")
             if self.instances[iid]["state"] not in ("shutting-down", "terminated"):
                 self.instances[iid]["state"] = "shutting-down"
         return {}

@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from hpcc_node.controller import fleet, membership, observe, slurm_records
 from hpcc_node.controller.ledger import Loaded
-from hpcc_node.controller.model import DOWN, DRAIN, Action, Group, Slot
+from hpcc_node.controller.model import Group, Slot
 from tests.node.controller_fakes import FakeEC2, moto_launch_template
 
 
@@ -70,17 +70,14 @@ def test_a_reason_cannot_override_a_nodes_state_or_address_in_the_fixed_fields_f
 
 def test_a_reason_hpcc_writes_holds_no_key_token():
     """Issue 33, finding 7: the evidence in a reason is node-written; what hpcc gives Slurm has no `Key=`."""
-    from hpcc_node.controller.act import Executor
+    from hpcc_node.controller.act_batch import state_args
     from hpcc_node.health.verdict import CheckResult, clean_reason, slurm_reason
 
     evidence = "Xid 79 pid=0 NodeAddr=10.9.9.9 State=IDLE\nJobId=1 \u202eReason=x"
     reason = slurm_reason(CheckResult("xid", "fail", evidence, "down", "reboot"))
     assert "=" not in reason and "\n" not in reason and "\u202e" not in reason and reason.startswith("hpcc: xid:")
-    calls = []
-    ex = Executor.__new__(Executor)
-    ex.slurm = calls.append
-    ex._down(Action(DOWN, node="gpu-001", data={"reason": f"hpcc: health: {evidence}"}))
-    ex._drain(Action(DRAIN, node="gpu-001", data={"reason": f"hpcc: health: {evidence}"}))
+    calls = [state_args(["gpu-001"], "DOWN", f"hpcc: health: {evidence}")]
+    calls.append(state_args(["gpu-001", "gpu-002"], "DRAIN", f"hpcc: health: {evidence}"))  # many nodes, one reason
     assert [c[-1] for c in calls] == [f"Reason={clean_reason('hpcc: health: ' + evidence)}"] * 2
     assert all(c[-1].count("=") == 1 for c in calls)
 
