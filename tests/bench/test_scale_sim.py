@@ -142,7 +142,8 @@ def test_deaths_are_acted_on_in_a_few_batched_calls_not_a_few_per_node():
     calls = r["acting_loop"].calls
     assert calls["ec2.terminate_instances"] == 1
     assert calls["scontrol"] <= 2  # the DOWN of every node, and Slurm's read of its nodes
-    assert calls["dynamodb.transact_write_items"] < k
+    # one at a time: 5 a node; batched, a few for all, plus the launch of their successors in the same loop
+    assert calls["dynamodb.transact_write_items"] < 2 * k
 
 
 def test_one_hung_call_costs_its_timeouts_not_more():
