@@ -8,11 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from hpcc_contract.ledger import table_definition
 from hpcc_node.controller.act import Executor
 from hpcc_node.controller.act_batch import TERMINATE_BATCH, runs, terminate_each
 from hpcc_node.controller.decide_failures import down_and_replace
@@ -34,9 +31,11 @@ from hpcc_node.controller.model import (
     Why,
 )
 from hpcc_node.controller.timers import Timers
+from tests.node.conftest import LEDGER_TABLE
 from tests.node.controller_fakes import ClientError, FakeEC2
 
-TABLE, BUCKET, CLUSTER = "hpcc-b-ledger", "hpcc-b-cluster", "b"
+BUCKET, CLUSTER = "hpcc-b-cluster", "b"
+TABLE = LEDGER_TABLE
 GPU = Group("gpu", "p5.48xlarge", 64, launch_template="lt-gpu", subnet_id="subnet-1")
 WHY = Why("instance", "EC2 status check failed")
 
@@ -116,14 +115,6 @@ class Env:
 
     def events(self) -> list[Any]:
         return Ledger(self.ddb, TABLE, "reader", self.clock).load().events
-
-
-@pytest.fixture
-def ddb():
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(**table_definition(TABLE))
-        yield client
 
 
 def test_64_deaths_are_one_scontrol_one_terminate_and_a_few_transactions_each_item_recorded(ddb):

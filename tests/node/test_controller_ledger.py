@@ -3,16 +3,14 @@ version read, one name holds one instance and one instance one name, and everyth
 
 from __future__ import annotations
 
-import boto3
 import pytest
-from moto import mock_aws
 
-from hpcc_contract.ledger import table_definition
 from hpcc_node.controller.ledger import Conflict, LeaseLost, Ledger, read_name
 from hpcc_node.controller.model import Event, GroupState, Slot
 from hpcc_node.controller.timers import Timers
+from tests.node.conftest import LEDGER_TABLE
 
-TABLE = "hpcc-test-ledger"
+TABLE = LEDGER_TABLE
 
 
 class Clock:
@@ -21,14 +19,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture
-def ddb():
-    with mock_aws():
-        client = boto3.client("dynamodb", region_name="us-east-1")
-        client.create_table(**table_definition(TABLE))
-        yield client
 
 
 def test_a_second_controller_cannot_write_while_the_first_holds_the_lease(ddb):

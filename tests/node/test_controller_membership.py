@@ -3,14 +3,13 @@ forward, and no writer overwriting another's."""
 
 from __future__ import annotations
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from hpcc_node.controller import membership
 from hpcc_node.controller.decide import digest
+from tests.node.conftest import STATE_BUCKET
 
-BUCKET = "hpcc-test-cluster"
+BUCKET = STATE_BUCKET
 
 
 def body(n: int) -> dict:
@@ -25,14 +24,6 @@ def body(n: int) -> dict:
         for i in range(n)
     ]
     return {"nodes": nodes, "groups": {"gpu": n}, "bundle": {"uri": "s3://b/bundle.tgz", "sha256": "0" * 64}}
-
-
-@pytest.fixture
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def test_4096_nodes_publish_and_read_back_and_an_unchanged_object_answers_304(s3):

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from hpcc_contract import formats
 from hpcc_contract.names import MEMBERSHIP_DELTAS_KEPT, MEMBERSHIP_KEY, membership_delta_key
@@ -44,14 +42,6 @@ class Counted:
     def put_object(self, **kw):
         self.calls.append(("put", kw["Key"]))
         return self.s3.put_object(**kw)
-
-
-@pytest.fixture
-def s3():
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        yield client
 
 
 def replaced(b: dict, i: int, instance: str, ip: str) -> dict:
