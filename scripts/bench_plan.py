@@ -200,14 +200,15 @@ def main() -> int:
             f"{p2['resources']} resources at {n2} nodes, {p0['resources']} at {n0} (target: the same)",
             p2["resources"] == p0["resources"],
         ),
-        (
-            f"{n2} nodes at {p2['seconds'] / b2['seconds']:.2f}x the bare registration of the same "
-            f"{p2['resources']} resources (target <= 3x)",
-            p2["seconds"] / b2["seconds"] <= 3,
-        ),
+    ] + [
+        # issue 38: the plan's resources no longer grow with the nodes, so the plan is its fixed cost (the embedded
+        # AWS and its clients) and the goal is that cost at any size; the ratio to `bare` (issue 2's <= 3x) is retired
+        (f"{n} nodes planned in {p['seconds']:.1f} s (target <= 3 s at any size)", p["seconds"] <= 3.0)
+        for n, p, _, _ in rows
     ]
     for text, ok in checks:
         print(("PASS " if ok else "MISS ") + text)
+    print(f"INFO {n2} nodes at {p2['seconds'] / b2['seconds']:.2f}x the bare registration of the same resources")
     print(
         f"INFO pulumi_aws's classes cost {b2['seconds'] / m2['seconds']:.1f}x one-input CustomResources before any "
         f"mock work (bare / minimal at {n2} nodes); the plan is {p2['seconds'] / m2['seconds']:.1f}x them"
