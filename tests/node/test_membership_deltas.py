@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from botocore.exceptions import ClientError
 
 from hpcc_contract import formats
 from hpcc_contract.names import MEMBERSHIP_DELTAS_KEPT, MEMBERSHIP_KEY, membership_delta_key
@@ -102,6 +103,30 @@ def test_a_node_generations_behind_chains_the_deltas_and_one_too_far_behind_read
     node = Counted(s3)
     got, _ = membership.follow(node, BUCKET, held, "stale")  # generation 1 of 34: the ring has moved on
     assert node.calls == [("head", MEMBERSHIP_KEY), ("get", MEMBERSHIP_KEY)] and got["generation"] == last.generation
+
+
+class Denied:
+    """A node role that may not read the deltas yet (its bundle arrived before `hpcc up` granted their prefix)."""
+
+    def __init__(self, s3):
+        self.s3 = s3
+
+    def head_object(self, **kw):
+        return self.s3.head_object(**kw)
+
+    def get_object(self, **kw):
+        if kw["Key"] != MEMBERSHIP_KEY:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
+        return self.s3.get_object(**kw)
+
+
+def test_a_node_not_yet_allowed_to_read_the_deltas_reads_the_whole_object(s3):
+    b = body(8)
+    last = publish(s3, b)
+    held, etag = membership.read(s3, BUCKET)
+    publish(s3, replaced(b, 5, "i-00000000000000005", "10.2.0.5"), last)
+    got, _ = membership.follow(Denied(s3), BUCKET, held, etag)
+    assert got == membership.read(s3, BUCKET)[0] and got["generation"] == 2
 
 
 @pytest.mark.parametrize("harm", ["missing", "tampered", "newer", "no digest"])
