@@ -170,8 +170,9 @@ def patch(doc: Dict[str, Any], change: Dict[str, Any]) -> Optional[Dict[str, Any
         nodes[str(entry.get("name"))] = entry
     # membership_body (decide.py) lists the nodes sorted by name, so the same nodes give the same bytes
     body = {**(change.get("rest") or {}), "nodes": [nodes[name] for name in sorted(nodes)]}
-    data = encode(body, change["generation"])
-    return json.loads(data) if sha256(data) == change.get("sha256") else None
+    if sha256(encode(body, change["generation"])) != change.get("sha256"):
+        return None
+    return formats.stamp({"generation": change["generation"], **body}, FORMAT)  # what encode() wrote, unparsed
 
 
 def put_delta(s3: Any, bucket: str, before: Dict[str, Any], after: Dict[str, Any], generation: int) -> None:
@@ -238,4 +239,5 @@ def _patched(
             return None
         if current is None:
             return None
-    return current if current is not None and sha256(encode(body_of(current), generation)) == digest else None
+    # patch() checked each step's bytes against its delta's sha256: the last one must be the published object's
+    return current if change.get("sha256") == digest else None

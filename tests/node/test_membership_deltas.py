@@ -172,3 +172,16 @@ def test_the_controller_writes_the_delta_before_the_object_and_reads_the_object_
     marked = []
     membership.publish_next(s3, BUCKET, b, None, marked.append)
     assert marked == [4]  # the ledger's mark names the generation about to be written, before anything is
+
+
+def test_deltas_that_lead_elsewhere_than_the_published_object_are_not_taken(s3):
+    """A delta consistent with itself and its base, but the object was written again without one (a writer of
+    before deltas): the copy must be the published bytes, so the whole object is read."""
+    b = body(8)
+    last = publish(s3, b)
+    held, etag = membership.read(s3, BUCKET)
+    second = publish(s3, replaced(b, 4, "i-00000000000000004", "10.2.0.4"), last)
+    membership.publish(s3, BUCKET, replaced(b, 6, "i-00000000000000006", "10.2.0.6"), 2, second.etag)
+    node = Counted(s3)
+    got, _ = membership.follow(node, BUCKET, held, etag)
+    assert node.calls[-1] == ("get", MEMBERSHIP_KEY) and got["nodes"][6]["instance"] == "i-00000000000000006"
