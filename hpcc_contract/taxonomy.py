@@ -17,7 +17,7 @@ class FailureClass(str, Enum):
     BOOTSTRAP = "bootstrap"  # boot timeout, a failed boot step, slurmd never registered
     BUNDLE = "bundle"  # the bundle unreachable, refused (hash) or failing its self-check: not the node's fault
     HOOK = "hook"  # a user's hook script failed: the user's to fix, no reason to replace the node
-    INSTANCE = "instance"  # EC2 status check failed, scheduled retirement/reboot, terminated, stopped
+    INSTANCE = "instance"  # EC2 status check failed, scheduled retirement/reboot, terminated, stopped, unreachable
     HEALTH = "health"  # a health check found a fault on a running node (GPU, ECC, EFA, mount, heartbeat)
     SYSTEMIC = "systemic"  # many nodes failing the same way in a short window
 

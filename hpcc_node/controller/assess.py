@@ -12,7 +12,20 @@ from typing import Mapping, Optional
 
 from hpcc_contract.taxonomy import FailureClass
 
-from .model import BOOTING, DRAINING, GONE, READY, REASON_PREFIX, SHRINK, Group, Instance, Slot, SlurmNode, Snapshot
+from .model import (
+    BOOTING,
+    DRAINING,
+    GONE,
+    READY,
+    REASON_PREFIX,
+    SHRINK,
+    Group,
+    Instance,
+    Report,
+    Slot,
+    SlurmNode,
+    Snapshot,
+)
 from .timers import Timers
 
 # ReturnToService=1 (templates/steps/slurm.sh.j2) keeps such a node DOWN: its agent's next verdict (the boot checks
@@ -92,8 +105,42 @@ def block_phase(group: Group, now: float, timers: Timers) -> str:
     return "active"
 
 
-def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers) -> Optional[Verdict]:
-    """What this loop should know about one booting, ready or draining slot."""
+def _silent(slot: Slot, report: Optional[Report], now: float, timers: Timers) -> bool:
+    """In service, and its status unwritten past the heartbeat timeout: its agent, or the node, stopped."""
+    return (
+        slot.state in (READY, DRAINING)
+        and report is not None
+        and report.instance_id == slot.instance_id
+        and bool(report.heard)
+        and now - report.heard > timers.heartbeat_timeout_seconds
+    )
+
+
+def _not_responding(slot: Slot, node: Optional[SlurmNode]) -> bool:
+    return slot.state in (READY, DRAINING) and node is not None and "NOT_RESPONDING" in node.states
+
+
+def gone_quiet(slot: Slot, snap: Snapshot, now: float, timers: Timers) -> bool:
+    """Neither Slurm nor S3 hears from it: never published as a ready member, whatever the systemic guard decides."""
+    return _not_responding(slot, (snap.slurm or {}).get(slot.name)) and _silent(
+        slot, snap.reports.get(slot.name), now, timers
+    )
+
+
+def answering(snap: Snapshot) -> bool:
+    """Does Slurm hear from any ready node? Then a node it does not hear from, whose agent writes nothing to S3 either,
+    is that machine's failure, not the head's network's."""
+    slurm = snap.slurm or {}
+    return any(
+        s.state == READY and (n := slurm.get(s.name)) is not None and "NOT_RESPONDING" not in n.states
+        for s in snap.slots.values()
+    )
+
+
+def assess(
+    slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers, others_answer: bool = True
+) -> Optional[Verdict]:
+    """What this loop should know about one booting, ready or draining slot (`others_answer`: answering(snap))."""
     slurm: Mapping[str, SlurmNode] = snap.slurm or {}
     node = slurm.get(slot.name)
     inst = snap.instances.get(slot.instance_id)
@@ -124,12 +171,18 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
         return Verdict("failure", report.failure or FailureClass.BOOTSTRAP.value, report.evidence or "reported failed")
     if snap.slurm is not None and inst.private_ip and (node is None or node.addr != inst.private_ip):
         return Verdict("set-address", evidence=f"slurm address for the instance at {inst.private_ip}")
-    if (
-        slot.state in (READY, DRAINING)
-        and report is not None
-        and report.heard
-        and now - report.heard > timers.heartbeat_timeout_seconds
-    ):
+    silent = _silent(slot, report, now, timers)
+    not_responding = _not_responding(slot, node)
+    if not_responding and silent and others_answer:  # the hard signal and the soft one: the machine is gone
+        return Verdict(
+            "failure",
+            FailureClass.INSTANCE.value,
+            "unreachable: slurmd not responding and its status unwritten for over "
+            f"{timers.heartbeat_timeout_seconds} s",
+        )
+    if not_responding and slot.state == READY:  # before the heartbeat: the hard signal wins over the soft one
+        return Verdict("failure", FailureClass.HEALTH.value, "slurmd not responding")
+    if silent:
         return Verdict(
             "failure",
             FailureClass.HEALTH.value,
@@ -137,8 +190,6 @@ def assess(slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers)
             f"{timers.heartbeat_timeout_seconds} s (its agent, or the node, stopped)",
             hard=False,
         )
-    if slot.state == READY and node is not None and "NOT_RESPONDING" in node.states:
-        return Verdict("failure", FailureClass.HEALTH.value, "slurmd not responding")
     if slot.state == BOOTING:
         up = report is not None and report.ok
         if up and (snap.slurm is None or registered(node, inst)):

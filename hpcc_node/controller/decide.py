@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
-from .assess import assess, drained, held_by_person
+from .assess import answering, assess, drained, gone_quiet, held_by_person
 from .decide_failures import (
     Failure,
     down_and_replace,
@@ -114,7 +114,7 @@ def _shrink_actions(victims: List[Slot], snap: Snapshot, now: float, timers: Tim
 
 
 def _slot_actions(
-    slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers, failures: List[Failure]
+    slot: Slot, group: Group, snap: Snapshot, now: float, timers: Timers, failures: List[Failure], others_answer: bool
 ) -> List[Action]:
     """Routine work on one slot; failures are collected for the budget rules."""
     node = (snap.slurm or {}).get(slot.name)
@@ -147,7 +147,7 @@ def _slot_actions(
         return down_and_replace(slot, Why("", "requested by hpcc replace"), node, snap, counted=False, requested=True)
     if slot.state in (ENDED, FAILED) or held_by_person(node):
         return []  # a person's drain or down is never undone; failed slots wait for a person
-    verdict = assess(slot, group, snap, now, timers)
+    verdict = assess(slot, group, snap, now, timers, others_answer)
     if verdict is None:
         return []
     why = Why(verdict.failure, verdict.evidence)
@@ -179,7 +179,8 @@ def membership_body(
     slots: Mapping[str, Slot], snap: Snapshot, groups: Sequence[Group], unlisted: Optional[Mapping[str, str]] = None
 ) -> Dict:
     """What every node follows: each named node with its group, address and state (and `out`, why, when its health
-    verdict took it out of service without Slurm: hosts.py leaves it out of the hostfiles), the groups' sizes, and
+    verdict took it out of service without Slurm, or neither Slurm nor its status hears from it: hosts.py leaves it
+    out of the hostfiles), the groups' sizes, and
     the bundle pointer. Sorted, so the same cluster always gives the same bytes."""
     nodes = []
     for s in sorted(slots.values(), key=lambda s: s.name):
@@ -237,6 +238,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
     for s in snap.slots.values():
         by_group.setdefault(s.group, []).append(s)
     failures: List[Failure] = []
+    others_answer = answering(snap)
     for group in groups:
         out += unprotect(group.name, by_group[group.name], snap)
         victims = _shrink_victims(group, by_group[group.name], snap)
@@ -244,7 +246,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
         skip = {v.name for v in victims}
         for slot in sorted(by_group[group.name], key=lambda s: s.index):
             if slot.name not in skip:
-                out += _slot_actions(slot, group, snap, now, timers, failures)
+                out += _slot_actions(slot, group, snap, now, timers, failures, others_answer)
     for name in sorted(set(by_group) - known):  # a group removed from the config: its nodes go
         for s in sorted(by_group[name], key=lambda s: s.index):
             if s.state == REMOVING and predecessor_gone(s, snap, now, timers):
@@ -261,6 +263,9 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
                 )
     out = requested_within_budget(out, snap, now, timers, cluster_nodes, raised)
     health, failures, unlisted = health_actions(failures, snap, groups, now, timers, cluster_nodes, raised)
+    for s in snap.slots.values():
+        if gone_quiet(s, snap, now, timers):
+            unlisted.setdefault(s.name, "unreachable: neither slurmd nor its status answers")
     out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
     taken: Set[str] = set()

@@ -1,6 +1,7 @@
 """From failed slots to actions, by the one taxonomy (hpcc_contract/taxonomy.py) and the budget rules: systemic bursts
-alert and touch nothing; bundle and hook failures are reported only; protected groups, the per-slot attempt cap
-and the circuit breaker stop replacements; soft failures drain first, hard ones go DOWN; then replace. Pure."""
+alert and touch nothing until the bounded guard lets a canary through (systemic_guard.py); bundle and hook failures
+are reported only; protected groups, the per-slot attempt cap and the circuit breaker stop replacements; soft
+failures drain first, hard ones go DOWN; then replace. Pure."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from .model import (
     Snapshot,
     Why,
 )
+from .systemic_guard import alert_key, released
 from .timers import Timers
 
 
@@ -69,13 +71,22 @@ def alert(key: str, text: str, snap: Snapshot, raised: set, group: str = "") -> 
 
 def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int) -> set:
     """Signatures failing on so many distinct nodes within the window that the fault is the cluster's (one slot
-    failing again and again is that slot's: the attempt cap handles it)."""
+    failing again and again is that slot's: the attempt cap handles it). A failure of the instance itself is its
+    own, never a shared cause: two dead machines read alike, yet share nothing."""
     nodes: Dict[str, set] = {}
+    instance = f"{FailureClass.INSTANCE.value}:"
     for e in snap.events:
-        if e.kind == REPLACE and e.phase == "start" and e.signature and now - e.at <= timers.systemic_window_seconds:
+        if (
+            e.kind == REPLACE
+            and e.phase == "start"
+            and e.signature
+            and not e.signature.startswith(instance)
+            and now - e.at <= timers.systemic_window_seconds
+        ):
             nodes.setdefault(e.signature, set()).add(e.node)
     for f in failures:
-        nodes.setdefault(f.signature, set()).add(f.slot.name)
+        if f.failure != FailureClass.INSTANCE.value:
+            nodes.setdefault(f.signature, set()).add(f.slot.name)
     threshold = timers.systemic_threshold(cluster_nodes)
     return {
         sig for sig, names in nodes.items() if len(names) >= threshold and any(f.signature == sig for f in failures)
@@ -111,14 +122,25 @@ def failure_actions(
     out: List[Action] = []
     slurm: Mapping[str, SlurmNode] = snap.slurm or {}
     bursts = systemic(failures, snap, now, timers, cluster_nodes)
+    go: set = set()  # the bursts' nodes the bounded guard lets through in this loop (a canary, then batches)
+    order = sorted(failures, key=lambda x: (x.slot.group, x.slot.index))
     for sig in sorted(bursts):
-        n = sum(1 for f in failures if f.signature == sig)
-        out += alert(f"systemic:{sig}", f"{n} nodes failing the same way ({sig}); no node touched", snap, raised)
+        names = [f.slot.name for f in order if f.signature == sig]
+        out += alert(
+            alert_key(sig),
+            f"{len(names)} nodes failing the same way ({sig}); no node touched for {timers.systemic_hold_seconds} s, "
+            "then one as a canary",
+            snap,
+            raised,
+        )
+        through, notes = released(sig, names, snap, now, timers)
+        go |= through
+        out += notes
     budget = timers.breaker_limit(cluster_nodes) - replacements_in_window(snap, now, timers)
     bootstrap_now: Dict[str, int] = Counter()
     protected_now: set = set()
-    for f in sorted(failures, key=lambda x: (x.slot.group, x.slot.index)):
-        if f.signature in bursts:
+    for f in order:
+        if f.signature in bursts and f.slot.name not in go:
             continue
         slot, why = f.slot, f.why
         gs = snap.group_states.get(slot.group) or GroupState(slot.group)

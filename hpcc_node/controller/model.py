@@ -187,7 +187,7 @@ class Snapshot:
     group_states: Mapping[str, GroupState] = field(default_factory=dict)
     launches: Tuple[LaunchRecord, ...] = ()
     events: Tuple[Event, ...] = ()
-    alerts: FrozenSet[str] = frozenset()  # keys of the alerts already raised
+    alerts: Mapping[str, float] = field(default_factory=dict)  # the alerts already raised: key -> when
     membership_digest: str = ""  # the digest of the last published membership body
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)

@@ -231,7 +231,7 @@ def snapshot(
         group_states=dict(loaded.groups),
         launches=tuple(loaded.launches),
         events=tuple(loaded.events),
-        alerts=frozenset(loaded.alerts),
+        alerts=dict(loaded.alerts),
         membership_digest=loaded.membership.get("digest", ""),
         bundle=dict(bundle or {}),
     )

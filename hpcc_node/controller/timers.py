@@ -41,6 +41,13 @@ class Timers:
     systemic_window_seconds: int = 600
     systemic_min: int = 5
     systemic_fraction: float = 0.05
+    # ... but not forever (systemic_guard.py): after this hold one node of the burst is acted on as a canary, and
+    # once it is back in service the rest follow, this many in flight at a time. 15 minutes lets a person see the
+    # alert and a passing cause (a file system's failover) clear; a dead node held longer is a job's lost hour.
+    # Failures of the instance itself (EC2's status checks, a node neither Slurm nor S3 hears from while others
+    # answer) are each their own instance's and never one burst.
+    systemic_hold_seconds: int = 900
+    systemic_batch_size: int = 8
     # Insufficient capacity, quotas and a Capacity Block not yet active back off, doubling from the first delay
     # up to the maximum (clustermgtd's insufficient_capacity_timeout is 600 s), and spend no budget.
     launch_backoff_first_seconds: int = 60

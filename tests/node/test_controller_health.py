@@ -203,7 +203,7 @@ def test_xid_79_on_every_node_at_once_is_one_alert_and_no_node_touched():
     alerts = by_kind(actions, ALERT)
     assert len(alerts) == 1 and alerts[0].why.failure == "systemic" and "xid" in alerts[0].why.evidence
     assert [a for a in actions if a.node] == []
-    again = replace(snap, alerts=frozenset({alerts[0].data["key"]}))
+    again = replace(snap, alerts={alerts[0].data["key"]: NOW})
     assert [a for a in run(again) if a.kind != m.PUBLISH] == []
 
 

@@ -3,7 +3,8 @@ generic failure rules (decide_failures.py) see it. Pure; decide() calls health_a
 
 For each node whose report is a failed verdict:
 - systemic first: many nodes failing the same check the same way within the window (a driver change, a parser
-  bug, a Lustre server hiccup) is the cluster's fault: one alert and no node touched;
+  bug, a Lustre server hiccup) is the cluster's fault: one alert and no node touched, for a bounded hold, then a
+  canary (systemic_guard.py);
 - out of service: DOWN when the verdict says so (Slurm requeues the batch jobs that may be requeued; a drain never
   touches a running job), else DRAIN, with the reason `hpcc: <check>: <evidence>`;
 - a job that already failed with the node around the fault is requeued (`scontrol requeue`), up to
@@ -50,6 +51,7 @@ from ..model import (
     Snapshot,
     Why,
 )
+from ..systemic_guard import alert_key, released
 from ..timers import Timers
 from .spares import deep_checks, spare_reservation, spares_actions
 
@@ -283,17 +285,23 @@ def health_actions(
             rest.append(f)
     bursts = _systemic(verdicts, snap, now, timers, cluster_nodes)
     outs = _out_times(snap) if snap.slurm is None else {}
+    order = sorted(verdicts, key=lambda v: (v[0].slot.group, v[0].slot.index))
+    go: Set[str] = set()  # the bursts' nodes the bounded guard lets through in this loop (a canary, then batches)
     for sig in sorted(bursts):
-        n = sum(1 for _, _, s in verdicts if s == sig)
+        names = [f.slot.name for f, _, s in order if s == sig]
         out += alert(
-            f"systemic:{sig}",
-            f"{n} node(s) failing the same health check ({sig}) within "
-            f"{timers.systemic_window_seconds} s: the cluster's fault, no node touched",
+            alert_key(sig),
+            f"{len(names)} node(s) failing the same health check ({sig}) within "
+            f"{timers.systemic_window_seconds} s: the cluster's fault, no node touched for "
+            f"{timers.systemic_hold_seconds} s, then one as a canary",
             snap,
             raised,
         )
-    for f, r, sig in sorted(verdicts, key=lambda v: (v[0].slot.group, v[0].slot.index)):
-        if sig in bursts or now - r.at < timers.health_settle_seconds:
+        through, notes = released(sig, names, snap, now, timers)
+        go |= through
+        out += notes
+    for f, r, sig in order:
+        if (sig in bursts and f.slot.name not in go) or now - r.at < timers.health_settle_seconds:
             continue
         acts, handed = _one(f, r, snap, now, timers, sig, outs)
         out += acts
