@@ -4,10 +4,10 @@ follows Slurm on the head, and moves the node to the bundle the pointer names (h
 
 Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE HeadObject of the state
 bucket's membership.json, and on a change its deltas or the object itself (hpcc_node/controller/membership.py
-follow), which carries the bundle pointer and the settings' sha256; ONE paced GetParameters of the settings only
+poll), which carries the bundle pointer and the settings' sha256; ONE paced GetParameters of the settings only
 when that sha256 changed (every tick when the membership carries none); plus the canaries' statuses while a
-rollout is on. A newer membership
-generation or changed settings are applied by the role script's `apply-membership` with the hosts text
+rollout is on. A newer membership generation (or a lower one whose bytes are the controller's: a reset of its
+count) or changed settings are applied by the role script's `apply-membership` with the hosts text
 hpcc_node/hosts.py renders (the one writer of the membership files: hostfiles, env, SSH config, Slurm;
 hpcc_node/agent_membership.py); nothing is restarted, so running jobs do not notice. One status write per
 change, to status/<instance ARN>.json. An error is logged and retried next tick; the agent never fails its node.
@@ -106,8 +106,8 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
         # S3 is not paced as SSM is (infra/render/pacing.py: S3 takes thousands of requests a second per prefix, and
         # the agent makes one or two a tick): its membership read and heartbeat never wait a pacer's turn
         self.s3 = s3 if s3 is not None else awscli.client("s3")
-        self.doc: Optional[Dict[str, Any]] = None  # the membership last read, and its ETag
-        self.etag = ""
+        self.doc: Optional[Dict[str, Any]] = None  # the membership last read, its ETag, whether its bytes are whole
+        self.etag, self.intact = "", False
         self.cached: Dict[str, Any] = {}  # the settings and the pointer as last read from SSM
         self.settings_digest = ""  # the membership's settings_sha256 when they were read
         self.node = state.parse_state(state.read_text(config.path("node")) or "")
@@ -205,7 +205,11 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
             raise AwsError(f"{self.c.settings_parameter} is missing; next tick")
         settings_text = read[self.c.settings_parameter][1]
         if membership_due(
-            self.node.hosts_version, state.read_text(self.c.path("settings")) or "", self.doc, settings_text
+            self.node.hosts_version,
+            state.read_text(self.c.path("settings")) or "",
+            self.doc,
+            settings_text,
+            self.intact,
         ):
             self.apply_doc(self.doc, settings_text)
         if self.certs:

@@ -1,7 +1,10 @@
 """The node agent's part that keeps the node on the cluster's membership (hpcc_node/agent.py's Agent inherits it):
-each tick's poll of membership.json (hpcc_node/controller/membership.py follow: a HeadObject, on a change its deltas
-or the whole object), whether to apply what it read, and the role script's `apply-membership` with the hosts text
-hpcc_node/hosts.py renders (the one writer of the membership files)."""
+each tick's poll of membership.json (hpcc_node/controller/membership.py poll: a HeadObject, on a change its deltas or
+the whole object), whether to apply what it read, and the role script's `apply-membership` with the hosts text
+hpcc_node/hosts.py renders (the one writer of the membership files). A newer generation is applied; a lower one only
+when the object changed and its bytes are the controller's (the sha256 in its metadata): the controller's count was
+reset (its ledger lost with the object), and without this the node would refuse every generation until the count
+passed its own again. Only the head's controller writes the object, so this opens nothing a newer generation did not."""
 
 from __future__ import annotations
 
@@ -19,26 +22,37 @@ from hpcc_node.settings import parse
 
 
 def membership_due(
-    applied_generation: int, applied_settings: str, doc: Optional[Dict[str, Any]], read_settings: str
+    applied_generation: int,
+    applied_settings: str,
+    doc: Optional[Dict[str, Any]],
+    read_settings: str,
+    intact: bool = False,
 ) -> bool:
-    """Apply a newer membership generation (membership.newer), or the same one when the settings text changed."""
+    """Apply a newer membership generation (membership.newer), a lower one whose bytes are the controller's
+    (`intact`: a reset of its count, membership.went_back), or the same one when the settings text changed."""
     if doc is None:
         return False
-    return membership.newer(applied_generation, doc) or read_settings.rstrip("\n") != applied_settings.rstrip("\n")
+    back = intact and membership.went_back(applied_generation, doc)
+    return (
+        membership.newer(applied_generation, doc) or back or read_settings.rstrip("\n") != applied_settings.rstrip("\n")
+    )
 
 
 class MembershipFollowing:
     """Agent's membership methods. What they use of the agent: its config `c`, `s3`, `run`, `log`, `node`,
     `running`, `refuse_newer()`, `current_dir()` and the membership fields set in Agent.__init__ (`doc`, `etag`,
-    `refused`, `newer`, `settings`)."""
+    `intact`, `refused`, `newer`, `settings`)."""
 
     def read_membership(self) -> None:
         try:
-            doc, self.etag = membership.follow(self.s3, self.c.state_bucket, self.doc, self.etag)
+            got = membership.poll(self.s3, self.c.state_bucket, self.doc, self.etag)
         except Exception as e:  # noqa: BLE001 - S3 unreachable: the applied membership stays
             raise AwsError(f"s3://{self.c.state_bucket}/{MEMBERSHIP_KEY}: {e}") from None
-        if doc is not None:
-            self.doc = doc
+        self.etag = got.etag
+        if got.doc is not None:  # a changed object (its ETag): a lower generation is said once, here
+            self.doc, self.intact = got.doc, got.intact
+            if membership.went_back(self.node.hosts_version, got.doc):
+                self.log(membership.reset_line(self.node.hosts_version, got.doc, got.intact))
 
     def apply_doc(self, doc: Any, settings_text: str) -> None:
         try:

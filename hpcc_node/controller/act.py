@@ -237,7 +237,13 @@ class Executor(HealthActs, BatchActs):
     def _publish_membership(self, a: Action) -> str:
         # the ledger's mark before: fenced by the lease; no digest until written
         done = membership.publish_next(
-            self.s3, self.bucket, a.data["body"], self.published, lambda n: self.ledger.set_membership(n, "", "")
+            self.s3,
+            self.bucket,
+            a.data["body"],
+            self.published,
+            lambda n: self.ledger.set_membership(n, "", ""),
+            int(a.data.get("recorded") or 0),
+            lambda line: self.log.warning("%s", line),
         )
         self.published = done
         self.ledger.set_membership(done.generation, a.data["digest"], done.etag)

@@ -210,6 +210,10 @@ def verdict(body: bytes, key: str, log: logging.Logger = LOG) -> Optional[Report
         return None
 
 
+def _generation(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def snapshot(
     cluster: str,
     now: float,
@@ -233,6 +237,7 @@ def snapshot(
         events=tuple(loaded.events),
         alerts=frozenset(loaded.alerts),
         membership_digest=loaded.membership.get("digest", ""),
+        membership_generation=_generation(loaded.membership.get("generation")),
         bundle=dict(bundle or {}),
     )
 
