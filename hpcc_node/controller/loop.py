@@ -95,6 +95,7 @@ def build_step(
                     bundle(),
                     head,
                     extras_reader(slurm_read, limit) if slurm_read is not None else None,
+                    lambda: obs.dropped(cache),
                 ),
                 lambda snap: decide(snap, current, snap.now, timers),
                 executor,

@@ -280,6 +280,7 @@ def snapshot(
     slurm: Optional[Mapping[str, SlurmNode]],
     bundle: Optional[Mapping[str, Any]] = None,
     head: Optional[Mapping[str, Any]] = None,
+    malformed: Optional[Mapping[str, str]] = None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -296,6 +297,7 @@ def snapshot(
         membership_digest=loaded.membership.get("digest", ""),
         membership_generation=_generation(loaded.membership.get("generation")),
         bundle=dict(bundle or {}),
+        dropped=dict(malformed or {}),
     )
 
 
@@ -309,9 +311,11 @@ def observe(
     bundle: Optional[Mapping[str, Any]] = None,
     head: Optional[Mapping[str, Any]] = None,
     read_extras: Optional[Callable[[], Extras]] = None,
+    read_dropped: Optional[Callable[[], Mapping[str, str]]] = None,
 ) -> Tuple[Snapshot, Loaded]:
     """Everything decide() needs, read once (`read_slurm`: Slurm's nodes; `read_extras`: its jobs and reservations,
-    for the health rules; both slurm_records.Reader's)."""
+    for the health rules; both slurm_records.Reader's; `read_dropped`: the status objects read_reports found
+    malformed, for `hpcc status`)."""
     loaded = ledger.load()
     for pk, why in sorted(loaded.dropped.items()):  # every loop, until it is mended: the rest is reconciled
         LOG.warning("ledger item %s cannot be read (%s): left out of this loop; mend or delete it", pk, why)
@@ -319,5 +323,7 @@ def observe(
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts
     slurm = dict(read_slurm()) if read_slurm is not None else None
-    snap = snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle, head)
+    reps = read_reports()
+    malformed = read_dropped() if read_dropped is not None else None
+    snap = snapshot(cluster, clock(), loaded, insts, reps, slurm, bundle, head, malformed)
     return (with_slurm_extras(snap, read_extras) if read_extras else snap), loaded
