@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-KEY = "pk"  # the hash key: `<kind>#<name>` (slot#gpu-000, iid#i-0abc, ...), or `lease` and `membership`
+# the hash key: `<kind>#<name>` (slot#gpu-000, iid#i-0abc, ...), or `lease`, `membership`, `dropped-statuses`
+KEY = "pk"
 BILLING_MODE = "PAY_PER_REQUEST"
 
 

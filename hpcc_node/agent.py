@@ -4,13 +4,13 @@ follows Slurm on the head, and moves the node to the bundle the pointer names (h
 
 Each tick (the settings' SYNC_SECONDS plus up to a quarter of it of jitter): ONE HeadObject of the state
 bucket's membership.json, and on a change its deltas or the object itself (hpcc_node/controller/membership.py
-follow), which carries the bundle pointer and the settings' sha256; ONE paced GetParameters of the settings only
+poll), which carries the bundle pointer and the settings' sha256; ONE paced GetParameters of the settings only
 when that sha256 changed (every tick when the membership carries none); plus the canaries' statuses while a
-rollout is on. A newer membership
-generation or changed settings are applied by the role script's `apply-membership` with the hosts text
-hpcc_node/hosts.py renders (the one writer of the membership files: hostfiles, env, SSH config, Slurm); nothing is
-restarted, so running jobs do not notice. One status write per change, to status/<instance ARN>.json. An error
-is logged and retried next tick; the agent never fails its node.
+rollout is on. A newer membership generation (or a lower one whose bytes are the controller's: a reset of its
+count) or changed settings are applied by the role script's `apply-membership` with the hosts text
+hpcc_node/hosts.py renders (the one writer of the membership files: hostfiles, env, SSH config, Slurm;
+hpcc_node/agent_membership.py); nothing is restarted, so running jobs do not notice. One status write per
+change, to status/<instance ARN>.json. An error is logged and retried next tick; the agent never fails its node.
 
 `--self-check`: what a new bundle's agent runs before the node switches to it (exit 0: it can run here)."""
 
@@ -21,17 +21,17 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from hpcc_contract.names import MEMBERSHIP_KEY, STATUS_PREFIX
-from hpcc_contract.settings import NewerSettings, SettingsError
+from hpcc_contract.names import STATUS_PREFIX
+from hpcc_contract.settings import SettingsError
 from hpcc_contract.version import AGENT_VERSION
-from hpcc_node import awscli, cluster_keys, hosts, rollout, slurm, state, status, upgrade
+from hpcc_node import awscli, cluster_keys, rollout, slurm, state, status, upgrade
 from hpcc_node import certs_agent as host_certs
 from hpcc_node.agent_bundle import BundleFollowing
+from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_status import StatusReporting
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
@@ -72,15 +72,6 @@ class Config(NamedTuple):
         return os.path.join(self.etc, name)
 
 
-def membership_due(
-    applied_generation: int, applied_settings: str, doc: Optional[Dict[str, Any]], read_settings: str
-) -> bool:
-    """Apply a newer membership generation (membership.newer), or the same one when the settings text changed."""
-    if doc is None:
-        return False
-    return membership.newer(applied_generation, doc) or read_settings.rstrip("\n") != applied_settings.rstrip("\n")
-
-
 def arn_prefix(status_key: str) -> str:
     """status/arn:<partition>:ec2:<region>:<account>:instance/ of this node's own key: every node's ARN but its id."""
     return status_key[len(STATUS_PREFIX) :].rsplit("/", 1)[0] + "/"
@@ -101,7 +92,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(BundleFollowing, StatusReporting):
+class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
     def __init__(
         self,
         config: Config,
@@ -115,8 +106,8 @@ class Agent(BundleFollowing, StatusReporting):
         # S3 is not paced as SSM is (infra/render/pacing.py: S3 takes thousands of requests a second per prefix, and
         # the agent makes one or two a tick): its membership read and heartbeat never wait a pacer's turn
         self.s3 = s3 if s3 is not None else awscli.client("s3")
-        self.doc: Optional[Dict[str, Any]] = None  # the membership last read, and its ETag
-        self.etag = ""
+        self.doc: Optional[Dict[str, Any]] = None  # the membership last read, its ETag, whether its bytes are whole
+        self.etag, self.intact = "", False
         self.cached: Dict[str, Any] = {}  # the settings and the pointer as last read from SSM
         self.settings_digest = ""  # the membership's settings_sha256 when they were read
         self.node = state.parse_state(state.read_text(config.path("node")) or "")
@@ -191,14 +182,6 @@ class Agent(BundleFollowing, StatusReporting):
         except Exception:  # noqa: BLE001 - not there yet, or this role may not read it: no verdict
             return None
 
-    def read_membership(self) -> None:
-        try:
-            doc, self.etag = membership.follow(self.s3, self.c.state_bucket, self.doc, self.etag)
-        except Exception as e:  # noqa: BLE001 - S3 unreachable: the applied membership stays
-            raise AwsError(f"s3://{self.c.state_bucket}/{MEMBERSHIP_KEY}: {e}") from None
-        if doc is not None:
-            self.doc = doc
-
     # -- one tick -----------------------------------------------------------------------------------
     def read_parameters(self) -> Dict[str, Any]:
         """The settings and the bundle pointer. The membership carries the pointer and the settings' sha256
@@ -222,7 +205,11 @@ class Agent(BundleFollowing, StatusReporting):
             raise AwsError(f"{self.c.settings_parameter} is missing; next tick")
         settings_text = read[self.c.settings_parameter][1]
         if membership_due(
-            self.node.hosts_version, state.read_text(self.c.path("settings")) or "", self.doc, settings_text
+            self.node.hosts_version,
+            state.read_text(self.c.path("settings")) or "",
+            self.doc,
+            settings_text,
+            self.intact,
         ):
             self.apply_doc(self.doc, settings_text)
         if self.certs:
@@ -234,77 +221,6 @@ class Agent(BundleFollowing, StatusReporting):
             return switched
         self.report()
         return None
-
-    def apply_doc(self, doc: Any, settings_text: str) -> None:
-        try:
-            version, text = hosts.generation(doc), hosts.hosts_text(doc)
-        except hosts.NewerMembership as e:
-            self.refuse_newer("membership", str(e))
-            return
-        except hosts.MembershipError as e:
-            self.log(f"{e}: refused, the applied membership stays")
-            return
-        self.newer.pop("membership", None)
-        if not hosts.lists(doc, self.node.node, self.node.instance_id):
-            if version != self.refused:  # once a generation: a node out of service reads it every tick
-                self.refused = version
-                self.log(
-                    f"membership generation {version} "
-                    f"{hosts.unlisted_why(doc, self.node.node, self.node.instance_id)}: not applied"
-                )
-            return
-        self.apply_membership(version, text, settings_text)
-
-    def apply_membership(self, version: int, hosts_text: str, settings_text: str) -> None:
-        try:
-            settings = parse(settings_text)
-        except NewerSettings as e:
-            self.refuse_newer("settings", f"{self.c.settings_parameter}: {e}")
-            return
-        except SettingsError as e:
-            self.log(f"{e}: {self.c.settings_parameter} refused, the applied settings stay")
-            return
-        self.newer.pop("settings", None)
-        try:
-            pairs = state.parse_hosts(hosts_text, self.c.vpc_cidr)
-        except state.StateError as e:
-            self.log(f"{e}: membership generation {version} refused, the applied membership stays")
-            return
-        at = hosts.line_holds(pairs, self.node.node, self.node.ip)
-        if at is not None:
-            self.log(
-                f"membership generation {version} lists {at} as {self.node.node}, not this node's {self.node.ip}: not "
-                "applied"
-            )
-            return
-        script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
-        # The hosts text goes through a file: at 4,096 nodes it nears Linux's 128 KiB limit on one environment string
-        # (MAX_ARG_STRLEN, execve(2) "Limits on size of arguments and environment").
-        with tempfile.NamedTemporaryFile("w", dir=self.c.etc, prefix=".apply-hosts.", delete=True) as hosts_file:
-            hosts_file.write(hosts_text)
-            hosts_file.flush()
-            env = dict(
-                os.environ,
-                HPCC_APPLY_VERSION=str(version),
-                HPCC_APPLY_HOSTS_FILE=hosts_file.name,
-                HPCC_APPLY_SETTINGS=settings_text,
-                HPCC_BUNDLE=self.running,
-            )  # the loader's export names the bundle the node booted with
-            out = self.run(
-                ["bash", script, "apply-membership"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-        if out.returncode != 0:
-            self.log(f"apply-membership of membership generation {version} failed (exit {out.returncode}); next tick")
-            return
-        self.node = state.parse_state(state.read_text(self.c.path("node")) or "")
-        self.settings = settings
-        # the message stays: the generation applied goes in the status object's metadata (agent_status.py), so an
-        # apply does not change the body the controller reads again whenever its ETag changes
 
     def slurm_watch(self) -> None:
         def cmd(*args: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract.names import TAG_NODE, resource_name
 
@@ -24,7 +24,7 @@ from .act_batch import BATCHED, SLURM_BATCH, BatchActs, runs
 from .calls import Costs
 from .decide_failures import REQUESTED
 from .health.act import HealthActs
-from .ledger import Conflict, LeaseLost, Ledger
+from .ledger import DROPPED, Conflict, LeaseLost, Ledger
 from .model import (
     BOOTING,
     READY,
@@ -237,7 +237,13 @@ class Executor(HealthActs, BatchActs):
     def _publish_membership(self, a: Action) -> str:
         # the ledger's mark before: fenced by the lease; no digest until written
         done = membership.publish_next(
-            self.s3, self.bucket, a.data["body"], self.published, lambda n: self.ledger.set_membership(n, "", "")
+            self.s3,
+            self.bucket,
+            a.data["body"],
+            self.published,
+            lambda n: self.ledger.set_membership(n, "", ""),
+            int(a.data.get("recorded") or 0),
+            lambda line: self.log.warning("%s", line),
         )
         self.published = done
         self.ledger.set_membership(done.generation, a.data["digest"], done.etag)
@@ -278,5 +284,26 @@ def reconcile_once(
         actions = decide(snap)
     with costs.phase("act"):
         lines = executor.run(actions, snap)
+        record_dropped(ledger, snap.dropped, loaded.dropped_statuses, snap.now)
         ledger.prune(loaded)
     return {"lease": True, "lines": lines}
+
+
+DROPPED_SHOWN = 5  # the malformed status objects `hpcc status` names (all are counted)
+
+
+def dropped_record(found: Mapping[str, str]) -> Dict[str, Any]:
+    """The ledger's record of the malformed status objects (key -> why): how many, and the first few."""
+    return {"count": len(found), "some": {k[:200]: found[k][:200] for k in sorted(found)[:DROPPED_SHOWN]}}
+
+
+def record_dropped(ledger: Ledger, found: Mapping[str, str], recorded: Mapping[str, Any], now: float) -> None:
+    """The malformed status objects, in the ledger for `hpcc status` (an operator sees why a node has no verdict):
+    written only when they change, not every loop."""
+    doc = dropped_record(found)
+    if doc == {k: v for k, v in recorded.items() if k != "at"} or not (found or recorded):
+        return
+    try:
+        ledger.set(DROPPED, {**doc, "at": now})
+    except Conflict:  # written meanwhile: the next loop compares again
+        pass

@@ -295,5 +295,6 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
     body = membership_body(project(snap.slots, out, now), snap, groups, unlisted)
     sha = digest(body)
     if sha != snap.membership_digest:
-        out.append(Action(PUBLISH, why=Why("", "membership changed"), data={"body": body, "digest": sha}))
+        data = {"body": body, "digest": sha, "recorded": snap.membership_generation}  # the count goes on past it
+        out.append(Action(PUBLISH, why=Why("", "membership changed"), data=data))
     return out

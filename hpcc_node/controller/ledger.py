@@ -27,6 +27,7 @@ from .timers import DEFAULT, Timers
 
 LEASE = "lease"
 MEMBERSHIP = "membership"
+DROPPED = "dropped-statuses"  # the status objects the controller found malformed, for `hpcc status`
 # Items one TransactWriteItems may hold, the lease's check among them (DynamoDB API Reference, TransactWriteItems:
 # "up to 100 action requests").
 TRANSACT_ITEMS = 100
@@ -72,6 +73,7 @@ class Loaded:
     events: List[Event] = field(default_factory=list)
     alerts: Dict[str, float] = field(default_factory=dict)
     membership: Dict[str, Any] = field(default_factory=dict)  # generation, digest, etag
+    dropped_statuses: Dict[str, Any] = field(default_factory=dict)  # count, some (key -> why), at
     versions: Dict[str, int] = field(default_factory=dict)  # pk -> v, for items that are not dataclasses
     stale: List[str] = field(default_factory=list)  # old events and launch records, for prune()
     dropped: Dict[str, str] = field(default_factory=dict)  # pk -> why: items this controller cannot read
@@ -297,6 +299,8 @@ class Ledger:
             out.alerts[name] = doc["at"]
         elif pk == MEMBERSHIP:
             out.membership = doc
+        elif pk == DROPPED:
+            out.dropped_statuses = doc
         out.versions[pk] = v  # last: a dropped item leaves no version behind
 
     # Slots and names.
@@ -376,9 +380,11 @@ class Ledger:
         self._transact(self._put(pk, {"at": now}, self._version(pk)))
 
     def set_membership(self, generation: int, digest: str, etag: str) -> None:
-        self._transact(
-            self._put(MEMBERSHIP, {"generation": generation, "digest": digest, "etag": etag}, self._version(MEMBERSHIP))
-        )
+        self.set(MEMBERSHIP, {"generation": generation, "digest": digest, "etag": etag})
+
+    def set(self, pk: str, doc: Dict[str, Any]) -> None:
+        """A single item (MEMBERSHIP, DROPPED) written over whatever version it is at."""
+        self._transact(self._put(pk, doc, self._version(pk)))
 
     def prune(self, loaded: Loaded) -> int:
         """Delete the events and launch records past their use (the load marked them stale); returns how many."""

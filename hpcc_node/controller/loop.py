@@ -56,7 +56,7 @@ def build_step(
     if slurm_read is not None:
         slurm_read.run = counted_command(slurm_read.run, costs)
     ledger = Ledger(ddb, table, owner, clock, timers)
-    cache: Dict[str, Tuple[str, Optional[Report]]] = {}
+    cache: Dict[str, obs.Read] = {}
     acted: Set[Tuple[str, str, float]] = set()  # the failed verdicts a loop saw settled
 
     last: Dict[str, Report] = {}
@@ -95,6 +95,7 @@ def build_step(
                     bundle(),
                     head,
                     extras_reader(slurm_read, limit) if slurm_read is not None else None,
+                    lambda: obs.dropped(cache),
                 ),
                 lambda snap: decide(snap, current, snap.now, timers),
                 executor,

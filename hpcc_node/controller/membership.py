@@ -4,7 +4,10 @@ for n+1: the controller writes each generation's change (its delta: the entries 
 under a ring of keys before the object it leads to, and an agent's poll is a HeadObject whose metadata names the
 generation and the sha256 of the object's bytes; the agent patches its copy with the deltas since its generation
 and takes the result only when its bytes hash to that sha256 (else, or when a delta is missing, it reads the whole
-object). A change then costs each node O(what changed), not O(cluster).
+object). A change then costs each node O(what changed), not O(cluster). The generation is the controller's own
+count: one past both its ledger's record and the object's, so an object overwritten with garbage never sends it
+back under the nodes (publish_next); a node takes a lower one only from a changed object whose bytes hash to its
+sha256 (the count reset with the ledger: went_back).
 
 S3 User Guide, "Conditional requests": GetObject with If-None-Match answers 304 Not Modified while the ETag is
 the same; PutObject with If-Match writes only over the version read, and with If-None-Match "*" only if the key
@@ -122,6 +125,35 @@ def publish(s3: Any, bucket: str, body: Dict[str, Any], generation: int, etag: s
     return out["ETag"]
 
 
+class Poll(NamedTuple):
+    """What an agent's poll found: the membership (None: unchanged or absent), its ETag, and whether its bytes are
+    whole as the controller wrote them (patched to its sha256, or read whole and hashing to the sha256 in the same
+    GetObject's metadata)."""
+
+    doc: Optional[Dict[str, Any]]
+    etag: str
+    intact: bool = False
+
+
+def whole(s3: Any, bucket: str, key: str = MEMBERSHIP_KEY) -> Tuple[bytes, str, str]:
+    """The object's bytes, ETag and the sha256 its metadata names ("" when none); (b"", "", "") when absent."""
+    try:
+        out = s3.get_object(Bucket=bucket, Key=key)
+    except Exception as e:
+        if error_code(e) in NOT_FOUND:
+            return b"", "", ""
+        raise
+    return out["Body"].read(), out["ETag"], str((out.get("Metadata") or {}).get(MEMBERSHIP_SHA256_META, ""))
+
+
+def read_whole(s3: Any, bucket: str) -> Poll:
+    """The whole membership, checked against the sha256 in its own metadata; ValueError when it is no JSON."""
+    data, etag, digest = whole(s3, bucket)
+    if not etag:
+        return Poll(None, "")
+    return Poll(json.loads(data), etag, bool(digest) and sha256(data) == digest)
+
+
 def read(s3: Any, bucket: str, etag: str = "", key: str = MEMBERSHIP_KEY) -> Tuple[Optional[Dict[str, Any]], str]:
     """The membership and its ETag, or (None, etag) when it is unchanged since `etag` (304) or absent."""
     try:
@@ -190,36 +222,91 @@ class Published(NamedTuple):
 
 
 def publish_next(
-    s3: Any, bucket: str, body: Dict[str, Any], last: Optional[Published], mark: Callable[[int], None]
+    s3: Any,
+    bucket: str,
+    body: Dict[str, Any],
+    last: Optional[Published],
+    mark: Callable[[int], None],
+    recorded: int = 0,
+    warn: Callable[[str], None] = lambda line: None,
 ) -> Published:
-    """The next generation: its delta from the published one (the body held from the last publish, else read once,
-    as after a restart), then the object itself over the ETag read. `mark(generation)` runs first (the ledger's
-    record that a publish is under way, fenced by the controller's lease)."""
-    generation, etag = head(s3, bucket)
-    mark(generation + 1)
-    if generation:
-        before = last.body if last and (last.generation, last.etag) == (generation, etag) else None
-        if before is None:
-            doc, _ = read(s3, bucket)
-            before = body_of(doc) if isinstance(doc, dict) and doc.get("generation") == generation else None
+    """The next generation: one past both the ledger's `recorded` one and the published object's own, so a
+    corrupted object (garbage, no metadata: generation 0) never sends the count back below what nodes applied. Its
+    delta from the published one (the body held from the last publish, else read once, as after a restart), then
+    the object itself over the ETag read. `mark(generation)` runs first (the ledger's record that a publish is under
+    way, fenced by the controller's lease); `warn` gets a line naming a corrupted object and why."""
+    found, etag, digest = head_meta(s3, bucket)
+    generation = max(found, recorded) + 1
+    mark(generation)
+    if etag and found in (0, generation - 1):  # one older than the ledger's record is no base: nothing to read
+        before, why = _base(s3, bucket, last, found, etag, digest)
+        if why:
+            warn(
+                f"s3://{bucket}/{MEMBERSHIP_KEY} (ETag {etag[:40]}) is corrupted: {why}; generation {generation} "
+                f"(the ledger recorded {recorded}) is written over it whole, with no delta"
+            )
         if before is not None:  # else no delta: the nodes read the whole object, as they would without one
-            put_delta(s3, bucket, before, body, generation + 1)
-    return Published(generation + 1, publish(s3, bucket, body, generation + 1, etag), body)
+            put_delta(s3, bucket, before, body, generation)
+    return Published(generation, publish(s3, bucket, body, generation, etag), body)
+
+
+def _base(
+    s3: Any, bucket: str, last: Optional[Published], found: int, etag: str, digest: str
+) -> Tuple[Optional[Dict[str, Any]], str]:
+    """The published object's body (generation `found`, ETag `etag`) as its successor's delta's base, and why it is
+    corrupted ("" : it is not). A delta is never written from a body that is not the one its generation had."""
+    if last is not None and (last.generation, last.etag) == (found, etag):
+        return last.body, ""  # the bytes this controller wrote (the same ETag): not read again
+    if not found:
+        return None, "no generation in its metadata"
+    try:
+        data, now, _ = whole(s3, bucket)
+        doc = json.loads(data)
+    except ValueError as e:
+        return None, f"its bytes are no JSON ({type(e).__name__})"
+    if now != etag:
+        return None, ""  # written again since the HeadObject: the publish's If-Match refuses it (Conflict)
+    if digest and sha256(data) != digest:
+        return None, "its bytes do not hash to the sha256 in its metadata"
+    if not isinstance(doc, dict) or doc.get("generation") != found:
+        return None, f"its body is not the generation {found} its metadata names"
+    return body_of(doc), ""
+
+
+def went_back(applied: Optional[int], doc: Optional[Dict[str, Any]]) -> bool:
+    """Whether `doc` is a membership of a lower generation than the one applied: the controller's count was reset
+    (its ledger lost with the object), or the object is not the controller's."""
+    found = (doc or {}).get("generation")
+    return isinstance(found, int) and applied is not None and found < applied
+
+
+def reset_line(applied: int, doc: Dict[str, Any], intact: bool) -> str:
+    """The agent's log line for a membership whose generation went back (went_back)."""
+    gone = f"membership generation went back from {applied} to {doc.get('generation')}"
+    if intact:  # only the controller writes the object: a reset, its count lost, not an older copy
+        return f"{gone}: a new object whose bytes hash to its sha256 (the controller's, after a reset): applied"
+    return f"{gone}: its bytes do not hash to the sha256 in its metadata (not the controller's): not applied"
 
 
 def follow(s3: Any, bucket: str, doc: Optional[Dict[str, Any]], etag: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """poll() without whether the bytes are intact."""
+    got = poll(s3, bucket, doc, etag)
+    return got.doc, got.etag
+
+
+def poll(s3: Any, bucket: str, doc: Optional[Dict[str, Any]], etag: str) -> Poll:
     """An agent's poll: the membership and its ETag when it changed since `etag` (`doc`: the copy held, of that
     ETag), else (None, etag); (None, "") when there is none. One HeadObject while nothing changed; the deltas since
     `doc`'s generation when they lead to the published bytes; the whole object otherwise."""
     generation, now, digest = head_meta(s3, bucket)
     if not now:
-        return None, ""
+        return Poll(None, "")
     if now == etag:
-        return None, etag
+        return Poll(None, etag)
     patched = _patched(s3, bucket, doc, generation, digest)
     if patched is not None:
-        return patched, now
-    return read(s3, bucket)
+        return Poll(patched, now, True)
+    return read_whole(s3, bucket)
 
 
 def _patched(

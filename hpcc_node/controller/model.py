@@ -189,6 +189,8 @@ class Snapshot:
     events: Tuple[Event, ...] = ()
     alerts: Mapping[str, float] = field(default_factory=dict)  # the alerts already raised: key -> when
     membership_digest: str = ""  # the digest of the last published membership body
+    membership_generation: int = 0  # the generation the ledger recorded last: the next one is past it
+    dropped: Mapping[str, str] = field(default_factory=dict)  # status key -> why it is malformed (no verdict)
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)
     head: Mapping[str, Any] = field(default_factory=dict)  # the controller's own head: name, ip, instance

@@ -132,15 +132,16 @@ READERS = 16  # status objects fetched at once (S3 User Guide, "Best practices d
 # performance": at least 5,500 GETs a second per prefix)
 
 
-def reports(
-    s3: Any, bucket: str, cache: Dict[str, Tuple[str, Optional[Report]]], prefix: str = STATUS_PREFIX
-) -> Dict[str, Report]:
+Read = Tuple[str, Optional[Report], str]  # a status object's ETag, its report, why it is malformed ("": it is not)
+
+
+def reports(s3: Any, bucket: str, cache: Dict[str, Read], prefix: str = STATUS_PREFIX) -> Dict[str, Report]:
     """The nodes' verdicts (membership.status_body at status_key(arn)) by the instance that wrote them: listed every
-    loop, fetched only where the ETag changed since `cache` (updated in place). A report is its key's instance's
-    (IAM lets a node write only its own key; the body must name the same instance) and says nothing of a name:
-    for_slots() gives it to the slot that holds that instance. Its time is at most the object's LastModified, so
-    a body dated in the future cannot outlast a newer write. One still booting (ok, phase not ready) is no verdict
-    yet."""
+    loop, fetched only where the ETag changed since `cache` (updated in place; dropped() names its malformed ones,
+    each logged once, when it is fetched). A report is its key's instance's (IAM lets a node write only its own
+    key; the body must name the same instance) and says nothing of a name: for_slots() gives it to the slot that
+    holds that instance. Its time is at most the object's LastModified, so a body dated in the future cannot
+    outlast a newer write. One still booting (ok, phase not ready) is no verdict yet."""
     heard: Dict[str, float] = {}  # LastModified: a heartbeat rewrites the same bytes, so the ETag stays
     changed: List[Tuple[str, str]] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -150,9 +151,9 @@ def reports(
             if key not in cache or cache[key][0] != etag:
                 changed.append((key, etag))
 
-    def fetch(item: Tuple[str, str]) -> Tuple[str, Tuple[str, Optional[Report]]]:
+    def fetch(item: Tuple[str, str]) -> Tuple[str, Read]:
         key, etag = item
-        return key, (etag, verdict(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), key))
+        return key, (etag, *read_status(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), key))
 
     if len(changed) > 1:  # only what changed, READERS at once (S3 serves thousands of GETs a second per prefix)
         with ThreadPoolExecutor(max_workers=min(READERS, len(changed))) as pool:
@@ -162,10 +163,15 @@ def reports(
     for key in set(cache) - set(heard):
         del cache[key]
     out: Dict[str, Report] = {}
-    for key, (_, r) in cache.items():
+    for key, (_, r, _) in cache.items():
         if r is not None:
             out[r.instance_id] = replace(r, heard=heard[key], at=min(r.at, heard[key]) if heard[key] else r.at)
     return out
+
+
+def dropped(cache: Mapping[str, Read]) -> Dict[str, str]:
+    """The status objects in `cache` (reports()') that are malformed: key -> why."""
+    return {key: why for key, (_, _, why) in cache.items() if why}
 
 
 def for_slots(slots: Mapping[str, Slot], reps: Mapping[str, Report]) -> Dict[str, Report]:
@@ -185,29 +191,84 @@ def for_slots(slots: Mapping[str, Slot], reps: Mapping[str, Report]) -> Dict[str
 LOG = logging.getLogger("hpcc.controller")
 
 
+# A status body's fields the controller reads, and their JSON types; the others are hpcc status's and the health
+# checks' (report_fields). A field written null reads as not written.
+REQUIRED = {"name": "string", "instance_id": "string", "ok": "boolean"}
+OPTIONAL = {"failure": "string", "evidence": "string", "at": "number", "phase": "string"}
+
+
+def json_type(value: Any) -> str:
+    """The JSON type json.loads read `value` from."""
+    if isinstance(value, bool):
+        return "boolean"
+    return {str: "string", int: "number", float: "number", list: "array", dict: "object"}.get(type(value), "null")
+
+
 def verdict(body: bytes, key: str, log: logging.Logger = LOG) -> Optional[Report]:
-    """A status object as a Report, or None: malformed (the boot grace still applies), its key's instance not its
-    body's, still booting, or of a newer format (logged: its node runs a newer bundle than this controller)."""
+    """A status object as a Report, or None: malformed (logged with its key and why; the boot grace still
+    applies), still booting, or of a newer format (logged: its node runs a newer bundle than this controller)."""
+    return read_status(body, key, log)[0]
+
+
+def read_status(body: bytes, key: str, log: logging.Logger = LOG) -> Tuple[Optional[Report], str]:
+    """verdict(), and why the object is malformed ("" when it is not)."""
+    report, why = _read(body, key, log)
+    if why:  # the key and why, bounded and quoted: node-written text is data
+        log.warning("status object %r dropped: %s; no verdict from it until it is written again", key[:200], why)
+    return report, why
+
+
+def _read(body: bytes, key: str, log: logging.Logger) -> Tuple[Optional[Report], str]:
+    instance = key_instance(key)
+    if not instance:
+        return None, "its key names no instance (status/<instance ARN>.json)"
     try:
         doc = json.loads(body)
-        try:
-            formats.check_doc("status", doc, formats.STATUS)
-        except formats.NewerFormat as e:
-            log.warning("%s: %s; read as no verdict", key, e)
-            return None
-        if str(doc["instance_id"]) != key_instance(key) or (doc["ok"] and doc.get("phase", "ready") != "ready"):
-            return None
-        return Report(
-            str(doc["name"]),
-            str(doc["instance_id"]),
-            bool(doc["ok"]),
-            str(doc.get("failure", "")),
-            str(doc.get("evidence", ""))[:300],
-            float(doc.get("at", 0)),
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError: the message names no more than a position
+        return None, f"not JSON ({type(e).__name__}: {str(e)[:80]})"
+    if not isinstance(doc, dict):
+        return None, f"a JSON {json_type(doc)}, not an object"
+    try:
+        formats.check_doc("status", doc, formats.STATUS)
+    except formats.NewerFormat as e:
+        log.warning("%s: %s; read as no verdict", key[:200], e)
+        return None, ""
+    except formats.BadFormat as e:
+        return None, str(e)
+    why = _wrong_field(doc)
+    if why:
+        return None, why
+    if doc["instance_id"] != instance:
+        return None, f"its body names instance {doc['instance_id'][:40]!r}, not its key's {instance}"
+    if doc["ok"] and doc.get("phase", "ready") != "ready":
+        return None, ""  # still booting: no verdict yet
+    return (
+        Report(
+            doc["name"],
+            instance,
+            doc["ok"],
+            doc.get("failure") or "",
+            (doc.get("evidence") or "")[:300],
+            float(doc.get("at") or 0),
             **report_fields(doc),
-        )
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+        ),
+        "",
+    )
+
+
+def _wrong_field(doc: Mapping[str, Any]) -> str:
+    """The first field missing or of the wrong JSON type, said ("" : none)."""
+    for name, kind in {**REQUIRED, **OPTIONAL}.items():
+        value = doc.get(name)
+        if value is None and name in REQUIRED:
+            return f"no {name!r}"
+        if value is not None and json_type(value) != kind:
+            return f"{name!r} is a {json_type(value)}, not a {kind}"
+    return ""
+
+
+def _generation(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def snapshot(
@@ -219,6 +280,7 @@ def snapshot(
     slurm: Optional[Mapping[str, SlurmNode]],
     bundle: Optional[Mapping[str, Any]] = None,
     head: Optional[Mapping[str, Any]] = None,
+    malformed: Optional[Mapping[str, str]] = None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -233,7 +295,9 @@ def snapshot(
         events=tuple(loaded.events),
         alerts=dict(loaded.alerts),
         membership_digest=loaded.membership.get("digest", ""),
+        membership_generation=_generation(loaded.membership.get("generation")),
         bundle=dict(bundle or {}),
+        dropped=dict(malformed or {}),
     )
 
 
@@ -247,9 +311,11 @@ def observe(
     bundle: Optional[Mapping[str, Any]] = None,
     head: Optional[Mapping[str, Any]] = None,
     read_extras: Optional[Callable[[], Extras]] = None,
+    read_dropped: Optional[Callable[[], Mapping[str, str]]] = None,
 ) -> Tuple[Snapshot, Loaded]:
     """Everything decide() needs, read once (`read_slurm`: Slurm's nodes; `read_extras`: its jobs and reservations,
-    for the health rules; both slurm_records.Reader's)."""
+    for the health rules; both slurm_records.Reader's; `read_dropped`: the status objects read_reports found
+    malformed, for `hpcc status`)."""
     loaded = ledger.load()
     for pk, why in sorted(loaded.dropped.items()):  # every loop, until it is mended: the rest is reconciled
         LOG.warning("ledger item %s cannot be read (%s): left out of this loop; mend or delete it", pk, why)
@@ -257,5 +323,7 @@ def observe(
     live = [i for i, x in insts.items() if x.state in ("pending", "running")]
     insts = with_health(insts, health(ec2, live)) if live else insts
     slurm = dict(read_slurm()) if read_slurm is not None else None
-    snap = snapshot(cluster, clock(), loaded, insts, read_reports(), slurm, bundle, head)
+    reps = read_reports()
+    malformed = read_dropped() if read_dropped is not None else None
+    snap = snapshot(cluster, clock(), loaded, insts, reps, slurm, bundle, head, malformed)
     return (with_slurm_extras(snap, read_extras) if read_extras else snap), loaded

@@ -5,6 +5,7 @@ their ETag changed."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC
 
 import boto3
@@ -267,3 +268,66 @@ def test_capacity_block_windows_come_from_one_describe_call():
     assert out[0].capacity_block.start == start.timestamp() and out[0].capacity_block.end == end.timestamp()
     assert out[1] == odcr and calls == [{"CapacityReservationIds": ["cr-b"]}]
     assert observe.capacity_blocks(EC2(), [replace(gpu, market="on-demand")]) == [replace(gpu, market="on-demand")]
+
+
+KEY = membership.status_key(arn("i-0d0"))
+GOOD = json.loads(membership.status_body("gpu-000", "i-0d0", False, "health", "Xid 79", 5))
+MALFORMED = {  # issue 37, fault 6: each dropped with its key and why, never silently
+    "binary garbage": (KEY, b"\x00\xff\xfe\x89PNG", "not JSON"),
+    "a JSON list": (KEY, b"[1, 2]", "a JSON array, not an object"),
+    "a wrong type": (KEY, json.dumps({**GOOD, "ok": "false"}).encode(), "'ok' is a string, not a boolean"),
+    "a number as a name": (KEY, json.dumps({**GOOD, "name": 7}).encode(), "'name' is a number, not a string"),
+    "no instance": (
+        KEY,
+        json.dumps({k: v for k, v in GOOD.items() if k != "instance_id"}).encode(),
+        "no 'instance_id'",
+    ),
+    "a key that is no instance": ("status/junk.json", json.dumps(GOOD).encode(), "its key names no instance"),
+    "another instance": (
+        membership.status_key(arn("i-0d9")),
+        json.dumps(GOOD).encode(),
+        "its body names instance 'i-0d0', not its key's i-0d9",
+    ),
+    "a stamp that is no version": (KEY, json.dumps({**GOOD, "format": "x1"}).encode(), "format 'x1' is not a version"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_a_malformed_status_is_no_verdict_and_is_logged_with_its_key_and_why(kind, caplog):
+    key, body, why = MALFORMED[kind]
+    with caplog.at_level(logging.WARNING, logger="hpcc.controller"):
+        assert observe.verdict(body, key) is None
+    assert f"status object {key!r} dropped: " in caplog.text and why in caplog.text, caplog.text
+    assert "\\x00" not in caplog.text and "PNG" not in caplog.text  # the body is never printed
+
+
+def test_a_booting_status_or_a_good_one_is_not_malformed(caplog):
+    booting = {**GOOD, "ok": True, "phase": "efa"}
+    with caplog.at_level(logging.WARNING, logger="hpcc.controller"):
+        assert observe.verdict(json.dumps(booting).encode(), KEY) is None
+        assert observe.verdict(json.dumps(GOOD).encode(), KEY).evidence == "Xid 79"
+    assert caplog.text == ""
+
+
+def test_a_malformed_status_is_logged_once_a_version_and_named_by_dropped(caplog):
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="hpcc-c")
+        s3.put_object(Bucket="hpcc-c", Key=KEY, Body=json.dumps(GOOD))
+        s3.put_object(Bucket="hpcc-c", Key="status/junk.json", Body=b"\x00garbage")
+        cache = {}
+        with caplog.at_level(logging.WARNING, logger="hpcc.controller"):
+            for _ in range(3):  # loops: the object is fetched again only when its ETag changed
+                assert set(observe.reports(s3, "hpcc-c", cache)) == {"i-0d0"}
+            assert caplog.text.count("'status/junk.json' dropped") == 1
+            assert observe.dropped(cache) == {
+                "status/junk.json": "its key names no instance (status/<instance ARN>.json)"
+            }
+            s3.put_object(Bucket="hpcc-c", Key=KEY, Body=json.dumps({**GOOD, "at": "soon"}))
+            observe.reports(s3, "hpcc-c", cache)
+            observe.reports(s3, "hpcc-c", cache)
+            assert caplog.text.count(f"{KEY!r} dropped: 'at' is a string, not a number") == 1
+            assert sorted(observe.dropped(cache)) == sorted([KEY, "status/junk.json"])
+            s3.delete_object(Bucket="hpcc-c", Key="status/junk.json")
+            observe.reports(s3, "hpcc-c", cache)
+            assert list(observe.dropped(cache)) == [KEY]

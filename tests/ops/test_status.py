@@ -328,3 +328,25 @@ def test_a_host_ca_rotation_in_progress_is_shown_with_its_phase(f):
     Aws(REGION).call("ssm", "put_parameter", Name=Paths(C).rotation, Type="String", Overwrite=True, Value="{not json")
     out = status_cli()
     assert out.exit_code == 0 and "reset it" in " ".join(out.output.split())  # a note, not a traceback
+
+
+def test_a_controller_loop_over_a_malformed_status_shows_its_count_key_and_why_in_hpcc_status(f):
+    """Issue 37, fault 6: the controller drops a status object it cannot read (and logs it), records how many and
+    which in the ledger when that changes, and `hpcc status` says so: an operator sees why a node has no verdict."""
+    from hpcc_node.controller.__main__ import groups_reader
+    from hpcc_node.controller.loop import build_step
+
+    key = f"status/{arn(f.ids['gpu-002'])}.json"
+    f.s3.put_object(
+        Bucket=BUCKET, Key=key, Body=f'{{"name": "gpu-002", "instance_id": "{f.ids["gpu-002"]}", "ok": "yes"}}'
+    )
+    step = build_step(f.ec2, f.ddb, f.s3, C, f.table, BUCKET, groups_reader(f.ssm, C), "head-1", f.clock)
+    assert step()["lease"]
+    text = " ".join(status_cli().output.split())
+    assert f"the controller drops 1 malformed status object(s), no verdict from them: {key}: 'ok' is a string" in text
+    version = f.ddb.get_item(TableName=f.table, Key={"pk": {"S": "dropped-statuses"}})["Item"]["v"]
+    step()
+    assert f.ddb.get_item(TableName=f.table, Key={"pk": {"S": "dropped-statuses"}})["Item"]["v"] == version  # unchanged
+    f.status(f.ids["gpu-002"], name="gpu-002", phase="ready")  # its node writes a good one again
+    step()
+    assert "malformed status" not in status_cli().output

@@ -277,6 +277,26 @@ def build(
     out.groups = group_rows(groups, out.nodes, loaded, now)
     out.events = loaded.events[-EVENTS_SHOWN:]
     out.alerts = alerts(loaded, now)
+    out.notes += unread_notes(loaded)
+    return out
+
+
+def unread_notes(loaded: Loaded) -> list[str]:
+    """What the controller cannot read, and why: the status objects it found malformed (its ledger record, written
+    when they change: a node with one has no verdict), and ledger items (this read's, the same Ledger.load)."""
+    found = loaded.dropped_statuses
+    count = _int_or_none(found.get("count")) or 0
+    some = found.get("some") if isinstance(found.get("some"), dict) else {}
+    out = []
+    if count:
+        named = "; ".join(f"{str(k)[:200]}: {str(v)[:200]}" for k, v in list(some.items())[:5])
+        more = f"; and {count - len(some)} more" if count > len(some) else ""
+        out.append(
+            f"the controller drops {count} malformed status object(s), no verdict from them: {named}{more} "
+            "(its log names each; the node writes its own again, or delete it)"
+        )
+    for pk, why in sorted(loaded.dropped.items()):
+        out.append(f"ledger item {pk} cannot be read ({why}): the controller leaves it out; mend or delete it")
     return out
 
 
