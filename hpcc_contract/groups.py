@@ -31,7 +31,16 @@ FIELDS = (
     "efa",
     "max_count",
     "spares",
+    # Rolling replacement (hpcc_node/controller/decide_rolling.py). Absent (a program before them), a group is
+    # `manual` with no version: an old reader ignores them and launches `$Latest`, as before, so no format bump.
+    "launch_template_version",  # the launch template's latest_version: the one the controller launches
+    "launch_spec",  # the digest of what needs a new instance (names.TAG_LAUNCH_SPEC): nodes whose tag differs roll
+    "metadata_hop_limit",  # IMDS hop limit, applied to running instances in place (ModifyInstanceMetadataOptions)
+    "update_strategy",  # UPDATE_STRATEGIES
+    "max_unavailable",  # nodes of the group out for a roll at once (draining, replacing, booting)
 )
+# rolling: drain (jobs finish), then replace; terminate: DOWN and replace now; manual: `hpcc replace NODE` each.
+UPDATE_STRATEGIES = ("rolling", "terminate", "manual")
 SLURM = "slurm"  # the group's Slurm node definition, with scheduler slurm only
 SLURM_FIELDS = ("cpus", "sockets_per_board", "cores_per_socket", "threads_per_core", "real_memory", "gres")
 # Slurm: one partition per group, named after it, and `all` of every node, for a job that may run anywhere
