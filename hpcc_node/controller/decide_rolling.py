@@ -83,7 +83,7 @@ def _live(slot: Slot, instances: Mapping[str, Instance]) -> Optional[Instance]:
 def is_stale(slot: Slot, group: Group, instances: Mapping[str, Instance]) -> bool:
     """Its instance runs another launch spec than the group's (both known)."""
     inst = _live(slot, instances)
-    return bool(group.launch_spec and inst is not None and inst.launch_spec and inst.launch_spec != group.launch_spec)
+    return bool(group.spec and inst is not None and inst.launch_spec and inst.launch_spec != group.spec)
 
 
 def progress(group: Group, slots: Sequence[Slot], instances: Mapping[str, Instance]) -> Progress:
@@ -91,9 +91,9 @@ def progress(group: Group, slots: Sequence[Slot], instances: Mapping[str, Instan
     live = [(s, _live(s, instances)) for s in active]
     return Progress(
         group.name,
-        group.launch_template_version,
+        group.lt_version,
         len(active),
-        sum(1 for _, i in live if i is not None and group.launch_spec and i.launch_spec == group.launch_spec),
+        sum(1 for _, i in live if i is not None and group.spec and i.launch_spec == group.spec),
         sum(1 for s, _ in live if is_stale(s, group, instances)),
         sum(1 for _, i in live if i is not None and not i.launch_spec),
         sum(1 for s in active if s.state == DRAINING),
@@ -146,12 +146,13 @@ def _go(slot: Slot, group: Group, why: Why, snap: Snapshot) -> List[Action]:
 
 
 def metadata_actions(group: Group, slots: Sequence[Slot], instances: Mapping[str, Instance]) -> List[Action]:
-    """The group's IMDS hop limit on each running instance that has another: in place, never a replacement."""
+    """The group's IMDS hop limit on each running instance that has another: in place, never a replacement. Only
+    from a program that says its launch spec (before it, the hop limit was not said either)."""
     out = []
     want = group.metadata_hop_limit
     for s in sorted(slots, key=lambda s: s.index):
         inst = instances.get(s.instance_id)
-        if want <= 0 or inst is None or inst.state != "running" or inst.hop_limit in (0, want):
+        if not group.spec or inst is None or inst.state != "running" or inst.hop_limit in (0, want):
             continue
         why = Why("", f"IMDS hop limit {inst.hop_limit} -> {want}: applied in place, no replacement")
         out.append(
@@ -183,18 +184,18 @@ def _roll(
 ) -> List[Action]:
     slurm = snap.slurm or {}
     in_roll = [s for s in slots if rolling_drained(s)]
-    if group.update_strategy not in STRATEGIES or not group.launch_spec:
+    if group.update_strategy not in STRATEGIES or not group.spec:
         why = Why("", f"group {group.name}'s update strategy is {group.update_strategy}: the roll ends here")
         return [a for s in in_roll for a in _resume(s, why)]
     step = (
-        f"rolling {group.name} to launch template version {group.launch_template_version}: {prog.on} of "
+        f"rolling {group.name} to launch template version {group.lt_version}: {prog.on} of "
         f"{prog.total} done, {group.max_unavailable} at a time"
     )
     stopped = _stopped(group, snap)
     if stopped and prog.stale:
         out = alert(
-            f"rolling-stopped:{group.name}:{group.launch_spec}",
-            f"rolling {group.name} to launch template version {group.launch_template_version} stopped: "
+            f"rolling-stopped:{group.name}:{group.spec}",
+            f"rolling {group.name} to launch template version {group.lt_version} stopped: "
             f"{stopped}; {prog.stale} node(s) keep the old launch (fix the config and hpcc up, or hpcc replace)",
             snap,
             raised,

@@ -73,7 +73,7 @@ def request(group: Group, count: int, token: str, cluster: str, minimum: int = 0
     """The CreateFleet parameters for `count` instances of one group: all-or-nothing, or at least `minimum`."""
     # The version the program published, not `$Latest`: what the instance is tagged with is what it runs, even when
     # the template moves on between the groups value and this call; `$Latest` only for a program that said none.
-    version = str(group.launch_template_version) if group.launch_template_version > 0 else "$Latest"
+    version = str(group.lt_version) if group.lt_version > 0 else "$Latest"
     template: Dict[str, Any] = {"Version": version}
     template["LaunchTemplateId" if group.launch_template.startswith("lt-") else "LaunchTemplateName"] = (
         group.launch_template
@@ -98,10 +98,10 @@ def request(group: Group, count: int, token: str, cluster: str, minimum: int = 0
         # Amazon EC2 User Guide, "Tag your resources at creation"), so no instance of the launch is ever without it
         {"Key": TAG_LAUNCH, "Value": token},
     ]
-    if group.launch_template_version > 0:  # what a rolling replacement compares (decide_rolling.py)
+    if group.lt_version > 0:  # what a rolling replacement compares (decide_rolling.py)
         tags.append({"Key": TAG_TEMPLATE_VERSION, "Value": version})
-    if group.launch_spec:
-        tags.append({"Key": TAG_LAUNCH_SPEC, "Value": group.launch_spec})
+    if group.spec:
+        tags.append({"Key": TAG_LAUNCH_SPEC, "Value": group.spec})
     return {
         "Type": "instant",
         "ClientToken": token,

@@ -54,11 +54,11 @@ class Group:
     max_count: int = 0  # the size of its fixed Slurm node range; 0: the count
     capacity_block: Optional[CapacityBlock] = None
     spares: int = 0  # of `count`, healthy nodes held idle by the reservation hpcc-spares-<group> (health/decide.py)
-    # Rolling replacement (decide_rolling.py; hpcc_contract/groups.py): 0 / "" when the program did not say.
-    launch_template_version: int = 0
-    launch_spec: str = ""
-    metadata_hop_limit: int = 0
-    update_strategy: str = "manual"
+    # Rolling replacement (decide_rolling.py; hpcc_contract/groups.py, whose DEFAULTS these are): no spec, no roll
+    lt_version: int = 0  # its launch template's version, the one launched (0: not said, `$Latest`)
+    spec: str = ""  # its launch spec (names.TAG_LAUNCH_SPEC)
+    metadata_hop_limit: int = 1
+    update_strategy: str = "rolling"
     max_unavailable: int = 1
 
     @property

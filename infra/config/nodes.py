@@ -50,7 +50,17 @@ class ComputeNodes(ConfigModel):
     # group is out (HyperPod's RollingDeploymentPolicy MaximumBatchSize,
     # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_RollingDeploymentPolicy.html).
     update_strategy: Literal["rolling", "terminate", "manual"] = "rolling"
-    max_unavailable: int = Field(1, ge=1, le=MAX_NODES)
+    max_unavailable: int = Field(1, le=MAX_NODES)
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _bound(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(
+                f"is how many nodes of the group a roll takes out at once: give 1 or more (default 1); for no "
+                f"automatic replacement give updateStrategy: manual; got {v}"
+            )
+        return v
 
 
 class NodeGroup(ComputeNodes):

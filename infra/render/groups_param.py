@@ -18,7 +18,9 @@ from infra.facts.instance_types import InstanceType
 from infra.facts.slurm import gres_gpus, slurm_node
 
 # The parameter's tier takes 8 KB (Intelligent-Tiering moves it to Advanced above 4 KB); a group's entry is about
-# 450 bytes, so MAX_GROUPS (infra/config/model.py) keeps the value well inside it, and the plan checks it (aws_rules).
+# 450 bytes, 510 at its longest (a 60-character placement group, a Capacity Block, a 3-digit template version),
+# so MAX_GROUPS (infra/config/model.py) keeps the value inside it (fields at their defaults are left out:
+# hpcc_contract/groups.py), and the plan checks it (aws_rules; tests/plan/test_groups.py at the longest).
 GROUPS_LIMIT = 8192
 
 
@@ -61,7 +63,7 @@ def launch_spec(group: NodeGroup, efa: bool, image_id: str, placement_group: str
         group.capacity_reservation_id or "",
         placement_group or "",
     ]
-    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]  # 40 bits: it tells a change, guards no secret
 
 
 def group_entry(
@@ -94,8 +96,8 @@ def group_entry(
         "efa": efa,
         "max_count": 0,
         "spares": group.spares,
-        "launch_template_version": template_version,
-        "launch_spec": launch_spec(group, efa, image_id, placement_group) if image_id else "",
+        "lt_version": template_version,
+        "spec": launch_spec(group, efa, image_id, placement_group) if image_id else "",
         "metadata_hop_limit": hop_limit,
         "update_strategy": group.update_strategy,
         "max_unavailable": group.max_unavailable,

@@ -12,9 +12,7 @@ from hpcc_node.controller.model import ALERT, DOWN, DRAIN, MARK, METADATA, REPLA
 from tests.node.controller_cases import GPU, NOW, by_kind, cluster, run, with_slot, with_slurm
 
 OLD, NEW = "spec-old", "spec-new"
-ROLLING = replace(
-    GPU, count=6, launch_template_version=7, launch_spec=NEW, update_strategy="rolling", max_unavailable=2
-)
+ROLLING = replace(GPU, count=6, lt_version=7, spec=NEW, update_strategy="rolling", max_unavailable=2)
 
 
 def stale(group=ROLLING, spec=OLD, **snap):

@@ -21,8 +21,8 @@ GPU = Group(
     "p5.48xlarge",
     2,
     launch_template="hpcc-c-gpu",
-    launch_template_version=2,
-    launch_spec="spec-2",
+    lt_version=2,
+    spec="spec-2",
     update_strategy="rolling",
 )
 
@@ -35,7 +35,7 @@ def test_the_launch_names_the_published_version_and_tags_it_and_the_spec():
     req = fleet.request(GPU, 2, "gpu-1-0", "c")
     assert req["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["Version"] == "2"  # not $Latest
     assert tags(req)[TAG_TEMPLATE_VERSION] == "2" and tags(req)[TAG_LAUNCH_SPEC] == "spec-2"
-    unsaid = replace(GPU, launch_template_version=0, launch_spec="")  # a program before versions: as before
+    unsaid = replace(GPU, lt_version=0, spec="")  # a program before versions: as before
     old = fleet.request(unsaid, 2, "gpu-1-0", "c")
     assert old["LaunchTemplateConfigs"][0]["LaunchTemplateSpecification"]["Version"] == "$Latest"
     assert TAG_TEMPLATE_VERSION not in tags(old) and TAG_LAUNCH_SPEC not in tags(old)
@@ -77,14 +77,31 @@ def test_the_groups_document_carries_the_roll_to_the_controllers_group():
         "name": "gpu",
         "instance_type": "p5.48xlarge",
         "count": 4,
-        "launch_template_version": 7,
-        "launch_spec": "abc",
+        "lt_version": 7,
+        "spec": "abc",
         "metadata_hop_limit": 2,
         "update_strategy": "terminate",
         "max_unavailable": 3,
     }
     [group] = parse_groups(groups_format.dumps([entry]), "/hpcc/c/groups")
-    assert (group.launch_template_version, group.launch_spec, group.metadata_hop_limit) == (7, "abc", 2)
+    assert (group.lt_version, group.spec, group.metadata_hop_limit) == (7, "abc", 2)
     assert (group.update_strategy, group.max_unavailable) == ("terminate", 3)
     [before] = parse_groups(groups_format.dumps([{"name": "gpu", "instance_type": "p5.48xlarge", "count": 4}]), "p")
-    assert (before.update_strategy, before.launch_spec) == ("manual", "")  # a program before them: nothing rolls
+    assert before.spec == "" and (before.max_unavailable, before.metadata_hop_limit) == (1, 1)  # nothing rolls
+
+
+def test_a_field_at_its_default_is_left_out_and_read_back_as_the_same_default():
+    """The parameter holds 8 KB for 16 groups at their longest: defaults are not written, and the controller's Group
+    has the same ones (hpcc_contract/groups.py DEFAULTS)."""
+    import dataclasses
+
+    from hpcc_contract import groups as groups_format
+    from hpcc_node.controller.__main__ import parse_groups
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Group)}
+    assert {k: defaults[k] for k in groups_format.DEFAULTS} == groups_format.DEFAULTS
+    entry = {"name": "gpu", "instance_type": "p5.48xlarge", "count": 2, **groups_format.DEFAULTS}
+    text = groups_format.dumps([entry])
+    assert not any(f'"{k}"' in text for k in groups_format.DEFAULTS)
+    assert parse_groups(text, "p") == [Group("gpu", "p5.48xlarge", 2)]
+    assert '"update_strategy":"manual"' in groups_format.dumps([{**entry, "update_strategy": "manual"}])

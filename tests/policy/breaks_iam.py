@@ -431,6 +431,7 @@ ALSO_WRITES = {iam_star_on_star, iam_service_wildcard, iam_every_secret}
 # Controller grants that reach beyond the cluster: iam-least-privilege fails them too, rightly.
 ALSO_REACH = {
     controller_tags_any_instance,
+    controller_modifies_any_instances_metadata,
     controller_passes_any_role,
     controller_launches_any_image,
     controller_launches_into_any_reservation,
