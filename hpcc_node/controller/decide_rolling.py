@@ -205,9 +205,10 @@ def _roll(
         return out + [a for s in in_roll for a in _resume(s, why)]
     out = []
     for s in in_roll:  # drained for the roll: replaced once its jobs are done (or at once, strategy terminate)
-        if not is_stale(s, group, snap.instances):
+        gone = _live(s, snap.instances) is None  # died while draining: nothing left to wait for
+        if not gone and not is_stale(s, group, snap.instances):
             out += _resume(s, Why("", "its launch is the group's again: back in service"))
-        elif group.update_strategy == "terminate" or drained(slurm.get(s.name)):
+        elif gone or group.update_strategy == "terminate" or drained(slurm.get(s.name)):
             out += down_and_replace(s, Why("", step), slurm.get(s.name), snap, counted=False)
     unavailable = sum(1 for s in every if s.state in OUT)
     room = group.max_unavailable - unavailable

@@ -68,6 +68,15 @@ def test_a_drained_node_is_replaced_once_idle_without_spending_the_failure_budge
     assert "gpu-000" in roll_nodes(actions, DOWN)
 
 
+def test_a_node_that_dies_while_draining_for_the_roll_is_replaced_not_put_back():
+    snap = with_slot(stale(), "gpu-000", state=m.DRAINING, reason=f"{ROLL}: x")
+    snap = with_slurm(snap, "gpu-000", {"DRAIN", "ALLOCATED", "NOT_RESPONDING"}, "hpcc: rolling")
+    iid = snap.slots["gpu-000"].instance_id
+    dead = replace(snap, instances={**snap.instances, iid: replace(snap.instances[iid], state="terminated")})
+    actions = [a for a in run(dead, [ROLLING]) if a.node == "gpu-000"]
+    assert REPLACE in [a.kind for a in actions] and RESUME not in [a.kind for a in actions]
+
+
 def test_held_spares_go_first_then_failed_nodes_then_by_index():
     snap = stale(reservations={"hpcc-spares-gpu": frozenset({"gpu-005"})})
     snap = with_slot(snap, "gpu-004", state=m.FAILED, reason="hook: onNodeReady failed")  # kept failed
