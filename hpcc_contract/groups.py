@@ -31,7 +31,20 @@ FIELDS = (
     "efa",
     "max_count",
     "spares",
+    # Rolling replacement (hpcc_node/controller/decide_rolling.py). Absent (a program before them), a group is
+    # `manual` with no version: an old reader ignores them and launches `$Latest`, as before, so no format bump.
+    "lt_version",  # the launch template's latest_version: the one the controller launches
+    "spec",  # the digest of what needs a new instance (names.TAG_LAUNCH_SPEC): nodes whose tag differs roll
+    "metadata_hop_limit",  # IMDS hop limit, applied to running instances in place (ModifyInstanceMetadataOptions)
+    "update_strategy",  # UPDATE_STRATEGIES
+    "max_unavailable",  # nodes of the group out for a roll at once (draining, replacing, booting)
 )
+# A field at its default is left out (the parameter holds 8 KB, 16 groups at their longest), and a reader takes
+# these for an absent one (model.Group's defaults: tests/contract). Without `spec` nothing rolls, so a program
+# before these fields means `manual` whatever update_strategy's default.
+DEFAULTS = {"max_count": 0, "spares": 0, "metadata_hop_limit": 1, "update_strategy": "rolling", "max_unavailable": 1}
+# rolling: drain (jobs finish), then replace; terminate: DOWN and replace now; manual: `hpcc replace NODE` each.
+UPDATE_STRATEGIES = ("rolling", "terminate", "manual")
 SLURM = "slurm"  # the group's Slurm node definition, with scheduler slurm only
 SLURM_FIELDS = ("cpus", "sockets_per_board", "cores_per_socket", "threads_per_core", "real_memory", "gres")
 # Slurm: one partition per group, named after it, and `all` of every node, for a job that may run anywhere
@@ -52,8 +65,10 @@ class NotJson(GroupsFormatError):
 
 
 def dumps(groups: Sequence[Dict[str, Any]]) -> str:
-    """The parameter's value: compact, keys sorted, so the same groups write the same bytes (no diff)."""
-    return json.dumps({FORMAT_KEY: FORMAT, GROUPS_KEY: list(groups)}, sort_keys=True, separators=(",", ":"))
+    """The parameter's value: compact, keys sorted, fields at their DEFAULTS left out, so the same groups write the
+    same bytes (no diff)."""
+    lean = [{k: v for k, v in g.items() if k not in DEFAULTS or DEFAULTS[k] != v} for g in groups]
+    return json.dumps({FORMAT_KEY: FORMAT, GROUPS_KEY: lean}, sort_keys=True, separators=(",", ":"))
 
 
 def loads(text: str) -> List[Any]:

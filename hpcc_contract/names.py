@@ -18,6 +18,11 @@ TAG_GROUP = "hpcc:group"  # a compute instance's group, set at launch by the gro
 # A compute instance's launch, its CreateFleet ClientToken (the ledger's launch record), set at launch by the
 # controller: a controller killed before recording a launch's answer finds its instances by it
 TAG_LAUNCH = "hpcc:launch"
+# A compute instance's launch-template version and launch spec (the digest of what only a new instance takes: type,
+# image, EFA, root volume, market, placement), set at launch by the controller: a rolling replacement moves the
+# instances whose spec is not the group's; an instance without them (launched before them) is never rolled
+TAG_TEMPLATE_VERSION = "hpcc:template-version"
+TAG_LAUNCH_SPEC = "hpcc:launch-spec"
 TAG_INSTANCE = "hpcc:instance"  # on a node's status parameter: the ARN of the instance allowed to write it
 TAG_INTERFACES = "hpcc:interfaces"  # the node's interface layout; a change replaces the node
 HEAD = "head"

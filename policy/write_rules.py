@@ -76,6 +76,7 @@ FLEET = (
     "ec2:CreateTags",
     "ec2:DeleteTags",
     "ec2:ModifyInstanceAttribute",
+    "ec2:ModifyInstanceMetadataOptions",
     "ec2:CreateFleet",
     "autoscaling:SetDesiredCapacity",
     "autoscaling:UpdateAutoScalingGroup",

@@ -258,6 +258,16 @@ class Executor(HealthActs, BatchActs):
         self._put_group(a.group, protected=a.data["reason"])
         return "protected" if a.data["reason"] else "protection lifted"
 
+    def _modify_metadata(self, a: Action) -> str:
+        """The group's IMDS options on a running instance, in place: EC2 answers `pending`, then DescribeInstances
+        shows them `applied` (EC2 API Reference, ModifyInstanceMetadataOptions,
+        https://docs.aws.amazon.com/goto/WebAPI/ec2/ModifyInstanceMetadataOptions). IMDSv2 stays required."""
+        hops = int(a.data["hop_limit"])
+        self.ec2.modify_instance_metadata_options(
+            InstanceId=a.instance_id, HttpTokens="required", HttpEndpoint="enabled", HttpPutResponseHopLimit=hops
+        )
+        return f"hop limit {hops}"
+
     def _wait_for_capacity_block(self, a: Action) -> str:
         self._put_group(a.group, status=a.data["status"])
         return a.data["status"] or "active"

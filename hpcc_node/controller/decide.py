@@ -22,6 +22,7 @@ from .decide_failures import (
     unprotect,
 )
 from .decide_fill import fill, predecessor_gone
+from .decide_rolling import rolling_actions, rolling_drained
 from .fleet import launch_tokens
 from .health.decide import health_actions
 from .model import (
@@ -245,7 +246,7 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
         out += _shrink_actions(victims, snap, now, timers)
         skip = {v.name for v in victims}
         for slot in sorted(by_group[group.name], key=lambda s: s.index):
-            if slot.name not in skip:
+            if slot.name not in skip and not rolling_drained(slot):  # a roll's drain: decide_rolling's
                 out += _slot_actions(slot, group, snap, now, timers, failures, others_answer)
     for name in sorted(set(by_group) - known):  # a group removed from the config: its nodes go
         for s in sorted(by_group[name], key=lambda s: s.index):
@@ -267,6 +268,8 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
         if gone_quiet(s, snap, now, timers):
             unlisted.setdefault(s.name, "unreachable: neither slurmd nor its status answers")
     out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
+    touched = {a.node for a in out if a.node} | {f.slot.name for f in failures}
+    out += rolling_actions(groups, snap, touched, raised)[0]
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
     taken: Set[str] = set()
     size, refill = timers.launch_bucket_size, timers.launch_bucket_refill_per_second

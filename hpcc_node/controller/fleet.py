@@ -17,7 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
-from hpcc_contract.names import TAG_CLUSTER, TAG_GROUP, TAG_LAUNCH, TAG_ROLE
+from hpcc_contract.names import (
+    TAG_CLUSTER,
+    TAG_GROUP,
+    TAG_LAUNCH,
+    TAG_LAUNCH_SPEC,
+    TAG_ROLE,
+    TAG_TEMPLATE_VERSION,
+)
 from hpcc_contract.taxonomy import FailureClass
 
 from .model import Group, LaunchRecord
@@ -64,7 +71,10 @@ def target_capacity_type(group: Group) -> str:
 
 def request(group: Group, count: int, token: str, cluster: str, minimum: int = 0) -> Dict[str, Any]:
     """The CreateFleet parameters for `count` instances of one group: all-or-nothing, or at least `minimum`."""
-    template: Dict[str, Any] = {"Version": "$Latest"}
+    # The version the program published, not `$Latest`: what the instance is tagged with is what it runs, even when
+    # the template moves on between the groups value and this call; `$Latest` only for a program that said none.
+    version = str(group.lt_version) if group.lt_version > 0 else "$Latest"
+    template: Dict[str, Any] = {"Version": version}
     template["LaunchTemplateId" if group.launch_template.startswith("lt-") else "LaunchTemplateName"] = (
         group.launch_template
     )
@@ -88,6 +98,10 @@ def request(group: Group, count: int, token: str, cluster: str, minimum: int = 0
         # Amazon EC2 User Guide, "Tag your resources at creation"), so no instance of the launch is ever without it
         {"Key": TAG_LAUNCH, "Value": token},
     ]
+    if group.lt_version > 0:  # what a rolling replacement compares (decide_rolling.py)
+        tags.append({"Key": TAG_TEMPLATE_VERSION, "Value": version})
+    if group.spec:
+        tags.append({"Key": TAG_LAUNCH_SPEC, "Value": group.spec})
     return {
         "Type": "instant",
         "ClientToken": token,

@@ -54,6 +54,12 @@ class Group:
     max_count: int = 0  # the size of its fixed Slurm node range; 0: the count
     capacity_block: Optional[CapacityBlock] = None
     spares: int = 0  # of `count`, healthy nodes held idle by the reservation hpcc-spares-<group> (health/decide.py)
+    # Rolling replacement (decide_rolling.py; hpcc_contract/groups.py, whose DEFAULTS these are): no spec, no roll
+    lt_version: int = 0  # its launch template's version, the one launched (0: not said, `$Latest`)
+    spec: str = ""  # its launch spec (names.TAG_LAUNCH_SPEC)
+    metadata_hop_limit: int = 1
+    update_strategy: str = "rolling"
+    max_unavailable: int = 1
 
     @property
     def size_limit(self) -> int:
@@ -73,6 +79,9 @@ class Instance:
     events: Tuple[str, ...] = ()  # scheduled event codes: instance-retirement, system-reboot, ...
     name_tag: str = ""  # its hpcc:node tag: follows the ledger, never leads it
     launch_tag: str = ""  # its hpcc:launch tag, given at launch: the token of the launch that made it
+    template_version: int = 0  # its hpcc:template-version tag, given at launch (0: none, launched before it)
+    launch_spec: str = ""  # its hpcc:launch-spec tag, given at launch ("": none: never rolled automatically)
+    hop_limit: int = 0  # its IMDS HttpPutResponseHopLimit (DescribeInstances MetadataOptions; 0: not seen)
 
 
 @dataclass(frozen=True)
@@ -221,6 +230,7 @@ REBOOT = "reboot"  # scontrol reboot (EC2 RebootInstances without Slurm): the ca
 SPARES = "spares"  # the group's spare reservation holds these nodes (none: deleted)
 START_NOW = "start-now"  # scontrol update JobId=<job> StartTime=now: a job requeued off a node hpcc took out
 DEEP_CHECK = "deep-check"  # sbatch in the spares' reservation: a held spare's deep checks, on a timer
+METADATA = "modify-metadata"  # ModifyInstanceMetadataOptions: the group's IMDS options on a running instance
 # The actions recorded as ledger events (start, then done or failed): `hpcc status` and `hpcc events` show them.
 RECORDED = (
     LAUNCH,
@@ -238,6 +248,7 @@ RECORDED = (
     SPARES,
     START_NOW,
     DEEP_CHECK,
+    METADATA,
 )
 
 

@@ -14,7 +14,16 @@ from datetime import datetime
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract import formats
-from hpcc_contract.names import STATUS_PREFIX, TAG_CLUSTER, TAG_GROUP, TAG_LAUNCH, TAG_NODE, TAG_ROLE
+from hpcc_contract.names import (
+    STATUS_PREFIX,
+    TAG_CLUSTER,
+    TAG_GROUP,
+    TAG_LAUNCH,
+    TAG_LAUNCH_SPEC,
+    TAG_NODE,
+    TAG_ROLE,
+    TAG_TEMPLATE_VERSION,
+)
 
 from . import slurm_records
 from .assess import SCHEDULED_EVENTS
@@ -36,6 +45,11 @@ def _epoch(value: Any) -> float:
 
 def _tags(raw: Iterable[Dict[str, str]]) -> Dict[str, str]:
     return {t["Key"]: t["Value"] for t in raw or ()}
+
+
+def _version(tag: str) -> int:
+    """A template-version tag's number; 0 (unknown) for none or anything else."""
+    return int(tag) if tag.isdigit() else 0
 
 
 def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
@@ -62,6 +76,9 @@ def instances(ec2: Any, cluster: str) -> Dict[str, Instance]:
                     i.get("PrivateIpAddress", ""),
                     name_tag=tags.get(TAG_NODE, ""),
                     launch_tag=tags.get(TAG_LAUNCH, ""),
+                    template_version=_version(tags.get(TAG_TEMPLATE_VERSION, "")),
+                    launch_spec=tags.get(TAG_LAUNCH_SPEC, ""),
+                    hop_limit=int((i.get("MetadataOptions") or {}).get("HttpPutResponseHopLimit") or 0),
                 )
     return out
 

@@ -42,6 +42,25 @@ class ComputeNodes(ConfigModel):
     # An existing placement group to launch into instead of a new one: the group a reservation was created in.
     placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9._:+=@-]{1,255}$")
     root_volume_gib: int = root_volume()
+    # What the controller does with running nodes when a change needs new instances (type, image, EFA, root volume,
+    # market, placement): `rolling` drains them (jobs finish) and replaces them once idle, `terminate` takes them
+    # DOWN at once (ParallelCluster's QueueUpdateStrategy DRAIN and TERMINATE,
+    # https://docs.aws.amazon.com/parallelcluster/latest/ug/using-pcluster-update-cluster-v3.html), `manual`
+    # leaves them to `hpcc replace`. Default rolling, 1 at a time: no job is killed and at most one node of the
+    # group is out (HyperPod's RollingDeploymentPolicy MaximumBatchSize,
+    # https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_RollingDeploymentPolicy.html).
+    update_strategy: Literal["rolling", "terminate", "manual"] = "rolling"
+    max_unavailable: int = Field(1, le=MAX_NODES)
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _bound(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(
+                f"is how many nodes of the group a roll takes out at once: give 1 or more (default 1); for no "
+                f"automatic replacement give updateStrategy: manual; got {v}"
+            )
+        return v
 
 
 class NodeGroup(ComputeNodes):

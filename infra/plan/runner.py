@@ -176,7 +176,7 @@ def plan_config(
         result.steps = update_steps(result.changes, previous.resources, resources)
         result.aws_refusals = order_refusals(result.steps, result.changes, previous.resources, resources)
         result.notes = [n for n in (region_change(previous.resources, resources),) if n] + launch_template_notes(
-            result.changes, resources
+            result.changes, resources, previous.resources
         )
     return result
 

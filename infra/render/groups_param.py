@@ -8,6 +8,9 @@ override supplies (the template's interfaces carry no subnet), its placement gro
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from hpcc_contract import groups
 from infra.config.model import ClusterConfig
 from infra.config.nodes import NodeGroup
@@ -15,7 +18,9 @@ from infra.facts.instance_types import InstanceType
 from infra.facts.slurm import gres_gpus, slurm_node
 
 # The parameter's tier takes 8 KB (Intelligent-Tiering moves it to Advanced above 4 KB); a group's entry is about
-# 450 bytes, so MAX_GROUPS (infra/config/model.py) keeps the value well inside it, and the plan checks it (aws_rules).
+# 450 bytes, 510 at its longest (a 60-character placement group, a Capacity Block, a 3-digit template version),
+# so MAX_GROUPS (infra/config/model.py) keeps the value inside it (fields at their defaults are left out:
+# hpcc_contract/groups.py), and the plan checks it (aws_rules; tests/plan/test_groups.py at the longest).
 GROUPS_LIMIT = 8192
 
 
@@ -45,6 +50,22 @@ def partitions(cfg: ClusterConfig, itypes: list[InstanceType]) -> tuple[list[str
     return names, groups.default_partition(sized)
 
 
+def launch_spec(group: NodeGroup, efa: bool, image_id: str, placement_group: str | None) -> str:
+    """A digest of what a running instance cannot take and only a new one gets (type, image, EFA, root volume,
+    market, reservation, placement): the controller rolls the nodes whose hpcc:launch-spec differs. The IMDS
+    options are left out (applied in place) and so is the user data (read at boot: it reaches new nodes)."""
+    what = [
+        group.instance_type,
+        image_id,
+        efa,
+        group.root_volume_gib,
+        group.market,
+        group.capacity_reservation_id or "",
+        placement_group or "",
+    ]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:10]  # 40 bits: it tells a change, guards no secret
+
+
 def group_entry(
     cfg: ClusterConfig,
     index: int,
@@ -54,8 +75,14 @@ def group_entry(
     subnet_id: str,
     availability_zone: str,
     placement_group: str | None,
+    template_version: int = 0,
+    image_id: str = "",
+    hop_limit: int = 0,
 ) -> dict:
-    """One group's fields (hpcc_contract/groups.py FIELDS) plus its `slurm` definition (with scheduler slurm)."""
+    """One group's fields (hpcc_contract/groups.py FIELDS) plus its `slurm` definition (with scheduler slurm).
+    `template_version` is the launch template's latest_version (0: not known), `image_id` the AMI it launches,
+    `hop_limit` its IMDS hop limit."""
+    efa = group.efa is not False and itype.efa_supported
     entry = {
         "name": group.name,
         "instance_type": group.instance_type,
@@ -66,9 +93,14 @@ def group_entry(
         "market": group.market,
         "capacity_reservation_id": group.capacity_reservation_id or "",
         "placement_group": placement_group or "",
-        "efa": group.efa is not False and itype.efa_supported,
+        "efa": efa,
         "max_count": 0,
         "spares": group.spares,
+        "lt_version": template_version,
+        "spec": launch_spec(group, efa, image_id, placement_group) if image_id else "",
+        "metadata_hop_limit": hop_limit,
+        "update_strategy": group.update_strategy,
+        "max_unavailable": group.max_unavailable,
     }
     if cfg.scheduler == "slurm":
         entry["slurm"] = slurm_fields(itype, cfg.group_field(index, "instanceType"))

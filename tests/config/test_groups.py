@@ -108,6 +108,8 @@ CASES = [
     (groups({**GPU, "spares": 3}, scheduler="slurm"), "cluster.nodeGroups[0]", "give count >= spares"),
     (groups(GPU, {**CPU, "spares": 1}), "cluster.nodeGroups[1].spares", "give cluster.scheduler: slurm"),
     (groups({**GPU, "spares": -1}, scheduler="slurm"), "cluster.nodeGroups[0].spares", "greater than or equal to 0"),
+    (groups({**GPU, "updateStrategy": "drain"}), "cluster.nodeGroups[0].updateStrategy", "'rolling', 'terminate'"),
+    (groups({**GPU, "maxUnavailable": 0}), "cluster.nodeGroups[0].maxUnavailable", "give 1 or more"),
 ]
 
 
@@ -135,3 +137,39 @@ def test_the_state_bucket_name_is_the_one_the_policy_pack_recognises():
     m = bucket_rules.STATE_BUCKET.match(contract_names.state_bucket("my-cluster", "123456789012"))
     assert m and (m.group("cluster"), m.group("account")) == ("my-cluster", "123456789012")
     assert not bucket_rules.STATE_BUCKET.match(contract_names.bundle_bucket("my-cluster", "123456789012"))
+
+
+def test_the_update_strategy_defaults_to_rolling_one_at_a_time_and_a_bound_of_the_whole_group_is_warned():
+    """ParallelCluster's DRAIN and HyperPod's rolling updates (infra/config/nodes.py); the groups value carries
+    both to the controller."""
+    from hpcc_node.controller.__main__ import parse_groups
+    from infra.render.groups_param import group_entry, groups_value
+
+    cfg = parse("us-east-1", groups(GPU, {**CPU, "updateStrategy": "terminate", "maxUnavailable": 2})).cluster
+    assert [(g.update_strategy, g.max_unavailable) for g in cfg.node_groups] == [("rolling", 1), ("terminate", 2)]
+    entry = group_entry(
+        cfg, 1, cfg.node_groups[1], offline_facts().get("c6i.16xlarge"), "lt", "s", "az", None, 5, "ami-1"
+    )
+    [group] = parse_groups(groups_value([entry]), "/hpcc/demo/groups")
+    assert (group.update_strategy, group.max_unavailable, group.lt_version) == ("terminate", 2, 5)
+    assert group.spec  # with an image: the digest the controller compares to each instance's tag
+    whole = parse("us-east-1", groups({**GPU, "maxUnavailable": 2}))
+    [warned] = [f for f in check_config(whole, offline_facts()) if f.field == "cluster.nodeGroups[0].maxUnavailable"]
+    assert not warned.is_error and "the whole group out at once" in warned.message
+
+
+def test_the_launch_spec_changes_with_what_needs_a_new_instance_and_not_with_the_imds_options():
+    from infra.render.groups_param import launch_spec
+
+    cfg = parse("us-east-1", groups(GPU)).cluster
+    group = cfg.node_groups[0]
+    base = launch_spec(group, True, "ami-1", None)
+    assert launch_spec(group, True, "ami-1", None) == base
+    changed = [
+        launch_spec(group.model_copy(update={"instance_type": "p5.48xlarge"}), True, "ami-1", None),
+        launch_spec(group, False, "ami-1", None),
+        launch_spec(group, True, "ami-2", None),
+        launch_spec(group.model_copy(update={"root_volume_gib": 500}), True, "ami-1", None),
+        launch_spec(group, True, "ami-1", "pg-1"),
+    ]
+    assert base not in changed and len(set(changed)) == len(changed)

@@ -424,10 +424,11 @@ def test_an_earlier_plan_without_regions_is_refused_with_the_fix(first_up, tmp_p
 
 
 def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_them(first_up, tmp_path):
+    manual = {"updateStrategy": "manual"}  # today's behaviour: the controller leaves running nodes be
     for edit, what in (
-        (lambda c: c["compute"].update(placementGroup="reserved-pg"), "placement"),
-        (lambda c: c["compute"].update(market="spot"), "instanceMarketOptions"),
-        (lambda c: c["compute"].update(rootVolumeGiB=400), "blockDeviceMappings"),
+        (lambda c: c["compute"].update(placementGroup="reserved-pg", **manual), "placement"),
+        (lambda c: c["compute"].update(market="spot", **manual), "instanceMarketOptions"),
+        (lambda c: c["compute"].update(rootVolumeGiB=400, **manual), "blockDeviceMappings"),
     ):
         result = second_up(first_up, edit)
         assert [(c.name, c.action) for c in result.changes if c.type == LT] == [("bert-compute-lt", "update")]
@@ -444,7 +445,7 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
     from infra.ops.cli import app
 
     config = copy.deepcopy(BASE)
-    config["hpcc:cluster"]["compute"]["placementGroup"] = "reserved-pg"
+    config["hpcc:cluster"]["compute"].update(placementGroup="reserved-pg", **manual)
     stack = tmp_path / "Pulumi.bert.yaml"
     stack.write_text(yaml.safe_dump({"config": config}))
     run = CliRunner().invoke(
@@ -452,3 +453,18 @@ def test_launch_settings_reach_new_nodes_only_and_the_plan_says_how_to_apply_the
     )
     assert run.exit_code == 0, run.output
     assert "keep the old setting until replaced: `hpcc replace NODE` for each" in " ".join(run.output.split())
+
+
+def test_a_rolling_group_is_replaced_by_the_controller_and_the_plan_says_how_in_the_users_terms(first_up):
+    """updateStrategy rolling (the default) or terminate: the controller replaces the group's nodes, maxUnavailable at
+    a time (hpcc_node/controller/decide_rolling.py); an IMDS-only change is applied in place."""
+    result = second_up(first_up, lambda c: c["compute"].update(instanceType="p4d.24xlarge", maxUnavailable=2))
+    assert (
+        "compute: 8 nodes replaced by the controller, 2 at a time, after their jobs (p3dn.24xlarge -> p4d.24xlarge)"
+        in result.notes[0]
+    )
+    now = second_up(first_up, lambda c: c["compute"].update(rootVolumeGiB=400, updateStrategy="terminate"))
+    assert "compute: 8 nodes replaced by the controller, 1 at a time, at once" in now.notes[0]
+    assert "(blockDeviceMappings)" in now.notes[0]
+    imds = second_up(first_up, lambda c: c.update(security={"imdsForContainers": True}))
+    assert "compute: the IMDS options are applied to the running instances in place; no node is replaced" in imds.notes

@@ -79,7 +79,8 @@ def test_the_groups_parameter_is_what_the_controller_builds_groups_from(large):
     assert value[groups_format.FORMAT_KEY] == groups_format.FORMAT
     built = []
     for entry in value[groups_format.GROUPS_KEY]:
-        assert set(entry) == set(groups_format.FIELDS) | {groups_format.SLURM}  # the contract's fields, all of them
+        # the contract's fields, all of them but those at their defaults (left out: hpcc_contract/groups.py)
+        assert set(entry) | set(groups_format.DEFAULTS) == set(groups_format.FIELDS) | {groups_format.SLURM}
         slurm = entry.pop("slurm")
         built.append(Group(**entry))
         assert slurm["cpus"] > 0 and slurm["real_memory"] > 0
@@ -88,6 +89,7 @@ def test_the_groups_parameter_is_what_the_controller_builds_groups_from(large):
         ("cpu", 2048, "hpcc-groups-cpu", "spot", False),
     ]
     assert all(g.subnet_id.startswith("subnet-") and g.availability_zone for g in built)
+    assert all(g.lt_version >= 1 and len(g.spec) == 10 and g.update_strategy == "rolling" for g in built)
     assert (
         value["groups"][0]
         and json.loads(large.named("groups-groups-param")["inputs"]["value"])["groups"][0]["slurm"]["gres"] == "gpu:8"

@@ -155,6 +155,10 @@ def controller_reboots_any_instance(g):
     ]
 
 
+def controller_modifies_any_instances_metadata(g):
+    _edit_statement(g, "ModifyClusterInstanceMetadata", lambda st: st.pop("Condition"), role="head")
+
+
 def controller_passes_any_role(g):
     _edit_statement(
         g, "PassComputeRole", lambda st: st.update(Resource=["arn:aws:iam::123456789012:role/*"]), role="head"
@@ -392,6 +396,11 @@ BREAKS = [
     ("node-writes-own-only", controller_tags_any_instance, "without a condition that the resource is tagged"),
     ("node-writes-own-only", controller_passes_any_role, "iam:PassRole"),
     ("node-writes-own-only", controller_reboots_any_instance, "allows ec2:RebootInstances on * without a condition"),
+    (
+        "node-writes-own-only",
+        controller_modifies_any_instances_metadata,
+        "allows ec2:ModifyInstanceMetadataOptions on arn:aws:ec2:",
+    ),
     ("state-bucket-private", state_bucket_readable_by_anyone, "lets * in"),
     ("state-bucket-private", state_bucket_lets_nodes_write_every_status, "writes only its own status"),
     ("state-bucket-private", state_bucket_lets_nodes_write_the_certificates, "s3:PutObject on arn:aws:s3:::"),
@@ -422,6 +431,7 @@ ALSO_WRITES = {iam_star_on_star, iam_service_wildcard, iam_every_secret}
 # Controller grants that reach beyond the cluster: iam-least-privilege fails them too, rightly.
 ALSO_REACH = {
     controller_tags_any_instance,
+    controller_modifies_any_instances_metadata,
     controller_passes_any_role,
     controller_launches_any_image,
     controller_launches_into_any_reservation,

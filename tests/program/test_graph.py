@@ -242,6 +242,13 @@ def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
         "Condition": own,
         "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"],
     }
+    assert by_sid["ModifyClusterInstanceMetadata"] == {  # a rolling update's IMDS options, in place
+        "Sid": "ModifyClusterInstanceMetadata",
+        "Effect": "Allow",
+        "Action": ["ec2:ModifyInstanceMetadataOptions"],
+        "Condition": own,
+        "Resource": [f"arn:aws:ec2:{result.config.region}:{env.account}:instance/*"],
+    }
     assert by_sid["LaunchFromClusterTemplates"]["Condition"] == own
     template = {"ec2:LaunchTemplate": f"arn:aws:ec2:{result.config.region}:{env.account}:launch-template/*"}
     assert by_sid["LaunchTaggedWithCluster"]["Condition"] == {

@@ -143,7 +143,7 @@ def test_the_controller_tags_its_instances_at_launch_with_every_tag_its_fleet_re
     """CreateFleet's TagSpecifications are authorized as ec2:CreateTags with ec2:CreateAction (EC2 User Guide,
     "Grant permission to tag Amazon EC2 resources during creation"): the launch's tags, hpcc:launch among them
     (a restart finds a launch's instances by it), are allowed at creation; after it, only hpcc:node."""
-    from hpcc_contract.names import TAG_NODE
+    from hpcc_contract.names import TAG_LAUNCH_SPEC, TAG_NODE, TAG_TEMPLATE_VERSION
     from hpcc_node.controller import fleet
     from hpcc_node.controller.model import Group
 
@@ -153,8 +153,10 @@ def test_the_controller_tags_its_instances_at_launch_with_every_tag_its_fleet_re
     assert any(r.endswith(":instance/*") for r in at_launch["Resource"])
     assert "CreateFleet" in at_launch["Condition"]["StringEquals"]["ec2:CreateAction"]
     assert at_launch["Condition"]["StringEquals"]["aws:RequestTag/hpcc:cluster"] == "cpu-oneccl"
-    request = fleet.request(Group("cpu", "c6i.16xlarge", 1), 1, "t", "cpu-oneccl")
+    # with the version and spec tags a rolling replacement reads (hpcc_node/controller/decide_rolling.py)
+    request = fleet.request(Group("cpu", "c6i.16xlarge", 1, lt_version=3, spec="abc"), 1, "t", "cpu-oneccl")
     keys = [t["Key"] for spec in request["TagSpecifications"] for t in spec["Tags"]]
+    assert {TAG_TEMPLATE_VERSION, TAG_LAUNCH_SPEC} <= set(keys)
     for operator, block in at_launch["Condition"].items():  # a tag-key condition, if any, names every key
         assert "aws:TagKeys" not in block or set(keys) <= set(block["aws:TagKeys"]), (operator, keys)
     after = head["NameClusterInstances"]["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"]

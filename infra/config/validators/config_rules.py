@@ -160,6 +160,20 @@ def spares_need_slurm(cfg):
             )
 
 
+def roll_bound(cfg):
+    """`maxUnavailable` is how many of the group a roll takes out at once: above the count it says nothing more
+    than the count (the whole group at once), which is likely a mistake in a group that runs jobs."""
+    c = cfg.cluster
+    for i, group in enumerate(c.node_groups):
+        if group.update_strategy != "manual" and group.count and group.max_unavailable >= group.count > 1:
+            yield Finding(
+                WARNING,
+                c.group_field(i, "maxUnavailable"),
+                f"{group.max_unavailable} of a group of {group.count}: a roll may take the whole group out at once; "
+                f"give at most {group.count - 1} to keep some nodes in service, or updateStrategy: manual",
+            )
+
+
 def node_cap(cfg):
     """At most MAX_NODES compute nodes across the groups (the README says what bounds it); read from its module
     at each call, so a test can lift the cap (tests/facts/plan_scale.py)."""
@@ -281,6 +295,7 @@ RULES = [
     spot_and_reservation,
     group_names_unique,
     spares_need_slurm,
+    roll_bound,
     node_cap,
     az_in_region,
     ssh_not_open_to_world,

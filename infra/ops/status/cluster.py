@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 import hostlist
 
 from hpcc_contract import formats
-from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
+from hpcc_contract import groups as groups_format
+from hpcc_contract.names import HEAD, TAG_GROUP, TAG_LAUNCH_SPEC, TAG_NODE, TAG_ROLE
 from hpcc_contract.settings import OPTIONAL_DEFAULTS
 from hpcc_node import certstore
 from hpcc_node.controller import model
+from hpcc_node.controller.decide_rolling import progress
 from hpcc_node.controller.ledger import Loaded
 from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.ops import OpsError, rotate_keys, store
@@ -274,7 +276,7 @@ def build(
         states = slurm_states(reported)
         for row in out.nodes:
             row.slurm = states.get(row.node, "-")
-    out.groups = group_rows(groups, out.nodes, loaded, now)
+    out.groups = group_rows(groups, out.nodes, loaded, now, specs(raw_instances))
     out.events = loaded.events[-EVENTS_SHOWN:]
     out.alerts = alerts(loaded, now)
     out.notes += unread_notes(loaded)
@@ -300,9 +302,45 @@ def unread_notes(loaded: Loaded) -> list[str]:
     return out
 
 
-def group_rows(groups: list[dict], nodes: list[NodeStatus], loaded: Loaded, now: float) -> list[GroupRow]:
-    """Per group: asked (the groups parameter's count), launched, ready, failed, being replaced, protected. A
-    group seen only in the ledger or on instances (removed from the config, still draining) is listed too."""
+def specs(raw_instances: list[dict]) -> dict[str, model.Instance]:
+    """Each instance's state and launch-spec tag, as the controller's rolling rule reads them."""
+    return {
+        i["InstanceId"]: model.Instance(
+            i["InstanceId"], i["State"]["Name"], 0.0, launch_spec=tag_dict(i.get("Tags")).get(TAG_LAUNCH_SPEC, "")
+        )
+        for i in raw_instances
+    }
+
+
+def roll_text(group: dict, loaded: Loaded, instances: dict[str, model.Instance]) -> str:
+    """A group's roll as `hpcc status` says it ("rolling to version 7: 5 of 16 on it, 2 draining, 1 booting"), from
+    the controller's own rule (hpcc_node/controller/decide_rolling.py); "" when no node is stale or unknown."""
+    want = model.Group(
+        str(group.get("name", "")),
+        "",
+        0,
+        lt_version=_int_or_none(group.get("lt_version")) or 0,
+        spec=str(group.get("spec") or ""),
+    )
+    if not want.spec:
+        return ""
+    prog = progress(want, list(loaded.slots.values()), instances)
+    if not (prog.stale or prog.unknown):
+        return ""
+    strategy = group.get("update_strategy", groups_format.DEFAULTS["update_strategy"])
+    return prog.text() + ("" if strategy != "manual" else " (updateStrategy manual: `hpcc replace` them)")
+
+
+def group_rows(
+    groups: list[dict],
+    nodes: list[NodeStatus],
+    loaded: Loaded,
+    now: float,
+    instances: dict[str, model.Instance] | None = None,
+) -> list[GroupRow]:
+    """Per group: asked (the groups parameter's count), launched, ready, failed, being replaced, protected, and
+    a roll's progress. A group seen only in the ledger or on instances (removed from the config, still draining)
+    is listed too."""
     names = [g["name"] for g in groups]
     names += sorted({r.group for r in nodes if r.group and r.group not in names} | (set(loaded.groups) - set(names)))
     out = []
@@ -313,6 +351,8 @@ def group_rows(groups: list[dict], nodes: list[NodeStatus], loaded: Loaded, now:
         note = state.status if state else ""
         if state and state.backoff_until > now:
             note = (note + "; " if note else "") + f"launches backing off ({state.launch_failures} failed in a row)"
+        rolling = next((roll_text(g, loaded, instances or {}) for g in groups if g["name"] == name), "")
+        note = "; ".join(n for n in (note, rolling) if n)
         out.append(
             GroupRow(
                 name,

@@ -190,7 +190,13 @@ class Compute(pulumi.ComponentResource):
                 args.private_subnet_id,
                 args.subnet_azs[False],
                 compute_placement_group(g.config, own_group),
-            ).apply(lambda a, i=i, g=g: group_entry(cfg, i, g.config, g.itype, a[0], a[1], a[2], a[3]))
+                g.launch_template.latest_version,  # the version the controller launches and rolls to
+                args.image.apply(lambda im: im.ami_id),
+            ).apply(
+                lambda a, i=i, g=g: group_entry(
+                    cfg, i, g.config, g.itype, a[0], a[1], a[2], a[3], int(a[4] or 0), a[5], imds_hop_limit(cfg)
+                )
+            )
             for i, g in enumerate(self.groups)
         ]
         aws.ssm.Parameter(

@@ -135,6 +135,15 @@ def controller_statements(region: str, account: str, cluster: str, limits: Launc
             "Resource": [f"{ec2}:instance/*"],
             "Condition": {"StringEquals": own},
         },
+        # A rolling update's IMDS options on running instances, in place (hpcc_node/controller/act.py;
+        # https://docs.aws.amazon.com/goto/WebAPI/ec2/ModifyInstanceMetadataOptions): the cluster's own only.
+        {
+            "Sid": "ModifyClusterInstanceMetadata",
+            "Effect": "Allow",
+            "Action": ["ec2:ModifyInstanceMetadataOptions"],
+            "Resource": [f"{ec2}:instance/*"],
+            "Condition": {"StringEquals": own},
+        },
         {"Sid": "ControllerReads", "Effect": "Allow", "Action": CONTROLLER_DESCRIBE, "Resource": "*"},
         {
             "Sid": "PassComputeRole",
