@@ -202,6 +202,7 @@ RULE_CASES = {
     "group_names_unique",
     "node_cap",
     "spares_need_slurm",
+    "roll_bound",
 }  # tests/config/test_groups.py
 
 
