@@ -21,16 +21,14 @@ from dataclasses import dataclass, field
 import hostlist
 
 from hpcc_contract import formats
-from hpcc_contract import groups as groups_format
-from hpcc_contract.names import HEAD, TAG_GROUP, TAG_LAUNCH_SPEC, TAG_NODE, TAG_ROLE
+from hpcc_contract.names import HEAD, TAG_GROUP, TAG_NODE, TAG_ROLE
 from hpcc_contract.settings import OPTIONAL_DEFAULTS
 from hpcc_node import certstore
 from hpcc_node.controller import model
-from hpcc_node.controller.decide_rolling import progress
 from hpcc_node.controller.ledger import Loaded
-from hpcc_node.controller.timers import DEFAULT as TIMERS
 from infra.ops import OpsError, rotate_keys, store
 from infra.ops.aws import Aws, tag_dict
+from infra.ops.status.notes import alerts, int_or_none, roll_text, specs, unread_notes
 from infra.ops.terminal import plain
 from infra.render.steps import STEP_NAMES
 
@@ -124,13 +122,6 @@ class ClusterStatus:
         return {r.node: r for r in self.nodes}
 
 
-def _int_or_none(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def status_ip(value: object) -> str | None:
     """A node-written `ip` that parses as an IPv4 address, else None."""
     try:
@@ -164,7 +155,7 @@ def apply_status(row: NodeStatus, status: dict) -> NodeStatus:
     row.updated = None if status.get("updated") is None else str(status["updated"])
     tail = status.get("logTail") or []
     row.log_tail = [str(x) for x in tail] if isinstance(tail, list) else [str(tail)]
-    row.generation = _int_or_none(status.get("generation", status.get("hostsVersion")))
+    row.generation = int_or_none(status.get("generation", status.get("hostsVersion")))
     if not row.private_ip:  # EC2 gives none (a terminated instance): the node's own word, if it is an address
         row.private_ip = status_ip(status.get("ip"))
     bundle = status.get("bundle")
@@ -237,7 +228,7 @@ def build(
     heard: dict[str, float] | None = None,
 ) -> ClusterStatus:
     """The cluster's status from what was read; pure, so `hpcc status`, `hpcc up` and the tests share it."""
-    out = ClusterStatus(cluster, generation=_int_or_none(loaded.membership.get("generation")) or None)
+    out = ClusterStatus(cluster, generation=int_or_none(loaded.membership.get("generation")) or None)
     by_id = {i["InstanceId"]: i for i in raw_instances}
     head = head_instance(raw_instances)
     if head is not None:
@@ -283,54 +274,6 @@ def build(
     return out
 
 
-def unread_notes(loaded: Loaded) -> list[str]:
-    """What the controller cannot read, and why: the status objects it found malformed (its ledger record, written
-    when they change: a node with one has no verdict), and ledger items (this read's, the same Ledger.load)."""
-    found = loaded.dropped_statuses
-    count = _int_or_none(found.get("count")) or 0
-    some = found.get("some") if isinstance(found.get("some"), dict) else {}
-    out = []
-    if count:
-        named = "; ".join(f"{str(k)[:200]}: {str(v)[:200]}" for k, v in list(some.items())[:5])
-        more = f"; and {count - len(some)} more" if count > len(some) else ""
-        out.append(
-            f"the controller drops {count} malformed status object(s), no verdict from them: {named}{more} "
-            "(its log names each; the node writes its own again, or delete it)"
-        )
-    for pk, why in sorted(loaded.dropped.items()):
-        out.append(f"ledger item {pk} cannot be read ({why}): the controller leaves it out; mend or delete it")
-    return out
-
-
-def specs(raw_instances: list[dict]) -> dict[str, model.Instance]:
-    """Each instance's state and launch-spec tag, as the controller's rolling rule reads them."""
-    return {
-        i["InstanceId"]: model.Instance(
-            i["InstanceId"], i["State"]["Name"], 0.0, launch_spec=tag_dict(i.get("Tags")).get(TAG_LAUNCH_SPEC, "")
-        )
-        for i in raw_instances
-    }
-
-
-def roll_text(group: dict, loaded: Loaded, instances: dict[str, model.Instance]) -> str:
-    """A group's roll as `hpcc status` says it ("rolling to version 7: 5 of 16 on it, 2 draining, 1 booting"), from
-    the controller's own rule (hpcc_node/controller/decide_rolling.py); "" when no node is stale or unknown."""
-    want = model.Group(
-        str(group.get("name", "")),
-        "",
-        0,
-        lt_version=_int_or_none(group.get("lt_version")) or 0,
-        spec=str(group.get("spec") or ""),
-    )
-    if not want.spec:
-        return ""
-    prog = progress(want, list(loaded.slots.values()), instances)
-    if not (prog.stale or prog.unknown):
-        return ""
-    strategy = group.get("update_strategy", groups_format.DEFAULTS["update_strategy"])
-    return prog.text() + ("" if strategy != "manual" else " (updateStrategy manual: `hpcc replace` them)")
-
-
 def group_rows(
     groups: list[dict],
     nodes: list[NodeStatus],
@@ -345,7 +288,7 @@ def group_rows(
     names += sorted({r.group for r in nodes if r.group and r.group not in names} | (set(loaded.groups) - set(names)))
     out = []
     for name in names:
-        asked = next((_int_or_none(g.get("count")) or 0 for g in groups if g["name"] == name), 0)
+        asked = next((int_or_none(g.get("count")) or 0 for g in groups if g["name"] == name), 0)
         mine = [r for r in nodes if r.group == name and r.role != HEAD]
         state = loaded.groups.get(name)
         note = state.status if state else ""
@@ -366,17 +309,6 @@ def group_rows(
             )
         )
     return out
-
-
-def alerts(loaded: Loaded, now: float) -> list[str]:
-    """The alerts still in force (the ledger keeps one a breaker window), each with the reason its event gave."""
-    recent = [
-        e
-        for e in loaded.events
-        if e.kind == model.ALERT and e.phase == "start" and now - e.at <= TIMERS.breaker_window_seconds
-    ]
-    texts = list(dict.fromkeys(e.detail for e in recent if e.detail))
-    return texts or [f"{key} (raised {int(now - at)} s ago)" for key, at in sorted(loaded.alerts.items())]
 
 
 def scheduler(settings: dict[str, str]) -> str:
