@@ -98,8 +98,8 @@ def test_b_a_terminated_instance_loses_its_node_and_the_next_launch_gets_a_new_a
     first = cloud.launched[ids[0]]
     ec2 = cloud.client("ec2")
     ec2.terminate_instances(InstanceIds=[first.instance_id])
-    wait_for(lambda: first.node.netns not in box_namespaces(), 30, cloud)
-    assert not first.node.alive and first.stopped
+    # The whole stop, not only its first step: the namespace goes before the watcher marks the node and instance.
+    wait_for(lambda: first.stopped and not first.node.alive and first.node.netns not in box_namespaces(), 30, cloud)
     others = [cloud.launched[i] for i in ids[1:]]
     assert all(s.node.netns in box_namespaces() for s in others), "a termination stopped another node"
     (new,) = launch(cloud, 1, "box-cloud-b2")
