@@ -30,7 +30,7 @@ from .model import (
     Snapshot,
     Why,
 )
-from .systemic_guard import alert_key, released
+from .systemic_guard import alert_key, bursts, released
 from .timers import Timers
 
 
@@ -73,24 +73,18 @@ def systemic(failures: List[Failure], snap: Snapshot, now: float, timers: Timers
     """Signatures failing on so many distinct nodes within the window that the fault is the cluster's (one slot
     failing again and again is that slot's: the attempt cap handles it). A failure of the instance itself is its
     own, never a shared cause: two dead machines read alike, yet share nothing."""
-    nodes: Dict[str, set] = {}
     instance = f"{FailureClass.INSTANCE.value}:"
-    for e in snap.events:
-        if (
-            e.kind == REPLACE
-            and e.phase == "start"
-            and e.signature
-            and not e.signature.startswith(instance)
-            and now - e.at <= timers.systemic_window_seconds
-        ):
-            nodes.setdefault(e.signature, set()).add(e.node)
-    for f in failures:
-        if f.failure != FailureClass.INSTANCE.value:
-            nodes.setdefault(f.signature, set()).add(f.slot.name)
-    threshold = timers.systemic_threshold(cluster_nodes)
-    return {
-        sig for sig, names in nodes.items() if len(names) >= threshold and any(f.signature == sig for f in failures)
-    }
+    recent = [
+        (e.signature, e.node)
+        for e in snap.events
+        if e.kind == REPLACE
+        and e.phase == "start"
+        and e.signature
+        and not e.signature.startswith(instance)
+        and now - e.at <= timers.systemic_window_seconds
+    ]
+    current = [(f.signature, f.slot.name) for f in failures if f.failure != FailureClass.INSTANCE.value]
+    return bursts(recent, current, timers.systemic_threshold(cluster_nodes))
 
 
 def replacements_in_window(snap: Snapshot, now: float, timers: Timers) -> int:

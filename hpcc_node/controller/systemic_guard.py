@@ -11,12 +11,23 @@ hold with no end left two dead nodes of a four-node cluster listed as ready memb
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Sequence, Set, Tuple
 
 from hpcc_contract.taxonomy import FailureClass
 
 from .model import ALERT, ENDED, FAILED, READY, Action, Snapshot, Why
 from .timers import Timers
+
+
+def bursts(recent: Iterable[Tuple[str, str]], current: Iterable[Tuple[str, str]], threshold: int) -> Set[str]:
+    """The signatures of `current` failures (signature, node) seen on at least `threshold` distinct nodes, counting
+    the `recent` ones (the caller's events within the systemic window): one slot failing again and again is that
+    slot's (the attempt cap handles it), many nodes failing alike is the cluster's."""
+    current = list(current)
+    nodes: Dict[str, Set[str]] = {}
+    for sig, node in [*recent, *current]:
+        nodes.setdefault(sig, set()).add(node)
+    return {sig for sig, _ in current if len(nodes[sig]) >= threshold}
 
 
 def alert_key(sig: str) -> str:

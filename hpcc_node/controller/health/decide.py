@@ -51,7 +51,7 @@ from ..model import (
     Snapshot,
     Why,
 )
-from ..systemic_guard import alert_key, released
+from ..systemic_guard import alert_key, bursts, released
 from ..timers import Timers
 from .spares import deep_checks, spare_reservation, spares_actions
 
@@ -245,19 +245,16 @@ def _one(
 def _systemic(
     verdicts: List[Tuple[Failure, Report, str]], snap: Snapshot, now: float, timers: Timers, cluster_nodes: int
 ) -> Set[str]:
-    nodes: Dict[str, Set[str]] = {}
-    for e in snap.events:
-        if (
-            e.kind in (DOWN, DRAIN, REBOOT)
-            and e.phase == "start"
-            and e.signature.startswith(f"{HEALTH}:")
-            and now - e.at <= timers.systemic_window_seconds
-        ):
-            nodes.setdefault(e.signature, set()).add(e.node)
-    for f, _, sig in verdicts:
-        nodes.setdefault(sig, set()).add(f.slot.name)
-    threshold = timers.systemic_threshold(cluster_nodes)
-    return {sig for sig, names in nodes.items() if len(names) >= threshold and any(s == sig for _, _, s in verdicts)}
+    recent = [
+        (e.signature, e.node)
+        for e in snap.events
+        if e.kind in (DOWN, DRAIN, REBOOT)
+        and e.phase == "start"
+        and e.signature.startswith(f"{HEALTH}:")
+        and now - e.at <= timers.systemic_window_seconds
+    ]
+    current = [(sig, f.slot.name) for f, _, sig in verdicts]
+    return bursts(recent, current, timers.systemic_threshold(cluster_nodes))
 
 
 def health_actions(
