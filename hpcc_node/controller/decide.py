@@ -230,6 +230,15 @@ def project(slots: Mapping[str, Slot], actions: Sequence[Action], now: float) ->
     return out
 
 
+def overwritten(snap: Snapshot) -> str:
+    """Why the membership must be written again though it did not change: its object is not the one the ledger
+    recorded publishing (overwritten, corrupted, deleted): a node booting now could read nothing whole. "": it is."""
+    found, recorded = snap.membership_found, snap.membership_etag
+    if found is None or not recorded or found == recorded:
+        return ""
+    return f"the membership object is not the one published (ETag {found[:40] or 'none'}, recorded {recorded[:40]})"
+
+
 def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers = DEFAULT) -> List[Action]:
     out: List[Action] = []
     raised: set = set()
@@ -297,7 +306,8 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
             )
     body = membership_body(project(snap.slots, out, now), snap, groups, unlisted)
     sha = digest(body)
-    if sha != snap.membership_digest:
+    why = "membership changed" if sha != snap.membership_digest else overwritten(snap)
+    if why:
         data = {"body": body, "digest": sha, "recorded": snap.membership_generation}  # the count goes on past it
-        out.append(Action(PUBLISH, why=Why("", "membership changed"), data=data))
+        out.append(Action(PUBLISH, why=Why("", why), data=data))
     return out

@@ -96,6 +96,7 @@ def build_step(
                     head,
                     extras_reader(slurm_read, limit) if slurm_read is not None else None,
                     lambda: obs.dropped(cache),
+                    lambda: membership_etag(s3, bucket),
                 ),
                 lambda snap: decide(snap, current, snap.now, timers),
                 executor,
@@ -108,6 +109,15 @@ def build_step(
     step.costs = costs  # type: ignore[attr-defined]
     step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]
     return step
+
+
+def membership_etag(s3: Any, bucket: str) -> Optional[str]:
+    """The published membership object's ETag ("" : none), or None when S3 does not answer (nothing is judged)."""
+    try:
+        return membership.head(s3, bucket)[1]
+    except Exception as e:  # S3 down: the loop goes on, as with the statuses
+        LOG.warning("the membership object cannot be read (%s): not compared this loop", str(e)[:300])
+        return None
 
 
 def failed_verdicts(reports: Mapping[str, Report], settled_by: float = float("inf")) -> Set[Tuple[str, str, float]]:

@@ -199,6 +199,8 @@ class Snapshot:
     alerts: Mapping[str, float] = field(default_factory=dict)  # the alerts already raised: key -> when
     membership_digest: str = ""  # the digest of the last published membership body
     membership_generation: int = 0  # the generation the ledger recorded last: the next one is past it
+    membership_etag: str = ""  # the ETag of the object the ledger recorded publishing
+    membership_found: Optional[str] = None  # the ETag the object has now ("" : none; None: not read this loop)
     dropped: Mapping[str, str] = field(default_factory=dict)  # status key -> why it is malformed (no verdict)
     bundle: Mapping[str, Any] = field(default_factory=dict)  # what nodes must follow besides membership
     cluster: str = ""  # the cluster's name (launch tokens are unique per account, not per cluster)

@@ -298,6 +298,7 @@ def snapshot(
     bundle: Optional[Mapping[str, Any]] = None,
     head: Optional[Mapping[str, Any]] = None,
     malformed: Optional[Mapping[str, str]] = None,
+    membership_found: Optional[str] = None,
 ) -> Snapshot:
     return Snapshot(
         now=now,
@@ -313,6 +314,8 @@ def snapshot(
         alerts=dict(loaded.alerts),
         membership_digest=loaded.membership.get("digest", ""),
         membership_generation=_generation(loaded.membership.get("generation")),
+        membership_etag=str(loaded.membership.get("etag") or ""),
+        membership_found=membership_found,
         bundle=dict(bundle or {}),
         dropped=dict(malformed or {}),
     )
@@ -329,10 +332,11 @@ def observe(
     head: Optional[Mapping[str, Any]] = None,
     read_extras: Optional[Callable[[], Extras]] = None,
     read_dropped: Optional[Callable[[], Mapping[str, str]]] = None,
+    read_membership: Optional[Callable[[], Optional[str]]] = None,
 ) -> Tuple[Snapshot, Loaded]:
     """Everything decide() needs, read once (`read_slurm`: Slurm's nodes; `read_extras`: its jobs and reservations,
     for the health rules; both slurm_records.Reader's; `read_dropped`: the status objects read_reports found
-    malformed, for `hpcc status`)."""
+    malformed, for `hpcc status`; `read_membership`: the published membership object's ETag now)."""
     loaded = ledger.load()
     for pk, why in sorted(loaded.dropped.items()):  # every loop, until it is mended: the rest is reconciled
         LOG.warning("ledger item %s cannot be read (%s): left out of this loop; mend or delete it", pk, why)
@@ -342,5 +346,6 @@ def observe(
     slurm = dict(read_slurm()) if read_slurm is not None else None
     reps = read_reports()
     malformed = read_dropped() if read_dropped is not None else None
-    snap = snapshot(cluster, clock(), loaded, insts, reps, slurm, bundle, head, malformed)
+    found = read_membership() if read_membership is not None else None
+    snap = snapshot(cluster, clock(), loaded, insts, reps, slurm, bundle, head, malformed, found)
     return (with_slurm_extras(snap, read_extras) if read_extras else snap), loaded

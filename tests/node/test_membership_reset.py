@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 
 import boto3
 import pytest
@@ -17,9 +18,10 @@ from hpcc_contract.names import membership_delta_key as delta_key
 from hpcc_node.aws import AwsError
 from hpcc_node.controller import membership, observe
 from hpcc_node.controller.act import Executor
-from hpcc_node.controller.decide import decide
+from hpcc_node.controller.decide import decide, overwritten
+from hpcc_node.controller.loop import membership_etag
 from hpcc_node.controller.ledger import Ledger
-from hpcc_node.controller.model import PUBLISH, READY, Group, Instance, Slot
+from hpcc_node.controller.model import PUBLISH, READY, Group, Instance, Slot, Snapshot
 from tests.node.agent_support import SETTINGS, STATE, FakeAws, P, instance_of, make_agent, membership_doc
 from tests.node.conftest import LEDGER_TABLE
 
@@ -38,6 +40,13 @@ def hosts(n: int) -> list[str]:
 def publish(ddb, s3, addresses: list[str], bucket: str = STATE) -> None:
     """One controller loop's publish: the ledger read as observe() reads it, decide()'s PUBLISH of these nodes, the
     executor's write (the ledger's mark, the delta, the object)."""
+    actions, ledger, snap, groups = loop_actions(ddb, s3, addresses, bucket)
+    assert actions
+    Executor(None, ledger, s3, bucket, "c", groups, clock).run(actions, snap)
+
+
+def loop_actions(ddb, s3, addresses: list[str], bucket: str = STATE):
+    """What one loop decides to publish for these nodes, the object's ETag read as loop.membership_etag reads it."""
     ledger = Ledger(ddb, LEDGER_TABLE, "head-1", clock)
     assert ledger.acquire()
     loaded = ledger.load()
@@ -47,11 +56,10 @@ def publish(ddb, s3, addresses: list[str], bucket: str = STATE) -> None:
         loaded.slots[name] = Slot(name, "compute", i, iid, READY)
         insts[iid] = Instance(iid, "running", 0.0, "compute", ip, name_tag=name)
     head = {"name": "head", "ip": addresses[0], "instance": instance_of("head")}
-    snap = observe.snapshot("c", clock(), loaded, insts, {}, None, head=head)
+    found = membership_etag(s3, bucket)
+    snap = observe.snapshot("c", clock(), loaded, insts, {}, None, head=head, membership_found=found)
     groups = [Group("compute", "c6i.large", len(addresses) - 1)]
-    actions = [a for a in decide(snap, groups, snap.now) if a.kind == PUBLISH]
-    assert actions
-    Executor(None, ledger, s3, bucket, "c", groups, clock).run(actions, snap)
+    return [a for a in decide(snap, groups, snap.now) if a.kind == PUBLISH], ledger, snap, groups
 
 
 def recorded(ddb) -> int:
@@ -99,6 +107,35 @@ def test_a_corrupted_object_then_a_publish_goes_on_from_the_ledgers_generation_w
     assert f"s3://{STATE}/{MEMBERSHIP_KEY}" in caplog.text and REASONS[harm] in caplog.text, caplog.text
     with pytest.raises(s3.exceptions.NoSuchKey):  # no delta from a corrupted base: the nodes read it whole
         s3.get_object(Bucket=STATE, Key=delta_key(5))
+
+
+@pytest.mark.parametrize("harm", sorted(CORRUPTIONS) + ["deleted"])
+def test_an_object_harmed_while_nothing_changed_is_written_again_in_the_next_loop(ddb, harm):
+    """A node that boots now must find a whole membership: the controller does not wait for the next change."""
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket=STATE)
+    for n in range(1, 5):
+        publish(ddb, s3, hosts(n))
+    assert loop_actions(ddb, s3, hosts(4))[0] == []  # nothing changed, the object is the one published
+    if harm == "deleted":
+        s3.delete_object(Bucket=STATE, Key=MEMBERSHIP_KEY)
+    else:
+        CORRUPTIONS[harm](s3, s3.get_object(Bucket=STATE, Key=MEMBERSHIP_KEY)["Body"].read())
+    (again,) = loop_actions(ddb, s3, hosts(4))[0]
+    assert "not the one published" in again.why.text(), again.why
+    publish(ddb, s3, hosts(4))
+    doc, _ = membership.read(s3, STATE)
+    assert doc["generation"] == recorded(ddb) == 5
+    assert loop_actions(ddb, s3, hosts(4))[0] == []  # and once written, not again
+
+
+def test_only_an_object_read_and_not_the_recorded_one_is_written_again():
+    snap = Snapshot(now=clock(), cluster="c", slots={}, instances={}, reports={}, membership_etag='"a"')
+    assert overwritten(replace(snap, membership_found='"a"')) == ""
+    assert overwritten(replace(snap, membership_found=None)) == ""  # S3 did not answer: nothing judged
+    assert overwritten(replace(snap, membership_etag="", membership_found='"b"')) == ""  # nothing recorded yet
+    assert "ETag none" in overwritten(replace(snap, membership_found=""))  # deleted
+    assert "ETag \"b\"" in overwritten(replace(snap, membership_found='"b"'))
 
 
 def agent_at_generation_4(tmp_path, ddb):
