@@ -59,6 +59,10 @@ CONTROLLER_TIMERS = {
 }
 
 
+# What `pulumi up` writes in the groups parameter after a group's launch changed (tests/box/day2.py change_image).
+ROLL_FIELDS = ("lt_version", "spec", "update_strategy", "max_unavailable")
+
+
 def controller_env(timers: dict) -> dict[str, str]:
     return {f"HPCC_CONTROLLER_{k.upper()}": str(v) for k, v in timers.items()}
 
@@ -292,12 +296,13 @@ class FleetBox(Box):
 
     def publish_groups(self) -> None:
         """The planned `/hpcc/<c>/groups` value with each group's count and spares as the box has them now (what
-        `pulumi up` changes in place), its launch template and subnet the box's moto ones (the plan's are its
-        embedded AWS's)."""
+        `pulumi up` changes in place), and its launch version and spec where a test changed them (ROLL_FIELDS), its
+        launch template and subnet the box's moto ones (the plan's are its embedded AWS's)."""
         doc = json.loads(self.plan()["groups"])
         now = {g["name"]: g for g in self.groups}
         for g in doc["groups"]:
             g["count"], g["spares"] = now[g["name"]]["count"], now[g["name"]].get("spares", 0)
+            g.update({k: now[g["name"]][k] for k in ROLL_FIELDS if k in now[g["name"]]})  # a launch change's
             g["launch_template"] = self.lt_of_group.get(g["name"], g.get("launch_template", ""))
             g["subnet_id"] = self.subnet_id
         self.client("ssm").put_parameter(

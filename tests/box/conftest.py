@@ -28,6 +28,7 @@ SHARED_BOX_MODULES = (
     "test_box_upgrade.py",
     "test_box_day2.py",
     "test_box_fleet.py",
+    "test_box_recovery.py",
     "test_box_health.py",
 )
 _shared: dict[str, FleetBox] = {}

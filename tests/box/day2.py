@@ -1,14 +1,17 @@
 """Day 2 in the box: a group's count raised (`pulumi up` changes the groups parameter's value; the controller
-launches), or a node's instance terminated (the controller replaces it) - and the checks every membership change
+launches), its image changed (a new launch template version: the controller rolls the group), or a node's instance
+terminated (the controller replaces it) - and the checks every membership change
 must pass. Nothing here names or addresses a node: the controller does, the box only boots what it launched."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import time
 from pathlib import Path
 
-from hpcc_contract.names import node_name
+from hpcc_contract.names import TAG_LAUNCH_SPEC, node_name
 from tests.box.cloud import FleetBox
 from tests.box.machine import sh
 from tests.box.node import Node
@@ -104,3 +107,40 @@ def agent_pids(node: Node) -> list[int]:
     pids = [int(p) for p in sh("ip", "netns", "pids", node.netns, check=False).stdout.split()]
     agents = {p for p in pids if AGENT.encode() in cmdline(p)}
     return sorted(p for p in agents if parent(p) not in agents)
+
+
+def launch_specs(box: FleetBox, group: str) -> dict[str, str]:
+    """Each live slot of `group` -> the launch spec its instance was launched with (its hpcc:launch-spec tag)."""
+    instances = box.instances()
+    return {
+        name: {t["Key"]: t["Value"] for t in instances.get(s.instance_id, {}).get("Tags", [])}.get(TAG_LAUNCH_SPEC, "")
+        for name, s in box.ledger().slots.items()
+        if name.startswith(f"{group}-")
+    }
+
+
+def change_image(box: FleetBox, group: str, image: str, strategy: str = "rolling", bound: int = 1) -> str:
+    """`pulumi up` after the group's image changed: a new version of its launch template with that image, and the
+    groups parameter naming the version and a new launch spec (the program's digest: infra/render/groups_param.py
+    launch_spec, tested in tests/render), with the group's update strategy and maxUnavailable. Returns the new spec.
+    Undone in its settings only: the group stays on the new version and spec, its strategy and bound the plan's
+    again (the baseline names no launch version, and rolling back would cost another roll)."""
+    ec2, template = box.client("ec2"), box.lt_of_group[group]
+    planned = next(g for g in json.loads(box.plan()["groups"])["groups"] if g["name"] == group)
+    assert planned.get("spec") and planned.get("lt_version"), f"the plan gives group {group} no launch spec: {planned}"
+    first = ec2.describe_launch_template_versions(LaunchTemplateName=template, Versions=["1"])
+    data = dict(first["LaunchTemplateVersions"][0]["LaunchTemplateData"], ImageId=image)
+    made = ec2.create_launch_template_version(LaunchTemplateName=template, LaunchTemplateData=data)
+    version = int(made["LaunchTemplateVersion"]["VersionNumber"])
+    spec = hashlib.sha256(f"{planned['spec']} {image}".encode()).hexdigest()[:16]
+    box._set(group, lt_version=version, spec=spec, update_strategy=strategy, max_unavailable=bound)
+
+    def settings_back() -> None:
+        for field in ("update_strategy", "max_unavailable"):
+            box._group(group).pop(field, None)
+        box.publish_groups()
+
+    box.undo(
+        f"group {group}'s update strategy and bound back to the plan's (it stays on version {version})", settings_back
+    )
+    return spec

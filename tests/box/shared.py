@@ -1,6 +1,6 @@
 """The shared fleet box (issue 30): one box booted once per test run for every scenario that fits its shape - the
-cluster, Slurm, day 2, the fleet, the health checks, upgrades, key rotation and the small cloud - and the baseline
-each scenario starts from and leaves it in.
+cluster, Slurm, day 2, the fleet, its recovery from faults, the health checks, upgrades, key rotation and the small
+cloud - and the baseline each scenario starts from and leaves it in.
 
 The shape: the cpu profile with Slurm, group `a` of 3 nodes and group `b` of 1; every compute node is told it has 8
 GPUs (HPCC_HEALTH_GPUS) and gets the GPU stand-ins on its PATH and a tmpfs at /fsx as its shared mount, so the
@@ -13,9 +13,10 @@ The baseline (`differences`): every group at its count with every slot ready in 
 whose node is alive, idle in Slurm at its address, no job and no reservation; no group protected; the membership's
 last generation applied by every node and every hostfile listing exactly the compute nodes; every node on the
 planned bundle and agent, ready and healthy; the controller running; no fault, slowed link, hung mount, stopped
-agent or stand-in fault left, and no day-2 change left to undo. Each test starts once the baseline holds
-(`wait_baseline`), and what it changed is undone after it (FleetBox.restore, then the next check): a test that
-cannot restore it makes the next one fail with what differs, never inherit it.
+agent or stand-in fault left, and no day-2 change left to undo. A group's launch template version is not part of
+it: a roll (test_box_recovery) leaves its group on the new version, as a cluster would be. Each test starts once
+the baseline holds (`wait_baseline`), and what it changed is undone after it (FleetBox.restore, then the next
+check): a test that cannot restore it makes the next one fail with what differs, never inherit it.
 """
 
 from __future__ import annotations
@@ -161,6 +162,8 @@ def _node_differences(box: FleetBox, ips: dict[str, str]) -> list[str]:
         except Exception as e:  # not written yet: a booting node
             out.append(f"{where} has no status ({e})")
             st = {}
+        if st and st.get("hostsVersion") != doc["generation"]:  # written once its whole apply returned
+            out.append(f"{where}'s status says membership generation {st.get('hostsVersion')}, not {doc['generation']}")
         if st and (st.get("phase"), st.get("bundle"), st.get("agentVersion"), st.get("drifted")) != (
             "ready",
             planned,

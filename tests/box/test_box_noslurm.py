@@ -1,18 +1,21 @@
 """The health checks on a cluster without Slurm (issue 20: "without Slurm the same happens through the agent and the
 hostfiles"), with the real agent and controller: a node whose shared mount hangs leaves every other node's
 hostfiles (the controller records a DRAIN; the membership marks it `out`), keeps its own files, and is listed again
-once its mount answers (a RESUME), never replaced.
+once its mount answers (a RESUME), never replaced; a dead node whose status is forged under another key, or dated
+ahead under its own, is replaced all the same (issue 37, fault 4).
 
 Its own fleet box: the cpu profile, one group `a` of three nodes and no scheduler; a tmpfs at /fsx in each node's
 mount namespace as its shared mount (tests/box/shared.py's `prepare`), and the hang a FIFO at the mount
 check's probe path: its open(2) blocks as on a hung Lustre server. Printed: `[no slurm] ...` figures."""
 
+import json
 import time
 
 import pytest
 
-from hpcc_node.controller.model import DRAIN, READY, RESUME
-from tests.box.cloud import FleetBox
+from hpcc_node.controller.membership import status_key
+from hpcc_node.controller.model import DRAIN, READY, REPLACE, RESUME
+from tests.box.cloud import FleetBox, instance_arn
 from tests.box.machine import leftovers
 from tests.box.shared import MOUNT, prepare
 from tests.box.test_box_fleet import wait_for
@@ -95,3 +98,29 @@ def test_a_node_whose_mount_hangs_leaves_the_hostfiles_and_returns_when_it_answe
     )
     after = fleet.ledger().slots
     assert {n: after[n].instance_id for n in A} == {n: before[n].instance_id for n in A}  # nothing replaced
+
+
+def test_b_a_dead_nodes_status_forged_under_another_key_and_dated_ahead_does_not_hide_its_death(fleet):
+    """Without Slurm the heartbeat is the only liveness signal: a status naming the node under another instance's
+    key, and its own object rewritten with a time a day ahead (a skewed clock), must not keep it alive."""
+    before = wait_for(lambda: ready(fleet), 300, fleet, why="a-000..a-002 ready")
+    name, instance_id = "a-002", before["a-002"].instance_id
+    s3, bucket = fleet.client("s3"), fleet.plan()["stateBucket"]
+    own = fleet.status(instance_id)  # what the node last wrote of itself
+    ahead = dict(own, at=time.time() + 86400)
+    died = time.time()
+    fleet.kill(fleet.node(name))
+    forged = status_key(instance_arn("i-0f0f0f0f0f0f0f0f0"))
+    s3.put_object(Bucket=bucket, Key=forged, Body=json.dumps(dict(ahead, instance_id="i-0f0f0f0f0f0f0f0f0")))
+    s3.put_object(Bucket=bucket, Key=status_key(instance_arn(instance_id)), Body=json.dumps(ahead))
+    try:
+        after = wait_for(
+            lambda: (s := ready(fleet)) and s[name].instance_id != instance_id and s, 420, fleet, why=f"{name} replaced"
+        )
+    finally:
+        s3.delete_object(Bucket=bucket, Key=forged)
+    (start,) = events(fleet, REPLACE, name, died)
+    print(f"[no slurm] {name} died behind a forged status: replaced {start.at - died:.1f} s later ({start.detail})")
+    assert {n: after[n].instance_id for n in ("a-000", "a-001")} == {
+        n: before[n].instance_id for n in ("a-000", "a-001")
+    }

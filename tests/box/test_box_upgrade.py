@@ -45,9 +45,10 @@ def wait_for(box: FleetBox, what: str, check, timeout: float) -> dict[str, float
     first: dict[str, float] = {}
     deadline = time.time() + timeout
     while len(first) < len(box.nodes):
+        now = time.time()  # one time a round: nodes first seen in the same round are tied, whatever the list order
         for n in box.nodes:
             if n.name not in first and check(box.status(n.name)):
-                first[n.name] = time.time()
+                first[n.name] = now
         if time.time() > deadline:
             pytest.fail(
                 f"{what}: only {sorted(first)} after {timeout} s\n"
@@ -118,6 +119,8 @@ def test_a_new_bundle_reaches_every_node_canaries_first_while_a_job_runs_on(box,
     finish.touch()
     out, err = job.communicate(timeout=60)
     assert job.returncode == 0 and out.count("finished") == 2, err[-2000:]
+    # the membership carrying the pointer applied everywhere (a node may switch before it reads that generation)
+    wait_for(box, "the pointer's membership", lambda s: s["hostsVersion"] > before[s["node"]]["hostsVersion"], 120)
     for n in box.nodes:
         assert n.file("/opt/hpcc/current").resolve().name == new
         # the membership carries the bundle pointer, so its generation moved on; the hosts did not
