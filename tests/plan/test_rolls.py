@@ -3,13 +3,18 @@ groups documents (the offline plan) or from a preview's launch-template diffs an
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from hpcc_contract import groups as groups_format
 from infra.config.parse import parse
+from infra.config.stackfile import read_raw
 from infra.plan.guard import ROLL, Change, guard_message, guarded, roll
 from infra.plan.rolls import groups_doc, launch_rolls, roll_changes, roll_note, rolls
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 PARAM = "aws:ssm/parameter:Parameter"
 P5 = {
@@ -109,3 +114,41 @@ def cluster(**gpu):
 )
 def test_up_finds_a_roll_in_the_groups_launch_template_diff(template, gpu, rolled):
     assert launch_rolls([template, Change("duo-groups-param", PARAM, "update", ("value",))], cluster(**gpu)) == rolled
+
+
+@pytest.fixture(scope="module")
+def first_plan(tmp_path_factory):
+    """c6i-oneccl (group compute: 4 x c6i.16xlarge, updateStrategy rolling by default) planned, as `--previous`."""
+    from infra.plan.runner import plan_config
+
+    out = tmp_path_factory.mktemp("first")
+    plan_config(read_raw(EXAMPLES / "c6i-oneccl.yaml")).write(out)
+    return out
+
+
+def test_the_offline_plan_flags_a_roll_guarded_with_its_wording(first_plan, tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from infra.ops.cli import app
+    from infra.plan.previous import PreviousPlan
+    from infra.plan.runner import plan_config
+
+    config = read_raw(EXAMPLES / "c6i-oneccl.yaml")
+    config["hpcc:cluster"]["compute"]["instanceType"] = "c6i.32xlarge"
+    stack = tmp_path / "Pulumi.cpu-oneccl.yaml"
+    stack.write_text(yaml.safe_dump({"config": config}))
+    args = ["plan", str(stack), "--out", str(tmp_path / "out"), "--previous", str(first_plan)]
+    run = CliRunner().invoke(app, args, terminal_width=200)
+    assert run.exit_code == 0, run.output
+    said = " ".join(run.output.split())
+    assert (
+        "compute: 4 nodes replaced by the controller, 1 at a time, after their jobs (c6i.16xlarge -> c6i.32xlarge)"
+        in said
+    )
+    # the Replaced and deleted table's row (its cells may fold): c6i.32xlarge has EFA, c6i.16xlarge has not
+    assert re.search(r"│ replace │ nodes of group (compute )?│ group/roll │ efa, instance_type │ guarded │", said)
+    assert "`hpcc up` stops before 1 of these unless run with --allow-replace" in said
+
+    config["hpcc:cluster"]["compute"]["updateStrategy"] = "manual"
+    assert plan_config(config, previous=PreviousPlan.load(first_plan)).rolls == []
