@@ -45,6 +45,9 @@ FIELDS = (
 DEFAULTS = {"max_count": 0, "spares": 0, "metadata_hop_limit": 1, "update_strategy": "rolling", "max_unavailable": 1}
 # rolling: drain (jobs finish), then replace; terminate: DOWN and replace now; manual: `hpcc replace NODE` each.
 UPDATE_STRATEGIES = ("rolling", "terminate", "manual")
+# The strategies whose stale nodes the controller replaces itself (hpcc_node/controller/decide_rolling.py): a change of
+# a group's spec under them is a roll, which the plan and `hpcc up` guard (infra/plan/rolls.py).
+ROLLING_STRATEGIES = ("rolling", "terminate")
 SLURM = "slurm"  # the group's Slurm node definition, with scheduler slurm only
 SLURM_FIELDS = ("cpus", "sockets_per_board", "cores_per_socket", "threads_per_core", "real_memory", "gres")
 # Slurm: one partition per group, named after it, and `all` of every node, for a job that may run anywhere

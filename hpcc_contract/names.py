@@ -113,6 +113,12 @@ def group_resource(cluster: str, group: str) -> str:
     return resource_name(cluster, f"group-{group}")
 
 
+def launch_template_resource(cluster: str, what: str) -> str:
+    """The Pulumi name of the head's launch template (`what`: its role) or a group's (`what`: the group's name),
+    infra/program/components/compute.py; `hpcc up` finds a group's launch change in the preview by it."""
+    return resource_name(cluster, f"{what}-lt")
+
+
 def bundle_bucket(cluster: str, account: str) -> str:
     """The cluster's private bundle bucket: at most 5 + 32 + 9 + 12 = 58 of S3's 63 characters. The account makes
     the global name the cluster's own (like the IAM role names, one cluster of a name per account)."""

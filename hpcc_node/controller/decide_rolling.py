@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from hpcc_contract.groups import ROLLING_STRATEGIES
+
 from .assess import drained, held_by_person
 from .decide_failures import alert, down_and_replace, slurm_reason
 from .health.spares import spare_reservation
@@ -45,7 +47,7 @@ from .model import (
 )
 
 ROLL = "roll"  # the ledger reason prefix of a slot drained for a roll (decide.py leaves it to this module)
-STRATEGIES = ("rolling", "terminate")  # the strategies the controller acts on; manual: hpcc replace
+STRATEGIES = ROLLING_STRATEGIES  # the strategies the controller acts on; manual: hpcc replace
 OUT = (BOOTING, REPLACING, DRAINING)  # a group's nodes out of service for the bound
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from hpcc_contract.names import resource_name
-from infra.config.model import StackConfig
+from infra.config.model import ClusterConfig, StackConfig
 from infra.ops import OpsError
 from infra.ops import preview as ops_preview
 from infra.plan.shape import Shape, change_lines, from_config, from_outputs
@@ -50,14 +50,16 @@ def guarded_update(
     after: Shape | None = None,
     confirm: Callable[[str], bool] | None = None,
     preview_only: bool = False,
+    cluster: ClusterConfig | None = None,
 ) -> dict | None:
     """Preview; the change in the user's terms first (groups, nodes, cost: infra/plan/shape.py, when `after` is
-    given), the resources below; stop on a guarded change that was not allowed; with `preview_only` stop there
-    (None); else ask `confirm` (when given and something changes) and `pulumi up`, streamed, with the same options
-    and hpcc's policy pack (mandatory). Returns the stack's outputs as plain values."""
+    given), the resources below (and, given the config's `cluster`, the groups the controller rolls after it); stop
+    on a guarded change that was not allowed; with `preview_only` stop there (None); else ask `confirm` (when given
+    and something changes) and `pulumi up`, streamed, with the same options and hpcc's policy pack (mandatory).
+    Returns the stack's outputs as plain values."""
     kwargs: dict = {"replace": list(replace)} if replace else {}
     kwargs["policy_packs"] = [str(policy_pack)]
-    changes = run_pulumi("preview", lambda: ops_preview.preview(stack, **kwargs))
+    changes = run_pulumi("preview", lambda: ops_preview.preview(stack, cluster, **kwargs))
     if after is not None:
         console.print("the cluster:" if before is not None else "the cluster (none yet):", highlight=False)
         for line in change_lines(before, after):

@@ -20,7 +20,7 @@ from infra.config.validators.placeholders import placeholders
 from infra.facts.instance_types import HEAD_FIELD
 from infra.facts.prices import SNAPSHOT_DATE, SNAPSHOT_REGION
 from infra.ops.terminal import row
-from infra.plan.guard import ACTIONS, guarded
+from infra.plan.guard import ACTIONS, GUARDED_TYPES, ROLL, guarded
 from infra.plan.shape import change_lines, from_outputs
 
 
@@ -163,8 +163,9 @@ def print_changes(
     result, out: Path, previous: str, console: Console | None = None, previous_outputs: dict | None = None
 ) -> None:
     """What a second `pulumi up` would do: first the change in nodes, groups and cost (from the earlier plan's
-    outputs.json), then the resources: counts per action, then each replace and delete with the inputs behind it,
-    flagging what `hpcc up` stops without --allow-replace and what Pulumi itself refuses."""
+    outputs.json), then the resources: counts per action, then each replace and delete with the inputs behind it
+    (and each group whose nodes the controller replaces after it), flagging what `hpcc up` stops without
+    --allow-replace and what Pulumi itself refuses."""
     console = console or Console()
     changes = result.changes or []
     print_shape_change(console, from_outputs(previous_outputs), from_outputs(result.outputs), previous)
@@ -181,9 +182,9 @@ def print_changes(
         row(counts, action, sum(1 for c in changes if c.action == action))
     console.print(counts)
 
-    stopping = {(c.name, c.type) for c in guarded(changes)}
+    stopping = {(c.name, c.type) for c in guarded([*changes, *result.rolls])}
     refused = {(c.name, c.type) for c in result.refused}
-    destructive = [c for c in changes if c.action in ("replace", "delete")]
+    destructive = [c for c in changes if c.action in ("replace", "delete")] + result.rolls
     if destructive:
         table = Table(title="Replaced and deleted")
         for col in ("action", "resource", "type", "because of", "flag"):
@@ -193,7 +194,8 @@ def print_changes(
                 [Text("protected", "bold red")] * ((c.name, c.type) in refused)
                 + [Text("guarded", "yellow")] * ((c.name, c.type) in stopping)
             )
-            row(table, c.action, c.name, c.type.split(":")[-1], ", ".join(c.properties) or "-", flags)
+            name = f"{GUARDED_TYPES[ROLL]} {c.name}" if c.type == ROLL else c.name
+            row(table, c.action, name, c.type.split(":")[-1], ", ".join(c.properties) or "-", flags)
         console.print(table)
     if refused:
         console.print(

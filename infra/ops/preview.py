@@ -4,7 +4,9 @@ The engine emits a ResourcePreEvent per step (pulumi.automation.events.StepEvent
 `type`, `keys` = the properties forcing a replacement, `diffs` = the properties that changed). A replacement
 is several steps on one URN (create-replacement, replace, delete-replaced; create before delete by default:
 https://www.pulumi.com/docs/iac/concepts/options/deletebeforereplace/); they collapse into one `replace`. Reads,
-refreshes and `same` steps change nothing and are left out."""
+refreshes and `same` steps change nothing and are left out. Given the config, a group whose running nodes the
+controller replaces after the update is one more change, guarded (infra/plan/rolls.py launch_rolls: read from its
+launch template's diff, since the groups parameter's value is a secret in these events)."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from infra.config.model import ClusterConfig
 from infra.ops import OpsError
-from infra.plan.guard import ACTIONS, GUARDED_TYPES, Change, guard_message, guarded
+from infra.plan.guard import ACTIONS, GUARDED_TYPES, ROLL, Change, guard_message, guarded, resources
+from infra.plan.rolls import launch_rolls
 
 # Engine step op -> hpcc action (pulumi.automation.events.OpType values).
 OP_ACTIONS = {
@@ -79,22 +83,25 @@ class ChangeCollector:
         return sorted((merge(steps) for steps in self.steps.values()), key=lambda c: (c.type, c.name))
 
 
-def preview(stack: Any, **kwargs) -> list[Change]:
-    """Run Stack.preview with a collector; Pulumi's own text is not printed (the summary below is)."""
+def preview(stack: Any, cluster: ClusterConfig | None = None, **kwargs) -> list[Change]:
+    """Run Stack.preview with a collector; Pulumi's own text is not printed (the summary below is). With the config's
+    `cluster`, the groups' rolls follow the resources' changes."""
     collector = ChangeCollector()
     stack.preview(on_event=collector, **kwargs)
-    return collector.changes
+    changes = collector.changes
+    return changes + (launch_rolls(changes, cluster) if cluster is not None else [])
 
 
 def blocking(changes: list[Change], allowed_replacements: Iterable[str] = ()) -> list[Change]:
-    """The guarded changes, less the replacements the operator asked for by name (`hpcc replace NODE`)."""
+    """The guarded changes, less the replacements the operator asked for by name (`hpcc replace NODE`): a node's,
+    never a group's roll."""
     allowed = set(allowed_replacements)
-    return [c for c in guarded(changes) if not (c.action == "replace" and c.name in allowed)]
+    return [c for c in guarded(changes) if not (c.action == "replace" and c.type != ROLL and c.name in allowed)]
 
 
 def summary(changes: list[Change]) -> list[str]:
-    """A count per action, then every guarded change on a line of its own."""
-    counts = Counter(c.action for c in changes)
+    """A count per action of Pulumi's resources, then every guarded change (a roll too) on a line of its own."""
+    counts = Counter(c.action for c in resources(changes))
     head = ", ".join(f"{counts[a]} to {a}" for a in ACTIONS if counts[a]) or "no changes"
     lines = [f"preview: {head}"]
     for c in guarded(changes):

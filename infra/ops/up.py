@@ -2,10 +2,11 @@
 
 up: preflight (stop on any error) -> `pulumi preview`, summarised in the user's terms (groups, nodes, cost per hour
 before and after) and then per resource; stop when it would replace or delete an instance, subnet, placement group
-or the file system, unless --allow-replace -> ask (the CLI: a prompt, `--yes` for scripts) -> `pulumi up` with its
-progress streamed -> wait, a progress bar per node group, until the head and as many nodes as each group asks are
-ready (the controller on the head launches and replaces them; infra/ops/readiness.py) -> name failed nodes with
-their failing step, log tail and what the controller does -> print the SSH (or SSM) command, write the hostfile.
+or the file system, or make the controller roll a group's nodes, unless --allow-replace -> ask (the CLI: a prompt,
+`--yes` for scripts) -> `pulumi up` with its progress streamed -> wait, a progress bar per node group, until the
+head and as many nodes as each group asks are ready (the controller on the head launches and replaces them;
+infra/ops/readiness.py) -> name failed nodes with their failing step, log tail and what the controller does ->
+print the SSH (or SSM) command, write the hostfile.
 destroy: name what goes, the file system and its data included, and ask -> unprotect the file system in the
 state -> `pulumi destroy` streamed -> list anything still tagged for the cluster (and how to reap it).
 
@@ -315,6 +316,7 @@ def up(
         after=from_config(cfg),
         confirm=confirm,
         preview_only=preview_only,
+        cluster=cfg.cluster,
     )
     if outputs is None:
         return UpReport(cfg.cluster.name, {}, None, None, cfg.region)

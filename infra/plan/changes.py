@@ -12,16 +12,15 @@ Faithful to the engine (pulumi/pulumi pkg/resource/deploy/step_generator.go) and
 
 from __future__ import annotations
 
-import json
 from graphlib import TopologicalSorter
 
-from hpcc_contract import groups as groups_format
 from infra.plan.guard import Change
 from infra.plan.paths import MISSING, covers, get_path, leaf_differences, parse_path
 from infra.plan.replacement_rules import forcing_paths, overlaps, recomputed_outputs
+from infra.plan.rolls import LAUNCH_TEMPLATE, groups_doc, roll_note
 from infra.plan.symbols import normalised, referenced
 
-LAUNCH_TEMPLATE, INSTANCE = "aws:ec2/launchTemplate:LaunchTemplate", "aws:ec2/instance:Instance"
+INSTANCE = "aws:ec2/instance:Instance"
 
 
 def _key(r: dict) -> tuple[str, str]:
@@ -158,46 +157,13 @@ def region_change(old_records: list[dict], new_records: list[dict]) -> str:
 GROUP_RESOURCE = "pulumi-python:dynamic:Resource"  # infra/program/components/groups.py
 
 
-def _groups_doc(records: list[dict]) -> dict[str, dict]:
-    """The groups value a plan writes (/hpcc/<c>/groups, infra/render/groups_param.py), by group name."""
-    for r in records:
-        if r["name"].endswith("-groups-param") and isinstance((r.get("inputs") or {}).get("value"), str):
-            try:
-                return {g["name"]: g for g in groups_format.loads(r["inputs"]["value"]) if isinstance(g, dict)}
-            except (groups_format.GroupsFormatError, KeyError, TypeError, json.JSONDecodeError):
-                return {}
-    return {}
-
-
-def roll_note(group: str, new: dict, old: dict | None, what: str) -> str | None:
-    """What the controller does with a group's running nodes after its launch changed, in the user's terms
-    (hpcc_node/controller/decide_rolling.py); None when it leaves them (manual, or nothing to say)."""
-    strategy, count = new.get("update_strategy", groups_format.DEFAULTS["update_strategy"]), int(new.get("count", 0))
-    if old is None or strategy == "manual" or not count:
-        return None
-    hops = groups_format.DEFAULTS["metadata_hop_limit"]
-    if old.get("spec") and old.get("spec") == new.get("spec"):
-        if old.get("metadata_hop_limit", hops) != new.get("metadata_hop_limit", hops):
-            return f"{group}: the IMDS options are applied to the running instances in place; no node is replaced"
-        return None
-    types = old.get("instance_type"), new.get("instance_type")
-    change = f"{types[0]} -> {types[1]}" if types[0] != types[1] else what
-    when = "after their jobs" if strategy == "rolling" else "at once (their jobs are requeued or end)"
-    bound = int(new.get("max_unavailable", groups_format.DEFAULTS["max_unavailable"]))
-    unknown = "" if old.get("spec") else "; nodes launched before version tags are left to `hpcc replace`"
-    return (
-        f"{group}: {count} nodes replaced by the controller, {bound} at a time, {when} ({change}){unknown}; "
-        f"`hpcc status` shows the progress"
-    )
-
-
 def launch_template_notes(changes: list[Change], new_records: list[dict], old_records: list[dict] = ()) -> list[str]:
     """A launch template updated in place is a new version that only nodes launched afterwards get: running nodes
     ignore it (`ignore_changes` on launchTemplate.version, infra/program/components/compute.py). Say so, per template,
     with what applies it to a running node: the controller's roll for a group whose updateStrategy is rolling or
     terminate, otherwise the command."""
     by_name = {c.name: c for c in changes}
-    new_groups, old_groups = _groups_doc(new_records), _groups_doc(list(old_records))
+    new_groups, old_groups = groups_doc(new_records), groups_doc(list(old_records))
     notes = []
     for c in changes:
         if c.type != LAUNCH_TEMPLATE or c.action != "update":

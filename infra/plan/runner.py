@@ -30,6 +30,7 @@ from infra.plan.order import refusals as order_refusals
 from infra.plan.order import update_steps
 from infra.plan.previous import PreviousPlan
 from infra.plan.recorder import RecordingMonitor
+from infra.plan.rolls import groups_doc, roll_changes
 from infra.render.bundle import role_script, unpack, write_unpacked
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
@@ -53,6 +54,7 @@ class PlanResult:
     steps: list = field(default_factory=list)  # the order the update would take (infra/plan/order.py)
     aws_refusals: list[str] = field(default_factory=list)  # what AWS would refuse on the way
     notes: list[str] = field(default_factory=list)  # what the counts alone would not tell the user
+    rolls: list[Change] = field(default_factory=list)  # the groups whose running nodes the controller replaces
     facts: object = None  # the embedded AWS's instance facts (infra/facts/instance_types.py), for the summary
     bundle_files: dict[str, bytes] = field(default_factory=dict)  # the bundle the program stores, unpacked
     bundle_sha256: str = ""
@@ -178,6 +180,7 @@ def plan_config(
         result.notes = [n for n in (region_change(previous.resources, resources),) if n] + launch_template_notes(
             result.changes, resources, previous.resources
         )
+        result.rolls = roll_changes(groups_doc(previous.resources), groups_doc(resources))
     return result
 
 

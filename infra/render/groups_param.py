@@ -50,6 +50,20 @@ def partitions(cfg: ClusterConfig, itypes: list[InstanceType]) -> tuple[list[str
     return names, groups.default_partition(sized)
 
 
+# The launch template's inputs (infra/program/components/compute.py) each of launch_spec's parts is set from, in its
+# order: `hpcc up` cannot read the groups value at preview (a secret, unknown while a template changes), so a change
+# to these in a group's template is how it tells the group's spec changes (infra/plan/rolls.py launch_rolls).
+SPEC_INPUTS = (
+    "instanceType",
+    "imageId",
+    "networkInterfaces",  # EFA: the interfaces' type
+    "blockDeviceMappings",  # the root volume
+    "instanceMarketOptions",
+    "capacityReservationSpecification",
+    "placement",  # its groupName
+)
+
+
 def launch_spec(group: NodeGroup, efa: bool, image_id: str, placement_group: str | None) -> str:
     """A digest of what a running instance cannot take and only a new one gets (type, image, EFA, root volume,
     market, reservation, placement): the controller rolls the nodes whose hpcc:launch-spec differs. The IMDS

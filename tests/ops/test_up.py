@@ -85,6 +85,7 @@ def test_destroy_that_leaves_an_eni_behind_lists_it(tmp_path):
 
 INSTANCE = "aws:ec2/instance:Instance"
 PARAM = "aws:ssm/parameter:Parameter"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NODES = ["head"]  # the one Pulumi instance: the controller launches the groups' nodes
 
 
@@ -126,6 +127,24 @@ def test_up_stops_before_replacing_an_instance_unless_allowed(tmp_path):
         all_ready(env)
         report = quick_up(stack, tmp_path, allow_replace=True)
         assert ops(stack) == ["preview", "preview", "up"] and report.ok
+
+
+def test_up_stops_before_the_controller_rolls_a_group_unless_allowed(tmp_path):
+    """A new compute type is a new launch-template version: the controller then replaces the group's 4 running
+    nodes (updateStrategy rolling by default), which the guard names by the group (issue 37)."""
+    with embedded_aws(REGION) as env:
+        stack = FakeStack(env, CPU).planned()
+        stack.events = lambda _: [
+            pre_event("update", stack.urn("cpu-oneccl-groups-param"), PARAM, diffs=["value"]),
+            pre_event("update", stack.urn("cpu-oneccl-compute-lt"), LT, diffs=["instanceType", "userData"]),
+        ]
+        out = console()
+        with pytest.raises(OpsError, match=r"replace nodes of group compute \(instanceType\)"):
+            quick_up(stack, tmp_path, out)
+        assert ops(stack) == ["preview"] and "preview: 2 to update" in out.export_text()
+        all_ready(env)
+        assert quick_up(stack, tmp_path, allow_replace=True).ok
+        assert ops(stack) == ["preview", "preview", "up"]
 
 
 def test_up_goes_ahead_when_the_preview_only_updates_a_parameter_or_creates_an_instance(tmp_path):

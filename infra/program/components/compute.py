@@ -19,6 +19,7 @@ from hpcc_contract.names import (
     Paths,
     group_resource,
     launch_template_name,
+    launch_template_resource,
     placement_group_name,
     tags,
 )
@@ -270,7 +271,7 @@ class Compute(pulumi.ComponentResource):
         what = group or role  # the `compute` group keeps the compute role's template names: updated in place
         launch_tags = tags(c, role, t, role=role, **({"group": group} if group else {}))
         return aws.ec2.LaunchTemplate(
-            f"{c}-{what}-lt",
+            launch_template_resource(c, what),
             name=launch_template_name(c, what),
             instance_type=itype.name,
             image_id=args.image.apply(lambda i: i.ami_id),
