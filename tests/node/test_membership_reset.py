@@ -19,8 +19,8 @@ from hpcc_node.aws import AwsError
 from hpcc_node.controller import membership, observe
 from hpcc_node.controller.act import Executor
 from hpcc_node.controller.decide import decide, overwritten
-from hpcc_node.controller.loop import membership_etag
 from hpcc_node.controller.ledger import Ledger
+from hpcc_node.controller.loop import membership_etag
 from hpcc_node.controller.model import PUBLISH, READY, Group, Instance, Slot, Snapshot
 from tests.node.agent_support import SETTINGS, STATE, FakeAws, P, instance_of, make_agent, membership_doc
 from tests.node.conftest import LEDGER_TABLE
