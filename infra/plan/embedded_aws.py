@@ -6,6 +6,7 @@ Seeded with what a real region has and moto lacks: Deep Learning AMIs and their 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,10 @@ os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "false")
 os.environ.setdefault("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
 for _var, _value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
     os.environ.setdefault(_var, _value)
+if "moto.settings" in sys.modules:  # moto imported first (it reads this one once, at import): the refusal holds
+    sys.modules["moto.settings"].EC2_ENABLE_INSTANCE_TYPE_VALIDATION = (
+        os.environ["MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION"].lower() == "true"
+    )
 
 
 @dataclass

@@ -22,7 +22,6 @@ import time
 
 import boto3
 import pytest
-from moto.ec2.responses.fleets import Fleets
 
 from hpcc_contract.names import MEMBERSHIP_KEY
 from hpcc_node.controller.membership import status_key
@@ -92,15 +91,23 @@ def test_a_two_nodes_of_a_group_of_3_dying_at_once_in_a_controller_outage_are_bo
     wait_for(lambda: followed(fleet, {ip_of(fleet, after[n].instance_id) for n in victims}), 120, fleet)
 
 
+def fleets():
+    """moto's EC2 Fleet API class, imported when a test runs: moto reads its settings from the environment once, at
+    its first import, and collecting this module must not import it before infra/plan/embedded_aws.py sets them."""
+    from moto.ec2.responses.fleets import Fleets
+
+    return Fleets
+
+
 class CrashAtCreateFleet:
     """The box's moto, patched for one CreateFleet: the controller is SIGKILLed just before moto makes the
     instances (`before`) or just after (`after`: the answer reaches no one)."""
 
     def __init__(self, box: FleetBox, when: str):
         self.box, self.when, self.fired = box, when, threading.Event()
-        self.original = Fleets.create_fleet
+        self.original = fleets().create_fleet
 
-    def __call__(self, response: Fleets):
+    def __call__(self, response):
         if self.fired.is_set():
             return self.original(response)
         self.fired.set()
@@ -120,7 +127,7 @@ class CrashAtCreateFleet:
 def test_c_a_controller_killed_around_createfleet_launches_one_instance_per_replacement(fleet, monkeypatch, when):
     before = wait_for(lambda: settled(fleet, expected_names(fleet)), 300, fleet, why="every node ready")
     crash = CrashAtCreateFleet(fleet, when)
-    monkeypatch.setattr(Fleets, "create_fleet", lambda response: crash(response))
+    monkeypatch.setattr(fleets(), "create_fleet", lambda response: crash(response))
     launched, asked = set(fleet.launched), time.time()
     request_replace(fleet, "a-000")
     wait_for(crash.fired.is_set, 120, fleet, why="the replacement's CreateFleet")
