@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from hpcc_contract.names import TAG_LAUNCH_SPEC, node_name
+from infra.ops.aws import tag_dict
 from tests.box.cloud import FleetBox
 from tests.box.machine import sh
 from tests.box.node import Node
@@ -113,7 +114,7 @@ def launch_specs(box: FleetBox, group: str) -> dict[str, str]:
     """Each live slot of `group` -> the launch spec its instance was launched with (its hpcc:launch-spec tag)."""
     instances = box.instances()
     return {
-        name: {t["Key"]: t["Value"] for t in instances.get(s.instance_id, {}).get("Tags", [])}.get(TAG_LAUNCH_SPEC, "")
+        name: tag_dict(instances.get(s.instance_id, {}).get("Tags")).get(TAG_LAUNCH_SPEC, "")
         for name, s in box.ledger().slots.items()
         if name.startswith(f"{group}-")
     }

@@ -24,8 +24,9 @@ import boto3
 import pytest
 
 from hpcc_contract.names import MEMBERSHIP_KEY
+from hpcc_node.controller.decide_rolling import OUT
 from hpcc_node.controller.membership import status_key
-from hpcc_node.controller.model import BOOTING, DRAIN, DRAINING, REPLACE, REPLACING, TERMINATE_ORPHAN
+from hpcc_node.controller.model import DRAIN, REPLACE, TERMINATE_ORPHAN
 from infra.ops.aws import Aws
 from infra.ops.status.cluster import cluster_status
 from tests.box.cloud import FleetBox, instance_arn
@@ -195,7 +196,7 @@ def test_e_a_group_whose_image_changed_rolls_after_its_job_never_more_out_than_i
         nonlocal most_out, drained_while_running, ended
         ended = ended or (time.time() if job.poll() is not None else 0.0)
         slots = {n: s for n, s in fleet.ledger().slots.items() if n.startswith("a-")}
-        out = [n for n, s in slots.items() if s.state in (BOOTING, REPLACING, DRAINING)]
+        out = [n for n, s in slots.items() if s.state in OUT]  # the bound's count: draining, replacing, booting
         most_out = max(most_out, len(out))
         if job.poll() is None and out:
             drained_while_running = True
