@@ -8,7 +8,9 @@ and stderr (journald).
 
 Environment: HPCC_CLUSTER, AWS_DEFAULT_REGION, HPCC_INSTANCE_ID and HPCC_NODE_IP (the head's own: the lease's
 owner and the membership's head), HPCC_ACCOUNT, HPCC_SCHEDULER (slurm: the controller writes Slurm's node states),
-HPCC_CONTROLLER_LOG, and HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box shortens them).
+HPCC_CONTROLLER_LOG, HPCC_METRICS_TARGETS (the directory of the head's Prometheus scrape targets, where metrics are
+on: targets.py; unset, none are written), and HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box
+shortens them).
 `--once`: one loop, then exit (0 when it held the lease)."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -27,7 +30,7 @@ from hpcc_contract.names import Paths
 from hpcc_node import awscli
 from hpcc_node.settings import state_names
 
-from . import clients, loop, slurm_records
+from . import clients, loop, slurm_records, targets
 from .act import LOG
 from .calls import Costs, Counted
 from .model import Group
@@ -76,12 +79,21 @@ def parse_groups(text: str, parameter: str, log: logging.Logger = LOG) -> List[G
         if unknown:
             log.debug("%s: groups[%d]: fields this controller does not use: %s", parameter, i, ", ".join(unknown))
         try:
-            out.append(Group(**{k: v for k, v in raw.items() if k in groups_format.FIELDS}))
+            out.append(Group(**{k: v for k, v in raw.items() if k in groups_format.FIELDS}, gpus=slurm_gpus(raw)))
         except TypeError as e:
             raise ConfigError(f"{parameter}: groups[{i}]: {e}") from None
         if not isinstance(out[-1].count, int) or out[-1].count < 0:
             raise ConfigError(f"{parameter}: groups[{i}] ({out[-1].name}): count must be a whole number >= 0")
     return out
+
+
+def slurm_gpus(raw: Mapping[str, Any]) -> int:
+    """A group's GPUs per node from its Slurm node definition's `gres` (`gpu:8`; the parameter's 8 KB hold no field
+    of their own for it): its nodes are dcgm-exporter targets (targets.py). 0 without Slurm or GPUs."""
+    slurm = raw.get(groups_format.SLURM)
+    gres = slurm.get("gres") if isinstance(slurm, Mapping) else None
+    found = re.fullmatch(r"gpu:([1-9][0-9]{0,2})", gres) if isinstance(gres, str) else None
+    return int(found.group(1)) if found else 0
 
 
 def read_parameter(ssm: Any, name: str) -> Optional[str]:
@@ -208,6 +220,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         head=head,
         timers=timers,
         costs=costs,
+        targets=targets.Writer(env["HPCC_METRICS_TARGETS"], LOG) if env.get("HPCC_METRICS_TARGETS") else None,
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",

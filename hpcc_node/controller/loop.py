@@ -18,6 +18,7 @@ from .health.observe import extras_reader
 from .ledger import LeaseLost, Ledger
 from .model import Group, Report
 from .slurm_records import Reader
+from .targets import Writer
 from .timers import DEFAULT, Timers
 
 
@@ -44,10 +45,12 @@ def build_step(
     timers: Timers = DEFAULT,
     log: logging.Logger = LOG,
     costs: Optional[Costs] = None,
+    targets: Optional[Writer] = None,
 ) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured).
     `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm.
-    `costs` (the step's `.costs`) counts every call of its clients and Slurm commands and times its phases."""
+    `costs` (the step's `.costs`) counts every call of its clients and Slurm commands and times its phases.
+    `targets`: the head's Prometheus scrape targets, kept in step with the membership published (targets.py)."""
     costs = costs or Costs()
     ec2, s3 = Counted(ec2, "ec2", costs), Counted(s3, "s3", costs)
     ddb = Counted(ddb, "dynamodb", costs)
@@ -105,10 +108,36 @@ def build_step(
             )
         finally:
             published[0] = executor.published
+            if targets is not None:
+                sync_targets(targets, s3, bucket, published[0], current, log)
 
     step.costs = costs  # type: ignore[attr-defined]
     step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]
     return step
+
+
+def sync_targets(
+    targets: Writer,
+    s3: Any,
+    bucket: str,
+    last: Optional[membership.Published],
+    groups: Sequence[Group],
+    log: logging.Logger = LOG,
+) -> None:
+    """The scrape targets from the membership this controller published last; before its first publish (a
+    restart: the object is the last controller's), from the object itself, read once."""
+    if last is not None:
+        targets.sync(last.body, groups, last.generation)
+        return
+    if targets.written:
+        return
+    try:
+        doc, _ = membership.read(s3, bucket)
+    except Exception as e:  # S3 down or garbage: the next loop tries again; Prometheus keeps its last list
+        log.warning("scrape targets: the membership cannot be read (%s)", str(e)[:300])
+        return
+    if isinstance(doc, dict):
+        targets.sync(membership.body_of(doc), groups, int(doc.get("generation") or 0))
 
 
 def membership_etag(s3: Any, bucket: str) -> Optional[str]:

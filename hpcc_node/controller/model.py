@@ -60,6 +60,7 @@ class Group:
     metadata_hop_limit: int = 1
     update_strategy: str = "rolling"
     max_unavailable: int = 1
+    gpus: int = 0  # GPUs per node (its Slurm gres: __main__.slurm_gpus): dcgm-exporter targets (targets.py)
 
     @property
     def size_limit(self) -> int:
