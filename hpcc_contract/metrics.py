@@ -79,3 +79,12 @@ def valid_metric_name(name: str) -> bool:
 
 def valid_label_name(name: str) -> bool:
     return re.fullmatch(LABEL_NAME, name) is not None and not name.startswith("__")
+
+
+# What the controller may do about a firing alert of the head's rules (infra/render/prometheus.py): the label every
+# rule carries and its values. `drain`: take the node out of scheduling once it is idle; `event`: record it only. A
+# metric alone never replaces a node (the health agent's verdicts do).
+ALERT_ACTION_LABEL = "hpcc_action"
+ALERT_ACTION_DRAIN = "drain"
+ALERT_ACTION_EVENT = "event"
+ALERT_ACTIONS = (ALERT_ACTION_DRAIN, ALERT_ACTION_EVENT)

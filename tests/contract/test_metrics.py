@@ -24,3 +24,8 @@ def test_targeted_states_are_states_the_membership_lists():
     from hpcc_node.hosts import LISTED
 
     assert set(metrics.TARGETED) <= set(LISTED) and "booting" not in metrics.TARGETED
+
+
+def test_the_alert_action_is_a_valid_label_whose_values_are_drain_or_event():
+    assert metrics.valid_label_name(metrics.ALERT_ACTION_LABEL)
+    assert metrics.ALERT_ACTIONS == (metrics.ALERT_ACTION_DRAIN, metrics.ALERT_ACTION_EVENT) == ("drain", "event")
