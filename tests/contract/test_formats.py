@@ -25,12 +25,13 @@ from hpcc_node.controller.model import Group
 
 def test_the_groups_format_is_one_and_its_fields_are_the_controllers_groups():
     assert groups.FORMAT == 1  # what running clusters' parameters carry
-    controller = {f.name for f in dataclasses.fields(Group)} - {"capacity_block"}  # the block's window is EC2's
+    # the block's window is EC2's; the GPUs are the Slurm definition's gres (the controller's slurm_gpus)
+    controller = {f.name for f in dataclasses.fields(Group)} - {"capacity_block", "gpus"}
     assert set(groups.FIELDS) == controller
     entry = {"name": "gpu", "instance_type": "p5.48xlarge", "count": 2, "slurm": {"cpus": 192, "gres": "gpu:8"}}
     text = groups.dumps([entry])
     assert json.loads(text) == {groups.FORMAT_KEY: groups.FORMAT, groups.GROUPS_KEY: [entry]}
-    assert groups.loads(text) == [entry] and parse_groups(text, "p")[0] == Group("gpu", "p5.48xlarge", 2)
+    assert groups.loads(text) == [entry] and parse_groups(text, "p")[0] == Group("gpu", "p5.48xlarge", 2, gpus=8)
     assert slurm.parse_groups(text) == [entry]
 
 
