@@ -27,7 +27,8 @@ PROMETHEUS_PORT = 9090
 TARGETS_DIR = "/etc/hpcc/prometheus/targets"
 JOB_NODE = "node"  # node_exporter on every targeted node and the head: host, disk, network, hpcc's textfile series
 JOB_GPU = "gpu"  # dcgm-exporter on the targeted nodes of groups with GPUs
-TARGET_FILES: Dict[str, str] = {JOB_NODE: "nodes.json", JOB_GPU: "gpus.json"}
+JOB_PROMETHEUS = "prometheus"  # Prometheus itself on the head's address (only the running head knows it)
+TARGET_FILES: Dict[str, str] = {JOB_NODE: "nodes.json", JOB_GPU: "gpus.json", JOB_PROMETHEUS: "prometheus.json"}
 TARGETED = ("ready", "draining")  # membership states whose nodes are scraped (booting: not yet; failed: gone)
 
 # The labels every target carries, so a series names its node without a join on addresses.

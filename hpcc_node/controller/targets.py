@@ -27,13 +27,17 @@ def _target(ip: str, port: int, node: str, group: str, instance_id: str) -> Dict
 
 def file_sd(body: Mapping[str, Any], groups: Sequence[Group]) -> Dict[str, List[Dict[str, Any]]]:
     """Each scrape job's target list (metrics.TARGET_FILES' jobs) from a membership body (decide.membership_body):
-    the head and every node in a TARGETED state with an address; the GPU job only nodes of groups with GPUs."""
+    the head and every node in a TARGETED state with an address; the GPU job only nodes of groups with GPUs; the
+    Prometheus job the head's own Prometheus, which listens on the head's address only."""
     gpu_groups = {g.name for g in groups if g.gpus > 0}
     nodes: List[Dict[str, Any]] = []
     gpus: List[Dict[str, Any]] = []
+    itself: List[Dict[str, Any]] = []
     head = body.get("head")
     if isinstance(head, Mapping) and head.get("ip"):
-        nodes.append(_target(str(head["ip"]), metrics.NODE_EXPORTER_PORT, "head", "", str(head.get("instance") or "")))
+        ip, instance = str(head["ip"]), str(head.get("instance") or "")
+        nodes.append(_target(ip, metrics.NODE_EXPORTER_PORT, "head", "", instance))
+        itself.append(_target(ip, metrics.PROMETHEUS_PORT, "head", "", instance))
     for n in body.get("nodes") or ():
         if not isinstance(n, Mapping) or n.get("state") not in metrics.TARGETED or not n.get("ip"):
             continue
@@ -41,7 +45,7 @@ def file_sd(body: Mapping[str, Any], groups: Sequence[Group]) -> Dict[str, List[
         nodes.append(_target(str(n["ip"]), metrics.NODE_EXPORTER_PORT, name, group, instance))
         if group in gpu_groups:
             gpus.append(_target(str(n["ip"]), metrics.DCGM_EXPORTER_PORT, name, group, instance))
-    return {metrics.JOB_NODE: nodes, metrics.JOB_GPU: gpus}
+    return {metrics.JOB_NODE: nodes, metrics.JOB_GPU: gpus, metrics.JOB_PROMETHEUS: itself}
 
 
 def encode(targets: List[Dict[str, Any]]) -> bytes:

@@ -21,13 +21,11 @@ from dataclasses import dataclass
 import yaml
 
 from hpcc_contract import metrics
-from hpcc_contract.names import HEAD
 
 CONFIG_DIR = posixpath.dirname(metrics.TARGETS_DIR)  # /etc/hpcc/prometheus: the targets beside the config
 CONFIG_PATH = posixpath.join(CONFIG_DIR, "prometheus.yml")
 RULES_PATH = posixpath.join(CONFIG_DIR, "rules.yml")
 DATA_PATH = "/var/lib/prometheus/metrics2"  # Debian's prometheus package keeps its TSDB here
-SELF_JOB = "prometheus"
 FILE_SD_REFRESH = "1m"  # file_sd watches the files (inotify); the refresh is only its fallback re-read
 CLUSTER_LABEL = "cluster"  # an external label: clusters writing into one workspace keep their series apart
 
@@ -76,12 +74,6 @@ def file_sd_job(job: str, targets_dir: str) -> dict:
     return {"job_name": job, "file_sd_configs": [{"files": files, "refresh_interval": FILE_SD_REFRESH}]}
 
 
-def self_job(address: str) -> dict:
-    """Prometheus's own metrics, labelled as the head so they read like the other targets."""
-    labels = {metrics.LABEL_NODE: HEAD, metrics.LABEL_GROUP: ""}
-    return {"job_name": SELF_JOB, "static_configs": [{"targets": [web_address(address)], "labels": labels}]}
-
-
 def remote_write(url: str, region: str | None) -> dict:
     """SigV4 with no keys: Prometheus takes the instance role's credentials from the default chain ("sigv4" under
     "remote_write" on the configuration page; AMP's EC2 page above, the role with AmazonPrometheusRemoteWriteAccess)."""
@@ -89,7 +81,6 @@ def remote_write(url: str, region: str | None) -> dict:
 
 
 def prometheus_config(
-    listen_address: str,
     scrape_interval: str = "30s",
     evaluation_interval: str | None = None,
     remote_write_url: str | None = None,
@@ -98,8 +89,8 @@ def prometheus_config(
     rules_path: str = RULES_PATH,
     targets_dir: str = metrics.TARGETS_DIR,
 ) -> str:
-    """prometheus.yml for the head listening on `listen_address` (its IP): the intervals, the rules file, a job per
-    targets file and the self-scrape, the remote write when a URL is given. honor_labels stays false (the default),
+    """prometheus.yml for the head: the intervals, the rules file, a job per targets file (the self-scrape among
+    them: only the running head knows its address, so the controller writes it with the others), the remote write when a URL is given. honor_labels stays false (the default),
     so a series cannot overwrite its target's node, group or instance_id: Prometheus keeps its own and renames the
     series' (exported_node)."""
     glob: dict = {
@@ -113,16 +104,14 @@ def prometheus_config(
     doc: dict = {
         "global": glob,
         "rule_files": [rules_path],
-        "scrape_configs": [self_job(listen_address)] + [file_sd_job(job, targets_dir) for job in metrics.TARGET_FILES],
+        "scrape_configs": [file_sd_job(job, targets_dir) for job in metrics.TARGET_FILES],
     }
     if remote_write_url is not None:
         doc["remote_write"] = [remote_write(remote_write_url, region)]
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def prometheus_flags(
-    listen_address: str, retention: str, config_path: str = CONFIG_PATH, data_path: str = DATA_PATH
-) -> list[str]:
+def prometheus_flags(retention: str, config_path: str = CONFIG_PATH, data_path: str = DATA_PATH) -> list[str]:
     """The command line ("prometheus --help"; storage: https://prometheus.io/docs/prometheus/latest/storage/).
 
     No --web.enable-lifecycle: it would let anything that reaches port 9090 (every node of the cluster, by the head's
@@ -133,8 +122,13 @@ def prometheus_flags(
         f"--config.file={config_path}",
         f"--storage.tsdb.path={data_path}",
         f"--storage.tsdb.retention.time={check_duration(retention, 'retention')}",
-        f"--web.listen-address={web_address(listen_address)}",
     ]
+
+
+def listen_flag(address: str) -> str:
+    """The flag that binds Prometheus to the head's own address (web_address). Only the running head knows it: the
+    head's metrics step spells the same flag with its $HPCC_IP (templates/steps/metrics.sh.j2; a test renders both)."""
+    return f"--web.listen-address={web_address(address)}"
 
 
 # -- alert rules ----------------------------------------------------------------------------------------------------
@@ -253,7 +247,7 @@ def _root_disk() -> Alert:
 def _target_down() -> Alert:
     """The targets are written from the membership, so a target is a member: an exporter down for minutes on a
     member is news (the node may be fine; its health verdicts decide that), never a reason to act by itself."""
-    jobs = "|".join(metrics.TARGET_FILES)
+    jobs = "|".join(job for job in metrics.TARGET_FILES if job != metrics.JOB_PROMETHEUS)  # the exporters on members
     return Alert(
         ALERT_TARGET_DOWN,
         f'up{{job=~"{jobs}"}} == 0',

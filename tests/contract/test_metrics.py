@@ -12,7 +12,7 @@ def test_every_series_is_a_valid_prometheus_name_under_the_prefix_with_a_type_an
 
 
 def test_every_scrape_job_has_its_own_targets_file_and_the_labels_are_valid():
-    assert set(metrics.TARGET_FILES) == {metrics.JOB_NODE, metrics.JOB_GPU}
+    assert set(metrics.TARGET_FILES) == {metrics.JOB_NODE, metrics.JOB_GPU, metrics.JOB_PROMETHEUS}
     assert len(set(metrics.TARGET_FILES.values())) == len(metrics.TARGET_FILES)
     for label in (metrics.LABEL_NODE, metrics.LABEL_GROUP, metrics.LABEL_INSTANCE_ID):
         assert metrics.valid_label_name(label)

@@ -50,6 +50,7 @@ def test_ready_and_draining_nodes_are_targets_and_booting_failed_or_addressless_
         ("head", "10.0.0.5:9100"),
     ]
     assert names(found, metrics.JOB_GPU) == [("gpu-000", "10.0.1.1:9400"), ("gpu-001", "10.0.1.2:9400")]
+    assert names(found, metrics.JOB_PROMETHEUS) == [("head", "10.0.0.5:9090")]  # only the head knows its address
     gpu0 = next(t for t in found[metrics.JOB_GPU] if t["labels"]["node"] == "gpu-000")
     assert gpu0["labels"] == {"node": "gpu-000", "group": "gpu", "instance_id": "i-1"}
 
@@ -64,13 +65,13 @@ def test_the_writer_writes_a_file_only_when_its_targets_change_and_logs_each_cha
     caplog.set_level("INFO", logger="hpcc.controller")
     writer = targets.Writer(str(tmp_path / "t"), LOG)
     one = body(("gpu-000", "gpu", "10.0.1.1", "i-1", "ready"))
-    assert writer.sync(one, [GPUS], 3) == [metrics.JOB_NODE, metrics.JOB_GPU]
+    assert writer.sync(one, [GPUS], 3) == [metrics.JOB_NODE, metrics.JOB_GPU, metrics.JOB_PROMETHEUS]
     path = tmp_path / "t" / metrics.TARGET_FILES[metrics.JOB_GPU]
     assert json.loads(path.read_text())[0]["targets"] == ["10.0.1.1:9400"]
     assert oct(path.stat().st_mode & 0o777) == "0o644"
     assert writer.sync(one, [GPUS], 4) == []
     replaced = body(("gpu-000", "gpu", "10.0.1.9", "i-9", "booting"))
-    assert writer.sync(replaced, [GPUS], 5) == [metrics.JOB_NODE, metrics.JOB_GPU]
+    assert writer.sync(replaced, [GPUS], 5) == [metrics.JOB_NODE, metrics.JOB_GPU]  # the head's are as they were
     assert json.loads(path.read_text()) == []
     assert "gpu job now 0 targets, from membership generation 5" in caplog.text
     assert not [f for f in os.listdir(tmp_path / "t") if f.startswith(".")]  # no temporary file left

@@ -42,13 +42,17 @@ def write_head(tmp_path: Path, **settings) -> Path:
     targets = tmp_path / "targets"
     targets.mkdir()
     labels = {metrics.LABEL_NODE: "gpu-001", metrics.LABEL_GROUP: "gpu", metrics.LABEL_INSTANCE_ID: "i-0abc"}
-    ports = {metrics.JOB_NODE: metrics.NODE_EXPORTER_PORT, metrics.JOB_GPU: metrics.DCGM_EXPORTER_PORT}
+    ports = {
+        metrics.JOB_NODE: metrics.NODE_EXPORTER_PORT,
+        metrics.JOB_GPU: metrics.DCGM_EXPORTER_PORT,
+        metrics.JOB_PROMETHEUS: metrics.PROMETHEUS_PORT,
+    }
     for job, name in metrics.TARGET_FILES.items():
         (targets / name).write_text(json.dumps([{"targets": [f"10.0.1.7:{ports[job]}"], "labels": labels}]))
     rules = tmp_path / "rules.yml"
     rules.write_text(prom.alert_rules())
     config = tmp_path / "prometheus.yml"
-    config.write_text(prom.prometheus_config(HEAD_IP, rules_path=str(rules), targets_dir=str(targets), **settings))
+    config.write_text(prom.prometheus_config(rules_path=str(rules), targets_dir=str(targets), **settings))
     return config
 
 
@@ -75,20 +79,19 @@ def test_promtool_check_config_refuses_a_broken_rules_file_so_the_check_above_me
     assert out.returncode != 0 and "rules.yml" in out.stdout + out.stderr, out.stdout + out.stderr
 
 
-def test_one_job_per_targets_file_plus_the_self_scrape_on_the_heads_address():
-    doc = yaml.safe_load(prom.prometheus_config(HEAD_IP, targets_dir="/t"))
+def test_one_job_per_targets_file_the_self_scrape_among_them():
+    doc = yaml.safe_load(prom.prometheus_config(targets_dir="/t"))
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
-    assert set(jobs) == set(metrics.TARGET_FILES) | {prom.SELF_JOB}
+    assert set(jobs) == set(metrics.TARGET_FILES) and metrics.JOB_PROMETHEUS in jobs
     for job, name in metrics.TARGET_FILES.items():
         assert jobs[job]["file_sd_configs"] == [{"files": [f"/t/{name}"], "refresh_interval": prom.FILE_SD_REFRESH}]
         assert "relabel_configs" not in jobs[job] and not jobs[job].get("honor_labels")
-    assert jobs[prom.SELF_JOB]["static_configs"][0]["targets"] == [f"{HEAD_IP}:{metrics.PROMETHEUS_PORT}"]
     assert doc["rule_files"] == [prom.RULES_PATH] and "remote_write" not in doc
     assert doc["global"] == {"scrape_interval": "30s", "evaluation_interval": "30s"}
 
 
 def test_remote_write_signs_with_sigv4_for_the_workspaces_region_and_no_keys():
-    doc = yaml.safe_load(prom.prometheus_config(HEAD_IP, remote_write_url=AMP))
+    doc = yaml.safe_load(prom.prometheus_config(remote_write_url=AMP))
     assert doc["remote_write"] == [{"url": AMP, "sigv4": {"region": "us-east-1"}}]
     custom = "https://metrics.example.com/api/v1/write"
     assert prom.remote_write(custom, "eu-west-1") == {"url": custom, "sigv4": {"region": "eu-west-1"}}
@@ -105,40 +108,37 @@ def test_remote_write_signs_with_sigv4_for_the_workspaces_region_and_no_keys():
 )
 def test_a_remote_write_whose_region_cannot_sign_for_it_is_refused(url, region, error):
     with pytest.raises(ValueError, match=error):
-        prom.prometheus_config(HEAD_IP, remote_write_url=url, region=region)
+        prom.prometheus_config(remote_write_url=url, region=region)
 
 
 @pytest.mark.parametrize("value", ["", "0s", "30", "5 m", "1m30", "-5m", "5m\nx: y"])
 def test_a_duration_prometheus_would_not_read_is_refused(value):
     with pytest.raises(ValueError, match="not a Prometheus duration"):
-        prom.prometheus_config(HEAD_IP, scrape_interval=value)
+        prom.prometheus_config(scrape_interval=value)
 
 
 def test_the_cluster_label_is_a_cluster_name_or_refused():
-    doc = yaml.safe_load(prom.prometheus_config(HEAD_IP, cluster="llm-2"))
+    doc = yaml.safe_load(prom.prometheus_config(cluster="llm-2"))
     assert doc["global"]["external_labels"] == {prom.CLUSTER_LABEL: "llm-2"}
     with pytest.raises(ValueError, match="not a cluster name"):
-        prom.prometheus_config(HEAD_IP, cluster='llm"}')
+        prom.prometheus_config(cluster='llm"}')
 
 
 # -- the command line -----------------------------------------------------------------------------------------------
 
 
 def test_the_command_line_listens_on_the_heads_address_only_and_has_no_lifecycle_api():
-    flags = prom.prometheus_flags(HEAD_IP, "15d", "/c/prometheus.yml", "/d")
-    assert flags == [
-        "--config.file=/c/prometheus.yml",
-        "--storage.tsdb.path=/d",
-        "--storage.tsdb.retention.time=15d",
-        f"--web.listen-address={HEAD_IP}:{metrics.PROMETHEUS_PORT}",
-    ]
-    assert prom.prometheus_flags("fd00::5", "2w")[-1] == f"--web.listen-address=[fd00::5]:{metrics.PROMETHEUS_PORT}"
+    flags = prom.prometheus_flags("15d", "/c/prometheus.yml", "/d")
+    assert flags == ["--config.file=/c/prometheus.yml", "--storage.tsdb.path=/d", "--storage.tsdb.retention.time=15d"]
+    assert prom.listen_flag(HEAD_IP) == f"--web.listen-address={HEAD_IP}:{metrics.PROMETHEUS_PORT}"
+    assert prom.listen_flag("fd00::5") == f"--web.listen-address=[fd00::5]:{metrics.PROMETHEUS_PORT}"
+    assert not any("lifecycle" in f for f in flags)
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "head", ""])
 def test_prometheus_never_listens_on_every_interface_or_a_name(address):
     with pytest.raises(ValueError):
-        prom.prometheus_flags(address, "15d")
+        prom.listen_flag(address)
 
 
 # -- the rules ------------------------------------------------------------------------------------------------------
