@@ -90,9 +90,9 @@ def prometheus_config(
     targets_dir: str = metrics.TARGETS_DIR,
 ) -> str:
     """prometheus.yml for the head: the intervals, the rules file, a job per targets file (the self-scrape among
-    them: only the running head knows its address, so the controller writes it with the others), the remote write when a URL is given. honor_labels stays false (the default),
-    so a series cannot overwrite its target's node, group or instance_id: Prometheus keeps its own and renames the
-    series' (exported_node)."""
+    them: only the running head knows its address, so the controller writes it with the others), the remote write
+    when a URL is given. honor_labels stays false (the default), so a series cannot overwrite its target's node,
+    group or instance_id: Prometheus keeps its own and renames the series' (exported_node)."""
     glob: dict = {
         "scrape_interval": check_duration(scrape_interval, "scrape interval"),
         "evaluation_interval": check_duration(evaluation_interval or scrape_interval, "evaluation interval"),

@@ -184,7 +184,9 @@ NODE_CASES = [
         prom.ALERT_TARGET_DOWN,
         [
             series("up", NODE_TARGET, "1x4 0x1 1x20"),
-            series("up", {"job": metrics.JOB_PROMETHEUS, "instance": "10.0.0.5:9090", metrics.LABEL_NODE: "head"}, "0x20"),
+            series(
+                "up", {"job": metrics.JOB_PROMETHEUS, "instance": "10.0.0.5:9090", metrics.LABEL_NODE: "head"}, "0x20"
+            ),
         ],
         quiet_at("5m", "8m", "15m"),
     ),
