@@ -2,8 +2,9 @@
 
 Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
 (infra/render/userdata.py render, what the user data held before the loader); the node package `hpcc_node/` and the
-contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts. Same inputs,
-same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
+contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts; `metrics/`,
+the head's Prometheus configuration and rules where observability is on. Same inputs, same bytes, same sha256: entries
+sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
 Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)
@@ -27,7 +28,8 @@ from hpcc_contract.names import bundle_key
 from hpcc_contract.version import AGENT_VERSION
 from infra.config.hooks import hook_files
 from infra.render.assets import asset
-from infra.render.roles import role_contexts
+from infra.render.prometheus import alert_rules, prometheus_config
+from infra.render.roles import metrics_on, role_contexts
 from infra.render.userdata import render
 
 FORMAT = formats.BUNDLE_MANIFEST
@@ -165,9 +167,26 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
     scripts = {role: render(ctx) for role, ctx in role_contexts(cfg, region, facts).items()}
     names, hooks = hook_files(cfg, base)
     files = bundle_files(
-        cfg.name, scripts, names, hooks, {**node_files(), **example_files()}, hpcc_version(), agent_version()
+        cfg.name,
+        scripts,
+        names,
+        hooks,
+        {**node_files(), **example_files(), **metrics_files(cfg)},
+        hpcc_version(),
+        agent_version(),
     )
     return Bundle(files, pack(files))
+
+
+def metrics_files(cfg) -> dict[str, bytes]:
+    """The head's Prometheus configuration and alert rules (infra/render/prometheus.py), where observability is on:
+    the head's metrics step (templates/steps/metrics.sh.j2) installs them from the bundle."""
+    if not metrics_on(cfg):
+        return {}
+    return {
+        "metrics/prometheus.yml": prometheus_config(cluster=cfg.name).encode(),
+        "metrics/rules.yml": alert_rules().encode(),
+    }
 
 
 def role_script(files: dict[str, bytes], role: str) -> str:

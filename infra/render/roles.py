@@ -16,6 +16,7 @@ from infra.facts.efa import InterfaceSpec, efa_device_count, interface_layout
 from infra.facts.instance_types import HEAD_FIELD, InstanceType
 from infra.facts.subnets import VPC_CIDR
 from infra.render.pacing import MAX_TIMEOUT_MINUTES, first_call_pacing
+from infra.render.prometheus import prometheus_flags
 from infra.render.userdata import BootstrapContext
 
 ROLES = ("head", "compute")
@@ -93,7 +94,17 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         hooks_start=tuple(name_of(p) for p in cfg.hooks.on_node_start),
         hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready),
         hook_timeout_minutes=cfg.hooks.timeout_minutes,
+        metrics=metrics_on(cfg),
+        prometheus_flags=tuple(prometheus_flags(METRICS_RETENTION)) if metrics_on(cfg) and role == "head" else (),
     )
+
+
+METRICS_RETENTION = "15d"
+
+
+def metrics_on(cfg: ClusterConfig) -> bool:
+    """Observability: on with Slurm."""
+    return cfg.scheduler == "slurm"
 
 
 def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict[str, BootstrapContext]:

@@ -23,6 +23,7 @@ STEPS: tuple[Step, ...] = (
     Step("join", "step_join"),
     Step("launch-env", "step_launch_env"),
     Step("slurm", "step_slurm"),  # after launch-env: the head's slurm.conf follows the same membership
+    Step("metrics", "step_metrics"),  # the exporters, and the head's Prometheus, before the controller writes targets
     Step("sync", "step_sync"),
 )
 STEP_NAMES: tuple[str, ...] = tuple(step.name for step in STEPS)

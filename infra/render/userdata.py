@@ -17,10 +17,11 @@ from functools import lru_cache
 
 import jinja2
 
-from hpcc_contract import formats
+from hpcc_contract import formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
 from infra.facts import slurm
+from infra.render import prometheus
 from infra.render.assets import asset
 from infra.render.steps import STEPS
 
@@ -61,6 +62,10 @@ class BootstrapContext:
     hooks_start: tuple[str, ...] = ()  # hooks.onNodeStart's names in the bundle (infra/config/hooks.py)
     hooks_ready: tuple[str, ...] = ()  # hooks.onNodeReady's
     hook_timeout_minutes: int = 10
+    # Observability (templates/steps/metrics.sh.j2): the exporters on every node, Prometheus on the head with these
+    # flags (infra/render/prometheus.py prometheus_flags; its address is the running head's)
+    metrics: bool = False
+    prometheus_flags: tuple[str, ...] = ()
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 
@@ -93,6 +98,13 @@ def environment() -> jinja2.Environment:
         hosts=hosts_schema,
         by_value=_by_value,
         slurmd_timeout=slurm.SLURMD_TIMEOUT_SECONDS,
+        metrics_textfile_dir=metrics.TEXTFILE_DIR,
+        metrics_targets_dir=metrics.TARGETS_DIR,
+        node_exporter_port=metrics.NODE_EXPORTER_PORT,
+        prometheus_port=metrics.PROMETHEUS_PORT,
+        prometheus_data_dir=prometheus.DATA_PATH,
+        prometheus_config_dir=prometheus.CONFIG_DIR,
+        node_exporter_flags=(),
     )
     return env
 

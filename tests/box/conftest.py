@@ -30,6 +30,7 @@ SHARED_BOX_MODULES = (
     "test_box_fleet.py",
     "test_box_recovery.py",
     "test_box_health.py",
+    "test_box_metrics.py",
 )
 _shared: dict[str, FleetBox] = {}
 

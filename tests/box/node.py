@@ -30,6 +30,7 @@ PRIVATE = (
     "var/lib/slurm",  # Slurm and munge keep per-host state there
     "opt/hpcc",  # the bundles the loader unpacks and /opt/hpcc/current
     "var/lib/hpcc",
+    "var/lib/prometheus",  # the head's Prometheus keeps its TSDB there (infra/render/prometheus.py DATA_PATH)
 )  # the health checks' state (kernel-log offset, fatal Xids kept until a reboot)
 
 

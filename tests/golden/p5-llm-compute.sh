@@ -1085,6 +1085,56 @@ step_slurm() {
   slurm_daemons
   log "Slurm node running: $(sinfo --version 2>/dev/null || echo '?'); the settings' node definition: ${HPCC_SLURM_NODE:-none}, ${HPCC_SLURM_GPUS:-0} GPU(s)"
 }
+# --- metrics
+metrics_install() {
+  local missing=()
+  type -P prometheus-node-exporter >/dev/null || missing+=(prometheus-node-exporter)
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  case "$HPCC_OS" in
+    ubuntu-* | debian-*)
+      retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
+      retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" ;;
+    *) fail "observability needs an Ubuntu image ($HPCC_OS has no Prometheus packages); or set observability.enabled: false" ;;
+  esac
+}
+
+metrics_service() {
+  local name=$1 args=$2 command=$3 pid
+  if [ -d /run/systemd/system ]; then
+    printf 'ARGS="%s"\n' "$(paste -sd' ' "$args")" | write_file "/etc/default/$name" 0644
+    within 60 systemctl enable -q "$name"
+    if [ "${HPCC_METRICS_CHANGED:-0}" = 1 ]; then within 120 systemctl restart "$name"; else within 120 systemctl start "$name"; fi
+    return 0
+  fi
+  if ! flock -n "/run/hpcc-$name.lock" true; then
+    pid=$(cat "/run/hpcc-$name.pid" 2>/dev/null || true)
+    if [ "${HPCC_METRICS_CHANGED:-0}" = 1 ] && [[ $pid =~ ^[0-9]+$ ]]; then kill "$pid" 2>/dev/null || true; fi
+    return 0
+  fi
+  # shellcheck disable=SC2016
+  (cd /; setsid flock -n "/run/hpcc-$name.lock" bash -c \
+    'while :; do mapfile -t a <"$1"; "$2" "${a[@]}" & echo $! >"/run/hpcc-$3.pid"; wait $!; sleep 2; done' \
+    _ "$args" "$command" "$name" </dev/null >>"/var/log/hpcc/$name.log" 2>&1 &)
+  log "started $name (no systemd here), log /var/log/hpcc/$name.log"
+}
+
+write_changed() {
+  local tmp
+  tmp=$(mktemp)
+  cat >"$tmp"
+  cmp -s "$tmp" "$1" || HPCC_METRICS_CHANGED=1
+  write_file "$1" "$2" <"$tmp"
+  rm -f "$tmp"
+}
+
+step_metrics() {
+  metrics_install
+  install -d -m 0755 /var/log/hpcc "/var/lib/hpcc/metrics"
+  HPCC_METRICS_CHANGED=0
+  write_changed /etc/hpcc/node-exporter.args 0644 < <(printf '%s\n' "--web.listen-address=$HPCC_IP:9100" \
+    "--collector.textfile.directory=/var/lib/hpcc/metrics")
+  metrics_service prometheus-node-exporter /etc/hpcc/node-exporter.args "$(type -P prometheus-node-exporter)"
+}
 # --- sync
 # --- controller
 start_controller() { :; }
@@ -1236,6 +1286,7 @@ main() {
   run_step join step_join
   run_step launch-env step_launch_env
   run_step slurm step_slurm
+  run_step metrics step_metrics
   run_step sync step_sync
   use_step ready
   report ready true "bootstrap finished"
