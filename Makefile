@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 EXAMPLE ?= examples/p5-llm.yaml
-APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge
+APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge prometheus prometheus-node-exporter
 
 .PHONY: setup deps plan test test-long box bench golden clean
 
@@ -23,7 +23,7 @@ $(VENV)/.installed: $(VENV)/.runtime requirements-dev.txt
 
 setup: $(VENV)/.installed
 
-# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns): apt-get needs root.
+# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns, promtool, node_exporter): apt-get needs root.
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then \
