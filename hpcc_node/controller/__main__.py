@@ -8,7 +8,8 @@ and stderr (journald).
 
 Environment: HPCC_CLUSTER, AWS_DEFAULT_REGION, HPCC_INSTANCE_ID and HPCC_NODE_IP (the head's own: the lease's
 owner and the membership's head), HPCC_ACCOUNT, HPCC_SCHEDULER (slurm: the controller writes Slurm's node states),
-HPCC_CONTROLLER_LOG, and HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box shortens them).
+HPCC_CONTROLLER_LOG, HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box shortens them), and
+HPCC_METRICS_DIR (default node_exporter's textfile directory, hpcc_contract/metrics.py TEXTFILE_DIR: the loop's series).
 `--once`: one loop, then exit (0 when it held the lease)."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from hpcc_contract import groups as groups_format
+from hpcc_contract import metrics
 from hpcc_contract.names import Paths
 from hpcc_node import awscli
 from hpcc_node.settings import state_names
@@ -208,6 +210,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         head=head,
         timers=timers,
         costs=costs,
+        metrics_dir=env.get("HPCC_METRICS_DIR") or metrics.TEXTFILE_DIR,
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",
