@@ -70,9 +70,12 @@ def named(series: Series, name: str) -> dict[frozenset, float]:
     return {labels: v for (n, labels), v in series.items() if n == name}
 
 
-def scrape_textfiles(directory: str) -> str:
-    """The real node_exporter's /metrics with only its textfile collector, reading `directory`, on a free
-    loopback port (stopped before returning)."""
+TEXTFILES_ONLY = ("--web.disable-exporter-metrics", "--collector.disable-defaults", "--collector.textfile")
+
+
+def scrape_textfiles(directory: str, flags: tuple[str, ...] = TEXTFILES_ONLY) -> str:
+    """The real node_exporter's /metrics (by default with only its textfile collector), reading `directory`, on a
+    free loopback port (stopped before returning)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -80,9 +83,7 @@ def scrape_textfiles(directory: str) -> str:
         [
             tool("prometheus-node-exporter"),
             f"--web.listen-address=127.0.0.1:{port}",
-            "--web.disable-exporter-metrics",
-            "--collector.disable-defaults",
-            "--collector.textfile",
+            *(f for f in flags if not f.startswith("--collector.textfile.directory=")),
             f"--collector.textfile.directory={directory}",
         ],
         stdout=subprocess.DEVNULL,

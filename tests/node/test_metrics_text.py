@@ -133,3 +133,17 @@ def test_a_failed_write_leaves_the_last_file_and_no_temporary(tmp_path, monkeypa
     assert (tmp_path / metrics.TEXTFILE_AGENT).read_text() == "hpcc_bundle_generation 1\n"
     with pytest.raises(ValueError, match=r"\*\.prom"):
         write_textfile(str(tmp_path), "hpcc.txt", "")
+
+
+def test_node_exporter_runs_with_the_contracts_flags_its_collectors_alone_and_no_per_cpu_series(tmp_path):
+    """The flags the bootstrap starts node_exporter with (hpcc_contract/metrics.py NODE_EXPORTER_FLAGS): the real
+    node_exporter takes them, runs the collectors named and no other, serves no per-CPU series (the trap on a p5's
+    192 vCPUs), and reads hpcc's files from the textfile directory."""
+    assert f"--collector.textfile.directory={metrics.TEXTFILE_DIR}" in metrics.NODE_EXPORTER_FLAGS
+    write_textfile(str(tmp_path), metrics.TEXTFILE_AGENT, render([Sample("hpcc_membership_generation", {}, 4)]))
+    served = parse(scrape_textfiles(str(tmp_path), metrics.NODE_EXPORTER_FLAGS))
+    ran = {dict(labels)["collector"] for labels in named(served, "node_scrape_collector_success")}
+    assert ran == set(metrics.NODE_EXPORTER_COLLECTORS)
+    assert not [name for name, labels in served if "cpu" in dict(labels)]
+    assert not [name for name, _ in served if name.startswith(("go_", "process_"))]
+    assert value(served, "hpcc_membership_generation") == 4 and value(served, "node_textfile_scrape_error") == 0
