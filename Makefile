@@ -23,7 +23,7 @@ $(VENV)/.installed: $(VENV)/.runtime requirements-dev.txt
 
 setup: $(VENV)/.installed
 
-# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns, promtool): apt-get needs root.
+# Debian tools the tests run for real (sshd, mpirun, fi_info, shellcheck, ip netns, promtool, node_exporter): apt-get needs root.
 deps:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then \
@@ -65,7 +65,7 @@ lint: $(VENV)/.lint
 
 # Every benchmark runs whatever the ones before it found; a script says a missed target with a `MISS ...` line and
 # exits non-zero. The missed targets of all of them are listed again at the end, and then make fails.
-BENCHES := bench_plan bench_day2 bench_controller bench_ready bench_scale
+BENCHES := bench_plan bench_day2 bench_controller bench_ready bench_scale bench_series
 bench: setup
 	@logs=$$(mktemp -d); failed=""; \
 	for b in $(BENCHES); do \

@@ -89,3 +89,41 @@ ALERT_ACTION_LABEL = "hpcc_action"
 ALERT_ACTION_DRAIN = "drain"
 ALERT_ACTION_EVENT = "event"
 ALERT_ACTIONS = (ALERT_ACTION_DRAIN, ALERT_ACTION_EVENT)
+
+
+# node_exporter as every node and the head run it (the bootstrap starts it with exactly these, plus its listen
+# address): the collectors named, none of the others. Left out: every per-CPU collector (cpu, cpufreq, softnet,
+# schedstat; interrupts is per CPU and per IRQ): cpu and softnet alone are 13 series a CPU, 2,496 on a p5; the
+# per-device hardware ones hpcc reads itself or that say nothing on EC2 (infiniband: the EFA devices, read by the
+# health series; netclass, hwmon, edac, nvme, thermal_zone, rapl); systemd (a few series per unit); the exporter's
+# own Go runtime series. Measured and scaled per instance type by scripts/bench_series.py (target: 1,500 series
+# on a p5). Collectors: https://github.com/prometheus/node_exporter#collectors (1.5.0, Debian 12's package).
+NODE_EXPORTER_COLLECTORS = (
+    "loadavg",
+    "pressure",  # CPU, memory and I/O stall time: what per-CPU series would say about a busy node, in 5 series
+    "stat",
+    "meminfo",
+    "vmstat",
+    "filefd",
+    "filesystem",
+    "diskstats",
+    "netdev",
+    "netstat",
+    "sockstat",
+    "time",
+    "timex",  # clock sync: a skewed clock breaks collective timeouts and certificate checks
+    "uname",
+    "os",
+    "textfile",
+)
+NODE_EXPORTER_FLAGS: Tuple[str, ...] = (
+    "--collector.disable-defaults",
+    *(f"--collector.{name}" for name in NODE_EXPORTER_COLLECTORS),
+    f"--collector.textfile.directory={TEXTFILE_DIR}",
+    "--web.disable-exporter-metrics",
+    # the same filters whichever build runs (Debian's and upstream's defaults differ): no loopback or container
+    # interfaces, no pseudo or container mounts
+    "--collector.netdev.device-exclude=^(lo|docker[0-9]+|veth.+|br-.+)$",
+    "--collector.filesystem.mount-points-exclude="
+    "^/(dev|proc|run|sys|mnt|media|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)",
+)

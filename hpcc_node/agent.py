@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from hpcc_contract.metrics import TEXTFILE_DIR
 from hpcc_contract.names import STATUS_PREFIX
 from hpcc_contract.settings import SettingsError
 from hpcc_contract.version import AGENT_VERSION
@@ -53,6 +54,7 @@ class Config(NamedTuple):
     opt: str = upgrade.OPT
     log: str = "/var/log/hpcc-bootstrap.log"
     heartbeat_seconds: int = status.HEARTBEAT_SECONDS
+    metrics: str = TEXTFILE_DIR  # node_exporter's textfile directory: the agent's and the health thread's series
 
     @classmethod
     def from_env(cls, env: Dict[str, str]) -> Config:
@@ -66,6 +68,7 @@ class Config(NamedTuple):
             etc=env.get("HPCC_ETC", cls._field_defaults["etc"]),
             log=env.get("HPCC_LOG", cls._field_defaults["log"]),
             heartbeat_seconds=status.heartbeat_seconds(env.get("HPCC_HEARTBEAT_SECONDS", "")),
+            metrics=env.get("HPCC_METRICS_DIR") or TEXTFILE_DIR,
         )
 
     def path(self, name: str) -> str:
@@ -129,6 +132,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
         self.refused = -1  # the last membership generation not applied because it does not list this node
         self.newer: Dict[str, str] = {}  # document kind -> why it was refused as newer than this bundle reads
         self.certs: Optional[host_certs.Certs] = None  # the host certificates' part (main() sets it)
+        self.series_written: Optional[Tuple[str, int]] = None  # the (bundle, generation) the series file says
 
     def refuse_newer(self, kind: str, why: str) -> None:
         """A document of a newer format (hpcc_contract/formats.py): the applied one stays, the refusal is logged once
@@ -212,6 +216,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
             self.intact,
         ):
             self.apply_doc(self.doc, settings_text)
+        self.report_series()  # a generation applied: said now, whatever S3 answers below
         if self.certs:
             self.certs.tick(self.doc, self.clock())
         if self.c.role == "head" and self.settings.get("SCHEDULER") == "slurm":
@@ -288,7 +293,9 @@ def main(argv: List[str]) -> int:
     )
     agent.log(f"agent {AGENT_VERSION} running bundle {agent.running[:12] or 'none'} (pid {os.getpid()})")
     verdict_changed = threading.Event()  # a changed health verdict is written at once, not at the next tick
-    health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set)  # every verdict.INTERVAL_S (15 s)
+    agent.report_series()  # the bundle this agent runs, before its first tick
+    # every verdict.INTERVAL_S (15 s)
+    health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set, metrics_dir=config.metrics)
     threading.Thread(target=heartbeat, args=(agent,), name="hpcc-heartbeat", daemon=True).start()
     while True:
         p = pacing(agent.settings)

@@ -5,18 +5,20 @@ the controller and `hpcc status` read (hpcc_node/status.py)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List
 
+from hpcc_contract.metrics import TEXTFILE_AGENT
 from hpcc_contract.names import STATUS_HOSTS_VERSION_META
 from hpcc_node import state, status
 from hpcc_node.aws import AwsError
 from hpcc_node.health import service as health
+from hpcc_node.metrics import Sample, render, write_textfile
 
 
 class StatusReporting:
     """Agent's status methods. What they use of the agent: its config `c`, `s3`, `clock`, `node`, `message`,
-    `running`, `slurm_states`, `rollout_note`, `record`, `refused_field()` and the written-status fields and lock
-    set in Agent.__init__."""
+    `running`, `slurm_states`, `rollout_note`, `record`, `refused_field()` and the written-status and written-series
+    fields and lock set in Agent.__init__."""
 
     def extra(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"drifted": self.record.drifted}
@@ -56,6 +58,19 @@ class StatusReporting:
         self.put_status(body.encode())
         self.written = key
 
+    def report_series(self) -> None:
+        """The agent's series (TEXTFILE_AGENT), written when the bundle it runs or the membership generation it
+        applied changed; a failed write is logged and tried again next tick."""
+        now = (self.running, self.node.hosts_version)
+        if now == self.series_written:
+            return
+        try:
+            write_textfile(self.c.metrics, TEXTFILE_AGENT, render(agent_samples(*now)))
+        except OSError as e:
+            self.log(f"agent series not written to {self.c.metrics}: {e}; next tick")
+            return
+        self.series_written = now
+
     def beat(self) -> None:
         """The heartbeat thread's: the last status again once it is heartbeat_seconds old, whatever the tick is
         doing, so a tick that takes minutes (an apply-membership waiting on a restarting slurmctld) is not taken
@@ -81,3 +96,23 @@ class StatusReporting:
             except Exception as e:  # noqa: BLE001 - written again next tick (self.written unchanged)
                 raise AwsError(f"status s3://{self.c.state_bucket}/{self.c.status_key}: {e}") from None
             self.written_body, self.written_at, self.written_version = body, self.clock(), version
+
+
+# A bundle is named by its sha256 alone (no counter: infra/render/bundle.py builds it from its content), so its
+# "generation" is the sha256's first 52 bits: a float64 holds them exactly, two bundles differ, and
+# count_values() over the nodes shows a rollout's progress. None running (a node not yet switched to a bundle): 0.
+BUNDLE_ID_HEX = 13
+
+
+def bundle_number(sha256: str) -> int:
+    try:
+        return int(sha256[:BUNDLE_ID_HEX], 16)
+    except ValueError:
+        return 0
+
+
+def agent_samples(bundle_sha256: str, generation: int) -> List[Sample]:
+    return [
+        Sample("hpcc_bundle_generation", {}, bundle_number(bundle_sha256)),
+        Sample("hpcc_membership_generation", {}, generation),
+    ]

@@ -8,9 +8,10 @@ and stderr (journald).
 
 Environment: HPCC_CLUSTER, AWS_DEFAULT_REGION, HPCC_INSTANCE_ID and HPCC_NODE_IP (the head's own: the lease's
 owner and the membership's head), HPCC_ACCOUNT, HPCC_SCHEDULER (slurm: the controller writes Slurm's node states),
-HPCC_CONTROLLER_LOG, HPCC_METRICS_TARGETS (the directory of the head's Prometheus scrape targets, where metrics are
-on: targets.py; unset, none are written), and HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box
-shortens them).
+HPCC_CONTROLLER_LOG, HPCC_CONTROLLER_<TIMER> for any field of timers.Timers (the box shortens them), HPCC_METRICS_DIR
+(default node_exporter's textfile directory, hpcc_contract/metrics.py TEXTFILE_DIR: the loop's series), and
+HPCC_METRICS_TARGETS (the directory of the head's Prometheus scrape targets, where metrics are on: targets.py;
+unset, none are written).
 `--once`: one loop, then exit (0 when it held the lease)."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from hpcc_contract import groups as groups_format
+from hpcc_contract import metrics
 from hpcc_contract.names import Paths
 from hpcc_node import awscli
 from hpcc_node.settings import state_names
@@ -221,6 +223,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         timers=timers,
         costs=costs,
         targets=targets.Writer(env["HPCC_METRICS_TARGETS"], LOG) if env.get("HPCC_METRICS_TARGETS") else None,
+        metrics_dir=env.get("HPCC_METRICS_DIR") or metrics.TEXTFILE_DIR,
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",

@@ -16,7 +16,8 @@ from .calls import Costs, Counted, counted_command
 from .decide import decide
 from .health.observe import extras_reader
 from .ledger import LeaseLost, Ledger
-from .model import Group, Report
+from .model import Action, Group, Report, Snapshot
+from .series import ControllerSeries
 from .slurm_records import Reader
 from .targets import Writer
 from .timers import DEFAULT, Timers
@@ -46,12 +47,16 @@ def build_step(
     log: logging.Logger = LOG,
     costs: Optional[Costs] = None,
     targets: Optional[Writer] = None,
+    metrics_dir: Optional[str] = None,
 ) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured).
     `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm.
     `costs` (the step's `.costs`) counts every call of its clients and Slurm commands and times its phases.
-    `targets`: the head's Prometheus scrape targets, kept in step with the membership published (targets.py)."""
+    `targets`: the head's Prometheus scrape targets, kept in step with the membership published (targets.py).
+    The step's `.series` (series.py) keeps the controller's series, written to `metrics_dir` after each loop
+    (None: not written; the process passes node_exporter's textfile directory)."""
     costs = costs or Costs()
+    series = ControllerSeries(metrics_dir)
     ec2, s3 = Counted(ec2, "ec2", costs), Counted(s3, "s3", costs)
     ddb = Counted(ddb, "dynamodb", costs)
     if slurm_run is not None:
@@ -86,8 +91,14 @@ def build_step(
         jobs_now = (lambda: slurm_read.jobs(limit)) if slurm_read is not None else None
         executor = Executor(ec2, ledger, s3, bucket, cluster, current, clock, slurm_run, timers, log, jobs_now=jobs_now)
         executor.published = published[0]
+        seen: Dict[str, Tuple[Snapshot, Sequence[Action]]] = {}
+
+        def decided(snap: Snapshot) -> Sequence[Action]:
+            seen["loop"] = (snap, decide(snap, current, snap.now, timers))
+            return seen["loop"][1]
+
         try:
-            return reconcile_once(
+            result = reconcile_once(
                 lambda: obs.observe(
                     ec2,
                     ledger,
@@ -101,7 +112,7 @@ def build_step(
                     lambda: obs.dropped(cache),
                     lambda: membership_etag(s3, bucket),
                 ),
-                lambda snap: decide(snap, current, snap.now, timers),
+                decided,
                 executor,
                 ledger,
                 costs,
@@ -110,8 +121,14 @@ def build_step(
             published[0] = executor.published
             if targets is not None:
                 sync_targets(targets, s3, bucket, published[0], current, log)
+        if result["lease"] and "loop" in seen:
+            snap, actions = seen["loop"]
+            slots = getattr(executor, "slots", snap.slots)  # as the actions left them (Executor.run sets them)
+            series.looped(snap, actions, slots, executor.published, [g.name for g in current])
+        return result
 
     step.costs = costs  # type: ignore[attr-defined]
+    step.series = series  # type: ignore[attr-defined]
     step.due = lambda: wake_at(obs.reports(s3, bucket, cache), acted, timers)  # type: ignore[attr-defined]
     return step
 
@@ -173,6 +190,7 @@ def forever(
     loops = 0
     due: Callable[[], Optional[float]] = getattr(step, "due", lambda: None)
     costs: Optional[Costs] = getattr(step, "costs", None)
+    series: Optional[ControllerSeries] = getattr(step, "series", None)
     while not stop():
         started = clock()
         loops += 1
@@ -184,9 +202,12 @@ def forever(
             log.warning("lease lost mid-loop (%s): standing by", e)
         except Exception:  # the next loop reads everything again
             log.exception("loop %d failed; retrying in the next loop", loops)
+        seconds = clock() - started
         if costs is not None:  # the calls since the last line: this loop's and the status polls before it
-            log.info("%s", costs.line(loops, clock() - started))
+            log.info("%s", costs.line(loops, seconds))
             costs.reset()
+        if series is not None:
+            series.finished(seconds, log)
         next_at = started + timers.loop_seconds
         while clock() < next_at and not stop():
             sleep(max(0.0, min(timers.wake_poll_seconds, next_at - clock())))

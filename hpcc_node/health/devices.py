@@ -91,12 +91,16 @@ def parse_neuron_ls(out: str, rc: int, expected: int) -> CheckResult:
     return ok(NEURON_DEVICES, f"{len(devices)} Neuron device(s)")
 
 
+ERROR_COUNTERS = tuple(LOCAL_ERROR_LIMITS) + REMOTE_ERROR_COUNTERS
+# Bytes each device moved (the driver's port counters tx_bytes, rx_bytes): no check reads them, the health series
+# do (series.py); never compared by compare_efa, which warns on any counter that rises.
+BYTE_COUNTERS = ("rx_bytes", "tx_bytes")
+
 Counters = Dict[Tuple[str, str, str], int]
 
 
-def read_efa_counters(root: str = SYSFS_INFINIBAND) -> Counters:
-    """Every error counter of every device and port; a counter the driver does not have is left out."""
-    names = tuple(LOCAL_ERROR_LIMITS) + REMOTE_ERROR_COUNTERS
+def read_efa_counters(root: str = SYSFS_INFINIBAND, names: Tuple[str, ...] = ERROR_COUNTERS) -> Counters:
+    """Every error counter (or those `names`) of every device and port; one the driver does not have is left out."""
     out: Counters = {}
     for device in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         ports = os.path.join(root, device, "ports")

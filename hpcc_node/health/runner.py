@@ -67,6 +67,9 @@ class Runner:
         self.env = child_env(env)
         self.clock, self.sleep, self.kill, self.poll_s = clock, sleep, kill, poll_s
         self.stuck: Dict[str, Tuple[subprocess.Popen, float]] = {}  # check -> (abandoned child, since)
+        # check -> (output, exit code) of its last child that answered: the numbers behind its verdict, which the
+        # health series read again with the check's own reader (series.py); never part of a verdict
+        self.outputs: Dict[str, Tuple[str, int]] = {}
 
     def _blocked(self, spec: CheckSpec) -> Optional[CheckResult]:
         if spec.name not in self.stuck:
@@ -106,6 +109,7 @@ class Runner:
             texts.append(f.read().decode("utf-8", "replace"))
             f.close()
         text = texts[0] if rc == 0 else texts[0] + texts[1]
+        self.outputs[spec.name] = (text, rc)
         try:
             return spec.parse(text, rc)
         except Exception as e:  # a parser bug is unknown: never a pass, never a drain

@@ -18,12 +18,15 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from hpcc_contract import metrics
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, boot_diag_level_problem
-from hpcc_node.health import checks, devices, xid
+from hpcc_node.health import checks, devices, gpu, xid
 from hpcc_node.health.runner import Runner
+from hpcc_node.health.series import HealthSeries
 from hpcc_node.health.verdict import (
     BOOT_CHECKS,
     EFA_COUNTERS,
+    GPU_MEMORY,
     INTERVAL_S,
     PERIODIC_CHECKS,
     XID,
@@ -143,7 +146,8 @@ def write_text(path: str, value: str) -> None:
 class Monitor:
     """One node's checks: `run(names)` runs them, writes the verdict file and returns the verdict.
     `xid_standin`: a test harness's stand-in kernel log ("": the kernel's ring buffer); `xid_source`: a source
-    of the tests' own."""
+    of the tests' own. `metrics_dir`: where `run` writes the health series (series.py; None: not written, as the
+    Slurm entry points' and the boot step's monitors do), `log` where a failed write is said."""
 
     def __init__(
         self,
@@ -156,8 +160,11 @@ class Monitor:
         efa_root: str = devices.SYSFS_INFINIBAND,
         boot_id_path: str = BOOT_ID,
         xid_source=None,
+        metrics_dir: Optional[str] = None,
+        log: Callable[[str], None] = lambda line: None,
     ):
         self.boot_id_path = boot_id_path
+        self.metrics_dir, self.log, self.series = metrics_dir, log, HealthSeries()
         self.facts, self.verdict_path, self.state_dir = facts, verdict_path, state_dir
         self.source = xid_source or (
             xid.StandinSource(xid_standin) if xid_standin else xid.KmsgSource(lambda: boot_id(self.boot_id_path))
@@ -166,6 +173,8 @@ class Monitor:
         self.clock, self.efa_root = clock, efa_root
         self.catalog = xid.load_catalog()
         self.efa_before: Optional[devices.Counters] = None
+        if metrics_dir:  # the checks of the last verdict (the boot step's, a previous agent's) until they run again
+            self.series.seed(self.verdict_path)
         if read_text(self.position_path) is None:
             end = self.source_end()
             if end is not None:
@@ -183,7 +192,7 @@ class Monitor:
             return None
 
     def xid_since(self, position: Optional[str]) -> Tuple[CheckResult, Optional[str]]:
-        return xid.source_check(self.source, position, self.catalog)
+        return xid.source_check(self.source, position, self.catalog, self.series.saw_xids)
 
     # A fatal Xid is read once from the log but does not heal: it stays in every verdict until the machine
     # boots again (the catalog's reset or reboot), kept per boot id on disk; so does a spare's failed deep check.
@@ -214,6 +223,8 @@ class Monitor:
             out += [result] + [r for r in self.add_sticky([result]) if r != result]
         if EFA_COUNTERS in names and self.facts.efa_devices:
             after = devices.read_efa_counters(self.efa_root)
+            if self.metrics_dir:
+                self.series.saw_efa(after, devices.read_efa_counters(self.efa_root, devices.BYTE_COUNTERS))
             if self.efa_before is not None:
                 out.append(devices.compare_efa(self.efa_before, after, self.facts.efa_devices))
             self.efa_before = after
@@ -254,7 +265,20 @@ class Monitor:
         verdict = node_verdict(results, self.clock())
         if write:
             write_verdict(self.verdict_path, verdict)
+        if self.metrics_dir:
+            self.write_series(verdict)
         return verdict
+
+    def write_series(self, verdict: NodeVerdict) -> None:
+        """The health series after a run; a failure is logged, never raised: the series never stop the checks."""
+        try:
+            self.series.saw_results(verdict.results, verdict.written)
+            out = getattr(self.runner, "outputs", {}).pop(GPU_MEMORY, None)  # this run's nvidia-smi query
+            if out is not None and out[1] == 0:
+                self.series.saw_gpus(gpu.parse_query_rows(out[0])[0])
+            self.series.write(str(self.metrics_dir))
+        except Exception as e:  # a full disk, a bug in the series: the verdict is written already
+            self.log(f"health series not written to {self.metrics_dir}: {type(e).__name__}: {e}")
 
 
 def deep_checked_path(state_dir: str = STATE_DIR) -> str:
@@ -317,11 +341,13 @@ def start(
     interval_s: float = INTERVAL_S,
     log: Callable[[str], None] = lambda line: None,
     on_change: Callable[[], None] = lambda: None,
+    metrics_dir: str = metrics.TEXTFILE_DIR,
 ) -> Optional[threading.Thread]:
     """The agent's health thread: the boot checks where this boot has not had them (a node rebooted for a
     remedy checks everything again), then the periodic checks every `interval_s`; `on_change` when the verdict's
     status or action changes (the agent writes its status then, not at its next tick). None where the node has
-    no health.env (a node booted before the health step)."""
+    no health.env (a node booted before the health step). The thread's monitor is the one writer of the health
+    series (metrics_dir: node_exporter's textfile directory)."""
     try:
         facts, xid_standin = load_facts(host, facts_path)
     except FactsError as e:
@@ -329,7 +355,7 @@ def start(
         return None
 
     def loop() -> None:
-        monitor = Monitor(facts, xid_standin)
+        monitor = Monitor(facts, xid_standin, metrics_dir=metrics_dir, log=log)
         last: Optional[Tuple[str, str]] = None
         while True:
             started = time.monotonic()

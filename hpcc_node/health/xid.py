@@ -131,6 +131,11 @@ def scan(lines: Iterable[str], catalog: Dict[int, dict]) -> List[CheckResult]:
     return out
 
 
+def events(lines: Iterable[str]) -> List[XidEvent]:
+    """The readable Xid events of these lines, in log order (the health series count them: series.py)."""
+    return [e for e in (parse_line(line)[0] for line in lines) if e is not None]
+
+
 def check(lines: Iterable[str], catalog: Dict[int, dict]) -> CheckResult:
     """The xid check's one result: the worst Xid seen in these lines (the caller passes the new lines only)."""
     found = scan(lines, catalog)
@@ -262,13 +267,19 @@ class StandinSource:
         return lines, str(offset)
 
 
-def source_check(source, position: Optional[str], catalog: Dict[int, dict]) -> Tuple[CheckResult, Optional[str]]:
+def source_check(
+    source,
+    position: Optional[str],
+    catalog: Dict[int, dict],
+    seen: Callable[[List[XidEvent]], None] = lambda found: None,
+) -> Tuple[CheckResult, Optional[str]]:
     """The xid check over what the source logged since `position`, and the new position; `unknown` (the position
-    kept) when the source cannot be read: no kernel log is no evidence of health."""
+    kept) when the source cannot be read: no kernel log is no evidence of health. `seen` gets the Xid events read."""
     try:
         lines, new = source.since(position)
     except SourceError as e:
         return unknown(XID, f"no kernel log to read Xids from: {e}"), position
+    seen(events(lines))
     return check(lines, catalog), new
 
 

@@ -104,7 +104,7 @@ def environment() -> jinja2.Environment:
         prometheus_port=metrics.PROMETHEUS_PORT,
         prometheus_data_dir=prometheus.DATA_PATH,
         prometheus_config_dir=prometheus.CONFIG_DIR,
-        node_exporter_flags=(),
+        node_exporter_flags=metrics.NODE_EXPORTER_FLAGS,
     )
     return env
 

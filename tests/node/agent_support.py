@@ -193,6 +193,7 @@ def node(
         run=str(run),
         opt=str(opt),
         log=str(root / "log"),
+        metrics=str(root / "metrics"),
         status_key=membership.status_key(ARN + instance_of(name)),
         **CONFIG,
     )

@@ -14,6 +14,7 @@ import boto3
 import pytest
 
 from hpcc_contract import groups as groups_format
+from hpcc_contract import metrics
 from hpcc_contract.ledger import table_definition
 from hpcc_contract.names import Paths, ledger_table, state_bucket
 from hpcc_node import awscli
@@ -214,6 +215,9 @@ def test_the_controller_process_launches_names_and_publishes_with_the_head(serve
     assert main_mod.main(["--once"], env) == 0
     doc, _ = membership.read(s3, BUCKET)
     assert {n["name"]: n["state"] for n in doc["nodes"]} == {"gpu-000": "ready", "gpu-001": "booting"}
+    # its series go to node_exporter's textfile directory unless the environment names another
+    assert main_mod.build(env)[0].series.directory == metrics.TEXTFILE_DIR
+    assert main_mod.build({**env, "HPCC_METRICS_DIR": "/run/m"})[0].series.directory == "/run/m"
 
 
 def test_the_controller_refuses_to_start_without_its_settings_naming_what_is_missing(server, caplog):

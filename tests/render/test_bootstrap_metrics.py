@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpcc_contract import metrics
+from hpcc_contract.metrics import NODE_EXPORTER_FLAGS
 from infra.render import prometheus
 from tests.render.bootstrap_fixtures import tool
 from tests.render.test_bootstrap_behaviour import STUB_FAIL, preamble, private_run
@@ -69,10 +70,8 @@ def test_node_exporter_starts_once_on_the_nodes_address_and_restarts_when_its_ar
     assert out.returncode == 0, out.stdout + out.stderr
     seen = wait_starts(tmp_path, "prometheus-node-exporter", 2)
     assert len(seen) == 2, seen  # once for the two runs with the same arguments, once more for the new address
-    assert seen[0].split()[:2] == [
-        f"--web.listen-address=10.0.0.6:{metrics.NODE_EXPORTER_PORT}",
-        f"--collector.textfile.directory={metrics.TEXTFILE_DIR}",
-    ]
+    assert seen[0].split() == [f"--web.listen-address=10.0.0.6:{metrics.NODE_EXPORTER_PORT}", *NODE_EXPORTER_FLAGS]
+    assert f"--collector.textfile.directory={metrics.TEXTFILE_DIR}" in seen[0].split()
     assert seen[1].split()[0] == f"--web.listen-address=10.0.0.7:{metrics.NODE_EXPORTER_PORT}"
     assert not starts(tmp_path, "prometheus")  # a compute node runs no Prometheus
 

@@ -1,0 +1,143 @@
+"""The controller's own series (hpcc_contract/metrics.py SERIES), written once a loop to TEXTFILE_CONTROLLER in
+node_exporter's textfile directory on the head: the last loop's seconds, the loops run holding the lease, actions
+by kind, the ledger's slots by group and state, spares held, replacements by group and reason, alerts raised, and
+the membership generation published. Fed from what a loop has anyway (its snapshot, decide()'s actions, the
+executor's slots and publication): nothing here reads a store or a clock.
+
+The counters live in memory and start at 0 with the process: Prometheus' rate() and increase() take a counter's
+reset ("Counter", https://prometheus.io/docs/concepts/metric_types/#counter). A counter's known label values are
+written at 0 from the start, so its first increment is seen by rate() ("Avoid missing metrics",
+https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from hpcc_contract.metrics import TEXTFILE_CONTROLLER
+from hpcc_contract.taxonomy import POLICIES
+from hpcc_node.metrics import Sample, render, write_textfile
+
+from . import model as m
+from .health.spares import spare_reservation
+from .membership import Published
+
+SLOT_STATES = (m.BOOTING, m.READY, m.DRAINING, m.REPLACING, m.FAILED, m.REMOVING, m.ENDED)
+KINDS = (
+    m.LAUNCH,
+    m.ADOPT,
+    m.NAME,
+    m.PUBLISH,
+    m.DRAIN,
+    m.DOWN,
+    m.RESUME,
+    m.SET_ADDR,
+    m.TAG,
+    m.REPLACE,
+    m.MARK,
+    m.REMOVE,
+    m.FORGET,
+    m.TERMINATE_ORPHAN,
+    m.ALERT,
+    m.PROTECT,
+    m.WAIT_CAPACITY_BLOCK,
+    m.REQUEUE,
+    m.REBOOT,
+    m.SPARES,
+    m.START_NOW,
+    m.DEEP_CHECK,
+    m.METADATA,
+)
+REQUESTED, ROLL = "requested", "roll"  # `hpcc replace`; a group's roll to its new launch (decide_rolling.py)
+REASONS = tuple(c.value for c, p in POLICIES.items() if p.replace) + (REQUESTED, ROLL)
+
+
+def replacement_reason(a: m.Action, snap: m.Snapshot) -> Optional[str]:
+    """The reason a replacement starts (its failure class, `requested` or `roll`); None when the action is not one:
+    another kind, or a slot already replacing (the same replacement finished, counted when it started)."""
+    if a.kind != m.REPLACE:
+        return None
+    slot = snap.slots.get(a.node)
+    if slot is not None and slot.state == m.REPLACING:
+        return None
+    return a.why.failure or (REQUESTED if a.data.get("requested") else ROLL)
+
+
+def spares_held(groups: Sequence[str], snap: m.Snapshot, actions: Sequence[m.Action]) -> Dict[str, int]:
+    """Nodes in each group's spares reservation after the loop: as observed, or as this loop's SPARES set it."""
+    held = {g: len(snap.reservations.get(spare_reservation(g), ())) for g in groups}
+    for a in actions:
+        if a.kind == m.SPARES:
+            held[a.group] = len(a.data.get("nodes", ()))
+    return held
+
+
+class ControllerSeries:
+    def __init__(self, directory: Optional[str] = None):
+        self.directory = directory  # None: kept in memory, never written (the tests, the scale simulator)
+        self.seconds = 0.0
+        self.loops = 0
+        self.actions: Dict[str, int] = {k: 0 for k in KINDS}
+        self.replacements: Dict[Tuple[str, str], int] = {}
+        self.alerts = 0
+        self.alerts_seen: Optional[Dict[str, float]] = None  # the ledger's alerts as the last loop read them
+        self.nodes: Dict[Tuple[str, str], int] = {}
+        self.spares: Dict[str, int] = {}
+        self.generation = 0
+
+    def looped(
+        self,
+        snap: m.Snapshot,
+        actions: Sequence[m.Action],
+        slots: Mapping[str, m.Slot],
+        published: Optional[Published],
+        groups: Sequence[str],
+    ) -> None:
+        """One loop run holding the lease: its actions, and the cluster as it left it. An alert is counted when a
+        loop reads it in the ledger newer than the loop before did (the executor's own alerts and a failed
+        launch's alike; the first loop of a process reads the ones raised before it, not counted)."""
+        self.loops += 1
+        for a in actions:
+            self.actions[a.kind] = self.actions.get(a.kind, 0) + 1
+            reason = replacement_reason(a, snap)
+            if reason is not None:
+                self.replacements[(a.group, reason)] = self.replacements.get((a.group, reason), 0) + 1
+        for g in groups:
+            for reason in REASONS:
+                self.replacements.setdefault((g, reason), 0)
+        if self.alerts_seen is not None:
+            self.alerts += sum(1 for k, at in snap.alerts.items() if at > self.alerts_seen.get(k, float("-inf")))
+        self.alerts_seen = dict(snap.alerts)
+        every = sorted(set(groups) | {s.group for s in slots.values()})
+        self.nodes = {(g, state): 0 for g in every for state in SLOT_STATES}
+        for s in slots.values():
+            self.nodes[(s.group, s.state)] = self.nodes.get((s.group, s.state), 0) + 1
+        self.spares = spares_held(groups, snap, actions)
+        self.generation = published.generation if published is not None else snap.membership_generation
+
+    def samples(self) -> List[Sample]:
+        out = [
+            Sample("hpcc_controller_loop_seconds", {}, round(self.seconds, 3)),
+            Sample("hpcc_controller_loops_total", {}, self.loops),
+            Sample("hpcc_controller_alerts_total", {}, self.alerts),
+            Sample("hpcc_controller_membership_generation", {}, self.generation),
+        ]
+        out += [Sample("hpcc_controller_actions_total", {"kind": k}, n) for k, n in self.actions.items()]
+        out += [
+            Sample("hpcc_controller_replacements_total", {"group": g, "reason": r}, n)
+            for (g, r), n in self.replacements.items()
+        ]
+        out += [Sample("hpcc_controller_nodes", {"group": g, "state": s}, n) for (g, s), n in self.nodes.items()]
+        out += [Sample("hpcc_controller_spares", {"group": g}, n) for g, n in self.spares.items()]
+        return out
+
+    def finished(self, seconds: float, log: logging.Logger) -> None:
+        """After each loop, lease or not: its seconds, and the file; a failed write is logged, the loop goes on."""
+        self.seconds = seconds
+        if self.directory is None:
+            return
+        try:
+            write_textfile(self.directory, TEXTFILE_CONTROLLER, render(self.samples()))
+        except Exception as e:  # a full disk, a bug here: the controller's work is not the series'
+            log.warning("the controller's series not written to %s: %s: %s", self.directory, type(e).__name__, e)
