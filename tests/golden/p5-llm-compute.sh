@@ -1129,7 +1129,7 @@ write_changed() {
 
 step_metrics() {
   metrics_install
-  install -d -m 0755 /var/log/hpcc "/var/lib/hpcc/metrics"
+  install -d -m 0755 /var/log/hpcc /etc/hpcc "/var/lib/hpcc/metrics"
   HPCC_METRICS_CHANGED=0
   write_changed /etc/hpcc/node-exporter.args 0644 < <(printf '%s\n' "--web.listen-address=$HPCC_IP:9100" \
  "--collector.disable-defaults" "--collector.loadavg" "--collector.pressure" "--collector.stat" "--collector.meminfo" "--collector.vmstat" "--collector.filefd" "--collector.filesystem" "--collector.diskstats" "--collector.netdev" "--collector.netstat" "--collector.sockstat" "--collector.time" "--collector.timex" "--collector.uname" "--collector.os" "--collector.textfile" "--collector.textfile.directory=/var/lib/hpcc/metrics" "--web.disable-exporter-metrics" "--collector.netdev.device-exclude=^(lo|docker[0-9]+|veth.+|br-.+)$" "--collector.filesystem.mount-points-exclude=^/(dev|proc|run|sys|mnt|media|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)")
