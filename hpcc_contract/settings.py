@@ -27,6 +27,26 @@ def boot_diag_level_problem(level: int) -> Optional[str]:
     return None if 0 <= level <= BOOT_DIAG_LEVEL_MAX else f"{level} is not 0-{BOOT_DIAG_LEVEL_MAX}"
 
 
+# observability: (issue 34): the head's Prometheus and every node's exporters, on with METRICS=on (left out: off, as
+# in a text from before the key). The config's `observability.scrapeInterval` and `.retention` (infra/config/
+# observability.py) reach the nodes in one canonical spelling, a whole number of the largest unit that divides them
+# (90s, 2m, 15d), left out at these defaults; `remoteWrite` as its endpoint's URL.
+METRICS_SCRAPE_INTERVAL_DEFAULT = "30s"
+METRICS_RETENTION_DEFAULT = "15d"  # Prometheus's own default (--storage.tsdb.retention.time)
+# Prometheus's units (https://prometheus.io/docs/prometheus/latest/configuration/configuration/, "<duration>");
+# 12 digits hold 10 years in ms, the config's largest retention.
+DURATION = r"[1-9][0-9]{0,11}(ms|s|m|h|d|w|y)"
+# Amazon Managed Service for Prometheus's remote write endpoint in the aws partition ("Find your workspace details":
+# https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-find-workspace-details.html): a Region (us-east-1,
+# us-gov-west-1, ap-southeast-5) and a workspace id, at most 64 of [-.0-9A-Z_a-z] (API Reference,
+# WorkspaceDescription), AMP's all starting ws-. The config reads the same parts from the workspace's ARN.
+AWS_REGION = r"[a-z]{2}(-[a-z]{1,10}){1,2}-[1-9]"
+WORKSPACE_ID = r"ws-[0-9A-Za-z][-.0-9A-Z_a-z]{0,60}"
+REMOTE_WRITE_URL = (
+    rf"https://aps-workspaces\.{AWS_REGION}\.amazonaws\.com/workspaces/{WORKSPACE_ID}/api/v1/remote_write"
+)
+
+
 # The job scheduler the nodes run: none (launch with mpirun/torchrun over the hostfile) or slurm (infra/facts/slurm.py).
 SCHEDULERS: Tuple[str, ...] = ("none", "slurm")
 # One OpenSSH public key line: a key type sshd accepts, its base64 blob, and an optional comment without spaces
@@ -74,6 +94,10 @@ PATTERNS: Dict[str, str] = {
     "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
     "HEALTH_DIAG_LEVEL": f"[0-{BOOT_DIAG_LEVEL_MAX}]",  # cluster.health.bootDiagLevel (BOOT_DIAG_LEVEL_DEFAULT)
+    "METRICS": "on|off",  # cluster.observability.enabled, as resolved (on by default with Slurm)
+    "METRICS_SCRAPE_INTERVAL": DURATION,
+    "METRICS_RETENTION": DURATION,
+    "METRICS_REMOTE_WRITE_URL": REMOTE_WRITE_URL,
     # The controller's state (hpcc_contract/names.py): the bucket of membership.json and the nodes' status objects (S3
     # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.
     "STATE_BUCKET": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
@@ -83,6 +107,8 @@ PATTERNS: Dict[str, str] = {
     "FORMAT": POSITIVE,
 }
 REPEATED = frozenset({"FABRIC", "AUTHORIZED_KEY", "IMDS_USER"})
+# observability: (with METRICS=on only): for the exporters and the head's Prometheus, not the bootstrap's own steps.
+METRICS_KEYS = ("METRICS", "METRICS_SCRAPE_INTERVAL", "METRICS_RETENTION", "METRICS_REMOTE_WRITE_URL")
 SLURM_KEYS = frozenset({"SLURM_NODE", "SLURM_GPUS"})  # given with SCHEDULER=slurm only
 # Keys a text may leave out, and what the nodes take then (a text from before Slurm has none of them).
 OPTIONAL_DEFAULTS = {
@@ -90,6 +116,10 @@ OPTIONAL_DEFAULTS = {
     "SLURM_NODE": "",
     "SLURM_GPUS": "",
     "HEALTH_DIAG_LEVEL": str(BOOT_DIAG_LEVEL_DEFAULT),
+    "METRICS": "off",
+    "METRICS_SCRAPE_INTERVAL": METRICS_SCRAPE_INTERVAL_DEFAULT,
+    "METRICS_RETENTION": METRICS_RETENTION_DEFAULT,
+    "METRICS_REMOTE_WRITE_URL": "",  # none: the head's Prometheus keeps its series to itself
     "FORMAT": "1",
 }
 OPTIONAL = frozenset(OPTIONAL_DEFAULTS)

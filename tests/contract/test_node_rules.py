@@ -67,6 +67,29 @@ REFUSED = [
     ("MPIRUN_OPTIONS", "--mca btl /tmp/x"),
     ("MPIRUN_OPTIONS", "--tune x"),
     ("MPIRUN_OPTIONS", "--am x"),
+    # observability: (issue 34): only what the program writes, nothing a shell or Prometheus' flags would read more in
+    ("METRICS", "yes"),
+    ("METRICS", "on "),
+    ("METRICS", ""),
+    ("METRICS_SCRAPE_INTERVAL", ""),
+    ("METRICS_SCRAPE_INTERVAL", "0s"),
+    ("METRICS_SCRAPE_INTERVAL", "30"),
+    ("METRICS_SCRAPE_INTERVAL", "1h30m"),  # valid Prometheus, but never the program's canonical spelling
+    ("METRICS_RETENTION", "15d --web.enable-admin-api"),
+    ("METRICS_RETENTION", "15d;reboot"),
+    ("METRICS_RETENTION", "1234567890123d"),
+    ("METRICS_REMOTE_WRITE_URL", "https://evil.example.com/api/v1/remote_write"),
+    ("METRICS_REMOTE_WRITE_URL", "http://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"),
+    (
+        "METRICS_REMOTE_WRITE_URL",
+        "https://aps-workspaces.us-east-1.amazonaws.com.evil.io/workspaces/ws-1/api/v1/remote_write",
+    ),
+    (
+        "METRICS_REMOTE_WRITE_URL",
+        "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/../api/v1/remote_write",
+    ),
+    ("METRICS_REMOTE_WRITE_URL", "https://aps-workspacesXus-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"),
+    ("METRICS_REMOTE_WRITE_URL", "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/query"),
 ]
 ACCEPTED = [
     ("LOGIN_USER", "ubuntu"),
@@ -85,6 +108,18 @@ ACCEPTED = [
     ("MPIRUN_OPTIONS", "--mca pml ^cm --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 --bind-to none"),
     ("MPIRUN_OPTIONS", ""),
     ("MPIRUN_OPTIONS", "--map-by ppr:8:node --report-bindings --tag-output"),
+    ("METRICS", "on"),
+    ("METRICS", "off"),
+    ("METRICS_SCRAPE_INTERVAL", "30s"),
+    ("METRICS_SCRAPE_INTERVAL", "5500ms"),
+    ("METRICS_RETENTION", "90m"),
+    ("METRICS_RETENTION", "2w"),
+    ("METRICS_RETENTION", "10y"),
+    ("METRICS_REMOTE_WRITE_URL", "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1/api/v1/remote_write"),
+    (
+        "METRICS_REMOTE_WRITE_URL",
+        "https://aps-workspaces.us-gov-west-1.amazonaws.com/workspaces/ws-b226cc2a-a446-46a9-933a-ac50479a5568/api/v1/remote_write",
+    ),
 ]
 
 

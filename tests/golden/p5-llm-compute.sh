@@ -156,9 +156,14 @@ HPCC_SCHEDULER="none"
 HPCC_SLURM_NODE=""
 HPCC_SLURM_GPUS=""
 HPCC_HEALTH_DIAG_LEVEL="2"
+HPCC_METRICS="off"
+HPCC_METRICS_SCRAPE_INTERVAL="30s"
+HPCC_METRICS_RETENTION="15d"
+HPCC_METRICS_REMOTE_WRITE_URL=""
 HPCC_STATE_BUCKET=""
 HPCC_LEDGER_TABLE=""
 export HPCC_STATE_BUCKET HPCC_LEDGER_TABLE
+export HPCC_METRICS HPCC_METRICS_SCRAPE_INTERVAL HPCC_METRICS_RETENTION HPCC_METRICS_REMOTE_WRITE_URL
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
@@ -176,6 +181,9 @@ setting_pattern() {
     SLURM_NODE) echo '[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*' ;;
     SLURM_GPUS) echo '0|[1-9][0-9]{0,2}' ;;
     HEALTH_DIAG_LEVEL) echo '[0-4]' ;;
+    METRICS) echo 'on|off' ;;
+    METRICS_SCRAPE_INTERVAL|METRICS_RETENTION) echo '[1-9][0-9]{0,11}(ms|s|m|h|d|w|y)' ;;
+    METRICS_REMOTE_WRITE_URL) echo 'https://aps-workspaces\.[a-z]{2}(-[a-z]{1,10}){1,2}-[1-9]\.amazonaws\.com/workspaces/ws-[0-9A-Za-z][-.0-9A-Z_a-z]{0,60}/api/v1/remote_write' ;;
     STATE_BUCKET) echo '[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]' ;;
     LEDGER_TABLE) echo '[A-Za-z0-9_.-]{3,255}' ;;
     *) return 1 ;;
@@ -222,6 +230,10 @@ apply_settings() {
   HPCC_SLURM_NODE=""
   HPCC_SLURM_GPUS=""
   HPCC_HEALTH_DIAG_LEVEL="2"
+  HPCC_METRICS="off"
+  HPCC_METRICS_SCRAPE_INTERVAL="30s"
+  HPCC_METRICS_RETENTION="15d"
+  HPCC_METRICS_REMOTE_WRITE_URL=""
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
   HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})
