@@ -8,7 +8,8 @@ launch-template version, which either replaces every instance (terraform-provide
 
 Format: `KEY=VALUE` lines, known keys only, each value matching its pattern below in full; `FABRIC` may repeat
 (one `NAME=value` launch variable each, in order), as do `AUTHORIZED_KEY` and `IMDS_USER`; the OPTIONAL keys
-(Slurm's) are given with `scheduler: slurm` only, and a missing `SCHEDULER` means `none` (OPTIONAL_DEFAULTS).
+(Slurm's) are given with `scheduler: slurm` only, and a missing `SCHEDULER` means `none` (OPTIONAL_DEFAULTS); the
+METRICS keys with metrics on only (`observability:`), their durations left out at their defaults.
 The bootstrap (templates/steps/settings.sh.j2) parses it with the same patterns (hpcc_contract/settings.py), and
 never evaluates or sources it: the values end up in files that shells source (/etc/hpcc/env), so the character
 sets leave out everything a shell would expand or split on. A node refuses a whole text with a key it does not
@@ -25,6 +26,8 @@ from hpcc_contract.names import ledger_table, state_bucket
 from hpcc_contract.settings import (
     BOOT_DIAG_LEVEL_DEFAULT,
     MASTER_PORT,
+    METRICS_RETENTION_DEFAULT,
+    METRICS_SCRAPE_INTERVAL_DEFAULT,
     SETTINGS_LIMIT,
     SettingsError,
     check,
@@ -32,6 +35,7 @@ from hpcc_contract.settings import (
     parse_text,
 )
 from infra.config.model import ClusterConfig
+from infra.config.validators.metrics import unless_default, workspace
 from infra.facts.fabric import fabric_env, mpirun_options
 from infra.facts.slurm import slurm_node
 from infra.render.pacing import pacing_for, sync_seconds
@@ -62,6 +66,10 @@ class NodeSettings:
     slurm_node: str | None = None  # with scheduler slurm only
     slurm_gpus: int | None = None  # likewise
     health_diag_level: int | None = None  # left out at its default: nodes from before the key accept the text
+    metrics: str | None = None  # "on", or None: left out (off); the three below only with it
+    metrics_scrape_interval: str | None = None  # canonical (infra/config/validators/metrics.py), left out at 30s
+    metrics_retention: str | None = None  # likewise, at 15d
+    metrics_remote_write_url: str | None = None  # observability.remoteWrite's endpoint
     format: int | None = None  # hpcc_contract/formats.py SETTINGS, left out at 1 for the same reason
 
     def lines(self) -> list[tuple[str, str]]:
@@ -108,8 +116,23 @@ def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeS
         slurm_node=slurm.attributes() if slurm else None,
         slurm_gpus=slurm.gpus if slurm else None,
         health_diag_level=None if cfg.health.boot_diag_level == BOOT_DIAG_LEVEL_DEFAULT else cfg.health.boot_diag_level,
+        **metrics_settings(cfg),
         format=None if formats.SETTINGS == 1 else formats.SETTINGS,
     )
+
+
+def metrics_settings(cfg: ClusterConfig) -> dict[str, str | None]:
+    """The METRICS keys of the settings: none with metrics off, so a cluster without them renders as before."""
+    if not cfg.metrics_on:
+        return {}
+    arn, o = cfg.metrics_workspace_arn, cfg.observability
+    ws = workspace(arn) if arn else None
+    return {
+        "metrics": "on",
+        "metrics_scrape_interval": unless_default(o.scrape_interval, METRICS_SCRAPE_INTERVAL_DEFAULT),
+        "metrics_retention": unless_default(o.retention, METRICS_RETENTION_DEFAULT),
+        "metrics_remote_write_url": ws.remote_write_url if ws else None,
+    }
 
 
 def render(settings: NodeSettings) -> str:

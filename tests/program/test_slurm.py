@@ -132,6 +132,15 @@ def test_slurm_settings_the_nodes_would_refuse_are_refused(text_edit, words):
         parse_settings(text)
 
 
+# The longest METRICS lines the config allows: durations whose canonical spelling is in ms (just under 2m and 10y), a
+# workspace of the longest Region name and id the settings' pattern takes (another Region's: a warning only).
+LONGEST_OBSERVABILITY = {
+    "scrapeInterval": "1m59s999ms",
+    "retention": "9y364d23h59m59s999ms",
+    "remoteWrite": {"workspaceArn": "arn:aws:aps:us-abcdefghij-abcdefghij-9:123456789012:workspace/ws-" + "a" * 61},
+}
+
+
 def test_the_largest_settings_leave_room_for_every_public_key_the_config_allows():
     """SETTINGS_LIMIT arithmetic: the config bounds the keys (PUBLIC_KEYS_BYTES, counting a newline each); the
     rest, at its largest over every type EC2 lists with Slurm on, plus each key line's `AUTHORIZED_KEY=`, fits."""
@@ -146,12 +155,16 @@ def test_the_largest_settings_leave_room_for_every_public_key_the_config_allows(
                 "scheduler": "slurm",
                 "bootstrap": {"timeoutMinutes": 240, "joinTimeoutMinutes": 120},
                 "fsx": {**base["fsx"], "mountPoint": "/" + "m" * 60},
+                "observability": LONGEST_OBSERVABILITY,
             },
         ).cluster
         largest = max(largest, len(render(node_settings(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT)).encode()))
     most_keys = 10  # Ssh.authorized_keys max_length
     assert largest + PUBLIC_KEYS_BYTES + most_keys * len("AUTHORIZED_KEY=") <= SETTINGS_LIMIT, largest
     assert set(OPTIONAL) < set(PATTERNS)
+    assert "METRICS_RETENTION=315359999999ms\n" in render(
+        node_settings(cfg, "us-east-1", offline_facts(), MOTO_ACCOUNT)
+    )
 
 
 # --- Amazon Linux: refused before anything is planned ----------------------------------------------------------

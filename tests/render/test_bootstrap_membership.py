@@ -52,6 +52,12 @@ def test_the_program_refuses_a_settings_value_the_nodes_would_refuse(field, valu
 # -- the settings, in bash -------------------------------------------------------------------------
 
 
+LEFT_OUT = [
+    k for k in OPTIONAL_DEFAULTS if k not in SLURM_KEYS | {"SCHEDULER", "FORMAT"}
+]  # HEALTH_DIAG_LEVEL, METRICS*
+REMOTE_WRITE = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-b226cc2a-a446-46a9-933a-ac50479a5568/api/v1/remote_write"
+
+
 def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
     required = " ".join(k for k in PATTERNS if k not in REPEATED | OPTIONAL)
     dump = (
@@ -60,10 +66,9 @@ def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
         # The Slurm keys mean something with SCHEDULER=slurm only (a previous text's may linger otherwise).
         f"[ \"$HPCC_SCHEDULER\" != slurm ] || for v in SCHEDULER {' '.join(sorted(SLURM_KEYS))}; do "
         'n=HPCC_$v; echo "$v=${!n}"; done; '
-        # Left out at its default (as the program renders it), so a text from before the key reads the same.
-        f'[ "$HPCC_HEALTH_DIAG_LEVEL" = {OPTIONAL_DEFAULTS["HEALTH_DIAG_LEVEL"]} ] || '
-        'echo "HEALTH_DIAG_LEVEL=$HPCC_HEALTH_DIAG_LEVEL"; '
-        'for k in ${HPCC_AUTHORIZED_KEY[@]+"${HPCC_AUTHORIZED_KEY[@]}"}; do echo "AUTHORIZED_KEY=$k"; done'
+        # Left out at their defaults (as the program renders them), so a text from before the key reads the same.
+        + "".join(f'[ "$HPCC_{k}" = {shlex.quote(OPTIONAL_DEFAULTS[k])} ] || echo "{k}=$HPCC_{k}"; ' for k in LEFT_OUT)
+        + 'for k in ${HPCC_AUTHORIZED_KEY[@]+"${HPCC_AUTHORIZED_KEY[@]}"}; do echo "AUTHORIZED_KEY=$k"; done'
     )
     return run(["settings"], f"apply_settings {shlex.quote(text)}; rc=$?; {after}\n{dump}", context())
 
@@ -71,11 +76,17 @@ def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
 def test_bash_reads_the_settings_the_program_renders_as_python_does():
     texts = dict(settings())
     texts["p5-llm, no DCGM at boot"] = texts["p5-llm"] + "HEALTH_DIAG_LEVEL=0\n"
+    texts["p5-llm, metrics tuned"] = texts["p5-llm"] + (
+        f"METRICS_SCRAPE_INTERVAL=15s\nMETRICS_RETENTION=90d\nMETRICS_REMOTE_WRITE_URL={REMOTE_WRITE}\n"
+    )
     for stem, text in texts.items():
         out = shell_settings(text)
         assert out.returncode == 0, out.stderr
         assert parse(out.stdout) == parse(text), stem
     assert parse(texts["p5-llm, no DCGM at boot"]).health_diag_level == 0
+    tuned = parse(texts["p5-llm, metrics tuned"])
+    assert (tuned.metrics, tuned.metrics_scrape_interval, tuned.metrics_retention) == ("on", "15s", "90d")
+    assert tuned.metrics_remote_write_url == REMOTE_WRITE
 
 
 @pytest.mark.parametrize(
