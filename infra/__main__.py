@@ -43,7 +43,10 @@ network = Network(
 )
 security = Security("security", SecurityArgs(cluster.name, network.vpc_id, cluster.ssh.allowed_cidrs, extra_tags))
 identity = Identity(
-    "identity", IdentityArgs(cluster.name, cfg.region, extra_tags, cluster.scheduler, launch_limits(cluster))
+    "identity",
+    IdentityArgs(
+        cluster.name, cfg.region, extra_tags, cluster.scheduler, launch_limits(cluster), cluster.metrics_workspace_arn
+    ),
 )
 storage = Storage(
     "storage",

@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, MOUNT_POINT_MAX, account_problem
 from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS
 from infra.config.nodes import ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of
+from infra.config.observability import Observability
 from infra.config.validators.inputs import PUBLIC_KEYS_BYTES, public_key_problem, s3_path_problems, tag_key_problem
 from infra.facts.images import IMAGE_FAMILIES
 from infra.facts.limits import MAX_GROUPS
@@ -234,6 +235,7 @@ class ClusterConfig(_Model):
     scheduler: Scheduler = "none"
     hooks: Hooks = Hooks()
     health: Health = Health()
+    observability: Observability = Observability()  # Prometheus and the exporters (infra/config/observability.py)
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")
@@ -284,6 +286,17 @@ class ClusterConfig(_Model):
     @property
     def node_count(self) -> int:
         return sum(g.count for g in self.node_groups)
+
+    @property
+    def metrics_on(self) -> bool:
+        """observability.enabled as given, else on with Slurm."""
+        return self.observability.on(self.scheduler)
+
+    @property
+    def metrics_workspace_arn(self) -> str | None:
+        """The workspace the head's Prometheus writes to: remoteWrite's, while metrics are on."""
+        remote = self.observability.remote_write
+        return remote.workspace_arn if remote is not None and self.metrics_on else None
 
     @field_validator("tags")
     @classmethod

@@ -27,9 +27,10 @@ from hpcc_contract import formats
 from hpcc_contract.names import bundle_key
 from hpcc_contract.version import AGENT_VERSION
 from infra.config.hooks import hook_files
+from infra.config.validators.metrics import canonical, workspace
 from infra.render.assets import asset
 from infra.render.prometheus import alert_rules, prometheus_config
-from infra.render.roles import metrics_on, role_contexts
+from infra.render.roles import role_contexts
 from infra.render.userdata import render
 
 FORMAT = formats.BUNDLE_MANIFEST
@@ -181,12 +182,16 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
 def metrics_files(cfg) -> dict[str, bytes]:
     """The head's Prometheus configuration and alert rules (infra/render/prometheus.py), where observability is on:
     the head's metrics step (templates/steps/metrics.sh.j2) installs them from the bundle."""
-    if not metrics_on(cfg):
+    if not cfg.metrics_on:
         return {}
-    return {
-        "metrics/prometheus.yml": prometheus_config(cluster=cfg.name).encode(),
-        "metrics/rules.yml": alert_rules().encode(),
-    }
+    found = workspace(cfg.metrics_workspace_arn) if cfg.metrics_workspace_arn else None
+    config = prometheus_config(
+        scrape_interval=canonical(cfg.observability.scrape_interval),
+        remote_write_url=found.remote_write_url if found else None,
+        region=found.region if found else None,
+        cluster=cfg.name,
+    )
+    return {"metrics/prometheus.yml": config.encode(), "metrics/rules.yml": alert_rules().encode()}
 
 
 def role_script(files: dict[str, bytes], role: str) -> str:

@@ -12,6 +12,7 @@ from hpcc_contract.names import Paths
 from infra.config.hooks import name_of
 from infra.config.model import ClusterConfig
 from infra.config.nodes import NodeGroup
+from infra.config.validators.metrics import canonical
 from infra.facts.efa import InterfaceSpec, efa_device_count, interface_layout
 from infra.facts.instance_types import HEAD_FIELD, InstanceType
 from infra.facts.subnets import VPC_CIDR
@@ -94,17 +95,14 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         hooks_start=tuple(name_of(p) for p in cfg.hooks.on_node_start),
         hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready),
         hook_timeout_minutes=cfg.hooks.timeout_minutes,
-        metrics=metrics_on(cfg),
-        prometheus_flags=tuple(prometheus_flags(METRICS_RETENTION)) if metrics_on(cfg) and role == "head" else (),
+        metrics=cfg.metrics_on,
+        prometheus_flags=head_prometheus_flags(cfg) if role == "head" else (),
     )
 
 
-METRICS_RETENTION = "15d"
-
-
-def metrics_on(cfg: ClusterConfig) -> bool:
-    """Observability: on with Slurm."""
-    return cfg.scheduler == "slurm"
+def head_prometheus_flags(cfg: ClusterConfig) -> tuple[str, ...]:
+    """The head's Prometheus command line but its address (the running head's: templates/steps/metrics.sh.j2)."""
+    return tuple(prometheus_flags(canonical(cfg.observability.retention))) if cfg.metrics_on else ()
 
 
 def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict[str, BootstrapContext]:

@@ -160,6 +160,24 @@ CASES = [
     ),
     ({"scheduler": "pbs"}, "cluster.scheduler", "'none' or 'slurm'"),
     ({"hooks__onNodeReady": ["/nonexistent/hpcc-hook.sh"]}, "cluster.hooks.onNodeReady[0]", "does not exist"),
+    ({"observability__scrapeInterval": "30 s"}, "cluster.observability.scrapeInterval", "is not a Prometheus duration"),
+    ({"observability__scrapeInterval": 30}, "cluster.observability.scrapeInterval", "has no unit: write 30s"),
+    ({"observability__retention": "15days"}, "cluster.observability.retention", "is not a Prometheus duration"),
+    ({"observability__scrapeInterval": "1s"}, "cluster.observability.scrapeInterval", "outside 5s-2m"),
+    ({"observability__scrapeInterval": "5m"}, "cluster.observability.scrapeInterval", "5-minute lookback"),
+    ({"observability__retention": "30m"}, "cluster.observability.retention", "give 2h to 10y"),
+    ({"observability__retention": "20y"}, "cluster.observability.retention", "remoteWrite workspace"),
+    (
+        {"observability__remoteWrite__workspaceArn": "arn:aws:s3:::my-bucket"},
+        "cluster.observability.remoteWrite.workspaceArn",
+        "not an Amazon Managed Service for Prometheus workspace",
+    ),
+    (
+        {"observability__remoteWrite__workspaceArn": "ws-b226cc2a-a446-46a9-933a-ac50479a5568"},
+        "cluster.observability.remoteWrite.workspaceArn",
+        "is not an ARN",
+    ),
+    ({"observability__enabled": "sometimes"}, "cluster.observability.enabled", "valid boolean"),
 ]
 
 
@@ -203,6 +221,10 @@ RULE_CASES = {
     "node_cap",
     "spares_need_slurm",
     "roll_bound",
+    "metrics_scrape_interval",
+    "metrics_retention",
+    "metrics_workspace_region",  # a warning: tests/config/test_observability.py
+    "metrics_remote_write_unused",  # likewise
 }  # tests/config/test_groups.py
 
 

@@ -95,6 +95,17 @@ def _add_statement(g, statement, role="node"):
     policy["inputs"]["policy"] = json.dumps(doc)
 
 
+def metrics_written_to_every_workspace(g):
+    """observability.remoteWrite grants the head one named workspace; a pattern would let it write anywhere."""
+    workspaces = "arn:aws:aps:us-east-1:123456789012:workspace/*"
+    _add_statement(g, {"Effect": "Allow", "Action": ["aps:RemoteWrite"], "Resource": [workspaces]}, "head")
+
+
+def metrics_written_by_the_compute_nodes(g):
+    workspace = "arn:aws:aps:us-east-1:123456789012:workspace/ws-b226cc2a-a446-46a9-933a-ac50479a5568"
+    _add_statement(g, {"Effect": "Allow", "Action": ["aps:RemoteWrite"], "Resource": [workspace]})
+
+
 def _own_parameter(g, path):
     return f"arn:aws:ssm:us-east-1:123456789012:parameter{names.Paths(cluster_name(g)).prefix}/{path}"
 
@@ -376,6 +387,16 @@ BREAKS = [
     ("iam-least-privilege", ssm_core_reach_unnarrowed, "on * through AmazonSSMManagedInstanceCore"),
     ("iam-least-privilege", deny_with_condition_does_not_narrow, "add a Deny of these actions"),
     ("iam-least-privilege", inline_role_policy_reads_every_secret, "secretsmanager:GetSecretValue on *"),
+    (
+        "iam-least-privilege",
+        metrics_written_to_every_workspace,
+        "reaches arn:aws:aps:us-east-1:123456789012:workspace/*",
+    ),
+    (
+        "iam-least-privilege",
+        metrics_written_by_the_compute_nodes,
+        "reaches arn:aws:aps:us-east-1:123456789012:workspace/ws-",
+    ),
     ("bundle-bucket-private", bundles_readable_by_anyone, "Statement[0] lets * in"),
     (
         "bundle-bucket-private",

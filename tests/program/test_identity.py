@@ -2,6 +2,7 @@
 object in the state bucket writable only by the instance it names. (No IAM evaluator runs offline: these check the
 documents and the tags the conditions depend on; AWS evaluates `${ec2:SourceInstanceARN}` and `aws:ResourceTag`.)"""
 
+import copy
 import json
 
 import pytest
@@ -180,3 +181,27 @@ def test_the_state_bucket_denies_every_other_principal_its_writes(planned):
     )
     assert "s3:PutObject" in deny["Action"]
     assert bucket_rules.state_bucket_policy_resource(bucket_rules.BUCKET_POLICY, policy["inputs"]) == []
+
+
+WORKSPACE = "arn:aws:aps:us-east-1:123456789012:workspace/ws-b226cc2a-a446-46a9-933a-ac50479a5568"
+
+
+def _aps(result, role: str) -> list[dict]:
+    return [s for s in statements(result, role).values() if any(a.startswith("aps:") for a in s["Action"])]
+
+
+def test_the_head_writes_to_the_metrics_workspace_named_and_only_when_one_is(planned):
+    """observability.remoteWrite (issue 34): aps:RemoteWrite on that workspace, for the head's role alone; without
+    it, no aps action at all. The policy pack passes the graph that has it."""
+    from policy.rules import check
+
+    assert _aps(planned, "head") == _aps(planned, "compute") == []
+    config = copy.deepcopy(read_raw(EXAMPLES / "c6i-oneccl.yaml"))
+    config["hpcc:cluster"]["observability"] = {"enabled": True, "remoteWrite": {"workspaceArn": WORKSPACE}}
+    written = plan_config(config)
+    assert _aps(written, "head") == [
+        {"Sid": "MetricsRemoteWrite", "Effect": "Allow", "Action": ["aps:RemoteWrite"], "Resource": [WORKSPACE]}
+    ]
+    assert _aps(written, "compute") == []
+    graph = [{k: r[k] for k in ("type", "name", "inputs", "dependsOn")} for r in written.resources]
+    assert check(graph) == {}
