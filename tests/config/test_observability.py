@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from infra.render import prometheus
 from infra.config.parse import parse
 from infra.config.validators.check import check_config
 from infra.config.validators.metrics import canonical, duration_ms, workspace, workspace_arn_problem
+from infra.render import prometheus
 from tests.config.test_rules import cluster, problems
 
 ARN = "arn:aws:aps:us-east-1:123456789012:workspace/ws-b226cc2a-a446-46a9-933a-ac50479a5568"
