@@ -37,6 +37,7 @@ from hpcc_node.agent_status import StatusReporting
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
 from hpcc_node.health import service as health
+from hpcc_node.metrics import textfile_dir
 from hpcc_node.settings import Settings, pacing, parse
 
 
@@ -54,7 +55,9 @@ class Config(NamedTuple):
     opt: str = upgrade.OPT
     log: str = "/var/log/hpcc-bootstrap.log"
     heartbeat_seconds: int = status.HEARTBEAT_SECONDS
-    metrics: str = TEXTFILE_DIR  # node_exporter's textfile directory: the agent's and the health thread's series
+    metrics: str = (
+        TEXTFILE_DIR  # node_exporter's textfile directory: the agent's and the health thread's series ("": none)
+    )
 
     @classmethod
     def from_env(cls, env: Dict[str, str]) -> Config:
@@ -68,7 +71,7 @@ class Config(NamedTuple):
             etc=env.get("HPCC_ETC", cls._field_defaults["etc"]),
             log=env.get("HPCC_LOG", cls._field_defaults["log"]),
             heartbeat_seconds=status.heartbeat_seconds(env.get("HPCC_HEARTBEAT_SECONDS", "")),
-            metrics=env.get("HPCC_METRICS_DIR") or TEXTFILE_DIR,
+            metrics=textfile_dir(env),
         )
 
     def path(self, name: str) -> str:

@@ -62,7 +62,7 @@ class StatusReporting:
         """The agent's series (TEXTFILE_AGENT), written when the bundle it runs or the membership generation it
         applied changed; a failed write is logged and tried again next tick."""
         now = (self.running, self.node.hosts_version)
-        if now == self.series_written:
+        if now == self.series_written or not self.c.metrics:
             return
         try:
             write_textfile(self.c.metrics, TEXTFILE_AGENT, render(agent_samples(*now)))

@@ -85,6 +85,16 @@ def render(samples: Iterable[Sample]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def textfile_dir(env: Mapping[str, str]) -> str:
+    """Where a process (the agent, its health thread, the controller) writes its series: HPCC_METRICS_DIR, else
+    node_exporter's textfile directory where it exists (the bootstrap's metrics step makes it before it starts
+    them, where observability is on), else "": no series, so metrics off (or a test's machine) writes nothing."""
+    named = env.get("HPCC_METRICS_DIR")
+    if named:
+        return named
+    return metrics.TEXTFILE_DIR if os.path.isdir(metrics.TEXTFILE_DIR) else ""
+
+
 def write_textfile(directory: str, filename: str, text: str) -> str:
     """`text` as `directory/filename`, whole: a temporary file beside it (not *.prom, so the collector skips it),
     fsync'd, mode 0644, renamed over the old one. Returns the path."""

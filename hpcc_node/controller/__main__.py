@@ -27,9 +27,9 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from hpcc_contract import groups as groups_format
-from hpcc_contract import metrics
 from hpcc_contract.names import Paths
 from hpcc_node import awscli
+from hpcc_node.metrics import textfile_dir
 from hpcc_node.settings import state_names
 
 from . import clients, loop, slurm_records, targets
@@ -223,7 +223,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         timers=timers,
         costs=costs,
         targets=targets.Writer(env["HPCC_METRICS_TARGETS"], LOG) if env.get("HPCC_METRICS_TARGETS") else None,
-        metrics_dir=env.get("HPCC_METRICS_DIR") or metrics.TEXTFILE_DIR,
+        metrics_dir=textfile_dir(env) or None,
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",

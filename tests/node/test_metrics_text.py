@@ -147,3 +147,13 @@ def test_node_exporter_runs_with_the_contracts_flags_its_collectors_alone_and_no
     assert not [name for name, labels in served if "cpu" in dict(labels)]
     assert not [name for name, _ in served if name.startswith(("go_", "process_"))]
     assert value(served, "hpcc_membership_generation") == 4 and value(served, "node_textfile_scrape_error") == 0
+
+
+def test_a_process_writes_its_series_where_named_else_where_the_metrics_step_made_the_directory(tmp_path, monkeypatch):
+    from hpcc_node.metrics import textfile_dir
+
+    assert textfile_dir({"HPCC_METRICS_DIR": str(tmp_path)}) == str(tmp_path)
+    monkeypatch.setattr(metrics, "TEXTFILE_DIR", str(tmp_path / "absent"))
+    assert textfile_dir({}) == ""  # metrics off here (or a test's machine): nothing is written
+    (tmp_path / "absent").mkdir()
+    assert textfile_dir({}) == str(tmp_path / "absent")

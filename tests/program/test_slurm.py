@@ -265,13 +265,17 @@ def test_no_key_passes_through_the_program(with_slurm):
 
 def test_turning_slurm_on_for_a_running_cluster_replaces_nothing(with_slurm):
     changes = {(c.name, c.action) for c in with_slurm.changes}
-    assert changes == {
+    bundle = {(c.name, c.action) for c in with_slurm.changes if c.name.startswith("bert-bundle-")}
+    assert changes - bundle == {
         ("bert-munge-key", "create"),
         ("bert-head-policy", "update"),
         ("bert-node-policy", "update"),
         ("bert-settings-param", "update"),
         ("bert-groups-param", "update"),
     }  # the groups' Slurm nodes
+    # metrics come on with Slurm (observability's default): a new bundle (the head's Prometheus configuration and
+    # every role's metrics step) and its pointer moved
+    assert {a for _, a in bundle} == {"create", "delete", "update"} and ("bert-bundle-param", "update") in bundle
     assert not [c for c in with_slurm.changes if c.type == INSTANCE]
 
 
