@@ -38,7 +38,8 @@ def file_sd(body: Mapping[str, Any], groups: Sequence[Group]) -> Dict[str, List[
         ip, instance = str(head["ip"]), str(head.get("instance") or "")
         nodes.append(_target(ip, metrics.NODE_EXPORTER_PORT, "head", "", instance))
         itself.append(_target(ip, metrics.PROMETHEUS_PORT, "head", "", instance))
-    for n in body.get("nodes") or ():
+    listed = body.get("nodes")
+    for n in listed if isinstance(listed, list) else ():  # an object read back may be JSON of any shape
         if not isinstance(n, Mapping) or n.get("state") not in metrics.TARGETED or not n.get("ip"):
             continue
         name, group, instance = str(n.get("name")), str(n.get("group")), str(n.get("instance") or "")

@@ -9,6 +9,8 @@ import logging
 import os
 from dataclasses import replace
 
+import pytest
+
 from hpcc_contract import metrics
 from hpcc_node.controller import membership, targets
 from hpcc_node.controller.model import Group
@@ -144,3 +146,10 @@ def test_a_groups_gpus_come_from_its_slurm_gres_and_none_without_one():
     ]
     parsed = parse_groups(groups_format.dumps(entries), "/hpcc/c/groups")
     assert [(g.name, g.gpus) for g in parsed] == [("gpu", 8), ("cpu", 0), ("odd", 0), ("bare", 0)]
+
+
+@pytest.mark.parametrize("nodes", [5, "gpu-000", None, [5, "x", {"state": "ready"}]])
+def test_a_membership_of_another_shape_gives_the_head_alone_and_never_raises(nodes):
+    """A membership object read back after a restart may be JSON of any shape (issue 37: it can be overwritten)."""
+    found = targets.file_sd({"nodes": nodes, "head": {"ip": "10.0.0.5", "instance": "i-head"}}, [GPUS])
+    assert names(found, metrics.JOB_NODE) == [("head", "10.0.0.5:9100")] and found[metrics.JOB_GPU] == []
