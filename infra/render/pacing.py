@@ -40,7 +40,8 @@ from infra.render.steps import STEPS
 SSM_REQUESTS_PER_SECOND = 40  # default Parameter Store throughput, shared by GetParameter(s) and PutParameter
 TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tools (status, hostfile)
 SSM_READS = 2  # settings (GetParameters), fsx
-STATUS_WRITES = len(STEPS) + 1  # S3, unpaced: one at the start of each step, then ready (or failed instead)
+# S3, unpaced, at most: a step's start (fewer: steps.STATUS_EVERY_SECONDS), then ready or failed
+STATUS_WRITES = len(STEPS) + 1
 SECRET_CALLS = 4  # SSH and munge keys - head: read (empty), write; compute: read (and wait)
 CALLS_PER_NODE = SSM_READS + SECRET_CALLS  # the paced calls of one boot
 S3_REQUESTS_PER_SECOND = 3500  # PUTs per prefix (GETs: 5,500), the lower of the two

@@ -1,10 +1,15 @@
 """The bootstrap's steps, in order: the one list the template's main() runs (rendered by infra/render/userdata.py),
-`hpcc status` shows (infra/ops/status/cluster.py) and the pacing counts (one status write per step,
-infra/render/pacing.py). Each step is a bash function of templates/steps/<partial>.sh.j2."""
+`hpcc status` shows (infra/ops/status/cluster.py) and the pacing counts (at most one status write per
+step, infra/render/pacing.py). Each step is a bash function of templates/steps/<partial>.sh.j2."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+# A step's start is reported (a status PutObject, one AWS CLI run) only when the node's last report is this old or
+# older, and a step still unreported is reported from its waits (poll_pause) once it is: a boot of quick steps costs a
+# few writes, not one a step, and a long step still shows within about this long. A failure and ready always report.
+STATUS_EVERY_SECONDS = 10
 
 
 class Step(NamedTuple):

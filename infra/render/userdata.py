@@ -23,7 +23,7 @@ from hpcc_contract import settings as settings_schema
 from infra.facts import slurm
 from infra.render import prometheus
 from infra.render.assets import asset
-from infra.render.steps import STEPS
+from infra.render.steps import STATUS_EVERY_SECONDS, STEPS
 
 TEMPLATES = asset("templates")
 # EC2: "limited to 16 KB, in raw form, before it is base64-encoded" (here: the gzip bytes):
@@ -94,6 +94,7 @@ def environment() -> jinja2.Environment:
         settings_format=formats.SETTINGS,
         status_format=formats.STATUS,
         bootstrap_steps=STEPS,
+        status_every_seconds=STATUS_EVERY_SECONDS,
         schema=settings_schema,
         hosts=hosts_schema,
         by_value=_by_value,

@@ -91,7 +91,10 @@ aws_retry() {
   done
 }
 
-poll_pause() { sleep $(( HPCC_POLL_SECONDS + RANDOM % HPCC_POLL_SECONDS )); }
+poll_pause() {
+  ! declare -F report_pending >/dev/null || report_pending
+  sleep $(( HPCC_POLL_SECONDS + RANDOM % HPCC_POLL_SECONDS ))
+}
 
 from_head() {
   local secret=$1 step=$2 what=$3 rc until=$(( $(date +%s) + HPCC_JOIN_TIMEOUT_MINUTES * 60 ))
@@ -264,15 +267,28 @@ status_json() {
   printf '%s\n' "$json"
 }
 
+HPCC_REPORTED_AT=0
+HPCC_REPORTED_STEP=""
+
 report() {
   local body
   [ "$HPCC_NODE" != unknown ] && [ -n "$HPCC_STATUS_KEY" ] || return 0
   flush_log
   body=$(mktemp)
   status_json "$@" >"$body"
-  aws_retry s3api put-object --bucket "$(state_bucket)" --key "$HPCC_STATUS_KEY" --content-type application/json \
-    --body "$body" >/dev/null || log "warning: could not report status ($1)"
+  if aws_retry s3api put-object --bucket "$(state_bucket)" --key "$HPCC_STATUS_KEY" --content-type application/json \
+    --body "$body" >/dev/null; then
+    HPCC_REPORTED_AT=$(date +%s) HPCC_REPORTED_STEP=${HPCC_STEP:-}
+  else
+    log "warning: could not report status ($1)"
+  fi
   rm -f "$body"
+}
+
+report_pending() {
+  [ "$BASHPID" = "$$" ] && [ -n "${HPCC_STEP:-}" ] && [ "$HPCC_REPORTED_STEP" != "$HPCC_STEP" ] || return 0
+  [ $(( $(date +%s) - HPCC_REPORTED_AT )) -ge 10 ] || return 0
+  report "$HPCC_STEP" true "running"
 }
 
 fail() {
@@ -299,7 +315,7 @@ skipped() { case ",${HPCC_SKIP_STEPS:-}," in *",$1,"*) return 0 ;; esac; return 
 run_step() {
   use_step "$1"
   if skipped "$1"; then log "skipped: HPCC_SKIP_STEPS names $1"; return 0; fi
-  report "$1" true "running"
+  report_pending
   log "start"
   "$2"
   log "done"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.render.steps import STATUS_EVERY_SECONDS
 from tests.render.bootstrap_fixtures import tool
 from tests.render.bootstrap_shell import context, partial, settings_shell
 from tests.render.test_bootstrap_steps import COMMON, bodies, calls, ctx_for
@@ -92,6 +93,26 @@ def test_a_skipped_step_neither_runs_nor_reports(fake):
     )
     reported = bodies(tmp_path)
     assert len(reported) == 1 and '"phase": "efa"' in reported[0]  # the efa step only
+
+
+def test_quick_steps_share_one_status_write_and_a_step_that_waits_is_reported_from_its_wait(fake):
+    """A step's start is written only once the last write is STATUS_EVERY_SECONDS old: lustre is (the first),
+    mount right after it is not; efa, waiting in poll_pause once that much time has passed, is reported from there."""
+    tmp_path, _, env = fake
+    (tmp_path / "answers").write_text("0|\n0|\n")
+    from tests.render.bootstrap_shell import run
+
+    script = (
+        preamble(tmp_path) + "step_lustre() { :; }\nstep_mount() { :; }\n"
+        "step_efa() { HPCC_POLL_SECONDS=1; "
+        f"HPCC_REPORTED_AT=$(( $(date +%s) - {STATUS_EVERY_SECONDS} )); poll_pause; }}\n"
+        "run_step lustre step_lustre\nrun_step mount step_mount\nrun_step efa step_efa\nflush_log"
+    )
+    out = run(COMMON, script, ctx_for(tmp_path), env=env)
+    assert out.returncode == 0, out.stderr
+    reported = bodies(tmp_path)
+    assert [b.split('"phase": "')[1].split('"')[0] for b in reported] == ["lustre", "efa"], reported
+    assert "[mount] start" in (tmp_path / "bootstrap.log").read_text()  # it ran, unreported
 
 
 # -- identify --------------------------------------------------------------------------------------
