@@ -167,6 +167,11 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
         doc = self.doc or {}
         return rollout.canaries_of([str(n.get("name")) for n in doc.get("nodes", []) if n.get("name")])
 
+    def members(self) -> int:
+        """The membership's size (the rollout's waves: rollout.wave_window); unknown before one is read: the most."""
+        nodes = (self.doc or {}).get("nodes")
+        return len(nodes) if isinstance(nodes, list) and nodes else rollout.WAVE_FULL_AT
+
     def canaries(self) -> List[str]:
         """The canaries whose statuses this node reads (itself excepted)."""
         return [n for n in self.canary_names() if n != self.node.node]

@@ -49,6 +49,7 @@ class BundleFollowing:
             self.clock(),
             self.record.previous,
             self.canary_names(),
+            self.members(),
         )
         self.rollout_note = move.reason if move.action == "halted" and self.node.node == "head" else None
         if move.action == "switch" and pointer:

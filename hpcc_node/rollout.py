@@ -4,10 +4,11 @@ Canaries first: the head and the first compute node of the membership, by name (
 count to configure; canaries_of).
 The others move only once every canary reports the new bundle running with no failure (their statuses, read in
 the tick's one GetParameters), each after a delay spread over WAVE_SECONDS by a hash of its name and the bundle,
-so the waves are deterministic and 512 nodes do not fetch at once. A canary that refuses the bundle (bad hash,
-failed self-check) keeps its old one and reports class `bundle`; then the rollout is halted: the other nodes never
-fetch it, a canary that had moved rolls back, and the head reports the halt once for the cluster. A new pointer
-(a fixed bundle) starts a new rollout."""
+so the waves are deterministic and 512 nodes do not fetch at once (a smaller cluster spreads over a
+proportionally shorter window: the same fetch rate, no minute of waiting for three nodes). A canary that refuses
+the bundle (bad hash, failed self-check) keeps its old one and reports class `bundle`; then the rollout is halted:
+the other nodes never fetch it, a canary that had moved rolls back, and the head reports the halt once for the
+cluster. A new pointer (a fixed bundle) starts a new rollout."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import re
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 CANARIES = ("head", "compute-000")
-WAVE_SECONDS = 60  # the non-canaries spread over this after the canaries are done (3 min target in all)
+WAVE_SECONDS = 60  # the non-canaries spread over this after the canaries are done (3 min target in all) ...
+WAVE_FULL_AT = 512  # ... at this many members or more: about 8.5 fetches a second, whatever the cluster's size
 SHA = re.compile(r"[0-9a-f]{64}")
 
 
@@ -53,10 +55,17 @@ def canaries_of(names: Sequence[str]) -> Tuple[str, ...]:
     return ("head",) + tuple(nodes[:1])
 
 
-def wave_delay(node: str, sha: str, window: int = WAVE_SECONDS) -> float:
-    """Seconds after the canaries are done before this node moves: the same for the same node and bundle."""
+def wave_window(members: int) -> float:
+    """Seconds the non-canaries of a membership of `members` nodes spread over: WAVE_SECONDS at WAVE_FULL_AT nodes
+    or more, proportionally less below."""
+    return WAVE_SECONDS * min(1.0, max(0, members) / WAVE_FULL_AT)
+
+
+def wave_delay(node: str, sha: str, window: float = WAVE_SECONDS) -> float:
+    """Seconds after the canaries are done before this node moves, in [0, window): the same for the same node,
+    bundle and window."""
     h = int(hashlib.sha256(f"{sha}:{node}".encode()).hexdigest()[:8], 16)
-    return (h % (window * 1000)) / 1000
+    return (h % max(1, int(window * 1000))) / 1000
 
 
 class Verdict(NamedTuple):
@@ -94,9 +103,11 @@ def next_move(
     now: float,
     previous: str = "",
     canaries: Sequence[str] = CANARIES,
+    members: int = WAVE_FULL_AT,
 ) -> Move:
     """What this node does this tick. verdict: the canaries' (None when their statuses were not read this tick);
-    done_since: when this node first saw them all done (None if not yet)."""
+    done_since: when this node first saw them all done (None if not yet); members: the membership's size (the
+    waves' window, wave_window)."""
     if target is None or target.sha256 == running:
         if (
             target is not None
@@ -115,7 +126,7 @@ def next_move(
         return Move("switch", "canary")
     if verdict is None or verdict.state != "done" or done_since is None:
         return Move("wait", verdict.reason if verdict else "reading the canaries' statuses next tick")
-    delay = wave_delay(node, target.sha256)
+    delay = wave_delay(node, target.sha256, wave_window(members))
     if now - done_since >= delay:
         return Move("switch", f"wave: {delay:.0f} s after the canaries")
     return Move("wait", f"moving {delay - (now - done_since):.0f} s from now")

@@ -241,18 +241,6 @@ def test_d_a_group_grown_3_to_4_nodes_then_shrunk_to_1_loses_the_nodes_the_contr
     )
 
 
-def test_e_hpcc_replace_on_the_head_replaces_the_node_under_its_name(fleet):
-    before = fleet.ledger().slots["b-000"]
-    request_replace(fleet, "b-000")
-    after = wait_for(
-        lambda: (s := settled(fleet, set(fleet.ledger().slots))) and s["b-000"].instance_id != before.instance_id and s,
-        600,
-        fleet,
-    )
-    assert fleet.instances()[before.instance_id]["State"]["Name"] in ("shutting-down", "terminated")
-    assert ip_of(fleet, after["b-000"].instance_id) != ip_of(fleet, before.instance_id)
-
-
 def test_f_a_controller_killed_mid_replacement_finishes_it_once_after_its_restart(fleet):
     names = set(fleet.ledger().slots)
     target = sorted(n for n in names if n.startswith("a-"))[0]

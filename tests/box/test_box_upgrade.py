@@ -150,7 +150,9 @@ def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_bac
     refusals = [box.status(n)["refused"] for n in ("head", "a-000") if box.status(n).get("refused")]
     assert refusals and all(r["sha256"] == bad and "this bundle cannot run here" in r["reason"] for r in refusals)
     assert "this bundle cannot run here" in box.status("head")["rollout"]
-    time.sleep(90)  # longer than the waves: nobody else moves
+    # longer than the waves (rollout.wave_window: under a second at this size) and two agent ticks (at most 12.5 s
+    # each): nobody else moves
+    time.sleep(30)
     for n in box.nodes:
         st = box.status(n.name)
         assert st["bundle"] == good and st["agentVersion"] == AGENT_VERSION and st["phase"] == "ready", st

@@ -83,6 +83,16 @@ def test_waves_are_deterministic_and_spread_over_the_window():
     assert delays != [rollout.wave_delay(f"compute-{i:03d}", A) for i in range(200)]
 
 
+def test_the_waves_window_follows_the_membership_size_up_to_its_most():
+    assert rollout.wave_window(rollout.WAVE_FULL_AT) == rollout.wave_window(4096) == rollout.WAVE_SECONDS
+    assert rollout.wave_window(256) == rollout.WAVE_SECONDS / 2 and rollout.wave_window(0) == 0
+    for members in (5, 64, 300):
+        window = rollout.wave_window(members)
+        delays = [rollout.wave_delay(f"compute-{i:03d}", B, window) for i in range(members)]
+        assert all(0 <= d < max(window, 0.001) for d in delays)
+    assert rollout.wave_delay("compute-001", B, 0) == 0  # no window: at once
+
+
 def st(bundle=B, phase="ready", ok=True, refused=None):
     return {"bundle": bundle, "phase": phase, "ok": ok, "refused": refused}
 
@@ -112,6 +122,10 @@ def test_when_a_node_moves():
     assert move("compute-005", A, PTR, {}, done, 100, 100 + delay - 0.01).action == "wait"
     assert move("compute-005", A, PTR, {}, done, 100, 100 + delay).action == "switch"
     assert move("compute-005", A, PTR, {}, halt, 100, 1e9).action == "halted"  # never fetched
+    # a small cluster's waves are as short as its size allows: 5 members spread over under a second
+    small = rollout.wave_delay("compute-005", B, rollout.wave_window(5))
+    assert small < rollout.wave_window(5) < 1 and small <= delay
+    assert move("compute-005", A, PTR, {}, done, 100, 100 + small, members=5).action == "switch"
     assert move("compute-000", A, PTR, {B: "self-check failed"}, wait, None, 0).action == "halted"  # not retried
     # a canary that moved rolls back when the other canary refused it; without a previous bundle it stays
     assert move("head", B, PTR, {}, halt, None, 0, previous=A) == rollout.Move("rollback", halt.reason)
