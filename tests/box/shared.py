@@ -90,7 +90,20 @@ def boot(box: FleetBox, timeout: float = 600) -> None:
         box.faults.clear()
         wait_baseline(box, "the shared box's first boot", timeout=max(60.0, deadline - time.time()))
     ledger = box.ledger()
-    box.first_boot = {"failed": list(fault.hit), "slots": ledger.slots, "events": ledger.events}
+    box.first_boot = {
+        "failed": list(fault.hit),
+        "slots": ledger.slots,
+        "events": ledger.events,
+        "bootstrap_done": {n.name: bootstrap_done_at(box.log(n)) for n in box.compute},
+    }
+
+
+def bootstrap_done_at(log: str) -> float | None:
+    """When a node's bootstrap logged its last line, `ready` (the log's UTC stamps: templates/steps/log.sh.j2)."""
+    import calendar
+
+    done = [line for line in log.splitlines() if line.endswith(" [ready] ready")]
+    return float(calendar.timegm(time.strptime(done[-1].split()[0], "%Y-%m-%dT%H:%M:%SZ"))) if done else None
 
 
 def expected_names(box: FleetBox) -> set[str]:

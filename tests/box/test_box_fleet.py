@@ -104,6 +104,11 @@ def request_replace(box: FleetBox, *names: str) -> None:
     assert run.returncode == 0, (run.stdout, run.stderr)
 
 
+# A node's bootstrap ended -> the ledger takes it for ready: the controller's next loops (5 s each here) read its status
+# and Slurm's registration of it; a loop on 2 busy cores can take 10 s
+A_READY_LAG = 30
+
+
 # -- the tests ------------------------------------------------------------------------------------------------
 def test_a_two_groups_boot_and_a_node_whose_bootstrap_fails_delays_no_other_and_is_replaced(fleet):
     """The shared box's first boot (tests/box/shared.py boot): what the ledger held once it reached its baseline."""
@@ -115,12 +120,17 @@ def test_a_two_groups_boot_and_a_node_whose_bootstrap_fails_delays_no_other_and_
     assert fleet.launched[bad].node.netns not in box_namespaces()
     status = fleet.status(bad)  # what the failed node reported about itself
     assert (status.get("phase"), status.get("step")) == ("failed", "ssh"), status
+    # Not delayed: each of group a's nodes was taken for ready within a few loops of its own bootstrap's end, not
+    # when b's replacement was (on 2 busy cores a's boots may end after the replacement's; b's was 60 s or more)
+    done = fleet.first_boot["bootstrap_done"]
+    lag = {n: slots[n].since - done[n] for n in ("a-000", "a-001", "a-002") if done.get(n)}
+    assert len(lag) == 3 and all(-2 <= s <= A_READY_LAG for s in lag.values()), (lag, done)
     a_ready = max(slots[n].since for n in ("a-000", "a-001", "a-002"))
-    assert a_ready < b.since, "group a's readiness waited for group b's failed node"
     t0 = fleet.controller_started
     print(
-        f"[fleet] a-000..a-002 ready {a_ready - t0:.1f} s after the controller started; b-000's first instance "
-        f"failed at ssh and its replacement was ready {b.since - t0:.1f} s after"
+        f"[fleet] a-000..a-002 ready {a_ready - t0:.1f} s after the controller started, each "
+        f"{max(lag.values()):.1f} s or less after its bootstrap ended; b-000's first instance failed at ssh and its "
+        f"replacement was ready {b.since - t0:.1f} s after"
     )
 
 
