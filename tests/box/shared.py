@@ -132,6 +132,8 @@ def differences(box: FleetBox) -> list[str]:
         inst, seen = instances.get(s.instance_id), box.launched.get(s.instance_id)
         if s.state != READY:
             out.append(f"{name} is {s.state} in the ledger ({s.reason})")
+        elif s.replace_requested:  # `hpcc replace` recorded, not yet taken up: the baseline is not back yet
+            out.append(f"{name} has a replacement requested that the controller has not begun")
         if inst is None or inst["State"]["Name"] != "running" or seen is None or not seen.node.alive:
             out.append(f"{name}'s instance {s.instance_id} is not running with a live node")
         else:
