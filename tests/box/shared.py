@@ -9,8 +9,9 @@ health checks run (tests/box/standins), the Xid check reading the stand-in kerne
 at `ssh` (the fleet's boot scenario: a bad node delays no other and is replaced); the controller's timers are the
 box's, with a held spare's deep check every minute and a reboot's verdict awaited 45 s.
 
-The baseline (`differences`): every group at its count with every slot ready in the ledger on a running instance
-whose node is alive, idle in Slurm at its address, no job and no reservation; no group protected; the membership's
+The baseline (`differences`): every group at its count with every slot ready in the ledger (no `hpcc replace`
+waiting to be taken up) on a running instance whose node is alive, idle in Slurm at its address, no job and no
+reservation; no group protected; the membership's
 last generation applied by every node and every hostfile listing exactly the compute nodes; every node on the
 planned bundle and agent, ready and healthy; the controller running; no fault, slowed link, hung mount, stopped
 agent or stand-in fault left, and no day-2 change left to undo. A group's launch template version is not part of
