@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 # A step's start is reported (a status PutObject, one AWS CLI run) only when the node's last report is this old or
 # older, and a step still unreported is reported from its waits (poll_pause) once it is: a boot of quick steps costs a
-# few writes, not one a step, and a long step still shows within about this long. A failure and ready always report.
+# few writes, not one a step. A step that waits shows within about this long; one that works without a wait (a
+# package install) may show the previous step's name until it ends. A failure and ready always report, naming it.
 STATUS_EVERY_SECONDS = 10
 
 
