@@ -11,17 +11,18 @@ box's, with a held spare's deep check every minute and a reboot's verdict awaite
 
 The baseline (`differences`): every group at its count with every slot ready in the ledger (no `hpcc replace`
 waiting to be taken up) on a running instance whose node is alive, idle in Slurm at its address, no job and no
-reservation; no group protected; the membership's
-last generation applied by every node and every hostfile listing exactly the compute nodes; every node on the
-planned bundle and agent, ready and healthy; the controller running; no fault, slowed link, hung mount, stopped
-agent or stand-in fault left, and no day-2 change left to undo. A group's launch template version is not part of
-it: a roll (test_box_recovery) leaves its group on the new version, as a cluster would be. Each test starts once
-the baseline holds (`wait_baseline`), and what it changed is undone after it (FleetBox.restore, then the next
-check): a test that cannot restore it makes the next one fail with what differs, never inherit it.
+reservation; no group protected; the membership's last generation applied by every node and every hostfile listing
+exactly the compute nodes; every node on the planned bundle and agent, ready and healthy; the controller running; no
+fault, slowed link, hung mount, stopped agent or stand-in fault left, and no day-2 change left to undo. A group's
+launch template version is not part of it: a roll (test_box_recovery) leaves its group on the new version, as a
+cluster would be. Each test starts once the baseline holds (`wait_baseline`), and what it changed is undone after it
+(FleetBox.restore, then the next check): a test that cannot restore it makes the next one fail with what differs,
+never inherit it.
 """
 
 from __future__ import annotations
 
+import calendar
 import time
 from pathlib import Path
 
@@ -101,8 +102,6 @@ def boot(box: FleetBox, timeout: float = 600) -> None:
 
 def bootstrap_done_at(log: str) -> float | None:
     """When a node's bootstrap logged its last line, `ready` (the log's UTC stamps: templates/steps/log.sh.j2)."""
-    import calendar
-
     done = [line for line in log.splitlines() if line.endswith(" [ready] ready")]
     return float(calendar.timegm(time.strptime(done[-1].split()[0], "%Y-%m-%dT%H:%M:%SZ"))) if done else None
 
