@@ -29,8 +29,8 @@ from hpcc_contract.metrics import TEXTFILE_DIR
 from hpcc_contract.names import STATUS_PREFIX
 from hpcc_contract.settings import SettingsError
 from hpcc_contract.version import AGENT_VERSION
-from hpcc_node import awscli, cluster_keys, rollout, slurm, state, status, upgrade
 from hpcc_node import certs_agent as host_certs
+from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_status import StatusReporting
@@ -110,8 +110,9 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
     ):
         self.c, self.aws, self.clock, self.run, self.rand = config, aws, clock, run, rand
         # S3 is not paced as SSM is (infra/render/pacing.py: S3 takes thousands of requests a second per prefix, and
-        # the agent makes one or two a tick): its membership read and heartbeat never wait a pacer's turn
-        self.s3 = s3 if s3 is not None else awscli.client("s3")
+        # the agent makes one or two a tick): its membership read and heartbeat never wait a pacer's turn. In
+        # process, not the CLI's ~0.9 CPU-s a call (hpcc_node/s3rest.py)
+        self.s3 = s3 if s3 is not None else s3rest.client(os.environ)
         self.doc: Optional[Dict[str, Any]] = None  # the membership last read, its ETag, whether its bytes are whole
         self.etag, self.intact = "", False
         self.cached: Dict[str, Any] = {}  # the settings and the pointer as last read from SSM
