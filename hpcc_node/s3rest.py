@@ -1,6 +1,7 @@
 """S3's GetObject, HeadObject and PutObject in the node agent's own process, signed with Signature Version 4, in the
 standard library and boto3's shape (hpcc_node/awscli.py's): the calls the agent makes every tick (its membership,
-its certificates, its status and heartbeat) and the boot's certificate wait. One AWS CLI run costs about 0.9
+its certificates, its status and heartbeat), the boot's certificate wait, and the bootstrap's S3 reads and writes
+once the bundle is unpacked (main, through retry.sh.j2's aws_retry). One AWS CLI run costs about 0.9
 CPU-second (CLI v1 loads botocore and S3's model each run; measured in the box): with two reads a tick and a
 heartbeat, that was most of an idle node's CPU. Everything else of the node side stays on the CLI (hpcc_node/aws.py
 says why). HPCC_AWS_CLIENTS=cli keeps S3 on the CLI too.
@@ -15,15 +16,19 @@ the agent's CLI calls are (AWS_MAX_ATTEMPTS=1): the agent's tick is the retry.""
 
 from __future__ import annotations
 
+import argparse
 import calendar
 import hashlib
 import hmac
+import io
 import json
+import os
 import re
+import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 from hpcc_node import awscli
@@ -212,3 +217,43 @@ class Client:
 def client(env: Mapping[str, str]) -> Any:
     """The node agent's S3: in process, or the AWS CLI's when HPCC_AWS_CLIENTS=cli."""
     return awscli.client("s3") if env.get("HPCC_AWS_CLIENTS") == "cli" else Client(env)
+
+
+def main(argv: List[str], env: Mapping[str, str] = os.environ) -> int:
+    """`python3 -m hpcc_node.s3rest get-object|put-object ...`: the bootstrap's aws_retry (templates/steps/retry.sh.j2)
+    runs this for S3 reads and writes once the bundle is unpacked, with the AWS CLI's `s3api` arguments, answer
+    (JSON on stdout) and error text, so the script reads both alike."""
+    parser = argparse.ArgumentParser(prog="python3 -m hpcc_node.s3rest")
+    parser.add_argument("operation", choices=("get-object", "put-object"))
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--if-none-match", default="")
+    parser.add_argument("--content-type", default="")
+    parser.add_argument("--body", default="")
+    parser.add_argument("outfile", nargs="?", default="")
+    a = parser.parse_intermixed_args(argv)
+    s3 = Client(env)
+    try:
+        if a.operation == "put-object":
+            with open(a.body, "rb") if a.body else io.BytesIO() as f:
+                out = s3.put_object(Bucket=a.bucket, Key=a.key, Body=f.read(), ContentType=a.content_type)
+        else:
+            if not a.outfile:
+                parser.error("get-object: the file to write the object to is required")
+            out = s3.get_object(Bucket=a.bucket, Key=a.key, IfNoneMatch=a.if_none_match)
+            with open(a.outfile, "wb") as f:
+                f.write(out.pop("Body").read())
+    except ClientError as e:
+        print(
+            f"\n{e}", file=sys.stderr
+        )  # the CLI's form: "An error occurred (Code) when calling the Op operation: ..."
+        return 254
+    except OSError as e:
+        print(f"\n{e}", file=sys.stderr)
+        return 255
+    print(json.dumps(out, indent=4))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -76,10 +76,14 @@ pace() {
 }
 
 aws_retry() {
-  local attempt=1 delay=$HPCC_API_BACKOFF_SECONDS out
+  local attempt=1 delay=$HPCC_API_BACKOFF_SECONDS out run=(aws "$@")
+  if [ "$1" = s3api ] && { [ "$2" = get-object ] || [ "$2" = put-object ]; } && [ "${HPCC_AWS_CLIENTS:-}" != cli ] &&
+    [ -f "${HPCC_PY_PATH:-/nonexistent}/hpcc_node/s3rest.py" ]; then
+    run=(env "PYTHONPATH=$HPCC_PY_PATH" python3 -m hpcc_node.s3rest "${@:2}")
+  fi
   while :; do
     [ "$1" = s3api ] || [ "$1" = s3 ] || pace
-    if out=$(within 120 aws "$@" 2>&1); then printf '%s\n' "$out"; return 0; fi
+    if out=$(within 120 "${run[@]}" 2>&1); then printf '%s\n' "$out"; return 0; fi
     case "$out" in
       *ParameterNotFound* | *ResourceNotFoundException* | *NoSuchKey*) return 3 ;;
     esac

@@ -75,28 +75,38 @@ def test_the_object_url_is_the_endpoints_path_style_or_the_regions_virtual_host(
 
 
 @pytest.fixture(scope="module")
-def s3_env():
-    import boto3
+def moto_server():
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(moto_server):
+    """The server's environment, with the bucket made for each test: a test elsewhere in this process that enters
+    moto's in-process mock empties every backend, the server's too."""
+    import boto3
+
     env = {
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ENDPOINT_URL": moto_server,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    boto3.client(
+    theirs = boto3.client(
         "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
+        endpoint_url=moto_server,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-    ).create_bucket(Bucket="state")
-    yield env
-    server.stop()
+    )
+    if "state" not in [b["Name"] for b in theirs.list_buckets()["Buckets"]]:
+        theirs.create_bucket(Bucket="state")
+    return env
 
 
 def test_put_get_and_head_answer_as_boto3_against_moto(s3_env):

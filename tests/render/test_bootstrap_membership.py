@@ -188,7 +188,9 @@ def identify(tmp_path, env, script="identify_node", **extra):
         + "HPCC_NODE=unknown\n"
         + script
     )
-    return run(COMMON + ["identify"], body, ctx, env={**env, "HPCC_PY_PATH": str(ROOT), **extra})
+    # hosts.py from this tree; S3 through the stand-in `aws` above, not in process (retry.sh.j2's aws_retry)
+    env = {**env, "HPCC_PY_PATH": str(ROOT), "HPCC_AWS_CLIENTS": "cli", **extra}
+    return run(COMMON + ["identify"], body, ctx, env=env)
 
 
 def short_join_timeout() -> str:
