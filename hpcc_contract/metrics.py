@@ -69,6 +69,10 @@ SERIES: Dict[str, Tuple[str, str]] = {
     "hpcc_controller_replacements_total": ("counter", "Nodes replaced (labels group, reason class)"),
     "hpcc_controller_alerts_total": ("counter", "Alerts the controller raised"),
     "hpcc_controller_membership_generation": ("gauge", "The membership generation last published"),
+    # Slurm as the controller read it in its last loop (the distribution's Slurm has no metrics endpoint)
+    "hpcc_slurm_nodes": ("gauge", "Slurm's nodes (labels group, state: down, drain, allocated, mixed, idle, other)"),
+    "hpcc_slurm_jobs": ("gauge", "Slurm's jobs by base state (label state: pending, running, completing...)"),
+    "hpcc_slurm_job_node_info": ("gauge", "1 for each node of each running job (labels job_id, node, user, job_name)"),
 }
 METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"  # the exposition format's names ("Metric names and labels")
 LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"

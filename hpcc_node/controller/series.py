@@ -13,7 +13,7 @@ https://prometheus.io/docs/practices/instrumentation/#avoid-missing-metrics).
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hpcc_contract.metrics import TEXTFILE_CONTROLLER
 from hpcc_contract.taxonomy import POLICIES
@@ -22,6 +22,7 @@ from hpcc_node.metrics import Sample, render, write_textfile
 from . import model as m
 from .health.spares import spare_reservation
 from .membership import Published
+from .slurm_records import JOB_BASE_STATES
 
 SLOT_STATES = (m.BOOTING, m.READY, m.DRAINING, m.REPLACING, m.FAILED, m.REMOVING, m.ENDED)
 KINDS = (
@@ -64,6 +65,56 @@ def replacement_reason(a: m.Action, snap: m.Snapshot) -> Optional[str]:
     return a.why.failure or (REQUESTED if a.data.get("requested") else ROLL)
 
 
+# Slurm's queue and nodes, from the jobs and nodes the loop reads anyway (slurm_records.py): nothing read again.
+# One state a node, the most telling first (sinfo(1), "NODE STATE CODES": DRAIN and NOT_RESPONDING are flags on a
+# base state); a job's base state (squeue(1), "JOB STATE CODES"), lower case. The ones written at 0 from the start
+# (rate() and absence both read them); any other base state is written when Slurm shows it.
+SLURM_NODE_STATES = ("down", "drain", "allocated", "mixed", "idle", "other")
+SLURM_JOB_STATES = ("pending", "running", "completing")
+JOB_NAME_CHARS = 64  # a job's name is the user's text: a label value, cut (Slurm allows 200)
+
+
+def slurm_node_state(states: AbstractSet[str]) -> str:
+    if states & {"DOWN", "NOT_RESPONDING", "FAIL"}:
+        return "down"
+    if states & {"DRAIN", "DRAINING", "DRAINED"}:
+        return "drain"
+    for state in ("allocated", "mixed", "idle"):
+        if state.upper() in states:
+            return state
+    return "other"
+
+
+def slurm_samples(snap: m.Snapshot, groups: Sequence[str]) -> List[Sample]:
+    """Slurm's nodes by group and state, its jobs by state, and each running job's nodes (value 1, the job's id,
+    owner and name as labels: a dashboard or `hpcc top` joins a node's GPU series to its job on `node`). None
+    without Slurm. A node the ledger does not know (the head) counts under group ""."""
+    if snap.slurm is None:
+        return []
+    group_of = {name: slot.group for name, slot in snap.slots.items()}
+    nodes = {(g, st): 0 for g in groups for st in SLURM_NODE_STATES}
+    for name, node in snap.slurm.items():
+        key = (group_of.get(name, ""), slurm_node_state(node.states))
+        nodes[key] = nodes.get(key, 0) + 1
+    jobs = {st: 0 for st in SLURM_JOB_STATES}
+    for job in snap.jobs:
+        state = job.state.lower() if job.state in JOB_BASE_STATES or job.state == "COMPLETING" else "other"
+        jobs[state] = jobs.get(state, 0) + 1
+    out = [Sample("hpcc_slurm_nodes", {"group": g, "state": st}, n) for (g, st), n in nodes.items()]
+    out += [Sample("hpcc_slurm_jobs", {"state": st}, n) for st, n in jobs.items()]
+    out += [
+        Sample(
+            "hpcc_slurm_job_node_info",
+            {"job_id": job.job_id, "node": node, "user": job.user, "job_name": job.name[:JOB_NAME_CHARS]},
+            1,
+        )
+        for job in snap.jobs
+        if job.state == "RUNNING"
+        for node in sorted(job.nodes)
+    ]
+    return out
+
+
 def spares_held(groups: Sequence[str], snap: m.Snapshot, actions: Sequence[m.Action]) -> Dict[str, int]:
     """Nodes in each group's spares reservation after the loop: as observed, or as this loop's SPARES set it."""
     held = {g: len(snap.reservations.get(spare_reservation(g), ())) for g in groups}
@@ -85,6 +136,7 @@ class ControllerSeries:
         self.nodes: Dict[Tuple[str, str], int] = {}
         self.spares: Dict[str, int] = {}
         self.generation = 0
+        self.slurm: List[Sample] = []
 
     def looped(
         self,
@@ -115,6 +167,7 @@ class ControllerSeries:
             self.nodes[(s.group, s.state)] = self.nodes.get((s.group, s.state), 0) + 1
         self.spares = spares_held(groups, snap, actions)
         self.generation = published.generation if published is not None else snap.membership_generation
+        self.slurm = slurm_samples(snap, groups)
 
     def samples(self) -> List[Sample]:
         out = [
@@ -130,7 +183,7 @@ class ControllerSeries:
         ]
         out += [Sample("hpcc_controller_nodes", {"group": g, "state": s}, n) for (g, s), n in self.nodes.items()]
         out += [Sample("hpcc_controller_spares", {"group": g}, n) for g, n in self.spares.items()]
-        return out
+        return out + self.slurm
 
     def finished(self, seconds: float, log: logging.Logger) -> None:
         """After each loop, lease or not: its seconds, and the file; a failed write is logged, the loop goes on."""

@@ -79,6 +79,16 @@ def test_a_every_ready_node_is_an_up_target_and_hpcc_replace_on_the_head_moves_t
     print("[metrics] series per node (this machine's node_exporter, box defaults):",
           {r["metric"].get("node"): r["value"][1] for r in per_node})  # fmt: skip
     assert per_node and all(int(r["value"][1]) > 0 for r in per_node)
+    compute = len(want) - 1  # Slurm's queue and nodes, from the controller's series on the head
+
+    def slurm_counted():
+        rows = query(box, 'sum by (state) (hpcc_slurm_nodes{group!=""})')
+        got = {r["metric"]["state"]: int(float(r["value"][1])) for r in rows}
+        return got if sum(got.values()) == compute and not got.get("down") else None
+
+    by_state = wait_for(slurm_counted, 60, box, every=2, why=lambda: f"Slurm's {compute} compute nodes, none down, "
+                        f"in hpcc_slurm_nodes: {query(box, 'hpcc_slurm_nodes')}")  # fmt: skip
+    print(f"[metrics] Slurm's compute nodes by state (hpcc_slurm_nodes): {by_state}")
 
     victim = "a-001"
     before = box.ledger().slots

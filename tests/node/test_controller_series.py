@@ -164,3 +164,59 @@ def test_a_controller_standing_by_writes_its_loop_time_and_a_failed_write_stops_
     caplog.set_level(logging.WARNING, logger="hpcc.controller")
     forever(step, lambda: now[0], lambda s: now.__setitem__(0, now[0] + s), stop=lambda: len(calls) >= 3)
     assert len(calls) == 3 and caplog.text.count(f"the controller's series not written to {blocked}") == 2
+
+
+def test_slurms_nodes_jobs_and_each_running_jobs_nodes_come_from_the_loops_snapshot_and_pass_promtool(tmp_path):
+    from hpcc_node.controller.model import SlurmJob, SlurmNode
+    from hpcc_node.controller.series import SLURM_JOB_STATES, SLURM_NODE_STATES
+
+    slurm = {
+        "gpu-000": SlurmNode("gpu-000", frozenset({"ALLOCATED"})),
+        "gpu-001": SlurmNode("gpu-001", frozenset({"IDLE", "DRAIN"})),
+        "gpu-002": SlurmNode("gpu-002", frozenset({"IDLE", "NOT_RESPONDING"})),
+        "gpu-003": SlurmNode("gpu-003", frozenset({"MIXED"})),
+        "cpu-000": SlurmNode("cpu-000", frozenset({"IDLE"})),
+        "head": SlurmNode("head", frozenset({"FUTURE"})),
+    }
+    jobs = (
+        # a user's name and job name are their text: data in a label value, never syntax
+        SlurmJob("41", "RUNNING", frozenset({"gpu-000", "gpu-003"}), user="ana", name='llama "70b"\nrun'),
+        SlurmJob("42", "PENDING", user="bo"),
+        SlurmJob("43", "COMPLETING", frozenset({"cpu-000"})),
+        SlurmJob("44", "NODE_FAIL", frozenset({"gpu-002"})),
+        SlurmJob("45", "SPECIAL_EXIT"),
+    )
+    snap = Snapshot(now=1000.0, slots=SNAP.slots, slurm=slurm, jobs=jobs)
+    series = ControllerSeries(str(tmp_path))
+    series.looped(snap, [], snap.slots, None, ["gpu", "cpu"])
+    series.finished(0.1, LOG)
+    text = (tmp_path / metrics.TEXTFILE_CONTROLLER).read_text()
+    got = parse(text)
+    nodes = {(dict(k)["group"], dict(k)["state"]): v for k, v in named(got, "hpcc_slurm_nodes").items()}
+    expected = {("gpu", "allocated"): 1, ("gpu", "drain"): 1, ("gpu", "down"): 1, ("gpu", "mixed"): 1}
+    expected |= {("cpu", "idle"): 1, ("", "other"): 1}
+    assert nodes == {**{(g, s): 0 for g in ("gpu", "cpu") for s in SLURM_NODE_STATES}, **expected}
+    by_state = {dict(k)["state"]: v for k, v in named(got, "hpcc_slurm_jobs").items()}
+    assert by_state == {
+        **{s: 0 for s in SLURM_JOB_STATES},
+        "running": 1,
+        "pending": 1,
+        "completing": 1,
+        "node_fail": 1,
+        "other": 1,
+    }
+    running = {
+        (dict(k)["job_id"], dict(k)["node"], dict(k)["user"], dict(k)["job_name"]): v
+        for k, v in named(got, "hpcc_slurm_job_node_info").items()
+    }
+    assert running == {("41", n, "ana", 'llama "70b"\nrun'): 1 for n in ("gpu-000", "gpu-003")}
+    out = promtool_check(text)
+    assert (out.returncode, out.stdout + out.stderr) == (0, ""), out.stdout + out.stderr
+
+
+def test_a_cluster_without_slurm_writes_no_slurm_series(tmp_path):
+    series = ControllerSeries(str(tmp_path))
+    series.looped(SNAP, [], SNAP.slots, None, ["gpu"])
+    series.finished(0.1, LOG)
+    names = {name for name, _ in read(tmp_path)}
+    assert "hpcc_controller_loops_total" in names and not {n for n in names if n.startswith("hpcc_slurm")}
