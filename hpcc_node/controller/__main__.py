@@ -32,7 +32,7 @@ from hpcc_node import awscli
 from hpcc_node.metrics import textfile_dir
 from hpcc_node.settings import state_names
 
-from . import clients, loop, slurm_records, targets
+from . import clients, loop, metric_alerts, slurm_records, targets
 from .act import LOG
 from .calls import Costs, Counted
 from .model import Group
@@ -224,6 +224,10 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         costs=costs,
         targets=targets.Writer(env["HPCC_METRICS_TARGETS"], LOG) if env.get("HPCC_METRICS_TARGETS") else None,
         metrics_dir=textfile_dir(env) or None,
+        # the head's Prometheus, where it runs (its targets are written here): its alerts in the heal loop
+        alerts=metric_alerts.Reader(metric_alerts.alert_url(env["HPCC_NODE_IP"]), log=LOG)
+        if env.get("HPCC_METRICS_TARGETS")
+        else None,
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",

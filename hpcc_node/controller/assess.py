@@ -13,6 +13,7 @@ from typing import Mapping, Optional
 from hpcc_contract.taxonomy import FailureClass
 
 from .model import (
+    ALERT_REASON,
     BOOTING,
     DRAINING,
     GONE,
@@ -200,7 +201,13 @@ def assess(
                 "failure", FailureClass.BOOTSTRAP.value, f"{what} within the boot grace ({timers.boot_grace_seconds} s)"
             )
         return None
-    if slot.state == READY and node is not None and node.states & HELD_STATES and hpcc_reason(node):
+    if (
+        slot.state == READY
+        and node is not None
+        and node.states & HELD_STATES
+        and hpcc_reason(node)
+        and not node.reason.startswith(ALERT_REASON)  # an alert's drain ends with the alert (metric_alerts.py)
+    ):
         return Verdict("resume", evidence=f"ready again (was: {node.reason})")
     if (
         slot.state == READY

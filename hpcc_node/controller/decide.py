@@ -25,6 +25,7 @@ from .decide_fill import fill, predecessor_gone
 from .decide_rolling import rolling_actions, rolling_drained
 from .fleet import launch_tokens
 from .health.decide import health_actions
+from .metric_alerts import alert_actions
 from .model import (
     ACTIVE_STATES,
     BOOTING,
@@ -279,6 +280,8 @@ def decide(snap: Snapshot, groups: Sequence[Group], now: float, timers: Timers =
     out += health + failure_actions(failures, snap, now, timers, cluster_nodes, raised)
     touched = {a.node for a in out if a.node} | {f.slot.name for f in failures}
     out += rolling_actions(groups, snap, touched, raised)[0]
+    busy = {a.node for a in out if a.node} | touched
+    out += alert_actions(snap, busy, raised, timers.systemic_threshold(cluster_nodes))  # the head's Prometheus
     named = {s.instance_id for s in snap.slots.values() if s.instance_id}
     taken: Set[str] = set()
     size, refill = timers.launch_bucket_size, timers.launch_bucket_refill_per_second

@@ -16,7 +16,7 @@ from .calls import Costs, Counted, counted_command
 from .decide import decide
 from .health.observe import extras_reader
 from .ledger import LeaseLost, Ledger
-from .model import Action, Group, Report, Snapshot
+from .model import Action, Group, MetricAlert, Report, Snapshot
 from .series import ControllerSeries
 from .slurm_records import Reader
 from .targets import Writer
@@ -48,13 +48,15 @@ def build_step(
     costs: Optional[Costs] = None,
     targets: Optional[Writer] = None,
     metrics_dir: Optional[str] = None,
+    alerts: Optional[Callable[[], Optional[Tuple[MetricAlert, ...]]]] = None,
 ) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured).
     `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm.
     `costs` (the step's `.costs`) counts every call of its clients and Slurm commands and times its phases.
     `targets`: the head's Prometheus scrape targets, kept in step with the membership published (targets.py).
     The step's `.series` (series.py) keeps the controller's series, written to `metrics_dir` after each loop
-    (None: not written; the process passes node_exporter's textfile directory)."""
+    (None: not written; the process passes node_exporter's textfile directory). `alerts`: the head's Prometheus
+    alerts firing (metric_alerts.Reader; None: no Prometheus)."""
     costs = costs or Costs()
     series = ControllerSeries(metrics_dir)
     ec2, s3 = Counted(ec2, "ec2", costs), Counted(s3, "s3", costs)
@@ -97,21 +99,25 @@ def build_step(
             seen["loop"] = (snap, decide(snap, current, snap.now, timers))
             return seen["loop"][1]
 
+        def observed() -> Tuple[Snapshot, Any]:
+            snap, loaded = obs.observe(
+                ec2,
+                ledger,
+                cluster,
+                clock,
+                reports,
+                slurm_read.nodes if slurm_read is not None else None,
+                bundle(),
+                head,
+                extras_reader(slurm_read, limit) if slurm_read is not None else None,
+                lambda: obs.dropped(cache),
+                lambda: membership_etag(s3, bucket),
+            )
+            return (replace(snap, metric_alerts=alerts()) if alerts is not None else snap), loaded
+
         try:
             result = reconcile_once(
-                lambda: obs.observe(
-                    ec2,
-                    ledger,
-                    cluster,
-                    clock,
-                    reports,
-                    slurm_read.nodes if slurm_read is not None else None,
-                    bundle(),
-                    head,
-                    extras_reader(slurm_read, limit) if slurm_read is not None else None,
-                    lambda: obs.dropped(cache),
-                    lambda: membership_etag(s3, bucket),
-                ),
+                observed,
                 decided,
                 executor,
                 ledger,

@@ -11,6 +11,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 # The prefix of every Slurm drain/down reason the controller writes: it acts only on nodes whose reason starts so.
 REASON_PREFIX = "hpcc:"
+ALERT_REASON = f"{REASON_PREFIX} alert "  # a drain for a Prometheus alert (metric_alerts.py): hpcc: alert <rule>: ...
 
 # A slot's states in the ledger (a slot is a name: <group>-NNN).
 BOOTING = "booting"  # an instance is named to the slot and has not reported ready
@@ -188,6 +189,20 @@ class Event:
 
 
 @dataclass(frozen=True)
+class MetricAlert:
+    """One firing alert of the head's Prometheus rules (infra/render/prometheus.py; metric_alerts.py reads them):
+    its rule, the node and instance its series named, what the rule lets the controller do (drain or event), its
+    summary (the evidence) and since when it fires."""
+
+    name: str
+    node: str
+    instance_id: str
+    action: str  # one of hpcc_contract.metrics.ALERT_ACTIONS
+    summary: str
+    since: float = 0.0
+
+
+@dataclass(frozen=True)
 class Snapshot:
     now: float
     slots: Mapping[str, Slot] = field(default_factory=dict)
@@ -208,6 +223,7 @@ class Snapshot:
     head: Mapping[str, Any] = field(default_factory=dict)  # the controller's own head: name, ip, instance
     jobs: Tuple[SlurmJob, ...] = ()  # Slurm's jobs, for the health rules' requeue (health/decide.py)
     reservations: Mapping[str, FrozenSet[str]] = field(default_factory=dict)  # Slurm reservation -> its nodes
+    metric_alerts: Optional[Tuple[MetricAlert, ...]] = None  # firing now; None: no Prometheus, or it did not answer
 
 
 # Action kinds.

@@ -14,7 +14,11 @@ import urllib.request
 
 import pytest
 
-PACKAGES = {"promtool": "prometheus", "prometheus-node-exporter": "prometheus-node-exporter"}
+PACKAGES = {
+    "promtool": "prometheus",
+    "prometheus": "prometheus",
+    "prometheus-node-exporter": "prometheus-node-exporter",
+}
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(,|$)')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
