@@ -8,6 +8,9 @@ every node's exporters (hpcc_contract/metrics.py: node_exporter, dcgm-exporter o
   are written without one; only the Slurm queue's series are missing. `false` turns it off everywhere.
 - `scrapeInterval` (default 30s) and `retention` (default 15d, Prometheus's own): Prometheus durations, their syntax
   checked here, their bounds by the config rules (infra/config/validators/metrics.py).
+- `retentionSize` (default 40% of the head's root volume, e.g. 80GB of 200): the most Prometheus keeps on disk
+  (--storage.tsdb.retention.size; units B to EB, powers of 2), its oldest blocks deleted first, so a big cluster's
+  series never fill the head's disk whatever `retention` says; over 80% of the volume is refused.
 - `remoteWrite.workspaceArn`: an Amazon Managed Service for Prometheus workspace the head's Prometheus also writes
   to, signed with the head's role (SigV4), so one of the cluster's account (another account's would need a role
   assumed there); the head's role gets `aps:RemoteWrite` on that workspace alone, and only while metrics are on.
@@ -25,6 +28,7 @@ from infra.config.validators.metrics import (
     METRICS_RETENTION_DEFAULT,
     METRICS_SCRAPE_INTERVAL_DEFAULT,
     duration_problem,
+    size_problem,
     workspace_arn_problem,
 )
 
@@ -45,7 +49,18 @@ class Observability(ConfigModel):
     enabled: bool | None = None  # None: on with Slurm (ClusterConfig.metrics_on)
     scrape_interval: str = METRICS_SCRAPE_INTERVAL_DEFAULT
     retention: str = METRICS_RETENTION_DEFAULT
+    retention_size: str | None = None  # None: 40% of the head's root volume (validators/metrics.py)
     remote_write: RemoteWrite | None = None
+
+    @field_validator("retention_size", mode="before")
+    @classmethod
+    def _size(cls, v: object) -> object:
+        text = str(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        if isinstance(text, str):
+            problem = size_problem(text)
+            if problem:
+                raise ValueError(problem)
+        return text
 
     @field_validator("scrape_interval", "retention", mode="before")
     @classmethod

@@ -111,7 +111,9 @@ def prometheus_config(
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)
 
 
-def prometheus_flags(retention: str, config_path: str = CONFIG_PATH, data_path: str = DATA_PATH) -> list[str]:
+def prometheus_flags(
+    retention: str, retention_size: str, config_path: str = CONFIG_PATH, data_path: str = DATA_PATH
+) -> list[str]:
     """The command line ("prometheus --help"; storage: https://prometheus.io/docs/prometheus/latest/storage/).
 
     No --web.enable-lifecycle: it would let anything that reaches port 9090 (every node of the cluster, by the head's
@@ -122,7 +124,15 @@ def prometheus_flags(retention: str, config_path: str = CONFIG_PATH, data_path: 
         f"--config.file={config_path}",
         f"--storage.tsdb.path={data_path}",
         f"--storage.tsdb.retention.time={check_duration(retention, 'retention')}",
+        f"--storage.tsdb.retention.size={check_size(retention_size)}",  # whichever is reached first
     ]
+
+
+def check_size(value: str) -> str:
+    """A Prometheus size (512MB, 80GB), else ValueError: it goes on the command line as it is."""
+    if not re.fullmatch(r"[1-9][0-9]{0,12}(?:B|KB|MB|GB|TB|PB|EB)", value):
+        raise ValueError(f"retention size: {value!r} is not a Prometheus size such as 80GB")
+    return value
 
 
 def listen_flag(address: str) -> str:

@@ -12,7 +12,7 @@ from hpcc_contract.names import Paths
 from infra.config.hooks import name_of
 from infra.config.model import ClusterConfig
 from infra.config.nodes import NodeGroup
-from infra.config.validators.metrics import canonical
+from infra.config.validators.metrics import canonical, default_retention_size
 from infra.facts.efa import InterfaceSpec, efa_device_count, interface_layout
 from infra.facts.instance_types import HEAD_FIELD, InstanceType
 from infra.facts.subnets import VPC_CIDR
@@ -102,7 +102,11 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
 
 def head_prometheus_flags(cfg: ClusterConfig) -> tuple[str, ...]:
     """The head's Prometheus command line but its address (the running head's: templates/steps/metrics.sh.j2)."""
-    return tuple(prometheus_flags(canonical(cfg.observability.retention))) if cfg.metrics_on else ()
+    if not cfg.metrics_on:
+        return ()
+    o = cfg.observability
+    size = o.retention_size or default_retention_size(cfg.head_node.root_volume_gib)
+    return tuple(prometheus_flags(canonical(o.retention), size))
 
 
 def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict[str, BootstrapContext]:

@@ -9,20 +9,31 @@ scrape targets written by the controller from the membership it publishes (hpcc_
   `hpcc replace` run on the head, so the same test shows that it replaces the node under its name at a new address
   (one replacement in the box instead of two: each costs a boot).
 
+- (b) the alerts feed the heal loop: the real EFA errors rule's expression over a 1-minute window with no `for`
+  (the rule's own 10 and 30 minutes are `promtool test rules`' to check: tests/render/test_prometheus.py), added to
+  the head's rules for the test; an EFA error counter rising in a node's textfile fires it, the controller raises
+  an alert on that node and drains it in Slurm with the rule named, and resumes it once the counter stops; a
+  Prometheus frozen (SIGSTOP: it takes connections and answers nothing) is said in the controller's log while its
+  loops go on.
+
 Printed: `[metrics] ...` lines with what was measured."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.parse
 
 import pytest
+import yaml
 
 from hpcc_contract import metrics
+from hpcc_node.controller.model import ALERT, ALERT_REASON, RESUME
+from infra.render import prometheus as prom
 from tests.box.cloud import FleetBox
 from tests.box.shared import expected_names
-from tests.box.test_box_fleet import ip_of, request_replace, settled, wait_for
+from tests.box.test_box_fleet import ip_of, request_replace, settled, slurm, wait_for
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
@@ -125,3 +136,94 @@ def test_a_every_ready_node_is_an_up_target_and_hpcc_replace_on_the_head_moves_t
         why=lambda: f"{victim}'s replacement {new} scraped within {BOUND} s of being ready: {targets(box)}",
     )
     print(f"[metrics] {victim}'s replacement ({new}) series present {time.time() - ready_at:.1f} s after it was ready")
+
+
+def head_series(box: FleetBox) -> dict[str, float]:
+    """The controller's own series file on the head, as name -> value (labels dropped: the few unlabelled ones)."""
+    text = box.head.file(f"{metrics.TEXTFILE_DIR}/{metrics.TEXTFILE_CONTROLLER}").read_text()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(hpcc_controller_\w+) (\S+)$", text, re.M)}
+
+
+def test_b_a_firing_drain_rule_alerts_and_drains_its_node_until_it_stops_and_a_frozen_prometheus_stops_nothing(
+    fleet: FleetBox,
+):
+    box, node = fleet, "a-002"
+    pid = box.head.run("cat", "/run/hpcc-prometheus.pid").stdout.strip()
+    assert pid.isdigit(), "no Prometheus pid on the head"
+
+    # Prometheus frozen: the controller says so once and goes on looping
+    loops = head_series(box)["hpcc_controller_loops_total"]
+    box.undo("the head's Prometheus thawed", lambda: box.head.run("kill", "-CONT", pid))
+    box.head.run("kill", "-STOP", pid, check=True)
+    frozen = wait_for(
+        lambda: (
+            "Prometheus alerts unread" in box.controller_log()
+            and head_series(box)["hpcc_controller_loops_total"] >= loops + 2
+        ),
+        120,
+        box,
+        why=lambda: f"the controller's loops on past a frozen Prometheus: {box.controller_log()[-1500:]}",
+    )
+    assert frozen
+    box.head.run("kill", "-CONT", pid, check=True)
+    wait_for(lambda: "Prometheus alerts read again" in box.controller_log(), 60, box, why="the alerts read again")
+    looped = head_series(box)["hpcc_controller_loops_total"] - loops
+    print(f"[metrics] Prometheus frozen, then thawed: the controller looped on ({looped:.0f} loops)")
+
+    # the EFA rule, over a minute, added to the head's rules for the test
+    rules_file = box.head.file(prom.RULES_PATH)
+    original = rules_file.read_text()
+    (efa,) = [a for a in prom.alerts() if a.name == prom.ALERT_EFA_ERRORS]
+    quick = {**prom.rule(efa), "expr": efa.expr.replace("[10m]", "[1m]"), "for": "0s"}
+    assert quick["expr"] != efa.expr
+    doc = yaml.safe_load(original)
+    doc["groups"].append({"name": "box-quick", "rules": [quick]})
+
+    def put_rules(text: str) -> None:
+        rules_file.write_text(text)
+        box.head.run("kill", "-HUP", pid, check=True)
+
+    injected = box.node(node).file(f"{metrics.TEXTFILE_DIR}/box_efa.prom")
+    box.undo("the quick EFA rule removed", lambda: put_rules(original))
+    box.undo("the injected EFA counter removed", lambda: injected.unlink(missing_ok=True))
+    box.undo(f"{node} resumed", lambda: box.on_head("scontrol", "update", f"NodeName={node}", "State=RESUME"))
+    put_rules(yaml.safe_dump(doc, sort_keys=False, width=1000))
+
+    def counter(value: int) -> None:
+        tmp = injected.with_suffix(".tmp")
+        tmp.write_text(
+            "# TYPE hpcc_efa_errors_total counter\n"
+            f'hpcc_efa_errors_total{{device="rdmap-box0",counter="rdma_read_wr_err"}} {value}\n'
+        )
+        tmp.rename(injected)
+
+    started, value = time.time(), 1
+
+    def drained():
+        nonlocal value
+        value += 3  # the counter rises every look, as a failing link's does
+        counter(value)
+        state = slurm(box).get(node)
+        return state if state and "DRAIN" in state.states and state.reason.startswith(ALERT_REASON) else None
+
+    state = wait_for(
+        drained, 240, box, every=5, why=lambda: f"{node} drained for the EFA alert: {slurm(box).get(node)}"
+    )
+    fired = time.time() - started
+    assert prom.ALERT_EFA_ERRORS in state.reason and "rdma_read_wr_err" in state.reason, state.reason
+    raised = [e for e in box.ledger().events if e.kind == ALERT and e.node == node and e.at >= started - 5]
+    assert raised and "rdmap-box0" in raised[0].detail, raised
+    print(f"[metrics] {node} drained {fired:.0f} s after its EFA errors began rising: {state.reason!r}")
+
+    stopped = time.time()  # the counter stays: no rise in the last minute, the rule stops firing
+    resumed = wait_for(
+        lambda: (lambda st: st if st and not st.states & {"DRAIN", "DOWN"} else None)(slurm(box).get(node)),
+        240,
+        box,
+        every=5,
+        why=lambda: f"{node} resumed once its EFA errors stopped rising: {slurm(box).get(node)}",
+    )
+    assert resumed
+    back = [e for e in box.ledger().events if e.kind == RESUME and e.node == node and e.at >= stopped]
+    assert back and "no longer fires" in back[0].detail, back
+    print(f"[metrics] {node} resumed {time.time() - stopped:.0f} s after its EFA errors stopped rising")

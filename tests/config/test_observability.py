@@ -153,3 +153,71 @@ def test_the_bundle_carries_the_heads_prometheus_configuration_as_the_section_sa
     assert "--storage.tsdb.retention.time=30d" in head_prometheus_flags(cfg)
     off = observed(scheduler="slurm", observability__enabled=False)
     assert metrics_files(off) == {} and head_prometheus_flags(off) == ()
+
+
+def test_the_retention_size_is_forty_percent_of_the_heads_root_volume_unless_given():
+    from infra.render.roles import head_prometheus_flags
+
+    assert "--storage.tsdb.retention.size=80GB" in head_prometheus_flags(observed(scheduler="slurm"))
+    bigger = observed(scheduler="slurm", headNode__rootVolumeGiB=1000)
+    assert "--storage.tsdb.retention.size=400GB" in head_prometheus_flags(bigger)
+    given = observed(scheduler="slurm", observability__retentionSize="512MB")
+    assert "--storage.tsdb.retention.size=512MB" in head_prometheus_flags(given)
+    assert problems(scheduler="slurm", observability__retentionSize="160GB") == []  # 80% of 200 GiB
+
+
+@pytest.mark.parametrize(
+    "size, words",
+    [
+        ("80", "has no unit: write 80GB"),
+        ("80 GB", "is not a size"),
+        ("80GiB", "is not a size"),
+        ("1.5TB", "is not a size"),
+        ("161GB", "more than 160GB, 80% of the head's root volume (headNode.rootVolumeGiB: 200)"),
+        ("1TB", "raise headNode.rootVolumeGiB"),
+    ],
+)
+def test_a_retention_size_that_is_no_size_or_would_fill_the_head_says_what_to_give(size, words):
+    found = problems(scheduler="slurm", observability__retentionSize=size)
+    assert [f for f, m in found if f.endswith("observability.retentionSize") and words in m], found
+
+
+def test_the_real_prometheus_takes_the_rendered_command_line(tmp_path):
+    """Debian's Prometheus started with the head's flags but its address: it serves, and says the size it keeps."""
+    import json
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    from infra.render.roles import head_prometheus_flags
+    from tests.node.metrics_support import tool
+
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 30s}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    flags = [
+        f"--config.file={config}" if f.startswith("--config.file=") else
+        f"--storage.tsdb.path={tmp_path / 'data'}" if f.startswith("--storage.tsdb.path=") else f
+        for f in head_prometheus_flags(observed(scheduler="slurm", observability__retentionSize="3GB"))
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [tool("prometheus"), *flags, f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline, got = time.monotonic() + 60, None
+        while got is None and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else "prometheus exited"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/status/flags", timeout=5) as r:
+                    got = json.loads(r.read())["data"]
+            except OSError:
+                time.sleep(0.3)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    # it reads the size as powers of 2, as the flag's help says: 3GB is 3GiB
+    assert got and (got["storage.tsdb.retention.size"], got["storage.tsdb.retention.time"]) == ("3GiB", "15d"), got

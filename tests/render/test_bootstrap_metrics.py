@@ -79,7 +79,7 @@ def test_node_exporter_starts_once_on_the_nodes_address_and_restarts_when_its_ar
 def test_the_head_runs_prometheus_with_the_bundles_configuration_on_its_own_address(fake, stop_stand_ins):
     tmp_path, bin_dir, env = fake
     stand_ins(tmp_path, bin_dir)
-    flags = tuple(prometheus.prometheus_flags("15d"))
+    flags = tuple(prometheus.prometheus_flags("15d", "80GB"))
     ctx = ctx_for(tmp_path, role="head", metrics=True, prometheus_flags=flags)
     config = f"{prometheus.CONFIG_PATH}"
     script = f"step_metrics; step_metrics; cat {config} >{tmp_path}/config-copy\n"

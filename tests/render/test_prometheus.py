@@ -128,8 +128,15 @@ def test_the_cluster_label_is_a_cluster_name_or_refused():
 
 
 def test_the_command_line_listens_on_the_heads_address_only_and_has_no_lifecycle_api():
-    flags = prom.prometheus_flags("15d", "/c/prometheus.yml", "/d")
-    assert flags == ["--config.file=/c/prometheus.yml", "--storage.tsdb.path=/d", "--storage.tsdb.retention.time=15d"]
+    flags = prom.prometheus_flags("15d", "80GB", "/c/prometheus.yml", "/d")
+    assert flags == [
+        "--config.file=/c/prometheus.yml",
+        "--storage.tsdb.path=/d",
+        "--storage.tsdb.retention.time=15d",
+        "--storage.tsdb.retention.size=80GB",
+    ]
+    with pytest.raises(ValueError, match="not a Prometheus size"):
+        prom.prometheus_flags("15d", "80 GB")
     assert prom.listen_flag(HEAD_IP) == f"--web.listen-address={HEAD_IP}:{metrics.PROMETHEUS_PORT}"
     assert prom.listen_flag("fd00::5") == f"--web.listen-address=[fd00::5]:{metrics.PROMETHEUS_PORT}"
     assert not any("lifecycle" in f for f in flags)

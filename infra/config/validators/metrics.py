@@ -67,6 +67,35 @@ def unless_default(text: str, default: str) -> str | None:
     return None if duration_ms(text) == duration_ms(default) else canonical(text)
 
 
+# --- sizes ------------------------------------------------------------------------------------------------------------
+# --storage.tsdb.retention.size: "a unit is required, supported units: B, KB, MB, GB, TB, PB, EB", powers of 2
+# (https://prometheus.io/docs/prometheus/latest/storage/#operational-aspects).
+SIZE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB", "EB")
+SIZE = re.compile(r"(?P<n>[1-9][0-9]{0,12})(?P<unit>" + "|".join(SIZE_UNITS[::-1]) + ")")
+SIZE_RULE = "a size with a unit of B, KB, MB, GB, TB, PB or EB (powers of 2), e.g. 80GB"
+# Without retentionSize Prometheus may take 40% of the head's root volume: the OS, the bundles, the logs, Slurm's and
+# the controller's state keep the rest, and the time retention still applies first.
+RETENTION_SIZE_SHARE = (2, 5)
+RETENTION_SIZE_MAX_SHARE = (4, 5)  # more than this and the head's disk fills before Prometheus deletes a block
+
+
+def size_bytes(text: str) -> int | None:
+    m = SIZE.fullmatch(text)
+    return int(m["n"]) * 1024 ** SIZE_UNITS.index(m["unit"]) if m else None
+
+
+def size_problem(text: str) -> str | None:
+    if size_bytes(text) is not None:
+        return None
+    if re.fullmatch(r"[0-9]+", text):
+        return f"has no unit: write {text}GB for gibibytes ({SIZE_RULE})"
+    return f"is not {SIZE_RULE}; no spaces, no decimals (GiB-style names are not Prometheus's)"
+
+
+def default_retention_size(root_volume_gib: int) -> str:
+    return f"{max(1, root_volume_gib * RETENTION_SIZE_SHARE[0] // RETENTION_SIZE_SHARE[1])}GB"
+
+
 # --- the workspace ----------------------------------------------------------------------------------------------------
 # A workspace's ARN, arn:aws:aps:<region>:<account>:workspace/<id> (Amazon Managed Service for Prometheus API
 # Reference, WorkspaceDescription: https://docs.aws.amazon.com/prometheus/latest/APIReference/API_WorkspaceDescription.html),
@@ -165,6 +194,23 @@ def metrics_retention(cfg):
     )
 
 
+def metrics_retention_size(cfg):
+    c = cfg.cluster
+    size = c.observability.retention_size
+    root = c.head_node.root_volume_gib
+    if size is None or not c.metrics_on:
+        return
+    most = root * RETENTION_SIZE_MAX_SHARE[0] // RETENTION_SIZE_MAX_SHARE[1]
+    if (size_bytes(size) or 0) > most * 1024**3:
+        yield Finding(
+            ERROR,
+            f"{OBSERVABILITY}.retentionSize",
+            f"{size} is more than {most}GB, 80% of the head's root volume (headNode.rootVolumeGiB: {root}): the disk "
+            f"fills before Prometheus deletes its oldest block, and the head stops; give at most {most}GB, raise "
+            f"headNode.rootVolumeGiB, or leave it out ({default_retention_size(root)} here)",
+        )
+
+
 def metrics_workspace_region(cfg):
     """AMP takes remote writes from other Regions (AMP User Guide, "Use cross Region workspaces":
     https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-send-to-multiple-workspaces.html), so another
@@ -192,4 +238,10 @@ def metrics_remote_write_unused(cfg):
         )
 
 
-RULES = [metrics_scrape_interval, metrics_retention, metrics_workspace_region, metrics_remote_write_unused]
+RULES = [
+    metrics_scrape_interval,
+    metrics_retention,
+    metrics_retention_size,
+    metrics_workspace_region,
+    metrics_remote_write_unused,
+]
