@@ -221,3 +221,11 @@ def test_the_real_prometheus_takes_the_rendered_command_line(tmp_path):
         proc.wait(timeout=20)
     # it reads the size as powers of 2, as the flag's help says: 3GB is 3GiB
     assert got and (got["storage.tsdb.retention.size"], got["storage.tsdb.retention.time"]) == ("3GiB", "15d"), got
+
+
+def test_metrics_on_amazon_linux_are_refused_at_plan_time_naming_the_images_that_have_the_packages():
+    al2023 = {"image__family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"}
+    found = problems(observability__enabled=True, **al2023)
+    assert [m for f, m in found if f == "cluster.observability.enabled" and "ubuntu-22.04" in m], found
+    assert not [f for f, _ in problems(observability__enabled=False, **al2023) if "observability" in f]
+    assert not [f for f, _ in problems(observability__enabled=True) if "observability" in f]  # Ubuntu's have them

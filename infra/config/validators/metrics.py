@@ -211,6 +211,21 @@ def metrics_retention_size(cfg):
         )
 
 
+def metrics_have_packages(cfg):
+    """Issue 34's choice for Amazon Linux 2023: refused here, not an upstream release fetched at boot. The nodes
+    install Prometheus and node_exporter from the distribution (templates/steps/metrics.sh.j2); AL2023 packages
+    neither, and a binary downloaded by the boot would be a second supply chain for hpcc to pin, verify and patch."""
+    c = cfg.cluster
+    if c.metrics_on and c.image.amazon_linux:
+        yield Finding(
+            ERROR,
+            f"{OBSERVABILITY}.enabled",
+            "metrics need the distribution's prometheus and prometheus-node-exporter packages, which Amazon Linux "
+            "2023 does not have; use an Ubuntu DLAMI (image.family: base-oss-nvidia-driver-gpu-ubuntu-22.04 or "
+            "-24.04), or set observability.enabled: false",
+        )
+
+
 def metrics_workspace_region(cfg):
     """AMP takes remote writes from other Regions (AMP User Guide, "Use cross Region workspaces":
     https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-send-to-multiple-workspaces.html), so another
@@ -242,6 +257,7 @@ RULES = [
     metrics_scrape_interval,
     metrics_retention,
     metrics_retention_size,
+    metrics_have_packages,
     metrics_workspace_region,
     metrics_remote_write_unused,
 ]
