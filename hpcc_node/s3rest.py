@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import functools
 import hashlib
 import hmac
 import io
@@ -101,10 +102,16 @@ def object_url(env: Mapping[str, str], region: str, bucket: str, key: str) -> st
     return f"https://{bucket}.s3.{region}.{domain}/{path}"
 
 
-def urllib_send(method: str, url: str, headers: Dict[str, str], body: bytes, timeout: float) -> Tuple[int, Dict, bytes]:
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # IMDS is the instance's own: never a proxy
+
+
+def urllib_send(
+    method: str, url: str, headers: Dict[str, str], body: bytes, timeout: float, opener: Any = None
+) -> Tuple[int, Dict, bytes]:
+    """One request; S3's honour the environment's proxy (HTTPS_PROXY, NO_PROXY) as the CLI's do."""
     request = urllib.request.Request(url, data=body if method == "PUT" else None, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - an http(s) URL built above
+        with (opener or urllib.request.build_opener()).open(request, timeout=timeout) as answer:
             return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read()
     except urllib.error.HTTPError as e:  # 304, 403, 404...: an answer, not a failure to send
         return e.code, {k.lower(): v for k, v in (e.headers or {}).items()}, e.read() or b""
@@ -160,7 +167,8 @@ class Client:
             )
             self.credentials: Callable[[], Credentials] = lambda: fixed
         else:
-            self.credentials = RoleCredentials(env, send, clock)
+            direct = functools.partial(urllib_send, opener=DIRECT) if send is urllib_send else send
+            self.credentials = RoleCredentials(env, direct, clock)
 
     def _call(self, operation: str, method: str, bucket: str, key: str, headers: Dict[str, str], body: bytes = b""):
         url = object_url(self.env, self.region, bucket, key)

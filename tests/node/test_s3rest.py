@@ -7,6 +7,7 @@ from __future__ import annotations
 import calendar
 import datetime
 import json
+import urllib.request
 
 import pytest
 
@@ -217,3 +218,12 @@ def test_no_instance_metadata_is_a_client_error_saying_so():
 def test_hpcc_aws_clients_cli_keeps_s3_on_the_cli():
     assert isinstance(s3rest.client({"HPCC_AWS_CLIENTS": "cli"}), awscli.Client)
     assert isinstance(s3rest.client({}), s3rest.Client)
+
+
+def test_instance_metadata_is_asked_directly_and_s3_through_the_environments_proxy(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    s3 = s3rest.Client({"AWS_DEFAULT_REGION": "us-east-1"})
+    assert s3.credentials.send.keywords["opener"] is s3rest.DIRECT  # type: ignore[union-attr]
+    assert not any(isinstance(h, urllib.request.ProxyHandler) and h.proxies for h in s3rest.DIRECT.handlers)
+    proxied = urllib.request.build_opener()
+    assert any(isinstance(h, urllib.request.ProxyHandler) and h.proxies for h in proxied.handlers)
