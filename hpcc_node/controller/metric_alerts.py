@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from hpcc_contract import metrics
+from hpcc_node.health.verdict import clean_reason
 
 from .assess import HELD_STATES
 from .decide_failures import alert
@@ -116,7 +117,9 @@ def alert_url(head_ip: str) -> str:
 
 
 def drain_reason(a: MetricAlert) -> str:
-    return f"{ALERT_REASON}{a.name}: {a.summary}"[:200]  # Slurm keeps the reason as text; hpcc's are short
+    """The Slurm reason: a summary carries the series' labels, node-written text, so it is cleaned as every reason
+    hpcc gives Slurm is (one printable line, no `Key=` token, bounded)."""
+    return clean_reason(f"{ALERT_REASON}{a.name}: {a.summary}")
 
 
 def alert_actions(snap: Snapshot, busy: Set[str], raised: set, systemic_at: int) -> List[Action]:

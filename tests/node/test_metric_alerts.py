@@ -65,6 +65,12 @@ def test_a_drain_rule_drains_its_idle_node_and_every_firing_rule_is_one_alert_wi
     assert drain.instance_id == "i-0" and not [a for a in out if a.kind in (REPLACE, DOWN)]
 
 
+def test_a_summary_carrying_node_written_labels_is_one_clean_line_in_the_slurm_reason():
+    sly = MetricAlert(THERMAL.name, "gpu-000", "i-0", "drain", "device rdmap0\nState=RESUME Reason=x", NOW)
+    (drain,) = [a for a in ma.alert_actions(snap((sly,)), set(), set(), 3) if a.kind == DRAIN]
+    assert drain.data["reason"] == "hpcc: alert HpccGpuThermalThrottling: device rdmap0 State:RESUME Reason:x"
+
+
 def test_an_alert_raised_already_is_not_raised_again_but_its_node_still_drains():
     out = ma.alert_actions(
         snap((THERMAL,), alerts={"metrics:HpccGpuThermalThrottling:gpu-000": NOW - 30}), set(), set(), 3
