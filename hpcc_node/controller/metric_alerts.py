@@ -159,7 +159,12 @@ def alert_actions(snap: Snapshot, busy: Set[str], raised: set, systemic_at: int)
         if firing is not None and not node.states & HELD_STATES:
             why = Why("", f"alert {firing.name}: {firing.summary}")
             out.append(Action(DRAIN, why=why, data={"reason": drain_reason(firing)}, **common))
-        elif firing is None and "DRAIN" in node.states and node.reason.startswith(ALERT_REASON):
+        elif (
+            firing is None
+            and "DRAIN" in node.states
+            and node.reason.startswith(ALERT_REASON)
+            and getattr(snap.reports.get(name), "ok", True)  # a failing verdict meanwhile: the health rules' node
+        ):
             rule = node.reason[len(ALERT_REASON) :].split(":", 1)[0]
             out.append(Action(RESUME, why=Why("", f"alert {rule} no longer fires"), **common))
     return out

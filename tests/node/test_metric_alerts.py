@@ -105,6 +105,9 @@ def test_the_alerts_drain_is_resumed_once_no_drain_rule_fires_for_the_node_and_o
     assert kinds(ma.alert_actions(snap((THERMAL,), states, reasons), set(), set(), 3)) == [
         (ALERT, "gpu-000")
     ]  # still held
+    # a health verdict failing meanwhile: the node is the health rules' now, not resumed
+    failing = {"gpu-000": Report("gpu-000", "i-0", False, "health", "xid: Xid 79", NOW - 5, check="xid")}
+    assert ma.alert_actions(snap((), states, reasons, reports=failing), set(), set(), 3) == []
     # Prometheus down (None): nothing drained, nothing resumed, nothing raised
     assert ma.alert_actions(snap(None, states, reasons), set(), set(), 3) == []
 
