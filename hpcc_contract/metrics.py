@@ -72,8 +72,14 @@ SERIES: Dict[str, Tuple[str, str]] = {
     # Slurm as the controller read it in its last loop (the distribution's Slurm has no metrics endpoint)
     "hpcc_slurm_nodes": ("gauge", "Slurm's nodes (labels group, state: down, drain, allocated, mixed, idle, other)"),
     "hpcc_slurm_jobs": ("gauge", "Slurm's jobs by base state (label state: pending, running, completing...)"),
-    "hpcc_slurm_job_node_info": ("gauge", "1 for each node of each running job (labels job_id, node, user, job_name)"),
+    # slurm_node, not node: the head's target carries node="head", which Prometheus keeps over the series' own (the
+    # series' becomes exported_node); a query joins on node through label_replace(..., "node", "$1", "slurm_node", ...)
+    "hpcc_slurm_job_node_info": (
+        "gauge",
+        "1 for each node of each running job (labels job_id, slurm_node, user, job_name)",
+    ),
 }
+JOB_NODE_LABEL = "slurm_node"  # hpcc_slurm_job_node_info's label naming the job's node (see above)
 METRIC_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"  # the exposition format's names ("Metric names and labels")
 LABEL_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 

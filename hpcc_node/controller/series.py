@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import AbstractSet, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from hpcc_contract.metrics import TEXTFILE_CONTROLLER
+from hpcc_contract.metrics import JOB_NODE_LABEL, TEXTFILE_CONTROLLER
 from hpcc_contract.taxonomy import POLICIES
 from hpcc_node.metrics import Sample, render, write_textfile
 
@@ -87,7 +87,7 @@ def slurm_node_state(states: AbstractSet[str]) -> str:
 
 def slurm_samples(snap: m.Snapshot, groups: Sequence[str]) -> List[Sample]:
     """Slurm's nodes by group and state, its jobs by state, and each running job's nodes (value 1, the job's id,
-    owner and name as labels: a dashboard or `hpcc top` joins a node's GPU series to its job on `node`). None
+    node, owner and name as labels: a dashboard or `hpcc top` joins a node's GPU series to its job). None
     without Slurm. A node the ledger does not know (the head) counts under group ""."""
     if snap.slurm is None:
         return []
@@ -105,7 +105,7 @@ def slurm_samples(snap: m.Snapshot, groups: Sequence[str]) -> List[Sample]:
     out += [
         Sample(
             "hpcc_slurm_job_node_info",
-            {"job_id": job.job_id, "node": node, "user": job.user, "job_name": job.name[:JOB_NAME_CHARS]},
+            {"job_id": job.job_id, JOB_NODE_LABEL: node, "user": job.user, "job_name": job.name[:JOB_NAME_CHARS]},
             1,
         )
         for job in snap.jobs

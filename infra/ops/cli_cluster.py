@@ -6,6 +6,7 @@ by infra/ops/cli.py, in WORKFLOW order."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -208,3 +209,54 @@ def reap(
     print_notes(out, inv)
     if any(i.failed for i in inv.items):
         raise typer.Exit(1)
+
+
+def top(
+    config: StackFile = None,
+    cluster: ClusterName = None,
+    stack: StackName = None,
+    region: Region = None,
+    once: bool = typer.Option(False, "--once", help="print one frame and exit (for scripts)"),
+    sort: str = typer.Option("name", "--sort", help="name, nodes, gpu, worst, memory, power, efa, draining, replacing"),
+    every: int = typer.Option(5, "--every", min=1, max=300, help="seconds between frames"),
+    prometheus: str = typer.Option(
+        None,
+        "--prometheus",
+        help="the head's Prometheus where you reach it (http://<head address>:9090 inside the VPC); default: a "
+        "Session Manager port forward hpcc opens and closes",
+    ),
+):
+    """The cluster at a glance from the head's Prometheus: per group and per running job, GPU utilisation (the mean
+    and the worst node), GPU memory, power, EFA throughput, and the nodes draining or being replaced."""
+    import contextlib
+
+    from rich.live import Live
+
+    from infra.ops import top as ops_top  # lazy: boto3 for the forward
+
+    if sort not in ops_top.COLUMNS:
+        raise fail(f"--sort {sort}: one of {', '.join(ops_top.COLUMNS)}")
+    if prometheus is not None and not prometheus.startswith(("http://", "https://")):
+        raise fail(f"--prometheus {prometheus!r}: give its URL, http://<address>:9090")
+    console = Console(width=None if sys.stdout.isatty() else 200)  # a script's frame is not wrapped at 80 columns
+
+    def run() -> None:
+        if prometheus is not None:
+            reach = contextlib.nullcontext(prometheus)
+        else:
+            name, where = support.target_of(config, cluster, stack, region)
+            aws = support.aws_for(where)
+            reach = ops_top.head_forward(aws, name, aws.region)
+        with reach as base:
+            if once:
+                console.print(ops_top.render(ops_top.read_frame(base), sort))
+                return
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(ops_top.render(ops_top.read_frame(base), sort), refresh=True)
+                    time.sleep(every)
+
+    try:
+        support.ops(run)
+    except KeyboardInterrupt:
+        return

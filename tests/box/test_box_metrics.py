@@ -14,7 +14,9 @@ scrape targets written by the controller from the membership it publishes (hpcc_
   the head's rules for the test; an EFA error counter rising in a node's textfile fires it, the controller raises
   an alert on that node and drains it in Slurm with the rule named, and resumes it once the counter stops; a
   Prometheus frozen (SIGSTOP: it takes connections and answers nothing) is said in the controller's log while its
-  loops go on.
+  loops go on;
+- (c) `hpcc top --once`, run on the head against its Prometheus (`--prometheus`, as from inside the VPC), shows a
+  running Slurm job with its nodes, its name (a user's text) shown as written.
 
 Printed: `[metrics] ...` lines with what was measured."""
 
@@ -32,6 +34,7 @@ from hpcc_contract import metrics
 from hpcc_node.controller.model import ALERT, ALERT_REASON, RESUME
 from infra.render import prometheus as prom
 from tests.box.cloud import FleetBox
+from tests.box.node import VENV_BIN
 from tests.box.shared import expected_names
 from tests.box.test_box_fleet import ip_of, request_replace, settled, slurm, wait_for
 
@@ -227,3 +230,26 @@ def test_b_a_firing_drain_rule_alerts_and_drains_its_node_until_it_stops_and_a_f
     back = [e for e in box.ledger().events if e.kind == RESUME and e.node == node and e.at >= stopped]
     assert back and "no longer fires" in back[0].detail, back
     print(f"[metrics] {node} resumed {time.time() - stopped:.0f} s after its EFA errors stopped rising")
+
+
+def test_c_hpcc_top_once_shows_the_running_job_with_its_nodes(fleet: FleetBox):
+    box, name = fleet, "top <check> [b]"  # a user's text: shown as written, never markup
+    out = box.on_head("sbatch", "--parsable", "-N", "2", "-w", "a-000,b-000", "-J", name, "--wrap", "sleep 900")
+    job = out.stdout.strip().split(";")[0]
+    assert job.isdigit(), out.stdout + out.stderr
+    box.undo(f"job {job} cancelled", lambda: box.on_head("scancel", job))
+    url = f"http://{box.head.ip}:{metrics.PROMETHEUS_PORT}"
+    submitted = time.time()
+
+    def top() -> str:
+        return box.head.run(
+            str(VENV_BIN / "python"), "-m", "infra.ops.cli", "top", "--once", "--prometheus", url
+        ).stdout
+
+    def shown():
+        text = top()
+        return text if job in text and "a-000, b-000" in text else None
+
+    frame = wait_for(shown, 120, box, every=3, why=lambda: f"job {job} in hpcc top's frame: {top()[-2000:]}")
+    assert name in frame, frame
+    print(f"[metrics] hpcc top showed job {job} on a-000, b-000 {time.time() - submitted:.0f} s after sbatch:\n{frame}")

@@ -206,7 +206,7 @@ def test_slurms_nodes_jobs_and_each_running_jobs_nodes_come_from_the_loops_snaps
         "other": 1,
     }
     running = {
-        (dict(k)["job_id"], dict(k)["node"], dict(k)["user"], dict(k)["job_name"]): v
+        (dict(k)["job_id"], dict(k)["slurm_node"], dict(k)["user"], dict(k)["job_name"]): v
         for k, v in named(got, "hpcc_slurm_job_node_info").items()
     }
     assert running == {("41", n, "ana", 'llama "70b"\nrun'): 1 for n in ("gpu-000", "gpu-003")}
