@@ -178,6 +178,16 @@ CASES = [
         "is not an ARN",
     ),
     ({"observability__enabled": "sometimes"}, "cluster.observability.enabled", "valid boolean"),
+    (
+        {"scheduler": "slurm", "observability__retentionSize": "199GB"},
+        "cluster.observability.retentionSize",
+        "80% of the head's root volume",
+    ),
+    (
+        {"observability__enabled": True, "image__family": "base-oss-nvidia-driver-gpu-amazon-linux-2023"},
+        "cluster.observability.enabled",
+        "prometheus-node-exporter packages, which Amazon Linux 2023 does not have",
+    ),
 ]
 
 
@@ -225,6 +235,8 @@ RULE_CASES = {
     "metrics_retention",
     "metrics_workspace_region",  # a warning: tests/config/test_observability.py
     "metrics_remote_write_unused",  # likewise
+    "metrics_retention_size",
+    "metrics_have_packages",
 }  # tests/config/test_groups.py
 
 
