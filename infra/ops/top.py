@@ -216,9 +216,9 @@ def render(frame: Frame, sort: str = "name"):
 
 def head_forward(aws, cluster: str, region: str) -> Forward:
     """The port forward to `cluster`'s running head's Prometheus (its private address), ready to enter."""
-    from infra.ops.ssh import missing_tools
-    from infra.ops.status.cluster import head_instance
-    from infra.ops.store import cluster_instances
+    from infra.ops.ssh import missing_tools  # lazy: boto3, only for the forward
+    from infra.ops.status.cluster import head_instance  # lazy: boto3
+    from infra.ops.store import cluster_instances  # lazy: boto3
 
     running = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]
     head = head_instance(running)
