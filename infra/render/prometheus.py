@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import yaml
 
 from hpcc_contract import metrics
+from infra.config.validators.metrics import size_bytes
 
 CONFIG_DIR = posixpath.dirname(metrics.TARGETS_DIR)  # /etc/hpcc/prometheus: the targets beside the config
 CONFIG_PATH = posixpath.join(CONFIG_DIR, "prometheus.yml")
@@ -130,7 +131,7 @@ def prometheus_flags(
 
 def check_size(value: str) -> str:
     """A Prometheus size (512MB, 80GB), else ValueError: it goes on the command line as it is."""
-    if not re.fullmatch(r"[1-9][0-9]{0,12}(?:B|KB|MB|GB|TB|PB|EB)", value):
+    if size_bytes(value) is None:  # the grammar's one spelling: infra/config/validators/metrics.py SIZE
         raise ValueError(f"retention size: {value!r} is not a Prometheus size such as 80GB")
     return value
 
