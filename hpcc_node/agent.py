@@ -33,6 +33,7 @@ from hpcc_node import certs_agent as host_certs
 from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
+from hpcc_node.agent_metrics import MetricsFollowing
 from hpcc_node.agent_status import StatusReporting
 from hpcc_node.aws import Aws, AwsError
 from hpcc_node.controller import membership
@@ -98,7 +99,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
+class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing):
     def __init__(
         self,
         config: Config,
@@ -230,6 +231,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting):
             self.certs.tick(self.doc, self.clock())
         if self.c.role == "head" and self.settings.get("SCHEDULER") == "slurm":
             self.slurm_watch()
+        self.follow_metrics()  # the head's Prometheus on this bundle's metrics files
         switched = self.follow_bundle(read)
         if switched:
             return switched

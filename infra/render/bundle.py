@@ -30,7 +30,7 @@ from infra.config.hooks import hook_files
 from infra.config.validators.metrics import canonical, workspace
 from infra.render.assets import asset
 from infra.render.prometheus import alert_rules, prometheus_config
-from infra.render.roles import role_contexts
+from infra.render.roles import head_prometheus_flags, role_contexts
 from infra.render.userdata import render
 
 FORMAT = formats.BUNDLE_MANIFEST
@@ -180,8 +180,10 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
 
 
 def metrics_files(cfg) -> dict[str, bytes]:
-    """The head's Prometheus configuration and alert rules (infra/render/prometheus.py), where observability is on:
-    the head's metrics step (templates/steps/metrics.sh.j2) installs them from the bundle."""
+    """The head's Prometheus configuration, alert rules and command line (infra/render/prometheus.py; one flag a
+    line, its address added by the running head), where observability is on. The head's metrics step
+    (templates/steps/metrics.sh.j2) installs them from the bundle at boot, and its agent again when a bundle brings
+    other ones (hpcc_node/agent_metrics.py): a changed retention or rule reaches the running head, not a new one."""
     if not cfg.metrics_on:
         return {}
     found = workspace(cfg.metrics_workspace_arn) if cfg.metrics_workspace_arn else None
@@ -191,7 +193,12 @@ def metrics_files(cfg) -> dict[str, bytes]:
         region=found.region if found else None,
         cluster=cfg.name,
     )
-    return {"metrics/prometheus.yml": config.encode(), "metrics/rules.yml": alert_rules().encode()}
+    flags = "".join(f"{flag}\n" for flag in head_prometheus_flags(cfg))
+    return {
+        "metrics/prometheus.yml": config.encode(),
+        "metrics/rules.yml": alert_rules().encode(),
+        "metrics/prometheus.args": flags.encode(),
+    }
 
 
 def role_script(files: dict[str, bytes], role: str) -> str:

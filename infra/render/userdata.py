@@ -62,10 +62,9 @@ class BootstrapContext:
     hooks_start: tuple[str, ...] = ()  # hooks.onNodeStart's names in the bundle (infra/config/hooks.py)
     hooks_ready: tuple[str, ...] = ()  # hooks.onNodeReady's
     hook_timeout_minutes: int = 10
-    # Observability (templates/steps/metrics.sh.j2): the exporters on every node, Prometheus on the head with these
-    # flags (infra/render/prometheus.py prometheus_flags; its address is the running head's)
+    # Observability (templates/steps/metrics.sh.j2): the exporters on every node, Prometheus on the head (its
+    # configuration, rules and flags come in the bundle's metrics/, so a change to them is no boot-step drift)
     metrics: bool = False
-    prometheus_flags: tuple[str, ...] = ()
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 

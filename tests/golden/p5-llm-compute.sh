@@ -1317,5 +1317,5 @@ main() {
 case "${1:-}" in
   "") main ;;
   apply-membership) apply_membership ;;
-  *) echo "usage: ${0##*/} [apply-membership]: no argument runs the bootstrap; apply-membership is the node agent's (hpcc_node/agent.py)" >&2; exit 2 ;;
+  *) echo "usage: ${0##*/} [apply-membership]: no argument runs the bootstrap; the others are the node agent's (hpcc_node/agent.py)" >&2; exit 2 ;;
 esac

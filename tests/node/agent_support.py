@@ -147,6 +147,7 @@ class FakeRun:
 
     def __init__(self, etc: Path, fail_self_check: set[str] | None = None, sinfo: dict[str, str] | None = None):
         self.etc, self.fail, self.sinfo, self.calls = etc, fail_self_check or set(), sinfo or {}, []
+        self.apply_metrics_rc = 0  # what the head's apply-metrics answers
 
     def __call__(self, argv, **kw):
         self.calls.append(argv)
@@ -157,6 +158,9 @@ class FakeRun:
             (self.etc / "node").write_text("".join(f"{k}={v}\n" for k, v in old.items()))
             (self.etc / "settings").write_text(env["HPCC_APPLY_SETTINGS"].rstrip("\n") + "\n")
             return subprocess.CompletedProcess(argv, 0, "", "")
+        if argv[-1] == "apply-metrics":
+            rc = self.apply_metrics_rc
+            return subprocess.CompletedProcess(argv, rc, "", "E: Unable to locate package prometheus" if rc else "")
         if argv[-1] == "--self-check":
             sha = Path(kw["cwd"]).name
             rc = 1 if sha in self.fail else 0
@@ -174,8 +178,10 @@ def node(
     version: int = 0,
     scripts: dict[str, str] | None = None,
     settings_text: str = SETTINGS,
+    patches: dict[str, str] | None = None,
 ):
-    """A booted node's directories (its bundle installed as the loader would); its Config and the bundle's sha."""
+    """A booted node's directories (its bundle installed as the loader would); its Config and the bundle's sha.
+    patches: files the bundle has besides (tests/box/bundles.py build)."""
     root = tmp_path / name
     etc, run, opt = root / "etc", root / "run", root / "opt"
     for d in (etc, run):
@@ -184,7 +190,7 @@ def node(
         f"HPCC_NODE={name}\nHPCC_INSTANCE_ID={instance_of(name)}\nHPCC_IP={ip}\nHOSTS_VERSION={version}\n"
     )
     (etc / "settings").write_text(settings_text)
-    packed, sha = bundles.build(scripts or SCRIPTS)
+    packed, sha = bundles.build(scripts or SCRIPTS, patches)
     bundles.install(opt, packed, sha)
     role = "head" if name == "head" else "compute"
     config = agent.Config(

@@ -52,11 +52,19 @@ def stop_stand_ins(tmp_path):
             pass
 
 
-def run_step(tmp_path, env, ctx, script: str):
+def bundle_metrics(tmp_path, flags=("--storage.tsdb.retention.time=15d",), rules: str | None = None) -> Path:
+    """The bundle's metrics/ files (infra/render/bundle.py metrics_files) under tmp_path/current."""
     current = tmp_path / "current" / "metrics"
     current.mkdir(parents=True, exist_ok=True)
     (current / "prometheus.yml").write_text(prometheus.prometheus_config())
-    (current / "rules.yml").write_text(prometheus.alert_rules())
+    (current / "rules.yml").write_text(rules or prometheus.alert_rules())
+    (current / "prometheus.args").write_text("".join(f"{f}\n" for f in flags))
+    return current
+
+
+def run_step(tmp_path, env, ctx, script: str):
+    if not (tmp_path / "current" / "metrics").exists():
+        bundle_metrics(tmp_path)
     head = f"{preamble(tmp_path)}{STUB_FAIL}HPCC_CURRENT={tmp_path}/current\nHPCC_OS=ubuntu-22.04\n"
     return private_run([*COMMON, "metrics"], head + script, ctx, env, **WRITES)
 
@@ -80,7 +88,8 @@ def test_the_head_runs_prometheus_with_the_bundles_configuration_on_its_own_addr
     tmp_path, bin_dir, env = fake
     stand_ins(tmp_path, bin_dir)
     flags = tuple(prometheus.prometheus_flags("15d", "80GB"))
-    ctx = ctx_for(tmp_path, role="head", metrics=True, prometheus_flags=flags)
+    bundle_metrics(tmp_path, flags)
+    ctx = ctx_for(tmp_path, role="head", metrics=True)
     config = f"{prometheus.CONFIG_PATH}"
     script = f"step_metrics; step_metrics; cat {config} >{tmp_path}/config-copy\n"
     out = run_step(tmp_path, env, ctx, script)
@@ -97,3 +106,40 @@ def test_with_observability_off_the_step_starts_nothing(fake, stop_stand_ins):
     out = run_step(tmp_path, env, ctx_for(tmp_path, metrics=False), "step_metrics; sleep 1\n")
     assert out.returncode == 0, out.stdout + out.stderr
     assert not starts(tmp_path, "prometheus-node-exporter") and not starts(tmp_path, "prometheus")
+
+
+def test_a_bundle_with_other_metrics_files_restarts_prometheus_with_them_and_the_same_ones_do_nothing(
+    fake, stop_stand_ins
+):
+    """What the head's agent runs after a bundle brings other metrics files (hpcc_node/agent_metrics.py): the step
+    again, from the new bundle's files. The same files leave Prometheus running; a new retention restarts it."""
+    tmp_path, bin_dir, env = fake
+    stand_ins(tmp_path, bin_dir)
+    old = tuple(prometheus.prometheus_flags("15d", "80GB"))
+    new = tuple(prometheus.prometheus_flags("30d", "80GB"))
+    current = bundle_metrics(tmp_path, old)
+    ctx = ctx_for(tmp_path, role="head", metrics=True)
+    rules = prometheus.alert_rules().replace("for: 5m", "for: 7m")
+    script = (
+        "step_metrics; sleep 1; step_metrics; sleep 1\n"
+        f"printf '%s\\n' {' '.join(new)} >{current}/prometheus.args\n"
+        f"cat >{current}/rules.yml <<'RULES'\n{rules}RULES\n"
+        f"step_metrics; sleep 3; cat {prometheus.RULES_PATH} >{tmp_path}/rules-copy\n"
+    )
+    out = run_step(tmp_path, env, ctx, script)
+    assert out.returncode == 0, out.stdout + out.stderr
+    seen = wait_starts(tmp_path, "prometheus", 2)
+    assert seen == [
+        " ".join([*old, prometheus.listen_flag("10.0.0.6")]),
+        " ".join([*new, prometheus.listen_flag("10.0.0.6")]),
+    ]
+    assert (tmp_path / "rules-copy").read_text() == rules
+
+
+def test_the_head_script_takes_apply_metrics_and_a_compute_script_does_not(tmp_path):
+    from infra.render.userdata import render  # why: the whole role script, rendered as the bundle holds it
+
+    head = render(ctx_for(tmp_path, role="head", metrics=True))
+    compute = render(ctx_for(tmp_path, role="compute", metrics=True))
+    assert "apply-metrics) apply_metrics ;;" in head and "apply_metrics()" in head
+    assert "apply-metrics" not in compute

@@ -1,0 +1,79 @@
+"""The head's agent keeps the head's Prometheus on the metrics files of the bundle it runs (issue 34, day 2): its
+configuration, alert rules and command line come in the bundle's metrics/ (infra/render/bundle.py metrics_files), so a
+changed scrape interval, retention, rule or remote write reaches the running head with the bundle, no replacement.
+When the bundle it runs brings other metrics files than it last applied, it runs the role script's `apply-metrics`
+(templates/steps/metrics.sh.j2: the metrics step again, which restarts Prometheus only if what it reads changed) and
+records what it applied. A failed apply is logged with its output and tried again after RETRY_S, not every tick."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from typing import Optional
+
+METRICS_DIR = "metrics"  # in the bundle
+APPLIED = "metrics.applied"  # under the agent's etc: the digest of the metrics files last applied
+RETRY_S = 300.0
+
+
+def metrics_digest(bundle_dir: str) -> str:
+    """The sha256 over the bundle's metrics files, names and bytes ('' when it has none: observability is off)."""
+    where = os.path.join(bundle_dir, METRICS_DIR)
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return ""
+    h = hashlib.sha256()
+    for name in names:
+        with open(os.path.join(where, name), "rb") as f:
+            data = f.read()
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+class MetricsFollowing:
+    """Agent's metrics method. What it uses of the agent: its config `c`, `run`, `clock`, `log`, `running`,
+    `current_dir()`."""
+
+    metrics_retry_at: Optional[float] = None
+
+    def follow_metrics(self) -> None:
+        if self.c.role != "head":
+            return
+        digest = metrics_digest(self.current_dir())
+        applied_path = self.c.path(APPLIED)
+        try:
+            with open(applied_path) as f:
+                applied = f.read().strip()
+        except OSError:
+            applied = ""
+        if not digest or digest == applied:
+            return
+        now = self.clock()
+        if self.metrics_retry_at is not None and now < self.metrics_retry_at:
+            return
+        script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
+        out = self.run(
+            ["bash", script, "apply-metrics"],
+            env=dict(os.environ, HPCC_BUNDLE=self.running),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if out.returncode != 0:
+            self.metrics_retry_at = now + RETRY_S
+            said = " ".join(((out.stdout or "") + (out.stderr or "")).split())[-300:]
+            self.log(
+                f"apply-metrics of bundle {self.running[:12]} failed (exit {out.returncode}): {said or 'no output'}; "
+                f"again in {RETRY_S:.0f} s"
+            )
+            return
+        self.metrics_retry_at = None
+        tmp = applied_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(digest + "\n")
+        os.replace(tmp, applied_path)
+        self.log(f"the head's Prometheus runs bundle {self.running[:12]}'s metrics files (apply-metrics)")
