@@ -65,7 +65,7 @@ lint: $(VENV)/.lint
 
 # Every benchmark runs whatever the ones before it found; a script says a missed target with a `MISS ...` line and
 # exits non-zero. The missed targets of all of them are listed again at the end, and then make fails.
-BENCHES := bench_plan bench_day2 bench_controller bench_ready bench_scale bench_series
+BENCHES := bench_plan bench_day2 bench_controller bench_ready bench_scale bench_series bench_prometheus
 bench: setup
 	@logs=$$(mktemp -d); failed=""; \
 	for b in $(BENCHES); do \

@@ -237,6 +237,7 @@ RULE_CASES = {
     "metrics_remote_write_unused",  # likewise
     "metrics_retention_size",
     "metrics_have_packages",
+    "head_holds_the_metrics",  # a warning: tests/facts/test_prometheus_sizing.py
 }  # tests/config/test_groups.py
 
 

@@ -11,8 +11,10 @@ InstanceTypeInfo): `SupportedUsageClasses` (the markets a type is sold in: some 
 from __future__ import annotations
 
 from infra.config.validators.findings import ERROR, WARNING, Finding
+from infra.facts.efa import efa_device_count, interface_layout
 from infra.facts.images import image_name_pattern
 from infra.facts.instance_types import HEAD_FIELD, InstanceType, UnknownInstanceType
+from infra.facts.prometheus_sizing import HEAD_SERIES, HEAD_SHARE, node_series, prometheus_bytes
 from infra.facts.slurm import SlurmFactsError, slurm_node
 
 IMAGE_FIELD = "cluster.image"
@@ -160,6 +162,29 @@ def slurm_node_defined(cfg, types: dict[str, InstanceType]):
             yield Finding(ERROR, e.field, str(e).removeprefix(f"{e.field}: "))
 
 
+def head_holds_the_metrics(cfg, types: dict[str, InstanceType]):
+    """With metrics on, the head's Prometheus holds every node's series (infra/facts/prometheus_sizing.py): a head
+    whose memory it would take more than half of is warned about, with the size to give."""
+    c, head = cfg.cluster, types.get(HEAD_FIELD)
+    if not c.metrics_on or head is None:
+        return
+    series, nodes = HEAD_SERIES, 0
+    for _i, group, itype in group_types(cfg, types):
+        efa = efa_device_count(interface_layout(itype, itype.efa_supported if group.efa is None else group.efa))
+        series += group.count * node_series(itype.gpus, efa)
+        nodes += group.count
+    need = prometheus_bytes(series) / 1024**3
+    if need > head.memory_gib * HEAD_SHARE:
+        yield Finding(
+            WARNING,
+            HEAD_FIELD,
+            f"the head's Prometheus holds {nodes:,} nodes' metrics ({series:,} series): about {need:.0f} GiB "
+            f"resident (scripts/bench_prometheus.py), over half of {head.name}'s {head.memory_gib:g} GiB, which "
+            f"slurmctld and the controller share; give a head type with at least {need / HEAD_SHARE:.0f} GiB "
+            "(e.g. an r6i or r7i size), or set observability.enabled: false",
+        )
+
+
 TYPE_RULES = [
     architecture,
     efa_matches_type,
@@ -167,6 +192,7 @@ TYPE_RULES = [
     cluster_placement,
     head_public_needs_single_interface,
     slurm_node_defined,
+    head_holds_the_metrics,
 ]
 
 
