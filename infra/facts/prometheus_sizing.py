@@ -18,7 +18,10 @@ NODE_SERIES_PER_EFA = 8  # hpcc's EFA error and byte counters a device
 SERIES_PER_TARGET = 5  # Prometheus' own a scrape target: up, scrape_duration_seconds, ...
 HEAD_SERIES = 340  # the head's own node_exporter and hpcc's controller series (bench_series: 303, the box: 340)
 
-# Measured by scripts/bench_prometheus.py (Debian 12's Prometheus 2.42, this machine; see README, Benchmark).
+# scripts/bench_prometheus.py (Debian 12's Prometheus 2.42, this machine, 2026-11-30): 64 to 512 synthetic p5 nodes
+# (58,469 to 465,253 head series) fit RSS = 11 MiB + 2,634 bytes a series, 9.1 GiB at 4,096 p5 nodes. The bench
+# reads after six 10 s scrapes; a 2 h head block at a 30 s scrape holds up to 120 samples in each series' open chunk,
+# and queries and compaction take their share: the model keeps about half as much again (README, Benchmark).
 PROMETHEUS_BASE_BYTES = 64 * 1024**2
 PROMETHEUS_BYTES_PER_SERIES = 4096
 HEAD_SHARE = (
