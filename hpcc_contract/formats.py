@@ -21,6 +21,7 @@ STATUS = 1  # status/<instance ARN>.json: each node's agent and bootstrap -> the
 LEDGER_ITEM = 1  # the ledger's items: the controller, `hpcc replace` -> the controller
 SETTINGS = 1  # /hpcc/<cluster>/settings: infra/render/node_settings.py -> every agent and bootstrap
 BUNDLE_MANIFEST = 1  # a bundle's manifest.json: infra/render/bundle.py -> the node agent (hpcc_node/upgrade.py)
+DCGM_COUNTERS = 1  # the GPU nodes' dcgm-exporter counters file (its -f CSV): hpcc_contract/dcgm.py -> dcgm-exporter
 
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
@@ -30,6 +31,7 @@ VERSIONS: Dict[str, int] = {
     "ledger item": LEDGER_ITEM,
     "settings": SETTINGS,
     "bundle manifest": BUNDLE_MANIFEST,
+    "dcgm counters": DCGM_COUNTERS,
 }
 
 

@@ -9,9 +9,9 @@ Counted from the real inputs where this machine has them:
   for comparison. Its /metrics is counted by family; a family whose series carry a `cpu` label is per CPU,
   node_network_* (by `device`) per interface, node_disk_* per disk, node_filesystem_* per mount: each is scaled from
   this machine's count of those to the type's, the rest is the same on every node.
-- dcgm-exporter (GPU nodes): its default counters (etc/default-counters.csv, https://github.com/NVIDIA/dcgm-exporter),
-  one series per GPU a row, except `label` rows, which add a label to the others: read from a copy of the file given
-  with --dcgm-counters, else the figure recorded below.
+- dcgm-exporter (GPU nodes): hpcc's counters file (hpcc_contract/dcgm.py: dcgm-exporter's default rows and the two
+  violation counters), one series per GPU a row, except `label` rows, which add a label to the others; or a copy of
+  another counters file given with --dcgm-counters.
 - hpcc's own series: rendered by the node side's real writers (hpcc_node/health/series.py, agent_status.py, and
   controller/series.py on the head) for the type's GPUs, EFA devices and checks.
 - Prometheus' own five series per scrape target (up, scrape_duration_seconds, scrape_samples_scraped,
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcc_contract import metrics  # noqa: E402 - after sys.path gets the checkout
+from hpcc_contract import dcgm, metrics  # noqa: E402 - after sys.path gets the checkout
 from hpcc_node.agent_status import agent_samples  # noqa: E402
 from hpcc_node.controller.model import Snapshot  # noqa: E402
 from hpcc_node.controller.series import ControllerSeries  # noqa: E402
@@ -52,9 +52,9 @@ HEAD = "m6i.2xlarge"  # infra/config/nodes.py's head default
 TARGET_P5 = 1500
 PER_TARGET = 5  # Prometheus' own series per scrape target
 MOUNTS = 2  # the root file system and the cluster's shared Lustre mount; each mount an image adds costs ~7 more
-# dcgm-exporter's etc/default-counters.csv as read at NVIDIA/dcgm-exporter d5e5f51 (4.5.3-4.8.2, the file last
-# changed in e61056b): 26 rows, one of them a label (DCGM_FI_DRIVER_VERSION)
-DCGM_RECORDED = (26, 25, "NVIDIA/dcgm-exporter@d5e5f51 etc/default-counters.csv (recorded)")
+# hpcc's counters file: dcgm-exporter 4.5.3-4.8.2's 26 default rows (one a label, DCGM_FI_DRIVER_VERSION) and the
+# two violation counters
+DCGM_HPCC = (len(dcgm.ROWS), len(dcgm.SERIES), "hpcc_contract/dcgm.py's counters file")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 UNIT_PREFIX = {"node_network_": ("interface", "device"), "node_disk_": ("disk", "device")}
@@ -141,9 +141,9 @@ def scrape_exporter(flags: list[str]) -> str:
 
 
 def dcgm_per_gpu(path: str | None) -> tuple[int, int, str]:
-    """(rows, series per GPU, where from) of dcgm-exporter's default counters."""
+    """(rows, series per GPU, where from) of the exporter's counters file: hpcc's, or the one at `path`."""
     if not path:
-        return DCGM_RECORDED
+        return DCGM_HPCC
     rows = [line for line in Path(path).read_text().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     series = [r for r in rows if len(r.split(",")) >= 2 and r.split(",")[1].strip() != "label"]
     return len(rows), len(series), path
@@ -224,21 +224,21 @@ def node_series(name: str, units: dict[str, int], head: bool, dcgm: int) -> dict
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--dcgm-counters", help="a copy of dcgm-exporter's etc/default-counters.csv")
+    parser.add_argument("--dcgm-counters", help="another dcgm-exporter counters file (default: hpcc's)")
     args = parser.parse_args()
     if shutil.which(EXPORTER) is None:
         print(f"MISS {EXPORTER} is not installed (Debian: apt-get install prometheus-node-exporter; make deps)")
         return 1
     from infra.plan.embedded_aws import embedded_aws
 
-    rows, dcgm, source = dcgm_per_gpu(args.dcgm_counters)
+    rows, per_gpu, source = dcgm_per_gpu(args.dcgm_counters)
     version = subprocess.run([EXPORTER, "--version"], capture_output=True, text=True)
     print(f"node_exporter: {(version.stdout + version.stderr).splitlines()[0]}")
     print(f"  flags: {' '.join(metrics.NODE_EXPORTER_FLAGS)}")
-    print(f"dcgm-exporter: {rows} default counters, {dcgm} series per GPU ({source})")
+    print(f"dcgm-exporter: {rows} counters, {per_gpu} series per GPU ({source})")
     with embedded_aws("us-east-1"):
         units = {name: type_units(name) for name in (*TYPES, HEAD)}
-    results = [node_series(name, units[name], name == HEAD, dcgm) for name in (*TYPES, HEAD)]
+    results = [node_series(name, units[name], name == HEAD, per_gpu) for name in (*TYPES, HEAD)]
     default = samples(scrape_exporter([]))
     head = f"{'type':<18}{'vCPU':>5}{'GPU':>4}{'EFA':>4}{'nic':>4}{'disk':>5}"
     print(f"{head}{'node_exporter':>14}{'dcgm':>6}{'hpcc':>6}{'scrape':>7}{'total':>7}{'(defaults)':>12}")

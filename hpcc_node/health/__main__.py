@@ -13,6 +13,9 @@
   epilog       Slurm's Epilog: the Xids logged since the job started go into the verdict at once, so the next
                job's Prolog refuses a bad GPU before the agent's next period; exit 0 (the controller acts)
 
+A job the Prolog lets start is written into dcgm-exporter's job map, and the Epilog takes it out (hpcc_node/dcgm.py),
+so the GPUs' series carry its id (hpc_job); a mapping error is logged and changes no exit code.
+
 Slurm runs the three with SLURM_JOB_ID set; see templates/steps/slurm.sh.j2 for their slurm.conf lines.
 """
 
@@ -24,6 +27,7 @@ import sys
 import time
 from typing import List, Optional
 
+from hpcc_node import dcgm
 from hpcc_node.health import service, xid
 from hpcc_node.health.runner import Runner
 from hpcc_node.health.verdict import (
@@ -137,11 +141,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     if len(argv) != 1 or argv[0] not in COMMANDS:
         print(f"usage: python3 -m hpcc_node.health {{{'|'.join(COMMANDS)}}}", file=sys.stderr)
         return 2
+    env = dict(os.environ)
     try:
-        return COMMANDS[argv[0]](dict(os.environ))
+        rc = COMMANDS[argv[0]](env)
     except service.FactsError as e:
         print(f"hpcc health {argv[0]}: {e}", file=sys.stderr)
-        return 1 if argv[0] in ("boot", "deep") else 0  # a node from before the health step: no job is refused for it
+        rc = 1 if argv[0] in ("boot", "deep") else 0  # a node from before the health step: no job is refused for it
+    # dcgm-exporter's job map (hpcc_node/dcgm.py): a job the Prolog lets start is mapped, every ending job unmapped;
+    # neither ever changes the exit code
+    if argv[0] == "prolog" and rc == 0:
+        dcgm.job_started(env, _stderr)
+    elif argv[0] == "epilog":
+        dcgm.job_ended(env, _stderr)
+    return rc
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -23,16 +23,16 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hpcc_contract import metrics
+from hpcc_contract import dcgm, metrics
 from infra.ops import OpsError
 
-# What each column reads, per node (the rows aggregate the nodes'). DCGM's names are dcgm-exporter's default counters
-# (https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html): GPU_UTIL in %, FB_USED in MiB,
-# POWER_USAGE in W.
+# What each column reads, per node (the rows aggregate the nodes'). DCGM's names are those of hpcc's counters file
+# (hpcc_contract/dcgm.py; https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
+# GPU_UTIL in %, FB_USED in MiB, POWER_USAGE in W.
 QUERIES = {
-    "gpu": f'avg by (node) (DCGM_FI_DEV_GPU_UTIL{{job="{metrics.JOB_GPU}"}})',
-    "memory": f'sum by (node) (DCGM_FI_DEV_FB_USED{{job="{metrics.JOB_GPU}"}})',
-    "power": f'sum by (node) (DCGM_FI_DEV_POWER_USAGE{{job="{metrics.JOB_GPU}"}})',
+    "gpu": f'avg by (node) ({dcgm.GPU_UTIL}{{job="{metrics.JOB_GPU}"}})',
+    "memory": f'sum by (node) ({dcgm.FB_USED}{{job="{metrics.JOB_GPU}"}})',
+    "power": f'sum by (node) ({dcgm.POWER_USAGE}{{job="{metrics.JOB_GPU}"}})',
     "efa": f'sum by (node) (rate(hpcc_efa_bytes_total{{job="{metrics.JOB_NODE}"}}[2m]))',
 }
 NODES = f'up{{job="{metrics.JOB_NODE}"}}'  # every target node, with its group

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from hpcc_contract import metrics
+from hpcc_contract import dcgm, metrics
 from infra.config.validators.metrics import size_bytes
 
 CONFIG_DIR = posixpath.dirname(metrics.TARGETS_DIR)  # /etc/hpcc/prometheus: the targets beside the config
@@ -165,12 +165,12 @@ EXTERNAL_SERIES = (
     # DCGM's time a GPU's clocks were held down by its power cap or by heat, in nanoseconds ("Field Identifiers":
     # https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html#c.DCGM_FI_DEV_POWER_VIOLATION;
     # NVML's nvmlViolationTime_t, "violationTime in Nanoseconds"). dcgm-exporter lists both in
-    # etc/default-counters.csv as counters, commented out: the node's exporter must be given a counters file
-    # (dcgm-exporter -f) that enables them, or these alerts never see a series.
-    "DCGM_FI_DEV_POWER_VIOLATION",
-    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    # etc/default-counters.csv as counters, commented out: hpcc's counters file (hpcc_contract/dcgm.py, the node's
+    # dcgm-exporter -f) enables them, and a test holds every DCGM name here to that file.
+    dcgm.POWER_VIOLATION,
+    dcgm.THERMAL_VIOLATION,
 )
-NS_PER_S = "1e9"  # the violation counters' unit, nanoseconds, per second
+NS_PER_S = dcgm.VIOLATION_UNIT_PER_S  # the violation counters' unit, nanoseconds, per second
 
 # The EFA counters that rise when this node's side of the fabric fails: the health agent drains on these only
 # (hpcc_node/health/devices.py LOCAL_ERROR_LIMITS). The remote ones (a peer not answering) would drain every healthy
@@ -195,7 +195,7 @@ def _gpu_violation_ratio(field: str) -> str:
 
 
 def _gpu_thermal() -> Alert:
-    ratio = _gpu_violation_ratio("DCGM_FI_DEV_THERMAL_VIOLATION")
+    ratio = _gpu_violation_ratio(dcgm.THERMAL_VIOLATION)
     return Alert(
         ALERT_GPU_THERMAL,
         f"{ratio} > 0.1",  # a cooled data-centre GPU is held down by heat for no part of the time
@@ -211,7 +211,7 @@ def _gpu_power() -> Alert:
     """The power cap holds every GPU of a busy training node down some of the time, by design; what marks a bad GPU
     is being held down much more than the others of its node, which run the same job. (A node of one GPU, or one
     whose GPUs run unlike jobs, has no such baseline: this alert says nothing of them.)"""
-    ratio = _gpu_violation_ratio("DCGM_FI_DEV_POWER_VIOLATION")
+    ratio = _gpu_violation_ratio(dcgm.POWER_VIOLATION)
     node = f"{metrics.LABEL_NODE}, {metrics.LABEL_INSTANCE_ID}"
     median = f"quantile by ({node}) (0.5, {ratio})"
     return Alert(

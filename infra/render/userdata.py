@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import jinja2
 
-from hpcc_contract import formats, metrics
+from hpcc_contract import dcgm, formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
 from infra.facts import slurm
@@ -105,6 +105,8 @@ def environment() -> jinja2.Environment:
         prometheus_data_dir=prometheus.DATA_PATH,
         prometheus_config_dir=prometheus.CONFIG_DIR,
         node_exporter_flags=metrics.NODE_EXPORTER_FLAGS,
+        dcgm=dcgm,
+        dcgm_exporter_port=metrics.DCGM_EXPORTER_PORT,
     )
     return env
 

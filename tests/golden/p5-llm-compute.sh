@@ -1147,6 +1147,53 @@ write_changed() {
   rm -f "$tmp"
 }
 
+dcgm_ask() { (cd / && PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} python3 -m hpcc_node.dcgm "$@"); }
+
+metrics_dcgm() {
+  local gpus=${HPCC_HEALTH_GPUS:-8} exporter=${HPCC_DCGM_EXPORTER:-} installed version have counters
+  local args=/etc/hpcc/dcgm-exporter.args
+  local unit=/etc/systemd/system/nvidia-dcgm-exporter.service.d/hpcc.conf
+  [[ $gpus =~ ^[0-9]{1,2}$ ]] || fail "HPCC_HEALTH_GPUS='${gpus:0:20}' is not a number of GPUs"
+  [ "$gpus" -gt 0 ] || return 0
+  if [ -n "$exporter" ]; then
+    [[ $exporter =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "HPCC_DCGM_EXPORTER='${exporter:0:80}' is not an absolute path"
+  elif [[ $HPCC_OS != ubuntu-* && $HPCC_OS != debian-* ]]; then
+    log "no dcgm-exporter on $HPCC_OS (hpcc installs NVIDIA's Debian package): no GPU metrics on this node"
+    return 0
+  else
+    installed=$(dpkg-query -W -f='${Version}' datacenter-gpu-manager-4-core 2>/dev/null || true)
+    if ! version=$(dcgm_ask exporter-version "${installed:-none}"); then log "$version"; return 0; fi
+    have=$(dpkg-query -W -f='${Version}' datacenter-gpu-manager-exporter 2>/dev/null || true)
+    if [[ -z $have || $have != "$version"* ]]; then
+      retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
+      retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+        --allow-change-held-packages "datacenter-gpu-manager-exporter=$version*"
+      HPCC_METRICS_CHANGED=1
+    fi
+    within 60 apt-mark hold datacenter-gpu-manager-exporter >/dev/null
+    exporter=/usr/bin/dcgm-exporter
+    log "dcgm-exporter $version for DCGM $installed"
+  fi
+  counters=$(dcgm_ask counters) || fail "no dcgm-exporter counters from the bundle: $counters"
+  install -d -m 0755 "$(dirname /etc/dcgm-exporter/hpcc-counters.csv)" "/run/hpcc/dcgm-job-map"
+  write_changed /etc/dcgm-exporter/hpcc-counters.csv 0644 <<<"$counters"
+  write_changed "$args" 0644 < <(printf '%s\n' "NODE_NAME=$HPCC_NODE" "$exporter" -f /etc/dcgm-exporter/hpcc-counters.csv \
+    -r localhost:5555 -a "$HPCC_IP:9400" --hpc-job-mapping-dir /run/hpcc/dcgm-job-map)
+  if [ ! -d /run/systemd/system ]; then
+    metrics_service dcgm-exporter "$args" "$(type -P env)"
+    return 0
+  fi
+  printf 'd %s 0755 root root -\n' /run/hpcc/dcgm-job-map | write_file /etc/tmpfiles.d/hpcc-dcgm.conf 0644
+  install -d -m 0755 "$(dirname "$unit")"
+  write_changed "$unit" 0644 < <(printf '%s\n' "[Unit]" "Wants=nvidia-dcgm.service" \
+    "After=nvidia-dcgm.service" "[Service]" "Environment=NODE_NAME=$HPCC_NODE" "ExecStart=" \
+    "ExecStart=$(tail -n +2 "$args" | paste -sd' ')" "StandardOutput=journal" "StandardError=journal")
+  within 60 systemctl daemon-reload
+  within 60 systemctl enable -q nvidia-dcgm nvidia-dcgm-exporter
+  within 120 systemctl start nvidia-dcgm
+  if [ "$HPCC_METRICS_CHANGED" = 1 ]; then within 120 systemctl restart nvidia-dcgm-exporter; else within 120 systemctl start nvidia-dcgm-exporter; fi
+}
+
 step_metrics() {
   metrics_install
   install -d -m 0755 /var/log/hpcc /etc/hpcc "/var/lib/hpcc/metrics"
@@ -1154,6 +1201,8 @@ step_metrics() {
   write_changed /etc/hpcc/node-exporter.args 0644 < <(printf '%s\n' "--web.listen-address=$HPCC_IP:9100" \
  "--collector.disable-defaults" "--collector.loadavg" "--collector.pressure" "--collector.stat" "--collector.meminfo" "--collector.vmstat" "--collector.filefd" "--collector.filesystem" "--collector.diskstats" "--collector.netdev" "--collector.netstat" "--collector.sockstat" "--collector.time" "--collector.timex" "--collector.uname" "--collector.os" "--collector.textfile" "--collector.textfile.directory=/var/lib/hpcc/metrics" "--web.disable-exporter-metrics" "--collector.netdev.device-exclude=^(lo|docker[0-9]+|veth.+|br-.+)$" "--collector.filesystem.mount-points-exclude=^/(dev|proc|run|sys|mnt|media|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)")
   metrics_service prometheus-node-exporter /etc/hpcc/node-exporter.args "$(type -P prometheus-node-exporter)"
+  HPCC_METRICS_CHANGED=0
+  metrics_dcgm
 }
 # --- sync
 # --- controller

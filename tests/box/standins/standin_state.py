@@ -13,6 +13,9 @@ DEFAULTS = {
     "dcgm": "pass",
     "hang": "",
     "off_bus": "",
+    "gpu_util": "",  # dcgm-exporter: index:percent
+    "power_violation": "",  # dcgm-exporter: index:share of each second held down by the power cap
+    "thermal_violation": "",  # dcgm-exporter: index:share held down by heat
 }
 
 
