@@ -20,8 +20,9 @@ import jinja2
 from hpcc_contract import formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
+from infra.facts import grafana as grafana_facts
 from infra.facts import slurm
-from infra.render import prometheus
+from infra.render import grafana, prometheus
 from infra.render.assets import asset
 from infra.render.steps import STATUS_EVERY_SECONDS, STEPS
 
@@ -106,6 +107,8 @@ def environment() -> jinja2.Environment:
         prometheus_data_dir=prometheus.DATA_PATH,
         prometheus_config_dir=prometheus.CONFIG_DIR,
         node_exporter_flags=metrics.NODE_EXPORTER_FLAGS,
+        grafana=grafana,
+        grafana_facts=grafana_facts,
     )
     return env
 
