@@ -1,6 +1,7 @@
 """The head's agent keeps the head's Prometheus on the metrics files of the bundle it runs (issue 34, day 2): its
-configuration, alert rules and command line come in the bundle's metrics/ (infra/render/bundle.py metrics_files), so a
-changed scrape interval, retention, rule or remote write reaches the running head with the bundle, no replacement.
+configuration, alert rules and command line, and its Grafana's configuration and dashboards, come in the bundle's
+metrics/ (infra/render/bundle.py metrics_files), so a changed scrape interval, retention, rule, remote write or
+dashboard reaches the running head with the bundle, no replacement.
 When the bundle it runs brings other metrics files than it last applied, it runs the role script's `apply-metrics`
 (templates/steps/metrics.sh.j2: the metrics step again, which restarts Prometheus only if what it reads changed) and
 records what it applied. A failed apply is logged with its output and tried again after RETRY_S, not every tick."""
@@ -18,18 +19,20 @@ RETRY_S = 300.0
 
 
 def metrics_digest(bundle_dir: str) -> str:
-    """The sha256 over the bundle's metrics files, names and bytes ('' when it has none: observability is off)."""
+    """The sha256 over the bundle's metrics files (Prometheus', Grafana's, the dashboards), their paths and bytes;
+    '' when it has none (observability is off)."""
     where = os.path.join(bundle_dir, METRICS_DIR)
-    try:
-        names = sorted(os.listdir(where))
-    except OSError:
+    if not os.path.isdir(where):
         return ""
     h = hashlib.sha256()
-    for name in names:
-        with open(os.path.join(where, name), "rb") as f:
-            data = f.read()
-        h.update(f"{name}\0{len(data)}\0".encode())
-        h.update(data)
+    for root, dirs, files in os.walk(where):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                data = f.read()
+            h.update(f"{os.path.relpath(path, where)}\0{len(data)}\0".encode())
+            h.update(data)
     return h.hexdigest()
 
 

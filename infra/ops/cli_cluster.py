@@ -1,4 +1,5 @@
-"""The `hpcc` commands that act on a running cluster: ssh, status, events, hostfile, replace, rotate-keys, reap. Each
+"""The `hpcc` commands that act on a running cluster: ssh, status, events, top, dashboard, hostfile, replace,
+rotate-keys, reap. Each
 takes the cluster the same way: its stack file first (`hpcc status Pulumi.llm.yaml`), or --cluster NAME or --stack
 NAME, the region from the stack file unless --region says (infra/ops/cli_support.py target). Registered on the app
 by infra/ops/cli.py, in WORKFLOW order."""
@@ -255,6 +256,41 @@ def top(
                 while True:
                     live.update(ops_top.render(ops_top.read_frame(base), sort), refresh=True)
                     time.sleep(every)
+
+    try:
+        support.ops(run)
+    except KeyboardInterrupt:
+        return
+
+
+def dashboard(
+    config: StackFile = None,
+    cluster: ClusterName = None,
+    stack: StackName = None,
+    region: Region = None,
+    port: int = typer.Option(
+        None, "--port", min=1, max=65535, help="the local port to open Grafana on (default: a free one)"
+    ),
+):
+    """The head's Grafana (the cluster, node, job and fleet dashboards) through a Session Manager port forward hpcc
+    opens and holds until Ctrl-C; prints the URL and where the admin password is."""
+    from infra.ops import dashboard as ops_dashboard  # lazy: boto3 for the forward
+
+    if port is not None and ops_dashboard.port_taken(port):
+        raise fail(f"--port {port}: something here listens on it already; give another or leave it out")
+    name, where = support.target_of(config, cluster, stack, region)
+    login = (
+        f"hpcc ssh {config}"
+        if config is not None
+        else f"hpcc ssh --cluster {name}" + (f" --region {where}" if where else "")
+    )
+
+    def run() -> None:
+        aws = support.aws_for(where)
+        fwd = ops_dashboard.head_grafana(aws, name, aws.region, port)
+        with fwd as url:
+            Console().print(ops_dashboard.how_to_log_in(url, login), markup=False, highlight=False)
+            ops_dashboard.hold(fwd)
 
     try:
         support.ops(run)

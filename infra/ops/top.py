@@ -3,10 +3,9 @@ utilisation (the mean and the worst node), GPU memory, power, EFA throughput, an
 replaced. `--once` prints one frame for scripts; otherwise it redraws every few seconds (rich's Live).
 
 Prometheus listens on the head's address only (infra/render/prometheus.py), so it is reached through a Session
-Manager port forward to it (AWS-StartPortForwardingSessionToRemoteHost, opened and closed here:
-https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-sessions-start.html#sessions-remote-port-forwarding),
-or at `--prometheus URL` where the operator already reaches it. Every figure is an instant query of Prometheus' HTTP
-API (https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries); a job's nodes come from the
+Manager port forward to it (infra/ops/forward.py), or at `--prometheus URL` where the operator already reaches it.
+Every figure is an instant query of Prometheus' HTTP API
+(https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries); a job's nodes come from the
 controller's `hpcc_slurm_job_node_info` (its `slurm_node` label), joined to the nodes' series on their `node`.
 Label values are data: shown escaped.
 """
@@ -15,8 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -24,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hpcc_contract import dcgm, metrics
-from infra.ops import OpsError
+from infra.ops import OpsError, forward
+from infra.ops.forward import Forward
 
 # What each column reads, per node (the rows aggregate the nodes'). DCGM's names are those of hpcc's counters file
 # (hpcc_contract/dcgm.py; https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
@@ -133,51 +131,6 @@ def sorted_rows(rows: list[Row], by: str) -> list[Row]:
     return sorted(rows, key=key)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def forward_argv(region: str, head_instance: str, head_ip: str, local_port: int) -> list[str]:
-    """Session Manager's port forward from localhost:`local_port` to the head's Prometheus (its own address)."""
-    params = f"host={head_ip},portNumber={metrics.PROMETHEUS_PORT},localPortNumber={local_port}"
-    return [
-        "aws", "ssm", "start-session", "--region", region, "--target", head_instance,
-        "--document-name", "AWS-StartPortForwardingSessionToRemoteHost", "--parameters", params,
-    ]  # fmt: skip
-
-
-class Forward:
-    """The port forward as a child process, closed on exit; waits (with a deadline) until the port answers."""
-
-    def __init__(self, argv: list[str], port: int, deadline_seconds: float = 60.0):
-        self.argv, self.port, self.deadline = argv, port, deadline_seconds
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> str:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        until = time.monotonic() + self.deadline
-        while time.monotonic() < until:
-            if self.proc.poll() is not None:
-                said = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace")[-500:]
-                raise OpsError(f"the port forward to the head's Prometheus ended: {said.strip() or 'no output'}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return f"http://127.0.0.1:{self.port}"
-            time.sleep(0.5)
-        self.__exit__()
-        raise OpsError(f"the port forward to the head's Prometheus did not open within {self.deadline:.0f} s")
-
-    def __exit__(self, *_) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
 def _pct(v: float) -> str:
     return "-" if math.isnan(v) else f"{v:.0f}%"
 
@@ -216,18 +169,7 @@ def render(frame: Frame, sort: str = "name"):
 
 def head_forward(aws, cluster: str, region: str) -> Forward:
     """The port forward to `cluster`'s running head's Prometheus (its private address), ready to enter."""
-    from infra.ops.ssh import missing_tools  # lazy: boto3, only for the forward
-    from infra.ops.status.cluster import head_instance  # lazy: boto3
-    from infra.ops.store import cluster_instances  # lazy: boto3
-
-    running = [i for i in cluster_instances(aws, cluster) if i.get("State", {}).get("Name") == "running"]
-    head = head_instance(running)
-    if head is None or not head.get("PrivateIpAddress"):
-        raise OpsError(f"no running head node for hpcc:cluster={cluster} in {region}: check the name and the region")
-    missing = missing_tools("Session Manager")
-    port = free_port()
-    argv = forward_argv(region, head["InstanceId"], head["PrivateIpAddress"], port)
-    if missing:
-        raise OpsError(f"{missing}; or give --prometheus URL where you reach the head's Prometheus. The forward: "
-                       f"{' '.join(argv)}")  # fmt: skip
-    return Forward(argv, port)
+    return forward.head_forward(
+        aws, cluster, region, metrics.PROMETHEUS_PORT, "the head's Prometheus",
+        otherwise="; or give --prometheus URL where you reach the head's Prometheus",
+    )  # fmt: skip

@@ -3,8 +3,9 @@
 Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
 (infra/render/userdata.py render, what the user data held before the loader); the node package `hpcc_node/` and the
 contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts; `metrics/`,
-the head's Prometheus configuration and rules where observability is on. Same inputs, same bytes, same sha256: entries
-sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
+the head's Prometheus configuration and rules, its Grafana's configuration and dashboards, where observability is
+on. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header
+without name or time.
 Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)
@@ -29,6 +30,7 @@ from hpcc_contract.version import AGENT_VERSION
 from infra.config.hooks import hook_files
 from infra.config.validators.metrics import canonical, workspace
 from infra.render.assets import asset
+from infra.render.grafana import grafana_files
 from infra.render.prometheus import alert_rules, prometheus_config
 from infra.render.roles import head_prometheus_flags, role_contexts
 from infra.render.userdata import render
@@ -181,9 +183,10 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
 
 def metrics_files(cfg) -> dict[str, bytes]:
     """The head's Prometheus configuration, alert rules and command line (infra/render/prometheus.py; one flag a
-    line, its address added by the running head), where observability is on. The head's metrics step
-    (templates/steps/metrics.sh.j2) installs them from the bundle at boot, and its agent again when a bundle brings
-    other ones (hpcc_node/agent_metrics.py): a changed retention or rule reaches the running head, not a new one."""
+    line, its address added by the running head) and its Grafana's configuration and dashboards
+    (infra/render/grafana.py), where observability is on. The head's metrics step (templates/steps/metrics.sh.j2)
+    installs them from the bundle at boot, and its agent again when a bundle brings other ones
+    (hpcc_node/agent_metrics.py): a changed retention, rule or dashboard reaches the running head, not a new one."""
     if not cfg.metrics_on:
         return {}
     found = workspace(cfg.metrics_workspace_arn) if cfg.metrics_workspace_arn else None
@@ -194,11 +197,12 @@ def metrics_files(cfg) -> dict[str, bytes]:
         cluster=cfg.name,
     )
     flags = "".join(f"{flag}\n" for flag in head_prometheus_flags(cfg))
-    return {
+    files = {
         "metrics/prometheus.yml": config.encode(),
         "metrics/rules.yml": alert_rules().encode(),
         "metrics/prometheus.args": flags.encode(),
     }
+    return {**files, **grafana_files(canonical(cfg.observability.scrape_interval))}
 
 
 def role_script(files: dict[str, bytes], role: str) -> str:

@@ -20,8 +20,9 @@ import jinja2
 from hpcc_contract import dcgm, formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
+from infra.facts import grafana as grafana_facts
 from infra.facts import slurm
-from infra.render import prometheus
+from infra.render import grafana, prometheus
 from infra.render.assets import asset
 from infra.render.steps import STATUS_EVERY_SECONDS, STEPS
 
@@ -107,6 +108,8 @@ def environment() -> jinja2.Environment:
         node_exporter_flags=metrics.NODE_EXPORTER_FLAGS,
         dcgm=dcgm,
         dcgm_exporter_port=metrics.DCGM_EXPORTER_PORT,
+        grafana=grafana,
+        grafana_facts=grafana_facts,
     )
     return env
 

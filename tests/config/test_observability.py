@@ -150,6 +150,8 @@ def test_the_bundle_carries_the_heads_prometheus_configuration_as_the_section_sa
     assert doc["global"]["scrape_interval"] == "1m"
     assert doc["remote_write"] == [{"url": workspace(ARN).remote_write_url, "sigv4": {"region": "us-east-1"}}]
     assert yaml.safe_load(files["metrics/rules.yml"]) == yaml.safe_load(prometheus.alert_rules())
+    (source,) = yaml.safe_load(files["metrics/grafana/datasources.yaml"])["datasources"]  # Grafana's $__rate_interval
+    assert source["jsonData"]["timeInterval"] == "1m" and "metrics/dashboards/hpcc-job.json" in files
     assert "--storage.tsdb.retention.time=30d" in head_prometheus_flags(cfg)
     off = observed(scheduler="slurm", observability__enabled=False)
     assert metrics_files(off) == {} and head_prometheus_flags(off) == ()

@@ -12,7 +12,10 @@ METRICS = {
     "metrics/prometheus.yml": "global: {}\n",
     "metrics/rules.yml": "groups: []\n",
     "metrics/prometheus.args": "--a\n",
+    "metrics/dashboards/cluster.json": "{}\n",
 }
+RETENTION_30D = {"metrics/prometheus.args": "--storage.tsdb.retention.time=30d\n"}
+DASHBOARD_CHANGED = {"metrics/dashboards/cluster.json": "[]\n"}
 
 
 def applies(agent) -> int:
@@ -48,15 +51,19 @@ def test_a_bundle_with_other_metrics_files_is_applied_and_one_with_the_same_is_n
     fresh = type(head)(head.c, aws, clock=head.clock, run=head.run, s3=aws.s3)
     fresh.tick()
     assert running(head.c) == same_sha and applies(head) == 1
-    other, other_sha = bundles.build(
-        SCRIPTS, {**METRICS, "metrics/prometheus.args": "--storage.tsdb.retention.time=30d\n"}
-    )
+    other, other_sha = bundles.build(SCRIPTS, {**METRICS, **RETENTION_30D})
     aws.publish(other, other_sha)
     fresh.tick()
     again = type(head)(head.c, aws, clock=head.clock, run=head.run, s3=aws.s3)
     again.tick()
     again.tick()
     assert running(head.c) == other_sha and applies(head) == 2
+    board, board_sha = bundles.build(SCRIPTS, {**METRICS, **RETENTION_30D, **DASHBOARD_CHANGED})
+    aws.publish(board, board_sha)
+    again.tick()
+    third = type(head)(head.c, aws, clock=head.clock, run=head.run, s3=aws.s3)
+    third.tick()
+    assert running(head.c) == board_sha and applies(head) == 3  # a dashboard changed: applied too
 
 
 def test_a_failed_apply_is_said_with_its_output_and_tried_again_after_a_while(tmp_path):

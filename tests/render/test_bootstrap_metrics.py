@@ -1,7 +1,8 @@
 """The metrics step (templates/steps/metrics.sh.j2) run for real against stand-in exporters, in a private mount
 namespace: node_exporter bound to the node's address with hpcc's textfile directory, Prometheus on the head with
 the bundle's configuration and the flags infra/render/prometheus.py gives, each started once however often the
-step runs, restarted when its arguments change, and nothing at all with observability off."""
+step runs, restarted when its arguments change, and nothing at all with observability off. Grafana, on a head
+without systemd (the box), is skipped with a line in the log."""
 
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ def test_the_head_runs_prometheus_with_the_bundles_configuration_on_its_own_addr
     assert seen == [" ".join([*flags, prometheus.listen_flag("10.0.0.6")])]
     assert (tmp_path / "config-copy").read_text() == prometheus.prometheus_config()
     assert len(wait_starts(tmp_path, "prometheus-node-exporter", 1)) == 1
+    assert "grafana: skipped (no systemd here)" in out.stdout + out.stderr  # the box: no systemd, no Grafana
 
 
 def test_with_observability_off_the_step_starts_nothing(fake, stop_stand_ins):
