@@ -93,15 +93,18 @@ def loads(text: str) -> List[Any]:
     return doc[GROUPS_KEY]
 
 
-def default_partition(groups: Sequence[Tuple[str, int, bool]]) -> Optional[str]:
-    """The partition a job without `-p` lands on, from each group's (name, size, whether its nodes have GPUs) in the
-    config's order: the first group with GPUs and nodes, so a GPU job never lands on CPU nodes; in a cluster without
-    GPUs, `all` (every node, all of them CPU nodes; the first group when a group took that name). None when no group
+def default_partition(groups: Sequence[Tuple[str, int, bool, str]]) -> Optional[str]:
+    """The partition a job without `-p` lands on, from each group's (name, size, whether its nodes have GPUs, its
+    instance type) in the config's order: the first group with GPUs and nodes, so a GPU job never lands on CPU nodes
+    nor across GPU types; but `all` when two or more groups have nodes and all of them are GPU nodes of one type (a
+    Capacity Block group beside an On-Demand one: one pool, a job may take nodes of both), and in a cluster without
+    GPUs (every node a CPU node). The first group instead of `all` when a group took that name. None when no group
     has a node."""
-    sized = [(name, gpus) for name, size, gpus in groups if size > 0]
-    gpu = [name for name, gpus in sized if gpus]
-    if gpu:
-        return gpu[0]
+    sized = [(name, gpus, itype) for name, size, gpus, itype in groups if size > 0]
     if not sized:
         return None
-    return ALL_PARTITION if not any(name == ALL_PARTITION for name, _, _ in groups) else sized[0][0]
+    gpu = [name for name, gpus, _ in sized if gpus]
+    one_gpu_pool = len(sized) > 1 and len(gpu) == len(sized) and len({itype for _, _, itype in sized}) == 1
+    if gpu and not one_gpu_pool:
+        return gpu[0]
+    return ALL_PARTITION if not any(name == ALL_PARTITION for name, _, _, _ in groups) else sized[0][0]

@@ -107,10 +107,12 @@ def has_gpus(g: Mapping[str, Any], default_node: str = "") -> bool:
 
 
 def default_partition(groups: Sequence[Mapping[str, Any]], default_node: str = "") -> Optional[str]:
-    """The partition a job without `-p` lands on: the first group (in the config's order) whose nodes have GPUs, so a
-    GPU job never lands on CPU nodes; in a cluster without GPUs, `all` (every node, all of them CPU nodes). None
+    """The partition a job without `-p` lands on (hpcc_contract/groups.py decides): the first group (in the config's
+    order) whose nodes have GPUs, or `all` when every group's nodes are GPU nodes of one type or CPU nodes. None
     when no group has a node."""
-    return groups_format.default_partition([(str(g["name"]), size_limit(g), has_gpus(g, default_node)) for g in groups])
+    return groups_format.default_partition(
+        [(str(g["name"]), size_limit(g), has_gpus(g, default_node), str(g.get("instance_type", ""))) for g in groups]
+    )
 
 
 def conf_lines(groups: Sequence[Mapping[str, Any]], default_node: str = "", version: str = "") -> List[str]:

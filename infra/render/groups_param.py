@@ -43,8 +43,8 @@ def partitions(cfg: ClusterConfig, itypes: list[InstanceType]) -> tuple[list[str
     ([], None) without Slurm."""
     if cfg.scheduler != "slurm":
         return [], None
-    sized = [(g.name, g.count, gres_gpus(t) > 0) for g, t in zip(cfg.node_groups, itypes, strict=True)]
-    names = [name for name, count, _ in sized if count > 0]
+    sized = [(g.name, g.count, gres_gpus(t) > 0, t.name) for g, t in zip(cfg.node_groups, itypes, strict=True)]
+    names = [name for name, count, _, _ in sized if count > 0]
     if names and groups.ALL_PARTITION not in names:
         names.append(groups.ALL_PARTITION)
     return names, groups.default_partition(sized)

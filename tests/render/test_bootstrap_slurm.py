@@ -225,8 +225,9 @@ def test_this_machines_slurmctld_reads_the_generated_slurm_conf(tmp_path):
 
 
 def test_a_gpu_job_without_a_partition_lands_on_gpu_nodes_never_on_cpu_ones():
-    """The default partition (issue 32): the first group with GPUs, wherever it is listed; `all` only on a cluster
-    without GPUs (all of its nodes are CPU nodes), and never a mixed default."""
+    """The default partition (issue 32): the first group with GPUs, wherever it is listed; `all` on a cluster
+    without GPUs (all of its nodes are CPU nodes) or whose groups are all GPU nodes of one type, and never a mixed
+    default."""
     conf_lines, default_partition = slurm.conf_lines, slurm.default_partition
 
     def groups(*gs):
@@ -251,6 +252,11 @@ def test_a_gpu_job_without_a_partition_lands_on_gpu_nodes_never_on_cpu_ones():
         == "gpu"
     )
     assert default_partition(groups(("cpu", "c6i.xlarge", 0, 0, C6I))) is None
+    # GPU groups of one type are one pool (a Capacity Block group beside an On-Demand one): `all`; of two types, the
+    # first; one group alone is its own partition
+    assert defaults(("cb", "p5.48xlarge", 4, 0, P5), ("od", "p5.48xlarge", 2, 0, P5)) == ["PartitionName=all"]
+    assert defaults(("p5", "p5.48xlarge", 4, 0, P5), ("p4", "p4d.24xlarge", 2, 0, P5)) == ["PartitionName=p5"]
+    assert defaults(("gpu", "p5.48xlarge", 4, 0, P5)) == ["PartitionName=gpu"]
 
 
 def test_a_membership_apply_reads_no_munge_key_the_node_already_has(tmp_path):
