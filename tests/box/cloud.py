@@ -30,7 +30,7 @@ from hpcc_contract.names import HEAD, NO_ROTATION, TAG_CLUSTER, TAG_NODE, TAG_RO
 from hpcc_node import status
 from infra.plan.aws_rules import decode_user_data
 from tests.box.harness import BOX_AMI, PROFILES, Box
-from tests.box.machine import NETWORK, sh
+from tests.box.machine import NETWORK, make_gpu_devices, sh
 from tests.box.node import REGION, Node, node_env, provide_controller_env
 from tests.box.timing import Phases
 from tests.box.watcher import Watcher
@@ -113,6 +113,9 @@ class FleetBox(Box):
     faults: list = field(default_factory=list)
     timers: dict = field(default_factory=lambda: dict(CONTROLLER_TIMERS))
     compute_env: dict = field(default_factory=dict)  # given to every compute node's bootstrap (faults add theirs)
+    # Slurm's GPUs a compute node has (Gres=gpu:N in each group's definition, as a GPU type's plan has it, and
+    # /dev/nvidia<i> device nodes for gres.conf's File=): 0 keeps the profile's type's
+    slurm_gpus: int = 0
     prepare: Callable | None = None  # called with each compute node before its bootstrap (stand-ins, mounts)
     bare: bool = False  # only the network and the watcher: no plan, no program's resources, no head node
     launched: dict = field(default_factory=dict)  # instance id -> Launched
@@ -237,6 +240,8 @@ class FleetBox(Box):
                     self.plan()
             with self.phases.timed("bridge, moto, the program's resources"):
                 self._bridge_up()
+                if self.slurm_gpus:
+                    make_gpu_devices(self.slurm_gpus)
                 self._start_moto()
                 self._seed_network()
                 if not self.bare:
@@ -305,6 +310,8 @@ class FleetBox(Box):
             g.update({k: now[g["name"]][k] for k in ROLL_FIELDS if k in now[g["name"]]})  # a launch change's
             g["launch_template"] = self.lt_of_group.get(g["name"], g.get("launch_template", ""))
             g["subnet_id"] = self.subnet_id
+            if self.slurm_gpus and g.get("slurm"):
+                g["slurm"]["gres"] = f"gpu:{self.slurm_gpus}"
         self.client("ssm").put_parameter(
             Name=Paths(self.name).groups, Type="String", Value=json.dumps(doc), Overwrite=True
         )

@@ -19,6 +19,23 @@ MOTO_PORT = 5123
 TMP_PREFIX = "hpcc-box-"
 LOCK = Path("/run/hpcc-box.lock")
 MOUNTPOINTS_MADE = Path("/run/hpcc-box.mountpoints")  # host directories a box created as mount points
+DEVICES_MADE = Path("/run/hpcc-box.devices")  # the GPU device nodes a box created (make_gpu_devices)
+NVIDIA_MAJOR = 195  # the NVIDIA driver's character devices, /dev/nvidia<minor> (Documentation/admin-guide/devices.txt)
+
+
+def make_gpu_devices(count: int) -> None:
+    """/dev/nvidia0 .. /dev/nvidia<count-1> on a machine without NVIDIA's driver (its /proc/driver/nvidia absent), for
+    slurmd's gres.conf `File=` (it stats them; nothing opens them: without the driver an open fails, ENXIO). The host's
+    /dev is every node's. Removed by cleanup_leftovers."""
+    if Path("/proc/driver/nvidia").exists():
+        raise RuntimeError("this machine has NVIDIA's driver: the box will not make GPU device nodes beside it")
+    made = set(DEVICES_MADE.read_text().split()) if DEVICES_MADE.exists() else set()
+    for minor in range(count):
+        path = Path(f"/dev/nvidia{minor}")
+        if not path.exists():
+            sh("mknod", "-m", "0666", str(path), "c", str(NVIDIA_MAJOR), str(minor))
+            made.add(str(path))
+    DEVICES_MADE.write_text("".join(f"{p}\n" for p in sorted(made)))
 
 
 def sh(*cmd: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -95,6 +112,10 @@ def cleanup_leftovers() -> None:
         except OSError:
             pass
     MOUNTPOINTS_MADE.unlink(missing_ok=True)
+    for device in DEVICES_MADE.read_text().split() if DEVICES_MADE.exists() else []:
+        if not Path("/proc/driver/nvidia").exists():
+            Path(device).unlink(missing_ok=True)
+    DEVICES_MADE.unlink(missing_ok=True)
 
 
 def leftovers() -> list[str]:
@@ -104,6 +125,8 @@ def leftovers() -> list[str]:
     found += [f"listener {GATEWAY}:{MOTO_PORT}"] if _listening(GATEWAY, MOTO_PORT) else []
     made = MOUNTPOINTS_MADE.read_text().split() if MOUNTPOINTS_MADE.exists() else []
     found += [f"mount point {p}" for p in {*made, "/etc/hpcc"} if Path(p).is_dir() and not any(Path(p).iterdir())]
+    devices = DEVICES_MADE.read_text().split() if DEVICES_MADE.exists() else []
+    found += [f"device {d}" for d in devices if Path(d).exists()]
     return found
 
 

@@ -3,7 +3,8 @@ cluster, Slurm, day 2, the fleet, its recovery from faults, the health checks, u
 cloud - and the baseline each scenario starts from and leaves it in.
 
 The shape: the cpu profile with Slurm, group `a` of 3 nodes and group `b` of 1; every compute node is told it has 8
-GPUs (HPCC_HEALTH_GPUS) and gets the GPU stand-ins on its PATH and a tmpfs at /fsx as its shared mount, so the
+GPUs (HPCC_HEALTH_GPUS; Slurm's Gres=gpu:8 too) and gets the GPU stand-ins on its PATH (dcgm-exporter's started by
+the metrics step) and a tmpfs at /fsx as its shared mount, so the
 health checks run (tests/box/standins), the Xid check reading the stand-in kernel log inject-xid writes
 (HPCC_XID_STANDIN=/var/log/kern.log, where a cluster's node reads /dev/kmsg); b's first instance fails its bootstrap
 at `ssh` (the fleet's boot scenario: a bad node delays no other and is replaced); the controller's timers are the
@@ -44,7 +45,7 @@ def prepare(box: FleetBox):
     """Each compute node before its bootstrap: the GPU stand-ins on its PATH and a tmpfs at the mount point."""
 
     def on(node) -> None:
-        for tool in ("nvidia-smi", "dcgmi"):
+        for tool in ("nvidia-smi", "dcgmi", "dcgm-exporter"):
             wrapper = node.root / "usr/local/bin" / tool
             wrapper.write_text(
                 f"#!/bin/sh\n# box stand-in: tests/box/standins/{tool}, this node's state\n"
@@ -67,7 +68,13 @@ def shared_fleet() -> FleetBox:
         faults=[Fault("b", times=1)],  # the first boot's: b's first instance fails at ssh
         # inject-xid's driver lines go to each node's /var/log/kern.log: the Xid check's stand-in source there
         # (on EC2 it reads /dev/kmsg; the bootstrap creates the stand-in, root's file)
-        compute_env={"HPCC_HEALTH_GPUS": "8", "HPCC_XID_STANDIN": "/var/log/kern.log"},
+        # and the metrics step starts the stand-in dcgm-exporter (its wrapper, as nvidia-smi's) on each of them
+        compute_env={
+            "HPCC_HEALTH_GPUS": "8",
+            "HPCC_XID_STANDIN": "/var/log/kern.log",
+            "HPCC_DCGM_EXPORTER": "/usr/local/bin/dcgm-exporter",
+        },
+        slurm_gpus=8,  # and Slurm's: a job's --gpus reach its Prolog as SLURM_JOB_GPUS (dcgm-exporter's job map)
         timers={**CONTROLLER_TIMERS, "spare_check_seconds": SPARE_CHECK, "reboot_timeout_seconds": REBOOT_TIMEOUT},
     )
     box.prepare = prepare(box)

@@ -2,8 +2,8 @@
 Prometheus on the head and node_exporter on every node, started by the bootstrap's metrics step; the head's
 scrape targets written by the controller from the membership it publishes (hpcc_node/controller/targets.py).
 
-- every ready node's exporter is an up target, labelled with its name, group and instance; so is the head's, and
-  Prometheus itself;
+- every ready node's exporters (node_exporter, and the stand-in dcgm-exporter on the compute nodes) are up targets,
+  labelled with its name, group and instance; so is the head's node_exporter, and Prometheus itself;
 - a replaced node's target is gone soon after its instance is terminated, and its replacement's series are there
   soon after it is ready (both printed; the issue's bound is 60 s each). The replacement is asked for with
   `hpcc replace` run on the head, so the same test shows that it replaces the node under its name at a new address
@@ -16,7 +16,10 @@ scrape targets written by the controller from the membership it publishes (hpcc_
   Prometheus frozen (SIGSTOP: it takes connections and answers nothing) is said in the controller's log while its
   loops go on;
 - (c) `hpcc top --once`, run on the head against its Prometheus (`--prometheus`, as from inside the VPC), shows a
-  running Slurm job with its nodes, its name (a user's text) shown as written.
+  running Slurm job with its nodes, its name (a user's text) shown as written;
+- (d) a job given two GPUs (the shared box's Slurm has Gres=gpu:8 on every compute node, the stand-in
+  dcgm-exporter serves 8 GPUs there) has those GPUs' series labelled with its id while it runs and not after (the
+  Prolog's and Epilog's job map), and every panel of every dashboard returns data from the box's Prometheus.
 
 Printed: `[metrics] ...` lines with what was measured."""
 
@@ -30,16 +33,27 @@ import urllib.parse
 import pytest
 import yaml
 
-from hpcc_contract import metrics
+from hpcc_contract import dcgm, metrics
 from hpcc_node.controller.model import ALERT, ALERT_REASON, RESUME
 from infra.render import prometheus as prom
+from infra.render.dashboards import metric_names, panel_queries
 from tests.box.cloud import FleetBox
 from tests.box.node import VENV_BIN
-from tests.box.shared import expected_names
+from tests.box.shared import STANDIN_STATE, expected_names
 from tests.box.test_box_fleet import ip_of, request_replace, settled, slurm, wait_for
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
+# The panels that show only trouble (dashboard uid, title): empty while all is well, they must read series that are
+# there (a failing check is `hpcc_health_check_ok == 0`) or that come with their event: Prometheus' ALERTS while an
+# alert is pending or firing, the health agent's Xid counter once it has seen a Xid (tests/ops/
+# test_dashboard_panels.py has both with data). Every other panel must return data.
+TROUBLE_ONLY = {
+    ("hpcc-cluster", "Alerts firing"),
+    ("hpcc-node", "GPU Xids (DCGM's last; hpcc's in the last hour)"),
+    ("hpcc-fleet", "Failing health checks"),
+}
+EVENT_ONLY = ("ALERTS", "hpcc_gpu_xid_errors_total")
 BOUND = 60  # seconds: the issue's bound for a target to follow a termination, and a replacement's series to appear
 
 
@@ -80,14 +94,18 @@ def test_a_every_ready_node_is_an_up_target_and_hpcc_replace_on_the_head_moves_t
     box = fleet
     want = members(box)
 
+    gpus = {(n, i) for n, i in want if n != "head"}  # every compute node: the stand-in dcgm-exporter
+
     def all_up():
         found = targets(box)
         up = {(n, i) for (job, n, i), h in found.items() if job == metrics.JOB_NODE and h == "up"}
-        return found if up == want and found.get((metrics.JOB_PROMETHEUS, "head", box.head.instance_id)) else None
+        gpu_up = {(n, i) for (job, n, i), h in found.items() if job == metrics.JOB_GPU and h == "up"}
+        itself = found.get((metrics.JOB_PROMETHEUS, "head", box.head.instance_id))
+        return found if up == want and gpu_up == gpus and itself else None
 
     started = time.time()
-    found = wait_for(all_up, 180, box, every=2, why=lambda: f"every member's node target up: want {sorted(want)}, "
-                     f"seen {targets(box)}")  # fmt: skip
+    found = wait_for(all_up, 180, box, every=2, why=lambda: f"every member's node and GPU target up: want "
+                     f"{sorted(want)}, seen {targets(box)}")  # fmt: skip
     print(f"[metrics] {len(found)} targets up {time.time() - started:.0f} s after the baseline: {sorted(found)}")
     per_node = query(box, f'count by (node) ({{job="{metrics.JOB_NODE}"}})')
     print("[metrics] series per node (this machine's node_exporter, box defaults):",
@@ -253,3 +271,88 @@ def test_c_hpcc_top_once_shows_the_running_job_with_its_nodes(fleet: FleetBox):
     frame = wait_for(shown, 120, box, every=3, why=lambda: f"job {job} in hpcc top's frame: {top()[-2000:]}")
     assert name in frame, frame
     print(f"[metrics] hpcc top showed job {job} on a-000, b-000 {time.time() - submitted:.0f} s after sbatch:\n{frame}")
+
+
+def test_d_a_jobs_gpu_series_carry_its_id_while_it_runs_and_every_dashboard_panel_has_data(fleet: FleetBox):
+    """(b) and (d): a Slurm job given two of a-000's GPUs (`--gpus-per-node`: SLURM_JOB_GPUS in its Prolog, which
+    writes dcgm-exporter's job map) has those GPUs' series labelled hpc_job=<its id> while it runs and not after;
+    meanwhile every panel of every dashboard (infra/render/dashboards.py) returns data from the box's Prometheus,
+    its node and job variables set to a-000 and the job. The box's nodes have no EFA devices: a-000's textfile gets
+    the agent's EFA counters for the test (the series the health agent writes from the devices' counters)."""
+    box, node = fleet, "a-000"
+    gpu_util = box.node(node).file(f"{STANDIN_STATE}/gpu_util")
+    efa = box.node(node).file(f"{metrics.TEXTFILE_DIR}/box_efa_bytes.prom")
+    box.undo(f"{node}'s GPUs idle again", lambda: gpu_util.unlink(missing_ok=True))
+    box.undo(f"{node}'s EFA counters removed", lambda: efa.unlink(missing_ok=True))
+    gpu_util.parent.mkdir(parents=True, exist_ok=True)  # the stand-ins' state: none yet is the healthy default
+    gpu_util.write_text("0:93,1:71\n")
+    out = box.on_head(
+        "sbatch", "--parsable", "-N", "1", "-w", node, "--gpus-per-node=2", "-J", "gpu job", "--wrap", "sleep 900"
+    )
+    job = out.stdout.strip().split(";")[0]
+    assert job.isdigit(), out.stdout + out.stderr
+    box.undo(f"job {job} cancelled", lambda: box.on_head("scancel", job))
+    submitted = time.time()
+    labelled = f'{dcgm.GPU_UTIL}{{{dcgm.JOB_LABEL}="{job}"}}'
+
+    def efa_counters(at: float) -> None:
+        rx = int((at - submitted) * 2e9)
+        tmp = efa.with_suffix(".tmp")
+        tmp.write_text(
+            "# TYPE hpcc_efa_bytes_total counter\n"
+            f'hpcc_efa_bytes_total{{device="rdmap-box0",direction="rx"}} {rx}\n'
+            f'hpcc_efa_bytes_total{{device="rdmap-box0",direction="tx"}} {rx}\n'
+            "# TYPE hpcc_efa_errors_total counter\n"
+            'hpcc_efa_errors_total{device="rdmap-box0",counter="rx_drops"} 0\n'
+        )
+        tmp.rename(efa)
+
+    def on_gpus():
+        efa_counters(time.time())
+        rows = query(box, labelled)
+        seen = {(r["metric"].get(metrics.LABEL_NODE), r["metric"].get("gpu")) for r in rows}
+        return rows if seen == {(node, "0"), (node, "1")} else None
+
+    rows = wait_for(on_gpus, 120, box, every=3, why=lambda: f"job {job}'s GPUs labelled: {query(box, labelled)}")
+    print(f"[metrics] job {job}'s two GPUs on {node} labelled hpc_job={job} {time.time() - submitted:.0f} s after "
+          f"sbatch: {sorted(float(r['value'][1]) for r in rows)} %")  # fmt: skip
+
+    panels = panel_queries(node=node, job_id=job)
+    empty: list[str] = []
+    quiet: list[str] = []
+
+    def exported(expr: str) -> bool:
+        """Every series the query reads is in Prometheus (a filter such as `== 0` may leave none while all is well);
+        an event's own series (an alert firing, an Xid seen) only once its alerting rules are loaded."""
+        for name in metric_names(expr):
+            if name in EVENT_ONLY:
+                if name == "ALERTS" and not api(box, "/api/v1/rules?type=alert").get("groups"):
+                    return False
+            elif not query(box, f'count({{__name__="{name}"}})'):
+                return False
+        return True
+
+    def every_panel():
+        efa_counters(time.time())
+        blank = [(board, title, expr) for board, title, expr in panels if not query(box, expr)]
+        empty[:] = [f"{b} / {t}: {e}" for b, t, e in blank if (b, t) not in TROUBLE_ONLY or not exported(e)]
+        quiet[:] = [f"{b} / {t}" for b, t, e in blank]
+        return not empty
+
+    wait_for(every_panel, 180, box, every=5, why=lambda: "panels with no data:\n" + "\n".join(empty))
+    boards = sorted({board for board, _, _ in panels})
+    print(f"[metrics] {len(panels) - len(quiet)} of {len(panels)} panel queries of {len(boards)} dashboards {boards} "
+          f"returned data {time.time() - submitted:.0f} s after sbatch; the others show only trouble, of which there "
+          f"was none, and read series Prometheus has: {quiet}")  # fmt: skip
+
+    cancelled = box.on_head("scancel", job)
+    assert cancelled.returncode == 0, cancelled.stderr
+    ended = time.time()
+
+    def unlabelled():
+        still = query(box, labelled)
+        plain = query(box, f'{dcgm.GPU_UTIL}{{{metrics.LABEL_NODE}="{node}", gpu="0"}}')
+        return not still and plain and all(dcgm.JOB_LABEL not in r["metric"] for r in plain)
+
+    wait_for(unlabelled, 120, box, every=3, why=lambda: f"job {job}'s label gone: {query(box, labelled)}")
+    print(f"[metrics] job {job}'s label gone from {node}'s GPU series {time.time() - ended:.0f} s after scancel")
