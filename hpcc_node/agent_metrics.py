@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from typing import Optional
+from typing import Optional, Tuple
 
 METRICS_DIR = "metrics"  # in the bundle
 APPLIED = "metrics.applied"  # under the agent's etc: the digest of the metrics files last applied
@@ -41,11 +41,14 @@ class MetricsFollowing:
     `current_dir()`."""
 
     metrics_retry_at: Optional[float] = None
+    metrics_digest_of: Tuple[str, str] = ("", "")  # (bundle sha, its metrics digest): a bundle never changes
 
     def follow_metrics(self) -> None:
         if self.c.role != "head":
             return
-        digest = metrics_digest(self.current_dir())
+        if self.metrics_digest_of[0] != self.running:
+            self.metrics_digest_of = (self.running, metrics_digest(self.current_dir()))
+        digest = self.metrics_digest_of[1]
         applied_path = self.c.path(APPLIED)
         try:
             with open(applied_path) as f:
