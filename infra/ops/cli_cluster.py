@@ -1,8 +1,7 @@
 """The `hpcc` commands that act on a running cluster: ssh, status, events, top, dashboard, hostfile, replace,
-rotate-keys, reap. Each
-takes the cluster the same way: its stack file first (`hpcc status Pulumi.llm.yaml`), or --cluster NAME or --stack
-NAME, the region from the stack file unless --region says (infra/ops/cli_support.py target). Registered on the app
-by infra/ops/cli.py, in WORKFLOW order."""
+rotate-keys, reap. Each takes the cluster the same way: its stack file first (`hpcc status Pulumi.llm.yaml`), or
+--cluster NAME or --stack NAME, the region from the stack file unless --region says (infra/ops/cli_support.py
+target). Registered on the app by infra/ops/cli.py, in WORKFLOW order."""
 
 from __future__ import annotations
 
