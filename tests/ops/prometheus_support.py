@@ -184,16 +184,21 @@ def synthetic_prometheus(work: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
+    targets = 2 * len(UTIL) + 1  # each GPU node's two exporters, the head's node_exporter
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
+        deadline, seen = time.monotonic() + 60, "nothing yet"
+        while True:
+            try:  # every target scraped at least twice (a rate), not only the first few
+                up = ops_top.query(base, "count(count_over_time(up[1m]) >= 2 and up == 1)")
                 frame = ops_top.read_frame(base)
-                if frame.jobs and all(not math.isnan(r.efa) for r in frame.groups if r.name == "gpu"):
+                efa = [r.efa for r in frame.groups if r.name == "gpu"]
+                seen = f"{up[0][1] if up else 0:.0f} of {targets} targets up twice, jobs {len(frame.jobs)}, efa {efa}"
+                if up and up[0][1] == targets and frame.jobs and efa and not math.isnan(efa[0]):
                     break
-            except OpsError:
-                pass
+            except OpsError as e:
+                seen = str(e)
             assert proc.poll() is None, "prometheus exited"
+            assert time.monotonic() < deadline, f"the synthetic Prometheus not ready in 60 s: {seen}"
             time.sleep(0.5)
         yield base
     finally:
