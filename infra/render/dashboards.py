@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from hpcc_contract import dcgm, metrics
-from infra.render.prometheus import EXTERNAL_SERIES, NS_PER_S
+from infra.render.prometheus import EXTERNAL_SERIES, violation_ratio
 
 # dcgm-exporter's series: the metric rows of hpcc's counters file (hpcc_contract/dcgm.py; DCGM's "Field Identifiers":
 # https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html): utilisation %, framebuffer MiB,
@@ -95,7 +95,7 @@ def _of_job(expr: str) -> str:
 
 
 def _violation(field: str, where: str) -> str:
-    return f"rate({field}{{{where}}}[{RATE}]) / {NS_PER_S}"
+    return violation_ratio(field, where, RATE)
 
 
 CLUSTER = Dashboard(
@@ -142,8 +142,8 @@ NODE_DASHBOARD = Dashboard(
         panel("GPU SM clock", (f"DCGM_FI_DEV_SM_CLOCK{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="rotmhz"),
         panel(
             "GPU time held down (power cap, heat)",
-            (_violation("DCGM_FI_DEV_POWER_VIOLATION", GPU_AT_NODE), "GPU {{gpu}} power"),
-            (_violation("DCGM_FI_DEV_THERMAL_VIOLATION", GPU_AT_NODE), "GPU {{gpu}} heat"),
+            (_violation(dcgm.POWER_VIOLATION, GPU_AT_NODE), "GPU {{gpu}} power"),
+            (_violation(dcgm.THERMAL_VIOLATION, GPU_AT_NODE), "GPU {{gpu}} heat"),
             unit="percentunit",
         ),
         panel(
@@ -243,7 +243,7 @@ JOB = Dashboard(
         ),
         panel(
             "GPU held down by its power cap (the node's worst GPU)",
-            (_of_job(f"max by (node) ({_violation('DCGM_FI_DEV_POWER_VIOLATION', GPU)})"), "{{node}}"),
+            (_of_job(f"max by (node) ({_violation(dcgm.POWER_VIOLATION, GPU)})"), "{{node}}"),
             unit="percentunit",
         ),
         panel(

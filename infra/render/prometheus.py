@@ -188,14 +188,15 @@ class Alert:
     summary: str  # the evidence, a template over $labels and $value
 
 
-def _gpu_violation_ratio(field: str) -> str:
-    """The share of the last 5 minutes the GPU was throttled: a counter of nanoseconds, so its rate over 1e9.
-    PromQL has no bitwise operators, so the clock-event reasons' bitmask is no use here; these counters are."""
-    return f'(rate({field}{{job="{metrics.JOB_GPU}"}}[5m]) / {NS_PER_S})'
+def violation_ratio(field: str, selector: str = f'job="{metrics.JOB_GPU}"', window: str = "5m") -> str:
+    """The share of the last `window` the GPU was throttled: a counter of nanoseconds, so its rate over 1e9 (the
+    alert rules and the dashboards both read it so). PromQL has no bitwise operators, so the clock-event reasons'
+    bitmask is no use here; these counters are."""
+    return f"(rate({field}{{{selector}}}[{window}]) / {NS_PER_S})"
 
 
 def _gpu_thermal() -> Alert:
-    ratio = _gpu_violation_ratio(dcgm.THERMAL_VIOLATION)
+    ratio = violation_ratio(dcgm.THERMAL_VIOLATION)
     return Alert(
         ALERT_GPU_THERMAL,
         f"{ratio} > 0.1",  # a cooled data-centre GPU is held down by heat for no part of the time
@@ -211,7 +212,7 @@ def _gpu_power() -> Alert:
     """The power cap holds every GPU of a busy training node down some of the time, by design; what marks a bad GPU
     is being held down much more than the others of its node, which run the same job. (A node of one GPU, or one
     whose GPUs run unlike jobs, has no such baseline: this alert says nothing of them.)"""
-    ratio = _gpu_violation_ratio(dcgm.POWER_VIOLATION)
+    ratio = violation_ratio(dcgm.POWER_VIOLATION)
     node = f"{metrics.LABEL_NODE}, {metrics.LABEL_INSTANCE_ID}"
     median = f"quantile by ({node}) (0.5, {ratio})"
     return Alert(
