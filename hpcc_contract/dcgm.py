@@ -1,21 +1,28 @@
 """dcgm-exporter on the GPU nodes (issue 34): which exporter release goes with the node's DCGM, the counters file hpcc
-gives it, and where Slurm's Prolog tells it which job runs on which GPU. Standard library only, like the rest of the
-contract: the program's alert rules and `hpcc top` read their DCGM series from SERIES here (infra/render/prometheus.py,
+gives it, the unit-stable series hpcc records from either generation of its names, and where Slurm's Prolog tells it
+which job runs on which GPU. Standard library only, like the rest of the contract: the program's recording and alert
+rules, the dashboards and `hpcc top` take their DCGM names from here (infra/render/prometheus.py, dashboards.py,
 infra/ops/top.py), the node side installs the exporter, writes COUNTERS_CSV and keeps the job map (hpcc_node/dcgm.py).
 
 Pairing. "A DCGM Exporter release tag has the form `<dcgm-version>-<dcgm-exporter-version>`"
 (https://docs.nvidia.com/datacenter/dcgm/latest/release-notes/index.html), and NVIDIA's install page says "Run DCGM
 Exporter with the DCGM version paired with that exporter release"
 (https://docs.nvidia.com/datacenter/dcgm/latest/installation/install-dcgm-exporter.html); the pairs below are NVIDIA's
-tags and release notes (https://docs.nvidia.com/datacenter/dcgm/latest/release-notes/dcgm-exporter.html). hpcc read
-the exporter's metric names of these releases only (the tagged etc/default-counters.csv of 4.5.3-4.8.2, the same
-rows in 4.6.0-4.8.3's). Exporter 4.9.0 (paired with DCGM 4.7) renames the default fields and changes their units, and
-its list could not be read: a node whose DCGM is not in PAIRED runs no exporter and says so in its log; its health
-checks and everything else are unaffected (README, "What cannot be checked here")."""
+tags and release notes (https://docs.nvidia.com/datacenter/dcgm/latest/release-notes/dcgm-exporter.html).
+
+Two generations of names. Exporter 4.9.0 (DCGM 4.7, the DLAMIs' DCGM since September 2026) "renames the 23 default
+and profiling-preset fields that DCGM 4.7 deprecates to their new DCGM 4.7 names", eleven of them with new units
+(https://github.com/NVIDIA/dcgm-exporter/releases/tag/4.9.0), while DCGM keeps the old names "as deprecated aliases"
+(https://docs.nvidia.com/datacenter/dcgm/latest/release-notes/changelog.html). hpcc's counters file keeps the names
+of 4.8.x, which every paired DCGM resolves, and nothing downstream reads a DCGM name: recording rules turn each
+quantity hpcc reads, under its old name or its DCGM 4.7 one, into one series in base units (RECORDED), so a cluster
+whose nodes run both generations reads the same. A node whose DCGM is not in PAIRED runs no exporter and says so in
+its log; its health checks and everything else are unaffected (README, "What cannot be checked here")."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from hpcc_contract import formats
@@ -26,6 +33,11 @@ PAIRED: Dict[str, str] = {
     "4.5.3": "4.8.2",
     "4.6.0": "4.8.3",
     "4.6.1": "4.8.4",
+    # "tested with DCGM 4.7.0 and 4.7.1 and ships with DCGM 4.7.0" (4.9.0's release page). Its 4.7.1 caveat, a host
+    # engine and a libdcgm of different 4.7 releases, cannot arise here: the exporter package uses the node's libdcgm,
+    # from the same DCGM packages as its nv-hostengine.
+    "4.7.0": "4.9.0",
+    "4.7.1": "4.9.0",
 }
 DCGM_PACKAGE = "datacenter-gpu-manager-4-core"  # DCGM 4's core package, whose version the node reads (dpkg-query)
 EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
@@ -115,7 +127,55 @@ SERIES: Dict[str, Tuple[str, str]] = {name: (kind, text) for name, kind, text in
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # %
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"  # W
-VIOLATION_UNIT_PER_S = "1e9"  # the violation counters count nanoseconds
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One quantity hpcc reads from dcgm-exporter: the series hpcc records it as, in base units (Prometheus' "Metric
+    and label naming": https://prometheus.io/docs/practices/naming/), from its 4.8.x name scaled by `to_base`, or
+    from its DCGM 4.7 name, already in base units."""
+
+    record: str
+    legacy: str
+    to_base: str  # PromQL arithmetic from the legacy unit to the base unit; "" when they agree
+    renamed: str
+
+    def in_base_units(self, legacy: float) -> float:
+        """A legacy value as the rule records it (and as DCGM 4.7's field holds it)."""
+        if not self.to_base:
+            return legacy
+        op, factor = self.to_base.split()
+        return legacy / float(factor) if op == "/" else legacy * float(factor)
+
+
+# The DCGM 4.7 names: those DCGM 4.6.1's dcgm_fields.h already defines (same field, same unit: temperature, power,
+# Xid; or a new field in base units: SM_CLOCK_HERTZ) and those only DCGM 4.7 adds (the _RATIO, _BYTES and
+# _SECONDS_TOTAL fields: https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html). hpcc could
+# not read 4.7's header itself; a misspelt name here leaves its series unrecorded on 4.9 nodes, it never stops one.
+UTILIZATION = Quantity("gpu:utilization:ratio", GPU_UTIL, " / 100", "DCGM_FI_DEV_GPU_UTIL_RATIO")
+MEMORY_USED = Quantity("gpu:memory_used:bytes", FB_USED, " * 1048576", "DCGM_FI_DEV_FB_USED_BYTES")
+POWER = Quantity("gpu:power:watts", POWER_USAGE, "", "DCGM_FI_DEV_BOARD_POWER_WATTS")
+TEMPERATURE = Quantity("gpu:temperature:celsius", "DCGM_FI_DEV_GPU_TEMP", "", "DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+SM_CLOCK = Quantity("gpu:sm_clock:hertz", "DCGM_FI_DEV_SM_CLOCK", " * 1e6", "DCGM_FI_DEV_SM_CLOCK_HERTZ")
+LAST_XID = Quantity("gpu:last_xid:code", "DCGM_FI_DEV_XID_ERRORS", "", "DCGM_FI_DEV_XID_ERROR")
+# The violation counters count nanoseconds; DCGM 4.7's count seconds.
+POWER_THROTTLE = Quantity(
+    "gpu:power_throttle:seconds_total", POWER_VIOLATION, " / 1e9", "DCGM_FI_DEV_GPU_POWER_THROTTLE_SECONDS_TOTAL"
+)
+THERMAL_THROTTLE = Quantity(
+    "gpu:thermal_throttle:seconds_total", THERMAL_VIOLATION, " / 1e9", "DCGM_FI_DEV_GPU_THERMAL_THROTTLE_SECONDS_TOTAL"
+)
+RECORDED: Tuple[Quantity, ...] = (
+    UTILIZATION,
+    MEMORY_USED,
+    POWER,
+    TEMPERATURE,
+    SM_CLOCK,
+    LAST_XID,
+    POWER_THROTTLE,
+    THERMAL_THROTTLE,
+)
+DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")  # 4.8.x's, 4.9.0's
 
 
 def counters_csv() -> str:

@@ -24,13 +24,13 @@ from hpcc_contract import dcgm, metrics
 from infra.ops import OpsError, forward
 from infra.ops.forward import Forward
 
-# What each column reads, per node (the rows aggregate the nodes'). DCGM's names are those of hpcc's counters file
-# (hpcc_contract/dcgm.py; https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
-# GPU_UTIL in %, FB_USED in MiB, POWER_USAGE in W.
+# What each column reads, per node (the rows aggregate the nodes'). The GPU quantities are those the head's rules
+# record in base units from either generation of DCGM's names (hpcc_contract/dcgm.py RECORDED), shown here as
+# utilisation in %, memory in MiB, power in W.
 QUERIES = {
-    "gpu": f'avg by (node) ({dcgm.GPU_UTIL}{{job="{metrics.JOB_GPU}"}})',
-    "memory": f'sum by (node) ({dcgm.FB_USED}{{job="{metrics.JOB_GPU}"}})',
-    "power": f'sum by (node) ({dcgm.POWER_USAGE}{{job="{metrics.JOB_GPU}"}})',
+    "gpu": f'100 * avg by (node) ({dcgm.UTILIZATION.record}{{job="{metrics.JOB_GPU}"}})',
+    "memory": f'sum by (node) ({dcgm.MEMORY_USED.record}{{job="{metrics.JOB_GPU}"}}) / 1048576',
+    "power": f'sum by (node) ({dcgm.POWER.record}{{job="{metrics.JOB_GPU}"}})',
     "efa": f'sum by (node) (rate(hpcc_efa_bytes_total{{job="{metrics.JOB_NODE}"}}[2m]))',
 }
 NODES = f'up{{job="{metrics.JOB_NODE}"}}'  # every target node, with its group

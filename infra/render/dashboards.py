@@ -2,12 +2,13 @@
 infra/render/grafana.py turns them into Grafana's JSON model; the tests run every panel's query against the real
 Prometheus scraping exporters shaped like the real ones, and `panel_queries` lists them for the box.
 
-Every query reads only series somebody exports: hpcc's own (hpcc_contract/metrics.py SERIES), node_exporter's with
-the collectors hpcc runs (NODE_EXPORTER_SERIES), dcgm-exporter's default counters (DCGM_SERIES), and Prometheus'
-own (`up`, `ALERTS`). Every selector names its scrape job (`{job="node"}`, `{job="gpu"}`), so the metric names are
-exactly the words before a `{` (the test reads them so). A job's nodes come from the controller's
-`hpcc_slurm_job_node_info`, joined on `node` through its `slurm_node` label as `hpcc top` does; its GPUs also carry
-dcgm-exporter's `hpc_job` label (the Slurm job id, when the node's prolog sets it)."""
+Every query reads only series somebody exports or the head records: hpcc's own (hpcc_contract/metrics.py SERIES),
+node_exporter's with the collectors hpcc runs (NODE_EXPORTER_SERIES), the GPU quantities the head's rules record
+from dcgm-exporter's series under either generation of their names (GPU_SERIES), and Prometheus' own (`up`,
+`ALERTS`). Every selector names its scrape job (`{job="node"}`, `{job="gpu"}`), so the metric names are exactly the
+words before a `{` (the test reads them so). A job's nodes come from the controller's `hpcc_slurm_job_node_info`,
+joined on `node` through its `slurm_node` label as `hpcc top` does; its GPUs also carry dcgm-exporter's `hpc_job`
+label (the Slurm job id, when the node's prolog sets it)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 from hpcc_contract import dcgm, metrics
 from infra.render.prometheus import EXTERNAL_SERIES, violation_ratio
 
-# dcgm-exporter's series: the metric rows of hpcc's counters file (hpcc_contract/dcgm.py; DCGM's "Field Identifiers":
-# https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html): utilisation %, framebuffer MiB,
-# W, degrees C, MHz, the last Xid, the two violation counters (ns). A panel reads no other (tests hold them to it).
-DCGM_SERIES = tuple(name for name, kind, _ in dcgm.ROWS if kind != "label")
+# The GPU quantities in base units, as the head's recording rules keep them from dcgm-exporter's series, whichever
+# generation of DCGM's names a node's exporter serves (hpcc_contract/dcgm.py RECORDED; infra/render/prometheus.py
+# gpu_record): utilisation 0-1, memory bytes, W, degrees C, Hz, the last Xid, seconds held down. A panel reads no
+# DCGM name itself (tests hold them to it).
+GPU_SERIES = tuple(q.record for q in dcgm.RECORDED)
 # node_exporter's, from the collectors hpcc_contract/metrics.py NODE_EXPORTER_COLLECTORS turns on (no `cpu`
 # collector: CPU is read as load and pressure): filesystem, loadavg, meminfo, pressure, netdev
 # (https://github.com/prometheus/node_exporter#collectors).
@@ -37,7 +39,7 @@ NODE_EXPORTER_SERIES = (
     "node_network_transmit_bytes_total",
 )
 PROMETHEUS_SERIES = ("up", "ALERTS")  # per target; per alerting rule's alert ("Alerting rules", "Inspecting alerts")
-EXPORTED = frozenset((*metrics.SERIES, *EXTERNAL_SERIES, *DCGM_SERIES, *NODE_EXPORTER_SERIES, *PROMETHEUS_SERIES))
+EXPORTED = frozenset((*metrics.SERIES, *EXTERNAL_SERIES, *GPU_SERIES, *NODE_EXPORTER_SERIES, *PROMETHEUS_SERIES))
 
 RATE = "$__rate_interval"  # Grafana's: at least four scrape intervals (https://grafana.com/blog/2020/09/28/)
 NODE = f'job="{metrics.JOB_NODE}"'
@@ -63,7 +65,7 @@ class Query:
 class Panel:
     title: str
     queries: tuple[Query, ...]
-    unit: str = "short"  # Grafana's unit ids: percent, percentunit, bytes, mbytes, Bps, watt, celsius, rotmhz, s
+    unit: str = "short"  # Grafana's unit ids: percent, percentunit, bytes, mbytes, Bps, watt, celsius, hertz, s
     kind: str = "timeseries"  # or "table": an instant query, one row a series
     width: int = 12  # of Grafana's 24 columns
 
@@ -94,8 +96,8 @@ def _of_job(expr: str) -> str:
     return f"{expr} and on ({metrics.LABEL_NODE}) {JOB_NODES}"
 
 
-def _violation(field: str, where: str) -> str:
-    return violation_ratio(field, where, RATE)
+def _violation(throttle: dcgm.Quantity, where: str) -> str:
+    return violation_ratio(throttle, where, RATE)
 
 
 CLUSTER = Dashboard(
@@ -109,20 +111,20 @@ CLUSTER = Dashboard(
         panel("Slurm jobs by state", (f"sum by (state) (hpcc_slurm_jobs{{{NODE}}})", "{{state}}")),
         panel(
             "GPU utilisation by group (mean)",
-            (f"avg by (group) (DCGM_FI_DEV_GPU_UTIL{{{GPU}}})", "{{group}}"),
-            unit="percent",
+            (f"avg by (group) (gpu:utilization:ratio{{{GPU}}})", "{{group}}"),
+            unit="percentunit",
         ),
         panel(
             "GPU utilisation by group (worst node)",
-            (f"min by (group) (avg by (group, node) (DCGM_FI_DEV_GPU_UTIL{{{GPU}}}))", "{{group}}"),
-            unit="percent",
+            (f"min by (group) (avg by (group, node) (gpu:utilization:ratio{{{GPU}}}))", "{{group}}"),
+            unit="percentunit",
         ),
         panel(
             "EFA throughput by group",
             (f"sum by (group, direction) (rate(hpcc_efa_bytes_total{{{NODE}}}[{RATE}]))", "{{group}} {{direction}}"),
             unit="Bps",
         ),
-        panel("GPU power by group", (f"sum by (group) (DCGM_FI_DEV_POWER_USAGE{{{GPU}}})", "{{group}}"), unit="watt"),
+        panel("GPU power by group", (f"sum by (group) (gpu:power:watts{{{GPU}}})", "{{group}}"), unit="watt"),
         panel(
             "Alerts firing",
             ('sum by (alertname, severity) (ALERTS{alertstate="firing"})', "{{alertname}} ({{severity}})"),
@@ -135,20 +137,20 @@ NODE_DASHBOARD = Dashboard(
     "hpcc-node",
     "hpcc: a node",
     (
-        panel("GPU utilisation", (f"DCGM_FI_DEV_GPU_UTIL{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="percent"),
-        panel("GPU memory used", (f"DCGM_FI_DEV_FB_USED{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="mbytes"),
-        panel("GPU power", (f"DCGM_FI_DEV_POWER_USAGE{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="watt"),
-        panel("GPU temperature", (f"DCGM_FI_DEV_GPU_TEMP{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="celsius"),
-        panel("GPU SM clock", (f"DCGM_FI_DEV_SM_CLOCK{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="rotmhz"),
+        panel("GPU utilisation", (f"gpu:utilization:ratio{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="percentunit"),
+        panel("GPU memory used", (f"gpu:memory_used:bytes{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="bytes"),
+        panel("GPU power", (f"gpu:power:watts{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="watt"),
+        panel("GPU temperature", (f"gpu:temperature:celsius{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="celsius"),
+        panel("GPU SM clock", (f"gpu:sm_clock:hertz{{{GPU_AT_NODE}}}", "GPU {{gpu}}"), unit="hertz"),
         panel(
             "GPU time held down (power cap, heat)",
-            (_violation(dcgm.POWER_VIOLATION, GPU_AT_NODE), "GPU {{gpu}} power"),
-            (_violation(dcgm.THERMAL_VIOLATION, GPU_AT_NODE), "GPU {{gpu}} heat"),
+            (_violation(dcgm.POWER_THROTTLE, GPU_AT_NODE), "GPU {{gpu}} power"),
+            (_violation(dcgm.THERMAL_THROTTLE, GPU_AT_NODE), "GPU {{gpu}} heat"),
             unit="percentunit",
         ),
         panel(
             "GPU Xids (DCGM's last; hpcc's in the last hour)",
-            (f"DCGM_FI_DEV_XID_ERRORS{{{GPU_AT_NODE}}}", "GPU {{gpu}} last Xid"),
+            (f"gpu:last_xid:code{{{GPU_AT_NODE}}}", "GPU {{gpu}} last Xid"),
             (f"sum by (gpu, code) (increase(hpcc_gpu_xid_errors_total{{{AT_NODE}}}[1h]))", "GPU {{gpu}} Xid {{code}}"),
         ),
         panel(
@@ -215,8 +217,8 @@ JOB = Dashboard(
         panel("The job's nodes", (f'hpcc_slurm_job_node_info{{{NODE}, job_id="$job_id"}}', ""), kind="table", width=24),
         panel(
             "GPU utilisation per node",
-            (_of_job(f"avg by (node) (DCGM_FI_DEV_GPU_UTIL{{{GPU}}})"), "{{node}}"),
-            unit="percent",
+            (_of_job(f"avg by (node) (gpu:utilization:ratio{{{GPU}}})"), "{{node}}"),
+            unit="percentunit",
         ),
         panel(
             "EFA throughput per node",
@@ -225,25 +227,27 @@ JOB = Dashboard(
         ),
         panel(
             "Its GPUs (dcgm-exporter's hpc_job)",
-            (f'DCGM_FI_DEV_GPU_UTIL{{{GPU}, hpc_job="$job_id"}}', "{{node}} GPU {{gpu}}"),
-            unit="percent",
+            (f'gpu:utilization:ratio{{{GPU}, hpc_job="$job_id"}}', "{{node}} GPU {{gpu}}"),
+            unit="percentunit",
         ),
         panel(
             "Worst node's GPU utilisation",
-            (f"min({_of_job(f'avg by (node) (DCGM_FI_DEV_GPU_UTIL{{{GPU}}})')})", "worst"),
-            unit="percent",
+            (f"min({_of_job(f'avg by (node) (gpu:utilization:ratio{{{GPU}}})')})", "worst"),
+            unit="percentunit",
         ),
         panel(
-            "GPU memory per node", (_of_job(f"sum by (node) (DCGM_FI_DEV_FB_USED{{{GPU}}})"), "{{node}}"), unit="mbytes"
+            "GPU memory per node",
+            (_of_job(f"sum by (node) (gpu:memory_used:bytes{{{GPU}}})"), "{{node}}"),
+            unit="bytes",
         ),
         panel(
             "GPU power per node",
-            (_of_job(f"sum by (node) (DCGM_FI_DEV_POWER_USAGE{{{GPU}}})"), "{{node}}"),
+            (_of_job(f"sum by (node) (gpu:power:watts{{{GPU}}})"), "{{node}}"),
             unit="watt",
         ),
         panel(
             "GPU held down by its power cap (the node's worst GPU)",
-            (_of_job(f"max by (node) ({_violation(dcgm.POWER_VIOLATION, GPU)})"), "{{node}}"),
+            (_of_job(f"max by (node) ({_violation(dcgm.POWER_THROTTLE, GPU)})"), "{{node}}"),
             unit="percentunit",
         ),
         panel(

@@ -162,15 +162,10 @@ EXTERNAL_SERIES = (
     "node_filesystem_avail_bytes",
     "node_filesystem_size_bytes",
     "node_filesystem_readonly",
-    # DCGM's time a GPU's clocks were held down by its power cap or by heat, in nanoseconds ("Field Identifiers":
-    # https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html#c.DCGM_FI_DEV_POWER_VIOLATION;
-    # NVML's nvmlViolationTime_t, "violationTime in Nanoseconds"). dcgm-exporter lists both in
-    # etc/default-counters.csv as counters, commented out: hpcc's counters file (hpcc_contract/dcgm.py, the node's
-    # dcgm-exporter -f) enables them, and a test holds every DCGM name here to that file.
-    dcgm.POWER_VIOLATION,
-    dcgm.THERMAL_VIOLATION,
+    # dcgm-exporter's series, under either generation's names: the recording rules read them (gpu_records) and
+    # everything else reads what they record (hpcc_contract/dcgm.py RECORDED; a test holds the names to that file).
+    *(name for q in dcgm.RECORDED for name in (q.legacy, q.renamed)),
 )
-NS_PER_S = dcgm.VIOLATION_UNIT_PER_S  # the violation counters' unit, nanoseconds, per second
 
 # The EFA counters that rise when this node's side of the fabric fails: the health agent drains on these only
 # (hpcc_node/health/devices.py LOCAL_ERROR_LIMITS). The remote ones (a peer not answering) would drain every healthy
@@ -188,15 +183,26 @@ class Alert:
     summary: str  # the evidence, a template over $labels and $value
 
 
-def violation_ratio(field: str, selector: str = f'job="{metrics.JOB_GPU}"', window: str = "5m") -> str:
-    """The share of the last `window` the GPU was throttled: a counter of nanoseconds, so its rate over 1e9 (the
-    alert rules and the dashboards both read it so). PromQL has no bitwise operators, so the clock-event reasons'
-    bitmask is no use here; these counters are."""
-    return f"(rate({field}{{{selector}}}[{window}]) / {NS_PER_S})"
+def violation_ratio(throttle: dcgm.Quantity, selector: str = f'job="{metrics.JOB_GPU}"', window: str = "5m") -> str:
+    """The share of the last `window` the GPU was throttled: the rate of a counter of seconds (the alert rules and
+    the dashboards both read it so). PromQL has no bitwise operators, so the clock-event reasons' bitmask is no use
+    here; these counters are."""
+    return f"rate({throttle.record}{{{selector}}}[{window}])"
+
+
+def gpu_record(quantity: dcgm.Quantity) -> dict:
+    """A recording rule (https://prometheus.io/docs/prometheus/latest/configuration/recording_rules/): the quantity
+    in base units from the name its node's exporter serves. `or` keeps the left side's series and adds the right's
+    whose labels, the name aside, no left one has (https://prometheus.io/docs/prometheus/latest/querying/operators/,
+    "Logical/set binary operators"), so a node serving both names is recorded once. The labels stay: node, group,
+    instance_id, gpu, UUID, hpc_job."""
+    selector = f'{{job="{metrics.JOB_GPU}"}}'
+    legacy = f"{quantity.legacy}{selector}{quantity.to_base}"
+    return {"record": quantity.record, "expr": f"{legacy} or {quantity.renamed}{selector}"}
 
 
 def _gpu_thermal() -> Alert:
-    ratio = violation_ratio(dcgm.THERMAL_VIOLATION)
+    ratio = violation_ratio(dcgm.THERMAL_THROTTLE)
     return Alert(
         ALERT_GPU_THERMAL,
         f"{ratio} > 0.1",  # a cooled data-centre GPU is held down by heat for no part of the time
@@ -212,7 +218,7 @@ def _gpu_power() -> Alert:
     """The power cap holds every GPU of a busy training node down some of the time, by design; what marks a bad GPU
     is being held down much more than the others of its node, which run the same job. (A node of one GPU, or one
     whose GPUs run unlike jobs, has no such baseline: this alert says nothing of them.)"""
-    ratio = violation_ratio(dcgm.POWER_VIOLATION)
+    ratio = violation_ratio(dcgm.POWER_THROTTLE)
     node = f"{metrics.LABEL_NODE}, {metrics.LABEL_INSTANCE_ID}"
     median = f"quantile by ({node}) (0.5, {ratio})"
     return Alert(
@@ -287,6 +293,8 @@ def rule(alert: Alert) -> dict:
 
 
 def alert_rules() -> str:
-    """The rules file (https://prometheus.io/docs/prometheus/latest/configuration/recording_rules/, "Syntax")."""
-    doc = {"groups": [{"name": RULE_GROUP, "rules": [rule(a) for a in alerts()]}]}
+    """The rules file (https://prometheus.io/docs/prometheus/latest/configuration/recording_rules/, "Syntax"): the
+    GPU records first, in the alerts' own group, whose rules run in order, so an alert reads this evaluation's."""
+    records = [gpu_record(q) for q in dcgm.RECORDED]
+    doc = {"groups": [{"name": RULE_GROUP, "rules": [*records, *(rule(a) for a in alerts())]}]}
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)

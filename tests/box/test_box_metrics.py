@@ -277,9 +277,15 @@ def test_d_a_jobs_gpu_series_carry_its_id_while_it_runs_and_every_dashboard_pane
     """(b) and (d): a Slurm job given two of a-000's GPUs (`--gpus-per-node`: SLURM_JOB_GPUS in its Prolog, which
     writes dcgm-exporter's job map) has those GPUs' series labelled hpc_job=<its id> while it runs and not after;
     meanwhile every panel of every dashboard (infra/render/dashboards.py) returns data from the box's Prometheus,
-    its node and job variables set to a-000 and the job. The box's nodes have no EFA devices: a-000's textfile gets
-    the agent's EFA counters for the test (the series the health agent writes from the devices' counters)."""
+    its node and job variables set to a-000 and the job. a-000's exporter serves DCGM 4.7's names and units, as
+    dcgm-exporter 4.9.0 on today's DLAMI does, the other nodes 4.8.x's: what the dashboards read is what the head's
+    rules record from either. The box's nodes have no EFA devices: a-000's textfile gets the agent's EFA counters
+    for the test (the series the health agent writes from the devices' counters)."""
     box, node = fleet, "a-000"
+    names = box.node(node).file(f"{STANDIN_STATE}/dcgm_names")
+    box.undo(f"{node}'s exporter back on 4.8.x's names", lambda: names.unlink(missing_ok=True))
+    names.parent.mkdir(parents=True, exist_ok=True)
+    names.write_text("4.9\n")
     gpu_util = box.node(node).file(f"{STANDIN_STATE}/gpu_util")
     efa = box.node(node).file(f"{metrics.TEXTFILE_DIR}/box_efa_bytes.prom")
     box.undo(f"{node}'s GPUs idle again", lambda: gpu_util.unlink(missing_ok=True))
@@ -293,7 +299,7 @@ def test_d_a_jobs_gpu_series_carry_its_id_while_it_runs_and_every_dashboard_pane
     assert job.isdigit(), out.stdout + out.stderr
     box.undo(f"job {job} cancelled", lambda: box.on_head("scancel", job))
     submitted = time.time()
-    labelled = f'{dcgm.GPU_UTIL}{{{dcgm.JOB_LABEL}="{job}"}}'
+    labelled = f'{dcgm.UTILIZATION.record}{{{dcgm.JOB_LABEL}="{job}"}}'
 
     def efa_counters(at: float) -> None:
         rx = int((at - submitted) * 2e9)
@@ -314,8 +320,11 @@ def test_d_a_jobs_gpu_series_carry_its_id_while_it_runs_and_every_dashboard_pane
         return rows if seen == {(node, "0"), (node, "1")} else None
 
     rows = wait_for(on_gpus, 120, box, every=3, why=lambda: f"job {job}'s GPUs labelled: {query(box, labelled)}")
+    at_node = f'{{{metrics.LABEL_NODE}="{node}"}}'
+    assert query(box, dcgm.UTILIZATION.renamed + at_node) and not query(box, dcgm.UTILIZATION.legacy + at_node)
     print(f"[metrics] job {job}'s two GPUs on {node} labelled hpc_job={job} {time.time() - submitted:.0f} s after "
-          f"sbatch: {sorted(float(r['value'][1]) for r in rows)} %")  # fmt: skip
+          f"sbatch, utilisation {sorted(float(r['value'][1]) for r in rows)} recorded from DCGM 4.7's "
+          f"{dcgm.UTILIZATION.renamed}")  # fmt: skip
 
     panels = panel_queries(node=node, job_id=job)
     empty: list[str] = []
@@ -351,7 +360,7 @@ def test_d_a_jobs_gpu_series_carry_its_id_while_it_runs_and_every_dashboard_pane
 
     def unlabelled():
         still = query(box, labelled)
-        plain = query(box, f'{dcgm.GPU_UTIL}{{{metrics.LABEL_NODE}="{node}", gpu="0"}}')
+        plain = query(box, f'{dcgm.UTILIZATION.record}{{{metrics.LABEL_NODE}="{node}", gpu="0"}}')
         return not still and plain and all(dcgm.JOB_LABEL not in r["metric"] for r in plain)
 
     wait_for(unlabelled, 120, box, every=3, why=lambda: f"job {job}'s label gone: {query(box, labelled)}")

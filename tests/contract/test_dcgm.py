@@ -1,5 +1,6 @@
-"""hpcc_contract/dcgm.py: the DCGM -> dcgm-exporter pairing, hpcc's counters file, and that every DCGM series the
-head's rules and `hpcc top` read is one that file makes the exporter serve."""
+"""hpcc_contract/dcgm.py: the DCGM -> dcgm-exporter pairing, hpcc's counters file, and that only the head's recording
+rules read DCGM's names, each quantity under its 4.8.x name (one that file makes the exporter serve) and its DCGM 4.7
+one."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from hpcc_contract import dcgm, formats, metrics
 from infra.ops import top
-from infra.render import prometheus
+from infra.render import dashboards, prometheus
 
 
 @pytest.mark.parametrize(
@@ -23,13 +24,16 @@ from infra.render import prometheus
         ("4.6.1", "4.8.4"),
         ("1:4.6.1-2", "4.8.4"),
         (" 1:4.6.0-1\n", "4.8.3"),
+        ("1:4.7.0-2", "4.9.0"),
+        ("4.7.0-1", "4.9.0"),
+        ("1:4.7.1-1", "4.9.0"),
     ],
 )
 def test_a_paired_dcgm_names_its_exporter_whatever_dpkg_adds_to_the_version(installed, exporter):
     assert dcgm.exporter_for(installed) == exporter
 
 
-UNPAIRED = ["1:4.7.0-2", "4.7.0-1", "4.4.2-1", "1:3.3.9-1", "", "4.6", "x:4.6.0-1", "4.6.0;rm"]
+UNPAIRED = ["1:4.8.0-1", "4.7.2-1", "4.4.2-1", "1:3.3.9-1", "", "4.6", "x:4.6.0-1", "4.6.0;rm"]
 
 
 @pytest.mark.parametrize("installed", UNPAIRED)
@@ -38,7 +42,7 @@ def test_a_dcgm_hpcc_has_no_verified_exporter_for_or_no_version_at_all_gets_none
 
 
 def test_the_pairing_is_nvidias_tags():
-    assert dcgm.PAIRED == {"4.5.3": "4.8.2", "4.6.0": "4.8.3", "4.6.1": "4.8.4"}
+    assert dcgm.PAIRED == {"4.5.3": "4.8.2", "4.6.0": "4.8.3", "4.6.1": "4.8.4", "4.7.0": "4.9.0", "4.7.1": "4.9.0"}
     assert all(re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", v) for v in [*dcgm.PAIRED, *dcgm.PAIRED.values()])
 
 
@@ -72,11 +76,19 @@ def _dcgm_names(text: str) -> set[str]:
     return set(re.findall(r"\bDCGM_FI_[A-Z0-9_]+", text))
 
 
-def test_every_dcgm_series_the_rules_and_top_read_is_served_with_hpccs_counters_file():
-    read = _dcgm_names(prometheus.alert_rules()) | _dcgm_names(" ".join(top.QUERIES.values()))
-    read |= {name for name in prometheus.EXTERNAL_SERIES if name.startswith("DCGM_")}
-    assert read >= {dcgm.POWER_VIOLATION, dcgm.THERMAL_VIOLATION, dcgm.GPU_UTIL, dcgm.FB_USED, dcgm.POWER_USAGE}
-    assert read <= set(dcgm.SERIES), read - set(dcgm.SERIES)
+def test_only_the_recording_rules_read_dcgm_names_each_quantity_under_both_of_its_names():
+    """Alerts, `hpcc top` and the dashboards read what the rules record; a record reads its quantity's 4.8.x name,
+    which hpcc's counters file makes the exporter serve, and its DCGM 4.7 name, which no 4.8.x row has."""
+    elsewhere = [a.expr for a in prometheus.alerts()] + list(top.QUERIES.values())
+    elsewhere += [expr for _, _, expr in dashboards.panel_queries("gpu-000", "41")]
+    assert not _dcgm_names(" ".join(elsewhere))
+    for q in dcgm.RECORDED:
+        assert _dcgm_names(prometheus.gpu_record(q)["expr"]) == {q.legacy, q.renamed}, q
+        assert q.legacy in dcgm.SERIES and q.renamed not in dcgm.SERIES and q.renamed.startswith("DCGM_FI_DEV_")
+    legacy = {q.legacy for q in dcgm.RECORDED}
+    assert legacy >= {dcgm.POWER_VIOLATION, dcgm.THERMAL_VIOLATION, dcgm.GPU_UTIL, dcgm.FB_USED, dcgm.POWER_USAGE}
+    records = [q.record for q in dcgm.RECORDED]
+    assert len(set(records)) == len(records) and all(re.fullmatch(r"gpu:[a-z_]+:[a-z_]+", r) for r in records)
 
 
 def test_the_node_side_names_are_paths_and_labels():

@@ -116,8 +116,8 @@ def test_the_bootstraps_questions():
     assert _cli("counters").stdout == contract.COUNTERS_CSV
     paired = _cli("exporter-version", "1:4.6.0-1")
     assert (paired.returncode, paired.stdout) == (0, "4.8.3\n")
-    unpaired = _cli("exporter-version", "1:4.7.0-2")
+    unpaired = _cli("exporter-version", "1:4.8.0-1")
     assert unpaired.returncode == 1
-    assert "DCGM '1:4.7.0-2' has no dcgm-exporter hpcc verified" in unpaired.stdout
+    assert "DCGM '1:4.8.0-1' has no dcgm-exporter hpcc verified" in unpaired.stdout
     assert contract.README_SECTION in unpaired.stdout
     assert _cli("exporter-version").returncode == 2

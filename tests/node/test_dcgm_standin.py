@@ -114,3 +114,21 @@ def test_the_state_makes_a_gpu_busy_and_its_violation_counters_rise(exporter):
     after = [int(v) for _, v in series(second, contract.THERMAL_VIOLATION)]
     assert after[0] == before[0] == 0 and after[1] - before[1] >= 0.4e9
     assert all(v == "0" for _, v in series(second, contract.POWER_VIOLATION))
+
+
+def test_on_dcgm_4_7_names_it_serves_each_recorded_quantity_renamed_in_its_new_unit(exporter):
+    """The box's 4.9 node: the names and units hpcc's recording rules read (hpcc_contract/dcgm.py RECORDED)."""
+    scrape, state, _ = exporter
+    (state / "gpu_util").write_text("1:50\n")
+    legacy = scrape()
+    (state / "dcgm_names").write_text("4.9\n")
+    renamed = scrape()
+    for q in contract.RECORDED:
+        assert not series(renamed, q.legacy) and len(series(renamed, q.renamed)) == 2, q
+    gauges = (contract.UTILIZATION, contract.MEMORY_USED, contract.POWER, contract.TEMPERATURE, contract.SM_CLOCK)
+    for q in gauges:
+        old = [q.in_base_units(float(v)) for _, v in series(legacy, q.legacy)]
+        assert [float(v) for _, v in series(renamed, q.renamed)] == pytest.approx(old), q
+    labels = dict(series(renamed, contract.UTILIZATION.renamed)[0][0])
+    assert "DCGM_FI_SYSTEM_DRIVER_VERSION" in labels and "DCGM_FI_DRIVER_VERSION" not in labels
+    assert set(contract.DRIVER_LABELS) == {"DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"}

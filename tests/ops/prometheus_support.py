@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcc_contract import metrics
+from hpcc_contract import dcgm, metrics
 from infra.ops import OpsError
 from infra.ops import top as ops_top
 from infra.render.prometheus import alert_rules
@@ -37,24 +37,31 @@ def _elapsed() -> float:
 
 
 def gpu_body(node: str) -> str:
+    """dcgm-exporter's series for the node's two GPUs: 4.8.x's names (hpcc's counters file), but the troubled node's
+    exporter serves DCGM 4.7's names in their units (dcgm-exporter 4.9.0), as a node on a newer DLAMI would."""
     lines = []
+    renamed = node == TROUBLED
     for gpu, util in enumerate(UTIL[node]):
         labels = (f'gpu="{gpu}",UUID="GPU-{node}-{gpu}",pci_bus_id="00000000:{53 + gpu:02X}:00.0",'
                   f'device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="{node}"')  # fmt: skip
         if node in JOB_NODES:
             labels += f',hpc_job="{JOB_ID}"'
         hot = node == TROUBLED
-        values = {
-            "DCGM_FI_DEV_GPU_UTIL": util,
-            "DCGM_FI_DEV_FB_USED": 40960,
-            "DCGM_FI_DEV_POWER_USAGE": 500,
-            "DCGM_FI_DEV_GPU_TEMP": 85 if hot else 60,
-            "DCGM_FI_DEV_SM_CLOCK": 1410 if hot else 1980,
-            "DCGM_FI_DEV_XID_ERRORS": 79 if hot and gpu == 0 else 0,
-            "DCGM_FI_DEV_POWER_VIOLATION": int(_elapsed() * 1e8),  # 10% of the time
-            "DCGM_FI_DEV_THERMAL_VIOLATION": int(_elapsed() * 5e8) if hot else 0,
+        legacy = {
+            dcgm.UTILIZATION: util,  # %
+            dcgm.MEMORY_USED: 40960,  # MiB
+            dcgm.POWER: 500,
+            dcgm.TEMPERATURE: 85 if hot else 60,
+            dcgm.SM_CLOCK: 1410 if hot else 1980,  # MHz
+            dcgm.LAST_XID: 79 if hot and gpu == 0 else 0,
+            dcgm.POWER_THROTTLE: int(_elapsed() * 1e8),  # ns: 10% of the time
+            dcgm.THERMAL_THROTTLE: int(_elapsed() * 5e8) if hot else 0,
         }
-        lines += [f"{name}{{{labels}}} {v}" for name, v in values.items()]
+        for q, v in legacy.items():
+            if renamed:
+                lines.append(f"{q.renamed}{{{labels}}} {q.in_base_units(v)}")
+            else:
+                lines.append(f"{q.legacy}{{{labels}}} {v}")
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +176,8 @@ def synthetic_prometheus(work: Path) -> Iterator[str]:
     (work / "nodes.json").write_text(json.dumps([group("node", n, "gpu") for n in UTIL] + [group("node", "head", "")]))
     rules = yaml.safe_load(alert_rules())
     for rule in rules["groups"][0]["rules"]:
-        rule["for"] = "0s"
+        if "alert" in rule:
+            rule["for"] = "0s"
     (work / "rules.yml").write_text(yaml.safe_dump(rules))
     port = _free_port()
     (work / "prometheus.yml").write_text(

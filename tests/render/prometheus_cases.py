@@ -3,13 +3,14 @@ is for (it fires, with these labels and this evidence) and a healthy node or a s
 are sampled every minute, as the exporters' targets carry them (hpcc_contract/metrics.py's labels); promtool's
 values notation: `a+bxn` is a, a+b, ... n+1 samples.
 
-Units: the DCGM violation counters count nanoseconds, so 12e9 more per minute is a GPU held down 20% of the time."""
+Units: the DCGM violation counters count nanoseconds, so 12e9 more per minute is a GPU held down 20% of the time;
+DCGM 4.7's (dcgm-exporter 4.9.0's names) count seconds, so 12 more per minute is the same GPU."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcc_contract import metrics
+from hpcc_contract import dcgm, metrics
 from infra.render import prometheus as prom
 
 NODE = {
@@ -62,17 +63,25 @@ def blip(fraction: float, minutes: int, total: int = 40) -> str:
     return f"0+{int(fraction * 60e9)}x{minutes} {held}+0x{total - minutes - 1}"
 
 
+def throttled_s(fraction: float, minutes: int = 40) -> str:
+    """The same, counted in seconds (DCGM 4.7's _THROTTLE_SECONDS_TOTAL fields)."""
+    return f"0+{fraction * 60:g}x{minutes}"
+
+
 def quiet_at(*times: str) -> list:
     return [(t, QUIET) for t in times]
 
 
 THERMAL = "DCGM_FI_DEV_THERMAL_VIOLATION"
 POWER = "DCGM_FI_DEV_POWER_VIOLATION"
+THERMAL_47, POWER_47 = dcgm.THERMAL_THROTTLE.renamed, dcgm.POWER_THROTTLE.renamed
 HEAT = "GPU 0 (GPU-00000000) on gpu-001 was held down by heat 20% of the last 5 minutes, for 10 minutes"
 CAP = (
     "GPU 3 (GPU-00000003) on gpu-001 was held down by its power cap 70% of the last 5 minutes, far more than its "
     "node's other GPUs, for 10 minutes"
 )
+
+CAP_VALUE = "0.7000000000000001"  # 42 s a minute over 5 minutes, as Prometheus' rate() sums it in floating point
 
 GPU_CASES = [
     Case(
@@ -88,10 +97,22 @@ GPU_CASES = [
         quiet_at("5m", "10m", "15m", "30m"),
     ),
     Case(
+        "thermal-fires-dcgm-4.7",  # the same GPU on a node whose exporter serves DCGM 4.7's names, in seconds
+        prom.ALERT_GPU_THERMAL,
+        [series(THERMAL_47, gpu(0), throttled_s(0.2)), series(THERMAL_47, gpu(1), throttled_s(0))],
+        [("9m", QUIET), ("20m", [({**gpu(0), **DRAIN}, evidence(HEAT, "0.2"))])],
+    ),
+    Case(
+        "thermal-quiet-dcgm-4.7",  # 0.5 s a minute read as nanoseconds would be nothing; as seconds, still too little
+        prom.ALERT_GPU_THERMAL,
+        [series(THERMAL_47, gpu(0), throttled_s(0.05)), series(THERMAL_47, gpu(1), throttled_s(0))],
+        quiet_at("10m", "20m", "30m"),
+    ),
+    Case(
         "power-fires",  # GPU 3 held down 70% of the time, its peers 30-40% (their median: 40%)
         prom.ALERT_GPU_POWER,
         [series(POWER, gpu(n), throttled(f)) for n, f in enumerate((0.3, 0.4, 0.4, 0.7))],
-        [("9m", QUIET), ("20m", [({**gpu(3), **DRAIN}, evidence(CAP, "0.7"))])],
+        [("9m", QUIET), ("20m", [({**gpu(3), **DRAIN}, evidence(CAP, CAP_VALUE))])],
     ),
     Case(
         "power-quiet-busy-node",  # every GPU of a busy node at its power cap 70% of the time: by design, not a fault
@@ -106,6 +127,13 @@ GPU_CASES = [
         + [series(POWER, gpu(n, "gpu-002"), throttled(0)) for n in range(3)]
         + [series(POWER, gpu(3, "gpu-002"), throttled(0.45))],
         quiet_at("10m", "20m", "35m"),
+    ),
+    Case(
+        "power-fires-dcgm-4.7",  # as power-fires, in seconds; gpu-002 beside it still on 4.8.x's names, quiet
+        prom.ALERT_GPU_POWER,
+        [series(POWER_47, gpu(n), throttled_s(f)) for n, f in enumerate((0.3, 0.4, 0.4, 0.7))]
+        + [series(POWER, gpu(n, "gpu-002"), throttled(0.3)) for n in range(4)],
+        [("9m", QUIET), ("20m", [({**gpu(3), **DRAIN}, evidence(CAP, CAP_VALUE))])],
     ),
     Case(
         "power-quiet-blip",

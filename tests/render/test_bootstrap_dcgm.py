@@ -61,12 +61,12 @@ def test_a_dcgm_without_a_verified_exporter_installs_nothing_and_says_so(fake, s
     tmp_path, bin_dir, env = fake
     stand_ins(tmp_path, bin_dir)
     bundle(tmp_path)
-    tool(bin_dir, "dpkg-query", "printf '%s' '1:4.7.0-2'\n")
+    tool(bin_dir, "dpkg-query", "printf '%s' '1:4.8.0-1'\n")
     tool(bin_dir, "apt-get", f'echo "$*" >>{tmp_path}/apt\n')
     out = run_step(tmp_path, env, ctx_for(tmp_path, metrics=True), "step_metrics\n")
     assert out.returncode == 0, out.stdout + out.stderr
     log = out.stdout + out.stderr
-    assert "DCGM '1:4.7.0-2' has no dcgm-exporter hpcc verified" in log, log
+    assert "DCGM '1:4.8.0-1' has no dcgm-exporter hpcc verified" in log, log
     assert not (tmp_path / "apt").exists() and not starts(tmp_path, "dcgm-exporter")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcc_contract import metrics
+from hpcc_contract import dcgm, metrics
 from infra.render import prometheus as prom
 from tests.render.prometheus_cases import CASES, QUIET, Case
 
@@ -67,7 +67,7 @@ def write_head(tmp_path: Path, **settings) -> Path:
 def test_promtool_accepts_the_rendered_configuration_its_rules_and_targets(promtool, tmp_path, config):
     out = run(promtool, "check", "config", write_head(tmp_path, **config))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 5 rules found" in out.stdout, out.stdout
+    assert f"SUCCESS: {5 + len(dcgm.RECORDED)} rules found" in out.stdout, out.stdout
 
 
 def test_promtool_check_config_refuses_a_broken_rules_file_so_the_check_above_means_something(promtool, tmp_path):
@@ -154,7 +154,8 @@ def test_prometheus_never_listens_on_every_interface_or_a_name(address):
 def test_promtool_accepts_the_rules(promtool, tmp_path):
     (tmp_path / "rules.yml").write_text(prom.alert_rules())
     out = run(promtool, "check", "rules", tmp_path / "rules.yml")
-    assert out.returncode == 0 and "SUCCESS: 5 rules found" in out.stdout, out.stdout + out.stderr
+    found = f"SUCCESS: {5 + len(dcgm.RECORDED)} rules found"
+    assert out.returncode == 0 and found in out.stdout, out.stdout + out.stderr
 
 
 def _unit_test(case: Case) -> dict:
@@ -186,7 +187,7 @@ def test_every_alert_has_a_firing_case_and_a_quiet_one():
 
 
 def test_each_rule_waits_its_for_says_what_to_do_and_shows_its_evidence():
-    rules = yaml.safe_load(prom.alert_rules())["groups"][0]["rules"]
+    rules = [r for r in yaml.safe_load(prom.alert_rules())["groups"][0]["rules"] if "alert" in r]
     assert [r["alert"] for r in rules] == [a.name for a in prom.alerts()] and len({r["alert"] for r in rules}) == 5
     for r in rules:
         assert prom.check_duration(r["for"], r["alert"]) and r["labels"]["severity"] in ("warning", "critical")
@@ -219,10 +220,41 @@ def test_series_in_reads_metric_names_and_nothing_else():
     assert series_in("quantile by (n) (0.5, b) - on (n) group_left () c offset 5m") == {"b", "c"}
 
 
-def test_every_series_the_rules_read_is_hpccs_or_a_documented_exporters():
-    used = set().union(*(series_in(a.expr) for a in prom.alerts()))
-    assert used and used <= set(metrics.SERIES) | set(prom.EXTERNAL_SERIES), used - set(metrics.SERIES)
+def test_every_series_the_rules_read_is_hpccs_a_documented_exporters_or_recorded_by_them():
+    records = [prom.gpu_record(q) for q in dcgm.RECORDED]
+    recorded = {r["record"] for r in records}
+    used = set().union(*(series_in(a.expr) for a in prom.alerts()), *(series_in(r["expr"]) for r in records))
+    known = set(metrics.SERIES) | set(prom.EXTERNAL_SERIES) | recorded
+    assert used and used <= known, used - known
     assert set(prom.EXTERNAL_SERIES) <= used, "an external series no rule reads: drop it from EXTERNAL_SERIES"
+
+
+def test_a_node_on_either_generation_of_dcgm_names_records_the_same_quantities(promtool, tmp_path):
+    """gpu-001's exporter serves 4.8.x's names (hpcc's counters file), gpu-002's DCGM 4.7's (dcgm-exporter 4.9.0's,
+    in base units): every recorded quantity reads the same for both, and a GPU is never recorded twice."""
+    legacy_node, renamed_node = {**GPU_TARGET_LABELS, "gpu": "0"}, {**GPU_TARGET_LABELS, "gpu": "0", "node": "gpu-002"}
+    inputs, checks = [], []
+    for n, q in enumerate(dcgm.RECORDED, start=3):
+        base = q.in_base_units(float(n))
+        inputs += [
+            {"series": _series(q.legacy, legacy_node), "values": f"{n}+0x5"},
+            {"series": _series(q.renamed, renamed_node), "values": f"{base}+0x5"},
+        ]
+        expected = [{"labels": _series(q.record, labels), "value": base} for labels in (legacy_node, renamed_node)]
+        checks.append({"expr": q.record, "eval_time": "3m", "exp_samples": expected})
+    (tmp_path / "rules.yml").write_text(prom.alert_rules())
+    test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": inputs, "promql_expr_test": checks}]}  # fmt: skip
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test, sort_keys=False))
+    out = run(promtool, "test", "rules", tmp_path / "test.yml")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+GPU_TARGET_LABELS = {"job": metrics.JOB_GPU, "instance": "10.0.1.7:9400", "node": "gpu-001", "UUID": "GPU-0"}
+
+
+def _series(name: str, labels: dict) -> str:
+    return name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
 def test_the_efa_rule_reads_the_counters_the_health_agent_drains_on_and_no_remote_one():

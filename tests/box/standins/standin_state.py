@@ -16,6 +16,7 @@ DEFAULTS = {
     "gpu_util": "",  # dcgm-exporter: index:percent
     "power_violation": "",  # dcgm-exporter: index:share of each second held down by the power cap
     "thermal_violation": "",  # dcgm-exporter: index:share held down by heat
+    "dcgm_names": "4.8",  # dcgm-exporter: 4.9 serves DCGM 4.7's names and units (exporter 4.9.0)
 }
 
 
