@@ -5,17 +5,20 @@ cluster (infra/config/validators/type_rules.py head_holds_the_metrics).
 - Series per node: scripts/bench_series.py counts them with the real node_exporter and hpcc's own writers: a
   p5.48xlarge 903, a p4d.24xlarge 679, a c6i.32xlarge 274 (README, Benchmark). The estimate here, from the GPUs and
   EFA devices alone, is within 10% of the GPU types' and above the CPU type's (tests/facts/test_prometheus_sizing.py
-  holds it to those figures).
+  holds it to those figures). The head's recording rules add one series per GPU and quantity (head_series).
 - Memory: scripts/bench_prometheus.py runs the real Prometheus against N synthetic p5 nodes and fits its resident
   memory as a line in its head series (Prometheus keeps every active series and its open chunk in memory:
   https://prometheus.io/docs/prometheus/latest/storage/); it says MISS when it measures more than this model."""
 
 from __future__ import annotations
 
+from hpcc_contract import dcgm
+
 NODE_SERIES_BASE = 400  # node_exporter's families with hpcc's flags, hpcc's own checks and agent series, one disk
 NODE_SERIES_PER_GPU = 30  # dcgm-exporter's 25 default counters and hpcc's own GPU series
 NODE_SERIES_PER_EFA = 8  # hpcc's EFA error and byte counters a device
 SERIES_PER_TARGET = 5  # Prometheus' own a scrape target: up, scrape_duration_seconds, ...
+RECORDED_PER_GPU = len(dcgm.RECORDED)  # the head's recording rules keep each GPU's quantities once more
 HEAD_SERIES = 340  # the head's own node_exporter and hpcc's controller series (bench_series: 303, the box: 340)
 
 # scripts/bench_prometheus.py (Debian 12's Prometheus 2.42, this machine, 2026-11-30): 64 to 512 synthetic p5 nodes
@@ -35,6 +38,11 @@ def node_series(gpus: int, efa_devices: int) -> int:
     return (
         NODE_SERIES_BASE + NODE_SERIES_PER_GPU * gpus + NODE_SERIES_PER_EFA * efa_devices + SERIES_PER_TARGET * targets
     )
+
+
+def head_series(gpus: int, efa_devices: int) -> int:
+    """The series one node adds to the head's Prometheus: those it scrapes and those its rules record from them."""
+    return node_series(gpus, efa_devices) + RECORDED_PER_GPU * gpus
 
 
 def prometheus_bytes(series: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpcc_contract import dcgm
 from infra.config.parse import parse
 from infra.config.validators.check import check_config
 from infra.facts import prometheus_sizing as sizing
@@ -47,3 +48,8 @@ def test_the_memory_model_grows_with_the_series():
     assert sizing.prometheus_bytes(2_000_000) - sizing.prometheus_bytes(1_000_000) == (
         1_000_000 * sizing.PROMETHEUS_BYTES_PER_SERIES
     )
+
+
+def test_the_head_holds_a_gpu_nodes_recorded_quantities_beside_what_it_scrapes():
+    assert sizing.head_series(8, 32) - sizing.node_series(8, 32) == 8 * len(dcgm.RECORDED) == 64
+    assert sizing.head_series(0, 0) == sizing.node_series(0, 0)

@@ -14,7 +14,7 @@ from infra.config.validators.findings import ERROR, WARNING, Finding
 from infra.facts.efa import efa_device_count, interface_layout
 from infra.facts.images import image_name_pattern
 from infra.facts.instance_types import HEAD_FIELD, InstanceType, UnknownInstanceType
-from infra.facts.prometheus_sizing import HEAD_SERIES, HEAD_SHARE, node_series, prometheus_bytes
+from infra.facts.prometheus_sizing import HEAD_SERIES, HEAD_SHARE, head_series, prometheus_bytes
 from infra.facts.slurm import SlurmFactsError, slurm_node
 
 IMAGE_FIELD = "cluster.image"
@@ -171,7 +171,7 @@ def head_holds_the_metrics(cfg, types: dict[str, InstanceType]):
     series, nodes = HEAD_SERIES, 0
     for _i, group, itype in group_types(cfg, types):
         efa = efa_device_count(interface_layout(itype, itype.efa_supported if group.efa is None else group.efa))
-        series += group.count * node_series(itype.gpus, efa)
+        series += group.count * head_series(itype.gpus, efa)
         nodes += group.count
     need = prometheus_bytes(series) / 1024**3
     if need > head.memory_gib * HEAD_SHARE:
