@@ -18,10 +18,18 @@ DIGEST = f"sha256:{HEX}"
 @pytest.mark.parametrize(
     "written,canonical,uri",
     [
-        ("nvcr.io#nvidia/pytorch:24.07-py3", "nvcr.io/nvidia/pytorch:24.07-py3", "docker://nvcr.io#nvidia/pytorch:24.07-py3"),
+        (
+            "nvcr.io#nvidia/pytorch:24.07-py3",
+            "nvcr.io/nvidia/pytorch:24.07-py3",
+            "docker://nvcr.io#nvidia/pytorch:24.07-py3",
+        ),
         ("docker://nvcr.io#nvidia/pytorch:24.07-py3", "nvcr.io/nvidia/pytorch:24.07-py3", None),
         ("docker://nvcr.io/nvidia/pytorch:24.07-py3", "nvcr.io/nvidia/pytorch:24.07-py3", None),
-        ("ubuntu:22.04", "registry-1.docker.io/library/ubuntu:22.04", "docker://registry-1.docker.io#library/ubuntu:22.04"),
+        (
+            "ubuntu:22.04",
+            "registry-1.docker.io/library/ubuntu:22.04",
+            "docker://registry-1.docker.io#library/ubuntu:22.04",
+        ),
         ("ubuntu", "registry-1.docker.io/library/ubuntu:latest", None),
         ("docker.io/ubuntu", "registry-1.docker.io/library/ubuntu:latest", None),
         ("index.docker.io#nvidia/cuda:12.4.1-base", "registry-1.docker.io/nvidia/cuda:12.4.1-base", None),
@@ -35,7 +43,11 @@ DIGEST = f"sha256:{HEX}"
         ),
         (f"ubuntu@{DIGEST}", f"registry-1.docker.io/library/ubuntu:latest@{DIGEST}", None),
         (f"nvcr.io/nvidia/pytorch:24.07-py3@{DIGEST}", f"nvcr.io/nvidia/pytorch:24.07-py3@{DIGEST}", None),
-        ("bob@nvcr.io#nvidia/pytorch:24.07-py3", "nvcr.io/nvidia/pytorch:24.07-py3", "docker://bob@nvcr.io#nvidia/pytorch:24.07-py3"),
+        (
+            "bob@nvcr.io#nvidia/pytorch:24.07-py3",
+            "nvcr.io/nvidia/pytorch:24.07-py3",
+            "docker://bob@nvcr.io#nvidia/pytorch:24.07-py3",
+        ),
     ],
 )
 def test_a_reference_is_normalised_as_enroot_reads_it(written, canonical, uri):
