@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -304,15 +305,31 @@ def test_a_sweep_removes_leftovers_only_when_nobody_holds_their_lock(tmp_path):
     )  # fmt: skip
 
 
-def test_an_eviction_between_the_wait_and_the_lock_sends_the_waiter_to_the_new_lock_file(tmp_path):
+def test_an_eviction_between_the_wait_and_the_lock_sends_the_waiter_to_the_new_lock_file(tmp_path, monkeypatch):
+    """The waiter opened the lock file; an eviction unlinked it and let go; the waiter's flock then succeeds on a file
+    nobody else will ever lock, so it must open the one now at the path."""
     lock = str(tmp_path / c.lock_name(D1))
-    old = locks.try_acquire(lock, shared=False)
-    stale_fd = os.open(lock, os.O_RDONLY)  # a waiter that opened the file the eviction will unlink
-    locks.remove(lock, old)
-    fd = locks.try_acquire(lock, shared=True)
-    assert fd is not None and os.fstat(fd).st_ino == os.stat(lock).st_ino != os.fstat(stale_fd).st_ino
+    opened = [os.open(lock, os.O_RDWR | os.O_CREAT)]  # the waiter's open, before the eviction
+    os.unlink(lock)  # the eviction
+    real_open = locks._open
+    monkeypatch.setattr(locks, "_open", lambda path: opened.pop() if opened else real_open(path))
+    fd = locks.try_acquire(lock, shared=False)
+    assert fd is not None and os.fstat(fd).st_ino == os.stat(lock).st_ino
+    assert locks.try_acquire(lock, shared=False) is None  # the one lock everyone sees is held
     locks.release(fd)
-    os.close(stale_fd)
+
+
+def test_an_image_published_without_the_lock_is_never_overwritten(tmp_path):
+    image = tmp_path / c.image_name(D1)
+
+    def importer(ref, digest, dest):
+        Path(dest).write_bytes(b"mine")
+        image.write_bytes(b"theirs")  # somebody wrote it meanwhile, bypassing the lock
+
+    lines: list = []
+    assert make(tmp_path, importer, lines=lines).ensure(REF) == str(image)
+    assert image.read_bytes() == b"theirs" and any("appeared during the import" in line for line in lines)
+    assert files(tmp_path) == [c.entry_name(D1), c.lock_name(D1), c.image_name(D1)]
 
 
 def test_entry_documents_are_written_whole(tmp_path):
