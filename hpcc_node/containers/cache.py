@@ -202,7 +202,14 @@ class ImageCache:
 
     def _touch(self, ref: c.ImageRef, digest: str) -> None:
         """Note a use (and the reference, if new), at most once per TOUCH_EVERY_S; the first note creates the entry."""
-        now, old = self.clock(), self._entry(digest)
+        now = self.clock()
+        try:
+            old = self._read_entry(digest)
+        except NewerFormat as e:  # formats.py's rule: what a newer hpcc wrote is kept, never rewritten in an older form
+            self.log(f"{ref.canonical}: last use not noted: {e}")
+            return
+        except (OSError, c.BadRecord):
+            old = None  # a damaged document: written anew
         if old and ref.canonical in old.references and now - old.last_used < TOUCH_EVERY_S:
             return
         size = os.path.getsize(self._path(c.image_name(digest)))
@@ -227,12 +234,17 @@ class ImageCache:
             _unlink(temp)
             self.log(f"{ref.canonical}: last use not noted: {e}")
 
-    def _entry(self, digest: str) -> Optional[c.CacheEntry]:
+    def _read_entry(self, digest: str) -> Optional[c.CacheEntry]:
+        """The entry's document, None when there is none; NewerFormat, BadRecord or OSError when it does not read."""
         try:
             with open(self._path(c.entry_name(digest))) as f:
                 return c.loads_entry(f.read())
         except FileNotFoundError:
             return None
+
+    def _entry(self, digest: str) -> Optional[c.CacheEntry]:
+        try:
+            return self._read_entry(digest)
         except (OSError, c.BadRecord, NewerFormat) as e:
             self.log(f"{c.entry_name(digest)}: not read ({e}); its squashfs's own times stand in")
             return None
@@ -290,19 +302,33 @@ class ImageCache:
         if fd is None:
             return False, "in use: its lock is held (an import, or a reader)"
         try:
-            fresh = self._entry(entry.digest)
-            if fresh and self._recent(fresh.last_used):
-                return False, f"in use: used again at {_utc(fresh.last_used)}"
-            _unlink(self._path(c.image_name(entry.digest)))
-            _unlink(self._path(c.entry_name(entry.digest)))
+            keep = self._kept_after_all(entry.digest)
+            if keep is None:
+                _unlink(self._path(c.image_name(entry.digest)))
+                _unlink(self._path(c.entry_name(entry.digest)))
         except BaseException:
             locks.release(fd)
             raise
+        if keep is not None:
+            locks.release(fd)
+            return False, keep
         locks.remove(lock, fd)
         return True, (
             f"the cache held {before} bytes, over its cap of {cap}; least recently used first "
             f"(last used {_utc(entry.last_used)})"
         )
+
+    def _kept_after_all(self, digest: str) -> Optional[str]:
+        """Why an entry stays after all, read again under its lock (a node may have used it since the listing)."""
+        try:
+            fresh = self._read_entry(digest)
+        except NewerFormat:
+            return "its entry document is of a newer format: left to the newer hpcc that wrote it"
+        except (OSError, c.BadRecord):
+            return None
+        if fresh and self._recent(fresh.last_used):
+            return f"in use: used again at {_utc(fresh.last_used)}"
+        return None
 
     def _recent(self, last_used: float) -> bool:
         return self.clock() - last_used < self.grace_s
@@ -325,10 +351,14 @@ class ImageCache:
             fd = locks.try_acquire(lock, shared=False)
             if fd is None:
                 continue  # an import or a reader: its files are live
-            present = os.path.exists(self._path(c.image_name(digest)))  # published since the listing: keep its own
-            for name in leftovers:
-                if name.startswith(c.temp_prefix(digest)) or not (present or name == c.lock_name(digest)):
-                    removed += [name] if _unlink(self._path(name)) else []
+            try:
+                present = os.path.exists(self._path(c.image_name(digest)))  # published since the listing: keep it
+                for name in leftovers:
+                    if name.startswith(c.temp_prefix(digest)) or not (present or name == c.lock_name(digest)):
+                        removed += [name] if _unlink(self._path(name)) else []
+            except BaseException:
+                locks.release(fd)
+                raise
             if present:
                 locks.release(fd)
             else:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcc_contract import containers as c
+from hpcc_contract import formats
 from hpcc_node.containers import cache as cache_mod
 from hpcc_node.containers import locks
 from hpcc_node.containers.cache import ImageCache, ImportFailed
@@ -288,6 +289,39 @@ def test_eviction_never_takes_an_image_in_use_or_used_within_the_grace(tmp_path)
     assert [e.digest for e in cache.evict(0) if e.evicted] == [D1, D3]  # once let go and idle
 
 
+def test_an_entry_used_again_since_the_listing_is_kept_and_its_lock_let_go(tmp_path, monkeypatch):
+    clock = Clock()
+    cache = filled(tmp_path, clock, [])
+    clock.now += 3600
+    listed = cache.list()
+    monkeypatch.setattr(cache, "list", lambda: listed)  # the listing evict() works from, before another node's use
+    other = make(tmp_path, clock=clock, node="gpu-002")
+    other.ensure(REF)  # D1 used again
+    done = cache.evict(0)
+    assert [(e.digest, e.evicted) for e in done] == [(D1, False), (D2, True), (D3, True)]
+    assert done[0].reason == "in use: used again at 1970-01-12T17:46:40Z"
+    fd = locks.try_acquire(str(tmp_path / c.lock_name(D1)), shared=False)  # not left held
+    assert fd is not None
+    locks.release(fd)
+
+
+def test_an_entry_document_of_a_newer_format_is_neither_rewritten_nor_evicted(tmp_path):
+    clock, lines = Clock(), []
+    cache = filled(tmp_path, clock, lines)
+    newer = json.dumps({**json.loads((tmp_path / c.entry_name(D1)).read_text()), formats.FORMAT_KEY: 2})
+    (tmp_path / c.entry_name(D1)).write_text(newer)
+    clock.now += 3600
+    cache.ensure(REF)
+    assert (tmp_path / c.entry_name(D1)).read_text() == newer
+    assert any("last use not noted: image cache entry format 2 is newer" in line for line in lines)
+    clock.now += 3600
+    os.utime(tmp_path / c.image_name(D1), (1_000_000.0, 1_000_000.0))  # the listing's stand-in: its import time
+    kept = [e for e in cache.evict(0) if not e.evicted]
+    assert [(e.digest, e.reason) for e in kept] == [
+        (D1, "its entry document is of a newer format: left to the newer hpcc that wrote it")
+    ]
+
+
 def test_a_sweep_removes_leftovers_only_when_nobody_holds_their_lock(tmp_path):
     clock = Clock()
     cache = filled(tmp_path, clock, [])
@@ -336,5 +370,5 @@ def test_entry_documents_are_written_whole(tmp_path):
     cache = make(tmp_path)
     cache.ensure(REF)
     doc = json.loads((tmp_path / c.entry_name(D1)).read_text())
-    assert doc["format"] == 1 and doc["digest"] == D1
+    assert doc[formats.FORMAT_KEY] == formats.IMAGE_ENTRY and doc["digest"] == D1
     assert cache_mod.TOUCH_EVERY_S <= 60 < cache_mod.GRACE_S  # a use is noted well within the grace
