@@ -22,6 +22,10 @@ LEDGER_ITEM = 1  # the ledger's items: the controller, `hpcc replace` -> the con
 SETTINGS = 1  # /hpcc/<cluster>/settings: infra/render/node_settings.py -> every agent and bootstrap
 BUNDLE_MANIFEST = 1  # a bundle's manifest.json: infra/render/bundle.py -> the node agent (hpcc_node/upgrade.py)
 DCGM_COUNTERS = 1  # the GPU nodes' dcgm-exporter counters file (its -f CSV): hpcc_contract/dcgm.py -> dcgm-exporter
+# The image cache's entries, <fsx>/.hpcc/images/sha256-<hex>.json: every node's hpcc_node/containers/ -> the same,
+# `hpcc images`
+IMAGE_ENTRY = 1
+IMAGE_USE = 1  # <fsx>/.hpcc/image-usage/<node>.jsonl, a line per job and image: the nodes -> the spares' prewarm
 
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
@@ -32,6 +36,8 @@ VERSIONS: Dict[str, int] = {
     "settings": SETTINGS,
     "bundle manifest": BUNDLE_MANIFEST,
     "dcgm counters": DCGM_COUNTERS,
+    "image cache entry": IMAGE_ENTRY,
+    "image usage record": IMAGE_USE,
 }
 
 

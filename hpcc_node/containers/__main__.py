@@ -1,0 +1,159 @@
+"""`python3 -m hpcc_node.containers [--root DIR | --fsx DIR] COMMAND` (PYTHONPATH=/opt/hpcc/current): the shared
+image cache (cache.py) on a node. Each command prints one JSON document on stdout; progress and the log go to stderr;
+a bad reference or argument exits 2 with one line saying why, a failure exits 1 the same way (never a traceback).
+
+  ensure REFERENCE   the cached squashfs's path ({"reference", "digest", "path"}), importing it first if no node has
+  evict --cap SIZE   least recently used images removed until the cache holds at most SIZE (bytes, or K/M/G/T: 1024s)
+  list               every cached image: references, digest, size, created, last used, importing node (`hpcc images`)
+
+The cache is `<fsx>/.hpcc/images` (--fsx, else $HPCC_FSX_MOUNT, else /fsx), or --root. The digest and the import are
+enroot's (https://github.com/NVIDIA/enroot, doc/cmd/import.md; `enroot digest` since 4.0): `enroot digest URI` and
+`enroot import --output FILE URI@DIGEST`, each run with its arguments as a list, never through a shell."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from typing import Callable, List, NoReturn, Optional, TextIO
+
+from hpcc_contract import containers as c
+from hpcc_node.containers import locks
+from hpcc_node.containers.cache import ImageCache, ImportFailed
+
+ENROOT = "enroot"
+DIGEST_TIMEOUT_S = 120
+IMPORT_TIMEOUT_S = 3 * 3600
+_SIZE = re.compile(r"([0-9]{1,20})([KMGT]?)(?:i?B)?")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class UsageError(ValueError):
+    """A bad argument: exit 2."""
+
+
+def parse_size(text: str) -> int:
+    found = _SIZE.fullmatch(text.strip())
+    if not found:
+        raise UsageError(f"size {text[:40]!r} is not a number of bytes with an optional K, M, G or T")
+    return int(found.group(1)) * _UNITS[found.group(2)]
+
+
+def _tail(text: str) -> str:
+    return " ".join(text.strip().splitlines()[-3:])[:400]
+
+
+def enroot_digest(ref: c.ImageRef) -> str:
+    """The manifest digest of `ref` for this node's architecture (enroot picks it from a manifest list)."""
+    done = subprocess.run(
+        [ENROOT, "digest", "--", ref.enroot_uri()],
+        capture_output=True,
+        text=True,
+        timeout=DIGEST_TIMEOUT_S,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise ImportFailed(f"enroot digest {ref.canonical}: exit {done.returncode}: {_tail(done.stderr)}")
+    return c.check_digest(lines[-1].strip())
+
+
+def enroot_import(ref: c.ImageRef, digest: str, dest: str) -> None:
+    """`enroot import` pinned to `digest`, into `dest` (which must not exist: enroot refuses to overwrite)."""
+    done = subprocess.run(
+        [ENROOT, "import", "--output", dest, "--", ref.enroot_uri(digest)],
+        stdout=sys.stderr,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=IMPORT_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ImportFailed(f"enroot import {ref.canonical}: exit {done.returncode}: {_tail(done.stderr)}")
+
+
+def _entry_json(e: c.CacheEntry) -> dict:
+    return {
+        "references": e.references,
+        "digest": e.digest,
+        "size": e.size,
+        "created": e.created,
+        "lastUsed": e.last_used,
+        "importedBy": e.imported_by,
+    }
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's, whose errors (its subcommands' too: they are made of the same class) raise instead of exiting."""
+
+    def exit(self, status: int = 0, message: Optional[str] = None) -> NoReturn:
+        raise _Exit(status, message or "")
+
+    def error(self, message: str) -> NoReturn:
+        raise _Exit(2, f"hpcc containers: {message} (--help for the commands)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python3 -m hpcc_node.containers", description="hpcc's shared image cache")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--root", help="the cache directory itself")
+    where.add_argument("--fsx", help="the cluster file system's mount point (the cache is <fsx>/.hpcc/images)")
+    p.add_argument("--node", help="this node's name (default: $HPCC_NODE, else the host name)")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("ensure").add_argument("reference")
+    sub.add_parser("evict").add_argument("--cap", required=True)
+    sub.add_parser("list")
+    return p
+
+
+def main(argv: Optional[List[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        root = args.root or c.cache_root(args.fsx or os.environ.get("HPCC_FSX_MOUNT") or "/fsx")
+        node = args.node or os.environ.get("HPCC_NODE") or None
+        say = _say(err)
+        cache = ImageCache(root, enroot_digest, enroot_import, node=node, log=say, progress=say)
+        if args.command == "ensure":
+            path = cache.ensure(args.reference)
+            ref = c.parse_reference(args.reference)
+            doc: object = {"reference": ref.canonical, "digest": c.digest_of(os.path.basename(path)), "path": path}
+        elif args.command == "evict":
+            evictions = cache.evict(parse_size(args.cap))
+            doc = {"evictions": [e._asdict() for e in evictions], "images": [_entry_json(e) for e in cache.list()]}
+        else:
+            doc = {"images": [_entry_json(e) for e in cache.list()]}
+    except _Exit as e:
+        if e.message:
+            err.write(e.message.rstrip("\n") + "\n")
+        return e.code
+    except (UsageError, c.BadReference, c.BadRecord) as e:
+        err.write(f"hpcc containers: {e}\n")
+        return 2
+    except (ImportFailed, locks.LockTimeout, OSError, subprocess.SubprocessError) as e:
+        err.write(f"hpcc containers: {e}\n")
+        return 1
+    out.write(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def _say(err: TextIO) -> Callable[[str], None]:
+    def say(line: str) -> None:
+        err.write(line + "\n")
+        err.flush()
+
+    return say
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sys.exit(main())
