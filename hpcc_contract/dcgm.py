@@ -175,7 +175,6 @@ RECORDED: Tuple[Quantity, ...] = (
     POWER_THROTTLE,
     THERMAL_THROTTLE,
 )
-DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION")  # 4.8.x's, 4.9.0's
 
 
 def counters_csv() -> str:

@@ -162,7 +162,7 @@ EXTERNAL_SERIES = (
     "node_filesystem_avail_bytes",
     "node_filesystem_size_bytes",
     "node_filesystem_readonly",
-    # dcgm-exporter's series, under either generation's names: the recording rules read them (gpu_records) and
+    # dcgm-exporter's series, under either generation's names: the recording rules read them (gpu_record) and
     # everything else reads what they record (hpcc_contract/dcgm.py RECORDED; a test holds the names to that file).
     *(name for q in dcgm.RECORDED for name in (q.legacy, q.renamed)),
 )

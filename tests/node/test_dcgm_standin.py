@@ -131,4 +131,3 @@ def test_on_dcgm_4_7_names_it_serves_each_recorded_quantity_renamed_in_its_new_u
         assert [float(v) for _, v in series(renamed, q.renamed)] == pytest.approx(old), q
     labels = dict(series(renamed, contract.UTILIZATION.renamed)[0][0])
     assert "DCGM_FI_SYSTEM_DRIVER_VERSION" in labels and "DCGM_FI_DRIVER_VERSION" not in labels
-    assert set(contract.DRIVER_LABELS) == {"DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"}
