@@ -62,7 +62,8 @@ def test_the_cache_takes_a_quarter_of_the_file_system_by_default(capacity, cap):
 
 def test_a_cap_up_to_the_file_system_passes_and_over_half_of_it_warns():
     assert configured(scheduler="slurm", containers__cacheMaxGiB=1200).image_cache_gib == 1200
-    assert [f for f, _ in warnings(scheduler="slurm", containers__cacheMaxGiB=601)] == ["cluster.containers.cacheMaxGiB"]
+    found = warnings(scheduler="slurm", containers__cacheMaxGiB=601)
+    assert [f for f, _ in found] == ["cluster.containers.cacheMaxGiB"]
     assert not warnings(scheduler="slurm", containers__cacheMaxGiB=600)
     # With containers off the cap is not checked against the file system (it has no effect; another rule warns).
     found = problems(scheduler="slurm", containers__enabled=False, containers__cacheMaxGiB=5000)
