@@ -218,15 +218,21 @@ def dumps_entry(entry: CacheEntry) -> str:
     return json.dumps(formats.stamp(doc, formats.IMAGE_ENTRY), sort_keys=False) + "\n"
 
 
-def loads_entry(text: str) -> CacheEntry:
-    """An IMAGE_ENTRY document; NewerFormat for a newer one, BadRecord for a malformed one."""
+def _document(text: str, what: str, format_name: str, version: int) -> Dict[str, Any]:
+    """A JSON object of a known format: NewerFormat for a newer one, BadRecord for anything else."""
     try:
         doc = json.loads(text)
     except ValueError as e:
-        raise BadRecord(f"cache entry: not JSON ({e})") from None
+        raise BadRecord(f"{what}: not JSON ({e})") from None
     if not isinstance(doc, dict):
-        raise BadRecord("cache entry: not a JSON object")
-    formats.check_doc("image cache entry", doc, formats.IMAGE_ENTRY)
+        raise BadRecord(f"{what}: not a JSON object")
+    formats.check_doc(format_name, doc, version)
+    return doc
+
+
+def loads_entry(text: str) -> CacheEntry:
+    """An IMAGE_ENTRY document; NewerFormat for a newer one, BadRecord for a malformed one."""
+    doc = _document(text, "cache entry", "image cache entry", formats.IMAGE_ENTRY)
     refs = doc.get("references")
     if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
         raise BadRecord("cache entry: references is not a list of strings")
@@ -269,13 +275,7 @@ def dumps_usage(record: UsageRecord) -> str:
 
 def loads_usage(line: str) -> UsageRecord:
     """One usage line; NewerFormat for a newer one, BadRecord for a malformed one (a reader skips it)."""
-    try:
-        doc = json.loads(line)
-    except ValueError as e:
-        raise BadRecord(f"usage record: not JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise BadRecord("usage record: not a JSON object")
-    formats.check_doc("image usage record", doc, formats.IMAGE_USE)
+    doc = _document(line, "usage record", "image usage record", formats.IMAGE_USE)
     job, node, ref, digest = doc.get("job"), doc.get("node"), doc.get("reference"), doc.get("digest")
     if not isinstance(job, str) or not _JOB.fullmatch(job):
         raise BadRecord(f"usage record: job {str(job)[:20]!r} is not a Slurm job id")
