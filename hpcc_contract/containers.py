@@ -303,6 +303,9 @@ def check_node(node: str) -> str:
 
 SERVICE_SOCKET = "/run/hpcc/images.sock"
 SERVICE_SOCKET_MODE = 0o666  # every job connects; SO_PEERCRED says who it is
+# enroot's ENROOT_CONFIG_PATH for the service's own imports alone (root's `.credentials`: the ECR token, the NGC key),
+# mode 0700, set in the service's enroot children's environment and in no enroot.conf: users never read it.
+ROOT_ENROOT_CONFIG = "/etc/hpcc/enroot-root"
 MAX_REQUEST = 4096
 MAX_ANSWER = 8192
 REQUEST_TIMEOUT_S = 10.0
