@@ -1,6 +1,6 @@
 """What the nodes get for containers (issue 35; not wired into the bootstrap, the bundle or the program yet): enroot's
 configuration, the pyxis line of the configless Slurm's plugstack.conf, which of enroot's hooks are on, the
-directories enroot needs, and the registry credentials' lines.
+directories enroot needs, pyxis' importer entry, and the registry credentials' root-only directory and lines.
 
 enroot.conf. enroot reads each line as `KEY VALUE` and expands VALUE with the shell (`eval echo "${value}"` in
 enroot.in's config::load, after `bash -n` over the whole file; https://github.com/NVIDIA/enroot at v4.1.2), and unsets
@@ -12,10 +12,16 @@ and `render_enroot_conf` checks every line against ENROOT_LINE before returning.
 Where enroot writes. The runtime directory, the unpacked containers (data), the per-node layer cache and the temporary
 files go on the instance store where the type has one (the DLAMI mounts it at /opt/dlami/nvme: UNVERIFIED here, from
 AWS's HyperPod lifecycle scripts and hpcc_contract/settings.py; the wiring step must check the mount and fall back),
-else on the root volume under /var/lib/hpcc/enroot. ENROOT_CONFIG_PATH is one root-owned directory for every user,
-so that the `.credentials` root keeps there (the ECR token from the node's role, the NGC key from the named secret)
-reach every user's import: users' own processes never reach instance metadata (security.imdsForUsers), so enroot's
-`$(aws ecr get-login-password)` form cannot run as them.
+else on the root volume under /var/lib/hpcc/enroot.
+
+Credentials. No user reads one. The registry credentials root keeps (the ECR token from the node's role, the NGC key
+from the named secret: users' own processes never reach instance metadata, security.imdsForUsers) are enroot's
+`.credentials` (CREDENTIALS_FILE, 0600) in ROOT_ENROOT_CONFIG (0700, root's), which no enroot.conf names: only the
+node's image service (hpcc_node/containers/service.py) sets ENROOT_CONFIG_PATH to it, in its own `enroot digest` and
+`enroot import` children's environment (the variable wins over the file: enroot.in config::load). Jobs get images
+through pyxis' `importer=` (IMPORTER_ENTRY, the executable IMPORTER_ENTRY_TEXT): pyxis runs it as the job's user
+(importer.c), it asks the service over its socket, and the service answers the shared cache's squashfs. Users'
+own enroot keeps enroot's default ENROOT_CONFIG_PATH (their own `~/.config/enroot`).
 
 pyxis. One `required` line with the plugin's absolute path (the same on the head and every node) and pyxis' own
 options (config.c at v0.24.0; an unknown option is fatal). It goes directly into the head's plugstack.conf, which
@@ -29,14 +35,20 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from hpcc_contract.containers import ROOT_ENROOT_CONFIG
 from infra.config.containers import Containers, Enroot, Pyxis
 from infra.facts import containers as facts
 from infra.facts.instance_types import InstanceType
 
 INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"
 ROOT_VOLUME_BASE = "/var/lib/hpcc/enroot"
-CONFIG_PATH = "/etc/hpcc/enroot"  # ENROOT_CONFIG_PATH: root-owned; `.credentials` in it (CREDENTIALS_FILE)
-CREDENTIALS_FILE = f"{CONFIG_PATH}/.credentials"
+CREDENTIALS_FILE = f"{ROOT_ENROOT_CONFIG}/.credentials"  # mode 0600, in ROOT_ENROOT_CONFIG (0700): root's alone
+ROOT_ONLY_MODE, CREDENTIALS_MODE = 0o700, 0o600
+# pyxis execve(2)s `importer=` itself (importer.c), so it is an executable file: this one, root's, mode 0755, running
+# hpcc_node/containers/importer.py from the bundle under `python3 -I` (the job's PYTHON* variables ignored).
+IMPORTER_ENTRY = "/usr/local/libexec/hpcc/pyxis-importer"
+IMPORTER_MODE = 0o755
+BUNDLE_DIR = "/opt/hpcc/current"
 CONF_FILE = "/etc/enroot/enroot.conf"  # the .deb's (pkg/deb/rules: sysconfdir /etc)
 HOOKS_DIR = "/etc/enroot/hooks.d"  # on by being here (enroot's runtime.sh hook_dirs)
 EXTRA_HOOKS_DIR = "/usr/share/enroot/hooks.d"  # the .deb's extra hooks, off until linked into HOOKS_DIR
@@ -100,7 +112,6 @@ def enroot_settings(enroot: Enroot, *, instance_store: bool) -> dict[str, str]:
         "ENROOT_DATA_PATH": paths.data,
         "ENROOT_CACHE_PATH": paths.cache,
         "ENROOT_TEMP_PATH": paths.temp,
-        "ENROOT_CONFIG_PATH": CONFIG_PATH,
         "ENROOT_SQUASH_OPTIONS": SQUASH_OPTIONS[enroot.squash_compression],
     }
     if enroot.max_processors is not None:
@@ -136,19 +147,33 @@ def _bool(flag: bool) -> str:
     return "1" if flag else "0"  # pyxis' parse_bool takes 1/true/yes/y and 0/false/no/n (config.c)
 
 
-def pyxis_options(pyxis: Pyxis, *, importer: str | None = None) -> dict[str, str]:
-    out = {
+def pyxis_options(pyxis: Pyxis, *, importer: str = IMPORTER_ENTRY) -> dict[str, str]:
+    """pyxis' options; `importer` hpcc's (pyxis >= 0.21.0, importers/README.md), so every docker:// image a job
+    names comes from the node's image service and the shared cache, never from an `enroot import` as the user."""
+    return {
         "runtime_path": facts.PYXIS_RUNTIME_PATH,
         "container_scope": pyxis.container_scope,
         "execute_entrypoint": _bool(pyxis.execute_entrypoint),
         "sbatch_support": _bool(pyxis.sbatch_support),
+        "importer": importer,
     }
-    if importer is not None:  # hpcc's shared-cache importer, once wired (pyxis >= 0.21.0, importers/README.md)
-        out["importer"] = importer
-    return out
 
 
-def render_plugstack(pyxis: Pyxis, *, importer: str | None = None) -> str:
+def render_importer_entry(bundle: str = BUNDLE_DIR) -> str:
+    """IMPORTER_ENTRY's text: the bundle's importer.py, which pyxis runs as `IMPORTER_ENTRY get URI | release`."""
+    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", bundle):
+        raise BadRender(f"importer entry: bundle {bundle[:80]!r} is not a plain absolute path")
+    return (
+        "#!/usr/bin/python3 -I\n"
+        "# hpcc (issue 35): pyxis' importer= (infra/render/containers.py); as the job's user, no credential\n"
+        "import sys\n\n"
+        f"sys.path.insert(0, {bundle!r})\n"
+        "from hpcc_node.containers.importer import main  # noqa: E402\n\n"
+        "sys.exit(main())\n"
+    )
+
+
+def render_plugstack(pyxis: Pyxis, *, importer: str = IMPORTER_ENTRY) -> str:
     """The plugstack.conf line: `required <plugin> [option=value ...]` (SPANK's format: slurm's plugstack.conf(5))."""
     options = pyxis_options(pyxis, importer=importer)
     words = [f"{key}={value}" for key, value in options.items()]
@@ -193,7 +218,7 @@ def ecr_registry(account: str, region: str) -> str:
 
 
 def netrc_line(machine: str, login: str, password: str) -> str:
-    """One `.credentials` line, every part checked: it is written by root and read by enroot for every user."""
+    """One `.credentials` line, every part checked: written by root into CREDENTIALS_FILE, read by root's enroot."""
     if not _HOST.fullmatch(machine):
         raise BadRender(f"credentials: machine {machine[:64]!r} is not a host name")
     if login not in (ECR_LOGIN, NGC_LOGIN):
@@ -212,13 +237,18 @@ class NodeContainers(NamedTuple):
     enroot_conf: str
     hooks: Hooks
     directories: tuple[str, ...]  # mode 1777
+    root_only: tuple[str, ...]  # mode ROOT_ONLY_MODE, root's: the credentials' directory
+    importer_entry: str  # IMPORTER_ENTRY's text, mode IMPORTER_MODE
 
 
 def for_type(containers: Containers, itype: InstanceType) -> NodeContainers:
-    """What a node of this type gets: its enroot.conf (instance store or root volume), hooks, directories."""
+    """What a node of this type gets: its enroot.conf (instance store or root volume), hooks, directories, the
+    credentials' root-only directory and pyxis' importer."""
     store = itype.instance_store_gb > 0
     return NodeContainers(
         render_enroot_conf(containers.enroot, instance_store=store),
         enroot_hooks(nvidia=itype.accelerator == "nvidia"),
         enroot_paths(store).parents,
+        (ROOT_ENROOT_CONFIG,),
+        render_importer_entry(),
     )

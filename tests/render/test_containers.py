@@ -48,7 +48,6 @@ def test_enroot_conf_reads_back_as_enroot_reads_it(tmp_path, store, base):
         "ENROOT_DATA_PATH": f"{base}/data/user-{uid}",
         "ENROOT_CACHE_PATH": f"{base}/cache/group-{gid}",
         "ENROOT_TEMP_PATH": f"{base}/tmp",
-        "ENROOT_CONFIG_PATH": "/etc/hpcc/enroot",
         "ENROOT_SQUASH_OPTIONS": "-noI -noD -noF -noX -no-duplicates",
         "ENROOT_MAX_CONNECTIONS": "10",
         "ENROOT_CONNECT_TIMEOUT": "30",
@@ -93,9 +92,9 @@ def test_http_is_allowed_only_when_asked_and_processors_left_to_enroot_by_defaul
 @pytest.mark.parametrize(
     "constant,value",
     [
-        ("CONFIG_PATH", "/etc/hpcc/$(touch /tmp/x)"),
-        ("CONFIG_PATH", "/etc/hpcc/enroot; rm -rf /"),
-        ("CONFIG_PATH", "/etc/hpcc/`id`"),
+        ("INSTANCE_STORE_MOUNT", "/opt/$(touch /tmp/x)"),
+        ("ROOT_VOLUME_BASE", "/var/lib/hpcc/enroot; rm -rf /"),
+        ("ROOT_VOLUME_BASE", "/var/lib/`id`"),
         ("ROOT_VOLUME_BASE", "/var/lib/hpcc/en root"),
         ("ROOT_VOLUME_BASE", '/var/lib/"x"'),
     ],
@@ -103,7 +102,17 @@ def test_http_is_allowed_only_when_asked_and_processors_left_to_enroot_by_defaul
 def test_nothing_that_is_shell_is_rendered(monkeypatch, constant, value):
     monkeypatch.setattr(r, constant, value)
     with pytest.raises(r.BadRender, match="not a line hpcc renders"):
-        r.render_enroot_conf(Enroot(), instance_store=False)
+        r.render_enroot_conf(Enroot(), instance_store=constant == "INSTANCE_STORE_MOUNT")
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_no_enroot_conf_names_the_credentials(store):
+    """Users' enroot reads enroot.conf: it names no credentials directory, so theirs stays enroot's default; root's
+    is named only in the image service's children's environment (hpcc_node/containers/service.py root_enroot)."""
+    text = r.render_enroot_conf(Enroot(), instance_store=store)
+    assert "ENROOT_CONFIG_PATH" not in text and "/etc/hpcc" not in text
+    assert r.CREDENTIALS_FILE == "/etc/hpcc/enroot-root/.credentials"
+    assert (r.ROOT_ONLY_MODE, r.CREDENTIALS_MODE) == (0o700, 0o600)
 
 
 def test_values_that_skip_the_models_checks_are_still_never_rendered():
@@ -117,7 +126,7 @@ def test_the_plugstack_line_uses_pyxis_options_only():
     line = r.render_plugstack(Pyxis())
     assert line == (
         "required /usr/local/lib/slurm/spank_pyxis.so runtime_path=/run/pyxis container_scope=job "
-        "execute_entrypoint=0 sbatch_support=1\n"
+        "execute_entrypoint=0 sbatch_support=1 importer=/usr/local/libexec/hpcc/pyxis-importer\n"
     )
     words = line.split()
     assert words[0] == "required" and words[1].startswith("/")  # absolute: the same on the head and every node
@@ -161,6 +170,7 @@ def test_a_node_type_decides_where_enroot_writes_and_its_hooks(itype, store, nvi
     base = r.enroot_base(store)
     assert f"ENROOT_DATA_PATH {base}/data/user-$(id -u)\n" in node.enroot_conf
     assert node.directories == (f"{base}/runtime", f"{base}/data", f"{base}/cache", f"{base}/tmp")
+    assert node.root_only == ("/etc/hpcc/enroot-root",) and node.importer_entry == r.render_importer_entry()
     assert ("98-nvidia.sh" not in node.hooks.remove) is nvidia
 
 
@@ -207,3 +217,13 @@ def test_a_credentials_line_that_enroot_would_misread_is_refused(machine, login,
 def test_a_malformed_ecr_registry_is_refused(account, region):
     with pytest.raises(r.BadRender):
         r.ecr_registry(account, region)
+
+
+def test_the_importer_entry_runs_the_bundles_importer_isolated():
+    text = r.render_importer_entry()
+    assert text.startswith("#!/usr/bin/python3 -I\n")  # pyxis execve(2)s it; the job's PYTHON* variables ignored
+    assert "sys.path.insert(0, '/opt/hpcc/current')" in text and "hpcc_node.containers.importer import main" in text
+    compile(text, "pyxis-importer", "exec")
+    for bad in ("relative", "/opt/x'); import os; ('", "/opt/a b"):
+        with pytest.raises(r.BadRender):
+            r.render_importer_entry(bad)
