@@ -294,3 +294,70 @@ def check_node(node: str) -> str:
     if not isinstance(node, str) or not _NODE.fullmatch(node):
         raise BadRecord(f"node {str(node)[:20]!r} is not a node name (letters, digits, '.', '_', '-')")
     return node
+
+
+# -- the node's image service (hpcc_node/containers/service.py) and pyxis' importer (importer.py) ------------------
+# Root keeps the registry credentials and imports; a job's user asks over SERVICE_SOCKET for an image and gets the
+# cached squashfs's path back, never a credential. One request a connection: one IMAGE_REQUEST JSON line (at most
+# MAX_REQUEST bytes, sent within REQUEST_TIMEOUT_S), answered by one IMAGE_ANSWER line holding `path` or `error`.
+
+SERVICE_SOCKET = "/run/hpcc/images.sock"
+SERVICE_SOCKET_MODE = 0o666  # every job connects; SO_PEERCRED says who it is
+# enroot's ENROOT_CONFIG_PATH for the service's own imports alone (root's `.credentials`: the ECR token, the NGC key),
+# mode 0700, set in the service's enroot children's environment and in no enroot.conf: users never read it.
+ROOT_ENROOT_CONFIG = "/etc/hpcc/enroot-root"
+MAX_REQUEST = 4096
+MAX_ANSWER = 8192
+REQUEST_TIMEOUT_S = 10.0
+# How long an importer waits for its answer: another node's import (the cache's WAIT_S, an hour) and then its own
+# (`enroot import`'s bound, 3 h) may both come first.
+ANSWER_TIMEOUT_S = 4.5 * 3600
+
+
+class ImageRequest(NamedTuple):
+    reference: str  # as pyxis passes it (`docker://...`); the service parses it
+    job: str  # SLURM_JOB_ID, which the service checks against the caller's uid
+
+
+def dumps_request(request: ImageRequest) -> bytes:
+    if not _JOB.fullmatch(request.job):
+        raise BadRecord(f"image request: job {request.job[:20]!r} is not a Slurm job id")
+    doc = {"reference": request.reference[: MAX_REFERENCE + 1], "job": request.job}
+    return (json.dumps(formats.stamp(doc, formats.IMAGE_REQUEST)) + "\n").encode()
+
+
+def loads_request(data: bytes) -> ImageRequest:
+    """One request; NewerFormat for a newer one, BadRecord for anything else (the reference is parsed later)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRecord("image request: not UTF-8") from None
+    doc = _document(text, "image request", "image request", formats.IMAGE_REQUEST)
+    ref, job = doc.get("reference"), doc.get("job")
+    if not isinstance(ref, str) or not ref:
+        raise BadRecord("image request: reference is not a non-empty string")
+    if not isinstance(job, str) or not _JOB.fullmatch(job):
+        raise BadRecord(f"image request: job {str(job)[:20]!r} is not a Slurm job id")
+    return ImageRequest(ref, job)
+
+
+class ImageAnswer(NamedTuple):
+    path: Optional[str]  # the squashfs, absolute
+    error: Optional[str]  # one line when there is no path
+
+
+def dumps_answer(answer: ImageAnswer) -> bytes:
+    error = " ".join(str(answer.error).split())[: MAX_ANSWER // 8]  # one line, well inside MAX_ANSWER as JSON
+    doc: Dict[str, Any] = {"path": answer.path} if answer.path else {"error": error}
+    return (json.dumps(formats.stamp(doc, formats.IMAGE_ANSWER)) + "\n").encode()
+
+
+def loads_answer(data: bytes) -> ImageAnswer:
+    """An answer: a path (absolute, one line) or an error; BadRecord for anything else."""
+    doc = _document(data.decode("utf-8", "replace"), "image answer", "image answer", formats.IMAGE_ANSWER)
+    path, error = doc.get("path"), doc.get("error")
+    if isinstance(path, str) and path.startswith("/") and "\n" not in path and "\0" not in path:
+        return ImageAnswer(path, None)
+    if isinstance(error, str) and error:
+        return ImageAnswer(None, " ".join(error.split())[:MAX_ANSWER])
+    raise BadRecord("image answer: neither an absolute path nor an error")

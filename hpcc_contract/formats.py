@@ -26,6 +26,10 @@ DCGM_COUNTERS = 1  # the GPU nodes' dcgm-exporter counters file (its -f CSV): hp
 # `hpcc images`
 IMAGE_ENTRY = 1
 IMAGE_USE = 1  # <fsx>/.hpcc/image-usage/<node>.jsonl, a line per job and image: the nodes -> the spares' prewarm
+# One line each way on a node's image socket (/run/hpcc/images.sock): pyxis' importer as the job's user -> the root
+# service (hpcc_node/containers/importer.py -> service.py), and its answer back
+IMAGE_REQUEST = 1
+IMAGE_ANSWER = 1
 
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
@@ -38,6 +42,8 @@ VERSIONS: Dict[str, int] = {
     "dcgm counters": DCGM_COUNTERS,
     "image cache entry": IMAGE_ENTRY,
     "image usage record": IMAGE_USE,
+    "image request": IMAGE_REQUEST,
+    "image answer": IMAGE_ANSWER,
 }
 
 

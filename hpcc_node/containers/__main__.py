@@ -19,7 +19,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable, List, NoReturn, Optional, TextIO
+from typing import Callable, Dict, List, NoReturn, Optional, TextIO
 
 from hpcc_contract import containers as c
 from hpcc_node.containers import locks
@@ -47,14 +47,16 @@ def _tail(text: str) -> str:
     return " ".join(text.strip().splitlines()[-3:])[:400]
 
 
-def enroot_digest(ref: c.ImageRef) -> str:
-    """The manifest digest of `ref` for this node's architecture (enroot picks it from a manifest list)."""
+def enroot_digest(ref: c.ImageRef, env: Optional[Dict[str, str]] = None) -> str:
+    """The manifest digest of `ref` for this node's architecture (enroot picks it from a manifest list); `env` is
+    the child's whole environment when given (the service's, with root's ENROOT_CONFIG_PATH)."""
     done = subprocess.run(
         [ENROOT, "digest", "--", ref.enroot_uri()],
         capture_output=True,
         text=True,
         timeout=DIGEST_TIMEOUT_S,
         check=False,
+        env=env,
     )
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
@@ -62,7 +64,7 @@ def enroot_digest(ref: c.ImageRef) -> str:
     return c.check_digest(lines[-1].strip())
 
 
-def enroot_import(ref: c.ImageRef, digest: str, dest: str) -> None:
+def enroot_import(ref: c.ImageRef, digest: str, dest: str, env: Optional[Dict[str, str]] = None) -> None:
     """`enroot import` pinned to `digest`, into `dest` (which must not exist: enroot refuses to overwrite)."""
     done = subprocess.run(
         [ENROOT, "import", "--output", dest, "--", ref.enroot_uri(digest)],
@@ -71,6 +73,7 @@ def enroot_import(ref: c.ImageRef, digest: str, dest: str) -> None:
         text=True,
         timeout=IMPORT_TIMEOUT_S,
         check=False,
+        env=env,
     )
     if done.returncode != 0:
         raise ImportFailed(f"enroot import {ref.canonical}: exit {done.returncode}: {_tail(done.stderr)}")

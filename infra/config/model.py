@@ -18,8 +18,10 @@ from pydantic.alias_generators import to_camel
 
 from hpcc_contract.settings import BOOT_DIAG_LEVEL_DEFAULT, BOOT_DIAG_LEVEL_MAX, MOUNT_POINT_MAX, account_problem
 from hpcc_contract.settings import SCHEDULERS as NODE_SCHEDULERS
+from infra.config.containers import Containers
 from infra.config.nodes import ComputeNodes, ConfigModel, HeadNode, NodeGroup, group_of
 from infra.config.observability import Observability
+from infra.config.validators.containers import default_cache_gib
 from infra.config.validators.inputs import PUBLIC_KEYS_BYTES, public_key_problem, s3_path_problems, tag_key_problem
 from infra.facts.images import IMAGE_FAMILIES
 from infra.facts.limits import MAX_GROUPS
@@ -236,6 +238,7 @@ class ClusterConfig(_Model):
     hooks: Hooks = Hooks()
     health: Health = Health()
     observability: Observability = Observability()  # Prometheus and the exporters (infra/config/observability.py)
+    containers: Containers = Containers()  # enroot, pyxis and the shared image cache (infra/config/containers.py)
     tags: dict[str, str] = Field(default_factory=dict, max_length=40)
 
     @field_validator("name")
@@ -297,6 +300,17 @@ class ClusterConfig(_Model):
         """The workspace the head's Prometheus writes to: remoteWrite's, while metrics are on."""
         remote = self.observability.remote_write
         return remote.workspace_arn if remote is not None and self.metrics_on else None
+
+    @property
+    def containers_on(self) -> bool:
+        """containers.enabled as given, else on with Slurm."""
+        return self.containers.on(self.scheduler)
+
+    @property
+    def image_cache_gib(self) -> int:
+        """The shared image cache's cap: cacheMaxGiB as given, else a quarter of the file system."""
+        given = self.containers.cache_max_gib
+        return given if given is not None else default_cache_gib(self.fsx.storage_capacity)
 
     @field_validator("tags")
     @classmethod

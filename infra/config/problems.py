@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from infra.config.model import StackConfig
 from infra.config.nodes import ConfigModel
+from infra.config.validators.findings import NOT_SHOWN
 
 
 def _path(loc: tuple[Any, ...]) -> str:
@@ -100,7 +101,7 @@ def pydantic_problems(err: ValidationError) -> list[tuple[str, str]]:
             msg = "is required"
         elif e["type"] == "literal_error":
             msg = f"{msg}; got {e.get('input')!r}"
-        elif "input" in e and not isinstance(e["input"], (dict, list)) and "got " not in msg:
+        elif "input" in e and not isinstance(e["input"], (dict, list)) and "got " not in msg and NOT_SHOWN not in msg:
             msg = f"{msg}; got {_shown(e['input'])}"
         problems.append(("aws:region" if path == "region" else path, msg))
     return problems

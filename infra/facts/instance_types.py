@@ -73,6 +73,7 @@ class InstanceType:
     cards: tuple[NetworkCard, ...] = ()
     usage_classes: tuple[str, ...] = ()  # "on-demand", "spot", "capacity-block"
     placement_strategies: tuple[str, ...] = ()  # "cluster", "partition", "spread"
+    instance_store_gb: int = 0  # InstanceStorageInfo.TotalSizeInGB: local NVMe (0: none; enroot's place, issue 35)
 
     @property
     def efa_supported(self) -> bool:
@@ -168,6 +169,9 @@ def from_description(d: dict, price: float | None = None) -> InstanceType:
         cards=cards,
         usage_classes=tuple(d.get("SupportedUsageClasses", ())),
         placement_strategies=tuple((d.get("PlacementGroupInfo") or {}).get("SupportedStrategies", ())),
+        instance_store_gb=(d.get("InstanceStorageInfo") or {}).get("TotalSizeInGB", 0)
+        if d.get("InstanceStorageSupported")
+        else 0,
     )
 
 

@@ -188,6 +188,21 @@ CASES = [
         "cluster.observability.enabled",
         "prometheus-node-exporter packages, which Amazon Linux 2023 does not have",
     ),
+    ({"containers__ecr": False}, "cluster.containers", "this cluster has no Slurm (scheduler: none)"),
+    ({"containers__enabled": True}, "cluster.containers.enabled", "set scheduler: slurm"),
+    (
+        {"scheduler": "slurm", "containers__cacheMaxGiB": 1300},
+        "cluster.containers.cacheMaxGiB",
+        "more than the file system holds (fsx.storageCapacityGiB: 1200)",
+    ),
+    (
+        {"scheduler": "slurm", "containers__ngcSecret": "nvapi-0123456789abcdef"},
+        "cluster.containers.ngcSecret",
+        "looks like an NGC API key itself",
+    ),
+    ({"containers__ngcSecret": "ngc key"}, "cluster.containers.ngcSecret", "Secrets Manager secret's name"),
+    ({"containers__pyxis__containerScope": "node"}, "cluster.containers.pyxis.containerScope", "'job' or 'global'"),
+    ({"containers__enroot__maxConnections": 0}, "cluster.containers.enroot.maxConnections", "greater than or equal"),
 ]
 
 
@@ -238,6 +253,11 @@ RULE_CASES = {
     "metrics_retention_size",
     "metrics_have_packages",
     "head_holds_the_metrics",  # a warning: tests/facts/test_prometheus_sizing.py
+    "containers_need_slurm",
+    "containers_cache_fits",
+    "containers_secret_region",  # a warning: tests/config/test_containers.py
+    "containers_settings_unused",  # likewise
+    "containers_restrict_dev",  # likewise
 }  # tests/config/test_groups.py
 
 

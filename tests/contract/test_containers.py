@@ -162,3 +162,34 @@ def test_a_newer_or_malformed_usage_record_is_refused():
         c.dumps_usage(usage(job="x"))
     with pytest.raises(c.BadReference):
         c.dumps_usage(usage(reference="dockerd://x"))
+
+
+def test_an_image_request_and_answer_round_trip_stamped():
+    wire = c.dumps_request(c.ImageRequest("docker://nvcr.io#nvidia/pytorch:24.07-py3", "1234_7"))
+    assert wire.endswith(b"\n") and json.loads(wire)[formats.FORMAT_KEY] == formats.IMAGE_REQUEST
+    assert c.loads_request(wire) == ("docker://nvcr.io#nvidia/pytorch:24.07-py3", "1234_7")
+    assert c.loads_answer(c.dumps_answer(c.ImageAnswer("/fsx/.hpcc/images/x.sqsh", None))).path == (
+        "/fsx/.hpcc/images/x.sqsh"
+    )
+    said = c.loads_answer(c.dumps_answer(c.ImageAnswer(None, "no\nsuch image" + "x" * 20000)))
+    assert said.path is None and said.error and said.error.startswith("no such image") and "\n" not in said.error
+
+
+@pytest.mark.parametrize(
+    "wire,says",
+    [
+        (b"\xff\xfe", "not UTF-8"),
+        (b"[1]", "not a JSON object"),
+        (b'{"reference": "ubuntu", "job": "12; rm"}', "not a Slurm job id"),
+        (b'{"reference": 5, "job": "12"}', "reference is not"),
+    ],
+)
+def test_a_malformed_image_request_is_refused_by_name(wire, says):
+    with pytest.raises(c.BadRecord, match=says):
+        c.loads_request(wire)
+
+
+def test_an_answer_without_an_absolute_path_or_an_error_is_refused():
+    for doc in ({"path": "relative.sqsh"}, {"path": "/a\nb"}, {}):
+        with pytest.raises(c.BadRecord):
+            c.loads_answer(json.dumps(doc).encode())

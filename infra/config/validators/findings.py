@@ -3,6 +3,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ERROR, WARNING, INFO = "error", "warning", "info"
+# Ends a message whose bad value must not be printed (it may be a secret): problems.py then leaves out its "got ...".
+NOT_SHOWN = "(the value is not shown: it may be a secret)"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,254 @@
+"""What the nodes get for containers (issue 35; not wired into the bootstrap, the bundle or the program yet): enroot's
+configuration, the pyxis line of the configless Slurm's plugstack.conf, which of enroot's hooks are on, the
+directories enroot needs, pyxis' importer entry, and the registry credentials' root-only directory and lines.
+
+enroot.conf. enroot reads each line as `KEY VALUE` and expands VALUE with the shell (`eval echo "${value}"` in
+enroot.in's config::load, after `bash -n` over the whole file; https://github.com/NVIDIA/enroot at v4.1.2), and unsets
+a boolean written no/false (config::fini). So a value in this file is shell: nothing a user wrote goes into it as text.
+Numbers are rendered from ints, booleans as yes/no, the squash options from a fixed table, the paths from hpcc's own
+constants (`$(id -u)` and `$(id -g)` are hpcc's, for per-user directories, as the pyxis wiki's Setup page writes them),
+and `render_enroot_conf` checks every line against ENROOT_LINE before returning.
+
+Where enroot writes. The runtime directory, the unpacked containers (data), the per-node layer cache and the temporary
+files go on the instance store where the type has one (the DLAMI mounts it at /opt/dlami/nvme: UNVERIFIED here, from
+AWS's HyperPod lifecycle scripts and hpcc_contract/settings.py; the wiring step must check the mount and fall back),
+else on the root volume under /var/lib/hpcc/enroot.
+
+Credentials. No user reads one. The registry credentials root keeps (the ECR token from the node's role, the NGC key
+from the named secret: users' own processes never reach instance metadata, security.imdsForUsers) are enroot's
+`.credentials` (CREDENTIALS_FILE, 0600) in ROOT_ENROOT_CONFIG (0700, root's), which no enroot.conf names: only the
+node's image service (hpcc_node/containers/service.py) sets ENROOT_CONFIG_PATH to it, in its own `enroot digest` and
+`enroot import` children's environment (the variable wins over the file: enroot.in config::load). Jobs get images
+through pyxis' `importer=` (IMPORTER_ENTRY, the executable IMPORTER_ENTRY_TEXT): pyxis runs it as the job's user
+(importer.c), it asks the service over its socket, and the service answers the shared cache's squashfs. Users'
+own enroot keeps enroot's default ENROOT_CONFIG_PATH (their own `~/.config/enroot`).
+
+pyxis. One `required` line with the plugin's absolute path (the same on the head and every node) and pyxis' own
+options (config.c at v0.24.0; an unknown option is fatal). It goes directly into the head's plugstack.conf, which
+configless Slurm ships to every slurmd and client (slurmctld's slurmd_config_files and client_config_files include
+plugstack.conf: SchedMD/slurm src/slurmctld/proc_req.c; https://slurm.schedmd.com/configless_slurm.html), not into an
+`include plugstack.conf.d/*`, which configless Slurm does not ship. `remap_root` is no pyxis option since 0.12 (commit
+2e09b7d, "Rely on the enroot config for the default root remapping mode"): ENROOT_REMAP_ROOT decides."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from hpcc_contract.containers import ROOT_ENROOT_CONFIG
+from infra.config.containers import Containers, Enroot, Pyxis
+from infra.facts import containers as facts
+from infra.facts.instance_types import InstanceType
+
+INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"
+ROOT_VOLUME_BASE = "/var/lib/hpcc/enroot"
+CREDENTIALS_FILE = f"{ROOT_ENROOT_CONFIG}/.credentials"  # mode 0600, in ROOT_ENROOT_CONFIG (0700): root's alone
+ROOT_ONLY_MODE, CREDENTIALS_MODE = 0o700, 0o600
+# pyxis execve(2)s `importer=` itself (importer.c), so it is an executable file: this one, root's, mode 0755, running
+# hpcc_node/containers/importer.py from the bundle under `python3 -I` (the job's PYTHON* variables ignored).
+IMPORTER_ENTRY = "/usr/local/libexec/hpcc/pyxis-importer"
+IMPORTER_MODE = 0o755
+BUNDLE_DIR = "/opt/hpcc/current"
+CONF_FILE = "/etc/enroot/enroot.conf"  # the .deb's (pkg/deb/rules: sysconfdir /etc)
+HOOKS_DIR = "/etc/enroot/hooks.d"  # on by being here (enroot's runtime.sh hook_dirs)
+EXTRA_HOOKS_DIR = "/usr/share/enroot/hooks.d"  # the .deb's extra hooks, off until linked into HOOKS_DIR
+
+# mksquashfs options per compression (ENROOT_SQUASH_OPTIONS): "none" is the pyxis wiki's Setup page's; "lzo" enroot's
+# default (enroot.in); "zstd" pyxis' caching importer's (importers/caching_importer.sh at v0.24.0).
+SQUASH_OPTIONS = {
+    "none": "-noI -noD -noF -noX -no-duplicates",
+    "lzo": "-comp lzo -noD -exit-on-error",
+    "zstd": "-comp zstd -Xcompression-level 3 -b 1M",
+}
+# Per user and per group, as the pyxis wiki writes them; hpcc's literals, expanded by enroot's shell.
+PER_USER, PER_GROUP = "user-$(id -u)", "group-$(id -g)"
+_PATH = r"/(?:[A-Za-z0-9._-]+/)*(?:[A-Za-z0-9._-]+|user-\$\(id -u\)|group-\$\(id -g\))"
+# Every line enroot.conf may hold: a comment, or an ENROOT_ key and a value of paths, numbers, yes/no or the squash
+# options. No quote, `;`, `|`, `&`, `<`, `>`, backtick, backslash or `$` but in the two expansions above.
+ENROOT_LINE = re.compile(
+    r"#[ -~]*|ENROOT_[A-Z_]+ (?:"
+    + _PATH
+    + r"|[0-9]{1,6}|yes|no|(?:-[A-Za-z-]+|[0-9A-Za-z]+)(?: (?:-[A-Za-z-]+|[0-9A-Za-z]+))*)"
+)
+_OPTION = re.compile(r"[a-z_]+=(?:/[A-Za-z0-9._/-]+|[a-z0-9]+)")
+
+
+class BadRender(ValueError):
+    """A value that would become syntax in a rendered file: never rendered."""
+
+
+def enroot_base(instance_store: bool) -> str:
+    return f"{INSTANCE_STORE_MOUNT}/enroot" if instance_store else ROOT_VOLUME_BASE
+
+
+class Paths(NamedTuple):
+    runtime: str
+    data: str
+    cache: str
+    temp: str
+
+    @property
+    def parents(self) -> tuple[str, ...]:
+        """What the node creates, mode 1777 (enroot makes each user's own directory under it, umask 077: enroot.in);
+        ENROOT_TEMP_PATH itself, which enroot never creates."""
+        return tuple(p.rsplit("/", 1)[0] if p.endswith(")") else p for p in self)
+
+
+def enroot_paths(instance_store: bool) -> Paths:
+    base = enroot_base(instance_store)
+    return Paths(f"{base}/runtime/{PER_USER}", f"{base}/data/{PER_USER}", f"{base}/cache/{PER_GROUP}", f"{base}/tmp")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def enroot_settings(enroot: Enroot, *, instance_store: bool) -> dict[str, str]:
+    """enroot.conf's keys and values, in the file's order. ENROOT_ALLOW_HTTP only when asked; ENROOT_MAX_PROCESSORS
+    only when given (enroot's default is every CPU)."""
+    paths = enroot_paths(instance_store)
+    out = {
+        "ENROOT_RUNTIME_PATH": paths.runtime,
+        "ENROOT_DATA_PATH": paths.data,
+        "ENROOT_CACHE_PATH": paths.cache,
+        "ENROOT_TEMP_PATH": paths.temp,
+        "ENROOT_SQUASH_OPTIONS": SQUASH_OPTIONS[enroot.squash_compression],
+    }
+    if enroot.max_processors is not None:
+        out["ENROOT_MAX_PROCESSORS"] = str(int(enroot.max_processors))
+    out |= {
+        "ENROOT_MAX_CONNECTIONS": str(int(enroot.max_connections)),
+        "ENROOT_CONNECT_TIMEOUT": str(int(enroot.connect_timeout_seconds)),
+        "ENROOT_TRANSFER_TIMEOUT": str(int(enroot.transfer_timeout_seconds)),
+        "ENROOT_TRANSFER_RETRIES": str(int(enroot.transfer_retries)),
+        "ENROOT_ROOTFS_WRITABLE": _yes(enroot.rootfs_writable),
+        "ENROOT_REMAP_ROOT": _yes(enroot.remap_root),
+        "ENROOT_MOUNT_HOME": _yes(enroot.mount_home),
+        "ENROOT_RESTRICT_DEV": _yes(enroot.restrict_dev),
+    }
+    if enroot.allow_http:
+        out["ENROOT_ALLOW_HTTP"] = "yes"
+    return out
+
+
+def render_enroot_conf(enroot: Enroot, *, instance_store: bool) -> str:
+    lines = [
+        "# hpcc (issue 35): enroot's configuration, rendered by infra/render/containers.py. enroot expands each value",
+        "# with the shell (enroot.in config::load); environment variables of the same name take precedence.",
+    ]
+    lines += [f"{key} {value}" for key, value in enroot_settings(enroot, instance_store=instance_store).items()]
+    for line in lines:
+        if not ENROOT_LINE.fullmatch(line):
+            raise BadRender(f"enroot.conf: {line[:80]!r} is not a line hpcc renders")
+    return "\n".join(lines) + "\n"
+
+
+def _bool(flag: bool) -> str:
+    return "1" if flag else "0"  # pyxis' parse_bool takes 1/true/yes/y and 0/false/no/n (config.c)
+
+
+def pyxis_options(pyxis: Pyxis, *, importer: str = IMPORTER_ENTRY) -> dict[str, str]:
+    """pyxis' options; `importer` hpcc's (pyxis >= 0.21.0, importers/README.md), so every docker:// image a job
+    names comes from the node's image service and the shared cache, never from an `enroot import` as the user."""
+    return {
+        "runtime_path": facts.PYXIS_RUNTIME_PATH,
+        "container_scope": pyxis.container_scope,
+        "execute_entrypoint": _bool(pyxis.execute_entrypoint),
+        "sbatch_support": _bool(pyxis.sbatch_support),
+        "importer": importer,
+    }
+
+
+def render_importer_entry(bundle: str = BUNDLE_DIR) -> str:
+    """IMPORTER_ENTRY's text: the bundle's importer.py, which pyxis runs as `IMPORTER_ENTRY get URI | release`."""
+    if not re.fullmatch(r"/[A-Za-z0-9._/-]+", bundle):
+        raise BadRender(f"importer entry: bundle {bundle[:80]!r} is not a plain absolute path")
+    return (
+        "#!/usr/bin/python3 -I\n"
+        "# hpcc (issue 35): pyxis' importer= (infra/render/containers.py); as the job's user, no credential\n"
+        "import sys\n\n"
+        f"sys.path.insert(0, {bundle!r})\n"
+        "from hpcc_node.containers.importer import main  # noqa: E402\n\n"
+        "sys.exit(main())\n"
+    )
+
+
+def render_plugstack(pyxis: Pyxis, *, importer: str = IMPORTER_ENTRY) -> str:
+    """The plugstack.conf line: `required <plugin> [option=value ...]` (SPANK's format: slurm's plugstack.conf(5))."""
+    options = pyxis_options(pyxis, importer=importer)
+    words = [f"{key}={value}" for key, value in options.items()]
+    for key, word in zip(options, words, strict=True):
+        if key not in facts.PYXIS_OPTIONS or not _OPTION.fullmatch(word):
+            raise BadRender(f"plugstack.conf: {word[:80]!r} is not a pyxis option hpcc renders")
+    return " ".join(["required", facts.PYXIS_PLUGIN, *words]) + "\n"
+
+
+class Hooks(NamedTuple):
+    link: tuple[str, ...]  # from EXTRA_HOOKS_DIR into HOOKS_DIR
+    remove: tuple[str, ...]  # from HOOKS_DIR
+
+
+def enroot_hooks(*, nvidia: bool) -> Hooks:
+    """50-slurm-pmi.sh passes Slurm's and PMIx's variables (and PMIx's server directory) into the container, which
+    multi-node MPI and `srun --mpi=pmix` need; 50-slurm-pytorch.sh sets PyTorch's rank variables from Slurm's (both
+    linked by ParallelCluster's cookbook and the pyxis wiki). 98-nvidia.sh (on by default) exposes the GPUs through
+    nvidia-container-cli; on a node without NVIDIA GPUs it fails any image that sets NVIDIA_VISIBLE_DEVICES
+    ("Command not found: nvidia-container-cli"), so it is removed there."""
+    return Hooks(("50-slurm-pmi.sh", "50-slurm-pytorch.sh"), () if nvidia else ("98-nvidia.sh",))
+
+
+# --- credentials ----------------------------------------------------------------------------------------------------
+# enroot's `.credentials` is netrc (doc/cmd/import.md); a password starting with `$` is run by a shell
+# (common::evalnetrc), so no password here may start with one. NGC needs both machines ("both endpoints are required").
+NGC_MACHINES = ("nvcr.io", "authn.nvidia.com")
+NGC_LOGIN = "$oauthtoken"  # literal: only the password field is evaluated
+ECR_LOGIN = "AWS"
+ECR_TOKEN_HOURS = 12  # "The authorization token is valid for 12 hours" (aws ecr get-login-password)
+ECR_REFRESH_HOURS = 6  # root refreshes it at half its life
+_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
+_PASSWORD = re.compile(r"[A-Za-z0-9+/=._-]{1,8192}")  # base64 (ECR's token) and NGC's keys; no `$`, no space
+_REGION = re.compile(r"[a-z]{2}(-[a-z]{1,10}){1,2}-[1-9]")
+
+
+def ecr_registry(account: str, region: str) -> str:
+    """The account's private registry (ECR User Guide, "Private registry concepts")."""
+    if not re.fullmatch(r"[0-9]{12}", account) or not _REGION.fullmatch(region):
+        raise BadRender(f"ECR registry: account {account[:20]!r} or region {region[:20]!r} is malformed")
+    return f"{account}.dkr.ecr.{region}.amazonaws.com"
+
+
+def netrc_line(machine: str, login: str, password: str) -> str:
+    """One `.credentials` line, every part checked: written by root into CREDENTIALS_FILE, read by root's enroot."""
+    if not _HOST.fullmatch(machine):
+        raise BadRender(f"credentials: machine {machine[:64]!r} is not a host name")
+    if login not in (ECR_LOGIN, NGC_LOGIN):
+        raise BadRender(f"credentials: login {login[:20]!r} is not one hpcc writes")
+    if not _PASSWORD.fullmatch(password):
+        raise BadRender("credentials: the password is not a token hpcc writes (its value is not shown)")
+    return f"machine {machine} login {login} password {password}\n"
+
+
+def credential_machines(containers: Containers) -> tuple[str, ...]:
+    """The machines the credentials file names besides the account's ECR: NGC's two when a secret is named."""
+    return NGC_MACHINES if containers.ngc_secret else ()
+
+
+class NodeContainers(NamedTuple):
+    enroot_conf: str
+    hooks: Hooks
+    directories: tuple[str, ...]  # mode 1777
+    root_only: tuple[str, ...]  # mode ROOT_ONLY_MODE, root's: the credentials' directory
+    importer_entry: str  # IMPORTER_ENTRY's text, mode IMPORTER_MODE
+
+
+def for_type(containers: Containers, itype: InstanceType) -> NodeContainers:
+    """What a node of this type gets: its enroot.conf (instance store or root volume), hooks, directories, the
+    credentials' root-only directory and pyxis' importer."""
+    store = itype.instance_store_gb > 0
+    return NodeContainers(
+        render_enroot_conf(containers.enroot, instance_store=store),
+        enroot_hooks(nvidia=itype.accelerator == "nvidia"),
+        enroot_paths(store).parents,
+        (ROOT_ENROOT_CONFIG,),
+        render_importer_entry(),
+    )
