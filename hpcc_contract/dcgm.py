@@ -45,6 +45,9 @@ EXPORTER_UNIT = "nvidia-dcgm-exporter"  # the package's systemd unit; hpcc overr
 DCGM_UNIT = "nvidia-dcgm"  # nv-hostengine: the one host engine, shared by the exporter (-r) and `dcgmi diag`
 HOSTENGINE = "localhost:5555"  # nv-hostengine's default address
 COUNTERS_PATH = "/etc/dcgm-exporter/hpcc-counters.csv"
+# What the metrics step last applied on a GPU node (hpcc_node/dcgm.py applied_record), read by its agent, which runs
+# the step's dcgm part again when its own bundle would apply another (hpcc_node/agent_dcgm.py).
+APPLIED_PATH = "/etc/hpcc/dcgm.applied"
 # One file per GPU index, one job id a line (dcgm-exporter's README, "How to include HPC jobs in metric labels"),
 # on tmpfs: a rebooted node runs no job.
 JOB_MAP_DIR = "/run/hpcc/dcgm-job-map"

@@ -32,6 +32,7 @@ from hpcc_contract.version import AGENT_VERSION
 from hpcc_node import certs_agent as host_certs
 from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
+from hpcc_node.agent_dcgm import DcgmFollowing
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_metrics import MetricsFollowing
 from hpcc_node.agent_status import StatusReporting
@@ -99,7 +100,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing):
+class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing, DcgmFollowing):
     def __init__(
         self,
         config: Config,
@@ -232,6 +233,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollow
         if self.c.role == "head" and self.settings.get("SCHEDULER") == "slurm":
             self.slurm_watch()
         self.follow_metrics()  # the head's Prometheus on this bundle's metrics files
+        self.follow_dcgm()  # a GPU compute node's dcgm-exporter on this bundle's pairing and counters
         switched = self.follow_bundle(read)
         if switched:
             return switched

@@ -12,16 +12,18 @@ A mapping error never refuses a job: it is logged, and the job's series go unlab
 
     python3 -m hpcc_node.dcgm exporter-version DCGM_VERSION   the paired exporter release, else exit 1 saying why
     python3 -m hpcc_node.dcgm counters                        hpcc's counters file (dcgm-exporter -f)
+    python3 -m hpcc_node.dcgm applied DCGM_VERSION            the record of what the step applied (applied_record)
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import sys
 import tempfile
-from typing import Callable, List, Mapping
+from typing import Callable, Dict, List, Mapping, Optional
 
 from hpcc_contract import dcgm
 
@@ -29,6 +31,31 @@ MAX_GPUS = 64  # more GPU indices than any EC2 instance has: a longer list is no
 _ITEM = re.compile(r"^([0-9]{1,3})(?:-([0-9]{1,3}))?$")
 _GPU_FILE = re.compile(r"^[0-9]+$")  # the exporter's own (^\d+(\.\d+)?$) less MIG instances: hpcc maps none
 LOCK = ".lock"  # a name the exporter skips
+RECORD_FIELDS = ("dcgm", "exporter", "counters")
+_RECORD_VALUE = re.compile(r"^[0-9A-Za-z.+~:-]{1,64}$")  # a dpkg version (deb-version(7)), a release, a sha256
+NONE = "none"
+
+
+def applied_record(dcgm_version: str) -> str:
+    """What the metrics step applies on a GPU node under this bundle, one line: the DCGM it found (dpkg's version,
+    `none` for none or anything that is no version), the exporter release this bundle pairs with it (`none`: no
+    exporter) and the sha256 of the counters file. The step writes it to dcgm.APPLIED_PATH after it applied it
+    (`python3 -m hpcc_node.dcgm applied DCGM_VERSION`); the agent asks the same of its own bundle, for the DCGM the
+    record names (hpcc_node/agent_dcgm.py dcgm_due)."""
+    found = dcgm_version.strip()
+    found = found if _RECORD_VALUE.match(found) else NONE
+    counters = hashlib.sha256(dcgm.COUNTERS_CSV.encode()).hexdigest()
+    return f"dcgm={found} exporter={dcgm.exporter_for(found) or NONE} counters={counters}"
+
+
+def parse_record(text: str) -> Optional[Dict[str, str]]:
+    """The fields of an applied_record line; None when it is no such line."""
+    fields = dict(item.partition("=")[::2] for item in text.split())
+    if sorted(fields) != sorted(RECORD_FIELDS) or len(text.split()) != len(RECORD_FIELDS):
+        return None
+    if not all(_RECORD_VALUE.match(value) for value in fields.values()):
+        return None
+    return fields
 
 
 def gpu_indices(value: str) -> List[int]:
@@ -147,6 +174,9 @@ def main(argv: List[str]) -> int:
     if argv[:1] == ["counters"] and len(argv) == 1:
         sys.stdout.write(dcgm.COUNTERS_CSV)
         return 0
+    if argv[:1] == ["applied"] and len(argv) == 2:
+        print(applied_record(argv[1]))
+        return 0
     if argv[:1] == ["exporter-version"] and len(argv) == 2:
         found = dcgm.exporter_for(argv[1])
         if found is None:
@@ -158,7 +188,8 @@ def main(argv: List[str]) -> int:
             return 1
         print(found)
         return 0
-    print("usage: python3 -m hpcc_node.dcgm {counters | exporter-version DCGM_VERSION}", file=sys.stderr)
+    usage = "usage: python3 -m hpcc_node.dcgm {counters | exporter-version DCGM_VERSION | applied DCGM_VERSION}"
+    print(usage, file=sys.stderr)
     return 2
 
 

@@ -1149,6 +1149,12 @@ write_changed() {
 
 dcgm_ask() { (cd / && PYTHONPATH=${HPCC_CURRENT:-/opt/hpcc/current} python3 -m hpcc_node.dcgm "$@"); }
 
+dcgm_applied() {
+  local record
+  record=$(dcgm_ask applied "$1") || fail "no dcgm record from the bundle: $record"
+  write_file /etc/hpcc/dcgm.applied 0644 <<<"$record"
+}
+
 metrics_dcgm() {
   local gpus=${HPCC_HEALTH_GPUS:-8} exporter=${HPCC_DCGM_EXPORTER:-} installed version have counters
   local args=/etc/hpcc/dcgm-exporter.args
@@ -1159,10 +1165,15 @@ metrics_dcgm() {
     [[ $exporter =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "HPCC_DCGM_EXPORTER='${exporter:0:80}' is not an absolute path"
   elif [[ $HPCC_OS != ubuntu-* && $HPCC_OS != debian-* ]]; then
     log "no dcgm-exporter on $HPCC_OS (hpcc installs NVIDIA's Debian package): no GPU metrics on this node"
+    dcgm_applied none
     return 0
   else
     installed=$(dpkg-query -W -f='${Version}' datacenter-gpu-manager-4-core 2>/dev/null || true)
-    if ! version=$(dcgm_ask exporter-version "${installed:-none}"); then log "$version"; return 0; fi
+    if ! version=$(dcgm_ask exporter-version "${installed:-none}"); then
+      log "$version"
+      dcgm_applied "${installed:-none}"
+      return 0
+    fi
     have=$(dpkg-query -W -f='${Version}' datacenter-gpu-manager-exporter 2>/dev/null || true)
     if [[ -z $have || $have != "$version"* ]]; then
       retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
@@ -1181,6 +1192,7 @@ metrics_dcgm() {
     -r localhost:5555 -a "$HPCC_IP:9400" --hpc-job-mapping-dir /run/hpcc/dcgm-job-map)
   if [ ! -d /run/systemd/system ]; then
     metrics_service dcgm-exporter "$args" "$(type -P env)"
+    dcgm_applied "${installed:-none}"
     return 0
   fi
   printf 'd %s 0755 root root -\n' /run/hpcc/dcgm-job-map | write_file /etc/tmpfiles.d/hpcc-dcgm.conf 0644
@@ -1192,6 +1204,7 @@ metrics_dcgm() {
   within 60 systemctl enable -q nvidia-dcgm nvidia-dcgm-exporter
   within 120 systemctl start nvidia-dcgm
   if [ "$HPCC_METRICS_CHANGED" = 1 ]; then within 120 systemctl restart nvidia-dcgm-exporter; else within 120 systemctl start nvidia-dcgm-exporter; fi
+  dcgm_applied "${installed:-none}"
 }
 
 step_metrics() {
@@ -1203,6 +1216,19 @@ step_metrics() {
   metrics_service prometheus-node-exporter /etc/hpcc/node-exporter.args "$(type -P prometheus-node-exporter)"
   HPCC_METRICS_CHANGED=0
   metrics_dcgm
+}
+
+apply_dcgm() {
+  HPCC_AGENT=1
+  use_step metrics
+  trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
+  HPCC_DEADLINE=$(( $(date +%s) + 600 ))
+  load_state || fail "$HPCC_STATE is missing or malformed: run the bootstrap first"
+  HPCC_OS=$(os_id /etc/os-release) || fail "unsupported OS ($(grep -h '^PRETTY_NAME=' /etc/os-release | cut -d= -f2- || echo unknown))"
+  HPCC_METRICS_CHANGED=0
+  metrics_dcgm
+  log "applied the dcgm-exporter part of bundle $(basename "$(readlink -f "$HPCC_CURRENT")" | cut -c1-12): $(cat /etc/hpcc/dcgm.applied 2>/dev/null || echo 'a CPU node: nothing')"
+  flush_log
 }
 # --- sync
 # --- controller
@@ -1366,5 +1392,6 @@ main() {
 case "${1:-}" in
   "") main ;;
   apply-membership) apply_membership ;;
-  *) echo "usage: ${0##*/} [apply-membership]: no argument runs the bootstrap; the others are the node agent's (hpcc_node/agent.py)" >&2; exit 2 ;;
+  apply-dcgm) apply_dcgm ;;
+  *) echo "usage: ${0##*/} [apply-membership|apply-dcgm]: no argument runs the bootstrap; the others are the node agent's (hpcc_node/agent.py)" >&2; exit 2 ;;
 esac

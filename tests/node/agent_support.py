@@ -1,6 +1,6 @@
 """Stand-ins for the node agent's tests: an AWS of parameters and objects (the state bucket's membership.json and
 statuses with ETags and S3's conditional GET), a node's directories, and a `run` that plays the role script's
-apply-membership, the self-check and Slurm's commands."""
+apply-membership, apply-metrics and apply-dcgm, the self-check and Slurm's commands."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import json
 import subprocess
 from pathlib import Path
 
+from hpcc_contract import dcgm as dcgm_contract
 from hpcc_node import agent, awscli, status, upgrade
 from hpcc_node.controller import membership
+from hpcc_node.dcgm import applied_record
 from tests.box import bundles
 from tests.render.bootstrap_cases import settings
 
@@ -148,6 +150,8 @@ class FakeRun:
     def __init__(self, etc: Path, fail_self_check: set[str] | None = None, sinfo: dict[str, str] | None = None):
         self.etc, self.fail, self.sinfo, self.calls = etc, fail_self_check or set(), sinfo or {}, []
         self.apply_metrics_rc = 0  # what the head's apply-metrics answers
+        self.apply_dcgm_rc = 0  # what a compute node's apply-dcgm answers; on 0 it records dcgm_version's answer
+        self.dcgm_version: str | None = "1:4.7.0-1"  # None: it records nothing
 
     def __call__(self, argv, **kw):
         self.calls.append(argv)
@@ -161,6 +165,11 @@ class FakeRun:
         if argv[-1] == "apply-metrics":
             rc = self.apply_metrics_rc
             return subprocess.CompletedProcess(argv, rc, "", "E: Unable to locate package prometheus" if rc else "")
+        if argv[-1] == "apply-dcgm":
+            rc = self.apply_dcgm_rc
+            if rc == 0 and self.dcgm_version is not None:
+                (self.etc / Path(dcgm_contract.APPLIED_PATH).name).write_text(applied_record(self.dcgm_version) + "\n")
+            return subprocess.CompletedProcess(argv, rc, "", "E: Version '4.9.0*' was not found" if rc else "")
         if argv[-1] == "--self-check":
             sha = Path(kw["cwd"]).name
             rc = 1 if sha in self.fail else 0

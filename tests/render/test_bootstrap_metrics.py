@@ -22,6 +22,7 @@ from tests.render.test_bootstrap_steps import COMMON, ctx_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a private mount namespace needs root")
 WRITES = {"over": ["/run"], "overlay": ["/etc", "/var/lib", "/var/log"]}
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def stand_ins(tmp_path: Path, bin_dir: Path) -> None:
@@ -63,9 +64,19 @@ def bundle_metrics(tmp_path, flags=("--storage.tsdb.retention.time=15d",), rules
     return current
 
 
+def bundle_python(tmp_path) -> None:
+    """The bundle's Python beside its metrics files, as every bundle has it (a GPU node's step asks hpcc_node.dcgm)."""
+    current = tmp_path / "current"
+    current.mkdir(exist_ok=True)
+    for package in ("hpcc_contract", "hpcc_node"):
+        if not (current / package).exists():
+            (current / package).symlink_to(ROOT / package)
+
+
 def run_step(tmp_path, env, ctx, script: str):
     if not (tmp_path / "current" / "metrics").exists():
         bundle_metrics(tmp_path)
+    bundle_python(tmp_path)
     head = f"{preamble(tmp_path)}{STUB_FAIL}HPCC_CURRENT={tmp_path}/current\nHPCC_OS=ubuntu-22.04\n"
     return private_run([*COMMON, "metrics"], head + script, ctx, env, **WRITES)
 
