@@ -30,6 +30,9 @@ IMAGE_USE = 1  # <fsx>/.hpcc/image-usage/<node>.jsonl, a line per job and image:
 # service (hpcc_node/containers/importer.py -> service.py), and its answer back
 IMAGE_REQUEST = 1
 IMAGE_ANSWER = 1
+# <fsx>/.hpcc/prewarm.json, the images each node group keeps on its nodes' disks: the controller
+# (hpcc_node/controller/images.py) -> every node (hpcc_node/containers/prewarm.py, hpcc_node/agent_images.py)
+PREWARM = 1
 
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
@@ -44,6 +47,7 @@ VERSIONS: Dict[str, int] = {
     "image usage record": IMAGE_USE,
     "image request": IMAGE_REQUEST,
     "image answer": IMAGE_ANSWER,
+    "prewarm": PREWARM,
 }
 
 

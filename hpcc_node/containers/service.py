@@ -27,7 +27,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Set, Tuple
 
 from hpcc_contract import containers as c
 from hpcc_contract import formats
-from hpcc_node.containers import locks
+from hpcc_node.containers import local, locks
 from hpcc_node.containers.__main__ import enroot_digest, enroot_import
 from hpcc_node.containers.cache import ImageCache, ImportFailed
 
@@ -262,8 +262,13 @@ def usage_appender(fsx_mount: str, node: str) -> Recorder:
     return record
 
 
-def make_service(fsx_mount: str, node: str, job_check: JobCheck, path: str = c.SERVICE_SOCKET) -> ImageService:
-    """The service as a node runs it: the shared cache on the cluster's file system, root's enroot."""
+def make_service(
+    fsx_mount: str, node: str, job_check: JobCheck, path: str = c.SERVICE_SOCKET, local_dir: Optional[str] = None
+) -> ImageService:
+    """The service as a node runs it: the node's local copy where it holds the image (local.py; `local_dir`, else
+    the instance store's or the root volume's), else the shared cache on the cluster's file system; root's enroot."""
     resolve, import_ = root_enroot()
+    resolve = local.remembered(resolve)  # one `enroot digest` for the local look and the shared cache's
     cache = ImageCache(c.cache_root(fsx_mount), resolve, import_, node=node, log=log.info)
-    return ImageService(path, cache.ensure, job_check, usage_appender(fsx_mount, node), node)
+    here = local.LocalImages(local_dir or local.default_dir(), log=log.info)
+    return ImageService(path, local.prefer_local(cache.ensure, resolve, here), job_check, usage_appender(fsx_mount, node), node)
