@@ -83,9 +83,7 @@ class ImagesFollowing:
         self.log(f"prewarm: {why}")
         if self.images_local is None:
             self.images_local = LocalImages(default_dir(), clock=self.clock, log=self.log)
-        self.images_thread = threading.Thread(
-            target=self._prewarm, args=(fsx, seen), name="hpcc-prewarm", daemon=True
-        )
+        self.images_thread = threading.Thread(target=self._prewarm, args=(fsx, seen), name="hpcc-prewarm", daemon=True)
         self.images_thread.start()
 
     def _prewarm(self, fsx: str, seen: Seen) -> None:
@@ -94,11 +92,15 @@ class ImagesFollowing:
         try:
             out = prewarm.prewarm_node(fsx, self.node.node, local, self.clock() + COPY_DEADLINE_S, say=self.log)
             ok = not out.timed_out and not out.failed
-            summary: Dict[str, Any] = {"copied": len(out.copied), "present": len(out.present), "missing": len(out.missing)}
+            summary: Dict[str, Any] = {
+                "copied": len(out.copied),
+                "present": len(out.present),
+                "missing": len(out.missing),
+            }
         except Exception as e:  # the shared file system, a newer document: the next retry reads again
             ok, summary = False, {"error": str(e)[:300]}
         if ok:
             self.images_done, self.images_retry_at = seen, None
         else:
             self.images_retry_at = self.clock() + RETRY_S
-        self.log(f"prewarm {'done' if ok else 'incomplete, again in %.0f s' % RETRY_S}: {summary}")
+        self.log(f"prewarm {'done' if ok else f'incomplete, again in {RETRY_S:.0f} s'}: {summary}")

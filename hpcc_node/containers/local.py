@@ -181,7 +181,10 @@ class LocalImages:
                     os.unlink(self.path(image.digest))
                 except FileNotFoundError:
                     pass
-                evicted, why = True, f"local images held {total} bytes, over the cap of {cap_bytes}; least recently used"
+                evicted, why = (
+                    True,
+                    f"local images held {total} bytes, over the cap of {cap_bytes}; least recently used",
+                )
                 total -= image.size
             self.log(f"local image {image.digest} ({image.size} bytes) {'evicted' if evicted else 'kept'}: {why}")
             out.append((image.digest, evicted, why))

@@ -30,6 +30,7 @@ from hpcc_contract import containers as c
 from hpcc_contract import formats
 from hpcc_contract import prewarm as contract
 from hpcc_contract.hosts import group_of
+from hpcc_node.containers.__main__ import UsageError, parse_size
 from hpcc_node.containers.local import CopyTimeout, LocalImages, default_cap, default_dir
 
 DEADLINE_S = 600.0  # the boot's bound: a 20 GB image at FSx's per-client rates is well within it
@@ -39,6 +40,7 @@ PROGRESS_EVERY_S = 30.0
 SLURMD_SPOOL_DIRS = ("/var/spool/slurmd", "/var/lib/slurm/slurmd")
 
 log = logging.getLogger("hpcc.containers.prewarm")
+Progress = Callable[[int, int], None]
 
 
 class Plan(NamedTuple):
@@ -91,20 +93,16 @@ def run(
     say: Callable[[str], None] = log.info,
 ) -> Outcome:
     """Copy what plan() says, in order, until done or `deadline`; every step said through `say`."""
-    p = plan(wanted, {i.digest for i in local.list()}, lambda d: os.path.isfile(os.path.join(shared_root, c.image_name(d))))
+    p = plan(
+        wanted, {i.digest for i in local.list()}, lambda d: os.path.isfile(os.path.join(shared_root, c.image_name(d)))
+    )
     for w in p.missing:
         say(f"prewarm: {w.reference} ({w.digest}) is not in the shared cache: not copied (its job imports it)")
     copied: List[str] = []
     failed: List[Tuple[str, str]] = []
     for n, w in enumerate(p.copy, 1):
-        start, said = clock(), [clock()]
-
-        def progress(done: int, total: int) -> None:
-            now = clock()
-            if now - said[0] >= PROGRESS_EVERY_S:
-                said[0] = now
-                say(f"prewarm: copying {w.reference}: {done >> 20} of {total >> 20} MiB ({now - start:.0f} s)")
-
+        start = clock()
+        progress = _progress(w.reference, start, clock, say)
         say(f"prewarm: copying {w.reference} ({w.digest}), {n} of {len(p.copy)}, for jobs {', '.join(w.jobs) or '?'}")
         try:
             local.copy(w.digest, os.path.join(shared_root, c.image_name(w.digest)), deadline, progress)
@@ -119,6 +117,19 @@ def run(
         copied.append(w.digest)
         say(f"prewarm: {w.reference} is local ({clock() - start:.0f} s)")
     return Outcome(copied, p.present, [m.digest for m in p.missing], failed, False)
+
+
+def _progress(reference: str, start: float, clock: Callable[[], float], say: Callable[[str], None]) -> Progress:
+    """A copy's progress, said at most every PROGRESS_EVERY_S."""
+    said = [start]
+
+    def progress(done: int, total: int) -> None:
+        now = clock()
+        if now - said[0] >= PROGRESS_EVERY_S:
+            said[0] = now
+            say(f"prewarm: copying {reference}: {done >> 20} of {total >> 20} MiB ({now - start:.0f} s)")
+
+    return progress
 
 
 def busy_job(node: str, spool_dirs: Sequence[str] = SLURMD_SPOOL_DIRS) -> Optional[str]:
@@ -153,8 +164,6 @@ def prewarm_node(
 
 
 def main(argv: Optional[List[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    from hpcc_node.containers.__main__ import UsageError, parse_size
-
     p = argparse.ArgumentParser(prog="python3 -m hpcc_node.containers.prewarm", description=__doc__.split("\n")[0])
     p.add_argument("--fsx", default=os.environ.get("HPCC_FSX_MOUNT") or "/fsx")
     p.add_argument("--node", default=os.environ.get("HPCC_NODE") or "")

@@ -271,4 +271,6 @@ def make_service(
     resolve = local.remembered(resolve)  # one `enroot digest` for the local look and the shared cache's
     cache = ImageCache(c.cache_root(fsx_mount), resolve, import_, node=node, log=log.info)
     here = local.LocalImages(local_dir or local.default_dir(), log=log.info)
-    return ImageService(path, local.prefer_local(cache.ensure, resolve, here), job_check, usage_appender(fsx_mount, node), node)
+    return ImageService(
+        path, local.prefer_local(cache.ensure, resolve, here), job_check, usage_appender(fsx_mount, node), node
+    )

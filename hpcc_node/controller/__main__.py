@@ -32,7 +32,7 @@ from hpcc_node import awscli
 from hpcc_node.metrics import textfile_dir
 from hpcc_node.settings import state_names
 
-from . import clients, loop, metric_alerts, slurm_records, targets
+from . import clients, images, loop, metric_alerts, slurm_records, targets
 from .act import LOG
 from .calls import Costs, Counted
 from .model import Group
@@ -228,6 +228,7 @@ def build(env: Mapping[str, str], run: Optional[Callable[..., Any]] = None, cloc
         alerts=metric_alerts.Reader(metric_alerts.alert_url(env["HPCC_NODE_IP"]), log=LOG)
         if env.get("HPCC_METRICS_TARGETS")
         else None,
+        after=images.hook(settings, env, slurm, clock),  # the images each group's idle nodes keep (prewarm.json)
     )
     LOG.info(
         "controller of %s on %s (%s): ledger %s, state bucket %s, a loop every %d s%s; AWS calls %s",

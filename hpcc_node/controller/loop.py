@@ -49,6 +49,7 @@ def build_step(
     targets: Optional[Writer] = None,
     metrics_dir: Optional[str] = None,
     alerts: Optional[Callable[[], Optional[Tuple[MetricAlert, ...]]]] = None,
+    after: Optional[Callable[[Snapshot], Any]] = None,
 ) -> Callable[[], Mapping[str, Any]]:
     """One loop of observe -> decide -> act, as a function of nothing (its clients and state are captured).
     `slurm_read`: Slurm's nodes, jobs and reservations (slurm_records.Reader), where the cluster runs Slurm.
@@ -56,7 +57,8 @@ def build_step(
     `targets`: the head's Prometheus scrape targets, kept in step with the membership published (targets.py).
     The step's `.series` (series.py) keeps the controller's series, written to `metrics_dir` after each loop
     (None: not written; the process passes node_exporter's textfile directory). `alerts`: the head's Prometheus
-    alerts firing (metric_alerts.Reader; None: no Prometheus)."""
+    alerts firing (metric_alerts.Reader; None: no Prometheus). `after`: called with the loop's snapshot after each
+    loop with the lease (the images' prewarm, images.py); its failure is logged, the loop's result stands."""
     costs = costs or Costs()
     series = ControllerSeries(metrics_dir)
     ec2, s3 = Counted(ec2, "ec2", costs), Counted(s3, "s3", costs)
@@ -131,6 +133,11 @@ def build_step(
             snap, actions = seen["loop"]
             slots = getattr(executor, "slots", snap.slots)  # as the actions left them (Executor.run sets them)
             series.looped(snap, actions, slots, executor.published, [g.name for g in current])
+            if after is not None:
+                try:
+                    after(snap)
+                except Exception as e:  # the shared file system down: nodes keep the last document
+                    log.warning("after the loop: %s", str(e)[:300])
         return result
 
     step.costs = costs  # type: ignore[attr-defined]

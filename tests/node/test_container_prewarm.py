@@ -42,7 +42,9 @@ def shared(tmp_path, *digests, size=1000):
 
 
 def local_images(tmp_path, clock=None, lines=None):
-    return LocalImages(str(tmp_path / "local"), clock=clock or Clock(), log=(lines.append if lines is not None else print))
+    return LocalImages(
+        str(tmp_path / "local"), clock=clock or Clock(), log=(lines.append if lines is not None else print)
+    )
 
 
 # -- the contract's document and directory ---------------------------------------------------------------------
@@ -325,3 +327,38 @@ def test_an_incomplete_prewarm_is_tried_again_after_its_pause_not_every_tick(tmp
     agent.settle()
     assert agent.images_thread is not first and agent.images_local.has(A)
     assert any("did not finish" in line for line in agent.lines)
+
+
+def test_a_long_copy_says_its_progress(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_mod, "CHUNK", 100)
+    shared(tmp_path, A)
+    clock = Clock()
+    lines: list = []
+    here = LocalImages(str(tmp_path / "local"), clock=clock, log=lines.append)
+    real_copy = here.copy
+
+    def slow_copy(digest, source, deadline, progress):
+        def tick(done, total):
+            clock.t += 20  # each 100 bytes take 20 s
+            progress(done, total)
+
+        return real_copy(digest, source, deadline, tick)
+
+    here.copy = slow_copy  # type: ignore[method-assign]
+    out = prewarm.run(here, shared(tmp_path), wanted(A), float("inf"), clock, lines.append)
+    assert out.copied == [A]
+    assert sum(" MiB (" in line for line in lines) == 5  # 10 chunks of 20 s: at 40, 80, ... 200 s (30 s apart at least)
+
+
+def test_the_service_as_a_node_runs_it_answers_the_local_copy(tmp_path, monkeypatch):
+    from hpcc_node.containers import service
+
+    root = shared(tmp_path, A)
+    imports = []
+    monkeypatch.setattr(service, "root_enroot", lambda: (lambda ref: A, lambda ref, d, dest: imports.append(d)))
+    here = LocalImages(str(tmp_path / "local"))
+    svc = service.make_service(str(tmp_path / "fsx"), "gpu-001", lambda peer, job: True, local_dir=here.root)
+    assert svc.ensure(REF) == os.path.join(root, c.image_name(A))  # not local yet: the shared cache's
+    here.copy(A, os.path.join(root, c.image_name(A)))
+    assert svc.ensure(REF) == here.path(A)
+    assert imports == []
