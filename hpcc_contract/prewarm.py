@@ -4,9 +4,10 @@ and where. Standard library only, like the rest of the contract.
 The controller on the head writes one document, `<fsx mount>/.hpcc/prewarm.json` (PREWARM, versioned in
 formats.py): per node group, the image digests that jobs running on that group's nodes use now (and jobs requeued
 from it, pending), each with the reference they asked for and a few of their job ids, from the nodes' usage records
-(hpcc_contract/containers.py IMAGE_USE) and Slurm's jobs (hpcc_node/controller/images.py). Every node reads it: an
-idle node, a held spare among them, copies what its group wants from the shared cache to its local image directory
-(hpcc_node/agent_images.py); a booting node does the same before it reports ready (hpcc_node/containers/prewarm.py).
+(hpcc_contract/containers.py IMAGE_USE) and Slurm's jobs (hpcc_node/controller/images.py); and per group its held
+spares (the nodes of the reservation hpcc-spares-<group>). A held spare copies what its group wants from the shared
+cache to its local image directory (hpcc_node/agent_images.py); a booting node (a replacement, a new node) does the
+same before it reports ready (hpcc_node/containers/prewarm.py).
 
 The local copy. `sha256-<hex>.sqsh` (the shared cache's own name: a digest-named file is the image) in
 `local_images_dir()`: beside enroot's own data, on the instance store where the type has one (the DLAMI mounts it at
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from hpcc_contract import formats
 from hpcc_contract.containers import BadRecord, BadReference, check_digest, parse_reference
@@ -47,7 +48,14 @@ class Wanted(NamedTuple):
     jobs: Sequence[str]  # some of the jobs that use it (at most MAX_JOBS_PER_IMAGE), sorted
 
 
-def dumps_prewarm(groups: Mapping[str, Sequence[Wanted]], updated: float) -> str:
+class Prewarm(NamedTuple):
+    groups: Dict[str, List[Wanted]]  # group -> the images its nodes keep, most used first
+    spares: Dict[str, Tuple[str, ...]]  # group -> its held spares (hpcc-spares-<group>), the nodes that copy them
+
+
+def dumps_prewarm(
+    groups: Mapping[str, Sequence[Wanted]], updated: float, spares: Optional[Mapping[str, Sequence[str]]] = None
+) -> str:
     doc = {
         "updated": updated,
         "groups": {
@@ -57,12 +65,19 @@ def dumps_prewarm(groups: Mapping[str, Sequence[Wanted]], updated: float) -> str
             ]
             for g, wanted in sorted(groups.items())
         },
+        "spares": {g: sorted(names) for g, names in sorted((spares or {}).items()) if names},
     }
     return json.dumps(formats.stamp(doc, formats.PREWARM), indent=1) + "\n"
 
 
-def loads_prewarm(text: str) -> Dict[str, List[Wanted]]:
-    """The document's groups; NewerFormat for a newer one, BadRecord for a malformed one."""
+def _strings(value: Any, what: str) -> Tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRecord(f"prewarm: {what} is not a list of strings")
+    return tuple(value)
+
+
+def loads_prewarm(text: str) -> Prewarm:
+    """The document; NewerFormat for a newer one, BadRecord for a malformed one."""
     try:
         doc: Any = json.loads(text)
     except ValueError as e:
@@ -78,14 +93,15 @@ def loads_prewarm(text: str) -> Dict[str, List[Wanted]]:
         for item in items[:MAX_IMAGES_PER_GROUP]:
             if not isinstance(item, dict):
                 raise BadRecord(f"prewarm: group {str(group)[:20]!r} holds a non-object")
-            jobs = item.get("jobs", [])
-            if not isinstance(jobs, list) or not all(isinstance(j, str) for j in jobs):
-                raise BadRecord("prewarm: jobs is not a list of strings")
+            jobs = _strings(item.get("jobs", []), "jobs")
             try:
                 digest = check_digest(item.get("digest", ""))
                 reference = parse_reference(item.get("reference", "")).canonical
             except BadReference as e:
                 raise BadRecord(f"prewarm: {e}") from None
-            wanted.append(Wanted(digest, reference, tuple(jobs[:MAX_JOBS_PER_IMAGE])))
+            wanted.append(Wanted(digest, reference, jobs[:MAX_JOBS_PER_IMAGE]))
         out[str(group)] = wanted
-    return out
+    spares = doc.get("spares", {})
+    if not isinstance(spares, dict):
+        raise BadRecord("prewarm: spares is not an object")
+    return Prewarm(out, {str(g): _strings(names, "a group's spares") for g, names in spares.items()})

@@ -1,16 +1,21 @@
-"""An idle compute node keeps the images its group's jobs use on its own disk (issue 35, part 3): the node agent's
-side of the prewarm, after the controller's document (`<fsx>/.hpcc/prewarm.json`, hpcc_node/controller/images.py).
-A held spare is such a node: when the controller releases it for a failed node's requeued job, the job's image is
-local already (hpcc_node/containers/local.py prefer_local answers it).
+"""A held spare keeps the images its group's jobs use on its own disk (issue 35, part 3): the node agent's side of
+the prewarm, after the controller's document (`<fsx>/.hpcc/prewarm.json`, hpcc_node/controller/images.py, which names
+each group's held spares). When the controller releases the spare for a failed node's requeued job, the job's image
+is local already (hpcc_node/containers/local.py prefer_local answers it).
 
 Each tick (images_due, pure): when the document changed since the last complete prewarm, or a prewarm that timed out
-or failed is due again (RETRY_S), and no job runs on the node, the copy runs in a background thread
-(hpcc_node/containers/prewarm.py prewarm_node: copy within COPY_DEADLINE_S, then the local cap, never evicting what
-the group wants), so the tick, the membership and the status go on meanwhile. Never while a job runs here: the copy
-reads gigabytes from the shared file system and writes the local disk that the job reads its data and checkpoints
-from, and a busy node is not where a requeued job lands; once the job ends the node is idle and copies at the next
-tick. Which job runs is slurmd's step sockets on the node (prewarm.py busy_job), no call to slurmctld from every
-node. Each decision is logged with its reason, a deferral once per job.
+or failed is due again (RETRY_S), the document names this node a held spare, and no job runs on it, the copy runs in
+a background thread (hpcc_node/containers/prewarm.py prewarm_node: copy within COPY_DEADLINE_S, then the local cap,
+never evicting what the group wants), so the tick, the membership and the status go on meanwhile.
+
+Why spares only, not every idle node: a requeued job lands on a spare by design (health/spares.py), and the copies
+are read from the shared file system, whose throughput is the file system's, not the node's (FSx for Lustre: per TiB
+of storage), shared with the running jobs' data and checkpoints; a new image copied to every idle node of a large
+group would be (idle nodes x image size) of reads, 2 TB for 100 nodes and a 20 GB image. A replacement or a new node
+copies its group's images at boot instead (prewarm.py, before it reports ready). Never while a job runs on the node
+(a spare runs the controller's deep check now and then): the copy would compete with the job for the file system and
+the local disk; the next tick after it ends copies. Which job runs is slurmd's step sockets on the node (prewarm.py
+busy_job), no call to slurmctld from every node. Each decision is logged with its reason, a deferral once per job.
 
 Entry point: the Agent's `follow_images()` (agent.py calls it each tick)."""
 
@@ -21,6 +26,7 @@ import threading
 from typing import Any, Dict, Optional, Tuple
 
 from hpcc_contract import containers as c
+from hpcc_contract import formats
 from hpcc_contract import prewarm as contract
 from hpcc_node.containers import prewarm
 from hpcc_node.containers.local import LocalImages, default_dir
@@ -32,18 +38,23 @@ Seen = Tuple[int, int]  # (mtime_ns, size) of the document
 
 
 def images_due(
-    seen: Optional[Seen], done: Optional[Seen], busy: Optional[str], running: bool, retry: Optional[bool]
+    seen: Optional[Seen],
+    done: Optional[Seen],
+    busy: Optional[str],
+    running: bool,
+    retry: Optional[bool],
+    spare: bool,
 ) -> Tuple[Optional[str], Optional[str]]:
     """(why to prewarm now, why not): at most one of them set; both None when there is nothing to do. `seen`: the
     document now (None: there is none); `done`: the one the last complete prewarm followed; `retry`: None when no
-    prewarm is incomplete, else whether its RETRY_S is over."""
-    if seen is None or running or seen == done or retry is False:
-        return None, None  # nothing wanted, a copy under way, all done, or an incomplete one not due yet
+    prewarm is incomplete, else whether its RETRY_S is over; `spare`: the document names this node a held spare."""
+    if seen is None or running or seen == done or retry is False or not spare:
+        return None, None  # nothing wanted, a copy under way, all done, an incomplete one not due yet, not a spare
     if busy is not None:
         return None, f"job {busy} runs on this node: the prewarm waits until it ends"
     if retry:
         return "the last prewarm did not finish (timed out or a copy failed): again", None
-    return "the controller's prewarm document changed", None
+    return "the controller's prewarm document changed and names this node a held spare", None
 
 
 def document_seen(path: str) -> Optional[Seen]:
@@ -72,9 +83,18 @@ class ImagesFollowing:
             return  # no image was ever cached: nothing to keep
         seen = document_seen(contract.prewarm_path(fsx))
         running = self.images_thread is not None and self.images_thread.is_alive()
-        busy = None if running else prewarm.busy_job(self.node.node, self.images_spool)
         retry = None if self.images_retry_at is None else self.clock() >= self.images_retry_at
-        why, not_now = images_due(seen, self.images_done, busy, running, retry)
+        if seen is None or running or (seen == self.images_done and retry is None):
+            return  # the document is read only when it changed or a retry is pending
+        try:
+            spare = prewarm.held_spare(prewarm.read_document(fsx), self.node.node)
+        except (formats.NewerFormat, c.BadRecord, OSError) as e:
+            spare = False
+            self.log(f"prewarm: the controller's document is not read ({e})")
+        busy = prewarm.busy_job(self.node.node, self.images_spool) if spare else None
+        why, not_now = images_due(seen, self.images_done, busy, running, retry, spare)
+        if not spare:  # nothing to copy under this document: read again when it changes
+            self.images_done, self.images_retry_at = seen, None
         if not_now is not None and not_now != self.images_deferred:
             self.log(f"prewarm: {not_now}")
         self.images_deferred = not_now

@@ -13,8 +13,8 @@ Entry points:
     prints one JSON document ({"copied", "present", "missing", "failed", "timedOut", "local"}) and exits 0 whether
     or not it finished in time (the warning is on stderr); 2 for a bad argument. Nothing to do (no document, no
     image wanted) is a quick 0.
-  - the node agent, while the node is idle (hpcc_node/agent_images.py): `prewarm_node(...)`, the same in a thread.
-  - tests and the box: plan(), run(), busy_job()."""
+  - the node agent of a held spare (hpcc_node/agent_images.py): `prewarm_node(...)`, the same in a thread.
+  - tests and the box: plan(), run(), busy_job(), held_spare(read_document(fsx), node)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import time
-from typing import Callable, Collection, List, NamedTuple, Optional, Sequence, TextIO, Tuple
+from typing import Callable, Collection, List, Mapping, NamedTuple, Optional, Sequence, TextIO, Tuple
 
 from hpcc_contract import containers as c
 from hpcc_contract import formats
@@ -57,7 +57,7 @@ class Outcome(NamedTuple):
     timed_out: bool
 
 
-def wanted_for(groups: dict, node: str) -> List[contract.Wanted]:
+def wanted_for(groups: Mapping[str, Sequence[contract.Wanted]], node: str) -> List[contract.Wanted]:
     """What the document asks of this node: its group's images (a node name is `<group>-NNN`)."""
     return list(groups.get(group_of(node), []))
 
@@ -74,14 +74,24 @@ def plan(wanted: Sequence[contract.Wanted], have: Collection[str], shared_has: C
     return Plan(copy, present, missing)
 
 
-def read_wanted(fsx: str, node: str) -> List[contract.Wanted]:
-    """This node's wanted images; [] when the controller wrote no document yet. NewerFormat, BadRecord, OSError."""
+def read_document(fsx: str) -> Optional[contract.Prewarm]:
+    """The controller's document; None when it wrote none yet. NewerFormat, BadRecord, OSError."""
     try:
         with open(contract.prewarm_path(fsx)) as f:
-            text = f.read()
+            return contract.loads_prewarm(f.read())
     except FileNotFoundError:
-        return []
-    return wanted_for(contract.loads_prewarm(text), node)
+        return None
+
+
+def read_wanted(fsx: str, node: str) -> List[contract.Wanted]:
+    """This node's wanted images; [] when the controller wrote no document yet."""
+    doc = read_document(fsx)
+    return wanted_for(doc.groups, node) if doc else []
+
+
+def held_spare(doc: Optional[contract.Prewarm], node: str) -> bool:
+    """Is this node one of its group's held spares, as the document says?"""
+    return doc is not None and node in doc.spares.get(group_of(node), ())
 
 
 def run(

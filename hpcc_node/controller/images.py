@@ -9,11 +9,13 @@ prewarm. Each loop with the lease, after reconciling (loop.py build_step's `afte
 2. wanted_images(): pure. For each job Slurm runs now, its images are wanted by the group of each node it runs on;
    for a job pending after a requeue (Restarts > 0: health/decide.py requeues a failed node's jobs), by the groups
    of the nodes it ran on (the usage records name them). Most used first, at most MAX_IMAGES_PER_GROUP a group.
-3. Publisher.publish(): `<fsx>/.hpcc/prewarm.json` (PREWARM), written (temp + rename) only when what a group wants
-   changed, each change logged with its reason (which image, for which jobs, or that no job uses it any more).
+3. Publisher.publish(): `<fsx>/.hpcc/prewarm.json` (PREWARM), with each group's held spares (the reservation
+   hpcc-spares-<group>: the nodes a requeued job lands on), written (temp + rename) only when what a group wants or
+   which spares it holds changed, each change logged with its reason (which image, for which jobs, or that no job
+   uses it any more; which spare).
 
-The nodes act on it: hpcc_node/agent_images.py (an idle node, a held spare), hpcc_node/containers/prewarm.py (a
-booting node, before it reports ready)."""
+The nodes act on it: hpcc_node/agent_images.py (a held spare), hpcc_node/containers/prewarm.py (a booting node,
+before it reports ready)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from hpcc_contract import formats
 from hpcc_contract import prewarm as contract
 from hpcc_contract.hosts import group_of
 
+from .health.spares import spare_reservation
 from .model import SlurmJob, Snapshot
 
 READ_BUDGET = 4 << 20  # bytes of one node's file a loop: a backlog is read over a few loops
@@ -147,61 +150,75 @@ def _job_order(job: str) -> Tuple[int, str]:
     return (int(head) if head.isdigit() else 0, job)
 
 
-def changes(old: Mapping[str, Sequence[contract.Wanted]], new: Mapping[str, Sequence[contract.Wanted]]) -> List[str]:
-    """One line per group whose wanted digests changed, with the reason for each image added or dropped."""
+def changes(old: contract.Prewarm, new: contract.Prewarm) -> List[str]:
+    """One line per group whose wanted digests or held spares changed, with the reason for each change."""
     lines = []
-    for group in sorted(set(old) | set(new)):
-        before = {w.digest: w for w in old.get(group, [])}
-        after = {w.digest: w for w in new.get(group, [])}
-        added = [
+    for group in sorted(set(old.groups) | set(new.groups) | set(old.spares) | set(new.spares)):
+        before = {w.digest: w for w in old.groups.get(group, [])}
+        after = {w.digest: w for w in new.groups.get(group, [])}
+        said = [
             f"+{w.reference} ({d}) for jobs {', '.join(w.jobs)}" for d, w in sorted(after.items()) if d not in before
         ]
-        dropped = [
+        said += [
             f"-{w.reference} ({d}): no running or requeued job of the group uses it"
             for d, w in sorted(before.items())
             if d not in after
         ]
-        if added or dropped:
-            lines.append(f"prewarm: group {group}: {'; '.join(added + dropped)}")
+        had, has = set(old.spares.get(group, ())), set(new.spares.get(group, ()))
+        said += [f"spare {n} held (it copies the group's images)" for n in sorted(has - had)]
+        said += [f"spare {n} released" for n in sorted(had - has)]
+        if said:
+            lines.append(f"prewarm: group {group}: {'; '.join(said)}")
     return lines
 
 
 class Publisher:
-    """Writes the document when a group's wanted digests change (not for a job id alone: nodes act on digests)."""
+    """Writes the document when a group's wanted digests or held spares change (not for a job id alone: nodes act
+    on digests)."""
 
     def __init__(self, fsx: str, clock: Callable[[], float], log: Callable[[str], None] = LOG.info) -> None:
         self.path, self.clock, self.log = contract.prewarm_path(fsx), clock, log
-        self.last: Optional[Dict[str, List[contract.Wanted]]] = None
+        self.last: Optional[contract.Prewarm] = None
 
-    def _current(self) -> Dict[str, List[contract.Wanted]]:
+    def _current(self) -> contract.Prewarm:
         if self.last is None:
             try:
                 with open(self.path) as f:
                     self.last = contract.loads_prewarm(f.read())
             except (OSError, c.BadRecord, formats.NewerFormat):
-                self.last = {}  # none, damaged or a newer hpcc's: written anew (a newer controller would own it)
+                self.last = contract.Prewarm({}, {})  # none, damaged or a newer hpcc's: written anew
         return self.last
 
-    def publish(self, wanted: Dict[str, List[contract.Wanted]]) -> bool:
-        old = self._current()
-        lines = changes(old, wanted)
+    def publish(
+        self, wanted: Dict[str, List[contract.Wanted]], spares: Optional[Mapping[str, Sequence[str]]] = None
+    ) -> bool:
+        new = contract.Prewarm(
+            {g: list(w) for g, w in wanted.items()}, {g: tuple(sorted(n)) for g, n in (spares or {}).items() if n}
+        )
+        lines = changes(self._current(), new)
         if not lines:
             return False
         os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
         temp = f"{self.path}.{os.getpid()}.tmp"
         try:
             with open(temp, "w") as f:
-                f.write(contract.dumps_prewarm(wanted, self.clock()))
+                f.write(contract.dumps_prewarm(new.groups, self.clock(), new.spares))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, self.path)
         finally:
             if os.path.exists(temp):
                 os.unlink(temp)
-        self.last = {g: list(w) for g, w in wanted.items()}
+        self.last = new
         for line in lines:
             self.log(line)
         return True
+
+
+def held_spares(snap: Snapshot) -> Dict[str, Tuple[str, ...]]:
+    """Each group's nodes in its spares reservation (health/spares.py), as Slurm holds it."""
+    groups = {s.group for s in snap.slots.values()}
+    return {g: tuple(sorted(snap.reservations.get(spare_reservation(g), ()))) for g in sorted(groups)}
 
 
 class Prewarm:
@@ -218,7 +235,7 @@ class Prewarm:
         self.tail.read()
         self.tail.forget({j.job_id for j in snap.jobs}, snap.now)
         names = {s.name: s.group for s in snap.slots.values()}
-        return self.publisher.publish(wanted_images(self.tail.uses(), snap.jobs, names))
+        return self.publisher.publish(wanted_images(self.tail.uses(), snap.jobs, names), held_spares(snap))
 
 
 def fsx_mount(settings_text: str, env: Mapping[str, str]) -> str:

@@ -52,9 +52,9 @@ def local_images(tmp_path, clock=None, lines=None):
 
 def test_the_prewarm_document_round_trips_and_a_newer_one_is_refused():
     groups = {"gpu": [contract.Wanted(A, c.parse_reference(REF).canonical, ("12", "13"))], "cpu": []}
-    text = contract.dumps_prewarm(groups, 5.0)
+    text = contract.dumps_prewarm(groups, 5.0, {"gpu": ["gpu-009", "gpu-008"], "cpu": []})
     assert json.loads(text)[formats.FORMAT_KEY] == formats.PREWARM
-    assert contract.loads_prewarm(text) == groups
+    assert contract.loads_prewarm(text) == contract.Prewarm(groups, {"gpu": ("gpu-008", "gpu-009")})
     with pytest.raises(formats.NewerFormat):
         contract.loads_prewarm(json.dumps({"format": formats.PREWARM + 1, "groups": {}}))
     with pytest.raises(c.BadRecord):
@@ -191,11 +191,12 @@ def test_a_node_wants_its_own_groups_images():
     assert prewarm.wanted_for(groups, "cpu-001") == []
 
 
-def write_document(tmp_path, groups):
+def write_document(tmp_path, groups, spares=None):
     path = contract.prewarm_path(str(tmp_path / "fsx"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(contract.dumps_prewarm(groups, 1.0))
+    with open(path + ".tmp", "w") as f:
+        f.write(contract.dumps_prewarm(groups, 1.0, {"gpu": ["gpu-003"]} if spares is None else spares))
+    os.replace(path + ".tmp", path)
 
 
 def test_the_boot_prewarm_copies_its_groups_images_and_says_so(tmp_path):
@@ -244,19 +245,20 @@ def test_a_job_runs_here_when_slurmd_holds_a_step_socket_for_it(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "seen,done,busy,running,retry,due",
+    "seen,done,busy,running,retry,spare,due",
     [
-        (None, None, None, False, None, (False, False)),  # no document
-        ((1, 2), None, None, False, None, (True, False)),  # a first document
-        ((1, 2), (1, 2), None, False, None, (False, False)),  # followed already
-        ((3, 2), (1, 2), None, False, False, (False, False)),  # an incomplete one, not due again yet
-        ((3, 2), (1, 2), None, False, True, (True, False)),  # an incomplete one, due again
-        ((3, 2), (1, 2), "55", False, None, (False, True)),  # a job runs here: deferred
-        ((3, 2), (1, 2), None, True, None, (False, False)),  # a copy runs
+        (None, None, None, False, None, True, (False, False)),  # no document
+        ((1, 2), None, None, False, None, True, (True, False)),  # a first document
+        ((1, 2), None, None, False, None, False, (False, False)),  # not a held spare
+        ((1, 2), (1, 2), None, False, None, True, (False, False)),  # followed already
+        ((3, 2), (1, 2), None, False, False, True, (False, False)),  # an incomplete one, not due again yet
+        ((3, 2), (1, 2), None, False, True, True, (True, False)),  # an incomplete one, due again
+        ((3, 2), (1, 2), "55", False, None, True, (False, True)),  # a job runs here: deferred
+        ((3, 2), (1, 2), None, True, None, True, (False, False)),  # a copy runs
     ],
 )
-def test_the_agent_prewarms_when_the_document_changed_and_no_job_runs(seen, done, busy, running, retry, due):
-    why, not_now = agent_images.images_due(seen, done, busy, running, retry)
+def test_a_held_spare_prewarms_when_the_document_changed_and_no_job_runs(seen, done, busy, running, retry, spare, due):
+    why, not_now = agent_images.images_due(seen, done, busy, running, retry, spare)
     assert (why is not None, not_now is not None) == due
 
 
@@ -278,7 +280,7 @@ class FakeAgent(agent_images.ImagesFollowing):
             self.images_thread.join(10)
 
 
-def test_the_idle_agent_copies_its_groups_images_once_and_waits_for_a_running_job(tmp_path):
+def test_a_held_spare_copies_its_groups_images_once_and_waits_for_a_running_job(tmp_path):
     shared(tmp_path, A)
     write_document(tmp_path, {"gpu": wanted(A)})
     (tmp_path / "spool").mkdir()
@@ -296,6 +298,19 @@ def test_the_idle_agent_copies_its_groups_images_once_and_waits_for_a_running_jo
     agent.follow_images()
     assert agent.images_thread is first  # nothing changed: no second copy
     assert any(line.startswith("prewarm done") for line in agent.lines)
+
+
+def test_a_node_that_is_no_held_spare_copies_nothing_until_the_document_names_it(tmp_path):
+    shared(tmp_path, A)
+    write_document(tmp_path, {"gpu": wanted(A)}, spares={"gpu": ["gpu-009"]})
+    agent = FakeAgent(tmp_path)
+    agent.follow_images()
+    assert agent.images_thread is None and not agent.images_local.has(A)
+    write_document(tmp_path, {"gpu": wanted(A)}, spares={"gpu": ["gpu-003", "gpu-009"]})
+    os.utime(contract.prewarm_path(str(tmp_path / "fsx")), ns=(1, 1))  # a new mtime whatever the clock's grain
+    agent.follow_images()
+    agent.settle()
+    assert agent.images_local.has(A)
 
 
 def test_a_head_or_a_cluster_without_slurm_prewarms_nothing(tmp_path):

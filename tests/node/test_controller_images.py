@@ -140,12 +140,15 @@ def test_the_document_is_written_when_a_group_changes_with_the_reason_and_not_ot
     pub = images.Publisher(fsx, lambda: 5.0, lines.append)
     assert pub.publish(wanted_a()) is True
     path = contract.prewarm_path(fsx)
-    assert contract.loads_prewarm(open(path).read()) == wanted_a()
+    assert contract.loads_prewarm(open(path).read()) == contract.Prewarm(wanted_a(), {})
     assert lines == [f"prewarm: group gpu: +{c.parse_reference(PYTORCH).canonical} ({A}) for jobs 10"]
     assert pub.publish(wanted_a(("10", "11"))) is False  # another job, the same image: nodes have nothing to do
     assert images.Publisher(fsx, lambda: 6.0, lines.append).publish(wanted_a()) is False  # a restarted controller
+    assert pub.publish(wanted_a(), {"gpu": ["gpu-009"]}) is True
+    assert lines[-1] == "prewarm: group gpu: spare gpu-009 held (it copies the group's images)"
+    assert contract.loads_prewarm(open(path).read()).spares == {"gpu": ("gpu-009",)}
     assert pub.publish({}) is True
-    assert "no running or requeued job of the group uses it" in lines[-1]
+    assert "no running or requeued job of the group uses it" in lines[-1] and "spare gpu-009 released" in lines[-1]
     assert json.loads(open(path).read())["groups"] == {}
     assert sorted(os.listdir(os.path.dirname(path))) == ["prewarm.json"]  # no temp file left
 
@@ -160,12 +163,12 @@ def test_the_loops_hook_writes_the_groups_images_from_the_snapshot(tmp_path):
         slots={"gpu-001": Slot("gpu-001", "gpu", 1)},
         slurm={"gpu-001": SlurmNode("gpu-001", frozenset({"ALLOCATED"}))},
         jobs=(SlurmJob("10", "RUNNING", frozenset({"gpu-001"})),),
+        reservations={"hpcc-spares-gpu": frozenset({"gpu-002"})},
     )
     assert hook(snap) is True
     assert hook(snap) is False
-    assert [
-        w.digest for w in contract.loads_prewarm(open(contract.prewarm_path(str(tmp_path / "fsx"))).read())["gpu"]
-    ] == [A]
+    doc = contract.loads_prewarm(open(contract.prewarm_path(str(tmp_path / "fsx"))).read())
+    assert [w.digest for w in doc.groups["gpu"]] == [A] and doc.spares == {"gpu": ("gpu-002",)}
     assert hook(Snapshot(now=1.0)) is False  # no Slurm: nothing
 
 
