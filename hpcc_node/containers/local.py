@@ -193,13 +193,12 @@ class LocalImages:
 
 def remembered(resolve: Resolver, clock: Callable[[], float] = time.time, ttl_s: float = REMEMBER_S) -> Resolver:
     """`resolve`, its answer per canonical reference kept for `ttl_s` (bounded): prefer_local and the shared cache
-    behind it ask once per start, not twice. A reference that pins a digest is its digest, asked of nobody."""
+    behind it ask once per start, not twice. A reference that pins a digest is asked too: the pin may be a manifest
+    list's digest, and the cache keys the platform's manifest (hpcc_contract/containers.py), which enroot picks."""
     memo: Dict[str, Tuple[float, str]] = {}
     lock = threading.Lock()
 
     def resolved(ref: c.ImageRef) -> str:
-        if ref.digest:
-            return ref.digest
         now = clock()
         with lock:
             hit = memo.get(ref.canonical)

@@ -161,7 +161,7 @@ def test_a_failed_resolve_leaves_the_answer_to_the_shared_cache(tmp_path):
     assert ensure(REF) == "/fsx/x.sqsh"
 
 
-def test_the_digest_is_asked_once_a_minute_and_never_for_a_pinned_reference():
+def test_the_digest_is_asked_once_a_minute_and_for_a_pinned_reference_too():
     asked = []
     clock = Clock()
     resolve = remembered(lambda ref: asked.append(ref.canonical) or A, clock)
@@ -170,7 +170,7 @@ def test_the_digest_is_asked_once_a_minute_and_never_for_a_pinned_reference():
     clock.t += 61
     resolve(ref)
     assert len(asked) == 2
-    assert resolve(c.parse_reference(f"{REF}@{B}")) == B and len(asked) == 2
+    assert resolve(c.parse_reference(f"{REF}@{B}")) == A and len(asked) == 3  # B may be a manifest list's digest
 
 
 # -- the plan, the run and the boot's CLI ------------------------------------------------------------------------
