@@ -235,7 +235,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollow
             self.slurm_watch()
         self.follow_metrics()  # the head's Prometheus on this bundle's metrics files
         self.follow_dcgm()  # a GPU compute node's dcgm-exporter on this bundle's pairing and counters
-        self.follow_images()  # an idle compute node copies its group's images (prewarm.json) to its own disk
+        self.follow_images()  # a held spare copies its group's images (prewarm.json) to its own disk
         switched = self.follow_bundle(read)
         if switched:
             return switched
