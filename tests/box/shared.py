@@ -103,6 +103,8 @@ def boot(box: FleetBox, timeout: float = 600) -> None:
     """Start the shared box and wait for its baseline; what the first boot did is kept in `box.first_boot`."""
     fresh_shared_fs()
     box.start()
+    box._mountpoint(Path(MOUNT))  # the head mounts the cluster's file system too (its controller writes there)
+    box.head.run("mount", "--bind", str(SHARED_FS), MOUNT, check=True)
     code = box.boot_head(timeout=300)
     if code != 0:
         raise AssertionError(f"the shared box's head did not boot ({code})\n{box.diagnose()}")
