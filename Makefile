@@ -3,7 +3,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 EXAMPLE ?= examples/p5-llm.yaml
-APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge prometheus prometheus-node-exporter
+APT_PACKAGES := openssh-server openssh-client openmpi-bin libopenmpi-dev libfabric-bin shellcheck iproute2 procps util-linux curl python3 iptables slurm-wlm munge prometheus prometheus-node-exporter \
+  docker-registry skopeo umoci crun squashfs-tools busybox-static
 
 .PHONY: setup deps plan test test-long box bench golden clean
 

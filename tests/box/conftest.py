@@ -31,6 +31,7 @@ SHARED_BOX_MODULES = (
     "test_box_recovery.py",
     "test_box_health.py",
     "test_box_metrics.py",
+    "test_box_containers.py",
 )
 _shared: dict[str, FleetBox] = {}
 

@@ -4,7 +4,8 @@ cloud - and the baseline each scenario starts from and leaves it in.
 
 The shape: the cpu profile with Slurm, group `a` of 3 nodes and group `b` of 1; every compute node is told it has 8
 GPUs (HPCC_HEALTH_GPUS; Slurm's Gres=gpu:8 too) and gets the GPU stand-ins on its PATH (dcgm-exporter's started by
-the metrics step) and a tmpfs at /fsx as its shared mount, so the
+the metrics step) and the box's shared file system at /fsx (one host directory every compute node binds there, so
+what one node writes the others read, as on FSx), so the
 health checks run (tests/box/standins), the Xid check reading the stand-in kernel log inject-xid writes
 (HPCC_XID_STANDIN=/var/log/kern.log, where a cluster's node reads /dev/kmsg); b's first instance fails its bootstrap
 at `ssh` (the fleet's boot scenario: a bad node delays no other and is replaced); the controller's timers are the
@@ -24,6 +25,7 @@ never inherit it.
 from __future__ import annotations
 
 import calendar
+import os
 import time
 from pathlib import Path
 
@@ -32,20 +34,34 @@ from hpcc_contract.version import AGENT_VERSION
 from hpcc_node.controller.model import READY
 from hpcc_node.controller.observe import slurm_nodes
 from tests.box.cloud import CONTROLLER_TIMERS, Fault, FleetBox
+from tests.box.machine import sh
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 MOUNT = "/fsx"  # the settings' default mount point (fsx.mountPoint)
+SHARED_FS = Path("/var/lib/hpcc-box-fsx")  # the host's tmpfs behind every compute node's /fsx
+SHARED_FS_MIB = 256
 STANDIN_STATE = "/var/log/hpcc-standin"  # a node's stand-in faults (tests/box/standins); empty: healthy
 GROUPS = [{"name": "a", "count": 3}, {"name": "b", "count": 1}]
 SPARE_CHECK = 60  # a held spare's deep check every minute (12 h on a cluster: Timers.spare_check_seconds)
 REBOOT_TIMEOUT = 45  # a rebooted node's verdict is awaited this long (20 min on a cluster): a box node never reboots
 
 
+def fresh_shared_fs() -> None:
+    """The box's cluster file system, empty: a tmpfs on the host that every compute node binds at /fsx, so what one
+    node writes there the others read, as on FSx for Lustre (the image cache imports an image once for all). Mounted
+    before the box starts: a node's mount namespace made before it would not see it."""
+    if os.path.ismount(SHARED_FS):
+        sh("umount", "-l", str(SHARED_FS))
+    SHARED_FS.mkdir(parents=True, exist_ok=True)
+    sh("mount", "-t", "tmpfs", "-o", f"size={SHARED_FS_MIB}m,mode=1777", "hpcc-box-fsx", str(SHARED_FS))
+
+
 def prepare(box: FleetBox):
-    """Each compute node before its bootstrap: the GPU stand-ins on its PATH and a tmpfs at the mount point."""
+    """Each compute node before its bootstrap: the GPU and enroot stand-ins on its PATH and the box's shared file
+    system at the mount point."""
 
     def on(node) -> None:
-        for tool in ("nvidia-smi", "dcgmi", "dcgm-exporter"):
+        for tool in ("nvidia-smi", "dcgmi", "dcgm-exporter", "enroot"):
             wrapper = node.root / "usr/local/bin" / tool
             wrapper.write_text(
                 f"#!/bin/sh\n# box stand-in: tests/box/standins/{tool}, this node's state\n"
@@ -54,7 +70,9 @@ def prepare(box: FleetBox):
             )
             wrapper.chmod(0o755)
         box._mountpoint(Path(MOUNT))
-        node.run("mount", "-t", "tmpfs", "-o", "size=16m,mode=1777", "hpcc-box-shared", MOUNT, check=True)
+        if not os.path.ismount(SHARED_FS):
+            raise AssertionError(f"{SHARED_FS} is not mounted: fresh_shared_fs() before the box starts")
+        node.run("mount", "--bind", str(SHARED_FS), MOUNT, check=True)
 
     return on
 
@@ -83,7 +101,10 @@ def shared_fleet() -> FleetBox:
 
 def boot(box: FleetBox, timeout: float = 600) -> None:
     """Start the shared box and wait for its baseline; what the first boot did is kept in `box.first_boot`."""
+    fresh_shared_fs()
     box.start()
+    box._mountpoint(Path(MOUNT))  # the head mounts the cluster's file system too (its controller writes there)
+    box.head.run("mount", "--bind", str(SHARED_FS), MOUNT, check=True)
     code = box.boot_head(timeout=300)
     if code != 0:
         raise AssertionError(f"the shared box's head did not boot ({code})\n{box.diagnose()}")

@@ -2,7 +2,7 @@
 Slurm. The compute nodes are CPU namespaces told they have 8 GPUs (HPCC_HEALTH_GPUS), so the checks run against the
 stand-in `nvidia-smi` and `dcgmi` (tests/box/standins, their state per node in /var/log/hpcc-standin); a Xid is a
 driver line written to the node's stand-in kernel log (standins/inject-xid; HPCC_XID_STANDIN, tests/box/shared.py);
-the shared mount is a real tmpfs at /fsx in each node's mount namespace (no Lustre server here), and its hang a real
+the shared mount is a host directory bound at /fsx in every node (no Lustre server here), and its hang a real
 blocked open(2).
 
 Each test from the baseline and back: (b, e) group b's every new instance short of a GPU at boot, until the group

@@ -4,9 +4,9 @@ hostfiles (the controller records a DRAIN; the membership marks it `out`), keeps
 once its mount answers (a RESUME), never replaced; a dead node whose status is forged under another key, or dated
 ahead under its own, is replaced all the same (issue 37, fault 4).
 
-Its own fleet box: the cpu profile, one group `a` of three nodes and no scheduler; a tmpfs at /fsx in each node's
-mount namespace as its shared mount (tests/box/shared.py's `prepare`), and the hang a FIFO at the mount
-check's probe path: its open(2) blocks as on a hung Lustre server. Printed: `[no slurm] ...` figures."""
+Its own fleet box: the cpu profile, one group `a` of three nodes and no scheduler; the box's shared
+file system at /fsx in each node (a host tmpfs, bound: tests/box/shared.py's `prepare`), and the hang a FIFO at
+the mount check's probe path: its open(2) blocks as on a hung Lustre server. Printed: `[no slurm] ...` figures."""
 
 import json
 import time
@@ -17,7 +17,7 @@ from hpcc_node.controller.membership import status_key
 from hpcc_node.controller.model import DRAIN, READY, REPLACE, RESUME
 from tests.box.cloud import FleetBox, instance_arn
 from tests.box.machine import leftovers
-from tests.box.shared import MOUNT, prepare
+from tests.box.shared import MOUNT, fresh_shared_fs, prepare
 from tests.box.test_box_fleet import wait_for
 from tests.box.test_box_health import events
 
@@ -30,6 +30,7 @@ def fleet(box_machine):
     box = FleetBox(profile="cpu", groups=[{"name": "a", "count": 3}])
     box.prepare = prepare(box)
     try:
+        fresh_shared_fs()
         box.start()
         codes = box.boot(timeout=420)
         assert set(codes.values()) == {0}, f"{codes}\n{box.diagnose()}"

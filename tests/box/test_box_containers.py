@@ -1,0 +1,225 @@
+"""Containers (issue 35) on the shared box (tests/box/shared.py), whose compute nodes share one file system at /fsx
+as a cluster's nodes share FSx for Lustre.
+
+- (a) images imported once per cluster: a real OCI registry on the host's bridge address (tests/box/registry.py:
+  Debian's docker-registry) holds an image built in the test; every compute node asks the shared image cache for it
+  at the same moment (`python3 -m hpcc_node.containers ensure`, the bundle's code, with enroot's part played by
+  tests/box/standins/enroot over skopeo, umoci and mksquashfs). All get the same squashfs on the shared file system,
+  one import ran (the others waited on its lock) and the registry's access log shows each layer fetched once: the
+  issue's target, 1 pull per image per cluster. A second round touches the registry not at all.
+- (b) a multi-node job runs in real containers made from the cached image: Slurm's own OCI support (oci.conf,
+  `srun --container`; https://slurm.schedmd.com/containers.html) with crun, which the box has where enroot and pyxis
+  cannot run. The bundle's rootfs is the cached squashfs unpacked once on the shared file system, its mounts the ones
+  every hpcc container gets (infra/render/container_mounts.py: the file system, /etc/hpcc). Every task sees the
+  image, the shared file system and the hostfile, and every node's container reaches the first node's over the
+  network.
+
+Printed: `[containers] ...` lines with what was measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.render.container_mounts import container_mounts, oci_mounts
+from tests.box.cloud import FleetBox
+from tests.box.node import node_env
+from tests.box.registry import MARKER, Registry
+from tests.box.shared import MOUNT, SHARED_FS
+
+pytestmark = [pytest.mark.box, pytest.mark.long]
+
+CACHE = f"{MOUNT}/.hpcc/images"
+OCI_CONF = "/etc/slurm/oci.conf"
+OCI_DIR = ".hpcc-box-oci"  # the bundles, under the shared file system
+# The crun calls of SchedMD's containers page, with crun's own cgroup handling off: a box node's /sys/fs/cgroup holds
+# no controller (tests/box/harness.py), as slurmd's own use of cgroups is off there.
+CRUN = "crun --cgroup-manager=disabled --root=/run/hpcc-box-crun"
+OCI_LINES = (
+    f'RunTimeQuery="{CRUN} state %n.%u.%j.%s.%t"',
+    f'RunTimeKill="{CRUN} kill -a %n.%u.%j.%s.%t"',
+    f'RunTimeDelete="{CRUN} delete --force %n.%u.%j.%s.%t"',
+    f'RunTimeRun="{CRUN} run --bundle %b %n.%u.%j.%s.%t"',
+)
+# Each node's container but the first node's sends a line to the first's (busybox nc, host network); the first
+# writes what it took to the shared file system. Slurm's variables are read as data; nothing is interpolated.
+PEERS = r"""
+first=${SLURM_NODE_ALIASES%%,*}; ip=${first#*[}; ip=${ip%%]*}
+out=/fsx/.hpcc-box-oci/peers-$SLURM_JOB_ID
+if [ "${first##*:}" = "$(hostname)" ]; then
+  n=1
+  while [ "$n" -lt "$SLURM_NNODES" ]; do nc -l -p 7777 -w 30 >>"$out" || exit 1; n=$((n + 1)); done
+else
+  line="$(hostname) $(cat /hpcc-image-marker) $(wc -l </etc/hpcc/hostfile)"
+  i=0
+  until echo "$line" | nc -w 3 "$ip" 7777 2>/dev/null; do i=$((i + 1)); [ "$i" -lt 60 ] || exit 1; sleep 0.5; done
+fi
+"""
+
+
+@pytest.fixture(scope="module")
+def registry(box_machine, tmp_path_factory):
+    reg = Registry(tmp_path_factory.mktemp("registry"))
+    reg.start()
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
+def ensure_env(node) -> dict:
+    """A node's root running the bundle's image cache, as its image service does: the bundle's code, its name, and
+    enroot allowed plain HTTP for the box's registry (enroot's own variable)."""
+    return {
+        **node_env(node),
+        "PYTHONPATH": "/opt/hpcc/current",
+        "HPCC_NODE": node.name,
+        "ENROOT_ALLOW_HTTP": "yes",
+    }
+
+
+def ensure_at_once(box: FleetBox, reference: str, timeout: float = 180) -> dict[str, dict]:
+    """`ensure REFERENCE` started on every compute node at once; node -> its JSON answer (every one must succeed)."""
+    started = {
+        n.name: subprocess.Popen(
+            n.enter("python3", "-m", "hpcc_node.containers", "ensure", reference),
+            env=ensure_env(n),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in box.compute
+    }
+    answers, failures = {}, []
+    for name, proc in started.items():
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            failures.append(f"{name}: still running after {timeout} s; stderr: {err[-1500:]}")
+            continue
+        if proc.returncode != 0:
+            failures.append(f"{name}: exit {proc.returncode}; stderr: {err[-1500:]}")
+            continue
+        answers[name] = {**json.loads(out), "log": err}
+    assert not failures, "\n".join(failures) + "\n" + box.diagnose()
+    return answers
+
+
+def test_a_every_node_asking_for_one_image_at_once_imports_it_once(fleet, registry):
+    reference = registry.build("hpcc/train", "v1")
+    image = registry.images[reference]
+    started = time.time()
+    answers = ensure_at_once(fleet, reference)
+    took = time.time() - started
+    paths = {a["path"] for a in answers.values()}
+    assert len(paths) == 1 and paths <= {f"{CACHE}/sha256-{image['digest'].split(':')[1]}.sqsh"}, answers
+    assert {a["digest"] for a in answers.values()} == {image["digest"]}, answers
+    pulls = registry.blob_gets(reference)
+    assert set(pulls.values()) == {1}, f"layer fetches {pulls}\n{registry.access_log.read_text()[-3000:]}"
+    (path,) = paths
+    node = fleet.compute[-1]
+    held = node.run("unsquashfs", "-cat", path, MARKER)
+    assert held.stdout.strip() == image["token"], held.stderr
+    importers = [name for name, a in answers.items() if "import" in a["log"].lower()]
+    print(
+        f"\n[containers] {len(answers)} nodes asked for {reference} at once: {max(pulls.values())} fetch of each of "
+        f"its {len(pulls)} layer(s) from the registry, {took:.1f} s until every node had it; "
+        f"the import's log on {', '.join(importers) or 'no node'}"
+    )
+    again = ensure_at_once(fleet, reference)
+    assert {a["path"] for a in again.values()} == paths
+    assert registry.blob_gets(reference) == pulls, "a second round fetched layers again"
+
+
+@pytest.fixture(scope="module")
+def slurm_oci(box_machine):
+    """oci.conf on the head, which configless Slurm ships to every node; removed after the module."""
+    state = {}
+
+    def enable(box: FleetBox) -> None:
+        if state:
+            return
+        box.head.file(OCI_CONF).write_text("".join(f"{line}\n" for line in OCI_LINES))
+        reconfigure(box)
+        state["box"] = box
+        deadline = time.time() + 60
+        missing = [n.name for n in box.compute]
+        while missing:
+            missing = [n.name for n in box.compute if not n.file("/run/slurm/conf/oci.conf").exists()]
+            if missing and time.time() > deadline:
+                raise AssertionError(f"oci.conf not on {missing} 60 s after scontrol reconfigure\n{box.diagnose()}")
+            time.sleep(0.5)
+
+    yield enable
+    if state:
+        state["box"].head.file(OCI_CONF).unlink(missing_ok=True)
+        reconfigure(state["box"])
+    shutil.rmtree(SHARED_FS / OCI_DIR, ignore_errors=True)
+
+
+def reconfigure(box: FleetBox) -> None:
+    done = box.on_head("scontrol", "reconfigure")
+    assert done.returncode == 0, done.stderr
+
+
+def oci_bundle(squashfs: str, name: str) -> str:
+    """An OCI bundle on the shared file system: the cached squashfs unpacked as its rootfs, crun's default spec with
+    the host's network and host name (MPI's peers are the nodes) and hpcc's container mounts; its path on a node."""
+    host = SHARED_FS / OCI_DIR / name
+    shutil.rmtree(host, ignore_errors=True)
+    host.mkdir(parents=True)
+    unpacked = subprocess.run(
+        ["unsquashfs", "-q", "-d", str(host / "rootfs"), str(SHARED_FS / Path(squashfs).relative_to(MOUNT))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert unpacked.returncode == 0, unpacked.stderr
+    subprocess.run(["crun", "spec"], cwd=host, check=True)
+    spec = json.loads((host / "config.json").read_text())
+    spec["process"]["terminal"] = False
+    spec.pop("hostname", None)
+    spec["linux"]["namespaces"] = [n for n in spec["linux"]["namespaces"] if n["type"] not in ("network", "uts")]
+    spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/sys/fs/cgroup"]
+    spec["mounts"] += oci_mounts(container_mounts(MOUNT), exists=os.path.exists)
+    (host / "config.json").write_text(json.dumps(spec, indent=1))
+    return f"{MOUNT}/{OCI_DIR}/{name}"
+
+
+def test_b_a_multi_node_job_runs_in_containers_of_the_cached_image_and_reaches_the_file_system_and_its_peers(
+    fleet, registry, slurm_oci
+):
+    reference = registry.build("hpcc/train", "v2")
+    image = registry.images[reference]
+    node = fleet.compute[0]
+    got = node.run("python3", "-m", "hpcc_node.containers", "ensure", reference, env=ensure_env(node))
+    assert got.returncode == 0, got.stderr
+    slurm_oci(fleet)
+    bundle = oci_bundle(json.loads(got.stdout)["path"], "train-v2")
+    (SHARED_FS / OCI_DIR / "peers.sh").write_text(PEERS)
+    nodes = len(fleet.compute)
+    started = time.time()
+    run = fleet.on_head(
+        "srun", "-N", str(nodes), f"--container={bundle}", "sh", f"{MOUNT}/{OCI_DIR}/peers.sh", timeout=120
+    )
+    took = time.time() - started
+    assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{fleet.diagnose()}"
+    (received,) = list((SHARED_FS / OCI_DIR).glob("peers-*"))
+    lines = [line.split() for line in received.read_text().splitlines()]
+    hosts = {n.run("hostname").stdout.strip() for n in fleet.compute}
+    assert len(lines) == nodes - 1, lines
+    assert {line[0] for line in lines} < hosts and len({line[0] for line in lines}) == nodes - 1, (lines, hosts)
+    assert {line[1] for line in lines} == {image["token"]}, "a container did not run the cached image"
+    assert {line[2] for line in lines} == {str(nodes)}, "the hostfile in the container is not the node's"
+    print(
+        f"\n[containers] srun -N {nodes} --container: {nodes} containers of {reference} ran in {took:.1f} s; "
+        f"{nodes - 1} reached the first node's over the network, each with the image, /fsx and the hostfile"
+    )
