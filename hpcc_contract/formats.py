@@ -30,6 +30,8 @@ IMAGE_USE = 1  # <fsx>/.hpcc/image-usage/<node>.jsonl, a line per job and image:
 # service (hpcc_node/containers/importer.py -> service.py), and its answer back
 IMAGE_REQUEST = 1
 IMAGE_ANSWER = 1
+# `python3 -m hpcc_node.containers list --json` on the head -> `hpcc images` (hpcc_contract/image_list.py)
+IMAGE_LIST = 1
 
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
@@ -44,6 +46,7 @@ VERSIONS: Dict[str, int] = {
     "image usage record": IMAGE_USE,
     "image request": IMAGE_REQUEST,
     "image answer": IMAGE_ANSWER,
+    "image listing": IMAGE_LIST,
 }
 
 
