@@ -33,6 +33,7 @@ from hpcc_node import certs_agent as host_certs
 from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_dcgm import DcgmFollowing
+from hpcc_node.agent_images import ImageCacheEvicting
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_metrics import MetricsFollowing
 from hpcc_node.agent_status import StatusReporting
@@ -100,7 +101,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing, DcgmFollowing):
+class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing, DcgmFollowing, ImageCacheEvicting):
     def __init__(
         self,
         config: Config,
@@ -234,6 +235,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollow
             self.slurm_watch()
         self.follow_metrics()  # the head's Prometheus on this bundle's metrics files
         self.follow_dcgm()  # a GPU compute node's dcgm-exporter on this bundle's pairing and counters
+        self.evict_images()  # the head keeps the shared image cache within the settings' cap
         switched = self.follow_bundle(read)
         if switched:
             return switched
