@@ -21,7 +21,9 @@ NOW = 1_700_000_000.0
 PYTORCH = c.CacheEntry(
     f"sha256:{'a' * 64}", ["nvcr.io/nvidia/pytorch:24.07-py3"], 21 << 30, NOW - 7200, NOW - 300, "gpu-001"
 )
-UBUNTU = c.CacheEntry(f"sha256:{'b' * 64}", ["registry-1.docker.io/library/ubuntu:22.04"], 30 << 20, NOW - 9e5, NOW - 9e4, "head")  # fmt: skip
+UBUNTU = c.CacheEntry(
+    f"sha256:{'b' * 64}", ["registry-1.docker.io/library/ubuntu:22.04"], 30 << 20, NOW - 9e5, NOW - 9e4, "head"
+)
 NEW = f"sha256:{'c' * 64}"
 ROOT = "/fsx/.hpcc/images"
 
