@@ -6,8 +6,10 @@ without asking a registry, the head's failures and a deadline said in one line."
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -185,3 +187,46 @@ def test_the_scripts_read_the_heads_settings_and_run_the_bundles_node_package():
     with pytest.raises(c.BadReference):
         images.pull_script("x y")
     assert sys.executable  # the runner tests above run bash via env
+
+
+# -- the scripts themselves, run by this machine's bash with the node package from this checkout ------------------
+
+
+@pytest.fixture
+def local_head(tmp_path, monkeypatch):
+    """The head's side on this machine: `sudo -n` a pass-through, the settings a file, the bundle this checkout."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sudo").write_text('#!/bin/sh\n[ "$1" = -n ] && shift\nexec "$@"\n')
+    (bin_dir / "sudo").chmod(0o755)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    fsx = tmp_path / "fsx"
+    settings = tmp_path / "settings"
+    settings.write_text(f"NODE_COUNT=2\nMOUNT_POINT={fsx}\nIMAGE_CACHE_GIB=2\n")
+    monkeypatch.setattr(images, "HEAD_SETTINGS", str(settings))
+    monkeypatch.setattr(images, "NODE_PACKAGE", str(Path(__file__).resolve().parents[2]))
+    root = c.cache_root(str(fsx))
+    os.makedirs(root)
+    (Path(root) / c.image_name(UBUNTU.digest)).write_bytes(b"h" * 64)
+    (Path(root) / c.entry_name(UBUNTU.digest)).write_text(c.dumps_entry(UBUNTU))
+    return images.stream_runner(["env"]), root
+
+
+def test_the_list_script_runs_the_node_package_with_the_heads_mount_and_cap(local_head):
+    runner, root = local_head
+    found = images.listing(runner)
+    assert found.root == root and found.cap_bytes == 2 << 30
+    assert [(e.digest, e.references, e.size) for e in found.images] == [(UBUNTU.digest, UBUNTU.references, 64)]
+
+
+def test_the_pull_script_imports_with_the_services_credentials_or_says_they_are_missing(local_head):
+    runner, _ = local_head
+    if os.path.isdir(c.ROOT_ENROOT_CONFIG):  # a machine with root's credentials would import for real
+        pytest.skip("this machine has root's enroot credentials")
+    lines: list[str] = []
+    with pytest.raises(
+        images.OpsError, match=f"exit 1\\): hpcc containers: root's enroot credentials: .*{c.ROOT_ENROOT_CONFIG}"
+    ):
+        images.pull(runner, "nvcr.io#nvidia/pytorch:24.07-py3", lines.append, 60, refresh=True)
+    assert images.pull(runner, "ubuntu:22.04", lines.append, 60).already  # from the listing: warm.py never ran
