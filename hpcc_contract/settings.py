@@ -75,7 +75,7 @@ PATTERNS: Dict[str, str] = {
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
     "HEALTH_DIAG_LEVEL": f"[0-{BOOT_DIAG_LEVEL_MAX}]",  # cluster.health.bootDiagLevel (BOOT_DIAG_LEVEL_DEFAULT)
     # containers.cacheMaxGiB (ClusterConfig.image_cache_gib): the shared image cache's cap, which the head's agent
-    # evicts to (hpcc_node/agent_images.py); given with containers on only, so changing it needs no new bundle
+    # evicts to (hpcc_node/agent_evict.py); given with containers on only, so changing it needs no new bundle
     "IMAGE_CACHE_GIB": POSITIVE,
     # The controller's state (hpcc_contract/names.py): the bucket of membership.json and the nodes' status objects (S3
     # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.

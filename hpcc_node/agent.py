@@ -33,7 +33,7 @@ from hpcc_node import certs_agent as host_certs
 from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_dcgm import DcgmFollowing
-from hpcc_node.agent_images import ImageCacheEvicting
+from hpcc_node.agent_evict import ImageCacheEvicting
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_metrics import MetricsFollowing
 from hpcc_node.agent_status import StatusReporting

@@ -1,4 +1,4 @@
-"""The head's agent keeps the shared image cache within the settings' cap (hpcc_node/agent_images.py): due every
+"""The head's agent keeps the shared image cache within the settings' cap (hpcc_node/agent_evict.py): due every
 ten minutes by the injected clock, only on the head, only with a cap; each eviction logged with its reason (the
 size before, the cap, the image's last use) and the size after."""
 
@@ -10,7 +10,7 @@ import types
 import pytest
 
 from hpcc_contract import containers as c
-from hpcc_node import agent_images as ai
+from hpcc_node import agent_evict as ai
 from hpcc_node.agent import Agent
 
 NOW = 1_700_000_000.0
