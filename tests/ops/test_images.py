@@ -230,3 +230,23 @@ def test_the_pull_script_imports_with_the_services_credentials_or_says_they_are_
     ):
         images.pull(runner, "nvcr.io#nvidia/pytorch:24.07-py3", lines.append, 60, refresh=True)
     assert images.pull(runner, "ubuntu:22.04", lines.append, 60).already  # from the listing: warm.py never ran
+
+
+def test_the_head_is_reached_by_its_public_address_else_the_operator_is_told_to_give_via(monkeypatch):
+    from infra.ops import forward
+
+    head = {"InstanceId": "i-0123456789abcdef0", "PrivateIpAddress": "10.0.0.4"}
+    monkeypatch.setattr(forward, "running_head", lambda aws, cluster, region: head)
+    with pytest.raises(images.OpsError, match="no public address .* give --via, .*AWS-StartSSHSession"):
+        images.head_via(None, "llm", "us-east-1", "ubuntu")
+    head["PublicIpAddress"] = "198.18.0.7"
+    assert images.head_via(None, "llm", "us-east-1", "alice") == ["ssh", "-o", "BatchMode=yes", "alice@198.18.0.7"]
+
+
+def test_via_is_split_into_words_and_reaches_the_runner(monkeypatch):
+    seen = []
+    monkeypatch.setattr(images, "stream_runner", lambda via: seen.append(via) or FakeHead())
+    monkeypatch.setattr(cli_images.support, "target_of", lambda *a: ("llm", "us-east-1"))
+    done = hpcc("images", "--cluster", "llm", "--via", "ssh -p 2222 'ubuntu@head host'")
+    assert done.exit_code == 0, done.output
+    assert seen == [["ssh", "-p", "2222", "ubuntu@head host"]]
