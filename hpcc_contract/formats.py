@@ -33,6 +33,8 @@ IMAGE_ANSWER = 1
 # <fsx>/.hpcc/prewarm.json, the images each node group keeps on its nodes' disks: the controller
 # (hpcc_node/controller/images.py) -> every node (hpcc_node/containers/prewarm.py, hpcc_node/agent_images.py)
 PREWARM = 1
+# `python3 -m hpcc_node.containers list --json` on the head -> `hpcc images` (hpcc_contract/image_list.py)
+IMAGE_LIST = 1
 
 VERSIONS: Dict[str, int] = {
     "node groups": NODE_GROUPS,
@@ -48,6 +50,7 @@ VERSIONS: Dict[str, int] = {
     "image request": IMAGE_REQUEST,
     "image answer": IMAGE_ANSWER,
     "prewarm": PREWARM,
+    "image listing": IMAGE_LIST,
 }
 
 

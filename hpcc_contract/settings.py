@@ -74,6 +74,9 @@ PATTERNS: Dict[str, str] = {
     "SLURM_NODE": r"[A-Za-z]+=[A-Za-z0-9:]+( [A-Za-z]+=[A-Za-z0-9:]+)*",
     "SLURM_GPUS": r"0|[1-9][0-9]{0,2}",  # gres.conf: /dev/nvidia0 .. /dev/nvidia<N-1>
     "HEALTH_DIAG_LEVEL": f"[0-{BOOT_DIAG_LEVEL_MAX}]",  # cluster.health.bootDiagLevel (BOOT_DIAG_LEVEL_DEFAULT)
+    # containers.cacheMaxGiB (ClusterConfig.image_cache_gib): the shared image cache's cap, which the head's agent
+    # evicts to (hpcc_node/agent_evict.py); given with containers on only, so changing it needs no new bundle
+    "IMAGE_CACHE_GIB": POSITIVE,
     # The controller's state (hpcc_contract/names.py): the bucket of membership.json and the nodes' status objects (S3
     # bucket naming rules, lower-case letters, digits, '-' and '.', 3-63), and its DynamoDB ledger table.
     "STATE_BUCKET": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
@@ -90,6 +93,7 @@ OPTIONAL_DEFAULTS = {
     "SLURM_NODE": "",
     "SLURM_GPUS": "",
     "HEALTH_DIAG_LEVEL": str(BOOT_DIAG_LEVEL_DEFAULT),
+    "IMAGE_CACHE_GIB": "",  # no cap given: containers off, nothing evicted
     "FORMAT": "1",
 }
 OPTIONAL = frozenset(OPTIONAL_DEFAULTS)

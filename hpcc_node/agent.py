@@ -33,6 +33,7 @@ from hpcc_node import certs_agent as host_certs
 from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_dcgm import DcgmFollowing
+from hpcc_node.agent_evict import ImageCacheEvicting
 from hpcc_node.agent_images import ImagesFollowing
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_metrics import MetricsFollowing
@@ -101,7 +102,15 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing, DcgmFollowing, ImagesFollowing):
+class Agent(
+    MembershipFollowing,
+    BundleFollowing,
+    StatusReporting,
+    MetricsFollowing,
+    DcgmFollowing,
+    ImagesFollowing,
+    ImageCacheEvicting,
+):
     def __init__(
         self,
         config: Config,
@@ -236,6 +245,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollow
         self.follow_metrics()  # the head's Prometheus on this bundle's metrics files
         self.follow_dcgm()  # a GPU compute node's dcgm-exporter on this bundle's pairing and counters
         self.follow_images()  # a held spare copies its group's images (prewarm.json) to its own disk
+        self.evict_images()  # the head keeps the shared image cache within the settings' cap
         switched = self.follow_bundle(read)
         if switched:
             return switched

@@ -4,7 +4,8 @@ a bad reference or argument exits 2 with one line saying why, a failure exits 1 
 
   ensure REFERENCE   the cached squashfs's path ({"reference", "digest", "path"}), importing it first if no node has
   evict --cap SIZE   least recently used images removed until the cache holds at most SIZE (bytes, or K/M/G/T: 1024s)
-  list               every cached image: references, digest, size, created, last used, importing node (`hpcc images`)
+  list               every cached image: references, digest, size, created, last used, importing node; with --json
+                     (and --cap SIZE) the versioned listing `hpcc images` reads (hpcc_contract/image_list.py)
 
 The cache is `<fsx>/.hpcc/images` (--fsx, else $HPCC_FSX_MOUNT, else /fsx), or --root. The digest and the import are
 enroot's (https://github.com/NVIDIA/enroot, doc/cmd/import.md; `enroot digest` since 4.0): `enroot digest URI` and
@@ -19,11 +20,12 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable, Dict, List, NoReturn, Optional, TextIO
+from typing import Callable, Dict, List, NoReturn, Optional, TextIO, Tuple
 
 from hpcc_contract import containers as c
+from hpcc_contract import image_list
 from hpcc_node.containers import locks
-from hpcc_node.containers.cache import ImageCache, ImportFailed
+from hpcc_node.containers.cache import ImageCache, Importer, ImportFailed, Resolver
 
 ENROOT = "enroot"
 DIGEST_TIMEOUT_S = 120
@@ -115,17 +117,27 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("ensure").add_argument("reference")
     sub.add_parser("evict").add_argument("--cap", required=True)
-    sub.add_parser("list")
+    listing = sub.add_parser("list")
+    listing.add_argument("--json", action="store_true", help="the versioned listing `hpcc images` reads")
+    listing.add_argument("--cap", help="with --json: the cache's cap, said in the listing")
     return p
 
 
-def main(argv: Optional[List[str]] = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def main(
+    argv: Optional[List[str]] = None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    enroot: Optional[Tuple[Resolver, Importer]] = None,
+) -> int:
+    """The command line; `enroot` the digest and import to use (default: enroot with this process's environment;
+    warm.py gives the image service's)."""
     try:
         args = _parser().parse_args(argv)
         root = args.root or c.cache_root(args.fsx or os.environ.get("HPCC_FSX_MOUNT") or "/fsx")
         node = args.node or os.environ.get("HPCC_NODE") or None
         say = _say(err)
-        cache = ImageCache(root, enroot_digest, enroot_import, node=node, log=say, progress=say)
+        resolve, import_ = enroot or (enroot_digest, enroot_import)
+        cache = ImageCache(root, resolve, import_, node=node, log=say, progress=say)
         if args.command == "ensure":
             path = cache.ensure(args.reference)
             ref = c.parse_reference(args.reference)
@@ -133,6 +145,10 @@ def main(argv: Optional[List[str]] = None, out: TextIO = sys.stdout, err: TextIO
         elif args.command == "evict":
             evictions = cache.evict(parse_size(args.cap))
             doc = {"evictions": [e._asdict() for e in evictions], "images": [_entry_json(e) for e in cache.list()]}
+        elif args.json:
+            cap = parse_size(args.cap) if args.cap else None
+            out.write(image_list.dumps_listing(image_list.Listing(root, cap, cache.list())))
+            return 0
         else:
             doc = {"images": [_entry_json(e) for e in cache.list()]}
     except _Exit as e:

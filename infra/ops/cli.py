@@ -23,6 +23,7 @@ from infra.ops import cli_cluster
 from infra.ops import cli_support as support
 from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
+from infra.ops.cli_images import app as images_app
 from infra.ops.cli_plan import plan
 from infra.ops.cli_report import err, fail
 from infra.ops.cli_support import version
@@ -43,6 +44,7 @@ WORKFLOW = (
     "dashboard",
     "hostfile",
     "check",
+    "images",
     "replace",
     "rotate-keys",
     "destroy",
@@ -64,6 +66,7 @@ app = typer.Typer(
     help="Provision and operate multi-node ML training clusters on AWS.",
 )
 app.add_typer(check_app, name="check")
+app.add_typer(images_app, name="images")
 
 
 def _show_version(value: bool) -> None:

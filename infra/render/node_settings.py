@@ -62,6 +62,7 @@ class NodeSettings:
     slurm_node: str | None = None  # with scheduler slurm only
     slurm_gpus: int | None = None  # likewise
     health_diag_level: int | None = None  # left out at its default: nodes from before the key accept the text
+    image_cache_gib: int | None = None  # containers on only: the shared image cache's cap, the head evicts to it
     format: int | None = None  # hpcc_contract/formats.py SETTINGS, left out at 1 for the same reason
 
     def lines(self) -> list[tuple[str, str]]:
@@ -108,6 +109,7 @@ def node_settings(cfg: ClusterConfig, region: str, facts, account: str) -> NodeS
         slurm_node=slurm.attributes() if slurm else None,
         slurm_gpus=slurm.gpus if slurm else None,
         health_diag_level=None if cfg.health.boot_diag_level == BOOT_DIAG_LEVEL_DEFAULT else cfg.health.boot_diag_level,
+        image_cache_gib=cfg.image_cache_gib if cfg.containers_on else None,
         format=None if formats.SETTINGS == 1 else formats.SETTINGS,
     )
 

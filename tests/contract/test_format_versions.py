@@ -48,6 +48,7 @@ def test_each_format_has_a_version_and_every_writer_stamps_it():
         "image request": 1,
         "image answer": 1,
         "prewarm": 1,
+        "image listing": 1,
     }  # what running clusters carry: bump one only with a reader of the new one
     assert json.loads(groups.dumps([]))[formats.FORMAT_KEY] == formats.NODE_GROUPS
     assert json.loads(membership.encode({}, 3))[formats.FORMAT_KEY] == formats.MEMBERSHIP

@@ -163,9 +163,11 @@ HPCC_SCHEDULER="none"
 HPCC_SLURM_NODE=""
 HPCC_SLURM_GPUS=""
 HPCC_HEALTH_DIAG_LEVEL="2"
+HPCC_IMAGE_CACHE_GIB=""
 HPCC_STATE_BUCKET=""
 HPCC_LEDGER_TABLE=""
 export HPCC_STATE_BUCKET HPCC_LEDGER_TABLE
+: "$HPCC_IMAGE_CACHE_GIB"
 HPCC_FABRIC=()
 HPCC_AUTHORIZED_KEY=()
 HPCC_IMDS_USER=()
@@ -173,7 +175,7 @@ HPCC_SETTINGS_TEXT=""
 
 setting_pattern() {
   case "$1" in
-    NODE_COUNT|SLOTS|TIMEOUT_MINUTES|JOIN_TIMEOUT_MINUTES|API_INTERVAL_MS|POLL_SECONDS|API_BACKOFF_SECONDS|API_ATTEMPTS|SYNC_SECONDS|MASTER_PORT|FORMAT) echo '[1-9][0-9]{0,5}' ;;
+    NODE_COUNT|SLOTS|TIMEOUT_MINUTES|JOIN_TIMEOUT_MINUTES|API_INTERVAL_MS|POLL_SECONDS|API_BACKOFF_SECONDS|API_ATTEMPTS|SYNC_SECONDS|MASTER_PORT|IMAGE_CACHE_GIB|FORMAT) echo '[1-9][0-9]{0,5}' ;;
     LOGIN_USER|IMDS_USER) echo '[a-z_][a-z0-9_-]{0,31}' ;;
     MOUNT_POINT) echo '/[A-Za-z0-9._/-]{0,127}' ;;
     MPIRUN_OPTIONS) echo '((--mca (pml|btl|mtl|btl_tcp_if_(in|ex)clude|mtl_ofi_provider_(in|ex)clude) [A-Za-z0-9_.,:^+-]+|--(bind-to|map-by|rank-by) [A-Za-z0-9:=,]+|--report-bindings|--tag-output)( |$))*' ;;
@@ -229,6 +231,7 @@ apply_settings() {
   HPCC_SLURM_NODE=""
   HPCC_SLURM_GPUS=""
   HPCC_HEALTH_DIAG_LEVEL="2"
+  HPCC_IMAGE_CACHE_GIB=""
   for key in "${!seen[@]}"; do printf -v "HPCC_$key" '%s' "${seen[$key]}"; done
   HPCC_FABRIC=(${fabric[@]+"${fabric[@]}"})
   HPCC_AUTHORIZED_KEY=(${keys[@]+"${keys[@]}"})

@@ -63,6 +63,8 @@ def shell_settings(text: str, after: str = "") -> subprocess.CompletedProcess:
         # Left out at its default (as the program renders it), so a text from before the key reads the same.
         f'[ "$HPCC_HEALTH_DIAG_LEVEL" = {OPTIONAL_DEFAULTS["HEALTH_DIAG_LEVEL"]} ] || '
         'echo "HEALTH_DIAG_LEVEL=$HPCC_HEALTH_DIAG_LEVEL"; '
+        # Given with containers on only.
+        '[ -z "$HPCC_IMAGE_CACHE_GIB" ] || echo "IMAGE_CACHE_GIB=$HPCC_IMAGE_CACHE_GIB"; '
         'for k in ${HPCC_AUTHORIZED_KEY[@]+"${HPCC_AUTHORIZED_KEY[@]}"}; do echo "AUTHORIZED_KEY=$k"; done'
     )
     return run(["settings"], f"apply_settings {shlex.quote(text)}; rc=$?; {after}\n{dump}", context())
