@@ -20,7 +20,10 @@ MEMBERSHIP_DELTA = 1  # membership-deltas/<n>.json: the controller -> every agen
 STATUS = 1  # status/<instance ARN>.json: each node's agent and bootstrap -> the controller, `hpcc status`
 LEDGER_ITEM = 1  # the ledger's items: the controller, `hpcc replace` -> the controller
 SETTINGS = 1  # /hpcc/<cluster>/settings: infra/render/node_settings.py -> every agent and bootstrap
-BUNDLE_MANIFEST = 1  # a bundle's manifest.json: infra/render/bundle.py -> the node agent (hpcc_node/upgrade.py)
+# A bundle's manifest.json: infra/render/bundle.py -> the node agent (hpcc_node/upgrade.py). 2: `roles` is keyed by
+# whose script it is, the head's or each node group's (hpcc_contract/names.py boot_key); 1 keyed it by role, one
+# compute script for every group (a reader of 1 would take a group's key for a role): the agent reads both.
+BUNDLE_MANIFEST = 2
 DCGM_COUNTERS = 1  # the GPU nodes' dcgm-exporter counters file (its -f CSV): hpcc_contract/dcgm.py -> dcgm-exporter
 # The image cache's entries, <fsx>/.hpcc/images/sha256-<hex>.json: every node's hpcc_node/containers/ -> the same,
 # `hpcc images`

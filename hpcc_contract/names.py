@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 from typing import Dict, Optional
 
+from hpcc_contract.hosts import group_of
+
 TAG_CLUSTER = "hpcc:cluster"
 TAG_ROLE = "hpcc:role"  # head | compute
 TAG_NODE = "hpcc:node"  # head | <group>-000 ...: set by the controller once the ledger names the instance
@@ -32,6 +34,18 @@ def node_name(group: str, index: int) -> str:
     """`<group>-NNN`: three digits below 1000, plain digits above (gpu-999, gpu-1000, never gpu-0000); names are
     never compacted (a removed node leaves a hole)."""
     return f"{group}-{index:03d}"
+
+
+def boot_key(node: str) -> str:
+    """Whose bootstrap a node runs, by its name: the head's (`head`) or its node group's (`gpu-007`: `gpu`). The
+    bundle holds one script a key (boot_script), each rendered for its own instance type, GPUs and EFA devices; no
+    group is named head (infra/facts/limits.py RESERVED_GROUP_NAMES)."""
+    return group_of(node) or HEAD
+
+
+def boot_script(key: str) -> str:
+    """The bundle's path of a boot_key's script: roles/head.sh, roles/<group>.sh (`compute:`'s: roles/compute.sh)."""
+    return f"roles/{key}.sh"
 
 
 def compute_node_name(index: int) -> str:

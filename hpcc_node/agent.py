@@ -92,14 +92,13 @@ def tick_seconds(sync_seconds: int, rand: float) -> float:
 
 
 def self_check(config: Config, here: str) -> None:
-    """Raise if this bundle's agent cannot run on this node: its manifest and role script, the applied settings
-    and state parse with this bundle's rules."""
-    man = upgrade.manifest(here)
-    script = os.path.join(here, man["roles"][config.role]["script"])
+    """Raise if this bundle's agent cannot run on this node: its manifest and this node's own script (its group's,
+    or the head's), the applied settings and state parse with this bundle's rules."""
+    node = state.parse_state(state.read_text(config.path("node")) or "")
+    script = upgrade.boot_script(here, config.role, node.node)
     if not os.path.isfile(script):
-        raise RuntimeError(f"the bundle has no {man['roles'][config.role]['script']}")
+        raise RuntimeError(f"the bundle has no {os.path.relpath(script, here)}")
     parse(state.read_text(config.path("settings")) or "")
-    state.parse_state(state.read_text(config.path("node")) or "")
 
 
 class Agent(
@@ -133,8 +132,14 @@ class Agent(
         self.settings: Settings = parse(state.read_text(config.path("settings")) or "")
         self.record = state.read_record(config.path("agent.json"))
         self.running = upgrade.current_sha(config.opt)
+        digest = upgrade.boot_digest(self.current_dir(), config.role, self.node.node)
         if not self.record.boot_digest:  # the first agent of this node: the boot steps it booted with
-            self.record = self.record._replace(boot_digest=upgrade.boot_digest(self.current_dir(), config.role))
+            self.record = self.record._replace(boot_digest=digest)
+            state.write_record(config.path("agent.json"), self.record)
+        elif rollout.drift(self.record.boot_digest, digest, self.running) != self.record.drifted:
+            # what the agent that switched here said, said again by this bundle's reader of its own manifest (an
+            # agent older than its format finds no digest in it: hpcc_contract/formats.py BUNDLE_MANIFEST)
+            self.record = self.record._replace(drifted=rollout.drift(self.record.boot_digest, digest, self.running))
             state.write_record(config.path("agent.json"), self.record)
         self.written: Optional[tuple] = None  # what the last status write said, its bytes, and when
         self.written_body, self.written_at, self.written_version = b"", 0.0, -1
@@ -159,6 +164,11 @@ class Agent(
 
     def current_dir(self) -> str:
         return os.path.join(self.c.opt, "current")
+
+    def own_script(self) -> str:
+        """This node's script in the bundle it runs (its group's, or the head's): apply-membership, apply-metrics
+        and apply-dcgm run it (ValueError when the manifest names none: logged, tried again next tick)."""
+        return upgrade.boot_script(self.current_dir(), self.c.role, self.node.node)
 
     def log(self, line: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))

@@ -82,7 +82,9 @@ class BundleFollowing:
         return self.move_to(self.record.previous, directory, "rolled back")
 
     def move_to(self, sha: str, directory: str, verb: str) -> str:
-        drifted = rollout.drift(self.record.boot_digest, upgrade.boot_digest(directory, self.c.role), sha)
+        drifted = rollout.drift(
+            self.record.boot_digest, upgrade.boot_digest(directory, self.c.role, self.node.node), sha
+        )
         self.record = self.record._replace(drifted=drifted, previous=self.running)
         state.write_record(self.c.path("agent.json"), self.record)
         upgrade.switch(sha, self.c.opt)

@@ -64,7 +64,7 @@ def read_record(path: str) -> Optional[str]:
 
 class DcgmFollowing:
     """Agent's dcgm-exporter method. What it uses of the agent: its config `c`, `node`, `run`, `clock`, `log`,
-    `running`, `current_dir()`."""
+    `running`, `current_dir()`, `own_script()` (this node's group's script)."""
 
     dcgm_retry_at: Optional[float] = None
     dcgm_gpus: Optional[int] = None  # health.env's GPUS, read once: the health step writes it at boot
@@ -84,7 +84,7 @@ class DcgmFollowing:
             return
         bundle = self.running[:12]
         self.log(f"apply-dcgm of bundle {bundle}: {why}")
-        script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
+        script = self.own_script()
         try:
             out = self.run(
                 ["bash", script, "apply-dcgm"],

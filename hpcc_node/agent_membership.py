@@ -40,8 +40,8 @@ def membership_due(
 
 class MembershipFollowing:
     """Agent's membership methods. What they use of the agent: its config `c`, `s3`, `run`, `log`, `node`,
-    `running`, `refuse_newer()`, `current_dir()` and the membership fields set in Agent.__init__ (`doc`, `etag`,
-    `intact`, `refused`, `newer`, `settings`)."""
+    `running`, `refuse_newer()`, `current_dir()`, `own_script()` and the membership fields set in Agent.__init__
+    (`doc`, `etag`, `intact`, `refused`, `newer`, `settings`)."""
 
     def read_membership(self) -> None:
         try:
@@ -96,7 +96,7 @@ class MembershipFollowing:
                 "applied"
             )
             return
-        script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
+        script = self.own_script()
         # The hosts text goes through a file: at 4,096 nodes it nears Linux's 128 KiB limit on one environment string
         # (MAX_ARG_STRLEN, execve(2) "Limits on size of arguments and environment").
         with tempfile.NamedTemporaryFile("w", dir=self.c.etc, prefix=".apply-hosts.", delete=True) as hosts_file:

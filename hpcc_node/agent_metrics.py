@@ -38,7 +38,7 @@ def metrics_digest(bundle_dir: str) -> str:
 
 class MetricsFollowing:
     """Agent's metrics method. What it uses of the agent: its config `c`, `run`, `clock`, `log`, `running`,
-    `current_dir()`."""
+    `current_dir()`, `own_script()`."""
 
     metrics_retry_at: Optional[float] = None
     metrics_digest_of: Tuple[str, str] = ("", "")  # (bundle sha, its metrics digest): a bundle never changes
@@ -60,7 +60,7 @@ class MetricsFollowing:
         now = self.clock()
         if self.metrics_retry_at is not None and now < self.metrics_retry_at:
             return
-        script = os.path.join(self.current_dir(), "roles", f"{self.c.role}.sh")
+        script = self.own_script()
         out = self.run(
             ["bash", script, "apply-metrics"],
             env=dict(os.environ, HPCC_BUNDLE=self.running),

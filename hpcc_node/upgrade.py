@@ -1,6 +1,7 @@
 """Moving a running node to another bundle: fetch, check the hash, unpack (into a temp dir, then renamed: never
 half-unpacked), run the new agent's self-check, switch /opt/hpcc/current atomically. The caller re-executes the
-agent from the new bundle. Nothing of the boot is re-run: the role script is only read (its digest, for drift).
+agent from the new bundle. Nothing of the boot is re-run: the node's script (its group's, or the head's) is only read
+(its digest, for drift).
 
 Bundle layout and names: the bundle contract (docs/bootstrap-contract.md): /opt/hpcc/bundles/<sha256>/,
 /opt/hpcc/current -> bundles/<sha256>."""
@@ -18,6 +19,7 @@ import tempfile
 from typing import Any, Callable, Dict, Optional
 
 from hpcc_contract import formats
+from hpcc_contract.names import boot_key
 
 OPT = "/opt/hpcc"
 SELF_CHECK_SECONDS = 60
@@ -54,9 +56,27 @@ def manifest(directory: str) -> Dict[str, Any]:
     return doc
 
 
-def boot_digest(directory: str, role: str) -> str:
+def boot_entry(directory: str, role: str, node: str) -> Dict[str, Any]:
+    """This node's script in a bundle's manifest, {"script", "bootDigest"}: format 2 keys them by whose script it is
+    (hpcc_contract/names.py boot_key: the head's, or the node's group's: gpu-007 runs roles/gpu.sh), format 1 by
+    role (one compute script for every group: what a node rolled back to a bundle before 2 runs)."""
+    doc = manifest(directory)
+    key = boot_key(node) if formats.version_of(doc.get(formats.FORMAT_KEY)) >= 2 else role
+    entry = doc["roles"].get(key) if isinstance(doc.get("roles"), dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("script"), str):
+        raise ValueError(f"the bundle's manifest names no script for {key!r} (node {node or '?'}, role {role})")
+    return entry
+
+
+def boot_script(directory: str, role: str, node: str) -> str:
+    """The path of this node's own script in the bundle at `directory` (ValueError when its manifest names none)."""
+    return os.path.join(directory, boot_entry(directory, role, node)["script"])
+
+
+def boot_digest(directory: str, role: str, node: str) -> str:
+    """The sha256 of this node's script as the bundle's manifest names it ('' when it names none)."""
     try:
-        return str(manifest(directory)["roles"][role]["bootDigest"])
+        return str(boot_entry(directory, role, node)["bootDigest"])
     except (OSError, ValueError, KeyError, TypeError):
         return ""
 

@@ -60,9 +60,10 @@ class PlanResult:
     bundle_sha256: str = ""
 
     def role_scripts(self) -> dict[str, str]:
-        """role -> the bootstrap the loader runs, read from the planned bundle (infra/render/bundle.py role_script)."""
-        roles = json.loads(self.bundle_files["manifest.json"])["roles"]
-        return {role: role_script(self.bundle_files, role) for role in roles}
+        """`head` and each node group's name -> the bootstrap the loader of its launch template runs, read from the
+        planned bundle (infra/render/bundle.py role_script)."""
+        keys = json.loads(self.bundle_files["manifest.json"])["roles"]
+        return {key: role_script(self.bundle_files, key) for key in keys}
 
     def of_type(self, token: str) -> list[dict]:
         return [r for r in self.resources if r["type"] == token]

@@ -1,11 +1,12 @@
 """The cluster's bundle: everything a node runs that its image does not have, in one deterministic tar.gz.
 
-Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role>.sh`, each role's bootstrap
-(infra/render/userdata.py render, what the user data held before the loader); the node package `hpcc_node/` and the
-contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts; `metrics/`,
-the head's Prometheus configuration and rules, its Grafana's configuration and dashboards, where observability is
-on. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header
-without name or time.
+Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/head.sh`, the head's bootstrap, and
+`roles/<group>.sh`, each node group's, rendered for its own instance type, GPUs and EFA devices
+(infra/render/userdata.py render, what the user data held before the loader; `compute:` is the group compute:
+roles/compute.sh); the node package `hpcc_node/` and the contract it imports (`hpcc_contract/`, standard library
+only); `hooks/<name>`, the user's hook scripts; `metrics/`, the head's Prometheus configuration and rules, its
+Grafana's configuration and dashboards, where observability is on. Same inputs, same bytes, same sha256: entries
+sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
 Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from hpcc_contract import formats
-from hpcc_contract.names import bundle_key
+from hpcc_contract.names import boot_script, bundle_key
 from hpcc_contract.version import AGENT_VERSION
 from infra.config.hooks import hook_files
 from infra.config.validators.metrics import canonical, workspace
@@ -95,9 +96,11 @@ def node_files(root: Path = ROOT) -> dict[str, bytes]:
 
 
 def manifest(cluster: str, scripts: dict[str, str], hooks: dict[str, list[str]], hpcc: str, agent: str) -> bytes:
+    """`scripts`: whose script (hpcc_contract/names.py boot_key: `head` or a node group's name) -> its text; the
+    manifest's `roles` names each one's path and digest under the same key (format 2; hpcc_node/upgrade.py reads it)."""
     roles = {
-        role: {"script": f"roles/{role}.sh", "bootDigest": hashlib.sha256(script.encode()).hexdigest()}
-        for role, script in sorted(scripts.items())
+        key: {"script": boot_script(key), "bootDigest": hashlib.sha256(script.encode()).hexdigest()}
+        for key, script in sorted(scripts.items())
     }
     return (
         json.dumps(
@@ -126,7 +129,7 @@ def bundle_files(
     agent: str,
 ) -> dict[str, bytes]:
     files = {"manifest.json": manifest(cluster, scripts, hook_names, hpcc, agent)}
-    files.update({f"roles/{role}.sh": script.encode() for role, script in scripts.items()})
+    files.update({boot_script(key): script.encode() for key, script in scripts.items()})
     files.update(node)
     files.update({f"hooks/{name}": content for name, content in hook_bytes.items()})
     return files
@@ -165,9 +168,10 @@ def unpack(archive: bytes) -> dict[str, bytes]:
 
 
 def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
-    """The bundle of a cluster config (ClusterConfig): the rendered role scripts, the node package, the hooks.
-    Only what the role scripts hold and the hooks change it: a resize (the settings) leaves it as it is."""
-    scripts = {role: render(ctx) for role, ctx in role_contexts(cfg, region, facts).items()}
+    """The bundle of a cluster config (ClusterConfig): the rendered scripts (the head's and each node group's), the
+    node package, the hooks. Only what the scripts hold and the hooks change it: a resize (the settings) leaves it as
+    it is."""
+    scripts = {key: render(ctx) for key, ctx in role_contexts(cfg, region, facts).items()}
     names, hooks = hook_files(cfg, base)
     files = bundle_files(
         cfg.name,
@@ -205,10 +209,10 @@ def metrics_files(cfg) -> dict[str, bytes]:
     return {**files, **grafana_files(canonical(cfg.observability.scrape_interval))}
 
 
-def role_script(files: dict[str, bytes], role: str) -> str:
-    """The bootstrap a node of `role` runs, read from a bundle's files: the plan, the goldens and the box all
-    read it here."""
-    return files[f"roles/{role}.sh"].decode()
+def role_script(files: dict[str, bytes], key: str) -> str:
+    """The bootstrap the nodes of `key` run (hpcc_contract/names.py boot_key: `head`, or a node group's name, such
+    as `compute` for `compute:`), read from a bundle's files: the plan, the goldens and the box all read it here."""
+    return files[boot_script(key)].decode()
 
 
 def write_unpacked(bundle_files_: dict[str, bytes], sha256: str, out: Path) -> None:

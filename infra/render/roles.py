@@ -1,8 +1,9 @@
 """One resolver from a node role to everything the program and the tests derive from it: the instance type's
 facts, the interface layout (infra/facts/efa.py), the EFA device count, the market and reservation, and the
-bootstrap context its user data is rendered from. Pure given `facts` (anything with `.get(name, field)`:
-infra.facts.instance_types.InstanceFacts under `pulumi up` and `hpcc plan`, DescribedFacts in tests): compute.py,
-tests/render/bootstrap_cases.py and the box all call it instead of repeating the derivation."""
+bootstrap context its user data is rendered from (the compute role's per node group: each group's nodes run their
+own group's script). Pure given `facts` (anything with `.get(name, field)`: infra.facts.instance_types.InstanceFacts
+under `pulumi up` and `hpcc plan`, DescribedFacts in tests): compute.py, tests/render/bootstrap_cases.py and the box
+all call it instead of repeating the derivation."""
 
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ def group_index(cfg: ClusterConfig, group: str | None) -> tuple[int, NodeGroup]:
 
 
 def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: str | None = None) -> BootstrapContext:
-    """The user data's values for a role: nothing that a resize, a retune or another compute type changes
-    (those are in the settings parameter, infra/render/node_settings.py)."""
+    """The user data's values for a role, the compute role's for node group `group` (default the first; the loader
+    of each group's launch template runs that group's script): nothing that a resize or a retune changes (those are
+    in the settings parameter, infra/render/node_settings.py)."""
     spec = resolve_role(cfg, region, role, facts, group)
     paths, first = Paths(cfg.name), first_call_pacing()
     return BootstrapContext(
@@ -96,6 +98,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready),
         hook_timeout_minutes=cfg.hooks.timeout_minutes,
         metrics=cfg.metrics_on,
+        group=group_index(cfg, group)[1].name if role == "compute" else "",
     )
 
 
@@ -109,5 +112,8 @@ def head_prometheus_flags(cfg: ClusterConfig) -> tuple[str, ...]:
 
 
 def role_contexts(cfg: ClusterConfig, region: str, facts) -> dict[str, BootstrapContext]:
-    """role -> BootstrapContext, for every role."""
-    return {role: bootstrap_context(cfg, region, role, facts) for role in ROLES}
+    """Whose script (hpcc_contract/names.py boot_key: `head`, then each node group's name, in the config's order) ->
+    its BootstrapContext: each group's nodes run a script of their own group's instance type, GPUs and EFA devices."""
+    contexts = [bootstrap_context(cfg, region, "head", facts)]
+    contexts += [bootstrap_context(cfg, region, "compute", facts, g.name) for g in cfg.node_groups]
+    return {ctx.key: ctx for ctx in contexts}

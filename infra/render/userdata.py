@@ -1,11 +1,11 @@
-"""Render a node role's bootstrap script (the bundle's roles/<role>.sh) and its user data, the loader, from the
-Jinja templates in templates/.
+"""Render a node's bootstrap script (the bundle's roles/head.sh, or roles/<group>.sh for each node group) and its
+user data, the loader, from the Jinja templates in templates/.
 
 The user data is only the loader (templates/loader.sh.j2): it fetches the cluster's bundle (infra/render/bundle.py),
-checks its hash and runs the role's script from it. The script holds only what needs a new bundle when it
-changes: the role, its instance type and that type's facts, the cluster's names, the hooks. Whatever changes over
-a cluster's life reaches the nodes at run time through the settings parameter (infra/render/node_settings.py), so a
-resize or a new timeout leaves the bundle, and every node, as they are.
+checks its hash and runs its own group's script from it (or the head's). The script holds only what needs a new
+bundle when it changes: the role, its instance type and that type's facts, the cluster's names, the hooks. Whatever
+changes over a cluster's life reaches the nodes at run time through the settings parameter
+(infra/render/node_settings.py), so a resize or a new timeout leaves the bundle, and every node, as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import jinja2
 from hpcc_contract import dcgm, formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
+from hpcc_contract.names import HEAD, boot_script
 from infra.facts import grafana as grafana_facts
 from infra.facts import slurm
 from infra.render import grafana, prometheus
@@ -66,11 +67,18 @@ class BootstrapContext:
     # Observability (templates/steps/metrics.sh.j2): the exporters on every node, Prometheus on the head (its
     # configuration, rules and flags come in the bundle's metrics/, so a change to them is no boot-step drift)
     metrics: bool = False
+    group: str = ""  # a compute script's node group ("" for the head's): whose script the loader runs
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 
+    @property
+    def key(self) -> str:
+        """Whose script this is (hpcc_contract/names.py boot_key): the head's or its group's."""
+        return HEAD if self.role == HEAD else self.group
+
     def as_vars(self) -> dict:
-        return dataclasses.asdict(self)
+        """The templates' values: the fields, and `script`, the bundle's path of this script (the loader runs it)."""
+        return {**dataclasses.asdict(self), "script": boot_script(self.key)}
 
 
 @lru_cache(maxsize=1)
@@ -157,6 +165,6 @@ def user_data(ctx: BootstrapContext) -> bytes:
     packed = gzip.compress(render_loader(ctx).encode(), mtime=0)
     if len(packed) > LOADER_LIMIT or not within_limit(packed):
         raise ValueError(
-            f"user data for {ctx.role} is {len(packed)} bytes gzip-compressed; the loader's bound is {LOADER_LIMIT}"
+            f"user data for {ctx.key} is {len(packed)} bytes gzip-compressed; the loader's bound is {LOADER_LIMIT}"
         )
     return packed

@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from hpcc_contract.names import boot_key, boot_script
 from tests.box.cloud import FleetBox
 from tests.box.machine import leftovers
 
@@ -61,10 +62,11 @@ def test_nodes_boot_from_the_bundle_the_program_stored(booted):
         current = os.readlink(node.file("/opt/hpcc/current"))
         assert current == f"/opt/hpcc/bundles/{sha}", current
         # what runs is the bundle's own bytes: the role script as the plan wrote it, the manifest naming its digest
-        script = node.file(f"/opt/hpcc/bundles/{sha}/roles/{node.role}.sh").read_bytes()
-        assert script.decode() == box.plan()["roleScripts"][node.role]
+        key = boot_key(name)  # the head's script, or its group's
+        script = node.file(f"/opt/hpcc/bundles/{sha}/{boot_script(key)}").read_bytes()
+        assert script.decode() == box.plan()["roleScripts"][key]
         manifest = json.loads(node.file(f"/opt/hpcc/bundles/{sha}/manifest.json").read_text())
-        assert manifest["roles"][node.role]["bootDigest"] == hashlib.sha256(script).hexdigest()
+        assert manifest["roles"][key]["bootDigest"] == hashlib.sha256(script).hexdigest()
         status = box.status(name)
         assert (status["phase"], status["ok"], status["bundle"]) == ("ready", True, sha), status
         log = box.log(node)

@@ -41,7 +41,7 @@ def test_each_format_has_a_version_and_every_writer_stamps_it():
         "status": 1,
         "ledger item": 1,
         "settings": 1,
-        "bundle manifest": 1,
+        "bundle manifest": 2,  # 2: a script for each node group (hpcc_contract/formats.py); the agent reads 1 and 2
         "dcgm counters": 1,
         "image cache entry": 1,
         "image usage record": 1,
@@ -200,7 +200,9 @@ def test_the_agent_keeps_its_settings_and_says_why_when_they_are_of_a_newer_form
 def test_a_bundle_manifest_of_a_newer_format_is_refused_by_the_agent_reading_it(tmp_path):
     from hpcc_node import upgrade
 
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": 2, "roles": {}}))
-    with pytest.raises(formats.NewerFormat, match=f"bundle manifest {NEWER_RE}"):
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 3, "roles": {}}))
+    with pytest.raises(
+        formats.NewerFormat, match=re.escape("bundle manifest format 3 is newer than this hpcc reads (2)")
+    ):
         upgrade.manifest(str(tmp_path))
-    assert upgrade.boot_digest(str(tmp_path), "compute") == ""  # no digest of a manifest it cannot read
+    assert upgrade.boot_digest(str(tmp_path), "compute", "compute-000") == ""  # no digest of a manifest it cannot read

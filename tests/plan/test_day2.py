@@ -93,15 +93,23 @@ def test_adding_a_group_creates_its_template_and_resource_and_touches_no_instanc
         ]
 
     result = second_up(first_up, grown)
-    assert {(c.name, c.action) for c in result.changes if c.action != "update"} == {
+    bundle = "aws:s3/bucketObjectv2:BucketObjectv2"
+    assert {(c.name, c.action) for c in result.changes if c.action != "update" and c.type != bundle} == {
         ("bert-cpu-lt", "create"),
         ("bert-group-cpu", "create"),
     }
+    # the new group's nodes boot from a script of their own (roles/cpu.sh): a new bundle (content-addressed, the
+    # old one left for the nodes that run it: retain_on_delete), the compute group's script in it unchanged, so
+    # its running nodes move to it without drifting
+    assert {c.action for c in result.changes if c.type == bundle} == {"create", "delete"}
+    assert result.bundle_files["roles/compute.sh"] == (first_up / "bundle" / "roles" / "compute.sh").read_bytes()
+    assert "c5n.18xlarge" in result.bundle_files["roles/cpu.sh"].decode().splitlines()[1]
     # the head now depends on the new group, and its controller may launch the new group's type (issue 33: the
-    # head's policy names the groups' instance types), both updated in place
+    # head's policy names the groups' instance types), both updated in place; the pointer names the new bundle
     assert {c.name for c in result.changes if c.action == "update"} <= {
         "bert-groups-param",
         "bert-settings-param",
+        "bert-bundle-param",
         "bert-head",
         "bert-head-policy",
     }

@@ -60,7 +60,7 @@ def test_the_bundle_holds_the_role_scripts_the_node_package_and_a_manifest_namin
         "hpcc_node/health/xid_catalog.json",
     } | contract <= set(b.files)  # data the node package reads at run time
     assert not [p for p in b.files if p.startswith("infra/")]  # the contract whole, nothing of the program
-    assert (manifest["format"], manifest["cluster"], manifest["agentVersion"]) == (1, "bndl", "1")
+    assert (manifest["format"], manifest["cluster"], manifest["agentVersion"]) == (2, "bndl", "1")
     assert manifest["hpccVersion"] == bundle_mod.hpcc_version() and manifest["hooks"] == {
         "onNodeStart": [],
         "onNodeReady": [],
