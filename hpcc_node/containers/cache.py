@@ -33,7 +33,7 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from hpcc_contract import containers as c
 from hpcc_contract.formats import NewerFormat
-from hpcc_node.containers import locks
+from hpcc_node.containers import locks, lustre
 
 Resolver = Callable[[c.ImageRef], str]  # the manifest digest of a reference, `sha256:<hex>`
 Importer = Callable[[c.ImageRef, str, str], None]  # (reference, digest, path to write the squashfs at)
@@ -89,6 +89,7 @@ class ImageCache:
         progress: Optional[Callable[[str], None]] = None,
         wait_s: float = WAIT_S,
         grace_s: float = GRACE_S,
+        layout: Optional[Callable[[str], object]] = None,
     ) -> None:
         self.root = root
         self.resolver, self.importer = resolver, importer
@@ -97,6 +98,8 @@ class ImageCache:
         self.log = log or logging.getLogger("hpcc.containers").info
         self.progress = progress or self.log
         self.wait_s, self.grace_s = wait_s, grace_s
+        # what a new cache directory is made with (lustre.py: striped over every OST); None: the file system's own
+        self.layout = layout if layout is not None else (lambda d: lustre.stripe_wide(d, self.log))
 
     def _path(self, name: str) -> str:
         return os.path.join(self.root, name)
@@ -108,7 +111,7 @@ class ImageCache:
         ImportFailed, LockTimeout when another node's import outlasts the wait."""
         ref = c.parse_reference(reference)
         digest = c.check_digest(self.resolver(ref))
-        os.makedirs(self.root, exist_ok=True)
+        self._make_root()
         lock, image = self._path(c.lock_name(digest)), self._path(c.image_name(digest))
         deadline = self.clock() + self.wait_s
         fd = self._acquire(lock, True, deadline, ref)
@@ -130,6 +133,13 @@ class ImageCache:
             return image
         finally:
             locks.release(fd, clear=True)
+
+    def _make_root(self) -> None:
+        """The cache directory, laid out for many readers when this node makes it (another node may race it: the
+        layout is the same either way)."""
+        if not os.path.isdir(self.root):
+            os.makedirs(self.root, exist_ok=True)
+            self.layout(self.root)
 
     @contextlib.contextmanager
     def using(self, reference: str) -> Iterator[str]:
