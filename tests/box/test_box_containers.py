@@ -128,11 +128,13 @@ def test_a_every_node_asking_for_one_image_at_once_imports_it_once(fleet, regist
     node = fleet.compute[-1]
     held = node.run("unsquashfs", "-cat", path, MARKER)
     assert held.stdout.strip() == image["token"], held.stderr
-    importers = [name for name, a in answers.items() if "import" in a["log"].lower()]
+    waited = sorted(name for name, a in answers.items() if "waiting for node" in a["log"])
+    listed = node.run("python3", "-m", "hpcc_node.containers", "list", env=ensure_env(node))
+    (entry,) = [e for e in json.loads(listed.stdout)["images"] if e["digest"] == image["digest"]]
     print(
         f"\n[containers] {len(answers)} nodes asked for {reference} at once: {max(pulls.values())} fetch of each of "
-        f"its {len(pulls)} layer(s) from the registry, {took:.1f} s until every node had it; "
-        f"the import's log on {', '.join(importers) or 'no node'}"
+        f"its {len(pulls)} layer(s) from the registry, {took:.1f} s until every node had it; imported by "
+        f"{entry['importedBy']}, {', '.join(waited) or 'no node'} said whom they waited for"
     )
     again = ensure_at_once(fleet, reference)
     assert {a["path"] for a in again.values()} == paths
