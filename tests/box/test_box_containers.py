@@ -155,7 +155,8 @@ def slurm_oci(box_machine):
         deadline = time.time() + 60
         missing = [n.name for n in box.compute]
         while missing:
-            missing = [n.name for n in box.compute if not n.file("/run/slurm/conf/oci.conf").exists()]
+            # slurmd's configless cache, seen from the node (/run/slurm/conf links into its spool directory)
+            missing = [n.name for n in box.compute if n.run("test", "-f", "/run/slurm/conf/oci.conf").returncode]
             if missing and time.time() > deadline:
                 raise AssertionError(f"oci.conf not on {missing} 60 s after scontrol reconfigure\n{box.diagnose()}")
             time.sleep(0.5)
