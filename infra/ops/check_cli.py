@@ -14,7 +14,7 @@ from rich.table import Table
 
 from hpcc_node.health.fabric import FLOOR_FRACTION_DEFAULT, ROUNDS_DEFAULT, Floor
 from infra.ops import OpsError
-from infra.ops.cli_support import ClusterName, Region, StackFile
+from infra.ops.cli_support import ClusterName, HeadUser, Region, StackFile, Via
 from infra.ops.project import ProjectError, target
 
 PROVIDERS = ("efa", "tcp")
@@ -31,13 +31,8 @@ def fabric(
     config: StackFile = None,
     cluster: ClusterName = None,
     region: Region = None,
-    via: str = typer.Option(
-        None,
-        "--via",
-        help="the command that reaches the head, e.g. 'ssh ubuntu@HEAD' "
-        "(default: ssh USER@<the head's public address>)",
-    ),
-    user: str = typer.Option("ubuntu", "--user", help="the head's login user for the default --via"),
+    via: Via = None,
+    user: HeadUser = "ubuntu",
     provider: str = typer.Option("efa", "--provider", help="libfabric provider: efa, or tcp on nodes without EFA"),
     rounds: int = typer.Option(
         ROUNDS_DEFAULT, "--rounds", help="random pairings per group (each node in one pair a round)"

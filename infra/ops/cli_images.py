@@ -20,9 +20,7 @@ from hpcc_contract.image_list import dumps_listing
 from infra.ops import OpsError
 from infra.ops import cli_support as support
 from infra.ops.cli_report import fail
-from infra.ops.cli_support import ClusterName, Region, StackFile, StackName
-
-VIA_HELP = "the command that reaches the head, e.g. 'ssh ubuntu@HEAD' (default: ssh USER@<the head's public address>)"
+from infra.ops.cli_support import ClusterName, HeadUser, Region, StackFile, StackName, Via
 
 
 class _ListByDefault(TyperGroup):
@@ -62,8 +60,8 @@ def list_images(
     cluster: ClusterName = None,
     stack: StackName = None,
     region: Region = None,
-    via: str = typer.Option(None, "--via", help=VIA_HELP),
-    user: str = typer.Option("ubuntu", "--user", help="the head's login user for the default --via"),
+    via: Via = None,
+    user: HeadUser = "ubuntu",
     as_json: bool = typer.Option(False, "--json", help="the head's listing as JSON (hpcc_contract/image_list.py)"),
 ):
     """What the shared image cache holds: references, digest, size, last use, who imported it; the total vs the cap."""
@@ -91,8 +89,8 @@ def pull(
     cluster: ClusterName = None,
     stack: StackName = None,
     region: Region = None,
-    via: str = typer.Option(None, "--via", help=VIA_HELP),
-    user: str = typer.Option("ubuntu", "--user", help="the head's login user for the default --via"),
+    via: Via = None,
+    user: HeadUser = "ubuntu",
     timeout_minutes: float = typer.Option(
         None, "--timeout-minutes", help="give up after this long (default 90: a 20 GB image takes minutes)"
     ),

@@ -28,6 +28,10 @@ StackFile = Annotated[Path | None, typer.Argument(metavar="STACK_FILE", help=STA
 ClusterName = Annotated[str | None, typer.Option("--cluster", help=CLUSTER_HELP)]
 StackName = Annotated[str | None, typer.Option("--stack", help=STACK_HELP)]
 Region = Annotated[str | None, typer.Option("--region", help=REGION_HELP)]
+# The commands that run on the head (hpcc check fabric, hpcc images) reach it the same way.
+VIA_HELP = "the command that reaches the head, e.g. 'ssh ubuntu@HEAD' (default: ssh USER@<the head's public address>)"
+Via = Annotated[str | None, typer.Option("--via", help=VIA_HELP)]
+HeadUser = Annotated[str, typer.Option("--user", help="the head's login user for the default --via")]
 
 
 def version() -> str:
