@@ -101,6 +101,14 @@ def self_check(config: Config, here: str) -> None:
     parse(state.read_text(config.path("settings")) or "")
 
 
+ROLE_COMMAND_TIMEOUT_S = 900
+
+
+class RoleRun(NamedTuple):
+    code: int
+    said: str  # its stdout and stderr, one line, the last 300 characters
+
+
 class Agent(
     MembershipFollowing,
     BundleFollowing,
@@ -169,6 +177,24 @@ class Agent(
         """This node's script in the bundle it runs (its group's, or the head's): apply-membership, apply-metrics
         and apply-dcgm run it (ValueError when the manifest names none: logged, tried again next tick)."""
         return upgrade.boot_script(self.current_dir(), self.c.role, self.node.node)
+
+    def run_role(self, command: str, **extra_env: str) -> RoleRun:
+        """`bash <this node's script> COMMAND` (apply-membership, apply-metrics, apply-dcgm) with HPCC_BUNDLE the
+        bundle it runs (the loader's export) and `extra_env`, 15 minutes at most; not starting or running out of
+        time is exit -1 with why. Its output comes back as one line, its last 300 characters."""
+        env = dict(os.environ, HPCC_BUNDLE=self.running, **extra_env)
+        try:
+            out = self.run(
+                ["bash", self.own_script(), command],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=ROLE_COMMAND_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return RoleRun(-1, f"{type(e).__name__}: {e}"[-300:])
+        return RoleRun(out.returncode, " ".join(((out.stdout or "") + (out.stderr or "")).split())[-300:])
 
     def log(self, line: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))

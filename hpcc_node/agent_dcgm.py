@@ -14,7 +14,6 @@ RETRY_S, not every tick; the agent goes on either way."""
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import Optional
 
 from hpcc_contract import dcgm as contract
@@ -64,7 +63,7 @@ def read_record(path: str) -> Optional[str]:
 
 class DcgmFollowing:
     """Agent's dcgm-exporter method. What it uses of the agent: its config `c`, `node`, `run`, `clock`, `log`,
-    `running`, `current_dir()`, `own_script()` (this node's group's script)."""
+    `running`, `current_dir()`, `run_role()` (this node's group's script)."""
 
     dcgm_retry_at: Optional[float] = None
     dcgm_gpus: Optional[int] = None  # health.env's GPUS, read once: the health step writes it at boot
@@ -84,19 +83,7 @@ class DcgmFollowing:
             return
         bundle = self.running[:12]
         self.log(f"apply-dcgm of bundle {bundle}: {why}")
-        script = self.own_script()
-        try:
-            out = self.run(
-                ["bash", script, "apply-dcgm"],
-                env=dict(os.environ, HPCC_BUNDLE=self.running),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            rc, said = out.returncode, " ".join(((out.stdout or "") + (out.stderr or "")).split())[-300:]
-        except (OSError, subprocess.TimeoutExpired) as e:
-            rc, said = -1, f"{type(e).__name__}: {e}"[-300:]
+        rc, said = self.run_role("apply-dcgm")
         if rc == 0:
             still = dcgm_due(self.c.role, self.dcgm_gpus, observability, read_record(record_path))
             if still is None:

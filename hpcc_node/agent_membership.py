@@ -8,8 +8,6 @@ passed its own again. Only the head's controller writes the object, so this open
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tempfile
 from typing import Any, Dict, Optional
 
@@ -40,7 +38,7 @@ def membership_due(
 
 class MembershipFollowing:
     """Agent's membership methods. What they use of the agent: its config `c`, `s3`, `run`, `log`, `node`,
-    `running`, `refuse_newer()`, `current_dir()`, `own_script()` and the membership fields set in Agent.__init__
+    `running`, `refuse_newer()`, `current_dir()`, `run_role()` and the membership fields set in Agent.__init__
     (`doc`, `etag`, `intact`, `refused`, `newer`, `settings`)."""
 
     def read_membership(self) -> None:
@@ -96,29 +94,19 @@ class MembershipFollowing:
                 "applied"
             )
             return
-        script = self.own_script()
         # The hosts text goes through a file: at 4,096 nodes it nears Linux's 128 KiB limit on one environment string
         # (MAX_ARG_STRLEN, execve(2) "Limits on size of arguments and environment").
         with tempfile.NamedTemporaryFile("w", dir=self.c.etc, prefix=".apply-hosts.", delete=True) as hosts_file:
             hosts_file.write(hosts_text)
             hosts_file.flush()
-            env = dict(
-                os.environ,
+            rc, _ = self.run_role(
+                "apply-membership",
                 HPCC_APPLY_VERSION=str(version),
                 HPCC_APPLY_HOSTS_FILE=hosts_file.name,
                 HPCC_APPLY_SETTINGS=settings_text,
-                HPCC_BUNDLE=self.running,
-            )  # the loader's export names the bundle the node booted with
-            out = self.run(
-                ["bash", script, "apply-membership"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=900,
             )
-        if out.returncode != 0:
-            self.log(f"apply-membership of membership generation {version} failed (exit {out.returncode}); next tick")
+        if rc != 0:
+            self.log(f"apply-membership of membership generation {version} failed (exit {rc}); next tick")
             return
         self.node = state.parse_state(state.read_text(self.c.path("node")) or "")
         self.settings = settings

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 from typing import Optional, Tuple
 
 METRICS_DIR = "metrics"  # in the bundle
@@ -38,7 +37,7 @@ def metrics_digest(bundle_dir: str) -> str:
 
 class MetricsFollowing:
     """Agent's metrics method. What it uses of the agent: its config `c`, `run`, `clock`, `log`, `running`,
-    `current_dir()`, `own_script()`."""
+    `current_dir()`, `run_role()`."""
 
     metrics_retry_at: Optional[float] = None
     metrics_digest_of: Tuple[str, str] = ("", "")  # (bundle sha, its metrics digest): a bundle never changes
@@ -60,20 +59,11 @@ class MetricsFollowing:
         now = self.clock()
         if self.metrics_retry_at is not None and now < self.metrics_retry_at:
             return
-        script = self.own_script()
-        out = self.run(
-            ["bash", script, "apply-metrics"],
-            env=dict(os.environ, HPCC_BUNDLE=self.running),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if out.returncode != 0:
+        rc, said = self.run_role("apply-metrics")
+        if rc != 0:
             self.metrics_retry_at = now + RETRY_S
-            said = " ".join(((out.stdout or "") + (out.stderr or "")).split())[-300:]
             self.log(
-                f"apply-metrics of bundle {self.running[:12]} failed (exit {out.returncode}): {said or 'no output'}; "
+                f"apply-metrics of bundle {self.running[:12]} failed (exit {rc}): {said or 'no output'}; "
                 f"again in {RETRY_S:.0f} s"
             )
             return
