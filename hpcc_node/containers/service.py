@@ -28,7 +28,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Set, Tuple
 from hpcc_contract import containers as c
 from hpcc_contract import formats
 from hpcc_node.containers import locks
-from hpcc_node.containers.__main__ import enroot_digest, enroot_import
+from hpcc_node.containers.enroot import enroot_digest, enroot_import
 from hpcc_node.containers.cache import ImageCache, ImportFailed
 
 MAX_CLIENTS = 256
