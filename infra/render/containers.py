@@ -1,5 +1,4 @@
-"""What the nodes get for containers (issue 35; not wired into the bootstrap, the bundle or the program yet): enroot's
-configuration, the pyxis line of the configless Slurm's plugstack.conf, which of enroot's hooks are on, the
+"""What the nodes get for containers (issue 35): enroot's configuration, the pyxis line of the configless Slurm's plugstack.conf, which of enroot's hooks are on, the
 directories enroot needs, pyxis' importer entry, and the registry credentials' root-only directory and lines.
 
 enroot.conf. enroot reads each line as `KEY VALUE` and expands VALUE with the shell (`eval echo "${value}"` in
@@ -32,10 +31,11 @@ plugstack.conf: SchedMD/slurm src/slurmctld/proc_req.c; https://slurm.schedmd.co
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import NamedTuple
 
-from hpcc_contract.containers import ROOT_ENROOT_CONFIG
+from hpcc_contract.containers import CACHE_SUBDIR, ROOT_ENROOT_CONFIG
 from infra.config.containers import Containers, Enroot, Pyxis
 from infra.facts import containers as facts
 from infra.facts.instance_types import InstanceType
@@ -252,3 +252,38 @@ def for_type(containers: Containers, itype: InstanceType) -> NodeContainers:
         (ROOT_ENROOT_CONFIG,),
         render_importer_entry(),
     )
+
+
+# --- the bundle's containers/ (templates/steps/containers.sh.j2 installs them) ---------------------------------------
+BUNDLE_SUBDIR = "containers"
+# Where enroot writes is decided on the node, not here: the DLAMI's instance store mount is UNVERIFIED (above), so
+# the step uses the instance store's files only where INSTANCE_STORE_MOUNT is a mount point, and one bundle serves
+# node groups of types with and without an instance store.
+STORES = {"instance-store": True, "root-volume": False}
+NODE_KINDS = {"gpu": True, "cpu": False}  # the hooks: NVIDIA's on a node with NVIDIA GPUs only
+
+
+def bundle_files(containers: Containers) -> dict[str, bytes]:
+    """`containers/` in the bundle (infra/render/bundle.py): `enroot.conf.<store>` and `directories.<store>` (one
+    path a line, mode 1777) per store, `hooks.<kind>` (`link NAME` or `remove NAME` a line) per node kind,
+    `plugstack.conf` (the head's, shipped by configless Slurm) and `pyxis-importer` (IMPORTER_ENTRY's text)."""
+    files: dict[str, bytes] = {}
+    for store, on in STORES.items():
+        files[f"{BUNDLE_SUBDIR}/enroot.conf.{store}"] = render_enroot_conf(containers.enroot, instance_store=on).encode()
+        files[f"{BUNDLE_SUBDIR}/directories.{store}"] = "".join(f"{d}\n" for d in enroot_paths(on).parents).encode()
+    for kind, nvidia in NODE_KINDS.items():
+        hooks = enroot_hooks(nvidia=nvidia)
+        lines = [f"link {name}" for name in hooks.link] + [f"remove {name}" for name in hooks.remove]
+        files[f"{BUNDLE_SUBDIR}/hooks.{kind}"] = "".join(f"{line}\n" for line in lines).encode()
+    files[f"{BUNDLE_SUBDIR}/plugstack.conf"] = (
+        "# hpcc (issue 35): pyxis, rendered by infra/render/containers.py; configless Slurm ships this file\n"
+        + render_plugstack(containers.pyxis)
+    ).encode()
+    files[f"{BUNDLE_SUBDIR}/pyxis-importer"] = render_importer_entry().encode()
+    return files
+
+
+def pyxis_shared_path(mount: str, slurm_version: str, arch: str) -> str:
+    """Where the one pyxis build for a Slurm version and architecture is kept on the cluster's file system:
+    `<mount>/.hpcc/` + facts.pyxis_build_key (the step renders the same path with the node's own version)."""
+    return posixpath.join(mount, posixpath.dirname(CACHE_SUBDIR), facts.pyxis_build_key(slurm_version, arch))

@@ -96,6 +96,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         hooks_ready=tuple(name_of(p) for p in cfg.hooks.on_node_ready),
         hook_timeout_minutes=cfg.hooks.timeout_minutes,
         metrics=cfg.metrics_on,
+        containers=cfg.containers_on,
     )
 
 

@@ -227,3 +227,15 @@ def test_the_importer_entry_runs_the_bundles_importer_isolated():
     for bad in ("relative", "/opt/x'); import os; ('", "/opt/a b"):
         with pytest.raises(r.BadRender):
             r.render_importer_entry(bad)
+
+
+def test_the_bundle_files_hold_both_stores_both_kinds_the_plugstack_line_and_the_importer():
+    files = {k: v.decode() for k, v in r.bundle_files(Containers()).items()}
+    assert files["containers/enroot.conf.instance-store"] == r.render_enroot_conf(Enroot(), instance_store=True)
+    assert files["containers/enroot.conf.root-volume"] == r.render_enroot_conf(Enroot(), instance_store=False)
+    assert files["containers/directories.root-volume"].split() == list(r.enroot_paths(False).parents)
+    assert files["containers/hooks.gpu"] == "link 50-slurm-pmi.sh\nlink 50-slurm-pytorch.sh\n"
+    assert files["containers/hooks.cpu"] == "link 50-slurm-pmi.sh\nlink 50-slurm-pytorch.sh\nremove 98-nvidia.sh\n"
+    plug = files["containers/plugstack.conf"].splitlines()
+    assert plug[0].startswith("#") and plug[1:] == [r.render_plugstack(Pyxis()).strip()]
+    assert files["containers/pyxis-importer"] == r.render_importer_entry()
