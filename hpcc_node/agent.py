@@ -33,6 +33,7 @@ from hpcc_node import certs_agent as host_certs
 from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgrade
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_dcgm import DcgmFollowing
+from hpcc_node.agent_images import ImagesServing
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_metrics import MetricsFollowing
 from hpcc_node.agent_status import StatusReporting
@@ -100,7 +101,7 @@ def self_check(config: Config, here: str) -> None:
     state.parse_state(state.read_text(config.path("node")) or "")
 
 
-class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing, DcgmFollowing):
+class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollowing, DcgmFollowing, ImagesServing):
     def __init__(
         self,
         config: Config,
@@ -234,6 +235,7 @@ class Agent(MembershipFollowing, BundleFollowing, StatusReporting, MetricsFollow
             self.slurm_watch()
         self.follow_metrics()  # the head's Prometheus on this bundle's metrics files
         self.follow_dcgm()  # a GPU compute node's dcgm-exporter on this bundle's pairing and counters
+        self.follow_images()  # a compute node's image service, for pyxis' importer (containers on)
         switched = self.follow_bundle(read)
         if switched:
             return switched
@@ -310,6 +312,7 @@ def main(argv: List[str]) -> int:
     # every verdict.INTERVAL_S (15 s)
     health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set, metrics_dir=config.metrics)
     threading.Thread(target=heartbeat, args=(agent,), name="hpcc-heartbeat", daemon=True).start()
+    agent.follow_images()  # at once, not at the first tick: jobs may already ask
     while True:
         p = pacing(agent.settings)
         agent.aws.interval_ms, agent.aws.backoff_seconds, agent.aws.attempts = p.interval_ms, p.backoff_seconds, 1
