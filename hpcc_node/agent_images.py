@@ -9,7 +9,8 @@ node's one long-lived root process, kept by its own supervisor: templates/steps/
 the agent, whose new thread binds the socket again (service.bind replaces a stale one). The thread's service is
 restarted whenever it stops, its reason logged, after a pause that doubles from RESTART_S to RESTART_MAX_S while it
 keeps failing at once (a file system not mounted, a credentials directory that is not root's 0700); a run of
-STEADY_S or more resets the pause. A SCHEDULER changed away from slurm stops it."""
+STEADY_S or more resets the pause. A SCHEDULER changed away from slurm stops it. Beside it, each tick, root's
+registry credentials kept current (containers/credentials.py: the ECR token refreshed at half its life)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import time
 from typing import Callable, Optional
 
 from hpcc_contract import containers as c
+from hpcc_node.containers import credentials
 from hpcc_node.containers.jobcheck import slurm_job_check
 from hpcc_node.containers.service import ImageService, make_service
 
@@ -27,8 +29,11 @@ RESTART_S, RESTART_MAX_S, STEADY_S = 5.0, 300.0, 60.0
 
 
 def images_wanted(role: str, scheduler: str, bundle_dir: str, mount_point: str) -> bool:
-    return role == "compute" and scheduler == "slurm" and bool(mount_point) and os.path.isdir(
-        os.path.join(bundle_dir, BUNDLE_SUBDIR)
+    return (
+        role == "compute"
+        and scheduler == "slurm"
+        and bool(mount_point)
+        and os.path.isdir(os.path.join(bundle_dir, BUNDLE_SUBDIR))
     )
 
 
@@ -94,10 +99,12 @@ class ServiceRunner:
 
 
 class ImagesServing:
-    """Agent's image service method. What it uses of the agent: its config `c`, `settings`, `node`, `log`,
-    `current_dir()`."""
+    """Agent's image service and credentials methods. What it uses of the agent: its config `c`, `settings`, `node`,
+    `log`, `run`, `clock`, `current_dir()`."""
 
     images: Optional[ServiceRunner] = None
+    keeper: Optional[credentials.CredentialsKeeper] = None
+    credentials_dir: str = c.ROOT_ENROOT_CONFIG
 
     def images_factory(self, mount_point: str) -> Callable[[], ImageService]:
         node = self.node.node
@@ -105,14 +112,36 @@ class ImagesServing:
 
     def follow_images(self) -> None:
         mount_point = str(self.settings.get("MOUNT_POINT", "") or "")
-        wanted = images_wanted(
-            self.c.role, str(self.settings.get("SCHEDULER", "")), self.current_dir(), mount_point
-        )
+        wanted = images_wanted(self.c.role, str(self.settings.get("SCHEDULER", "")), self.current_dir(), mount_point)
         if wanted and (self.images is None or not self.images.alive()):
             self.images = ServiceRunner(self.images_factory(mount_point), self.log)
             self.images.start()
             self.log(f"image service started (the shared cache on {mount_point}; jobs checked by their cgroup)")
-        elif not wanted and self.images is not None:
+        if wanted:
+            self.follow_credentials()
+        elif self.images is not None:
             self.images.stop()
             self.images = None
             self.log("image service stopped: this node no longer runs containers (scheduler or bundle)")
+
+    def follow_credentials(self) -> None:
+        """Root's registry credentials for the service's imports (containers/credentials.py), kept current."""
+        if self.keeper is None:
+            try:
+                with open(os.path.join(self.current_dir(), BUNDLE_SUBDIR, credentials.REGISTRIES)) as f:
+                    registries = credentials.parse_registries(f.read())
+            except FileNotFoundError:
+                registries = credentials.Registries(False, False)
+            # status/arn:<partition>:ec2:<region>:<account>:instance/<id>.json: this node's Region and account
+            parts = self.c.status_key.split(":")
+            region, account = (parts[3], parts[4]) if len(parts) > 5 else ("", "")
+            self.keeper = credentials.CredentialsKeeper(
+                registries,
+                region,
+                account,
+                self.log,
+                lambda r: credentials.ecr_token(r, self.run),
+                self.clock,
+                self.credentials_dir,
+            )
+        self.keeper.tick()

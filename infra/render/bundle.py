@@ -4,8 +4,8 @@ Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/<role
 (infra/render/userdata.py render, what the user data held before the loader); the node package `hpcc_node/` and the
 contract it imports (`hpcc_contract/`, standard library only); `hooks/<name>`, the user's hook scripts; `metrics/`,
 the head's Prometheus configuration and rules, its Grafana's configuration and dashboards, where observability is
-on; `containers/`, enroot's and pyxis' files (containers_files), where containers are on. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header
-without name or time.
+on; `containers/`, enroot's and pyxis' files (containers_files), where containers are on. Same inputs, same
+bytes, same sha256: entries sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
 Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)

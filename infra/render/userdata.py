@@ -18,7 +18,7 @@ from functools import lru_cache
 import jinja2
 
 from hpcc_contract import containers as contract_containers
-from hpcc_contract import dcgm, formats, metrics
+from hpcc_contract import dcgm, enroot_credentials, formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
 from infra.facts import containers as containers_facts
@@ -119,6 +119,7 @@ def environment() -> jinja2.Environment:
         cfacts=containers_facts,
         crender=containers_render,
         ccontract=contract_containers,
+        ec=enroot_credentials,
     )
     return env
 

@@ -1159,11 +1159,24 @@ enroot_configure() {
   log "enroot: /etc/enroot/enroot.conf for the $store, the $kind node's hooks; pyxis' importer /usr/local/libexec/hpcc/pyxis-importer"
 }
 
+ngc_key() {
+  local secret tmp key=/etc/hpcc/enroot-root/ngc.key
+  secret=$(sed -n 's/^ngc //p' "$HPCC_CURRENT/containers/registries" 2>/dev/null || true)
+  if [ -z "$secret" ]; then rm -f "$key"; return 0; fi
+  [[ $secret =~ ^[A-Za-z0-9/_+=.@:-]{1,2048}$ ]] || fail "the bundle's NGC secret is not a secret's name or ARN"
+  tmp=$(umask 077; mktemp "/etc/hpcc/enroot-root/.ngc.XXXXXX")
+  aws_retry secretsmanager get-secret-value --secret-id "$secret" --query SecretString --output text >"$tmp" ||
+    { rm -f "$tmp"; fail "could not read the NGC secret $secret (see above): does it exist, and in this Region?"; }
+  [ -s "$tmp" ] || { rm -f "$tmp"; fail "the NGC secret $secret holds no key"; }
+  if cmp -s "$tmp" "$key"; then rm -f "$tmp"; else chmod 0600 "$tmp"; mv -f "$tmp" "$key"; log "NGC key of $secret stored for root's enroot"; fi
+}
+
 step_containers() {
   if [ "$HPCC_SCHEDULER" != slurm ]; then log "SCHEDULER=$HPCC_SCHEDULER: no pyxis (a Slurm plugin), no containers"; return 0; fi
   slurm_install
   enroot_install
   enroot_configure
+  ngc_key
   pyxis_install
 }
 # --- slurm

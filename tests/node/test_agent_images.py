@@ -4,6 +4,7 @@ failing), once however often the agent looks, and stopped when the node no longe
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from types import SimpleNamespace
@@ -13,6 +14,8 @@ import pytest
 from hpcc_contract import containers as c
 from hpcc_node.agent_images import RESTART_MAX_S, RESTART_S, ImagesServing, ServiceRunner, images_wanted
 from hpcc_node.containers.service import ImageService
+
+ACCOUNT = "123456789012"
 
 
 def wait(predicate, timeout: float = 10.0) -> bool:
@@ -74,7 +77,10 @@ def test_a_service_that_cannot_start_or_stops_is_made_again_its_reason_logged(tm
         assert answer_from(path).path is None
     finally:
         runner.stop()
-    assert lines[0] == f"image service stopped (could not start: OSError: /fsx is not mounted); restarting in {RESTART_S:.0f} s"
+    assert (
+        lines[0]
+        == f"image service stopped (could not start: OSError: /fsx is not mounted); restarting in {RESTART_S:.0f} s"
+    )
     assert lines[1].endswith(f"restarting in {2 * RESTART_S:.0f} s")  # failing at once: the pause doubles
     assert f"image service listening on {path}" in lines
     assert any("image service stopped (its socket stopped accepting)" in line for line in lines)
@@ -84,7 +90,12 @@ def test_a_service_that_cannot_start_or_stops_is_made_again_its_reason_logged(tm
 
 class FakeAgent(ImagesServing):
     def __init__(self, tmp_path, role="compute", scheduler="slurm"):
-        self.c = SimpleNamespace(role=role)
+        self.c = SimpleNamespace(role=role, status_key=f"status/arn:aws:ec2:us-east-1:{ACCOUNT}:instance/i-0abc.json")
+        self.credentials_dir = str(tmp_path / "enroot-root")
+        os.mkdir(self.credentials_dir, 0o700)
+        self.now = 1000.0
+        self.clock = lambda: self.now
+        self.calls: list[list[str]] = []
         self.settings = {"SCHEDULER": scheduler, "MOUNT_POINT": str(tmp_path / "fsx")}
         self.node = SimpleNamespace(node="compute-001")
         self.lines: list[str] = []
@@ -95,6 +106,10 @@ class FakeAgent(ImagesServing):
 
     def log(self, line: str) -> None:
         self.lines.append(line)
+
+    def run(self, argv, **kwargs):
+        self.calls.append(argv)
+        return SimpleNamespace(returncode=0, stdout=f"token{len(self.calls)}=\n", stderr="")
 
     def current_dir(self) -> str:
         return str(self.bundle)
@@ -145,3 +160,52 @@ def test_the_real_factory_uses_the_shared_cache_and_the_cgroup_job_check(tmp_pat
     from hpcc_node.containers.service import Peer
 
     assert seen["check"](Peer(-1, 1000, 1000), "42") is False  # the cgroup check: no such process, refused
+
+
+def test_the_agent_keeps_roots_ecr_and_ngc_credentials_refreshing_the_token_at_half_its_life(tmp_path):
+    agent = FakeAgent(tmp_path)
+    (agent.bundle / "containers" / "registries").write_text("ecr\nngc team/ngc\n")
+    key = os.path.join(agent.credentials_dir, "ngc.key")
+    with open(key, "w") as f:
+        f.write("nvapi-abc\n")
+    os.utime(key, (1, 1))
+    creds = os.path.join(agent.credentials_dir, ".credentials")
+    try:
+        agent.follow_images()
+        registry = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com"
+        with open(creds) as f:
+            assert f.read().splitlines() == [
+                f"machine {registry} login AWS password token1=",
+                "machine nvcr.io login $oauthtoken password nvapi-abc",
+                "machine authn.nvidia.com login $oauthtoken password nvapi-abc",
+            ]
+        assert os.stat(creds).st_mode & 0o777 == 0o600
+        assert agent.calls == [["aws", "ecr", "get-login-password", "--region", "us-east-1"]]
+        agent.now += 5.9 * 3600
+        agent.follow_images()
+        assert len(agent.calls) == 1  # not due yet
+        agent.now += 0.2 * 3600
+        agent.follow_images()
+        assert len(agent.calls) == 2  # six hours: a new token
+        with open(creds) as f:
+            assert "password token2=" in f.read()
+        assert not any("token1" in line or "token2" in line or "nvapi" in line for line in agent.lines)  # never logged
+        assert agent.lines[-1] == "registry credentials written (the ECR token is due): ECR, NGC"
+    finally:
+        if agent.images:
+            agent.images.stop()
+
+
+def test_credentials_that_cannot_be_written_are_logged_and_tried_again_later(tmp_path):
+    agent = FakeAgent(tmp_path)
+    (agent.bundle / "containers" / "registries").write_text("ecr\n")
+    os.chmod(agent.credentials_dir, 0o755)  # not root's private directory: nothing written there
+    try:
+        agent.follow_images()
+        agent.follow_images()
+        failed = [line for line in agent.lines if line.startswith("registry credentials not written")]
+        assert len(failed) == 1 and "mode 0700" in failed[0] and failed[0].endswith("again in 300 s")
+        assert not os.path.exists(os.path.join(agent.credentials_dir, ".credentials"))
+    finally:
+        if agent.images:
+            agent.images.stop()

@@ -28,7 +28,8 @@ WRITES = {"overlay": ["/etc", "/usr/local", "/usr/share", "/var/lib"], "over": [
 SLURM = "23.11.4"
 
 
-def bundle(tmp_path: Path, containers: Containers = Containers()) -> Path:
+def bundle(tmp_path: Path, containers: Containers | None = None) -> Path:
+    containers = containers or Containers()
     current = tmp_path / "current"
     for path, data in r.bundle_files(containers).items():
         (current / path).parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,8 @@ def copy_out(tmp_path: Path, *paths: str) -> str:
     for n, p in enumerate(paths):
         lines.append(
             f"if [ -L {p} ]; then readlink {p} >{tmp_path}/out/{n}.link; fi; "
-            f"if [ -e {p} ]; then stat -c %a {p} >{tmp_path}/out/{n}.mode; [ -d {p} ] || cat {p} >{tmp_path}/out/{n}; fi"
+            f"if [ -e {p} ]; then stat -c %a {p} >{tmp_path}/out/{n}.mode; "
+            f"[ -d {p} ] || cat {p} >{tmp_path}/out/{n}; fi"
         )
     return "\n".join(lines) + "\n"
 
@@ -100,7 +102,8 @@ def test_a_compute_node_gets_enroot_pyxis_and_the_importer_and_a_rerun_changes_n
     hooks = " ".join(f"{r.EXTRA_HOOKS_DIR}/{h}" for h in ("50-slurm-pmi.sh", "50-slurm-pytorch.sh", "98-nvidia.sh"))
     script = (
         f"mkdir -p {r.EXTRA_HOOKS_DIR} {r.HOOKS_DIR}; touch {hooks}; echo nvidia >{r.HOOKS_DIR}/98-nvidia.sh\n"
-        f"step_containers >{tmp_path}/first 2>&1; step_containers >{tmp_path}/second 2>&1\n" + copy_out(tmp_path, *paths)
+        f"step_containers >{tmp_path}/first 2>&1; step_containers >{tmp_path}/second 2>&1\n"
+        + copy_out(tmp_path, *paths)
     )
     done = run_step(tmp_path, env, script)
     assert done.returncode == 0, done.stdout + done.stderr + (tmp_path / "first").read_text()
@@ -200,7 +203,9 @@ def test_pyxis_is_built_from_a_source_whose_sha256_matches_and_refused_otherwise
     src = source_tarball(tmp_path)
     digest = hashlib.sha256(src.read_bytes()).hexdigest() if right_sum else "0" * 64
     env = {**env, "HPCC_PYXIS_TARBALL": str(src), "HPCC_PYXIS_SHA256": digest}
-    done = run_step(tmp_path, env, f"pyxis_build_deps() {{ :; }}\npyxis_install\ncat {facts.PYXIS_PLUGIN} >{tmp_path}/i\n")
+    done = run_step(
+        tmp_path, env, f"pyxis_build_deps() {{ :; }}\npyxis_install\ncat {facts.PYXIS_PLUGIN} >{tmp_path}/i\n"
+    )
     if right_sum:
         assert done.returncode == 0, done.stdout + done.stderr
         assert (tmp_path / "i").read_text() == "built-from-source\n" == shared_build(tmp_path).read_text()
@@ -256,3 +261,27 @@ def test_the_step_renders_the_shared_builds_path_as_the_program_names_it():
     assert r.pyxis_shared_path("/fsx", SLURM, "x86_64") == (
         f"/fsx/.hpcc/pyxis/{facts.PYXIS_VERSION}/slurm-{SLURM}/amd64/spank_pyxis.so"
     )
+
+
+def test_the_ngc_key_goes_from_its_secret_to_roots_private_file_never_to_the_log(fake):
+    tmp_path, bin_dir, env = fake
+    stand_ins(tmp_path, bin_dir)
+    current = bundle(tmp_path, Containers(ngc_secret="team/ngc-key"))
+    (tmp_path / "answers").write_text("0|nvapi-SeCrEt123\n")
+    key = f"{ROOT_ENROOT_CONFIG}/ngc.key"
+    script = (
+        f"install -d -m 0700 {ROOT_ENROOT_CONFIG}\nngc_key; ngc_key\n"
+        f"cat {key} >{tmp_path}/key; stat -c %a {key} >{tmp_path}/mode\n"
+        f"cp {tmp_path}/registries-off {current}/containers/registries; ngc_key\n"
+        f"[ -e {key} ] || touch {tmp_path}/gone\n"
+    )
+    (tmp_path / "registries-off").write_text("ecr\n")
+    done = run_step(tmp_path, env, script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "key").read_text().strip() == "nvapi-SeCrEt123"
+    assert (tmp_path / "mode").read_text().strip() == "600"
+    assert "SeCrEt" not in done.stdout + done.stderr
+    assert done.stdout.count("NGC key of team/ngc-key stored") == 1  # the second fetch found the same key
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["secretsmanager get-secret-value --secret-id team/ngc-key --query SecretString --output text"] * 2
+    assert (tmp_path / "gone").exists()  # no NGC secret named any more: the key goes

@@ -201,6 +201,7 @@ def test_containers_files_come_with_slurm_and_containers_on_and_the_role_scripts
         "containers/hooks.cpu",
         "containers/plugstack.conf",
         "containers/pyxis-importer",
+        "containers/registries",
     }
     on = _build({**BASE, "scheduler": "slurm"})
     assert {p for p in on.files if p.startswith("containers/")} == names
