@@ -34,6 +34,7 @@ from hpcc_node import cluster_keys, rollout, s3rest, slurm, state, status, upgra
 from hpcc_node.agent_bundle import BundleFollowing
 from hpcc_node.agent_dcgm import DcgmFollowing
 from hpcc_node.agent_evict import ImageCacheEvicting
+from hpcc_node.agent_image_service import ImagesServing
 from hpcc_node.agent_images import ImagesFollowing
 from hpcc_node.agent_membership import MembershipFollowing, membership_due
 from hpcc_node.agent_metrics import MetricsFollowing
@@ -117,6 +118,7 @@ class Agent(
     DcgmFollowing,
     ImagesFollowing,
     ImageCacheEvicting,
+    ImagesServing,
 ):
     def __init__(
         self,
@@ -282,6 +284,7 @@ class Agent(
         self.follow_dcgm()  # a GPU compute node's dcgm-exporter on this bundle's pairing and counters
         self.follow_images()  # a held spare copies its group's images (prewarm.json) to its own disk
         self.evict_images()  # the head keeps the shared image cache within the settings' cap
+        self.serve_images()  # a compute node's image service, for pyxis' importer (containers on)
         switched = self.follow_bundle(read)
         if switched:
             return switched
@@ -358,6 +361,7 @@ def main(argv: List[str]) -> int:
     # every verdict.INTERVAL_S (15 s)
     health.start(agent.node.node, log=agent.log, on_change=verdict_changed.set, metrics_dir=config.metrics)
     threading.Thread(target=heartbeat, args=(agent,), name="hpcc-heartbeat", daemon=True).start()
+    agent.serve_images()  # at once, not at the first tick: jobs may already ask
     while True:
         p = pacing(agent.settings)
         agent.aws.interval_ms, agent.aws.backoff_seconds, agent.aws.attempts = p.interval_ms, p.backoff_seconds, 1

@@ -45,7 +45,14 @@ security = Security("security", SecurityArgs(cluster.name, network.vpc_id, clust
 identity = Identity(
     "identity",
     IdentityArgs(
-        cluster.name, cfg.region, extra_tags, cluster.scheduler, launch_limits(cluster), cluster.metrics_workspace_arn
+        cluster.name,
+        cfg.region,
+        extra_tags,
+        cluster.scheduler,
+        launch_limits(cluster),
+        cluster.metrics_workspace_arn,
+        ecr=cluster.containers_on and cluster.containers.ecr,
+        ngc_secret=cluster.containers.ngc_secret if cluster.containers_on else None,
     ),
 )
 storage = Storage(

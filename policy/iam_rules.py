@@ -1,6 +1,7 @@
 """IAM rules: no '*' on '*' and no service-wide actions, no administrative managed policy, and the nodes' role
 reaches only its own cluster's parameters and secrets, all its policies (inline, attached, AWS managed) together;
-the head's besides its controller's and its Prometheus's (one named metrics workspace) reach.
+the head's besides its controller's and its Prometheus's (one named metrics workspace) reach, the compute role's
+besides its image service's (the account's ECR, the one NGC secret named).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from hpcc_contract import names
 
 if __package__:  # imported as the package `policy` (the tests)
     from . import records
+    from .feature_rules import containers_statement, remote_write_statement
 else:  # loaded by the Pulumi engine as a script directory (__main__.py puts it on sys.path)
     import records  # type: ignore[no-redef]
+    from feature_rules import containers_statement, remote_write_statement  # type: ignore[no-redef]
 
 SSM_CORE = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 # The read grants (parameters and secrets) of the AWS managed policies the nodes' role may carry. The rest of
@@ -222,24 +225,6 @@ def controller_statement(statement: Mapping, cluster: str) -> bool:
     return actions <= LAUNCH and bool(targets) and not launch_problems(statement, cluster)
 
 
-# The head's Prometheus writes to the Amazon Managed Service for Prometheus workspace observability.remoteWrite names:
-# aps:RemoteWrite on named workspaces, for the head's role alone. A workspace id is at most 64 of [-.0-9A-Z_a-z]
-# (API Reference, WorkspaceDescription), so never a pattern: no * or ?.
-_WORKSPACE = re.compile(r"arn:aws[a-z-]*:aps:[a-z0-9-]+:\d{12}:workspace/ws-[0-9A-Za-z][-.0-9A-Z_a-z]{0,60}")
-
-
-def remote_write_statement(statement: Mapping, role: str, cluster: str) -> bool:
-    actions = {str(a) for a in records.as_list(statement.get("Action"))}
-    targets = [str(t) for t in records.as_list(statement.get("Resource"))]
-    return (
-        actions == {"aps:RemoteWrite"}
-        and "NotResource" not in statement
-        and bool(targets)
-        and all(_WORKSPACE.fullmatch(t) for t in targets)
-        and role.rsplit("/", 1)[-1] == names.role_name(cluster, "head")
-    )
-
-
 def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> list[str]:
     out = []
     for where, doc in _policy_documents(rtype, inputs):
@@ -276,7 +261,7 @@ def iam_resource(rtype: str, inputs: dict, graph: list[dict] | None = None) -> l
             for n, s in enumerate(stmts):
                 if s.get("Effect") != "Allow" or _session_manager_only(s) or controller_statement(s, cluster):
                     continue
-                if remote_write_statement(s, role, cluster):
+                if remote_write_statement(s, role, cluster) or containers_statement(s, role, cluster):
                     continue
                 for t in records.as_list(s.get("Resource")):
                     if not _own_resource(str(t), cluster):
@@ -350,6 +335,8 @@ def node_role_reach_graph(resources: list[dict]) -> list[str]:
         for source, s in stmts:
             if s.get("Effect") != "Allow" or "NotAction" in s:
                 continue
+            if containers_statement(s, str(role["inputs"].get("name") or ""), cluster):
+                continue  # the one NGC secret the config names, for the compute role
             for action in READ_ACTIONS:
                 if not _matches(action, records.as_list(s.get("Action"))):
                     continue

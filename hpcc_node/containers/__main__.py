@@ -8,8 +8,7 @@ a bad reference or argument exits 2 with one line saying why, a failure exits 1 
                      (and --cap SIZE) the versioned listing `hpcc images` reads (hpcc_contract/image_list.py)
 
 The cache is `<fsx>/.hpcc/images` (--fsx, else $HPCC_FSX_MOUNT, else /fsx), or --root. The digest and the import are
-enroot's (https://github.com/NVIDIA/enroot, doc/cmd/import.md; `enroot digest` since 4.0): `enroot digest URI` and
-`enroot import --output FILE URI@DIGEST`, each run with its arguments as a list, never through a shell."""
+enroot's (enroot.py)."""
 
 from __future__ import annotations
 
@@ -20,16 +19,14 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable, Dict, List, NoReturn, Optional, TextIO, Tuple
+from typing import Callable, List, NoReturn, Optional, TextIO, Tuple
 
 from hpcc_contract import containers as c
 from hpcc_contract import image_list
 from hpcc_node.containers import locks
 from hpcc_node.containers.cache import ImageCache, Importer, ImportFailed, Resolver
+from hpcc_node.containers.enroot import enroot_digest, enroot_import
 
-ENROOT = "enroot"
-DIGEST_TIMEOUT_S = 120
-IMPORT_TIMEOUT_S = 3 * 3600
 _SIZE = re.compile(r"([0-9]{1,20})([KMGT]?)(?:i?B)?")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -43,42 +40,6 @@ def parse_size(text: str) -> int:
     if not found:
         raise UsageError(f"size {text[:40]!r} is not a number of bytes with an optional K, M, G or T")
     return int(found.group(1)) * _UNITS[found.group(2)]
-
-
-def _tail(text: str) -> str:
-    return " ".join(text.strip().splitlines()[-3:])[:400]
-
-
-def enroot_digest(ref: c.ImageRef, env: Optional[Dict[str, str]] = None) -> str:
-    """The manifest digest of `ref` for this node's architecture (enroot picks it from a manifest list); `env` is
-    the child's whole environment when given (the service's, with root's ENROOT_CONFIG_PATH)."""
-    done = subprocess.run(
-        [ENROOT, "digest", "--", ref.enroot_uri()],
-        capture_output=True,
-        text=True,
-        timeout=DIGEST_TIMEOUT_S,
-        check=False,
-        env=env,
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        raise ImportFailed(f"enroot digest {ref.canonical}: exit {done.returncode}: {_tail(done.stderr)}")
-    return c.check_digest(lines[-1].strip())
-
-
-def enroot_import(ref: c.ImageRef, digest: str, dest: str, env: Optional[Dict[str, str]] = None) -> None:
-    """`enroot import` pinned to `digest`, into `dest` (which must not exist: enroot refuses to overwrite)."""
-    done = subprocess.run(
-        [ENROOT, "import", "--output", dest, "--", ref.enroot_uri(digest)],
-        stdout=sys.stderr,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=IMPORT_TIMEOUT_S,
-        check=False,
-        env=env,
-    )
-    if done.returncode != 0:
-        raise ImportFailed(f"enroot import {ref.canonical}: exit {done.returncode}: {_tail(done.stderr)}")
 
 
 def _entry_json(e: c.CacheEntry) -> dict:

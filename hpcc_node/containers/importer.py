@@ -1,6 +1,6 @@
-"""pyxis' importer (issue 35; named by the plugstack line's `importer=`, not wired yet): run by pyxis as the job's user,
-it asks the node's image service (service.py, root) for the image and hands pyxis the shared cache's squashfs. It
-holds no credential and reads none: the service imports with root's.
+"""pyxis' importer (issue 35; named by the plugstack line's `importer=`, installed by the containers step): run by
+pyxis as the job's user, it asks the node's image service (service.py, root) for the image and hands pyxis the
+shared cache's squashfs. It holds no credential and reads none: the service imports with root's.
 
 The protocol is pyxis' (v0.24.0, https://github.com/NVIDIA/pyxis: importer.c, importers/README.md):
   - pyxis execve(2)s the `importer=` path itself (importer.c importer_exec: `execve(importer_path, argv, environ)`,

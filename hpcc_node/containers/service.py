@@ -1,17 +1,18 @@
-"""The node's image service (issue 35; to be started by the node agent, not wired yet): root, listening on
-hpcc_contract.containers.SERVICE_SOCKET (mode 0666), imports images into the shared cache with root's registry
-credentials and answers a job's importer (importer.py, run by pyxis as the job's user) with the squashfs's path. So
-no user ever holds a registry credential: the ECR token and the NGC key stay in ROOT_ENROOT_CONFIG (0700), named by
-the environment of the service's own enroot children alone.
+"""The node's image service (issue 35; run by a compute node's agent: hpcc_node/agent_image_service.py): root,
+listening on hpcc_contract.containers.SERVICE_SOCKET (mode 0666), imports images into the shared cache with root's
+registry credentials and answers a job's importer (importer.py, run by pyxis as the job's user) with the squashfs's
+path. So no user ever holds a registry credential: the ECR token and the NGC key stay in ROOT_ENROOT_CONFIG (0700),
+named by the environment of the service's own enroot children alone.
 
 One connection, one request: a line of at most MAX_REQUEST bytes within REQUEST_TIMEOUT_S (IMAGE_REQUEST: the
 reference as pyxis passes it and SLURM_JOB_ID), one answer line (IMAGE_ANSWER: the path or a one-line error). The
 caller is who the kernel says (SO_PEERCRED: pid, uid, gid), never who the request says; the job check (injected: the
-real one reads Slurm) decides whether that caller runs that job on this node. The reference is parsed by the contract
-and refused by name when malformed; it reaches enroot as one argv element, never through a shell. A thread per
-connection (at most MAX_CLIENTS at once, the rest told the service is busy); callers of one image share one import,
-since the cache's per-digest flock serialises them (cache.py). Each job's first use of an image is recorded
-(IMAGE_USE, injected writer). A failure answers one line and is logged; no traceback reaches a caller."""
+real one, jobcheck.py, reads the caller's cgroup) decides whether that caller runs that job on this node. The
+reference is parsed by the contract and refused by name when malformed; it reaches enroot as one argv element, never
+through a shell. A thread per connection (at most MAX_CLIENTS at once, the rest told the service is busy); callers of
+one image share one import, since the cache's per-digest flock serialises them (cache.py). Each job's first use of an
+image is recorded (IMAGE_USE, injected writer). A failure answers one line and is logged; no traceback reaches a
+caller."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ from typing import Callable, Dict, NamedTuple, Optional, Set, Tuple
 from hpcc_contract import containers as c
 from hpcc_contract import formats
 from hpcc_node.containers import local, locks
-from hpcc_node.containers.__main__ import enroot_digest, enroot_import
 from hpcc_node.containers.cache import ImageCache, ImportFailed
+from hpcc_node.containers.enroot import enroot_digest, enroot_import
 
 MAX_CLIENTS = 256
 SQUASHFS_MODE = 0o644  # enroot writes under umask 077 (src/common.sh); users' `enroot create` reads the file

@@ -17,8 +17,9 @@ the cluster's file system (hpcc_contract/containers.py, hpcc_node/containers/).
   compression of per-node imports, and the container defaults users can still change per job.
 - `pyxis.*`: pyxis' plugstack options (its config.c): a named container's scope, the image's entrypoint, sbatch.
 
-Nothing reads this section yet: the bootstrap, the bundle and the program are wired to it in a later step
-(infra/render/containers.py renders what the nodes will get)."""
+Read by the bundle (infra/render/containers.py bundle_files: enroot's and pyxis' files, which registries), the
+bootstrap's containers step (templates/steps/containers.sh.j2), the nodes' IAM (infra/program/components/
+feature_access.py) and preflight (refused while the downloads have no pinned sha256: infra/facts/containers.py)."""
 
 from __future__ import annotations
 

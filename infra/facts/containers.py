@@ -13,8 +13,8 @@ their bytes. Each downloaded file therefore carries a `sha256` field here that m
 by hand: fetch the asset, compare its sha256 with the `digest` GitHub's release API reports for that asset
 (`GET /repos/NVIDIA/enroot/releases/tags/v<ver>`, `assets[].digest`, "sha256:..."), and with a second download from
 another network; then write it here in the same review as the version. A `sha256` of None is an unpinned file: the
-plan says so offline, and `require_pinned` refuses it for a real deploy (to be called by `hpcc preflight`/`hpcc up`
-once containers are wired into the bootstrap). pyxis is pinned twice: by its tag's commit (verified, from the fetched
+plan says so offline, and `require_pinned` refuses it for a real deploy (`hpcc preflight` and `hpcc up`:
+infra/ops/preflight/rules.py containers_pinned). pyxis is pinned twice: by its tag's commit (verified, from the fetched
 mirror) and by the sha256 of the tarball built from it. Nothing here is ever a guessed checksum.
 
 Verification status, each fact: VERIFIED means read here from NVIDIA's own repository (the fetched mirrors of
@@ -112,7 +112,7 @@ def pyxis_source() -> Download:
 
 # Slurm's version as `sinfo --version` / `slurmd -V` print it ("slurm 22.05.8"; Debian's and Ubuntu's packages
 # print the upstream version) and the build's key: one build per pyxis release, Slurm version and architecture,
-# shared by every node that runs that Slurm (kept beside the bundle; not wired yet).
+# shared by every node that runs that Slurm (on the cluster's file system: templates/steps/pyxis.sh.j2).
 SLURM_VERSION = re.compile(r"[0-9]{2}\.[0-9]{2}\.[0-9]{1,3}")
 
 

@@ -5,8 +5,9 @@ Layout (docs/bootstrap-contract.md, "The bundle"): `manifest.json`; `roles/head.
 (infra/render/userdata.py render, what the user data held before the loader; `compute:` is the group compute:
 roles/compute.sh); the node package `hpcc_node/` and the contract it imports (`hpcc_contract/`, standard library
 only); `hooks/<name>`, the user's hook scripts; `metrics/`, the head's Prometheus configuration and rules, its
-Grafana's configuration and dashboards, where observability is on. Same inputs, same bytes, same sha256: entries
-sorted, mtime 0, owner 0:0, modes 0644 or 0755 only, gzip header without name or time.
+Grafana's configuration and dashboards, where observability is on; `containers/`, enroot's and pyxis' files
+(containers_files), where containers are on. Same inputs, same bytes, same sha256: entries sorted, mtime 0, owner
+0:0, modes 0644 or 0755 only, gzip header without name or time.
 Nothing here is secret: the scripts read secrets at run time.
 
 The program stores the archive at `bundles/<sha256>.tar.gz` in the cluster's bucket (infra/program/components/bundle.py)
@@ -31,6 +32,7 @@ from hpcc_contract.version import AGENT_VERSION
 from infra.config.hooks import hook_files
 from infra.config.validators.metrics import canonical, workspace
 from infra.render.assets import asset
+from infra.render.containers import bundle_files as containers_bundle_files
 from infra.render.grafana import grafana_files
 from infra.render.prometheus import alert_rules, prometheus_config
 from infra.render.roles import head_prometheus_flags, role_contexts
@@ -178,7 +180,7 @@ def build(cfg, region: str, facts, base: Path | None = None) -> Bundle:
         scripts,
         names,
         hooks,
-        {**node_files(), **example_files(), **metrics_files(cfg)},
+        {**node_files(), **example_files(), **metrics_files(cfg), **containers_files(cfg)},
         hpcc_version(),
         agent_version(),
     )
@@ -207,6 +209,13 @@ def metrics_files(cfg) -> dict[str, bytes]:
         "metrics/prometheus.args": flags.encode(),
     }
     return {**files, **grafana_files(canonical(cfg.observability.scrape_interval))}
+
+
+def containers_files(cfg) -> dict[str, bytes]:
+    """enroot's configuration per store, its hooks per node kind, pyxis' plugstack.conf and importer entry
+    (infra/render/containers.py bundle_files), where containers are on; the containers step
+    (templates/steps/containers.sh.j2) installs them."""
+    return containers_bundle_files(cfg.containers) if cfg.containers_on else {}
 
 
 def role_script(files: dict[str, bytes], key: str) -> str:

@@ -1,6 +1,7 @@
-"""What the nodes get for containers (issue 35; not wired into the bootstrap, the bundle or the program yet): enroot's
-configuration, the pyxis line of the configless Slurm's plugstack.conf, which of enroot's hooks are on, the
-directories enroot needs, pyxis' importer entry, and the registry credentials' root-only directory and lines.
+"""What the nodes get for containers (issue 35), in the bundle's containers/ (bundle_files; installed by
+templates/steps/containers.sh.j2): enroot's configuration, the pyxis line of the configless Slurm's plugstack.conf,
+which of enroot's hooks are on, the directories enroot needs, pyxis' importer entry, which registries root holds
+credentials for, and the credentials' root-only directory (their lines: hpcc_contract/enroot_credentials.py).
 
 enroot.conf. enroot reads each line as `KEY VALUE` and expands VALUE with the shell (`eval echo "${value}"` in
 enroot.in's config::load, after `bash -n` over the whole file; https://github.com/NVIDIA/enroot at v4.1.2), and unsets
@@ -32,18 +33,20 @@ plugstack.conf: SchedMD/slurm src/slurmctld/proc_req.c; https://slurm.schedmd.co
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import NamedTuple
 
-from hpcc_contract.containers import ROOT_ENROOT_CONFIG
+from hpcc_contract.containers import CACHE_SUBDIR, ROOT_ENROOT_CONFIG
+from hpcc_contract.enroot_credentials import CREDENTIALS_MODE, CREDENTIALS_NAME, NGC_MACHINES  # noqa: F401
 from infra.config.containers import Containers, Enroot, Pyxis
+from infra.config.validators.containers import secret_problem
 from infra.facts import containers as facts
 from infra.facts.instance_types import InstanceType
 
 INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"
 ROOT_VOLUME_BASE = "/var/lib/hpcc/enroot"
-CREDENTIALS_FILE = f"{ROOT_ENROOT_CONFIG}/.credentials"  # mode 0600, in ROOT_ENROOT_CONFIG (0700): root's alone
-ROOT_ONLY_MODE, CREDENTIALS_MODE = 0o700, 0o600
+ROOT_ONLY_MODE = 0o700
 # pyxis execve(2)s `importer=` itself (importer.c), so it is an executable file: this one, root's, mode 0755, running
 # hpcc_node/containers/importer.py from the bundle under `python3 -I` (the job's PYTHON* variables ignored).
 IMPORTER_ENTRY = "/usr/local/libexec/hpcc/pyxis-importer"
@@ -198,34 +201,8 @@ def enroot_hooks(*, nvidia: bool) -> Hooks:
 
 
 # --- credentials ----------------------------------------------------------------------------------------------------
-# enroot's `.credentials` is netrc (doc/cmd/import.md); a password starting with `$` is run by a shell
-# (common::evalnetrc), so no password here may start with one. NGC needs both machines ("both endpoints are required").
-NGC_MACHINES = ("nvcr.io", "authn.nvidia.com")
-NGC_LOGIN = "$oauthtoken"  # literal: only the password field is evaluated
-ECR_LOGIN = "AWS"
-ECR_TOKEN_HOURS = 12  # "The authorization token is valid for 12 hours" (aws ecr get-login-password)
-ECR_REFRESH_HOURS = 6  # root refreshes it at half its life
-_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
-_PASSWORD = re.compile(r"[A-Za-z0-9+/=._-]{1,8192}")  # base64 (ECR's token) and NGC's keys; no `$`, no space
-_REGION = re.compile(r"[a-z]{2}(-[a-z]{1,10}){1,2}-[1-9]")
-
-
-def ecr_registry(account: str, region: str) -> str:
-    """The account's private registry (ECR User Guide, "Private registry concepts")."""
-    if not re.fullmatch(r"[0-9]{12}", account) or not _REGION.fullmatch(region):
-        raise BadRender(f"ECR registry: account {account[:20]!r} or region {region[:20]!r} is malformed")
-    return f"{account}.dkr.ecr.{region}.amazonaws.com"
-
-
-def netrc_line(machine: str, login: str, password: str) -> str:
-    """One `.credentials` line, every part checked: written by root into CREDENTIALS_FILE, read by root's enroot."""
-    if not _HOST.fullmatch(machine):
-        raise BadRender(f"credentials: machine {machine[:64]!r} is not a host name")
-    if login not in (ECR_LOGIN, NGC_LOGIN):
-        raise BadRender(f"credentials: login {login[:20]!r} is not one hpcc writes")
-    if not _PASSWORD.fullmatch(password):
-        raise BadRender("credentials: the password is not a token hpcc writes (its value is not shown)")
-    return f"machine {machine} login {login} password {password}\n"
+# Their lines are hpcc_contract/enroot_credentials.py's (the node writes them: its token and key are run-time values).
+CREDENTIALS_FILE = f"{ROOT_ENROOT_CONFIG}/{CREDENTIALS_NAME}"  # mode CREDENTIALS_MODE, in ROOT_ENROOT_CONFIG (0700)
 
 
 def credential_machines(containers: Containers) -> tuple[str, ...]:
@@ -252,3 +229,53 @@ def for_type(containers: Containers, itype: InstanceType) -> NodeContainers:
         (ROOT_ENROOT_CONFIG,),
         render_importer_entry(),
     )
+
+
+# --- the bundle's containers/ (templates/steps/containers.sh.j2 installs them) ---------------------------------------
+BUNDLE_SUBDIR = "containers"
+# Where enroot writes is decided on the node, not here: the DLAMI's instance store mount is UNVERIFIED (above), so
+# the step uses the instance store's files only where INSTANCE_STORE_MOUNT is a mount point, and one bundle serves
+# node groups of types with and without an instance store.
+STORES = {"instance-store": True, "root-volume": False}
+NODE_KINDS = {"gpu": True, "cpu": False}  # the hooks: NVIDIA's on a node with NVIDIA GPUs only
+
+
+def bundle_files(containers: Containers) -> dict[str, bytes]:
+    """`containers/` in the bundle (infra/render/bundle.py): `enroot.conf.<store>` and `directories.<store>` (one
+    path a line, mode 1777) per store, `hooks.<kind>` (`link NAME` or `remove NAME` a line) per node kind,
+    `plugstack.conf` (the head's, shipped by configless Slurm), `pyxis-importer` (IMPORTER_ENTRY's text) and
+    `registries` (render_registries)."""
+    files: dict[str, bytes] = {}
+    for store, on in STORES.items():
+        files[f"{BUNDLE_SUBDIR}/enroot.conf.{store}"] = render_enroot_conf(
+            containers.enroot, instance_store=on
+        ).encode()
+        files[f"{BUNDLE_SUBDIR}/directories.{store}"] = "".join(f"{d}\n" for d in enroot_paths(on).parents).encode()
+    for kind, nvidia in NODE_KINDS.items():
+        hooks = enroot_hooks(nvidia=nvidia)
+        lines = [f"link {name}" for name in hooks.link] + [f"remove {name}" for name in hooks.remove]
+        files[f"{BUNDLE_SUBDIR}/hooks.{kind}"] = "".join(f"{line}\n" for line in lines).encode()
+    files[f"{BUNDLE_SUBDIR}/plugstack.conf"] = (
+        "# hpcc (issue 35): pyxis, rendered by infra/render/containers.py; configless Slurm ships this file\n"
+        + render_plugstack(containers.pyxis)
+    ).encode()
+    files[f"{BUNDLE_SUBDIR}/pyxis-importer"] = render_importer_entry().encode()
+    files[f"{BUNDLE_SUBDIR}/registries"] = render_registries(containers).encode()
+    return files
+
+
+def render_registries(containers: Containers) -> str:
+    """Which registries root holds credentials for (hpcc_node/containers/credentials.py): `ecr` (the account's, in
+    the cluster's Region) and `ngc <secret>` (the containers step fetches that secret's key at boot)."""
+    lines = ["ecr"] if containers.ecr else []
+    if containers.ngc_secret:
+        if secret_problem(containers.ngc_secret):
+            raise BadRender("registries: containers.ngcSecret names no secret (its value is not shown)")
+        lines.append(f"ngc {containers.ngc_secret}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def pyxis_shared_path(mount: str, slurm_version: str, arch: str) -> str:
+    """Where the one pyxis build for a Slurm version and architecture is kept on the cluster's file system:
+    `<mount>/.hpcc/` + facts.pyxis_build_key (the step renders the same path with the node's own version)."""
+    return posixpath.join(mount, posixpath.dirname(CACHE_SUBDIR), facts.pyxis_build_key(slurm_version, arch))

@@ -42,7 +42,7 @@ TARGET_SHARE = 0.75  # the nodes' share; the rest is left to the operator's tool
 SSM_READS = 2  # settings (GetParameters), fsx
 # S3, unpaced, at most: a step's start (fewer: steps.STATUS_EVERY_SECONDS), then ready or failed
 STATUS_WRITES = len(STEPS) + 1
-SECRET_CALLS = 4  # SSH and munge keys - head: read (empty), write; compute: read (and wait)
+SECRET_CALLS = 4  # SSH and munge keys - head: read (empty), write; compute: read (and wait), and the NGC key
 CALLS_PER_NODE = SSM_READS + SECRET_CALLS  # the paced calls of one boot
 S3_REQUESTS_PER_SECOND = 3500  # PUTs per prefix (GETs: 5,500), the lower of the two
 S3_TARGET_SHARE = 0.5  # the agents' share; the rest for boots, the controller and the operator's tools

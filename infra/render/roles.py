@@ -99,6 +99,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         hook_timeout_minutes=cfg.hooks.timeout_minutes,
         metrics=cfg.metrics_on,
         group=group_index(cfg, group)[1].name if role == "compute" else "",
+        containers=cfg.containers_on,
     )
 
 

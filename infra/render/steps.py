@@ -28,6 +28,9 @@ STEPS: tuple[Step, ...] = (
     Step("ssh", "step_ssh"),
     Step("join", "step_join"),
     Step("launch-env", "step_launch_env"),
+    # after the mount (the shared pyxis build) and before slurm: the plugin and, on the head, plugstack.conf in place
+    # before slurmctld ships its files and slurmd takes a job (templates/steps/containers.sh.j2)
+    Step("containers", "step_containers"),
     Step("slurm", "step_slurm"),  # after launch-env: the head's slurm.conf follows the same membership
     Step("metrics", "step_metrics"),  # the exporters, and the head's Prometheus, before the controller writes targets
     Step("sync", "step_sync"),

@@ -17,12 +17,15 @@ from functools import lru_cache
 
 import jinja2
 
-from hpcc_contract import dcgm, formats, metrics
+from hpcc_contract import containers as contract_containers
+from hpcc_contract import dcgm, enroot_credentials, formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
 from hpcc_contract.names import HEAD, boot_script
+from infra.facts import containers as containers_facts
 from infra.facts import grafana as grafana_facts
 from infra.facts import slurm
+from infra.render import containers as containers_render
 from infra.render import grafana, prometheus
 from infra.render.assets import asset
 from infra.render.steps import STATUS_EVERY_SECONDS, STEPS
@@ -68,6 +71,9 @@ class BootstrapContext:
     # configuration, rules and flags come in the bundle's metrics/, so a change to them is no boot-step drift)
     metrics: bool = False
     group: str = ""  # a compute script's node group ("" for the head's): whose script the loader runs
+    # Containers (templates/steps/containers.sh.j2): enroot on the compute nodes, pyxis on every node, from the
+    # bundle's containers/ files (which store and hooks: decided on the node)
+    containers: bool = False
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 
@@ -118,6 +124,10 @@ def environment() -> jinja2.Environment:
         dcgm_exporter_port=metrics.DCGM_EXPORTER_PORT,
         grafana=grafana,
         grafana_facts=grafana_facts,
+        cfacts=containers_facts,
+        crender=containers_render,
+        ccontract=contract_containers,
+        ec=enroot_credentials,
     )
     return env
 

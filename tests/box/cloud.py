@@ -109,6 +109,9 @@ class FleetBox(Box):
 
     groups: list = field(default_factory=lambda: [{"name": "a", "count": 2}, {"name": "b", "count": 1}])
     scheduler: str = "none"  # the config's `scheduler`
+    # the config's `containers.enabled` (issue 35): off until a box scenario gives the containers step its stand-ins
+    # (HPCC_ENROOT, HPCC_PYXIS_SO: templates/steps/containers.sh.j2); on, with Slurm, a node without them fails it
+    containers: bool = False
     hooks: dict = field(default_factory=dict)  # the config's `hooks` (absolute paths: the plan runs elsewhere)
     faults: list = field(default_factory=list)
     timers: dict = field(default_factory=lambda: dict(CONTROLLER_TIMERS))
@@ -141,6 +144,7 @@ class FleetBox(Box):
                 "headNode": {"instanceType": head_type},
                 "nodeGroups": groups,
                 "scheduler": self.scheduler,
+                **({"containers": {"enabled": False}} if self.scheduler == "slurm" and not self.containers else {}),
                 **({"hooks": self.hooks} if self.hooks else {}),
                 "bootstrap": {"timeoutMinutes": 5},
             },

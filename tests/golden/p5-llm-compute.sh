@@ -1019,6 +1019,169 @@ step_launch_env() {
   write_state
   log "launch environment: /etc/hpcc/env, $(wc -l </etc/hpcc/hostfile) compute node(s) in /etc/hpcc/hostfile, per group in /etc/hpcc/groups/ (membership generation $HPCC_APPLIED_VERSION)"
 }
+# --- containers
+# --- pyxis
+PYXIS_BUILD_WAIT_SECONDS=1800
+
+slurm_version() {
+  local out
+  out=$(slurmd -V 2>/dev/null || true)
+  if [[ $out =~ ([0-9]{2}\.[0-9]{2}\.[0-9]{1,3}) ]]; then echo "${BASH_REMATCH[1]}"; fi
+}
+
+pyxis_build_deps() {
+  local version
+  [ -f /usr/include/slurm/spank.h ] && type -P make cc >/dev/null && return 0
+  version=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null) || fail "pyxis: no slurm-client package to build against"
+  retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
+  retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q make gcc "libslurm-dev=$version"
+}
+
+pyxis_build() {
+  local dest=$1 tmp src sum
+  tmp=$(mktemp -d)
+  if [ -n "${HPCC_PYXIS_SO:-}" ]; then
+    if ! [[ $HPCC_PYXIS_SO =~ ^/[A-Za-z0-9._/-]+$ ]] || [ ! -f "$HPCC_PYXIS_SO" ]; then
+      fail "HPCC_PYXIS_SO='${HPCC_PYXIS_SO:0:80}' is not an absolute path to a file"
+    fi
+    cp "$HPCC_PYXIS_SO" "$tmp/spank_pyxis.so"
+    log "pyxis: the stand-in $HPCC_PYXIS_SO (HPCC_PYXIS_SO), no build"
+  else
+    src=${HPCC_PYXIS_TARBALL:-}
+    sum=${HPCC_PYXIS_SHA256:-}
+    [[ $sum =~ ^[0-9a-f]{64}$ ]] || fail "pyxis' source pyxis-0.24.0.tar.gz has no pinned sha256 (infra/facts/containers.py SHA256 says how to pin it)"
+    if [ -z "$src" ]; then
+      src=$tmp/pyxis.tar.gz
+      retry_cmd curl -fsSL -m 300 -o "$src" "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz"
+    fi
+    echo "$sum  $src" | sha256sum -c --quiet - >/dev/null 2>&1 || fail "pyxis' source $src is not the sha256 pinned for it ($sum): refused"
+    pyxis_build_deps
+    mkdir "$tmp/src"
+    tar -xzf "$src" -C "$tmp/src" --strip-components=1
+    within 900 make -C "$tmp/src" -j "$(nproc)" >"$tmp/make.log" 2>&1 || { tail -n 20 "$tmp/make.log"; fail "pyxis did not build against Slurm $(slurm_version) (its output above)"; }
+    [ -f "$tmp/src/spank_pyxis.so" ] || fail "pyxis' build made no spank_pyxis.so"
+    cp "$tmp/src/spank_pyxis.so" "$tmp/spank_pyxis.so"
+    log "pyxis 0.24.0: built against Slurm $(slurm_version)"
+  fi
+  install -m 0644 "$tmp/spank_pyxis.so" "$dest.$HPCC_NODE.tmp"
+  mv -f "$dest.$HPCC_NODE.tmp" "$dest"
+  rm -rf "$tmp"
+}
+
+pyxis_install() {
+  local version arch dir shared lock
+  version=$(slurm_version)
+  [ -n "$version" ] || fail "pyxis: no Slurm version from slurmd -V"
+  arch=$(dpkg --print-architecture)
+  [[ $arch =~ ^[a-z0-9]+$ ]] || fail "pyxis: dpkg names no architecture"
+  dir="$HPCC_MOUNT_POINT/.hpcc/pyxis/0.24.0/slurm-$version/$arch"
+  shared="$dir/spank_pyxis.so"
+  if [ ! -s "$shared" ]; then
+    install -d -m 0755 "$dir"
+    exec {lock}>>"$dir/.lock"
+    if ! flock -n "$lock"; then
+      log "pyxis for Slurm $version ($arch) is being built by $(head -c 64 "$dir/.builder" 2>/dev/null || echo 'another node'): waiting up to $PYXIS_BUILD_WAIT_SECONDS s"
+      flock -w "$PYXIS_BUILD_WAIT_SECONDS" "$lock" || fail "pyxis for Slurm $version ($arch): the build by $(head -c 64 "$dir/.builder" 2>/dev/null || echo 'another node') did not finish in $PYXIS_BUILD_WAIT_SECONDS s (see that node's bootstrap log)"
+    fi
+    if [ ! -s "$shared" ]; then
+      echo "$HPCC_NODE" >"$dir/.builder"
+      pyxis_build "$shared"
+    fi
+    exec {lock}>&-
+  fi
+  if ! cmp -s "$shared" "/usr/local/lib/slurm/spank_pyxis.so"; then
+    install -D -m 0644 "$shared" "/usr/local/lib/slurm/spank_pyxis.so"
+    log "pyxis 0.24.0 for Slurm $version ($arch) installed from $shared"
+  fi
+}
+
+enroot_install() {
+  local tmp entry name url sum debs
+  if [ -n "${HPCC_ENROOT:-}" ]; then
+    if ! [[ $HPCC_ENROOT =~ ^/[A-Za-z0-9._/-]+$ ]] || [ ! -x "$HPCC_ENROOT" ]; then
+      fail "HPCC_ENROOT='${HPCC_ENROOT:0:80}' is not an absolute path to an executable"
+    fi
+    [ "$(readlink /usr/local/bin/enroot 2>/dev/null)" = "$HPCC_ENROOT" ] && return 0
+    install -d -m 0755 /usr/local/bin
+    ln -sfn "$HPCC_ENROOT" /usr/local/bin/enroot
+    log "enroot: the stand-in $HPCC_ENROOT (HPCC_ENROOT), no package"
+    return 0
+  fi
+  case "$HPCC_OS" in
+    ubuntu-* | debian-*) ;;
+    *) fail "containers need an Ubuntu image ($HPCC_OS: hpcc installs enroot's .deb); or set containers.enabled: false" ;;
+  esac
+  if [ "$(dpkg-query -W -f='${Version}' enroot 2>/dev/null || true)" = "4.1.2-1" ] &&
+    [ "$(dpkg-query -W -f='${Version}' enroot+caps 2>/dev/null || true)" = "4.1.2-1" ]; then
+    return 0
+  fi
+  case "$(dpkg --print-architecture)" in
+    amd64) debs=("enroot_4.1.2-1_amd64.deb https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot_4.1.2-1_amd64.deb unpinned" "enroot+caps_4.1.2-1_amd64.deb https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot%2Bcaps_4.1.2-1_amd64.deb unpinned") ;;
+    arm64) debs=("enroot_4.1.2-1_arm64.deb https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot_4.1.2-1_arm64.deb unpinned" "enroot+caps_4.1.2-1_arm64.deb https://github.com/NVIDIA/enroot/releases/download/v4.1.2/enroot%2Bcaps_4.1.2-1_arm64.deb unpinned") ;;
+    *) fail "enroot has no package for $(dpkg --print-architecture)" ;;
+  esac
+  tmp=$(mktemp -d)
+  for entry in "${debs[@]}"; do
+    read -r name url sum <<<"$entry"
+    [[ $sum =~ ^[0-9a-f]{64}$ ]] || fail "enroot's $name has no pinned sha256 (infra/facts/containers.py SHA256 says how to pin it)"
+    retry_cmd curl -fsSL -m 300 -o "$tmp/$name" "$url"
+    echo "$sum  $tmp/$name" | sha256sum -c --quiet - >/dev/null 2>&1 || fail "enroot's $name is not the sha256 pinned for it: refused"
+  done
+  retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
+  retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q squashfuse fuse-overlayfs "$tmp"/*.deb
+  rm -rf "$tmp"
+  log "enroot 4.1.2 installed"
+}
+
+enroot_configure() {
+  local bundle="$HPCC_CURRENT/containers" store=root-volume kind=cpu gpus=${HPCC_HEALTH_GPUS:-8} d verb name
+  [[ $gpus =~ ^[0-9]{1,2}$ ]] || fail "HPCC_HEALTH_GPUS='${gpus:0:20}' is not a number of GPUs"
+  [ "$gpus" -eq 0 ] || kind=gpu
+  ! mountpoint -q /opt/dlami/nvme || store=instance-store
+  [ -f "$bundle/enroot.conf.$store" ] || fail "the bundle has no containers/enroot.conf.$store"
+  install -d -m 0755 "$(dirname /etc/enroot/enroot.conf)" /etc/enroot/hooks.d "$(dirname /usr/local/libexec/hpcc/pyxis-importer)"
+  write_file /etc/enroot/enroot.conf 0644 <"$bundle/enroot.conf.$store"
+  while read -r d; do
+    [[ $d =~ ^/[A-Za-z0-9._/-]+$ ]] || fail "the bundle's enroot directory '${d:0:80}' is not a plain path"
+    install -d -m 1777 "$d"
+  done <"$bundle/directories.$store"
+  while read -r verb name; do
+    [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || fail "the bundle's enroot hook '${name:0:80}' is not a plain name"
+    case "$verb" in
+      link)
+        if [ -e "/usr/share/enroot/hooks.d/$name" ]; then ln -sfn "/usr/share/enroot/hooks.d/$name" "/etc/enroot/hooks.d/$name"
+        else log "enroot has no hook /usr/share/enroot/hooks.d/$name: not linked"; fi ;;
+      remove) rm -f "/etc/enroot/hooks.d/$name" ;;
+      *) fail "the bundle's hooks.$kind has a line '${verb:0:20}' that is neither link nor remove" ;;
+    esac
+  done <"$bundle/hooks.$kind"
+  [ "$kind" = cpu ] || type -P nvidia-container-cli >/dev/null ||
+    log "enroot: no nvidia-container-cli here: images that ask for GPUs (NVIDIA_VISIBLE_DEVICES) fail to start until libnvidia-container-tools is installed"
+  install -d -o root -g root -m 0700 /etc/hpcc/enroot-root
+  write_file /usr/local/libexec/hpcc/pyxis-importer 0755 <"$bundle/pyxis-importer"
+  log "enroot: /etc/enroot/enroot.conf for the $store, the $kind node's hooks; pyxis' importer /usr/local/libexec/hpcc/pyxis-importer"
+}
+
+ngc_key() {
+  local secret tmp key=/etc/hpcc/enroot-root/ngc.key
+  secret=$(sed -n 's/^ngc //p' "$HPCC_CURRENT/containers/registries" 2>/dev/null || true)
+  if [ -z "$secret" ]; then rm -f "$key"; return 0; fi
+  [[ $secret =~ ^[A-Za-z0-9/_+=.@:-]{1,2048}$ ]] || fail "the bundle's NGC secret is not a secret's name or ARN"
+  tmp=$(umask 077; mktemp "/etc/hpcc/enroot-root/.ngc.XXXXXX")
+  aws_retry secretsmanager get-secret-value --secret-id "$secret" --query SecretString --output text >"$tmp" ||
+    { rm -f "$tmp"; fail "could not read the NGC secret $secret (see above): does it exist, and in this Region?"; }
+  [ -s "$tmp" ] || { rm -f "$tmp"; fail "the NGC secret $secret holds no key"; }
+  if cmp -s "$tmp" "$key"; then rm -f "$tmp"; else chmod 0600 "$tmp"; mv -f "$tmp" "$key"; log "NGC key of $secret stored for root's enroot"; fi
+}
+
+step_containers() {
+  if [ "$HPCC_SCHEDULER" != slurm ]; then log "SCHEDULER=$HPCC_SCHEDULER: no pyxis (a Slurm plugin), no containers"; return 0; fi
+  slurm_install
+  enroot_install
+  enroot_configure
+  ngc_key
+  pyxis_install
+}
 # --- slurm
 HPCC_MUNGE_KEY=/etc/munge/munge.key
 
@@ -1383,6 +1546,7 @@ main() {
   run_step ssh step_ssh
   run_step join step_join
   run_step launch-env step_launch_env
+  run_step containers step_containers
   run_step slurm step_slurm
   run_step metrics step_metrics
   run_step sync step_sync

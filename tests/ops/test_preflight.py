@@ -180,7 +180,8 @@ def test_a_cluster_stays_in_the_az_its_first_up_kept(aws):
     assert cfg.cluster.availability_zone is None  # the program chose the AZ at the first up
     _keep_az(aws, cfg.cluster.name, "us-east-1d")  # not the first AZ offering both types today (1c)
     findings = run(aws, EXAMPLES / "p3dn-bert.yaml")
-    assert by(findings, ERROR) == [], findings
+    # (but the unpinned containers downloads: test_containers_on_are_refused_while_...)
+    assert [f for f in by(findings, ERROR) if f.field != "cluster.containers.enabled"] == [], findings
     assert [f.message for f in by(findings, INFO, "cluster.availabilityZone")] == [
         "none configured: the cluster stays in us-east-1d, kept since its first `pulumi up`"
     ]
@@ -196,3 +197,25 @@ def test_a_new_type_the_kept_az_does_not_offer_is_an_error_naming_both(aws):
         "p3dn.24xlarge is not offered in us-east-1a, the availability zone this cluster "
         "has used since its first `pulumi up` (offered in: us-east-1c, us-east-1d)"
     )
+
+
+def test_containers_on_are_refused_while_enroot_and_pyxis_have_no_pinned_sha256(aws, tmp_path):
+    """The containers step checks each download against its pinned sha256: none pinned would fail every node's boot,
+    so preflight (and `hpcc up`) refuses the deploy, naming the files and the way out."""
+    import yaml
+
+    from infra.facts import containers as facts
+
+    raw = yaml.safe_load((EXAMPLES / "c6i-oneccl.yaml").read_text())
+    off = run(aws, EXAMPLES / "c6i-oneccl.yaml")  # no Slurm: no containers
+    assert not [f for f in off if f.field == "cluster.containers.enabled"]
+    raw["config"]["hpcc:cluster"]["scheduler"] = "slurm"
+    path = tmp_path / "Pulumi.slurm.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    found = [f for f in run(aws, path) if f.field == "cluster.containers.enabled"]
+    if facts.unpinned(("x86_64",)):
+        [err] = found
+        assert err.severity == ERROR and f"enroot_{facts.ENROOT_VERSION}-1_amd64.deb" in err.message
+        assert "containers.enabled: false" in err.message and "arm64" not in err.message
+    else:
+        assert found == []

@@ -205,3 +205,27 @@ def test_the_head_writes_to_the_metrics_workspace_named_and_only_when_one_is(pla
     assert _aps(written, "compute") == []
     graph = [{k: r[k] for k in ("type", "name", "inputs", "dependsOn")} for r in written.resources]
     assert check(graph) == {}
+
+
+def test_compute_nodes_may_pull_from_the_accounts_ecr_and_read_the_named_ngc_secret_alone():
+    """Containers on (Slurm): the compute role gets ECR's token and pulls in the Region's repositories, and reads the
+    NGC secret named (its name matched with Secrets Manager's suffix); the head, which runs no job, gets neither."""
+    config = copy.deepcopy(read_raw(EXAMPLES / "c6i-oneccl.yaml"))
+    assert "EcrPull" not in statements(plan_config(config), "compute")  # no Slurm: no containers
+    config["hpcc:cluster"]["scheduler"] = "slurm"
+    config["hpcc:cluster"]["containers"] = {"ngcSecret": "team/ngc-key"}
+    planned = plan_config(config)
+    compute, head = statements(planned, "compute"), statements(planned, "head")
+    assert compute["EcrToken"]["Action"] == ["ecr:GetAuthorizationToken"]
+    region, account = compute["EcrPull"]["Resource"][0].split(":")[3:5]
+    assert compute["EcrPull"]["Resource"] == [f"arn:aws:ecr:{region}:{account}:repository/*"]
+    assert "ecr:BatchGetImage" in compute["EcrPull"]["Action"] and "ecr:PutImage" not in compute["EcrPull"]["Action"]
+    assert compute["NgcKey"] == {
+        "Sid": "NgcKey",
+        "Effect": "Allow",
+        "Action": ["secretsmanager:GetSecretValue"],
+        "Resource": [f"arn:aws:secretsmanager:{region}:{account}:secret:team/ngc-key-??????"],
+    }
+    assert not {"EcrToken", "EcrPull", "NgcKey"} & set(head)
+    config["hpcc:cluster"]["containers"] = {"ecr": False}
+    assert not {"EcrToken", "EcrPull", "NgcKey"} & set(statements(plan_config(config), "compute"))

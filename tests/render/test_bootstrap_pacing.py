@@ -34,8 +34,8 @@ BUDGET = SSM_REQUESTS_PER_SECOND * TARGET_SHARE
 
 
 def test_calls_per_node_are_a_small_constant():
-    # the settings, fsx; the keys: paced. A status write for each of the 12 steps plus ready/failed: S3's, unpaced
-    assert (SSM_READS, SECRET_CALLS, CALLS_PER_NODE, STATUS_WRITES) == (2, 4, 6, 13)
+    # the settings, fsx; the keys: paced. A status write for each of the 13 steps plus ready/failed: S3's, unpaced
+    assert (SSM_READS, SECRET_CALLS, CALLS_PER_NODE, STATUS_WRITES) == (2, 4, 6, 14)
     assert STATUS_WRITES == len(STEPS) + 1  # counted from the one step list
 
 

@@ -189,3 +189,25 @@ def test_the_program_and_the_policy_pack_agree_on_the_bundle_buckets_name():
     for cluster in ("ab1", "a" * 32, "x-y-z"):
         m = bucket_rules.BUNDLE_BUCKET.match(bundle_bucket(cluster, "123456789012"))
         assert m and (m.group("cluster"), m.group("account")) == (cluster, "123456789012")
+
+
+def test_containers_files_come_with_slurm_and_containers_on_and_the_role_scripts_install_them():
+    names = {
+        "containers/enroot.conf.instance-store",
+        "containers/enroot.conf.root-volume",
+        "containers/directories.instance-store",
+        "containers/directories.root-volume",
+        "containers/hooks.gpu",
+        "containers/hooks.cpu",
+        "containers/plugstack.conf",
+        "containers/pyxis-importer",
+        "containers/registries",
+    }
+    on = _build({**BASE, "scheduler": "slurm"})
+    assert {p for p in on.files if p.startswith("containers/")} == names
+    assert "enroot_configure" in on.files["roles/compute.sh"].decode()
+    assert "plugstack.conf" in on.files["roles/head.sh"].decode()
+    for cluster in (BASE, {**BASE, "scheduler": "slurm", "containers": {"enabled": False}}):
+        off = _build(cluster)
+        assert not [p for p in off.files if p.startswith("containers/")]
+        assert "enroot_configure" not in off.files["roles/compute.sh"].decode()

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from hpcc_contract import enroot_credentials as ec
 from infra.config.containers import Containers, Enroot, Pyxis
 from infra.facts import containers as facts
 from infra.render import containers as r
@@ -112,7 +113,7 @@ def test_no_enroot_conf_names_the_credentials(store):
     text = r.render_enroot_conf(Enroot(), instance_store=store)
     assert "ENROOT_CONFIG_PATH" not in text and "/etc/hpcc" not in text
     assert r.CREDENTIALS_FILE == "/etc/hpcc/enroot-root/.credentials"
-    assert (r.ROOT_ONLY_MODE, r.CREDENTIALS_MODE) == (0o700, 0o600)
+    assert (r.ROOT_ONLY_MODE, ec.CREDENTIALS_MODE) == (0o700, 0o600)
 
 
 def test_values_that_skip_the_models_checks_are_still_never_rendered():
@@ -180,12 +181,12 @@ def test_the_instance_store_fact_comes_from_describe_instance_types():
 
 
 def test_credentials_lines_are_netrc_with_every_part_checked():
-    host = r.ecr_registry("123456789012", "us-east-1")
+    host = ec.ecr_registry("123456789012", "us-east-1")
     assert host == "123456789012.dkr.ecr.us-east-1.amazonaws.com"
-    assert r.netrc_line(host, "AWS", "eyJwYXlsb2Fk+/=") == (
+    assert ec.netrc_line(host, "AWS", "eyJwYXlsb2Fk+/=") == (
         "machine 123456789012.dkr.ecr.us-east-1.amazonaws.com login AWS password eyJwYXlsb2Fk+/=\n"
     )
-    assert r.netrc_line("nvcr.io", "$oauthtoken", "nvapi-Abc_1").split() == [
+    assert ec.netrc_line("nvcr.io", "$oauthtoken", "nvapi-Abc_1").split() == [
         "machine",
         "nvcr.io",
         "login",
@@ -195,6 +196,13 @@ def test_credentials_lines_are_netrc_with_every_part_checked():
     ]
     assert r.credential_machines(Containers(ngc_secret="ngc")) == ("nvcr.io", "authn.nvidia.com")
     assert r.credential_machines(Containers()) == ()
+    both = ec.credentials_text((host, "tok="), "nvapi-k")
+    assert both.splitlines() == [
+        f"machine {host} login AWS password tok=",
+        "machine nvcr.io login $oauthtoken password nvapi-k",
+        "machine authn.nvidia.com login $oauthtoken password nvapi-k",
+    ]
+    assert ec.credentials_text(None, None) == ""
 
 
 @pytest.mark.parametrize(
@@ -208,15 +216,15 @@ def test_credentials_lines_are_netrc_with_every_part_checked():
     ],
 )
 def test_a_credentials_line_that_enroot_would_misread_is_refused(machine, login, password):
-    with pytest.raises(r.BadRender) as e:
-        r.netrc_line(machine, login, password)
+    with pytest.raises(ec.BadCredential) as e:
+        ec.netrc_line(machine, login, password)
     assert password not in str(e.value) or not password
 
 
 @pytest.mark.parametrize("account,region", [("12345", "us-east-1"), ("123456789012", "us-east-1; x")])
 def test_a_malformed_ecr_registry_is_refused(account, region):
-    with pytest.raises(r.BadRender):
-        r.ecr_registry(account, region)
+    with pytest.raises(ec.BadCredential):
+        ec.ecr_registry(account, region)
 
 
 def test_the_importer_entry_runs_the_bundles_importer_isolated():
@@ -227,3 +235,21 @@ def test_the_importer_entry_runs_the_bundles_importer_isolated():
     for bad in ("relative", "/opt/x'); import os; ('", "/opt/a b"):
         with pytest.raises(r.BadRender):
             r.render_importer_entry(bad)
+
+
+def test_the_bundle_files_hold_both_stores_both_kinds_the_plugstack_line_and_the_importer():
+    files = {k: v.decode() for k, v in r.bundle_files(Containers()).items()}
+    assert files["containers/enroot.conf.instance-store"] == r.render_enroot_conf(Enroot(), instance_store=True)
+    assert files["containers/enroot.conf.root-volume"] == r.render_enroot_conf(Enroot(), instance_store=False)
+    assert files["containers/directories.root-volume"].split() == list(r.enroot_paths(False).parents)
+    assert files["containers/hooks.gpu"] == "link 50-slurm-pmi.sh\nlink 50-slurm-pytorch.sh\n"
+    assert files["containers/hooks.cpu"] == "link 50-slurm-pmi.sh\nlink 50-slurm-pytorch.sh\nremove 98-nvidia.sh\n"
+    plug = files["containers/plugstack.conf"].splitlines()
+    assert plug[0].startswith("#") and plug[1:] == [r.render_plugstack(Pyxis()).strip()]
+    assert files["containers/pyxis-importer"] == r.render_importer_entry()
+
+
+def test_the_registries_file_names_ecr_and_the_ngc_secret_only_when_on():
+    assert r.render_registries(Containers()) == "ecr\n"
+    assert r.render_registries(Containers(ecr=False)) == ""
+    assert r.render_registries(Containers(ngc_secret="team/ngc-key")) == "ecr\nngc team/ngc-key\n"

@@ -18,6 +18,7 @@ from infra.config.validators.check import check_config
 from infra.config.validators.findings import ERROR, INFO, WARNING, Finding
 from infra.config.validators.placeholders import placeholder_errors
 from infra.config.validators.type_rules import TYPE_RULES, efa_off, resolve_types
+from infra.facts import containers as containers_facts
 from infra.facts import prices
 from infra.facts.az import kept_az_problem
 from infra.facts.instance_types import DescribedFacts
@@ -257,8 +258,21 @@ def placeholders_left(ctx: Context) -> Iterable[Finding]:
     return placeholder_errors(ctx.cfg)
 
 
+def containers_pinned(ctx: Context) -> Iterable[Finding]:
+    """With containers on, the nodes download enroot's .debs and pyxis' source and check each against its pinned
+    sha256 (templates/steps/containers.sh.j2): a file with none pinned would fail every node's boot, so the deploy
+    is refused here instead (infra/facts/containers.py require_pinned says which and how to pin them)."""
+    if not ctx.cluster.containers_on:
+        return
+    try:
+        containers_facts.require_pinned((ctx.architecture,))
+    except containers_facts.UnpinnedRelease as e:
+        yield Finding(ERROR, "cluster.containers.enabled", str(e))
+
+
 RULES = [
     placeholders_left,
+    containers_pinned,
     config_findings,
     types_exist,
     type_facts,

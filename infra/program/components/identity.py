@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import partial
 
 import pulumi
 import pulumi_aws as aws
@@ -43,6 +44,7 @@ from hpcc_contract.names import (
     tags,
 )
 
+from .feature_access import containers_statements, remote_write_statements
 from .launch_policy import NO_LAUNCHES, LaunchLimits, launch_statements
 
 # What SSM Agent needs for Session Manager and nothing else (Systems Manager User Guide, "Step 2: Verify or add
@@ -72,6 +74,8 @@ class IdentityArgs:
     scheduler: str = "none"  # cluster.scheduler: slurm adds the munge-key secret
     launch: LaunchLimits = NO_LAUNCHES  # what the head's controller may launch (launch_limits)
     remote_write_arn: str | None = None  # the AMP workspace the head's Prometheus writes to (metrics_workspace_arn)
+    ecr: bool = False  # containers on with containers.ecr: compute nodes pull from the account's ECR
+    ngc_secret: str | None = None  # containers on with containers.ngcSecret: compute nodes read that secret
 
 
 # What the controller reads (DescribeInstances with filters and pages, status checks, events, reservations).
@@ -165,13 +169,6 @@ def controller_statements(region: str, account: str, cluster: str, limits: Launc
     ]
 
 
-def remote_write_statements(workspace_arn: str | None) -> list[dict]:
-    """The head's Prometheus writes to observability.remoteWrite's workspace, no other (RemoteWrite takes a workspace:
-    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonmanagedserviceforprometheus.html)."""
-    grant = {"Sid": "MetricsRemoteWrite", "Effect": "Allow", "Action": ["aps:RemoteWrite"], "Resource": [workspace_arn]}
-    return [grant] if workspace_arn else []
-
-
 def node_state_statements(account: str, cluster: str) -> list[dict]:
     """A compute node: membership.json and its deltas, the statuses and the host certificates read, its own status
     object and host public keys written (hpcc_node/certstore.py); nothing else of the store."""
@@ -224,6 +221,8 @@ def node_policy(
     user_key_arn: str | None = None,
     launch: LaunchLimits = NO_LAUNCHES,
     remote_write_arn: str | None = None,
+    ecr: bool = False,
+    ngc_secret: str | None = None,
 ) -> str:
     """`munge_arn`: the munge-key secret's ARN with Slurm, else None (and no statement for it). `cluster`: the
     bundles it may read (infra/program/components/bundle.py); the bucket's policy allows the same roles only."""
@@ -282,6 +281,7 @@ def node_policy(
                     else []
                 ),
                 *remote_write_statements(remote_write_arn if role == "head" else None),
+                *(containers_statements(region, account, ecr, ngc_secret) if role == "compute" else []),
                 {"Sid": "SessionManager", "Effect": "Allow", "Action": SESSION_MANAGER, "Resource": "*"},
                 # Nothing else grants reads now; should a managed policy be attached by hand
                 # (AmazonSSMManagedInstanceCore allows every parameter of the account), reads stay narrowed to this
@@ -352,6 +352,7 @@ class Identity(pulumi.ComponentResource):
         )
         account = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self)).account_id
         self.instance_profile_arns, self.role_arns, self.account = {}, {}, account
+        policy = partial(node_policy, remote_write_arn=args.remote_write_arn, ecr=args.ecr, ngc_secret=args.ngc_secret)
         for role in ("head", "compute"):
             # The compute role keeps the resource names the single node role had (see naming.role_name).
             what = "head" if role == "head" else "node"
@@ -379,9 +380,7 @@ class Identity(pulumi.ComponentResource):
                 role=iam_role.name,
                 opts=child,
                 policy=pulumi.Output.all(account, secret.arn, munge_arn, host_ca.arn, user_key.arn).apply(
-                    lambda a, role=role: node_policy(
-                        args.region, a[0], paths, a[1], role, a[2], c, a[3], a[4], args.launch, args.remote_write_arn
-                    )
+                    lambda a, role=role: policy(args.region, a[0], paths, a[1], role, a[2], c, a[3], a[4], args.launch)
                 ),
             )
             profile = aws.iam.InstanceProfile(
