@@ -187,7 +187,7 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     resources = [
         r
         for s in doc["Statement"]
-        if s["Effect"] == "Allow" and s.get("Sid") != "SessionManager"
+        if s["Effect"] == "Allow" and s.get("Sid") not in ("SessionManager", "EcrToken", "EcrPull")
         for r in s["Resource"]
     ]
     slurm = result.config.cluster.scheduler == "slurm"
@@ -223,6 +223,15 @@ def test_node_role_reads_only_the_cluster_s_own_parameters_and_secret(planned):
     assert attached == []  # no AmazonSSMManagedInstanceCore: Session Manager's minimal permissions are inline
     session = next(s for s in doc["Statement"] if s.get("Sid") == "SessionManager")
     assert set(session["Action"]) == iam_rules.SESSION_MANAGER and session["Resource"] == "*"
+    # With containers (on with Slurm) and ECR (containers.ecr): pulls from the account's repositories in the Region
+    # alone; the token's action has no resource to name (ECR's IAM reference: GetAuthorizationToken takes "*").
+    ecr = {s["Sid"]: s for s in doc["Statement"] if s.get("Sid") in ("EcrToken", "EcrPull")}
+    if result.config.cluster.containers_on and result.config.cluster.containers.ecr:
+        assert ecr["EcrToken"]["Action"] == ["ecr:GetAuthorizationToken"]
+        assert not {a for a in ecr["EcrPull"]["Action"] if not a.startswith("ecr:")}
+        assert ecr["EcrPull"]["Resource"] == [f"arn:aws:ecr:{env.region}:{env.account}:repository/*"]
+    else:
+        assert ecr == {}
 
 
 def test_the_heads_controller_acts_only_on_its_own_cluster(planned):
