@@ -17,8 +17,8 @@ from functools import lru_cache
 
 import jinja2
 
+from hpcc_contract import container_mounts, dcgm, enroot_credentials, formats, metrics
 from hpcc_contract import containers as contract_containers
-from hpcc_contract import dcgm, enroot_credentials, formats, metrics
 from hpcc_contract import hosts as hosts_schema
 from hpcc_contract import settings as settings_schema
 from hpcc_contract.names import HEAD, boot_script
@@ -127,6 +127,7 @@ def environment() -> jinja2.Environment:
         cfacts=containers_facts,
         crender=containers_render,
         ccontract=contract_containers,
+        cmounts=container_mounts,
         ec=enroot_credentials,
     )
     return env

@@ -10,7 +10,7 @@ as a cluster's nodes share FSx for Lustre.
 - (b) a multi-node job runs in real containers made from the cached image: Slurm's own OCI support (oci.conf,
   `srun --container`; https://slurm.schedmd.com/containers.html) with crun, which the box has where enroot and pyxis
   cannot run. The bundle's rootfs is the cached squashfs unpacked once on the shared file system, its mounts the ones
-  every hpcc container gets (infra/render/container_mounts.py: the file system, /etc/hpcc). Every task sees the
+  every hpcc container gets (hpcc_contract/container_mounts.py: the file system, /etc/hpcc). Every task sees the
   image, the shared file system and the hostfile, and every node's container reaches the first node's over the
   network.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.render.container_mounts import container_mounts, oci_mounts
+from hpcc_contract.container_mounts import container_mounts, oci_mounts
 from tests.box.cloud import FleetBox
 from tests.box.node import node_env
 from tests.box.registry import MARKER, Registry

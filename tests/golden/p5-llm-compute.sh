@@ -1134,7 +1134,7 @@ enroot_install() {
 }
 
 enroot_configure() {
-  local bundle="$HPCC_CURRENT/containers" store=root-volume kind=cpu gpus=${HPCC_HEALTH_GPUS:-8} d verb name
+  local bundle="$HPCC_CURRENT/containers" store=root-volume kind=cpu gpus=${HPCC_HEALTH_GPUS:-8} d verb name fstab
   [[ $gpus =~ ^[0-9]{1,2}$ ]] || fail "HPCC_HEALTH_GPUS='${gpus:0:20}' is not a number of GPUs"
   [ "$gpus" -eq 0 ] || kind=gpu
   ! mountpoint -q /opt/dlami/nvme || store=instance-store
@@ -1159,7 +1159,11 @@ enroot_configure() {
     log "enroot: no nvidia-container-cli here: images that ask for GPUs (NVIDIA_VISIBLE_DEVICES) fail to start until libnvidia-container-tools is installed"
   install -d -o root -g root -m 0700 /etc/hpcc/enroot-root
   write_file /usr/local/libexec/hpcc/pyxis-importer 0755 <"$bundle/pyxis-importer"
-  log "enroot: /etc/enroot/enroot.conf for the $store, the $kind node's hooks; pyxis' importer /usr/local/libexec/hpcc/pyxis-importer"
+  fstab=$(cd / && PYTHONPATH=$HPCC_CURRENT python3 -m hpcc_node.containers.mounts "$HPCC_MOUNT_POINT" 2>&1) ||
+    fail "enroot's mounts: $fstab"
+  install -d -m 0755 "$(dirname /etc/enroot/mounts.d/90-hpcc.fstab)"
+  printf '%s\n' "$fstab" | write_file /etc/enroot/mounts.d/90-hpcc.fstab 0644
+  log "enroot: /etc/enroot/enroot.conf for the $store, the $kind node's hooks, /etc/enroot/mounts.d/90-hpcc.fstab; pyxis' importer /usr/local/libexec/hpcc/pyxis-importer"
 }
 
 ngc_key() {

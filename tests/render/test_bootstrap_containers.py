@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcc_contract.container_mounts import MOUNTS_FILE, container_mounts, render_enroot_mounts
 from hpcc_contract.containers import ROOT_ENROOT_CONFIG
 from infra.config.containers import Containers, Pyxis
 from infra.facts import containers as facts
@@ -22,6 +23,8 @@ from infra.render import containers as r
 from tests.render.bootstrap_fixtures import tool
 from tests.render.test_bootstrap_behaviour import STUB_FAIL, preamble, private_run
 from tests.render.test_bootstrap_steps import COMMON, ctx_for
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a private mount namespace needs root")
 WRITES = {"overlay": ["/etc", "/usr/local", "/usr/share", "/var/lib"], "over": ["/run"]}
@@ -34,6 +37,9 @@ def bundle(tmp_path: Path, containers: Containers | None = None) -> Path:
     for path, data in r.bundle_files(containers).items():
         (current / path).parent.mkdir(parents=True, exist_ok=True)
         (current / path).write_bytes(data)
+    for package in ("hpcc_node", "hpcc_contract"):  # the bundle's node package, as the step runs it
+        if not (current / package).exists():
+            (current / package).symlink_to(REPO / package)
     return current
 
 
@@ -98,6 +104,7 @@ def test_a_compute_node_gets_enroot_pyxis_and_the_importer_and_a_rerun_changes_n
         facts.PYXIS_PLUGIN,
         "/usr/local/bin/enroot",
         *r.enroot_paths(False).parents,
+        MOUNTS_FILE,
     ]
     hooks = " ".join(f"{r.EXTRA_HOOKS_DIR}/{h}" for h in ("50-slurm-pmi.sh", "50-slurm-pytorch.sh", "98-nvidia.sh"))
     script = (
@@ -116,6 +123,7 @@ def test_a_compute_node_gets_enroot_pyxis_and_the_importer_and_a_rerun_changes_n
     assert out(tmp_path, 6) == "stand-in plugin\n" and out(tmp_path, 6, "mode") == "644"
     assert out(tmp_path, 7, "link") == str(bin_dir / "fake-enroot")
     assert [out(tmp_path, 8 + i, "mode") for i in range(4)] == ["1777"] * 4
+    assert out(tmp_path, 12) == render_enroot_mounts(container_mounts(f"{tmp_path}/fsx"))  # its settings' mount
     assert shared_build(tmp_path).read_text() == "stand-in plugin\n"  # published for the other nodes
     first, second = (tmp_path / "first").read_text(), (tmp_path / "second").read_text()
     assert "wrote /etc/enroot/enroot.conf" in first and "installed from" in first

@@ -7,12 +7,16 @@ Slurm's and PMIx's variables from its 50-slurm-pmi.sh hook.
 Two renderings of the one list: enroot's mounts.d fstab (every container enroot starts, pyxis' among them; enroot's
 doc/configuration.md: "mounts.d/*.fstab", fstab(5) lines with enroot's `x-create=dir|file` and `nofail`, as its own
 conf/hooks/20-autorc.sh writes them), and the OCI runtime spec's `mounts` (https://github.com/opencontainers/
-runtime-spec/blob/main/config.md#mounts), which the box's Slurm-native containers use where enroot cannot run."""
+runtime-spec/blob/main/config.md#mounts), which the box's Slurm-native containers use where enroot cannot run.
+
+The node renders the fstab with its settings' MOUNT_POINT (`python3 -m hpcc_node.containers.mounts MOUNT_POINT`,
+from the containers step, templates/steps/containers.sh.j2, into MOUNTS_FILE); the box builds its OCI bundles'
+mounts here."""
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import List, NamedTuple, Tuple
 
 MOUNTS_FILE = "/etc/enroot/mounts.d/90-hpcc.fstab"  # after enroot's own 10-system and 20-config
 HPCC_ETC = "/etc/hpcc"  # the hostfiles, /etc/hpcc/env, mpirun-options (templates/steps/launch_env.sh.j2)
@@ -28,7 +32,7 @@ class Mount(NamedTuple):
     optional: bool  # absent on this node (no EFA): skipped, not an error
 
 
-def container_mounts(mount_point: str) -> tuple[Mount, ...]:
+def container_mounts(mount_point: str) -> Tuple[Mount, ...]:
     """The node paths every container gets; `mount_point` is the cluster file system's (fsx.mountPoint)."""
     if not _PATH.fullmatch(mount_point) or ".." in mount_point.split("/"):
         raise ValueError(f"fsx.mountPoint {mount_point[:80]!r} is not an absolute path")
@@ -40,7 +44,7 @@ def container_mounts(mount_point: str) -> tuple[Mount, ...]:
     )
 
 
-def render_enroot_mounts(mounts: tuple[Mount, ...]) -> str:
+def render_enroot_mounts(mounts: Tuple[Mount, ...]) -> str:
     """enroot's fstab: `SOURCE TARGET none OPTIONS`, recursive binds made where the image lacks the directory."""
     lines = []
     for m in mounts:
@@ -49,7 +53,7 @@ def render_enroot_mounts(mounts: tuple[Mount, ...]) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def oci_mounts(mounts: tuple[Mount, ...], exists=lambda path: True) -> list[dict]:
+def oci_mounts(mounts: Tuple[Mount, ...], exists=lambda path: True) -> List[dict]:
     """The OCI spec's mounts for the same list; an optional source the node lacks (`exists`) is left out."""
     return [
         {

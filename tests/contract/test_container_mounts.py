@@ -1,11 +1,11 @@
-"""What containers see of their node (infra/render/container_mounts.py): one list, rendered as enroot's mounts.d fstab
+"""What containers see of their node (hpcc_contract/container_mounts.py): one list, rendered as enroot's mounts.d fstab
 and as OCI spec mounts; the box's Slurm-native containers run with the latter (tests/box/test_box_containers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.render.container_mounts import (
+from hpcc_contract.container_mounts import (
     EFA_DEVICES,
     EFA_LIBFABRIC,
     HPCC_ETC,
@@ -39,3 +39,13 @@ def test_the_oci_mounts_are_the_same_list_less_what_the_node_lacks():
 def test_a_mount_point_that_is_not_a_plain_absolute_path_is_refused(bad):
     with pytest.raises(ValueError, match="fsx.mountPoint"):
         container_mounts(bad)
+
+
+def test_the_node_renders_the_fstab_with_its_own_mount_point(capsys):
+    from hpcc_node.containers import mounts
+
+    assert mounts.main(["/lustre"]) == 0
+    assert capsys.readouterr().out == render_enroot_mounts(container_mounts("/lustre"))
+    assert mounts.main(["lustre"]) == 2  # refused by name, nothing written
+    captured = capsys.readouterr()
+    assert captured.out == "" and "fsx.mountPoint" in captured.err
