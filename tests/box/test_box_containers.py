@@ -47,18 +47,28 @@ OCI_LINES = (
     f'RunTimeDelete="{CRUN} delete --force %n.%u.%j.%s.%t"',
     f'RunTimeRun="{CRUN} run --bundle %b %n.%u.%j.%s.%t"',
 )
-# Each node's container but the first node's sends a line to the first's (busybox nc, host network); the first
-# writes what it took to the shared file system. Slurm's variables are read as data; nothing is interpolated.
+# Each node's container but the first node's sends a line to the first's (busybox nc, host network), each to a port
+# of its own (its place in the job's node list): one listener takes one connection, and a second client's data
+# would be lost in its backlog. The first writes what it took to the shared file system, a file a peer. Slurm's
+# variables are read as data; nothing is interpolated.
 PEERS = r"""
 first=${SLURM_NODE_ALIASES%%,*}; ip=${first#*[}; ip=${ip%%]*}
+me=$(hostname); i=0; index=-1; rest=$SLURM_NODE_ALIASES
+while [ -n "$rest" ]; do
+  entry=${rest%%,*}; [ "${entry##*:}" = "$me" ] && index=$i; i=$((i + 1))
+  if [ "$rest" = "$entry" ]; then rest=; else rest=${rest#*,}; fi
+done
 out=/fsx/.hpcc-box-oci/peers-$SLURM_JOB_ID
-if [ "${first##*:}" = "$(hostname)" ]; then
+if [ "$index" = 0 ]; then
   n=1
-  while [ "$n" -lt "$SLURM_NNODES" ]; do nc -l -p 7777 -w 30 >>"$out" || exit 1; n=$((n + 1)); done
+  while [ "$n" -lt "$SLURM_NNODES" ]; do nc -l -p $((7700 + n)) -w 60 >"$out.$n" & n=$((n + 1)); done
+  wait
 else
   line="$(hostname) $(cat /hpcc-image-marker) $(wc -l </etc/hpcc/hostfile)"
   i=0
-  until echo "$line" | nc -w 3 "$ip" 7777 2>/dev/null; do i=$((i + 1)); [ "$i" -lt 60 ] || exit 1; sleep 0.5; done
+  until echo "$line" | nc -w 3 "$ip" $((7700 + index)) 2>/dev/null; do
+    i=$((i + 1)); [ "$i" -lt 60 ] || exit 1; sleep 0.5
+  done
 fi
 """
 
@@ -215,8 +225,8 @@ def test_b_a_multi_node_job_runs_in_containers_of_the_cached_image_and_reaches_t
     )
     took = time.time() - started
     assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{fleet.diagnose()}"
-    (received,) = list((SHARED_FS / OCI_DIR).glob("peers-*"))
-    lines = [line.split() for line in received.read_text().splitlines()]
+    received = sorted((SHARED_FS / OCI_DIR).glob("peers-*.*"))
+    lines = [line.split() for path in received for line in path.read_text().splitlines()]
     hosts = {n.run("hostname").stdout.strip() for n in fleet.compute}
     assert len(lines) == nodes - 1, lines
     assert {line[0] for line in lines} < hosts and len({line[0] for line in lines}) == nodes - 1, (lines, hosts)

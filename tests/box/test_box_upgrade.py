@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.box, pytest.mark.long]
 
 VERSION = 'AGENT_VERSION = "{v}"\nPROTOCOL = 1\nACCEPTED_PROTOCOLS = (PROTOCOL - 1, PROTOCOL)\n'
 FAILING_SELF_CHECK = (
-    "    man = upgrade.manifest(here)\n",
+    '    node = state.parse_state(state.read_text(config.path("node")) or "")\n',
     "    raise RuntimeError('this bundle cannot run here')\n",
 )  # first line of agent.self_check
 
@@ -163,9 +163,12 @@ def test_a_bundle_failing_its_self_check_stops_at_the_canaries_and_is_rolled_bac
 
 def test_a_bundle_changing_a_boot_step_marks_nodes_drifted_and_reruns_nothing(box):
     logs = {n.name: box.log(n).count("] start") for n in box.nodes}
-    scripts = role_scripts(box)
-    changed = {**scripts, "compute": scripts["compute"].replace("# --- ssh", "# --- ssh\nHPCC_NEW_BOOT_STEP=1", 1)}
-    assert changed["compute"] != scripts["compute"]
+    scripts = role_scripts(box)  # the head's and each node group's (roles/<group>.sh)
+    changed = {
+        key: script if key == "head" else script.replace("# --- ssh", "# --- ssh\nHPCC_NEW_BOOT_STEP=1", 1)
+        for key, script in scripts.items()
+    }
+    assert all(changed[key] != scripts[key] for key in scripts if key != "head") and set(scripts) > {"head"}
     packed, new = bundles.build(changed, {"hpcc_contract/version.py": VERSION.format(v="4")})
     publish(box, packed, new)
     wait_for(box, "bundle 4 everywhere", lambda s: s.get("bundle") == new, 420)
