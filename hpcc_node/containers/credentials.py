@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from typing import Callable, NamedTuple, Optional, Tuple
 
 from hpcc_contract import enroot_credentials as ec
 from hpcc_contract.containers import ROOT_ENROOT_CONFIG
 from hpcc_node.containers.service import check_private
+from hpcc_node.sshkeys import replace_file
 
 REGISTRIES = "registries"  # in the bundle's containers/
 RETRY_S = 300.0
@@ -61,18 +61,7 @@ def read_ngc_key(directory: str = ROOT_ENROOT_CONFIG) -> Optional[str]:
 def write_credentials(text: str, directory: str = ROOT_ENROOT_CONFIG) -> None:
     """`text` as the directory's `.credentials`, mode 0600, whole; the directory must be this uid's 0700 one."""
     check_private(directory)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".credentials.")
-    try:
-        os.fchmod(fd, ec.CREDENTIALS_MODE)
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, os.path.join(directory, ec.CREDENTIALS_NAME))
-    except OSError:
-        os.unlink(tmp)
-        raise
+    replace_file(os.path.join(directory, ec.CREDENTIALS_NAME), text, ec.CREDENTIALS_MODE)
 
 
 class CredentialsKeeper:

@@ -27,6 +27,7 @@ from hpcc_contract import containers as c
 from hpcc_contract import formats
 from hpcc_contract import prewarm as contract
 from hpcc_contract.hosts import group_of
+from hpcc_node.sshkeys import replace_file
 
 from .health.spares import spare_reservation
 from .model import SlurmJob, Snapshot
@@ -199,16 +200,7 @@ class Publisher:
         if not lines:
             return False
         os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
-        temp = f"{self.path}.{os.getpid()}.tmp"
-        try:
-            with open(temp, "w") as f:
-                f.write(contract.dumps_prewarm(new.groups, self.clock(), new.spares))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, self.path)
-        finally:
-            if os.path.exists(temp):
-                os.unlink(temp)
+        replace_file(self.path, contract.dumps_prewarm(new.groups, self.clock(), new.spares))  # whole, by rename
         self.last = new
         for line in lines:
             self.log(line)
