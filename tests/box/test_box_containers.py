@@ -66,7 +66,12 @@ if [ "$index" = 0 ]; then
 else
   line="$(hostname) $(cat /hpcc-image-marker) $(wc -l </etc/hpcc/hostfile)"
   i=0
-  until echo "$line" | nc -w 3 "$ip" $((7700 + index)) 2>/dev/null; do
+  # the line is in nc's stdin before it connects: the listener (stdin /dev/null) half-closes at once, and busybox nc
+  # exits 0 on that EOF without sending if its stdin is a pipe still empty (`echo | nc` lost a line in CI)
+  until nc -w 3 "$ip" $((7700 + index)) 2>/dev/null <<LINE
+$line
+LINE
+  do
     i=$((i + 1)); [ "$i" -lt 60 ] || exit 1; sleep 0.5
   done
 fi
