@@ -305,6 +305,9 @@ SERVICE_SOCKET = "/run/hpcc/images.sock"
 SERVICE_SOCKET_MODE = 0o666  # every job connects; SO_PEERCRED says who it is
 # enroot's ENROOT_CONFIG_PATH for the service's own imports alone (root's `.credentials`: the ECR token, the NGC key),
 # mode 0700, set in the service's enroot children's environment and in no enroot.conf: users never read it.
+# Where the DLAMI mounts a type's instance store (UNVERIFIED here: from AWS's HyperPod lifecycle scripts): enroot's data
+# (infra/render/containers.py) and the node's image copies (prewarm.py local_images_dir) go there when it is a mount.
+INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"
 ROOT_ENROOT_CONFIG = "/etc/hpcc/enroot-root"
 MAX_REQUEST = 4096
 MAX_ANSWER = 8192

@@ -11,9 +11,9 @@ same before it reports ready (hpcc_node/containers/prewarm.py).
 
 The local copy. `sha256-<hex>.sqsh` (the shared cache's own name: a digest-named file is the image) in
 `local_images_dir()`: beside enroot's own data, on the instance store where the type has one (the DLAMI mounts it at
-INSTANCE_STORE_MOUNT; infra/render/containers.py puts enroot's paths there too), else on the root volume. The shared
-cache stays on Lustre; a job started from the local copy reads its 20 GB from NVMe, not from the file system that a
-hundred other nodes read at the same time."""
+containers.py's INSTANCE_STORE_MOUNT; infra/render/containers.py puts enroot's paths there too), else on the root
+volume. The shared cache stays on Lustre; a job started from the local copy reads its 20 GB from NVMe, not from the
+file system that a hundred other nodes read at the same time."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from hpcc_contract import formats
 from hpcc_contract.containers import BadRecord, BadReference, check_digest, parse_reference
 
 PREWARM_SUBPATH = os.path.join(".hpcc", "prewarm.json")
-INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"  # infra/render/containers.py's, where enroot's data goes on such a type
 ROOT_VOLUME_DIR = "/var/lib/hpcc/images"  # beside enroot's root-volume base, /var/lib/hpcc/enroot
 LOCAL_DIR_NAME = "hpcc-images"
 MAX_IMAGES_PER_GROUP = 16  # bounds the document and every node's copying; the most used first beyond it

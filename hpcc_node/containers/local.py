@@ -48,7 +48,7 @@ class LocalImage(NamedTuple):
 
 def default_dir(is_mount: Callable[[str], bool] = os.path.ismount) -> str:
     """The node's local image directory: on the instance store when it is mounted, else the root volume's."""
-    store = contract.INSTANCE_STORE_MOUNT
+    store = c.INSTANCE_STORE_MOUNT
     return contract.local_images_dir(store if is_mount(store) else None)
 
 

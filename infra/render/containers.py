@@ -37,14 +37,13 @@ import posixpath
 import re
 from typing import NamedTuple
 
-from hpcc_contract.containers import CACHE_SUBDIR, ROOT_ENROOT_CONFIG
+from hpcc_contract.containers import CACHE_SUBDIR, INSTANCE_STORE_MOUNT, ROOT_ENROOT_CONFIG
 from hpcc_contract.enroot_credentials import CREDENTIALS_MODE, CREDENTIALS_NAME, NGC_MACHINES  # noqa: F401
 from infra.config.containers import Containers, Enroot, Pyxis
 from infra.config.validators.containers import secret_problem
 from infra.facts import containers as facts
 from infra.facts.instance_types import InstanceType
 
-INSTANCE_STORE_MOUNT = "/opt/dlami/nvme"
 ROOT_VOLUME_BASE = "/var/lib/hpcc/enroot"
 ROOT_ONLY_MODE = 0o700
 # pyxis execve(2)s `importer=` itself (importer.c), so it is an executable file: this one, root's, mode 0755, running

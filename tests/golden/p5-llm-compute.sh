@@ -1178,12 +1178,19 @@ ngc_key() {
   if cmp -s "$tmp" "$key"; then rm -f "$tmp"; else chmod 0600 "$tmp"; mv -f "$tmp" "$key"; log "NGC key of $secret stored for root's enroot"; fi
 }
 
+images_prewarm() {
+  local rc=0
+  (cd / && PYTHONPATH=$HPCC_CURRENT within 86400 python3 -m hpcc_node.containers.prewarm --fsx "$HPCC_MOUNT_POINT" --node "$HPCC_NODE" >/dev/null) || rc=$?
+  [ "$rc" = 0 ] || log "prewarm: exit $rc: this node starts its group's images from the shared cache"
+}
+
 step_containers() {
   if [ "$HPCC_SCHEDULER" != slurm ]; then log "SCHEDULER=$HPCC_SCHEDULER: no pyxis (a Slurm plugin), no containers"; return 0; fi
   slurm_install
   enroot_install
   enroot_configure
   ngc_key
+  images_prewarm
   pyxis_install
 }
 # --- slurm

@@ -62,7 +62,7 @@ def test_the_prewarm_document_round_trips_and_a_newer_one_is_refused():
 
 
 def test_the_local_directory_is_on_the_instance_store_when_it_is_mounted():
-    assert local_mod.default_dir(lambda p: p == contract.INSTANCE_STORE_MOUNT) == "/opt/dlami/nvme/hpcc-images"
+    assert local_mod.default_dir(lambda p: p == c.INSTANCE_STORE_MOUNT) == "/opt/dlami/nvme/hpcc-images"
     assert local_mod.default_dir(lambda p: False) == contract.ROOT_VOLUME_DIR
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from hpcc_contract import prewarm
 from hpcc_contract.container_mounts import MOUNTS_FILE, container_mounts, render_enroot_mounts
 from hpcc_contract.containers import ROOT_ENROOT_CONFIG
 from infra.config.containers import Containers, Pyxis
@@ -293,3 +295,26 @@ def test_the_ngc_key_goes_from_its_secret_to_roots_private_file_never_to_the_log
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls == ["secretsmanager get-secret-value --secret-id team/ngc-key --query SecretString --output text"] * 2
     assert (tmp_path / "gone").exists()  # no NGC secret named any more: the key goes
+
+
+def test_a_new_node_copies_its_groups_images_before_slurmd_starts(fake):
+    """The controller's prewarm document says group gpu's jobs use an image the shared cache holds: the containers
+    step of gpu-003 (a replacement, before its slurm step) copies it to the node's own disk; gpu-less group cpu's
+    node copies nothing. A node with no document boots as before (the other tests)."""
+    tmp_path, bin_dir, env = fake
+    stand_ins(tmp_path, bin_dir)
+    bundle(tmp_path)
+    hexed = "ab" * 32
+    shared = tmp_path / "fsx" / ".hpcc" / "images"
+    shared.mkdir(parents=True)
+    (shared / f"sha256-{hexed}.sqsh").write_bytes(b"squashfs " * 1000)
+    wanted = prewarm.Wanted(f"sha256:{hexed}", "nvcr.io/nvidia/pytorch:24.07-py3", ("42",))
+    (tmp_path / "fsx" / prewarm.PREWARM_SUBPATH).write_text(prewarm.dumps_prewarm({"gpu": [wanted]}, 1.0))
+    local = f"{prewarm.ROOT_VOLUME_DIR}/sha256-{hexed}.sqsh"  # no instance store mounted here
+    for node, copied in (("cpu-001", False), ("gpu-003", True)):  # the overlay keeps what a run wrote
+        script = f"HPCC_NODE={node}\nstep_containers >{tmp_path}/first 2>&1\n" + copy_out(tmp_path, local)
+        stand_in = {"HPCC_ENROOT": str(bin_dir / "fake-enroot"), "HPCC_PYXIS_SO": str(tmp_path / "pyxis-standin.so")}
+        done = run_step(tmp_path, {**env, **stand_in}, script)
+        assert done.returncode == 0, done.stdout + done.stderr + (tmp_path / "first").read_text()
+        assert (out(tmp_path, 0) == "squashfs " * 1000) is copied, (tmp_path / "first").read_text()
+        shutil.rmtree(tmp_path / "out")
