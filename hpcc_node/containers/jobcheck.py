@@ -14,13 +14,21 @@ Slurm's layouts, as /proc/<pid>/cgroup shows them (cgroups(7): `hierarchy-ID:con
     job's subtree is accepted; only root moves a process into it (cgroup.procs is root's). The path names no uid; the
     caller's is SO_PEERCRED's, of a process Slurm started for that job.
 A job id with an array task or het component (`12_3`, `12+1`) is not what SLURM_JOB_ID holds in a job (the numeric
-id, also in the cgroup's name), so it never matches. Without cgroups (proctrack/linuxproc, the box's
-HPCC_SLURM_CGROUP=0) no process is in a job cgroup: every request is refused, by design."""
+id, also in the cgroup's name), so it never matches.
+
+Without cgroups (proctrack/linuxproc, as in the box: HPCC_SLURM_CGROUP=0) no process is in a job cgroup. Then Slurm
+itself is asked: `scontrol pidinfo PID` (slurmd's proctrack plugin answers which job a local process belongs to,
+whatever the plugin: https://slurm.schedmd.com/scontrol.html, "pidinfo"), printed by scontrol as
+"Slurm job id <id> ends at <time>" (src/scontrol/info_job.c scontrol_pid_info), and the job's owner from
+`scontrol show job <id> --json` (`user_id`) must be the caller's uid. Both answers are Slurm's, about a pid the
+kernel gave; a cgroup that names another job or uid is refused before Slurm is asked."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Callable, Optional
+import subprocess
+from typing import Callable, Optional, Sequence
 
 from hpcc_node.containers.service import JobCheck, Peer
 
@@ -29,6 +37,56 @@ _V2 = re.compile(r"/(?:[A-Za-z0-9._-]+_)?slurmstepd\.scope/job_([0-9]{1,12})/ste
 MAX_CGROUP_FILE = 64 * 1024  # a real one is a few hundred bytes
 
 Reader = Callable[[int], Optional[str]]  # pid -> /proc/<pid>/cgroup's text, None when there is none
+
+
+Runner = Callable[[Sequence[str]], Optional[str]]  # argv -> stdout, None when it failed
+_PIDINFO = re.compile(r"Slurm job id ([0-9]{1,12}) ends at ")
+SCONTROL_TIMEOUT_S = 10
+
+
+def slurm_lines(cgroup_text: str) -> bool:
+    """Whether any line of /proc/<pid>/cgroup's text is a Slurm job's (known or not)."""
+    return any("/job_" in line.split(":", 2)[-1] for line in cgroup_text.splitlines())
+
+
+def pidinfo_job(stdout: str) -> Optional[str]:
+    """The job id in `scontrol pidinfo`'s answer, None when it names none."""
+    found = _PIDINFO.match(stdout.strip())
+    return found.group(1) if found else None
+
+
+def job_owner(stdout: str, job: str) -> Optional[int]:
+    """`user_id` of `job` in `scontrol show job <job> --json`'s answer; None when it is not there or malformed."""
+    try:
+        jobs = json.loads(stdout).get("jobs") or []
+    except (ValueError, AttributeError):
+        return None
+    for entry in jobs if isinstance(jobs, list) else []:
+        if isinstance(entry, dict) and str(entry.get("job_id")) == job and isinstance(entry.get("user_id"), int):
+            return entry["user_id"]
+    return None
+
+
+def scontrol(argv: Sequence[str]) -> Optional[str]:
+    """`scontrol ARGV...`'s stdout; None when it fails or outlasts SCONTROL_TIMEOUT_S."""
+    try:
+        done = subprocess.run(
+            ["scontrol", *argv], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def slurm_says(pid: int, job: str, uid: int, run: Runner = scontrol) -> bool:
+    """Slurm's own answer: `pid` runs in `job` (scontrol pidinfo) and `job` is `uid`'s (scontrol show job --json)."""
+    if pid <= 0 or not re.fullmatch(r"[0-9]{1,12}", job):
+        return False
+    said = run(["pidinfo", str(pid)])
+    if said is None or pidinfo_job(said) != job:
+        return False
+    owner = run(["show", "job", job, "--json"])
+    return owner is not None and job_owner(owner, job) == uid
 
 
 def in_job(cgroup_text: str, job: str, uid: int) -> bool:
@@ -68,11 +126,16 @@ def read_proc_cgroup(pid: int, proc: str = "/proc") -> Optional[str]:
         return None
 
 
-def slurm_job_check(read: Reader = read_proc_cgroup) -> JobCheck:
-    """The service's JobCheck: the caller's cgroup, read through `read` (injected: tests give fixtures)."""
+def slurm_job_check(read: Reader = read_proc_cgroup, run: Runner = scontrol) -> JobCheck:
+    """The service's JobCheck: the caller's cgroup, read through `read`; where it is in no Slurm cgroup at all (a
+    node without cgroups), Slurm's own answer through `run` (both injected: tests give fixtures)."""
 
     def check(peer: Peer, job: str) -> bool:
         text = read(peer.pid)
-        return text is not None and in_job(text, job, peer.uid)
+        if text is None:
+            return False
+        if slurm_lines(text):
+            return in_job(text, job, peer.uid)
+        return slurm_says(peer.pid, job, peer.uid, run)
 
     return check
