@@ -104,3 +104,13 @@ def loads_prewarm(text: str) -> Prewarm:
     if not isinstance(spares, dict):
         raise BadRecord("prewarm: spares is not an object")
     return Prewarm(out, {str(g): _strings(names, "a group's spares") for g, names in spares.items()})
+
+
+def job_digest(doc: Prewarm, job: str, reference: str) -> Optional[str]:
+    """The digest the document records for `job`'s use of `reference` (canonical), else None: what a requeued job
+    ran before, so that its restart runs the same image (a tag moved since is not followed by a restart)."""
+    for wanted in doc.groups.values():
+        for w in wanted:
+            if w.reference == reference and job in w.jobs:
+                return w.digest
+    return None

@@ -32,8 +32,10 @@ CAP_FRACTION = 0.5  # of the local file system, when no cap is given: enroot's o
 
 log = logging.getLogger("hpcc.containers.local")
 
-Ensure = Callable[[str], str]
+Ensure = Callable[[str], str]  # the shared cache's: a reference -> its squashfs
+JobEnsure = Callable[[str, str], str]  # the service's: (a reference, the job asking) -> a squashfs
 Resolver = Callable[[c.ImageRef], str]
+JobDigest = Callable[[str, str], Optional[str]]  # (job, canonical reference) -> the digest the job ran, if recorded
 
 
 class CopyTimeout(TimeoutError):
@@ -214,13 +216,30 @@ def remembered(resolve: Resolver, clock: Callable[[], float] = time.time, ttl_s:
     return resolved
 
 
-def prefer_local(shared_ensure: Ensure, resolve: Resolver, local: LocalImages) -> Ensure:
+def prefer_local(
+    shared_ensure: Ensure, resolve: Resolver, local: LocalImages, ran: Optional[JobDigest] = None
+) -> JobEnsure:
     """An ensure that answers the node's local copy when it holds the reference's digest (its use noted), else the
     shared cache's answer. A local miss never copies on the job's time: the shared squashfs serves this start, and
-    the prewarm (agent_images.py) copies what the group's jobs use while the node is idle."""
+    the prewarm (agent_images.py) copies what the group's jobs use while the node is idle.
 
-    def ensure(reference: str) -> str:
+    `ran`: the digest a job already ran for the reference (the controller's prewarm document records a requeued
+    job's). A job restarting on a node that holds that digest starts from it without asking the registry: the
+    restart runs the image the job ran, and its start does not wait on the registry."""
+
+    def ensure(reference: str, job: str = "") -> str:
         ref = c.parse_reference(reference)
+        before = ran(job, ref.canonical) if ran is not None and job else None
+        if before is not None and local.has(before):
+            local.touch(before)
+            log.info(
+                "local images: job %s restarts on the image it ran, %s (%s), from this node's copy; the registry "
+                "not asked",
+                job,
+                ref.canonical,
+                before,
+            )
+            return local.path(before)
         try:
             digest = c.check_digest(resolve(ref))
         except Exception as e:  # the shared ensure resolves again and says why in its own words
@@ -233,3 +252,20 @@ def prefer_local(shared_ensure: Ensure, resolve: Resolver, local: LocalImages) -
         return shared_ensure(reference)
 
     return ensure
+
+
+def recorded_digests(fsx_mount: str) -> JobDigest:
+    """`ran` for prefer_local: the controller's prewarm document, read at each ask (a small file, asked once per job
+    start); any failure to read it is no record (the job's reference is resolved as for any job)."""
+
+    def ran(job: str, reference: str) -> Optional[str]:
+        try:
+            with open(contract.prewarm_path(fsx_mount)) as f:
+                doc = contract.loads_prewarm(f.read())
+        except (OSError, ValueError) as e:  # BadRecord and NewerFormat are ValueErrors
+            if not isinstance(e, FileNotFoundError):
+                log.info("local images: the prewarm document is not read (%s): job %s's image resolved", e, job)
+            return None
+        return contract.job_digest(doc, job, reference)
+
+    return ran

@@ -46,7 +46,7 @@ class Peer(NamedTuple):
 
 
 JobCheck = Callable[[Peer, str], bool]  # does this caller run this Slurm job on this node?
-Ensure = Callable[[str], str]  # a reference -> the cached squashfs's path (ImageCache.ensure)
+Ensure = local.JobEnsure  # (a reference, the job asking) -> the squashfs's path (local.prefer_local)
 Recorder = Callable[[c.UsageRecord], None]
 
 
@@ -197,7 +197,7 @@ class ImageService:
             raise Refused(f"uid {peer.uid} runs no Slurm job {request.job} on this node")
         ref = c.parse_reference(request.reference)
         log.info("image service: job %s (pid %d uid %d) wants %s", request.job, peer.pid, peer.uid, ref.canonical)
-        path = self.ensure(request.reference)
+        path = self.ensure(request.reference, request.job)
         self._record(request.job, ref, path)
         return path
 
@@ -272,6 +272,5 @@ def make_service(
     resolve = local.remembered(resolve)  # one `enroot digest` for the local look and the shared cache's
     cache = ImageCache(c.cache_root(fsx_mount), resolve, import_, node=node, log=log.info)
     here = local.LocalImages(local_dir or local.default_dir(), log=log.info)
-    return ImageService(
-        path, local.prefer_local(cache.ensure, resolve, here), job_check, usage_appender(fsx_mount, node), node
-    )
+    ensure = local.prefer_local(cache.ensure, resolve, here, local.recorded_digests(fsx_mount))
+    return ImageService(path, ensure, job_check, usage_appender(fsx_mount, node), node)

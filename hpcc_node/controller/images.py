@@ -8,7 +8,9 @@ prewarm. Each loop with the lease, after reconciling (loop.py build_step's `afte
    and a job Slurm no longer lists dropped once its last record is older than FORGET_S.
 2. wanted_images(): pure. For each job Slurm runs now, its images are wanted by the group of each node it runs on;
    for a job pending after a requeue (Restarts > 0: health/decide.py requeues a failed node's jobs), by the groups
-   of the nodes it ran on (the usage records name them). Most used first, at most MAX_IMAGES_PER_GROUP a group.
+   of the nodes it ran on (the usage records name them). Most used first, at most MAX_IMAGES_PER_GROUP a group;
+   each image's job ids with the requeued ones first, so the document keeps a restarting job's digest (a restart
+   runs the image it ran: hpcc_node/containers/local.py prefer_local).
 3. Publisher.publish(): `<fsx>/.hpcc/prewarm.json` (PREWARM), with each group's held spares (the reservation
    hpcc-spares-<group>: the nodes a requeued job lands on), written (temp + rename) only when what a group wants or
    which spares it holds changed, each change logged with its reason (which image, for which jobs, or that no job
@@ -119,6 +121,7 @@ def wanted_images(
     """Per group, the images its nodes should hold: the running jobs' on their nodes' groups, the requeued pending
     jobs' on the groups they ran on. `group_names`: node name -> group (the ledger's slots). Most jobs first."""
     per: Dict[str, Dict[str, Tuple[str, Set[str]]]] = {}
+    requeued: Set[str] = set()
     for job in jobs:
         found = uses.get(job.job_id)
         if not found:
@@ -127,6 +130,7 @@ def wanted_images(
             nodes = set(job.nodes) or {u.node for u in found}
         elif job.state == PENDING and job.restarts > 0:
             nodes = {u.node for u in found}
+            requeued.add(job.job_id)
         else:
             continue
         groups = {group_names.get(n) or group_of(n) for n in nodes} - {""}
@@ -140,7 +144,7 @@ def wanted_images(
     for group, images in per.items():
         ranked = sorted(images.items(), key=lambda kv: (-len(kv[1][1]), kv[0]))[: contract.MAX_IMAGES_PER_GROUP]
         out[group] = [
-            contract.Wanted(d, ref, tuple(sorted(who, key=_job_order)[: contract.MAX_JOBS_PER_IMAGE]))
+            contract.Wanted(d, ref, tuple(sorted(who, key=lambda j: (j not in requeued, _job_order(j)))[: contract.MAX_JOBS_PER_IMAGE]))
             for d, (ref, who) in ranked
         ]
     return out

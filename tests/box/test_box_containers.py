@@ -13,6 +13,11 @@ as a cluster's nodes share FSx for Lustre.
   every hpcc container gets (hpcc_contract/container_mounts.py: the file system, /etc/hpcc). Every task sees the
   image, the shared file system and the hostfile, and every node's container reaches the first node's over the
   network.
+- (c) a spare released for a requeued job already holds its image: the job asks for it as pyxis would (the importer
+  entry, from the job), the node's image service (started by the test as the agent makes it: the box's bundle has
+  containers off) checks the caller through Slurm (pidinfo: no cgroups here), answers and records the use; the
+  controller names the image for group a's held spare, whose agent copies it while idle; a fatal Xid downs the job's
+  node, the job restarts on the spare from its local copy of the digest it ran, and the registry sees no request.
 
 Printed: `[containers] ...` lines with what was measured."""
 
@@ -28,10 +33,16 @@ from pathlib import Path
 import pytest
 
 from hpcc_contract.container_mounts import container_mounts, oci_mounts
+from hpcc_contract.containers import ROOT_ENROOT_CONFIG, image_name
+from hpcc_contract.prewarm import ROOT_VOLUME_DIR
+from hpcc_node.controller.model import READY
+from infra.render.containers import render_importer_entry
 from tests.box.cloud import FleetBox
 from tests.box.node import node_env
 from tests.box.registry import MARKER, Registry
 from tests.box.shared import MOUNT, SHARED_FS
+from tests.box.test_box_fleet import settled, wait_for
+from tests.box.test_box_health import INJECT_XID, PERSON, A, held_spares, job_fields
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
@@ -241,3 +252,133 @@ def test_b_a_multi_node_job_runs_in_containers_of_the_cached_image_and_reaches_t
         f"\n[containers] srun -N {nodes} --container: {nodes} containers of {reference} ran in {took:.1f} s; "
         f"{nodes - 1} reached the first node's over the network, each with the image, /fsx and the hostfile"
     )
+
+
+# -- (c) a requeued job's image on the spare it restarts on -----------------------------------------------------------
+
+SERVE = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+from hpcc_node.containers.jobcheck import slurm_job_check
+from hpcc_node.containers.service import make_service
+service = make_service(sys.argv[1], sys.argv[2], slurm_job_check())
+service.bind()
+print("serving", flush=True)
+service.serve()
+"""
+
+
+def start_image_service(node, log: Path) -> subprocess.Popen:
+    """The node's image service as the agent makes it (service.make_service with the real job check), started here:
+    the box's bundle has containers off (its containers step would install enroot and pyxis), so no agent runs it."""
+    node.file(ROOT_ENROOT_CONFIG).mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(node.file(ROOT_ENROOT_CONFIG), 0o700)
+    proc = subprocess.Popen(
+        node.enter("python3", "-c", SERVE, MOUNT, node.name),
+        env=ensure_env(node),
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "serving", log.read_text()
+    return proc
+
+
+def registry_requests(registry: Registry, repository: str) -> list[str]:
+    """Every request the registry logged for the repository (manifests and blobs, any method)."""
+    text = registry.access_log.read_text(errors="replace")
+    return [line for line in text.splitlines() if f" /v2/{repository}/" in line]
+
+
+def test_c_a_spare_released_for_a_requeued_job_already_holds_its_image_and_its_restart_asks_no_registry(
+    fleet, registry, tmp_path
+):
+    """A job asks for its image as pyxis does (the importer entry, as the job's user, from the job): the node's image
+    service checks it runs that job (Slurm's pidinfo: the box has no cgroups), answers the shared cache's squashfs and
+    records the use. The controller then names the image for group a's held spare, whose agent copies it to its own
+    disk while idle. A fatal Xid downs the job's node; the job is requeued onto the spare, and its restart gets the
+    spare's local copy of the digest it ran, with no request to the registry at all."""
+    reference = registry.build("hpcc/train", "v3")
+    image = registry.images[reference]
+    repository = "hpcc/train"
+    fleet.set_spares("a", 1)
+    before = wait_for(
+        lambda: settled(fleet, A, exact=False) and held_spares(fleet) == {"a-002"} and settled(fleet, A, exact=False),
+        600,
+        fleet,
+        why="a-000..a-002 ready, a-002 the held spare",
+    )
+    victim, spare = fleet.node("a-000"), fleet.node("a-002")
+    local_copy = spare.file(f"{ROOT_VOLUME_DIR}/{image_name(image['digest'])}")
+    person = fleet.on_head("scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")
+    assert person.returncode == 0, person.stderr
+    work = fleet.workdir / "images-job"
+    work.mkdir(exist_ok=True)
+    entry = SHARED_FS / OCI_DIR / "pyxis-importer"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text(render_importer_entry())
+    entry.chmod(0o755)
+    flag = work / "finish"
+    script = (
+        f"t0=$(date +%s.%N); p=$({MOUNT}/{OCI_DIR}/pyxis-importer get docker://{reference} </dev/null) || exit 3; "
+        f't1=$(date +%s.%N); echo "image $SLURMD_NODENAME ${{SLURM_RESTART_COUNT:-0}} $p $t0 $t1"; '
+        f"while [ ! -e {flag} ]; do sleep 1; done; echo done"
+    )
+    services = {n.name: start_image_service(n, work / f"service-{n.name}.log") for n in (victim, spare)}
+    job = ""
+    try:
+        submit = fleet.on_head(
+            "sbatch", "--parsable", "--requeue", "-N", "1", "-p", "a", "-w", "a-000",
+            f"--output={work}/job-%j.out", "--open-mode=append", "--wrap", script,
+        )  # fmt: skip
+        assert submit.returncode == 0, submit.stderr
+        job = submit.stdout.strip().split(";")[0]
+        out = work / f"job-{job}.out"
+
+        def starts() -> list[list[str]]:
+            text = out.read_text() if out.exists() else ""
+            return [line.split() for line in text.splitlines() if line.startswith("image ")]
+
+        def why() -> str:
+            logs = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(work.glob("service-*.log")))
+            return f"job {job}: {job_fields(fleet, job)}\n{out.read_text() if out.exists() else '(no output)'}\n{logs}"
+
+        first = wait_for(lambda: starts(), 120, fleet, why=why)[0]
+        shared_path = f"{CACHE}/{image_name(image['digest'])}"
+        assert first[1:4] == ["a-000", "0", shared_path], (first, why())
+        wait_for(local_copy.exists, 240, fleet, why=lambda: f"a-002's local copy of {image['digest']}\n{why()}")
+        asked_before = registry_requests(registry, repository)
+
+        injected = time.time()
+        run = victim.run("env", "HPCC_STANDIN_STATE=/var/log", "python3", str(INJECT_XID), "79")
+        assert run.returncode == 0, run.stderr
+        again = wait_for(lambda: len(starts()) > 1 and starts()[1], 300, fleet, every=0.5, why=why)
+        t_again = time.time() - injected
+        assert again[1:4] == ["a-002", "1", f"{ROOT_VOLUME_DIR}/{image_name(image['digest'])}"], (again, why())
+        asked_after = registry_requests(registry, repository)
+        assert asked_after == asked_before, f"the restart asked the registry: {asked_after[len(asked_before) :]}"
+        answer_s = float(again[5]) - float(again[4])
+        print(
+            f"\n[containers] job {job} requeued from a-000 (Xid 79) onto the spare a-002 and running again after "
+            f"{t_again:.1f} s; its image answered in {answer_s * 1000:.0f} ms from a-002's local copy (the copy made "
+            f"while the spare was idle), no request to the registry; the first start took "
+            f"{(float(first[5]) - float(first[4])) * 1000:.0f} ms from the shared cache"
+        )
+        wait_for(
+            lambda: (
+                (s := fleet.ledger().slots).get("a-000")
+                and s["a-000"].state == READY
+                and s["a-000"].instance_id != before["a-000"].instance_id
+            ),
+            600,
+            fleet,
+            why="a-000 replaced by a new instance, ready",
+        )
+    finally:
+        flag.touch()
+        if job and job_fields(fleet, job).get("JobState") not in ("COMPLETED", None):
+            fleet.on_head("scancel", job)
+        fleet.on_head("scontrol", "update", "nodename=a-001", "state=resume")
+        for proc in services.values():
+            proc.kill()
+            proc.wait(timeout=30)

@@ -26,7 +26,7 @@ def wait(predicate, timeout: float = 10.0) -> bool:
 
 
 def service_at(path: str) -> ImageService:
-    return ImageService(path, lambda ref: "/never", lambda peer, job: False, lambda record: None, "compute-001")
+    return ImageService(path, lambda ref, job: "/never", lambda peer, job: False, lambda record: None, "compute-001")
 
 
 def answer_from(path: str) -> c.ImageAnswer:

@@ -140,7 +140,7 @@ def test_the_service_refuses_a_caller_outside_the_job_with_the_real_check(tmp_pa
     and nothing is imported."""
     ensured = []
     service = ImageService(
-        str(tmp_path / "s.sock"), lambda ref: ensured.append(ref) or "/x", slurm_job_check(), lambda r: None, "n1"
+        str(tmp_path / "s.sock"), lambda ref, job: ensured.append(ref) or "/x", slurm_job_check(), lambda r: None, "n1"
     )
     service.bind()
     thread = threading.Thread(target=service.serve, daemon=True)

@@ -161,6 +161,37 @@ def test_a_failed_resolve_leaves_the_answer_to_the_shared_cache(tmp_path):
     assert ensure(REF) == "/fsx/x.sqsh"
 
 
+def test_a_requeued_job_restarts_from_the_local_copy_of_the_digest_it_ran_without_asking_the_registry(tmp_path):
+    """The tag has moved to B since the job first ran A: its restart on a node holding A runs A, with no resolve; a
+    job the document does not name, or a recorded digest the node does not hold, is resolved as before."""
+    root = shared(tmp_path, A, B)
+    here = local_images(tmp_path)
+    here.copy(A, os.path.join(root, c.image_name(A)))
+    fsx = tmp_path / "fsx"
+    canonical = c.parse_reference(REF).canonical
+    wanted = [contract.Wanted(A, canonical, ("41",)), contract.Wanted(C, "nvcr.io/nvidia/nemo:24.07", ("42",))]
+    os.makedirs(os.path.dirname(contract.prewarm_path(str(fsx))), exist_ok=True)
+    with open(contract.prewarm_path(str(fsx)), "w") as f:
+        f.write(contract.dumps_prewarm({"gpu": wanted}, 1.0))
+    asked, shared_calls = [], []
+
+    def resolve(ref):
+        asked.append(ref.canonical)
+        return B
+
+    def shared_ensure(reference):
+        shared_calls.append(reference)
+        return os.path.join(root, c.image_name(B))
+
+    ensure = prefer_local(shared_ensure, resolve, here, local_mod.recorded_digests(str(fsx)))
+    assert ensure(REF, "41") == here.path(A) and asked == [] and shared_calls == []
+    assert ensure(REF, "77") == os.path.join(root, c.image_name(B)) and asked == [canonical]  # not a restart
+    assert ensure("nvcr.io/nvidia/nemo:24.07", "42").endswith(c.image_name(B))  # C recorded, not held here
+    assert len(asked) == 2
+    os.unlink(contract.prewarm_path(str(fsx)))
+    assert ensure(REF, "41").endswith(c.image_name(B)) and len(asked) == 3  # no document: resolved
+
+
 def test_the_digest_is_asked_once_a_minute_and_for_a_pinned_reference_too():
     asked = []
     clock = Clock()

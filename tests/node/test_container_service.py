@@ -59,7 +59,7 @@ def sock_dir():
 def _start(sock_dir: str, fakes: Fakes, **kw) -> service.ImageService:
     svc = service.ImageService(
         os.path.join(sock_dir, "run", "images.sock"),
-        fakes.cache.ensure,
+        lambda reference, job: fakes.cache.ensure(reference),
         fakes.job_check,
         fakes.records.append,
         "n1",
@@ -147,7 +147,7 @@ def test_an_oversized_malformed_or_silent_request_gets_one_line_and_no_traceback
 
 def test_an_unexpected_failure_is_logged_here_and_answered_in_one_line(sock_dir, tmp_path, caplog):
     fakes = Fakes(str(tmp_path / "images"))
-    svc = service.ImageService(os.path.join(sock_dir, "s"), lambda ref: 1 / 0, fakes.job_check, list.append, "n1")
+    svc = service.ImageService(os.path.join(sock_dir, "s"), lambda ref, job: 1 / 0, fakes.job_check, list.append, "n1")
     svc.start()
     try:
         answer = importer.ask(svc.path, c.ImageRequest(URI, JOB))

@@ -121,6 +121,19 @@ def test_the_most_used_images_come_first_and_a_group_holds_at_most_its_cap(monke
     assert [w.digest for w in images.wanted_images(found, jobs, {})["gpu"]] == [B, A]
 
 
+def test_a_requeued_job_is_kept_first_among_an_images_jobs_so_its_restart_finds_its_digest(monkeypatch):
+    monkeypatch.setattr(contract, "MAX_JOBS_PER_IMAGE", 2)
+    found = uses(*(rec(j, "gpu-001", A) for j in ("1", "2", "3")), rec("9", "gpu-002", A))
+    jobs = [SlurmJob(j, "RUNNING", frozenset({"gpu-001"})) for j in ("1", "2", "3")]
+    jobs.append(SlurmJob("9", "PENDING", frozenset(), restarts=1))  # its node failed: requeued
+    (wanted,) = images.wanted_images(found, jobs, {})["gpu"]
+    assert tuple(wanted.jobs) == ("9", "1")
+    doc = contract.loads_prewarm(contract.dumps_prewarm({"gpu": [wanted]}, 1.0))
+    assert contract.job_digest(doc, "9", c.parse_reference(PYTORCH).canonical) == A
+    assert contract.job_digest(doc, "9", c.parse_reference(NEMO).canonical) is None  # another image of the job's
+    assert contract.job_digest(doc, "3", c.parse_reference(PYTORCH).canonical) is None  # beyond the cap: resolved
+
+
 def test_the_ledgers_group_names_win_over_the_node_names():
     found = uses(rec("1", "gpu-001", A))
     jobs = [SlurmJob("1", "RUNNING", frozenset({"gpu-001"}))]
