@@ -19,8 +19,9 @@ id, also in the cgroup's name), so it never matches.
 Without cgroups (proctrack/linuxproc, as in the box: HPCC_SLURM_CGROUP=0) no process is in a job cgroup. Then Slurm
 itself is asked: `scontrol pidinfo PID` (slurmd's proctrack plugin answers which job a local process belongs to,
 whatever the plugin: https://slurm.schedmd.com/scontrol.html, "pidinfo"), printed by scontrol as
-"Slurm job id <id> ends at <time>" (src/scontrol/info_job.c scontrol_pid_info), and the job's owner from
-`scontrol show job <id> --json` (`user_id`) must be the caller's uid. Both answers are Slurm's, about a pid the
+"Slurm JobId=<id> ends at <time>" (src/scontrol/info_job.c scontrol_pid_info: 22.05 prints the job id, later releases
+the step's too, `<id>.<step>`), and the job's owner from `squeue --json --jobs <id>` (`user_id`; squeue has --json
+from 21.08, scontrol only from 23.02) must be the caller's uid. Both answers are Slurm's, about a pid the
 kernel gave; a cgroup that names another job or uid is refused before Slurm is asked."""
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ MAX_CGROUP_FILE = 64 * 1024  # a real one is a few hundred bytes
 Reader = Callable[[int], Optional[str]]  # pid -> /proc/<pid>/cgroup's text, None when there is none
 
 
-Runner = Callable[[Sequence[str]], Optional[str]]  # argv -> stdout, None when it failed
-_PIDINFO = re.compile(r"Slurm job id ([0-9]{1,12}) ends at ")
+Runner = Callable[[Sequence[str]], Optional[str]]  # argv (scontrol or squeue ...) -> stdout, None when it failed
+_PIDINFO = re.compile(r"Slurm JobId=([0-9]{1,12})(?:\.[a-z0-9]{1,12})? ends at ")
 SCONTROL_TIMEOUT_S = 10
 
 
@@ -56,7 +57,7 @@ def pidinfo_job(stdout: str) -> Optional[str]:
 
 
 def job_owner(stdout: str, job: str) -> Optional[int]:
-    """`user_id` of `job` in `scontrol show job <job> --json`'s answer; None when it is not there or malformed."""
+    """`user_id` of `job` in `squeue --json --jobs <job>`'s answer; None when it is not there or malformed."""
     try:
         jobs = json.loads(stdout).get("jobs") or []
     except (ValueError, AttributeError):
@@ -67,25 +68,25 @@ def job_owner(stdout: str, job: str) -> Optional[int]:
     return None
 
 
-def scontrol(argv: Sequence[str]) -> Optional[str]:
-    """`scontrol ARGV...`'s stdout; None when it fails or outlasts SCONTROL_TIMEOUT_S."""
+def slurm_command(argv: Sequence[str]) -> Optional[str]:
+    """`scontrol ...` or `squeue ...`: its stdout; None when it fails or outlasts SCONTROL_TIMEOUT_S."""
+    if not argv or argv[0] not in ("scontrol", "squeue"):
+        raise ValueError(f"not a Slurm query: {list(argv)[:1]}")
     try:
-        done = subprocess.run(
-            ["scontrol", *argv], capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False
-        )
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None
 
 
-def slurm_says(pid: int, job: str, uid: int, run: Runner = scontrol) -> bool:
-    """Slurm's own answer: `pid` runs in `job` (scontrol pidinfo) and `job` is `uid`'s (scontrol show job --json)."""
+def slurm_says(pid: int, job: str, uid: int, run: Runner = slurm_command) -> bool:
+    """Slurm's own answer: `pid` runs in `job` (scontrol pidinfo) and `job` is `uid`'s (squeue --json)."""
     if pid <= 0 or not re.fullmatch(r"[0-9]{1,12}", job):
         return False
-    said = run(["pidinfo", str(pid)])
+    said = run(["scontrol", "pidinfo", str(pid)])
     if said is None or pidinfo_job(said) != job:
         return False
-    owner = run(["show", "job", job, "--json"])
+    owner = run(["squeue", "--json", "--jobs", job])
     return owner is not None and job_owner(owner, job) == uid
 
 
@@ -126,7 +127,7 @@ def read_proc_cgroup(pid: int, proc: str = "/proc") -> Optional[str]:
         return None
 
 
-def slurm_job_check(read: Reader = read_proc_cgroup, run: Runner = scontrol) -> JobCheck:
+def slurm_job_check(read: Reader = read_proc_cgroup, run: Runner = slurm_command) -> JobCheck:
     """The service's JobCheck: the caller's cgroup, read through `read`; where it is in no Slurm cgroup at all (a
     node without cgroups), Slurm's own answer through `run` (both injected: tests give fixtures)."""
 

@@ -1,7 +1,7 @@
 """The image service's job check (hpcc_node/containers/jobcheck.py): a caller is accepted only when its own cgroup,
 as /proc/<pid>/cgroup shows it, is Slurm's cgroup of the job it names (cgroup v1 with the caller's uid in the path,
 cgroup v2 under slurmstepd's scope); on a node without cgroups, when Slurm itself says so (scontrol pidinfo, and
-the job's owner from scontrol's JSON); refused for everything else."""
+the job's owner from squeue's JSON); refused for everything else."""
 
 from __future__ import annotations
 
@@ -75,11 +75,15 @@ def test_the_check_reads_the_callers_own_cgroup_by_pid_and_refuses_a_pid_without
     assert not check(Peer(8, 1000, 1000), "42")
     assert not check(Peer(9, 1000, 1000), "42")  # gone: no file
     assert seen == [7, 8, 9]
-    assert asked == [["pidinfo", "8"]]  # only the process in no Slurm cgroup: Slurm asked, and it said nothing
+    assert asked == [
+        ["scontrol", "pidinfo", "8"]
+    ]  # only the process in no Slurm cgroup: Slurm asked, and it said nothing
 
 
-# scontrol's answers (src/scontrol/info_job.c scontrol_pid_info; `scontrol show job --json`'s job_id and user_id)
-PIDINFO_42 = "Slurm job id 42 ends at Tue Dec 01 02:00:00 2026\nslurm_get_rem_time is 3550\n"
+# Slurm's answers: scontrol pidinfo as 22.05 prints it (the box's, src/scontrol/info_job.c scontrol_pid_info) and as
+# later releases do (the step too); squeue --json's job_id and user_id (openapi v0.0.38 and later)
+PIDINFO_42 = "Slurm JobId=42 ends at Wed Dec 01 03:47:45 2027\nJob remaining time is 31535996 seconds\n"
+PIDINFO_42_STEP = "Slurm JobId=42.batch ends at Wed Dec 01 03:47:45 2027\nJob remaining time is 31535996 seconds\n"
 OWNED_BY_1000 = '{"jobs": [{"job_id": 42, "user_id": 1000, "name": "train; rm -rf /"}]}'
 
 
@@ -91,23 +95,26 @@ class Slurm:
 
     def __call__(self, argv):
         self.calls.append(list(argv))
-        if argv[0] == "pidinfo":
-            job = self.jobs_of.get(int(argv[1]))
-            return f"Slurm job id {job} ends at Tue Dec 01 02:00:00 2026\n" if job else None
-        owner = self.owners.get(argv[2])
-        return None if owner is None else f'{{"jobs": [{{"job_id": {argv[2]}, "user_id": {owner}}}]}}'
+        if argv[:2] == ["scontrol", "pidinfo"]:
+            job = self.jobs_of.get(int(argv[2]))
+            return f"Slurm JobId={job} ends at Tue Dec 01 02:00:00 2026\n" if job else None
+        assert argv[:3] == ["squeue", "--json", "--jobs"], argv
+        owner = self.owners.get(argv[3])
+        return None if owner is None else f'{{"jobs": [{{"job_id": {argv[3]}, "user_id": {owner}}}]}}'
 
 
 def test_on_a_node_without_cgroups_slurm_says_which_job_runs_the_caller_and_whose_it_is():
     slurm = Slurm({7: "42", 8: "43"}, {"42": 1000, "43": 2000})
     check = slurm_job_check(lambda pid: NOT_A_JOB, run=slurm)
     assert check(Peer(7, 1000, 1000), "42")
-    assert slurm.calls == [["pidinfo", "7"], ["show", "job", "42", "--json"]]
+    assert slurm.calls == [["scontrol", "pidinfo", "7"], ["squeue", "--json", "--jobs", "42"]]
     assert not check(Peer(7, 1000, 1000), "43")  # its process runs job 42, not the one it names
     assert not check(Peer(7, 2000, 2000), "42")  # job 42 is uid 1000's
     assert not check(Peer(9, 1000, 1000), "42")  # Slurm knows no job of pid 9
     assert not check(Peer(7, 1000, 1000), "42; true")  # not a job id: Slurm not asked
-    assert ["pidinfo", "7"] in slurm.calls and not any("42; true" in a for call in slurm.calls for a in call)
+    assert ["scontrol", "pidinfo", "7"] in slurm.calls and not any(
+        "42; true" in a for call in slurm.calls for a in call
+    )
 
 
 def test_a_cgroup_of_another_job_is_refused_without_asking_slurm():
@@ -118,7 +125,8 @@ def test_a_cgroup_of_another_job_is_refused_without_asking_slurm():
 
 
 def test_scontrols_answers_are_read_as_slurm_prints_them():
-    assert pidinfo_job(PIDINFO_42) == "42"
+    assert pidinfo_job(PIDINFO_42) == "42" and pidinfo_job(PIDINFO_42_STEP) == "42"
+    assert pidinfo_job("Slurm JobId=42_3 ends at Wed Dec 01 03:47:45 2027\n") is None  # no array form in a pidinfo
     assert pidinfo_job("slurm_pid2jobid error: Process not managed by Slurm\n") is None
     assert job_owner(OWNED_BY_1000, "42") == 1000
     assert job_owner(OWNED_BY_1000, "4") is None  # another job's entry is not this one's
