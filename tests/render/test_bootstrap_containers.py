@@ -154,7 +154,9 @@ def test_enroot_is_installed_from_debs_matching_the_stacks_digests_and_refused_o
     stand_ins(tmp_path, bin_dir)
     bundle(tmp_path)
     tool(bin_dir, "dpkg-query", "exit 1\n")
-    tool(bin_dir, "curl", 'while [ $# -gt 0 ]; do [ "$1" = -o ] && { shift; echo "deb ${1##*/}" >"$1"; }; shift; done\n')
+    tool(
+        bin_dir, "curl", 'while [ $# -gt 0 ]; do [ "$1" = -o ] && { shift; echo "deb ${1##*/}" >"$1"; }; shift; done\n'
+    )
     names = facts.enroot_asset_names(("x86_64",))
     sums = {n: hashlib.sha256(f"deb {n}\n".encode()).hexdigest() if right_sum else "ab" * 32 for n in names}
     digests = tuple((n, f"sha256:{h}") for n, h in sums.items())
@@ -234,7 +236,8 @@ def test_pyxis_is_built_from_its_pinned_commit_and_refused_without_it(fake, monk
     repo, commit = source_repo(tmp_path)
     monkeypatch.setattr(facts, "PYXIS_TAG_COMMIT", commit if right_commit else "0123456789abcdef" * 2 + "01234567")
     env = {**env, "HPCC_PYXIS_GIT": str(repo)}
-    script = f"pyxis_build_deps() {{ :; }}\nretry_cmd() {{ \"$@\"; }}\npyxis_install\ncat {facts.PYXIS_PLUGIN} >{tmp_path}/i\n"
+    no_deps_no_retries = 'pyxis_build_deps() { :; }\nretry_cmd() { "$@"; }\n'
+    script = f"{no_deps_no_retries}pyxis_install\ncat {facts.PYXIS_PLUGIN} >{tmp_path}/i\n"
     done = run_step(tmp_path, env, script)
     if right_commit:
         assert done.returncode == 0, done.stdout + done.stderr
