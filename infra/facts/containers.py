@@ -54,8 +54,8 @@ NVIDIA_CONTAINER_CLI_PACKAGE = "libnvidia-container-tools"  # UNVERIFIED: whethe
 # VERIFIED: tag v0.24.0 (commit 107519944221822ea1dace4db8e7234b2eaa4cd5, 2026-05-11, "Release 0.24.0").
 PYXIS_VERSION = "0.24.0"
 PYXIS_TAG_COMMIT = "107519944221822ea1dace4db8e7234b2eaa4cd5"
-# The repository the build fetches PYXIS_TAG_COMMIT from (GitHub serves a commit by its id to `git fetch`; the
-# build checks HEAD is that commit: templates/steps/pyxis.sh.j2).
+# The repository the build fetches PYXIS_TAG_COMMIT from, by its id (`git fetch URL <commit>`; UNVERIFIED here that
+# GitHub answers it, this machine cannot reach GitHub); the build refuses any other HEAD: templates/steps/pyxis.sh.j2.
 PYXIS_REPOSITORY = "https://github.com/NVIDIA/pyxis.git"
 # VERIFIED (Makefile at v0.24.0): `make install` puts spank_pyxis.so in $(libdir)/slurm, libdir = $(prefix)/lib,
 # prefix ?= /usr/local. The plugstack line names it absolutely: the same path on the head and every node.

@@ -1,8 +1,10 @@
 """`hpcc pin containers`: the sha256 digests of enroot's release .debs, read from GitHub's release API, as the stack
 file's `containers.releaseDigests` snippet to paste (infra/config/containers.py; infra/facts/containers.py says why
 the user pins them). GitHub's release API reports each asset's `digest`, "sha256:<hex>"
-(https://docs.github.com/en/rest/releases/assets): its record of the file as it was uploaded. Every failure (the
-network, an HTTP error, an asset or digest missing) is a PinError with what to do; nothing is ever guessed."""
+(https://docs.github.com/en/rest/releases/assets): its record of the file as it was uploaded, computed at upload
+since GitHub's change of 2025-06-03 (https://github.blog/changelog/2025-06-03-releases-now-expose-digests-for-release-
+assets/); an older asset may have none (`null`). Every failure (the network, an HTTP error, an asset or digest
+missing) is a PinError with what to do; nothing is ever guessed."""
 
 from __future__ import annotations
 
@@ -91,7 +93,8 @@ def digests_of(release: dict, names: Iterable[str]) -> dict[str, str]:
         digest = assets[name].get("digest")
         if digest is None:
             raise PinError(
-                f"GitHub's release API reports no digest for {name}: nothing to pin from GitHub's record; download "
+                f"GitHub's release API reports no digest for {name} (an asset uploaded before GitHub recorded them has "
+                "none): nothing to pin from GitHub's record; download "
                 f"it, verify it yourself and write its sha256 in {facts.DIGESTS_FIELD} as sha256:<hex>, or set "
                 "containers.enabled: false"
             )
