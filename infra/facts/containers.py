@@ -14,10 +14,10 @@ https://docs.github.com/en/rest/releases/assets), its record of the uploaded fil
 file (`containers.releaseDigests`, infra/config/containers.py), as `hpcc pin containers` prints them (infra/ops/
 pins.py); `SHA256` here holds the ones the project itself verified (a download compared with that digest and with a
 second download from another network), none yet, and the user's digest wins over it. A .deb with neither is
-unpinned: `require_pinned` refuses it for a real deploy (`hpcc preflight` and `hpcc
-up`: infra/ops/preflight/rules.py containers_pinned). pyxis is pinned by its tag's commit (verified, from the fetched
-mirror): the build fetches exactly that commit with git, which checks every object against its hash, and refuses
-any other HEAD. Nothing here is ever a guessed checksum.
+unpinned: `require_pinned` refuses it for a real deploy (`hpcc preflight` and `hpcc up`: infra/ops/preflight/rules.py
+containers_pinned). pyxis is pinned by its tag's commit (verified, from the fetched mirror): the build fetches exactly
+that commit with git, which checks every object against its hash, and refuses any other HEAD. Nothing here is ever a
+guessed checksum.
 
 Verification status, each fact: VERIFIED means read here from NVIDIA's own repository (the fetched mirrors of
 NVIDIA/enroot at tag v4.1.2 = bd51f53 and NVIDIA/pyxis at tag v0.24.0 = 1075199); UNVERIFIED means not checked."""
@@ -150,8 +150,8 @@ def unpinned(arches: tuple[str, ...], digests: Mapping[str, str] | None = None) 
 
 
 def require_pinned(arches: tuple[str, ...], digests: Mapping[str, str] | None = None) -> None:
-    """For a real deploy: every file pinned, by the project or the stack's digests, else UnpinnedRelease (the offline
-    plan only warns)."""
+    """For a real deploy (preflight, `hpcc up`): every file pinned, by the stack's digests or the project, else
+    UnpinnedRelease."""
     missing = unpinned(arches, digests)
     if missing:
         raise UnpinnedRelease(
