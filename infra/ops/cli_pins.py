@@ -11,7 +11,9 @@ from pathlib import Path
 import typer
 
 from infra.config.stackfile import load
+from infra.config.validators.type_rules import resolve_types
 from infra.facts import containers as facts
+from infra.facts.instance_types import ec2_facts
 from infra.ops import OpsError, pins
 from infra.ops import cli_support as support
 from infra.ops.cli_report import fail
@@ -31,8 +33,6 @@ def getter() -> pins.Getter:
 def stack_arches(config: Path) -> tuple[str, ...]:
     """The architectures of the stack's head and node groups, from their types as the offline plan knows them
     (moto's EC2 data: no AWS call, no credentials)."""
-    from infra.config.validators.type_rules import resolve_types
-    from infra.facts.instance_types import ec2_facts
     from infra.plan.embedded_aws import embedded_aws  # lazy: moto
 
     cfg = load(config)
