@@ -114,7 +114,8 @@ def snippet(digests: Mapping[str, str], version: str = facts.ENROOT_VERSION) -> 
     """The YAML to paste under `hpcc:cluster:` in the stack file, saying where the digests came from."""
     lines = [
         f"# enroot {version}'s .debs: the sha256 digests GitHub's release API reports ({release_url(version)}),",
-        "# GitHub's record of each asset as it was uploaded. Paste under hpcc:cluster: in the stack file.",
+        "# GitHub's record of each asset as it was uploaded. Paste under hpcc:cluster: in the stack file (into its",
+        "# containers: section if it has one).",
         "containers:",
         "  releaseDigests:",
         *(f'    "{name}": "{digest}"' for name, digest in digests.items()),
