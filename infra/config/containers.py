@@ -16,10 +16,14 @@ the cluster's file system (hpcc_contract/containers.py, hpcc_node/containers/).
   https://github.com/NVIDIA/enroot): the import's parallelism, connections, timeouts and retries, the squashfs
   compression of per-node imports, and the container defaults users can still change per job.
 - `pyxis.*`: pyxis' plugstack options (its config.c): a named container's scope, the image's entrypoint, sbatch.
+- `releaseDigests`: enroot's release .debs (by file name) -> the sha256 digest GitHub's release API reports for each,
+  "sha256:<hex>", as `hpcc pin containers` prints them; each node checks its downloads against them (infra/facts/
+  containers.py says why the user pins them).
 
 Read by the bundle (infra/render/containers.py bundle_files: enroot's and pyxis' files, which registries), the
 bootstrap's containers step (templates/steps/containers.sh.j2), the nodes' IAM (infra/program/components/
-feature_access.py) and preflight (refused while the downloads have no pinned sha256: infra/facts/containers.py)."""
+feature_access.py) and preflight (refused while a .deb the cluster downloads has no digest: infra/facts/
+containers.py require_pinned)."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from infra.config.nodes import ConfigModel
-from infra.config.validators.containers import secret_problem
+from infra.config.validators.containers import digests_problem, secret_problem
 
 
 class Enroot(ConfigModel):
@@ -69,6 +73,15 @@ class Containers(ConfigModel):
     ngc_secret: str | None = None
     enroot: Enroot = Enroot()
     pyxis: Pyxis = Pyxis()
+    release_digests: dict[str, str] = {}  # enroot asset name -> "sha256:<hex>" (`hpcc pin containers`)
+
+    @field_validator("release_digests")
+    @classmethod
+    def _digests(cls, v: dict[str, str]) -> dict[str, str]:
+        problem = digests_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @field_validator("ngc_secret")
     @classmethod

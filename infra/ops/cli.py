@@ -24,6 +24,7 @@ from infra.ops import cli_support as support
 from infra.ops.check_cli import PROVIDERS, run_fabric_check
 from infra.ops.check_cli import app as check_app
 from infra.ops.cli_images import app as images_app
+from infra.ops.cli_pins import app as pin_app
 from infra.ops.cli_plan import plan
 from infra.ops.cli_report import err, fail
 from infra.ops.cli_support import version
@@ -35,6 +36,7 @@ WORKFLOW = (
     "init",
     "deployer-policy",
     "plan",
+    "pin",
     "preflight",
     "up",
     "ssh",
@@ -67,6 +69,7 @@ app = typer.Typer(
 )
 app.add_typer(check_app, name="check")
 app.add_typer(images_app, name="images")
+app.add_typer(pin_app, name="pin")
 
 
 def _show_version(value: bool) -> None:

@@ -100,6 +100,7 @@ def bootstrap_context(cfg: ClusterConfig, region: str, role: str, facts, group: 
         metrics=cfg.metrics_on,
         group=group_index(cfg, group)[1].name if role == "compute" else "",
         containers=cfg.containers_on,
+        enroot_digests=tuple(sorted(cfg.containers.release_digests.items())) if role == "compute" else (),
     )
 
 

@@ -74,6 +74,8 @@ class BootstrapContext:
     # Containers (templates/steps/containers.sh.j2): enroot on the compute nodes, pyxis on every node, from the
     # bundle's containers/ files (which store and hooks: decided on the node)
     containers: bool = False
+    # enroot's .debs -> "sha256:<hex>", the stack's containers.releaseDigests (a compute script's; the step checks them)
+    enroot_digests: tuple[tuple[str, str], ...] = ()
     log_path: str = "/var/log/hpcc-bootstrap.log"
     agent_path: str = AGENT_PATH
 

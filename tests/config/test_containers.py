@@ -134,3 +134,29 @@ def test_a_section_without_slurm_is_refused_but_enabled_false_is_not():
     assert [f for f, _ in problems(containers__pyxis__containerScope="global")] == ["cluster.containers"]
     assert not problems(containers__enabled=False)
     assert not problems()
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_the_release_digests_are_the_pinned_enroots_files_by_name():
+    given = {"enroot_4.1.2-1_amd64.deb": DIGEST, "enroot+caps_4.1.2-1_arm64.deb": DIGEST}
+    assert configured(scheduler="slurm", containers__releaseDigests=given).containers.release_digests == given
+    assert configured(scheduler="slurm").containers.release_digests == {}
+
+
+@pytest.mark.parametrize(
+    "given,words",
+    [
+        ({"enroot_4.0.0-1_amd64.deb": DIGEST}, "is not a file of enroot 4.1.2, the release hpcc installs"),
+        ({"enroot_4.1.2-1_i386.deb": DIGEST}, "the known ones are enroot_4.1.2-1_amd64.deb, enroot+caps_4.1.2-1_amd64"),
+        ({"enroot_4.1.2-1_amd64.deb": DIGEST[7:]}, "sha256:<64 lowercase hex digits>"),
+        ({"enroot_4.1.2-1_amd64.deb": DIGEST.upper()}, "is not a digest as GitHub's release API gives it"),
+        ({"enroot_4.1.2-1_amd64.deb": "sha512:" + "0" * 128}, "hpcc pin containers"),
+    ],
+)
+def test_a_bad_release_digest_is_refused_naming_the_field(given, words):
+    with pytest.raises(ConfigError) as e:
+        parse("us-east-1", cluster(scheduler="slurm", containers__releaseDigests=given))
+    [(field, message)] = e.value.problems
+    assert field == "cluster.containers.releaseDigests" and words in message, message

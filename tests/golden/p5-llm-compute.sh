@@ -1031,14 +1031,14 @@ slurm_version() {
 
 pyxis_build_deps() {
   local version
-  [ -f /usr/include/slurm/spank.h ] && type -P make cc >/dev/null && return 0
+  [ -f /usr/include/slurm/spank.h ] && type -P git make cc >/dev/null && return 0
   version=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null) || fail "pyxis: no slurm-client package to build against"
   retry_cmd apt-get -o DPkg::Lock::Timeout=600 update -q
-  retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q make gcc "libslurm-dev=$version"
+  retry_cmd env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q git make gcc "libslurm-dev=$version"
 }
 
 pyxis_build() {
-  local dest=$1 tmp src sum
+  local dest=$1 tmp src
   tmp=$(mktemp -d)
   if [ -n "${HPCC_PYXIS_SO:-}" ]; then
     if ! [[ $HPCC_PYXIS_SO =~ ^/[A-Za-z0-9._/-]+$ ]] || [ ! -f "$HPCC_PYXIS_SO" ]; then
@@ -1047,17 +1047,13 @@ pyxis_build() {
     cp "$HPCC_PYXIS_SO" "$tmp/spank_pyxis.so"
     log "pyxis: the stand-in $HPCC_PYXIS_SO (HPCC_PYXIS_SO), no build"
   else
-    src=${HPCC_PYXIS_TARBALL:-}
-    sum=${HPCC_PYXIS_SHA256:-}
-    [[ $sum =~ ^[0-9a-f]{64}$ ]] || fail "pyxis' source pyxis-0.24.0.tar.gz has no pinned sha256 (infra/facts/containers.py SHA256 says how to pin it)"
-    if [ -z "$src" ]; then
-      src=$tmp/pyxis.tar.gz
-      retry_cmd curl -fsSL -m 300 -o "$src" "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz"
-    fi
-    echo "$sum  $src" | sha256sum -c --quiet - >/dev/null 2>&1 || fail "pyxis' source $src is not the sha256 pinned for it ($sum): refused"
+    src=${HPCC_PYXIS_GIT:-https://github.com/NVIDIA/pyxis.git}
+    [[ $src =~ ^[A-Za-z0-9/] ]] || fail "HPCC_PYXIS_GIT='${src:0:80}' is not a repository's path or URL"
     pyxis_build_deps
-    mkdir "$tmp/src"
-    tar -xzf "$src" -C "$tmp/src" --strip-components=1
+    git init -q "$tmp/src"
+    retry_cmd git -C "$tmp/src" fetch -q --depth 1 "$src" 107519944221822ea1dace4db8e7234b2eaa4cd5 || fail "pyxis: cannot fetch commit 107519944221822ea1dace4db8e7234b2eaa4cd5 from ${src:0:120}"
+    git -C "$tmp/src" checkout -q FETCH_HEAD || fail "pyxis: cannot check out the commit fetched from ${src:0:120}"
+    [ "$(git -C "$tmp/src" rev-parse HEAD)" = 107519944221822ea1dace4db8e7234b2eaa4cd5 ] || fail "pyxis' source from ${src:0:120} is not the pinned commit 107519944221822ea1dace4db8e7234b2eaa4cd5: refused"
     within 900 make -C "$tmp/src" -j "$(nproc)" >"$tmp/make.log" 2>&1 || { tail -n 20 "$tmp/make.log"; fail "pyxis did not build against Slurm $(slurm_version) (its output above)"; }
     [ -f "$tmp/src/spank_pyxis.so" ] || fail "pyxis' build made no spank_pyxis.so"
     cp "$tmp/src/spank_pyxis.so" "$tmp/spank_pyxis.so"
@@ -1123,7 +1119,7 @@ enroot_install() {
   tmp=$(mktemp -d)
   for entry in "${debs[@]}"; do
     read -r name url sum <<<"$entry"
-    [[ $sum =~ ^[0-9a-f]{64}$ ]] || fail "enroot's $name has no pinned sha256 (infra/facts/containers.py SHA256 says how to pin it)"
+    [[ $sum =~ ^[0-9a-f]{64}$ ]] || fail "enroot's $name has no pinned sha256: run \`hpcc pin containers\` and paste its output into the stack file (cluster.containers.releaseDigests)"
     retry_cmd curl -fsSL -m 300 -o "$tmp/$name" "$url"
     echo "$sum  $tmp/$name" | sha256sum -c --quiet - >/dev/null 2>&1 || fail "enroot's $name is not the sha256 pinned for it: refused"
   done

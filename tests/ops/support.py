@@ -36,7 +36,7 @@ TWO_GROUPS = {
             {"name": "cpu", "instanceType": "c6i.16xlarge", "count": 4, "market": "spot"},
         ],
         "scheduler": "slurm",
-        # Until enroot's and pyxis' downloads have pinned sha256s (infra/facts/containers.py), preflight refuses a
+        # Until the stack pins enroot's .debs (containers.releaseDigests, `hpcc pin containers`), preflight refuses a
         # deploy with containers on (tests/ops/test_preflight.py): a new user writes this too, as the error says.
         "containers": {"enabled": False},
         "tags": {"team": "duo"},

@@ -181,7 +181,7 @@ def test_a_cluster_stays_in_the_az_its_first_up_kept(aws):
     _keep_az(aws, cfg.cluster.name, "us-east-1d")  # not the first AZ offering both types today (1c)
     findings = run(aws, EXAMPLES / "p3dn-bert.yaml")
     # (but the unpinned containers downloads: test_containers_on_are_refused_while_...)
-    assert [f for f in by(findings, ERROR) if f.field != "cluster.containers.enabled"] == [], findings
+    assert [f for f in by(findings, ERROR) if f.field != "cluster.containers.releaseDigests"] == [], findings
     assert [f.message for f in by(findings, INFO, "cluster.availabilityZone")] == [
         "none configured: the cluster stays in us-east-1d, kept since its first `pulumi up`"
     ]
@@ -199,23 +199,27 @@ def test_a_new_type_the_kept_az_does_not_offer_is_an_error_naming_both(aws):
     )
 
 
-def test_containers_on_are_refused_while_enroot_and_pyxis_have_no_pinned_sha256(aws, tmp_path):
-    """The containers step checks each download against its pinned sha256: none pinned would fail every node's boot,
-    so preflight (and `hpcc up`) refuses the deploy, naming the files and the way out."""
+def test_containers_on_are_refused_until_the_stack_pins_enroots_digests(aws, tmp_path, monkeypatch):
+    """The containers step checks each .deb against its pinned sha256: none pinned would fail every node's boot, so
+    preflight (and `hpcc up`) refuses the deploy, naming the files, the field and the way to fill it; the stack's
+    containers.releaseDigests for the cluster's architecture let it through."""
     import yaml
 
     from infra.facts import containers as facts
 
+    monkeypatch.setattr(facts, "SHA256", dict.fromkeys(facts.SHA256))  # the project's own pins: none assumed
+    field = "cluster.containers.releaseDigests"
     raw = yaml.safe_load((EXAMPLES / "c6i-oneccl.yaml").read_text())
     off = run(aws, EXAMPLES / "c6i-oneccl.yaml")  # no Slurm: no containers
-    assert not [f for f in off if f.field == "cluster.containers.enabled"]
+    assert not [f for f in off if f.field == field]
     raw["config"]["hpcc:cluster"]["scheduler"] = "slurm"
     path = tmp_path / "Pulumi.slurm.yaml"
     path.write_text(yaml.safe_dump(raw))
-    found = [f for f in run(aws, path) if f.field == "cluster.containers.enabled"]
-    if facts.unpinned(("x86_64",)):
-        [err] = found
-        assert err.severity == ERROR and f"enroot_{facts.ENROOT_VERSION}-1_amd64.deb" in err.message
-        assert "containers.enabled: false" in err.message and "arm64" not in err.message
-    else:
-        assert found == []
+    [err] = [f for f in run(aws, path) if f.field == field]
+    assert err.severity == ERROR and f"enroot_{facts.ENROOT_VERSION}-1_amd64.deb" in err.message
+    assert "`hpcc pin containers STACK_FILE`" in err.message and field in err.message
+    assert "containers.enabled: false" in err.message and "arm64" not in err.message
+    digests = {n: "sha256:" + "ab" * 32 for n in facts.enroot_asset_names(("x86_64",))}
+    raw["config"]["hpcc:cluster"]["containers"] = {"releaseDigests": digests}
+    path.write_text(yaml.safe_dump(raw))
+    assert [f for f in run(aws, path) if f.field == field] == []

@@ -1,17 +1,17 @@
 """The containers step (templates/steps/containers.sh.j2, pyxis.sh.j2) run for real in a private mount namespace with
-the stand-ins the box uses (HPCC_ENROOT, HPCC_PYXIS_SO, HPCC_PYXIS_TARBALL): a compute node gets enroot.conf for its
+the stand-ins the box uses (HPCC_ENROOT, HPCC_PYXIS_SO, HPCC_PYXIS_GIT): a compute node gets enroot.conf for its
 store, the per-user directories, enroot's Slurm hooks (NVIDIA's removed on a CPU node), the root-only credentials
 directory and pyxis' importer, and the plugin from the cluster's one shared build, built once under its lock while
 another node waits; the head gets the plugin and plugstack.conf (slurmctld reconfigured when it changes while it
-runs); nothing is downloaded without a pinned sha256; a rerun changes nothing."""
+runs); nothing is downloaded without a pinned sha256, pyxis is built from its pinned commit alone; a rerun changes
+nothing."""
 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
-import tarfile
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -140,10 +140,34 @@ def test_without_a_pinned_sha256_enroot_is_not_downloaded(fake):
     tool(bin_dir, "dpkg-query", "exit 1\n")
     done = run_step(tmp_path, env, "enroot_install\n")
     assert done.returncode == 1
-    assert f"enroot's enroot_{facts.ENROOT_VERSION}-1_amd64.deb has no pinned sha256 (infra/facts/containers.py" in (
+    assert f"enroot's enroot_{facts.ENROOT_VERSION}-1_amd64.deb has no pinned sha256: run `hpcc pin containers`" in (
         done.stdout
     )
+    assert "cluster.containers.releaseDigests" in done.stdout
     assert not (tmp_path / "apt").exists()
+
+
+@pytest.mark.parametrize("right_sum", [True, False])
+def test_enroot_is_installed_from_debs_matching_the_stacks_digests_and_refused_otherwise(fake, right_sum):
+    """The stack's containers.releaseDigests are rendered into the compute script; each download is checked."""
+    tmp_path, bin_dir, env = fake
+    stand_ins(tmp_path, bin_dir)
+    bundle(tmp_path)
+    tool(bin_dir, "dpkg-query", "exit 1\n")
+    tool(
+        bin_dir, "curl", 'while [ $# -gt 0 ]; do [ "$1" = -o ] && { shift; echo "deb ${1##*/}" >"$1"; }; shift; done\n'
+    )
+    names = facts.enroot_asset_names(("x86_64",))
+    sums = {n: hashlib.sha256(f"deb {n}\n".encode()).hexdigest() if right_sum else "ab" * 32 for n in names}
+    digests = tuple((n, f"sha256:{h}") for n, h in sums.items())
+    done = run_step(tmp_path, env, "enroot_install\n", enroot_digests=digests)
+    if right_sum:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"enroot {facts.ENROOT_VERSION} installed" in done.stdout
+        assert all(n in (tmp_path / "apt").read_text() for n in names)  # apt-get install of both .debs
+    else:
+        assert done.returncode == 1 and f"enroot's {names[0]} is not the sha256 pinned for it: refused" in done.stdout
+        assert not (tmp_path / "apt").exists()
 
 
 def test_a_node_installs_the_shared_build_without_building(fake):
@@ -192,37 +216,45 @@ def test_a_build_that_never_finishes_fails_naming_its_builder(fake):
     assert "the build by compute-042 did not finish in 1 s (see that node's bootstrap log)" in done.stdout
 
 
-def source_tarball(tmp_path: Path) -> Path:
-    """A pyxis-like source tree whose make writes spank_pyxis.so."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
-        data = b"all:\n\techo built-from-source >spank_pyxis.so\n"
-        info = tarfile.TarInfo("pyxis-0.24.0/Makefile")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    path = tmp_path / "pyxis.tar.gz"
-    path.write_bytes(raw.getvalue())
-    return path
+def source_repo(tmp_path: Path) -> tuple[Path, str]:
+    """A pyxis-like git repository whose make writes spank_pyxis.so, and its commit."""
+    repo = tmp_path / "pyxis.git"
+    repo.mkdir()
+    (repo / "Makefile").write_text("all:\n\techo built-from-source >spank_pyxis.so\n")
+    ident = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q"], ["add", "Makefile"], [*ident, "commit", "-q", "-m", "pyxis"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+    return repo, head.stdout.strip()
 
 
-@pytest.mark.parametrize("right_sum", [True, False])
-def test_pyxis_is_built_from_a_source_whose_sha256_matches_and_refused_otherwise(fake, right_sum):
+@pytest.mark.parametrize("right_commit", [True, False])
+def test_pyxis_is_built_from_its_pinned_commit_and_refused_without_it(fake, monkeypatch, right_commit):
     tmp_path, bin_dir, env = fake
     stand_ins(tmp_path, bin_dir)
     bundle(tmp_path)
-    src = source_tarball(tmp_path)
-    digest = hashlib.sha256(src.read_bytes()).hexdigest() if right_sum else "0" * 64
-    env = {**env, "HPCC_PYXIS_TARBALL": str(src), "HPCC_PYXIS_SHA256": digest}
-    done = run_step(
-        tmp_path, env, f"pyxis_build_deps() {{ :; }}\npyxis_install\ncat {facts.PYXIS_PLUGIN} >{tmp_path}/i\n"
-    )
-    if right_sum:
+    repo, commit = source_repo(tmp_path)
+    monkeypatch.setattr(facts, "PYXIS_TAG_COMMIT", commit if right_commit else "0123456789abcdef" * 2 + "01234567")
+    env = {**env, "HPCC_PYXIS_GIT": str(repo)}
+    no_deps_no_retries = 'pyxis_build_deps() { :; }\nretry_cmd() { "$@"; }\n'
+    script = f"{no_deps_no_retries}pyxis_install\ncat {facts.PYXIS_PLUGIN} >{tmp_path}/i\n"
+    done = run_step(tmp_path, env, script)
+    if right_commit:
         assert done.returncode == 0, done.stdout + done.stderr
         assert (tmp_path / "i").read_text() == "built-from-source\n" == shared_build(tmp_path).read_text()
         assert f"pyxis {facts.PYXIS_VERSION}: built against Slurm {SLURM}" in done.stdout
     else:
-        assert done.returncode == 1 and "is not the sha256 pinned for it" in done.stdout
+        assert done.returncode == 1 and f"pyxis: cannot fetch commit {facts.PYXIS_TAG_COMMIT} from {repo}" in (
+            done.stdout
+        )
         assert not shared_build(tmp_path).exists()
+
+
+def test_the_step_checks_the_head_it_built_is_the_pinned_commit():
+    """git checks what it fetched against the commit asked for; the step still refuses any other HEAD."""
+    text = (REPO / "templates" / "steps" / "pyxis.sh.j2").read_text()
+    assert 'fetch -q --depth 1 "$src" {{ cfacts.PYXIS_TAG_COMMIT }}' in text
+    assert '[ "$(git -C "$tmp/src" rev-parse HEAD)" = {{ cfacts.PYXIS_TAG_COMMIT }} ] || fail' in text
 
 
 def test_the_head_gets_the_plugin_and_plugstack_conf_and_a_changed_one_reconfigures_a_running_slurmctld(fake):

@@ -253,3 +253,26 @@ def test_the_registries_file_names_ecr_and_the_ngc_secret_only_when_on():
     assert r.render_registries(Containers()) == "ecr\n"
     assert r.render_registries(Containers(ecr=False)) == ""
     assert r.render_registries(Containers(ngc_secret="team/ngc-key")) == "ecr\nngc team/ngc-key\n"
+
+
+def test_the_compute_script_checks_each_deb_against_the_stacks_digest():
+    """containers.releaseDigests reach the containers step: each .deb's line carries the user's hex (the step's
+    `sha256sum -c` takes it), the head's script none (it installs no enroot)."""
+    from infra.config.stackfile import load
+    from infra.render.roles import role_contexts
+    from infra.render.userdata import render
+    from tests.facts.instance_data import offline_facts
+    from tests.render.bootstrap_cases import ROOT
+
+    cfg = load(ROOT / "examples" / "p5-llm.yaml")
+    names = facts.enroot_asset_names()
+    digests = {n: f"sha256:{i:x}" + "0123456789abcdef" * 3 + f"{i:x}" * 15 for i, n in enumerate(names, 1)}
+    containers = cfg.cluster.containers.model_copy(update={"release_digests": digests})
+    cluster = cfg.cluster.model_copy(update={"containers": containers})
+    scripts = {k: render(ctx) for k, ctx in role_contexts(cluster, cfg.region, offline_facts()).items()}
+    compute = next(text for key, text in scripts.items() if key != "head")
+    for arch in ("x86_64", "arm64"):
+        for deb in facts.enroot_debs(arch):
+            assert f'"{deb.name} {deb.url} {digests[deb.name].removeprefix("sha256:")}"' in compute
+    assert not any(d.removeprefix("sha256:") in scripts["head"] for d in digests.values())
+    assert "unpinned" not in compute

@@ -10,6 +10,7 @@ from typing import NamedTuple
 from pydantic.alias_generators import to_camel
 
 from infra.config.validators.findings import ERROR, NOT_SHOWN, WARNING, Finding
+from infra.facts import containers as facts
 
 CONTAINERS = "cluster.containers"
 # The shared image cache (hpcc_contract/containers.py, on the cluster's FSx) may take a quarter of the file system by
@@ -66,6 +67,25 @@ def _secret_problem(text: str) -> str | None:
     if text.startswith("arn:"):
         return f"is not a Secrets Manager secret's ARN in the aws partition; give {SECRET_FORM}"
     return f"is not {SECRET_FORM}: at most 512 of letters, digits and /_+=.@-"
+
+
+# --- enroot's release digests -----------------------------------------------------------------------------------
+def digests_problem(digests: dict[str, str]) -> str | None:
+    """Why the stack's releaseDigests cannot be used (the caller names the field), or None: each name one of the
+    pinned enroot release's .debs, each value GitHub's "sha256:<64 lowercase hex>"."""
+    known = facts.enroot_asset_names()
+    for name, digest in digests.items():
+        if name not in known:
+            return (
+                f"{name[:80]!r} is not a file of enroot {facts.ENROOT_VERSION}, the release hpcc installs; "
+                f"the known ones are {', '.join(known)} (`hpcc pin containers` prints them)"
+            )
+        if not isinstance(digest, str) or not facts.DIGEST.fullmatch(digest):
+            return (
+                f"{name}: {str(digest)[:80]!r} is not a digest as GitHub's release API gives it, "
+                "sha256:<64 lowercase hex digits> (`hpcc pin containers` prints them)"
+            )
+    return None
 
 
 # --- the cache's cap ------------------------------------------------------------------------------------------------

@@ -259,15 +259,16 @@ def placeholders_left(ctx: Context) -> Iterable[Finding]:
 
 
 def containers_pinned(ctx: Context) -> Iterable[Finding]:
-    """With containers on, the nodes download enroot's .debs and pyxis' source and check each against its pinned
-    sha256 (templates/steps/containers.sh.j2): a file with none pinned would fail every node's boot, so the deploy
-    is refused here instead (infra/facts/containers.py require_pinned says which and how to pin them)."""
-    if not ctx.cluster.containers_on:
+    """With containers on, the compute nodes download enroot's .debs and check each against its pinned sha256, the
+    stack's containers.releaseDigests (templates/steps/containers.sh.j2): a .deb with none would fail every node's
+    boot, so the deploy is refused here instead (infra/facts/containers.py require_pinned says which and how)."""
+    c = ctx.cluster
+    if not c.containers_on:
         return
     try:
-        containers_facts.require_pinned((ctx.architecture,))
+        containers_facts.require_pinned((ctx.architecture,), c.containers.release_digests)
     except containers_facts.UnpinnedRelease as e:
-        yield Finding(ERROR, "cluster.containers.enabled", str(e))
+        yield Finding(ERROR, containers_facts.DIGESTS_FIELD, str(e))
 
 
 RULES = [
