@@ -126,7 +126,7 @@ def wanted_images(
         found = uses.get(job.job_id)
         if not found:
             continue
-        if job.state == RUNNING and not job.end:
+        if job.state == RUNNING:
             nodes = set(job.nodes) or {u.node for u in found}
         elif job.state == PENDING and job.restarts > 0:
             nodes = {u.node for u in found}
@@ -144,7 +144,11 @@ def wanted_images(
     for group, images in per.items():
         ranked = sorted(images.items(), key=lambda kv: (-len(kv[1][1]), kv[0]))[: contract.MAX_IMAGES_PER_GROUP]
         out[group] = [
-            contract.Wanted(d, ref, tuple(sorted(who, key=lambda j: (j not in requeued, _job_order(j)))[: contract.MAX_JOBS_PER_IMAGE]))
+            contract.Wanted(
+                d,
+                ref,
+                tuple(sorted(who, key=lambda j: (j not in requeued, _job_order(j)))[: contract.MAX_JOBS_PER_IMAGE]),
+            )
             for d, (ref, who) in ranked
         ]
     return out

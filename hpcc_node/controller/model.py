@@ -140,12 +140,23 @@ class SlurmJob:
     state: str  # RUNNING, PENDING, FAILED, NODE_FAIL, COMPLETED, ...
     nodes: FrozenSet[str] = frozenset()
     restarts: int = 0
-    end: float = 0.0  # epoch seconds; 0 while it runs
+    # epoch seconds: when it ended, but for a running job the time its limit ends it (squeue's end_time is start +
+    # time limit, a year ahead for UNLIMITED), and 0 while it pends: never "has it ended" (that is `ended`)
+    end: float = 0.0
     requeue: bool = True  # Requeue=1: the job may be requeued
     reason: str = ""  # why it is pending (Reason=BeginTime: waiting for its EligibleTime)
     eligible: float = 0.0  # EligibleTime, epoch seconds (0: unknown)
     name: str = ""  # JobName, as Slurm holds it ("" where only Slurm's fields were read: slurm_records.py)
     user: str = ""  # its owner's user name, as Slurm holds it
+
+    @property
+    def ended(self) -> bool:
+        """Its base state is no longer one a job leaves (https://slurm.schedmd.com/job_state_codes.html)."""
+        return self.state not in JOB_LIVE_STATES
+
+
+# The base states of a job that has not ended (job_state_codes.html, "Job states"); every other base state is final.
+JOB_LIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED"})
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,8 @@ def test_a_groups_spares_set_to_0_delete_its_reservation_and_cancel_a_held_spare
     assert "released gpu-003" in deleted[0].why.evidence
     assert by_kind(run(ready, groups=(none,)), SPARES) == []  # nothing held, nothing to delete
     # the spare's running deep check is cancelled; a user's job of the same name is the user's (issue 33)
-    ours = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="root")
+    # running, its end as squeue reports a running job's: its start plus its time limit
+    ours = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), end=NOW + 190, name="hpcc-deep-check", user="root")
     users = SlurmJob("78", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="alice")
     checking = replace(holding, jobs=(ours, users))
     assert [a.data["cancel"] for a in by_kind(run(checking, groups=(none,)), SPARES)] == [["77"]]
@@ -329,7 +330,7 @@ def test_a_held_spare_is_deep_checked_on_its_timer_once_and_a_released_ones_chec
         holding, reports={**holding.reports, "gpu-003": replace(holding.reports["gpu-003"], deep_checked=NOW - 600)}
     )
     assert by_kind(run(reported, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # its report's time counts
-    check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), name="hpcc-deep-check", user="root")
+    check = SlurmJob("77", "RUNNING", frozenset({"gpu-003"}), end=NOW + 190, name="hpcc-deep-check", user="root")
     running = with_slurm(replace(holding, jobs=(check,)), "gpu-003", {"ALLOCATED"})
     assert by_kind(run(running, groups=(SPARE,), spare_check_seconds=1800), DEEP) == []  # one at a time
     pending = replace(holding, jobs=(replace(check, state="PENDING"),))  # submitted, not started: the node idle

@@ -100,7 +100,7 @@ def test_running_jobs_images_are_wanted_by_their_nodes_groups_and_requeued_ones_
         rec("13", "gpu-003", C),  # pending, never requeued: no node to prewarm for it
     )
     jobs = [
-        SlurmJob("10", "RUNNING", frozenset({"gpu-001", "gpu-004"})),
+        SlurmJob("10", "RUNNING", frozenset({"gpu-001", "gpu-004"}), end=1827633133.0),  # squeue: start + limit
         SlurmJob("11", "PENDING", frozenset(), restarts=1),
         SlurmJob("12", "COMPLETED", frozenset({"big-001"}), end=50.0),
         SlurmJob("13", "PENDING", frozenset()),

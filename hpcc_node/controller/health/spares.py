@@ -33,7 +33,7 @@ def spares_actions(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[
         return []
     if group.spares <= 0:
         held = snap.reservations[name]
-        cancel = sorted(j.job_id for j in snap.jobs if _deep_check(j) and j.nodes & held and not j.end)
+        cancel = sorted(j.job_id for j in snap.jobs if _deep_check(j) and j.nodes & held and not j.ended)
         freed = ", ".join(sorted(held)) or "none"
         why = Why("", f"spares: 0 now; released {freed}, reservation deleted")
         return [
@@ -77,7 +77,7 @@ def spares_actions(group: Group, slots: Sequence[Slot], snap: Snapshot) -> List[
     text = (f"hold {', '.join(chosen)}" if chosen else "hold none") + (
         f"; released {', '.join(released)} ({out_of_service} node(s) of the group out of service)" if released else ""
     )
-    cancel = sorted(j.job_id for j in snap.jobs if _deep_check(j) and j.nodes & set(released) and not j.end)
+    cancel = sorted(j.job_id for j in snap.jobs if _deep_check(j) and j.nodes & set(released) and not j.ended)
     return [
         Action(
             SPARES,
@@ -99,7 +99,7 @@ def deep_checks(group: Group, held: FrozenSet[str], snap: Snapshot, now: float, 
     /usr/local/sbin/hpcc-deep, is asked again on the timer, not every loop). Never while one runs."""
     if timers.spare_check_seconds <= 0 or snap.slurm is None:
         return []
-    running = {n for j in snap.jobs if _deep_check(j) and not j.end for n in j.nodes}
+    running = {n for j in snap.jobs if _deep_check(j) and not j.ended for n in j.nodes}
     asked: Dict[str, float] = {}
     for e in snap.events:
         if e.kind == DEEP_CHECK and e.phase == "start":
