@@ -326,9 +326,9 @@ def test_c_a_spare_released_for_a_requeued_job_already_holds_its_image_and_its_r
     )
     services = {n.name: start_image_service(n, work / f"service-{n.name}.log") for n in (victim, spare)}
     job = ""
-    try:
+    try:  # no -w: a requeued job keeps its node list; a-001 drained and a-002 held leave a-000 the one to run it
         submit = fleet.on_head(
-            "sbatch", "--parsable", "--requeue", "-N", "1", "-p", "a", "-w", "a-000",
+            "sbatch", "--parsable", "--requeue", "-N", "1", "-p", "a",
             f"--output={work}/job-%j.out", "--open-mode=append", "--wrap", script,
         )  # fmt: skip
         assert submit.returncode == 0, submit.stderr
