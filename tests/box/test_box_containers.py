@@ -41,8 +41,8 @@ from tests.box.cloud import FleetBox
 from tests.box.node import node_env
 from tests.box.registry import MARKER, Registry
 from tests.box.shared import MOUNT, SHARED_FS
-from tests.box.test_box_fleet import settled, wait_for
-from tests.box.test_box_health import INJECT_XID, PERSON, A, held_spares, job_fields
+from tests.box.test_box_fleet import wait_for
+from tests.box.test_box_health import INJECT_XID, PERSON, hold_a_spare, job_fields
 
 pytestmark = [pytest.mark.box, pytest.mark.long]
 
@@ -301,13 +301,7 @@ def test_c_a_spare_released_for_a_requeued_job_already_holds_its_image_and_its_r
     reference = registry.build("hpcc/train", "v3")
     image = registry.images[reference]
     repository = "hpcc/train"
-    fleet.set_spares("a", 1)
-    before = wait_for(
-        lambda: settled(fleet, A, exact=False) and held_spares(fleet) == {"a-002"} and settled(fleet, A, exact=False),
-        600,
-        fleet,
-        why="a-000..a-002 ready, a-002 the held spare",
-    )
+    before = hold_a_spare(fleet)
     victim, spare = fleet.node("a-000"), fleet.node("a-002")
     local_copy = spare.file(f"{ROOT_VOLUME_DIR}/{image_name(image['digest'])}")
     person = fleet.on_head("scontrol", "update", "nodename=a-001", "state=drain", f"reason={PERSON}")

@@ -41,6 +41,17 @@ def held_spares(box: FleetBox) -> frozenset:
     return reservations(box.on_head("scontrol", "show", "reservation", "--oneliner").stdout).get(SPARES, frozenset())
 
 
+def hold_a_spare(box: FleetBox) -> dict:
+    """Group a given one spare, until a-000..a-002 are ready and a-002 is the held spare; the ledger's slots."""
+    box.set_spares("a", 1)
+    return wait_for(
+        lambda: settled(box, A, exact=False) and held_spares(box) == {"a-002"} and settled(box, A, exact=False),
+        600,
+        box,
+        why="a-000..a-002 ready, a-002 the held spare",
+    )
+
+
 def events(box: FleetBox, kind: str, node: str = "", since: float = 0.0) -> list:
     return [
         e
@@ -109,13 +120,7 @@ def test_b_e_a_node_short_of_a_gpu_at_boot_is_never_ready_is_replaced_and_its_gr
 
 
 def test_a_h_a_fatal_xid_downs_the_node_its_job_restarts_on_the_spare_from_its_checkpoint(fleet):
-    fleet.set_spares("a", 1)
-    before = wait_for(
-        lambda: settled(fleet, A, exact=False) and held_spares(fleet) == {"a-002"} and settled(fleet, A, exact=False),
-        600,
-        fleet,
-        why="a-000..a-002 ready, a-002 the held spare",
-    )
+    before = hold_a_spare(fleet)
     victim = fleet.node("a-000")
     assert "status=ok" in victim.file("/run/hpcc-health.verdict").read_text(), "the health thread wrote no verdict"
     wait_for(lambda: fleet.status("a-000").get("health") == "ok", 60, fleet, why="a-000 reporting its verdict")
