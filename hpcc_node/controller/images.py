@@ -128,6 +128,8 @@ def wanted_images(
             continue
         if job.state == RUNNING:
             nodes = set(job.nodes) or {u.node for u in found}
+            if job.restarts > 0:  # restarted already: kept first too, whether or not a loop saw it pending
+                requeued.add(job.job_id)
         elif job.state == PENDING and job.restarts > 0:
             nodes = {u.node for u in found}
             requeued.add(job.job_id)

@@ -128,6 +128,8 @@ def test_a_requeued_job_is_kept_first_among_an_images_jobs_so_its_restart_finds_
     jobs.append(SlurmJob("9", "PENDING", frozenset(), restarts=1))  # its node failed: requeued
     (wanted,) = images.wanted_images(found, jobs, {})["gpu"]
     assert tuple(wanted.jobs) == ("9", "1")
+    jobs[-1] = SlurmJob("9", "RUNNING", frozenset({"gpu-003"}), restarts=1)  # restarted before a loop saw it pend
+    assert tuple(images.wanted_images(found, jobs, {})["gpu"][0].jobs) == ("9", "1")
     doc = contract.loads_prewarm(contract.dumps_prewarm({"gpu": [wanted]}, 1.0))
     assert contract.job_digest(doc, "9", c.parse_reference(PYTORCH).canonical) == A
     assert contract.job_digest(doc, "9", c.parse_reference(NEMO).canonical) is None  # another image of the job's
